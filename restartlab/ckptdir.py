@@ -1,0 +1,135 @@
+"""The checkpoint-directory contract, readable without torch.
+
+    <ckpt_dir>/step-<N>/  DCP shards, .metadata, manifest.json, then .complete (written last)
+
+Only a step directory with `.complete` (and, when asked, a manifest whose files match on disk)
+is resumable. Everybody who asks "which checkpoint?" (trainer rank 0, injector, collector,
+pruner) asks here.
+"""
+import json
+import os
+import re
+import shutil
+import zlib
+from typing import Dict, List, Optional
+
+STEP_RE = re.compile(r"^step-(\d+)$")
+COMPLETE = ".complete"
+MANIFEST = "manifest.json"
+
+
+def step_dirname(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def step_path(ckpt_dir: str, step: int) -> str:
+    return os.path.join(ckpt_dir, step_dirname(step))
+
+
+def list_steps(ckpt_dir: str) -> List[int]:
+    """All step directories (complete or not), ascending."""
+    try:
+        names = os.listdir(ckpt_dir)
+    except FileNotFoundError:
+        return []
+    steps = []
+    for name in names:
+        m = STEP_RE.match(name)
+        if m and os.path.isdir(os.path.join(ckpt_dir, name)):
+            steps.append(int(m.group(1)))
+    return sorted(steps)
+
+
+def is_complete(ckpt_dir: str, step: int) -> bool:
+    return os.path.exists(os.path.join(step_path(ckpt_dir, step), COMPLETE))
+
+
+def complete_steps(ckpt_dir: str) -> List[int]:
+    return [s for s in list_steps(ckpt_dir) if is_complete(ckpt_dir, s)]
+
+
+def verify_manifest(step_dir: str, checksums: bool = False) -> Optional[str]:
+    """None when every file the manifest lists exists with its size (and crc32 when asked);
+    otherwise a sentence saying what is wrong."""
+    try:
+        with open(os.path.join(step_dir, MANIFEST)) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        return f"unreadable {MANIFEST}: {e}"
+    for name, info in manifest.get("files", {}).items():
+        path = os.path.join(step_dir, name)
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            return f"missing file {name}"
+        if size != info["bytes"]:
+            return f"{name}: {size} bytes on disk, manifest says {info['bytes']}"
+        if checksums and file_crc32(path) != info["crc32"]:
+            return f"{name}: checksum mismatch"
+    return None
+
+
+def newest_complete_step(ckpt_dir: str, verify: bool = True, checksums: bool = False,
+                         log=None) -> Optional[int]:
+    """Newest step with `.complete` (and a manifest that matches the files, if `verify`)."""
+    for step in reversed(complete_steps(ckpt_dir)):
+        if not verify:
+            return step
+        problem = verify_manifest(step_path(ckpt_dir, step), checksums=checksums)
+        if problem is None:
+            return step
+        if log:
+            log(f"skipping {step_dirname(step)}: {problem}")
+    return None
+
+
+def file_crc32(path: str, chunk: int = 1 << 22) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                return crc
+            crc = zlib.crc32(b, crc)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """tmp file, fsync, rename, fsync the directory: readers see all of `data` or nothing."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def mark_complete(step_dir: str, info: Dict) -> None:
+    write_atomic(os.path.join(step_dir, COMPLETE), json.dumps(info).encode())
+
+
+def prune(ckpt_dir: str, keep: int) -> List[int]:
+    """Delete old step directories, keeping the newest `keep` complete ones (keep >= 1).
+
+    Never deletes the newest complete checkpoint, never deletes anything newer than it (a save
+    may be in flight there); incomplete directories older than the newest complete one go.
+    Returns the deleted steps."""
+    if keep < 1:
+        raise ValueError("prune: keep must be >= 1 (the newest complete checkpoint is never deleted)")
+    complete = complete_steps(ckpt_dir)
+    if not complete:
+        return []
+    kept = set(complete[-keep:])
+    newest = complete[-1]
+    doomed = [s for s in list_steps(ckpt_dir) if s < newest and s not in kept]
+    for s in doomed:
+        shutil.rmtree(step_path(ckpt_dir, s), ignore_errors=True)
+    return doomed

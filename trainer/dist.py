@@ -1,0 +1,108 @@
+"""Rank discovery from every launcher, device/backend choice, process-group init, clean exit."""
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
+# (rank, world size, local rank) variables, in the order they are tried.
+LAUNCHER_ENV = [
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("pals", "PALS_RANKID", "PALS_SIZE", "PALS_LOCAL_RANKID"),
+    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+]
+
+
+@dataclass
+class RankInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    launcher: str
+
+
+def discover_ranks(env=None) -> RankInfo:
+    """Rank, world size and local rank from whichever launcher started us (single process if none).
+
+    PALS exports no size variable of its own on every system; when PALS_RANKID is present without
+    a size we fall back to PMI_SIZE (PALS also sets the PMI ones)."""
+    env = os.environ if env is None else env
+    for name, r, w, l in LAUNCHER_ENV:
+        if r in env:
+            size = env.get(w) or env.get("PMI_SIZE") or env.get("WORLD_SIZE")
+            if size is None:
+                raise RuntimeError(f"launcher {name}: {r} is set but no world size ({w}) is")
+            return RankInfo(int(env[r]), int(size), int(env.get(l, env.get("LOCAL_RANK", 0))), name)
+    return RankInfo(0, 1, 0, "none")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def rendezvous(info: RankInfo, env=None):
+    """MASTER_ADDR/MASTER_PORT: from the environment, else rank 0's host and a free port,
+    broadcast with mpi4py (when importable)."""
+    env = os.environ if env is None else env
+    if "MASTER_ADDR" in env and "MASTER_PORT" in env:
+        return env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    if info.world_size == 1:
+        return "127.0.0.1", _free_port()
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise SystemExit("restartlab.trainer: MASTER_ADDR/MASTER_PORT are not set and mpi4py is not "
+                         "installed to agree on them; export both, or `pip install mpi4py`")
+    addr, port = None, None
+    if info.rank == 0:
+        addr, port = socket.gethostname(), _free_port()
+    addr, port = MPI.COMM_WORLD.bcast((addr, port), root=0)
+    return addr, port
+
+
+def pick_device(requested: str):
+    import torch
+    if requested == "auto":
+        if hasattr(torch, "xpu") and torch.xpu.is_available():
+            requested = "xpu"
+        elif torch.cuda.is_available():
+            requested = "cuda"
+        else:
+            requested = "cpu"
+    backend = {"xpu": "xccl", "cuda": "nccl", "cpu": "gloo"}[requested]
+    if requested == "xpu":
+        try:  # native torch has xccl; the Intel extension only when installed
+            import intel_extension_for_pytorch  # noqa: F401
+        except ImportError:
+            pass
+    return requested, backend
+
+
+def init(info: RankInfo, device_type: str, backend: str):
+    import torch
+    import torch.distributed as dist
+    addr, port = rendezvous(info)
+    if device_type != "cpu":
+        getattr(torch, device_type).set_device(info.local_rank)
+        device = torch.device(device_type, info.local_rank)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(backend=backend, init_method=f"tcp://{addr}:{port}",
+                            rank=info.rank, world_size=info.world_size)
+    return device
+
+
+def clean_exit(code: int = 0):
+    """Flush, barrier, os._exit: tearing the gloo group down at interpreter exit aborted about
+    one run in seven on CPU, so we never reach it."""
+    import torch.distributed as dist
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if dist.is_initialized() and code == 0:
+        dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

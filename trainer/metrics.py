@@ -1,0 +1,22 @@
+"""Metrics rows in ezpz's History JSONL shape, one file per rank, appended (a relaunch with the
+same --outdir never overwrites an earlier attempt's rows), flushed every row (a SIGKILL loses
+at most the row being written)."""
+import json
+import os
+import time
+
+
+class MetricsWriter:
+    def __init__(self, outdir: str, rank: int):
+        os.makedirs(outdir, exist_ok=True)
+        self.rank = rank
+        self.path = os.path.join(outdir, f"metrics-{rank}.jsonl")
+        self._f = open(self.path, "a", buffering=1)
+
+    def write(self, metrics: dict, ts: float = None):
+        row = {"timestamp": time.time() if ts is None else ts, "rank": self.rank, "metrics": metrics}
+        self._f.write(json.dumps(row) + "\n")
+        self._f.flush()
+
+    def close(self):
+        self._f.close()
