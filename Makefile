@@ -1,0 +1,43 @@
+# restartlab: the two commands are `make demo` (the whole experiment on this machine) and
+# `make test` (the suite). Both bootstrap .venv when it is missing.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+TORCH   ?= torch==2.13.0
+SCEN    ?= scenarios/local.yaml
+ACCOUNT ?= datascience
+PYTEST_ARGS ?=
+
+.PHONY: install demo test bench render sunspot-expt clean
+
+install: $(STAMP)
+
+# --system-site-packages: an HPC site's own torch / mpi4py (from its module) stays visible and is
+# never reinstalled; torch and MPI are installed only when they cannot be imported.
+$(STAMP): setup.cfg setup.py
+	test -x $(BIN)/python || $(PY) -m venv --system-site-packages $(VENV)
+	$(BIN)/python -c 'import torch' 2>/dev/null || $(BIN)/pip install -q '$(TORCH)'
+	$(BIN)/python -c 'import mpi4py' 2>/dev/null && command -v mpiexec >/dev/null \
+	  || $(BIN)/pip install -q mpi4py mpich
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/restartlab run $(SCEN)
+
+test: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+
+bench: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/run_all.py
+
+render: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m restartlab.cli render-all build/rendered
+
+sunspot-expt: $(STAMP)
+	$(BIN)/restartlab submit scenarios/debug.yaml --set extends=systems/sunspot.yaml --set job.account=$(ACCOUNT)
+	$(BIN)/restartlab submit scenarios/agpt2b.yaml --set extends=systems/sunspot.yaml --set job.account=$(ACCOUNT)
+
+clean:
+	rm -rf build expt .pytest_cache

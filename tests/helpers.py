@@ -1,0 +1,86 @@
+"""Shared test helpers: real mpiexec runs of the trainer, metrics reading, process cleanup."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+from restartlab import killer
+
+MPIEXEC = shutil.which("mpiexec")
+
+
+def trainer_cmd(n, args, tag=None, env=None):
+    cmd = [MPIEXEC, "-n", str(n)]
+    if tag:
+        cmd += ["-genv", killer.TAG_VAR, tag]
+    for k, v in (env or {}).items():
+        cmd += ["-genv", k, str(v)]
+    return cmd + [sys.executable, "-m", "restartlab.trainer"] + list(args)
+
+
+def run_trainer(n, args, env=None, timeout=240, tag=None):
+    """Run one attempt to its end; returns CompletedProcess (stdout+stderr merged)."""
+    tag = tag or f"test-{uuid.uuid4().hex[:8]}"
+    try:
+        return subprocess.run(trainer_cmd(n, args, tag, env), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    finally:
+        cleanup_tag(tag)
+
+
+def cleanup_tag(tag):
+    """Leave nothing running: kill whatever still carries this test's tag."""
+    killer.kill_ranks(tag)
+
+
+def rows(path):
+    out = []
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line)["metrics"])
+            except (ValueError, KeyError):
+                pass
+    return out
+
+
+def losses(path):
+    """[(iter, loss)] in file order (recomputed steps appear again)."""
+    return [(r["train/iter"], r["train/loss"]) for r in rows(path) if "train/loss" in r]
+
+
+def final_crc(path):
+    crcs = [r["train/params_crc"] for r in rows(path) if "train/params_crc" in r]
+    return crcs[-1] if crcs else None
+
+
+def wait_for(pred, timeout, what, interval=0.05):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if pred():
+            return time.time() - t0
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def start_and_kill_at(n, args, metrics_path, step, timeout=240, env=None):
+    """Start an attempt, SIGKILL its tagged ranks once rank 0 logged `step`; returns the receipt."""
+    tag = f"test-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(trainer_cmd(n, args, tag, env), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: any(r.get("train/iter", 0) >= step for r in rows(metrics_path)) or
+                 proc.poll() is not None, timeout, f"step {step} in {metrics_path}", 0.01)
+        receipt = killer.kill_ranks(tag, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+        return receipt, proc.returncode, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cleanup_tag(tag)

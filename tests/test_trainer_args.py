@@ -1,0 +1,33 @@
+"""Trainer input checks (single process, no training starts) and rank discovery."""
+import subprocess
+import sys
+
+import pytest
+
+from restartlab.trainer.dist import discover_ranks
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "gpt5"], "--model 'gpt5': unknown preset"),
+    (["--tp", "3"], "--tp 3 does not divide the world size 1"),
+    (["--save-interval", "-1"], "--save-interval -1"),
+    (["--save-interval", "5", "--ckpt-dir", "/proc/restartlab-nope"], "--ckpt-dir /proc/restartlab-nope: not writable"),
+])
+def test_bad_input_one_line_exit_2(args, needle):
+    r = subprocess.run([sys.executable, "-m", "restartlab.trainer", *args], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("env,expect", [
+    ({"PALS_RANKID": "3", "PALS_LOCAL_RANKID": "1", "PMI_SIZE": "8"}, (3, 8, 1, "pals")),
+    ({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "2"}, (2, 4, 2, "hydra")),
+    ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "6", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}, (5, 6, 1, "openmpi")),
+    ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1"}, (1, 2, 1, "srun")),
+    ({"RANK": "7", "WORLD_SIZE": "16", "LOCAL_RANK": "3"}, (7, 16, 3, "torchrun")),
+    ({}, (0, 1, 0, "none")),
+])
+def test_discover_ranks(env, expect):
+    i = discover_ranks(env)
+    assert (i.rank, i.world_size, i.local_rank, i.launcher) == expect

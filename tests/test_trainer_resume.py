@@ -1,0 +1,101 @@
+"""Bit-exact auto-resume of the bundled trainer with real mpiexec ranks on CPU/gloo, real
+SIGKILLs (by env tag, between saves) and a kill inside a save (fault point in the shard write)."""
+import os
+import shutil
+
+import pytest
+
+from restartlab import ckptdir
+from tests.helpers import final_crc, losses, rows, run_trainer, start_and_kill_at
+
+pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+
+ITERS, SAVE = 24, 6
+
+
+def args_for(d, tp=1, extra=()):
+    return ["--model", "tiny", "--train-iters", str(ITERS), "--save-interval", str(SAVE),
+            "--ckpt-dir", os.path.join(d, "ckpts"), "--outdir", os.path.join(d, "out"),
+            "--tp", str(tp), "--log-interval", "1000", *extra]
+
+
+def check_same_as_reference(ref_dir, run_dir):
+    ref = dict(losses(os.path.join(ref_dir, "out", "metrics-0.jsonl")))
+    got = losses(os.path.join(run_dir, "out", "metrics-0.jsonl"))
+    assert len(ref) == ITERS
+    assert {it for it, _ in got} == set(ref)
+    for it, loss in got:  # every row, recomputed steps included
+        assert loss == ref[it], f"step {it}: {loss!r} != {ref[it]!r}"
+    assert final_crc(os.path.join(run_dir, "out", "metrics-0.jsonl")) == \
+        final_crc(os.path.join(ref_dir, "out", "metrics-0.jsonl"))
+
+
+@pytest.mark.parametrize("tp", [1, 2], ids=["fsdp4", "fsdp2xtp2"])
+def test_kill_between_saves_and_inside_save_resumes_bit_exact(tmp_path, tp):
+    ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
+    r = run_trainer(4, args_for(ref, tp))
+    assert r.returncode == 0, r.stdout[-3000:]
+
+    metrics = os.path.join(run, "out", "metrics-0.jsonl")
+    # attempt 1: SIGKILL all ranks between the saves at 6 and 12
+    receipt, rc, out = start_and_kill_at(4, args_for(run, tp), metrics, 9)
+    assert rc != 0 and len(receipt["pids"]) >= 4, (receipt, out[-2000:])
+    assert ckptdir.newest_complete_step(os.path.join(run, "ckpts")) == 6
+    # attempt 2: SIGKILL inside the save at step 12 (first shard bytes written, no .complete)
+    r = run_trainer(4, args_for(run, tp), env={"RESTARTLAB_FAULT": "write:12"})
+    assert r.returncode != 0 and "RESUMED from step=6" in r.stdout, r.stdout[-3000:]
+    assert os.path.isdir(ckptdir.step_path(os.path.join(run, "ckpts"), 12))
+    assert not ckptdir.is_complete(os.path.join(run, "ckpts"), 12)
+    # attempt 3: resumes from 6 again (the torn step-12 is never loaded) and finishes
+    r = run_trainer(4, args_for(run, tp))
+    assert r.returncode == 0 and "RESUMED from step=6" in r.stdout, r.stdout[-3000:]
+    check_same_as_reference(ref, run)
+
+    # restart_seconds: only on the first row of each resumed attempt, measured from launch
+    rs = [m for m in rows(metrics) if "train/restart_seconds" in m]
+    assert [m["train/iter"] for m in rs] == [7, 7]
+    assert all(m["train/restart_seconds"] >= m["startup/import_s"] > 0 for m in rs)
+
+
+def test_truncated_shard_without_complete_is_skipped(tmp_path):
+    d = str(tmp_path)
+    a = ["--model", "tiny", "--train-iters", "10", "--save-interval", "5",
+         "--ckpt-dir", os.path.join(d, "ckpts"), "--outdir", os.path.join(d, "out")]
+    r = run_trainer(2, a)
+    assert r.returncode == 0, r.stdout[-2000:]
+    s10 = ckptdir.step_path(os.path.join(d, "ckpts"), 10)
+    os.unlink(os.path.join(s10, ".complete"))
+    shard = os.path.join(s10, "__0_0.distcp")
+    with open(shard, "r+b") as f:
+        f.truncate(os.path.getsize(shard) // 2)
+    r = run_trainer(2, a + ["--train-iters", "12"])
+    assert r.returncode == 0 and "RESUMED from step=5" in r.stdout, r.stdout[-2000:]
+
+
+def test_complete_marker_with_mismatching_manifest_is_skipped(tmp_path):
+    d = str(tmp_path)
+    a = ["--model", "tiny", "--train-iters", "10", "--save-interval", "5",
+         "--ckpt-dir", os.path.join(d, "ckpts"), "--outdir", os.path.join(d, "out")]
+    assert run_trainer(2, a).returncode == 0
+    shard = os.path.join(ckptdir.step_path(os.path.join(d, "ckpts"), 10), "__1_0.distcp")
+    with open(shard, "r+b") as f:
+        f.truncate(100)
+    r = run_trainer(2, a + ["--train-iters", "11"])
+    assert r.returncode == 0 and "RESUMED from step=5" in r.stdout, r.stdout[-2000:]
+    assert "skipping step-00000010" in r.stdout
+
+
+def test_metric_names(tmp_path):
+    d = str(tmp_path)
+    r = run_trainer(2, ["--model", "tiny", "--train-iters", "4", "--save-interval", "2",
+                        "--ckpt-dir", os.path.join(d, "c"), "--outdir", d])
+    assert r.returncode == 0, r.stdout[-2000:]
+    ms = rows(os.path.join(d, "metrics-0.jsonl"))
+    first = ms[0]
+    for k in ("train/iter", "train/loss", "train/dt", "startup/import_s", "startup/dist_init_s",
+              "startup/build_s", "startup/load_s", "startup/first_step_s"):
+        assert k in first, k
+    assert "train/restart_seconds" not in first  # fresh start, not a resume
+    saves = [m for m in ms if "train/ckpt_save_seconds" in m]
+    assert [m["train/iter"] for m in saves] == [2, 4]
+    assert all(m["train/ckpt_bytes"] > 0 for m in saves)
