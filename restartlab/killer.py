@@ -91,8 +91,18 @@ def targets(tag: str) -> Dict[int, str]:
     return found
 
 
-def kill_ranks(tag: str, sig: int = _signal.SIGKILL, dry_run: bool = False) -> dict:
+def kill_ranks(tag: str, sig: int = _signal.SIGKILL, dry_run: bool = False, one: bool = False) -> dict:
     procs = targets(tag)
+    if one and procs:  # one rank: the lowest-PID tagged process whose parent is untagged, and its tree
+        tagged = set(find_tagged(tag))
+        roots = sorted(p for p in procs if p in tagged and _ppid(p) not in tagged)
+        keep, stack = {}, roots[:1]
+        while stack:
+            pid = stack.pop()
+            if pid in procs and pid not in keep:
+                keep[pid] = procs[pid]
+                stack.extend(_children(pid))
+        procs = keep
     receipt = {"host": socket.gethostname(), "time": time.time(), "tag": tag,
                "signal": _signal.Signals(sig).name, "dry_run": dry_run,
                "pids": sorted(procs), "cmdlines": {str(p): c for p, c in sorted(procs.items())},
@@ -116,6 +126,7 @@ def main(argv=None) -> int:
                    help=f"the job tag ({TAG_VAR} of the ranks); default $RESTARTLAB_KILL_TAG")
     p.add_argument("--signal", default="KILL", help="signal name or number (default KILL)")
     p.add_argument("--dry-run", action="store_true", help="list what would be killed")
+    p.add_argument("--one", action="store_true", help="only one rank (lowest PID) and its process tree")
     a = p.parse_args(argv)
     if not a.tag:
         print("restartlab kill-ranks: error: --tag is required (or set RESTARTLAB_KILL_TAG)", file=sys.stderr)
@@ -126,7 +137,7 @@ def main(argv=None) -> int:
         print(f"restartlab kill-ranks: error: unknown signal {a.signal!r}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        receipt = kill_ranks(a.tag, sig, a.dry_run)
+        receipt = kill_ranks(a.tag, sig, a.dry_run, a.one)
     except OSError as e:
         print(json.dumps({"host": socket.gethostname(), "error": str(e)}))
         return EXIT_ERROR

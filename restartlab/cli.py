@@ -1,0 +1,232 @@
+"""restartlab command line: validate render submit status cancel run inject kill-ranks report."""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from .scenario import ScenarioError
+
+
+def _load(path, sets):
+    from . import scenario
+    return scenario.load(path, sets)
+
+
+def cmd_validate(a):
+    bad = 0
+    for path in a.scenarios:
+        try:
+            sc = _load(path, a.set)
+            print(f"{path}: ok ({sc['scheduler']}, {sc['job']['nodes']} node(s) x "
+                  f"{sc['launch']['ranks_per_node']} ranks, phases: {', '.join(p['name'] for p in sc['phases'])})")
+        except ScenarioError as e:
+            print(str(e), file=sys.stderr)
+            bad = 1
+    return 2 if bad else 0
+
+
+def _render_to(sc, scheduler, out_dir=None, expt_dir=None):
+    from . import render
+    from .scenario import dump_resolved
+    text, ctx = render.render(sc, scheduler, expt_dir)
+    return text, ctx, dump_resolved(dict(ctx["sc"], expt_dir=ctx["expt_dir"]))
+
+
+def cmd_render(a):
+    sc = _load(a.scenario, a.set)
+    text, ctx, resolved = _render_to(sc, a.scheduler, expt_dir=a.expt_dir)
+    if a.output and a.output != "-":
+        os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
+        with open(a.output, "w") as f:
+            f.write(text)
+        os.chmod(a.output, 0o755)
+        side = os.path.splitext(a.output)[0] + ".scenario.yaml"
+        with open(side, "w") as f:
+            f.write(resolved)
+        print(f"wrote {a.output} (resolved scenario: {side})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def write_experiment(sc, scheduler):
+    """Create the experiment directory with job.sh and the resolved scenario.yaml."""
+    text, ctx, resolved = _render_to(sc, scheduler)
+    d = ctx["expt_dir"]
+    os.makedirs(d, exist_ok=True)
+    script = os.path.join(d, "job.sh")
+    with open(script, "w") as f:
+        f.write(text)
+    os.chmod(script, 0o755)
+    with open(os.path.join(d, "scenario.yaml"), "w") as f:
+        f.write(resolved)
+    return script, ctx
+
+
+def cmd_submit(a):
+    from . import schedulers
+    sc = _load(a.scenario, a.set)
+    name = a.scheduler or sc["scheduler"]
+    if a.dry_run:
+        text, ctx, _ = _render_to(sc, name)
+        sys.stdout.write(text)
+        return 0
+    sched = schedulers.get(name)
+    if name == "local":
+        print("restartlab submit: the scenario's scheduler is 'local': use `restartlab run`", file=sys.stderr)
+        return 2
+    tool = sched.submit_cmd("x")[0]
+    if not shutil.which(tool):
+        print(f"restartlab submit: `{tool}` is not on PATH (not a {name} login node?). "
+              f"Use --dry-run to see the script, or `restartlab run` to run on this machine.", file=sys.stderr)
+        return 3
+    script, ctx = write_experiment(sc, name)
+    r = subprocess.run(sched.submit_cmd(script), capture_output=True, text=True, cwd=ctx["expt_dir"], timeout=120)
+    if r.returncode:
+        print(f"restartlab submit: {tool} failed (rc={r.returncode}): {r.stderr.strip()}", file=sys.stderr)
+        return 1
+    jid = sched.parse_submit(r.stdout)
+    with open(os.path.join(ctx["expt_dir"], "jobid"), "w") as f:
+        f.write(jid + "\n")
+    print(f"job {jid}\nexperiment {ctx['expt_dir']}")
+    return 0
+
+
+def _sched_for(a):
+    from . import schedulers
+    name = a.scheduler or ("pbs" if shutil.which("qstat") else "slurm" if shutil.which("squeue") else None)
+    if not name:
+        print("restartlab: neither qstat (PBS) nor squeue (Slurm) is on PATH; pass --scheduler", file=sys.stderr)
+        raise SystemExit(3)
+    return schedulers.get(name)
+
+
+def cmd_status(a):
+    sched = _sched_for(a)
+    r = subprocess.run(sched.status_cmd(a.jobids), capture_output=True, text=True, timeout=120)
+    st = sched.parse_status(r.stdout, a.jobids, r.returncode, r.stderr)
+    for jid in a.jobids:
+        s = st[jid]
+        print(json.dumps(s.as_dict()) if a.json else f"{jid}\t{s.state}\t{s.detail}")
+    return 0
+
+
+def cmd_cancel(a):
+    sched = _sched_for(a)
+    r = subprocess.run(sched.cancel_cmd(a.jobid), capture_output=True, text=True, timeout=120)
+    if r.returncode:
+        print(f"restartlab cancel: {r.stderr.strip() or r.stdout.strip()}", file=sys.stderr)
+        return 1
+    print(f"cancelled {a.jobid}")
+    return 0
+
+
+def cmd_run(a):
+    from . import run
+    return run.main(a)
+
+
+def cmd_inject(a):
+    from . import inject
+    return inject.main(a)
+
+
+def cmd_kill_ranks(argv):
+    from . import killer
+    return killer.main(argv)
+
+
+def cmd_report(a):
+    from . import report
+    return report.main(a)
+
+
+def cmd_record_attempt(a):
+    from . import attempt
+    ok = attempt.record(a.dir, a.phase_dir, a.attempt, a.launch_ts, a.end_ts, a.rc, a.train_iters)
+    return 0 if ok else 1
+
+
+def cmd_render_all(a):
+    """make render: every example scenario x every scheduler into one directory."""
+    from .resources import resource_dir
+    d = resource_dir("scenarios")
+    os.makedirs(a.outdir, exist_ok=True)
+    for fn in sorted(os.listdir(d)):
+        if fn.endswith(".yaml"):
+            sc = _load(os.path.join(d, fn), [])
+            for s in ("pbs", "slurm", "local"):
+                text, _, _ = _render_to(sc, s, expt_dir=f"/path/to/expt/{sc['name']}")
+                out = os.path.join(a.outdir, f"{fn[:-5]}.{s}.sh")
+                with open(out, "w") as f:
+                    f.write(text)
+                print(out)
+    return 0
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="restartlab", description=__doc__)
+    sub = p.add_subparsers(dest="verb", required=True)
+
+    def scen(sp, many=False):
+        sp.add_argument("scenarios" if many else "scenario", nargs="+" if many else None)
+        sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help="override a scenario value (repeatable); extends=FILE swaps the site profile")
+
+    scen(sub.add_parser("validate", help="check scenarios against the schema"), many=True)
+    sp = sub.add_parser("render", help="print (or -o write) the job script")
+    scen(sp)
+    sp.add_argument("--scheduler", choices=("pbs", "slurm", "local"))
+    sp.add_argument("-o", "--output")
+    sp.add_argument("--expt-dir", help="experiment directory baked into the script")
+    sp = sub.add_parser("submit", help="render + qsub/sbatch; prints the job id and experiment dir")
+    scen(sp)
+    sp.add_argument("--scheduler", choices=("pbs", "slurm"))
+    sp.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    sp = sub.add_parser("status", help="state of many jobs in one query")
+    sp.add_argument("jobids", nargs="+")
+    sp.add_argument("--scheduler", choices=("pbs", "slurm"))
+    sp.add_argument("--json", action="store_true")
+    sp = sub.add_parser("cancel")
+    sp.add_argument("jobid")
+    sp.add_argument("--scheduler", choices=("pbs", "slurm"))
+    sp = sub.add_parser("run", help="the whole experiment on this machine (local scheduler)")
+    sp.add_argument("scenario", nargs="?", default=None, help="default: the shipped scenarios/local.yaml")
+    sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    sp.add_argument("--expt-dir", help="default: <expt_root>/<name>-<time>")
+    sp.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+    from . import inject
+    inject.add_args(sub.add_parser("inject", help="the failure injector"))
+    sub.add_parser("kill-ranks", help="node-local: kill the job's ranks by env tag", add_help=False)
+    from . import report
+    report.add_args(sub.add_parser("report", help="tables, plots and goodput for an experiment"))
+    sp = sub.add_parser("record-attempt", help=argparse.SUPPRESS)
+    for k, t in (("--dir", str), ("--phase-dir", str), ("--attempt", int), ("--launch-ts", float),
+                 ("--end-ts", float), ("--rc", int), ("--train-iters", int)):
+        sp.add_argument(k, type=t, required=True)
+    sp = sub.add_parser("render-all", help=argparse.SUPPRESS)
+    sp.add_argument("outdir")
+    return p
+
+
+VERBS = {"validate": cmd_validate, "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
+         "cancel": cmd_cancel, "run": cmd_run, "inject": cmd_inject, "report": cmd_report,
+         "record-attempt": cmd_record_attempt, "render-all": cmd_render_all}
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["kill-ranks"]:
+        return cmd_kill_ranks(argv[1:])
+    a = build_parser().parse_args(argv)
+    try:
+        return VERBS[a.verb](a)
+    except ScenarioError as e:
+        print(str(e), file=sys.stderr)
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

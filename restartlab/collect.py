@@ -1,0 +1,219 @@
+"""Stream an experiment's metrics into attempts, failure events and accounting (pure numbers).
+
+Definitions (DESIGN.md):
+  lost steps  = last step completed before the kill - step of the checkpoint resumed from
+  downtime    = first step completed after the resume - kill time
+  recompute   = time from that first step to the step that equals the last step before the kill
+                (the rest of the steps computed twice; the first one is inside downtime)
+  overhead    = wall(phase) - wall(baseline) = downtime + recompute + save stalls + residual
+  ETTR        = productive time / wall time; productive = train/dt of every step that was kept
+Streams each metrics file once with constant memory per row (kept: one number per save)."""
+import glob
+import json
+import math
+import os
+import statistics
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+SAVE_KEYS = ("train/ckpt_save_seconds", "train/ckpt_stage_seconds", "train/ckpt_drain_seconds")
+
+
+@dataclass
+class Attempt:
+    index: int
+    path: str
+    launch_ts: Optional[float] = None
+    end_ts: Optional[float] = None
+    exit_code: Optional[int] = None
+    completed: bool = False
+    resumed_from: int = 0
+    first_ts: Optional[float] = None      # first step completed in this attempt
+    first_iter: Optional[int] = None
+    last_iter: int = 0                    # last step completed (logged by rank 0)
+    last_ts: Optional[float] = None
+    restart_seconds: Optional[float] = None
+    startup: Dict[str, float] = field(default_factory=dict)
+    kept_dt: float = 0.0                  # sum of train/dt of steps that were not recomputed later
+    ts_at: Dict[int, float] = field(default_factory=dict)  # ts of requested iters only
+
+
+@dataclass
+class Phase:
+    name: str
+    attempts: List[Attempt] = field(default_factory=list)
+    injections: List[dict] = field(default_factory=list)
+    saves: Dict[str, List[float]] = field(default_factory=lambda: {k: [] for k in SAVE_KEYS})
+    finalize: List[float] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+
+
+def iter_rows(path, warnings):
+    """(line number, metrics dict, timestamp) for each good line; garbage is reported and skipped."""
+    with open(path, errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                m = row["metrics"]
+                ts = float(row["timestamp"])
+                if not isinstance(m, dict):
+                    raise TypeError("metrics is not a mapping")
+            except (ValueError, KeyError, TypeError) as e:
+                warnings.append(f"{path}:{n}: skipped a malformed line ({type(e).__name__}: {str(e)[:80]})")
+                continue
+            yield n, m, ts
+
+
+def _first_row(path, warnings):
+    for _, m, ts in iter_rows(path, warnings):
+        if "train/iter" in m and "train/loss" in m:
+            return m, ts
+    return None, None
+
+
+def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> Phase:
+    """Either an experiment phase directory (attempts/<k>/...) or a list of ezpz JSONL files
+    (one attempt each, in name order)."""
+    ph = Phase(name)
+    if phase_dir:
+        attempt_dirs = sorted((d for d in glob.glob(os.path.join(phase_dir, "attempts", "*"))
+                               if os.path.basename(d).isdigit()), key=lambda d: int(os.path.basename(d)))
+        inj = os.path.join(phase_dir, "injections.jsonl")
+        if os.path.exists(inj):
+            with open(inj) as f:
+                for n, line in enumerate(f, 1):
+                    try:
+                        ph.injections.append(json.loads(line))
+                    except ValueError:
+                        ph.warnings.append(f"{inj}:{n}: skipped a malformed line")
+        for c in glob.glob(os.path.join(phase_dir, "ckpts", "step-*", ".complete")):
+            try:
+                with open(c) as f:
+                    info = json.load(f)
+                ph.finalize.append(info["complete_ts"] - info["save_start"])
+            except (OSError, ValueError, KeyError):
+                ph.warnings.append(f"{c}: unreadable marker")
+    paths = [os.path.join(d, "metrics-0.jsonl") for d in attempt_dirs] if attempt_dirs else list(metrics_files or [])
+    atts = []
+    for i, p in enumerate(paths, 1):
+        a = Attempt(i, p)
+        if attempt_dirs:
+            try:
+                with open(os.path.join(attempt_dirs[i - 1], "attempt.json")) as f:
+                    info = json.load(f)
+                a.launch_ts, a.end_ts = info.get("launch_ts"), info.get("end_ts")
+                a.exit_code, a.completed = info.get("exit_code"), bool(info.get("completed"))
+            except (OSError, ValueError):
+                ph.warnings.append(f"{attempt_dirs[i - 1]}: no readable attempt.json")
+        if os.path.exists(p):
+            m, _ = _first_row(p, [])
+            if m:
+                a.resumed_from = int(m.get("train/resumed_from", 0))
+        atts.append(a)
+    # pass 2: stream each attempt once; we know which steps the next attempt recomputes
+    for k, a in enumerate(atts):
+        keep_upto = atts[k + 1].resumed_from if k + 1 < len(atts) else math.inf
+        want = {atts[k - 1].last_iter} if k > 0 else set()
+        if not os.path.exists(a.path):
+            ph.warnings.append(f"{a.path}: missing (the attempt died before its first step?)")
+            continue
+        for _, m, ts in iter_rows(a.path, ph.warnings):
+            it = m.get("train/iter")
+            if it is None:
+                continue
+            if "train/loss" in m:
+                if a.first_ts is None:
+                    a.first_ts, a.first_iter = ts, it
+                    a.restart_seconds = m.get("train/restart_seconds")
+                    a.startup = {kk: v for kk, v in m.items() if kk.startswith("startup/")}
+                    if a.launch_ts is None and "startup/launch_ts" in m:
+                        a.launch_ts = m["startup/launch_ts"]
+                a.last_iter, a.last_ts = it, ts
+                if it <= keep_upto:
+                    a.kept_dt += float(m.get("train/dt", 0.0))
+                if it in want:
+                    a.ts_at[it] = ts
+            for key in SAVE_KEYS:
+                if key in m:
+                    ph.saves[key].append(float(m[key]))
+            if "train/params_crc" in m and it is not None:
+                a.completed = True
+        if a.end_ts is None:
+            a.end_ts = a.last_ts
+        if a.launch_ts is None:
+            a.launch_ts = a.first_ts
+    ph.attempts = atts
+    return ph
+
+
+def failures(ph: Phase) -> List[dict]:
+    """One event per attempt that ended without finishing and was followed by another."""
+    out = []
+    for k in range(len(ph.attempts) - 1):
+        a, b = ph.attempts[k], ph.attempts[k + 1]
+        kills = [r for r in ph.injections if a.launch_ts is not None and a.end_ts is not None
+                 and a.launch_ts <= r.get("time", -1) <= a.end_ts + 0.5 and r.get("killed")]
+        kill_ts = kills[0]["time"] if kills else a.end_ts
+        lost = a.last_iter - b.resumed_from
+        ev = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),
+              "step_at_kill": a.last_iter, "resumed_from": b.resumed_from, "lost_steps": lost,
+              "downtime_s": (b.first_ts - kill_ts) if (b.first_ts and kill_ts) else None,
+              "recompute_s": 0.0, "restart_s": b.restart_seconds, "startup": b.startup,
+              "launch_gap_s": (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else None}
+        if lost > 1 and a.last_iter in b.ts_at and b.first_ts:
+            ev["recompute_s"] = b.ts_at[a.last_iter] - b.first_ts
+        out.append(ev)
+    return out
+
+
+def quantiles(xs: List[float]) -> dict:
+    if not xs:
+        return {"count": 0, "median": None, "p90": None, "total": 0.0}
+    s = sorted(xs)
+    p90 = s[min(len(s) - 1, int(math.ceil(0.9 * len(s))) - 1)]
+    return {"count": len(s), "median": statistics.median(s), "p90": p90, "total": sum(s)}
+
+
+def summarize_phase(ph: Phase) -> dict:
+    atts = [a for a in ph.attempts if a.launch_ts is not None]
+    wall = (max(a.end_ts for a in atts if a.end_ts) - min(a.launch_ts for a in atts)) if atts else None
+    ev = failures(ph)
+    productive = sum(a.kept_dt for a in ph.attempts)
+    stall_keys = ("train/ckpt_save_seconds", "train/ckpt_stage_seconds", "train/ckpt_drain_seconds")
+    stalls = sum(sum(ph.saves[k]) for k in stall_keys)
+    return {
+        "phase": ph.name, "wall_s": wall, "attempts": len(ph.attempts),
+        "kills": sum(1 for r in ph.injections if r.get("killed")),
+        "steps": max((a.last_iter for a in ph.attempts), default=0),
+        "completed": any(a.completed for a in ph.attempts),
+        "failures": ev,
+        "lost_steps": sum(e["lost_steps"] for e in ev),
+        "downtime_s": sum(e["downtime_s"] or 0 for e in ev),
+        "recompute_s": sum(e["recompute_s"] or 0 for e in ev),
+        "save_stall_s": stalls,
+        "save": {k.split("/")[-1]: quantiles(v) for k, v in ph.saves.items()},
+        "finalize": quantiles(ph.finalize),
+        "productive_s": productive,
+        "ettr": (productive / wall) if wall else None,
+    }
+
+
+def overhead(phase: dict, baseline: dict) -> Optional[dict]:
+    if not baseline or phase["wall_s"] is None or baseline["wall_s"] is None:
+        return None
+    diff = phase["wall_s"] - baseline["wall_s"]
+    parts = {"downtime_s": phase["downtime_s"], "recompute_s": phase["recompute_s"],
+             "save_stall_s": phase["save_stall_s"]}
+    return dict(parts, measured_s=diff, residual_s=diff - sum(parts.values()))
+
+
+def young_daly(save_cost_s, restart_s, mtbf_s) -> dict:
+    """Young: sqrt(2 C M); Daly (first order): sqrt(2 C (M + R)) - C, for C < 2M."""
+    if not save_cost_s or not mtbf_s:
+        return {"young_s": None, "daly_s": None}
+    young = math.sqrt(2 * save_cost_s * mtbf_s)
+    daly = math.sqrt(2 * save_cost_s * (mtbf_s + (restart_s or 0))) - save_cost_s \
+        if save_cost_s < 2 * mtbf_s else mtbf_s
+    return {"young_s": young, "daly_s": daly}

@@ -1,0 +1,247 @@
+"""The failure injector: schedules, gating on `.complete`, fan-out to the job's nodes, and one
+line per kill in <phase>/injections.jsonl. It never matches processes itself: on every node it
+runs `restartlab kill-ranks --tag TAG` (ranks found by their env tag) and records the receipts."""
+import glob
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from typing import Iterator, List, Optional
+
+from . import ckptdir, schedulers
+from .scenario import parse_duration
+
+POLL_S = 0.1
+FANOUT_TIMEOUT_S = 60
+
+
+# ---------------------------------------------------------------- schedules (pure)
+def step_targets(at_steps=None, every_steps=None, train_iters=None) -> List[int]:
+    if at_steps:
+        return sorted(set(at_steps))
+    if every_steps:
+        end = train_iters or 10 ** 9
+        return list(range(every_steps, end, every_steps))
+    return []
+
+
+def timed_offsets(every=None, mtbf=None, seed=0) -> Iterator[float]:
+    """Seconds from the clock start at which timed kills fire (exponential gaps for mtbf)."""
+    t = 0.0
+    rng = random.Random(seed)
+    while True:
+        t += every if every else rng.expovariate(1.0 / mtbf)
+        yield t
+
+
+# ---------------------------------------------------------------- observation
+def newest_step_seen(phase_dir: str) -> int:
+    """Highest train/iter rank 0 logged in the newest attempt (the progress of the live run)."""
+    attempts = sorted(glob.glob(os.path.join(phase_dir, "attempts", "*")),
+                      key=lambda p: int(os.path.basename(p)) if os.path.basename(p).isdigit() else -1)
+    if not attempts:
+        return 0
+    path = os.path.join(attempts[-1], "metrics-0.jsonl")
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 4096))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["metrics"]["train/iter"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return 0
+
+
+def unique_hosts(nodefile: Optional[str]) -> List[str]:
+    if not nodefile or not os.path.exists(nodefile):
+        return [socket.gethostname()]
+    seen = []
+    with open(nodefile) as f:
+        for line in f:
+            h = line.strip()
+            if h and h not in seen:
+                seen.append(h)
+    return seen or [socket.gethostname()]
+
+
+# ---------------------------------------------------------------- fan-out
+def killer_argv(python, tag, sig, one_rank=False):
+    argv = [python, "-m", "restartlab.cli", "kill-ranks", "--tag", tag, "--signal", sig]
+    return argv + (["--one"] if one_rank else [])
+
+
+def fan_out(fanout, hosts, indices, argv) -> List[dict]:
+    """Run `argv` once on each node in `indices` (in parallel); parse each JSON receipt."""
+    if fanout == "mpiexec":  # ALCF style: one process per node
+        cmds = [["mpiexec", "-n", str(len(hosts)), "--ppn", "1", *argv]]
+    else:
+        sched = schedulers.get(fanout)
+        cmds = [sched.fanout_cmd(i, hosts, argv) for i in indices]
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
+    receipts = []
+    for c, p in zip(cmds, procs):
+        try:
+            out, err = p.communicate(timeout=FANOUT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            receipts.append({"cmd": c, "error": f"timed out after {FANOUT_TIMEOUT_S}s"})
+            continue
+        parsed = False
+        for line in out.splitlines():
+            try:
+                receipts.append(json.loads(line))
+                parsed = True
+            except ValueError:
+                pass
+        if not parsed:
+            receipts.append({"cmd": c, "error": f"rc={p.returncode}: {err.strip()[-300:]}"})
+    return receipts
+
+
+# ---------------------------------------------------------------- the loop
+class Injector:
+    def __init__(self, a):
+        self.a = a
+        self.kills = 0
+        self.log_path = os.path.join(a.phase_dir, "injections.jsonl") if a.phase_dir else None
+        self.hosts = unique_hosts(a.nodefile)
+        self.rng = random.Random(a.seed)
+
+    def say(self, msg):
+        print(f"[inject {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    def stop_reason(self) -> Optional[str]:
+        a = self.a
+        if a.until and os.path.exists(a.until):
+            return f"{a.until} exists"
+        if a.max_kills is not None and self.kills >= a.max_kills:
+            return f"{self.kills} kill(s) made (--max-kills)"
+        if a.train_iters and a.ckpt_dir:
+            newest = ckptdir.newest_complete_step(a.ckpt_dir, verify=False)
+            if newest is not None and newest >= a.train_iters:
+                return "training finished"
+        return None
+
+    def sleep_until(self, pred, deadline=None) -> bool:
+        """Poll pred() every POLL_S; False if we must stop (or the deadline passed) first."""
+        while True:
+            if pred():
+                return True
+            if self.stop_reason() or (deadline is not None and time.time() >= deadline):
+                return False
+            time.sleep(POLL_S)
+
+    def kill(self, reason, target_step=None):
+        a = self.a
+        if a.target == "one-node":
+            idx = [a.node if a.node is not None else self.rng.randrange(len(self.hosts))]
+        else:
+            idx = list(range(len(self.hosts)))
+        argv = killer_argv(a.python, a.tag, a.signal, one_rank=a.target == "one-rank")
+        if a.target == "one-rank":
+            idx = idx[:1] if a.node is None else [a.node]
+        t_kill = time.time()
+        newest = ckptdir.newest_complete_step(a.ckpt_dir, verify=False) if a.ckpt_dir else None
+        deadline = t_kill + 10
+        while True:  # nothing found (between attempts): retry briefly, the target has not died
+            receipts = fan_out(a.fanout, self.hosts, idx, argv)
+            killed = sum(len(r.get("pids", [])) for r in receipts if not r.get("dry_run"))
+            if killed or time.time() > deadline or self.stop_reason():
+                break
+            time.sleep(0.2)
+        rec = {"time": t_kill, "reason": reason, "target_step": target_step,
+               "step_seen": newest_step_seen(a.phase_dir) if a.phase_dir else None,
+               "newest_complete": newest, "signal": a.signal, "target": a.target,
+               "hosts": [self.hosts[i] for i in idx], "killed": killed, "receipts": receipts}
+        if self.log_path:
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+        self.kills += 1
+        self.say(f"kill #{self.kills} ({reason}): {killed} process(es) on {len(idx)} node(s), "
+                 f"newest complete step {newest}")
+        return rec
+
+    def run(self):
+        a = self.a
+        targets = step_targets(a.at_steps, a.every_steps, a.train_iters)
+        if targets:
+            gate = a.gate or "complete"
+            for s in targets:
+                if gate == "complete":
+                    ok = self.sleep_until(lambda: (ckptdir.newest_complete_step(a.ckpt_dir, verify=False) or -1) >= s)
+                else:
+                    ok = self.sleep_until(lambda: newest_step_seen(a.phase_dir) >= s)
+                if not ok:
+                    break
+                self.kill(f"step {s} ({'after .complete' if gate == 'complete' else 'step seen'})", s)
+        else:
+            if a.wait_first_complete and not self.sleep_until(
+                    lambda: ckptdir.newest_complete_step(a.ckpt_dir, verify=False) is not None):
+                return self.done()
+            t0 = time.time()
+            for off in timed_offsets(a.every, a.mtbf, a.seed):
+                if self.sleep_until(lambda: False, deadline=t0 + off) is False and self.stop_reason():
+                    break
+                if a.gate == "complete" and not self.sleep_until(
+                        lambda: ckptdir.newest_complete_step(a.ckpt_dir, verify=False) is not None):
+                    break
+                self.kill(f"timed +{off:.1f}s ({'every' if a.every else 'mtbf'})")
+        return self.done()
+
+    def done(self):
+        self.say(f"stopping: {self.stop_reason() or 'schedule exhausted'}; {self.kills} kill(s)")
+        return 0
+
+
+def add_args(p):
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--every", type=parse_duration, help="timed kills, e.g. 90s, 5m")
+    g.add_argument("--at-steps", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
+                   help="kills aimed at these steps, e.g. 500,1000,1500")
+    g.add_argument("--every-steps", type=int, help="a kill aimed at every N-th step")
+    g.add_argument("--mtbf", type=parse_duration, help="Poisson failures with this MTBF (use --seed)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gate", choices=("complete", "none"), default=None,
+                   help="complete (default for step schedules): wait for step-S/.complete")
+    p.add_argument("--wait-first-complete", action="store_true",
+                   help="timed schedules: start the clock at the first complete checkpoint")
+    p.add_argument("--max-kills", type=int)
+    p.add_argument("--until", help="stop when this file exists (the phase's done flag)")
+    p.add_argument("--ckpt-dir", help="the phase's checkpoint directory (gating, finish detection)")
+    p.add_argument("--phase-dir", help="write <phase-dir>/injections.jsonl; read progress from attempts/")
+    p.add_argument("--train-iters", type=int, help="stop once a complete checkpoint reaches this step")
+    p.add_argument("--tag", default=os.environ.get("RESTARTLAB_KILL_TAG"), help="the job tag of the ranks")
+    p.add_argument("--signal", default="KILL")
+    p.add_argument("--target", choices=("all-nodes", "one-node", "one-rank"), default="all-nodes")
+    p.add_argument("--node", type=int, help="node index for one-node / one-rank (default: seeded random)")
+    p.add_argument("--fanout", choices=("pbs", "slurm", "mpiexec", "local"), default=None,
+                   help="how to reach the nodes (default: pbs under PBS, slurm under Slurm, else local)")
+    p.add_argument("--nodefile", default=os.environ.get("RL_NODEFILE") or os.environ.get("PBS_NODEFILE"))
+    p.add_argument("--python", default=sys.executable, help=argparse_suppress())
+
+
+def argparse_suppress():
+    import argparse
+    return argparse.SUPPRESS
+
+
+def main(a) -> int:
+    if not a.tag:
+        print("restartlab inject: error: --tag is required (the RESTARTLAB_JOB_TAG of the ranks)", file=sys.stderr)
+        return 2
+    if (a.at_steps or a.every_steps) and (a.gate or "complete") == "complete" and not a.ckpt_dir:
+        print("restartlab inject: error: gated step schedules need --ckpt-dir", file=sys.stderr)
+        return 2
+    if a.fanout is None:
+        a.fanout = "pbs" if os.environ.get("PBS_JOBID") else "slurm" if os.environ.get("SLURM_JOB_ID") else "local"
+    if a.phase_dir:
+        os.makedirs(a.phase_dir, exist_ok=True)
+    return Injector(a).run()

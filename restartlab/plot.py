@@ -1,0 +1,95 @@
+"""PNG figures (matplotlib, Agg backend, its bundled DejaVu font: no font setup needed)."""
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .collect import iter_rows  # noqa: E402
+
+MAX_POINTS = 4000
+
+
+def _progress(ph):
+    """(elapsed s, step) per attempt, downsampled; plus resume points."""
+    t0 = min((a.launch_ts for a in ph.attempts if a.launch_ts), default=None)
+    lines = []
+    for a in ph.attempts:
+        if not os.path.exists(a.path) or t0 is None:
+            continue
+        xs, ys = [], []
+        for n, m, ts in iter_rows(a.path, []):
+            if "train/loss" in m:
+                xs.append(ts - t0)
+                ys.append(m["train/iter"])
+        step = max(1, len(xs) // MAX_POINTS)
+        lines.append((xs[::step], ys[::step], a))
+    return t0, lines
+
+
+def all_plots(phases, summaries, out):
+    paths = []
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for ph in phases:
+        t0, lines = _progress(ph)
+        color = None
+        for i, (xs, ys, a) in enumerate(lines):
+            (ln,) = ax.plot(xs, ys, color=color, label=ph.name if i == 0 else None)
+            color = ln.get_color()
+            if i > 0 and xs:
+                ax.plot(xs[0], ys[0], "o", color=color, ms=4)
+        for r in ph.injections:
+            if r.get("killed") and t0:
+                ax.axvline(r["time"] - t0, color=color, ls=":", lw=0.8)
+    ax.set_xlabel("elapsed s (from the phase's first launch)")
+    ax.set_ylabel("step")
+    ax.set_title("progress: kills (dotted), resumes (dots)")
+    ax.legend()
+    p = os.path.join(out, "progress.png")
+    fig.tight_layout()
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+
+    evs = [(s["phase"], e) for s in summaries for e in s["failures"]]
+    if evs:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        labels = [f"{ph}#{e['attempt']}" for ph, e in evs]
+        down = [e["downtime_s"] or 0 for _, e in evs]
+        rec = [e["recompute_s"] or 0 for _, e in evs]
+        ax.bar(labels, down, label="downtime (kill -> first step)")
+        ax.bar(labels, rec, bottom=down, label="recompute")
+        ax.set_ylabel("seconds")
+        ax.set_title("cost per failure")
+        ax.legend()
+        ax.tick_params(axis="x", rotation=45)
+        p = os.path.join(out, "failures.png")
+        fig.tight_layout()
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+
+    data, labels = [], []
+    for ph in phases:
+        sync = ph.saves["train/ckpt_save_seconds"]
+        if sync:
+            data.append(sync)
+            labels.append(f"{ph.name}: sync save")
+        stage, drain = ph.saves["train/ckpt_stage_seconds"], ph.saves["train/ckpt_drain_seconds"]
+        if stage:
+            data.append([s + d for s, d in zip(stage, drain)] if len(drain) == len(stage) else stage)
+            labels.append(f"{ph.name}: async stage+drain")
+    if data:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.boxplot(data)
+        ax.set_xticks(range(1, len(labels) + 1), labels)
+        ax.set_yscale("log")
+        ax.set_ylabel("seconds the training loop was blocked (log)")
+        ax.set_title("save stalls")
+        p = os.path.join(out, "save_stalls.png")
+        fig.tight_layout()
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths

@@ -1,0 +1,143 @@
+"""Scenario -> job script text, through Jinja with StrictUndefined.
+
+One filter owns shell quoting: `sh` with a context: 'arg' (one word, single-quoted as needed),
+'env' (the value of NAME=value), 'directive' (a #PBS/#SBATCH line: never a newline), and
+`sh_argv` for a list of words. Templates never put quotes around a filtered value."""
+import os
+import shlex
+import sys
+import time
+import uuid
+
+import jinja2
+
+from . import launchers, schedulers
+from .resources import resource_dir
+from .scenario import ScenarioError, effective_failures, parse_duration
+
+
+class RenderError(ScenarioError):
+    pass
+
+
+def sh(value, ctx="arg"):
+    if value is None:
+        raise RenderError("internal: a None value reached the shell-quoting filter")
+    s = str(value)
+    if ctx == "directive":
+        if any(c in s for c in "\n\r\0"):
+            raise RenderError(f"directive value {s!r} contains a newline")
+        return s
+    if ctx in ("arg", "env"):
+        if "\0" in s:
+            raise RenderError(f"value {s!r} contains a NUL byte")
+        q = shlex.quote(s)
+        if q == s and "," in s:  # safe to bash, but quoted so shellcheck does not read an array typo
+            q = f"'{s}'"
+        return q
+    raise RenderError(f"internal: unknown quoting context {ctx!r}")
+
+
+def sh_argv(words):
+    return " ".join(sh(w) for w in words)
+
+
+def _env():
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(resource_dir("templates")),
+                             undefined=jinja2.StrictUndefined, autoescape=False,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters["sh"] = sh
+    env.filters["sh_argv"] = sh_argv
+    return env
+
+
+def trainer_args(sc, phase, ckpt_dir):
+    t = sc["trainer"]
+    a = ["--model", t["model"], "--train-iters", t["train_iters"], "--tp", t["tp"],
+         "--seq-len", t["seq_len"], "--batch-size", t["batch_size"], "--lr", t["lr"],
+         "--seed", t["seed"], "--meta-init", t["meta_init"], "--device", t["device"],
+         "--ckpt-dir", ckpt_dir, "--outdir", "."]
+    if phase["checkpoint"] == "none":
+        a += ["--save-interval", 0, "--no-resume"]
+    else:
+        a += ["--save-interval", t["save_interval"], "--keep", t["keep"]]
+    if phase["checkpoint"] == "async":
+        a.append("--async-ckpt")
+        if phase["stage_dir"]:
+            a += ["--ckpt-stage-dir", phase["stage_dir"]]
+    return [str(x) for x in a] + list(t["extra_args"])
+
+
+def inject_args(sc, f, phase_dir, ckpt_dir, tag):
+    """Arguments of `restartlab inject` for one phase's failure settings."""
+    s = f["schedule"]
+    a = ["--phase-dir", phase_dir, "--ckpt-dir", ckpt_dir, "--tag", tag, "--until", f"{phase_dir}/done",
+         "--signal", f["signal"], "--target", f["target"], "--fanout", sc["scheduler"],
+         "--train-iters", sc["trainer"]["train_iters"], "--seed", s.get("seed") or 0]
+    if s.get("every") is not None:
+        a += ["--every", f"{s['every']}s"]
+    elif s.get("at_steps"):
+        a += ["--at-steps", ",".join(str(x) for x in s["at_steps"])]
+    elif s.get("every_steps"):
+        a += ["--every-steps", s["every_steps"]]
+    elif s.get("mtbf") is not None:
+        a += ["--mtbf", f"{s['mtbf']}s"]
+    if f.get("gate"):
+        a += ["--gate", f["gate"]]
+    if f.get("wait_first_complete"):
+        a.append("--wait-first-complete")
+    if f.get("max_kills") is not None:
+        a += ["--max-kills", f["max_kills"]]
+    if f.get("node") is not None:
+        a += ["--node", f["node"]]
+    return [str(x) for x in a]
+
+
+def context(sc, scheduler=None, expt_dir=None):
+    sched_name = scheduler or sc["scheduler"]
+    sc = dict(sc, scheduler=sched_name)
+    if expt_dir is None:
+        expt_dir = os.path.join(os.path.abspath(sc["expt_root"]),
+                                f"{sc['name']}-{time.strftime('%Y%m%d-%H%M%S')}")
+    sc["expt_dir"] = expt_dir
+    sched = schedulers.get(sched_name)
+    tag = f"rl-{sc['name']}-{uuid.uuid4().hex[:10]}"
+    python = sc["launch"]["python"] or sys.executable
+    ln = sc["launch"]
+    rank_env = dict(ln["env"])
+    rank_env["RESTARTLAB_JOB_TAG"] = tag
+    try:
+        launch = launchers.build(ln["launcher"], nodes=sc["job"]["nodes"], ppn=ln["ranks_per_node"],
+                                 rank_env=rank_env, cpu_bind=ln["cpu_bind"], depth=ln["depth"],
+                                 hostfile=None)
+    except ValueError as e:
+        raise RenderError(f"{sc['source']}: {e}")
+    phases = []
+    for ph in sc["phases"]:
+        pdir = os.path.join(expt_dir, ph["name"])
+        ckpt = os.path.join(pdir, "ckpts")
+        f = effective_failures(sc, ph)
+        phases.append({
+            "name": ph["name"], "dir": pdir, "checkpoint": ph["checkpoint"],
+            "argv": launch + [python, "-m", "restartlab.trainer"] + trainer_args(sc, ph, ckpt),
+            "inject": inject_args(sc, f, pdir, ckpt, tag) if f else None,
+        })
+    return {
+        "sc": sc, "scheduler": sched_name, "prefix": sched.PREFIX,
+        "directives": sched.directives(sc), "nodefile_sh": sched.NODEFILE_SH,
+        "expt_dir": expt_dir, "python": python, "tag": tag, "phases": phases,
+        "train_iters": sc["trainer"]["train_iters"], "setup": ln["setup"],
+        "relaunch": {"max_attempts": sc["relaunch"]["max_attempts"],
+                     "backoff": int(parse_duration(sc["relaunch"]["backoff"])),
+                     "hang_timeout": int(parse_duration(sc["relaunch"]["hang_timeout"]))},
+        "report": sc["collection"]["report"], "plots": sc["collection"]["plots"],
+        "mtbf": int(sc["collection"]["mtbf"]), "source": sc["source"],
+    }
+
+
+def render(sc, scheduler=None, expt_dir=None):
+    """-> (script text, context). Deterministic for a given context except the tag and time."""
+    ctx = context(sc, scheduler, expt_dir)
+    env = _env()
+    text = env.get_template(f"{ctx['scheduler']}.j2").render(**ctx) + env.get_template("body.j2").render(**ctx)
+    return text, ctx

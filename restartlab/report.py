@@ -1,0 +1,138 @@
+"""restartlab report: report.md + summary.json (+ PNG plots) for an experiment directory, or
+for ezpz-format JSONL files given with --baseline/--sync/--async globs."""
+import glob
+import json
+import os
+import sys
+
+from . import collect
+from .scenario import parse_duration
+
+
+def add_args(p):
+    p.add_argument("expt_dir", nargs="?", help="experiment directory (phases as subdirectories)")
+    p.add_argument("--baseline", help="glob of ezpz metrics JSONL files (no-failure run)")
+    p.add_argument("--sync", help="glob of ezpz metrics JSONL files (sync checkpoint run)")
+    p.add_argument("--async", dest="async_", help="glob of ezpz metrics JSONL files (async run)")
+    p.add_argument("--out", help="output directory (default: the experiment directory)")
+    p.add_argument("--mtbf", type=parse_duration, default=3600.0, help="MTBF for Young-Daly (default 1h)")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--expect", nargs="*", default=None, help="phase names that must be present")
+
+
+def _fmt(x, nd=2):
+    return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
+
+
+def find_phases(expt_dir):
+    if not os.path.isdir(expt_dir):
+        raise FileNotFoundError(f"{expt_dir}: no such experiment directory")
+    out = []
+    for name in sorted(os.listdir(expt_dir)):
+        if os.path.isdir(os.path.join(expt_dir, name, "attempts")):
+            out.append(name)
+    order = {"baseline": 0, "sync": 1, "async": 2}
+    return sorted(out, key=lambda n: (order.get(n, 3), n))
+
+
+def build(a):
+    phases, missing = [], []
+    if a.expt_dir:
+        names = find_phases(a.expt_dir)
+        scen = os.path.join(a.expt_dir, "scenario.yaml")
+        expected = a.expect
+        if expected is None and os.path.exists(scen):
+            import yaml
+            with open(scen) as f:
+                expected = [p["name"] for p in (yaml.safe_load(f) or {}).get("phases", [])]
+        missing = [n for n in (expected or []) if n not in names]
+        for n in names:
+            phases.append(collect.load_phase(n, phase_dir=os.path.join(a.expt_dir, n)))
+    for name, pattern in (("baseline", a.baseline), ("sync", a.sync), ("async", a.async_)):
+        if pattern:
+            files = sorted(glob.glob(pattern))
+            if not files:
+                missing.append(f"{name} (no file matches {pattern})")
+            else:
+                phases.append(collect.load_phase(name, metrics_files=files))
+    summaries = [collect.summarize_phase(p) for p in phases]
+    base = next((s for s in summaries if s["phase"] == "baseline"), None)
+    for s in summaries:
+        s["overhead"] = collect.overhead(s, base) if s is not base else None
+        cost = s["save"]["ckpt_save_seconds"]["median"] or s["save"]["ckpt_stage_seconds"]["median"]
+        rs = [e["restart_s"] for e in s["failures"] if e["restart_s"]]
+        s["young_daly"] = dict(collect.young_daly(cost, sorted(rs)[len(rs) // 2] if rs else None, a.mtbf),
+                               mtbf_s=a.mtbf, save_cost_s=cost)
+        dts = [ph for ph in phases if ph.name == s["phase"]]
+        s["warnings"] = dts[0].warnings if dts else []
+    return phases, summaries, missing
+
+
+def markdown(summaries, missing, src):
+    L = [f"# restartlab report: {src}", ""]
+    if missing:
+        L += [f"**Missing phases:** {', '.join(missing)}", ""]
+    L += ["## Phases", "", "| phase | wall s | steps | attempts | kills | lost steps | downtime s | "
+          "recompute s | save stall s | ETTR | overhead vs baseline s | residual s |", "|" + "---|" * 12]
+    for s in summaries:
+        o = s["overhead"] or {}
+        L.append(f"| {s['phase']} | {_fmt(s['wall_s'], 1)} | {s['steps']} | {s['attempts']} | {s['kills']} | "
+                 f"{s['lost_steps']} | {_fmt(s['downtime_s'])} | {_fmt(s['recompute_s'])} | "
+                 f"{_fmt(s['save_stall_s'])} | {_fmt(s['ettr'], 3)} | {_fmt(o.get('measured_s'))} | "
+                 f"{_fmt(o.get('residual_s'))} |")
+    L += ["", "Overhead = downtime + recompute + save stalls + residual (the residual is what the three "
+          "named parts do not explain: slower steps, launch noise).", ""]
+    L += ["## Failures", "", "| phase | attempt | injected | step at kill | resumed from | lost steps | "
+          "downtime s | restart s (launch->first step) | import s | dist init s | build s | load s | "
+          "recompute s |", "|" + "---|" * 13]
+    for s in summaries:
+        for e in s["failures"]:
+            st = e["startup"] or {}
+            L.append(f"| {s['phase']} | {e['attempt']} | {e['injected']} | {e['step_at_kill']} | "
+                     f"{e['resumed_from']} | {e['lost_steps']} | {_fmt(e['downtime_s'])} | {_fmt(e['restart_s'])} | "
+                     f"{_fmt(st.get('startup/import_s'))} | {_fmt(st.get('startup/dist_init_s'))} | "
+                     f"{_fmt(st.get('startup/build_s'))} | {_fmt(st.get('startup/load_s'))} | {_fmt(e['recompute_s'])} |")
+    L += ["", "## Save cost (seconds the training loop was blocked)", "",
+          "| phase | kind | count | median | p90 |", "|---|---|---|---|---|"]
+    for s in summaries:
+        for kind, q in list(s["save"].items()) + [("finalize (save -> .complete)", s["finalize"])]:
+            if q["count"]:
+                L.append(f"| {s['phase']} | {kind} | {q['count']} | {_fmt(q['median'], 4)} | {_fmt(q['p90'], 4)} |")
+    L += ["", "## Checkpoint interval (Young-Daly)", ""]
+    for s in summaries:
+        yd = s["young_daly"]
+        if yd["young_s"]:
+            L.append(f"- {s['phase']}: save cost {yd['save_cost_s']:.4f} s, MTBF {yd['mtbf_s']:.0f} s -> "
+                     f"Young {yd['young_s']:.1f} s, Daly {yd['daly_s']:.1f} s between checkpoints")
+    warn = [w for s in summaries for w in s["warnings"]]
+    if warn:
+        L += ["", "## Warnings", ""] + [f"- {w}" for w in warn[:50]]
+    return "\n".join(L) + "\n"
+
+
+def main(a) -> int:
+    if not a.expt_dir and not (a.baseline or a.sync or a.async_):
+        print("restartlab report: give an experiment directory or --baseline/--sync/--async globs", file=sys.stderr)
+        return 2
+    try:
+        phases, summaries, missing = build(a)
+    except FileNotFoundError as e:
+        print(f"restartlab report: {e}", file=sys.stderr)
+        return 2
+    out = a.out or a.expt_dir or "."
+    os.makedirs(out, exist_ok=True)
+    src = a.expt_dir or "ezpz metrics"
+    for s in summaries:
+        for w in s["warnings"]:
+            print(f"restartlab report: warning: {w}", file=sys.stderr)
+    if missing:
+        print(f"restartlab report: missing phases: {', '.join(missing)}", file=sys.stderr)
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump({"source": src, "missing": missing, "phases": summaries}, f, indent=1, default=str)
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write(markdown(summaries, missing, src))
+    if not a.no_plots:
+        from . import plot
+        plot.all_plots(phases, summaries, out)
+    print(f"restartlab report: {os.path.join(out, 'report.md')}")
+    return 0

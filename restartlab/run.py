@@ -1,0 +1,121 @@
+"""restartlab run: the whole experiment on this machine. Renders the scenario for the local
+scheduler, runs the same job script under bash with a PBS-like environment (a node file, a job
+id), shows progress, and leaves a readable experiment directory even on Ctrl-C."""
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from . import cli, killer, scenario
+from .inject import newest_step_seen
+from .resources import resource_dir
+
+
+def _count_lines(path):
+    try:
+        with open(path) as f:
+            return sum(1 for line in f if '"killed": 0' not in line)
+    except OSError:
+        return 0
+
+
+def progress(ctx, t0):
+    """(text, phase index) describing where the experiment is."""
+    phases = ctx["phases"]
+    iters = ctx["train_iters"]
+    done_steps, cur, line = 0, None, None
+    for i, p in enumerate(phases):
+        if os.path.exists(os.path.join(p["dir"], "done")):
+            done_steps += iters
+            continue
+        if os.path.isdir(os.path.join(p["dir"], "attempts")):
+            cur = i
+            step = newest_step_seen(p["dir"])
+            attempts = len(glob.glob(os.path.join(p["dir"], "attempts", "*")))
+            kills = _count_lines(os.path.join(p["dir"], "injections.jsonl"))
+            done_steps += step
+            line = (f"phase {i + 1}/{len(phases)} {p['name']}: step {step}/{iters}, "
+                    f"kills {kills}, restarts {max(0, attempts - 1)}")
+        break
+    elapsed = time.time() - t0
+    total = iters * len(phases)
+    eta = (elapsed / done_steps * (total - done_steps)) if done_steps > 0 else None
+    line = line or ("collecting the report" if done_steps >= total else "starting")
+    return f"{line} | elapsed {elapsed:5.0f}s | ETA {'?' if eta is None else f'{eta:4.0f}s'}", cur
+
+
+def main(a) -> int:
+    path = a.scenario or os.path.join(resource_dir("scenarios"), "local.yaml")
+    sc = scenario.load(path, a.set)
+    text, ctx, resolved = cli._render_to(sc, "local", expt_dir=os.path.abspath(a.expt_dir) if a.expt_dir else None)
+    d = ctx["expt_dir"]
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "job.sh"), "w") as f:
+        f.write(text)
+    with open(os.path.join(d, "scenario.yaml"), "w") as f:
+        f.write(resolved)
+    with open(os.path.join(d, "nodefile"), "w") as f:
+        f.write(socket.gethostname() + "\n")
+    env = dict(os.environ, PBS_JOBID=f"{os.getpid()}.local", PBS_NODEFILE=os.path.join(d, "nodefile"),
+               PBS_ENVIRONMENT="PBS_BATCH", PBS_O_WORKDIR=os.getcwd())
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    print(f"restartlab run: {path}\nexperiment: {d}\nlog: {os.path.join(d, 'job.out')}", flush=True)
+    t0 = time.time()
+    tty = sys.stdout.isatty() and not a.plain
+    with open(os.path.join(d, "job.out"), "w") as out:
+        proc = subprocess.Popen(["bash", os.path.join(d, "job.sh")], stdout=out, stderr=subprocess.STDOUT,
+                                env=env, cwd=d, start_new_session=True)
+        last_plain, last_text = 0.0, None
+        try:
+            while proc.poll() is None:
+                text, _ = progress(ctx, t0)
+                if tty:
+                    sys.stdout.write("\r\033[K" + text)
+                    sys.stdout.flush()
+                elif text.split("|")[0] != (last_text or "").split("|")[0] and time.time() - last_plain > 5 \
+                        or time.time() - last_plain > 30:
+                    print(text, flush=True)
+                    last_plain, last_text = time.time(), text
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            print("\nrestartlab run: interrupted; stopping the job script, the ranks and the injector", flush=True)
+            stop(proc, ctx["tag"])
+            print(f"restartlab run: stopped; partial results stay in {d}")
+            return 130
+    if tty:
+        sys.stdout.write("\n")
+    rc = proc.returncode
+    killer.kill_ranks(ctx["tag"])  # nothing of this job may outlive it
+    print(f"restartlab run: job script exited {rc} after {time.time() - t0:.0f}s")
+    rep = os.path.join(d, "report.md")
+    if os.path.exists(rep):
+        print(f"report: {rep}")
+        try:
+            with open(os.path.join(d, "summary.json")) as f:
+                for s in json.load(f)["phases"]:
+                    print(f"  {s['phase']:>10}: wall {s['wall_s'] or 0:6.1f}s  kills {s['kills']}  "
+                          f"lost steps {s['lost_steps']}  ETTR {s['ettr'] or 0:.3f}")
+        except (OSError, ValueError, KeyError):
+            pass
+    return rc
+
+
+def stop(proc, tag):
+    """TERM to the job script (its trap stops its children by PID), then KILL its session."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    except ProcessLookupError:
+        pass
+    killer.kill_ranks(tag)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the script's own session only
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,426 @@
+"""Scenarios: load YAML (with `extends:` and `--set`), validate against the schema, resolve.
+
+Every error names the file, the line and the key path, suggests the nearest valid key for a
+misspelling, and the CLI exits 2 (ScenarioError.exit_code)."""
+import copy
+import difflib
+import os
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+
+from .resources import resource_dir
+
+Path_ = Tuple  # a key path: ("phases", 1, "failures", "schedule", "every")
+
+
+class ScenarioError(Exception):
+    exit_code = 2
+
+
+def parse_duration(v, where="") -> float:
+    """'90s', '5m', '1.5h', '01:30:00', or a number of seconds."""
+    if isinstance(v, bool):
+        raise ValueError(f"{where}expected a duration like 90s, 5m, 1h, got {v!r}")
+    if isinstance(v, (int, float)):
+        if v < 0:
+            raise ValueError(f"{where}duration must be >= 0, got {v}")
+        return float(v)
+    s = str(v).strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smh]?)", s)
+    if m:
+        return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+    m = re.fullmatch(r"(\d+):(\d\d):(\d\d)", s)
+    if m:
+        return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
+    raise ValueError(f"{where}expected a duration like 90s, 5m, 1h or HH:MM:SS, got {v!r}")
+
+
+def hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+# ---------------------------------------------------------------- schema
+# A field: (type check, default, doc). Mappings are dicts of fields; lists use ListOf.
+class F:
+    def __init__(self, kind, default=None, doc="", choices=None, required=False):
+        self.kind, self.default, self.doc, self.choices, self.required = kind, default, doc, choices, required
+
+
+class ListOf:
+    def __init__(self, item, default=None, doc=""):
+        self.item, self.default, self.doc = item, default if default is not None else [], doc
+
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+SCHEDULE = {
+    "every": F("duration", None, "timed kills: one every DURATION"),
+    "at_steps": F("intlist", None, "kills aimed at these steps"),
+    "every_steps": F("int", None, "a kill aimed at every N-th step"),
+    "mtbf": F("duration", None, "Poisson failures with this mean time between failures"),
+    "seed": F("int", 0, "seed for mtbf inter-arrival times and one-node target choice"),
+}
+FAILURES = {
+    "signal": F("str", "KILL", "signal sent to every rank process tree"),
+    "target": F("str", "all-nodes", "which ranks die", choices=["all-nodes", "one-node", "one-rank"]),
+    "node": F("int", None, "node index for target one-node (default: seeded random)"),
+    "schedule": SCHEDULE,
+    "gate": F("str", None, "complete: step-aimed kills wait for step-S/.complete (default for step "
+              "schedules); none: fire on time", choices=["complete", "none"]),
+    "wait_first_complete": F("bool", False, "timed schedules: start the clock at the first complete checkpoint"),
+    "max_kills": F("int", None, "stop after N kills"),
+}
+SCHEMA = {
+    "name": F("name", "restartlab", "experiment name (job name, directory prefix)"),
+    "scheduler": F("str", "local", "pbs, slurm or local", choices=["pbs", "slurm", "local"]),
+    "expt_root": F("str", "expt", "experiments are created under this directory"),
+    "job": {
+        "nodes": F("int", 1, "number of nodes"),
+        "walltime": F("duration", "01:00:00", "wall-clock limit"),
+        "queue": F("directive", None, "queue / partition"),
+        "account": F("directive", None, "project / account"),
+        "filesystems": F("directive", None, "PBS -l filesystems=..."),
+        "place": F("directive", "scatter", "PBS -l place=..."),
+        "ncpus": F("int", None, "CPUs per node (PBS select ncpus)"),
+        "directives": ListOf(F("directive"), doc="extra scheduler directives, verbatim after the prefix"),
+    },
+    "launch": {
+        "ranks_per_node": F("int", 4, "training ranks per node"),
+        "launcher": F("str", "hydra", "pals (Cray PALS mpiexec), hydra (MPICH), openmpi, srun",
+                      choices=["pals", "hydra", "openmpi", "srun"]),
+        "cpu_bind": F("str", None, "CPU binding (launcher syntax)"),
+        "depth": F("int", None, "PALS --depth"),
+        "env": F("strmap", {}, "environment for the training ranks"),
+        "python": F("str", None, "python for the trainer and restartlab (default: the one rendering)"),
+        "setup": ListOf(F("str"), doc="shell lines run before the phases (module loads, venv activation)"),
+    },
+    "trainer": {
+        "model": F("str", "tiny", "preset", choices=["tiny", "debug", "agpt-2b", "agpt-20b"]),
+        "train_iters": F("int", 100, "optimizer steps per phase"),
+        "save_interval": F("int", 10, "checkpoint every N steps (phases with checkpoint none: never)"),
+        "tp": F("int", 1, "tensor-parallel degree"),
+        "seq_len": F("int", 32, ""),
+        "batch_size": F("int", 4, "per data-parallel rank"),
+        "lr": F("float", 1e-3, ""),
+        "seed": F("int", 1234, ""),
+        "meta_init": F("str", "auto", "", choices=["auto", "on", "off"]),
+        "device": F("str", "auto", "", choices=["auto", "cpu", "cuda", "xpu"]),
+        "keep": F("int", 0, "keep the newest N complete checkpoints (0: all)"),
+        "extra_args": ListOf(F("str"), doc="more trainer flags, passed as arguments"),
+    },
+    "relaunch": {
+        "max_attempts": F("int", 10, "launches per phase before the phase (and job) fails"),
+        "backoff": F("duration", 0, "pause between attempts"),
+        "hang_timeout": F("duration", 600, "kill an attempt whose output has not changed for this long"),
+    },
+    "failures": FAILURES,
+    "phases": ListOf({
+        "name": F("name", None, "phase name (directory name)", required=True),
+        "checkpoint": F("str", "sync", "none, sync or async", choices=["none", "sync", "async"]),
+        "stage_dir": F("str", None, "async: node-local stage dir (default /tmp/restartlab-<jobid>)"),
+        "failures": F("failures", None, "false/none: no injector; a mapping overrides the top-level failures"),
+    }),
+    "collection": {
+        "report": F("bool", True, "run `restartlab report` at the end of the job"),
+        "plots": F("bool", True, "write PNG plots"),
+        "mtbf": F("duration", 3600, "MTBF for the Young-Daly interval in the report"),
+    },
+}
+TOP_ONLY = {"extends"}
+
+
+# ---------------------------------------------------------------- YAML with line numbers
+def _compose(text, fname):
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark else 0
+        raise ScenarioError(f"{fname}:{line}: invalid YAML: {getattr(e, 'problem', e)}")
+
+
+def _to_data(node, path, lines, fname):
+    """YAML node -> plain data, recording (file, line) for every key path."""
+    lines[path] = (fname, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        out = {}
+        for k, v in node.value:
+            key = k.value
+            if key in out:
+                raise ScenarioError(f"{fname}:{k.start_mark.line + 1}: {_fmt(path + (key,))}: duplicate key")
+            lines[path + (key,)] = (fname, k.start_mark.line + 1)
+            out[key] = _to_data(v, path + (key,), lines, fname)
+            lines[path + (key,)] = (fname, k.start_mark.line + 1)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_to_data(v, path + (i,), lines, fname) for i, v in enumerate(node.value)]
+    loader = yaml.SafeLoader("")
+    return loader.construct_object(node)
+
+
+def _fmt(path) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top)"
+
+
+def _merge(base, over, path, lines, over_lines):
+    """Deep merge: mappings merge, everything else (lists included) is replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = _merge(base.get(k), v, path + (k,), lines, over_lines)
+        return out
+    for p, where in over_lines.items():
+        if p[: len(path)] == path:
+            lines[p] = where
+    return copy.deepcopy(over)
+
+
+def _resolve_extends(ref, fname):
+    cands = [os.path.join(os.path.dirname(os.path.abspath(fname)), ref),
+             os.path.join(resource_dir("scenarios"), ref)]
+    for c in cands:
+        if os.path.isfile(c):
+            return c
+    raise ScenarioError(f"{fname}:1: extends: {ref!r} not found (looked in {', '.join(cands)})")
+
+
+def _load_file(fname, lines, seen=()):
+    try:
+        with open(fname) as f:
+            text = f.read()
+    except OSError as e:
+        raise ScenarioError(f"{fname}: cannot read: {e.strerror}")
+    node = _compose(text, fname)
+    my_lines = {}
+    data = _to_data(node, (), my_lines, fname) if node is not None else {}
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{fname}:1: a scenario is a mapping of keys (job, launch, trainer, phases, ...)")
+    parent = data.pop("extends", None)
+    if parent is None:
+        lines.update(my_lines)
+        return data
+    if not isinstance(parent, str):
+        raise ScenarioError(f"{fname}:{my_lines[('extends',)][1]}: extends: expected a file name")
+    pfile = _resolve_extends(parent, fname)
+    if os.path.abspath(pfile) in seen:
+        raise ScenarioError(f"{fname}:{my_lines[('extends',)][1]}: extends: cycle through {pfile}")
+    base = _load_file(pfile, lines, seen + (os.path.abspath(fname),))
+    return _merge(base, data, (), lines, my_lines)
+
+
+def _apply_set(data, assignment, lines):
+    if "=" not in assignment:
+        raise ScenarioError(f"--set {assignment!r}: expected key.path=value")
+    key, raw = assignment.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    parts = [int(p) if p.isdigit() else p for p in key.split(".")]
+    cur = data
+    for i, p in enumerate(parts[:-1]):
+        nxt = parts[i + 1]
+        if isinstance(cur, list):
+            if not isinstance(p, int) or p >= len(cur):
+                raise ScenarioError(f"--set {key}: {_fmt(tuple(parts[:i + 1]))}: no such list item")
+            cur = cur[p]
+        else:
+            if cur.get(p) is None:
+                cur[p] = [] if isinstance(nxt, int) else {}
+            cur = cur[p]
+    last = parts[-1]
+    if isinstance(cur, list):
+        if not isinstance(last, int) or last >= len(cur):
+            raise ScenarioError(f"--set {key}: no such list item")
+    cur[last] = value
+    for p in list(lines):
+        if p[: len(parts)] == tuple(parts):
+            del lines[p]
+    lines[tuple(parts)] = ("--set", 0)
+
+
+# ---------------------------------------------------------------- validation
+class _V:
+    def __init__(self, lines, fname):
+        self.lines, self.fname, self.errors = lines, fname, []
+
+    def where(self, path):
+        p = tuple(path)
+        while p and p not in self.lines:
+            p = p[:-1]
+        f, line = self.lines.get(p, (self.fname, 0))
+        return f"{f}:{line}" if f != "--set" else f"--set {_fmt(path)}"
+
+    def err(self, path, msg):
+        self.errors.append(f"{self.where(path)}: {_fmt(path)}: {msg}")
+
+    def mapping(self, spec, data, path):
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            self.err(path, f"expected a mapping, got {type(data).__name__}")
+            return {}
+        out = {}
+        for k in data:
+            if k not in spec and not (path == () and k in TOP_ONLY):
+                close = difflib.get_close_matches(str(k), list(spec), n=1, cutoff=0.6)
+                hint = f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(spec)})"
+                self.err(path + (k,), f"unknown key{hint}")
+        for k, sub in spec.items():
+            out[k] = self.value(sub, data.get(k), path + (k,), present=k in data)
+        return out
+
+    def value(self, spec, v, path, present=True):
+        if isinstance(spec, dict):
+            return self.mapping(spec, v, path)
+        if isinstance(spec, ListOf):
+            if v is None:
+                return copy.deepcopy(spec.default)
+            if not isinstance(v, list):
+                self.err(path, f"expected a list, got {type(v).__name__}")
+                return []
+            return [self.value(spec.item, x, path + (i,)) for i, x in enumerate(v)]
+        if v is None:
+            if spec.required:
+                self.err(path, "required key is missing")
+            return copy.deepcopy(spec.default)
+        return self.scalar(spec, v, path)
+
+    def scalar(self, spec, v, path):
+        k = spec.kind
+        try:
+            if k == "int":
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ValueError(f"expected an integer, got {v!r}")
+                if v < 0:
+                    raise ValueError(f"must be >= 0, got {v}")
+            elif k == "float":
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise ValueError(f"expected a number, got {v!r}")
+                v = float(v)
+            elif k == "bool":
+                if not isinstance(v, bool):
+                    raise ValueError(f"expected true or false, got {v!r}")
+            elif k == "duration":
+                v = parse_duration(v)
+            elif k == "intlist":
+                if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
+                    raise ValueError(f"expected a list of positive step numbers, got {v!r}")
+            elif k == "strmap":
+                if not isinstance(v, dict) or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(x)) for x in v):
+                    raise ValueError("expected a mapping of VARIABLE_NAME: value")
+                v = {str(a): str(b) for a, b in v.items()}
+            elif k == "name":
+                v = str(v)
+                if not SAFE_NAME.match(v):
+                    raise ValueError(f"{v!r}: use letters, digits, '_', '.', '-' only (it names directories and jobs)")
+            elif k == "directive":
+                v = str(v)
+                if "\n" in v or "\r" in v:
+                    raise ValueError("a scheduler directive value cannot contain a newline")
+            elif k == "failures":
+                if v is False or v == "none":
+                    return False
+                return self.mapping(FAILURES, v, path)
+            elif k == "str":
+                if isinstance(v, (dict, list)):
+                    raise ValueError(f"expected a string, got a {type(v).__name__}")
+                v = str(v)
+            if spec.choices and v not in spec.choices:
+                close = difflib.get_close_matches(str(v), spec.choices, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise ValueError(f"{v!r} is not one of {', '.join(spec.choices)}{hint}")
+        except ValueError as e:
+            self.err(path, str(e))
+        return v
+
+
+def _cross_checks(sc, v: _V):
+    tr, ln = sc["trainer"], sc["launch"]
+    nranks = sc["job"]["nodes"] * ln["ranks_per_node"]
+    if sc["job"]["nodes"] < 1:
+        v.err(("job", "nodes"), "must be >= 1")
+    if ln["ranks_per_node"] < 1:
+        v.err(("launch", "ranks_per_node"), "must be >= 1")
+    elif tr["tp"] < 1 or nranks % tr["tp"]:
+        v.err(("trainer", "tp"), f"{tr['tp']} does not divide the {nranks} ranks "
+              f"({sc['job']['nodes']} nodes x {ln['ranks_per_node']})")
+    if tr["train_iters"] < 1:
+        v.err(("trainer", "train_iters"), "must be >= 1")
+    if sc["relaunch"]["max_attempts"] < 1:
+        v.err(("relaunch", "max_attempts"), "must be >= 1")
+    if not sc["phases"]:
+        v.err(("phases",), "at least one phase is needed")
+    names = [p["name"] for p in sc["phases"]]
+    for i, n in enumerate(names):
+        if n in names[:i]:
+            v.err(("phases", i, "name"), f"duplicate phase name {n!r}")
+    for i, ph in enumerate(sc["phases"]):
+        f = effective_failures(sc, ph)
+        if not f:
+            continue
+        sched = {k: x for k, x in f["schedule"].items() if x is not None and k != "seed"}
+        base = ("phases", i, "failures") if ph["failures"] else ("failures",)
+        if len(sched) != 1:
+            v.err(base + ("schedule",), "give exactly one of every, at_steps, every_steps, mtbf "
+                  f"(got {', '.join(sched) or 'none'})")
+        if ph["checkpoint"] == "none" and ("at_steps" in sched or "every_steps" in sched) and f.get("gate") != "none":
+            v.err(base + ("gate",), f"phase {ph['name']!r} saves no checkpoints, so a kill gated on "
+                  ".complete would never fire: set gate: none or checkpoint: sync")
+        for s in sched.get("at_steps") or []:
+            if s > tr["train_iters"]:
+                v.err(base + ("schedule", "at_steps"), f"step {s} is beyond trainer.train_iters={tr['train_iters']}")
+        if f["target"] == "one-node" and f["node"] is not None and f["node"] >= sc["job"]["nodes"]:
+            v.err(base + ("node",), f"node {f['node']} is out of range for {sc['job']['nodes']} nodes")
+
+
+def effective_failures(sc, phase) -> Optional[dict]:
+    """The failure settings of a phase (False/None: no injector). Phases without a `failures`
+    key inherit the top-level one, except checkpoint-less phases (the baseline)."""
+    f = phase.get("failures")
+    if f is False:
+        return None
+    if f is None:
+        if phase["checkpoint"] == "none":
+            return None
+        f = sc["failures"]
+    sched = {k: x for k, x in f["schedule"].items() if x is not None and k != "seed"}
+    if not sched:
+        return None
+    return f
+
+
+def load(path: str, overrides: List[str] = ()) -> dict:
+    """Load, extend, override and validate a scenario. Raises ScenarioError with every problem."""
+    lines: Dict = {}
+    data = _load_file(path, lines)
+    for a in overrides:
+        if a.startswith("extends="):
+            parent = _resolve_extends(a.split("=", 1)[1], path)
+            base_lines: Dict = {}
+            base = _load_file(parent, base_lines)
+            own = {k: v for k, v in data.items()}
+            lines_own = dict(lines)
+            lines.clear()
+            lines.update(base_lines)
+            data = _merge(base, own, (), lines, lines_own)
+            continue
+        _apply_set(data, a, lines)
+    v = _V(lines, path)
+    sc = v.mapping(SCHEMA, data, ())
+    if not v.errors:
+        _cross_checks(sc, v)
+    if v.errors:
+        raise ScenarioError("\n".join(v.errors))
+    sc["source"] = os.path.abspath(path)
+    return sc
+
+
+def dump_resolved(sc: dict) -> str:
+    return yaml.safe_dump({k: v for k, v in sc.items() if k != "source"}, sort_keys=False)

@@ -1,0 +1,93 @@
+"""PBS Pro (ALCF Aurora / Sunspot / Polaris): #PBS header, qsub / qstat -f -F json -x / qdel,
+pbsdsh -n fan-out."""
+import json
+
+from ..scenario import hms
+from .base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, SchedulerError
+
+PREFIX = "#PBS"
+NODEFILE_SH = 'RL_NODEFILE="${PBS_NODEFILE:?PBS_NODEFILE is not set: is this running under PBS?}"'
+EXIT_UNKNOWN_JOB, EXIT_JOB_FINISHED = 153, 35
+
+
+def directives(sc):
+    j, ln = sc["job"], sc["launch"]
+    sel = f"select={j['nodes']}"
+    if j["ncpus"]:
+        sel += f":ncpus={j['ncpus']}"
+    sel += f":mpiprocs={ln['ranks_per_node']}"
+    out = [f"-N {sc['name'][:236]}"]
+    if j["account"]:
+        out.append(f"-A {j['account']}")
+    if j["queue"]:
+        out.append(f"-q {j['queue']}")
+    out += [f"-l {sel}", f"-l walltime={hms(j['walltime'])}"]
+    if j["place"]:
+        out.append(f"-l place={j['place']}")
+    if j["filesystems"]:
+        out.append(f"-l filesystems={j['filesystems']}")
+    out += ["-k doe", "-j oe"]
+    return out + list(j["directives"])
+
+
+def submit_cmd(script):
+    return ["qsub", script]
+
+
+def parse_submit(stdout):
+    """qsub prints `<seq>.<server>` on one line."""
+    jid = stdout.strip().splitlines()[-1].strip() if stdout.strip() else ""
+    if not jid or " " in jid:
+        raise SchedulerError(f"qsub: unexpected output {stdout!r}")
+    return jid
+
+
+def status_cmd(ids):
+    return ["qstat", "-f", "-F", "json", "-x", *ids]
+
+
+_STATE = {"Q": PENDING, "H": PENDING, "W": PENDING, "T": PENDING, "S": PENDING,
+          "R": RUNNING, "E": RUNNING, "B": RUNNING, "X": FINISHED, "F": FINISHED}
+
+
+def exit_detail(code):
+    """PBS Exit_status: 0 ok; 256+N killed by signal N; negative: PBS-side (-29 walltime)."""
+    if code is None:
+        return ""
+    if code > 256:
+        return f"killed by signal {code - 256}"
+    if code < 0:
+        return {-29: "walltime exceeded (JOB_EXEC_KILL_WALLTIME)",
+                -11: "job exec failed: bad script", -1: "job exec failed, do not retry",
+                -3: "job exec failed, retry"}.get(code, f"PBS-side failure {code}")
+    return "exit code 0" if code == 0 else f"exit code {code}"
+
+
+def parse_status(stdout, ids, returncode=0, stderr=""):
+    """`qstat -f -F json -x` output -> {id: JobStatus}. Ids qstat does not know (it prints
+    'Unknown Job Id' and exits 153) are UNKNOWN."""
+    try:
+        jobs = json.loads(stdout).get("Jobs", {}) if stdout.strip() else {}
+    except ValueError as e:
+        raise SchedulerError(f"qstat -F json: unparsable output ({e})")
+    out = {}
+    for jid in ids:
+        rec = jobs.get(jid) or next((v for k, v in jobs.items() if k.split(".")[0] == jid.split(".")[0]), None)
+        if rec is None:
+            out[jid] = JobStatus(jid, UNKNOWN, detail="unknown job id")
+            continue
+        st = _STATE.get(rec.get("job_state"), UNKNOWN)
+        code = rec.get("Exit_status")
+        if st == FINISHED and code not in (None, 0):
+            st = FAILED
+        out[jid] = JobStatus(jid, st, code, exit_detail(code))
+    return out
+
+
+def cancel_cmd(jobid):
+    return ["qdel", jobid]
+
+
+def fanout_cmd(node_index, hosts, argv):
+    """Once on the node at `node_index` of the unique hosts (plain pbsdsh runs once per rank slot)."""
+    return ["pbsdsh", "-n", str(node_index), "--", *argv]
