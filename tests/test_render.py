@@ -1,0 +1,123 @@
+"""Rendered job scripts: golden structure per scheduler, bash -n and shellcheck for every example,
+and hostile values that must arrive verbatim and execute nothing."""
+import os
+import shutil
+import stat
+import subprocess
+
+import pytest
+
+from restartlab import render, scenario
+from restartlab.render import RenderError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCEN = os.path.join(os.path.dirname(HERE), "scenarios")
+EXAMPLES = ["local", "debug", "agpt2b", "agpt20b"]
+HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "a'b", 'a"b', "two words", "line\nbreak; touch PWNED", "a,b"]
+
+
+def rendered(name, sched, sets=(), expt="/expt/x"):
+    sc = scenario.load(os.path.join(SCEN, f"{name}.yaml"), list(sets))
+    return render.render(sc, sched, expt)
+
+
+def test_pbs_header_golden():
+    text, _ = rendered("agpt2b", "pbs", ["job.account=proj", "job.queue=prod"])
+    head = [l for l in text.splitlines() if l.startswith("#PBS")]
+    assert head == ["#PBS -N agpt2b", "#PBS -A proj", "#PBS -q prod",
+                    "#PBS -l select=2:ncpus=208:mpiprocs=12", "#PBS -l walltime=02:00:00",
+                    "#PBS -l place=scatter", "#PBS -l filesystems=home:gila", "#PBS -k doe", "#PBS -j oe"]
+
+
+def test_slurm_header_golden():
+    text, _ = rendered("local", "slurm", ["job.nodes=2", "job.queue=debug"])
+    head = [l for l in text.splitlines() if l.startswith("#SBATCH")]
+    assert head == ["#SBATCH --job-name=local", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2",
+                    "#SBATCH --time=00:30:00", "#SBATCH --partition=debug", "#SBATCH --output=/expt/x/job-%j.out"]
+
+
+def test_body_structure():
+    text, ctx = rendered("agpt2b", "pbs")
+    assert text.count("\nrl_run_phase ") == 3
+    for p in ("baseline", "sync", "async"):
+        assert f"rl_run_phase {p} /expt/x/{p}" in text
+    # the job tag reaches the ranks through the launcher only, never the script's environment
+    assert f"--env RESTARTLAB_JOB_TAG={ctx['tag']}" in text
+    assert "export RESTARTLAB_JOB_TAG" not in text
+    assert "--async-ckpt" in text and "--at-steps 500,1000,1500" in text.replace("'", "")
+    assert 'restartlab.cli report "$RL_EXPT_DIR"' in text
+
+
+@pytest.mark.parametrize("sched", ["pbs", "slurm", "local"])
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_bash_n_and_shellcheck(tmp_path, name, sched):
+    text, _ = rendered(name, sched)
+    p = tmp_path / "job.sh"
+    p.write_text(text)
+    assert subprocess.run(["bash", "-n", str(p)]).returncode == 0
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck not installed (apt-get install shellcheck; .ci/run installs it)")
+    r = subprocess.run(["shellcheck", str(p)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+def _stub(path, body):
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.mark.parametrize("sched", ["pbs", "slurm", "local"])
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_hostile_values_execute_nothing(tmp_path, name, sched):
+    """Hostile strings in trainer args, rank env, stage dir, python path and experiment dir:
+    the script runs under bash with stub launchers, nothing is executed, and each value reaches
+    the launcher's argv byte for byte."""
+    work = tmp_path / "work"
+    work.mkdir()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "argv.log"
+    # stub launchers / python: log every argument on its own NUL-terminated record
+    body = f'for a in "$@"; do printf "%s\\0" "$a" >> {log}; done\nexit 0\n'
+    for tool in ("mpiexec", "srun"):
+        _stub(bindir / tool, body)
+    _stub(bindir / "scontrol", "hostname\n")
+    pydir = tmp_path / "py $(touch PWNED) `x` 'q\""
+    pydir.mkdir()
+    fakepy = pydir / "python"
+    _stub(fakepy, body)
+    sets = [f"launch.python={fakepy}", "launch.setup=[]"]
+    sc = scenario.load(os.path.join(SCEN, f"{name}.yaml"), sets)
+    sc["trainer"]["extra_args"] = list(HOSTILE)
+    # srun --export cannot carry commas (refused at render time, tested below)
+    sc["launch"]["env"] = {f"V{i}": h for i, h in enumerate(HOSTILE)
+                           if sc["launch"]["launcher"] != "srun" or "," not in h}
+    sc["phases"][0]["stage_dir"] = "/tmp/st $(touch PWNED)"
+    expt = str(tmp_path / "ex $(touch PWNED) `touch PWNED` 'a\"b")
+    text, _ = render.render(sc, sched, expt)
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    nodefile = tmp_path / "nodes"
+    nodefile.write_text("h0\n")
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", PBS_NODEFILE=str(nodefile),
+               SLURM_JOB_NODELIST="h0", SLURM_JOB_ID="1")
+    r = subprocess.run(["bash", str(script)], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not list(work.rglob("PWNED*")) and not list(tmp_path.rglob("PWNED*")), "a hostile value executed"
+    seen = log.read_bytes().split(b"\0")
+    for h in HOSTILE:
+        assert h.encode() in seen, f"{h!r} did not reach the launcher verbatim"
+    assert os.path.isdir(expt)
+
+
+def test_newline_in_directive_is_refused():
+    sc = scenario.load(os.path.join(SCEN, "local.yaml"))
+    with pytest.raises(RenderError):
+        render.render(sc, "slurm", "/tmp/a\nb")
+
+
+def test_srun_refuses_comma_in_env_value():
+    sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["launch.launcher=srun", "launch.env.X=a,b"])
+    with pytest.raises(RenderError) as e:
+        render.render(sc, "slurm", "/expt/x")
+    assert "launch.env.X" in str(e.value)

@@ -1,0 +1,95 @@
+"""Scenario schema: malformed scenarios name file, line and key; extends and --set."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from restartlab import scenario
+from restartlab.scenario import ScenarioError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCEN = os.path.join(os.path.dirname(HERE), "scenarios")
+
+GOOD = """\
+extends: systems/local.yaml
+name: t
+trainer:
+  train_iters: 20
+phases:
+  - name: sync
+    checkpoint: sync
+failures:
+  schedule:
+    at_steps: [10]
+"""
+
+# (yaml text, expected line, expected fragment)
+BAD = [
+    ("name: t\njob:\n  walltme: 1h\nphases: [{name: a}]\n", 3, "job.walltme: unknown key (did you mean 'walltime'?)"),
+    ("name: t\nphases: [{name: a}]\ntrainr: {}\n", 3, "trainr: unknown key (did you mean 'trainer'?)"),
+    ("name: t\njob:\n  nodes: two\nphases: [{name: a}]\n", 3, "job.nodes: expected an integer"),
+    ("name: t\njob:\n  walltime: forever\nphases: [{name: a}]\n", 3, "job.walltime: expected a duration"),
+    ("name: t\nlaunch:\n  launcher: mpirun\nphases: [{name: a}]\n", 3, "launch.launcher: 'mpirun' is not one of"),
+    ("name: t\ntrainer:\n  model: gpt2\nphases: [{name: a}]\n", 3, "trainer.model: 'gpt2' is not one of"),
+    ("name: t\nphases:\n  - name: a\n    checkpoint: maybe\n", 4, "phases[0].checkpoint: 'maybe' is not one of"),
+    ("name: t\nphases:\n  - checkpoint: sync\n", 3, "phases[0].name: required key is missing"),
+    ("name: t\nphases:\n  - name: a b\n", 3, "phases[0].name: 'a b': use letters"),
+    ("name: t\nphases: [{name: a}, {name: a}]\n", 2, "duplicate phase name"),
+    ("name: t\nphases: []\n", 2, "phases: at least one phase"),
+    ("name: t\nfailures:\n  schedule:\n    every: 10s\n    at_steps: [5]\nphases: [{name: a}]\n", 3,
+     "failures.schedule: give exactly one of"),
+    ("name: t\nfailures:\n  target: some-nodes\nphases: [{name: a}]\n", 3, "failures.target: 'some-nodes'"),
+    ("name: t\ntrainer:\n  tp: 3\nlaunch:\n  ranks_per_node: 4\nphases: [{name: a}]\n", 3, "trainer.tp: 3 does not divide"),
+    ("name: t\nrelaunch:\n  max_attemps: 3\nphases: [{name: a}]\n", 3, "relaunch.max_attemps: unknown key (did you mean 'max_attempts'?)"),
+    ("name: t\nfailures:\n  schedule:\n    at_steps: [5000]\nphases: [{name: a}]\n", 4, "beyond trainer.train_iters"),
+    ("name: t\nlaunch:\n  env: [A, B]\nphases: [{name: a}]\n", 3, "launch.env: expected a mapping"),
+    ("name: t\njob:\n  account: \"a\\nb\"\nphases: [{name: a}]\n", 3, "job.account: a scheduler directive value cannot contain a newline"),
+    ("name: t\nphases: [{name: a\n", 3, "invalid YAML"),
+    ("name: t\nphases:\n  - name: base\n    checkpoint: none\n    failures:\n      schedule: {at_steps: [5]}\n", 5,
+     "saves no checkpoints"),
+]
+
+
+@pytest.mark.parametrize("text,line,frag", BAD, ids=[b[2][:30] for b in BAD])
+def test_malformed_scenarios_name_file_line_key(tmp_path, text, line, frag):
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(ScenarioError) as e:
+        scenario.load(str(p))
+    msg = str(e.value)
+    assert f"{p}:{line}:" in msg and frag in msg, msg
+
+
+def test_cli_exit_code_2_and_message(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text(BAD[0][0])
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "validate", str(p)], capture_output=True, text=True)
+    assert r.returncode == 2 and "did you mean 'walltime'" in r.stderr
+
+
+def test_extends_and_set(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(GOOD)
+    sc = scenario.load(str(p), ["trainer.train_iters=30", "phases.0.checkpoint=async", "job.account=proj"])
+    assert sc["scheduler"] == "local"                      # from systems/local.yaml
+    assert sc["trainer"]["train_iters"] == 30
+    assert sc["phases"][0]["checkpoint"] == "async"
+    assert sc["job"]["account"] == "proj"
+    with pytest.raises(ScenarioError) as e:
+        scenario.load(str(p), ["trainer.train_iter=30"])
+    assert "--set trainer.train_iter" in str(e.value) and "did you mean 'train_iters'" in str(e.value)
+
+
+def test_error_in_parent_names_parent_file(tmp_path):
+    (tmp_path / "parent.yaml").write_text("job:\n  nodez: 2\n")
+    (tmp_path / "child.yaml").write_text("extends: parent.yaml\nphases: [{name: a}]\n")
+    with pytest.raises(ScenarioError) as e:
+        scenario.load(str(tmp_path / "child.yaml"))
+    assert f"{tmp_path / 'parent.yaml'}:2: job.nodez" in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["local", "debug", "agpt2b", "agpt20b"])
+def test_examples_validate(name):
+    scenario.load(os.path.join(SCEN, f"{name}.yaml"))

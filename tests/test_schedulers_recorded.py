@@ -1,0 +1,50 @@
+"""PBS Pro cannot be installed here: these tests parse output *recorded from* the PBS Pro
+Reference Guide's formats (qsub's `seq.server` line, `qstat -f -F json -x`, Exit_status codes).
+They are recorded-output tests (a mock of PBS), not runs of the real thing."""
+import json
+import os
+
+import pytest
+
+from restartlab.schedulers import pbs, slurm
+from restartlab.schedulers.base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, SchedulerError
+
+pytestmark = pytest.mark.recorded
+DATA = os.path.join(os.path.dirname(__file__), "data", "pbs_qstat_f_F_json.json")
+
+
+def test_qsub_output():
+    assert pbs.parse_submit("1234567.polaris-pbs-01\n") == "1234567.polaris-pbs-01"
+    with pytest.raises(SchedulerError):
+        pbs.parse_submit("qsub: Unknown queue\n")
+
+
+def test_qstat_json_many_ids_in_one_query():
+    ids = ["1234567.polaris-pbs-01", "1234568", "1234569.polaris-pbs-01", "1234570.polaris-pbs-01",
+           "1234571.polaris-pbs-01", "999.polaris-pbs-01"]
+    assert pbs.status_cmd(ids) == ["qstat", "-f", "-F", "json", "-x", *ids]
+    with open(DATA) as f:
+        st = pbs.parse_status(f.read(), ids, returncode=153)
+    assert st[ids[0]].state == RUNNING
+    assert st[ids[1]].state == PENDING          # short id matches seq.server
+    assert st[ids[2]].state == FINISHED
+    assert st[ids[3]].state == FAILED and st[ids[3]].detail == "killed by signal 9"
+    assert st[ids[4]].state == FAILED and "walltime" in st[ids[4]].detail
+    assert st[ids[5]].state == UNKNOWN
+
+
+def test_pbs_exit_codes_documented():
+    assert pbs.EXIT_UNKNOWN_JOB == 153 and pbs.EXIT_JOB_FINISHED == 35
+    assert pbs.exit_detail(271) == "killed by signal 15"
+
+
+def test_pbsdsh_once_per_node_index():
+    assert pbs.fanout_cmd(1, ["a", "b"], ["x", "--y"]) == ["pbsdsh", "-n", "1", "--", "x", "--y"]
+
+
+def test_slurm_parsers():
+    assert slurm.parse_submit("42\n") == "42"
+    assert slurm.parse_submit("43;cluster\n") == "43"
+    st = slurm.parse_status("42|RUNNING|None\n43|PENDING|Resources\n44|COMPLETED|None\n45|TIMEOUT|None\n",
+                            ["42", "43", "44", "45", "46"])
+    assert [st[i].state for i in ["42", "43", "44", "45", "46"]] == [RUNNING, PENDING, FINISHED, FAILED, UNKNOWN]
