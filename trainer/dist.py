@@ -60,6 +60,9 @@ def rendezvous(info: RankInfo, env=None):
     if info.rank == 0:
         addr, port = socket.gethostname(), _free_port()
     addr, port = MPI.COMM_WORLD.bcast((addr, port), root=0)
+    # finalize now: a process that exits (os._exit) with MPI initialized but not finalized is a
+    # "bad termination" to Hydra, which then SIGKILLs the other ranks (seen: rc 9 after success)
+    MPI.Finalize()
     return addr, port
 
 

@@ -1,0 +1,41 @@
+"""Cold restart of the `tiny` preset on N ranks: launch -> first productive step after a resume
+(train/restart_seconds, measured from RESTARTLAB_LAUNCH_TS set just before mpiexec), with the
+startup breakdown. Usage: python bench/cold_restart.py [--ranks 4] [--repeats 3]"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args()
+    d = tempfile.mkdtemp(prefix="rl-cold-")
+    base = ["mpiexec", "-n", str(a.ranks), sys.executable, "-m", "restartlab.trainer", "--model", "tiny",
+            "--save-interval", "5", "--ckpt-dir", os.path.join(d, "ck"), "--log-interval", "1000"]
+    subprocess.run(base + ["--train-iters", "5", "--outdir", os.path.join(d, "o0")], check=True, capture_output=True)
+    results = []
+    for i in range(a.repeats):
+        out = os.path.join(d, f"o{i + 1}")
+        env = dict(os.environ, RESTARTLAB_LAUNCH_TS=f"{time.time():.6f}")
+        subprocess.run(base + ["--train-iters", "6", "--outdir", out], check=True, capture_output=True, env=env)
+        first = json.loads(open(os.path.join(out, "metrics-0.jsonl")).readline())["metrics"]
+        results.append(first)
+        shutil.rmtree(os.path.join(d, "ck", "step-00000006"), ignore_errors=True)
+    keys = ["train/restart_seconds", "startup/import_s", "startup/dist_init_s", "startup/build_s",
+            "startup/load_s", "startup/first_step_s"]
+    print(f"cold restart, tiny preset, {a.ranks} ranks, CPU/gloo, median of {a.repeats}:")
+    for k in keys:
+        print(f"  {k:24s} {statistics.median(r[k] for r in results):7.3f} s")
+    shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
