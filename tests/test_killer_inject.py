@@ -110,7 +110,11 @@ def test_gated_kill_latency_and_until(tmp_path, procs):
         time.sleep(1.0)
         t_marker = _fake_complete(ckpt, step)
         rank.wait(timeout=10)
-        recs = [json.loads(l) for l in open(os.path.join(phase, "injections.jsonl"))]
+        log = os.path.join(phase, "injections.jsonl")
+        # the receipt line is appended once the fan-out returns, just after the rank died
+        wait_for(lambda: os.path.exists(log) and len(open(log).readlines()) == len(latencies) + 1, 30,
+                 "the injection record")
+        recs = [json.loads(l) for l in open(log)]
         latencies.append(recs[-1]["time"] - t_marker)
         assert recs[-1]["target_step"] == step and recs[-1]["killed"] == 1
         assert recs[-1]["newest_complete"] == step and recs[-1]["receipts"][0]["pids"] == [rank.pid]
