@@ -1,6 +1,7 @@
 """The failure injector: schedules, gating on `.complete`, fan-out to the job's nodes, and one
 line per kill in <phase>/injections.jsonl. It never matches processes itself: on every node it
 runs `restartlab kill-ranks --tag TAG` (ranks found by their env tag) and records the receipts."""
+import argparse
 import glob
 import json
 import os
@@ -225,12 +226,7 @@ def add_args(p):
     p.add_argument("--fanout", choices=("pbs", "slurm", "mpiexec", "local"), default=None,
                    help="how to reach the nodes (default: pbs under PBS, slurm under Slurm, else local)")
     p.add_argument("--nodefile", default=os.environ.get("RL_NODEFILE") or os.environ.get("PBS_NODEFILE"))
-    p.add_argument("--python", default=sys.executable, help=argparse_suppress())
-
-
-def argparse_suppress():
-    import argparse
-    return argparse.SUPPRESS
+    p.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
 
 
 def main(a) -> int:

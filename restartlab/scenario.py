@@ -12,9 +12,6 @@ import yaml
 
 from .resources import resource_dir
 
-Path_ = Tuple  # a key path: ("phases", 1, "failures", "schedule", "every")
-
-
 class ScenarioError(Exception):
     exit_code = 2
 

@@ -1,4 +1,3 @@
-import os
 import shutil
 
 import pytest
@@ -11,7 +10,3 @@ def pytest_collection_modifyitems(config, items):
         if "multirank" in item.keywords and not shutil.which("mpiexec"):
             item.add_marker(pytest.mark.skip(reason="no mpiexec on PATH (pip install mpich)"))
 
-
-@pytest.fixture
-def tmpdir_short(tmp_path):
-    return str(tmp_path)
