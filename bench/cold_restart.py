@@ -11,6 +11,8 @@ import sys
 import tempfile
 import time
 
+from restartlab import launchers
+
 
 def main():
     p = argparse.ArgumentParser()
@@ -18,8 +20,8 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
     d = tempfile.mkdtemp(prefix="rl-cold-")
-    base = ["mpiexec", "-n", str(a.ranks), sys.executable, "-m", "restartlab.trainer", "--model", "tiny",
-            "--save-interval", "5", "--ckpt-dir", os.path.join(d, "ck"), "--log-interval", "1000"]
+    base = launchers.build("hydra", nodes=1, ppn=a.ranks, rank_env={})
+    base += [sys.executable, "-m", "restartlab.trainer", "--model", "tiny", "--save-interval", "5", "--ckpt-dir", os.path.join(d, "ck"), "--log-interval", "1000"]
     subprocess.run(base + ["--train-iters", "5", "--outdir", os.path.join(d, "o0")], check=True, capture_output=True)
     results = []
     for i in range(a.repeats):

@@ -7,15 +7,18 @@ Definitions (DESIGN.md):
                 (the rest of the steps computed twice; the first one is inside downtime)
   overhead    = wall(phase) - wall(baseline) = downtime + recompute + save stalls + residual
   ETTR        = productive time / wall time; productive = train/dt of every step that was kept
-Streams each metrics file once with constant memory per row (kept: one number per save)."""
+Streams each metrics file once with constant memory per row (kept: one number per save and a
+bounded, thinned (time, step) trace per attempt for the plots)."""
 import glob
 import json
 import math
 import os
 import statistics
+from array import array
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+TRACE_POINTS = 20000  # per phase (split over its attempts, at least 50 each), for the progress plot
 SAVE_KEYS = ("train/ckpt_save_seconds", "train/ckpt_stage_seconds", "train/ckpt_drain_seconds")
 
 
@@ -36,6 +39,20 @@ class Attempt:
     startup: Dict[str, float] = field(default_factory=dict)
     kept_dt: float = 0.0                  # sum of train/dt of steps that were not recomputed later
     ts_at: Dict[int, float] = field(default_factory=dict)  # ts of requested iters only
+    trace: List[tuple] = field(default_factory=list)       # (ts, iter), thinned to < 2*trace_cap
+    trace_cap: int = 1000
+    trace_stride: int = 1
+    trace_seen: int = 0
+
+    def add_trace(self, ts, it):
+        """Keep every trace_stride-th step; when the buffer fills, drop every other point and
+        double the stride. Memory stays bounded however long the attempt is."""
+        if self.trace_seen % self.trace_stride == 0:
+            self.trace.append((ts, it))
+            if len(self.trace) >= 2 * self.trace_cap:
+                self.trace = self.trace[::2]
+                self.trace_stride *= 2
+        self.trace_seen += 1
 
 
 @dataclass
@@ -43,7 +60,8 @@ class Phase:
     name: str
     attempts: List[Attempt] = field(default_factory=list)
     injections: List[dict] = field(default_factory=list)
-    saves: Dict[str, List[float]] = field(default_factory=lambda: {k: [] for k in SAVE_KEYS})
+    # one 8-byte double per save (exact median/p90); saves are a small fraction of rows
+    saves: Dict[str, "array"] = field(default_factory=lambda: {k: array("d") for k in SAVE_KEYS})
     finalize: List[float] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
 
@@ -97,8 +115,9 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
                 ph.warnings.append(f"{c}: unreadable marker")
     paths = [os.path.join(d, "metrics-0.jsonl") for d in attempt_dirs] if attempt_dirs else list(metrics_files or [])
     atts = []
+    cap = max(50, TRACE_POINTS // max(1, len(paths)))
     for i, p in enumerate(paths, 1):
-        a = Attempt(i, p)
+        a = Attempt(i, p, trace_cap=cap)
         if attempt_dirs:
             try:
                 with open(os.path.join(attempt_dirs[i - 1], "attempt.json")) as f:
@@ -131,6 +150,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
                     if a.launch_ts is None and "startup/launch_ts" in m:
                         a.launch_ts = m["startup/launch_ts"]
                 a.last_iter, a.last_ts = it, ts
+                a.add_trace(ts, it)
                 if it <= keep_upto:
                     a.kept_dt += float(m.get("train/dt", 0.0))
                 if it in want:
@@ -140,6 +160,8 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
                     ph.saves[key].append(float(m[key]))
             if "train/params_crc" in m and it is not None:
                 a.completed = True
+        if a.last_ts is not None and (not a.trace or a.trace[-1][1] != a.last_iter):
+            a.trace.append((a.last_ts, a.last_iter))  # the plot ends where the attempt did
         if a.end_ts is None:
             a.end_ts = a.last_ts
         if a.launch_ts is None:

@@ -6,25 +6,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .collect import iter_rows  # noqa: E402
-
-MAX_POINTS = 4000
-
 
 def _progress(ph):
-    """(elapsed s, step) per attempt, downsampled; plus resume points."""
+    """(elapsed s, step) per attempt from the collector's thinned trace; no second read."""
     t0 = min((a.launch_ts for a in ph.attempts if a.launch_ts), default=None)
     lines = []
     for a in ph.attempts:
-        if not os.path.exists(a.path) or t0 is None:
-            continue
-        xs, ys = [], []
-        for n, m, ts in iter_rows(a.path, []):
-            if "train/loss" in m:
-                xs.append(ts - t0)
-                ys.append(m["train/iter"])
-        step = max(1, len(xs) // MAX_POINTS)
-        lines.append((xs[::step], ys[::step], a))
+        if a.trace and t0 is not None:
+            lines.append(([ts - t0 for ts, _ in a.trace], [it for _, it in a.trace], a))
     return t0, lines
 
 

@@ -8,18 +8,17 @@ import sys
 import time
 import uuid
 
-from restartlab import killer
+from restartlab import killer, launchers
 
 MPIEXEC = shutil.which("mpiexec")
 
 
 def trainer_cmd(n, args, tag=None, env=None):
-    cmd = [MPIEXEC, "-n", str(n)]
+    rank_env = {k: str(v) for k, v in (env or {}).items()}
     if tag:
-        cmd += ["-genv", killer.TAG_VAR, tag]
-    for k, v in (env or {}).items():
-        cmd += ["-genv", k, str(v)]
-    return cmd + [sys.executable, "-m", "restartlab.trainer"] + list(args)
+        rank_env[killer.TAG_VAR] = tag
+    cmd = launchers.build("hydra", nodes=1, ppn=n, rank_env=rank_env)
+    return [MPIEXEC] + cmd[1:] + [sys.executable, "-m", "restartlab.trainer"] + list(args)
 
 
 def run_trainer(n, args, env=None, timeout=240, tag=None):
@@ -44,17 +43,24 @@ def cleanup_tag(tag):
     killer.kill_ranks(tag)
 
 
-def rows(path):
+def raw_rows(path):
+    """Whole rows ({timestamp, rank, metrics}); unparsable lines are skipped."""
     out = []
     if not os.path.exists(path):
         return out
     with open(path) as f:
         for line in f:
             try:
-                out.append(json.loads(line)["metrics"])
-            except (ValueError, KeyError):
-                pass
+                r = json.loads(line)
+                r["metrics"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            out.append(r)
     return out
+
+
+def rows(path):
+    return [r["metrics"] for r in raw_rows(path)]
 
 
 def losses(path):

@@ -2,12 +2,13 @@
 node-local write, during the durable copy and between the copy and the marker; every relaunch
 resumes from the newest `.complete` and the final parameters equal an uninterrupted run. And 50
 consecutive async saves at the shortest interval without a hang (every wait has a timeout)."""
+import json
 import os
 
 import pytest
 
 from restartlab import ckptdir
-from tests.helpers import final_crc, losses, rows, run_trainer
+from tests.helpers import final_crc, losses, raw_rows, rows, run_trainer
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -50,7 +51,16 @@ def test_fifty_consecutive_async_saves_no_hang(tmp_path, n):
     stages = [m for m in ms if "train/ckpt_stage_seconds" in m]
     assert len(stages) == 50 and all(m["train/ckpt_bytes"] > 0 for m in stages)
     assert ckptdir.complete_steps(os.path.join(d, "ckpts")) == list(range(1, 51))
-    # .complete is stamped when the copies are durable, not at the next save: the markers'
-    # latency is well under the time of one step plus the save itself
     finals = [m["train/ckpt_finalize_seconds"] for m in ms if "train/ckpt_finalize_seconds" in m]
     assert len(finals) == 50
+    # .complete is stamped when every rank's copy is durable, not at the next save: between the
+    # last rank's durable copy (durable_ts, from the gather) and the marker (complete_ts), the
+    # training loop finished at most two steps (row timestamps are taken at the end of each step).
+    step_ts = sorted(r["timestamp"] for r in raw_rows(os.path.join(d, "out", "metrics-0.jsonl"))
+                     if "train/loss" in r["metrics"])
+    for s in range(1, 51):
+        with open(os.path.join(ckptdir.step_path(os.path.join(d, "ckpts"), s), ckptdir.COMPLETE)) as f:
+            info = json.load(f)
+        assert info["durable_ts"] <= info["complete_ts"], (s, info)
+        between = sum(info["durable_ts"] < t <= info["complete_ts"] for t in step_ts)
+        assert between <= 2, (s, between, info["complete_ts"] - info["durable_ts"])

@@ -52,7 +52,7 @@ def test_accounting_known_answers(tmp_path):
     ev = collect.failures(p)
     assert [(e["step_at_kill"], e["resumed_from"], e["lost_steps"]) for e in ev] == [(7, 0, 7), (10, 10, 0), (14, 10, 4)]
     # kill right after the save at 10: attempt 3 resumes at 10 -> the save is not lost
-    assert p.saves["train/ckpt_save_seconds"] == [2.0]
+    assert list(p.saves["train/ckpt_save_seconds"]) == [2.0]
     # downtime = first step of the next attempt - kill time
     assert ev[0]["downtime_s"] == pytest.approx(113.0 - 107.5)
     assert ev[2]["downtime_s"] == pytest.approx(135.0 - 130.5)
@@ -123,3 +123,12 @@ def test_real_restartlab_run(tmp_path):
     assert os.path.exists(d / "report.md") and os.path.exists(d / "progress.png")
     tag = open(d / "job.sh").read().split("RESTARTLAB_JOB_TAG ")[1].split()[0]
     assert killer.find_tagged(tag) == []  # nothing of the job outlives it
+
+
+def test_progress_trace_is_bounded_and_spans_the_attempt():
+    a = collect.Attempt(1, "unused", trace_cap=500)
+    for it in range(1, 100_001):
+        a.add_trace(float(it), it)
+    assert 500 <= len(a.trace) < 2 * 500
+    its = [it for _, it in a.trace]
+    assert its[0] == 1 and its == sorted(its) and its[-1] > 100_000 - 2 * a.trace_stride

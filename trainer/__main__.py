@@ -9,7 +9,7 @@ import sys  # noqa: E402
 
 from restartlab.trainer import dist as rdist  # noqa: E402
 
-MODELS = ("tiny", "debug", "agpt-2b", "agpt-20b")
+MODELS = ("tiny", "small", "debug", "agpt-2b", "agpt-20b")
 
 
 def parse_args(argv=None):

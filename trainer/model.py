@@ -27,6 +27,8 @@ class ModelConfig:
 
 PRESETS = {
     "tiny": ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128, vocab=512),
+    # ~24.8M parameters: a ~300 MB checkpoint with AdamW state (the async benchmark's size)
+    "small": ModelConfig(dim=384, n_layers=6, n_heads=6, n_kv_heads=2, ffn_dim=1024, vocab=20000),
     "debug": ModelConfig(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=344, vocab=32000),
     "agpt-2b": ModelConfig(dim=2048, n_layers=12, n_heads=16, n_kv_heads=4, ffn_dim=11008, vocab=256128),
     "agpt-20b": ModelConfig(dim=5120, n_layers=64, n_heads=40, n_kv_heads=8, ffn_dim=14336, vocab=256128),

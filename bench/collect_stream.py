@@ -1,0 +1,121 @@
+"""Collector streaming benchmark: `restartlab report --no-plots` over a synthetic experiment of
+A attempts x R metric rows (trainer-shaped rows, a save every 10 steps, an injection per attempt),
+at two sizes in one run (same attempts, 10x fewer rows each in the small one). Prints wall seconds, rows/s and peak RSS of the report process for each,
+and the ratio of peak RSS between the sizes: a streaming collector keeps it near 1.
+
+Target (issue 6): 1,000 attempts / 1M rows in <= 10 s, memory that does not grow with rows.
+Usage: python bench/collect_stream.py [--attempts 1000] [--rows-per-attempt 1000] [--small 0.1]
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+TARGET_S = 10.0
+
+
+def make_expt(root, attempts, rows_per_attempt):
+    """An experiment dir with one phase `sync`: each attempt resumes from the last multiple of 10
+    below where the previous one stopped (so lost steps and recompute are exercised)."""
+    ph = os.path.join(root, "sync")
+    t, it = 1.0e9, 0
+    inj = []
+    for k in range(1, attempts + 1):
+        d = os.path.join(ph, "attempts", str(k))
+        os.makedirs(d)
+        resumed = (it // 10) * 10
+        it = resumed
+        launch = t
+        t += 1.0
+        lines = []
+        for j in range(rows_per_attempt):
+            it += 1
+            t += 0.01
+            m = {"train/iter": it, "train/loss": 2.0 + 1.0 / it, "train/dt": 0.009}
+            if j == 0:
+                m.update({"startup/import_s": 0.5, "startup/launch_ts": launch,
+                          "train/restart_seconds": t - launch})
+                if resumed:
+                    m["train/resumed_from"] = resumed
+            if it % 10 == 0:
+                m["train/ckpt_save_seconds"] = 0.05
+            lines.append(json.dumps({"timestamp": t, "rank": 0, "metrics": m}))
+        last = k == attempts
+        if last:
+            lines.append(json.dumps({"timestamp": t, "rank": 0,
+                                     "metrics": {"train/iter": it, "train/params_crc": "0"}}))
+        with open(os.path.join(d, "metrics-0.jsonl"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        with open(os.path.join(d, "attempt.json"), "w") as f:
+            json.dump({"launch_ts": launch, "end_ts": t + 0.005, "exit_code": 0 if last else 137,
+                       "completed": last}, f)
+        if not last:
+            inj.append(json.dumps({"time": t + 0.005, "killed": 1}))
+    with open(os.path.join(ph, "injections.jsonl"), "w") as f:
+        f.write("\n".join(inj) + "\n")
+    return attempts * rows_per_attempt
+
+
+def measure(expt):
+    """Run the report in a child; (wall s, peak RSS MiB) of that child alone."""
+    cmd = [sys.executable, "-m", "restartlab.cli", "report", expt, "--no-plots", "--expect", "sync"]
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise SystemExit(f"report failed (rc {p.returncode}): {err[-2000:]}")
+    return wall, ru.ru_maxrss / 1024.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--attempts", type=int, default=1000)
+    ap.add_argument("--rows-per-attempt", type=int, default=1000)
+    ap.add_argument("--small", type=float, default=0.1, help="rows per attempt of the small size, as a fraction of the big one")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    root = tempfile.mkdtemp(prefix="rl-bench-collect-")
+    out = {}
+    try:
+        # same attempts, rows per attempt scaled: the RSS ratio isolates growth with rows
+        sizes = (("small", max(10, int(a.rows_per_attempt * a.small))), ("big", a.rows_per_attempt))
+        att = a.attempts
+        for name, per in sizes:
+            d = os.path.join(root, name)
+            t0 = time.perf_counter()
+            n = make_expt(d, att, per)
+            gen = time.perf_counter() - t0
+            wall, rss = measure(d)
+            with open(os.path.join(d, "summary.json")) as f:
+                summ = json.load(f)["phases"][0]
+            assert summ["attempts"] == att and summ["kills"] == att - 1, summ
+            out[name] = {"attempts": att, "rows": n, "wall_s": wall, "peak_rss_mib": rss,
+                         "rows_per_s": n / wall}
+            print(f"  {name:5s} {att:5d} attempts {n:9,d} rows  report {wall:6.2f} s "
+                  f"({n / wall:,.0f} rows/s)  peak RSS {rss:6.1f} MiB   (generated in {gen:.1f} s)",
+                  flush=True)
+            shutil.rmtree(d, ignore_errors=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    big, small = out["big"], out["small"]
+    ratio = big["peak_rss_mib"] / small["peak_rss_mib"]
+    print(f"  big: {big['rows']:,} rows in {big['wall_s']:.2f} s (target <= {TARGET_S:g} s: "
+          f"{'met' if big['wall_s'] <= TARGET_S else 'MISSED'})")
+    print(f"  peak RSS big/small: {ratio:.2f}x for {big['rows'] / small['rows']:.0f}x the rows "
+          f"(streaming: near 1)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(out, rss_ratio=ratio), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
