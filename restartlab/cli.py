@@ -116,8 +116,9 @@ def cmd_status(a):
 def cmd_cancel(a):
     sched = _sched_for(a)
     r = subprocess.run(sched.cancel_cmd(a.jobid), capture_output=True, text=True, timeout=120)
-    if r.returncode:
-        print(f"restartlab cancel: {r.stderr.strip() or r.stdout.strip()}", file=sys.stderr)
+    err = sched.cancel_error(r.returncode, r.stdout, r.stderr)
+    if err:
+        print(f"restartlab cancel: {a.jobid}: {err}", file=sys.stderr)
         return 1
     print(f"cancelled {a.jobid}")
     return 0

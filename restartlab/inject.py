@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 from . import ckptdir, schedulers
 from .scenario import parse_duration
@@ -60,16 +60,18 @@ def newest_step_seen(phase_dir: str) -> int:
     return 0
 
 
-def unique_hosts(nodefile: Optional[str]) -> List[str]:
+def read_nodefile(nodefile: Optional[str]) -> Tuple[List[str], List[int]]:
+    """(unique hosts in order, line index of each host's first line). PBS Pro writes a host once
+    per MPI slot (mpiprocs), and `pbsdsh -n` indexes those slots, not the unique hosts."""
     if not nodefile or not os.path.exists(nodefile):
-        return [socket.gethostname()]
-    seen = []
+        return [socket.gethostname()], [0]
+    hosts, slots = [], []
     with open(nodefile) as f:
-        for line in f:
-            h = line.strip()
-            if h and h not in seen:
-                seen.append(h)
-    return seen or [socket.gethostname()]
+        for i, h in enumerate(line.strip() for line in f if line.strip()):
+            if h not in hosts:
+                hosts.append(h)
+                slots.append(i)
+    return (hosts, slots) if hosts else ([socket.gethostname()], [0])
 
 
 # ---------------------------------------------------------------- fan-out
@@ -78,13 +80,13 @@ def killer_argv(python, tag, sig, one_rank=False):
     return argv + (["--one"] if one_rank else [])
 
 
-def fan_out(fanout, hosts, indices, argv) -> List[dict]:
+def fan_out(fanout, hosts, indices, argv, slots=None) -> List[dict]:
     """Run `argv` once on each node in `indices` (in parallel); parse each JSON receipt."""
     if fanout == "mpiexec":  # ALCF style: one process per node
         cmds = [["mpiexec", "-n", str(len(hosts)), "--ppn", "1", *argv]]
     else:
         sched = schedulers.get(fanout)
-        cmds = [sched.fanout_cmd(i, hosts, argv) for i in indices]
+        cmds = [sched.fanout_cmd(i, hosts, argv, slots) for i in indices]
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
     receipts = []
     for c, p in zip(cmds, procs):
@@ -113,7 +115,7 @@ class Injector:
         self.a = a
         self.kills = 0
         self.log_path = os.path.join(a.phase_dir, "injections.jsonl") if a.phase_dir else None
-        self.hosts = unique_hosts(a.nodefile)
+        self.hosts, self.slots = read_nodefile(a.nodefile)
         self.rng = random.Random(a.seed)
 
     def say(self, msg):
@@ -153,7 +155,7 @@ class Injector:
         newest = ckptdir.newest_complete_step(a.ckpt_dir, verify=False) if a.ckpt_dir else None
         deadline = t_kill + 10
         while True:  # nothing found (between attempts): retry briefly, the target has not died
-            receipts = fan_out(a.fanout, self.hosts, idx, argv)
+            receipts = fan_out(a.fanout, self.hosts, idx, argv, self.slots)
             killed = sum(len(r.get("pids", [])) for r in receipts if not r.get("dry_run"))
             if killed or time.time() > deadline or self.stop_reason():
                 break

@@ -66,6 +66,11 @@ def ancestors(pid: int) -> set:
     return out
 
 
+def node_name() -> str:
+    """The scheduler's name for this node (several Slurm nodes can share one host in tests)."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def find_tagged(tag: str) -> List[int]:
     """PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly."""
     needle = f"{TAG_VAR}={tag}".encode()
@@ -103,7 +108,7 @@ def kill_ranks(tag: str, sig: int = _signal.SIGKILL, dry_run: bool = False, one:
                 keep[pid] = procs[pid]
                 stack.extend(_children(pid))
         procs = keep
-    receipt = {"host": socket.gethostname(), "time": time.time(), "tag": tag,
+    receipt = {"host": socket.gethostname(), "node": node_name(), "time": time.time(), "tag": tag,
                "signal": _signal.Signals(sig).name, "dry_run": dry_run,
                "pids": sorted(procs), "cmdlines": {str(p): c for p, c in sorted(procs.items())},
                "errors": {}}

@@ -34,7 +34,8 @@ def all_plots(phases, summaries, out):
     ax.set_xlabel("elapsed s (from the phase's first launch)")
     ax.set_ylabel("step")
     ax.set_title("progress: kills (dotted), resumes (dots)")
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
     p = os.path.join(out, "progress.png")
     fig.tight_layout()
     fig.savefig(p, dpi=110)

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from restartlab import inject
 from restartlab.schedulers import pbs, slurm
 from restartlab.schedulers.base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, SchedulerError
 
@@ -40,6 +41,14 @@ def test_pbs_exit_codes_documented():
 
 def test_pbsdsh_once_per_node_index():
     assert pbs.fanout_cmd(1, ["a", "b"], ["x", "--y"]) == ["pbsdsh", "-n", "1", "--", "x", "--y"]
+    # PBS_NODEFILE with mpiprocs=4: each host four times; -n indexes those lines
+    assert pbs.fanout_cmd(1, ["a", "b"], ["x"], slots=[0, 4]) == ["pbsdsh", "-n", "4", "--", "x"]
+
+
+def test_nodefile_slots(tmp_path):
+    nf = tmp_path / "nodefile"
+    nf.write_text("a\na\na\nb\nb\nb\n")
+    assert inject.read_nodefile(str(nf)) == (["a", "b"], [0, 3])
 
 
 def test_slurm_parsers():
@@ -48,3 +57,13 @@ def test_slurm_parsers():
     st = slurm.parse_status("42|RUNNING|None\n43|PENDING|Resources\n44|COMPLETED|None\n45|TIMEOUT|None\n",
                             ["42", "43", "44", "45", "46"])
     assert [st[i].state for i in ["42", "43", "44", "45", "46"]] == [RUNNING, PENDING, FINISHED, FAILED, UNKNOWN]
+
+
+def test_cancel_errors():
+    # recorded from Slurm 22.05 (tests/test_slurm.py meets the real one): `scancel -v` of an
+    # unknown id exits 0 and says so only on stderr
+    err = "scancel: Terminating job 999999\nscancel: error: Kill job error on job id 999999: Invalid job id specified\n"
+    assert "Invalid job id" in slurm.cancel_error(0, "", err)
+    assert slurm.cancel_error(0, "", "scancel: Terminating job 42\n") is None
+    assert pbs.cancel_error(0, "", "") is None
+    assert "Unknown Job Id" in pbs.cancel_error(153, "", "qdel: Unknown Job Id 9.srv\n")

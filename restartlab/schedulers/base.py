@@ -5,8 +5,9 @@ functions in pbs.py, slurm.py, local.py):
     directives(sc) -> [str]                  directive bodies (after the prefix), deterministic
     submit_cmd(script) -> [argv]             parse_submit(stdout) -> job id
     status_cmd(ids) -> [argv]                parse_status(stdout, ids) -> {id: JobStatus}
-    cancel_cmd(jobid) -> [argv]
-    fanout_cmd(node_index, hosts, argv) -> [argv]    run argv once on node `node_index`
+    cancel_cmd(jobid) -> [argv]              cancel_error(rc, stdout, stderr) -> None or reason
+    fanout_cmd(node_index, hosts, argv, slots) -> [argv]   run argv once on node `node_index`
+                                             (slots: each host's first line in the node file)
     NODEFILE_SH                              bash that sets RL_NODEFILE (one line per host)
 """
 from dataclasses import dataclass

@@ -14,8 +14,8 @@ def submit_cmd(script):
     raise SchedulerError("the local scheduler has no queue: use `restartlab run SCENARIO`")
 
 
-parse_submit = status_cmd = parse_status = cancel_cmd = submit_cmd
+parse_submit = status_cmd = parse_status = cancel_cmd = cancel_error = submit_cmd
 
 
-def fanout_cmd(node_index, hosts, argv):
+def fanout_cmd(node_index, hosts, argv, slots=None):
     return list(argv)

@@ -88,6 +88,13 @@ def cancel_cmd(jobid):
     return ["qdel", jobid]
 
 
-def fanout_cmd(node_index, hosts, argv):
-    """Once on the node at `node_index` of the unique hosts (plain pbsdsh runs once per rank slot)."""
-    return ["pbsdsh", "-n", str(node_index), "--", *argv]
+def cancel_error(returncode, stdout, stderr):
+    """None when the cancel went through, else the reason (qdel exits non-zero on failure)."""
+    return (stderr.strip() or stdout.strip() or f"qdel exited {returncode}") if returncode else None
+
+
+def fanout_cmd(node_index, hosts, argv, slots=None):
+    """Once on the node at `node_index` of the unique hosts. `pbsdsh -n` takes an index into the
+    job's vnode list, one entry per MPI slot (PBS_NODEFILE's lines), so we pass the index of that
+    host's first line (`slots`); plain pbsdsh would run once per slot."""
+    return ["pbsdsh", "-n", str(slots[node_index] if slots else node_index), "--", *argv]

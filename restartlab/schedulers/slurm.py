@@ -62,9 +62,18 @@ def parse_status(stdout, ids, returncode=0, stderr=""):
 
 
 def cancel_cmd(jobid):
-    return ["scancel", jobid]
+    # -v: without it scancel of an unknown id prints nothing and exits 0 (seen with Slurm 22.05)
+    return ["scancel", "-v", jobid]
 
 
-def fanout_cmd(node_index, hosts, argv):
+def cancel_error(returncode, stdout, stderr):
+    """None when the cancel went through, else the reason."""
+    errs = [ln.split("error:", 1)[1].strip() for ln in stderr.splitlines() if "error:" in ln]
+    if returncode or errs:
+        return "; ".join(errs) or stderr.strip() or f"scancel exited {returncode}"
+    return None
+
+
+def fanout_cmd(node_index, hosts, argv, slots=None):
     return ["srun", "--overlap", f"--jobid={os.environ.get('SLURM_JOB_ID', '')}", "-N", "1", "-n", "1",
             f"--nodelist={hosts[node_index]}", "--export=ALL", *argv]

@@ -1,0 +1,178 @@
+"""A real scheduler in the tests: a private Slurm with 2 nodes on this machine (conftest `slurm`).
+
+- Slurm backend end to end: `restartlab submit` -> sbatch -> srun --mpi=pmi2 ranks on both nodes
+  -> injector fan-out with `srun --overlap` to each node -> SIGKILLs -> relaunch -> report;
+  `restartlab status` / `cancel` against the real scheduler for pending, running, finished and
+  unknown jobs.
+- PBS tier: the rendered PBS Pro script runs, unmodified, under sbatch (which reads #PBS). The
+  TEST-ONLY PBS layer in tests/pbs_shim (a MOCK of qsub/qstat/qdel/pbsdsh over Slurm) fills
+  what Slurm lacks; restartlab's PBS backend and the whole script body run for real.
+
+What one machine cannot show: both "nodes" are the same host, so each node's killer sees every
+rank of the job (the first fan-out to arrive kills them all; the other finds none), the ranks
+talk over loopback, and a node failure cannot be made real."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from restartlab import killer
+from tests.helpers import final_crc, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.multirank, pytest.mark.timeout(900)]
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHIM = os.path.join(HERE, "pbs_shim")
+
+
+def rl(*args, env=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "restartlab.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def scenario(tmp_path, system, name, nodes=2, ppn=2, iters=40, at_steps=(12, 24), phases=None):
+    phases = phases or [("baseline", "none"), ("sync", "sync")]
+    text = f"""extends: systems/{system}.yaml
+name: {name}
+expt_root: {tmp_path}/expt
+job: {{nodes: {nodes}, walltime: "00:15:00"}}
+launch: {{ranks_per_node: {ppn}}}
+trainer: {{model: tiny, train_iters: {iters}, save_interval: 5, device: cpu}}
+relaunch: {{max_attempts: 5, backoff: 0s, hang_timeout: 120s}}
+failures:
+  signal: KILL
+  target: all-nodes
+  schedule: {{at_steps: [{", ".join(map(str, at_steps))}]}}
+  gate: complete
+phases:
+""" + "".join(f"  - {{name: {n}, checkpoint: {c}}}\n" for n, c in phases)
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+def submit(path, env=None):
+    r = rl("submit", path, env=env)
+    assert r.returncode == 0, r.stderr
+    jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
+    expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
+    return jid, expt
+
+
+def status(sched, *ids, env=None):
+    r = rl("status", "--scheduler", sched, "--json", *ids, env=env)
+    assert r.returncode == 0, r.stderr
+    return {d["jobid"]: d for d in map(json.loads, r.stdout.splitlines())}
+
+
+def wait_state(sched, jid, states, timeout, env=None):
+    seen = []
+
+    def pred():
+        st = status(sched, jid, env=env)[jid]["state"]
+        if not seen or seen[-1] != st:
+            seen.append(st)
+        return st in states
+    wait_for(pred, timeout, f"job {jid} to reach {states} (seen {seen})", interval=0.5)
+    return seen
+
+
+def check_experiment(expt, nodes):
+    """The report and raw files of a finished 2-phase experiment with 2 kills in `sync`."""
+    with open(os.path.join(expt, "summary.json")) as f:
+        phases = {p["phase"]: p for p in json.load(f)["phases"]}
+    sync, base = phases["sync"], phases["baseline"]
+    assert base["completed"] and base["attempts"] == 1
+    assert sync["completed"] and sync["kills"] == 2 and sync["attempts"] == 3, sync
+    # resumed exactly: the final parameters equal the uninterrupted baseline's
+    crc = {ph: final_crc(os.path.join(expt, ph, "attempts", str(phases[ph]["attempts"]), "metrics-0.jsonl"))
+           for ph in ("baseline", "sync")}
+    assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
+    with open(os.path.join(expt, "sync", "injections.jsonl")) as f:
+        recs = [json.loads(line) for line in f]
+    assert len(recs) == 2
+    for r in recs:
+        # one killer per node, reached through the scheduler's own fan-out
+        assert sorted(x.get("node") for x in r["receipts"]) == nodes, r["receipts"]
+        assert r["killed"] == 4 and not any(x.get("error") for x in r["receipts"]), r
+    ev = sync["failures"]
+    assert [e["resumed_from"] for e in ev] == [r["newest_complete"] for r in recs]
+    assert all(e["lost_steps"] == e["step_at_kill"] - e["resumed_from"] >= 0 for e in ev)
+    assert os.path.exists(os.path.join(expt, "report.md"))
+
+
+def leftover_ranks(expt):
+    with open(os.path.join(expt, "job.sh")) as f:
+        tag = re.search(r"RESTARTLAB_JOB_TAG[ =](rl-[\w.-]+)", f.read()).group(1)
+    return killer.find_tagged(tag)
+
+
+def test_slurm_backend_end_to_end(slurm, tmp_path):
+    jid, expt = submit(scenario(tmp_path, "slurm", "slurm-e2e"))
+    seen = wait_state("slurm", jid, {"finished", "failed"}, 420)
+    out = open(os.path.join(expt, f"job-{jid}.out")).read()
+    assert seen[-1] == "finished", out[-3000:]
+    assert "on 2 node(s)" in out
+    check_experiment(expt, slurm["nodes"])
+    # the ranks were launched by srun over both Slurm nodes
+    assert "rl_phase_argv=(srun -N 2 -n 4 --ntasks-per-node=2" in open(os.path.join(expt, "job.sh")).read()
+    assert leftover_ranks(expt) == []
+
+
+def test_slurm_status_and_cancel_real_states(slurm, tmp_path):
+    def sbatch(*args):
+        r = subprocess.run(["sbatch", "--parsable", "-o", str(tmp_path / "%j.out"), *args],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip().split(";")[0]
+    done = sbatch("--wrap", "true")
+    running = sbatch("--wrap", "sleep 300")
+    held = sbatch("--hold", "--wrap", "true")
+    wait_state("slurm", done, {"finished"}, 60)
+    wait_state("slurm", running, {"running"}, 60)
+    st = status("slurm", done, running, held, "999999")
+    assert [st[j]["state"] for j in (done, running, held, "999999")] == \
+        ["finished", "running", "pending", "unknown"], st
+    for j in (running, held):
+        r = rl("cancel", "--scheduler", "slurm", j)
+        assert r.returncode == 0 and f"cancelled {j}" in r.stdout, r.stderr
+    wait_state("slurm", running, {"failed"}, 60)
+    st = status("slurm", running, held)
+    assert all(s["state"] == "failed" and "CANCELLED" in s["detail"] for s in st.values()), st
+    r = rl("cancel", "--scheduler", "slurm", "999999")
+    assert r.returncode == 1 and "999999" in r.stderr
+
+
+def test_pbs_script_runs_under_slurm_with_mock_pbs_layer(slurm, tmp_path):
+    """The PBS Pro script, unmodified, under sbatch; qsub/qstat/qdel/pbsdsh are the TEST-ONLY
+    MOCK in tests/pbs_shim. pbsdsh -n must name each node's first slot in PBS_NODEFILE (2 lines
+    per node here), or the second node's killer would never run."""
+    env = dict(os.environ, PATH=SHIM + os.pathsep + os.environ["PATH"])
+    jid, expt = submit(scenario(tmp_path, "pbs", "pbs-tier"), env=env)
+    assert re.fullmatch(r"\d+\.rl-shim-pbs", jid), jid
+    seen = wait_state("pbs", jid, {"finished", "failed"}, 420, env=env)
+    outs = [f for f in os.listdir(expt) if f.startswith("slurm-")]
+    out = open(os.path.join(expt, outs[0])).read() if outs else ""
+    assert seen[-1] == "finished", out[-3000:]
+    assert f"job {jid} on 2 node(s)" in out, out[-2000:]
+    check_experiment(expt, slurm["nodes"])
+    assert leftover_ranks(expt) == []
+    # status through qstat -f -F json -x: finished, and an unknown id (qstat exits 153)
+    st = status("pbs", jid, "424242.rl-shim-pbs", env=env)
+    assert st[jid]["state"] == "finished" and st[jid]["exit_status"] == 0
+    assert st["424242.rl-shim-pbs"]["state"] == "unknown"
+    # cancel through qdel: PBS reports a job killed by SIGTERM as Exit_status 256+15
+    long = tmp_path / "long.sh"
+    long.write_text("#!/bin/bash\n#PBS -l select=1:mpiprocs=1\n#PBS -l walltime=00:05:00\nsleep 300\n")
+    r = subprocess.run(["qsub", str(long)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    lj = r.stdout.strip()
+    wait_state("pbs", lj, {"running"}, 60, env=env)
+    r = rl("cancel", "--scheduler", "pbs", lj, env=env)
+    assert r.returncode == 0, r.stderr
+    wait_state("pbs", lj, {"failed"}, 60, env=env)
+    assert status("pbs", lj, env=env)[lj]["exit_status"] == 271
+    # qstat without -x on a finished job: PBS Pro's exit code 35
+    r = subprocess.run(["qstat", "-f", "-F", "json", jid], capture_output=True, text=True, env=env)
+    assert r.returncode == 35 and "Job has finished" in r.stderr
