@@ -156,7 +156,9 @@ class Injector:
         deadline = t_kill + 10
         while True:  # nothing found (between attempts): retry briefly, the target has not died
             receipts = fan_out(a.fanout, self.hosts, idx, argv, self.slots)
-            killed = sum(len(r.get("pids", [])) for r in receipts if not r.get("dry_run"))
+            # distinct (host, pid): two scheduler nodes on one host may both see the same rank
+            killed = len({(r.get("host"), p) for r in receipts if not r.get("dry_run")
+                          for p in r.get("pids", [])})
             if killed or time.time() > deadline or self.stop_reason():
                 break
             time.sleep(0.2)
