@@ -38,7 +38,8 @@ def progress(ctx, t0):
             attempts = len(glob.glob(os.path.join(p["dir"], "attempts", "*")))
             kills = _count_lines(os.path.join(p["dir"], "injections.jsonl"))
             done_steps += step
-            line = (f"phase {i + 1}/{len(phases)} {p['name']}: step {step}/{iters}, "
+            where = f"step {step}/{iters}" if step or attempts <= 1 else f"relaunching (attempt {attempts})"
+            line = (f"phase {i + 1}/{len(phases)} {p['name']}: {where}, "
                     f"kills {kills}, restarts {max(0, attempts - 1)}")
         break
     elapsed = time.time() - t0
