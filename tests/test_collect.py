@@ -2,12 +2,14 @@
 any checkpoint, off-by-one cases), and one real `restartlab run` checked against its raw files."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from restartlab import collect, killer
+from tests.helpers import wait_for
 
 
 def write_attempt(phase_dir, k, launch, rows, end, completed=False):
@@ -132,3 +134,48 @@ def test_progress_trace_is_bounded_and_spans_the_attempt():
     assert 500 <= len(a.trace) < 2 * 500
     its = [it for _, it in a.trace]
     assert its[0] == 1 and its == sorted(its) and its[-1] > 100_000 - 2 * a.trace_stride
+
+
+def _procs_with_env(entry: bytes):
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if entry in f.read().split(b"\0"):
+                        out.append(int(name))
+            except OSError:
+                pass
+    return out
+
+
+def test_ctrl_c_stops_everything_and_leaves_a_readable_experiment(tmp_path):
+    """Ctrl-C as a terminal sends it: SIGINT to `restartlab run`'s foreground process group,
+    in the middle of the sync phase. Everything the run started carries PBS_JOBID=<its pid>.local
+    (job script, injector, mpiexec, ranks): none of it may survive, and the report still reads."""
+    d = tmp_path / "expt"
+    p = subprocess.Popen([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(d), "--plain",
+                          "--set", "trainer.train_iters=400", "--set", "failures.schedule.at_steps=[300]"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        metrics = d / "sync" / "attempts" / "1" / "metrics-0.jsonl"
+        wait_for(lambda: metrics.exists() and metrics.stat().st_size > 0, 240, "the sync phase's first rows")
+        mine = f"PBS_JOBID={p.pid}.local".encode()
+        assert len(_procs_with_env(mine)) >= 4  # the check below is not vacuous: script, injector, ranks
+        os.killpg(p.pid, signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, out[-3000:]
+    assert "interrupted" in out and str(d) in out
+    wait_for(lambda: not _procs_with_env(mine), 15, "every process of the run to be gone")
+    tag = open(d / "job.sh").read().split("RESTARTLAB_JOB_TAG ")[1].split()[0]
+    assert killer.find_tagged(tag) == []
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "report", str(d), "--no-plots"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "missing phases: async" in r.stderr
+    s = json.load(open(d / "summary.json"))
+    assert {ph["phase"] for ph in s["phases"]} == {"baseline", "sync"}
+    assert next(ph for ph in s["phases"] if ph["phase"] == "baseline")["completed"]
