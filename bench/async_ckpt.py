@@ -132,7 +132,7 @@ def worker(a):
 def driver(a):
     from restartlab import launchers
     d = a.dir or tempfile.mkdtemp(prefix="rl-bench-ckpt-")
-    argv = launchers.build("hydra", nodes=1, ppn=a.ranks, rank_env={})
+    argv = launchers.build("hydra", nodes=1, ppn=a.ranks, rank_env=launchers.local_rendezvous_env())
     argv += [sys.executable, os.path.abspath(__file__), "--worker", "--dir", d,
              "--model", a.model, "--repeats", str(a.repeats)]
     print(f"async checkpoint benchmark: {a.ranks} ranks, model {a.model}, {a.repeats} repeats "

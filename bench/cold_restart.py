@@ -20,14 +20,18 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
     d = tempfile.mkdtemp(prefix="rl-cold-")
-    base = launchers.build("hydra", nodes=1, ppn=a.ranks, rank_env={})
-    base += [sys.executable, "-m", "restartlab.trainer", "--model", "tiny", "--save-interval", "5", "--ckpt-dir", os.path.join(d, "ck"), "--log-interval", "1000"]
-    subprocess.run(base + ["--train-iters", "5", "--outdir", os.path.join(d, "o0")], check=True, capture_output=True)
+    trainer = [sys.executable, "-m", "restartlab.trainer", "--model", "tiny", "--save-interval", "5",
+               "--ckpt-dir", os.path.join(d, "ck"), "--log-interval", "1000"]
+
+    def attempt(extra, env=None):  # a fresh rendezvous port per attempt, as the relaunch loop does
+        argv = launchers.build("hydra", nodes=1, ppn=a.ranks, rank_env=launchers.local_rendezvous_env())
+        subprocess.run(argv + trainer + extra, check=True, capture_output=True, env=env)
+
+    attempt(["--train-iters", "5", "--outdir", os.path.join(d, "o0")])
     results = []
     for i in range(a.repeats):
         out = os.path.join(d, f"o{i + 1}")
-        env = dict(os.environ, RESTARTLAB_LAUNCH_TS=f"{time.time():.6f}")
-        subprocess.run(base + ["--train-iters", "6", "--outdir", out], check=True, capture_output=True, env=env)
+        attempt(["--train-iters", "6", "--outdir", out], env=dict(os.environ, RESTARTLAB_LAUNCH_TS=f"{time.time():.6f}"))
         first = json.loads(open(os.path.join(out, "metrics-0.jsonl")).readline())["metrics"]
         results.append(first)
         shutil.rmtree(os.path.join(d, "ck", "step-00000006"), ignore_errors=True)

@@ -2,11 +2,12 @@
 
 `rank_env` reaches the training ranks only (never the launcher's own environment), which is how
 the job tag stays off the launcher and the injector. Variables already in the launcher's
-environment (RESTARTLAB_LAUNCH_TS) are forwarded by each launcher's own mechanism."""
+environment (RESTARTLAB_LAUNCH_TS, MASTER_ADDR/PORT) are forwarded by each launcher's own mechanism."""
+import socket
 from typing import Callable, Dict, List
 
 LAUNCHERS: Dict[str, Callable] = {}
-FORWARD = ("RESTARTLAB_LAUNCH_TS",)
+FORWARD = ("RESTARTLAB_LAUNCH_TS", "MASTER_ADDR", "MASTER_PORT")
 
 
 def launcher(name):
@@ -70,3 +71,12 @@ def srun(nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None) -> List
 
 def build(name, **kw) -> List[str]:
     return LAUNCHERS[name](**kw)
+
+
+def local_rendezvous_env() -> Dict[str, str]:
+    """MASTER_ADDR/PORT for ranks on this host only (tests, benchmarks): loopback, a free port.
+    Given these, the trainer never initializes MPI (see templates/body.j2 for why that matters)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}

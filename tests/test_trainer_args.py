@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from restartlab.trainer.dist import discover_ranks
+from tests.helpers import final_crc, run_trainer
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -31,3 +32,15 @@ def test_bad_input_one_line_exit_2(args, needle):
 def test_discover_ranks(env, expect):
     i = discover_ranks(env)
     assert (i.rank, i.world_size, i.local_rank, i.launcher) == expect
+
+
+@pytest.mark.multirank
+def test_mpi4py_rendezvous_fallback(tmp_path):
+    """Without MASTER_ADDR/PORT the ranks agree on them through mpi4py and train to the end.
+    The exit code is not asserted: with MPI initialized, MPICH Hydra SIGKILLs the ranks still
+    exiting once the first has exited, and may report rc 9 after success (why the job scripts
+    and the tests export MASTER_ADDR/PORT). Completion is judged as the relaunch loop judges it."""
+    r = run_trainer(2, ["--model", "tiny", "--train-iters", "4", "--outdir", str(tmp_path)], rendezvous=False)
+    assert "TRAINING DONE step=4" in r.stdout, r.stdout[-3000:]
+    assert r.returncode in (0, 9), r.stdout[-3000:]
+    assert final_crc(str(tmp_path / "metrics-0.jsonl")) is not None

@@ -60,8 +60,10 @@ def rendezvous(info: RankInfo, env=None):
     if info.rank == 0:
         addr, port = socket.gethostname(), _free_port()
     addr, port = MPI.COMM_WORLD.bcast((addr, port), root=0)
-    # finalize now: a process that exits (os._exit) with MPI initialized but not finalized is a
-    # "bad termination" to Hydra, which then SIGKILLs the other ranks (seen: rc 9 after success)
+    # MPI has done its one job. Caveat (measured with MPICH Hydra): once ranks have initialized
+    # MPI, the first to exit gets its slower peers SIGKILLed, finalized or not, and mpiexec may
+    # report "EXIT CODE: 9" after a successful run. restartlab's job scripts export MASTER_ADDR
+    # and MASTER_PORT, so this fallback is only for hand-launched runs.
     MPI.Finalize()
     return addr, port
 
