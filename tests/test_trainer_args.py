@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from restartlab.trainer.dist import discover_ranks
+from restartlab.trainer.dist import discover_ranks, intra_op_threads
 from tests.helpers import final_crc, run_trainer
 
 
@@ -32,6 +32,19 @@ def test_bad_input_one_line_exit_2(args, needle):
 def test_discover_ranks(env, expect):
     i = discover_ranks(env)
     assert (i.rank, i.world_size, i.local_rank, i.launcher) == expect
+
+
+@pytest.mark.parametrize("env,cpus,expect", [
+    ({"MPI_LOCALNRANKS": "2"}, 2, 1),
+    ({"MPI_LOCALNRANKS": "4"}, 2, 1),
+    ({"PALS_LOCAL_SIZE": "12"}, 208, 17),
+    ({"SLURM_TASKS_PER_NODE": "2(x2)"}, 8, 4),
+    ({"SLURM_TASKS_PER_NODE": "3,1"}, 6, 2),
+    ({}, 8, 8),
+    ({"OMP_NUM_THREADS": "3", "MPI_LOCALNRANKS": "2"}, 8, None),
+])
+def test_intra_op_threads_split_the_node(env, cpus, expect):
+    assert intra_op_threads(env, cpus) == expect
 
 
 @pytest.mark.multirank

@@ -108,6 +108,9 @@ def main(argv=None):
     from restartlab.trainer.metrics import MetricsWriter
     from restartlab.trainer.model import PRESETS
     from restartlab.trainer.parallel import build_mesh, build_model, dp_rank_of, use_meta_init
+    threads = rdist.intra_op_threads()
+    if threads:
+        torch.set_num_threads(threads)
     t_imported = time.time()
 
     device_type, backend = rdist.pick_device(a.device)
@@ -139,7 +142,8 @@ def main(argv=None):
             log(f"RESUMED from step={start}")
     t_loaded = time.time()
     log(f"model={a.model} params={cfg.n_params():,} world={info.world_size} tp={a.tp} "
-        f"device={device_type} launcher={info.launcher} meta_init={meta} start={start}")
+        f"device={device_type} launcher={info.launcher} threads={torch.get_num_threads()} "
+        f"meta_init={meta} start={start}")
 
     metrics = MetricsWriter(a.outdir, info.rank) if info.rank == 0 else None
     first = True
