@@ -2,6 +2,7 @@
 import os
 import socket
 import sys
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -120,9 +121,24 @@ def init(info: RankInfo, device_type: str, backend: str):
         device = torch.device(device_type, info.local_rank)
     else:
         device = torch.device("cpu")
+    if info.rank != 0:
+        wait_for_listener(addr, port)
     dist.init_process_group(backend=backend, init_method=f"tcp://{addr}:{port}",
                             rank=info.rank, world_size=info.world_size)
     return device
+
+
+def wait_for_listener(addr, port, timeout=600.0, interval=0.02):
+    """Poll until rank 0's store accepts connections. torch's own client retries with a backoff
+    that cost up to ~1 s per restart here (measured: rank 0 1.0 s late -> others joined after
+    2.3 s; with this poll, after 1.0 s). On timeout we fall through to torch's own error."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection((addr, port), timeout=1.0).close()
+            return
+        except OSError:
+            time.sleep(interval)
 
 
 def clean_exit(code: int = 0):
