@@ -116,8 +116,10 @@ def test_slurm_backend_end_to_end(slurm, tmp_path):
     assert seen[-1] == "finished", out[-3000:]
     assert "on 2 node(s)" in out
     check_experiment(expt, slurm["nodes"])
-    # the ranks were launched by srun over both Slurm nodes
+    # the ranks were launched by srun over both Slurm nodes, and knew it (local rank from srun)
     assert "rl_phase_argv=(srun -N 2 -n 4 --ntasks-per-node=2" in open(os.path.join(expt, "job.sh")).read()
+    first = open(os.path.join(expt, "sync", "attempts", "1", "output.log")).read()
+    assert "launcher=srun threads=1" in first, first[-2000:]
     assert leftover_ranks(expt) == []
 
 

@@ -26,6 +26,12 @@ def test_bad_input_one_line_exit_2(args, needle):
     ({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "2"}, (2, 4, 2, "hydra")),
     ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "6", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}, (5, 6, 1, "openmpi")),
     ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1"}, (1, 2, 1, "srun")),
+    # srun --mpi=pmi2 also sets PMI_RANK/PMI_SIZE: the local rank must still be SLURM_LOCALID
+    ({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "PMI_RANK": "3", "PMI_SIZE": "4"},
+     (3, 4, 1, "srun")),
+    # Hydra's ranks inside a Slurm job inherit their proxy's SLURM_PROCID: Hydra's variables win
+    ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "PMI_RANK": "3", "PMI_SIZE": "4",
+      "MPI_LOCALRANKID": "1"}, (3, 4, 1, "hydra")),
     ({"RANK": "7", "WORLD_SIZE": "16", "LOCAL_RANK": "3"}, (7, 16, 3, "torchrun")),
     ({}, (0, 1, 0, "none")),
 ])

@@ -31,6 +31,8 @@ def discover_ranks(env=None) -> RankInfo:
     a size we fall back to PMI_SIZE (PALS also sets the PMI ones)."""
     env = os.environ if env is None else env
     for name, r, w, l in LAUNCHER_ENV:
+        if name == "hydra" and "MPI_LOCALRANKID" not in env and "SLURM_PROCID" in env:
+            continue  # `srun --mpi=pmi2` sets PMI_RANK too, but no local rank: srun's entry has it
         if r in env:
             size = env.get(w) or env.get("PMI_SIZE") or env.get("WORLD_SIZE")
             if size is None:
