@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from .scenario import ScenarioError
+from .schedulers.base import SchedulerError
 
 
 def _load(path, sets):
@@ -106,7 +107,11 @@ def _sched_for(a):
 def cmd_status(a):
     sched = _sched_for(a)
     r = subprocess.run(sched.status_cmd(a.jobids), capture_output=True, text=True, timeout=120)
-    st = sched.parse_status(r.stdout, a.jobids, r.returncode, r.stderr)
+    try:
+        st = sched.parse_status(r.stdout, a.jobids, r.returncode, r.stderr)
+    except SchedulerError as e:
+        print(f"restartlab status: {e}", file=sys.stderr)
+        return 1
     for jid in a.jobids:
         s = st[jid]
         print(json.dumps(s.as_dict()) if a.json else f"{jid}\t{s.state}\t{s.detail}")

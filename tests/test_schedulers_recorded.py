@@ -67,3 +67,14 @@ def test_cancel_errors():
     assert slurm.cancel_error(0, "", "scancel: Terminating job 42\n") is None
     assert pbs.cancel_error(0, "", "") is None
     assert "Unknown Job Id" in pbs.cancel_error(153, "", "qdel: Unknown Job Id 9.srv\n")
+
+
+def test_status_query_failure_is_an_error_not_unknown():
+    # squeue's message when slurmctld is down (seen with Slurm 22.05); for PBS any exit code other
+    # than 0, 153 (unknown id) and 35 (finished, without -x) means the query itself failed
+    with pytest.raises(SchedulerError, match="Unable to contact slurm controller"):
+        slurm.parse_status("", ["42"], 1, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n")
+    with pytest.raises(SchedulerError, match="cannot connect to server"):
+        pbs.parse_status("", ["1.srv"], 1, "qstat: cannot connect to server srv\n")
+    # unknown ids are not a failure of the query
+    assert pbs.parse_status("", ["1.srv"], 153, "qstat: Unknown Job Id 1.srv\n")["1.srv"].state == UNKNOWN

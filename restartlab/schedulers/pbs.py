@@ -66,6 +66,9 @@ def exit_detail(code):
 def parse_status(stdout, ids, returncode=0, stderr=""):
     """`qstat -f -F json -x` output -> {id: JobStatus}. Ids qstat does not know (it prints
     'Unknown Job Id' and exits 153) are UNKNOWN."""
+    if returncode not in (0, EXIT_UNKNOWN_JOB, EXIT_JOB_FINISHED):
+        # e.g. the server cannot be reached: never report every job as "unknown"
+        raise SchedulerError(f"qstat failed (rc {returncode}): {stderr.strip() or stdout.strip()}")
     try:
         jobs = json.loads(stdout).get("Jobs", {}) if stdout.strip() else {}
     except ValueError as e:

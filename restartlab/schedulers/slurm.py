@@ -46,6 +46,8 @@ _STATE = {"PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQU
 
 
 def parse_status(stdout, ids, returncode=0, stderr=""):
+    if returncode:  # e.g. the controller is down: never report every job as "unknown"
+        raise SchedulerError(f"squeue failed (rc {returncode}): {stderr.strip() or stdout.strip()}")
     seen = {}
     for line in stdout.splitlines():
         parts = line.strip().split("|")
