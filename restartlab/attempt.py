@@ -3,38 +3,17 @@ Also decides whether the trainer reached its last step (not merely rc 0)."""
 import json
 import os
 
+from . import collect
+
 
 def reached_last_step(attempt_dir: str, train_iters: int) -> bool:
     """True iff rank 0 wrote its final row (train/params_crc at train_iters) in this attempt."""
-    path = os.path.join(attempt_dir, "metrics-0.jsonl")
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 8192))
-            tail = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return False
-    for line in reversed(tail):
-        try:
-            m = json.loads(line)["metrics"]
-        except (ValueError, KeyError, TypeError):
-            continue
-        return "train/params_crc" in m and m.get("train/iter") == train_iters
-    return False
+    m = collect.last_row(os.path.join(attempt_dir, "metrics-0.jsonl"))
+    return m is not None and "train/params_crc" in m and m.get("train/iter") == train_iters
 
 
 def injected_between(phase_dir: str, t0: float, t1: float) -> bool:
-    try:
-        with open(os.path.join(phase_dir, "injections.jsonl")) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if t0 <= rec.get("time", -1) <= t1 and rec.get("killed"):
-                    return True
-    except OSError:
-        pass
-    return False
+    return any(t0 <= r.get("time", -1) <= t1 and r.get("killed") for r in collect.read_injections(phase_dir))
 
 
 def record(attempt_dir, phase_dir, attempt, launch_ts, end_ts, rc, train_iters) -> bool:

@@ -84,6 +84,46 @@ def iter_rows(path, warnings):
             yield n, m, ts
 
 
+def last_row(path, key=None) -> Optional[dict]:
+    """Metrics of the last parsable line of a metrics file (that has `key`, if given), reading
+    only the file's tail: the relaunch loop and the injector ask this of a live file."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 8192))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            m = json.loads(line)["metrics"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(m, dict) and (key is None or key in m):
+            return m
+    return None
+
+
+def injections_path(phase_dir):
+    return os.path.join(phase_dir, "injections.jsonl")
+
+
+def read_injections(phase_dir, warnings=None) -> List[dict]:
+    """<phase>/injections.jsonl (one record per kill); malformed lines are skipped, and named
+    in `warnings` when a list is given."""
+    path, out = injections_path(phase_dir), []
+    try:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    if warnings is not None:
+                        warnings.append(f"{path}:{n}: skipped a malformed line")
+    except OSError:
+        pass
+    return out
+
+
 def _first_row(path, warnings):
     for _, m, ts in iter_rows(path, warnings):
         if "train/iter" in m and "train/loss" in m:
@@ -98,14 +138,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
     if phase_dir:
         attempt_dirs = sorted((d for d in glob.glob(os.path.join(phase_dir, "attempts", "*"))
                                if os.path.basename(d).isdigit()), key=lambda d: int(os.path.basename(d)))
-        inj = os.path.join(phase_dir, "injections.jsonl")
-        if os.path.exists(inj):
-            with open(inj) as f:
-                for n, line in enumerate(f, 1):
-                    try:
-                        ph.injections.append(json.loads(line))
-                    except ValueError:
-                        ph.warnings.append(f"{inj}:{n}: skipped a malformed line")
+        ph.injections = read_injections(phase_dir, ph.warnings)
         for c in glob.glob(os.path.join(phase_dir, "ckpts", "step-*", ".complete")):
             try:
                 with open(c) as f:

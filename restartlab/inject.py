@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Iterator, List, Optional, Tuple
 
-from . import ckptdir, schedulers
+from . import ckptdir, collect, schedulers
 from .scenario import parse_duration
 
 POLL_S = 0.1
@@ -45,19 +45,11 @@ def newest_step_seen(phase_dir: str) -> int:
                       key=lambda p: int(os.path.basename(p)) if os.path.basename(p).isdigit() else -1)
     if not attempts:
         return 0
-    path = os.path.join(attempts[-1], "metrics-0.jsonl")
+    m = collect.last_row(os.path.join(attempts[-1], "metrics-0.jsonl"), key="train/iter")
     try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 4096))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
+        return int(m["train/iter"]) if m else 0
+    except (TypeError, ValueError):
         return 0
-    for line in reversed(lines):
-        try:
-            return int(json.loads(line)["metrics"]["train/iter"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return 0
 
 
 def read_nodefile(nodefile: Optional[str]) -> Tuple[List[str], List[int]]:
@@ -114,7 +106,7 @@ class Injector:
     def __init__(self, a):
         self.a = a
         self.kills = 0
-        self.log_path = os.path.join(a.phase_dir, "injections.jsonl") if a.phase_dir else None
+        self.log_path = collect.injections_path(a.phase_dir) if a.phase_dir else None
         self.hosts, self.slots = read_nodefile(a.nodefile)
         self.rng = random.Random(a.seed)
 
@@ -144,13 +136,13 @@ class Injector:
 
     def kill(self, reason, target_step=None):
         a = self.a
-        if a.target == "one-node":
-            idx = [a.node if a.node is not None else self.rng.randrange(len(self.hosts))]
-        else:
+        if a.target == "all-nodes":
             idx = list(range(len(self.hosts)))
+        elif a.node is not None:
+            idx = [a.node]
+        else:  # one-node: a seeded random node; one-rank: the first node
+            idx = [self.rng.randrange(len(self.hosts)) if a.target == "one-node" else 0]
         argv = killer_argv(a.python, a.tag, a.signal, one_rank=a.target == "one-rank")
-        if a.target == "one-rank":
-            idx = idx[:1] if a.node is None else [a.node]
         t_kill = time.time()
         newest = ckptdir.newest_complete_step(a.ckpt_dir, verify=False) if a.ckpt_dir else None
         deadline = t_kill + 10

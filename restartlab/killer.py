@@ -71,9 +71,9 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def find_tagged(tag: str) -> List[int]:
-    """PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly."""
-    needle = f"{TAG_VAR}={tag}".encode()
+def find_by_env(entry: str) -> List[int]:
+    """Live PIDs whose environment holds the exact entry NAME=value."""
+    needle = entry.encode()
     pids = []
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -81,6 +81,11 @@ def find_tagged(tag: str) -> List[int]:
             if _environ_has(pid, needle) and not _is_zombie(pid):
                 pids.append(pid)
     return sorted(pids)
+
+
+def find_tagged(tag: str) -> List[int]:
+    """PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly."""
+    return find_by_env(f"{TAG_VAR}={tag}")
 
 
 def targets(tag: str) -> Dict[int, str]:

@@ -11,7 +11,7 @@ import uuid
 
 import jinja2
 
-from . import launchers, schedulers
+from . import killer, launchers, schedulers
 from .resources import resource_dir
 from .scenario import ScenarioError, effective_failures, parse_duration
 
@@ -105,7 +105,7 @@ def context(sc, scheduler=None, expt_dir=None):
     python = sc["launch"]["python"] or sys.executable
     ln = sc["launch"]
     rank_env = dict(ln["env"])
-    rank_env["RESTARTLAB_JOB_TAG"] = tag
+    rank_env[killer.TAG_VAR] = tag
     try:
         launch = launchers.build(ln["launcher"], nodes=sc["job"]["nodes"], ppn=ln["ranks_per_node"],
                                  rank_env=rank_env, cpu_bind=ln["cpu_bind"], depth=ln["depth"],

@@ -55,7 +55,7 @@ def build(a):
                 missing.append(f"{name} (no file matches {pattern})")
             else:
                 phases.append(collect.load_phase(name, metrics_files=files))
-    summaries = [collect.summarize_phase(p) for p in phases]
+    summaries = [dict(collect.summarize_phase(p), warnings=p.warnings) for p in phases]
     base = next((s for s in summaries if s["phase"] == "baseline"), None)
     for s in summaries:
         s["overhead"] = collect.overhead(s, base) if s is not base else None
@@ -63,8 +63,6 @@ def build(a):
         rs = [e["restart_s"] for e in s["failures"] if e["restart_s"]]
         s["young_daly"] = dict(collect.young_daly(cost, sorted(rs)[len(rs) // 2] if rs else None, a.mtbf),
                                mtbf_s=a.mtbf, save_cost_s=cost)
-        dts = [ph for ph in phases if ph.name == s["phase"]]
-        s["warnings"] = dts[0].warnings if dts else []
     return phases, summaries, missing
 
 

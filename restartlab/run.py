@@ -10,17 +10,9 @@ import subprocess
 import sys
 import time
 
-from . import cli, killer, scenario
+from . import cli, collect, killer, scenario
 from .inject import newest_step_seen
 from .resources import resource_dir
-
-
-def _count_lines(path):
-    try:
-        with open(path) as f:
-            return sum(1 for line in f if '"killed": 0' not in line)
-    except OSError:
-        return 0
 
 
 def progress(ctx, t0):
@@ -36,7 +28,7 @@ def progress(ctx, t0):
             cur = i
             step = newest_step_seen(p["dir"])
             attempts = len(glob.glob(os.path.join(p["dir"], "attempts", "*")))
-            kills = _count_lines(os.path.join(p["dir"], "injections.jsonl"))
+            kills = sum(1 for r in collect.read_injections(p["dir"]) if r.get("killed"))
             done_steps += step
             where = f"step {step}/{iters}" if step or attempts <= 1 else f"relaunching (attempt {attempts})"
             line = (f"phase {i + 1}/{len(phases)} {p['name']}: {where}, "

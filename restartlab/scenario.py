@@ -6,7 +6,7 @@ import copy
 import difflib
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import yaml
 

@@ -1,6 +1,7 @@
 """Shared test helpers: real mpiexec runs of the trainer, metrics reading, process cleanup."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -32,6 +33,12 @@ def run_trainer(n, args, env=None, timeout=240, tag=None, rendezvous=True):
                               stderr=subprocess.STDOUT, text=True, timeout=timeout)
     finally:
         cleanup_tag(tag)
+
+
+def job_tag(expt_dir):
+    """The job tag baked into an experiment's job.sh (the ranks' RESTARTLAB_JOB_TAG)."""
+    with open(os.path.join(expt_dir, "job.sh")) as f:
+        return re.search(killer.TAG_VAR + r"[ =](rl-[\w.-]+)", f.read()).group(1)
 
 
 def cleanup_tag(tag):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from restartlab import collect, killer
-from tests.helpers import wait_for
+from tests.helpers import job_tag, wait_for
 
 
 def write_attempt(phase_dir, k, launch, rows, end, completed=False):
@@ -123,8 +123,7 @@ def test_real_restartlab_run(tmp_path):
     assert ev["step_at_kill"] == last and ev["lost_steps"] == last - ev["resumed_from"]
     assert ev["downtime_s"] > ev["restart_s"] > 0
     assert os.path.exists(d / "report.md") and os.path.exists(d / "progress.png")
-    tag = open(d / "job.sh").read().split("RESTARTLAB_JOB_TAG ")[1].split()[0]
-    assert killer.find_tagged(tag) == []  # nothing of the job outlives it
+    assert killer.find_tagged(job_tag(d)) == []  # nothing of the job outlives it
 
 
 def test_progress_trace_is_bounded_and_spans_the_attempt():
@@ -134,19 +133,6 @@ def test_progress_trace_is_bounded_and_spans_the_attempt():
     assert 500 <= len(a.trace) < 2 * 500
     its = [it for _, it in a.trace]
     assert its[0] == 1 and its == sorted(its) and its[-1] > 100_000 - 2 * a.trace_stride
-
-
-def _procs_with_env(entry: bytes):
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/environ", "rb") as f:
-                    if entry in f.read().split(b"\0"):
-                        out.append(int(name))
-            except OSError:
-                pass
-    return out
 
 
 def test_ctrl_c_stops_everything_and_leaves_a_readable_experiment(tmp_path):
@@ -160,8 +146,8 @@ def test_ctrl_c_stops_everything_and_leaves_a_readable_experiment(tmp_path):
     try:
         metrics = d / "sync" / "attempts" / "1" / "metrics-0.jsonl"
         wait_for(lambda: metrics.exists() and metrics.stat().st_size > 0, 240, "the sync phase's first rows")
-        mine = f"PBS_JOBID={p.pid}.local".encode()
-        assert len(_procs_with_env(mine)) >= 4  # the check below is not vacuous: script, injector, ranks
+        mine = f"PBS_JOBID={p.pid}.local"
+        assert len(killer.find_by_env(mine)) >= 4  # the check below is not vacuous: script, injector, ranks
         os.killpg(p.pid, signal.SIGINT)
         out, _ = p.communicate(timeout=60)
     finally:
@@ -169,9 +155,8 @@ def test_ctrl_c_stops_everything_and_leaves_a_readable_experiment(tmp_path):
             os.killpg(p.pid, signal.SIGKILL)
     assert p.returncode == 130, out[-3000:]
     assert "interrupted" in out and str(d) in out
-    wait_for(lambda: not _procs_with_env(mine), 15, "every process of the run to be gone")
-    tag = open(d / "job.sh").read().split("RESTARTLAB_JOB_TAG ")[1].split()[0]
-    assert killer.find_tagged(tag) == []
+    wait_for(lambda: not killer.find_by_env(mine), 15, "every process of the run to be gone")
+    assert killer.find_tagged(job_tag(d)) == []
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "report", str(d), "--no-plots"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

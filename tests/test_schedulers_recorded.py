@@ -1,7 +1,6 @@
 """PBS Pro cannot be installed here: these tests parse output *recorded from* the PBS Pro
 Reference Guide's formats (qsub's `seq.server` line, `qstat -f -F json -x`, Exit_status codes).
 They are recorded-output tests (a mock of PBS), not runs of the real thing."""
-import json
 import os
 
 import pytest

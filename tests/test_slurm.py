@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from restartlab import killer
-from tests.helpers import final_crc, wait_for
+from tests.helpers import final_crc, job_tag, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multirank, pytest.mark.timeout(900)]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -104,9 +104,7 @@ def check_experiment(expt, nodes):
 
 
 def leftover_ranks(expt):
-    with open(os.path.join(expt, "job.sh")) as f:
-        tag = re.search(r"RESTARTLAB_JOB_TAG[ =](rl-[\w.-]+)", f.read()).group(1)
-    return killer.find_tagged(tag)
+    return killer.find_tagged(job_tag(expt))
 
 
 def test_slurm_backend_end_to_end(slurm, tmp_path):

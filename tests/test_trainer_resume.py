@@ -1,7 +1,6 @@
 """Bit-exact auto-resume of the bundled trainer with real mpiexec ranks on CPU/gloo, real
 SIGKILLs (by env tag, between saves) and a kill inside a save (fault point in the shard write)."""
 import os
-import shutil
 
 import pytest
 

@@ -17,10 +17,9 @@ import json
 import os
 import shutil
 import signal
-import threading
 import time
 import zlib
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import torch
