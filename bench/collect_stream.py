@@ -63,15 +63,15 @@ def make_expt(root, attempts, rows_per_attempt):
 def measure(expt):
     """Run the report in a child; (wall s, peak RSS MiB) of that child alone."""
     cmd = [sys.executable, "-m", "restartlab.cli", "report", expt, "--no-plots", "--expect", "sync"]
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    err = p.stderr.read().decode()
-    p.stderr.close()
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
-        raise SystemExit(f"report failed (rc {p.returncode}): {err[-2000:]}")
+    with tempfile.TemporaryFile() as err:  # a file, not a pipe: the child never blocks on it
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        rc = p.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4, tell Popen
+        if rc != 0:
+            err.seek(0)
+            raise SystemExit(f"report failed (rc {rc}): {err.read().decode()[-2000:]}")
     return wall, ru.ru_maxrss / 1024.0
 
 
