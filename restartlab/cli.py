@@ -28,65 +28,53 @@ def cmd_validate(a):
     return 2 if bad else 0
 
 
-def _render_to(sc, scheduler, out_dir=None, expt_dir=None):
-    from . import render
-    from .scenario import dump_resolved
-    text, ctx = render.render(sc, scheduler, expt_dir)
-    return text, ctx, dump_resolved(dict(ctx["sc"], expt_dir=ctx["expt_dir"]))
-
-
 def cmd_render(a):
+    from . import experiment
     sc = _load(a.scenario, a.set)
-    text, ctx, resolved = _render_to(sc, a.scheduler, expt_dir=a.expt_dir)
+    text, ctx, resolved = experiment.render_script(sc, a.scheduler, expt_dir=a.expt_dir)
     if a.output and a.output != "-":
-        os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
-        with open(a.output, "w") as f:
-            f.write(text)
-        os.chmod(a.output, 0o755)
         side = os.path.splitext(a.output)[0] + ".scenario.yaml"
-        with open(side, "w") as f:
-            f.write(resolved)
+        experiment.write_script(a.output, text, resolved, side)
         print(f"wrote {a.output} (resolved scenario: {side})", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
 
 
-def write_experiment(sc, scheduler):
-    """Create the experiment directory with job.sh and the resolved scenario.yaml."""
-    text, ctx, resolved = _render_to(sc, scheduler)
-    d = ctx["expt_dir"]
-    os.makedirs(d, exist_ok=True)
-    script = os.path.join(d, "job.sh")
-    with open(script, "w") as f:
-        f.write(text)
-    os.chmod(script, 0o755)
-    with open(os.path.join(d, "scenario.yaml"), "w") as f:
-        f.write(resolved)
-    return script, ctx
+def _run(argv):
+    """(rc, stdout, stderr) of a scheduler command; a missing tool is a SchedulerError."""
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        raise SchedulerError(f"`{argv[0]}` is not on PATH")
+    except subprocess.TimeoutExpired:
+        raise SchedulerError(f"`{' '.join(argv)}` did not answer in 120 s")
+    return r.returncode, r.stdout, r.stderr
 
 
 def cmd_submit(a):
-    from . import schedulers
+    from . import experiment, schedulers
     sc = _load(a.scenario, a.set)
     name = a.scheduler or sc["scheduler"]
     if a.dry_run:
-        text, ctx, _ = _render_to(sc, name)
+        text, _, _ = experiment.render_script(sc, name)
         sys.stdout.write(text)
         return 0
     sched = schedulers.get(name)
-    if name == "local":
-        print("restartlab submit: the scenario's scheduler is 'local': use `restartlab run`", file=sys.stderr)
+    if not sched.has_queue:
+        print(f"restartlab submit: the scenario's scheduler is {name!r}, which has no queue: "
+              f"use `restartlab run`", file=sys.stderr)
         return 2
     tool = sched.submit_cmd("x")[0]
     if not shutil.which(tool):
         print(f"restartlab submit: `{tool}` is not on PATH (not a {name} login node?). "
               f"Use --dry-run to see the script, or `restartlab run` to run on this machine.", file=sys.stderr)
         return 3
-    script, ctx = write_experiment(sc, name)
+    script, ctx = experiment.create(sc, name)
     r = subprocess.run(sched.submit_cmd(script), capture_output=True, text=True, cwd=ctx["expt_dir"], timeout=120)
     if r.returncode:
-        print(f"restartlab submit: {tool} failed (rc={r.returncode}): {r.stderr.strip()}", file=sys.stderr)
+        print(f"restartlab submit: {tool} failed (rc={r.returncode}): {r.stderr.strip()}\n"
+              f"  the experiment directory stays for inspection: {ctx['expt_dir']}", file=sys.stderr)
         return 1
     jid = sched.parse_submit(r.stdout)
     with open(os.path.join(ctx["expt_dir"], "jobid"), "w") as f:
@@ -97,21 +85,17 @@ def cmd_submit(a):
 
 def _sched_for(a):
     from . import schedulers
-    name = a.scheduler or ("pbs" if shutil.which("qstat") else "slurm" if shutil.which("squeue") else None)
-    if not name:
-        print("restartlab: neither qstat (PBS) nor squeue (Slurm) is on PATH; pass --scheduler", file=sys.stderr)
+    sched = schedulers.get(a.scheduler) if a.scheduler else schedulers.from_path()
+    if sched is None:
+        tools = ", ".join(f"{s.query_tool} ({s.name})" for s in schedulers.SCHEDULERS.all() if s.query_tool)
+        print(f"restartlab: none of {tools} is on PATH; pass --scheduler", file=sys.stderr)
         raise SystemExit(3)
-    return schedulers.get(name)
+    return sched
 
 
 def cmd_status(a):
     sched = _sched_for(a)
-    r = subprocess.run(sched.status_cmd(a.jobids), capture_output=True, text=True, timeout=120)
-    try:
-        st = sched.parse_status(r.stdout, a.jobids, r.returncode, r.stderr)
-    except SchedulerError as e:
-        print(f"restartlab status: {e}", file=sys.stderr)
-        return 1
+    st = sched.status(a.jobids, _run)
     for jid in a.jobids:
         s = st[jid]
         print(json.dumps(s.as_dict()) if a.json else f"{jid}\t{s.state}\t{s.detail}")
@@ -120,8 +104,7 @@ def cmd_status(a):
 
 def cmd_cancel(a):
     sched = _sched_for(a)
-    r = subprocess.run(sched.cancel_cmd(a.jobid), capture_output=True, text=True, timeout=120)
-    err = sched.cancel_error(r.returncode, r.stdout, r.stderr)
+    err = sched.cancel_error(*_run(sched.cancel_cmd(a.jobid)))
     if err:
         print(f"restartlab cancel: {a.jobid}: {err}", file=sys.stderr)
         return 1
@@ -151,20 +134,21 @@ def cmd_report(a):
 
 def cmd_record_attempt(a):
     from . import attempt
-    ok = attempt.record(a.dir, a.phase_dir, a.attempt, a.launch_ts, a.end_ts, a.rc, a.train_iters)
+    ok = attempt.record(a.dir, a.phase_dir, a.attempt, a.launch_ts, a.end_ts, a.rc, a.train_iters, a.launcher)
     return 0 if ok else 1
 
 
 def cmd_render_all(a):
     """make render: every example scenario x every scheduler into one directory."""
+    from . import experiment, schedulers
     from .resources import resource_dir
     d = resource_dir("scenarios")
     os.makedirs(a.outdir, exist_ok=True)
     for fn in sorted(os.listdir(d)):
         if fn.endswith(".yaml"):
             sc = _load(os.path.join(d, fn), [])
-            for s in ("pbs", "slurm", "local"):
-                text, _, _ = _render_to(sc, s, expt_dir=f"/path/to/expt/{sc['name']}")
+            for s in schedulers.names():
+                text, _, _ = experiment.render_script(sc, s, expt_dir=f"/path/to/expt/{sc['name']}")
                 out = os.path.join(a.outdir, f"{fn[:-5]}.{s}.sh")
                 with open(out, "w") as f:
                     f.write(text)
@@ -173,6 +157,8 @@ def cmd_render_all(a):
 
 
 def build_parser():
+    from . import schedulers
+    every, queued = schedulers.names(), schedulers.names(queued_only=True)
     p = argparse.ArgumentParser(prog="restartlab", description=__doc__)
     sub = p.add_subparsers(dest="verb", required=True)
 
@@ -184,20 +170,20 @@ def build_parser():
     scen(sub.add_parser("validate", help="check scenarios against the schema"), many=True)
     sp = sub.add_parser("render", help="print (or -o write) the job script")
     scen(sp)
-    sp.add_argument("--scheduler", choices=("pbs", "slurm", "local"))
+    sp.add_argument("--scheduler", choices=every)
     sp.add_argument("-o", "--output")
     sp.add_argument("--expt-dir", help="experiment directory baked into the script")
     sp = sub.add_parser("submit", help="render + qsub/sbatch; prints the job id and experiment dir")
     scen(sp)
-    sp.add_argument("--scheduler", choices=("pbs", "slurm"))
+    sp.add_argument("--scheduler", choices=queued)
     sp.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
     sp = sub.add_parser("status", help="state of many jobs in one query")
     sp.add_argument("jobids", nargs="+")
-    sp.add_argument("--scheduler", choices=("pbs", "slurm"))
+    sp.add_argument("--scheduler", choices=queued)
     sp.add_argument("--json", action="store_true")
     sp = sub.add_parser("cancel")
     sp.add_argument("jobid")
-    sp.add_argument("--scheduler", choices=("pbs", "slurm"))
+    sp.add_argument("--scheduler", choices=queued)
     sp = sub.add_parser("run", help="the whole experiment on this machine (local scheduler)")
     sp.add_argument("scenario", nargs="?", default=None, help="default: the shipped scenarios/local.yaml")
     sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
@@ -212,6 +198,7 @@ def build_parser():
     for k, t in (("--dir", str), ("--phase-dir", str), ("--attempt", int), ("--launch-ts", float),
                  ("--end-ts", float), ("--rc", int), ("--train-iters", int)):
         sp.add_argument(k, type=t, required=True)
+    sp.add_argument("--launcher", default="hydra")
     sp = sub.add_parser("render-all", help=argparse.SUPPRESS)
     sp.add_argument("outdir")
     return p
@@ -232,6 +219,9 @@ def main(argv=None):
     except ScenarioError as e:
         print(str(e), file=sys.stderr)
         return e.exit_code
+    except SchedulerError as e:
+        print(f"restartlab {a.verb}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

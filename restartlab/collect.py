@@ -1,6 +1,6 @@
 """Stream an experiment's metrics into attempts, failure events and accounting (pure numbers).
 
-Definitions (DESIGN.md):
+Definitions (README, "Accounting"):
   lost steps  = last step completed before the kill - step of the checkpoint resumed from
   downtime    = first step completed after the resume - kill time
   recompute   = time from that first step to the step that equals the last step before the kill
@@ -17,6 +17,9 @@ import statistics
 from array import array
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
+
+from .live import attempt_dirs as _attempt_dirs
+from .live import read_injections
 
 TRACE_POINTS = 20000  # per phase (split over its attempts, at least 50 each), for the progress plot
 SAVE_KEYS = ("train/ckpt_save_seconds", "train/ckpt_stage_seconds", "train/ckpt_drain_seconds")
@@ -84,46 +87,6 @@ def iter_rows(path, warnings):
             yield n, m, ts
 
 
-def last_row(path, key=None) -> Optional[dict]:
-    """Metrics of the last parsable line of a metrics file (that has `key`, if given), reading
-    only the file's tail: the relaunch loop and the injector ask this of a live file."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 8192))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            m = json.loads(line)["metrics"]
-        except (ValueError, KeyError, TypeError):
-            continue
-        if isinstance(m, dict) and (key is None or key in m):
-            return m
-    return None
-
-
-def injections_path(phase_dir):
-    return os.path.join(phase_dir, "injections.jsonl")
-
-
-def read_injections(phase_dir, warnings=None) -> List[dict]:
-    """<phase>/injections.jsonl (one record per kill); malformed lines are skipped, and named
-    in `warnings` when a list is given."""
-    path, out = injections_path(phase_dir), []
-    try:
-        with open(path) as f:
-            for n, line in enumerate(f, 1):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    if warnings is not None:
-                        warnings.append(f"{path}:{n}: skipped a malformed line")
-    except OSError:
-        pass
-    return out
-
-
 def _first_row(path, warnings):
     for _, m, ts in iter_rows(path, warnings):
         if "train/iter" in m and "train/loss" in m:
@@ -136,8 +99,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
     (one attempt each, in name order)."""
     ph = Phase(name)
     if phase_dir:
-        attempt_dirs = sorted((d for d in glob.glob(os.path.join(phase_dir, "attempts", "*"))
-                               if os.path.basename(d).isdigit()), key=lambda d: int(os.path.basename(d)))
+        attempt_dirs = _attempt_dirs(phase_dir)
         ph.injections = read_injections(phase_dir, ph.warnings)
         for c in glob.glob(os.path.join(phase_dir, "ckpts", "step-*", ".complete")):
             try:
@@ -236,8 +198,7 @@ def summarize_phase(ph: Phase) -> dict:
     wall = (max(a.end_ts for a in atts if a.end_ts) - min(a.launch_ts for a in atts)) if atts else None
     ev = failures(ph)
     productive = sum(a.kept_dt for a in ph.attempts)
-    stall_keys = ("train/ckpt_save_seconds", "train/ckpt_stage_seconds", "train/ckpt_drain_seconds")
-    stalls = sum(sum(ph.saves[k]) for k in stall_keys)
+    stalls = sum(sum(ph.saves[k]) for k in SAVE_KEYS)
     return {
         "phase": ph.name, "wall_s": wall, "attempts": len(ph.attempts),
         "kills": sum(1 for r in ph.injections if r.get("killed")),

@@ -1,8 +1,8 @@
 """The failure injector: schedules, gating on `.complete`, fan-out to the job's nodes, and one
-line per kill in <phase>/injections.jsonl. It never matches processes itself: on every node it
-runs `restartlab kill-ranks --tag TAG` (ranks found by their env tag) and records the receipts."""
+line per kill in <phase>/injections.jsonl. It never matches processes itself: on each node the
+failure kind strikes it runs `restartlab kill-ranks --tag TAG` (ranks found by their env tag)
+and records the receipts."""
 import argparse
-import glob
 import json
 import os
 import random
@@ -12,8 +12,9 @@ import sys
 import time
 from typing import Iterator, List, Optional, Tuple
 
-from . import ckptdir, collect, schedulers
-from .scenario import parse_duration
+from . import ckptdir, failures, live, schedulers
+from .live import newest_step_seen
+from .units import parse_duration
 
 POLL_S = 0.1
 FANOUT_TIMEOUT_S = 60
@@ -38,20 +39,7 @@ def timed_offsets(every=None, mtbf=None, seed=0) -> Iterator[float]:
         yield t
 
 
-# ---------------------------------------------------------------- observation
-def newest_step_seen(phase_dir: str) -> int:
-    """Highest train/iter rank 0 logged in the newest attempt (the progress of the live run)."""
-    attempts = sorted(glob.glob(os.path.join(phase_dir, "attempts", "*")),
-                      key=lambda p: int(os.path.basename(p)) if os.path.basename(p).isdigit() else -1)
-    if not attempts:
-        return 0
-    m = collect.last_row(os.path.join(attempts[-1], "metrics-0.jsonl"), key="train/iter")
-    try:
-        return int(m["train/iter"]) if m else 0
-    except (TypeError, ValueError):
-        return 0
-
-
+# ---------------------------------------------------------------- the job's nodes
 def read_nodefile(nodefile: Optional[str]) -> Tuple[List[str], List[int]]:
     """(unique hosts in order, line index of each host's first line). PBS Pro writes a host once
     per MPI slot (mpiprocs), and `pbsdsh -n` indexes those slots, not the unique hosts."""
@@ -67,9 +55,8 @@ def read_nodefile(nodefile: Optional[str]) -> Tuple[List[str], List[int]]:
 
 
 # ---------------------------------------------------------------- fan-out
-def killer_argv(python, tag, sig, one_rank=False):
-    argv = [python, "-m", "restartlab.cli", "kill-ranks", "--tag", tag, "--signal", sig]
-    return argv + (["--one"] if one_rank else [])
+def killer_argv(python, tag, sig, kind: failures.FailureKind):
+    return [python, "-m", "restartlab.cli", "kill-ranks", "--tag", tag, "--signal", sig, *kind.killer_args()]
 
 
 def fan_out(fanout, hosts, indices, argv, slots=None) -> List[dict]:
@@ -106,7 +93,8 @@ class Injector:
     def __init__(self, a):
         self.a = a
         self.kills = 0
-        self.log_path = collect.injections_path(a.phase_dir) if a.phase_dir else None
+        self.log_path = live.injections_path(a.phase_dir) if a.phase_dir else None
+        self.kind = failures.get(a.kind)
         self.hosts, self.slots = read_nodefile(a.nodefile)
         self.rng = random.Random(a.seed)
 
@@ -136,13 +124,8 @@ class Injector:
 
     def kill(self, reason, target_step=None):
         a = self.a
-        if a.target == "all-nodes":
-            idx = list(range(len(self.hosts)))
-        elif a.node is not None:
-            idx = [a.node]
-        else:  # one-node: a seeded random node; one-rank: the first node
-            idx = [self.rng.randrange(len(self.hosts)) if a.target == "one-node" else 0]
-        argv = killer_argv(a.python, a.tag, a.signal, one_rank=a.target == "one-rank")
+        idx = self.kind.nodes(len(self.hosts), a.node, self.rng)
+        argv = killer_argv(a.python, a.tag, a.signal, self.kind)
         t_kill = time.time()
         newest = ckptdir.newest_complete_step(a.ckpt_dir, verify=False) if a.ckpt_dir else None
         deadline = t_kill + 10
@@ -156,7 +139,7 @@ class Injector:
             time.sleep(0.2)
         rec = {"time": t_kill, "reason": reason, "target_step": target_step,
                "step_seen": newest_step_seen(a.phase_dir) if a.phase_dir else None,
-               "newest_complete": newest, "signal": a.signal, "target": a.target,
+               "newest_complete": newest, "signal": a.signal, "kind": self.kind.name,
                "hosts": [self.hosts[i] for i in idx], "killed": killed, "receipts": receipts}
         if self.log_path:
             with open(self.log_path, "a") as f:
@@ -215,12 +198,16 @@ def add_args(p):
     p.add_argument("--ckpt-dir", help="the phase's checkpoint directory (gating, finish detection)")
     p.add_argument("--phase-dir", help="write <phase-dir>/injections.jsonl; read progress from attempts/")
     p.add_argument("--train-iters", type=int, help="stop once a complete checkpoint reaches this step")
-    p.add_argument("--tag", default=os.environ.get("RESTARTLAB_KILL_TAG"), help="the job tag of the ranks")
+    p.add_argument("--tag", help="the job tag of the ranks (their RESTARTLAB_JOB_TAG)")
     p.add_argument("--signal", default="KILL")
-    p.add_argument("--target", choices=("all-nodes", "one-node", "one-rank"), default="all-nodes")
-    p.add_argument("--node", type=int, help="node index for one-node / one-rank (default: seeded random)")
-    p.add_argument("--fanout", choices=("pbs", "slurm", "mpiexec", "local"), default=None,
-                   help="how to reach the nodes (default: pbs under PBS, slurm under Slurm, else local)")
+    kinds = failures.KINDS.names(aliases=True)
+    p.add_argument("--kind", "--target", dest="kind", choices=kinds, default="kill",
+                   help="; ".join(f"{k.name}: {k.doc}" for k in failures.KINDS.all())
+                   + " (--target and all-nodes/one-node/one-rank: older spellings)")
+    p.add_argument("--node", type=int, help="node index for kinds node and rank "
+                   "(default: node from --seed; rank: node 0)")
+    p.add_argument("--fanout", choices=schedulers.names() + ["mpiexec"], default=None,
+                   help="how to reach the nodes (default: the scheduler this job runs under, else local)")
     p.add_argument("--nodefile", default=os.environ.get("RL_NODEFILE") or os.environ.get("PBS_NODEFILE"))
     p.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
 
@@ -233,7 +220,8 @@ def main(a) -> int:
         print("restartlab inject: error: gated step schedules need --ckpt-dir", file=sys.stderr)
         return 2
     if a.fanout is None:
-        a.fanout = "pbs" if os.environ.get("PBS_JOBID") else "slurm" if os.environ.get("SLURM_JOB_ID") else "local"
+        sched = schedulers.from_env(os.environ)
+        a.fanout = sched.name if sched else "local"
     if a.phase_dir:
         os.makedirs(a.phase_dir, exist_ok=True)
     return Injector(a).run()

@@ -2,7 +2,10 @@
 command line), kill each rank's whole process tree, print a JSON receipt.
 
 Never touches this process, its ancestors (the injector, pbsdsh/srun, the launcher that started
-us) or any process without the tag that is not a descendant of a tagged rank."""
+us) or any process without the tag that is not a descendant of a tagged rank. Processes are read
+through psutil, so this works wherever psutil can read another process's environment (Linux,
+macOS); where it cannot, the receipt says how many processes could not be read, and a platform
+where even our own environment is unreadable is an error, never a silent "nothing found"."""
 import json
 import os
 import signal as _signal
@@ -11,59 +14,23 @@ import sys
 import time
 from typing import Dict, List
 
+import psutil
+
 TAG_VAR = "RESTARTLAB_JOB_TAG"
 EXIT_KILLED, EXIT_ERROR, EXIT_USAGE, EXIT_NONE = 0, 1, 2, 10
+_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
 
 
-def _environ_has(pid: int, needle: bytes) -> bool:
+class KillerError(OSError):
+    pass
+
+
+def _check_environ_readable() -> None:
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return needle in f.read().split(b"\0")
-    except OSError:
-        return False
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def _children(pid: int) -> List[int]:
-    kids = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids.extend(int(c) for c in f.read().split())
-    except OSError:
-        pass
-    return kids
-
-
-def _ppid(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def ancestors(pid: int) -> set:
-    out = set()
-    while pid > 1 and pid not in out:
-        out.add(pid)
-        pid = _ppid(pid)
-    return out
+        psutil.Process().environ()
+    except (psutil.AccessDenied, NotImplementedError, OSError) as e:
+        raise KillerError(f"psutil cannot read process environments on this platform ({e!r}): "
+                          f"ranks cannot be found by their {TAG_VAR}") from None
 
 
 def node_name() -> str:
@@ -71,52 +38,85 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def find_by_env(entry: str) -> List[int]:
-    """Live PIDs whose environment holds the exact entry NAME=value."""
-    needle = entry.encode()
+def find_by_env(entry: str, unreadable: list = None) -> List[int]:
+    """Live PIDs whose environment holds the exact entry NAME=value (`unreadable` collects the
+    PIDs whose environment we may not read)."""
+    _check_environ_readable()
+    name, _, value = entry.partition("=")
     pids = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            pid = int(name)
-            if _environ_has(pid, needle) and not _is_zombie(pid):
-                pids.append(pid)
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(name) == value and p.status() != psutil.STATUS_ZOMBIE:
+                pids.append(p.pid)
+        except _GONE:
+            pass
+        except psutil.AccessDenied:
+            if unreadable is not None:
+                unreadable.append(p.pid)
     return sorted(pids)
 
 
-def find_tagged(tag: str) -> List[int]:
+def find_tagged(tag: str, unreadable: list = None) -> List[int]:
     """PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly."""
-    return find_by_env(f"{TAG_VAR}={tag}")
+    return find_by_env(f"{TAG_VAR}={tag}", unreadable)
 
 
-def targets(tag: str) -> Dict[int, str]:
-    """Tagged processes and all their descendants, minus ourselves and our ancestors."""
+def ancestors(pid: int) -> set:
+    try:
+        return {pid} | {p.pid for p in psutil.Process(pid).parents()}
+    except _GONE:
+        return {pid}
+
+
+def _tree(pid: int) -> List[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root] + root.children(recursive=True)
+    except _GONE:
+        return []
+
+
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except (psutil.Error, OSError):
+        return ""
+
+
+def targets(tag: str, roots: List[int] = None, unreadable: list = None) -> Dict[int, str]:
+    """Tagged processes (or `roots`) and all their descendants, minus ourselves and our ancestors."""
     protected = ancestors(os.getpid())
-    found, stack = {}, [p for p in find_tagged(tag) if p not in protected]
-    while stack:
-        pid = stack.pop()
-        if pid in found or pid in protected:
-            continue
-        found[pid] = _cmdline(pid)
-        stack.extend(_children(pid))
+    found = {}
+    for root in (find_tagged(tag, unreadable) if roots is None else roots):
+        for p in _tree(root):
+            if p.pid not in protected and p.pid not in found:
+                found[p.pid] = _cmdline(p)
     return found
 
 
+def _rank_roots(tag: str) -> List[int]:
+    """Tagged processes whose parent is untagged (the ranks, not the ranks' own children)."""
+    tagged = set(find_tagged(tag))
+    roots = []
+    for pid in tagged:
+        try:
+            if psutil.Process(pid).ppid() not in tagged:
+                roots.append(pid)
+        except _GONE:
+            pass
+    return sorted(roots)
+
+
 def kill_ranks(tag: str, sig: int = _signal.SIGKILL, dry_run: bool = False, one: bool = False) -> dict:
-    procs = targets(tag)
-    if one and procs:  # one rank: the lowest-PID tagged process whose parent is untagged, and its tree
-        tagged = set(find_tagged(tag))
-        roots = sorted(p for p in procs if p in tagged and _ppid(p) not in tagged)
-        keep, stack = {}, roots[:1]
-        while stack:
-            pid = stack.pop()
-            if pid in procs and pid not in keep:
-                keep[pid] = procs[pid]
-                stack.extend(_children(pid))
-        procs = keep
+    unreadable: list = []
+    if one:  # one rank: the lowest-PID rank and its tree
+        procs = targets(tag, [r for r in _rank_roots(tag) if r not in ancestors(os.getpid())][:1])
+    else:
+        procs = targets(tag, unreadable=unreadable)
     receipt = {"host": socket.gethostname(), "node": node_name(), "time": time.time(), "tag": tag,
                "signal": _signal.Signals(sig).name, "dry_run": dry_run,
                "pids": sorted(procs), "cmdlines": {str(p): c for p, c in sorted(procs.items())},
-               "errors": {}}
+               "unreadable": len(unreadable), "errors": {}}
     if not dry_run:
         for pid in procs:
             try:
@@ -128,22 +128,27 @@ def kill_ranks(tag: str, sig: int = _signal.SIGKILL, dry_run: bool = False, one:
     return receipt
 
 
+def is_gone(pid: int) -> bool:
+    """Exited (or a zombie waiting to be reaped)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except _GONE:
+        return True
+
+
 def main(argv=None) -> int:
     import argparse
     p = argparse.ArgumentParser(prog="restartlab kill-ranks",
                                 description="kill this node's training ranks of one job (found by env tag)")
-    p.add_argument("--tag", default=os.environ.get("RESTARTLAB_KILL_TAG"),
-                   help=f"the job tag ({TAG_VAR} of the ranks); default $RESTARTLAB_KILL_TAG")
+    p.add_argument("--tag", required=True, help=f"the job tag ({TAG_VAR} of the ranks)")
     p.add_argument("--signal", default="KILL", help="signal name or number (default KILL)")
     p.add_argument("--dry-run", action="store_true", help="list what would be killed")
     p.add_argument("--one", action="store_true", help="only one rank (lowest PID) and its process tree")
     a = p.parse_args(argv)
-    if not a.tag:
-        print("restartlab kill-ranks: error: --tag is required (or set RESTARTLAB_KILL_TAG)", file=sys.stderr)
-        return EXIT_USAGE
     try:
         sig = int(a.signal) if a.signal.isdigit() else _signal.Signals["SIG" + a.signal.upper().removeprefix("SIG")]
-    except KeyError:
+        sig = _signal.Signals(sig)
+    except (KeyError, ValueError):
         print(f"restartlab kill-ranks: error: unknown signal {a.signal!r}", file=sys.stderr)
         return EXIT_USAGE
     try:

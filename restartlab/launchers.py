@@ -1,82 +1,161 @@
-"""Launcher plug-ins: pure functions from (ranks, layout, env for the ranks) to argv tokens.
+"""Launcher plug-ins: one class per MPI launcher, registered by name in LAUNCHERS. A launcher
+owns its argv (from ranks, layout and the ranks' environment), how it passes a host file, the
+variables its ranks find their rank / world size / local rank / local size in (the trainer reads
+them from here: this module never imports torch) and how it reports a rank killed by a signal.
 
 `rank_env` reaches the training ranks only (never the launcher's own environment), which is how
 the job tag stays off the launcher and the injector. Variables already in the launcher's
 environment (RESTARTLAB_LAUNCH_TS, MASTER_ADDR/PORT) are forwarded by each launcher's own mechanism."""
 import socket
-from typing import Callable, Dict, List
+from typing import Dict, List, Mapping, Optional, Tuple
 
-LAUNCHERS: Dict[str, Callable] = {}
+from .registry import Registry
+
 FORWARD = ("RESTARTLAB_LAUNCH_TS", "MASTER_ADDR", "MASTER_PORT")
 
 
-def launcher(name):
-    def deco(fn):
-        LAUNCHERS[name] = fn
-        return fn
-    return deco
+class Launcher:
+    name = ""
+    launchable = True                 # False: its ranks are recognised, but scenarios cannot render it
+    rank_var = size_var = local_rank_var = ""
+    size_fallbacks: Tuple[str, ...] = ()   # other variables that may hold the world size
+    local_size_vars: Tuple[str, ...] = ()  # ranks on this node (first one set wins)
+
+    def argv(self, nodes: int, ppn: int, rank_env: Dict[str, str], cpu_bind: Optional[str] = None,
+             depth: Optional[int] = None, hostfile: Optional[str] = None) -> List[str]:
+        raise ValueError(f"launcher {self.name!r} cannot be used to launch a scenario's ranks")
+
+    def matches(self, env: Mapping[str, str]) -> bool:
+        """True when this process was started by this launcher."""
+        return self.rank_var in env
+
+    def signal_of(self, rc: int) -> int:
+        """The signal that killed a rank, from the launcher's exit code (0: none). A shell
+        reports death by signal N as 128+N."""
+        return rc - 128 if rc > 128 else 0
 
 
-@launcher("pals")
-def pals(nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None) -> List[str]:
-    argv = ["mpiexec", "-n", str(nodes * ppn), "--ppn", str(ppn)]
-    if depth:
-        argv += ["--depth", str(depth)]
-    if cpu_bind:
-        argv += ["--cpu-bind", cpu_bind]
-    for k, v in rank_env.items():
-        argv += ["--env", f"{k}={v}"]
-    return argv
+LAUNCHERS: Registry[Launcher] = Registry("launcher")
+register = LAUNCHERS.register
 
 
-@launcher("hydra")
-def hydra(nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None) -> List[str]:
-    argv = ["mpiexec", "-n", str(nodes * ppn), "-ppn", str(ppn)]
-    if hostfile:
-        argv += ["-f", hostfile]
-    if cpu_bind:
-        argv += ["-bind-to", cpu_bind]
-    for k, v in rank_env.items():
-        argv += ["-genv", k, v]
-    return argv
+# Registration order is the order in which rank discovery tries them.
+@register
+class Torchrun(Launcher):
+    name = "torchrun"
+    launchable = False  # per-node agent with its own rendezvous; restartlab renders MPI launchers
+    rank_var, size_var, local_rank_var = "RANK", "WORLD_SIZE", "LOCAL_RANK"
+    local_size_vars = ("LOCAL_WORLD_SIZE",)
 
 
-@launcher("openmpi")
-def openmpi(nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None) -> List[str]:
-    argv = ["mpiexec", "-n", str(nodes * ppn), "--map-by", f"ppr:{ppn}:node"]
-    if hostfile:
-        argv += ["--hostfile", hostfile]
-    if cpu_bind:
-        argv += ["--bind-to", cpu_bind]
-    for k in FORWARD:
-        argv += ["-x", k]
-    for k, v in rank_env.items():
-        argv += ["-x", f"{k}={v}"]
-    return argv
+@register
+class Pals(Launcher):
+    """Cray PALS mpiexec (Aurora, Sunspot, Polaris)."""
+    name = "pals"
+    rank_var, size_var, local_rank_var = "PALS_RANKID", "PALS_SIZE", "PALS_LOCAL_RANKID"
+    size_fallbacks = ("PMI_SIZE",)  # PALS does not export a size of its own on every system
+    local_size_vars = ("PALS_LOCAL_SIZE",)
+
+    def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None):
+        argv = ["mpiexec", "-n", str(nodes * ppn), "--ppn", str(ppn)]
+        if hostfile:
+            argv += ["--hostfile", hostfile]
+        if depth:
+            argv += ["--depth", str(depth)]
+        if cpu_bind:
+            argv += ["--cpu-bind", cpu_bind]
+        for k, v in rank_env.items():
+            argv += ["--env", f"{k}={v}"]
+        return argv
 
 
-@launcher("srun")
-def srun(nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None) -> List[str]:
-    # --export=ALL,K=V cannot carry a value with a comma: such values are refused at render time
-    for k, v in rank_env.items():
-        if "," in v:
-            raise ValueError(f"launch.env.{k}: srun --export cannot carry a comma in a value")
-    argv = ["srun", "-N", str(nodes), "-n", str(nodes * ppn), f"--ntasks-per-node={ppn}",
-            "--kill-on-bad-exit=1", "--mpi=pmi2"]
-    if cpu_bind:
-        argv += [f"--cpu-bind={cpu_bind}"]
-    argv.append("--export=" + ",".join(["ALL"] + [f"{k}={v}" for k, v in rank_env.items()]))
-    return argv
+@register
+class OpenMPI(Launcher):
+    name = "openmpi"
+    rank_var, size_var, local_rank_var = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                          "OMPI_COMM_WORLD_LOCAL_RANK")
+    local_size_vars = ("OMPI_COMM_WORLD_LOCAL_SIZE",)
+
+    def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None):
+        argv = ["mpiexec", "-n", str(nodes * ppn), "--map-by", f"ppr:{ppn}:node"]
+        if hostfile:
+            argv += ["--hostfile", hostfile]
+        if cpu_bind:
+            argv += ["--bind-to", cpu_bind]
+        for k in FORWARD:
+            argv += ["-x", k]
+        for k, v in rank_env.items():
+            argv += ["-x", f"{k}={v}"]
+        return argv
+
+
+@register
+class Hydra(Launcher):
+    """MPICH's mpiexec (the pip `mpich` wheel ships it)."""
+    name = "hydra"
+    rank_var, size_var, local_rank_var = "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"
+    local_size_vars = ("MPI_LOCALNRANKS",)
+
+    def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None):
+        argv = ["mpiexec", "-n", str(nodes * ppn), "-ppn", str(ppn)]
+        if hostfile:
+            argv += ["-f", hostfile]
+        if cpu_bind:
+            argv += ["-bind-to", cpu_bind]
+        for k, v in rank_env.items():
+            argv += ["-genv", k, v]
+        return argv
+
+    def matches(self, env):
+        # `srun --mpi=pmi2` sets PMI_RANK too, but no local rank: srun's entry has it
+        return self.rank_var in env and not (self.local_rank_var not in env and "SLURM_PROCID" in env)
+
+    def signal_of(self, rc):
+        # Hydra exits with N itself when a rank died of signal N (measured: 9 after a SIGKILL)
+        return rc if rc in (6, 9, 15) else super().signal_of(rc)
+
+
+@register
+class Srun(Launcher):
+    name = "srun"
+    rank_var, size_var, local_rank_var = "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"
+    local_size_vars = ("SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE")  # the latter: "2(x2)"
+
+    def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None):
+        # --export=ALL,K=V cannot carry a value with a comma: such values are refused at render time
+        for k, v in rank_env.items():
+            if "," in v:
+                raise ValueError(f"launch.env.{k}: srun --export cannot carry a comma in a value")
+        argv = ["srun", "-N", str(nodes), "-n", str(nodes * ppn), f"--ntasks-per-node={ppn}",
+                "--kill-on-bad-exit=1", "--mpi=pmi2"]
+        if hostfile:
+            argv += [f"--nodefile={hostfile}"]
+        if cpu_bind:
+            argv += [f"--cpu-bind={cpu_bind}"]
+        argv.append("--export=" + ",".join(["ALL"] + [f"{k}={v}" for k, v in rank_env.items()]))
+        return argv
+
+
+def get(name: str) -> Launcher:
+    return LAUNCHERS.get(name)
+
+
+def names(launchable_only: bool = True) -> List[str]:
+    return [x.name for x in LAUNCHERS.all() if x.launchable or not launchable_only]
 
 
 def build(name, **kw) -> List[str]:
-    return LAUNCHERS[name](**kw)
+    return get(name).argv(**kw)
+
+
+def free_port(host: str = "") -> int:
+    """A TCP port free right now on this host (for a rendezvous store)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def local_rendezvous_env() -> Dict[str, str]:
     """MASTER_ADDR/PORT for ranks on this host only (tests, benchmarks): loopback, a free port.
     Given these, the trainer never initializes MPI (see templates/body.j2 for why that matters)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port("127.0.0.1"))}

@@ -11,9 +11,9 @@ import uuid
 
 import jinja2
 
-from . import killer, launchers, schedulers
+from . import killer, launchers, schedulers, trainer_options
 from .resources import resource_dir
-from .scenario import ScenarioError, effective_failures, parse_duration
+from .scenario import ScenarioError, effective_failures
 
 
 class RenderError(ScenarioError):
@@ -51,28 +51,11 @@ def _env():
     return env
 
 
-def trainer_args(sc, phase, ckpt_dir):
-    t = sc["trainer"]
-    a = ["--model", t["model"], "--train-iters", t["train_iters"], "--tp", t["tp"],
-         "--seq-len", t["seq_len"], "--batch-size", t["batch_size"], "--lr", t["lr"],
-         "--seed", t["seed"], "--meta-init", t["meta_init"], "--device", t["device"],
-         "--ckpt-dir", ckpt_dir, "--outdir", "."]
-    if phase["checkpoint"] == "none":
-        a += ["--save-interval", 0, "--no-resume"]
-    else:
-        a += ["--save-interval", t["save_interval"], "--keep", t["keep"]]
-    if phase["checkpoint"] == "async":
-        a.append("--async-ckpt")
-        if phase["stage_dir"]:
-            a += ["--ckpt-stage-dir", phase["stage_dir"]]
-    return [str(x) for x in a] + list(t["extra_args"])
-
-
 def inject_args(sc, f, phase_dir, ckpt_dir, tag):
     """Arguments of `restartlab inject` for one phase's failure settings."""
     s = f["schedule"]
     a = ["--phase-dir", phase_dir, "--ckpt-dir", ckpt_dir, "--tag", tag, "--until", f"{phase_dir}/done",
-         "--signal", f["signal"], "--target", f["target"], "--fanout", sc["scheduler"],
+         "--signal", f["signal"], "--kind", f["kind"], "--fanout", sc["scheduler"],
          "--train-iters", sc["trainer"]["train_iters"], "--seed", s.get("seed") or 0]
     if s.get("every") is not None:
         a += ["--every", f"{s['every']}s"]
@@ -107,9 +90,9 @@ def context(sc, scheduler=None, expt_dir=None):
     rank_env = dict(ln["env"])
     rank_env[killer.TAG_VAR] = tag
     try:
-        launch = launchers.build(ln["launcher"], nodes=sc["job"]["nodes"], ppn=ln["ranks_per_node"],
-                                 rank_env=rank_env, cpu_bind=ln["cpu_bind"], depth=ln["depth"],
-                                 hostfile=None)
+        launch = launchers.get(ln["launcher"]).argv(nodes=sc["job"]["nodes"], ppn=ln["ranks_per_node"],
+                                                    rank_env=rank_env, cpu_bind=ln["cpu_bind"],
+                                                    depth=ln["depth"], hostfile=None)
     except ValueError as e:
         raise RenderError(f"{sc['source']}: {e}")
     phases = []
@@ -119,25 +102,36 @@ def context(sc, scheduler=None, expt_dir=None):
         f = effective_failures(sc, ph)
         phases.append({
             "name": ph["name"], "dir": pdir, "checkpoint": ph["checkpoint"],
-            "argv": launch + [python, "-m", "restartlab.trainer"] + trainer_args(sc, ph, ckpt),
+            "argv": launch + [python, "-m", "restartlab.trainer"] + trainer_options.trainer_argv(
+                sc["trainer"], ph["checkpoint"], ckpt, ph["stage_dir"]),
             "inject": inject_args(sc, f, pdir, ckpt, tag) if f else None,
         })
     return {
-        "sc": sc, "scheduler": sched_name, "prefix": sched.PREFIX,
-        "directives": sched.directives(sc), "nodefile_sh": sched.NODEFILE_SH,
+        "sc": sc, "scheduler": sched_name, "prefix": sched.prefix, "scheduler_title": sched.title,
+        "header_template": sched.header_template, "launcher": ln["launcher"],
+        "directives": sched.directives(sc), "nodefile_sh": sched.nodefile_sh,
+        "jobid_sh": _jobid_sh(schedulers.jobid_vars()),
         "expt_dir": expt_dir, "python": python, "tag": tag, "phases": phases,
         "train_iters": sc["trainer"]["train_iters"], "setup": ln["setup"],
         "relaunch": {"max_attempts": sc["relaunch"]["max_attempts"],
-                     "backoff": int(parse_duration(sc["relaunch"]["backoff"])),
-                     "hang_timeout": int(parse_duration(sc["relaunch"]["hang_timeout"]))},
+                     "backoff": int(sc["relaunch"]["backoff"]),
+                     "hang_timeout": int(sc["relaunch"]["hang_timeout"])},
         "report": sc["collection"]["report"], "plots": sc["collection"]["plots"],
         "mtbf": int(sc["collection"]["mtbf"]), "source": sc["source"],
     }
+
+
+def _jobid_sh(names):
+    """${PBS_JOBID:-${SLURM_JOB_ID:-local}} from every registered scheduler's job-id variable."""
+    out = "local"
+    for n in reversed(names):
+        out = f"${{{n}:-{out}}}"
+    return out
 
 
 def render(sc, scheduler=None, expt_dir=None):
     """-> (script text, context). Deterministic for a given context except the tag and time."""
     ctx = context(sc, scheduler, expt_dir)
     env = _env()
-    text = env.get_template(f"{ctx['scheduler']}.j2").render(**ctx) + env.get_template("body.j2").render(**ctx)
+    text = env.get_template(ctx["header_template"]).render(**ctx) + env.get_template("body.j2").render(**ctx)
     return text, ctx

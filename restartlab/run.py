@@ -1,7 +1,6 @@
 """restartlab run: the whole experiment on this machine. Renders the scenario for the local
 scheduler, runs the same job script under bash with a PBS-like environment (a node file, a job
 id), shows progress, and leaves a readable experiment directory even on Ctrl-C."""
-import glob
 import json
 import os
 import signal
@@ -10,8 +9,7 @@ import subprocess
 import sys
 import time
 
-from . import cli, collect, killer, scenario
-from .inject import newest_step_seen
+from . import experiment, killer, live, scenario
 from .resources import resource_dir
 
 
@@ -26,9 +24,9 @@ def progress(ctx, t0):
             continue
         if os.path.isdir(os.path.join(p["dir"], "attempts")):
             cur = i
-            step = newest_step_seen(p["dir"])
-            attempts = len(glob.glob(os.path.join(p["dir"], "attempts", "*")))
-            kills = sum(1 for r in collect.read_injections(p["dir"]) if r.get("killed"))
+            step = live.newest_step_seen(p["dir"])
+            attempts = len(live.attempt_dirs(p["dir"]))
+            kills = sum(1 for r in live.read_injections(p["dir"]) if r.get("killed"))
             done_steps += step
             where = f"step {step}/{iters}" if step or attempts <= 1 else f"relaunching (attempt {attempts})"
             line = (f"phase {i + 1}/{len(phases)} {p['name']}: {where}, "
@@ -44,13 +42,8 @@ def progress(ctx, t0):
 def main(a) -> int:
     path = a.scenario or os.path.join(resource_dir("scenarios"), "local.yaml")
     sc = scenario.load(path, a.set)
-    text, ctx, resolved = cli._render_to(sc, "local", expt_dir=os.path.abspath(a.expt_dir) if a.expt_dir else None)
+    _, ctx = experiment.create(sc, "local", expt_dir=os.path.abspath(a.expt_dir) if a.expt_dir else None)
     d = ctx["expt_dir"]
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "job.sh"), "w") as f:
-        f.write(text)
-    with open(os.path.join(d, "scenario.yaml"), "w") as f:
-        f.write(resolved)
     with open(os.path.join(d, "nodefile"), "w") as f:
         f.write(socket.gethostname() + "\n")
     env = dict(os.environ, PBS_JOBID=f"{os.getpid()}.local", PBS_NODEFILE=os.path.join(d, "nodefile"),

@@ -4,46 +4,27 @@ Every error names the file, the line and the key path, suggests the nearest vali
 misspelling, and the CLI exits 2 (ScenarioError.exit_code)."""
 import copy
 import difflib
+import math
 import os
 import re
 from typing import Dict, List, Optional
 
 import yaml
 
+from . import failures, launchers, schedulers, trainer_options
 from .resources import resource_dir
+from .units import hms, parse_duration  # noqa: F401  (re-exported: scenario.parse_duration)
 
 class ScenarioError(Exception):
     exit_code = 2
 
 
-def parse_duration(v, where="") -> float:
-    """'90s', '5m', '1.5h', '01:30:00', or a number of seconds."""
-    if isinstance(v, bool):
-        raise ValueError(f"{where}expected a duration like 90s, 5m, 1h, got {v!r}")
-    if isinstance(v, (int, float)):
-        if v < 0:
-            raise ValueError(f"{where}duration must be >= 0, got {v}")
-        return float(v)
-    s = str(v).strip()
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smh]?)", s)
-    if m:
-        return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
-    m = re.fullmatch(r"(\d+):(\d\d):(\d\d)", s)
-    if m:
-        return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
-    raise ValueError(f"{where}expected a duration like 90s, 5m, 1h or HH:MM:SS, got {v!r}")
-
-
-def hms(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
 # ---------------------------------------------------------------- schema
 # A field: (type check, default, doc). Mappings are dicts of fields; lists use ListOf.
 class F:
-    def __init__(self, kind, default=None, doc="", choices=None, required=False):
+    def __init__(self, kind, default=None, doc="", choices=None, required=False, min=None):
         self.kind, self.default, self.doc, self.choices, self.required = kind, default, doc, choices, required
+        self.min = min
 
 
 class ListOf:
@@ -61,9 +42,12 @@ SCHEDULE = {
     "seed": F("int", 0, "seed for mtbf inter-arrival times and one-node target choice"),
 }
 FAILURES = {
-    "signal": F("str", "KILL", "signal sent to every rank process tree"),
-    "target": F("str", "all-nodes", "which ranks die", choices=["all-nodes", "one-node", "one-rank"]),
-    "node": F("int", None, "node index for target one-node (default: seeded random)"),
+    "kind": F("str", None, "what fails (default kill): " + "; ".join(f"{k.name}: {k.doc}" for k in failures.KINDS.all()),
+              choices=lambda: failures.KINDS.names(aliases=True)),
+    "target": F("str", None, "older name of `kind` (all-nodes, one-node, one-rank)",
+                choices=lambda: failures.KINDS.names(aliases=True)),
+    "signal": F("str", "KILL", "signal sent to every struck rank's process tree"),
+    "node": F("int", None, "node index for kinds node and rank (default: node from the seed; rank: node 0)"),
     "schedule": SCHEDULE,
     "gate": F("str", None, "complete: step-aimed kills wait for step-S/.complete (default for step "
               "schedules); none: fire on time", choices=["complete", "none"]),
@@ -72,7 +56,7 @@ FAILURES = {
 }
 SCHEMA = {
     "name": F("name", "restartlab", "experiment name (job name, directory prefix)"),
-    "scheduler": F("str", "local", "pbs, slurm or local", choices=["pbs", "slurm", "local"]),
+    "scheduler": F("str", "local", "the batch system (restartlab.schedulers registry)", choices=schedulers.names),
     "expt_root": F("str", "expt", "experiments are created under this directory"),
     "job": {
         "nodes": F("int", 1, "number of nodes"),
@@ -86,28 +70,17 @@ SCHEMA = {
     },
     "launch": {
         "ranks_per_node": F("int", 4, "training ranks per node"),
-        "launcher": F("str", "hydra", "pals (Cray PALS mpiexec), hydra (MPICH), openmpi, srun",
-                      choices=["pals", "hydra", "openmpi", "srun"]),
+        "launcher": F("str", "hydra", "the MPI launcher (restartlab.launchers registry)", choices=launchers.names),
         "cpu_bind": F("str", None, "CPU binding (launcher syntax)"),
         "depth": F("int", None, "PALS --depth"),
         "env": F("strmap", {}, "environment for the training ranks"),
         "python": F("str", None, "python for the trainer and restartlab (default: the one rendering)"),
         "setup": ListOf(F("str"), doc="shell lines run before the phases (module loads, venv activation)"),
     },
-    "trainer": {
-        "model": F("str", "tiny", "preset", choices=["tiny", "debug", "agpt-2b", "agpt-20b"]),
-        "train_iters": F("int", 100, "optimizer steps per phase"),
-        "save_interval": F("int", 10, "checkpoint every N steps (phases with checkpoint none: never)"),
-        "tp": F("int", 1, "tensor-parallel degree"),
-        "seq_len": F("int", 32, ""),
-        "batch_size": F("int", 4, "per data-parallel rank"),
-        "lr": F("float", 1e-3, ""),
-        "seed": F("int", 1234, ""),
-        "meta_init": F("str", "auto", "", choices=["auto", "on", "off"]),
-        "device": F("str", "auto", "", choices=["auto", "cpu", "cuda", "xpu"]),
-        "keep": F("int", 0, "keep the newest N complete checkpoints (0: all)"),
-        "extra_args": ListOf(F("str"), doc="more trainer flags, passed as arguments"),
-    },
+    "trainer": dict({o.key: F(o.type, o.default if o.scenario_default is None else o.scenario_default,
+                              o.help, choices=o.choices, min=o.min)
+                     for o in trainer_options.scenario_options()},
+                    extra_args=ListOf(F("str"), doc="more trainer flags, passed as arguments")),
     "relaunch": {
         "max_attempts": F("int", 10, "launches per phase before the phase (and job) fails"),
         "backoff": F("duration", 0, "pause between attempts"),
@@ -286,6 +259,8 @@ class _V:
         if v is None:
             if spec.required:
                 self.err(path, "required key is missing")
+            if spec.kind == "duration" and spec.default is not None:
+                return parse_duration(spec.default)
             return copy.deepcopy(spec.default)
         return self.scalar(spec, v, path)
 
@@ -298,8 +273,8 @@ class _V:
                 if v < 0:
                     raise ValueError(f"must be >= 0, got {v}")
             elif k == "float":
-                if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise ValueError(f"expected a number, got {v!r}")
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise ValueError(f"expected a finite number, got {v!r}")
                 v = float(v)
             elif k == "bool":
                 if not isinstance(v, bool):
@@ -329,13 +304,26 @@ class _V:
                 if isinstance(v, (dict, list)):
                     raise ValueError(f"expected a string, got a {type(v).__name__}")
                 v = str(v)
-            if spec.choices and v not in spec.choices:
-                close = difflib.get_close_matches(str(v), spec.choices, n=1)
+            if spec.min is not None and not v >= spec.min:
+                raise ValueError(f"must be >= {spec.min:g}, got {v}")
+            choices = spec.choices() if callable(spec.choices) else spec.choices
+            if choices and v not in choices:
+                close = difflib.get_close_matches(str(v), choices, n=1)
                 hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise ValueError(f"{v!r} is not one of {', '.join(spec.choices)}{hint}")
+                raise ValueError(f"{v!r} is not one of {', '.join(choices)}{hint}")
         except ValueError as e:
             self.err(path, str(e))
         return v
+
+
+def _resolve_kind(f, path, v: _V):
+    """failures.kind (or its older name `target`) -> the registered kind's canonical name."""
+    if not isinstance(f, dict):
+        return
+    kind, target = f.pop("kind", None), f.pop("target", None)
+    if kind and target and failures.get(kind).name != failures.get(target).name:
+        v.err(path + ("target",), f"{target!r} contradicts kind {kind!r} (target is the older name of kind)")
+    f["kind"] = failures.get(kind or target or "kill").name
 
 
 def _cross_checks(sc, v: _V):
@@ -373,7 +361,7 @@ def _cross_checks(sc, v: _V):
         for s in sched.get("at_steps") or []:
             if s > tr["train_iters"]:
                 v.err(base + ("schedule", "at_steps"), f"step {s} is beyond trainer.train_iters={tr['train_iters']}")
-        if f["target"] == "one-node" and f["node"] is not None and f["node"] >= sc["job"]["nodes"]:
+        if f["node"] is not None and f["node"] >= sc["job"]["nodes"]:
             v.err(base + ("node",), f"node {f['node']} is out of range for {sc['job']['nodes']} nodes")
 
 
@@ -411,6 +399,10 @@ def load(path: str, overrides: List[str] = ()) -> dict:
         _apply_set(data, a, lines)
     v = _V(lines, path)
     sc = v.mapping(SCHEMA, data, ())
+    if not v.errors:
+        _resolve_kind(sc["failures"], ("failures",), v)
+        for i, ph in enumerate(sc["phases"]):
+            _resolve_kind(ph["failures"], ("phases", i, "failures"), v)
     if not v.errors:
         _cross_checks(sc, v)
     if v.errors:

@@ -8,14 +8,17 @@ import sys
 import time
 import uuid
 
+import psutil
 import pytest
 
 from restartlab import ckptdir, inject, killer
 from tests.helpers import MPIEXEC, wait_for
 
 SLEEPER = [sys.executable, "-c", "import sys,time; time.sleep(300)", "rank-like"]
-PARENT = [sys.executable, "-c",
-          "import subprocess,sys,time; p=subprocess.Popen(sys.argv[1:]); time.sleep(300)"]
+# argv: TAG CMD...: start CMD with RESTARTLAB_JOB_TAG=TAG in its environment only, print its pid
+LAUNCHER = ("import os,subprocess,sys,time; env=dict(os.environ, RESTARTLAB_JOB_TAG=sys.argv[1]); "
+            "p=subprocess.Popen(sys.argv[2:], env=env); print(p.pid, flush=True); time.sleep(300)")
+RANK_WITH_CHILD = "import subprocess,sys,time; subprocess.Popen(sys.argv[1:]); time.sleep(300)"
 
 
 def spawn(argv, tag=None, **kw):
@@ -42,26 +45,22 @@ def alive(p):
 
 def test_only_tagged_ranks_and_their_children_die(procs):
     tag, other = f"t-{uuid.uuid4().hex[:6]}", f"o-{uuid.uuid4().hex[:6]}"
-    # a "launcher" (untagged) whose child is a tagged rank that has its own child (an async writer)
-    launcher = spawn(PARENT + [sys.executable, "-c",
-                               "import subprocess,sys,time; subprocess.Popen(sys.argv[1:]); time.sleep(300)",
-                               *SLEEPER])
-    procs.append(launcher)
-    time.sleep(0.5)
-    # the launcher's child gets the tag only through its own environment: re-spawn properly tagged
-    rank = spawn([sys.executable, "-c", "import subprocess,sys,time; subprocess.Popen(sys.argv[1:]); time.sleep(300)",
-                  *SLEEPER], tag=tag)
+    # an untagged "launcher" that starts a tagged rank as its own child (the tag only in the
+    # rank's environment, as mpiexec -genv does); the rank has a child of its own (a writer)
+    launcher = spawn([sys.executable, "-c", LAUNCHER, tag, sys.executable, "-c", RANK_WITH_CHILD, *SLEEPER],
+                     stdout=subprocess.PIPE, text=True)
     decoy = spawn(SLEEPER, tag=other)           # same command line, another job's tag
     twin = spawn(SLEEPER)                       # same command line, no tag
-    procs += [rank, decoy, twin]
+    procs += [launcher, decoy, twin]
+    rank_pid = int(launcher.stdout.readline())
     wait_for(lambda: len(killer.targets(tag)) >= 2, 10, "rank + child visible")
+    assert psutil.Process(rank_pid).ppid() == launcher.pid      # the launcher really is the parent
     dry = killer.kill_ranks(tag, dry_run=True)
-    assert rank.pid in dry["pids"] and len(dry["pids"]) == 2 and alive(rank)
+    assert rank_pid in dry["pids"] and len(dry["pids"]) == 2 and launcher.pid not in dry["pids"]
     receipt = killer.kill_ranks(tag)
     assert set(receipt["pids"]) == set(dry["pids"]) and receipt["signal"] == "SIGKILL"
-    rank.wait(timeout=10)
-    child = [p for p in receipt["pids"] if p != rank.pid][0]
-    wait_for(lambda: not os.path.exists(f"/proc/{child}") or killer._is_zombie(child), 10, "child dies")
+    for pid in receipt["pids"]:
+        wait_for(lambda: killer.is_gone(pid), 10, f"pid {pid} dies")
     assert alive(decoy) and alive(twin) and alive(launcher)
 
 

@@ -5,9 +5,11 @@ import os
 
 import pytest
 
-from restartlab import inject
-from restartlab.schedulers import pbs, slurm
+from restartlab import inject, schedulers
+from restartlab.schedulers import pbs as pbs_module
 from restartlab.schedulers.base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, SchedulerError
+
+pbs, slurm = schedulers.get("pbs"), schedulers.get("slurm")
 
 pytestmark = pytest.mark.recorded
 DATA = os.path.join(os.path.dirname(__file__), "data", "pbs_qstat_f_F_json.json")
@@ -34,8 +36,14 @@ def test_qstat_json_many_ids_in_one_query():
 
 
 def test_pbs_exit_codes_documented():
-    assert pbs.EXIT_UNKNOWN_JOB == 153 and pbs.EXIT_JOB_FINISHED == 35
-    assert pbs.exit_detail(271) == "killed by signal 15"
+    # qstat exits 153 for an unknown id and 35 for a finished job queried without -x (PBS Pro
+    # Reference Guide): neither is a failed query; 1 is
+    assert pbs.parse_status("", ["7.srv"], 153, "qstat: Unknown Job Id 7.srv\n")["7.srv"].state == UNKNOWN
+    assert pbs.parse_status("", ["7.srv"], 35, "qstat: 7.srv Job has finished, use -x\n")["7.srv"].state == UNKNOWN
+    with pytest.raises(SchedulerError):
+        pbs.parse_status("", ["7.srv"], 1, "qstat: cannot connect\n")
+    assert pbs_module.exit_detail(271) == "killed by signal 15"
+    assert pbs_module.exit_detail(-29).startswith("walltime exceeded")
 
 
 def test_pbsdsh_once_per_node_index():
@@ -48,6 +56,32 @@ def test_nodefile_slots(tmp_path):
     nf = tmp_path / "nodefile"
     nf.write_text("a\na\na\nb\nb\nb\n")
     assert inject.read_nodefile(str(nf)) == (["a", "b"], [0, 3])
+
+
+def test_sacct_parser_and_fallback():
+    # `sacct -X -n -P -o JobID,State,ExitCode,Reason` (format from the sacct man page)
+    out = "42|RUNNING|0:0|None\n43|PENDING|0:0|Resources\n44|COMPLETED|0:0|None\n45|TIMEOUT|0:15|None\n46|CANCELLED by 0|0:9|None\n"
+    calls = []
+
+    def run(argv):
+        calls.append(argv[0])
+        return 0, out, ""
+    st = slurm.status(["42", "43", "44", "45", "46", "47"], run)
+    assert calls == ["sacct"]
+    assert [st[i].state for i in ["42", "43", "44", "45", "46", "47"]] == [RUNNING, PENDING, FINISHED, FAILED, FAILED, UNKNOWN]
+    assert st["45"].exit_status == 128 + 15 and "Resources" in st["43"].detail
+    # no slurmdbd: sacct's own message (Slurm 22.05), then squeue answers
+
+    def run_no_acct(argv):
+        calls.append(argv[0])
+        if argv[0] == "sacct":
+            return 1, "", "sacct: error: Slurm accounting storage is disabled\n"
+        return 0, "42|RUNNING|None\n", ""
+    calls.clear()
+    st = slurm.status(["42", "44"], run_no_acct)
+    assert calls == ["sacct", "squeue"] and st["42"].state == RUNNING and st["44"].state == UNKNOWN
+    with pytest.raises(SchedulerError, match="sacct failed"):
+        slurm.status(["42"], lambda argv: (1, "", "sacct: error: Problem talking to the database\n"))
 
 
 def test_slurm_parsers():

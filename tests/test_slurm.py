@@ -43,7 +43,7 @@ trainer: {{model: tiny, train_iters: {iters}, save_interval: 5, device: cpu}}
 relaunch: {{max_attempts: 5, backoff: 0s, hang_timeout: 120s}}
 failures:
   signal: KILL
-  target: all-nodes
+  kind: kill
   schedule: {{at_steps: [{", ".join(map(str, at_steps))}]}}
   gate: complete
 phases:

@@ -9,7 +9,7 @@ from tests.helpers import final_crc, run_trainer
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--model", "gpt5"], "--model 'gpt5': unknown preset"),
+    (["--model", "gpt5"], "argument --model: invalid choice: 'gpt5'"),
     (["--tp", "3"], "--tp 3 does not divide the world size 1"),
     (["--save-interval", "-1"], "--save-interval -1"),
     (["--save-interval", "5", "--ckpt-dir", "/proc/restartlab-nope"], "--ckpt-dir /proc/restartlab-nope: not writable"),

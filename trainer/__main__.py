@@ -9,48 +9,28 @@ import sys  # noqa: E402
 
 from restartlab.trainer import dist as rdist  # noqa: E402
 
-MODELS = ("tiny", "small", "debug", "agpt-2b", "agpt-20b")
+from restartlab import trainer_options  # noqa: E402
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (the relaunch loop's log stays readable)
+        self.exit(2, f"restartlab.trainer: error: {message}\n")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m restartlab.trainer",
-                                description="restartlab's FSDP2/TP trainer with DCP checkpoints "
-                                            "and bit-exact auto-resume")
-    p.add_argument("--model", default="tiny", help=f"preset: {', '.join(MODELS)}")
-    p.add_argument("--train-iters", type=int, default=100, help="optimizer steps in total")
-    p.add_argument("--save-interval", type=int, default=0,
-                   help="save every N steps and at the last step (0: no checkpoints)")
-    p.add_argument("--ckpt-dir", default="ckpts")
-    p.add_argument("--async-ckpt", action="store_true", help="asynchronous checkpointing")
-    p.add_argument("--ckpt-stage-dir", default=None,
-                   help="node-local stage dir for --async-ckpt (default /tmp/restartlab-<jobid>)")
-    p.add_argument("--keep", type=int, default=0,
-                   help="keep the newest N complete checkpoints (0: keep all)")
-    p.add_argument("--no-resume", action="store_true", help="start fresh even if a checkpoint exists")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (2-D mesh dp x tp)")
-    p.add_argument("--seq-len", type=int, default=32)
-    p.add_argument("--batch-size", type=int, default=4, help="per data-parallel rank")
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--meta-init", choices=("auto", "on", "off"), default="auto")
-    p.add_argument("--outdir", default=".", help="metrics-<rank>.jsonl are appended here")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda", "xpu"), default="auto")
-    p.add_argument("--log-interval", type=int, default=10, help="print a line every N steps")
+    p = _Parser(prog="python -m restartlab.trainer",
+                description="restartlab's FSDP2/TP trainer with DCP checkpoints and bit-exact auto-resume")
+    trainer_options.add_to_parser(p)
     return p.parse_args(argv)
 
 
 def check_args(a, world_size):
     """Bad input: one clear line before any training starts (exit 2)."""
-    if a.model not in MODELS:
-        return f"--model {a.model!r}: unknown preset (choose from {', '.join(MODELS)})"
-    if a.tp < 1 or world_size % a.tp:
+    err = trainer_options.check(vars(a))
+    if err:
+        return err
+    if world_size % a.tp:
         return f"--tp {a.tp} does not divide the world size {world_size}"
-    if a.save_interval < 0:
-        return f"--save-interval {a.save_interval}: must be >= 0"
-    if a.train_iters < 1:
-        return f"--train-iters {a.train_iters}: must be >= 1"
-    if a.keep < 0:
-        return f"--keep {a.keep}: must be >= 0"
     if a.save_interval:
         try:
             os.makedirs(a.ckpt_dir, exist_ok=True)
@@ -64,16 +44,13 @@ def check_args(a, world_size):
 
 def launch_ts():
     """When this attempt was launched: RESTARTLAB_LAUNCH_TS (set by the relaunch loop before
-    mpiexec), else this process's start time from /proc."""
+    mpiexec), else this process's start time."""
     if "RESTARTLAB_LAUNCH_TS" in os.environ:
         return float(os.environ["RESTARTLAB_LAUNCH_TS"])
     try:
-        with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat") as f:
-            btime = next(int(l.split()[1]) for l in f if l.startswith("btime"))
-        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, StopIteration):
+        import psutil
+        return psutil.Process().create_time()
+    except (ImportError, OSError):
         return _T_IMPORT0
 
 
@@ -128,7 +105,8 @@ def main(argv=None):
 
     ckpt = None
     if a.save_interval or not a.no_resume:
-        jobid = os.environ.get("PBS_JOBID") or os.environ.get("SLURM_JOB_ID") or "local"
+        from restartlab import schedulers
+        jobid = schedulers.job_id(os.environ)
         ckpt = Checkpointer(a.ckpt_dir, rank=info.rank, world_size=info.world_size,
                             mesh_info={"shape": list(mesh.shape), "dims": list(mesh.mesh_dim_names)},
                             mode="async" if a.async_ckpt else "sync",

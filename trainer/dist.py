@@ -6,14 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-# (rank, world size, local rank) variables, in the order they are tried.
-LAUNCHER_ENV = [
-    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    ("pals", "PALS_RANKID", "PALS_SIZE", "PALS_LOCAL_RANKID"),
-    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    ("hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-]
+from restartlab import launchers
 
 
 @dataclass
@@ -25,26 +18,18 @@ class RankInfo:
 
 
 def discover_ranks(env=None) -> RankInfo:
-    """Rank, world size and local rank from whichever launcher started us (single process if none).
-
-    PALS exports no size variable of its own on every system; when PALS_RANKID is present without
-    a size we fall back to PMI_SIZE (PALS also sets the PMI ones)."""
+    """Rank, world size and local rank from whichever launcher started us (single process if
+    none): each launcher's variables come from the torch-free registry in restartlab.launchers,
+    tried in registration order."""
     env = os.environ if env is None else env
-    for name, r, w, l in LAUNCHER_ENV:
-        if name == "hydra" and "MPI_LOCALRANKID" not in env and "SLURM_PROCID" in env:
-            continue  # `srun --mpi=pmi2` sets PMI_RANK too, but no local rank: srun's entry has it
-        if r in env:
-            size = env.get(w) or env.get("PMI_SIZE") or env.get("WORLD_SIZE")
+    for ln in launchers.LAUNCHERS.all():
+        if ln.matches(env):
+            size = next((env[v] for v in (ln.size_var, *ln.size_fallbacks) if env.get(v)), None)
             if size is None:
-                raise RuntimeError(f"launcher {name}: {r} is set but no world size ({w}) is")
-            return RankInfo(int(env[r]), int(size), int(env.get(l, env.get("LOCAL_RANK", 0))), name)
+                raise RuntimeError(f"launcher {ln.name}: {ln.rank_var} is set but no world size "
+                                   f"({ln.size_var}) is")
+            return RankInfo(int(env[ln.rank_var]), int(size), int(env.get(ln.local_rank_var, 0)), ln.name)
     return RankInfo(0, 1, 0, "none")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def rendezvous(info: RankInfo, env=None):
@@ -54,7 +39,7 @@ def rendezvous(info: RankInfo, env=None):
     if "MASTER_ADDR" in env and "MASTER_PORT" in env:
         return env["MASTER_ADDR"], int(env["MASTER_PORT"])
     if info.world_size == 1:
-        return "127.0.0.1", _free_port()
+        return "127.0.0.1", launchers.free_port()
     try:
         from mpi4py import MPI
     except ImportError:
@@ -62,7 +47,7 @@ def rendezvous(info: RankInfo, env=None):
                          "installed to agree on them; export both, or `pip install mpi4py`")
     addr, port = None, None
     if info.rank == 0:
-        addr, port = socket.gethostname(), _free_port()
+        addr, port = socket.gethostname(), launchers.free_port()
     addr, port = MPI.COMM_WORLD.bcast((addr, port), root=0)
     # MPI has done its one job. Caveat (measured with MPICH Hydra): once ranks have initialized
     # MPI, the first to exit gets its slower peers SIGKILLed, finalized or not, and mpiexec may
@@ -70,11 +55,6 @@ def rendezvous(info: RankInfo, env=None):
     # and MASTER_PORT, so this fallback is only for hand-launched runs.
     MPI.Finalize()
     return addr, port
-
-
-# ranks on this node, per launcher (Hydra: MPI_LOCALNRANKS; Slurm: SLURM_TASKS_PER_NODE "2(x2)")
-LOCAL_SIZE_ENV = ("LOCAL_WORLD_SIZE", "PALS_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                  "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
 
 
 def intra_op_threads(env=None, cpus=None) -> Optional[int]:
@@ -86,7 +66,7 @@ def intra_op_threads(env=None, cpus=None) -> Optional[int]:
     if env.get("OMP_NUM_THREADS"):
         return None
     local = 1
-    for k in LOCAL_SIZE_ENV:
+    for k in (v for ln in launchers.LAUNCHERS.all() for v in ln.local_size_vars):
         v = env.get(k, "")
         digits = v.split("(")[0].split(",")[0]
         if digits.isdigit() and int(digits) > 0:

@@ -1,20 +1,19 @@
-"""What every scheduler module provides (a protocol, documented here, implemented as module
-functions in pbs.py, slurm.py, local.py):
+"""The Scheduler plug-in: everything restartlab knows about one batch system lives in one class
+(PSI/J-style pure hooks), registered by name in SCHEDULERS. Adding one (Flux, LSF) is one module
+in this package (found automatically) and, only if the shared `header.j2` does not fit, one
+template; see README, "Extending restartlab".
 
-    PREFIX                                   directive prefix ('#PBS', '#SBATCH', None)
-    directives(sc) -> [str]                  directive bodies (after the prefix), deterministic
-    submit_cmd(script) -> [argv]             parse_submit(stdout) -> job id
-    status_cmd(ids) -> [argv]                parse_status(stdout, ids) -> {id: JobStatus}
-    cancel_cmd(jobid) -> [argv]              cancel_error(rc, stdout, stderr) -> None or reason
-    fanout_cmd(node_index, hosts, argv, slots) -> [argv]   run argv once on node `node_index`
-                                             (slots: each host's first line in the node file)
-    NODEFILE_SH                              bash that sets RL_NODEFILE (one line per host)
-"""
+Command hooks return argv lists and parsers take recorded output, so each is testable alone."""
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..registry import Registry
 
 # states, common to all schedulers
 PENDING, RUNNING, FINISHED, FAILED, UNKNOWN = "pending", "running", "finished", "failed", "unknown"
+
+# run(argv) -> (returncode, stdout, stderr): how the CLI executes a query (tests pass recorded output)
+Runner = Callable[[List[str]], Tuple[int, str, str]]
 
 
 @dataclass
@@ -31,3 +30,61 @@ class JobStatus:
 
 class SchedulerError(Exception):
     pass
+
+
+class Scheduler:
+    """Defaults describe a scheduler with no queue (the local shell); subclasses override."""
+    name: str = ""
+    prefix: Optional[str] = None        # directive prefix ('#PBS', '#SBATCH'); None: no header
+    header_template = "header.j2"       # renders `prefix directive` lines (templates/)
+    title = ""                          # for the script's comment line
+    jobid_var: Optional[str] = None     # the job's id inside a job (PBS_JOBID, SLURM_JOB_ID)
+    query_tool: Optional[str] = None    # on a login node, its presence means "this scheduler"
+    # bash that sets RL_NODEFILE (one line per host or per slot) inside the job
+    nodefile_sh = 'RL_NODEFILE="$RL_EXPT_DIR/nodefile"\n[ -s "$RL_NODEFILE" ] || hostname > "$RL_NODEFILE"'
+
+    @property
+    def has_queue(self) -> bool:
+        return type(self).submit_cmd is not Scheduler.submit_cmd
+
+    def directives(self, sc: dict) -> List[str]:
+        """Directive bodies (after the prefix), deterministic."""
+        return []
+
+    def _no_queue(self, *_a, **_k):
+        raise SchedulerError(f"the {self.name} scheduler has no queue: use `restartlab run SCENARIO`")
+
+    def submit_cmd(self, script: str) -> List[str]:
+        return self._no_queue()
+
+    def parse_submit(self, stdout: str) -> str:
+        return self._no_queue()
+
+    def status(self, ids: Sequence[str], run: Runner) -> Dict[str, JobStatus]:
+        """State of many jobs in as few queries as the scheduler allows."""
+        rc, out, err = run(self.status_cmd(ids))
+        return self.parse_status(out, ids, rc, err)
+
+    def status_cmd(self, ids: Sequence[str]) -> List[str]:
+        return self._no_queue()
+
+    def parse_status(self, stdout: str, ids: Sequence[str], returncode: int = 0,
+                     stderr: str = "") -> Dict[str, JobStatus]:
+        return self._no_queue()
+
+    def cancel_cmd(self, jobid: str) -> List[str]:
+        return self._no_queue()
+
+    def cancel_error(self, returncode: int, stdout: str, stderr: str) -> Optional[str]:
+        """None when the cancel went through, else the reason."""
+        return (stderr.strip() or stdout.strip() or f"exit code {returncode}") if returncode else None
+
+    def fanout_cmd(self, node_index: int, hosts: List[str], argv: List[str],
+                   slots: Optional[List[int]] = None) -> List[str]:
+        """argv that runs `argv` once on node `node_index` of `hosts` (slots: each host's first
+        line in the node file). Default: this host (no scheduler to reach other nodes)."""
+        return list(argv)
+
+
+SCHEDULERS: Registry[Scheduler] = Registry("scheduler")
+register = SCHEDULERS.register

@@ -2,50 +2,10 @@
 pbsdsh -n fan-out."""
 import json
 
-from ..scenario import hms
-from .base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, SchedulerError
+from ..units import hms
+from .base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, Scheduler, SchedulerError, register
 
-PREFIX = "#PBS"
-NODEFILE_SH = 'RL_NODEFILE="${PBS_NODEFILE:?PBS_NODEFILE is not set: is this running under PBS?}"'
 EXIT_UNKNOWN_JOB, EXIT_JOB_FINISHED = 153, 35
-
-
-def directives(sc):
-    j, ln = sc["job"], sc["launch"]
-    sel = f"select={j['nodes']}"
-    if j["ncpus"]:
-        sel += f":ncpus={j['ncpus']}"
-    sel += f":mpiprocs={ln['ranks_per_node']}"
-    out = [f"-N {sc['name'][:236]}"]
-    if j["account"]:
-        out.append(f"-A {j['account']}")
-    if j["queue"]:
-        out.append(f"-q {j['queue']}")
-    out += [f"-l {sel}", f"-l walltime={hms(j['walltime'])}"]
-    if j["place"]:
-        out.append(f"-l place={j['place']}")
-    if j["filesystems"]:
-        out.append(f"-l filesystems={j['filesystems']}")
-    out += ["-k doe", "-j oe"]
-    return out + list(j["directives"])
-
-
-def submit_cmd(script):
-    return ["qsub", script]
-
-
-def parse_submit(stdout):
-    """qsub prints `<seq>.<server>` on one line."""
-    jid = stdout.strip().splitlines()[-1].strip() if stdout.strip() else ""
-    if not jid or " " in jid:
-        raise SchedulerError(f"qsub: unexpected output {stdout!r}")
-    return jid
-
-
-def status_cmd(ids):
-    return ["qstat", "-f", "-F", "json", "-x", *ids]
-
-
 _STATE = {"Q": PENDING, "H": PENDING, "W": PENDING, "T": PENDING, "S": PENDING,
           "R": RUNNING, "E": RUNNING, "B": RUNNING, "X": FINISHED, "F": FINISHED}
 
@@ -63,41 +23,79 @@ def exit_detail(code):
     return "exit code 0" if code == 0 else f"exit code {code}"
 
 
-def parse_status(stdout, ids, returncode=0, stderr=""):
-    """`qstat -f -F json -x` output -> {id: JobStatus}. Ids qstat does not know (it prints
-    'Unknown Job Id' and exits 153) are UNKNOWN."""
-    if returncode not in (0, EXIT_UNKNOWN_JOB, EXIT_JOB_FINISHED):
-        # e.g. the server cannot be reached: never report every job as "unknown"
-        raise SchedulerError(f"qstat failed (rc {returncode}): {stderr.strip() or stdout.strip()}")
-    try:
-        jobs = json.loads(stdout).get("Jobs", {}) if stdout.strip() else {}
-    except ValueError as e:
-        raise SchedulerError(f"qstat -F json: unparsable output ({e})")
-    out = {}
-    for jid in ids:
-        rec = jobs.get(jid) or next((v for k, v in jobs.items() if k.split(".")[0] == jid.split(".")[0]), None)
-        if rec is None:
-            out[jid] = JobStatus(jid, UNKNOWN, detail="unknown job id")
-            continue
-        st = _STATE.get(rec.get("job_state"), UNKNOWN)
-        code = rec.get("Exit_status")
-        if st == FINISHED and code not in (None, 0):
-            st = FAILED
-        out[jid] = JobStatus(jid, st, code, exit_detail(code))
-    return out
+@register
+class PBS(Scheduler):
+    name = "pbs"
+    prefix = "#PBS"
+    title = "PBS Pro"
+    jobid_var = "PBS_JOBID"
+    query_tool = "qstat"
+    nodefile_sh = 'RL_NODEFILE="${PBS_NODEFILE:?PBS_NODEFILE is not set: is this running under PBS?}"'
 
+    def directives(self, sc):
+        j, ln = sc["job"], sc["launch"]
+        sel = f"select={j['nodes']}"
+        if j["ncpus"]:
+            sel += f":ncpus={j['ncpus']}"
+        sel += f":mpiprocs={ln['ranks_per_node']}"
+        out = [f"-N {sc['name'][:236]}"]
+        if j["account"]:
+            out.append(f"-A {j['account']}")
+        if j["queue"]:
+            out.append(f"-q {j['queue']}")
+        out += [f"-l {sel}", f"-l walltime={hms(j['walltime'])}"]
+        if j["place"]:
+            out.append(f"-l place={j['place']}")
+        if j["filesystems"]:
+            out.append(f"-l filesystems={j['filesystems']}")
+        out += ["-k doe", "-j oe"]
+        return out + list(j["directives"])
 
-def cancel_cmd(jobid):
-    return ["qdel", jobid]
+    def submit_cmd(self, script):
+        return ["qsub", script]
 
+    def parse_submit(self, stdout):
+        """qsub prints `<seq>.<server>` on one line."""
+        jid = stdout.strip().splitlines()[-1].strip() if stdout.strip() else ""
+        if not jid or " " in jid:
+            raise SchedulerError(f"qsub: unexpected output {stdout!r}")
+        return jid
 
-def cancel_error(returncode, stdout, stderr):
-    """None when the cancel went through, else the reason (qdel exits non-zero on failure)."""
-    return (stderr.strip() or stdout.strip() or f"qdel exited {returncode}") if returncode else None
+    def status_cmd(self, ids):
+        return ["qstat", "-f", "-F", "json", "-x", *ids]
 
+    def parse_status(self, stdout, ids, returncode=0, stderr=""):
+        """`qstat -f -F json -x` output -> {id: JobStatus}. Ids qstat does not know (it prints
+        'Unknown Job Id' and exits 153) are UNKNOWN."""
+        if returncode not in (0, EXIT_UNKNOWN_JOB, EXIT_JOB_FINISHED):
+            # e.g. the server cannot be reached: never report every job as "unknown"
+            raise SchedulerError(f"qstat failed (rc {returncode}): {stderr.strip() or stdout.strip()}")
+        try:
+            jobs = json.loads(stdout).get("Jobs", {}) if stdout.strip() else {}
+        except ValueError as e:
+            raise SchedulerError(f"qstat -F json: unparsable output ({e})")
+        out = {}
+        for jid in ids:
+            rec = jobs.get(jid) or next((v for k, v in jobs.items() if k.split(".")[0] == jid.split(".")[0]), None)
+            if rec is None:
+                out[jid] = JobStatus(jid, UNKNOWN, detail="unknown job id")
+                continue
+            st = _STATE.get(rec.get("job_state"), UNKNOWN)
+            code = rec.get("Exit_status")
+            if st == FINISHED and code not in (None, 0):
+                st = FAILED
+            out[jid] = JobStatus(jid, st, code, exit_detail(code))
+        return out
 
-def fanout_cmd(node_index, hosts, argv, slots=None):
-    """Once on the node at `node_index` of the unique hosts. `pbsdsh -n` takes an index into the
-    job's vnode list, one entry per MPI slot (PBS_NODEFILE's lines), so we pass the index of that
-    host's first line (`slots`); plain pbsdsh would run once per slot."""
-    return ["pbsdsh", "-n", str(slots[node_index] if slots else node_index), "--", *argv]
+    def cancel_cmd(self, jobid):
+        return ["qdel", jobid]
+
+    def cancel_error(self, returncode, stdout, stderr):
+        """None when the cancel went through, else the reason (qdel exits non-zero on failure)."""
+        return (stderr.strip() or stdout.strip() or f"qdel exited {returncode}") if returncode else None
+
+    def fanout_cmd(self, node_index, hosts, argv, slots=None):
+        """Once on the node at `node_index` of the unique hosts. `pbsdsh -n` takes an index into the
+        job's vnode list, one entry per MPI slot (PBS_NODEFILE's lines), so we pass the index of that
+        host's first line (`slots`); plain pbsdsh would run once per slot."""
+        return ["pbsdsh", "-n", str(slots[node_index] if slots else node_index), "--", *argv]

@@ -1,81 +1,126 @@
-"""Slurm: #SBATCH header, sbatch --parsable / squeue / scancel, srun --overlap fan-out."""
+"""Slurm: #SBATCH header, sbatch --parsable / sacct (squeue where accounting is off) / scancel,
+srun --overlap fan-out."""
 import os
 
-from ..scenario import hms
-from .base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, SchedulerError
-
-PREFIX = "#SBATCH"
-NODEFILE_SH = ('RL_NODEFILE="$RL_EXPT_DIR/nodefile.$SLURM_JOB_ID"\n'
-               'scontrol show hostnames "${SLURM_JOB_NODELIST:?not running under Slurm}" > "$RL_NODEFILE"')
-
-
-def directives(sc):
-    j, ln = sc["job"], sc["launch"]
-    out = [f"--job-name={sc['name']}", f"--nodes={j['nodes']}",
-           f"--ntasks-per-node={ln['ranks_per_node']}", f"--time={hms(j['walltime'])}"]
-    if j["account"]:
-        out.append(f"--account={j['account']}")
-    if j["queue"]:
-        out.append(f"--partition={j['queue']}")
-    out.append(f"--output={sc['expt_dir']}/job-%j.out")
-    return out + list(j["directives"])
-
-
-def submit_cmd(script):
-    return ["sbatch", "--parsable", script]
-
-
-def parse_submit(stdout):
-    line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
-    jid = line.split(";")[0].strip()
-    if not jid.isdigit():
-        raise SchedulerError(f"sbatch: unexpected output {stdout!r}")
-    return jid
-
-
-def status_cmd(ids):
-    # all of the user's jobs in one query (an unknown id in -j makes squeue fail as a whole)
-    return ["squeue", "-h", "-t", "all", "-o", "%i|%T|%r"]
-
+from ..units import hms
+from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, Scheduler,
+                   SchedulerError, register)
 
 _STATE = {"PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
           "RUNNING": RUNNING, "COMPLETING": RUNNING, "SUSPENDED": RUNNING, "STOPPED": RUNNING,
           "COMPLETED": FINISHED, "FAILED": FAILED, "CANCELLED": FAILED, "TIMEOUT": FAILED,
           "NODE_FAIL": FAILED, "PREEMPTED": FAILED, "OUT_OF_MEMORY": FAILED, "BOOT_FAIL": FAILED,
           "DEADLINE": FAILED}
+# what sacct prints (rc 1) when the cluster keeps no job history (no slurmdbd)
+ACCOUNTING_OFF = "accounting storage is disabled"
 
 
-def parse_status(stdout, ids, returncode=0, stderr=""):
-    if returncode:  # e.g. the controller is down: never report every job as "unknown"
-        raise SchedulerError(f"squeue failed (rc {returncode}): {stderr.strip() or stdout.strip()}")
-    seen = {}
-    for line in stdout.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) >= 2:
-            seen[parts[0]] = parts
-    out = {}
-    for jid in ids:
-        p = seen.get(jid)
-        if p is None:
-            out[jid] = JobStatus(jid, UNKNOWN, detail="not known to squeue (finished long ago, or never existed)")
-        else:
-            out[jid] = JobStatus(jid, _STATE.get(p[1], UNKNOWN), None, f"{p[1]} {p[2] if len(p) > 2 else ''}".strip())
-    return out
+def _exit_code(field: str):
+    """sacct's ExitCode is 'code:signal'."""
+    code, _, sig = field.partition(":")
+    try:
+        code, sig = int(code), int(sig or 0)
+    except ValueError:
+        return None
+    return 128 + sig if sig else code
 
 
-def cancel_cmd(jobid):
-    # -v: without it scancel of an unknown id prints nothing and exits 0 (seen with Slurm 22.05)
-    return ["scancel", "-v", jobid]
+@register
+class Slurm(Scheduler):
+    name = "slurm"
+    prefix = "#SBATCH"
+    title = "Slurm"
+    jobid_var = "SLURM_JOB_ID"
+    query_tool = "squeue"
+    nodefile_sh = ('RL_NODEFILE="$RL_EXPT_DIR/nodefile.$SLURM_JOB_ID"\n'
+                   'scontrol show hostnames "${SLURM_JOB_NODELIST:?not running under Slurm}" > "$RL_NODEFILE"')
 
+    def directives(self, sc):
+        j, ln = sc["job"], sc["launch"]
+        out = [f"--job-name={sc['name']}", f"--nodes={j['nodes']}",
+               f"--ntasks-per-node={ln['ranks_per_node']}", f"--time={hms(j['walltime'])}"]
+        if j["account"]:
+            out.append(f"--account={j['account']}")
+        if j["queue"]:
+            out.append(f"--partition={j['queue']}")
+        out.append(f"--output={sc['expt_dir']}/job-%j.out")
+        return out + list(j["directives"])
 
-def cancel_error(returncode, stdout, stderr):
-    """None when the cancel went through, else the reason."""
-    errs = [ln.split("error:", 1)[1].strip() for ln in stderr.splitlines() if "error:" in ln]
-    if returncode or errs:
-        return "; ".join(errs) or stderr.strip() or f"scancel exited {returncode}"
-    return None
+    def submit_cmd(self, script):
+        return ["sbatch", "--parsable", script]
 
+    def parse_submit(self, stdout):
+        line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+        jid = line.split(";")[0].strip()
+        if not jid.isdigit():
+            raise SchedulerError(f"sbatch: unexpected output {stdout!r}")
+        return jid
 
-def fanout_cmd(node_index, hosts, argv, slots=None):
-    return ["srun", "--overlap", f"--jobid={os.environ.get('SLURM_JOB_ID', '')}", "-N", "1", "-n", "1",
-            f"--nodelist={hosts[node_index]}", "--export=ALL", *argv]
+    def status(self, ids, run):
+        """sacct keeps finished jobs; where accounting is off, squeue (live jobs only)."""
+        rc, out, err = run(self.sacct_cmd(ids))
+        if rc and ACCOUNTING_OFF in err.lower():
+            rc, out, err = run(self.status_cmd(ids))
+            return self.parse_status(out, ids, rc, err)
+        return self.parse_sacct(out, ids, rc, err)
+
+    def sacct_cmd(self, ids):
+        # -X: the job allocation only (no steps); -P: '|'-separated, no padding
+        return ["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Reason", "-j", ",".join(ids)]
+
+    def parse_sacct(self, stdout, ids, returncode=0, stderr=""):
+        if returncode:
+            raise SchedulerError(f"sacct failed (rc {returncode}): {stderr.strip() or stdout.strip()}")
+        seen = {}
+        for line in stdout.splitlines():
+            p = line.strip().split("|")
+            if len(p) >= 3:
+                seen[p[0]] = p
+        out = {}
+        for jid in ids:
+            p = seen.get(jid)
+            if p is None:
+                out[jid] = JobStatus(jid, UNKNOWN, detail="not known to sacct")
+                continue
+            state = p[1].split()[0]  # 'CANCELLED by 0'
+            code = _exit_code(p[2])
+            detail = " ".join(x for x in (p[1], f"exit {p[2]}", p[3] if len(p) > 3 and p[3] != "None" else "") if x)
+            out[jid] = JobStatus(jid, _STATE.get(state, UNKNOWN), code, detail)
+        return out
+
+    def status_cmd(self, ids):
+        # all of the user's jobs in one query (an unknown id in -j makes squeue fail as a whole)
+        return ["squeue", "-h", "-t", "all", "-o", "%i|%T|%r"]
+
+    def parse_status(self, stdout, ids, returncode=0, stderr=""):
+        if returncode:  # e.g. the controller is down: never report every job as "unknown"
+            raise SchedulerError(f"squeue failed (rc {returncode}): {stderr.strip() or stdout.strip()}")
+        seen = {}
+        for line in stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) >= 2:
+                seen[parts[0]] = parts
+        out = {}
+        for jid in ids:
+            p = seen.get(jid)
+            if p is None:
+                out[jid] = JobStatus(jid, UNKNOWN, detail="not known to squeue (finished long ago, or never "
+                                     "existed; squeue keeps no history where accounting is off)")
+            else:
+                out[jid] = JobStatus(jid, _STATE.get(p[1], UNKNOWN), None,
+                                     f"{p[1]} {p[2] if len(p) > 2 else ''}".strip())
+        return out
+
+    def cancel_cmd(self, jobid):
+        # -v: without it scancel of an unknown id prints nothing and exits 0 (seen with Slurm 22.05)
+        return ["scancel", "-v", jobid]
+
+    def cancel_error(self, returncode, stdout, stderr):
+        errs = [ln.split("error:", 1)[1].strip() for ln in stderr.splitlines() if "error:" in ln]
+        if returncode or errs:
+            return "; ".join(errs) or stderr.strip() or f"scancel exited {returncode}"
+        return None
+
+    def fanout_cmd(self, node_index, hosts, argv, slots=None):
+        return ["srun", "--overlap", f"--jobid={os.environ.get('SLURM_JOB_ID', '')}", "-N", "1", "-n", "1",
+                f"--nodelist={hosts[node_index]}", "--export=ALL", *argv]

@@ -1,0 +1,34 @@
+"""The experiment directory's first files: the rendered job script and the resolved scenario.
+`restartlab submit` and `restartlab run` both create experiments here, and `render -o` writes
+the same pair next to a chosen path."""
+import os
+from typing import Optional, Tuple
+
+from . import render
+from .scenario import dump_resolved
+
+
+def render_script(sc: dict, scheduler: Optional[str] = None,
+                  expt_dir: Optional[str] = None) -> Tuple[str, dict, str]:
+    """(script text, render context, resolved scenario YAML)."""
+    text, ctx = render.render(sc, scheduler, expt_dir)
+    return text, ctx, dump_resolved(dict(ctx["sc"], expt_dir=ctx["expt_dir"]))
+
+
+def write_script(path: str, text: str, resolved: str, resolved_path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o755)
+    with open(resolved_path, "w") as f:
+        f.write(resolved)
+
+
+def create(sc: dict, scheduler: Optional[str] = None, expt_dir: Optional[str] = None) -> Tuple[str, dict]:
+    """Make <expt_dir>/job.sh and <expt_dir>/scenario.yaml; returns (job.sh path, context)."""
+    text, ctx, resolved = render_script(sc, scheduler, expt_dir)
+    d = ctx["expt_dir"]
+    os.makedirs(d, exist_ok=True)
+    script = os.path.join(d, "job.sh")
+    write_script(script, text, resolved, os.path.join(d, "scenario.yaml"))
+    return script, ctx

@@ -1,0 +1,70 @@
+"""Failure-kind plug-ins: one class per kind of failure the injector can cause, registered by
+name in KINDS. A kind owns its signal, which nodes (and ranks) it strikes, and how the collector
+books it. Scenario validation (`failures.kind`) and `restartlab inject --kind` choices come from
+this registry."""
+import random
+from typing import List, Optional
+
+from .registry import Registry
+
+
+class FailureKind:
+    name = ""
+    aliases: tuple = ()          # older spellings still accepted (scenario `target`, --target)
+    signal = "KILL"              # default signal (a scenario's failures.signal overrides)
+    one_rank = False             # strike one rank's process tree per node, not all of them
+    doc = ""
+
+    def nodes(self, n_hosts: int, node: Optional[int], rng: random.Random) -> List[int]:
+        """Indices (into the job's unique hosts) of the nodes to strike."""
+        raise NotImplementedError
+
+    def killer_args(self) -> List[str]:
+        """Extra arguments for the node-local `restartlab kill-ranks`."""
+        return ["--one"] if self.one_rank else []
+
+    def book(self, record: dict) -> str:
+        """The name the collector books an injection record under."""
+        return self.name
+
+
+KINDS: Registry[FailureKind] = Registry("failure kind")
+register = KINDS.register
+
+
+@register
+class Kill(FailureKind):
+    name, aliases = "kill", ("all-nodes",)
+    doc = "every rank on every node of the job (the default)"
+
+    def nodes(self, n_hosts, node, rng):
+        return list(range(n_hosts))
+
+
+@register
+class Node(FailureKind):
+    name, aliases = "node", ("one-node",)
+    doc = "every rank of one node (failures.node, else a node chosen from the seed)"
+
+    def nodes(self, n_hosts, node, rng):
+        return [node if node is not None else rng.randrange(n_hosts)]
+
+
+@register
+class Rank(FailureKind):
+    name, aliases = "rank", ("one-rank",)
+    one_rank = True
+    doc = "one rank and its process tree (on failures.node, else the first node)"
+
+    def nodes(self, n_hosts, node, rng):
+        return [node if node is not None else 0]
+
+
+def get(name: str) -> FailureKind:
+    return KINDS.get(name)
+
+
+def book(record: dict) -> str:
+    """Kind of a record in injections.jsonl (records from before `kind` carry `target`)."""
+    name = record.get("kind") or record.get("target") or "kill"
+    return get(name).book(record) if name in KINDS else str(name)

@@ -1,0 +1,70 @@
+"""Reading a running experiment cheaply: the last metrics row of a live file (its tail only), the
+newest step a phase's current attempt has logged, the injection records. Used while a job runs
+by the injector, the relaunch loop and the progress view; the accounting is in collect.py."""
+import glob
+import json
+import os
+from typing import List, Optional
+
+TAIL_BYTES = 8192
+
+
+def last_row(path, key=None) -> Optional[dict]:
+    """Metrics of the last parsable line of a metrics file (that has `key`, if given), reading
+    only the file's tail."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - TAIL_BYTES))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            m = json.loads(line)["metrics"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(m, dict) and (key is None or key in m):
+            return m
+    return None
+
+
+def attempt_dirs(phase_dir) -> List[str]:
+    """<phase>/attempts/<k> in launch order."""
+    return sorted((d for d in glob.glob(os.path.join(phase_dir, "attempts", "*"))
+                   if os.path.basename(d).isdigit()), key=lambda d: int(os.path.basename(d)))
+
+
+def newest_step_seen(phase_dir: str) -> int:
+    """Highest train/iter rank 0 logged in the newest attempt (the progress of the live run)."""
+    attempts = attempt_dirs(phase_dir)
+    if not attempts:
+        return 0
+    m = last_row(os.path.join(attempts[-1], "metrics-0.jsonl"), key="train/iter")
+    try:
+        return int(m["train/iter"]) if m else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def injections_path(phase_dir):
+    return os.path.join(phase_dir, "injections.jsonl")
+
+
+def read_injections(phase_dir, warnings=None) -> List[dict]:
+    """<phase>/injections.jsonl (one record per kill); malformed lines are skipped, and named
+    in `warnings` when a list is given."""
+    path, out = injections_path(phase_dir), []
+    try:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                try:
+                    rec = json.loads(line)
+                    if not isinstance(rec, dict):
+                        raise ValueError("not a mapping")
+                    out.append(rec)
+                except ValueError:
+                    if warnings is not None:
+                        warnings.append(f"{path}:{n}: skipped a malformed line")
+    except OSError:
+        pass
+    return out

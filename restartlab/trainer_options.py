@@ -1,0 +1,96 @@
+"""The one table of the bundled trainer's options. The trainer's argparse, the scenario schema
+(`trainer:` keys) and the renderer's trainer argv are all generated from it, so they cannot drift.
+Torch-free: the orchestration side reads it on a login node."""
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
+
+MODELS = ("tiny", "small", "debug", "agpt-2b", "agpt-20b")  # = trainer.model.PRESETS (tested)
+
+# who sets an option: a scenario key under `trainer:`, or the renderer from the phase/experiment
+SCENARIO, PHASE = "scenario", "phase"
+
+
+@dataclass(frozen=True)
+class Opt:
+    flag: str                      # --train-iters
+    type: str                      # int | float | str | flag (store_true)
+    default: Any
+    help: str
+    choices: Optional[Sequence[str]] = None
+    source: str = SCENARIO
+    scenario_default: Any = None   # a scenario's default when it differs from the trainer's
+    min: Optional[float] = None    # smallest accepted value (scenario validation and the trainer)
+
+    @property
+    def key(self) -> str:
+        """The scenario key (trainer.<key>) and argparse dest."""
+        return self.flag[2:].replace("-", "_")
+
+
+OPTIONS: List[Opt] = [
+    Opt("--model", "str", "tiny", "model preset", choices=MODELS),
+    Opt("--train-iters", "int", 100, "optimizer steps in total", min=1),
+    Opt("--save-interval", "int", 0, "save every N steps and at the last step (0: no checkpoints; "
+        "phases with checkpoint: none never save)", scenario_default=10, min=0),
+    Opt("--keep", "int", 0, "keep the newest N complete checkpoints (0: keep all)", min=0),
+    Opt("--tp", "int", 1, "tensor-parallel degree (2-D mesh dp x tp)", min=1),
+    Opt("--seq-len", "int", 32, "tokens per sequence", min=1),
+    Opt("--batch-size", "int", 4, "sequences per data-parallel rank", min=1),
+    Opt("--lr", "float", 1e-3, "AdamW learning rate", min=0.0),
+    Opt("--seed", "int", 1234, "seed for the weights and the data"),
+    Opt("--meta-init", "str", "auto", "build on the meta device (auto: above 1B parameters)",
+        choices=("auto", "on", "off")),
+    Opt("--device", "str", "auto", "auto: xpu, else cuda, else cpu", choices=("auto", "cpu", "cuda", "xpu")),
+    Opt("--log-interval", "int", 10, "print a line every N steps", min=1),
+    # set by the renderer from the phase and the experiment layout, not by a scenario key
+    Opt("--ckpt-dir", "str", "ckpts", "checkpoint directory (<phase>/ckpts in an experiment)", source=PHASE),
+    Opt("--async-ckpt", "flag", False, "asynchronous checkpointing (phase checkpoint: async)", source=PHASE),
+    Opt("--ckpt-stage-dir", "str", None, "node-local stage dir for --async-ckpt (default "
+        "/tmp/restartlab-<jobid>; phase stage_dir)", source=PHASE),
+    Opt("--no-resume", "flag", False, "start fresh even if a checkpoint exists (phase checkpoint: none)",
+        source=PHASE),
+    Opt("--outdir", "str", ".", "metrics-<rank>.jsonl are appended here (the attempt directory)", source=PHASE),
+]
+BY_KEY: Dict[str, Opt] = {o.key: o for o in OPTIONS}
+
+
+def scenario_options() -> List[Opt]:
+    return [o for o in OPTIONS if o.source == SCENARIO]
+
+
+def add_to_parser(parser) -> None:
+    """The trainer's argparse arguments, from the table."""
+    types = {"int": int, "float": float, "str": str}
+    for o in OPTIONS:
+        if o.type == "flag":
+            parser.add_argument(o.flag, action="store_true", help=o.help)
+        else:
+            parser.add_argument(o.flag, type=types[o.type], default=o.default, choices=o.choices, help=o.help)
+
+
+def check(values: Dict[str, Any]) -> Optional[str]:
+    """The first value below its minimum, as one line for the trainer (None: all fine)."""
+    for o in OPTIONS:
+        v = values.get(o.key)
+        if o.min is not None and v is not None and not v >= o.min:  # `not >=` also catches NaN
+            return f"{o.flag} {v}: must be >= {o.min:g}"
+    return None
+
+
+def trainer_argv(trainer: Dict[str, Any], checkpoint: str, ckpt_dir: str,
+                 stage_dir: Optional[str] = None, outdir: str = ".") -> List[str]:
+    """The trainer's arguments for one phase: every scenario option, then the phase's own."""
+    vals = {o.key: trainer[o.key] for o in scenario_options()}
+    vals.update(ckpt_dir=ckpt_dir, outdir=outdir)
+    if checkpoint == "none":
+        vals.update(save_interval=0, no_resume=True)
+    elif checkpoint == "async":
+        vals.update(async_ckpt=True, ckpt_stage_dir=stage_dir)
+    argv = []
+    for o in OPTIONS:
+        v = vals.get(o.key)
+        if o.type == "flag":
+            argv += [o.flag] if v else []
+        elif v is not None:
+            argv += [o.flag, str(v)]
+    return argv + list(trainer.get("extra_args") or [])
