@@ -37,6 +37,7 @@ def worker(a):
     from restartlab.trainer.data import batch
     from restartlab.trainer.model import PRESETS
     from restartlab.trainer.parallel import build_mesh, build_model
+    from restartlab.trainer.state import TrainState
 
     info = rdist.discover_ranks()
     device_type, backend = rdist.pick_device("auto")
@@ -68,8 +69,8 @@ def worker(a):
         elif isinstance(obj, torch.Tensor):
             yield obj.to_local() if hasattr(obj, "to_local") else obj
 
-    state = Checkpointer.state(model, optim, 1, info.rank)
-    srcs = list(local_tensors(state))
+    train_state = TrainState(model, optim, info.rank, 1)
+    srcs = list(local_tensors(train_state.state_dict()))
     floor_bufs = [torch.empty(t.shape, dtype=t.dtype, device="cpu",
                               pin_memory=t.device.type == "cuda") for t in srcs]
     state_bytes = sum(t.numel() * t.element_size() for t in srcs)
@@ -84,11 +85,11 @@ def worker(a):
     for rep in range(a.repeats + 1):  # rep 0 is the warm-up (first allocation, page cache)
         step = 10 + rep
         dist.barrier()
-        row = sync.save(step, model, optim)
+        row = sync.save(step, train_state)
         sync_s = slowest(row["train/ckpt_save_seconds"])
 
         dist.barrier()
-        row = asyn.save(step, model, optim)
+        row = asyn.save(step, train_state)
         stall = slowest(row["train/ckpt_stage_seconds"] + row["train/ckpt_drain_seconds"])
         asyn.wait()
         fin = slowest(asyn.last_finalized["train/ckpt_finalize_seconds"])
@@ -103,7 +104,8 @@ def worker(a):
 
         dist.barrier()
         path = os.path.join(a.dir, "vanilla", f"step-{step}")
-        sd = Checkpointer.state(model, optim, step, info.rank)
+        train_state.step = step
+        sd = train_state.state_dict()
         t0 = time.perf_counter()
         fut = dcp.async_save(sd, checkpoint_id=path)  # default settings, default group
         t1 = time.perf_counter()

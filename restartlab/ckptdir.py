@@ -64,7 +64,7 @@ def verify_manifest(step_dir: str, checksums: bool = False) -> Optional[str]:
             return f"missing file {name}"
         if size != info["bytes"]:
             return f"{name}: {size} bytes on disk, manifest says {info['bytes']}"
-        if checksums and file_crc32(path) != info["crc32"]:
+        if checksums and file_crc32(path)["crc32"] != info["crc32"]:
             return f"{name}: checksum mismatch"
     return None
 
@@ -83,14 +83,19 @@ def newest_complete_step(ckpt_dir: str, verify: bool = True, checksums: bool = F
     return None
 
 
-def file_crc32(path: str, chunk: int = 1 << 22) -> int:
-    crc = 0
+def file_crc32(path: str, sink=None, chunk: int = 1 << 22) -> Dict[str, int]:
+    """{"bytes", "crc32"} of a file read once in chunks; each chunk also goes to `sink` (a
+    writable file) when given, so a copy and its checksum cost one read."""
+    crc, n = 0, 0
     with open(path, "rb") as f:
         while True:
             b = f.read(chunk)
             if not b:
-                return crc
+                return {"bytes": n, "crc32": crc}
             crc = zlib.crc32(b, crc)
+            n += len(b)
+            if sink is not None:
+                sink.write(b)
 
 
 def fsync_dir(path: str) -> None:

@@ -18,6 +18,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from .failures import book as book_kind
 from .live import attempt_dirs as _attempt_dirs
 from .live import read_injections
 
@@ -94,6 +95,68 @@ def _first_row(path, warnings):
     return None, None
 
 
+def _finalize_latencies(phase_dir, warnings) -> List[float]:
+    """save start -> .complete of every complete checkpoint (from the markers)."""
+    out = []
+    for c in glob.glob(os.path.join(phase_dir, "ckpts", "step-*", ".complete")):
+        try:
+            with open(c) as f:
+                info = json.load(f)
+            out.append(float(info["complete_ts"]) - float(info["save_start"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            warnings.append(f"{c}: unreadable marker")
+    return out
+
+
+def _attempt_from_dir(a: Attempt, attempt_dir, warnings) -> None:
+    """Launch/end time, exit code and completion from attempt.json (written by the relaunch loop)."""
+    try:
+        with open(os.path.join(attempt_dir, "attempt.json")) as f:
+            info = json.load(f)
+        if not isinstance(info, dict):
+            raise ValueError("not a mapping")
+        a.launch_ts, a.end_ts = _num(info.get("launch_ts")), _num(info.get("end_ts"))
+        a.exit_code, a.completed = info.get("exit_code"), bool(info.get("completed"))
+    except (OSError, ValueError):
+        warnings.append(f"{attempt_dir}: no readable attempt.json")
+
+
+def _num(x) -> Optional[float]:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _stream_attempt(a: Attempt, keep_upto, want, ph: Phase) -> None:
+    """One pass over an attempt's rank-0 metrics: first/last step, kept step time, save costs."""
+    for _, m, ts in iter_rows(a.path, ph.warnings):
+        it = m.get("train/iter")
+        if not isinstance(it, int) or isinstance(it, bool):
+            continue
+        if "train/loss" in m:
+            if a.first_ts is None:
+                a.first_ts, a.first_iter = ts, it
+                a.restart_seconds = _num(m.get("train/restart_seconds"))
+                a.startup = {k: v for k, v in m.items() if k.startswith("startup/") and _num(v) is not None}
+                if a.launch_ts is None:
+                    a.launch_ts = _num(m.get("startup/launch_ts"))
+            a.last_iter, a.last_ts = it, ts
+            a.add_trace(ts, it)
+            if it <= keep_upto:
+                a.kept_dt += _num(m.get("train/dt")) or 0.0
+            if it in want:
+                a.ts_at[it] = ts
+        for key in SAVE_KEYS:
+            if _num(m.get(key)) is not None:
+                ph.saves[key].append(float(m[key]))
+        if "train/params_crc" in m:
+            a.completed = True
+    if a.last_ts is not None and (not a.trace or a.trace[-1][1] != a.last_iter):
+        a.trace.append((a.last_ts, a.last_iter))  # the plot ends where the attempt did
+    if a.end_ts is None:
+        a.end_ts = a.last_ts
+    if a.launch_ts is None:
+        a.launch_ts = a.first_ts
+
+
 def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> Phase:
     """Either an experiment phase directory (attempts/<k>/...) or a list of ezpz JSONL files
     (one attempt each, in name order)."""
@@ -101,66 +164,23 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
     if phase_dir:
         attempt_dirs = _attempt_dirs(phase_dir)
         ph.injections = read_injections(phase_dir, ph.warnings)
-        for c in glob.glob(os.path.join(phase_dir, "ckpts", "step-*", ".complete")):
-            try:
-                with open(c) as f:
-                    info = json.load(f)
-                ph.finalize.append(info["complete_ts"] - info["save_start"])
-            except (OSError, ValueError, KeyError):
-                ph.warnings.append(f"{c}: unreadable marker")
+        ph.finalize = _finalize_latencies(phase_dir, ph.warnings)
     paths = [os.path.join(d, "metrics-0.jsonl") for d in attempt_dirs] if attempt_dirs else list(metrics_files or [])
-    atts = []
     cap = max(50, TRACE_POINTS // max(1, len(paths)))
-    for i, p in enumerate(paths, 1):
-        a = Attempt(i, p, trace_cap=cap)
+    atts = [Attempt(i, p, trace_cap=cap) for i, p in enumerate(paths, 1)]
+    for a in atts:  # pass 1: where each attempt resumed from (its first row)
         if attempt_dirs:
-            try:
-                with open(os.path.join(attempt_dirs[i - 1], "attempt.json")) as f:
-                    info = json.load(f)
-                a.launch_ts, a.end_ts = info.get("launch_ts"), info.get("end_ts")
-                a.exit_code, a.completed = info.get("exit_code"), bool(info.get("completed"))
-            except (OSError, ValueError):
-                ph.warnings.append(f"{attempt_dirs[i - 1]}: no readable attempt.json")
-        if os.path.exists(p):
-            m, _ = _first_row(p, [])
-            if m:
-                a.resumed_from = int(m.get("train/resumed_from", 0))
-        atts.append(a)
+            _attempt_from_dir(a, attempt_dirs[a.index - 1], ph.warnings)
+        if os.path.isfile(a.path):
+            m, _ = _first_row(a.path, [])
+            a.resumed_from = int(_num(m.get("train/resumed_from")) or 0) if m else 0
     # pass 2: stream each attempt once; we know which steps the next attempt recomputes
     for k, a in enumerate(atts):
-        keep_upto = atts[k + 1].resumed_from if k + 1 < len(atts) else math.inf
-        want = {atts[k - 1].last_iter} if k > 0 else set()
-        if not os.path.exists(a.path):
-            ph.warnings.append(f"{a.path}: missing (the attempt died before its first step?)")
+        if not os.path.isfile(a.path):
+            ph.warnings.append(f"{a.path}: missing or not a file (the attempt died before its first step?)")
             continue
-        for _, m, ts in iter_rows(a.path, ph.warnings):
-            it = m.get("train/iter")
-            if it is None:
-                continue
-            if "train/loss" in m:
-                if a.first_ts is None:
-                    a.first_ts, a.first_iter = ts, it
-                    a.restart_seconds = m.get("train/restart_seconds")
-                    a.startup = {kk: v for kk, v in m.items() if kk.startswith("startup/")}
-                    if a.launch_ts is None and "startup/launch_ts" in m:
-                        a.launch_ts = m["startup/launch_ts"]
-                a.last_iter, a.last_ts = it, ts
-                a.add_trace(ts, it)
-                if it <= keep_upto:
-                    a.kept_dt += float(m.get("train/dt", 0.0))
-                if it in want:
-                    a.ts_at[it] = ts
-            for key in SAVE_KEYS:
-                if key in m:
-                    ph.saves[key].append(float(m[key]))
-            if "train/params_crc" in m and it is not None:
-                a.completed = True
-        if a.last_ts is not None and (not a.trace or a.trace[-1][1] != a.last_iter):
-            a.trace.append((a.last_ts, a.last_iter))  # the plot ends where the attempt did
-        if a.end_ts is None:
-            a.end_ts = a.last_ts
-        if a.launch_ts is None:
-            a.launch_ts = a.first_ts
+        keep_upto = atts[k + 1].resumed_from if k + 1 < len(atts) else math.inf
+        _stream_attempt(a, keep_upto, {atts[k - 1].last_iter} if k > 0 else set(), ph)
     ph.attempts = atts
     return ph
 
@@ -171,10 +191,12 @@ def failures(ph: Phase) -> List[dict]:
     for k in range(len(ph.attempts) - 1):
         a, b = ph.attempts[k], ph.attempts[k + 1]
         kills = [r for r in ph.injections if a.launch_ts is not None and a.end_ts is not None
-                 and a.launch_ts <= r.get("time", -1) <= a.end_ts + 0.5 and r.get("killed")]
+                 and _num(r.get("time")) is not None and a.launch_ts <= r["time"] <= a.end_ts + 0.5
+                 and r.get("killed")]
         kill_ts = kills[0]["time"] if kills else a.end_ts
         lost = a.last_iter - b.resumed_from
         ev = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),
+              "kind": book_kind(kills[0]) if kills else None,
               "step_at_kill": a.last_iter, "resumed_from": b.resumed_from, "lost_steps": lost,
               "downtime_s": (b.first_ts - kill_ts) if (b.first_ts and kill_ts) else None,
               "recompute_s": 0.0, "restart_s": b.restart_seconds, "startup": b.startup,

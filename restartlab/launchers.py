@@ -48,63 +48,67 @@ class Torchrun(Launcher):
     local_size_vars = ("LOCAL_WORLD_SIZE",)
 
 
+class Mpiexec(Launcher):
+    """An `mpiexec` flavour: only its flags differ."""
+    hostfile_flag = "--hostfile"
+    depth_flag: Optional[str] = None
+    bind_flag = "--cpu-bind"
+
+    def per_node(self, ppn: int) -> List[str]:
+        return ["--ppn", str(ppn)]
+
+    def env_args(self, rank_env: Dict[str, str]) -> List[str]:
+        return [t for k, v in rank_env.items() for t in ("--env", f"{k}={v}")]
+
+    def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None):
+        argv = ["mpiexec", "-n", str(nodes * ppn), *self.per_node(ppn)]
+        if hostfile:
+            argv += [self.hostfile_flag, hostfile]
+        if depth and self.depth_flag:
+            argv += [self.depth_flag, str(depth)]
+        if cpu_bind:
+            argv += [self.bind_flag, cpu_bind]
+        return argv + self.env_args(rank_env)
+
+
 @register
-class Pals(Launcher):
+class Pals(Mpiexec):
     """Cray PALS mpiexec (Aurora, Sunspot, Polaris)."""
     name = "pals"
     rank_var, size_var, local_rank_var = "PALS_RANKID", "PALS_SIZE", "PALS_LOCAL_RANKID"
     size_fallbacks = ("PMI_SIZE",)  # PALS does not export a size of its own on every system
     local_size_vars = ("PALS_LOCAL_SIZE",)
-
-    def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None):
-        argv = ["mpiexec", "-n", str(nodes * ppn), "--ppn", str(ppn)]
-        if hostfile:
-            argv += ["--hostfile", hostfile]
-        if depth:
-            argv += ["--depth", str(depth)]
-        if cpu_bind:
-            argv += ["--cpu-bind", cpu_bind]
-        for k, v in rank_env.items():
-            argv += ["--env", f"{k}={v}"]
-        return argv
+    depth_flag = "--depth"
 
 
 @register
-class OpenMPI(Launcher):
+class OpenMPI(Mpiexec):
     name = "openmpi"
     rank_var, size_var, local_rank_var = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                           "OMPI_COMM_WORLD_LOCAL_RANK")
     local_size_vars = ("OMPI_COMM_WORLD_LOCAL_SIZE",)
+    bind_flag = "--bind-to"
 
-    def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None):
-        argv = ["mpiexec", "-n", str(nodes * ppn), "--map-by", f"ppr:{ppn}:node"]
-        if hostfile:
-            argv += ["--hostfile", hostfile]
-        if cpu_bind:
-            argv += ["--bind-to", cpu_bind]
-        for k in FORWARD:
-            argv += ["-x", k]
-        for k, v in rank_env.items():
-            argv += ["-x", f"{k}={v}"]
-        return argv
+    def per_node(self, ppn):
+        return ["--map-by", f"ppr:{ppn}:node"]
+
+    def env_args(self, rank_env):
+        return [t for k in FORWARD for t in ("-x", k)] + [t for k, v in rank_env.items() for t in ("-x", f"{k}={v}")]
 
 
 @register
-class Hydra(Launcher):
+class Hydra(Mpiexec):
     """MPICH's mpiexec (the pip `mpich` wheel ships it)."""
     name = "hydra"
     rank_var, size_var, local_rank_var = "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"
     local_size_vars = ("MPI_LOCALNRANKS",)
+    hostfile_flag, bind_flag = "-f", "-bind-to"
 
-    def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None):
-        argv = ["mpiexec", "-n", str(nodes * ppn), "-ppn", str(ppn)]
-        if hostfile:
-            argv += ["-f", hostfile]
-        if cpu_bind:
-            argv += ["-bind-to", cpu_bind]
-        for k, v in rank_env.items():
-            argv += ["-genv", k, v]
-        return argv
+    def per_node(self, ppn):
+        return ["-ppn", str(ppn)]
+
+    def env_args(self, rank_env):
+        return [t for k, v in rank_env.items() for t in ("-genv", k, v)]
 
     def matches(self, env):
         # `srun --mpi=pmi2` sets PMI_RANK too, but no local rank: srun's entry has it

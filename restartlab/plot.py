@@ -17,8 +17,16 @@ def _progress(ph):
     return t0, lines
 
 
-def all_plots(phases, summaries, out):
-    paths = []
+def _save(fig, out, name):
+    p = os.path.join(out, name)
+    fig.tight_layout()
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return p
+
+
+def progress_plot(phases, out):
+    """Step against elapsed time per phase: kills dotted, resumes as dots."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for ph in phases:
         t0, lines = _progress(ph)
@@ -29,37 +37,36 @@ def all_plots(phases, summaries, out):
             if i > 0 and xs:
                 ax.plot(xs[0], ys[0], "o", color=color, ms=4)
         for r in ph.injections:
-            if r.get("killed") and t0:
+            if r.get("killed") and t0 and isinstance(r.get("time"), (int, float)):
                 ax.axvline(r["time"] - t0, color=color, ls=":", lw=0.8)
     ax.set_xlabel("elapsed s (from the phase's first launch)")
     ax.set_ylabel("step")
     ax.set_title("progress: kills (dotted), resumes (dots)")
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
-    p = os.path.join(out, "progress.png")
-    fig.tight_layout()
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
+    return _save(fig, out, "progress.png")
 
+
+def failures_plot(summaries, out):
+    """Downtime and recompute of every failure, stacked."""
     evs = [(s["phase"], e) for s in summaries for e in s["failures"]]
-    if evs:
-        fig, ax = plt.subplots(figsize=(8, 4))
-        labels = [f"{ph}#{e['attempt']}" for ph, e in evs]
-        down = [e["downtime_s"] or 0 for _, e in evs]
-        rec = [e["recompute_s"] or 0 for _, e in evs]
-        ax.bar(labels, down, label="downtime (kill -> first step)")
-        ax.bar(labels, rec, bottom=down, label="recompute")
-        ax.set_ylabel("seconds")
-        ax.set_title("cost per failure")
-        ax.legend()
-        ax.tick_params(axis="x", rotation=45)
-        p = os.path.join(out, "failures.png")
-        fig.tight_layout()
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
+    if not evs:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels = [f"{ph}#{e['attempt']}" for ph, e in evs]
+    down = [e["downtime_s"] or 0 for _, e in evs]
+    rec = [e["recompute_s"] or 0 for _, e in evs]
+    ax.bar(labels, down, label="downtime (kill -> first step)")
+    ax.bar(labels, rec, bottom=down, label="recompute")
+    ax.set_ylabel("seconds")
+    ax.set_title("cost per failure")
+    ax.legend()
+    ax.tick_params(axis="x", rotation=45)
+    return _save(fig, out, "failures.png")
 
+
+def stalls_plot(phases, out):
+    """Distribution of the seconds each save blocked the training loop."""
     data, labels = [], []
     for ph in phases:
         sync = ph.saves["train/ckpt_save_seconds"]
@@ -70,16 +77,17 @@ def all_plots(phases, summaries, out):
         if stage:
             data.append([s + d for s, d in zip(stage, drain)] if len(drain) == len(stage) else stage)
             labels.append(f"{ph.name}: async stage+drain")
-    if data:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        ax.boxplot(data)
-        ax.set_xticks(range(1, len(labels) + 1), labels)
-        ax.set_yscale("log")
-        ax.set_ylabel("seconds the training loop was blocked (log)")
-        ax.set_title("save stalls")
-        p = os.path.join(out, "save_stalls.png")
-        fig.tight_layout()
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
-    return paths
+    if not data:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.boxplot(data)
+    ax.set_xticks(range(1, len(labels) + 1), labels)
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds the training loop was blocked (log)")
+    ax.set_title("save stalls")
+    return _save(fig, out, "save_stalls.png")
+
+
+def all_plots(phases, summaries, out):
+    paths = [progress_plot(phases, out), failures_plot(summaries, out), stalls_plot(phases, out)]
+    return [p for p in paths if p]

@@ -3,6 +3,7 @@ for ezpz-format JSONL files given with --baseline/--sync/--async globs."""
 import glob
 import json
 import os
+import statistics
 import sys
 
 from . import collect
@@ -61,7 +62,7 @@ def build(a):
         s["overhead"] = collect.overhead(s, base) if s is not base else None
         cost = s["save"]["ckpt_save_seconds"]["median"] or s["save"]["ckpt_stage_seconds"]["median"]
         rs = [e["restart_s"] for e in s["failures"] if e["restart_s"]]
-        s["young_daly"] = dict(collect.young_daly(cost, sorted(rs)[len(rs) // 2] if rs else None, a.mtbf),
+        s["young_daly"] = dict(collect.young_daly(cost, statistics.median(rs) if rs else None, a.mtbf),
                                mtbf_s=a.mtbf, save_cost_s=cost)
     return phases, summaries, missing
 
@@ -80,13 +81,13 @@ def markdown(summaries, missing, src):
                  f"{_fmt(o.get('residual_s'))} |")
     L += ["", "Overhead = downtime + recompute + save stalls + residual (the residual is what the three "
           "named parts do not explain: slower steps, launch noise).", ""]
-    L += ["## Failures", "", "| phase | attempt | injected | step at kill | resumed from | lost steps | "
+    L += ["## Failures", "", "| phase | attempt | kind | step at kill | resumed from | lost steps | "
           "downtime s | restart s (launch->first step) | import s | dist init s | build s | load s | "
           "recompute s |", "|" + "---|" * 13]
     for s in summaries:
         for e in s["failures"]:
             st = e["startup"] or {}
-            L.append(f"| {s['phase']} | {e['attempt']} | {e['injected']} | {e['step_at_kill']} | "
+            L.append(f"| {s['phase']} | {e['attempt']} | {e['kind'] or 'not injected'} | {e['step_at_kill']} | "
                      f"{e['resumed_from']} | {e['lost_steps']} | {_fmt(e['downtime_s'])} | {_fmt(e['restart_s'])} | "
                      f"{_fmt(st.get('startup/import_s'))} | {_fmt(st.get('startup/dist_init_s'))} | "
                      f"{_fmt(st.get('startup/build_s'))} | {_fmt(st.get('startup/load_s'))} | {_fmt(e['recompute_s'])} |")

@@ -303,6 +303,11 @@ class _V:
             elif k == "str":
                 if isinstance(v, (dict, list)):
                     raise ValueError(f"expected a string, got a {type(v).__name__}")
+                if isinstance(v, bool):  # YAML 1.1 reads unquoted on/off/yes/no as booleans
+                    choices = spec.choices() if callable(spec.choices) else (spec.choices or ())
+                    if "on" not in choices:
+                        raise ValueError(f"expected a string, got {str(v).lower()} (quote the value)")
+                    v = "on" if v else "off"
                 v = str(v)
             if spec.min is not None and not v >= spec.min:
                 raise ValueError(f"must be >= {spec.min:g}, got {v}")
@@ -406,7 +411,7 @@ def load(path: str, overrides: List[str] = ()) -> dict:
     if not v.errors:
         _cross_checks(sc, v)
     if v.errors:
-        raise ScenarioError("\n".join(v.errors))
+        raise ScenarioError("\n".join(dict.fromkeys(v.errors)))  # each problem once
     sc["source"] = os.path.abspath(path)
     return sc
 

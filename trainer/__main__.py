@@ -67,6 +67,102 @@ def params_fingerprint(model, dist, world_size) -> str:
     return "".join(f"{c:08x}" for c in crcs)
 
 
+class Job:
+    """What one attempt has built: the model, optimizer, training state and checkpointer, and
+    when each start-up stage ended (the first row's startup/* breakdown)."""
+
+    def __init__(self, a, info, t_launch):
+        import torch
+
+        from restartlab.trainer.model import PRESETS
+        from restartlab.trainer.parallel import build_mesh, build_model, dp_rank_of, use_meta_init
+        from restartlab.trainer.state import TrainState
+        self.a, self.info, self.times = a, info, {"launch": t_launch}
+        threads = rdist.intra_op_threads()
+        if threads:
+            torch.set_num_threads(threads)
+        self.times["imported"] = time.time()
+        self.device_type, self.backend = rdist.pick_device(a.device)
+        self.device = rdist.init(info, self.device_type, self.backend)
+        self.mesh = build_mesh(self.device_type, info.world_size, a.tp)
+        self.dp_rank = dp_rank_of(self.mesh)
+        self.times["dist"] = time.time()
+        self.log = (lambda msg: print(f"[rank0] {msg}", flush=True)) if info.rank == 0 else (lambda msg: None)
+        self.cfg = PRESETS[a.model]
+        self.meta = use_meta_init(a.meta_init, self.cfg)
+        self.model = build_model(self.cfg, self.mesh, self.device, a.seed, self.meta, info.rank)
+        self.optim = torch.optim.AdamW(self.model.parameters(), lr=a.lr, weight_decay=0.0)
+        self.state = TrainState(self.model, self.optim, info.rank)
+        self.times["built"] = time.time()
+        self.ckpt = self._checkpointer() if a.save_interval or not a.no_resume else None
+        self.start = 0
+        if self.ckpt and not a.no_resume:
+            loaded = self.ckpt.load_newest(self.state)
+            if loaded is not None:
+                self.start = loaded
+                self.log(f"RESUMED from step={self.start}")
+        self.times["loaded"] = time.time()
+        self.log(f"model={a.model} params={self.cfg.n_params():,} world={info.world_size} tp={a.tp} "
+                 f"device={self.device_type} launcher={info.launcher} threads={torch.get_num_threads()} "
+                 f"meta_init={self.meta} start={self.start}")
+
+    def _checkpointer(self):
+        from restartlab import schedulers
+        from restartlab.trainer.checkpoint import Checkpointer
+        a, info = self.a, self.info
+        return Checkpointer(a.ckpt_dir, rank=info.rank, world_size=info.world_size,
+                            mesh_info={"shape": list(self.mesh.shape), "dims": list(self.mesh.mesh_dim_names)},
+                            mode="async" if a.async_ckpt else "sync",
+                            stage_dir=a.ckpt_stage_dir or f"/tmp/restartlab-{schedulers.job_id(os.environ)}",
+                            local_rank=info.local_rank, keep=a.keep, log=self.log)
+
+    def step(self, step: int) -> dict:
+        """One optimizer step on batch `step`; returns its metrics row."""
+        import torch
+        import torch.distributed as dist
+
+        from restartlab.trainer.data import batch
+        a, vocab = self.a, self.cfg.vocab
+        t0 = time.time()
+        x, y = batch(a.seed, step, self.dp_rank, a.batch_size, a.seq_len, vocab)
+        logits = self.model(x.to(self.device))
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab), y.to(self.device).reshape(-1))
+        loss.backward()
+        self.optim.step()
+        self.optim.zero_grad(set_to_none=True)
+        loss_avg = loss.detach().clone()
+        gloo = self.backend == "gloo"  # gloo has no AVG
+        dist.all_reduce(loss_avg, op=dist.ReduceOp.SUM if gloo else dist.ReduceOp.AVG)
+        if gloo:
+            loss_avg /= self.info.world_size
+        return {"train/iter": step, "train/loss": loss_avg.item(), "train/dt": time.time() - t0}
+
+    def startup_row(self, t_first_step: float) -> dict:
+        t = self.times
+        row = {"startup/import_s": t["imported"] - t["launch"], "startup/dist_init_s": t["dist"] - t["imported"],
+               "startup/build_s": t["built"] - t["dist"], "startup/load_s": t["loaded"] - t["built"],
+               "startup/first_step_s": t_first_step - t["loaded"], "startup/launch_ts": t["launch"]}
+        if self.start > 0:
+            row.update({"train/restart_seconds": t_first_step - t["launch"], "train/resumed_from": self.start})
+        return row
+
+
+def train(job: Job, metrics) -> None:
+    a = job.a
+    for step in range(job.start + 1, a.train_iters + 1):
+        row = job.step(step)
+        if step == job.start + 1:
+            row.update(job.startup_row(time.time()))
+        if job.ckpt:
+            row.update(job.ckpt.poll())
+            if a.save_interval and (step % a.save_interval == 0 or step == a.train_iters):
+                row.update(job.ckpt.save(step, job.state))
+        if metrics:
+            metrics.write(row, ts=time.time())
+        if step % a.log_interval == 0 or step == a.train_iters:
+            job.log(f"step={step} loss={row['train/loss']:.6f} dt={row['train/dt']:.4f}")
+
+
 def main(argv=None):
     a = parse_args(argv)
     info = rdist.discover_ranks()
@@ -75,96 +171,21 @@ def main(argv=None):
         if info.rank == 0:
             print(f"restartlab.trainer: error: {err}", file=sys.stderr, flush=True)
         os._exit(2)
-    t_launch = launch_ts()
-
-    import torch
+    job = Job(a, info, launch_ts())
     import torch.distributed as dist
 
-    from restartlab.trainer.checkpoint import Checkpointer
-    from restartlab.trainer.data import batch
     from restartlab.trainer.metrics import MetricsWriter
-    from restartlab.trainer.model import PRESETS
-    from restartlab.trainer.parallel import build_mesh, build_model, dp_rank_of, use_meta_init
-    threads = rdist.intra_op_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    t_imported = time.time()
-
-    device_type, backend = rdist.pick_device(a.device)
-    device = rdist.init(info, device_type, backend)
-    mesh = build_mesh(device_type, info.world_size, a.tp)
-    dp_rank = dp_rank_of(mesh)
-    t_dist = time.time()
-
-    log = (lambda msg: print(f"[rank0] {msg}", flush=True)) if info.rank == 0 else (lambda msg: None)
-    cfg = PRESETS[a.model]
-    meta = use_meta_init(a.meta_init, cfg)
-    model = build_model(cfg, mesh, device, a.seed, meta, info.rank)
-    optim = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
-    t_built = time.time()
-
-    ckpt = None
-    if a.save_interval or not a.no_resume:
-        from restartlab import schedulers
-        jobid = schedulers.job_id(os.environ)
-        ckpt = Checkpointer(a.ckpt_dir, rank=info.rank, world_size=info.world_size,
-                            mesh_info={"shape": list(mesh.shape), "dims": list(mesh.mesh_dim_names)},
-                            mode="async" if a.async_ckpt else "sync",
-                            stage_dir=a.ckpt_stage_dir or f"/tmp/restartlab-{jobid}",
-                            local_rank=info.local_rank, keep=a.keep, log=log)
-    start = 0
-    if ckpt and not a.no_resume:
-        loaded = ckpt.load_newest(model, optim)
-        if loaded is not None:
-            start = loaded
-            log(f"RESUMED from step={start}")
-    t_loaded = time.time()
-    log(f"model={a.model} params={cfg.n_params():,} world={info.world_size} tp={a.tp} "
-        f"device={device_type} launcher={info.launcher} threads={torch.get_num_threads()} "
-        f"meta_init={meta} start={start}")
-
     metrics = MetricsWriter(a.outdir, info.rank) if info.rank == 0 else None
-    first = True
-    for step in range(start + 1, a.train_iters + 1):
-        t0 = time.time()
-        x, y = batch(a.seed, step, dp_rank, a.batch_size, a.seq_len, cfg.vocab)
-        x, y = x.to(device), y.to(device)
-        logits = model(x)
-        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab), y.reshape(-1))
-        loss.backward()
-        optim.step()
-        optim.zero_grad(set_to_none=True)
-        loss_avg = loss.detach().clone()
-        dist.all_reduce(loss_avg, op=dist.ReduceOp.AVG if backend != "gloo" else dist.ReduceOp.SUM)
-        if backend == "gloo":
-            loss_avg /= info.world_size
-        t1 = time.time()
-        row = {"train/iter": step, "train/loss": loss_avg.item(), "train/dt": t1 - t0}
-        if first:
-            row.update({"startup/import_s": t_imported - t_launch, "startup/dist_init_s": t_dist - t_imported,
-                        "startup/build_s": t_built - t_dist, "startup/load_s": t_loaded - t_built,
-                        "startup/first_step_s": t1 - t_loaded, "startup/launch_ts": t_launch})
-            if start > 0:
-                row["train/restart_seconds"] = t1 - t_launch
-                row["train/resumed_from"] = start
-            first = False
-        if ckpt:
-            row.update(ckpt.poll())
-            if a.save_interval and (step % a.save_interval == 0 or step == a.train_iters):
-                row.update(ckpt.save(step, model, optim))
-        if metrics:
-            metrics.write(row, ts=time.time())
-        if step % a.log_interval == 0 or step == a.train_iters:
-            log(f"step={step} loss={row['train/loss']:.6f} dt={row['train/dt']:.4f}")
-    if ckpt:
-        final = ckpt.close()
+    train(job, metrics)
+    if job.ckpt:
+        final = job.ckpt.close()
         if final and metrics:
             metrics.write(dict(final, **{"train/iter": a.train_iters}))
-    fingerprint = params_fingerprint(model, dist, info.world_size)
+    fingerprint = params_fingerprint(job.model, dist, info.world_size)
     if metrics:
         metrics.write({"train/iter": a.train_iters, "train/params_crc": fingerprint})
         metrics.close()
-    log(f"TRAINING DONE step={a.train_iters} params_crc={fingerprint}")
+    job.log(f"TRAINING DONE step={a.train_iters} params_crc={fingerprint}")
     rdist.clean_exit(0)
 
 

@@ -26,8 +26,6 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.filesystem import FileSystem
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict,
-                                                     set_state_dict)
 from torch.distributed.tensor import DTensor
 
 from restartlab import ckptdir
@@ -118,19 +116,12 @@ def _writer(path, on_first_write=None):
 def _copy_durable(src: str, dst: str) -> dict:
     """Copy src to dst as tmp + fsync + rename, computing crc32 on the way."""
     tmp = dst + ".tmp"
-    crc, n = 0, 0
-    with open(src, "rb") as fi, open(tmp, "wb") as fo:
-        while True:
-            b = fi.read(1 << 22)
-            if not b:
-                break
-            crc = zlib.crc32(b, crc)
-            n += len(b)
-            fo.write(b)
+    with open(tmp, "wb") as fo:
+        info = ckptdir.file_crc32(src, sink=fo)
         fo.flush()
         os.fsync(fo.fileno())
     os.replace(tmp, dst)
-    return {"bytes": n, "crc32": crc}
+    return info
 
 
 class Checkpointer:
@@ -162,22 +153,13 @@ class Checkpointer:
             os.makedirs(stage_dir, exist_ok=True)
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt")
 
-    # ------------------------------------------------------------------ state
-    @staticmethod
-    def state(model, optim, step: int, rank: int):
-        msd, osd = get_state_dict(model, optim)
-        rng = {"cpu": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state()
-        return {"model": msd, "optim": osd, "step": torch.tensor(step, dtype=torch.int64),
-                f"rng_rank{rank}": rng}
-
     # ------------------------------------------------------------------ save
-    def save(self, step: int, model, optim) -> dict:
-        """Save at `step`. Returns the metrics for that step's row."""
+    def save(self, step: int, state) -> dict:
+        """Save the training state (a TrainState) at `step`. Returns the metrics for that step's row."""
+        state.step = step
         if self.mode == "sync":
-            return self._save_sync(step, model, optim)
-        return self._save_async(step, model, optim)
+            return self._save_sync(step, state)
+        return self._save_async(step, state)
 
     def _start_marker_info(self, step, t0):
         return {"step": step, "mode": self.mode, "save_start": t0, "world_size": self.world_size}
@@ -189,11 +171,11 @@ class Checkpointer:
             shutil.rmtree(path)
         return path
 
-    def _save_sync(self, step, model, optim):
+    def _save_sync(self, step, state):
         t0 = time.time()
         path = self._prepare_dir(self.ckpt_dir, step)
         dist.barrier()
-        sd = self.state(model, optim, step, self.rank)
+        sd = state.state_dict()
         w = _writer(path, on_first_write=lambda: fault("write", step, self.rank))
         dcp.save(sd, storage_writer=w)
         files = w.fs.files
@@ -209,8 +191,7 @@ class Checkpointer:
         all_files = {}
         for g in gathered:
             all_files.update(g["files"])
-        all_files[".metadata"] = {"bytes": os.path.getsize(metadata_path),
-                                  "crc32": ckptdir.file_crc32(metadata_path)}
+        all_files[".metadata"] = ckptdir.file_crc32(metadata_path)
         manifest = dict(self._start_marker_info(step, t0), mesh=self.mesh_info, files=all_files,
                         total_bytes=sum(f["bytes"] for f in all_files.values()),
                         trainer_version="0.1.0")
@@ -259,14 +240,15 @@ class Checkpointer:
             self._staged_bytes = sum(b.numel() * b.element_size() for _, b, _ in self._buffers.values())
         return self._staged_bytes
 
-    def _save_async(self, step, model, optim):
+    def _save_async(self, step, state):
         t0 = time.time()
         drain = self.wait(timeout=WAIT_TIMEOUT_S)  # at most one save in flight
         t1 = time.time()
-        sd = self.state(model, optim, step, self.rank)
-        staged = self._stage({k: v for k, v in sd.items() if k != "optim"}, "", step)
-        fault("stage", step, self.rank)
-        staged["optim"] = self._stage(sd["optim"], "optim", step)
+        staged = {}
+        for i, (name, part) in enumerate(state.parts.items()):
+            staged[name] = self._stage(part.state_dict(), name, step)
+            if i == 0:
+                fault("stage", step, self.rank)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         t2 = time.time()
@@ -335,9 +317,9 @@ class Checkpointer:
         return self.last_finalized
 
     # ------------------------------------------------------------------ load
-    def load_newest(self, model, optim):
-        """Rank 0 picks the newest complete step and broadcasts it; all ranks load it.
-        Returns the step loaded, or None for a fresh start."""
+    def load_newest(self, state):
+        """Rank 0 picks the newest complete step and broadcasts it; all ranks load it into
+        `state` (a TrainState). Returns the step loaded, or None for a fresh start."""
         pick = [None]
         if self.rank == 0:
             pick[0] = ckptdir.newest_complete_step(self.ckpt_dir, verify=True, log=self.log)
@@ -345,15 +327,9 @@ class Checkpointer:
         step = pick[0]
         if step is None:
             return None
-        sd = self.state(model, optim, 0, self.rank)
+        sd = state.state_dict()
         dcp.load(sd, checkpoint_id=ckptdir.step_path(self.ckpt_dir, step))
-        set_state_dict(model, optim, model_state_dict=sd["model"], optim_state_dict=sd["optim"],
-                       options=StateDictOptions(strict=True))
-        rng = sd[f"rng_rank{self.rank}"]
-        torch.set_rng_state(rng["cpu"])
-        if "cuda" in rng:
-            torch.cuda.set_rng_state(rng["cuda"])
-        loaded = int(sd["step"])
-        if loaded != step:
-            raise RuntimeError(f"checkpoint step-{step} holds step {loaded}")
+        state.load_state_dict(sd)
+        if state.step != step:
+            raise RuntimeError(f"checkpoint step-{step} holds step {state.step}")
         return step

@@ -15,6 +15,15 @@ _STATE = {"PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQU
 ACCOUNTING_OFF = "accounting storage is disabled"
 
 
+def _by_id(tool, stdout, returncode, stderr, min_fields):
+    """{job id: fields} from '|'-separated lines; a failed query is an error, never "unknown"
+    for every job (e.g. the controller is down)."""
+    if returncode:
+        raise SchedulerError(f"{tool} failed (rc {returncode}): {stderr.strip() or stdout.strip()}")
+    rows = (line.strip().split("|") for line in stdout.splitlines())
+    return {p[0]: p for p in rows if len(p) >= min_fields}
+
+
 def _exit_code(field: str):
     """sacct's ExitCode is 'code:signal'."""
     code, _, sig = field.partition(":")
@@ -69,47 +78,23 @@ class Slurm(Scheduler):
         return ["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Reason", "-j", ",".join(ids)]
 
     def parse_sacct(self, stdout, ids, returncode=0, stderr=""):
-        if returncode:
-            raise SchedulerError(f"sacct failed (rc {returncode}): {stderr.strip() or stdout.strip()}")
-        seen = {}
-        for line in stdout.splitlines():
-            p = line.strip().split("|")
-            if len(p) >= 3:
-                seen[p[0]] = p
-        out = {}
-        for jid in ids:
-            p = seen.get(jid)
-            if p is None:
-                out[jid] = JobStatus(jid, UNKNOWN, detail="not known to sacct")
-                continue
-            state = p[1].split()[0]  # 'CANCELLED by 0'
-            code = _exit_code(p[2])
+        def status(jid, p):
             detail = " ".join(x for x in (p[1], f"exit {p[2]}", p[3] if len(p) > 3 and p[3] != "None" else "") if x)
-            out[jid] = JobStatus(jid, _STATE.get(state, UNKNOWN), code, detail)
-        return out
+            return JobStatus(jid, _STATE.get(p[1].split()[0], UNKNOWN), _exit_code(p[2]), detail)  # 'CANCELLED by 0'
+        seen = _by_id("sacct", stdout, returncode, stderr, 3)
+        return {j: status(j, seen[j]) if j in seen else JobStatus(j, UNKNOWN, detail="not known to sacct")
+                for j in ids}
 
     def status_cmd(self, ids):
         # all of the user's jobs in one query (an unknown id in -j makes squeue fail as a whole)
         return ["squeue", "-h", "-t", "all", "-o", "%i|%T|%r"]
 
     def parse_status(self, stdout, ids, returncode=0, stderr=""):
-        if returncode:  # e.g. the controller is down: never report every job as "unknown"
-            raise SchedulerError(f"squeue failed (rc {returncode}): {stderr.strip() or stdout.strip()}")
-        seen = {}
-        for line in stdout.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) >= 2:
-                seen[parts[0]] = parts
-        out = {}
-        for jid in ids:
-            p = seen.get(jid)
-            if p is None:
-                out[jid] = JobStatus(jid, UNKNOWN, detail="not known to squeue (finished long ago, or never "
-                                     "existed; squeue keeps no history where accounting is off)")
-            else:
-                out[jid] = JobStatus(jid, _STATE.get(p[1], UNKNOWN), None,
-                                     f"{p[1]} {p[2] if len(p) > 2 else ''}".strip())
-        return out
+        seen = _by_id("squeue", stdout, returncode, stderr, 2)
+        unknown = ("not known to squeue (finished long ago, or never existed; squeue keeps no history "
+                   "where accounting is off)")
+        return {j: JobStatus(j, _STATE.get(seen[j][1], UNKNOWN), None, " ".join(seen[j][1:3]).strip())
+                if j in seen else JobStatus(j, UNKNOWN, detail=unknown) for j in ids}
 
     def cancel_cmd(self, jobid):
         # -v: without it scancel of an unknown id prints nothing and exits 0 (seen with Slurm 22.05)
