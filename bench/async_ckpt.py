@@ -27,18 +27,14 @@ TARGET_FLOOR_RATIO = 2.0   # async stall <= 2x the floor
 TARGET_SYNC_RATIO = 10.0   # async stall at least 10x below the sync save
 
 
-def worker(a):
+def _build(a):
+    """A model with AdamW state (the checkpoint has its full size), on every rank."""
     import torch
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
 
     from restartlab.trainer import dist as rdist
-    from restartlab.trainer.checkpoint import Checkpointer
     from restartlab.trainer.data import batch
     from restartlab.trainer.model import PRESETS
     from restartlab.trainer.parallel import build_mesh, build_model
-    from restartlab.trainer.state import TrainState
-
     info = rdist.discover_ranks()
     device_type, backend = rdist.pick_device("auto")
     device = rdist.init(info, device_type, backend)
@@ -50,79 +46,90 @@ def worker(a):
     loss = torch.nn.functional.cross_entropy(model(x.to(device)).float().reshape(-1, cfg.vocab),
                                              y.to(device).reshape(-1))
     loss.backward()
-    optim.step()  # AdamW state now exists: the checkpoint has its full size
+    optim.step()
+    return info, mesh, model, optim, device_type, cfg
 
-    mesh_info = {"shape": list(mesh.shape), "dims": list(mesh.mesh_dim_names)}
-    kw = dict(rank=info.rank, world_size=info.world_size, mesh_info=mesh_info,
-              local_rank=info.local_rank, keep=1, log=lambda m: None)
+
+def _local_tensors(obj):
+    import torch
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from _local_tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _local_tensors(v)
+    elif isinstance(obj, torch.Tensor):
+        yield obj.to_local() if hasattr(obj, "to_local") else obj
+
+
+def _slowest(v):
+    import torch
+    import torch.distributed as dist
+    t = torch.tensor([v], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def _one_round(a, step, sync, asyn, train_state, floor_bufs, srcs, device_type, rank):
+    """Each variant once, in the same order, separated by barriers: {variant: slowest rank's s}."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    out = {}
+    dist.barrier()
+    row = sync.save(step, train_state)
+    out["sync"] = _slowest(row["train/ckpt_save_seconds"])
+    dist.barrier()
+    row = asyn.save(step, train_state)
+    out["async_stall"] = _slowest(row["train/ckpt_stage_seconds"] + row["train/ckpt_drain_seconds"])
+    asyn.wait()
+    out["async_finalize"] = _slowest(asyn.last_finalized["train/ckpt_finalize_seconds"])
+    dist.barrier()
+    t0 = time.perf_counter()
+    for b, t in zip(floor_bufs, srcs):
+        b.copy_(t.detach(), non_blocking=t.device.type == "cuda")
+    if device_type == "cuda":
+        torch.cuda.synchronize()
+    out["floor"] = _slowest(time.perf_counter() - t0)
+    dist.barrier()
+    path = os.path.join(a.dir, "vanilla", f"step-{step}")
+    sd = train_state.state_dict()
+    t0 = time.perf_counter()
+    fut = dcp.async_save(sd, checkpoint_id=path)  # default settings, default group
+    t1 = time.perf_counter()
+    fut.result(timeout=600)  # nothing else runs on the default group while it is in flight
+    out["vanilla"], out["vanilla_total"] = _slowest(t1 - t0), _slowest(time.perf_counter() - t0)
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(path, ignore_errors=True)
+    return out
+
+
+def worker(a):
+    import torch
+    import torch.distributed as dist
+
+    from restartlab.trainer import dist as rdist
+    from restartlab.trainer.checkpoint import Checkpointer
+    from restartlab.trainer.state import TrainState
+    info, mesh, model, optim, device_type, cfg = _build(a)
+    kw = dict(rank=info.rank, world_size=info.world_size, local_rank=info.local_rank, keep=1,
+              mesh_info={"shape": list(mesh.shape), "dims": list(mesh.mesh_dim_names)}, log=lambda m: None)
     sync = Checkpointer(os.path.join(a.dir, "sync"), mode="sync", **kw)
-    asyn = Checkpointer(os.path.join(a.dir, "async"), mode="async",
-                        stage_dir=os.path.join(a.dir, "stage"), **kw)
-
-    def local_tensors(obj):
-        if isinstance(obj, dict):
-            for v in obj.values():
-                yield from local_tensors(v)
-        elif isinstance(obj, (list, tuple)):
-            for v in obj:
-                yield from local_tensors(v)
-        elif isinstance(obj, torch.Tensor):
-            yield obj.to_local() if hasattr(obj, "to_local") else obj
-
+    asyn = Checkpointer(os.path.join(a.dir, "async"), mode="async", stage_dir=os.path.join(a.dir, "stage"), **kw)
     train_state = TrainState(model, optim, info.rank, 1)
-    srcs = list(local_tensors(train_state.state_dict()))
-    floor_bufs = [torch.empty(t.shape, dtype=t.dtype, device="cpu",
-                              pin_memory=t.device.type == "cuda") for t in srcs]
-    state_bytes = sum(t.numel() * t.element_size() for t in srcs)
-
-    def slowest(v):
-        t = torch.tensor([v], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t.item())
-
-    results = {"sync": [], "async_stall": [], "async_finalize": [], "floor": [], "vanilla": [],
-               "vanilla_total": []}
+    srcs = list(_local_tensors(train_state.state_dict()))
+    floor_bufs = [torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=t.device.type == "cuda")
+                  for t in srcs]
+    results = {}
     for rep in range(a.repeats + 1):  # rep 0 is the warm-up (first allocation, page cache)
-        step = 10 + rep
-        dist.barrier()
-        row = sync.save(step, train_state)
-        sync_s = slowest(row["train/ckpt_save_seconds"])
-
-        dist.barrier()
-        row = asyn.save(step, train_state)
-        stall = slowest(row["train/ckpt_stage_seconds"] + row["train/ckpt_drain_seconds"])
-        asyn.wait()
-        fin = slowest(asyn.last_finalized["train/ckpt_finalize_seconds"])
-
-        dist.barrier()
-        t0 = time.perf_counter()
-        for b, t in zip(floor_bufs, srcs):
-            b.copy_(t.detach(), non_blocking=t.device.type == "cuda")
-        if device_type == "cuda":
-            torch.cuda.synchronize()
-        floor = slowest(time.perf_counter() - t0)
-
-        dist.barrier()
-        path = os.path.join(a.dir, "vanilla", f"step-{step}")
-        train_state.step = step
-        sd = train_state.state_dict()
-        t0 = time.perf_counter()
-        fut = dcp.async_save(sd, checkpoint_id=path)  # default settings, default group
-        t1 = time.perf_counter()
-        fut.result(timeout=600)  # nothing else runs on the default group while it is in flight
-        t2 = time.perf_counter()
-        vanilla, vanilla_total = slowest(t1 - t0), slowest(t2 - t0)
-        dist.barrier()
-        if info.rank == 0:
-            shutil.rmtree(path, ignore_errors=True)
-        if rep == 0:
-            continue
-        for k, v in (("sync", sync_s), ("async_stall", stall), ("async_finalize", fin),
-                     ("floor", floor), ("vanilla", vanilla), ("vanilla_total", vanilla_total)):
-            results[k].append(v)
+        got = _one_round(a, 10 + rep, sync, asyn, train_state, floor_bufs, srcs, device_type, info.rank)
+        for k, v in got.items():
+            if rep:
+                results.setdefault(k, []).append(v)
     sync.close()
     asyn.close()
-    total = torch.tensor([state_bytes], dtype=torch.int64)
+    total = torch.tensor([sum(t.numel() * t.element_size() for t in srcs)], dtype=torch.int64)
     dist.all_reduce(total)
     if info.rank == 0:
         print("BENCH " + json.dumps({"ranks": info.world_size, "model": a.model, "device": device_type,
