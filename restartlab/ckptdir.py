@@ -6,6 +6,7 @@ Only a step directory with `.complete` (and, when asked, a manifest whose files 
 is resumable. Everybody who asks "which checkpoint?" (trainer rank 0, injector, collector,
 pruner) asks here.
 """
+import functools
 import json
 import os
 import re
@@ -96,6 +97,52 @@ def file_crc32(path: str, sink=None, chunk: int = 1 << 22) -> Dict[str, int]:
             n += len(b)
             if sink is not None:
                 sink.write(b)
+
+
+# ---------------------------------------------------------------- crc32 of a segment
+# zlib's CRC-32 is linear: crc(A + B) = shift(crc(A), len(B)) ^ crc(B), where shift multiplies by
+# x^(8 len(B)) modulo the CRC polynomial (zlib's crc32_combine). So the checksum of any segment
+# follows from the running checksums at its two ends, which a writer gets for free.
+_POLY = 0xEDB88320  # reflected
+
+
+def _multmodp(a: int, b: int) -> int:
+    """a * b modulo the CRC polynomial (reflected bit order, as zlib)."""
+    m, p = 1 << 31, 0
+    while True:
+        if a & m:
+            p ^= b
+            if (a & (m - 1)) == 0:
+                return p
+        m >>= 1
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+
+
+_X2N = [1 << 30]  # x^(2^k) mod p, for k = 0, 1, ...: x^1 is 1 << 30 in reflected order
+for _ in range(63):
+    _X2N.append(_multmodp(_X2N[-1], _X2N[-1]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _x8n(nbytes: int) -> int:
+    """x^(8 nbytes) mod p (cached: a checkpoint's items come in few distinct sizes)."""
+    p, k, n = 1 << 31, 3, nbytes  # 1 << 31 is x^0
+    while n:
+        if n & 1:
+            p = _multmodp(_X2N[k & 63], p)
+        n >>= 1
+        k += 1
+    return p
+
+
+def crc32_shift(crc: int, nbytes: int) -> int:
+    """crc * x^(8 nbytes) mod p: what appending nbytes bytes does to crc before they count."""
+    return _multmodp(_x8n(nbytes), crc) if crc else 0
+
+
+def crc32_segment(crc_to_start: int, crc_to_end: int, length: int) -> int:
+    """crc32 of bytes [start, start + length) from the running crc32 up to start and up to end."""
+    return crc_to_end ^ crc32_shift(crc_to_start, length)
 
 
 def fsync_dir(path: str) -> None:

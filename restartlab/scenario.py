@@ -77,7 +77,8 @@ SCHEMA = {
         "python": F("str", None, "python for the trainer and restartlab (default: the one rendering)"),
         "setup": ListOf(F("str"), doc="shell lines run before the phases (module loads, venv activation)"),
     },
-    "trainer": dict({o.key: F(o.type, o.default if o.scenario_default is None else o.scenario_default,
+    "trainer": dict({o.key: F("bool" if o.type == "flag" else o.type,
+                              o.default if o.scenario_default is None else o.scenario_default,
                               o.help, choices=o.choices, min=o.min)
                      for o in trainer_options.scenario_options()},
                     extra_args=ListOf(F("str"), doc="more trainer flags, passed as arguments")),

@@ -13,7 +13,7 @@ SCENARIO, PHASE = "scenario", "phase"
 @dataclass(frozen=True)
 class Opt:
     flag: str                      # --train-iters
-    type: str                      # int | float | str | flag (store_true)
+    type: str                      # int | float | str | flag (store_true; a bool in a scenario)
     default: Any
     help: str
     choices: Optional[Sequence[str]] = None
@@ -42,6 +42,8 @@ OPTIONS: List[Opt] = [
         choices=("auto", "on", "off")),
     Opt("--device", "str", "auto", "auto: xpu, else cuda, else cpu", choices=("auto", "cpu", "cuda", "xpu")),
     Opt("--log-interval", "int", 10, "print a line every N steps", min=1),
+    Opt("--allow-fresh-start", "flag", False, "when complete checkpoints exist but none loads, start "
+        "from step 0 instead of stopping with exit 3"),
     # set by the renderer from the phase and the experiment layout, not by a scenario key
     Opt("--ckpt-dir", "str", "ckpts", "checkpoint directory (<phase>/ckpts in an experiment)", source=PHASE),
     Opt("--async-ckpt", "flag", False, "asynchronous checkpointing (phase checkpoint: async)", source=PHASE),

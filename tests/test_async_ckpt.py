@@ -64,3 +64,43 @@ def test_fifty_consecutive_async_saves_no_hang(tmp_path, n):
         assert info["durable_ts"] <= info["complete_ts"], (s, info)
         between = sum(info["durable_ts"] < t <= info["complete_ts"] for t in step_ts)
         assert between <= 2, (s, between, info["complete_ts"] - info["durable_ts"])
+
+
+# The stage-dir race (issue: 1 relaunch in 7 died with FileExistsError in DCP's mkdir). Forced
+# here: rank 1 finds the step's stage dir already created (by rank 0) and, before it checks it
+# again, rank 2 cleans the stage dir, and creates it again only later. When any rank may remove
+# the node-shared directory this fails every time; with one owner per node (local rank 0),
+# ordered by a barrier on the checkpoint group, nobody removes what another may be using.
+RACE = "mkdir:4:1:0.5,mkdir-exists:4:1:1.5,stage-clean:4:2:1.0,mkdir:4:2:3.0"
+
+
+def test_stage_dir_has_one_owner_per_node(tmp_path):
+    ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
+    r = run_trainer(4, args(ref, iters=8, save=2))
+    assert r.returncode == 0, r.stdout[-3000:]
+    r = run_trainer(4, args(run, iters=8, save=2), env={"RESTARTLAB_DELAY": RACE})
+    assert "DELAY mkdir-exists at step=4 rank=1" in r.stdout, r.stdout[-3000:]
+    assert r.returncode == 0 and "TRAINING DONE" in r.stdout, r.stdout[-4000:]
+    assert ckptdir.complete_steps(os.path.join(run, "ckpts")) == [2, 4, 6, 8]
+    assert final_crc(os.path.join(run, "out", "metrics-0.jsonl")) == final_crc(os.path.join(ref, "out", "metrics-0.jsonl"))
+    # what a run creates it removes: no step left in the stage dir, and the dir itself is gone
+    assert not os.path.exists(os.path.join(run, "stage")), os.listdir(os.path.join(run, "stage"))
+
+
+def test_stage_dir_of_a_killed_attempt_is_removed_by_the_relaunch(tmp_path):
+    """A relaunch cleans the stage steps a killed attempt left and, at its end, removes the stage
+    dir the first attempt created; a stage dir the user made (with files of their own) stays."""
+    run = str(tmp_path / "run")
+    r = run_trainer(2, args(run, iters=8, save=2), env={"RESTARTLAB_FAULT": "copy:4:1"})
+    assert r.returncode != 0 and os.path.isdir(os.path.join(run, "stage", ckptdir.step_dirname(4)))
+    r = run_trainer(2, args(run, iters=8, save=2))
+    assert r.returncode == 0 and "RESUMED from step=2" in r.stdout, r.stdout[-3000:]
+    assert not os.path.exists(os.path.join(run, "stage"))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    a = args(str(tmp_path / "run2"), iters=4, save=2)
+    a[a.index("--ckpt-stage-dir") + 1] = str(mine)
+    r = run_trainer(2, a)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert sorted(os.listdir(mine)) == ["notes.txt"]

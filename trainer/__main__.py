@@ -10,6 +10,9 @@ import sys  # noqa: E402
 from restartlab.trainer import dist as rdist  # noqa: E402
 
 from restartlab import trainer_options  # noqa: E402
+from restartlab.ckptdir import step_dirname as ckptdir_name  # noqa: E402
+
+EXIT_NO_CHECKPOINT = 3  # complete checkpoints exist, none loads (the relaunch loop stops)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,8 +78,7 @@ class Job:
         import torch
 
         from restartlab.trainer.model import PRESETS
-        from restartlab.trainer.parallel import build_mesh, build_model, dp_rank_of, use_meta_init
-        from restartlab.trainer.state import TrainState
+        from restartlab.trainer.parallel import build_mesh, dp_rank_of, use_meta_init
         self.a, self.info, self.times = a, info, {"launch": t_launch}
         threads = rdist.intra_op_threads()
         if threads:
@@ -90,21 +92,45 @@ class Job:
         self.log = (lambda msg: print(f"[rank0] {msg}", flush=True)) if info.rank == 0 else (lambda msg: None)
         self.cfg = PRESETS[a.model]
         self.meta = use_meta_init(a.meta_init, self.cfg)
-        self.model = build_model(self.cfg, self.mesh, self.device, a.seed, self.meta, info.rank)
-        self.optim = torch.optim.AdamW(self.model.parameters(), lr=a.lr, weight_decay=0.0)
-        self.state = TrainState(self.model, self.optim, info.rank)
+        self._build_model()
         self.times["built"] = time.time()
         self.ckpt = self._checkpointer() if a.save_interval or not a.no_resume else None
         self.start = 0
         if self.ckpt and not a.no_resume:
-            loaded = self.ckpt.load_newest(self.state)
-            if loaded is not None:
-                self.start = loaded
-                self.log(f"RESUMED from step={self.start}")
+            self._resume()
         self.times["loaded"] = time.time()
         self.log(f"model={a.model} params={self.cfg.n_params():,} world={info.world_size} tp={a.tp} "
                  f"device={self.device_type} launcher={info.launcher} threads={torch.get_num_threads()} "
                  f"meta_init={self.meta} start={self.start}")
+
+    def _build_model(self):
+        import torch
+
+        from restartlab.trainer.parallel import build_model
+        from restartlab.trainer.state import TrainState
+        a = self.a
+        self.model = build_model(self.cfg, self.mesh, self.device, a.seed, self.meta, self.info.rank)
+        self.optim = torch.optim.AdamW(self.model.parameters(), lr=a.lr, weight_decay=0.0)
+        self.state = TrainState(self.model, self.optim, self.info.rank)
+
+    def _resume(self):
+        loaded, rejected = self.ckpt.load_newest(self.state)
+        if loaded is not None:
+            self.start = loaded
+            self.log(f"RESUMED from step={self.start}")
+            return
+        if not rejected:
+            return  # no checkpoint yet: a fresh start
+        if not self.a.allow_fresh_start:
+            if self.info.rank == 0:
+                why = "".join(f"\n  {ckptdir_name(s)}: {r}" for s, r in rejected)
+                print(f"restartlab.trainer: error: {len(rejected)} complete checkpoint(s) in "
+                      f"{self.a.ckpt_dir}, none loads:{why}\nnot starting from step 0 over them "
+                      f"(--allow-fresh-start does)", file=sys.stderr, flush=True)
+            rdist.clean_exit(EXIT_NO_CHECKPOINT)
+        self.log(f"no complete checkpoint loads ({len(rejected)} rejected): starting from step 0 "
+                 f"(--allow-fresh-start)")
+        self._build_model()  # a rejected load may have written into the model: start clean
 
     def _checkpointer(self):
         from restartlab import schedulers

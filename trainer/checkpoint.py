@@ -31,6 +31,7 @@ from torch.distributed.tensor import DTensor
 from restartlab import ckptdir
 
 WAIT_TIMEOUT_S = float(os.environ.get("RESTARTLAB_CKPT_TIMEOUT", "600"))
+STAGE_MARKER = ".restartlab-stage"  # in a stage dir restartlab created (and so may remove)
 
 
 def fault(point: str, step: int, rank: int):
@@ -46,6 +47,18 @@ def fault(point: str, step: int, rank: int):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def delay(point: str, step: int, rank: int):
+    """Test-only delay points: RESTARTLAB_DELAY="point:step:rank:seconds[,...]" sleeps there.
+    The tests use them to force an interleaving of ranks that is otherwise rare (stage-clean:
+    before the stage directory is cleaned; mkdir: before a rank creates a checkpoint directory;
+    mkdir-exists: after it found the directory already there, before it checks it again)."""
+    for spec in filter(None, os.environ.get("RESTARTLAB_DELAY", "").split(",")):
+        p, s, r, secs = spec.split(":")
+        if p == point and int(s) == step and int(r) == rank:
+            print(f"DELAY {point} at step={step} rank={rank}: {secs}s", flush=True)
+            time.sleep(float(secs))
+
+
 class _HashingStream(io.RawIOBase):
     """A write-only file that keeps a running crc32 and byte count of what passes through."""
 
@@ -53,6 +66,7 @@ class _HashingStream(io.RawIOBase):
         self._f = f
         self.crc = 0
         self.nbytes = 0
+        self.marks = {0: 0}  # offset -> running crc32 there, at every write boundary
         self._on_first_write = on_first_write
 
     def writable(self):
@@ -62,6 +76,7 @@ class _HashingStream(io.RawIOBase):
         mv = memoryview(b).cast("B")
         self.crc = zlib.crc32(mv, self.crc)
         self.nbytes += len(mv)
+        self.marks[self.nbytes] = self.crc
         n = self._f.write(mv)
         if self._on_first_write:
             cb, self._on_first_write = self._on_first_write, None
@@ -86,12 +101,28 @@ class _HashingStream(io.RawIOBase):
 
 
 class _HashingFileSystem(FileSystem):
-    """DCP's FileSystem, recording {file name: (bytes, crc32)} of every shard written."""
+    """DCP's FileSystem, recording {file name: (bytes, crc32)} of every shard written, and the
+    running crc32 at every write boundary (from which each item's own crc32 follows)."""
 
-    def __init__(self, on_first_write=None):
+    def __init__(self, on_first_write=None, step=-1, rank=-1):
         super().__init__()
         self.files = {}
+        self.marks = {}
         self._on_first_write = on_first_write
+        self._step, self._rank = step, rank
+
+    def mkdir(self, path):
+        """As DCP's (mkdir -p), with the test delay points inside: another rank may create the
+        directory between our attempt and our check; nobody may remove it."""
+        path = str(path)
+        delay("mkdir", self._step, self._rank)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            delay("mkdir-exists", self._step, self._rank)
+            if not os.path.isdir(path):
+                raise
 
     @contextmanager
     def create_stream(self, path, mode):
@@ -105,12 +136,75 @@ class _HashingFileSystem(FileSystem):
             self._on_first_write = None
             yield hs
             self.files[name] = {"bytes": hs.nbytes, "crc32": hs.crc}
+            self.marks[name] = hs.marks
 
 
-def _writer(path, on_first_write=None):
-    w = dcp.FileSystemWriter(path, sync_files=True)
-    w.fs = _HashingFileSystem(on_first_write)
+class _ChecksummingWriter(dcp.FileSystemWriter):
+    """DCP's writer; each shard file's entry also lists [offset, length, crc32] of every item in
+    it, derived from the running crc at the item's two ends (no second pass over the bytes)."""
+
+    def write_data(self, plan, planner):
+        fut = super().write_data(plan, planner)
+        for r in fut.value():
+            si = r.storage_data
+            marks = self.fs.marks[si.relative_path]
+            crc = ckptdir.crc32_segment(marks[si.offset], marks[si.offset + si.length], si.length)
+            self.fs.files[si.relative_path].setdefault("items", []).append([si.offset, si.length, crc])
+        return fut
+
+
+def _writer(path, step, rank, on_first_write=None):
+    w = _ChecksummingWriter(path, sync_files=True)
+    w.fs = _HashingFileSystem(on_first_write, step, rank)
     return w
+
+
+class ChecksumError(ValueError):
+    pass
+
+
+class _VerifyingFileSystem(FileSystem):
+    """Reads `.metadata` whole and checks it against the manifest before DCP unpickles it."""
+
+    def __init__(self, expected_metadata):
+        super().__init__()
+        self._meta = expected_metadata
+
+    @contextmanager
+    def create_stream(self, path, mode):
+        if os.path.basename(str(path)) != ".metadata" or "r" not in mode:
+            with super().create_stream(path, mode) as s:
+                yield s
+            return
+        with open(path, "rb") as f:
+            data = f.read()
+        if self._meta is None or len(data) != self._meta["bytes"] or zlib.crc32(data) != self._meta["crc32"]:
+            raise ChecksumError(f"{path}: checksum mismatch (manifest.json)")
+        yield io.BytesIO(data)
+
+
+class _VerifyingReader(dcp.FileSystemReader):
+    """DCP's reader; every item's bytes are read once, checked against the crc32 that
+    manifest.json lists for them, and only then parsed: a damaged shard never reaches torch.load."""
+
+    def __init__(self, path, manifest):
+        super().__init__(path)
+        files = manifest.get("files", {})
+        self.fs = _VerifyingFileSystem(files.get(".metadata"))
+        self._expect = {(name, off, n): crc for name, info in files.items() for off, n, crc in info.get("items", ())}
+
+    def _slice_file(self, file, sinfo):
+        key = (sinfo.relative_path, sinfo.offset, sinfo.length)
+        want = self._expect.get(key)
+        if want is None:
+            raise ChecksumError(f"{sinfo.relative_path}: manifest.json has no checksum for bytes "
+                                f"{sinfo.offset}+{sinfo.length}")
+        file.seek(sinfo.offset)
+        data = file.read(sinfo.length)
+        if len(data) != sinfo.length or zlib.crc32(data) != want:
+            raise ChecksumError(f"{os.path.join(str(self.path), sinfo.relative_path)}: checksum mismatch in "
+                                f"bytes {sinfo.offset}+{sinfo.length}")
+        return io.BytesIO(data)
 
 
 def _copy_durable(src: str, dst: str) -> dict:
@@ -144,13 +238,20 @@ class Checkpointer:
             os.makedirs(ckpt_dir, exist_ok=True)
         if mode == "async":
             self.stage_dir = stage_dir
+            self.local_rank = local_rank
             # a group of its own, for the background thread only (on the training group
             # dcp.async_save hangs; a main-thread probe on a shared group deadlocks)
             self._group = dist.new_group(backend="gloo")
-            if local_rank == 0:  # stage dirs of dead attempts on this node
-                shutil.rmtree(stage_dir, ignore_errors=True)
+            # the stage dir is node-shared: local rank 0 owns it (creates, cleans, removes)
+            self._stage_marker = os.path.join(stage_dir, STAGE_MARKER)
+            if local_rank == 0:
+                if not os.path.isdir(stage_dir):  # ours: marked, so a relaunch removes it too
+                    os.makedirs(stage_dir)
+                    open(self._stage_marker, "w").close()
+                os.makedirs(stage_dir, exist_ok=True)
+                for s in ckptdir.list_steps(stage_dir):  # stages of dead attempts on this node
+                    shutil.rmtree(ckptdir.step_path(stage_dir, s), ignore_errors=True)
             dist.barrier()
-            os.makedirs(stage_dir, exist_ok=True)
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt")
 
     # ------------------------------------------------------------------ save
@@ -176,7 +277,7 @@ class Checkpointer:
         path = self._prepare_dir(self.ckpt_dir, step)
         dist.barrier()
         sd = state.state_dict()
-        w = _writer(path, on_first_write=lambda: fault("write", step, self.rank))
+        w = _writer(path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank))
         dcp.save(sd, storage_writer=w)
         files = w.fs.files
         gathered = [None] * self.world_size if self.rank == 0 else None
@@ -260,19 +361,29 @@ class Checkpointer:
         return row
 
     def _background_save(self, step, staged, t0):
-        """Runs on the checkpoint thread: stage-dir write, durable copy, gather, mark."""
+        """Runs on the checkpoint thread: stage-dir write, durable copy, gather, mark.
+
+        The step's stage directory is shared by the ranks of a node: only its owner (local
+        rank 0) cleans and creates it, and removes it, each time behind a barrier on the
+        checkpoint group, so no rank ever removes what another may be using."""
         stage_path = ckptdir.step_path(self.stage_dir, step)
-        shutil.rmtree(stage_path, ignore_errors=True)
-        w = _writer(stage_path, on_first_write=lambda: fault("write", step, self.rank))
-        dcp.save(staged, storage_writer=w, process_group=self._group)
         dst = ckptdir.step_path(self.ckpt_dir, step)
+        if self.local_rank == 0:
+            delay("stage-clean", step, self.rank)
+            shutil.rmtree(stage_path, ignore_errors=True)  # a torn stage of a dead attempt
+            os.makedirs(stage_path)
         if self.rank == 0 and os.path.exists(dst):
-            shutil.rmtree(dst)
-        dist.barrier(group=self._group)
+            shutil.rmtree(dst)  # a torn durable directory of a dead attempt
+        dist.barrier(group=self._group)  # both exist (or are gone) before anybody writes
+        w = _writer(stage_path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank))
+        dcp.save(staged, storage_writer=w, process_group=self._group)
         os.makedirs(dst, exist_ok=True)
         files = {}
         for i, name in enumerate(sorted(w.fs.files)):
             files[name] = _copy_durable(os.path.join(stage_path, name), os.path.join(dst, name))
+            if files[name]["crc32"] != w.fs.files[name]["crc32"]:
+                raise ChecksumError(f"{name}: the stage copy read back differs from what was written")
+            files[name]["items"] = w.fs.files[name]["items"]
             if i == 0:
                 fault("copy", step, self.rank)
         if self.rank == 0:
@@ -283,8 +394,22 @@ class Checkpointer:
                            group=self._group)
         if self.rank == 0:
             self._finalize(dst, step, gathered, t0, os.path.join(dst, ".metadata"))
-        shutil.rmtree(stage_path, ignore_errors=True)
-        return time.time() - t0
+        latency = time.time() - t0
+        dist.barrier(group=self._group)  # every rank of every node is done with its stage dir
+        if self.local_rank == 0:
+            shutil.rmtree(stage_path, ignore_errors=True)
+        return latency
+
+    def _remove_stage_dir(self):
+        """Checkpoint thread, at exit: the owner removes the stage dir it created, once every
+        rank is past its last save."""
+        dist.barrier(group=self._group)
+        if self.local_rank == 0 and os.path.exists(self._stage_marker):
+            try:
+                os.unlink(self._stage_marker)
+                os.rmdir(self.stage_dir)  # only if empty: never a directory with data of others
+            except OSError as e:
+                self.log(f"stage dir {self.stage_dir} left in place: {e.strerror}")
 
     def poll(self) -> dict:
         """Non-blocking: metrics for a save that finished since the last poll (no collectives)."""
@@ -310,26 +435,72 @@ class Checkpointer:
         return time.time() - t0
 
     def close(self) -> dict:
-        """Exit path: wait for the last save (no truncated final checkpoint)."""
+        """Exit path: wait for the last save (no truncated final checkpoint), then remove the
+        stage dir this run created."""
         self.wait()
         if self._pool:
+            self._pool.submit(self._remove_stage_dir).result(timeout=WAIT_TIMEOUT_S)
             self._pool.shutdown(wait=True)
         return self.last_finalized
 
     # ------------------------------------------------------------------ load
     def load_newest(self, state):
-        """Rank 0 picks the newest complete step and broadcasts it; all ranks load it into
-        `state` (a TrainState). Returns the step loaded, or None for a fresh start."""
-        pick = [None]
+        """Load the newest complete checkpoint that every rank reads without error into `state`
+        (a TrainState), falling back to older ones. Rank 0 lists the candidates and broadcasts
+        them; each rank verifies every item's checksum as it reads; all ranks agree on the verdict
+        before moving on. Returns (step loaded or None, [(step, why it was rejected)])."""
+        listing = [None]
         if self.rank == 0:
-            pick[0] = ckptdir.newest_complete_step(self.ckpt_dir, verify=True, log=self.log)
-        dist.broadcast_object_list(pick, src=0)
-        step = pick[0]
-        if step is None:
+            listing[0] = self._candidates()
+        dist.broadcast_object_list(listing, src=0)
+        candidates, rejected = listing[0]
+        for step in candidates:
+            problem = self._try_load(state, step)
+            verdicts = [None] * self.world_size
+            dist.all_gather_object(verdicts, problem)
+            bad = [f"rank {r}: {v}" for r, v in enumerate(verdicts) if v]
+            if not bad:
+                return step, rejected
+            rejected.append((step, "; ".join(bad[:4]) + (f" (+{len(bad) - 4} ranks)" if len(bad) > 4 else "")))
+            self.log(f"skipping {ckptdir.step_dirname(step)}: {rejected[-1][1]}")
+        return None, rejected
+
+    def _candidates(self):
+        """Rank 0: complete steps, newest first, whose manifest matches the files' sizes."""
+        candidates, rejected = [], []
+        for step in reversed(ckptdir.complete_steps(self.ckpt_dir)):
+            problem = ckptdir.verify_manifest(ckptdir.step_path(self.ckpt_dir, step))
+            if problem:
+                rejected.append((step, problem))
+                self.log(f"skipping {ckptdir.step_dirname(step)}: {problem}")
+            else:
+                candidates.append(step)
+        return candidates, rejected
+
+    def _try_load(self, state, step):
+        """Load one step into `state`; None on success, else why not (any error, on this rank)."""
+        path = ckptdir.step_path(self.ckpt_dir, step)
+        got = [None]
+        if self.rank == 0:  # one reader of the manifest; every rank then takes the same road
+            try:
+                with open(os.path.join(path, ckptdir.MANIFEST)) as f:
+                    got[0] = json.load(f)
+            except (OSError, ValueError) as e:
+                got[0] = f"unreadable {ckptdir.MANIFEST}: {e}"
+        dist.broadcast_object_list(got, src=0)
+        if not isinstance(got[0], dict):
+            return str(got[0])
+        manifest = got[0]
+        try:
+            sd = state.state_dict()
+            dcp.load(sd, storage_reader=_VerifyingReader(path, manifest))
+            state.load_state_dict(sd)
+            if state.step != step:
+                return f"holds step {state.step}"
             return None
-        sd = state.state_dict()
-        dcp.load(sd, checkpoint_id=ckptdir.step_path(self.ckpt_dir, step))
-        state.load_state_dict(sd)
-        if state.step != step:
-            raise RuntimeError(f"checkpoint step-{step} holds step {state.step}")
-        return step
+        except dcp.api.CheckpointException as e:  # failures: {rank: (exception, traceback)}
+            first = next(iter(e.failures.values()), e)
+            first = first[0] if isinstance(first, tuple) else first
+            return f"{type(first).__name__}: {str(first)[:300]}"
+        except Exception as e:  # noqa: BLE001  any failure to load means: not this checkpoint
+            return f"{type(e).__name__}: {str(e)[:300]}"
