@@ -71,7 +71,8 @@ class Phase:
 
 
 def iter_rows(path, warnings):
-    """(line number, metrics dict, timestamp) for each good line; garbage is reported and skipped."""
+    """(line number, metrics dict, timestamp) for each good line; garbage is reported and skipped.
+    A last line without its newline is an attempt killed mid-write: named, not called malformed."""
     with open(path, errors="replace") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -79,11 +80,13 @@ def iter_rows(path, warnings):
             try:
                 row = json.loads(line)
                 m = row["metrics"]
-                ts = float(row["timestamp"])
-                if not isinstance(m, dict):
-                    raise TypeError("metrics is not a mapping")
+                ts = _num(row["timestamp"])
+                if not isinstance(m, dict) or ts is None:
+                    raise TypeError("metrics is not a mapping" if ts is not None else "timestamp is not a number")
             except (ValueError, KeyError, TypeError) as e:
-                warnings.append(f"{path}:{n}: skipped a malformed line ({type(e).__name__}: {str(e)[:80]})")
+                torn = not line.endswith("\n")
+                warnings.append(f"{path}:{n}: skipped " + ("a torn last line (killed mid-write)" if torn else
+                                f"a malformed line ({type(e).__name__}: {str(e)[:80]})"))
                 continue
             yield n, m, ts
 
@@ -103,8 +106,10 @@ def _finalize_latencies(phase_dir, warnings) -> List[float]:
             with open(c) as f:
                 info = json.load(f)
             out.append(float(info["complete_ts"]) - float(info["save_start"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        except OSError:
             warnings.append(f"{c}: unreadable marker")
+        except (ValueError, KeyError, TypeError):
+            warnings.append(f"{c}: malformed marker (no complete_ts/save_start numbers)")
     return out
 
 
@@ -113,12 +118,14 @@ def _attempt_from_dir(a: Attempt, attempt_dir, warnings) -> None:
     try:
         with open(os.path.join(attempt_dir, "attempt.json")) as f:
             info = json.load(f)
-        if not isinstance(info, dict):
-            raise ValueError("not a mapping")
-        a.launch_ts, a.end_ts = _num(info.get("launch_ts")), _num(info.get("end_ts"))
-        a.exit_code, a.completed = info.get("exit_code"), bool(info.get("completed"))
     except (OSError, ValueError):
         warnings.append(f"{attempt_dir}: no readable attempt.json")
+        return
+    if not isinstance(info, dict):
+        warnings.append(f"{attempt_dir}/attempt.json: malformed (a {type(info).__name__}, not a mapping)")
+        return
+    a.launch_ts, a.end_ts = _num(info.get("launch_ts")), _num(info.get("end_ts"))
+    a.exit_code, a.completed = info.get("exit_code"), info.get("completed") is True
 
 
 def _num(x) -> Optional[float]:
@@ -127,9 +134,13 @@ def _num(x) -> Optional[float]:
 
 def _stream_attempt(a: Attempt, keep_upto, want, ph: Phase) -> None:
     """One pass over an attempt's rank-0 metrics: first/last step, kept step time, save costs."""
-    for _, m, ts in iter_rows(a.path, ph.warnings):
+    for n, m, ts in iter_rows(a.path, ph.warnings):
         it = m.get("train/iter")
+        if isinstance(it, float) and it.is_integer():
+            it = int(it)
         if not isinstance(it, int) or isinstance(it, bool):
+            if it is not None:
+                ph.warnings.append(f"{a.path}:{n}: malformed train/iter {str(it)[:40]!r}: line skipped")
             continue
         if "train/loss" in m:
             if a.first_ts is None:
@@ -140,8 +151,11 @@ def _stream_attempt(a: Attempt, keep_upto, want, ph: Phase) -> None:
                     a.launch_ts = _num(m.get("startup/launch_ts"))
             a.last_iter, a.last_ts = it, ts
             a.add_trace(ts, it)
-            if it <= keep_upto:
-                a.kept_dt += _num(m.get("train/dt")) or 0.0
+            dt = _num(m.get("train/dt", 0.0))
+            if dt is None:
+                ph.warnings.append(f"{a.path}:{n}: malformed train/dt {str(m.get('train/dt'))[:40]!r}: counted as 0")
+            elif it <= keep_upto:
+                a.kept_dt += dt
             if it in want:
                 a.ts_at[it] = ts
         for key in SAVE_KEYS:
@@ -163,6 +177,9 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
     ph = Phase(name)
     if phase_dir:
         attempt_dirs = _attempt_dirs(phase_dir)
+        for x in sorted(glob.glob(os.path.join(phase_dir, "attempts", "*"))):
+            if x not in attempt_dirs:
+                ph.warnings.append(f"{x}: malformed attempts entry (not a numbered directory): ignored")
         ph.injections = read_injections(phase_dir, ph.warnings)
         ph.finalize = _finalize_latencies(phase_dir, ph.warnings)
     paths = [os.path.join(d, "metrics-0.jsonl") for d in attempt_dirs] if attempt_dirs else list(metrics_files or [])
@@ -177,7 +194,8 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
     # pass 2: stream each attempt once; we know which steps the next attempt recomputes
     for k, a in enumerate(atts):
         if not os.path.isfile(a.path):
-            ph.warnings.append(f"{a.path}: missing or not a file (the attempt died before its first step?)")
+            ph.warnings.append(f"{a.path}: malformed: not a file" if os.path.exists(a.path) else
+                               f"{a.path}: missing (the attempt died before its first step?)")
             continue
         keep_upto = atts[k + 1].resumed_from if k + 1 < len(atts) else math.inf
         _stream_attempt(a, keep_upto, {atts[k - 1].last_iter} if k > 0 else set(), ph)

@@ -13,6 +13,7 @@ import time
 from typing import Iterator, List, Optional, Tuple
 
 from . import ckptdir, failures, live, schedulers
+from .killer import parse_signal
 from .live import newest_step_seen
 from .units import parse_duration
 
@@ -181,25 +182,45 @@ class Injector:
         return 0
 
 
+def _signal_name(v):
+    try:
+        parse_signal(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+    return v
+
+
+def _positive(parse):
+    def check(v):
+        try:
+            x = parse(v)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e))
+        if not x > 0:
+            raise argparse.ArgumentTypeError(f"{v!r}: must be > 0 (it would make no kill)")
+        return x
+    return check
+
+
 def add_args(p):
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--every", type=parse_duration, help="timed kills, e.g. 90s, 5m")
+    g.add_argument("--every", type=_positive(parse_duration), help="timed kills, e.g. 90s, 5m")
     g.add_argument("--at-steps", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
                    help="kills aimed at these steps, e.g. 500,1000,1500")
-    g.add_argument("--every-steps", type=int, help="a kill aimed at every N-th step")
-    g.add_argument("--mtbf", type=parse_duration, help="Poisson failures with this MTBF (use --seed)")
+    g.add_argument("--every-steps", type=_positive(int), help="a kill aimed at every N-th step")
+    g.add_argument("--mtbf", type=_positive(parse_duration), help="Poisson failures with this MTBF (use --seed)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gate", choices=("complete", "none"), default=None,
                    help="complete (default for step schedules): wait for step-S/.complete")
     p.add_argument("--wait-first-complete", action="store_true",
                    help="timed schedules: start the clock at the first complete checkpoint")
-    p.add_argument("--max-kills", type=int)
+    p.add_argument("--max-kills", type=_positive(int))
     p.add_argument("--until", help="stop when this file exists (the phase's done flag)")
     p.add_argument("--ckpt-dir", help="the phase's checkpoint directory (gating, finish detection)")
     p.add_argument("--phase-dir", help="write <phase-dir>/injections.jsonl; read progress from attempts/")
     p.add_argument("--train-iters", type=int, help="stop once a complete checkpoint reaches this step")
     p.add_argument("--tag", help="the job tag of the ranks (their RESTARTLAB_JOB_TAG)")
-    p.add_argument("--signal", default="KILL")
+    p.add_argument("--signal", default="KILL", type=_signal_name, help="signal name or number (default KILL)")
     kinds = failures.KINDS.names(aliases=True)
     p.add_argument("--kind", "--target", dest="kind", choices=kinds, default="kill",
                    help="; ".join(f"{k.name}: {k.doc}" for k in failures.KINDS.all())

@@ -33,6 +33,15 @@ def _check_environ_readable() -> None:
                           f"ranks cannot be found by their {TAG_VAR}") from None
 
 
+def parse_signal(name) -> int:
+    """'KILL', 'SIGTERM', '9' -> the signal's number; ValueError for anything else."""
+    s = str(name).strip().upper()
+    try:
+        return int(_signal.Signals(int(s))) if s.isdigit() else int(_signal.Signals["SIG" + s.removeprefix("SIG")])
+    except (KeyError, ValueError):
+        raise ValueError(f"{name!r} is not a signal name (KILL, TERM, INT, STOP, USR1, ...) or number") from None
+
+
 def node_name() -> str:
     """The scheduler's name for this node (several Slurm nodes can share one host in tests)."""
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
@@ -146,10 +155,9 @@ def main(argv=None) -> int:
     p.add_argument("--one", action="store_true", help="only one rank (lowest PID) and its process tree")
     a = p.parse_args(argv)
     try:
-        sig = int(a.signal) if a.signal.isdigit() else _signal.Signals["SIG" + a.signal.upper().removeprefix("SIG")]
-        sig = _signal.Signals(sig)
-    except (KeyError, ValueError):
-        print(f"restartlab kill-ranks: error: unknown signal {a.signal!r}", file=sys.stderr)
+        sig = _signal.Signals(parse_signal(a.signal))
+    except ValueError as e:
+        print(f"restartlab kill-ranks: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
         receipt = kill_ranks(a.tag, sig, a.dry_run, a.one)

@@ -31,7 +31,7 @@ def last_row(path, key=None) -> Optional[dict]:
 def attempt_dirs(phase_dir) -> List[str]:
     """<phase>/attempts/<k> in launch order."""
     return sorted((d for d in glob.glob(os.path.join(phase_dir, "attempts", "*"))
-                   if os.path.basename(d).isdigit()), key=lambda d: int(os.path.basename(d)))
+                   if os.path.basename(d).isdigit() and os.path.isdir(d)), key=lambda d: int(os.path.basename(d)))
 
 
 def newest_step_seen(phase_dir: str) -> int:
@@ -61,10 +61,12 @@ def read_injections(phase_dir, warnings=None) -> List[dict]:
                     rec = json.loads(line)
                     if not isinstance(rec, dict):
                         raise ValueError("not a mapping")
+                    if "time" in rec and not isinstance(rec["time"], (int, float)):
+                        raise ValueError(f"time {rec['time']!r} is not a number")
                     out.append(rec)
-                except ValueError:
+                except ValueError as e:
                     if warnings is not None:
-                        warnings.append(f"{path}:{n}: skipped a malformed line")
+                        warnings.append(f"{path}:{n}: skipped a malformed line ({str(e)[:80]})")
     except OSError:
         pass
     return out

@@ -27,7 +27,7 @@ def _fmt(x, nd=2):
 
 def find_phases(expt_dir):
     if not os.path.isdir(expt_dir):
-        raise FileNotFoundError(f"{expt_dir}: no such experiment directory")
+        raise FileNotFoundError(f"{expt_dir}: not an experiment directory (no such directory)")
     out = []
     for name in sorted(os.listdir(expt_dir)):
         if os.path.isdir(os.path.join(expt_dir, name, "attempts")):
@@ -36,16 +36,28 @@ def find_phases(expt_dir):
     return sorted(out, key=lambda n: (order.get(n, 3), n))
 
 
+def _expected_phases(scen, problems):
+    """Phase names from the experiment's resolved scenario.yaml (None if it cannot tell)."""
+    if not os.path.exists(scen):
+        return None
+    import yaml
+    try:
+        with open(scen, errors="replace") as f:
+            data = yaml.safe_load(f)
+        return [str(p["name"]) for p in data["phases"]]
+    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError) as e:
+        problems.append(f"{scen}: malformed scenario.yaml, phases taken from the directories "
+                        f"({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+        return None
+
+
 def build(a):
-    phases, missing = [], []
+    """-> (phases, summaries, missing phase names, problems outside any phase)."""
+    phases, missing, problems = [], [], []
     if a.expt_dir:
         names = find_phases(a.expt_dir)
         scen = os.path.join(a.expt_dir, "scenario.yaml")
-        expected = a.expect
-        if expected is None and os.path.exists(scen):
-            import yaml
-            with open(scen) as f:
-                expected = [p["name"] for p in (yaml.safe_load(f) or {}).get("phases", [])]
+        expected = a.expect if a.expect is not None else _expected_phases(scen, problems)
         missing = [n for n in (expected or []) if n not in names]
         for n in names:
             phases.append(collect.load_phase(n, phase_dir=os.path.join(a.expt_dir, n)))
@@ -64,10 +76,10 @@ def build(a):
         rs = [e["restart_s"] for e in s["failures"] if e["restart_s"]]
         s["young_daly"] = dict(collect.young_daly(cost, statistics.median(rs) if rs else None, a.mtbf),
                                mtbf_s=a.mtbf, save_cost_s=cost)
-    return phases, summaries, missing
+    return phases, summaries, missing, problems
 
 
-def markdown(summaries, missing, src):
+def markdown(summaries, missing, src, problems=()):
     L = [f"# restartlab report: {src}", ""]
     if missing:
         L += [f"**Missing phases:** {', '.join(missing)}", ""]
@@ -103,35 +115,43 @@ def markdown(summaries, missing, src):
         if yd["young_s"]:
             L.append(f"- {s['phase']}: save cost {yd['save_cost_s']:.4f} s, MTBF {yd['mtbf_s']:.0f} s -> "
                      f"Young {yd['young_s']:.1f} s, Daly {yd['daly_s']:.1f} s between checkpoints")
-    warn = [w for s in summaries for w in s["warnings"]]
+    warn = list(problems) + [w for s in summaries for w in s["warnings"]]
     if warn:
         L += ["", "## Warnings", ""] + [f"- {w}" for w in warn[:50]]
     return "\n".join(L) + "\n"
 
 
 def main(a) -> int:
+    """Exit 0; 2 when the input is not an experiment, or when some of it was malformed (then the
+    report is still written from the rest, and each problem is named with its file and line)."""
     if not a.expt_dir and not (a.baseline or a.sync or a.async_):
         print("restartlab report: give an experiment directory or --baseline/--sync/--async globs", file=sys.stderr)
         return 2
     try:
-        phases, summaries, missing = build(a)
-    except FileNotFoundError as e:
+        phases, summaries, missing, problems = build(a)
+    except (FileNotFoundError, NotADirectoryError) as e:
         print(f"restartlab report: {e}", file=sys.stderr)
         return 2
     out = a.out or a.expt_dir or "."
     os.makedirs(out, exist_ok=True)
     src = a.expt_dir or "ezpz metrics"
-    for s in summaries:
-        for w in s["warnings"]:
-            print(f"restartlab report: warning: {w}", file=sys.stderr)
+    warnings = list(problems) + [w for s in summaries for w in s["warnings"]]
+    for w in warnings:
+        print(f"restartlab report: warning: {w}", file=sys.stderr)
     if missing:
         print(f"restartlab report: missing phases: {', '.join(missing)}", file=sys.stderr)
     with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump({"source": src, "missing": missing, "phases": summaries}, f, indent=1, default=str)
+        json.dump({"source": src, "missing": missing, "problems": problems, "phases": summaries}, f,
+                  indent=1, default=str)
     with open(os.path.join(out, "report.md"), "w") as f:
-        f.write(markdown(summaries, missing, src))
+        f.write(markdown(summaries, missing, src, problems))
     if not a.no_plots:
         from . import plot
         plot.all_plots(phases, summaries, out)
     print(f"restartlab report: {os.path.join(out, 'report.md')}")
+    bad = [w for w in warnings if "malformed" in w]
+    if bad:
+        print(f"restartlab report: {len(bad)} malformed input(s) skipped (named above); the report "
+              f"covers the rest", file=sys.stderr)
+        return 2
     return 0

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional
 import yaml
 
 from . import failures, launchers, schedulers, trainer_options
+from .killer import parse_signal
 from .resources import resource_dir
 from .units import hms, parse_duration  # noqa: F401  (re-exported: scenario.parse_duration)
 
@@ -22,9 +23,9 @@ class ScenarioError(Exception):
 # ---------------------------------------------------------------- schema
 # A field: (type check, default, doc). Mappings are dicts of fields; lists use ListOf.
 class F:
-    def __init__(self, kind, default=None, doc="", choices=None, required=False, min=None):
+    def __init__(self, kind, default=None, doc="", choices=None, required=False, min=None, positive=False):
         self.kind, self.default, self.doc, self.choices, self.required = kind, default, doc, choices, required
-        self.min = min
+        self.min, self.positive = min, positive
 
 
 class ListOf:
@@ -35,10 +36,10 @@ class ListOf:
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 SCHEDULE = {
-    "every": F("duration", None, "timed kills: one every DURATION"),
+    "every": F("duration", None, "timed kills: one every DURATION", positive=True),
     "at_steps": F("intlist", None, "kills aimed at these steps"),
-    "every_steps": F("int", None, "a kill aimed at every N-th step"),
-    "mtbf": F("duration", None, "Poisson failures with this mean time between failures"),
+    "every_steps": F("int", None, "a kill aimed at every N-th step", positive=True),
+    "mtbf": F("duration", None, "Poisson failures with this mean time between failures", positive=True),
     "seed": F("int", 0, "seed for mtbf inter-arrival times and one-node target choice"),
 }
 FAILURES = {
@@ -52,12 +53,12 @@ FAILURES = {
     "gate": F("str", None, "complete: step-aimed kills wait for step-S/.complete (default for step "
               "schedules); none: fire on time", choices=["complete", "none"]),
     "wait_first_complete": F("bool", False, "timed schedules: start the clock at the first complete checkpoint"),
-    "max_kills": F("int", None, "stop after N kills"),
+    "max_kills": F("int", None, "stop after N kills", positive=True),
 }
 SCHEMA = {
     "name": F("name", "restartlab", "experiment name (job name, directory prefix)"),
     "scheduler": F("str", "local", "the batch system (restartlab.schedulers registry)", choices=schedulers.names),
-    "expt_root": F("str", "expt", "experiments are created under this directory"),
+    "expt_root": F("path", "expt", "experiments are created under this directory"),
     "job": {
         "nodes": F("int", 1, "number of nodes"),
         "walltime": F("duration", "01:00:00", "wall-clock limit"),
@@ -74,7 +75,7 @@ SCHEMA = {
         "cpu_bind": F("str", None, "CPU binding (launcher syntax)"),
         "depth": F("int", None, "PALS --depth"),
         "env": F("strmap", {}, "environment for the training ranks"),
-        "python": F("str", None, "python for the trainer and restartlab (default: the one rendering)"),
+        "python": F("path", None, "python for the trainer and restartlab (default: the one rendering)"),
         "setup": ListOf(F("str"), doc="shell lines run before the phases (module loads, venv activation)"),
     },
     "trainer": dict({o.key: F("bool" if o.type == "flag" else o.type,
@@ -85,51 +86,82 @@ SCHEMA = {
     "relaunch": {
         "max_attempts": F("int", 10, "launches per phase before the phase (and job) fails"),
         "backoff": F("duration", 0, "pause between attempts"),
-        "hang_timeout": F("duration", 600, "kill an attempt whose output has not changed for this long"),
+        "hang_timeout": F("duration", 600, "kill an attempt whose output has not changed for this long",
+                          positive=True),
     },
     "failures": FAILURES,
     "phases": ListOf({
         "name": F("name", None, "phase name (directory name)", required=True),
         "checkpoint": F("str", "sync", "none, sync or async", choices=["none", "sync", "async"]),
-        "stage_dir": F("str", None, "async: node-local stage dir (default /tmp/restartlab-<jobid>)"),
+        "stage_dir": F("path", None, "async: node-local stage dir (default /tmp/restartlab-<jobid>)"),
         "failures": F("failures", None, "false/none: no injector; a mapping overrides the top-level failures"),
     }),
     "collection": {
         "report": F("bool", True, "run `restartlab report` at the end of the job"),
         "plots": F("bool", True, "write PNG plots"),
-        "mtbf": F("duration", 3600, "MTBF for the Young-Daly interval in the report"),
+        "mtbf": F("duration", 3600, "MTBF for the Young-Daly interval in the report", positive=True),
     },
 }
 TOP_ONLY = {"extends"}
 
 
 # ---------------------------------------------------------------- YAML with line numbers
+MAX_INT = 2 ** 62    # every count and step fits torch's int64
+MAX_VALUES = 100_000  # values a scenario may expand to (aliases included): no "billion laughs"
+MAX_FILE_BYTES = 1 << 20
+
+
 def _compose(text, fname):
     try:
         return yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark else 0
-        raise ScenarioError(f"{fname}:{line}: invalid YAML: {getattr(e, 'problem', e)}")
+        line = mark.line + 1 if mark else 1
+        raise ScenarioError(f"{fname}:{line}: invalid YAML: {getattr(e, 'problem', None) or e}")
+    except RecursionError:
+        raise ScenarioError(f"{fname}:1: invalid YAML: nested too deeply")
 
 
-def _to_data(node, path, lines, fname):
-    """YAML node -> plain data, recording (file, line) for every key path."""
+class _Budget:
+    def __init__(self):
+        self.left = MAX_VALUES
+
+
+def _to_data(node, path, lines, fname, budget=None, active=()):
+    """YAML node -> plain data, recording (file, line) for every key path. Keys must be plain
+    scalars; an alias may not contain itself; the whole may not expand past MAX_VALUES."""
+    budget = budget or _Budget()
+    budget.left -= 1
+    where = f"{fname}:{node.start_mark.line + 1}: {_fmt(path)}"
+    if budget.left < 0:
+        raise ScenarioError(f"{where}: the file expands to more than {MAX_VALUES:,} values "
+                            f"(aliases repeated inside aliases?)")
+    if id(node) in active:
+        raise ScenarioError(f"{where}: an alias refers to a node that contains it (recursive alias)")
+    if len(active) > 100:
+        raise ScenarioError(f"{where}: nested more than 100 levels deep")
+    active = active + (id(node),)
     lines[path] = (fname, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out = {}
         for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode):
+                raise ScenarioError(f"{fname}:{k.start_mark.line + 1}: {_fmt(path)}: a key must be a plain "
+                                    f"name, not a {'list' if isinstance(k, yaml.SequenceNode) else 'mapping'}")
             key = k.value
             if key in out:
                 raise ScenarioError(f"{fname}:{k.start_mark.line + 1}: {_fmt(path + (key,))}: duplicate key")
             lines[path + (key,)] = (fname, k.start_mark.line + 1)
-            out[key] = _to_data(v, path + (key,), lines, fname)
+            out[key] = _to_data(v, path + (key,), lines, fname, budget, active)
             lines[path + (key,)] = (fname, k.start_mark.line + 1)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_to_data(v, path + (i,), lines, fname) for i, v in enumerate(node.value)]
+        return [_to_data(v, path + (i,), lines, fname, budget, active) for i, v in enumerate(node.value)]
     loader = yaml.SafeLoader("")
-    return loader.construct_object(node)
+    try:
+        return loader.construct_object(node)
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"{where}: {getattr(e, 'problem', None) or e}")
 
 
 def _fmt(path) -> str:
@@ -163,10 +195,19 @@ def _resolve_extends(ref, fname):
 
 def _load_file(fname, lines, seen=()):
     try:
-        with open(fname) as f:
-            text = f.read()
+        with open(fname, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise ScenarioError(f"{fname}: cannot read: {e.strerror}")
+    if len(raw) > MAX_FILE_BYTES:
+        raise ScenarioError(f"{fname}:1: larger than {MAX_FILE_BYTES >> 20} MiB: not a scenario")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ScenarioError(f"{fname}:{line}: not a UTF-8 text file (byte 0x{raw[e.start]:02x} at offset {e.start})")
+    if "\0" in text:
+        raise ScenarioError(f"{fname}:{text[:text.index(chr(0))].count(chr(10)) + 1}: not a text file (NUL byte)")
     node = _compose(text, fname)
     my_lines = {}
     data = _to_data(node, (), my_lines, fname) if node is not None else {}
@@ -225,7 +266,7 @@ class _V:
         p = tuple(path)
         while p and p not in self.lines:
             p = p[:-1]
-        f, line = self.lines.get(p, (self.fname, 0))
+        f, line = self.lines.get(p, (self.fname, 1))
         return f"{f}:{line}" if f != "--set" else f"--set {_fmt(path)}"
 
     def err(self, path, msg):
@@ -273,6 +314,8 @@ class _V:
                     raise ValueError(f"expected an integer, got {v!r}")
                 if v < 0:
                     raise ValueError(f"must be >= 0, got {v}")
+                if v > MAX_INT:
+                    raise ValueError(f"{v} is too large (at most {MAX_INT})")
             elif k == "float":
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                     raise ValueError(f"expected a finite number, got {v!r}")
@@ -283,8 +326,14 @@ class _V:
             elif k == "duration":
                 v = parse_duration(v)
             elif k == "intlist":
-                if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
+                if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= MAX_INT for x in v):
                     raise ValueError(f"expected a list of positive step numbers, got {v!r}")
+                if not v:
+                    raise ValueError("an empty list would make no kill: give at least one step")
+            elif k == "path":
+                if isinstance(v, (dict, list, bool)) or str(v).strip() == "" or "\0" in str(v):
+                    raise ValueError(f"expected a non-empty path, got {v!r}")
+                v = str(v)
             elif k == "strmap":
                 if not isinstance(v, dict) or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(x)) for x in v):
                     raise ValueError("expected a mapping of VARIABLE_NAME: value")
@@ -312,6 +361,8 @@ class _V:
                 v = str(v)
             if spec.min is not None and not v >= spec.min:
                 raise ValueError(f"must be >= {spec.min:g}, got {v}")
+            if spec.positive and not v > 0:
+                raise ValueError(f"must be > 0, got {v}")
             choices = spec.choices() if callable(spec.choices) else spec.choices
             if choices and v not in choices:
                 close = difflib.get_close_matches(str(v), choices, n=1)
@@ -361,9 +412,18 @@ def _cross_checks(sc, v: _V):
         if len(sched) != 1:
             v.err(base + ("schedule",), "give exactly one of every, at_steps, every_steps, mtbf "
                   f"(got {', '.join(sched) or 'none'})")
-        if ph["checkpoint"] == "none" and ("at_steps" in sched or "every_steps" in sched) and f.get("gate") != "none":
-            v.err(base + ("gate",), f"phase {ph['name']!r} saves no checkpoints, so a kill gated on "
-                  ".complete would never fire: set gate: none or checkpoint: sync")
+        saves = ph["checkpoint"] != "none" and tr["save_interval"] > 0
+        gated = f.get("gate") == "complete" or (("at_steps" in sched or "every_steps" in sched) and f.get("gate") != "none") \
+            or f.get("wait_first_complete")
+        if gated and not saves:
+            why = f"phase {ph['name']!r} saves no checkpoints" if ph["checkpoint"] == "none" else \
+                "trainer.save_interval is 0, so no checkpoint is saved"
+            v.err(base + ("gate",), f"{why}, so a kill gated on .complete would never fire: set gate: none "
+                  "(and no wait_first_complete), or save checkpoints")
+        try:
+            parse_signal(f["signal"])
+        except ValueError as e:
+            v.err(base + ("signal",), str(e))
         for s in sched.get("at_steps") or []:
             if s > tr["train_iters"]:
                 v.err(base + ("schedule", "at_steps"), f"step {s} is beyond trainer.train_iters={tr['train_iters']}")
