@@ -127,6 +127,23 @@ def cmd_kill_ranks(argv):
     return killer.main(argv)
 
 
+def cmd_teardown(a):
+    """SIGKILL this job's ranks on every node (found by tag): the relaunch loop's last word on an
+    attempt that hung or failed, so nothing of it outlives it (a stopped rank included)."""
+    from . import failures, inject, killer
+    hosts, slots = inject.read_nodefile(a.nodefile)
+    if a.fanout == "local":  # this node only: no second interpreter
+        receipts = [killer.kill_ranks(a.tag)]
+    else:
+        argv = inject.killer_argv(sys.executable, a.tag, "KILL", failures.get("kill"))
+        receipts = inject.fan_out(a.fanout, hosts, range(len(hosts)), argv, slots)
+    killed = sorted({(r.get("host"), p) for r in receipts for p in r.get("pids", [])})
+    errors = [r["error"] for r in receipts if r.get("error")]
+    print(f"restartlab teardown: {len(killed)} process(es) of {a.tag} killed on {len(hosts)} node(s)"
+          + (f"; errors: {'; '.join(errors)}" if errors else ""), flush=True)
+    return 1 if errors else 0
+
+
 def cmd_report(a):
     from . import report
     return report.main(a)
@@ -199,6 +216,10 @@ def build_parser():
                  ("--end-ts", float), ("--rc", int), ("--train-iters", int)):
         sp.add_argument(k, type=t, required=True)
     sp.add_argument("--launcher", default="hydra")
+    sp = sub.add_parser("teardown", help="SIGKILL a job's ranks on every node (by tag)")
+    sp.add_argument("--tag", required=True)
+    sp.add_argument("--fanout", choices=every + ["mpiexec"], default="local")
+    sp.add_argument("--nodefile", default=os.environ.get("RL_NODEFILE") or os.environ.get("PBS_NODEFILE"))
     sp = sub.add_parser("render-all", help=argparse.SUPPRESS)
     sp.add_argument("outdir")
     return p
@@ -206,7 +227,7 @@ def build_parser():
 
 VERBS = {"validate": cmd_validate, "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
          "cancel": cmd_cancel, "run": cmd_run, "inject": cmd_inject, "report": cmd_report,
-         "record-attempt": cmd_record_attempt, "render-all": cmd_render_all}
+         "record-attempt": cmd_record_attempt, "render-all": cmd_render_all, "teardown": cmd_teardown}
 
 
 def main(argv=None):

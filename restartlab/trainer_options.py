@@ -42,6 +42,8 @@ OPTIONS: List[Opt] = [
         choices=("auto", "on", "off")),
     Opt("--device", "str", "auto", "auto: xpu, else cuda, else cpu", choices=("auto", "cpu", "cuda", "xpu")),
     Opt("--log-interval", "int", 10, "print a line every N steps", min=1),
+    Opt("--pg-timeout", "int", 600, "seconds a collective waits for a peer before this rank fails "
+        "(a stopped or dead peer never blocks the job forever)", min=1),
     Opt("--allow-fresh-start", "flag", False, "when complete checkpoints exist but none loads, start "
         "from step 0 instead of stopping with exit 3"),
     # set by the renderer from the phase and the experiment layout, not by a scenario key

@@ -85,7 +85,7 @@ class Job:
             torch.set_num_threads(threads)
         self.times["imported"] = time.time()
         self.device_type, self.backend = rdist.pick_device(a.device)
-        self.device = rdist.init(info, self.device_type, self.backend)
+        self.device = rdist.init(info, self.device_type, self.backend, a.pg_timeout)
         self.mesh = build_mesh(self.device_type, info.world_size, a.tp)
         self.dp_rank = dp_rank_of(self.mesh)
         self.times["dist"] = time.time()
@@ -140,7 +140,7 @@ class Job:
                             mesh_info={"shape": list(self.mesh.shape), "dims": list(self.mesh.mesh_dim_names)},
                             mode="async" if a.async_ckpt else "sync",
                             stage_dir=a.ckpt_stage_dir or f"/tmp/restartlab-{schedulers.job_id(os.environ)}",
-                            local_rank=info.local_rank, keep=a.keep, log=self.log)
+                            local_rank=info.local_rank, keep=a.keep, log=self.log, pg_timeout_s=a.pg_timeout)
 
     def step(self, step: int) -> dict:
         """One optimizer step on batch `step`; returns its metrics row."""

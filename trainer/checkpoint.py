@@ -12,6 +12,7 @@ async  the training loop blocks only to copy each rank's state into host buffers
        `.complete`. The main thread never issues a collective for checkpointing while a save is
        in flight; it only looks at its own future. At most one save is in flight.
 """
+import datetime
 import io
 import json
 import os
@@ -220,7 +221,7 @@ def _copy_durable(src: str, dst: str) -> dict:
 
 class Checkpointer:
     def __init__(self, ckpt_dir, *, rank, world_size, mesh_info, mode="sync", stage_dir=None,
-                 local_rank=0, keep=0, log=print):
+                 local_rank=0, keep=0, log=print, pg_timeout_s=600.0):
         self.ckpt_dir = ckpt_dir
         self.rank, self.world_size = rank, world_size
         self.mesh_info = mesh_info
@@ -241,7 +242,7 @@ class Checkpointer:
             self.local_rank = local_rank
             # a group of its own, for the background thread only (on the training group
             # dcp.async_save hangs; a main-thread probe on a shared group deadlocks)
-            self._group = dist.new_group(backend="gloo")
+            self._group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=pg_timeout_s))
             # the stage dir is node-shared: local rank 0 owns it (creates, cleans, removes)
             self._stage_marker = os.path.join(stage_dir, STAGE_MARKER)
             if local_rank == 0:

@@ -1,4 +1,5 @@
 """Rank discovery from every launcher, device/backend choice, process-group init, clean exit."""
+import datetime
 import os
 import socket
 import sys
@@ -94,7 +95,7 @@ def pick_device(requested: str):
     return requested, backend
 
 
-def init(info: RankInfo, device_type: str, backend: str):
+def init(info: RankInfo, device_type: str, backend: str, timeout_s: float = 600.0):
     import torch
     import torch.distributed as dist
     addr, port = rendezvous(info)
@@ -106,7 +107,8 @@ def init(info: RankInfo, device_type: str, backend: str):
     if info.rank != 0:
         wait_for_listener(addr, port)
     dist.init_process_group(backend=backend, init_method=f"tcp://{addr}:{port}",
-                            rank=info.rank, world_size=info.world_size)
+                            rank=info.rank, world_size=info.world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
     return device
 
 
