@@ -42,6 +42,9 @@ OPTIONS: List[Opt] = [
         choices=("auto", "on", "off")),
     Opt("--device", "str", "auto", "auto: xpu, else cuda, else cpu", choices=("auto", "cpu", "cuda", "xpu")),
     Opt("--log-interval", "int", 10, "print a line every N steps", min=1),
+    Opt("--on-save-error", "str", "continue", "a save that fails (disk full, I/O error, read-only): "
+        "log it, record train/ckpt_failed and train on (continue), or stop (abort, exit 4)",
+        choices=("continue", "abort")),
     Opt("--pg-timeout", "int", 600, "seconds a collective waits for a peer before this rank fails "
         "(a stopped or dead peer never blocks the job forever)", min=1),
     Opt("--allow-fresh-start", "flag", False, "when complete checkpoints exist but none loads, start "

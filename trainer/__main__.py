@@ -13,6 +13,7 @@ from restartlab import trainer_options  # noqa: E402
 from restartlab.ckptdir import step_dirname as ckptdir_name  # noqa: E402
 
 EXIT_NO_CHECKPOINT = 3  # complete checkpoints exist, none loads (the relaunch loop stops)
+EXIT_SAVE_FAILED = 4    # a save failed and --on-save-error is abort
 
 
 class _Parser(argparse.ArgumentParser):
@@ -140,7 +141,8 @@ class Job:
                             mesh_info={"shape": list(self.mesh.shape), "dims": list(self.mesh.mesh_dim_names)},
                             mode="async" if a.async_ckpt else "sync",
                             stage_dir=a.ckpt_stage_dir or f"/tmp/restartlab-{schedulers.job_id(os.environ)}",
-                            local_rank=info.local_rank, keep=a.keep, log=self.log, pg_timeout_s=a.pg_timeout)
+                            local_rank=info.local_rank, keep=a.keep, log=self.log, pg_timeout_s=a.pg_timeout,
+                            on_save_error=a.on_save_error)
 
     def step(self, step: int) -> dict:
         """One optimizer step on batch `step`; returns its metrics row."""
@@ -201,12 +203,17 @@ def main(argv=None):
     import torch.distributed as dist
 
     from restartlab.trainer.metrics import MetricsWriter
+    from restartlab.trainer.checkpoint import SaveError
     metrics = MetricsWriter(a.outdir, info.rank) if info.rank == 0 else None
-    train(job, metrics)
-    if job.ckpt:
-        final = job.ckpt.close()
-        if final and metrics:
-            metrics.write(dict(final, **{"train/iter": a.train_iters}))
+    try:
+        train(job, metrics)
+        final = job.ckpt.close() if job.ckpt else None
+    except SaveError as e:
+        if info.rank == 0:
+            print(f"restartlab.trainer: error: {e} (--on-save-error abort)", file=sys.stderr, flush=True)
+        rdist.clean_exit(EXIT_SAVE_FAILED)
+    if final and metrics:
+        metrics.write(dict(final, **{"train/iter": a.train_iters}))
     fingerprint = params_fingerprint(job.model, dist, info.world_size)
     if metrics:
         metrics.write({"train/iter": a.train_iters, "train/params_crc": fingerprint})

@@ -13,6 +13,7 @@ async  the training loop blocks only to copy each rank's state into host buffers
        in flight; it only looks at its own future. At most one save is in flight.
 """
 import datetime
+import errno
 import io
 import json
 import os
@@ -50,7 +51,8 @@ def fault(point: str, step: int, rank: int):
 
 def delay(point: str, step: int, rank: int):
     """Test-only delay points: RESTARTLAB_DELAY="point:step:rank:seconds[,...]" sleeps there.
-    The tests use them to force an interleaving of ranks that is otherwise rare (stage-clean:
+    The tests use them to force an interleaving of ranks that is otherwise rare (save: before a
+    save begins; stage-clean:
     before the stage directory is cleaned; mkdir: before a rank creates a checkpoint directory;
     mkdir-exists: after it found the directory already there, before it checks it again)."""
     for spec in filter(None, os.environ.get("RESTARTLAB_DELAY", "").split(",")):
@@ -68,6 +70,7 @@ class _HashingStream(io.RawIOBase):
         self.crc = 0
         self.nbytes = 0
         self.marks = {0: 0}  # offset -> running crc32 there, at every write boundary
+        self.error = None
         self._on_first_write = on_first_write
 
     def writable(self):
@@ -78,7 +81,11 @@ class _HashingStream(io.RawIOBase):
         self.crc = zlib.crc32(mv, self.crc)
         self.nbytes += len(mv)
         self.marks[self.nbytes] = self.crc
-        n = self._f.write(mv)
+        try:
+            n = self._f.write(mv)
+        except OSError as e:  # torch.save's zip writer hides it behind its own error: keep it
+            self.error = OSError(e.errno, e.strerror, self._f.name)
+            raise self.error from e
         if self._on_first_write:
             cb, self._on_first_write = self._on_first_write, None
             self._f.flush()
@@ -109,6 +116,7 @@ class _HashingFileSystem(FileSystem):
         super().__init__()
         self.files = {}
         self.marks = {}
+        self.error = None  # the first OSError a shard write met
         self._on_first_write = on_first_write
         self._step, self._rank = step, rank
 
@@ -135,7 +143,10 @@ class _HashingFileSystem(FileSystem):
         with open(path, mode) as f:
             hs = _HashingStream(f, self._on_first_write)
             self._on_first_write = None
-            yield hs
+            try:
+                yield hs
+            finally:
+                self.error = self.error or hs.error
             self.files[name] = {"bytes": hs.nbytes, "crc32": hs.crc}
             self.marks[name] = hs.marks
 
@@ -162,6 +173,26 @@ def _writer(path, step, rank, on_first_write=None):
 
 class ChecksumError(ValueError):
     pass
+
+
+class SaveError(RuntimeError):
+    """A save failed and --on-save-error is abort."""
+
+
+def describe_error(e: BaseException) -> str:
+    """One line: errno name, message and path for a storage error (also inside DCP's wrapper, and
+    behind torch.save's own error when the OSError came first, e.g. a full disk mid-zip)."""
+    if isinstance(e, dcp.api.CheckpointException) and e.failures:
+        first = next(iter(e.failures.values()))
+        e = first[0] if isinstance(first, tuple) else first
+    cause = e
+    while cause is not None and not (isinstance(cause, OSError) and cause.errno):
+        cause = cause.__cause__ or cause.__context__
+    e = cause or e
+    if isinstance(e, OSError) and e.errno:
+        where = f" on {e.filename}" if e.filename else ""
+        return f"{errno.errorcode.get(e.errno, e.errno)} ({e.strerror}){where}"
+    return f"{type(e).__name__}: {str(e)[:300]}"
 
 
 class _VerifyingFileSystem(FileSystem):
@@ -221,13 +252,14 @@ def _copy_durable(src: str, dst: str) -> dict:
 
 class Checkpointer:
     def __init__(self, ckpt_dir, *, rank, world_size, mesh_info, mode="sync", stage_dir=None,
-                 local_rank=0, keep=0, log=print, pg_timeout_s=600.0):
+                 local_rank=0, keep=0, log=print, pg_timeout_s=600.0, on_save_error="continue"):
         self.ckpt_dir = ckpt_dir
         self.rank, self.world_size = rank, world_size
         self.mesh_info = mesh_info
         self.mode = mode
         self.keep = keep
         self.log = log
+        self.on_save_error = on_save_error
         self._buffers = {}  # key -> (spec, host buffer, staged tensor over it)
         self._staged_bytes = None
         self._future = None
@@ -259,6 +291,7 @@ class Checkpointer:
     def save(self, step: int, state) -> dict:
         """Save the training state (a TrainState) at `step`. Returns the metrics for that step's row."""
         state.step = step
+        delay("save", step, self.rank)
         if self.mode == "sync":
             return self._save_sync(step, state)
         return self._save_async(step, state)
@@ -275,18 +308,56 @@ class Checkpointer:
 
     def _save_sync(self, step, state):
         t0 = time.time()
-        path = self._prepare_dir(self.ckpt_dir, step)
-        dist.barrier()
-        sd = state.state_dict()
-        w = _writer(path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank))
-        dcp.save(sd, storage_writer=w)
-        files = w.fs.files
-        gathered = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object({"files": files, "durable_ts": time.time()}, gathered, dst=0)
+        path = ckptdir.step_path(self.ckpt_dir, step)
+        err, files = None, {}
+        try:
+            self._prepare_dir(self.ckpt_dir, step)
+        except OSError as e:
+            err = describe_error(e)
+        errs = self._agree(err)  # also: nobody writes before a torn directory is gone
+        if not errs:
+            try:
+                w = _writer(path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank))
+                dcp.save(state.state_dict(), storage_writer=w)  # a failure here is every rank's (DCP)
+                files = w.fs.files
+            except (Exception, dcp.api.CheckpointException) as e:  # noqa: BLE001  a failed save must not end the training
+                err = describe_error(w.fs.error or e)
+            if err is None:
+                gathered = [None] * self.world_size if self.rank == 0 else None
+                dist.gather_object({"files": files, "durable_ts": time.time()}, gathered, dst=0)
+                if self.rank == 0:
+                    try:
+                        self._finalize(path, step, gathered, t0, os.path.join(path, ".metadata"))
+                    except OSError as e:
+                        err = describe_error(e)
+            errs = self._agree(err)
+        row = {"train/ckpt_save_seconds": time.time() - t0,
+               "train/ckpt_bytes": sum(f["bytes"] for f in files.values())}
+        if errs:
+            row.update(self._failed(step, path, errs))
+        return row
+
+    def _agree(self, err, group=None):
+        """Every rank's error (None: fine) -> the list of 'rank r: error' lines, the same on all."""
+        errs = [None] * self.world_size
+        dist.all_gather_object(errs, err, group=group)
+        return [f"rank {r}: {e}" for r, e in enumerate(errs) if e]
+
+    def _failed(self, step, path, errs):
+        """After a failed save (all ranks agree on it): no .complete was written; rank 0 removes
+        the partial directory; the previous complete checkpoint is untouched."""
         if self.rank == 0:
-            self._finalize(path, step, gathered, t0, os.path.join(path, ".metadata"))
-        nbytes = sum(f["bytes"] for f in files.values())
-        return {"train/ckpt_save_seconds": time.time() - t0, "train/ckpt_bytes": nbytes}
+            self.log(f"SAVE FAILED at step={step} ({path}): {'; '.join(errs[:4])}")
+            try:
+                shutil.rmtree(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                self.log(f"could not remove the partial {path}: {describe_error(e)} (it has no .complete: "
+                         f"never loaded)")
+        if self.on_save_error == "abort":
+            raise SaveError(f"save at step {step} failed: {errs[0]}")
+        return {"train/ckpt_failed": step, "train/ckpt_error": errs[0][:300]}
 
     def _finalize(self, path, step, gathered, t0, metadata_path):
         """Rank 0: manifest.json, then .complete (atomic), then prune."""
@@ -362,44 +433,69 @@ class Checkpointer:
         return row
 
     def _background_save(self, step, staged, t0):
-        """Runs on the checkpoint thread: stage-dir write, durable copy, gather, mark.
+        """Runs on the checkpoint thread: stage-dir write, durable copy, gather, mark. Returns
+        (seconds to .complete, [errors]): a failed save is agreed on by every rank and cleaned up
+        here, never left half-done.
 
         The step's stage directory is shared by the ranks of a node: only its owner (local
-        rank 0) cleans and creates it, and removes it, each time behind a barrier on the
+        rank 0) cleans and creates it, and removes it, each time behind a collective on the
         checkpoint group, so no rank ever removes what another may be using."""
         stage_path = ckptdir.step_path(self.stage_dir, step)
         dst = ckptdir.step_path(self.ckpt_dir, step)
-        if self.local_rank == 0:
-            delay("stage-clean", step, self.rank)
-            shutil.rmtree(stage_path, ignore_errors=True)  # a torn stage of a dead attempt
-            os.makedirs(stage_path)
-        if self.rank == 0 and os.path.exists(dst):
-            shutil.rmtree(dst)  # a torn durable directory of a dead attempt
-        dist.barrier(group=self._group)  # both exist (or are gone) before anybody writes
-        w = _writer(stage_path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank))
-        dcp.save(staged, storage_writer=w, process_group=self._group)
-        os.makedirs(dst, exist_ok=True)
-        files = {}
-        for i, name in enumerate(sorted(w.fs.files)):
-            files[name] = _copy_durable(os.path.join(stage_path, name), os.path.join(dst, name))
-            if files[name]["crc32"] != w.fs.files[name]["crc32"]:
-                raise ChecksumError(f"{name}: the stage copy read back differs from what was written")
-            files[name]["items"] = w.fs.files[name]["items"]
-            if i == 0:
-                fault("copy", step, self.rank)
-        if self.rank == 0:
-            _copy_durable(os.path.join(stage_path, ".metadata"), os.path.join(dst, ".metadata"))
-        ckptdir.fsync_dir(dst)
-        gathered = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object({"files": files, "durable_ts": time.time()}, gathered, dst=0,
-                           group=self._group)
-        if self.rank == 0:
-            self._finalize(dst, step, gathered, t0, os.path.join(dst, ".metadata"))
+        err = None
+        try:
+            if self.local_rank == 0:
+                delay("stage-clean", step, self.rank)
+                shutil.rmtree(stage_path, ignore_errors=True)  # a torn stage of a dead attempt
+                os.makedirs(stage_path)
+            if self.rank == 0 and os.path.exists(dst):
+                shutil.rmtree(dst)  # a torn durable directory of a dead attempt
+        except OSError as e:
+            err = describe_error(e)
+        errs = self._agree(err, self._group)  # both exist (or are gone) before anybody writes
+        if not errs:
+            err = self._write_and_copy(step, staged, stage_path, dst, t0)
+            errs = self._agree(err, self._group)  # every rank of every node is done with its stage dir
         latency = time.time() - t0
-        dist.barrier(group=self._group)  # every rank of every node is done with its stage dir
         if self.local_rank == 0:
             shutil.rmtree(stage_path, ignore_errors=True)
-        return latency
+        if errs and self.rank == 0:
+            self.log(f"SAVE FAILED at step={step} ({dst}): {'; '.join(errs[:4])}")
+            shutil.rmtree(dst, ignore_errors=True)
+        return latency, errs
+
+    def _write_and_copy(self, step, staged, stage_path, dst, t0):
+        """dcp.save into the stage dir, copy to the durable dir, gather, rank 0 marks. Returns
+        this rank's error or None; every rank takes part in the same collectives either way."""
+        try:
+            w = _writer(stage_path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank))
+            dcp.save(staged, storage_writer=w, process_group=self._group)  # fails on all ranks alike
+        except (Exception, dcp.api.CheckpointException) as e:  # noqa: BLE001
+            return describe_error(w.fs.error or e)
+        err, files = None, {}
+        try:
+            os.makedirs(dst, exist_ok=True)
+            for i, name in enumerate(sorted(w.fs.files)):
+                files[name] = _copy_durable(os.path.join(stage_path, name), os.path.join(dst, name))
+                if files[name]["crc32"] != w.fs.files[name]["crc32"]:
+                    raise ChecksumError(f"{name}: the stage copy read back differs from what was written")
+                files[name]["items"] = w.fs.files[name]["items"]
+                if i == 0:
+                    fault("copy", step, self.rank)
+            if self.rank == 0:
+                _copy_durable(os.path.join(stage_path, ".metadata"), os.path.join(dst, ".metadata"))
+            ckptdir.fsync_dir(dst)
+        except (OSError, ChecksumError) as e:
+            err = describe_error(e)
+        gathered = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object({"files": files, "durable_ts": time.time(), "error": err}, gathered, dst=0,
+                           group=self._group)
+        if self.rank == 0 and not any(g["error"] for g in gathered):
+            try:
+                self._finalize(dst, step, gathered, t0, os.path.join(dst, ".metadata"))
+            except OSError as e:
+                err = describe_error(e)
+        return err
 
     def _remove_stage_dir(self):
         """Checkpoint thread, at exit: the owner removes the stage dir it created, once every
@@ -419,11 +515,14 @@ class Checkpointer:
         return {}
 
     def _collect(self):
-        latency = self._future.result()  # re-raises a background failure here
-        out = {"train/ckpt_finalized_step": self._inflight_step,
-               "train/ckpt_finalize_seconds": latency}
+        latency, errs = self._future.result()  # re-raises an unexpected background failure here
+        step = self._inflight_step
         self._future, self._inflight_step = None, None
-        return out
+        if errs:
+            if self.on_save_error == "abort":
+                raise SaveError(f"save at step {step} failed: {errs[0]}")
+            return {"train/ckpt_failed_step": step, "train/ckpt_error": errs[0][:300]}
+        return {"train/ckpt_finalized_step": step, "train/ckpt_finalize_seconds": latency}
 
     def wait(self, timeout=WAIT_TIMEOUT_S) -> float:
         """Block until the in-flight save (if any) is durable; returns the seconds waited."""
@@ -503,5 +602,5 @@ class Checkpointer:
             first = next(iter(e.failures.values()), e)
             first = first[0] if isinstance(first, tuple) else first
             return f"{type(first).__name__}: {str(first)[:300]}"
-        except Exception as e:  # noqa: BLE001  any failure to load means: not this checkpoint
+        except (Exception, dcp.api.CheckpointException) as e:  # noqa: BLE001  any failure to load means: not this checkpoint
             return f"{type(e).__name__}: {str(e)[:300]}"
