@@ -8,8 +8,9 @@ TORCH   ?= torch==2.13.0
 SCEN    ?= scenarios/local.yaml
 ACCOUNT ?= datascience
 PYTEST_ARGS ?=
+N       ?= 100
 
-.PHONY: install demo test bench render sunspot-expt clean
+.PHONY: install demo test bench fuzz render sunspot-expt clean
 
 install: $(STAMP)
 
@@ -31,6 +32,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/run_all.py
+
+# kill anywhere: N SIGKILLs at random times (tests/fuzz.py); CI runs a short version in make test
+fuzz: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m tests.fuzz --kills $(N)
 
 render: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m restartlab.cli render-all build/rendered

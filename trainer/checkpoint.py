@@ -62,6 +62,17 @@ def delay(point: str, step: int, rank: int):
             time.sleep(float(secs))
 
 
+_TRACE = os.environ.get("RESTARTLAB_TRACE")
+
+
+def trace(point: str, step: int, rank: int):
+    """Test-only: with RESTARTLAB_TRACE=FILE, rank 0 appends "<time> <point> <step>" at each
+    phase of a save (the kill-anywhere fuzzer tells from it where each kill landed)."""
+    if _TRACE and rank == 0:
+        with open(_TRACE, "a") as f:
+            f.write(f"{time.time():.6f} {point} {step}\n")
+
+
 class _HashingStream(io.RawIOBase):
     """A write-only file that keeps a running crc32 and byte count of what passes through."""
 
@@ -292,9 +303,10 @@ class Checkpointer:
         """Save the training state (a TrainState) at `step`. Returns the metrics for that step's row."""
         state.step = step
         delay("save", step, self.rank)
-        if self.mode == "sync":
-            return self._save_sync(step, state)
-        return self._save_async(step, state)
+        trace("stage" if self.mode == "async" else "write", step, self.rank)
+        row = self._save_sync(step, state) if self.mode == "sync" else self._save_async(step, state)
+        trace("loop-resumed", step, self.rank)  # sync: the save is over; async: it goes on behind
+        return row
 
     def _start_marker_info(self, step, t0):
         return {"step": step, "mode": self.mode, "save_start": t0, "world_size": self.world_size}
@@ -324,6 +336,7 @@ class Checkpointer:
                 err = describe_error(w.fs.error or e)
             if err is None:
                 gathered = [None] * self.world_size if self.rank == 0 else None
+                trace("gather", step, self.rank)
                 dist.gather_object({"files": files, "durable_ts": time.time()}, gathered, dst=0)
                 if self.rank == 0:
                     try:
@@ -368,13 +381,16 @@ class Checkpointer:
         manifest = dict(self._start_marker_info(step, t0), mesh=self.mesh_info, files=all_files,
                         total_bytes=sum(f["bytes"] for f in all_files.values()),
                         trainer_version="0.1.0")
+        trace("manifest", step, self.rank)
         ckptdir.write_atomic(os.path.join(path, ckptdir.MANIFEST),
                              json.dumps(manifest, indent=1).encode())
         fault("mark", step, self.rank)
         info = self._start_marker_info(step, t0)
         info["durable_ts"] = max(g["durable_ts"] for g in gathered)  # the last rank's files durable
         info["complete_ts"] = time.time()
+        trace("marker", step, self.rank)
         ckptdir.mark_complete(path, info)
+        trace("complete", step, self.rank)
         if self.keep > 0:
             ckptdir.prune(self.ckpt_dir, self.keep)
 
@@ -469,10 +485,12 @@ class Checkpointer:
         this rank's error or None; every rank takes part in the same collectives either way."""
         try:
             w = _writer(stage_path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank))
+            trace("write", step, self.rank)
             dcp.save(staged, storage_writer=w, process_group=self._group)  # fails on all ranks alike
         except (Exception, dcp.api.CheckpointException) as e:  # noqa: BLE001
             return describe_error(w.fs.error or e)
         err, files = None, {}
+        trace("copy", step, self.rank)
         try:
             os.makedirs(dst, exist_ok=True)
             for i, name in enumerate(sorted(w.fs.files)):
@@ -488,6 +506,7 @@ class Checkpointer:
         except (OSError, ChecksumError) as e:
             err = describe_error(e)
         gathered = [None] * self.world_size if self.rank == 0 else None
+        trace("gather", step, self.rank)
         dist.gather_object({"files": files, "durable_ts": time.time(), "error": err}, gathered, dst=0,
                            group=self._group)
         if self.rank == 0 and not any(g["error"] for g in gathered):
