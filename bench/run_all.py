@@ -10,6 +10,7 @@ BENCHES = [
      ["async_ckpt.py", "--ranks", "4", "--repeats", "5"]),
     ("collector streaming: 1,000 attempts / 1M rows", ["collect_stream.py"]),
     ("cold restart: launch -> first step after resume", ["cold_restart.py", "--ranks", "4"]),
+    ("load with checksums verified vs plain dcp.load", ["load_verify.py", "--ranks", "4", "--repeats", "5"]),
 ]
 
 
