@@ -13,15 +13,12 @@ noisy); absolute seconds are printed for context.
 
 Usage: python bench/async_ckpt.py [--ranks 4] [--repeats 3] [--model small] [--dir DIR]
 """
-import argparse
-import json
 import os
 import shutil
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
+
+import mpibench
 
 TARGET_FLOOR_RATIO = 2.0   # async stall <= 2x the floor
 TARGET_SYNC_RATIO = 10.0   # async stall at least 10x below the sync save
@@ -132,32 +129,14 @@ def worker(a):
     total = torch.tensor([sum(t.numel() * t.element_size() for t in srcs)], dtype=torch.int64)
     dist.all_reduce(total)
     if info.rank == 0:
-        print("BENCH " + json.dumps({"ranks": info.world_size, "model": a.model, "device": device_type,
-                                     "params": cfg.n_params(), "ckpt_bytes": int(total.item()),
-                                     "repeats": a.repeats, "results": results}), flush=True)
+        mpibench.emit({"ranks": info.world_size, "model": a.model, "device": device_type,
+                       "params": cfg.n_params(), "ckpt_bytes": int(total.item()), "repeats": a.repeats,
+                       "results": results})
     rdist.clean_exit(0)
 
 
-def driver(a):
-    from restartlab import launchers
-    d = a.dir or tempfile.mkdtemp(prefix="rl-bench-ckpt-")
-    argv = launchers.build("hydra", nodes=1, ppn=a.ranks, rank_env=launchers.local_rendezvous_env())
-    argv += [sys.executable, os.path.abspath(__file__), "--worker", "--dir", d,
-             "--model", a.model, "--repeats", str(a.repeats)]
-    print(f"async checkpoint benchmark: {a.ranks} ranks, model {a.model}, {a.repeats} repeats "
-          f"(+1 warm-up) ...", flush=True)
-    try:
-        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=a.timeout)
-    finally:
-        if not a.dir:
-            shutil.rmtree(d, ignore_errors=True)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("BENCH ")]
-    if not lines:
-        sys.stderr.write(r.stdout[-4000:] + f"\nbench/async_ckpt.py: worker failed (rc {r.returncode})\n")
-        return 1
-    res = json.loads(lines[-1][len("BENCH "):])
-    med = {k: statistics.median(v) for k, v in res["results"].items()}
+def report(a, res):
+    med = res["medians"]
     print(f"checkpoint: {res['ckpt_bytes'] / 1e6:.0f} MB in all ({res['params'] / 1e6:.1f}M params "
           f"+ AdamW state), {res['ranks']} ranks, {res['device']}; slowest rank, median of {res['repeats']}")
     rows = [("sync save (restartlab, blocking)", med["sync"]),
@@ -179,27 +158,10 @@ def driver(a):
     print(f"  vanilla stall / async stall  {van_ratio:6.1f}x")
     if res["ckpt_bytes"] < 250e6:
         print("  note: checkpoint is under the 250 MB the target is stated for")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(dict(res, medians=med, floor_ratio=floor_ratio, sync_ratio=sync_ratio,
-                           vanilla_ratio=van_ratio), f, indent=1)
+    mpibench.write_json(a, dict(res, floor_ratio=floor_ratio, sync_ratio=sync_ratio,
+                                vanilla_ratio=van_ratio))
     return 0
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ranks", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--model", default="small")
-    p.add_argument("--dir", default=None, help="where the checkpoints go (default: a temp dir, removed)")
-    p.add_argument("--json", default=None, help="also write the figures here")
-    p.add_argument("--timeout", type=float, default=1200)
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    a = p.parse_args()
-    if a.worker:
-        return worker(a)
-    return driver(a)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(mpibench.main(__doc__, 3, "async checkpoint benchmark", __file__, worker, report))

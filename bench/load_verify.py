@@ -6,15 +6,12 @@ warm page cache (the files were just written and read). Target: verified / plain
 
 Usage: python bench/load_verify.py [--ranks 4] [--repeats 5] [--model small]
 """
-import argparse
 import json
 import os
-import shutil
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
+
+import mpibench
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET = 1.10
@@ -23,7 +20,6 @@ TARGET = 1.10
 def worker(a):
     import torch.distributed.checkpoint as dcp
 
-    sys.path.insert(0, HERE)
     from async_ckpt import _build, _slowest
 
     from restartlab import ckptdir
@@ -51,54 +47,23 @@ def worker(a):
             if rep:
                 res[kind].append(t)
     if info.rank == 0:
-        print("BENCH " + json.dumps({"ranks": info.world_size, "model": a.model, "device": device_type,
-                                     "ckpt_bytes": manifest["total_bytes"], "save_s": row["train/ckpt_save_seconds"],
-                                     "repeats": a.repeats, "results": res}), flush=True)
+        mpibench.emit({"ranks": info.world_size, "model": a.model, "device": device_type,
+                       "ckpt_bytes": manifest["total_bytes"], "save_s": row["train/ckpt_save_seconds"],
+                       "repeats": a.repeats, "results": res})
     rdist.clean_exit(0)
 
 
-def driver(a):
-    from restartlab import launchers
-    d = tempfile.mkdtemp(prefix="rl-bench-load-")
-    argv = launchers.build("hydra", nodes=1, ppn=a.ranks, rank_env=launchers.local_rendezvous_env())
-    argv += [sys.executable, os.path.abspath(__file__), "--worker", "--dir", d, "--model", a.model,
-             "--repeats", str(a.repeats)]
-    print(f"load verification benchmark: {a.ranks} ranks, model {a.model}, {a.repeats} repeats (+1 warm-up) ...",
-          flush=True)
-    try:
-        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=a.timeout)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("BENCH ")]
-    if not lines:
-        sys.stderr.write(r.stdout[-4000:] + f"\nbench/load_verify.py: worker failed (rc {r.returncode})\n")
-        return 1
-    res = json.loads(lines[-1][len("BENCH "):])
-    med = {k: statistics.median(v) for k, v in res["results"].items()}
+def report(a, res):
+    med = res["medians"]
     ratio = med["verified"] / max(med["plain"], 1e-9)
     mb = res["ckpt_bytes"] / 1e6
     print(f"checkpoint: {mb:.0f} MB, {res['ranks']} ranks, {res['device']}; slowest rank, median of {res['repeats']}, warm cache")
     print(f"  plain dcp.load                  {med['plain']:8.3f} s  ({mb / med['plain']:.0f} MB/s)")
     print(f"  verified (crc32 of every item)  {med['verified']:8.3f} s  ({mb / med['verified']:.0f} MB/s)")
     print(f"  verified / plain                {ratio:8.3f}x  (target <= {TARGET:g}x: {'met' if ratio <= TARGET else 'MISSED'})")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(dict(res, medians=med, ratio=ratio), f, indent=1)
+    mpibench.write_json(a, dict(res, ratio=ratio))
     return 0
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ranks", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--model", default="small")
-    p.add_argument("--dir", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--json", default=None)
-    p.add_argument("--timeout", type=float, default=1200)
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    a = p.parse_args()
-    return worker(a) if a.worker else driver(a)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(mpibench.main(__doc__, 5, "load verification benchmark", __file__, worker, report))

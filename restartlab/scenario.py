@@ -14,7 +14,7 @@ import yaml
 from . import failures, launchers, schedulers, trainer_options
 from .killer import parse_signal
 from .resources import resource_dir
-from .units import hms, parse_duration  # noqa: F401  (re-exported: scenario.parse_duration)
+from .units import parse_duration  # noqa: F401  (re-exported: scenario.parse_duration)
 
 class ScenarioError(Exception):
     exit_code = 2

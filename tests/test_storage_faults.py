@@ -12,7 +12,7 @@ import pytest
 
 from restartlab import ckptdir
 from tests.conftest import REQUIRE_ALL
-from tests.helpers import final_crc, losses, rows, run_trainer, start_and_kill_at, wait_for
+from tests.helpers import cleanup_tag, final_crc, losses, rows, run_trainer, trainer_cmd, wait_for
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -75,10 +75,8 @@ def test_file_system_turns_read_only_mid_run_abort(tmp_path, small_fs, mode):
     ckpt, out = os.path.join(small_fs, "ckpts"), str(tmp_path / "out")
     # both ranks pause 3 s before the save at step 6: the test makes the file system read-only then
     env = {"RESTARTLAB_DELAY": "save:6:0:3,save:6:1:3"}
-    import subprocess as sp
-    from tests.helpers import trainer_cmd
-    p = sp.Popen(trainer_cmd(2, args(ckpt, out, 10, mode, ["--on-save-error", "abort"]), "ro-" + mode, env),
-                 stdout=sp.PIPE, stderr=sp.STDOUT, text=True)
+    p = subprocess.Popen(trainer_cmd(2, args(ckpt, out, 10, mode, ["--on-save-error", "abort"]), "ro-" + mode, env),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: ckptdir.is_complete(ckpt, 4) and any(m.get("train/iter") == 5 for m in
                  rows(os.path.join(out, "metrics-0.jsonl"))), 120, "step 4 complete")
@@ -88,7 +86,6 @@ def test_file_system_turns_read_only_mid_run_abort(tmp_path, small_fs, mode):
     finally:
         if p.poll() is None:
             p.kill()
-        from tests.helpers import cleanup_tag
         cleanup_tag("ro-" + mode)
     assert p.returncode == 4, out_text[-3000:]
     assert "EROFS (Read-only file system)" in out_text and "--on-save-error abort" in out_text, out_text[-3000:]
