@@ -115,7 +115,8 @@ def context(sc, scheduler=None, expt_dir=None):
         "train_iters": sc["trainer"]["train_iters"], "setup": ln["setup"],
         "relaunch": {"max_attempts": sc["relaunch"]["max_attempts"],
                      "backoff": int(sc["relaunch"]["backoff"]),
-                     "hang_timeout": int(sc["relaunch"]["hang_timeout"])},
+                     "hang_timeout": int(sc["relaunch"]["hang_timeout"]),
+                     "startup_timeout": int(sc["relaunch"]["startup_timeout"])},
         "report": sc["collection"]["report"], "plots": sc["collection"]["plots"],
         "mtbf": int(sc["collection"]["mtbf"]), "source": sc["source"],
     }

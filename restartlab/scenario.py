@@ -86,8 +86,10 @@ SCHEMA = {
     "relaunch": {
         "max_attempts": F("int", 10, "launches per phase before the phase (and job) fails"),
         "backoff": F("duration", 0, "pause between attempts"),
-        "hang_timeout": F("duration", 600, "kill an attempt whose output has not changed for this long",
-                          positive=True),
+        "hang_timeout": F("duration", 600, "stop an attempt whose output has not changed for this long "
+                          "(once it has taken a step)", positive=True),
+        "startup_timeout": F("duration", 1200, "the same, before the attempt's first step (imports, "
+                             "rendezvous and the checkpoint load may take minutes at scale)", positive=True),
     },
     "failures": FAILURES,
     "phases": ListOf({
