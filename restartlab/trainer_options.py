@@ -45,6 +45,8 @@ OPTIONS: List[Opt] = [
     Opt("--on-save-error", "str", "continue", "a save that fails (disk full, I/O error, read-only): "
         "log it, record train/ckpt_failed and train on (continue), or stop (abort, exit 4)",
         choices=("continue", "abort")),
+    Opt("--preempt-signal", "str", "TERM", "on this signal (a scheduler's preemption or walltime "
+        "warning): finish the step, write an emergency checkpoint, exit 5", choices=("TERM", "INT", "USR2", "URG")),
     Opt("--pg-timeout", "int", 600, "seconds a collective waits for a peer before this rank fails "
         "(a stopped or dead peer never blocks the job forever)", min=1),
     Opt("--allow-fresh-start", "flag", False, "when complete checkpoints exist but none loads, start "

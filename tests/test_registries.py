@@ -161,7 +161,7 @@ def test_every_trainer_option_reachable_from_a_scenario_and_back():
     sets = ["trainer.model=small", "trainer.train_iters=177", "trainer.save_interval=7", "trainer.keep=2",
             "trainer.tp=2", "trainer.seq_len=9", "trainer.batch_size=3", "trainer.lr=0.5",
             "trainer.seed=99", "trainer.meta_init=on", "trainer.device=cpu", "trainer.log_interval=3",
-            "trainer.allow_fresh_start=true", "trainer.pg_timeout=77", "trainer.on_save_error=abort",
+            "trainer.allow_fresh_start=true", "trainer.pg_timeout=77", "trainer.on_save_error=abort", "trainer.preempt_signal=USR2",
             "phases.2.stage_dir=/st"]
     assert {s.split("=")[0].split(".")[1] for s in sets if s.startswith("trainer.")} == scen_keys
     sc = scenario.load(os.path.join(SCEN, "local.yaml"), sets)

@@ -14,6 +14,7 @@ from restartlab.ckptdir import step_dirname as ckptdir_name  # noqa: E402
 
 EXIT_NO_CHECKPOINT = 3  # complete checkpoints exist, none loads (the relaunch loop stops)
 EXIT_SAVE_FAILED = 4    # a save failed and --on-save-error is abort
+EXIT_PREEMPTED = 5      # stopped on the preemption signal after an emergency checkpoint
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,6 +72,28 @@ def params_fingerprint(model, dist, world_size) -> str:
     return "".join(f"{c:08x}" for c in crcs)
 
 
+class StopRequest:
+    """A preemption or walltime warning (SIGTERM by default; never SIGUSR1, which NCCL uses): the
+    handler only takes note; the training loop agrees on it across ranks after the current step."""
+
+    def __init__(self, signame: str, rank: int):
+        import signal
+        self.requested = False
+        self.agreed = False
+        self.signame = signame
+        self._rank = rank
+        signal.signal(signal.Signals["SIG" + signame], self._handle)
+
+    def _handle(self, signum, frame):
+        if not self.requested and self._rank == 0:
+            print(f"[rank0] received SIG{self.signame}: emergency checkpoint after this step", flush=True)
+        self.requested = True
+
+
+class Preempted(Exception):
+    pass
+
+
 class Job:
     """What one attempt has built: the model, optimizer, training state and checkpointer, and
     when each start-up stage ended (the first row's startup/* breakdown)."""
@@ -81,6 +104,7 @@ class Job:
         from restartlab.trainer.model import PRESETS
         from restartlab.trainer.parallel import build_mesh, dp_rank_of, use_meta_init
         self.a, self.info, self.times = a, info, {"launch": t_launch}
+        self.stop = StopRequest(a.preempt_signal, info.rank)
         threads = rdist.intra_op_threads()
         if threads:
             torch.set_num_threads(threads)
@@ -158,12 +182,16 @@ class Job:
         loss.backward()
         self.optim.step()
         self.optim.zero_grad(set_to_none=True)
-        loss_avg = loss.detach().clone()
+        # one collective carries the loss and whether any rank was asked to stop (a preemption
+        # signal reaches the ranks at slightly different times: they must stop after the same step)
+        both = torch.stack([loss.detach(), torch.tensor(float(self.stop.requested), device=loss.device)])
         gloo = self.backend == "gloo"  # gloo has no AVG
-        dist.all_reduce(loss_avg, op=dist.ReduceOp.SUM if gloo else dist.ReduceOp.AVG)
+        dist.all_reduce(both, op=dist.ReduceOp.SUM if gloo else dist.ReduceOp.AVG)
         if gloo:
-            loss_avg /= self.info.world_size
-        return {"train/iter": step, "train/loss": loss_avg.item(), "train/dt": time.time() - t0}
+            both /= self.info.world_size
+        loss_avg, stop = both.tolist()
+        self.stop.agreed = stop > 0
+        return {"train/iter": step, "train/loss": loss_avg, "train/dt": time.time() - t0}
 
     def startup_row(self, t_first_step: float) -> dict:
         t = self.times
@@ -175,16 +203,38 @@ class Job:
         return row
 
 
+def emergency_stop(job: Job, step: int, row: dict, saved: bool, metrics) -> None:
+    """Preempted after `step`: checkpoint it (unless just saved), wait until it is complete, log,
+    and leave with EXIT_PREEMPTED. The resume loses no step."""
+    if job.ckpt and job.a.save_interval:
+        if not saved:
+            row.update(job.ckpt.save(step, job.state))
+        job.ckpt.wait()  # async: until .complete
+        row.update(job.ckpt.last_finalized)
+        what = f"emergency checkpoint of step {step} complete"
+    else:
+        what = "no checkpointing in this run: nothing saved"
+    row["train/preempted"] = step
+    if metrics:
+        metrics.write(row, ts=time.time())
+    job.log(f"PREEMPTED at step={step}: {what}")
+    raise Preempted(step)
+
+
 def train(job: Job, metrics) -> None:
     a = job.a
     for step in range(job.start + 1, a.train_iters + 1):
         row = job.step(step)
         if step == job.start + 1:
             row.update(job.startup_row(time.time()))
+        saved = False
         if job.ckpt:
             row.update(job.ckpt.poll())
             if a.save_interval and (step % a.save_interval == 0 or step == a.train_iters):
                 row.update(job.ckpt.save(step, job.state))
+                saved = True
+        if job.stop.agreed:
+            emergency_stop(job, step, row, saved, metrics)
         if metrics:
             metrics.write(row, ts=time.time())
         if step % a.log_interval == 0 or step == a.train_iters:
@@ -212,6 +262,12 @@ def main(argv=None):
         if info.rank == 0:
             print(f"restartlab.trainer: error: {e} (--on-save-error abort)", file=sys.stderr, flush=True)
         rdist.clean_exit(EXIT_SAVE_FAILED)
+    except Preempted:
+        if job.ckpt:
+            job.ckpt.close()
+        if metrics:
+            metrics.close()
+        rdist.clean_exit(EXIT_PREEMPTED)
     if final and metrics:
         metrics.write(dict(final, **{"train/iter": a.train_iters}))
     fingerprint = params_fingerprint(job.model, dist, info.world_size)
