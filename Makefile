@@ -10,7 +10,7 @@ ACCOUNT ?= datascience
 PYTEST_ARGS ?=
 N       ?= 100
 
-.PHONY: install demo test bench fuzz render sunspot-expt clean
+.PHONY: install demo demo-faults test bench fuzz render sunspot-expt clean
 
 install: $(STAMP)
 
@@ -26,6 +26,10 @@ $(STAMP): setup.cfg setup.py
 
 demo: $(STAMP)
 	$(BIN)/restartlab run $(SCEN)
+
+# one failure of each kind (kill, node, rank, hang, preempt) and the report's per-kind table
+demo-faults: $(STAMP)
+	$(BIN)/restartlab run scenarios/faults.yaml
 
 test: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests

@@ -4,6 +4,7 @@ import json
 import os
 
 from . import launchers, live
+from .trainer_options import EXIT_PREEMPTED
 
 
 def reached_last_step(attempt_dir: str, train_iters: int) -> bool:
@@ -22,6 +23,7 @@ def record(attempt_dir, phase_dir, attempt, launch_ts, end_ts, rc, train_iters, 
     info = {"attempt": attempt, "launch_ts": launch_ts, "end_ts": end_ts, "exit_code": rc,
             "signal": launchers.get(launcher).signal_of(rc), "launcher": launcher,
             "completed": completed, "hang": os.path.exists(os.path.join(attempt_dir, "hang")),
+            "preempted": rc == EXIT_PREEMPTED,
             "injected": injected_between(phase_dir, launch_ts, end_ts)}
     with open(os.path.join(attempt_dir, "attempt.json"), "w") as f:
         json.dump(info, f)

@@ -34,6 +34,9 @@ class Attempt:
     end_ts: Optional[float] = None
     exit_code: Optional[int] = None
     completed: bool = False
+    hang: bool = False                    # the relaunch loop's watchdog stopped it
+    preempted: bool = False               # the trainer stopped on the preemption signal (exit 5)
+    timed_out: bool = False               # a rank's process-group timeout fired
     resumed_from: int = 0
     first_ts: Optional[float] = None      # first step completed in this attempt
     first_iter: Optional[int] = None
@@ -126,6 +129,27 @@ def _attempt_from_dir(a: Attempt, attempt_dir, warnings) -> None:
         return
     a.launch_ts, a.end_ts = _num(info.get("launch_ts")), _num(info.get("end_ts"))
     a.exit_code, a.completed = info.get("exit_code"), info.get("completed") is True
+    a.hang, a.preempted = info.get("hang") is True, info.get("preempted") is True
+    a.timed_out = _mentions(os.path.join(attempt_dir, "output.log"), PG_TIMEOUT) if not a.completed else False
+
+
+PG_TIMEOUT = b"Timed out waiting"  # what gloo says when a collective's peer never came
+
+
+def _mentions(path, needle: bytes, chunk: int = 1 << 20) -> bool:
+    """Whether a (possibly large) log contains `needle`, read in chunks."""
+    try:
+        with open(path, "rb") as f:
+            tail = b""
+            while True:
+                b = f.read(chunk)
+                if not b:
+                    return False
+                if needle in tail + b:
+                    return True
+                tail = b[-len(needle):]
+    except OSError:
+        return False
 
 
 def _num(x) -> Optional[float]:
@@ -214,7 +238,8 @@ def failures(ph: Phase) -> List[dict]:
         kill_ts = kills[0]["time"] if kills else a.end_ts
         lost = a.last_iter - b.resumed_from
         ev = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),
-              "kind": book_kind(kills[0]) if kills else None,
+              "kind": book_kind(kills[0]) if kills else None, "detected_by": detected_by(a),
+              "detection_s": (a.end_ts - kill_ts) if (a.end_ts and kill_ts) else None,
               "step_at_kill": a.last_iter, "resumed_from": b.resumed_from, "lost_steps": lost,
               "downtime_s": (b.first_ts - kill_ts) if (b.first_ts and kill_ts) else None,
               "recompute_s": 0.0, "restart_s": b.restart_seconds, "startup": b.startup,
@@ -222,6 +247,34 @@ def failures(ph: Phase) -> List[dict]:
         if lost > 1 and a.last_iter in b.ts_at and b.first_ts:
             ev["recompute_s"] = b.ts_at[a.last_iter] - b.first_ts
         out.append(ev)
+    return out
+
+
+def detected_by(a: Attempt) -> str:
+    """Which mechanism ended a failed attempt."""
+    if a.preempted:
+        return "trainer (preemption signal: emergency checkpoint, exit 5)"
+    if a.hang:
+        return "watchdog (no progress for relaunch.hang_timeout)"
+    if a.timed_out:
+        return "process-group timeout (a peer never came)"
+    return "launcher (a rank died: the launcher ended the rest)"
+
+
+KIND_FIGURES = ("detection_s", "launch_gap_s", "restart_s", "lost_steps", "recompute_s", "downtime_s")
+
+
+def by_kind(events: List[dict]) -> Dict[str, dict]:
+    """Per failure kind: how many, and the median of each figure (detection: fault -> attempt
+    end; relaunch gap: attempt end -> next launch; restart: launch -> first step)."""
+    out = {}
+    for kind in sorted({e["kind"] or "not injected" for e in events}):
+        evs = [e for e in events if (e["kind"] or "not injected") == kind]
+        row = {"failures": len(evs), "detected_by": sorted({e["detected_by"] for e in evs})}
+        for key in KIND_FIGURES:
+            xs = [e[key] for e in evs if e.get(key) is not None]
+            row[key] = statistics.median(xs) if xs else None
+        out[kind] = row
     return out
 
 
@@ -245,6 +298,7 @@ def summarize_phase(ph: Phase) -> dict:
         "steps": max((a.last_iter for a in ph.attempts), default=0),
         "completed": any(a.completed for a in ph.attempts),
         "failures": ev,
+        "by_kind": by_kind(ev),
         "lost_steps": sum(e["lost_steps"] for e in ev),
         "downtime_s": sum(e["downtime_s"] or 0 for e in ev),
         "recompute_s": sum(e["recompute_s"] or 0 for e in ev),

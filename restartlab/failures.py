@@ -1,9 +1,10 @@
 """Failure-kind plug-ins: one class per kind of failure the injector can cause, registered by
-name in KINDS. A kind owns its signal, which nodes (and ranks) it strikes, and how the collector
-books it. Scenario validation (`failures.kind`) and `restartlab inject --kind` choices come from
-this registry."""
+name in KINDS. A kind owns its signal, which nodes (and ranks) it strikes, what follows the
+signal (a preemption's grace period), and how the collector books it. Scenario validation
+(`failures.kind`) and `restartlab inject --kind` choices come from this registry."""
 import random
-from typing import List, Optional
+import time
+from typing import Callable, List, Optional
 
 from .registry import Registry
 
@@ -26,6 +27,11 @@ class FailureKind:
     def book(self, record: dict) -> str:
         """The name the collector books an injection record under."""
         return self.name
+
+    def follow_up(self, grace: float, attempt_over: Callable[[], bool], strike: Callable[[str], int]) -> dict:
+        """After the signal went out: more to do? (`strike(sig)` fans a signal out to the same
+        targets and returns how many processes it reached.) Returns what to add to the record."""
+        return {}
 
 
 KINDS: Registry[FailureKind] = Registry("failure kind")
@@ -58,6 +64,36 @@ class Rank(FailureKind):
 
     def nodes(self, n_hosts, node, rng):
         return [node if node is not None else 0]
+
+
+@register
+class Hang(FailureKind):
+    name = "hang"
+    signal = "STOP"
+    one_rank = True
+    doc = "SIGSTOP one rank: nothing exits; the watchdog or the process-group timeout must notice"
+
+    def nodes(self, n_hosts, node, rng):
+        return [node if node is not None else rng.randrange(n_hosts)]
+
+
+@register
+class Preempt(FailureKind):
+    name = "preempt"
+    signal = "TERM"
+    doc = ("SIGTERM to every rank (a scheduler's preemption or walltime), then SIGKILL after "
+           "failures.grace: the trainer checkpoints and exits in between")
+
+    def nodes(self, n_hosts, node, rng):
+        return list(range(n_hosts))
+
+    def follow_up(self, grace, attempt_over, strike):
+        deadline = time.time() + grace
+        while time.time() < deadline:
+            if attempt_over():
+                return {"grace": grace, "escalated": 0}
+            time.sleep(0.2)
+        return {"grace": grace, "escalated": strike("KILL")}
 
 
 def get(name: str) -> FailureKind:

@@ -22,13 +22,31 @@ FANOUT_TIMEOUT_S = 60
 
 
 # ---------------------------------------------------------------- schedules (pure)
-def step_targets(at_steps=None, every_steps=None, train_iters=None) -> List[int]:
+def step_targets(at_steps=None, every_steps=None, train_iters=None) -> List[Tuple[int, Optional[str]]]:
+    """[(step, failure kind or None for the default)], in step order."""
     if at_steps:
-        return sorted(set(at_steps))
+        return sorted(set((s, None) if isinstance(s, int) else tuple(s) for s in at_steps),
+                      key=lambda t: t[0])
     if every_steps:
         end = train_iters or 10 ** 9
-        return list(range(every_steps, end, every_steps))
+        return [(s, None) for s in range(every_steps, end, every_steps)]
     return []
+
+
+def parse_at_steps(text: str) -> List[Tuple[int, Optional[str]]]:
+    """'500,1000:hang,1500:preempt' -> [(500, None), (1000, 'hang'), (1500, 'preempt')]."""
+    out = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        step, _, kind = item.partition(":")
+        if not step.isdigit() or int(step) < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected STEP or STEP:KIND with STEP >= 1")
+        if kind and kind not in failures.KINDS:
+            raise argparse.ArgumentTypeError(f"{item!r}: unknown failure kind {kind!r} "
+                                             f"(known: {', '.join(failures.KINDS.names())})")
+        out.append((int(step), kind or None))
+    if not out:
+        raise argparse.ArgumentTypeError("no steps given")
+    return out
 
 
 def timed_offsets(every=None, mtbf=None, seed=0) -> Iterator[float]:
@@ -123,25 +141,34 @@ class Injector:
                 return False
             time.sleep(POLL_S)
 
-    def kill(self, reason, target_step=None):
+    def strike(self, kind, idx, sig):
+        """Fan `sig` out to the nodes `idx`; (distinct processes reached, receipts)."""
+        receipts = fan_out(self.a.fanout, self.hosts, idx, killer_argv(self.a.python, self.a.tag, sig, kind), self.slots)
+        # distinct (host, pid): two scheduler nodes on one host may both see the same rank
+        return len({(r.get("host"), p) for r in receipts if not r.get("dry_run") for p in r.get("pids", [])}), receipts
+
+    def kill(self, reason, target_step=None, kind_name=None):
         a = self.a
-        idx = self.kind.nodes(len(self.hosts), a.node, self.rng)
-        argv = killer_argv(a.python, a.tag, a.signal, self.kind)
+        kind = failures.get(kind_name) if kind_name else self.kind
+        sig = a.signal or kind.signal
+        idx = kind.nodes(len(self.hosts), a.node, self.rng)
         t_kill = time.time()
         newest = ckptdir.newest_complete_step(a.ckpt_dir, verify=False) if a.ckpt_dir else None
+        attempts = live.attempt_dirs(a.phase_dir) if a.phase_dir else []
         deadline = t_kill + 10
         while True:  # nothing found (between attempts): retry briefly, the target has not died
-            receipts = fan_out(a.fanout, self.hosts, idx, argv, self.slots)
-            # distinct (host, pid): two scheduler nodes on one host may both see the same rank
-            killed = len({(r.get("host"), p) for r in receipts if not r.get("dry_run")
-                          for p in r.get("pids", [])})
+            killed, receipts = self.strike(kind, idx, sig)
             if killed or time.time() > deadline or self.stop_reason():
                 break
             time.sleep(0.2)
         rec = {"time": t_kill, "reason": reason, "target_step": target_step,
                "step_seen": newest_step_seen(a.phase_dir) if a.phase_dir else None,
-               "newest_complete": newest, "signal": a.signal, "kind": self.kind.name,
+               "newest_complete": newest, "signal": sig, "kind": kind.name,
                "hosts": [self.hosts[i] for i in idx], "killed": killed, "receipts": receipts}
+        if killed:
+            over = os.path.join(attempts[-1], "attempt.json") if attempts else None
+            rec.update(kind.follow_up(a.grace, lambda: over is not None and os.path.exists(over),
+                                      lambda s: self.strike(kind, idx, s)[0]))
         if self.log_path:
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
@@ -155,14 +182,14 @@ class Injector:
         targets = step_targets(a.at_steps, a.every_steps, a.train_iters)
         if targets:
             gate = a.gate or "complete"
-            for s in targets:
+            for s, kind in targets:
                 if gate == "complete":
                     ok = self.sleep_until(lambda: (ckptdir.newest_complete_step(a.ckpt_dir, verify=False) or -1) >= s)
                 else:
                     ok = self.sleep_until(lambda: newest_step_seen(a.phase_dir) >= s)
                 if not ok:
                     break
-                self.kill(f"step {s} ({'after .complete' if gate == 'complete' else 'step seen'})", s)
+                self.kill(f"step {s} ({'after .complete' if gate == 'complete' else 'step seen'})", s, kind)
         else:
             if a.wait_first_complete and not self.sleep_until(
                     lambda: ckptdir.newest_complete_step(a.ckpt_dir, verify=False) is not None):
@@ -205,8 +232,8 @@ def _positive(parse):
 def add_args(p):
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--every", type=_positive(parse_duration), help="timed kills, e.g. 90s, 5m")
-    g.add_argument("--at-steps", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
-                   help="kills aimed at these steps, e.g. 500,1000,1500")
+    g.add_argument("--at-steps", type=parse_at_steps,
+                   help="kills aimed at these steps, each with its own kind if given: 500,1000:hang,1500:preempt")
     g.add_argument("--every-steps", type=_positive(int), help="a kill aimed at every N-th step")
     g.add_argument("--mtbf", type=_positive(parse_duration), help="Poisson failures with this MTBF (use --seed)")
     p.add_argument("--seed", type=int, default=0)
@@ -220,7 +247,10 @@ def add_args(p):
     p.add_argument("--phase-dir", help="write <phase-dir>/injections.jsonl; read progress from attempts/")
     p.add_argument("--train-iters", type=int, help="stop once a complete checkpoint reaches this step")
     p.add_argument("--tag", help="the job tag of the ranks (their RESTARTLAB_JOB_TAG)")
-    p.add_argument("--signal", default="KILL", type=_signal_name, help="signal name or number (default KILL)")
+    p.add_argument("--signal", default=None, type=_signal_name,
+                   help="signal name or number (default: the failure kind's: KILL, STOP for hang, TERM for preempt)")
+    p.add_argument("--grace", type=parse_duration, default=60.0,
+                   help="preempt: SIGKILL what is left this long after the SIGTERM (default 60s)")
     kinds = failures.KINDS.names(aliases=True)
     p.add_argument("--kind", "--target", dest="kind", choices=kinds, default="kill",
                    help="; ".join(f"{k.name}: {k.doc}" for k in failures.KINDS.all())

@@ -6,6 +6,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from .failures import book  # noqa: E402
+
 
 def _progress(ph):
     """(elapsed s, step) per attempt from the collector's thinned trace; no second read."""
@@ -15,6 +17,10 @@ def _progress(ph):
         if a.trace and t0 is not None:
             lines.append(([ts - t0 for ts, _ in a.trace], [it for _, it in a.trace], a))
     return t0, lines
+
+
+KIND_STYLE = {"kill": ":", "node": "-.", "rank": "--", "hang": (0, (1, 4)), "preempt": "-"}
+KIND_STYLE_NAME = {"kill": "dotted", "node": "dash-dot", "rank": "dashed", "hang": "sparse dots", "preempt": "solid"}
 
 
 def _save(fig, out, name):
@@ -28,6 +34,7 @@ def _save(fig, out, name):
 def progress_plot(phases, out):
     """Step against elapsed time per phase: kills dotted, resumes as dots."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    kinds_seen = set()
     for ph in phases:
         t0, lines = _progress(ph)
         color = None
@@ -38,10 +45,13 @@ def progress_plot(phases, out):
                 ax.plot(xs[0], ys[0], "o", color=color, ms=4)
         for r in ph.injections:
             if r.get("killed") and t0 and isinstance(r.get("time"), (int, float)):
-                ax.axvline(r["time"] - t0, color=color, ls=":", lw=0.8)
+                kind = book(r)
+                ax.axvline(r["time"] - t0, color=color, ls=KIND_STYLE.get(kind, ":"), lw=0.9,
+                           label=None if kind in kinds_seen else f"{kind} ({KIND_STYLE_NAME.get(kind, 'dotted')})")
+                kinds_seen.add(kind)
     ax.set_xlabel("elapsed s (from the phase's first launch)")
     ax.set_ylabel("step")
-    ax.set_title("progress: kills (dotted), resumes (dots)")
+    ax.set_title("progress: failures (vertical lines, by kind), resumes (dots)")
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
     return _save(fig, out, "progress.png")

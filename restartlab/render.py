@@ -55,16 +55,19 @@ def inject_args(sc, f, phase_dir, ckpt_dir, tag):
     """Arguments of `restartlab inject` for one phase's failure settings."""
     s = f["schedule"]
     a = ["--phase-dir", phase_dir, "--ckpt-dir", ckpt_dir, "--tag", tag, "--until", f"{phase_dir}/done",
-         "--signal", f["signal"], "--kind", f["kind"], "--fanout", sc["scheduler"],
+         "--kind", f["kind"], "--grace", f"{f['grace']}s", "--fanout", sc["scheduler"],
          "--train-iters", sc["trainer"]["train_iters"], "--seed", s.get("seed") or 0]
     if s.get("every") is not None:
         a += ["--every", f"{s['every']}s"]
     elif s.get("at_steps"):
-        a += ["--at-steps", ",".join(str(x) for x in s["at_steps"])]
+        a += ["--at-steps", ",".join(str(x) if isinstance(x, int) else f"{x['step']}:{x['kind']}"
+                                     for x in s["at_steps"])]
     elif s.get("every_steps"):
         a += ["--every-steps", s["every_steps"]]
     elif s.get("mtbf") is not None:
         a += ["--mtbf", f"{s['mtbf']}s"]
+    if f.get("signal"):
+        a += ["--signal", f["signal"]]
     if f.get("gate"):
         a += ["--gate", f["gate"]]
     if f.get("wait_first_complete"):
@@ -118,6 +121,7 @@ def context(sc, scheduler=None, expt_dir=None):
                      "hang_timeout": int(sc["relaunch"]["hang_timeout"]),
                      "startup_timeout": int(sc["relaunch"]["startup_timeout"])},
         "report": sc["collection"]["report"], "plots": sc["collection"]["plots"],
+        "exit_no_checkpoint": trainer_options.EXIT_NO_CHECKPOINT,
         "mtbf": int(sc["collection"]["mtbf"]), "source": sc["source"],
     }
 

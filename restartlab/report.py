@@ -103,6 +103,13 @@ def markdown(summaries, missing, src, problems=()):
                      f"{e['resumed_from']} | {e['lost_steps']} | {_fmt(e['downtime_s'])} | {_fmt(e['restart_s'])} | "
                      f"{_fmt(st.get('startup/import_s'))} | {_fmt(st.get('startup/dist_init_s'))} | "
                      f"{_fmt(st.get('startup/build_s'))} | {_fmt(st.get('startup/load_s'))} | {_fmt(e['recompute_s'])} |")
+    L += ["", "## By failure kind (medians)", "", "| phase | kind | failures | detection s (fault -> attempt end) | "
+          "relaunch gap s | restart s | downtime s | lost steps | recompute s | detected by |", "|" + "---|" * 10]
+    for s in summaries:
+        for kind, k in s["by_kind"].items():
+            L.append(f"| {s['phase']} | {kind} | {k['failures']} | {_fmt(k['detection_s'])} | {_fmt(k['launch_gap_s'])} | "
+                     f"{_fmt(k['restart_s'])} | {_fmt(k['downtime_s'])} | {_fmt(k['lost_steps'])} | "
+                     f"{_fmt(k['recompute_s'])} | {'; '.join(k['detected_by'])} |")
     L += ["", "## Save cost (seconds the training loop was blocked)", "",
           "| phase | kind | count | median | p90 |", "|---|---|---|---|---|"]
     for s in summaries:

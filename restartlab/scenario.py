@@ -37,7 +37,8 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 SCHEDULE = {
     "every": F("duration", None, "timed kills: one every DURATION", positive=True),
-    "at_steps": F("intlist", None, "kills aimed at these steps"),
+    "at_steps": F("intlist", None, "kills aimed at these steps; an item may be {step: N, kind: K} "
+                  "to mix failure kinds in one schedule"),
     "every_steps": F("int", None, "a kill aimed at every N-th step", positive=True),
     "mtbf": F("duration", None, "Poisson failures with this mean time between failures", positive=True),
     "seed": F("int", 0, "seed for mtbf inter-arrival times and one-node target choice"),
@@ -47,7 +48,8 @@ FAILURES = {
               choices=lambda: failures.KINDS.names(aliases=True)),
     "target": F("str", None, "older name of `kind` (all-nodes, one-node, one-rank)",
                 choices=lambda: failures.KINDS.names(aliases=True)),
-    "signal": F("str", "KILL", "signal sent to every struck rank's process tree"),
+    "signal": F("str", None, "signal sent to every struck rank's process tree (default: the kind's)"),
+    "grace": F("duration", 60, "preempt: SIGKILL what is left this long after the SIGTERM", positive=True),
     "node": F("int", None, "node index for kinds node and rank (default: node from the seed; rank: node 0)"),
     "schedule": SCHEDULE,
     "gate": F("str", None, "complete: step-aimed kills wait for step-S/.complete (default for step "
@@ -328,8 +330,9 @@ class _V:
             elif k == "duration":
                 v = parse_duration(v)
             elif k == "intlist":
-                if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= MAX_INT for x in v):
-                    raise ValueError(f"expected a list of positive step numbers, got {v!r}")
+                if not isinstance(v, list) or not all(_step_item(x) for x in v):
+                    raise ValueError(f"expected a list of positive step numbers (or {{step: N, kind: K}}), got {v!r}")
+                v = [x if isinstance(x, int) else {"step": x["step"], "kind": failures.get(x["kind"]).name} for x in v]
                 if not v:
                     raise ValueError("an empty list would make no kill: give at least one step")
             elif k == "path":
@@ -373,6 +376,17 @@ class _V:
         except ValueError as e:
             self.err(path, str(e))
         return v
+
+
+def _step_item(x) -> bool:
+    if isinstance(x, dict):
+        return set(x) == {"step", "kind"} and _step_item(x["step"]) and isinstance(x["kind"], str) \
+            and x["kind"] in failures.KINDS
+    return isinstance(x, int) and not isinstance(x, bool) and 0 < x <= MAX_INT
+
+
+def step_of(x) -> int:
+    return x["step"] if isinstance(x, dict) else x
 
 
 def _resolve_kind(f, path, v: _V):
@@ -423,10 +437,11 @@ def _cross_checks(sc, v: _V):
             v.err(base + ("gate",), f"{why}, so a kill gated on .complete would never fire: set gate: none "
                   "(and no wait_first_complete), or save checkpoints")
         try:
-            parse_signal(f["signal"])
+            if f["signal"] is not None:
+                parse_signal(f["signal"])
         except ValueError as e:
             v.err(base + ("signal",), str(e))
-        for s in sched.get("at_steps") or []:
+        for s in map(step_of, sched.get("at_steps") or []):
             if s > tr["train_iters"]:
                 v.err(base + ("schedule", "at_steps"), f"step {s} is beyond trainer.train_iters={tr['train_iters']}")
         if f["node"] is not None and f["node"] >= sc["job"]["nodes"]:

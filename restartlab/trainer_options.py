@@ -6,6 +6,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 MODELS = ("tiny", "small", "debug", "agpt-2b", "agpt-20b")  # = trainer.model.PRESETS (tested)
 
+# the trainer's exit codes (the relaunch loop and the collector read them)
+EXIT_OK, EXIT_USAGE, EXIT_NO_CHECKPOINT, EXIT_SAVE_FAILED, EXIT_PREEMPTED = 0, 2, 3, 4, 5
+
 # who sets an option: a scenario key under `trainer:`, or the renderer from the phase/experiment
 SCENARIO, PHASE = "scenario", "phase"
 

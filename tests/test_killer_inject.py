@@ -1,5 +1,6 @@
 """The rank killer and the injector with real processes: decoys, untagged twins, the injector's
 own tree and a launcher parent survive; gated kills fire within 0.5 s of the marker."""
+import argparse
 import json
 import os
 import signal
@@ -134,7 +135,11 @@ def test_mtbf_schedule_reproducible_from_seed():
     c = inject.timed_offsets(mtbf=300, seed=8)
     xa, xb, xc = [next(a) for _ in range(5)], [next(b) for _ in range(5)], [next(c) for _ in range(5)]
     assert xa == xb and xa != xc and all(x < y for x, y in zip(xa, xa[1:]))
-    assert inject.step_targets(every_steps=100, train_iters=350) == [100, 200, 300]
+    assert inject.step_targets(every_steps=100, train_iters=350) == [(100, None), (200, None), (300, None)]
+    # one schedule may mix failure kinds
+    assert inject.parse_at_steps("500,1000:hang,1500:preempt") == [(500, None), (1000, "hang"), (1500, "preempt")]
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown failure kind 'boom'"):
+        inject.parse_at_steps("5:boom")
 
 
 @pytest.mark.multirank

@@ -12,9 +12,7 @@ from restartlab.trainer import dist as rdist  # noqa: E402
 from restartlab import trainer_options  # noqa: E402
 from restartlab.ckptdir import step_dirname as ckptdir_name  # noqa: E402
 
-EXIT_NO_CHECKPOINT = 3  # complete checkpoints exist, none loads (the relaunch loop stops)
-EXIT_SAVE_FAILED = 4    # a save failed and --on-save-error is abort
-EXIT_PREEMPTED = 5      # stopped on the preemption signal after an emergency checkpoint
+from restartlab.trainer_options import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED, EXIT_SAVE_FAILED  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
