@@ -165,17 +165,23 @@ class Injector:
                "step_seen": newest_step_seen(a.phase_dir) if a.phase_dir else None,
                "newest_complete": newest, "signal": sig, "kind": kind.name,
                "hosts": [self.hosts[i] for i in idx], "killed": killed, "receipts": receipts}
-        if killed:
-            over = os.path.join(attempts[-1], "attempt.json") if attempts else None
-            rec.update(kind.follow_up(a.grace, lambda: over is not None and os.path.exists(over),
-                                      lambda s: self.strike(kind, idx, s)[0]))
-        if self.log_path:
-            with open(self.log_path, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+        self.record(rec)  # now: the relaunch loop books the attempt as injected when it ends
         self.kills += 1
         self.say(f"kill #{self.kills} ({reason}): {killed} process(es) on {len(idx)} node(s), "
                  f"newest complete step {newest}")
+        if killed:
+            over = os.path.join(attempts[-1], "attempt.json") if attempts else None
+            more = kind.follow_up(a.grace, lambda: over is not None and os.path.exists(over),
+                                  lambda s: self.strike(kind, idx, s)[0])
+            if more:  # a second line, "killed": 0 so that nobody counts it as another failure
+                self.record(dict(more, time=time.time(), follow_up_of=t_kill, kind=kind.name, killed=0))
+                self.say(f"  follow-up: {more}")
         return rec
+
+    def record(self, rec):
+        if self.log_path:
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
 
     def run(self):
         a = self.a

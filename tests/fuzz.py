@@ -145,11 +145,19 @@ def one_run(cfg, ref, rng, kills_left, stats, workdir, say):
         stats["crashes"].append(f"{logpath}: rc {p.returncode} without an injected kill:\n{out[-1500:]}")
         break
     got = losses(metrics)
-    exact = bool(got) and all(loss == ref["losses"].get(it) for it, loss in got) and \
-        {it for it, _ in got} == set(ref["losses"]) and final_crc(metrics) == ref["crc"]
+    wrong = [(it, loss, ref["losses"].get(it)) for it, loss in got if loss != ref["losses"].get(it)]
+    missing = sorted(set(ref["losses"]) - {it for it, _ in got})
+    exact = bool(got) and not wrong and not missing and final_crc(metrics) == ref["crc"]
     stats["runs"].append({"config": f"{mode} tp{tp}", "attempts": attempt, "bit_exact": exact})
     say(f"  {mode:5s} tp{tp}: {attempt} attempt(s), bit-exact {'yes' if exact else 'NO'}")
-    shutil.rmtree(d, ignore_errors=True)
+    if exact:
+        shutil.rmtree(d, ignore_errors=True)
+    else:  # kept for a look: which steps differ, and the run's own files
+        keep = shutil.copytree(d, os.path.join(tempfile.gettempdir(), "rl-fuzz-kept-" + os.path.basename(d)))
+        say(f"    kept {keep}: {len(wrong)} step(s) differ {wrong[:3]}, missing {missing[:5]}, "
+            f"final crc {final_crc(metrics)} vs {ref['crc']}")
+        stats["not_exact"].append(keep)
+        shutil.rmtree(d, ignore_errors=True)
     return kills_left
 
 
@@ -183,7 +191,7 @@ def reference(cfg, workdir):
 def run(kills: int, seed: int = 1, configs=CONFIGS, say=print) -> dict:
     rng = random.Random(seed)
     stats = {"kills": 0, "resumes": 0, "where": Counter(), "crashes": [], "bad_resume": [], "keep": [],
-             "runs": []}
+             "runs": [], "not_exact": []}
     workdir = tempfile.mkdtemp(prefix="rl-fuzz-")
     try:
         refs = {}
@@ -213,7 +221,7 @@ def summary(stats) -> str:
               f"crashes that were not injected: {len(stats['crashes'])}",
               f"resumes not from the newest complete checkpoint: {len(stats['bad_resume'])}",
               f"--keep violations: {len(stats['keep'])}"]
-    for k in ("crashes", "bad_resume", "keep"):
+    for k in ("crashes", "bad_resume", "keep", "not_exact"):
         lines += [f"  {k}: {x}" for x in stats[k][:5]]
     return "\n".join(lines)
 
@@ -222,9 +230,12 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kills", type=int, default=100)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--config", action="append", choices=[f"{m}:{t}" for m, t in CONFIGS],
+                   help="only these (checkpointing:tp), e.g. sync:1; default: all four")
     a = p.parse_args(argv)
     t0 = time.time()
-    stats = run(a.kills, a.seed)
+    configs = [(c.split(":")[0], int(c.split(":")[1])) for c in a.config] if a.config else CONFIGS
+    stats = run(a.kills, a.seed, configs)
     print(summary(stats))
     print(f"({time.time() - t0:.0f} s, {RANKS} ranks, seed {a.seed})")
     ok = stats["bit_exact"] and not (stats["crashes"] or stats["bad_resume"] or stats["keep"])

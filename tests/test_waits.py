@@ -51,7 +51,7 @@ def test_process_group_timeout_frees_the_ranks_blocked_on_a_stopped_peer(tmp_pat
 
 def test_watchdog_tears_down_a_hung_attempt_and_the_phase_completes(tmp_path):
     d = tmp_path / "expt"
-    hang = 6
+    hang = 10
     p = subprocess.Popen([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(d), "--plain",
                           "--set", "phases=[{name: sync, checkpoint: sync, failures: false}]",
                           "--set", "trainer.train_iters=80", "--set", "trainer.save_interval=10",

@@ -1,0 +1,44 @@
+"""Failure kinds through `restartlab run`: one schedule mixing rank, hang and preempt, each
+injected, detected, recovered from, and booked by kind in the report (detection time and the
+mechanism that noticed it); a preemption loses no step."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from restartlab import killer
+from tests.helpers import job_tag
+
+pytestmark = [pytest.mark.multirank, pytest.mark.timeout(900)]
+
+
+def test_rank_hang_preempt_in_one_run(tmp_path):
+    d = tmp_path / "expt"
+    sched = "[{step: 10, kind: rank}, {step: 25, kind: hang}, {step: 40, kind: preempt}]"
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(d), "--plain",
+                        "--set", "phases=[{name: sync, checkpoint: sync}]", "--set", "trainer.train_iters=60",
+                        "--set", "trainer.save_interval=5", "--set", f"failures.schedule.at_steps={sched}",
+                        "--set", "relaunch.hang_timeout=15s", "--set", "failures.grace=30s",
+                        "--set", "collection.plots=false"],
+                       capture_output=True, text=True, timeout=850)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    recs = [json.loads(line) for line in open(d / "sync" / "injections.jsonl")]
+    inj = [x for x in recs if "follow_up_of" not in x]
+    assert [(x["kind"], x["signal"]) for x in inj] == [("rank", "KILL"), ("hang", "STOP"), ("preempt", "TERM")]
+    assert inj[0]["killed"] == 1 and inj[1]["killed"] == 1 and inj[2]["killed"] >= 2
+    follow = [x for x in recs if "follow_up_of" in x]
+    assert len(follow) == 1 and follow[0]["escalated"] == 0 and follow[0]["killed"] == 0  # done within the grace
+    s = json.load(open(d / "summary.json"))["phases"][0]
+    ev = {e["kind"]: e for e in s["failures"]}
+    assert set(ev) == {"rank", "hang", "preempt"} and s["completed"], s["failures"]
+    assert ev["rank"]["detected_by"].startswith("launcher") and ev["rank"]["detection_s"] < 5
+    assert ev["hang"]["detected_by"].startswith("watchdog") and 15 <= ev["hang"]["detection_s"] <= 15 + 15
+    assert ev["preempt"]["detected_by"].startswith("trainer") and ev["preempt"]["lost_steps"] == 0
+    assert ev["preempt"]["resumed_from"] == ev["preempt"]["step_at_kill"] >= 40
+    assert set(s["by_kind"]) == {"rank", "hang", "preempt"}
+    a = [json.load(open(d / "sync" / "attempts" / str(i) / "attempt.json")) for i in (1, 2, 3, 4)]
+    assert [x["hang"] for x in a] == [False, True, False, False] and a[2]["preempted"] and a[3]["completed"]
+    assert [x["injected"] for x in a] == [True, True, True, False]
+    assert "By failure kind" in open(d / "report.md").read()
+    assert killer.find_tagged(job_tag(d)) == []
