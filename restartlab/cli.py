@@ -136,7 +136,7 @@ def cmd_teardown(a):
         receipts = [killer.kill_ranks(a.tag)]
     else:
         argv = inject.killer_argv(sys.executable, a.tag, "KILL", failures.get("kill"))
-        receipts = inject.fan_out(a.fanout, hosts, range(len(hosts)), argv, slots)
+        receipts = inject.fan_out(a.fanout, hosts, range(len(hosts)), argv, slots, a.launcher)
     killed = sorted({(r.get("host"), p) for r in receipts for p in r.get("pids", [])})
     errors = [r["error"] for r in receipts if r.get("error")]
     print(f"restartlab teardown: {len(killed)} process(es) of {a.tag} killed on {len(hosts)} node(s)"
@@ -219,6 +219,8 @@ def build_parser():
     sp = sub.add_parser("teardown", help="SIGKILL a job's ranks on every node (by tag)")
     sp.add_argument("--tag", required=True)
     sp.add_argument("--fanout", choices=every + ["mpiexec"], default="local")
+    from . import launchers
+    sp.add_argument("--launcher", choices=launchers.names(), default="pals")
     sp.add_argument("--nodefile", default=os.environ.get("RL_NODEFILE") or os.environ.get("PBS_NODEFILE"))
     sp = sub.add_parser("render-all", help=argparse.SUPPRESS)
     sp.add_argument("outdir")

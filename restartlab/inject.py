@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Iterator, List, Optional, Tuple
 
-from . import ckptdir, failures, live, schedulers
+from . import ckptdir, failures, launchers, live, schedulers
 from .killer import parse_signal
 from .live import newest_step_seen
 from .units import parse_duration
@@ -78,10 +78,11 @@ def killer_argv(python, tag, sig, kind: failures.FailureKind):
     return [python, "-m", "restartlab.cli", "kill-ranks", "--tag", tag, "--signal", sig, *kind.killer_args()]
 
 
-def fan_out(fanout, hosts, indices, argv, slots=None) -> List[dict]:
-    """Run `argv` once on each node in `indices` (in parallel); parse each JSON receipt."""
-    if fanout == "mpiexec":  # ALCF style: one process per node
-        cmds = [["mpiexec", "-n", str(len(hosts)), "--ppn", "1", *argv]]
+def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals") -> List[dict]:
+    """Run `argv` once on each node in `indices` (in parallel); parse each JSON receipt.
+    `mpiexec`: one launch over exactly those hosts, in the job's launcher's syntax."""
+    if fanout == "mpiexec":  # ALCF style: one process per chosen node
+        cmds = [launchers.get(launcher).fanout_argv([hosts[i] for i in indices], argv)]
     else:
         sched = schedulers.get(fanout)
         cmds = [sched.fanout_cmd(i, hosts, argv, slots) for i in indices]
@@ -143,7 +144,8 @@ class Injector:
 
     def strike(self, kind, idx, sig):
         """Fan `sig` out to the nodes `idx`; (distinct processes reached, receipts)."""
-        receipts = fan_out(self.a.fanout, self.hosts, idx, killer_argv(self.a.python, self.a.tag, sig, kind), self.slots)
+        receipts = fan_out(self.a.fanout, self.hosts, idx, killer_argv(self.a.python, self.a.tag, sig, kind),
+                           self.slots, self.a.launcher)
         # distinct (host, pid): two scheduler nodes on one host may both see the same rank
         return len({(r.get("host"), p) for r in receipts if not r.get("dry_run") for p in r.get("pids", [])}), receipts
 
@@ -266,6 +268,8 @@ def add_args(p):
     p.add_argument("--fanout", choices=schedulers.names() + ["mpiexec"], default=None,
                    help="how to reach the nodes (default: the scheduler this job runs under, else local)")
     p.add_argument("--nodefile", default=os.environ.get("RL_NODEFILE") or os.environ.get("PBS_NODEFILE"))
+    p.add_argument("--launcher", choices=launchers.names(), default="pals",
+                   help="the job's launcher: how --fanout mpiexec names hosts (default pals)")
     p.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
 
 

@@ -66,8 +66,20 @@ def find_by_env(entry: str, unreadable: list = None) -> List[int]:
 
 
 def find_tagged(tag: str, unreadable: list = None) -> List[int]:
-    """PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly."""
-    return find_by_env(f"{TAG_VAR}={tag}", unreadable)
+    """PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly; under Slurm, only those
+    of this Slurm node (several node daemons may share one host, as in the tests)."""
+    pids = find_by_env(f"{TAG_VAR}={tag}", unreadable)
+    node = os.environ.get("SLURMD_NODENAME")
+    if node:
+        pids = [p for p in pids if _environ(p).get("SLURMD_NODENAME", node) == node]
+    return pids
+
+
+def _environ(pid: int) -> dict:
+    try:
+        return psutil.Process(pid).environ()
+    except (psutil.Error, OSError):
+        return {}
 
 
 def ancestors(pid: int) -> set:

@@ -34,6 +34,10 @@ class Launcher:
         reports death by signal N as 128+N."""
         return rc - 128 if rc > 128 else 0
 
+    def fanout_argv(self, hosts: List[str], argv: List[str]) -> List[str]:
+        """argv that runs `argv` once on each of `hosts` (the injector's `--fanout mpiexec`)."""
+        raise ValueError(f"launcher {self.name!r} cannot fan a command out to chosen hosts")
+
 
 LAUNCHERS: Registry[Launcher] = Registry("launcher")
 register = LAUNCHERS.register
@@ -51,8 +55,12 @@ class Torchrun(Launcher):
 class Mpiexec(Launcher):
     """An `mpiexec` flavour: only its flags differ."""
     hostfile_flag = "--hostfile"
+    hosts_flag = "--hosts"
     depth_flag: Optional[str] = None
     bind_flag = "--cpu-bind"
+
+    def fanout_argv(self, hosts, argv):
+        return ["mpiexec", "-n", str(len(hosts)), *self.per_node(1), self.hosts_flag, ",".join(hosts), *argv]
 
     def per_node(self, ppn: int) -> List[str]:
         return ["--ppn", str(ppn)]
@@ -87,7 +95,7 @@ class OpenMPI(Mpiexec):
     rank_var, size_var, local_rank_var = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                           "OMPI_COMM_WORLD_LOCAL_RANK")
     local_size_vars = ("OMPI_COMM_WORLD_LOCAL_SIZE",)
-    bind_flag = "--bind-to"
+    bind_flag, hosts_flag = "--bind-to", "--host"
 
     def per_node(self, ppn):
         return ["--map-by", f"ppr:{ppn}:node"]
@@ -102,7 +110,7 @@ class Hydra(Mpiexec):
     name = "hydra"
     rank_var, size_var, local_rank_var = "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"
     local_size_vars = ("MPI_LOCALNRANKS",)
-    hostfile_flag, bind_flag = "-f", "-bind-to"
+    hostfile_flag, bind_flag, hosts_flag = "-f", "-bind-to", "-hosts"
 
     def per_node(self, ppn):
         return ["-ppn", str(ppn)]

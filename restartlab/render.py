@@ -56,6 +56,7 @@ def inject_args(sc, f, phase_dir, ckpt_dir, tag):
     s = f["schedule"]
     a = ["--phase-dir", phase_dir, "--ckpt-dir", ckpt_dir, "--tag", tag, "--until", f"{phase_dir}/done",
          "--kind", f["kind"], "--grace", f"{f['grace']}s", "--fanout", sc["scheduler"],
+         "--launcher", sc["launch"]["launcher"],
          "--train-iters", sc["trainer"]["train_iters"], "--seed", s.get("seed") or 0]
     if s.get("every") is not None:
         a += ["--every", f"{s['every']}s"]

@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import uuid
 import psutil
 import pytest
 
-from restartlab import ckptdir, inject, killer
+from restartlab import ckptdir, inject, killer, launchers
 from tests.helpers import MPIEXEC, wait_for
 
 SLEEPER = [sys.executable, "-c", "import sys,time; time.sleep(300)", "rank-like"]
@@ -156,3 +157,15 @@ def test_kill_tears_down_a_real_mpiexec_attempt(tmp_path):
         if p.poll() is None:
             p.kill()
         killer.kill_ranks(tag)
+
+
+@pytest.mark.multirank
+def test_mpiexec_fanout_reaches_only_the_chosen_nodes():
+    """--fanout mpiexec used to launch on every node whatever the target: now one launch over
+    exactly the chosen hosts. Node 0 is a host that does not exist, so reaching it would fail."""
+    me = socket.gethostname()
+    argv = [sys.executable, "-c", "import json, socket; print(json.dumps({'host': socket.gethostname(), 'pids': []}))"]
+    receipts = inject.fan_out("mpiexec", ["no-such-host.invalid", me], [1], argv, launcher="hydra")
+    assert receipts == [{"host": me, "pids": []}], receipts
+    assert launchers.get("hydra").fanout_argv(["a", "b"], ["x"]) == ["mpiexec", "-n", "2", "-ppn", "1", "-hosts", "a,b", "x"]
+    assert launchers.get("pals").fanout_argv(["a"], ["x"]) == ["mpiexec", "-n", "1", "--ppn", "1", "--hosts", "a", "x"]
