@@ -201,9 +201,10 @@ class Job:
         return row
 
 
-def emergency_stop(job: Job, step: int, row: dict, saved: bool, metrics) -> None:
+def emergency_stop(job: Job, step: int, saved: bool, metrics) -> None:
     """Preempted after `step`: checkpoint it (unless just saved), wait until it is complete, log,
     and leave with EXIT_PREEMPTED. The resume loses no step."""
+    row = {"train/iter": step, "train/preempted": step}
     if job.ckpt and job.a.save_interval:
         if not saved:
             row.update(job.ckpt.save(step, job.state))
@@ -212,7 +213,6 @@ def emergency_stop(job: Job, step: int, row: dict, saved: bool, metrics) -> None
         what = f"emergency checkpoint of step {step} complete"
     else:
         what = "no checkpointing in this run: nothing saved"
-    row["train/preempted"] = step
     if metrics:
         metrics.write(row, ts=time.time())
     job.log(f"PREEMPTED at step={step}: {what}")
@@ -220,21 +220,25 @@ def emergency_stop(job: Job, step: int, row: dict, saved: bool, metrics) -> None
 
 
 def train(job: Job, metrics) -> None:
+    """The loop. A step's row is written before any checkpoint of that step can be complete, so
+    a kill right after a save never loses the step's record; the save's own figures follow on a
+    second row of the same step."""
     a = job.a
     for step in range(job.start + 1, a.train_iters + 1):
         row = job.step(step)
         if step == job.start + 1:
             row.update(job.startup_row(time.time()))
-        saved = False
         if job.ckpt:
             row.update(job.ckpt.poll())
-            if a.save_interval and (step % a.save_interval == 0 or step == a.train_iters):
-                row.update(job.ckpt.save(step, job.state))
-                saved = True
-        if job.stop.agreed:
-            emergency_stop(job, step, row, saved, metrics)
         if metrics:
             metrics.write(row, ts=time.time())
+        saved = bool(job.ckpt and a.save_interval and (step % a.save_interval == 0 or step == a.train_iters))
+        if saved:
+            save_row = job.ckpt.save(step, job.state)
+            if metrics:
+                metrics.write(dict(save_row, **{"train/iter": step}), ts=time.time())
+        if job.stop.agreed:
+            emergency_stop(job, step, saved, metrics)
         if step % a.log_interval == 0 or step == a.train_iters:
             job.log(f"step={step} loss={row['train/loss']:.6f} dt={row['train/dt']:.4f}")
 
