@@ -98,3 +98,18 @@ def test_metric_names(tmp_path):
     saves = [m for m in ms if "train/ckpt_save_seconds" in m]
     assert [m["train/iter"] for m in saves] == [2, 4]
     assert all(m["train/ckpt_bytes"] > 0 for m in saves)
+
+
+@pytest.mark.multirank
+def test_kill_right_after_complete_keeps_the_steps_record(tmp_path):
+    """Killed just after .complete of step 8 (before the save returned): the resume starts at 8,
+    so step 8 is never computed again; its row must already be on record (it is written before
+    the save). Found by the kill-anywhere fuzzer's bookkeeping."""
+    d = str(tmp_path)
+    a = ["--model", "tiny", "--train-iters", "12", "--save-interval", "4", "--ckpt-dir", os.path.join(d, "c"),
+         "--outdir", d, "--log-interval", "1000"]
+    r = run_trainer(2, a, env={"RESTARTLAB_FAULT": "complete:8"})
+    assert r.returncode != 0 and "FAULT complete at step=8" in r.stdout, r.stdout[-2000:]
+    r = run_trainer(2, a)
+    assert r.returncode == 0 and "RESUMED from step=8" in r.stdout, r.stdout[-2000:]
+    assert [it for it, _ in losses(os.path.join(d, "metrics-0.jsonl"))] == list(range(1, 13))

@@ -38,7 +38,8 @@ STAGE_MARKER = ".restartlab-stage"  # in a stage dir restartlab created (and so 
 
 def fault(point: str, step: int, rank: int):
     """Test-only fault points: RESTARTLAB_FAULT=point:step[:rank] SIGKILLs this process there
-    (stage, write, copy, mark). Used by the tests to kill at exact places inside a save."""
+    (stage, write, copy, mark: before .complete; complete: right after it). Used by the tests to
+    kill at exact places inside a save."""
     spec = os.environ.get("RESTARTLAB_FAULT")
     if not spec:
         return
@@ -391,6 +392,7 @@ class Checkpointer:
         trace("marker", step, self.rank)
         ckptdir.mark_complete(path, info)
         trace("complete", step, self.rank)
+        fault("complete", step, self.rank)
         if self.keep > 0:
             ckptdir.prune(self.ckpt_dir, self.keep)
 
