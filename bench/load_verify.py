@@ -24,7 +24,8 @@ def worker(a):
 
     from restartlab import ckptdir
     from restartlab.trainer import dist as rdist
-    from restartlab.trainer.checkpoint import Checkpointer, _VerifyingReader
+    from restartlab.trainer.checkpoint import Checkpointer
+    from restartlab.trainer.ckpt_io import VerifyingReader
     from restartlab.trainer.state import TrainState
     info, mesh, model, optim, device_type, cfg = _build(a)
     ck = Checkpointer(os.path.join(a.dir, "ck"), rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
@@ -40,7 +41,7 @@ def worker(a):
             sd = state.state_dict()
             t0 = time.perf_counter()
             if kind == "verified":
-                dcp.load(sd, storage_reader=_VerifyingReader(path, manifest))
+                dcp.load(sd, storage_reader=VerifyingReader(path, manifest))
             else:
                 dcp.load(sd, checkpoint_id=path)
             t = _slowest(time.perf_counter() - t0)

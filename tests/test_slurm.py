@@ -32,7 +32,7 @@ def rl(*args, env=None, timeout=120):
                           text=True, timeout=timeout, env=env)
 
 
-def scenario(tmp_path, system, name, nodes=2, ppn=2, iters=40, at_steps=(12, 24), phases=None):
+def scenario(tmp_path, system, name, nodes=2, ppn=2, iters=40, at_steps=(12, 24), phases=None, extra=""):
     phases = phases or [("baseline", "none"), ("sync", "sync")]
     text = f"""extends: systems/{system}.yaml
 name: {name}
@@ -42,11 +42,10 @@ launch: {{ranks_per_node: {ppn}}}
 trainer: {{model: tiny, train_iters: {iters}, save_interval: 5, device: cpu}}
 relaunch: {{max_attempts: 5, backoff: 0s, hang_timeout: 120s}}
 failures:
-  signal: KILL
   kind: kill
   schedule: {{at_steps: [{", ".join(map(str, at_steps))}]}}
   gate: complete
-phases:
+{extra}phases:
 """ + "".join(f"  - {{name: {n}, checkpoint: {c}}}\n" for n, c in phases)
     p = tmp_path / f"{name}.yaml"
     p.write_text(text)
@@ -101,6 +100,36 @@ def check_experiment(expt, nodes):
     assert [e["resumed_from"] for e in ev] == [r["newest_complete"] for r in recs]
     assert all(e["lost_steps"] == e["step_at_kill"] - e["resumed_from"] >= 0 for e in ev)
     assert os.path.exists(os.path.join(expt, "report.md"))
+
+
+def test_slurm_node_loss_and_preemption(slurm, tmp_path):
+    """kind node: one Slurm node's ranks SIGKILLed (its killer alone, through srun --overlap on
+    that node); srun --kill-on-bad-exit ends the other node's ranks; the relaunch resumes. kind
+    preempt: SIGTERM to every rank through both nodes' killers; the emergency checkpoint makes the
+    resume lose no step. Both phases end with the baseline's parameters."""
+    path = scenario(tmp_path, "slurm", "slurm-kinds", at_steps=("{step: 12, kind: node}", "{step: 24, kind: preempt}"),
+                    extra="  node: 1\n  grace: 60s\n")
+    jid, expt = submit(path)
+    seen = wait_state("slurm", jid, {"finished", "failed"}, 420)
+    out = open(os.path.join(expt, f"job-{jid}.out")).read()
+    assert seen[-1] == "finished", out[-3000:]
+    with open(os.path.join(expt, "summary.json")) as f:
+        phases = {p["phase"]: p for p in json.load(f)["phases"]}
+    sync = phases["sync"]
+    assert sync["completed"] and sync["attempts"] == 3, sync
+    with open(os.path.join(expt, "sync", "injections.jsonl")) as f:
+        recs = [r for r in map(json.loads, f) if "follow_up_of" not in r]
+    node, pre = recs
+    assert node["kind"] == "node" and node["hosts"] == [slurm["nodes"][1]]
+    assert [x.get("node") for x in node["receipts"]] == [slurm["nodes"][1]] and node["killed"] == 2, node
+    assert pre["kind"] == "preempt" and pre["signal"] == "TERM" and pre["killed"] == 4, pre
+    ev = {e["kind"]: e for e in sync["failures"]}
+    assert ev["node"]["detected_by"].startswith("launcher")
+    assert ev["preempt"]["lost_steps"] == 0 and ev["preempt"]["detected_by"].startswith("trainer")
+    crc = {ph: final_crc(os.path.join(expt, ph, "attempts", str(phases[ph]["attempts"]), "metrics-0.jsonl"))
+           for ph in ("baseline", "sync")}
+    assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
+    assert leftover_ranks(expt) == []
 
 
 def leftover_ranks(expt):

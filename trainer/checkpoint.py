@@ -13,253 +13,28 @@ async  the training loop blocks only to copy each rank's state into host buffers
        in flight; it only looks at its own future. At most one save is in flight.
 """
 import datetime
-import errno
-import io
 import json
 import os
 import shutil
-import signal
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.tensor import DTensor
 
 from restartlab import ckptdir
+from restartlab.trainer.ckpt_io import (ChecksumError, VerifyingReader, copy_durable, describe_error,
+                                        writer)
+from restartlab.trainer.testpoints import delay, fault, trace
 
 WAIT_TIMEOUT_S = float(os.environ.get("RESTARTLAB_CKPT_TIMEOUT", "600"))
 STAGE_MARKER = ".restartlab-stage"  # in a stage dir restartlab created (and so may remove)
 
 
-def fault(point: str, step: int, rank: int):
-    """Test-only fault points: RESTARTLAB_FAULT=point:step[:rank] SIGKILLs this process there
-    (stage, write, copy, mark: before .complete; complete: right after it). Used by the tests to
-    kill at exact places inside a save."""
-    spec = os.environ.get("RESTARTLAB_FAULT")
-    if not spec:
-        return
-    parts = spec.split(":")
-    want_rank = int(parts[2]) if len(parts) > 2 else 0
-    if parts[0] == point and int(parts[1]) == step and want_rank == rank:
-        print(f"FAULT {point} at step={step} rank={rank}", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def delay(point: str, step: int, rank: int):
-    """Test-only delay points: RESTARTLAB_DELAY="point:step:rank:seconds[,...]" sleeps there.
-    The tests use them to force an interleaving of ranks that is otherwise rare (save: before a
-    save begins; stage-clean:
-    before the stage directory is cleaned; mkdir: before a rank creates a checkpoint directory;
-    mkdir-exists: after it found the directory already there, before it checks it again)."""
-    for spec in filter(None, os.environ.get("RESTARTLAB_DELAY", "").split(",")):
-        p, s, r, secs = spec.split(":")
-        if p == point and int(s) == step and int(r) == rank:
-            print(f"DELAY {point} at step={step} rank={rank}: {secs}s", flush=True)
-            time.sleep(float(secs))
-
-
-_TRACE = os.environ.get("RESTARTLAB_TRACE")
-
-
-def trace(point: str, step: int, rank: int):
-    """Test-only: with RESTARTLAB_TRACE=FILE, rank 0 appends "<time> <point> <step>" at each
-    phase of a save (the kill-anywhere fuzzer tells from it where each kill landed)."""
-    if _TRACE and rank == 0:
-        with open(_TRACE, "a") as f:
-            f.write(f"{time.time():.6f} {point} {step}\n")
-
-
-class _HashingStream(io.RawIOBase):
-    """A write-only file that keeps a running crc32 and byte count of what passes through."""
-
-    def __init__(self, f, on_first_write=None):
-        self._f = f
-        self.crc = 0
-        self.nbytes = 0
-        self.marks = {0: 0}  # offset -> running crc32 there, at every write boundary
-        self.error = None
-        self._on_first_write = on_first_write
-
-    def writable(self):
-        return True
-
-    def write(self, b):
-        mv = memoryview(b).cast("B")
-        self.crc = zlib.crc32(mv, self.crc)
-        self.nbytes += len(mv)
-        self.marks[self.nbytes] = self.crc
-        try:
-            n = self._f.write(mv)
-        except OSError as e:  # torch.save's zip writer hides it behind its own error: keep it
-            self.error = OSError(e.errno, e.strerror, self._f.name)
-            raise self.error from e
-        if self._on_first_write:
-            cb, self._on_first_write = self._on_first_write, None
-            self._f.flush()
-            cb()
-        return n
-
-    def tell(self):
-        return self._f.tell()
-
-    def fileno(self):
-        return self._f.fileno()
-
-    def flush(self):
-        if not self._f.closed:
-            self._f.flush()
-
-    def close(self):
-        if not self._f.closed:
-            self._f.close()
-        super().close()
-
-
-class _HashingFileSystem(FileSystem):
-    """DCP's FileSystem, recording {file name: (bytes, crc32)} of every shard written, and the
-    running crc32 at every write boundary (from which each item's own crc32 follows)."""
-
-    def __init__(self, on_first_write=None, step=-1, rank=-1):
-        super().__init__()
-        self.files = {}
-        self.marks = {}
-        self.error = None  # the first OSError a shard write met
-        self._on_first_write = on_first_write
-        self._step, self._rank = step, rank
-
-    def mkdir(self, path):
-        """As DCP's (mkdir -p), with the test delay points inside: another rank may create the
-        directory between our attempt and our check; nobody may remove it."""
-        path = str(path)
-        delay("mkdir", self._step, self._rank)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            os.mkdir(path)
-        except FileExistsError:
-            delay("mkdir-exists", self._step, self._rank)
-            if not os.path.isdir(path):
-                raise
-
-    @contextmanager
-    def create_stream(self, path, mode):
-        name = os.path.basename(str(path))
-        if "w" not in mode or not name.endswith(".distcp"):
-            with super().create_stream(path, mode) as s:
-                yield s
-            return
-        with open(path, mode) as f:
-            hs = _HashingStream(f, self._on_first_write)
-            self._on_first_write = None
-            try:
-                yield hs
-            finally:
-                self.error = self.error or hs.error
-            self.files[name] = {"bytes": hs.nbytes, "crc32": hs.crc}
-            self.marks[name] = hs.marks
-
-
-class _ChecksummingWriter(dcp.FileSystemWriter):
-    """DCP's writer; each shard file's entry also lists [offset, length, crc32] of every item in
-    it, derived from the running crc at the item's two ends (no second pass over the bytes)."""
-
-    def write_data(self, plan, planner):
-        fut = super().write_data(plan, planner)
-        for r in fut.value():
-            si = r.storage_data
-            marks = self.fs.marks[si.relative_path]
-            crc = ckptdir.crc32_segment(marks[si.offset], marks[si.offset + si.length], si.length)
-            self.fs.files[si.relative_path].setdefault("items", []).append([si.offset, si.length, crc])
-        return fut
-
-
-def _writer(path, step, rank, on_first_write=None):
-    w = _ChecksummingWriter(path, sync_files=True)
-    w.fs = _HashingFileSystem(on_first_write, step, rank)
-    return w
-
-
-class ChecksumError(ValueError):
-    pass
-
-
 class SaveError(RuntimeError):
     """A save failed and --on-save-error is abort."""
-
-
-def describe_error(e: BaseException) -> str:
-    """One line: errno name, message and path for a storage error (also inside DCP's wrapper, and
-    behind torch.save's own error when the OSError came first, e.g. a full disk mid-zip)."""
-    if isinstance(e, dcp.api.CheckpointException) and e.failures:
-        first = next(iter(e.failures.values()))
-        e = first[0] if isinstance(first, tuple) else first
-    cause = e
-    while cause is not None and not (isinstance(cause, OSError) and cause.errno):
-        cause = cause.__cause__ or cause.__context__
-    e = cause or e
-    if isinstance(e, OSError) and e.errno:
-        where = f" on {e.filename}" if e.filename else ""
-        return f"{errno.errorcode.get(e.errno, e.errno)} ({e.strerror}){where}"
-    return f"{type(e).__name__}: {str(e)[:300]}"
-
-
-class _VerifyingFileSystem(FileSystem):
-    """Reads `.metadata` whole and checks it against the manifest before DCP unpickles it."""
-
-    def __init__(self, expected_metadata):
-        super().__init__()
-        self._meta = expected_metadata
-
-    @contextmanager
-    def create_stream(self, path, mode):
-        if os.path.basename(str(path)) != ".metadata" or "r" not in mode:
-            with super().create_stream(path, mode) as s:
-                yield s
-            return
-        with open(path, "rb") as f:
-            data = f.read()
-        if self._meta is None or len(data) != self._meta["bytes"] or zlib.crc32(data) != self._meta["crc32"]:
-            raise ChecksumError(f"{path}: checksum mismatch (manifest.json)")
-        yield io.BytesIO(data)
-
-
-class _VerifyingReader(dcp.FileSystemReader):
-    """DCP's reader; every item's bytes are read once, checked against the crc32 that
-    manifest.json lists for them, and only then parsed: a damaged shard never reaches torch.load."""
-
-    def __init__(self, path, manifest):
-        super().__init__(path)
-        files = manifest.get("files", {})
-        self.fs = _VerifyingFileSystem(files.get(".metadata"))
-        self._expect = {(name, off, n): crc for name, info in files.items() for off, n, crc in info.get("items", ())}
-
-    def _slice_file(self, file, sinfo):
-        key = (sinfo.relative_path, sinfo.offset, sinfo.length)
-        want = self._expect.get(key)
-        if want is None:
-            raise ChecksumError(f"{sinfo.relative_path}: manifest.json has no checksum for bytes "
-                                f"{sinfo.offset}+{sinfo.length}")
-        file.seek(sinfo.offset)
-        data = file.read(sinfo.length)
-        if len(data) != sinfo.length or zlib.crc32(data) != want:
-            raise ChecksumError(f"{os.path.join(str(self.path), sinfo.relative_path)}: checksum mismatch in "
-                                f"bytes {sinfo.offset}+{sinfo.length}")
-        return io.BytesIO(data)
-
-
-def _copy_durable(src: str, dst: str) -> dict:
-    """Copy src to dst as tmp + fsync + rename, computing crc32 on the way."""
-    tmp = dst + ".tmp"
-    with open(tmp, "wb") as fo:
-        info = ckptdir.file_crc32(src, sink=fo)
-        fo.flush()
-        os.fsync(fo.fileno())
-    os.replace(tmp, dst)
-    return info
 
 
 class Checkpointer:
@@ -330,7 +105,7 @@ class Checkpointer:
         errs = self._agree(err)  # also: nobody writes before a torn directory is gone
         if not errs:
             try:
-                w = _writer(path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank))
+                w = writer(path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank))
                 dcp.save(state.state_dict(), storage_writer=w)  # a failure here is every rank's (DCP)
                 files = w.fs.files
             except (Exception, dcp.api.CheckpointException) as e:  # noqa: BLE001  a failed save must not end the training
@@ -486,7 +261,7 @@ class Checkpointer:
         """dcp.save into the stage dir, copy to the durable dir, gather, rank 0 marks. Returns
         this rank's error or None; every rank takes part in the same collectives either way."""
         try:
-            w = _writer(stage_path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank))
+            w = writer(stage_path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank))
             trace("write", step, self.rank)
             dcp.save(staged, storage_writer=w, process_group=self._group)  # fails on all ranks alike
         except (Exception, dcp.api.CheckpointException) as e:  # noqa: BLE001
@@ -496,14 +271,14 @@ class Checkpointer:
         try:
             os.makedirs(dst, exist_ok=True)
             for i, name in enumerate(sorted(w.fs.files)):
-                files[name] = _copy_durable(os.path.join(stage_path, name), os.path.join(dst, name))
+                files[name] = copy_durable(os.path.join(stage_path, name), os.path.join(dst, name))
                 if files[name]["crc32"] != w.fs.files[name]["crc32"]:
                     raise ChecksumError(f"{name}: the stage copy read back differs from what was written")
                 files[name]["items"] = w.fs.files[name]["items"]
                 if i == 0:
                     fault("copy", step, self.rank)
             if self.rank == 0:
-                _copy_durable(os.path.join(stage_path, ".metadata"), os.path.join(dst, ".metadata"))
+                copy_durable(os.path.join(stage_path, ".metadata"), os.path.join(dst, ".metadata"))
             ckptdir.fsync_dir(dst)
         except (OSError, ChecksumError) as e:
             err = describe_error(e)
@@ -614,7 +389,7 @@ class Checkpointer:
         manifest = got[0]
         try:
             sd = state.state_dict()
-            dcp.load(sd, storage_reader=_VerifyingReader(path, manifest))
+            dcp.load(sd, storage_reader=VerifyingReader(path, manifest))
             state.load_state_dict(sd)
             if state.step != step:
                 return f"holds step {state.step}"
