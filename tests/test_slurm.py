@@ -8,9 +8,9 @@
   TEST-ONLY PBS layer in tests/pbs_shim (a MOCK of qsub/qstat/qdel/pbsdsh over Slurm) fills
   what Slurm lacks; restartlab's PBS backend and the whole script body run for real.
 
-What one machine cannot show: both "nodes" are the same host, so each node's killer sees every
-rank of the job (the first fan-out to arrive kills them all; the other finds none), the ranks
-talk over loopback, and a node failure cannot be made real."""
+What one machine cannot show: both "nodes" are the same host (each node's killer takes only the
+ranks whose SLURMD_NODENAME is its own, so a node's ranks can be struck alone), the ranks talk
+over loopback, and a node cannot really go down."""
 import json
 import os
 import re
@@ -95,9 +95,13 @@ def check_experiment(expt, nodes):
     for r in recs:
         # one killer per node, reached through the scheduler's own fan-out
         assert sorted(x.get("node") for x in r["receipts"]) == nodes, r["receipts"]
-        assert r["killed"] == 4 and not any(x.get("error") for x in r["receipts"]), r
+        # each node's killer takes its own node's ranks; srun --kill-on-bad-exit may end the
+        # other node's before its killer arrives, so that one finds 0 to 2
+        assert 2 <= r["killed"] <= 4 and not any(x.get("error") for x in r["receipts"]), r
     ev = sync["failures"]
-    assert [e["resumed_from"] for e in ev] == [r["newest_complete"] for r in recs]
+    # resumed from the newest complete checkpoint; it may be newer than the one the injector saw:
+    # a node struck after a save's gather leaves rank 0 free to finish that save's .complete
+    assert all(e["resumed_from"] >= r["newest_complete"] for e, r in zip(ev, recs)), (ev, recs)
     assert all(e["lost_steps"] == e["step_at_kill"] - e["resumed_from"] >= 0 for e in ev)
     assert os.path.exists(os.path.join(expt, "report.md"))
 
