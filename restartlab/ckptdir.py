@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 
 STEP_RE = re.compile(r"^step-(\d+)$")
 COMPLETE = ".complete"
+TRASH_PREFIX = ".deleting-"  # a step directory being pruned (never matches STEP_RE)
 MANIFEST = "manifest.json"
 
 
@@ -182,6 +183,16 @@ def prune(ckpt_dir: str, keep: int) -> List[int]:
     kept = set(complete[-keep:])
     newest = complete[-1]
     doomed = [s for s in list_steps(ckpt_dir) if s < newest and s not in kept]
+    for name in os.listdir(ckpt_dir):  # what a killed prune left
+        if name.startswith(TRASH_PREFIX):
+            shutil.rmtree(os.path.join(ckpt_dir, name), ignore_errors=True)
     for s in doomed:
-        shutil.rmtree(step_path(ckpt_dir, s), ignore_errors=True)
+        # out of sight first (one atomic rename), then deleted: a kill mid-delete never leaves a
+        # half-deleted step directory, let alone one that still has its .complete
+        trash = os.path.join(ckpt_dir, f"{TRASH_PREFIX}{step_dirname(s)}")
+        try:
+            os.replace(step_path(ckpt_dir, s), trash)
+        except OSError:
+            continue
+        shutil.rmtree(trash, ignore_errors=True)
     return doomed

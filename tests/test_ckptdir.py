@@ -1,0 +1,27 @@
+"""The checkpoint-directory contract without torch: retention (`--keep`) under kills."""
+import os
+
+from restartlab import ckptdir
+
+
+def _fake(ckpt, step, complete=True):
+    d = ckptdir.step_path(ckpt, step)
+    os.makedirs(d)
+    with open(os.path.join(d, "__0_0.distcp"), "wb") as f:
+        f.write(b"x" * 100)
+    if complete:
+        ckptdir.mark_complete(d, {"step": step})
+
+
+def test_prune_keeps_the_newest_and_never_leaves_a_half_deleted_step(tmp_path):
+    ck = str(tmp_path)
+    for s in (3, 6, 9, 12):
+        _fake(ck, s)
+    _fake(ck, 5, complete=False)     # torn, older than the newest complete: goes
+    _fake(ck, 15, complete=False)    # newer than the newest complete: a save may be in flight
+    # what a prune killed mid-delete left behind (renamed out of sight first, so never a step)
+    os.makedirs(os.path.join(ck, ckptdir.TRASH_PREFIX + ckptdir.step_dirname(2), "sub"))
+    assert ckptdir.list_steps(ck) == [3, 5, 6, 9, 12, 15]
+    assert sorted(ckptdir.prune(ck, 2)) == [3, 5, 6]
+    assert ckptdir.complete_steps(ck) == [9, 12] and ckptdir.list_steps(ck) == [9, 12, 15]
+    assert not [n for n in os.listdir(ck) if n.startswith(ckptdir.TRASH_PREFIX)]
