@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 import zlib
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 STEP_RE = re.compile(r"^step-(\d+)$")
 COMPLETE = ".complete"
@@ -71,13 +71,20 @@ def verify_manifest(step_dir: str, checksums: bool = False) -> Optional[str]:
     return None
 
 
+def checked_complete_steps(ckpt_dir: str, checksums: bool = False) -> Iterator[Tuple[int, Optional[str]]]:
+    """(step, problem or None) for every complete step, newest first: the manifest checked
+    against the files (sizes; crc32 too when asked). Lazy: stop at the first one you take."""
+    for step in reversed(complete_steps(ckpt_dir)):
+        yield step, verify_manifest(step_path(ckpt_dir, step), checksums=checksums)
+
+
 def newest_complete_step(ckpt_dir: str, verify: bool = True, checksums: bool = False,
                          log=None) -> Optional[int]:
     """Newest step with `.complete` (and a manifest that matches the files, if `verify`)."""
-    for step in reversed(complete_steps(ckpt_dir)):
-        if not verify:
-            return step
-        problem = verify_manifest(step_path(ckpt_dir, step), checksums=checksums)
+    if not verify:
+        complete = complete_steps(ckpt_dir)
+        return complete[-1] if complete else None
+    for step, problem in checked_complete_steps(ckpt_dir, checksums):
         if problem is None:
             return step
         if log:

@@ -12,7 +12,8 @@ from restartlab.trainer import dist as rdist  # noqa: E402
 from restartlab import trainer_options  # noqa: E402
 from restartlab.ckptdir import step_dirname as ckptdir_name  # noqa: E402
 
-from restartlab.trainer_options import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED, EXIT_SAVE_FAILED  # noqa: E402
+from restartlab.trainer_options import (EXIT_NO_CHECKPOINT, EXIT_PREEMPTED, EXIT_SAVE_FAILED,  # noqa: E402
+                                        EXIT_USAGE)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -250,7 +251,7 @@ def main(argv=None):
     if err:
         if info.rank == 0:
             print(f"restartlab.trainer: error: {err}", file=sys.stderr, flush=True)
-        os._exit(2)
+        os._exit(EXIT_USAGE)
     job = Job(a, info, launch_ts())
     import torch.distributed as dist
 

@@ -241,8 +241,7 @@ class Checkpointer:
                 delay("stage-clean", step, self.rank)
                 shutil.rmtree(stage_path, ignore_errors=True)  # a torn stage of a dead attempt
                 os.makedirs(stage_path)
-            if self.rank == 0 and os.path.exists(dst):
-                shutil.rmtree(dst)  # a torn durable directory of a dead attempt
+            self._prepare_dir(self.ckpt_dir, step)  # a torn durable directory of a dead attempt
         except OSError as e:
             err = describe_error(e)
         errs = self._agree(err, self._group)  # both exist (or are gone) before anybody writes
@@ -364,8 +363,7 @@ class Checkpointer:
     def _candidates(self):
         """Rank 0: complete steps, newest first, whose manifest matches the files' sizes."""
         candidates, rejected = [], []
-        for step in reversed(ckptdir.complete_steps(self.ckpt_dir)):
-            problem = ckptdir.verify_manifest(ckptdir.step_path(self.ckpt_dir, step))
+        for step, problem in ckptdir.checked_complete_steps(self.ckpt_dir):
             if problem:
                 rejected.append((step, problem))
                 self.log(f"skipping {ckptdir.step_dirname(step)}: {problem}")
