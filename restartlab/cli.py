@@ -227,12 +227,25 @@ def build_parser():
     return p
 
 
+def _mark_as_tool(argv):
+    """The injector carries RESTARTLAB_TOOL from its first instruction, so that no killer takes
+    it for a rank (an injector run as its own srun task has a rank variable) and its fan-outs
+    inherit it. A killer reads /proc/PID/environ, which only shows what a process started with:
+    hence a re-exec, once."""
+    from .killer import TOOL_VAR
+    if TOOL_VAR not in os.environ:
+        os.execve(sys.executable, [sys.executable, "-m", "restartlab.cli", *argv],
+                  dict(os.environ, **{TOOL_VAR: argv[0]}))
+
+
 VERBS = {"validate": cmd_validate, "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
          "cancel": cmd_cancel, "run": cmd_run, "inject": cmd_inject, "report": cmd_report,
          "record-attempt": cmd_record_attempt, "render-all": cmd_render_all, "teardown": cmd_teardown}
 
 
 def main(argv=None):
+    if argv is None and sys.argv[1:2] == ["inject"]:
+        _mark_as_tool(sys.argv[1:])
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["kill-ranks"]:
         return cmd_kill_ranks(argv[1:])

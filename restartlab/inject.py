@@ -1,18 +1,20 @@
 """The failure injector: schedules, gating on `.complete`, fan-out to the job's nodes, and one
-line per kill in <phase>/injections.jsonl. It never matches processes itself: on each node the
-failure kind strikes it runs `restartlab kill-ranks --tag TAG` (ranks found by their env tag)
-and records the receipts."""
+line per kill in <phase>/injections.jsonl (on stdout without --phase-dir). It never matches
+processes itself: on each node the failure kind strikes it runs `restartlab kill-ranks` (with
+--tag: one restartlab run's ranks; without: every rank of this batch job, whatever program it
+runs; see killer.py) and records the receipts."""
 import argparse
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
 import time
 from typing import Iterator, List, Optional, Tuple
 
-from . import ckptdir, failures, launchers, live, schedulers
+from . import ckptdir, failures, killer, launchers, live, schedulers
 from .killer import parse_signal
 from .live import newest_step_seen
 from .units import parse_duration
@@ -75,7 +77,9 @@ def read_nodefile(nodefile: Optional[str]) -> Tuple[List[str], List[int]]:
 
 # ---------------------------------------------------------------- fan-out
 def killer_argv(python, tag, sig, kind: failures.FailureKind):
-    return [python, "-m", "restartlab.cli", "kill-ranks", "--tag", tag, "--signal", sig, *kind.killer_args()]
+    """kill-ranks on one node; tag None: every rank of the batch job it runs in."""
+    return [python, "-m", "restartlab.cli", "kill-ranks", *(["--tag", tag] if tag else []),
+            "--signal", sig, *kind.killer_args()]
 
 
 def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals") -> List[dict]:
@@ -108,6 +112,15 @@ def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals") -> List[d
     return receipts
 
 
+def describe_receipt(r: dict) -> str:
+    """One line per node: what was signalled there, and which ranks."""
+    if r.get("error"):
+        return f"{r.get('node') or r.get('host') or r.get('cmd')}: error: {r['error']}"
+    ranks = r.get("ranks") or {}
+    what = ", ".join(f"{p}" + (f" ({ranks[str(p)]})" if str(p) in ranks else "") for p in r.get("pids", []))
+    return f"{r.get('node')}: {r.get('signal')} {'would reach' if r.get('dry_run') else '->'} {what or 'nothing'}"
+
+
 # ---------------------------------------------------------------- the loop
 class Injector:
     def __init__(self, a):
@@ -116,13 +129,27 @@ class Injector:
         self.log_path = live.injections_path(a.phase_dir) if a.phase_dir else None
         self.kind = failures.get(a.kind)
         self.hosts, self.slots = read_nodefile(a.nodefile)
+        if not a.nodefile and a.fanout in schedulers.names():  # a user's job: ask the scheduler
+            self.hosts = schedulers.get(a.fanout).job_hosts(os.environ) or self.hosts
+            self.slots = None
         self.rng = random.Random(a.seed)
+        self.striking = False   # between the first signal of a strike and its record
+        self.terminated = None  # the signal that asked us to stop
+
+    def on_terminate(self, signum, _frame):
+        """SIGTERM/SIGINT: stop now, except in the middle of a strike, which is finished and
+        recorded first (a strike without its record would be booked as an uninjected crash)."""
+        self.terminated = signal.Signals(signum).name
+        if not self.striking:
+            raise SystemExit(self.done())
 
     def say(self, msg):
         print(f"[inject {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
     def stop_reason(self) -> Optional[str]:
         a = self.a
+        if self.terminated:
+            return f"{self.terminated} received"
         if a.until and os.path.exists(a.until):
             return f"{a.until} exists"
         if a.max_kills is not None and self.kills >= a.max_kills:
@@ -158,6 +185,7 @@ class Injector:
         newest = ckptdir.newest_complete_step(a.ckpt_dir, verify=False) if a.ckpt_dir else None
         attempts = live.attempt_dirs(a.phase_dir) if a.phase_dir else []
         deadline = t_kill + 10
+        self.striking = True
         while True:  # nothing found (between attempts): retry briefly, the target has not died
             killed, receipts = self.strike(kind, idx, sig)
             if killed or time.time() > deadline or self.stop_reason():
@@ -168,9 +196,14 @@ class Injector:
                "newest_complete": newest, "signal": sig, "kind": kind.name,
                "hosts": [self.hosts[i] for i in idx], "killed": killed, "receipts": receipts}
         self.record(rec)  # now: the relaunch loop books the attempt as injected when it ends
+        self.striking = False
         self.kills += 1
         self.say(f"kill #{self.kills} ({reason}): {killed} process(es) on {len(idx)} node(s), "
                  f"newest complete step {newest}")
+        for r in receipts:
+            self.say("  " + describe_receipt(r))
+        if self.terminated:
+            raise SystemExit(self.done())
         if killed:
             over = os.path.join(attempts[-1], "attempt.json") if attempts else None
             more = kind.follow_up(a.grace, lambda: over is not None and os.path.exists(over),
@@ -184,6 +217,8 @@ class Injector:
         if self.log_path:
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
+        else:  # the record is the receipt: without a phase dir it goes to stdout
+            print(json.dumps(rec), flush=True)
 
     def run(self):
         a = self.a
@@ -254,7 +289,8 @@ def add_args(p):
     p.add_argument("--ckpt-dir", help="the phase's checkpoint directory (gating, finish detection)")
     p.add_argument("--phase-dir", help="write <phase-dir>/injections.jsonl; read progress from attempts/")
     p.add_argument("--train-iters", type=int, help="stop once a complete checkpoint reaches this step")
-    p.add_argument("--tag", help="the job tag of the ranks (their RESTARTLAB_JOB_TAG)")
+    p.add_argument("--tag", help="only one restartlab run's ranks (their RESTARTLAB_JOB_TAG); default: "
+                   "every rank of this batch job, whatever program it runs")
     p.add_argument("--signal", default=None, type=_signal_name,
                    help="signal name or number (default: the failure kind's: KILL, STOP for hang, TERM for preempt)")
     p.add_argument("--grace", type=parse_duration, default=60.0,
@@ -274,8 +310,12 @@ def add_args(p):
 
 
 def main(a) -> int:
-    if not a.tag:
-        print("restartlab inject: error: --tag is required (the RESTARTLAB_JOB_TAG of the ranks)", file=sys.stderr)
+    if not a.tag and killer.job_id_entry() is None:
+        print(f"restartlab inject: error: no --tag and not inside a batch job (none of "
+              f"{', '.join(schedulers.jobid_vars())} is set): give the run's --tag", file=sys.stderr)
+        return 2
+    if a.wait_first_complete and not a.ckpt_dir:
+        print("restartlab inject: error: --wait-first-complete needs --ckpt-dir", file=sys.stderr)
         return 2
     if (a.at_steps or a.every_steps) and (a.gate or "complete") == "complete" and not a.ckpt_dir:
         print("restartlab inject: error: gated step schedules need --ckpt-dir", file=sys.stderr)
@@ -285,4 +325,7 @@ def main(a) -> int:
         a.fanout = sched.name if sched else "local"
     if a.phase_dir:
         os.makedirs(a.phase_dir, exist_ok=True)
-    return Injector(a).run()
+    inj = Injector(a)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, inj.on_terminate)
+    return inj.run()

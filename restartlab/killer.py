@@ -1,8 +1,18 @@
-"""Node-local rank killer: find the job's training ranks by a tag in their environment (never by
-command line), kill each rank's whole process tree, print a JSON receipt.
+"""Node-local rank killer: find the job's training ranks by their environment (never by command
+line), kill each rank's whole process tree, print a JSON receipt.
+
+Two ways to find the ranks:
+- `--tag T`: the processes whose environment holds RESTARTLAB_JOB_TAG=T (one restartlab run);
+- no tag: this batch job's ranks, whatever program they run. A rank is a process of this job
+  (PBS_JOBID / SLURM_JOB_ID as in our own environment) that a launcher started: its environment
+  holds a launcher's rank variable (PALS, Hydra/PMI, Open MPI, srun, torchrun: the launcher
+  registry) with a value its parent does not have. A process with a rank below it is a launcher
+  (a Hydra proxy srun started, a torchrun agent) and is spared; so are the job script (on Slurm it
+  has SLURM_PROCID but no step id), restartlab's own tools (RESTARTLAB_TOOL in their environment)
+  and a parent whose environment we may not read.
 
 Never touches this process, its ancestors (the injector, pbsdsh/srun, the launcher that started
-us) or any process without the tag that is not a descendant of a tagged rank. Processes are read
+us) or any process that is not a rank or a rank's descendant. Processes are read
 through psutil, so this works wherever psutil can read another process's environment (Linux,
 macOS); where it cannot, the receipt says how many processes could not be read, and a platform
 where even our own environment is unreadable is an error, never a silent "nothing found"."""
@@ -12,11 +22,14 @@ import signal as _signal
 import socket
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Mapping, Optional
 
 import psutil
 
+from . import schedulers
+
 TAG_VAR = "RESTARTLAB_JOB_TAG"
+TOOL_VAR = "RESTARTLAB_TOOL"  # set by the injector and the killer: their processes are never ranks
 EXIT_KILLED, EXIT_ERROR, EXIT_USAGE, EXIT_NONE = 0, 1, 2, 10
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
 
@@ -104,6 +117,51 @@ def _cmdline(p: psutil.Process) -> str:
         return ""
 
 
+def job_id_entry(env: Mapping[str, str] = None) -> Optional[str]:
+    """'SLURM_JOB_ID=123' / 'PBS_JOBID=4.server': this batch job's id, from the first scheduler
+    whose id variable is in `env` (default: ours); None outside a batch job."""
+    env = os.environ if env is None else env
+    s = schedulers.from_env(env)
+    return f"{s.jobid_var}={env[s.jobid_var]}" if s else None
+
+
+def _rank_entries(env: Mapping[str, str]) -> set:
+    from . import launchers
+    return {f"{ln.rank_var}={env[ln.rank_var]}" for ln in launchers.LAUNCHERS.all() if ln.matches(env)}
+
+
+def job_ranks(job: str, unreadable: list = None) -> Dict[int, str]:
+    """{pid: 'PMI_RANK=3'}: this node's ranks of the job `job` ('VAR=id'), by the rules in the
+    module's docstring."""
+    _check_environ_readable()
+    name, _, value = job.partition("=")
+    node = os.environ.get("SLURMD_NODENAME")
+    envs, parents = {}, {}
+    for p in psutil.process_iter():
+        try:
+            env = p.environ()
+            if env.get(name) == value and p.status() != psutil.STATUS_ZOMBIE:
+                if not (node and env.get("SLURMD_NODENAME", node) != node):
+                    envs[p.pid], parents[p.pid] = env, p.ppid()
+        except _GONE:
+            pass
+        except psutil.AccessDenied:
+            if unreadable is not None:
+                unreadable.append(p.pid)
+    ranks = {}
+    for pid, env in envs.items():
+        if TOOL_VAR in env:
+            continue
+        new = _rank_entries(env) - _rank_entries(envs.get(parents[pid]) or _environ(parents[pid]))
+        if new:
+            ranks[pid] = ",".join(sorted(new))
+    launchers_ = set()  # a rank with another rank below it started it: a launcher, not a rank
+    for pid in ranks:
+        launchers_ |= (ancestors(pid) - {pid}) & set(ranks)
+    protected = ancestors(os.getpid())
+    return {pid: what for pid, what in ranks.items() if pid not in launchers_ and pid not in protected}
+
+
 def targets(tag: str, roots: List[int] = None, unreadable: list = None) -> Dict[int, str]:
     """Tagged processes (or `roots`) and all their descendants, minus ourselves and our ancestors."""
     protected = ancestors(os.getpid())
@@ -128,15 +186,29 @@ def _rank_roots(tag: str) -> List[int]:
     return sorted(roots)
 
 
-def kill_ranks(tag: str, sig: int = _signal.SIGKILL, dry_run: bool = False, one: bool = False) -> dict:
+def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = False, one: bool = False,
+               job: Optional[str] = None) -> dict:
+    """Signal this node's ranks (by `tag`, else of the batch job `job`, default this one) and
+    their process trees; `one`: only the lowest-PID rank. Returns the receipt."""
     unreadable: list = []
-    if one:  # one rank: the lowest-PID rank and its tree
+    ranks: Dict[int, str] = {}
+    if tag is None:
+        job = job or job_id_entry()
+        if job is None:
+            raise KillerError(f"no --tag and not inside a batch job (none of {', '.join(schedulers.jobid_vars())} "
+                              f"is set): give the run's --tag")
+        ranks = job_ranks(job, unreadable)
+        roots = sorted(ranks)[:1] if one else sorted(ranks)
+        procs = targets(tag, roots)
+    elif one:  # one rank: the lowest-PID rank and its tree
         procs = targets(tag, [r for r in _rank_roots(tag) if r not in ancestors(os.getpid())][:1])
     else:
         procs = targets(tag, unreadable=unreadable)
     receipt = {"host": socket.gethostname(), "node": node_name(), "time": time.time(), "tag": tag,
+               "job": job if tag is None else None,
                "signal": _signal.Signals(sig).name, "dry_run": dry_run,
                "pids": sorted(procs), "cmdlines": {str(p): c for p, c in sorted(procs.items())},
+               "ranks": {str(p): ranks[p] for p in sorted(procs) if p in ranks},
                "unreadable": len(unreadable), "errors": {}}
     if not dry_run:
         for pid in procs:
@@ -159,13 +231,19 @@ def is_gone(pid: int) -> bool:
 
 def main(argv=None) -> int:
     import argparse
+    os.environ[TOOL_VAR] = "kill-ranks"
     p = argparse.ArgumentParser(prog="restartlab kill-ranks",
-                                description="kill this node's training ranks of one job (found by env tag)")
-    p.add_argument("--tag", required=True, help=f"the job tag ({TAG_VAR} of the ranks)")
+                                description="kill this node's training ranks of one job (found by their environment)")
+    p.add_argument("--tag", help=f"only the ranks of one restartlab run ({TAG_VAR}); default: every "
+                   "rank of this batch job (PBS_JOBID / SLURM_JOB_ID and a launcher's rank variable)")
     p.add_argument("--signal", default="KILL", help="signal name or number (default KILL)")
     p.add_argument("--dry-run", action="store_true", help="list what would be killed")
     p.add_argument("--one", action="store_true", help="only one rank (lowest PID) and its process tree")
     a = p.parse_args(argv)
+    if a.tag is None and job_id_entry() is None:
+        print(f"restartlab kill-ranks: error: no --tag and not inside a batch job (none of "
+              f"{', '.join(schedulers.jobid_vars())} is set)", file=sys.stderr)
+        return EXIT_USAGE
     try:
         sig = _signal.Signals(parse_signal(a.signal))
     except ValueError as e:

@@ -133,6 +133,11 @@ class Srun(Launcher):
     rank_var, size_var, local_rank_var = "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"
     local_size_vars = ("SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE")  # the latter: "2(x2)"
 
+    def matches(self, env):
+        # the batch script and what it starts directly carry SLURM_PROCID=0 too, but no step id
+        # (measured on the private Slurm): only a task of an srun step is an srun rank
+        return self.rank_var in env and ("SLURM_STEP_ID" in env or "SLURM_STEPID" in env)
+
     def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None):
         # --export=ALL,K=V cannot carry a value with a comma: such values are refused at render time
         for k, v in rank_env.items():

@@ -169,3 +169,92 @@ def test_mpiexec_fanout_reaches_only_the_chosen_nodes():
     assert receipts == [{"host": me, "pids": []}], receipts
     assert launchers.get("hydra").fanout_argv(["a", "b"], ["x"]) == ["mpiexec", "-n", "2", "-ppn", "1", "-hosts", "a,b", "x"]
     assert launchers.get("pals").fanout_argv(["a"], ["x"]) == ["mpiexec", "-n", "1", "--ppn", "1", "--hosts", "a", "x"]
+
+
+# ---------------------------------------------------------------- no --tag: the batch job's ranks
+# A rank of a plain program (not restartlab's trainer): writes its pid and rank variable, starts a
+# child (a writer, say), sleeps. Started by the real Hydra mpiexec below.
+PLAIN_RANK = ("import os,subprocess,sys,time; d=sys.argv[1]; "
+              "c=subprocess.Popen([sys.executable,'-c','import time; time.sleep(300)']); "
+              "open(os.path.join(d, f'rank{os.environ[\"PMI_RANK\"]}'),'w').write(f'{os.getpid()} {c.pid}'); "
+              "time.sleep(300)")
+# A launcher that is itself a task of a step (SLURM_PROCID + step id, as a Hydra proxy that srun
+# started) and starts one rank with Hydra's variables below it: a rank with a rank below it.
+NESTED = ("import os,subprocess,sys,time; "
+          "env=dict(os.environ, PMI_RANK='7', PMI_SIZE='8', MPI_LOCALRANKID='0'); "
+          "p=subprocess.Popen(sys.argv[1:], env=env); print(p.pid, flush=True); time.sleep(300)")
+
+
+def test_no_tag_kills_this_jobs_ranks_only(procs, tmp_path):
+    """Without --tag, kill-ranks takes every rank of the batch job it runs in (its PBS_JOBID)
+    whatever program the ranks run, with their children; never the launcher (mpiexec, its
+    proxy, a launcher that is itself a task), a job process without a rank variable, or another
+    job's rank."""
+    job, other = f"{uuid.uuid4().hex[:6]}.pbs-server", f"{uuid.uuid4().hex[:6]}.pbs-server"
+    base = {k: v for k, v in os.environ.items() if k not in (killer.TAG_VAR, "SLURM_JOB_ID", "SLURMD_NODENAME")}
+    env = dict(base, PBS_JOBID=job)
+    mpi = subprocess.Popen([MPIEXEC, "-n", "3", sys.executable, "-c", PLAIN_RANK, str(tmp_path)], env=env)
+    script_child = subprocess.Popen(SLEEPER, env=env)                  # e.g. the job script's `sleep`
+    nested = subprocess.Popen([sys.executable, "-c", NESTED, *SLEEPER], stdout=subprocess.PIPE, text=True,
+                              env=dict(env, SLURM_PROCID="1", SLURM_STEP_ID="0", SLURM_NTASKS="2"))
+    foreign = subprocess.Popen([sys.executable, "-c", NESTED, *SLEEPER], stdout=subprocess.PIPE, text=True,
+                               env=dict(base, PBS_JOBID=other))          # another job's rank
+    procs += [mpi, script_child, nested, foreign]
+    nested_rank, foreign_rank = int(nested.stdout.readline()), int(foreign.stdout.readline())
+    wait_for(lambda: len(list(tmp_path.iterdir())) == 3, 60, "3 ranks up")
+    ranks = {int(f.read_text().split()[0]): int(f.read_text().split()[1]) for f in tmp_path.iterdir()}
+    launcher_side = {p.pid for p in psutil.Process(mpi.pid).children(recursive=True)} - set(ranks) - set(ranks.values())
+    assert launcher_side, "Hydra's proxy is not visible"
+
+    def kill_ranks(*args):
+        r = subprocess.run([sys.executable, "-m", "restartlab.cli", "kill-ranks", *args],
+                           env=env, capture_output=True, text=True, timeout=60)
+        return r.returncode, json.loads(r.stdout)
+    rc, dry = kill_ranks("--dry-run")
+    expect = set(ranks) | set(ranks.values()) | {nested_rank}
+    assert rc == killer.EXIT_KILLED and set(dry["pids"]) == expect, (dry, ranks, nested_rank)
+    assert dry["job"] == f"PBS_JOBID={job}"
+    assert {dry["ranks"][str(p)] for p in ranks} == {"PMI_RANK=0", "PMI_RANK=1", "PMI_RANK=2"}
+    assert dry["ranks"][str(nested_rank)] == "PMI_RANK=7" and str(nested.pid) not in dry["ranks"]
+    assert not (set(dry["pids"]) & (launcher_side | {mpi.pid, script_child.pid, nested.pid, foreign_rank}))
+    rc, one = kill_ranks("--one", "--dry-run")
+    assert len(one["ranks"]) == 1 and len(one["pids"]) == 2  # one rank and its child
+    rc, receipt = kill_ranks()
+    assert rc == killer.EXIT_KILLED and set(receipt["pids"]) == expect
+    for pid in expect:
+        wait_for(lambda: killer.is_gone(pid), 10, f"pid {pid} dies")
+    assert alive(script_child) and alive(nested) and alive(foreign)
+    assert psutil.pid_exists(foreign_rank) and not killer.is_gone(foreign_rank)
+    assert mpi.wait(timeout=30) != 0  # Hydra noticed its ranks die and ended (not killed by us)
+
+
+def test_no_tag_outside_a_job_is_a_usage_error():
+    env = {k: v for k, v in os.environ.items() if k not in ("PBS_JOBID", "SLURM_JOB_ID")}
+    for verb in (["kill-ranks"], ["inject", "--every", "10s"]):
+        r = subprocess.run([sys.executable, "-m", "restartlab.cli", *verb], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "not inside a batch job" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_sigterm_during_a_strike_waits_for_its_record(tmp_path):
+    """The job script stops the injector with SIGTERM when a phase ends; one arriving while a
+    strike is under way (a real signal, sent from inside the strike) must not lose the strike's
+    record, or the collector would book that attempt's death as an uninjected crash."""
+    p = argparse.ArgumentParser()
+    inject.add_args(p)
+    a = p.parse_args(["--every", "1s", "--tag", "t", "--phase-dir", str(tmp_path), "--fanout", "local"])
+    inj = inject.Injector(a)
+
+    def strike(kind, idx, sig):
+        os.kill(os.getpid(), signal.SIGTERM)  # the script's TERM, mid-strike
+        time.sleep(0.2)
+        return 2, [{"node": "n1", "signal": "SIGKILL", "pids": [11, 12], "ranks": {"11": "PMI_RANK=0"}}]
+    inj.strike = strike
+    old = signal.signal(signal.SIGTERM, inj.on_terminate)
+    try:
+        with pytest.raises(SystemExit):
+            inj.run()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    recs = [json.loads(x) for x in (tmp_path / "injections.jsonl").read_text().splitlines()]
+    assert len(recs) == 1 and recs[0]["killed"] == 2 and inj.terminated == "SIGTERM"

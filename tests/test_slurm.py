@@ -209,3 +209,73 @@ def test_pbs_script_runs_under_slurm_with_mock_pbs_layer(slurm, tmp_path):
     # qstat without -x on a finished job: PBS Pro's exit code 35
     r = subprocess.run(["qstat", "-f", "-F", "json", jid], capture_output=True, text=True, env=env)
     assert r.returncode == 35 and "Job has finished" in r.stderr
+
+
+PLAIN = """import os, subprocess, sys, time
+d, phase = sys.argv[1], sys.argv[2]
+rank = os.environ.get("PMI_RANK") if phase == "hydra" else os.environ["SLURM_PROCID"]
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(90)"])
+with open(os.path.join(d, f"{phase}-{rank}.pid"), "w") as f:
+    f.write(f"{os.getpid()} {child.pid}")
+time.sleep(90)  # only the injector ends it early
+"""
+
+
+def test_inject_without_flags_strikes_a_plain_program(slurm, tmp_path):
+    """The design's usage line in a user's own job: `restartlab inject --every 10s`, no other flag,
+    next to a plain multi-rank Python program (not restartlab's trainer) launched first by srun,
+    then by Hydra's mpiexec (whose proxies srun starts: launchers with a rank variable of their
+    own). Each strike takes only that program's ranks and their children on both nodes; the job
+    script, a job process without a rank variable and the launchers survive; the receipts say
+    which ranks they took."""
+    d = tmp_path / "plain"
+    d.mkdir()
+    (d / "plain.py").write_text(PLAIN)
+    bindir = os.path.dirname(sys.executable)
+    script = d / "job.sh"
+    script.write_text(f"""#!/bin/bash
+#SBATCH --nodes=2 --ntasks-per-node=2 --time=00:05:00 --output={d}/job.out
+export PATH={bindir}:$PATH
+cd {d}
+restartlab inject --every 10s > inject.log 2>&1 &
+inj=$!
+sleep 300 &
+innocent=$!
+srun --mpi=pmi2 python plain.py {d} srun
+echo "srun rc=$?"
+mpiexec -n 4 -ppn 2 python plain.py {d} hydra
+echo "mpiexec rc=$?"
+kill $inj; wait $inj
+kill -0 $innocent && echo "innocent alive"
+kill $innocent
+echo "script done"
+""")
+    r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    jid = r.stdout.strip().split(";")[0]
+    wait_state("slurm", jid, {"finished", "failed"}, 240)
+    out = (d / "job.out").read_text()
+    assert "innocent alive" in out and "script done" in out, out
+    assert "srun rc=0" not in out and "mpiexec rc=0" not in out, out  # both programs were struck
+    ranks = {}
+    for f in d.glob("*.pid"):
+        pid, child = map(int, f.read_text().split())
+        ranks[pid] = (f.name[:-4], child)
+    assert sorted(v[0] for v in ranks.values()) == [f"{ph}-{i}" for ph in ("hydra", "srun") for i in range(4)]
+    log = (d / "inject.log").read_text()
+    recs = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    assert len(recs) >= 2, log
+    allowed = set(ranks) | {c for _, c in ranks.values()}
+    struck = {phase: set() for phase in ("srun", "hydra")}
+    for rec in recs[:2]:
+        assert sorted(x.get("node") for x in rec["receipts"]) == slurm["nodes"], rec
+        for x in rec["receipts"]:
+            assert x["job"] == f"SLURM_JOB_ID={jid}" and not x["errors"], x
+            assert set(x["pids"]) <= allowed, (x, ranks)       # no launcher, script or bystander
+            for pid, what in x["ranks"].items():
+                name = ranks[int(pid)][0]
+                struck[name.split("-")[0]].add(name)
+                assert what == ("PMI_RANK=" if name.startswith("hydra") else "SLURM_PROCID=") + name.split("-")[1]
+    assert struck["srun"] and struck["hydra"], (struck, log)
+    assert "SLURM_PROCID=" in log and "PMI_RANK=" in log  # the injector's own lines name the ranks
+    assert all(killer.is_gone(p) for p in allowed)

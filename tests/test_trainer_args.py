@@ -25,9 +25,12 @@ def test_bad_input_one_line_exit_2(args, needle):
     ({"PALS_RANKID": "3", "PALS_LOCAL_RANKID": "1", "PMI_SIZE": "8"}, (3, 8, 1, "pals")),
     ({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "2"}, (2, 4, 2, "hydra")),
     ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "6", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}, (5, 6, 1, "openmpi")),
-    ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1"}, (1, 2, 1, "srun")),
+    ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0"}, (1, 2, 1, "srun")),
+    # the batch script (and a trainer it starts without a launcher) has SLURM_PROCID=0 but no step
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "7"}, (0, 1, 0, "none")),
     # srun --mpi=pmi2 also sets PMI_RANK/PMI_SIZE: the local rank must still be SLURM_LOCALID
-    ({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "PMI_RANK": "3", "PMI_SIZE": "4"},
+    ({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "PMI_RANK": "3", "PMI_SIZE": "4",
+      "SLURM_STEPID": "2"},
      (3, 4, 1, "srun")),
     # Hydra's ranks inside a Slurm job inherit their proxy's SLURM_PROCID: Hydra's variables win
     ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "PMI_RANK": "3", "PMI_SIZE": "4",

@@ -5,7 +5,7 @@ template; see README, "Extending restartlab".
 
 Command hooks return argv lists and parsers take recorded output, so each is testable alone."""
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..registry import Registry
 
@@ -78,6 +78,10 @@ class Scheduler:
     def cancel_error(self, returncode: int, stdout: str, stderr: str) -> Optional[str]:
         """None when the cancel went through, else the reason."""
         return (stderr.strip() or stdout.strip() or f"exit code {returncode}") if returncode else None
+
+    def job_hosts(self, env: Mapping[str, str]) -> Optional[List[str]]:
+        """Inside a job with no node file at hand: the job's hosts, in order (None: unknown)."""
+        return None
 
     def fanout_cmd(self, node_index: int, hosts: List[str], argv: List[str],
                    slots: Optional[List[int]] = None) -> List[str]:

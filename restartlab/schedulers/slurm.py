@@ -1,6 +1,7 @@
 """Slurm: #SBATCH header, sbatch --parsable / sacct (squeue where accounting is off) / scancel,
 srun --overlap fan-out."""
 import os
+import subprocess
 
 from ..units import hms
 from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, Scheduler,
@@ -105,6 +106,15 @@ class Slurm(Scheduler):
         if returncode or errs:
             return "; ".join(errs) or stderr.strip() or f"scancel exited {returncode}"
         return None
+
+    def job_hosts(self, env):
+        nodelist = env.get("SLURM_JOB_NODELIST")
+        if not nodelist:
+            return None
+        r = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True)
+        if r.returncode:
+            raise SchedulerError(f"scontrol show hostnames {nodelist}: {r.stderr.strip() or r.returncode}")
+        return r.stdout.split() or None
 
     def fanout_cmd(self, node_index, hosts, argv, slots=None):
         return ["srun", "--overlap", f"--jobid={os.environ.get('SLURM_JOB_ID', '')}", "-N", "1", "-n", "1",
