@@ -24,6 +24,7 @@ def record(attempt_dir, phase_dir, attempt, launch_ts, end_ts, rc, train_iters, 
             "signal": launchers.get(launcher).signal_of(rc), "launcher": launcher,
             "completed": completed, "hang": os.path.exists(os.path.join(attempt_dir, "hang")),
             "preempted": rc == EXIT_PREEMPTED,
+            "walltime": os.path.exists(os.path.join(attempt_dir, "walltime")),
             "injected": injected_between(phase_dir, launch_ts, end_ts)}
     with open(os.path.join(attempt_dir, "attempt.json"), "w") as f:
         json.dump(info, f)

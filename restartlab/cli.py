@@ -3,6 +3,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -129,17 +130,24 @@ def cmd_kill_ranks(argv):
 
 def cmd_teardown(a):
     """SIGKILL this job's ranks on every node (found by tag): the relaunch loop's last word on an
-    attempt that hung or failed, so nothing of it outlives it (a stopped rank included)."""
+    attempt that hung or failed, so nothing of it outlives it (a stopped rank included). With
+    --signal TERM (the trainer's preemption signal): the walltime warning."""
     from . import failures, inject, killer
+    try:
+        sig = killer.parse_signal(a.signal)
+    except ValueError as e:
+        print(f"restartlab teardown: error: {e}", file=sys.stderr)
+        return 2
     hosts, slots = inject.read_nodefile(a.nodefile)
     if a.fanout == "local":  # this node only: no second interpreter
-        receipts = [killer.kill_ranks(a.tag)]
+        receipts = [killer.kill_ranks(a.tag, sig)]
     else:
-        argv = inject.killer_argv(sys.executable, a.tag, "KILL", failures.get("kill"))
+        argv = inject.killer_argv(sys.executable, a.tag, a.signal, failures.get("kill"))
         receipts = inject.fan_out(a.fanout, hosts, range(len(hosts)), argv, slots, a.launcher)
     killed = sorted({(r.get("host"), p) for r in receipts for p in r.get("pids", [])})
     errors = [r["error"] for r in receipts if r.get("error")]
-    print(f"restartlab teardown: {len(killed)} process(es) of {a.tag} killed on {len(hosts)} node(s)"
+    verb = "killed" if sig == signal.SIGKILL else f"sent SIG{signal.Signals(sig).name.removeprefix('SIG')}"
+    print(f"restartlab teardown: {len(killed)} process(es) of {a.tag} {verb} on {len(hosts)} node(s)"
           + (f"; errors: {'; '.join(errors)}" if errors else ""), flush=True)
     return 1 if errors else 0
 
@@ -218,6 +226,7 @@ def build_parser():
     sp.add_argument("--launcher", default="hydra")
     sp = sub.add_parser("teardown", help="SIGKILL a job's ranks on every node (by tag)")
     sp.add_argument("--tag", required=True)
+    sp.add_argument("--signal", default="KILL", help="signal name or number (default KILL)")
     sp.add_argument("--fanout", choices=every + ["mpiexec"], default="local")
     from . import launchers
     sp.add_argument("--launcher", choices=launchers.names(), default="pals")

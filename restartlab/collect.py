@@ -37,6 +37,8 @@ class Attempt:
     hang: bool = False                    # the relaunch loop's watchdog stopped it
     preempted: bool = False               # the trainer stopped on the preemption signal (exit 5)
     timed_out: bool = False               # a rank's process-group timeout fired
+    walltime: bool = False                # the job script's walltime warning stopped it
+    emergency_step: Optional[int] = None  # the step of its emergency checkpoint (train/preempted)
     resumed_from: int = 0
     first_ts: Optional[float] = None      # first step completed in this attempt
     first_iter: Optional[int] = None
@@ -130,6 +132,7 @@ def _attempt_from_dir(a: Attempt, attempt_dir, warnings) -> None:
     a.launch_ts, a.end_ts = _num(info.get("launch_ts")), _num(info.get("end_ts"))
     a.exit_code, a.completed = info.get("exit_code"), info.get("completed") is True
     a.hang, a.preempted = info.get("hang") is True, info.get("preempted") is True
+    a.walltime = info.get("walltime") is True
     a.timed_out = _mentions(os.path.join(attempt_dir, "output.log"), PG_TIMEOUT) if not a.completed else False
 
 
@@ -182,6 +185,8 @@ def _stream_attempt(a: Attempt, keep_upto, want, ph: Phase) -> None:
                 a.kept_dt += dt
             if it in want:
                 a.ts_at[it] = ts
+        if _num(m.get("train/preempted")) is not None:
+            a.emergency_step = int(m["train/preempted"])
         for key in SAVE_KEYS:
             if _num(m.get(key)) is not None:
                 ph.saves[key].append(float(m[key]))
@@ -307,7 +312,18 @@ def summarize_phase(ph: Phase) -> dict:
         "finalize": quantiles(ph.finalize),
         "productive_s": productive,
         "ettr": (productive / wall) if wall else None,
+        "walltime_stop": walltime_stop(ph),
     }
+
+
+def walltime_stop(ph: Phase) -> Optional[dict]:
+    """The phase's last attempt, when the walltime warning ended it: its last step, the step of
+    its emergency checkpoint and the steps that checkpoint does not hold (0 when it landed)."""
+    a = ph.attempts[-1] if ph.attempts else None
+    if a is None or not a.walltime:
+        return None
+    return {"attempt": a.index, "last_step": a.last_iter, "emergency_checkpoint": a.emergency_step,
+            "lost_steps": (a.last_iter - a.emergency_step) if a.emergency_step is not None else None}
 
 
 def overhead(phase: dict, baseline: dict) -> Optional[dict]:

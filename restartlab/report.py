@@ -93,6 +93,16 @@ def markdown(summaries, missing, src, problems=()):
                  f"{_fmt(o.get('residual_s'))} |")
     L += ["", "Overhead = downtime + recompute + save stalls + residual (the residual is what the three "
           "named parts do not explain: slower steps, launch noise).", ""]
+    for s in summaries:
+        w = s.get("walltime_stop")
+        if w:
+            ck = w["emergency_checkpoint"]
+            L.append(f"- **{s['phase']} stopped by the walltime warning** (attempt {w['attempt']}): last step "
+                     f"{w['last_step']}, " + (f"emergency checkpoint of step {ck}: {w['lost_steps']} step(s) "
+                                              f"not in a checkpoint" if ck is not None else
+                                              "no emergency checkpoint was written") + ".")
+    if any(s.get("walltime_stop") for s in summaries):
+        L.append("")
     L += ["## Failures", "", "| phase | attempt | kind | step at kill | resumed from | lost steps | "
           "downtime s | restart s (launch->first step) | import s | dist init s | build s | load s | "
           "recompute s |", "|" + "---|" * 13]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from . import experiment, killer, live, scenario
+from . import experiment, killer, live, scenario, trainer_options
 from .resources import resource_dir
 
 
@@ -76,15 +76,20 @@ def main(a) -> int:
         sys.stdout.write("\n")
     rc = proc.returncode
     killer.kill_ranks(ctx["tag"])  # nothing of this job may outlive it
-    print(f"restartlab run: job script exited {rc} after {time.time() - t0:.0f}s")
+    why = {trainer_options.EXIT_PREEMPTED: " (stopped by the walltime warning: state saved, training "
+           "not finished)"}.get(rc, "")
+    print(f"restartlab run: job script exited {rc} after {time.time() - t0:.0f}s{why}")
     rep = os.path.join(d, "report.md")
     if os.path.exists(rep):
         print(f"report: {rep}")
         try:
             with open(os.path.join(d, "summary.json")) as f:
                 for s in json.load(f)["phases"]:
+                    w = s.get("walltime_stop")
                     print(f"  {s['phase']:>10}: wall {s['wall_s'] or 0:6.1f}s  kills {s['kills']}  "
-                          f"lost steps {s['lost_steps']}  ETTR {s['ettr'] or 0:.3f}")
+                          f"lost steps {s['lost_steps']}  ETTR {s['ettr'] or 0:.3f}"
+                          + (f"  walltime stop at step {w['last_step']} (emergency checkpoint "
+                             f"{w['emergency_checkpoint']})" if w else ""))
         except (OSError, ValueError, KeyError):
             pass
     return rc

@@ -92,6 +92,9 @@ SCHEMA = {
                           "(once it has taken a step)", positive=True),
         "startup_timeout": F("duration", 1200, "the same, before the attempt's first step (imports, "
                              "rendezvous and the checkpoint load may take minutes at scale)", positive=True),
+        "walltime_margin": F("duration", 120, "this long before job.walltime, the ranks get the trainer's "
+                             "preempt_signal: an emergency checkpoint lands before the scheduler kills "
+                             "the job, and no attempt is launched after it (0: off)"),
     },
     "failures": FAILURES,
     "phases": ListOf({
@@ -413,6 +416,9 @@ def _cross_checks(sc, v: _V):
         v.err(("trainer", "train_iters"), "must be >= 1")
     if sc["relaunch"]["max_attempts"] < 1:
         v.err(("relaunch", "max_attempts"), "must be >= 1")
+    if sc["relaunch"]["walltime_margin"] >= sc["job"]["walltime"]:
+        v.err(("relaunch", "walltime_margin"), f"must be shorter than job.walltime "
+              f"({sc['relaunch']['walltime_margin']:g}s >= {sc['job']['walltime']:g}s): nothing would train")
     if not sc["phases"]:
         v.err(("phases",), "at least one phase is needed")
     names = [p["name"] for p in sc["phases"]]

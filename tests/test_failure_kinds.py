@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from restartlab import killer
+from restartlab import ckptdir, killer
 from tests.helpers import job_tag
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(900)]
@@ -41,4 +41,33 @@ def test_rank_hang_preempt_in_one_run(tmp_path):
     assert [x["hang"] for x in a] == [False, True, False, False] and a[2]["preempted"] and a[3]["completed"]
     assert [x["injected"] for x in a] == [True, True, True, False]
     assert "By failure kind" in open(d / "report.md").read()
+    assert killer.find_tagged(job_tag(d)) == []
+
+
+def test_walltime_warning_emergency_checkpoint_nothing_lost(tmp_path):
+    """relaunch.walltime_margin before job.walltime the job script sends the ranks the trainer's
+    preemption signal: the async phase writes an emergency checkpoint of its last step (waiting
+    for the save in flight) and exits 5; nothing is relaunched, the next phase never starts, the
+    job exits 5 (state saved, training unfinished) and the report says what the stop kept."""
+    d = tmp_path / "expt"
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(d), "--plain",
+                        "--set", "phases=[{name: first, checkpoint: async, failures: false}, "
+                                 "{name: second, checkpoint: sync, failures: false}]",
+                        "--set", "trainer.train_iters=100000", "--set", "trainer.save_interval=7",
+                        "--set", "job.walltime=60s", "--set", "relaunch.walltime_margin=30s",
+                        "--set", "collection.plots=false"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 5, r.stdout[-3000:] + r.stderr[-3000:]
+    assert not (d / "second").exists() or not (d / "second" / "attempts").exists()
+    a = json.load(open(d / "first" / "attempts" / "1" / "attempt.json"))
+    assert a["walltime"] and a["preempted"] and a["exit_code"] == 5, a
+    assert not (d / "first" / "attempts" / "2").exists()          # no relaunch after the warning
+    s = json.load(open(d / "summary.json"))["phases"][0]
+    w = s["walltime_stop"]
+    assert w["lost_steps"] == 0 and w["emergency_checkpoint"] == w["last_step"] > 7, w
+    assert ckptdir.newest_complete_step(str(d / "first" / "ckpts")) == w["last_step"]
+    assert "stopped by the walltime warning" in open(d / "report.md").read()
+    assert "walltime warning (30s left)" in open(d / "job.out").read()
+    assert "phase second: not started (walltime)" in open(d / "job.out").read()
+    assert f"walltime stop at step {w['last_step']}" in r.stdout
     assert killer.find_tagged(job_tag(d)) == []

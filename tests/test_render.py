@@ -38,7 +38,7 @@ def test_slurm_header_golden():
 
 def test_body_structure():
     text, ctx = rendered("agpt2b", "pbs")
-    assert text.count("\nrl_run_phase ") == 3
+    assert text.count("\n  rl_run_phase ") == 3
     for p in ("baseline", "sync", "async"):
         assert f"rl_run_phase {p} /expt/x/{p}" in text
     # the job tag reaches the ranks through the launcher only, never the script's environment

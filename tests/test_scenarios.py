@@ -46,6 +46,8 @@ BAD = [
     ("name: t\nlaunch:\n  env: [A, B]\nphases: [{name: a}]\n", 3, "launch.env: expected a mapping"),
     ("name: t\njob:\n  account: \"a\\nb\"\nphases: [{name: a}]\n", 3, "job.account: a scheduler directive value cannot contain a newline"),
     ("name: t\nphases: [{name: a\n", 3, "invalid YAML"),
+    ("name: t\njob:\n  walltime: 00:05:00\nrelaunch:\n  walltime_margin: 10m\nphases: [{name: a}]\n", 5,
+     "relaunch.walltime_margin: must be shorter than job.walltime (600s >= 300s)"),
     ("name: t\nphases:\n  - name: base\n    checkpoint: none\n    failures:\n      schedule: {at_steps: [5]}\n", 5,
      "saves no checkpoints"),
 ]

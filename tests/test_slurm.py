@@ -279,3 +279,44 @@ echo "script done"
     assert struck["srun"] and struck["hydra"], (struck, log)
     assert "SLURM_PROCID=" in log and "PMI_RANK=" in log  # the injector's own lines name the ranks
     assert all(killer.is_gone(p) for p in allowed)
+
+
+def test_slurm_walltime_warning_nothing_lost(slurm, tmp_path):
+    """A job with a 2-minute walltime and relaunch.walltime_margin 60s: one minute in, the job
+    script sends SIGTERM (the trainer's preemption signal) to all 4 ranks on both nodes through
+    srun --overlap; the async phase waits for its save in flight, writes an emergency checkpoint of
+    its last step and exits 5; nothing is relaunched; the job ends (exit 5) before Slurm's limit
+    with its newest complete checkpoint = its last step."""
+    text = f"""extends: systems/slurm.yaml
+name: slurm-walltime
+expt_root: {tmp_path}/expt
+job: {{nodes: 2, walltime: "00:02:00"}}
+launch: {{ranks_per_node: 2}}
+trainer: {{model: tiny, train_iters: 1000000, save_interval: 7, device: cpu}}
+relaunch: {{max_attempts: 5, backoff: 0s, hang_timeout: 120s, walltime_margin: 60s}}
+phases:
+  - {{name: async, checkpoint: async, failures: false}}
+"""
+    path = tmp_path / "walltime.yaml"
+    path.write_text(text)
+    jid, expt = submit(str(path))
+    assert "--time=00:02:00" in open(os.path.join(expt, "job.sh")).read()
+    seen = wait_state("slurm", jid, {"finished", "failed"}, 240)
+    out = open(os.path.join(expt, f"job-{jid}.out")).read()
+    st = status("slurm", jid)[jid]
+    # the test Slurm keeps no accounting (no exit code from squeue): the controller still knows
+    sc = subprocess.run(["scontrol", "show", "job", jid], capture_output=True, text=True, timeout=30).stdout
+    assert seen[-1] == "failed" and "ExitCode=5:0" in sc, (st, sc, out[-3000:])
+    assert "walltime warning (60s left)" in out and "TIMEOUT" not in st["detail"], (st, out[-3000:])
+    adir = os.path.join(expt, "async", "attempts", "1")
+    a = json.load(open(os.path.join(adir, "attempt.json")))
+    assert a["walltime"] and a["preempted"] and a["exit_code"] == 5, a
+    assert 55 <= a["end_ts"] - a["launch_ts"] < 115, a       # stopped after the warning, before the limit
+    assert not os.path.exists(os.path.join(expt, "async", "attempts", "2"))
+    assert "4 process(es)" in open(os.path.join(adir, "teardown.log")).read().splitlines()[0]
+    with open(os.path.join(expt, "summary.json")) as f:
+        w = json.load(f)["phases"][0]["walltime_stop"]
+    assert w["lost_steps"] == 0 and w["emergency_checkpoint"] == w["last_step"] > 7, w
+    from restartlab import ckptdir
+    assert ckptdir.newest_complete_step(os.path.join(expt, "async", "ckpts")) == w["last_step"]
+    assert leftover_ranks(expt) == []
