@@ -1,0 +1,283 @@
+"""restartlab simulate: goodput (ETTR) and the best checkpoint interval of a long training run at
+any scale, from costs measured on a few nodes (a report's summary.json, or flags) and a failure
+model, by a seeded Monte Carlo.
+
+The model (one attempt = one *segment*, from its launch to the next launch):
+- launch -> first productive step: `restart_s` (imports, rendezvous, checkpoint load);
+- then cycles of `interval` steps of work and one save. Sync: the loop blocks `sync_stall_s`, the
+  checkpoint is durable when the save returns. Async: the loop blocks `async_stall_s` (stage and
+  drain); the checkpoint is durable `async_durable_s` after the save began; steps that run while
+  a save is in the background are slower by `interference` (a fraction); at most one save is in
+  flight, so a background longer than a cycle stalls the loop;
+- a failure at time T after the launch keeps the work of every checkpoint durable before T and
+  loses the rest (a `preempt` keeps all of it and pays one emergency save); the segment ends
+  `detection_s[kind]` (fault -> attempt end) + `gap_s` (attempt end -> next launch) after T.
+Failures arrive as a Poisson process (exponential times to failure, the job MTBF), so segments
+are independent: each replica draws them all at once and the run is the cumulative sum (numpy;
+no per-step loop). The same draws serve every interval and both modes (common random numbers:
+the curves are smooth and their differences are not noise). ETTR = useful compute seconds /
+wall seconds; the run's end keeps all work done (the job ends with a save)."""
+import json
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from .units import parse_duration
+
+DAY = 86400.0
+PREEMPT = "preempt"
+
+
+class SimulateError(ValueError):
+    pass
+
+
+@dataclass
+class Costs:
+    step_s: float
+    sync_stall_s: float = 0.0
+    async_stall_s: float = 0.0
+    async_durable_s: float = 0.0
+    interference: float = 0.0
+    restart_s: float = 0.0
+    gap_s: float = 0.0
+    detection_s: Dict[str, float] = field(default_factory=lambda: {"kill": 0.0})
+    sources: Dict[str, str] = field(default_factory=dict)  # figure -> where it came from
+
+    def save_cost(self, mode: str) -> float:
+        return self.sync_stall_s if mode == "sync" else self.async_stall_s
+
+
+@dataclass
+class Failures:
+    mtbf_s: float                      # the job's mean time between interruptions
+    kinds: Dict[str, float] = field(default_factory=lambda: {"kill": 1.0})  # weights
+
+    @staticmethod
+    def at_scale(node_mtbf_s: float, nodes: int, kinds=None, correlated: float = 0.0, burst: int = 1):
+        """Per-node MTBF x node count: the job sees nodes/node_mtbf node failures per second;
+        a fraction `correlated` of interruptions take `burst` nodes at once (one interruption
+        for several node failures)."""
+        per_event = 1.0 + correlated * (burst - 1)
+        return Failures(node_mtbf_s * per_event / nodes, dict(kinds or {"kill": 1.0}))
+
+
+# ---------------------------------------------------------------- one segment, vectorized
+def _cycle(costs: Costs, interval: int, mode: str):
+    """(work per cycle W, cycle wall length L, durable offset B after the stage ends)."""
+    w = interval * costs.step_s
+    if mode == "sync":
+        return w, w + costs.sync_stall_s, 0.0
+    bg = max(costs.async_durable_s - costs.async_stall_s, 0.0)
+    work_wall = w + min(bg, w) * costs.interference
+    return w, costs.async_stall_s + max(work_wall, bg), bg
+
+
+def _work_done(t, costs, w, L):
+    """Work (compute seconds) done by time t after a launch, saved or not."""
+    x = np.maximum(t - costs.restart_s, 0.0)
+    full = np.floor(x / L)
+    return full * w + np.minimum(x - full * L, w)
+
+
+def _kept(t, kinds_idx, preempt_idx, costs, w, L, B):
+    """Work that survives a failure at t: that of the checkpoints durable before t (a preempt's
+    emergency checkpoint keeps everything done)."""
+    n = np.floor(np.maximum(t - costs.restart_s - B, 0.0) / L)
+    kept = n * w
+    if preempt_idx is not None:
+        pre = kinds_idx == preempt_idx
+        kept = np.where(pre, _work_done(t, costs, w, L), kept)
+    return kept
+
+
+def simulate_run(costs: Costs, fail: Failures, interval: int, mode: str, hours: float,
+                 draws: "Draws") -> dict:
+    """One replica (its `draws`) of a run of `hours` wall hours at this interval and mode."""
+    horizon = hours * 3600.0
+    w, L, B = _cycle(costs, interval, mode)
+    t, k = draws.t, draws.kind
+    det = draws.detection
+    pre = draws.preempt_idx
+    extra = np.where(k == pre, costs.sync_stall_s if mode == "sync" else costs.async_durable_s, 0.0) \
+        if pre is not None else 0.0
+    seg = t + det + costs.gap_s + extra               # wall of each failed segment
+    ends = np.cumsum(seg)
+    m = int(np.searchsorted(ends, horizon, side="right"))  # failures that fit in the run
+    if m == len(t):
+        raise SimulateError("internal: too few failure draws for the horizon")
+    kept = _kept(t[:m], k[:m], pre, costs, w, L, B)
+    done = _work_done(t[:m], costs, w, L)
+    start_last = ends[m - 1] if m else 0.0
+    last = float(_work_done(np.array([horizon - start_last]), costs, w, L)[0])
+    useful = float(kept.sum()) + last
+    down = float((np.minimum(t[:m], costs.restart_s) + det[:m] + costs.gap_s).sum()) + \
+        min(horizon - start_last, costs.restart_s)
+    return {"ettr": useful / horizon, "failures": m, "lost_s": float((done - kept).sum()),
+            "downtime_s": down, "useful_s": useful}
+
+
+@dataclass
+class Draws:
+    t: np.ndarray
+    kind: np.ndarray
+    detection: np.ndarray
+    preempt_idx: Optional[int]
+
+
+def draw(costs: Costs, fail: Failures, hours: float, rng: np.random.Generator) -> Draws:
+    """Enough exponential times to failure (and kinds) to cover `hours` with room to spare."""
+    names = list(fail.kinds)
+    p = np.array([fail.kinds[n] for n in names], dtype=float)
+    p /= p.sum()
+    expect = hours * 3600.0 / fail.mtbf_s
+    n = int(expect + 10 * math.sqrt(expect + 1) + 20)
+    t = rng.exponential(fail.mtbf_s, n)
+    kind = rng.choice(len(names), size=n, p=p)
+    missing = [x for x in names if x not in costs.detection]
+    if missing:
+        raise SimulateError(f"no detection time for failure kind(s) {', '.join(missing)}: give "
+                            f"--detection {missing[0]}=SECONDS")
+    det = np.array([costs.detection[x] for x in names])[kind]
+    return Draws(t, kind, det, names.index(PREEMPT) if PREEMPT in names else None)
+
+
+def sweep(costs: Costs, fail: Failures, intervals: Sequence[int], modes=("sync", "async"),
+          days: float = 30.0, replicas: int = 20, seed: int = 0) -> dict:
+    """ETTR per (mode, interval): mean over replicas and a 95% confidence half-width."""
+    rng = np.random.default_rng(seed)
+    hours = days * 24.0
+    reps = [draw(costs, fail, hours, rng) for _ in range(replicas)]
+    out = {}
+    for mode in modes:
+        rows = []
+        for iv in intervals:
+            runs = [simulate_run(costs, fail, iv, mode, hours, d) for d in reps]
+            e = np.array([r["ettr"] for r in runs])
+            half = 1.96 * e.std(ddof=1) / math.sqrt(len(e)) if len(e) > 1 else float("nan")
+            rows.append({"interval_steps": iv, "interval_s": iv * costs.step_s, "ettr": float(e.mean()),
+                         "ci95": float(half),
+                         "failures_per_day": float(np.mean([r["failures"] for r in runs])) / days,
+                         "lost_h_per_day": float(np.mean([r["lost_s"] for r in runs])) / 3600 / days,
+                         "downtime_h_per_day": float(np.mean([r["downtime_s"] for r in runs])) / 3600 / days})
+        best = max(rows, key=lambda r: r["ettr"])
+        out[mode] = {"rows": rows, "best": best, **young_daly(costs, fail, mode)}
+    return out
+
+
+# ---------------------------------------------------------------- analytic references
+def young_daly(costs: Costs, fail: Failures, mode: str) -> dict:
+    """Young: sqrt(2 C M); Daly's first-order refinement: sqrt(2 C (M + R)) - C (seconds of work
+    between saves; C the loop's stall per save, R the downtime per failure)."""
+    c, m = costs.save_cost(mode), fail.mtbf_s
+    r = costs.restart_s + costs.gap_s + _mean_detection(costs, fail)
+    if c <= 0:
+        return {"young_s": None, "daly_s": None}
+    return {"young_s": math.sqrt(2 * c * m), "daly_s": math.sqrt(2 * c * (m + r)) - c if c < 2 * m else m}
+
+
+def _mean_detection(costs: Costs, fail: Failures) -> float:
+    tot = sum(fail.kinds.values())
+    return sum(w / tot * costs.detection.get(k, 0.0) for k, w in fail.kinds.items())
+
+
+def renewal_ettr(costs: Costs, fail: Failures, interval: int, mode: str = "sync") -> float:
+    """Exact long-run ETTR of the model for exponential failures and kill-like kinds (renewal-
+    reward: expected kept work per segment / expected segment length)."""
+    w, L, B = _cycle(costs, interval, mode)
+    lam = 1.0 / fail.mtbf_s
+    q = math.exp(-lam * L)
+    kept = w * math.exp(-lam * (costs.restart_s + B)) * q / (1.0 - q)
+    return kept / (fail.mtbf_s + _mean_detection(costs, fail) + costs.gap_s)
+
+
+def first_order_ettr(costs: Costs, fail: Failures, interval: int, mode: str = "sync") -> float:
+    """The textbook first-order model: (W / L) x (1 - (R + D + G + B + L/2) / M). Its error is of
+    order ((R + L) / M)^2."""
+    w, L, B = _cycle(costs, interval, mode)
+    down = costs.restart_s + _mean_detection(costs, fail) + costs.gap_s + B + L / 2
+    return (w / L) * (1.0 - down / fail.mtbf_s)
+
+
+def default_intervals(costs: Costs, fail: Failures, n: int = 20) -> List[int]:
+    """n intervals (in steps), log-spaced from a tenth to ten times Young's, whole and distinct."""
+    ys = [y for y in (young_daly(costs, fail, m)["young_s"] for m in ("sync", "async")) if y]
+    y = min(ys) if ys else 100 * costs.step_s
+    lo, hi = max(costs.step_s, y / 10), max(costs.step_s, y * 10)
+    steps = sorted({max(1, round(x / costs.step_s)) for x in np.geomspace(lo, hi, n)})
+    return steps
+
+
+# ---------------------------------------------------------------- measured costs
+def load_summary(path: str) -> Dict[str, dict]:
+    """{phase name: phase summary} from a report's summary.json; a clear error otherwise."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        phases = {p["phase"]: p for p in data["phases"]}
+    except OSError as e:
+        raise SimulateError(f"{path}: {e.strerror}") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise SimulateError(f"{path}: not a restartlab summary.json ({type(e).__name__}: {e})") from None
+    return phases
+
+
+def _median(xs):
+    xs = sorted(x for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool))
+    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else None
+
+
+def _save_median(ph, key):
+    v = ((ph.get("save") or {}).get(key) or {}).get("median")
+    return v if isinstance(v, (int, float)) else None
+
+
+def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Costs:
+    """Costs from a report's summary.json (only the phases named, if given): step time from the
+    baseline (else the first phase with steps); the sync stall from a phase with sync saves; the
+    async stall (stage + drain) and durability (save -> .complete) from a phase with async
+    saves; restart, relaunch gap and detection per kind as medians over the phases' failures."""
+    allp = load_summary(path)
+    use = {n: p for n, p in allp.items() if not phases or n in phases}
+    if phases and not use:
+        raise SimulateError(f"{path}: no phase named {', '.join(phases)} (has: {', '.join(allp)})")
+    src = {}
+    with_steps = [(n, p) for n, p in allp.items() if p.get("steps") and p.get("productive_s")]
+    name, p = next(((n, q) for n, q in with_steps if n == "baseline"), with_steps[0] if with_steps else (None, None))
+    if p is None:
+        raise SimulateError(f"{path}: no phase with steps and productive_s: cannot tell the step time")
+    c = Costs(step_s=p["productive_s"] / p["steps"], sources=src)
+    src["step_s"] = f"{path}: {name} productive_s / steps"
+    for n, ph in use.items():
+        s = _save_median(ph, "ckpt_save_seconds")
+        if s is not None and "sync_stall_s" not in src:
+            c.sync_stall_s, src["sync_stall_s"] = s, f"{path}: {n} save.ckpt_save_seconds median"
+        st = _save_median(ph, "ckpt_stage_seconds")
+        if st is not None and "async_stall_s" not in src:
+            c.async_stall_s = st + (_save_median(ph, "ckpt_drain_seconds") or 0.0)
+            src["async_stall_s"] = f"{path}: {n} save stage + drain medians"
+            fin = (ph.get("finalize") or {}).get("median")
+            if isinstance(fin, (int, float)):
+                c.async_durable_s = fin
+                src["async_durable_s"] = f"{path}: {n} finalize (save -> .complete) median"
+    evs = [e for ph in use.values() for e in ph.get("failures") or [] if isinstance(e, dict)]
+    for key, attr in (("restart_s", "restart_s"), ("launch_gap_s", "gap_s")):
+        v = _median(e.get(key) for e in evs)
+        if v is not None:
+            setattr(c, attr, v)
+            src[attr] = f"{path}: median {key} over {len(evs)} failure(s)"
+    kinds = {e.get("kind") or "kill" for e in evs}
+    det = {k: _median(e.get("detection_s") for e in evs if (e.get("kind") or "kill") == k) for k in kinds}
+    det = {k: v for k, v in det.items() if v is not None}
+    if det:
+        c.detection_s = det
+        src["detection_s"] = f"{path}: median detection_s per kind"
+    return c
+
+
+def to_dict(costs: Costs) -> dict:
+    return asdict(costs)
