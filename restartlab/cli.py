@@ -1,4 +1,4 @@
-"""restartlab command line: validate render submit status cancel run inject kill-ranks report."""
+"""restartlab command line: validate render submit status cancel run inject kill-ranks report simulate."""
 import argparse
 import json
 import os
@@ -219,6 +219,8 @@ def build_parser():
     sub.add_parser("kill-ranks", help="node-local: kill the job's ranks by env tag", add_help=False)
     from . import report
     report.add_args(sub.add_parser("report", help="tables, plots and goodput for an experiment"))
+    sub.add_parser("simulate", help="goodput and the best checkpoint interval at scale, from measured costs",
+                   add_help=False)
     sp = sub.add_parser("record-attempt", help=argparse.SUPPRESS)
     for k, t in (("--dir", str), ("--phase-dir", str), ("--attempt", int), ("--launch-ts", float),
                  ("--end-ts", float), ("--rc", int), ("--train-iters", int)):
@@ -258,6 +260,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["kill-ranks"]:
         return cmd_kill_ranks(argv[1:])
+    if argv[:1] == ["simulate"]:  # its own parser: numpy only when it runs
+        from . import simulate_cli
+        return simulate_cli.main(argv[1:])
     a = build_parser().parse_args(argv)
     try:
         return VERBS[a.verb](a)

@@ -138,11 +138,11 @@ def draw(costs: Costs, fail: Failures, hours: float, rng: np.random.Generator) -
     n = int(expect + 10 * math.sqrt(expect + 1) + 20)
     t = rng.exponential(fail.mtbf_s, n)
     kind = rng.choice(len(names), size=n, p=p)
-    missing = [x for x in names if x not in costs.detection]
+    missing = [x for x in names if x not in costs.detection_s]
     if missing:
         raise SimulateError(f"no detection time for failure kind(s) {', '.join(missing)}: give "
                             f"--detection {missing[0]}=SECONDS")
-    det = np.array([costs.detection[x] for x in names])[kind]
+    det = np.array([costs.detection_s[x] for x in names])[kind]
     return Draws(t, kind, det, names.index(PREEMPT) if PREEMPT in names else None)
 
 
@@ -182,7 +182,7 @@ def young_daly(costs: Costs, fail: Failures, mode: str) -> dict:
 
 def _mean_detection(costs: Costs, fail: Failures) -> float:
     tot = sum(fail.kinds.values())
-    return sum(w / tot * costs.detection.get(k, 0.0) for k, w in fail.kinds.items())
+    return sum(w / tot * costs.detection_s.get(k, 0.0) for k, w in fail.kinds.items())
 
 
 def renewal_ettr(costs: Costs, fail: Failures, interval: int, mode: str = "sync") -> float:
@@ -279,5 +279,73 @@ def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Cos
     return c
 
 
-def to_dict(costs: Costs) -> dict:
-    return asdict(costs)
+# ---------------------------------------------------------------- replay of a measured phase
+def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults, cold_start_s: float) -> dict:
+    """The model run once, deterministically, with the failures a real phase had. `faults`:
+    [(seconds of training in that attempt before the fault, i.e. from its first step, kind)];
+    the first attempt starts in `cold_start_s` (no checkpoint to load), every later one in the
+    median `restart_s`. Wall = each failed attempt (start-up, training until the fault,
+    detection) and gap, plus the last attempt (start-up, the remaining steps and their saves;
+    async: the last save's background before exit)."""
+    w, L, B = _cycle(costs, interval, mode)
+    total = total_steps * costs.step_s
+    kept = wall = 0.0
+    start = cold_start_s
+    run = Costs(**dict(asdict(costs), restart_s=0.0))  # times below are from the first step
+    for t, kind in faults:
+        ta = np.array([max(float(t), 0.0)])
+        if kind == PREEMPT:
+            k = float(_work_done(ta, run, w, L)[0])
+            wall += costs.sync_stall_s if mode == "sync" else costs.async_durable_s
+        else:
+            k = float(_kept(ta, np.array([0]), None, run, w, L, B)[0])
+        kept = min(total, kept + k)
+        wall += start + float(ta[0]) + costs.detection_s.get(kind, costs.detection_s.get("kill", 0.0)) + costs.gap_s
+        start = costs.restart_s
+    rest = total - kept
+    saves = math.ceil(rest / w - 1e-9) if rest > 0 else 0
+    wall += start + rest + saves * (L - w) + (B if saves else 0.0)
+    return {"wall_s": wall, "ettr": total / wall if wall else None, "failures": len(faults)}
+
+
+def replay(expt_dir: str, phase: str) -> dict:
+    """Simulated vs measured ETTR of one phase of a finished experiment: its own measured costs
+    (summary.json: its step time, save cost, median restart, gap and detection; its first
+    attempt's cold start), its scenario's save interval and steps, its actual failure times."""
+    import yaml
+    from . import collect
+    summary = os.path.join(expt_dir, "summary.json")
+    phases = load_summary(summary)
+    if phase not in phases:
+        raise SimulateError(f"{summary}: no phase {phase!r} (has: {', '.join(phases)})")
+    ph = phases[phase]
+    try:
+        with open(os.path.join(expt_dir, "scenario.yaml")) as f:
+            sc = yaml.safe_load(f)
+        mode = next(p["checkpoint"] for p in sc["phases"] if p["name"] == phase)
+        interval, steps = int(sc["trainer"]["save_interval"]), int(sc["trainer"]["train_iters"])
+    except (OSError, ValueError, KeyError, TypeError, StopIteration, yaml.YAMLError) as e:
+        raise SimulateError(f"{expt_dir}/scenario.yaml: cannot read phase {phase}'s checkpoint mode, "
+                            f"trainer.save_interval and trainer.train_iters ({type(e).__name__}: {e})") from None
+    if mode not in ("sync", "async"):
+        raise SimulateError(f"phase {phase} saves no checkpoints (checkpoint: {mode}): nothing to replay")
+    if not ph.get("steps") or not ph.get("productive_s"):
+        raise SimulateError(f"{summary}: phase {phase} has no productive steps to replay")
+    costs = costs_from_summary(summary, [phase])
+    costs.step_s = ph["productive_s"] / ph["steps"]  # its own step time
+    costs.sources["step_s"] = f"{summary}: {phase} productive_s / steps"
+    attempts = collect.load_phase(phase, phase_dir=os.path.join(expt_dir, phase)).attempts
+    first = attempts[0] if attempts else None
+    if first is None or first.first_ts is None or first.launch_ts is None:
+        raise SimulateError(f"{expt_dir}/{phase}: its first attempt has no launch time or first step")
+    faults = []
+    for e in ph.get("failures") or []:
+        a = attempts[e["attempt"] - 1]
+        # an attempt that died before its first step spent all of it starting up
+        faults.append((e["kill_ts"] - a.first_ts if a.first_ts is not None else 0.0, e.get("kind") or "kill"))
+    sim = replay_run(costs, mode, interval, steps, faults, first.first_ts - first.launch_ts)
+    measured = ph.get("ettr")
+    return {"phase": phase, "mode": mode, "interval_steps": interval, "steps": steps,
+            "failures": len(faults), "simulated_ettr": sim["ettr"], "simulated_wall_s": sim["wall_s"],
+            "measured_ettr": measured, "measured_wall_s": ph.get("wall_s"),
+            "relative_error": (sim["ettr"] / measured - 1) if measured else None, "costs": asdict(costs)}

@@ -1,0 +1,149 @@
+"""restartlab simulate: known answers of the model, seeding, the command line's errors, and the
+model against a real `restartlab run` of the local scenario (its own measured costs and failure
+times must give its measured ETTR within 5%)."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from restartlab import simulate as sim
+
+COSTS = dict(step_s=1.0, sync_stall_s=10.0, async_stall_s=1.0, async_durable_s=20.0, restart_s=300.0,
+             gap_s=5.0, detection_s={"kill": 30.0})
+
+
+def rl(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "restartlab.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_no_failures_ettr_is_step_over_step_plus_stall():
+    """No failures: ETTR = step time / (step time + stall per step), for both modes (async: the
+    stall is the stage; a background shorter than the cycle costs nothing)."""
+    c = sim.Costs(step_s=0.5, sync_stall_s=2.0, async_stall_s=0.1, async_durable_s=3.0)
+    never = sim.Failures(1e15)
+    r = sim.sweep(c, never, [10, 40], ("sync", "async"), days=30, replicas=4)
+    for mode, stall in (("sync", 2.0), ("async", 0.1)):
+        for row in r[mode]["rows"]:
+            expect = 0.5 / (0.5 + stall / row["interval_steps"])
+            assert row["ettr"] == pytest.approx(expect, abs=1e-5) and row["failures_per_day"] == 0
+    # an async background longer than the cycle stalls the loop: at most one save in flight
+    slow = sim.sweep(c, never, [4], ("async",), days=30, replicas=2)["async"]["rows"][0]
+    assert slow["ettr"] == pytest.approx(2.0 / (0.1 + 2.9), abs=1e-5)
+    # steps that run beside a background save are slower by `interference`
+    c.interference = 0.5
+    busy = sim.sweep(c, never, [40], ("async",), days=30, replicas=2)["async"]["rows"][0]
+    assert busy["ettr"] == pytest.approx(20.0 / (0.1 + 20.0 + 2.9 * 0.5), abs=1e-5)
+
+
+@pytest.mark.parametrize("interval", [100, 400, 1000])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_exponential_failures_match_the_analytic_models(mode, interval):
+    """Exponential failures, a fixed interval: the Monte Carlo's ETTR equals the model's exact
+    renewal-reward value within twice its 95% confidence half-width, and the first-order model
+    (W/L)(1 - (R + D + G + B + L/2)/M) within that plus ((R + D + G + L)/M)^2, its stated error."""
+    c, f = sim.Costs(**COSTS), sim.Failures(3 * 3600)
+    row = sim.sweep(c, f, [interval], (mode,), days=30, replicas=20, seed=1)[mode]["rows"][0]
+    assert abs(row["ettr"] - sim.renewal_ettr(c, f, interval, mode)) <= 2 * row["ci95"], row
+    w, L, B = sim._cycle(c, interval, mode)
+    err = ((c.restart_s + 30 + c.gap_s + L) / f.mtbf_s) ** 2
+    assert abs(row["ettr"] - sim.first_order_ettr(c, f, interval, mode)) <= err + 2 * row["ci95"]
+    assert row["failures_per_day"] == pytest.approx(24 / 3, rel=0.05)
+
+
+def test_simulated_optimum_is_near_youngs_interval():
+    """Where Young's assumptions hold (save cost << interval << MTBF, no restart cost), the
+    simulated best interval lies within 15% of Young's sqrt(2 C M) = 1000 s (seeds 0-4 gave
+    950-1100 on a 25 s grid; the model's exact optimum is 1000)."""
+    c, f = sim.Costs(step_s=1.0, sync_stall_s=5.0), sim.Failures(1e5)
+    ivs = list(range(500, 2001, 25))
+    r = sim.sweep(c, f, ivs, ("sync",), days=365, replicas=40, seed=0)["sync"]
+    assert r["young_s"] == pytest.approx(1000.0)
+    assert abs(r["best"]["interval_s"] / r["young_s"] - 1) <= 0.15, r["best"]
+    assert max(ivs, key=lambda iv: sim.renewal_ettr(c, f, iv)) == 1000
+
+
+def test_seeded_and_the_confidence_interval_covers_another_seed():
+    c, f = sim.Costs(**COSTS), sim.Failures(3 * 3600)
+    a = sim.sweep(c, f, [200, 500], days=10, replicas=10, seed=7)
+    assert a == sim.sweep(c, f, [200, 500], days=10, replicas=10, seed=7)
+    b = sim.sweep(c, f, [200, 500], days=10, replicas=10, seed=8)
+    for mode in ("sync", "async"):
+        for x, y in zip(a[mode]["rows"], b[mode]["rows"]):
+            assert x["ettr"] != y["ettr"] and abs(x["ettr"] - y["ettr"]) <= x["ci95"] + y["ci95"]
+
+
+def test_failure_kinds_and_scale():
+    """A preemption keeps all its work (emergency checkpoint); hangs cost their detection time;
+    per-node MTBF shrinks the job's MTBF with the node count; correlated failures (several nodes
+    at once) make fewer, larger interruptions."""
+    c = sim.Costs(**dict(COSTS, detection_s={"kill": 30.0, "preempt": 1.0, "hang": 600.0}))
+    pre = sim.sweep(c, sim.Failures(3600, {"preempt": 1}), [600], ("sync",), days=5, replicas=4)["sync"]["rows"][0]
+    kill = sim.sweep(c, sim.Failures(3600, {"kill": 1}), [600], ("sync",), days=5, replicas=4)["sync"]["rows"][0]
+    hang = sim.sweep(c, sim.Failures(3600, {"hang": 1}), [600], ("sync",), days=5, replicas=4)["sync"]["rows"][0]
+    assert pre["lost_h_per_day"] == 0 < kill["lost_h_per_day"] and pre["ettr"] > kill["ettr"] > hang["ettr"]
+    assert hang["downtime_h_per_day"] > kill["downtime_h_per_day"]
+    assert sim.Failures.at_scale(1000 * 3600, 100).mtbf_s == pytest.approx(10 * 3600)
+    assert sim.Failures.at_scale(1000 * 3600, 100, correlated=0.5, burst=3).mtbf_s == pytest.approx(20 * 3600)
+    with pytest.raises(sim.SimulateError, match="no detection time for failure kind"):
+        sim.sweep(sim.Costs(step_s=1.0), sim.Failures(3600, {"node": 1}), [10], days=1, replicas=2)
+
+
+def test_cli_scale_table_and_errors(tmp_path):
+    r = rl("simulate", "--step-time", "1", "--sync-stall", "10", "--async-stall", "1", "--async-durable", "20",
+           "--restart", "5m", "--detection", "kill=30", "--node-mtbf", "2000h", "--nodes", "16,256,2048",
+           "--days", "10", "--replicas", "4", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "scale:" in r.stdout and "assumed (--step-time)" in r.stdout and "<- best" in r.stdout
+    doc = json.load(open(tmp_path / "simulate.json"))
+    res = doc["results"]
+    assert [x["nodes"] for x in res] == [16, 256, 2048]
+    mtbf = [x["mtbf_s"] for x in res]
+    assert mtbf == sorted(mtbf, reverse=True) and mtbf[0] == pytest.approx(2000 * 3600 / 16)
+    best = [x["modes"]["sync"]["best"]["interval_s"] for x in res]
+    assert best[0] > best[-1]                      # more failures: save more often
+    assert (tmp_path / "simulate.png").stat().st_size > 1000
+    for args, needle in ((["--mtbf", "3h"], "at least --step-time"),
+                         (["--step-time", "1"], "give a failure model"),
+                         (["--step-time", "1", "--mtbf", "3h", "--nodes", "4"], "--nodes needs --node-mtbf"),
+                         (["--step-time", "1", "--mtbf", "3h", "--kinds", "kill=x"], "expected KIND=WEIGHT"),
+                         (["--step-time", "1", "--mtbf", "3h", "--intervals", "0,5"], "whole numbers >= 1"),
+                         (["--from", str(tmp_path / "nope.json"), "--mtbf", "3h"], "nope.json"),
+                         (["--from", str(tmp_path / "simulate.json"), "--mtbf", "3h"], "not a restartlab summary.json"),
+                         (["--step-time", "soon", "--mtbf", "3h"], "--step-time: expected a duration")):
+        r = rl("simulate", *args, "--out", str(tmp_path / "err"), "--no-plot")
+        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_simulate_is_fast():
+    """About 100,000 failures (20 replicas x 30 days at a 520 s MTBF) for one interval."""
+    import time
+    c, f = sim.Costs(**COSTS), sim.Failures(520)
+    t = time.process_time()
+    row = sim.sweep(c, f, [50], ("sync",), days=30, replicas=20)["sync"]["rows"][0]
+    assert row["failures_per_day"] * 30 * 20 > 90_000
+    assert time.process_time() - t < 60  # a guard against a per-step loop; the figure is in bench/
+
+
+@pytest.mark.multirank
+@pytest.mark.timeout(600)
+def test_replay_of_the_local_scenario_matches_its_measured_ettr(tmp_path):
+    """A real `restartlab run` of the shipped local scenario (3 kills in sync, 3 in async); the
+    model fed with each phase's own measured costs (medians) and actual failure times gives its
+    measured ETTR within 5%. The numerator is the phase's own productive time, so this checks
+    the model's wall-clock accounting: start-ups, lost work, detection, gaps, saves."""
+    d = tmp_path / "expt"
+    r = rl("run", "--expt-dir", str(d), "--plain", "--set", "collection.plots=false", timeout=560)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for phase in ("sync", "async"):
+        r = rl("simulate", "--replay", str(d), "--phase", phase, "--json")
+        assert r.returncode == 0, r.stderr
+        rep = json.loads(r.stdout)
+        assert rep["failures"] == 3 and rep["mode"] == phase, rep
+        assert abs(rep["relative_error"]) <= 0.05, rep
+        assert math.isclose(rep["costs"]["step_s"] * rep["steps"], rep["measured_ettr"] * rep["measured_wall_s"],
+                            rel_tol=1e-6)
+    r = rl("simulate", "--replay", str(d), "--phase", "baseline")
+    assert r.returncode == 2 and "saves no checkpoints" in r.stderr
