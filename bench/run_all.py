@@ -11,6 +11,7 @@ BENCHES = [
     ("collector streaming: 1,000 attempts / 1M rows", ["collect_stream.py"]),
     ("cold restart: launch -> first step after resume", ["cold_restart.py", "--ranks", "4"]),
     ("load with checksums verified vs plain dcp.load", ["load_verify.py", "--ranks", "4", "--repeats", "5"]),
+    ("restartlab simulate: 100,000 failures; 16k GPUs x 20 intervals", ["simulate_speed.py"]),
 ]
 
 

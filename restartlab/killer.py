@@ -125,9 +125,11 @@ def job_id_entry(env: Mapping[str, str] = None) -> Optional[str]:
     return f"{s.jobid_var}={env[s.jobid_var]}" if s else None
 
 
-def _rank_entries(env: Mapping[str, str]) -> set:
+def _rank_entries(env: Mapping[str, str]) -> List[str]:
+    """['PMI_RANK=3', 'SLURM_PROCID=1']: the rank variables of every launcher that matches, in
+    the registry's order (the order rank discovery tries them)."""
     from . import launchers
-    return {f"{ln.rank_var}={env[ln.rank_var]}" for ln in launchers.LAUNCHERS.all() if ln.matches(env)}
+    return [f"{ln.rank_var}={env[ln.rank_var]}" for ln in launchers.LAUNCHERS.all() if ln.matches(env)]
 
 
 def job_ranks(job: str, unreadable: list = None) -> Dict[int, str]:
@@ -152,9 +154,10 @@ def job_ranks(job: str, unreadable: list = None) -> Dict[int, str]:
     for pid, env in envs.items():
         if TOOL_VAR in env:
             continue
-        new = _rank_entries(env) - _rank_entries(envs.get(parents[pid]) or _environ(parents[pid]))
-        if new:
-            ranks[pid] = ",".join(sorted(new))
+        inherited = _rank_entries(envs.get(parents[pid]) or _environ(parents[pid]))
+        new = [e for e in _rank_entries(env) if e not in inherited]
+        if new:  # named by the launcher rank discovery would pick (a Hydra rank whose proxy already
+            ranks[pid] = new[0]  # died also shows srun's variable as new)
     launchers_ = set()  # a rank with another rank below it started it: a launcher, not a rank
     for pid in ranks:
         launchers_ |= (ancestors(pid) - {pid}) & set(ranks)

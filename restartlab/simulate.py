@@ -28,8 +28,8 @@ import numpy as np
 
 from .units import parse_duration
 
-DAY = 86400.0
 PREEMPT = "preempt"
+MAX_FAILURES = 5_000_000  # per replica: ~120 MB of draws
 
 
 class SimulateError(ValueError):
@@ -135,6 +135,9 @@ def draw(costs: Costs, fail: Failures, hours: float, rng: np.random.Generator) -
     p = np.array([fail.kinds[n] for n in names], dtype=float)
     p /= p.sum()
     expect = hours * 3600.0 / fail.mtbf_s
+    if expect > MAX_FAILURES:
+        raise SimulateError(f"{expect:,.0f} failures per replica (a {fail.mtbf_s:g} s MTBF over {hours / 24:g} "
+                            f"days): more than {MAX_FAILURES:,}; shorten --days or check the MTBF")
     n = int(expect + 10 * math.sqrt(expect + 1) + 20)
     t = rng.exponential(fail.mtbf_s, n)
     kind = rng.choice(len(names), size=n, p=p)

@@ -258,3 +258,28 @@ def test_sigterm_during_a_strike_waits_for_its_record(tmp_path):
         signal.signal(signal.SIGTERM, old)
     recs = [json.loads(x) for x in (tmp_path / "injections.jsonl").read_text().splitlines()]
     assert len(recs) == 1 and recs[0]["killed"] == 2 and inj.terminated == "SIGTERM"
+
+
+def test_no_tag_an_orphaned_rank_is_still_a_rank_named_by_its_launcher(procs):
+    """A Hydra rank whose proxy (an srun task) died first, as when Hydra tears down a job: it
+    is reparented, so srun's variable now looks new too; it is still taken, and named as rank
+    discovery would name it (Hydra's PMI_RANK, first in the registry's order)."""
+    job = f"{uuid.uuid4().hex[:6]}.pbs-server"
+    env = {k: v for k, v in os.environ.items() if k not in (killer.TAG_VAR, "SLURM_JOB_ID", "SLURMD_NODENAME")}
+    env["PBS_JOBID"] = job
+    nested = subprocess.Popen([sys.executable, "-c", NESTED, *SLEEPER], stdout=subprocess.PIPE, text=True,
+                              env=dict(env, SLURM_PROCID="1", SLURM_STEP_ID="0", SLURM_NTASKS="2"))
+    procs.append(nested)
+    rank = int(nested.stdout.readline())
+    nested.kill()
+    nested.wait()
+    wait_for(lambda: psutil.Process(rank).ppid() != nested.pid, 10, "the rank is reparented")
+    try:
+        r = subprocess.run([sys.executable, "-m", "restartlab.cli", "kill-ranks"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        receipt = json.loads(r.stdout)
+        assert receipt["ranks"] == {str(rank): "PMI_RANK=7"}, receipt
+        wait_for(lambda: killer.is_gone(rank), 10, "the orphan dies")
+    finally:
+        if not killer.is_gone(rank):
+            os.kill(rank, signal.SIGKILL)
