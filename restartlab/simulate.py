@@ -285,15 +285,18 @@ def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Cos
 # ---------------------------------------------------------------- replay of a measured phase
 def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults, cold_start_s: float) -> dict:
     """The model run once, deterministically, with the failures a real phase had. `faults`:
-    [(seconds of training in that attempt before the fault, i.e. from its first step, kind)];
-    the first attempt starts in `cold_start_s` (no checkpoint to load), every later one in the
-    median `restart_s`. Wall = each failed attempt (start-up, training until the fault,
-    detection) and gap, plus the last attempt (start-up, the remaining steps and their saves;
-    async: the last save's background before exit)."""
+    [(seconds from the end of that attempt's first step to the fault, kind)]; the first attempt
+    reaches the end of its first step in `cold_start_s` (no checkpoint to load), every later one
+    in the median `restart_s` (both include that step, as the report's restart does, so one step
+    moves from start-up to training: the save cycles of a resumed attempt start with its first
+    step). Wall = each failed attempt (start-up, training until the fault, detection) and gap,
+    plus the last attempt (start-up, the remaining steps and their saves; async: the last
+    save's background before exit)."""
     w, L, B = _cycle(costs, interval, mode)
     total = total_steps * costs.step_s
     kept = wall = 0.0
-    start = cold_start_s
+    faults = [(t + costs.step_s, kind) for t, kind in faults]
+    start = cold_start_s - costs.step_s
     run = Costs(**dict(asdict(costs), restart_s=0.0))  # times below are from the first step
     for t, kind in faults:
         ta = np.array([max(float(t), 0.0)])
@@ -304,7 +307,7 @@ def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults,
             k = float(_kept(ta, np.array([0]), None, run, w, L, B)[0])
         kept = min(total, kept + k)
         wall += start + float(ta[0]) + costs.detection_s.get(kind, costs.detection_s.get("kill", 0.0)) + costs.gap_s
-        start = costs.restart_s
+        start = costs.restart_s - costs.step_s
     rest = total - kept
     saves = math.ceil(rest / w - 1e-9) if rest > 0 else 0
     wall += start + rest + saves * (L - w) + (B if saves else 0.0)
