@@ -18,14 +18,20 @@ def injected_between(phase_dir: str, t0: float, t1: float) -> bool:
                for r in live.read_injections(phase_dir))
 
 
-def record(attempt_dir, phase_dir, attempt, launch_ts, end_ts, rc, train_iters, launcher="hydra") -> bool:
+def record(attempt_dir, phase_dir, attempt, launch_ts, end_ts, rc, train_iters, launcher="hydra",
+           ranks=0) -> bool:
     completed = reached_last_step(attempt_dir, train_iters)
+    hosts = None
+    if os.path.exists(os.path.join(attempt_dir, "hosts")):  # chosen by node-check for this attempt
+        with open(os.path.join(attempt_dir, "hosts")) as f:
+            hosts = [h.strip() for h in f if h.strip()]
     info = {"attempt": attempt, "launch_ts": launch_ts, "end_ts": end_ts, "exit_code": rc,
             "signal": launchers.get(launcher).signal_of(rc), "launcher": launcher,
             "completed": completed, "hang": os.path.exists(os.path.join(attempt_dir, "hang")),
             "preempted": rc == EXIT_PREEMPTED,
             "walltime": os.path.exists(os.path.join(attempt_dir, "walltime")),
-            "injected": injected_between(phase_dir, launch_ts, end_ts)}
+            "injected": injected_between(phase_dir, launch_ts, end_ts),
+            "hosts": hosts, "ranks": ranks or None}
     with open(os.path.join(attempt_dir, "attempt.json"), "w") as f:
         json.dump(info, f)
     print(f"restartlab: {os.path.basename(phase_dir)} attempt {attempt}: rc={rc} "

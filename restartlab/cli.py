@@ -1,4 +1,4 @@
-"""restartlab command line: validate render submit status cancel run inject kill-ranks report simulate."""
+"""restartlab command line: validate render submit status cancel run inject kill-ranks node-check report simulate."""
 import argparse
 import json
 import os
@@ -159,7 +159,8 @@ def cmd_report(a):
 
 def cmd_record_attempt(a):
     from . import attempt
-    ok = attempt.record(a.dir, a.phase_dir, a.attempt, a.launch_ts, a.end_ts, a.rc, a.train_iters, a.launcher)
+    ok = attempt.record(a.dir, a.phase_dir, a.attempt, a.launch_ts, a.end_ts, a.rc, a.train_iters, a.launcher,
+                        a.ranks)
     return 0 if ok else 1
 
 
@@ -217,6 +218,8 @@ def build_parser():
     from . import inject
     inject.add_args(sub.add_parser("inject", help="the failure injector"))
     sub.add_parser("kill-ranks", help="node-local: kill the job's ranks by env tag", add_help=False)
+    sub.add_parser("node-check", help="health of every node of the job; the hosts of the next attempt",
+                   add_help=False)
     from . import report
     report.add_args(sub.add_parser("report", help="tables, plots and goodput for an experiment"))
     sub.add_parser("simulate", help="goodput and the best checkpoint interval at scale, from measured costs",
@@ -226,6 +229,7 @@ def build_parser():
                  ("--end-ts", float), ("--rc", int), ("--train-iters", int)):
         sp.add_argument(k, type=t, required=True)
     sp.add_argument("--launcher", default="hydra")
+    sp.add_argument("--ranks", type=int, default=0, help="ranks of this attempt (0: the scenario's)")
     sp = sub.add_parser("teardown", help="SIGKILL a job's ranks on every node (by tag)")
     sp.add_argument("--tag", required=True)
     sp.add_argument("--signal", default="KILL", help="signal name or number (default KILL)")
@@ -260,6 +264,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["kill-ranks"]:
         return cmd_kill_ranks(argv[1:])
+    if argv[:1] == ["node-check"]:
+        from . import nodes
+        return nodes.main(argv[1:])
     if argv[:1] == ["simulate"]:  # its own parser: numpy only when it runs
         from . import simulate_cli
         return simulate_cli.main(argv[1:])

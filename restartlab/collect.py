@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 
 from .failures import book as book_kind
 from .live import attempt_dirs as _attempt_dirs
-from .live import read_injections
+from .live import read_injections, read_node_checks
 
 TRACE_POINTS = 20000  # per phase (split over its attempts, at least 50 each), for the progress plot
 SAVE_KEYS = ("train/ckpt_save_seconds", "train/ckpt_stage_seconds", "train/ckpt_drain_seconds")
@@ -38,6 +38,8 @@ class Attempt:
     preempted: bool = False               # the trainer stopped on the preemption signal (exit 5)
     timed_out: bool = False               # a rank's process-group timeout fired
     walltime: bool = False                # the job script's walltime warning stopped it
+    hosts: Optional[List[str]] = None     # the nodes it ran on (node-check chose them), if known
+    ranks: Optional[int] = None
     emergency_step: Optional[int] = None  # the step of its emergency checkpoint (train/preempted)
     resumed_from: int = 0
     first_ts: Optional[float] = None      # first step completed in this attempt
@@ -72,6 +74,7 @@ class Phase:
     # one 8-byte double per save (exact median/p90); saves are a small fraction of rows
     saves: Dict[str, "array"] = field(default_factory=lambda: {k: array("d") for k in SAVE_KEYS})
     finalize: List[float] = field(default_factory=list)
+    node_checks: List[dict] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
 
 
@@ -133,6 +136,10 @@ def _attempt_from_dir(a: Attempt, attempt_dir, warnings) -> None:
     a.exit_code, a.completed = info.get("exit_code"), info.get("completed") is True
     a.hang, a.preempted = info.get("hang") is True, info.get("preempted") is True
     a.walltime = info.get("walltime") is True
+    if isinstance(info.get("hosts"), list):
+        a.hosts = [str(h) for h in info["hosts"]]
+    if isinstance(info.get("ranks"), int) and not isinstance(info.get("ranks"), bool):
+        a.ranks = info["ranks"]
     a.timed_out = _mentions(os.path.join(attempt_dir, "output.log"), PG_TIMEOUT) if not a.completed else False
 
 
@@ -210,6 +217,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
             if x not in attempt_dirs:
                 ph.warnings.append(f"{x}: malformed attempts entry (not a numbered directory): ignored")
         ph.injections = read_injections(phase_dir, ph.warnings)
+        ph.node_checks = read_node_checks(phase_dir, ph.warnings)
         ph.finalize = _finalize_latencies(phase_dir, ph.warnings)
     paths = [os.path.join(d, "metrics-0.jsonl") for d in attempt_dirs] if attempt_dirs else list(metrics_files or [])
     cap = max(50, TRACE_POINTS // max(1, len(paths)))
@@ -251,8 +259,25 @@ def failures(ph: Phase) -> List[dict]:
               "launch_gap_s": (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else None}
         if lost > 1 and a.last_iter in b.ts_at and b.first_ts:
             ev["recompute_s"] = b.ts_at[a.last_iter] - b.first_ts
+        ev.update(node_recovery(a, b, ph.node_checks))
         out.append(ev)
     return out
+
+
+def node_recovery(a: Attempt, b: Attempt, checks: List[dict]) -> dict:
+    """Which nodes the health check before attempt b found bad, and how the relaunch recovered:
+    the same nodes, a spare in a bad node's place, or fewer nodes (ranks before -> after)."""
+    bad = [c.get("node") for c in checks if c.get("attempt") == b.index and c.get("ok") is False]
+    ev = {"bad_nodes": bad, "ranks_before": a.ranks, "ranks_after": b.ranks,
+          "hosts_before": a.hosts, "hosts_after": b.hosts, "recovery": "same nodes"}
+    if a.hosts and b.hosts and a.hosts != b.hosts:
+        gone = [h for h in a.hosts if h not in b.hosts]
+        new = [h for h in b.hosts if h not in a.hosts]
+        if len(b.hosts) == len(a.hosts):
+            ev["recovery"] = f"spares: {', '.join(new)} for {', '.join(gone)}"
+        else:
+            ev["recovery"] = f"shrink: {len(a.hosts)} -> {len(b.hosts)} node(s), without {', '.join(gone)}"
+    return ev
 
 
 def detected_by(a: Attempt) -> str:

@@ -82,7 +82,7 @@ def killer_argv(python, tag, sig, kind: failures.FailureKind):
             "--signal", sig, *kind.killer_args()]
 
 
-def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals") -> List[dict]:
+def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals", timeout=FANOUT_TIMEOUT_S) -> List[dict]:
     """Run `argv` once on each node in `indices` (in parallel); parse each JSON receipt.
     `mpiexec`: one launch over exactly those hosts, in the job's launcher's syntax."""
     if fanout == "mpiexec":  # ALCF style: one process per chosen node
@@ -91,14 +91,15 @@ def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals") -> List[d
         sched = schedulers.get(fanout)
         cmds = [sched.fanout_cmd(i, hosts, argv, slots) for i in indices]
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
+    deadline = time.time() + timeout  # one deadline for all: they run in parallel
     receipts = []
     for c, p in zip(cmds, procs):
         try:
-            out, err = p.communicate(timeout=FANOUT_TIMEOUT_S)
+            out, err = p.communicate(timeout=max(0.1, deadline - time.time()))
         except subprocess.TimeoutExpired:
             p.kill()
             out, err = p.communicate()
-            receipts.append({"cmd": c, "error": f"timed out after {FANOUT_TIMEOUT_S}s"})
+            receipts.append({"cmd": c, "error": f"timed out after {timeout:g}s"})
             continue
         parsed = False
         for line in out.splitlines():

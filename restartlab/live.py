@@ -53,7 +53,17 @@ def injections_path(phase_dir):
 def read_injections(phase_dir, warnings=None) -> List[dict]:
     """<phase>/injections.jsonl (one record per kill); malformed lines are skipped, and named
     in `warnings` when a list is given."""
-    path, out = injections_path(phase_dir), []
+    return read_records(injections_path(phase_dir), warnings)
+
+
+def read_node_checks(phase_dir, warnings=None) -> List[dict]:
+    """<phase>/nodes.jsonl: one record per node per health check (restartlab node-check)."""
+    return read_records(os.path.join(phase_dir, "nodes.jsonl"), warnings)
+
+
+def read_records(path, warnings=None) -> List[dict]:
+    """JSON lines with a numeric `time` where present; malformed lines are skipped and named."""
+    out = []
     try:
         with open(path) as f:
             for n, line in enumerate(f, 1):

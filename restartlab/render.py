@@ -8,6 +8,7 @@ import shlex
 import sys
 import time
 import uuid
+from typing import List
 
 import jinja2
 
@@ -80,6 +81,22 @@ def inject_args(sc, f, phase_dir, ckpt_dir, tag):
     return [str(x) for x in a]
 
 
+def node_check_args(sc, policy) -> List[str]:
+    """`restartlab node-check` flags from the scenario (the job script adds the per-attempt ones)."""
+    rl, tr = sc["relaunch"], sc["trainer"]
+    a = ["--policy", policy, "--need", str(sc["job"]["nodes"]), "--min-nodes", str(rl["min_nodes"]),
+         "--timeout", str(int(rl["node_check_timeout"])), "--launcher", sc["launch"]["launcher"],
+         "--min-free", str(rl["node_check_min_free_mb"] * 2**20)]
+    if rl["node_check_gpus"]:
+        a += ["--device", tr["device"], "--gpus", str(rl["node_check_gpus"])]
+    stage = next((p["stage_dir"] for p in sc["phases"] if p["checkpoint"] == "async" and p["stage_dir"]), None)
+    if stage:
+        a += ["--stage-dir", stage]
+    if rl["node_check_cmd"]:
+        a += ["--site-cmd", rl["node_check_cmd"]]
+    return a
+
+
 def context(sc, scheduler=None, expt_dir=None):
     sched_name = scheduler or sc["scheduler"]
     sc = dict(sc, scheduler=sched_name)
@@ -93,10 +110,15 @@ def context(sc, scheduler=None, expt_dir=None):
     ln = sc["launch"]
     rank_env = dict(ln["env"])
     rank_env[killer.TAG_VAR] = tag
+    rl = sc["relaunch"]
+    policy = rl["on_node_loss"]
+    node_check = rl["node_check"] if rl["node_check"] is not None else policy != "same"
+    hosts_file = os.path.join(expt_dir, "hosts.attempt") if policy != "same" else None
     try:
-        launch = launchers.get(ln["launcher"]).argv(nodes=sc["job"]["nodes"], ppn=ln["ranks_per_node"],
-                                                    rank_env=rank_env, cpu_bind=ln["cpu_bind"],
-                                                    depth=ln["depth"], hostfile=None)
+        # recovering from node loss: the node count and the hosts are decided before each attempt
+        launch = launchers.get(ln["launcher"]).argv(
+            nodes=launchers.NODES_TOKEN if policy != "same" else sc["job"]["nodes"], ppn=ln["ranks_per_node"],
+            rank_env=rank_env, cpu_bind=ln["cpu_bind"], depth=ln["depth"], hostfile=hosts_file)
     except ValueError as e:
         raise RenderError(f"{sc['source']}: {e}")
     phases = []
@@ -107,7 +129,8 @@ def context(sc, scheduler=None, expt_dir=None):
         phases.append({
             "name": ph["name"], "dir": pdir, "checkpoint": ph["checkpoint"],
             "argv": launch + [python, "-m", "restartlab.trainer"] + trainer_options.trainer_argv(
-                sc["trainer"], ph["checkpoint"], ckpt, ph["stage_dir"]),
+                sc["trainer"], ph["checkpoint"], ckpt, ph["stage_dir"],
+                dp_global=sc["job"]["nodes"] * ln["ranks_per_node"] // sc["trainer"]["tp"] if policy == "shrink" else 0),
             "inject": inject_args(sc, f, pdir, ckpt, tag) if f else None,
         })
     return {
@@ -122,7 +145,10 @@ def context(sc, scheduler=None, expt_dir=None):
                      "hang_timeout": int(sc["relaunch"]["hang_timeout"]),
                      "startup_timeout": int(sc["relaunch"]["startup_timeout"]),
                      "walltime_margin": int(sc["relaunch"]["walltime_margin"])},
-        "walltime": int(sc["job"]["walltime"]), "preempt_signal": sc["trainer"]["preempt_signal"],
+        "walltime": int(sc["job"]["walltime"]),
+        "nodes": {"policy": policy, "check": node_check, "need": sc["job"]["nodes"], "ppn": ln["ranks_per_node"],
+                  "min_nodes": rl["min_nodes"], "timeout": int(rl["node_check_timeout"]), "hosts_file": hosts_file,
+                  "check_args": node_check_args(sc, policy)}, "preempt_signal": sc["trainer"]["preempt_signal"],
         "exit_preempted": trainer_options.EXIT_PREEMPTED,
         "report": sc["collection"]["report"], "plots": sc["collection"]["plots"],
         "exit_no_checkpoint": trainer_options.EXIT_NO_CHECKPOINT,

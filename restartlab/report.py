@@ -103,13 +103,15 @@ def markdown(summaries, missing, src, problems=()):
                                               "no emergency checkpoint was written") + ".")
     if any(s.get("walltime_stop") for s in summaries):
         L.append("")
-    L += ["## Failures", "", "| phase | attempt | kind | step at kill | resumed from | lost steps | "
-          "downtime s | restart s (launch->first step) | import s | dist init s | build s | load s | "
-          "recompute s |", "|" + "---|" * 13]
+    L += ["## Failures", "", "| phase | attempt | kind | bad nodes | recovery | ranks | step at kill | resumed from | "
+          "lost steps | downtime s | restart s (launch->first step) | import s | dist init s | build s | load s | "
+          "recompute s |", "|" + "---|" * 16]
     for s in summaries:
         for e in s["failures"]:
             st = e["startup"] or {}
-            L.append(f"| {s['phase']} | {e['attempt']} | {e['kind'] or 'not injected'} | {e['step_at_kill']} | "
+            ranks = (f"{e.get('ranks_before')} -> {e.get('ranks_after')}" if e.get("ranks_before") else "-")
+            L.append(f"| {s['phase']} | {e['attempt']} | {e['kind'] or 'not injected'} | "
+                     f"{', '.join(e.get('bad_nodes') or []) or '-'} | {e.get('recovery', '-')} | {ranks} | {e['step_at_kill']} | "
                      f"{e['resumed_from']} | {e['lost_steps']} | {_fmt(e['downtime_s'])} | {_fmt(e['restart_s'])} | "
                      f"{_fmt(st.get('startup/import_s'))} | {_fmt(st.get('startup/dist_init_s'))} | "
                      f"{_fmt(st.get('startup/build_s'))} | {_fmt(st.get('startup/load_s'))} | {_fmt(e['recompute_s'])} |")

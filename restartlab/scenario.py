@@ -62,7 +62,9 @@ SCHEMA = {
     "scheduler": F("str", "local", "the batch system (restartlab.schedulers registry)", choices=schedulers.names),
     "expt_root": F("path", "expt", "experiments are created under this directory"),
     "job": {
-        "nodes": F("int", 1, "number of nodes"),
+        "nodes": F("int", 1, "number of nodes the training runs on"),
+        "spare_nodes": F("int", 0, "extra nodes requested and kept idle; relaunch.on_node_loss: spares swaps "
+                         "one in for each bad node (same world size)", min=0),
         "walltime": F("duration", "01:00:00", "wall-clock limit"),
         "queue": F("directive", None, "queue / partition"),
         "account": F("directive", None, "project / account"),
@@ -92,6 +94,16 @@ SCHEMA = {
                           "(once it has taken a step)", positive=True),
         "startup_timeout": F("duration", 1200, "the same, before the attempt's first step (imports, "
                              "rendezvous and the checkpoint load may take minutes at scale)", positive=True),
+        "on_node_loss": F("str", "same", "same: relaunch on every node; spares: swap a spare in for each "
+                          "node the health check finds bad (job.spare_nodes); shrink: relaunch on the healthy "
+                          "nodes only, fewer ranks, the same global batch", choices=["same", "spares", "shrink"]),
+        "min_nodes": F("int", 1, "shrink: never relaunch on fewer nodes than this", min=1),
+        "node_check": F("bool", None, "run `restartlab node-check` on every node at job start and before "
+                        "each relaunch (default: on for spares and shrink)"),
+        "node_check_timeout": F("duration", 60, "seconds each node has to answer the health check", positive=True),
+        "node_check_cmd": F("str", None, "a site's own health check (shell, run on each node, must exit 0)"),
+        "node_check_min_free_mb": F("int", 0, "MiB the stage dir must have free on each node", min=0),
+        "node_check_gpus": F("int", 0, "accelerators each node must show (cuda/xpu device nodes; 0: not checked)", min=0),
         "walltime_margin": F("duration", 120, "this long before job.walltime, the ranks get the trainer's "
                              "preempt_signal: an emergency checkpoint lands before the scheduler kills "
                              "the job, and no attempt is launched after it (0: off)"),
@@ -416,6 +428,15 @@ def _cross_checks(sc, v: _V):
         v.err(("trainer", "train_iters"), "must be >= 1")
     if sc["relaunch"]["max_attempts"] < 1:
         v.err(("relaunch", "max_attempts"), "must be >= 1")
+    rl = sc["relaunch"]
+    if rl["on_node_loss"] == "spares" and sc["job"]["spare_nodes"] < 1:
+        v.err(("relaunch", "on_node_loss"), "spares needs job.spare_nodes >= 1")
+    if rl["on_node_loss"] == "shrink":
+        if rl["min_nodes"] > sc["job"]["nodes"]:
+            v.err(("relaunch", "min_nodes"), f"{rl['min_nodes']} is more than job.nodes ({sc['job']['nodes']})")
+        if ln["ranks_per_node"] % max(1, tr["tp"]):
+            v.err(("relaunch", "on_node_loss"), f"shrink drops whole nodes: trainer.tp ({tr['tp']}) must "
+                  f"divide launch.ranks_per_node ({ln['ranks_per_node']})")
     if sc["relaunch"]["walltime_margin"] >= sc["job"]["walltime"]:
         v.err(("relaunch", "walltime_margin"), f"must be shorter than job.walltime "
               f"({sc['relaunch']['walltime_margin']:g}s >= {sc['job']['walltime']:g}s): nothing would train")

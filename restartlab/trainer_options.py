@@ -62,6 +62,10 @@ OPTIONS: List[Opt] = [
     Opt("--no-resume", "flag", False, "start fresh even if a checkpoint exists (phase checkpoint: none)",
         source=PHASE),
     Opt("--outdir", "str", ".", "metrics-<rank>.jsonl are appended here (the attempt directory)", source=PHASE),
+    Opt("--dp-global", "int", 0, "the data-parallel width the global batch is defined for: with fewer "
+        "data-parallel ranks (a job shrunk after a node loss) each rank accumulates gradients over "
+        "dp-global/dp micro-batches, those the missing ranks would have taken, so the global batch "
+        "and its samples stay the same (0: the current width)", source=PHASE, min=0),
 ]
 BY_KEY: Dict[str, Opt] = {o.key: o for o in OPTIONS}
 
@@ -90,10 +94,10 @@ def check(values: Dict[str, Any]) -> Optional[str]:
 
 
 def trainer_argv(trainer: Dict[str, Any], checkpoint: str, ckpt_dir: str,
-                 stage_dir: Optional[str] = None, outdir: str = ".") -> List[str]:
+                 stage_dir: Optional[str] = None, outdir: str = ".", dp_global: int = 0) -> List[str]:
     """The trainer's arguments for one phase: every scenario option, then the phase's own."""
     vals = {o.key: trainer[o.key] for o in scenario_options()}
-    vals.update(ckpt_dir=ckpt_dir, outdir=outdir)
+    vals.update(ckpt_dir=ckpt_dir, outdir=outdir, dp_global=dp_global or None)
     if checkpoint == "none":
         vals.update(save_interval=0, no_resume=True)
     elif checkpoint == "async":

@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from restartlab import killer
-from tests.helpers import final_crc, job_tag, wait_for
+from tests.helpers import final_crc, job_tag, losses, rows, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multirank, pytest.mark.timeout(900)]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -94,7 +94,7 @@ def check_experiment(expt, nodes):
     assert len(recs) == 2
     for r in recs:
         # one killer per node, reached through the scheduler's own fan-out
-        assert sorted(x.get("node") for x in r["receipts"]) == nodes, r["receipts"]
+        assert sorted(x.get("node") for x in r["receipts"]) == sorted(nodes), r["receipts"]
         # each node's killer takes its own node's ranks; srun --kill-on-bad-exit may end the
         # other node's before its killer arrives, so that one finds 0 to 2
         assert 2 <= r["killed"] <= 4 and not any(x.get("error") for x in r["receipts"]), r
@@ -124,8 +124,9 @@ def test_slurm_node_loss_and_preemption(slurm, tmp_path):
     with open(os.path.join(expt, "sync", "injections.jsonl")) as f:
         recs = [r for r in map(json.loads, f) if "follow_up_of" not in r]
     node, pre = recs
-    assert node["kind"] == "node" and node["hosts"] == [slurm["nodes"][1]]
-    assert [x.get("node") for x in node["receipts"]] == [slurm["nodes"][1]] and node["killed"] == 2, node
+    second = job_nodes(expt, jid)[1]
+    assert node["kind"] == "node" and node["hosts"] == [second]
+    assert [x.get("node") for x in node["receipts"]] == [second] and node["killed"] == 2, node
     assert pre["kind"] == "preempt" and pre["signal"] == "TERM" and pre["killed"] == 4, pre
     ev = {e["kind"]: e for e in sync["failures"]}
     assert ev["node"]["detected_by"].startswith("launcher")
@@ -134,6 +135,12 @@ def test_slurm_node_loss_and_preemption(slurm, tmp_path):
            for ph in ("baseline", "sync")}
     assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
     assert leftover_ranks(expt) == []
+
+
+def job_nodes(expt, jid):
+    """The nodes Slurm gave the job (the job script wrote them, in order)."""
+    with open(os.path.join(expt, f"nodefile.{jid}")) as f:
+        return [x.strip() for x in f if x.strip()]
 
 
 def leftover_ranks(expt):
@@ -146,7 +153,7 @@ def test_slurm_backend_end_to_end(slurm, tmp_path):
     out = open(os.path.join(expt, f"job-{jid}.out")).read()
     assert seen[-1] == "finished", out[-3000:]
     assert "on 2 node(s)" in out
-    check_experiment(expt, slurm["nodes"])
+    check_experiment(expt, job_nodes(expt, jid))
     # the ranks were launched by srun over both Slurm nodes, and knew it (local rank from srun)
     assert "rl_phase_argv=(srun -N 2 -n 4 --ntasks-per-node=2" in open(os.path.join(expt, "job.sh")).read()
     first = open(os.path.join(expt, "sync", "attempts", "1", "output.log")).read()
@@ -190,7 +197,10 @@ def test_pbs_script_runs_under_slurm_with_mock_pbs_layer(slurm, tmp_path):
     out = open(os.path.join(expt, outs[0])).read() if outs else ""
     assert seen[-1] == "finished", out[-3000:]
     assert f"job {jid} on 2 node(s)" in out, out[-2000:]
-    check_experiment(expt, slurm["nodes"])
+    with open(os.path.join(expt, "sync", "injections.jsonl")) as f:
+        hosts = json.loads(f.readline())["hosts"]  # the unique hosts of the job's PBS_NODEFILE
+    assert len(hosts) == 2
+    check_experiment(expt, sorted(hosts))
     assert leftover_ranks(expt) == []
     # status through qstat -f -F json -x: finished, and an unknown id (qstat exits 153)
     st = status("pbs", jid, "424242.rl-shim-pbs", env=env)
@@ -268,7 +278,7 @@ echo "script done"
     allowed = set(ranks) | {c for _, c in ranks.values()}
     struck = {phase: set() for phase in ("srun", "hydra")}
     for rec in recs[:2]:
-        assert sorted(x.get("node") for x in rec["receipts"]) == slurm["nodes"], rec
+        assert len(rec["hosts"]) == 2 and sorted(x.get("node") for x in rec["receipts"]) == sorted(rec["hosts"]), rec
         for x in rec["receipts"]:
             assert x["job"] == f"SLURM_JOB_ID={jid}" and not x["errors"], x
             assert set(x["pids"]) <= allowed, (x, ranks)       # no launcher, script or bystander
@@ -319,4 +329,90 @@ phases:
     assert w["lost_steps"] == 0 and w["emergency_checkpoint"] == w["last_step"] > 7, w
     from restartlab import ckptdir
     assert ckptdir.newest_complete_step(os.path.join(expt, "async", "ckpts")) == w["last_step"]
+    assert leftover_ranks(expt) == []
+
+
+def node_loss_run(tmp_path, name, spares, policy):
+    """A 2-node job (+ spares) whose sync phase loses its second node for real: once training
+    passes step 12 the test sets that node DOWN (scontrol); Slurm kills the step's tasks on it
+    and, the job being --no-kill, the job lives on without that node. Returns (expt, job, lost node)."""
+    text = f"""extends: systems/slurm.yaml
+name: {name}
+expt_root: {tmp_path}/expt
+job: {{nodes: 2, spare_nodes: {spares}, walltime: "00:15:00"}}
+launch: {{ranks_per_node: 2}}
+trainer: {{model: tiny, train_iters: 80, save_interval: 5, device: cpu}}
+relaunch: {{max_attempts: 4, backoff: 0s, hang_timeout: 120s, on_node_loss: {policy}, node_check_timeout: 20s}}
+phases:
+  - {{name: baseline, checkpoint: none}}
+  - {{name: sync, checkpoint: sync, failures: false}}
+"""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    jid, expt = submit(str(path))
+    first = os.path.join(expt, "sync", "attempts", "1")
+    wait_for(lambda: any(m.get("train/iter", 0) >= 12 for m in rows(os.path.join(first, "metrics-0.jsonl"))),
+             300, "the sync phase's step 12")
+    with open(os.path.join(first, "hosts")) as f:
+        lost = f.read().split()[1]
+    try:
+        r = subprocess.run(["scontrol", "update", f"nodename={lost}", "state=DOWN", "reason=restartlab-test"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        seen = wait_state("slurm", jid, {"finished", "failed"}, 420)
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={lost}", "state=RESUME"], capture_output=True, timeout=30)
+    out = open(os.path.join(expt, f"job-{jid}.out")).read()
+    assert seen[-1] == "finished", out[-3000:]
+    return expt, jid, lost
+
+
+def node_checks(expt):
+    with open(os.path.join(expt, "sync", "nodes.jsonl")) as f:
+        return [json.loads(x) for x in f]
+
+
+def test_slurm_node_loss_spares_bit_exact(slurm, tmp_path):
+    """relaunch.on_node_loss: spares. The health check before the relaunch finds the lost node
+    (srun cannot reach it), the spare takes its place: same world size, bit-exact resume."""
+    expt, jid, lost = node_loss_run(tmp_path, "slurm-spares", 1, "spares")
+    allocated = job_nodes(expt, jid)
+    assert len(allocated) == 3
+    a = [json.load(open(os.path.join(expt, "sync", "attempts", str(i), "attempt.json"))) for i in (1, 2)]
+    spare = [n for n in allocated if n not in a[0]["hosts"]][0]
+    assert a[0]["hosts"][1] == lost and a[1]["hosts"] == [a[0]["hosts"][0], spare], a
+    assert a[0]["ranks"] == a[1]["ranks"] == 4 and a[1]["completed"]
+    bad = [c for c in node_checks(expt) if not c["ok"]]
+    assert [c["node"] for c in bad] == [lost] and bad[0]["attempt"] == 2 and bad[0]["reason"], bad
+    assert open(os.path.join(expt, "nodes.bad")).read().split() == [lost]
+    with open(os.path.join(expt, "summary.json")) as f:
+        phases = {p["phase"]: p for p in json.load(f)["phases"]}
+    ev = phases["sync"]["failures"][0]
+    assert ev["bad_nodes"] == [lost] and ev["ranks_before"] == ev["ranks_after"] == 4, ev
+    assert ev["recovery"] == f"spares: {spare} for {lost}", ev
+    crc = {ph: final_crc(os.path.join(expt, ph, "attempts", str(phases[ph]["attempts"]), "metrics-0.jsonl"))
+           for ph in ("baseline", "sync")}
+    assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
+    assert leftover_ranks(expt) == []
+
+
+def test_slurm_node_loss_shrink_same_losses(slurm, tmp_path):
+    """relaunch.on_node_loss: shrink. No spare: the relaunch runs on the one healthy node with 2
+    ranks instead of 4; each rank accumulates gradients over two micro-batches (--dp-global 4),
+    so the global batch and its samples stay the same and the losses continue within 1e-6
+    (relative) of the 4-rank baseline: not bit-exact, the reduction order changes."""
+    expt, jid, lost = node_loss_run(tmp_path, "slurm-shrink", 0, "shrink")
+    a = [json.load(open(os.path.join(expt, "sync", "attempts", str(i), "attempt.json"))) for i in (1, 2)]
+    assert a[0]["ranks"] == 4 and a[1]["ranks"] == 2 and a[1]["hosts"] == [a[0]["hosts"][0]], a
+    assert a[1]["completed"]
+    with open(os.path.join(expt, "summary.json")) as f:
+        phases = {p["phase"]: p for p in json.load(f)["phases"]}
+    ev = phases["sync"]["failures"][0]
+    assert ev["ranks_before"] == 4 and ev["ranks_after"] == 2 and ev["recovery"] == f"shrink: 2 -> 1 node(s), without {lost}", ev
+    base = dict(losses(os.path.join(expt, "baseline", "attempts", "1", "metrics-0.jsonl")))
+    after = losses(os.path.join(expt, "sync", "attempts", "2", "metrics-0.jsonl"))
+    assert len(after) >= 40
+    worst = max(abs(loss / base[it] - 1) for it, loss in after)
+    assert worst <= 1e-6, worst
+    assert "accum=2" in open(os.path.join(expt, "sync", "attempts", "2", "output.log")).read()
     assert leftover_ranks(expt) == []

@@ -66,3 +66,11 @@ def test_mpi4py_rendezvous_fallback(tmp_path):
     assert "TRAINING DONE step=4" in r.stdout, r.stdout[-3000:]
     assert r.returncode in (0, 9), r.stdout[-3000:]
     assert final_crc(str(tmp_path / "metrics-0.jsonl")) is not None
+
+
+def test_dp_global_must_be_a_multiple_of_the_data_parallel_ranks(tmp_path):
+    from restartlab.trainer.__main__ import check_args, parse_args
+    a = parse_args(["--dp-global", "3", "--tp", "2", "--ckpt-dir", str(tmp_path)])
+    assert check_args(a, 4) == "--dp-global 3: must be a multiple of the 2 data-parallel ranks (4 ranks / tp 2)"
+    assert check_args(parse_args(["--dp-global", "4", "--tp", "2", "--ckpt-dir", str(tmp_path)]), 4) is None
+    assert check_args(parse_args(["--dp-global", "1", "--ckpt-dir", str(tmp_path)]), 2).startswith("--dp-global 1")

@@ -35,6 +35,10 @@ def check_args(a, world_size):
         return err
     if world_size % a.tp:
         return f"--tp {a.tp} does not divide the world size {world_size}"
+    dp = world_size // a.tp
+    if a.dp_global and (a.dp_global < dp or a.dp_global % dp):
+        return (f"--dp-global {a.dp_global}: must be a multiple of the {dp} data-parallel ranks "
+                f"({world_size} ranks / tp {a.tp})")
     if a.save_interval:
         try:
             os.makedirs(a.ckpt_dir, exist_ok=True)
@@ -112,6 +116,8 @@ class Job:
         self.device = rdist.init(info, self.device_type, self.backend, a.pg_timeout)
         self.mesh = build_mesh(self.device_type, info.world_size, a.tp)
         self.dp_rank = dp_rank_of(self.mesh)
+        # gradient accumulation over the micro-batches of the data-parallel ranks that are missing
+        self.accum = (a.dp_global // (info.world_size // a.tp)) if a.dp_global else 1
         self.times["dist"] = time.time()
         self.log = (lambda msg: print(f"[rank0] {msg}", flush=True)) if info.rank == 0 else (lambda msg: None)
         self.cfg = PRESETS[a.model]
@@ -123,7 +129,7 @@ class Job:
         if self.ckpt and not a.no_resume:
             self._resume()
         self.times["loaded"] = time.time()
-        self.log(f"model={a.model} params={self.cfg.n_params():,} world={info.world_size} tp={a.tp} "
+        self.log(f"model={a.model} params={self.cfg.n_params():,} world={info.world_size} tp={a.tp} accum={self.accum} "
                  f"device={self.device_type} launcher={info.launcher} threads={torch.get_num_threads()} "
                  f"meta_init={self.meta} start={self.start}")
 
@@ -175,10 +181,14 @@ class Job:
         from restartlab.trainer.data import batch
         a, vocab = self.a, self.cfg.vocab
         t0 = time.time()
-        x, y = batch(a.seed, step, self.dp_rank, a.batch_size, a.seq_len, vocab)
-        logits = self.model(x.to(self.device))
-        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab), y.to(self.device).reshape(-1))
-        loss.backward()
+        loss = 0.0
+        for j in range(self.accum):  # batch v of the global batch: a pure function of (seed, step, v)
+            x, y = batch(a.seed, step, self.dp_rank * self.accum + j, a.batch_size, a.seq_len, vocab)
+            logits = self.model(x.to(self.device))
+            micro = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab),
+                                                      y.to(self.device).reshape(-1)) / self.accum
+            micro.backward()
+            loss = loss + micro.detach()
         self.optim.step()
         self.optim.zero_grad(set_to_none=True)
         # one collective carries the loss and whether any rank was asked to stop (a preemption

@@ -34,7 +34,7 @@ class PBS(Scheduler):
 
     def directives(self, sc):
         j, ln = sc["job"], sc["launch"]
-        sel = f"select={j['nodes']}"
+        sel = f"select={j['nodes'] + j['spare_nodes']}"  # spares: allocated, kept idle
         if j["ncpus"]:
             sel += f":ncpus={j['ncpus']}"
         sel += f":mpiprocs={ln['ranks_per_node']}"

@@ -47,8 +47,10 @@ class Slurm(Scheduler):
 
     def directives(self, sc):
         j, ln = sc["job"], sc["launch"]
-        out = [f"--job-name={sc['name']}", f"--nodes={j['nodes']}",
+        out = [f"--job-name={sc['name']}", f"--nodes={j['nodes'] + j['spare_nodes']}",
                f"--ntasks-per-node={ln['ranks_per_node']}", f"--time={hms(j['walltime'])}"]
+        if sc["relaunch"]["on_node_loss"] != "same":
+            out.append("--no-kill")  # a failed node leaves the allocation; the job lives on
         if j["account"]:
             out.append(f"--account={j['account']}")
         if j["queue"]:

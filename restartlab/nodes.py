@@ -1,0 +1,182 @@
+"""Node health: `restartlab node-check`. On each node (`--local`): Python and restartlab start
+(this process is the proof), the expected accelerators are visible, the stage dir is writable
+with room for a checkpoint shard, and an optional site command succeeds. Across the job: the
+check is fanned out once to every node not yet known bad, each with a timeout (a node that does
+not answer in time is bad); results are appended to <phase>/nodes.jsonl; a bad node is added to
+the job's bad-node file and stays excluded for the rest of the job; the hosts of the next
+attempt are written to a private host file (the first `--need` healthy nodes in node-file
+order), and the number of nodes chosen is printed.
+
+Recovery policies (relaunch.on_node_loss): `same` never excludes (the check only reports);
+`spares` needs exactly `--need` healthy nodes (the job asked for spares); `shrink` takes the
+largest number of healthy nodes that divides `--need` (each remaining rank then takes a whole
+number of the missing ranks' micro-batches), no fewer than `--min-nodes`. Exit 3 when too few
+nodes are healthy."""
+import argparse
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from typing import List, Optional
+
+from .killer import node_name
+
+EXIT_OK, EXIT_USAGE, EXIT_TOO_FEW = 0, 2, 3
+POLICIES = ("same", "spares", "shrink")
+# device nodes by accelerator kind: counted without importing torch (orchestration never does)
+DEVICE_GLOBS = {"cuda": "/dev/nvidia[0-9]*", "xpu": "/dev/dri/renderD*"}
+
+
+# ---------------------------------------------------------------- on one node
+def check_here(stage_dir: Optional[str], min_free: int, device: str, gpus: int,
+               site_cmd: Optional[str], timeout: float) -> dict:
+    t0 = time.time()
+    problems = []
+    if device in DEVICE_GLOBS and gpus:
+        seen = len(glob.glob(DEVICE_GLOBS[device]))
+        if seen < gpus:
+            problems.append(f"{seen} {device} device(s) visible, {gpus} expected")
+    if stage_dir:
+        problems += _check_dir(stage_dir, min_free)
+    if site_cmd:
+        try:
+            r = subprocess.run(site_cmd, shell=True, capture_output=True, text=True, timeout=timeout)
+            if r.returncode:
+                problems.append(f"site check exited {r.returncode}: {(r.stderr or r.stdout).strip()[-200:]}")
+        except subprocess.TimeoutExpired:
+            problems.append(f"site check did not finish in {timeout:g}s")
+    return {"node": node_name(), "host": socket.gethostname(), "ok": not problems,
+            "reason": "; ".join(problems), "seconds": round(time.time() - t0, 3)}
+
+
+def _check_dir(path: str, min_free: int) -> List[str]:
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".restartlab-node-check-{os.getpid()}")
+        with open(probe, "wb") as f:
+            f.write(b"x" * 4096)
+            f.flush()
+            os.fsync(f.fileno())
+        os.unlink(probe)
+        free = shutil.disk_usage(path).free
+    except OSError as e:
+        return [f"stage dir {path}: not writable ({e.strerror or e})"]
+    if free < min_free:
+        return [f"stage dir {path}: {free / 2**20:.0f} MiB free, a shard needs {min_free / 2**20:.0f} MiB"]
+    return []
+
+
+# ---------------------------------------------------------------- across the job
+def read_bad(path: Optional[str]) -> List[str]:
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [x.strip() for x in f if x.strip()]
+
+
+def choose(hosts: List[str], bad: List[str], policy: str, need: int, min_nodes: int):
+    """(hosts for the next attempt, error or None)."""
+    if policy == "same":
+        return hosts[:need], None
+    good = [h for h in hosts if h not in bad]
+    if policy == "spares":
+        if len(good) < need:
+            return None, f"{len(good)} healthy node(s) left, {need} needed (no spare left)"
+        return good[:need], None
+    # shrink: the largest node count that divides the original, so that each remaining rank
+    # takes a whole number of the missing ranks' micro-batches (the global batch stays the same)
+    k = next((k for k in range(min(len(good), need), 0, -1) if need % k == 0), 0)
+    if k < min_nodes:
+        return None, f"{len(good)} healthy node(s) left, relaunch.min_nodes is {min_nodes}"
+    return good[:k], None
+
+
+def check_all(a) -> int:
+    from . import inject, schedulers
+    hosts, slots = inject.read_nodefile(a.nodefile)
+    if not a.nodefile and a.fanout in schedulers.names():
+        hosts = schedulers.get(a.fanout).job_hosts(os.environ) or hosts
+        slots = None
+    bad = read_bad(a.bad_file)
+    todo = [i for i, h in enumerate(hosts) if h not in bad]
+    argv = [sys.executable, "-m", "restartlab.cli", "node-check", "--local", "--timeout", str(a.timeout),
+            "--min-free", str(a.min_free), "--device", a.device, "--gpus", str(a.gpus)]
+    if a.stage_dir:
+        argv += ["--stage-dir", a.stage_dir]
+    if a.site_cmd:
+        argv += ["--site-cmd", a.site_cmd]
+    t0 = time.time()
+    receipts = inject.fan_out(a.fanout, hosts, todo, argv, slots, a.launcher, timeout=a.timeout) if todo else []
+    results = []
+    for i, r in zip(todo, _by_node(receipts, [hosts[i] for i in todo])):
+        if r is None or "ok" not in r:
+            err = (r or {}).get("error", "no answer")
+            r = {"node": hosts[i], "ok": False, "reason": f"no healthy answer: {err}",
+                 "seconds": round(time.time() - t0, 3)}
+        r["node"] = hosts[i]  # the node file's name for it (what the launcher is given)
+        results.append(r)
+    newly_bad = [r["node"] for r in results if not r["ok"]]
+    if newly_bad and a.policy != "same":
+        bad += newly_bad
+        if a.bad_file:
+            with open(a.bad_file, "a") as f:
+                f.writelines(n + "\n" for n in newly_bad)
+    if a.log:
+        with open(a.log, "a") as f:
+            for r in results:
+                f.write(json.dumps(dict(r, time=time.time(), attempt=a.attempt, policy=a.policy)) + "\n")
+    for r in results:
+        if not r["ok"]:
+            print(f"restartlab node-check: {r['node']}: BAD: {r['reason']}", file=sys.stderr)
+    chosen, err = choose(hosts, bad, a.policy, a.need or len(hosts), a.min_nodes)
+    if err:
+        print(f"restartlab node-check: {err}", file=sys.stderr)
+        return EXIT_TOO_FEW
+    if a.hosts_out:
+        with open(a.hosts_out, "w") as f:
+            f.writelines(h + "\n" for h in chosen)
+    print(len(chosen))
+    return EXIT_OK
+
+
+def _by_node(receipts: List[dict], names: List[str]) -> List[Optional[dict]]:
+    """Receipts in the order of `names` (fan_out keeps the order of its commands; a receipt
+    that names its node is matched by name, as two scheduler nodes may share one host)."""
+    if len(receipts) == len(names):
+        return receipts
+    by = {r.get("node"): r for r in receipts if r.get("node")}
+    return [by.get(n) for n in names]
+
+
+def add_args(p):
+    p.add_argument("--local", action="store_true", help="check this node only; print one JSON line")
+    p.add_argument("--stage-dir", help="must be writable with --min-free bytes free")
+    p.add_argument("--min-free", type=int, default=0, help="bytes a checkpoint shard needs in the stage dir")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or xpu: which accelerators to count")
+    p.add_argument("--gpus", type=int, default=0, help="accelerators each node must show (0: none checked)")
+    p.add_argument("--site-cmd", help="a site's own check (shell), must exit 0")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds each node has to answer")
+    p.add_argument("--fanout", default="local", help="how to reach the nodes (pbs, slurm, local, mpiexec)")
+    p.add_argument("--launcher", default="pals", help="--fanout mpiexec: the job's launcher")
+    p.add_argument("--nodefile", default=os.environ.get("RL_NODEFILE") or os.environ.get("PBS_NODEFILE"))
+    p.add_argument("--bad-file", help="the job's bad nodes, one per line (read, and appended to)")
+    p.add_argument("--log", help="append one JSON line per node checked (<phase>/nodes.jsonl)")
+    p.add_argument("--attempt", type=int, default=0, help="the attempt about to launch (for the log)")
+    p.add_argument("--policy", choices=POLICIES, default="same")
+    p.add_argument("--need", type=int, default=0, help="nodes the next attempt wants (default all)")
+    p.add_argument("--min-nodes", type=int, default=1, help="shrink: refuse to go below this many")
+    p.add_argument("--hosts-out", help="write the next attempt's hosts here, one per line")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="restartlab node-check", description=__doc__.split("\n\n")[0])
+    add_args(p)
+    a = p.parse_args(argv)
+    if a.local:
+        print(json.dumps(check_here(a.stage_dir, a.min_free, a.device, a.gpus, a.site_cmd, a.timeout)), flush=True)
+        return EXIT_OK
+    return check_all(a)
