@@ -19,7 +19,7 @@ def injected_between(phase_dir: str, t0: float, t1: float) -> bool:
 
 
 def record(attempt_dir, phase_dir, attempt, launch_ts, end_ts, rc, train_iters, launcher="hydra",
-           ranks=0) -> bool:
+           ranks=0, job=None) -> bool:
     completed = reached_last_step(attempt_dir, train_iters)
     hosts = None
     if os.path.exists(os.path.join(attempt_dir, "hosts")):  # chosen by node-check for this attempt
@@ -31,7 +31,7 @@ def record(attempt_dir, phase_dir, attempt, launch_ts, end_ts, rc, train_iters, 
             "preempted": rc == EXIT_PREEMPTED,
             "walltime": os.path.exists(os.path.join(attempt_dir, "walltime")),
             "injected": injected_between(phase_dir, launch_ts, end_ts),
-            "hosts": hosts, "ranks": ranks or None}
+            "hosts": hosts, "ranks": ranks or None, "job": job}
     with open(os.path.join(attempt_dir, "attempt.json"), "w") as f:
         json.dump(info, f)
     print(f"restartlab: {os.path.basename(phase_dir)} attempt {attempt}: rc={rc} "

@@ -94,8 +94,33 @@ def _sched_for(a):
     return sched
 
 
+def _chain_jobs(ids):
+    """An experiment directory stands for every job that worked on it (its jobs.jsonl: the
+    first job and each continuation a chain submitted)."""
+    out = []
+    for x in ids:
+        path = os.path.join(x, "jobs.jsonl")
+        if not os.path.isdir(x):
+            out.append(x)
+            continue
+        try:
+            with open(path) as f:
+                recs = [json.loads(line) for line in f if line.strip()]
+        except (OSError, ValueError) as e:
+            print(f"restartlab status: {path}: cannot read the experiment's jobs ({e})", file=sys.stderr)
+            raise SystemExit(2)
+        for r in recs:
+            if isinstance(r, dict) and r.get("job") and r["job"] not in out:
+                out.append(str(r["job"]))
+    return out
+
+
 def cmd_status(a):
     sched = _sched_for(a)
+    a.jobids = _chain_jobs(a.jobids)
+    if not a.jobids:
+        print("restartlab status: no jobs (an experiment directory without jobs.jsonl?)", file=sys.stderr)
+        return 2
     st = sched.status(a.jobids, _run)
     for jid in a.jobids:
         s = st[jid]
@@ -160,7 +185,7 @@ def cmd_report(a):
 def cmd_record_attempt(a):
     from . import attempt
     ok = attempt.record(a.dir, a.phase_dir, a.attempt, a.launch_ts, a.end_ts, a.rc, a.train_iters, a.launcher,
-                        a.ranks)
+                        a.ranks, a.job)
     return 0 if ok else 1
 
 
@@ -204,7 +229,7 @@ def build_parser():
     sp.add_argument("--scheduler", choices=queued)
     sp.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
     sp = sub.add_parser("status", help="state of many jobs in one query")
-    sp.add_argument("jobids", nargs="+")
+    sp.add_argument("jobids", nargs="+", help="job ids, or experiment directories (every job of a chain)")
     sp.add_argument("--scheduler", choices=queued)
     sp.add_argument("--json", action="store_true")
     sp = sub.add_parser("cancel")
@@ -230,6 +255,7 @@ def build_parser():
         sp.add_argument(k, type=t, required=True)
     sp.add_argument("--launcher", default="hydra")
     sp.add_argument("--ranks", type=int, default=0, help="ranks of this attempt (0: the scenario's)")
+    sp.add_argument("--job", default=None, help="the batch job this attempt ran in")
     sp = sub.add_parser("teardown", help="SIGKILL a job's ranks on every node (by tag)")
     sp.add_argument("--tag", required=True)
     sp.add_argument("--signal", default="KILL", help="signal name or number (default KILL)")

@@ -40,6 +40,7 @@ class Attempt:
     walltime: bool = False                # the job script's walltime warning stopped it
     hosts: Optional[List[str]] = None     # the nodes it ran on (node-check chose them), if known
     ranks: Optional[int] = None
+    job: Optional[str] = None             # the batch job it ran in (a chain has several)
     emergency_step: Optional[int] = None  # the step of its emergency checkpoint (train/preempted)
     resumed_from: int = 0
     first_ts: Optional[float] = None      # first step completed in this attempt
@@ -138,6 +139,8 @@ def _attempt_from_dir(a: Attempt, attempt_dir, warnings) -> None:
     a.walltime = info.get("walltime") is True
     if isinstance(info.get("hosts"), list):
         a.hosts = [str(h) for h in info["hosts"]]
+    if isinstance(info.get("job"), str):
+        a.job = info["job"]
     if isinstance(info.get("ranks"), int) and not isinstance(info.get("ranks"), bool):
         a.ranks = info["ranks"]
     a.timed_out = _mentions(os.path.join(attempt_dir, "output.log"), PG_TIMEOUT) if not a.completed else False
@@ -240,11 +243,30 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
     return ph
 
 
+def handovers(ph: Phase) -> List[dict]:
+    """Where one job of a chain ended and the next took over (not failures): the queue wait
+    between them and the steps the hand-over lost (0 after a walltime stop)."""
+    out = []
+    for a, b in zip(ph.attempts, ph.attempts[1:]):
+        if a.job and b.job and a.job != b.job:
+            out.append({"attempt": a.index, "from_job": a.job, "to_job": b.job,
+                        "queue_wait_s": (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else None,
+                        "walltime_stop": a.walltime, "lost_steps": a.last_iter - b.resumed_from})
+    return out
+
+
 def failures(ph: Phase) -> List[dict]:
-    """One event per attempt that ended without finishing and was followed by another."""
+    """One event per attempt that ended without finishing and was followed by another (a chain's
+    hand-over after a walltime stop is not a failure: see handovers; after a failure that
+    used up the relaunch budget it is one, and the queue wait is not in its downtime)."""
     out = []
     for k in range(len(ph.attempts) - 1):
         a, b = ph.attempts[k], ph.attempts[k + 1]
+        queued = 0.0
+        if a.job and b.job and a.job != b.job:
+            if a.walltime:
+                continue
+            queued = (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else 0.0
         kills = [r for r in ph.injections if a.launch_ts is not None and a.end_ts is not None
                  and _num(r.get("time")) is not None and a.launch_ts <= r["time"] <= a.end_ts + 0.5
                  and r.get("killed")]
@@ -254,9 +276,10 @@ def failures(ph: Phase) -> List[dict]:
               "kind": book_kind(kills[0]) if kills else None, "detected_by": detected_by(a),
               "detection_s": (a.end_ts - kill_ts) if (a.end_ts and kill_ts) else None,
               "step_at_kill": a.last_iter, "resumed_from": b.resumed_from, "lost_steps": lost,
-              "downtime_s": (b.first_ts - kill_ts) if (b.first_ts and kill_ts) else None,
+              "downtime_s": (b.first_ts - kill_ts - queued) if (b.first_ts and kill_ts) else None,
               "recompute_s": 0.0, "restart_s": b.restart_seconds, "startup": b.startup,
-              "launch_gap_s": (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else None}
+              "launch_gap_s": (b.launch_ts - a.end_ts - queued) if (b.launch_ts and a.end_ts) else None,
+              "queue_wait_s": queued}
         if lost > 1 and a.last_iter in b.ts_at and b.first_ts:
             ev["recompute_s"] = b.ts_at[a.last_iter] - b.first_ts
         ev.update(node_recovery(a, b, ph.node_checks))
@@ -319,6 +342,10 @@ def quantiles(xs: List[float]) -> dict:
 def summarize_phase(ph: Phase) -> dict:
     atts = [a for a in ph.attempts if a.launch_ts is not None]
     wall = (max(a.end_ts for a in atts if a.end_ts) - min(a.launch_ts for a in atts)) if atts else None
+    hand = handovers(ph)
+    queued = sum(h["queue_wait_s"] or 0 for h in hand)
+    if wall is not None:
+        wall -= queued  # waiting in the queue between jobs of a chain is not the job's wall time
     ev = failures(ph)
     productive = sum(a.kept_dt for a in ph.attempts)
     stalls = sum(sum(ph.saves[k]) for k in SAVE_KEYS)
@@ -338,6 +365,8 @@ def summarize_phase(ph: Phase) -> dict:
         "productive_s": productive,
         "ettr": (productive / wall) if wall else None,
         "walltime_stop": walltime_stop(ph),
+        "jobs": sorted({a.job for a in ph.attempts if a.job}),
+        "handovers": hand, "queue_wait_s": queued,
     }
 
 

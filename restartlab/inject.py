@@ -226,7 +226,13 @@ class Injector:
         targets = step_targets(a.at_steps, a.every_steps, a.train_iters)
         if targets:
             gate = a.gate or "complete"
+            # a chained job's injector: the steps an earlier job's injector struck are done
+            done = {r.get("target_step") for r in live.read_injections(a.phase_dir) if r.get("killed")} \
+                if a.phase_dir else set()
             for s, kind in targets:
+                if s in done:
+                    self.say(f"step {s}: struck by an earlier job of this experiment")
+                    continue
                 if gate == "complete":
                     ok = self.sleep_until(lambda: (ckptdir.newest_complete_step(a.ckpt_dir, verify=False) or -1) >= s)
                 else:

@@ -111,6 +111,9 @@ def context(sc, scheduler=None, expt_dir=None):
     rank_env = dict(ln["env"])
     rank_env[killer.TAG_VAR] = tag
     rl = sc["relaunch"]
+    if rl["chain"] and not sched.chain_sh:
+        raise RenderError(f"{sc['source']}: relaunch.chain: the {sched_name} scheduler cannot submit a "
+                          f"continuation job (no queue)")
     policy = rl["on_node_loss"]
     node_check = rl["node_check"] if rl["node_check"] is not None else policy != "same"
     hosts_file = os.path.join(expt_dir, "hosts.attempt") if policy != "same" else None
@@ -146,6 +149,7 @@ def context(sc, scheduler=None, expt_dir=None):
                      "startup_timeout": int(sc["relaunch"]["startup_timeout"]),
                      "walltime_margin": int(sc["relaunch"]["walltime_margin"])},
         "walltime": int(sc["job"]["walltime"]),
+        "chain": rl["chain"], "chain_sh": sched.chain_sh,
         "nodes": {"policy": policy, "check": node_check, "need": sc["job"]["nodes"], "ppn": ln["ranks_per_node"],
                   "min_nodes": rl["min_nodes"], "timeout": int(rl["node_check_timeout"]), "hosts_file": hosts_file,
                   "check_args": node_check_args(sc, policy)}, "preempt_signal": sc["trainer"]["preempt_signal"],

@@ -101,7 +101,11 @@ def markdown(summaries, missing, src, problems=()):
                      f"{w['last_step']}, " + (f"emergency checkpoint of step {ck}: {w['lost_steps']} step(s) "
                                               f"not in a checkpoint" if ck is not None else
                                               "no emergency checkpoint was written") + ".")
-    if any(s.get("walltime_stop") for s in summaries):
+        for h in s.get("handovers") or []:
+            L.append(f"- **{s['phase']}: job {h['from_job']} -> job {h['to_job']}** (chained after attempt "
+                     f"{h['attempt']}): {_fmt(h['queue_wait_s'])} s waiting in the queue (not in the wall "
+                     f"time above), {h['lost_steps']} step(s) lost at the hand-over.")
+    if any(s.get("walltime_stop") or s.get("handovers") for s in summaries):
         L.append("")
     L += ["## Failures", "", "| phase | attempt | kind | bad nodes | recovery | ranks | step at kill | resumed from | "
           "lost steps | downtime s | restart s (launch->first step) | import s | dist init s | build s | load s | "

@@ -104,6 +104,9 @@ SCHEMA = {
         "node_check_cmd": F("str", None, "a site's own health check (shell, run on each node, must exit 0)"),
         "node_check_min_free_mb": F("int", 0, "MiB the stage dir must have free on each node", min=0),
         "node_check_gpus": F("int", 0, "accelerators each node must show (cuda/xpu device nodes; 0: not checked)", min=0),
+        "chain": F("int", 0, "when the walltime or max_attempts runs out before the last step, submit up to "
+                   "N continuation jobs (each starts after the previous one ends) that resume this "
+                   "experiment", min=0),
         "walltime_margin": F("duration", 120, "this long before job.walltime, the ranks get the trainer's "
                              "preempt_signal: an emergency checkpoint lands before the scheduler kills "
                              "the job, and no attempt is launched after it (0: off)"),

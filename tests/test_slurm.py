@@ -416,3 +416,51 @@ def test_slurm_node_loss_shrink_same_losses(slurm, tmp_path):
     assert worst <= 1e-6, worst
     assert "accum=2" in open(os.path.join(expt, "sync", "attempts", "2", "output.log")).read()
     assert leftover_ranks(expt) == []
+
+
+def test_slurm_chained_jobs_report_as_one(slurm, tmp_path):
+    """relaunch.chain: a job whose walltime (1 minute, margin 25 s) ends before the last step
+    stops with an emergency checkpoint and submits its continuation (sbatch --dependency=
+    afterany); the next job resumes the same experiment directory, numbering its attempts on,
+    and finishes. The report covers both jobs as one experiment, the hand-over is not a failure,
+    its queue wait is counted apart from the wall time, and `restartlab status EXPT_DIR` follows
+    the chain. The trainer is slowed to 1 s a step (a test-only delay point) so that one job
+    cannot finish 40 steps and the next can, whatever the machine's load adds to a step."""
+    text = f"""extends: systems/slurm.yaml
+name: slurm-chain
+expt_root: {tmp_path}/expt
+job: {{nodes: 2, walltime: "00:01:00"}}
+launch: {{ranks_per_node: 2, env: {{RESTARTLAB_DELAY: "step:*:*:1.0"}}}}
+trainer: {{model: tiny, train_iters: 40, save_interval: 5, device: cpu}}
+relaunch: {{max_attempts: 3, backoff: 0s, hang_timeout: 120s, walltime_margin: 25s, chain: 2}}
+phases:
+  - {{name: sync, checkpoint: sync, failures: false}}
+"""
+    path = tmp_path / "chain.yaml"
+    path.write_text(text)
+    jid, expt = submit(str(path))
+    wait_for(lambda: os.path.exists(os.path.join(expt, "sync", "completed")), 420, "the chain to finish the phase")
+
+    def jobs():
+        with open(os.path.join(expt, "jobs.jsonl")) as f:
+            return [json.loads(x) for x in f]
+    ids = list(dict.fromkeys(r["job"] for r in jobs()))
+    assert ids[0] == jid and len(ids) >= 2, jobs()
+    for j in ids:
+        wait_state("slurm", j, {"finished", "failed"}, 120)
+    r = rl("status", "--scheduler", "slurm", expt)
+    assert r.returncode == 0 and [x.split()[0] for x in r.stdout.splitlines()] == ids, r.stdout + r.stderr
+    assert [x.split()[1] for x in r.stdout.splitlines()][-1] == "finished", r.stdout
+    with open(os.path.join(expt, "summary.json")) as f:
+        s = json.load(f)["phases"][0]
+    assert s["completed"] and s["failures"] == [] and s["jobs"] == sorted(ids), s
+    hand = s["handovers"]
+    assert len(hand) == len(ids) - 1 and all(h["walltime_stop"] and h["lost_steps"] == 0 for h in hand), hand
+    assert all(h["queue_wait_s"] >= 0 for h in hand) and s["queue_wait_s"] == sum(h["queue_wait_s"] for h in hand)
+    first = json.load(open(os.path.join(expt, "sync", "attempts", "1", "attempt.json")))
+    assert first["walltime"] and first["job"] == jid
+    seen = sorted(it for a in os.listdir(os.path.join(expt, "sync", "attempts"))
+                  for it, _ in losses(os.path.join(expt, "sync", "attempts", a, "metrics-0.jsonl")))
+    assert seen == list(range(1, 41))  # every step trained, none twice across the jobs
+    assert f"job {ids[0]} -> job {ids[1]}" in open(os.path.join(expt, "report.md")).read()
+    assert leftover_ranks(expt) == []

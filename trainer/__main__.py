@@ -8,6 +8,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 from restartlab.trainer import dist as rdist  # noqa: E402
+from restartlab.trainer import testpoints  # noqa: E402
 
 from restartlab import trainer_options  # noqa: E402
 from restartlab.ckptdir import step_dirname as ckptdir_name  # noqa: E402
@@ -181,6 +182,7 @@ class Job:
         from restartlab.trainer.data import batch
         a, vocab = self.a, self.cfg.vocab
         t0 = time.time()
+        testpoints.delay("step", step, self.info.rank)
         loss = 0.0
         for j in range(self.accum):  # batch v of the global batch: a pure function of (seed, step, v)
             x, y = batch(a.seed, step, self.dp_rank * self.accum + j, a.batch_size, a.seq_len, vocab)

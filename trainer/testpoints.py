@@ -25,11 +25,13 @@ def delay(point: str, step: int, rank: int):
     The tests use them to force an interleaving of ranks that is otherwise rare (save: before a
     save begins; stage-clean:
     before the stage directory is cleaned; mkdir: before a rank creates a checkpoint directory;
-    mkdir-exists: after it found the directory already there, before it checks it again)."""
+    mkdir-exists: after it found the directory already there, before it checks it again; step:
+    every training step, e.g. step:*:*:0.2 for a slower model). `*` matches any step or rank."""
     for spec in filter(None, os.environ.get("RESTARTLAB_DELAY", "").split(",")):
         p, s, r, secs = spec.split(":")
-        if p == point and int(s) == step and int(r) == rank:
-            print(f"DELAY {point} at step={step} rank={rank}: {secs}s", flush=True)
+        if p == point and s in ("*", str(step)) and r in ("*", str(rank)):
+            if "*" not in (s, r):  # a wildcard (step:*:*:0.2, a slower model) is not logged
+                print(f"DELAY {point} at step={step} rank={rank}: {secs}s", flush=True)
             time.sleep(float(secs))
 
 

@@ -40,6 +40,9 @@ class Scheduler:
     title = ""                          # for the script's comment line
     jobid_var: Optional[str] = None     # the job's id inside a job (PBS_JOBID, SLURM_JOB_ID)
     query_tool: Optional[str] = None    # on a login node, its presence means "this scheduler"
+    # bash that submits this experiment's job.sh again, to start once job $RL_JOBID has ended
+    # (relaunch.chain); prints the new job's id. None: this scheduler cannot chain jobs
+    chain_sh: Optional[str] = None
     # bash that sets RL_NODEFILE (one line per host or per slot) inside the job
     nodefile_sh = 'RL_NODEFILE="$RL_EXPT_DIR/nodefile"\n[ -s "$RL_NODEFILE" ] || hostname > "$RL_NODEFILE"'
 

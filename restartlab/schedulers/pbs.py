@@ -30,6 +30,7 @@ class PBS(Scheduler):
     title = "PBS Pro"
     jobid_var = "PBS_JOBID"
     query_tool = "qstat"
+    chain_sh = 'qsub -W depend=afterany:"$RL_JOBID" "$RL_EXPT_DIR/job.sh"'
     nodefile_sh = 'RL_NODEFILE="${PBS_NODEFILE:?PBS_NODEFILE is not set: is this running under PBS?}"'
 
     def directives(self, sc):

@@ -42,6 +42,7 @@ class Slurm(Scheduler):
     title = "Slurm"
     jobid_var = "SLURM_JOB_ID"
     query_tool = "squeue"
+    chain_sh = 'sbatch --parsable --dependency=afterany:"$RL_JOBID" "$RL_EXPT_DIR/job.sh"'
     nodefile_sh = ('RL_NODEFILE="$RL_EXPT_DIR/nodefile.$SLURM_JOB_ID"\n'
                    'scontrol show hostnames "${SLURM_JOB_NODELIST:?not running under Slurm}" > "$RL_NODEFILE"')
 
