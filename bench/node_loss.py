@@ -91,6 +91,8 @@ def main():
     if os.geteuid() != 0:
         raise SystemExit("the private Slurm needs root")
     prefix = a.keep or tempfile.mkdtemp(prefix="rl-slurm-bench-", dir="/tmp")
+    os.makedirs(prefix, exist_ok=True)
+    os.chmod(prefix, 0o755)  # munged (the munge user) must reach the cluster's files below it
     env = dict(os.environ, SLURM_PREFIX=os.path.join(prefix, "slurm"), SLURM_NODES="3", SLURM_CPUS="4",
                SLURMCTLD_PORT="25817", SLURMD_PORT="25818")
     r = sh("bash", os.path.join(ROOT, "tests", "slurm", "start_slurm.sh"), env=env, timeout=600)
