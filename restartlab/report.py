@@ -36,28 +36,42 @@ def find_phases(expt_dir):
     return sorted(out, key=lambda n: (order.get(n, 3), n))
 
 
-def _expected_phases(scen, problems):
-    """Phase names from the experiment's resolved scenario.yaml (None if it cannot tell)."""
+def _scenario(scen, problems):
+    """The experiment's resolved scenario.yaml as a mapping (None if absent or malformed)."""
     if not os.path.exists(scen):
         return None
     import yaml
     try:
         with open(scen, errors="replace") as f:
             data = yaml.safe_load(f)
-        return [str(p["name"]) for p in data["phases"]]
+        [str(p["name"]) for p in data["phases"]]
+        return data
     except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError) as e:
         problems.append(f"{scen}: malformed scenario.yaml, phases taken from the directories "
                         f"({type(e).__name__}: {str(e).splitlines()[0][:100]})")
         return None
 
 
+def _expected_phases(data):
+    """Phase names from the resolved scenario (None if it cannot tell)."""
+    return [str(p["name"]) for p in data["phases"]] if data else None
+
+
+def _policy(data):
+    try:
+        return str(data["relaunch"]["on_node_loss"])
+    except (TypeError, KeyError):
+        return None
+
+
 def build(a):
     """-> (phases, summaries, missing phase names, problems outside any phase)."""
-    phases, missing, problems = [], [], []
+    phases, missing, problems, policy = [], [], [], None
     if a.expt_dir:
         names = find_phases(a.expt_dir)
-        scen = os.path.join(a.expt_dir, "scenario.yaml")
-        expected = a.expect if a.expect is not None else _expected_phases(scen, problems)
+        data = _scenario(os.path.join(a.expt_dir, "scenario.yaml"), problems)
+        expected = a.expect if a.expect is not None else _expected_phases(data)
+        policy = _policy(data)
         missing = [n for n in (expected or []) if n not in names]
         for n in names:
             phases.append(collect.load_phase(n, phase_dir=os.path.join(a.expt_dir, n)))
@@ -76,6 +90,7 @@ def build(a):
         rs = [e["restart_s"] for e in s["failures"] if e["restart_s"]]
         s["young_daly"] = dict(collect.young_daly(cost, statistics.median(rs) if rs else None, a.mtbf),
                                mtbf_s=a.mtbf, save_cost_s=cost)
+        s["policy"] = policy  # relaunch.on_node_loss: what its ETTR was measured under
     return phases, summaries, missing, problems
 
 
@@ -93,6 +108,9 @@ def markdown(summaries, missing, src, problems=()):
                  f"{_fmt(o.get('residual_s'))} |")
     L += ["", "Overhead = downtime + recompute + save stalls + residual (the residual is what the three "
           "named parts do not explain: slower steps, launch noise).", ""]
+    policies = sorted({s["policy"] for s in summaries if s.get("policy")})
+    if policies and policies != ["same"]:
+        L += [f"Recovery from node loss (relaunch.on_node_loss): {', '.join(policies)}.", ""]
     for s in summaries:
         w = s.get("walltime_stop")
         if w:

@@ -104,3 +104,32 @@ def test_stage_dir_of_a_killed_attempt_is_removed_by_the_relaunch(tmp_path):
     r = run_trainer(2, a)
     assert r.returncode == 0, r.stdout[-3000:]
     assert sorted(os.listdir(mine)) == ["notes.txt"]
+
+
+def test_two_owners_sharing_one_stage_path(tmp_path):
+    """Two node groups whose owners share one stage path (a stage dir on a shared file system,
+    or several scheduler nodes on one host: the private Slurm's walltime test met it as
+    FileExistsError in the owner's mkdir). Hydra's fork launcher makes two "hosts" here (local
+    ranks 0,1 on each: owners are ranks 0 and 2). Forced: rank 2 cleans step 4's stage dir, then
+    waits while rank 0 creates it, then creates it too; both owners create the stage root at
+    start-up. Every save completes and the stage dir is gone at the end."""
+    import subprocess
+    import sys
+
+    from restartlab import launchers
+    from tests.helpers import MPIEXEC, cleanup_tag
+    run = str(tmp_path / "run")
+    env = dict(launchers.local_rendezvous_env(), RESTARTLAB_DELAY="stage-mkdir:4:2:1.0",
+               RESTARTLAB_JOB_TAG=f"t-shared-{os.getpid()}")
+    argv = [MPIEXEC, "-launcher", "fork", "-hosts", "node-a,node-b", "-ppn", "2", "-n", "4"]
+    for k, v in env.items():
+        argv += ["-genv", k, v]
+    try:
+        r = subprocess.run(argv + [sys.executable, "-m", "restartlab.trainer", *args(run, iters=8, save=2)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+    finally:
+        cleanup_tag(env["RESTARTLAB_JOB_TAG"])
+    assert "DELAY stage-mkdir at step=4 rank=2" in r.stdout, r.stdout[-3000:]
+    assert r.returncode == 0 and "TRAINING DONE" in r.stdout, r.stdout[-4000:]
+    assert ckptdir.complete_steps(os.path.join(run, "ckpts")) == [2, 4, 6, 8]
+    assert not os.path.exists(os.path.join(run, "stage")), os.listdir(os.path.join(run, "stage"))

@@ -464,3 +464,42 @@ phases:
     assert seen == list(range(1, 41))  # every step trained, none twice across the jobs
     assert f"job {ids[0]} -> job {ids[1]}" in open(os.path.join(expt, "report.md")).read()
     assert leftover_ranks(expt) == []
+
+
+def test_slurm_chain_after_the_relaunch_budget_runs_out(slurm, tmp_path):
+    """relaunch.chain when max_attempts (1 here) runs out: the injected kill at step 20 ends the
+    first job's only attempt, the job submits its continuation and exits 1; the next job resumes
+    from the newest checkpoint, its injector does not strike step 20 again, and the phase
+    finishes. The kill is booked as a failure whose downtime leaves out the queue wait."""
+    text = f"""extends: systems/slurm.yaml
+name: slurm-chain-budget
+expt_root: {tmp_path}/expt
+job: {{nodes: 2, walltime: "00:15:00"}}
+launch: {{ranks_per_node: 2}}
+trainer: {{model: tiny, train_iters: 60, save_interval: 5, device: cpu}}
+relaunch: {{max_attempts: 1, backoff: 0s, hang_timeout: 120s, chain: 1}}
+failures: {{kind: kill, schedule: {{at_steps: [20]}}, gate: complete}}
+phases:
+  - {{name: sync, checkpoint: sync}}
+"""
+    path = tmp_path / "budget.yaml"
+    path.write_text(text)
+    jid, expt = submit(str(path))
+    wait_for(lambda: os.path.exists(os.path.join(expt, "sync", "completed")), 300, "the chain to finish the phase")
+    with open(os.path.join(expt, "jobs.jsonl")) as f:
+        ids = list(dict.fromkeys(json.loads(x)["job"] for x in f))
+    assert len(ids) == 2 and ids[0] == jid, ids
+    seen = [wait_state("slurm", j, {"finished", "failed"}, 120)[-1] for j in ids]
+    assert seen == ["failed", "finished"], seen  # the first job ran out of attempts (exit 1)
+    with open(os.path.join(expt, "sync", "injections.jsonl")) as f:
+        strikes = [json.loads(x) for x in f]
+    assert [r["target_step"] for r in strikes if r.get("killed")] == [20], strikes
+    with open(os.path.join(expt, "summary.json")) as f:
+        s = json.load(f)["phases"][0]
+    assert s["completed"] and s["jobs"] == sorted(ids) and len(s["handovers"]) == 1, s
+    ev = s["failures"]
+    assert len(ev) == 1 and ev[0]["kind"] == "kill" and ev[0]["queue_wait_s"] > 0, ev
+    e = ev[0]  # between two jobs all the gap is the queue's: downtime = detection + restart
+    assert e["launch_gap_s"] == 0 and abs(e["downtime_s"] - (e["detection_s"] + e["restart_s"])) < 1e-3, e
+    assert "step 20: struck by an earlier job" in open(os.path.join(expt, "sync", "injector.log")).read()
+    assert leftover_ranks(expt) == []

@@ -62,13 +62,16 @@ class Checkpointer:
             # a group of its own, for the background thread only (on the training group
             # dcp.async_save hangs; a main-thread probe on a shared group deadlocks)
             self._group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=pg_timeout_s))
-            # the stage dir is node-shared: local rank 0 owns it (creates, cleans, removes)
+            # the stage dir is node-shared: local rank 0 owns it (creates, cleans, removes). Two
+            # owners may still meet in one path (a stage dir on a shared file system; several
+            # scheduler nodes on one host, as in the tests): nothing they do may fail on the other
             self._stage_marker = os.path.join(stage_dir, STAGE_MARKER)
             if local_rank == 0:
-                if not os.path.isdir(stage_dir):  # ours: marked, so a relaunch removes it too
+                try:
                     os.makedirs(stage_dir)
-                    open(self._stage_marker, "w").close()
-                os.makedirs(stage_dir, exist_ok=True)
+                    open(self._stage_marker, "w").close()  # ours: marked, so a relaunch removes it too
+                except FileExistsError:
+                    pass
                 for s in ckptdir.list_steps(stage_dir):  # stages of dead attempts on this node
                     shutil.rmtree(ckptdir.step_path(stage_dir, s), ignore_errors=True)
             dist.barrier()
@@ -240,7 +243,8 @@ class Checkpointer:
             if self.local_rank == 0:
                 delay("stage-clean", step, self.rank)
                 shutil.rmtree(stage_path, ignore_errors=True)  # a torn stage of a dead attempt
-                os.makedirs(stage_path)
+                delay("stage-mkdir", step, self.rank)
+                os.makedirs(stage_path, exist_ok=True)  # another owner sharing the path may be first
             self._prepare_dir(self.ckpt_dir, step)  # a torn durable directory of a dead attempt
         except OSError as e:
             err = describe_error(e)
