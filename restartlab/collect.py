@@ -76,6 +76,9 @@ class Phase:
     saves: Dict[str, "array"] = field(default_factory=lambda: {k: array("d") for k in SAVE_KEYS})
     finalize: List[float] = field(default_factory=list)
     node_checks: List[dict] = field(default_factory=list)
+    # step time beside a background save vs without one: [count, sum] each (first steps left out)
+    dt_busy: List[float] = field(default_factory=lambda: [0, 0.0])
+    dt_idle: List[float] = field(default_factory=lambda: [0, 0.0])
     warnings: List[str] = field(default_factory=list)
 
 
@@ -191,8 +194,13 @@ def _stream_attempt(a: Attempt, keep_upto, want, ph: Phase) -> None:
             dt = _num(m.get("train/dt", 0.0))
             if dt is None:
                 ph.warnings.append(f"{a.path}:{n}: malformed train/dt {str(m.get('train/dt'))[:40]!r}: counted as 0")
-            elif it <= keep_upto:
-                a.kept_dt += dt
+            else:
+                if it <= keep_upto:
+                    a.kept_dt += dt
+                if it != a.first_iter:  # an attempt's first step carries its warm-up
+                    acc = ph.dt_busy if m.get("train/ckpt_inflight") else ph.dt_idle
+                    acc[0] += 1
+                    acc[1] += dt
             if it in want:
                 a.ts_at[it] = ts
         if _num(m.get("train/preempted")) is not None:
@@ -365,9 +373,20 @@ def summarize_phase(ph: Phase) -> dict:
         "productive_s": productive,
         "ettr": (productive / wall) if wall else None,
         "walltime_stop": walltime_stop(ph),
+        "interference": interference(ph),
         "jobs": sorted({a.job for a in ph.attempts if a.job}),
         "handovers": hand, "queue_wait_s": queued,
     }
+
+
+def interference(ph: Phase) -> Optional[dict]:
+    """How much slower a step is while an async save runs in the background (mean step time
+    beside a save / without one - 1); None without steps of both kinds."""
+    (nb, sb), (ni, si) = ph.dt_busy, ph.dt_idle
+    if not nb or not ni or not si:
+        return None
+    return {"busy_steps": nb, "idle_steps": ni, "busy_dt_s": sb / nb, "idle_dt_s": si / ni,
+            "slowdown": (sb / nb) / (si / ni) - 1.0}
 
 
 def walltime_stop(ph: Phase) -> Optional[dict]:

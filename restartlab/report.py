@@ -150,6 +150,12 @@ def markdown(summaries, missing, src, problems=()):
         for kind, q in list(s["save"].items()) + [("finalize (save -> .complete)", s["finalize"])]:
             if q["count"]:
                 L.append(f"| {s['phase']} | {kind} | {q['count']} | {_fmt(q['median'], 4)} | {_fmt(q['p90'], 4)} |")
+    for s in summaries:
+        i = s.get("interference")
+        if i:
+            L.append(f"\n{s['phase']}: a step beside a background save takes {i['busy_dt_s']:.4f} s, "
+                     f"without one {i['idle_dt_s']:.4f} s ({100 * i['slowdown']:+.1f}%; means over "
+                     f"{i['busy_steps']} and {i['idle_steps']} steps)")
     L += ["", "## Checkpoint interval (Young-Daly)", ""]
     for s in summaries:
         yd = s["young_daly"]

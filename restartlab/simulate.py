@@ -267,6 +267,11 @@ def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Cos
             if isinstance(fin, (int, float)):
                 c.async_durable_s = fin
                 src["async_durable_s"] = f"{path}: {n} finalize (save -> .complete) median"
+            slow = (ph.get("interference") or {}).get("slowdown")
+            if isinstance(slow, (int, float)):
+                c.interference = max(0.0, slow)
+                src["interference"] = (f"{path}: {n} mean step time beside a background save / "
+                                       f"without one - 1 ({slow:+.3f})")
     evs = [e for ph in use.values() for e in ph.get("failures") or [] if isinstance(e, dict)]
     for key, attr in (("restart_s", "restart_s"), ("launch_gap_s", "gap_s")):
         v = _median(e.get(key) for e in evs)

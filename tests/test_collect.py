@@ -123,6 +123,12 @@ def test_real_restartlab_run(tmp_path):
     assert ev["step_at_kill"] == last and ev["lost_steps"] == last - ev["resumed_from"]
     assert ev["downtime_s"] > ev["restart_s"] > 0
     assert os.path.exists(d / "report.md") and os.path.exists(d / "progress.png")
+    # steps beside a background save are told apart from the others (the interference figure)
+    i = a["interference"]
+    assert i and i["busy_steps"] >= 1 and i["idle_steps"] >= 1 and i["busy_dt_s"] > 0 and i["idle_dt_s"] > 0, i
+    flagged = [m for m in rows1 if m.get("train/ckpt_inflight")]
+    assert flagged and all(m["train/iter"] > 5 for m in flagged)  # none before the first save
+    assert ph["baseline"]["interference"] is None
     assert killer.find_tagged(job_tag(d)) == []  # nothing of the job outlives it
 
 

@@ -147,3 +147,22 @@ def test_replay_of_the_local_scenario_matches_its_measured_ettr(tmp_path):
                             rel_tol=1e-6)
     r = rl("simulate", "--replay", str(d), "--phase", "baseline")
     assert r.returncode == 2 and "saves no checkpoints" in r.stderr
+
+
+def test_costs_from_a_summary_name_their_source(tmp_path):
+    summary = {"phases": [
+        {"phase": "baseline", "steps": 100, "productive_s": 5.0, "save": {}, "failures": []},
+        {"phase": "sync", "steps": 100, "productive_s": 6.0, "failures": [
+            {"kind": "kill", "restart_s": 3.0, "launch_gap_s": 0.3, "detection_s": 0.2},
+            {"kind": "hang", "restart_s": 5.0, "launch_gap_s": 0.5, "detection_s": 12.0}],
+         "save": {"ckpt_save_seconds": {"median": 0.07}}},
+        {"phase": "async", "steps": 100, "productive_s": 6.5, "failures": [],
+         "save": {"ckpt_stage_seconds": {"median": 0.004}, "ckpt_drain_seconds": {"median": 0.001}},
+         "finalize": {"median": 0.13}, "interference": {"slowdown": 0.25}}]}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    c = sim.costs_from_summary(str(path))
+    assert c.step_s == 0.05 and c.sync_stall_s == 0.07 and c.async_stall_s == pytest.approx(0.005)
+    assert c.async_durable_s == 0.13 and c.interference == 0.25
+    assert c.restart_s == 4.0 and c.gap_s == pytest.approx(0.4) and c.detection_s == {"kill": 0.2, "hang": 12.0}
+    assert all(str(path) in c.sources[k] for k in ("step_s", "sync_stall_s", "async_stall_s", "interference"))

@@ -238,7 +238,10 @@ def train(job: Job, metrics) -> None:
     second row of the same step."""
     a = job.a
     for step in range(job.start + 1, a.train_iters + 1):
+        busy = bool(job.ckpt and job.ckpt.mode == "async" and job.ckpt.in_flight())
         row = job.step(step)
+        if busy:  # this step ran beside a background save (the report's interference figure)
+            row["train/ckpt_inflight"] = 1
         if step == job.start + 1:
             row.update(job.startup_row(time.time()))
         if job.ckpt:

@@ -307,6 +307,10 @@ class Checkpointer:
             except OSError as e:
                 self.log(f"stage dir {self.stage_dir} left in place: {e.strerror}")
 
+    def in_flight(self) -> bool:
+        """An async save is running in the background right now."""
+        return self._future is not None and not self._future.done()
+
     def poll(self) -> dict:
         """Non-blocking: metrics for a save that finished since the last poll (no collectives)."""
         if self._future is not None and self._future.done():
