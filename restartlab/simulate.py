@@ -345,6 +345,8 @@ def replay(expt_dir: str, phase: str) -> dict:
     costs = costs_from_summary(summary, [phase])
     costs.step_s = ph["productive_s"] / ph["steps"]  # its own step time
     costs.sources["step_s"] = f"{summary}: {phase} productive_s / steps"
+    # that mean already holds the slowdown of the steps beside a save: not a second time
+    costs.interference, costs.sources["interference"] = 0.0, "in the phase's own mean step time"
     attempts = collect.load_phase(phase, phase_dir=os.path.join(expt_dir, phase)).attempts
     first = attempts[0] if attempts else None
     if first is None or first.first_ts is None or first.launch_ts is None:
