@@ -251,16 +251,19 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
     return ph
 
 
+def _queue_wait(a: Attempt, b: Attempt) -> Optional[float]:
+    """Attempt a's end -> b's launch when they ran in different jobs of a chain (None: same job)."""
+    if not (a.job and b.job and a.job != b.job):
+        return None
+    return (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else 0.0
+
+
 def handovers(ph: Phase) -> List[dict]:
     """Where one job of a chain ended and the next took over (not failures): the queue wait
     between them and the steps the hand-over lost (0 after a walltime stop)."""
-    out = []
-    for a, b in zip(ph.attempts, ph.attempts[1:]):
-        if a.job and b.job and a.job != b.job:
-            out.append({"attempt": a.index, "from_job": a.job, "to_job": b.job,
-                        "queue_wait_s": (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else None,
-                        "walltime_stop": a.walltime, "lost_steps": a.last_iter - b.resumed_from})
-    return out
+    return [{"attempt": a.index, "from_job": a.job, "to_job": b.job, "queue_wait_s": _queue_wait(a, b),
+             "walltime_stop": a.walltime, "lost_steps": a.last_iter - b.resumed_from}
+            for a, b in zip(ph.attempts, ph.attempts[1:]) if _queue_wait(a, b) is not None]
 
 
 def failures(ph: Phase) -> List[dict]:
@@ -270,11 +273,10 @@ def failures(ph: Phase) -> List[dict]:
     out = []
     for k in range(len(ph.attempts) - 1):
         a, b = ph.attempts[k], ph.attempts[k + 1]
-        queued = 0.0
-        if a.job and b.job and a.job != b.job:
-            if a.walltime:
-                continue
-            queued = (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else 0.0
+        queued = _queue_wait(a, b)
+        if queued is not None and a.walltime:
+            continue
+        queued = queued or 0.0
         kills = [r for r in ph.injections if a.launch_ts is not None and a.end_ts is not None
                  and _num(r.get("time")) is not None and a.launch_ts <= r["time"] <= a.end_ts + 0.5
                  and r.get("killed")]

@@ -75,6 +75,16 @@ def read_nodefile(nodefile: Optional[str]) -> Tuple[List[str], List[int]]:
     return (hosts, slots) if hosts else ([socket.gethostname()], [0])
 
 
+def job_nodes(nodefile: Optional[str], fanout: str) -> Tuple[List[str], Optional[List[int]]]:
+    """read_nodefile; without a node file (a user's own job), the hosts the scheduler gave it."""
+    hosts, slots = read_nodefile(nodefile)
+    if not nodefile and fanout in schedulers.names():
+        asked = schedulers.get(fanout).job_hosts(os.environ)
+        if asked:
+            return asked, None
+    return hosts, slots
+
+
 # ---------------------------------------------------------------- fan-out
 def killer_argv(python, tag, sig, kind: failures.FailureKind):
     """kill-ranks on one node; tag None: every rank of the batch job it runs in."""
@@ -129,10 +139,7 @@ class Injector:
         self.kills = 0
         self.log_path = live.injections_path(a.phase_dir) if a.phase_dir else None
         self.kind = failures.get(a.kind)
-        self.hosts, self.slots = read_nodefile(a.nodefile)
-        if not a.nodefile and a.fanout in schedulers.names():  # a user's job: ask the scheduler
-            self.hosts = schedulers.get(a.fanout).job_hosts(os.environ) or self.hosts
-            self.slots = None
+        self.hosts, self.slots = job_nodes(a.nodefile, a.fanout)
         self.rng = random.Random(a.seed)
         self.striking = False   # between the first signal of a strike and its record
         self.terminated = None  # the signal that asked us to stop
@@ -318,8 +325,7 @@ def add_args(p):
 
 def main(a) -> int:
     if not a.tag and killer.job_id_entry() is None:
-        print(f"restartlab inject: error: no --tag and not inside a batch job (none of "
-              f"{', '.join(schedulers.jobid_vars())} is set): give the run's --tag", file=sys.stderr)
+        print(f"restartlab inject: error: {killer.no_job_error()}", file=sys.stderr)
         return 2
     if a.wait_first_complete and not a.ckpt_dir:
         print("restartlab inject: error: --wait-first-complete needs --ckpt-dir", file=sys.stderr)

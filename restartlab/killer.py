@@ -22,14 +22,14 @@ import signal as _signal
 import socket
 import sys
 import time
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import psutil
 
-from . import schedulers
+from . import launchers, schedulers
 
 TAG_VAR = "RESTARTLAB_JOB_TAG"
-TOOL_VAR = "RESTARTLAB_TOOL"  # set by the injector and the killer: their processes are never ranks
+TOOL_VAR = "RESTARTLAB_TOOL"  # in the injector's environment (and its children's): never ranks
 EXIT_KILLED, EXIT_ERROR, EXIT_USAGE, EXIT_NONE = 0, 1, 2, 10
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
 
@@ -60,32 +60,38 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def find_by_env(entry: str, unreadable: list = None) -> List[int]:
-    """Live PIDs whose environment holds the exact entry NAME=value (`unreadable` collects the
-    PIDs whose environment we may not read)."""
+def _scan(entry: str, unreadable: list = None, this_node: bool = False) -> Dict[int, Tuple[dict, int]]:
+    """{pid: (environment, parent pid)} of the live processes whose environment holds the exact
+    entry NAME=value, read once each (`unreadable` collects the PIDs whose environment we may not
+    read). `this_node`: under Slurm, only this Slurm node's (several node daemons may share one
+    host, as in the tests)."""
     _check_environ_readable()
     name, _, value = entry.partition("=")
-    pids = []
+    node = os.environ.get("SLURMD_NODENAME") if this_node else None
+    found = {}
     for p in psutil.process_iter():
         try:
-            if p.environ().get(name) == value and p.status() != psutil.STATUS_ZOMBIE:
-                pids.append(p.pid)
+            env = p.environ()
+            if env.get(name) == value and p.status() != psutil.STATUS_ZOMBIE \
+                    and not (node and env.get("SLURMD_NODENAME", node) != node):
+                found[p.pid] = (env, p.ppid())
         except _GONE:
             pass
         except psutil.AccessDenied:
             if unreadable is not None:
                 unreadable.append(p.pid)
-    return sorted(pids)
+    return found
+
+
+def find_by_env(entry: str, unreadable: list = None) -> List[int]:
+    """Live PIDs whose environment holds the exact entry NAME=value."""
+    return sorted(_scan(entry, unreadable))
 
 
 def find_tagged(tag: str, unreadable: list = None) -> List[int]:
     """PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly; under Slurm, only those
-    of this Slurm node (several node daemons may share one host, as in the tests)."""
-    pids = find_by_env(f"{TAG_VAR}={tag}", unreadable)
-    node = os.environ.get("SLURMD_NODENAME")
-    if node:
-        pids = [p for p in pids if _environ(p).get("SLURMD_NODENAME", node) == node]
-    return pids
+    of this Slurm node."""
+    return sorted(_scan(f"{TAG_VAR}={tag}", unreadable, this_node=True))
 
 
 def _environ(pid: int) -> dict:
@@ -117,6 +123,11 @@ def _cmdline(p: psutil.Process) -> str:
         return ""
 
 
+def no_job_error() -> str:
+    return (f"no --tag and not inside a batch job (none of {', '.join(schedulers.jobid_vars())} is set): "
+            f"give the run's --tag")
+
+
 def job_id_entry(env: Mapping[str, str] = None) -> Optional[str]:
     """'SLURM_JOB_ID=123' / 'PBS_JOBID=4.server': this batch job's id, from the first scheduler
     whose id variable is in `env` (default: ours); None outside a batch job."""
@@ -128,39 +139,28 @@ def job_id_entry(env: Mapping[str, str] = None) -> Optional[str]:
 def _rank_entries(env: Mapping[str, str]) -> List[str]:
     """['PMI_RANK=3', 'SLURM_PROCID=1']: the rank variables of every launcher that matches, in
     the registry's order (the order rank discovery tries them)."""
-    from . import launchers
     return [f"{ln.rank_var}={env[ln.rank_var]}" for ln in launchers.LAUNCHERS.all() if ln.matches(env)]
 
 
 def job_ranks(job: str, unreadable: list = None) -> Dict[int, str]:
     """{pid: 'PMI_RANK=3'}: this node's ranks of the job `job` ('VAR=id'), by the rules in the
     module's docstring."""
-    _check_environ_readable()
-    name, _, value = job.partition("=")
-    node = os.environ.get("SLURMD_NODENAME")
-    envs, parents = {}, {}
-    for p in psutil.process_iter():
-        try:
-            env = p.environ()
-            if env.get(name) == value and p.status() != psutil.STATUS_ZOMBIE:
-                if not (node and env.get("SLURMD_NODENAME", node) != node):
-                    envs[p.pid], parents[p.pid] = env, p.ppid()
-        except _GONE:
-            pass
-        except psutil.AccessDenied:
-            if unreadable is not None:
-                unreadable.append(p.pid)
+    procs = _scan(job, unreadable, this_node=True)
     ranks = {}
-    for pid, env in envs.items():
+    for pid, (env, ppid) in procs.items():
         if TOOL_VAR in env:
             continue
-        inherited = _rank_entries(envs.get(parents[pid]) or _environ(parents[pid]))
+        inherited = _rank_entries(procs[ppid][0] if ppid in procs else _environ(ppid))
         new = [e for e in _rank_entries(env) if e not in inherited]
         if new:  # named by the launcher rank discovery would pick (a Hydra rank whose proxy already
             ranks[pid] = new[0]  # died also shows srun's variable as new)
-    launchers_ = set()  # a rank with another rank below it started it: a launcher, not a rank
+    launchers_ = set()  # a rank with another rank above it in the tree: that one is a launcher
     for pid in ranks:
-        launchers_ |= (ancestors(pid) - {pid}) & set(ranks)
+        up = procs[pid][1]
+        while up in procs:
+            if up in ranks:
+                launchers_.add(up)
+            up = procs[up][1]
     protected = ancestors(os.getpid())
     return {pid: what for pid, what in ranks.items() if pid not in launchers_ and pid not in protected}
 
@@ -178,15 +178,8 @@ def targets(tag: str, roots: List[int] = None, unreadable: list = None) -> Dict[
 
 def _rank_roots(tag: str) -> List[int]:
     """Tagged processes whose parent is untagged (the ranks, not the ranks' own children)."""
-    tagged = set(find_tagged(tag))
-    roots = []
-    for pid in tagged:
-        try:
-            if psutil.Process(pid).ppid() not in tagged:
-                roots.append(pid)
-        except _GONE:
-            pass
-    return sorted(roots)
+    tagged = _scan(f"{TAG_VAR}={tag}", this_node=True)
+    return sorted(pid for pid, (_, ppid) in tagged.items() if ppid not in tagged)
 
 
 def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = False, one: bool = False,
@@ -198,8 +191,7 @@ def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = F
     if tag is None:
         job = job or job_id_entry()
         if job is None:
-            raise KillerError(f"no --tag and not inside a batch job (none of {', '.join(schedulers.jobid_vars())} "
-                              f"is set): give the run's --tag")
+            raise KillerError(no_job_error())
         ranks = job_ranks(job, unreadable)
         roots = sorted(ranks)[:1] if one else sorted(ranks)
         procs = targets(tag, roots)
@@ -234,7 +226,6 @@ def is_gone(pid: int) -> bool:
 
 def main(argv=None) -> int:
     import argparse
-    os.environ[TOOL_VAR] = "kill-ranks"
     p = argparse.ArgumentParser(prog="restartlab kill-ranks",
                                 description="kill this node's training ranks of one job (found by their environment)")
     p.add_argument("--tag", help=f"only the ranks of one restartlab run ({TAG_VAR}); default: every "
@@ -244,8 +235,7 @@ def main(argv=None) -> int:
     p.add_argument("--one", action="store_true", help="only one rank (lowest PID) and its process tree")
     a = p.parse_args(argv)
     if a.tag is None and job_id_entry() is None:
-        print(f"restartlab kill-ranks: error: no --tag and not inside a batch job (none of "
-              f"{', '.join(schedulers.jobid_vars())} is set)", file=sys.stderr)
+        print(f"restartlab kill-ranks: error: {no_job_error()}", file=sys.stderr)
         return EXIT_USAGE
     try:
         sig = _signal.Signals(parse_signal(a.signal))
