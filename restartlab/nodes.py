@@ -54,15 +54,22 @@ def check_here(stage_dir: Optional[str], min_free: int, device: str, gpus: int,
 
 
 def _check_dir(path: str, min_free: int) -> List[str]:
+    """The stage dir, or the nearest existing directory above it, takes a small fsync'ed write
+    and has room. Nothing is created: the trainer's owner creates (and marks, and later removes)
+    the stage dir it makes."""
+    where = path
+    while not os.path.exists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    if not os.path.isdir(where):
+        return [f"stage dir {path}: not writable ({where} is not a directory)"]
     try:
-        os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, f".restartlab-node-check-{os.getpid()}")
+        probe = os.path.join(where, f".restartlab-node-check-{os.getpid()}")
         with open(probe, "wb") as f:
             f.write(b"x" * 4096)
             f.flush()
             os.fsync(f.fileno())
         os.unlink(probe)
-        free = shutil.disk_usage(path).free
+        free = shutil.disk_usage(where).free
     except OSError as e:
         return [f"stage dir {path}: not writable ({e.strerror or e})"]
     if free < min_free:
@@ -96,11 +103,8 @@ def choose(hosts: List[str], bad: List[str], policy: str, need: int, min_nodes: 
 
 
 def check_all(a) -> int:
-    from . import inject, schedulers
-    hosts, slots = inject.read_nodefile(a.nodefile)
-    if not a.nodefile and a.fanout in schedulers.names():
-        hosts = schedulers.get(a.fanout).job_hosts(os.environ) or hosts
-        slots = None
+    from . import inject
+    hosts, slots = inject.job_nodes(a.nodefile, a.fanout)
     bad = read_bad(a.bad_file)
     todo = [i for i, h in enumerate(hosts) if h not in bad]
     argv = [sys.executable, "-m", "restartlab.cli", "node-check", "--local", "--timeout", str(a.timeout),

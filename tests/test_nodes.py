@@ -31,7 +31,7 @@ def test_choose_per_policy():
 
 def test_local_check_finds_each_problem(tmp_path):
     ok = nodes.check_here(str(tmp_path / "stage"), 1, "cpu", 0, "true", 5)
-    assert ok["ok"] and ok["reason"] == "" and os.path.isdir(tmp_path / "stage")
+    assert ok["ok"] and ok["reason"] == "" and not os.path.exists(tmp_path / "stage")  # nothing left behind
     full = nodes.check_here(str(tmp_path), 2 ** 62, "cpu", 0, None, 5)
     assert not full["ok"] and "free, a shard needs" in full["reason"]
     (tmp_path / "file").write_text("")
