@@ -20,13 +20,12 @@ wall seconds; the run's end keeps all work done (the job ends with a save)."""
 import json
 import math
 import os
-import sys
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .units import parse_duration
 
 PREEMPT = "preempt"
 MAX_FAILURES = 5_000_000  # per replica: ~120 MB of draws
@@ -230,8 +229,9 @@ def load_summary(path: str) -> Dict[str, dict]:
 
 
 def _median(xs):
-    xs = sorted(x for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool))
-    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else None
+    """The median of the numbers among xs (None if there are none)."""
+    xs = [x for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)]
+    return statistics.median(xs) if xs else None
 
 
 def _save_median(ph, key):

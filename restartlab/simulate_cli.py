@@ -231,5 +231,5 @@ def main(argv=None) -> int:
     if not a.no_plot:
         plot(results, os.path.join(out, "simulate.png"))
     if not a.json:
-        print(f"\nwrote {os.path.join(out, 'simulate.json')}" + ("" if a.no_plot else f" and simulate.png"))
+        print(f"\nwrote {os.path.join(out, 'simulate.json')}" + ("" if a.no_plot else " and simulate.png"))
     return 0
