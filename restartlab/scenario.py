@@ -427,6 +427,9 @@ def _cross_checks(sc, v: _V):
     elif tr["tp"] < 1 or nranks % tr["tp"]:
         v.err(("trainer", "tp"), f"{tr['tp']} does not divide the {nranks} ranks "
               f"({sc['job']['nodes']} nodes x {ln['ranks_per_node']})")
+    elif tr["dp_replicate"] >= 1 and (nranks // tr["tp"]) % tr["dp_replicate"]:
+        v.err(("trainer", "dp_replicate"), f"{tr['dp_replicate']} does not divide the "
+              f"{nranks // tr['tp']} data-parallel ranks ({nranks} ranks / tp {tr['tp']})")
     if tr["train_iters"] < 1:
         v.err(("trainer", "train_iters"), "must be >= 1")
     if sc["relaunch"]["max_attempts"] < 1:
@@ -440,6 +443,14 @@ def _cross_checks(sc, v: _V):
         if ln["ranks_per_node"] % max(1, tr["tp"]):
             v.err(("relaunch", "on_node_loss"), f"shrink drops whole nodes: trainer.tp ({tr['tp']}) must "
                   f"divide launch.ranks_per_node ({ln['ranks_per_node']})")
+        else:
+            n = sc["job"]["nodes"]
+            bad = [d for d in range(max(1, rl["min_nodes"]), n + 1) if not n % d
+                   and (d * ln["ranks_per_node"] // max(1, tr["tp"])) % max(1, tr["dp_replicate"])]
+            if bad:
+                v.err(("trainer", "dp_replicate"), f"{tr['dp_replicate']} replicas do not divide the "
+                      f"data-parallel ranks of a job shrunk to {bad[0]} node(s) (relaunch.on_node_loss: "
+                      f"shrink); raise relaunch.min_nodes or use a replica count that divides them")
     if sc["relaunch"]["walltime_margin"] >= sc["job"]["walltime"]:
         v.err(("relaunch", "walltime_margin"), f"must be shorter than job.walltime "
               f"({sc['relaunch']['walltime_margin']:g}s >= {sc['job']['walltime']:g}s): nothing would train")

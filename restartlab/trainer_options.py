@@ -37,6 +37,9 @@ OPTIONS: List[Opt] = [
         "phases with checkpoint: none never save)", scenario_default=10, min=0),
     Opt("--keep", "int", 0, "keep the newest N complete checkpoints (0: keep all)", min=0),
     Opt("--tp", "int", 1, "tensor-parallel degree (2-D mesh dp x tp)", min=1),
+    Opt("--dp-replicate", "int", 1, "HSDP: replicas of the data-parallel group (a replicate x shard "
+        "mesh: parameters sharded within a replica, gradients all-reduced across replicas; 1: FSDP)",
+        min=1),
     Opt("--seq-len", "int", 32, "tokens per sequence", min=1),
     Opt("--batch-size", "int", 4, "sequences per data-parallel rank", min=1),
     Opt("--lr", "float", 1e-3, "AdamW learning rate", min=0.0),

@@ -12,7 +12,7 @@ from restartlab.render import RenderError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCEN = os.path.join(os.path.dirname(HERE), "scenarios")
-EXAMPLES = ["local", "debug", "agpt2b", "agpt20b"]
+EXAMPLES = ["local", "debug", "agpt2b", "agpt20b", "agpt2b-hsdp"]
 HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "a'b", 'a"b', "two words", "line\nbreak; touch PWNED", "a,b"]
 
 

@@ -41,6 +41,11 @@ BAD = [
      "failures.schedule: give exactly one of"),
     ("name: t\nfailures:\n  target: some-nodes\nphases: [{name: a}]\n", 3, "failures.target: 'some-nodes'"),
     ("name: t\ntrainer:\n  tp: 3\nlaunch:\n  ranks_per_node: 4\nphases: [{name: a}]\n", 3, "trainer.tp: 3 does not divide"),
+    ("name: t\ntrainer:\n  dp_replicate: 3\nlaunch:\n  ranks_per_node: 4\nphases: [{name: a}]\n", 3,
+     "trainer.dp_replicate: 3 does not divide the 4 data-parallel ranks"),
+    ("name: t\njob:\n  nodes: 4\ntrainer:\n  dp_replicate: 4\nlaunch:\n  ranks_per_node: 1\n"
+     "relaunch:\n  on_node_loss: shrink\nphases: [{name: a}]\n", 5,
+     "trainer.dp_replicate: 4 replicas do not divide the data-parallel ranks of a job shrunk to 1 node"),
     ("name: t\nrelaunch:\n  max_attemps: 3\nphases: [{name: a}]\n", 3, "relaunch.max_attemps: unknown key (did you mean 'max_attempts'?)"),
     ("name: t\nfailures:\n  schedule:\n    at_steps: [5000]\nphases: [{name: a}]\n", 4, "beyond trainer.train_iters"),
     ("name: t\nlaunch:\n  env: [A, B]\nphases: [{name: a}]\n", 3, "launch.env: expected a mapping"),
@@ -91,6 +96,6 @@ def test_error_in_parent_names_parent_file(tmp_path):
     assert f"{tmp_path / 'parent.yaml'}:2: job.nodez" in str(e.value)
 
 
-@pytest.mark.parametrize("name", ["local", "debug", "agpt2b", "agpt20b"])
+@pytest.mark.parametrize("name", ["local", "debug", "agpt2b", "agpt20b", "agpt2b-hsdp"])
 def test_examples_validate(name):
     scenario.load(os.path.join(SCEN, f"{name}.yaml"))

@@ -37,6 +37,9 @@ def check_args(a, world_size):
     if world_size % a.tp:
         return f"--tp {a.tp} does not divide the world size {world_size}"
     dp = world_size // a.tp
+    if dp % a.dp_replicate:
+        return (f"--dp-replicate {a.dp_replicate} does not divide the {dp} data-parallel ranks "
+                f"({world_size} ranks / tp {a.tp})")
     if a.dp_global and (a.dp_global < dp or a.dp_global % dp):
         return (f"--dp-global {a.dp_global}: must be a multiple of the {dp} data-parallel ranks "
                 f"({world_size} ranks / tp {a.tp})")
@@ -115,7 +118,7 @@ class Job:
         self.times["imported"] = time.time()
         self.device_type, self.backend = rdist.pick_device(a.device)
         self.device = rdist.init(info, self.device_type, self.backend, a.pg_timeout)
-        self.mesh = build_mesh(self.device_type, info.world_size, a.tp)
+        self.mesh = build_mesh(self.device_type, info.world_size, a.tp, a.dp_replicate)
         self.dp_rank = dp_rank_of(self.mesh)
         # gradient accumulation over the micro-batches of the data-parallel ranks that are missing
         self.accum = (a.dp_global // (info.world_size // a.tp)) if a.dp_global else 1
@@ -130,7 +133,8 @@ class Job:
         if self.ckpt and not a.no_resume:
             self._resume()
         self.times["loaded"] = time.time()
-        self.log(f"model={a.model} params={self.cfg.n_params():,} world={info.world_size} tp={a.tp} accum={self.accum} "
+        self.log(f"model={a.model} params={self.cfg.n_params():,} world={info.world_size} tp={a.tp} "
+                 f"replicate={a.dp_replicate} accum={self.accum} "
                  f"device={self.device_type} launcher={info.launcher} threads={torch.get_num_threads()} "
                  f"meta_init={self.meta} start={self.start}")
 
@@ -140,7 +144,9 @@ class Job:
         from restartlab.trainer.parallel import build_model
         from restartlab.trainer.state import TrainState
         a = self.a
-        self.model = build_model(self.cfg, self.mesh, self.device, a.seed, self.meta, self.info.rank)
+        # meta init seeds each local shard by its place within one replica: replicas stay equal
+        replica_rank = self.info.rank % (self.info.world_size // a.dp_replicate)
+        self.model = build_model(self.cfg, self.mesh, self.device, a.seed, self.meta, replica_rank)
         self.optim = torch.optim.AdamW(self.model.parameters(), lr=a.lr, weight_decay=0.0)
         self.state = TrainState(self.model, self.optim, self.info.rank)
 

@@ -10,13 +10,40 @@ from .model import ModelConfig, Transformer
 META_INIT_THRESHOLD = 1_000_000_000  # parameters; `--meta-init auto` turns on above this
 
 
-def build_mesh(device_type: str, world_size: int, tp: int):
+def mesh_layout(world_size: int, tp: int, replicate: int = 1):
+    """(shape, dim names) of the device mesh: data parallel (one dim "dp", or "dp_replicate" x
+    "dp_shard" for HSDP), then "tp" when tp > 1. Ranks are laid out row-major: a TP group is
+    consecutive ranks (one node), a shard group the next level, replicas the outermost."""
+    dp = world_size // tp
+    if replicate > 1:
+        shape, names = [replicate, dp // replicate], ["dp_replicate", "dp_shard"]
+    else:
+        shape, names = [dp], ["dp"]
     if tp > 1:
-        return init_device_mesh(device_type, (world_size // tp, tp), mesh_dim_names=("dp", "tp"))
-    return init_device_mesh(device_type, (world_size,), mesh_dim_names=("dp",))
+        shape, names = shape + [tp], names + ["tp"]
+    return tuple(shape), tuple(names)
+
+
+def build_mesh(device_type: str, world_size: int, tp: int, replicate: int = 1):
+    shape, names = mesh_layout(world_size, tp, replicate)
+    return init_device_mesh(device_type, shape, mesh_dim_names=names)
+
+
+def dp_mesh_of(mesh):
+    """The data-parallel part of the mesh: 1-D (FSDP) or 2-D replicate x shard (HSDP, which
+    fully_shard takes as a 2-D mesh: all-reduce across replicas, reduce-scatter within a shard group)."""
+    names = mesh.mesh_dim_names or ()
+    if "dp_replicate" in names:
+        return mesh["dp_replicate", "dp_shard"]
+    return mesh["dp"] if "tp" in names else mesh
 
 
 def dp_rank_of(mesh) -> int:
+    """The flattened data-parallel rank (replica-major): the data position is a pure function of
+    it, so FSDP over 4 and HSDP 2 x 2 read the same samples on the same ranks."""
+    names = mesh.mesh_dim_names or ()
+    if "dp_replicate" in names:
+        return mesh.get_local_rank("dp_replicate") * mesh["dp_shard"].size() + mesh.get_local_rank("dp_shard")
     return mesh.get_local_rank("dp")
 
 
@@ -44,9 +71,7 @@ def build_model(cfg: ModelConfig, mesh, device, seed: int, meta_init: bool, rank
                 "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
                 "feed_forward.w2": RowwiseParallel(),
             })
-        dp_mesh = mesh["dp"]
-    else:
-        dp_mesh = mesh
+    dp_mesh = dp_mesh_of(mesh)
     for block in model.layers:
         fully_shard(block, mesh=dp_mesh)
     fully_shard(model, mesh=dp_mesh)
