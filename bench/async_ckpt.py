@@ -29,7 +29,7 @@ def _build(a):
     import torch
 
     from restartlab.trainer import dist as rdist
-    from restartlab.trainer.data import batch
+    from restartlab.trainer.data import Synthetic
     from restartlab.trainer.model import PRESETS
     from restartlab.trainer.parallel import build_mesh, build_model
     info = rdist.discover_ranks()
@@ -39,7 +39,7 @@ def _build(a):
     cfg = PRESETS[a.model]
     model = build_model(cfg, mesh, device, 1234, False, info.rank)
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = batch(1234, 1, info.rank, 2, 16, cfg.vocab)
+    x, y = Synthetic(cfg.vocab).batch(1234, 1, info.rank, 2, 16)
     loss = torch.nn.functional.cross_entropy(model(x.to(device)).float().reshape(-1, cfg.vocab),
                                              y.to(device).reshape(-1))
     loss.backward()

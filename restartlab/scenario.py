@@ -505,6 +505,18 @@ def effective_failures(sc, phase) -> Optional[dict]:
     return f
 
 
+def _resolve_data(sc, path, v: "_V"):
+    """trainer.data: relative to the scenario file; it must exist where the job is submitted
+    (a missing token file found before the job is queued, not after it started)."""
+    tr = sc["trainer"]
+    if not tr.get("data"):
+        return
+    tr["data"] = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.expanduser(tr["data"]))
+    if not os.path.isfile(tr["data"]):
+        v.err(("trainer", "data"), f"{tr['data']}: no such file (a token file: python -m "
+              f"restartlab.trainer.prepare_data writes one)")
+
+
 def load(path: str, overrides: List[str] = ()) -> dict:
     """Load, extend, override and validate a scenario. Raises ScenarioError with every problem."""
     lines: Dict = {}
@@ -529,6 +541,7 @@ def load(path: str, overrides: List[str] = ()) -> dict:
             _resolve_kind(ph["failures"], ("phases", i, "failures"), v)
     if not v.errors:
         _cross_checks(sc, v)
+        _resolve_data(sc, path, v)
     if v.errors:
         raise ScenarioError("\n".join(dict.fromkeys(v.errors)))  # each problem once
     sc["source"] = os.path.abspath(path)

@@ -42,6 +42,12 @@ OPTIONS: List[Opt] = [
         min=1),
     Opt("--seq-len", "int", 32, "tokens per sequence", min=1),
     Opt("--batch-size", "int", 4, "sequences per data-parallel rank", min=1),
+    Opt("--data", "str", None, "train on this flat binary file of token ids (uint16/uint32, "
+        "memory-mapped; `python -m restartlab.trainer.prepare_data` writes one) instead of synthetic "
+        "tokens; the sample order stays a pure function of (seed, step, data-parallel rank). A "
+        "scenario's relative path is relative to the scenario file"),
+    Opt("--data-dtype", "str", "auto", "token width of --data (auto: the .json beside it, else uint16)",
+        choices=("auto", "uint16", "uint32")),
     Opt("--lr", "float", 1e-3, "AdamW learning rate", min=0.0),
     Opt("--seed", "int", 1234, "seed for the weights and the data"),
     Opt("--meta-init", "str", "auto", "build on the meta device (auto: above 1B parameters)",

@@ -162,7 +162,8 @@ def test_every_trainer_option_reachable_from_a_scenario_and_back():
             "trainer.tp=2", "trainer.seq_len=9", "trainer.batch_size=3", "trainer.lr=0.5",
             "trainer.seed=99", "trainer.meta_init=on", "trainer.device=cpu", "trainer.log_interval=3",
             "trainer.allow_fresh_start=true", "trainer.pg_timeout=77", "trainer.on_save_error=abort", "trainer.preempt_signal=USR2",
-            "phases.2.stage_dir=/st", "relaunch.on_node_loss=shrink"]
+            "trainer.dp_replicate=2", "launch.ranks_per_node=4", f"trainer.data={os.path.abspath(__file__)}",
+            "trainer.data_dtype=uint32", "phases.2.stage_dir=/st", "relaunch.on_node_loss=shrink"]
     assert {s.split("=")[0].split(".")[1] for s in sets if s.startswith("trainer.")} == scen_keys
     sc = scenario.load(os.path.join(SCEN, "local.yaml"), sets)
     _, ctx = render.render(sc, "local", "/expt/x")
@@ -177,7 +178,7 @@ def test_every_trainer_option_reachable_from_a_scenario_and_back():
         assert a.no_resume == (ph["checkpoint"] == "none")
         assert a.async_ckpt == (ph["checkpoint"] == "async")
         assert a.ckpt_stage_dir == ("/st" if ph["checkpoint"] == "async" else None)
-        assert a.dp_global == 1  # shrink: the global batch of 1 node x 2 ranks / tp 2
+        assert a.dp_global == 2  # shrink: the global batch of 1 node x 4 ranks / tp 2
         seen_flags |= {t for t in argv if t.startswith("--")}
     assert {o.flag for o in trainer_options.OPTIONS} <= seen_flags
 

@@ -99,3 +99,16 @@ def test_error_in_parent_names_parent_file(tmp_path):
 @pytest.mark.parametrize("name", ["local", "debug", "agpt2b", "agpt20b", "agpt2b-hsdp"])
 def test_examples_validate(name):
     scenario.load(os.path.join(SCEN, f"{name}.yaml"))
+
+
+def test_trainer_data_is_relative_to_the_scenario_and_must_exist(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "text.bin").write_bytes(b"\0" * 200)
+    p = tmp_path / "sub" / "s.yaml"
+    p.write_text("name: t\ntrainer:\n  data: text.bin\nphases: [{name: a}]\n")
+    sc = scenario.load(str(p))
+    assert sc["trainer"]["data"] == str(tmp_path / "sub" / "text.bin")
+    p.write_text("name: t\ntrainer:\n  data: missing.bin\nphases: [{name: a}]\n")
+    with pytest.raises(ScenarioError) as e:
+        scenario.load(str(p))
+    assert f"{p}:3: trainer.data: " in str(e.value) and "missing.bin: no such file" in str(e.value)

@@ -43,6 +43,13 @@ def check_args(a, world_size):
     if a.dp_global and (a.dp_global < dp or a.dp_global % dp):
         return (f"--dp-global {a.dp_global}: must be a multiple of the {dp} data-parallel ranks "
                 f"({world_size} ranks / tp {a.tp})")
+    if a.data:
+        from restartlab.trainer.data import DataError, check_file
+        from restartlab.trainer.model import PRESETS
+        try:
+            check_file(a.data, a.data_dtype, PRESETS[a.model].vocab, a.seq_len)
+        except DataError as e:
+            return str(e)
     if a.save_interval:
         try:
             os.makedirs(a.ckpt_dir, exist_ok=True)
@@ -125,6 +132,8 @@ class Job:
         self.times["dist"] = time.time()
         self.log = (lambda msg: print(f"[rank0] {msg}", flush=True)) if info.rank == 0 else (lambda msg: None)
         self.cfg = PRESETS[a.model]
+        from restartlab.trainer.data import source
+        self.data = source(a.data, a.data_dtype, self.cfg.vocab, a.seq_len)
         self.meta = use_meta_init(a.meta_init, self.cfg)
         self._build_model()
         self.times["built"] = time.time()
@@ -136,7 +145,7 @@ class Job:
         self.log(f"model={a.model} params={self.cfg.n_params():,} world={info.world_size} tp={a.tp} "
                  f"replicate={a.dp_replicate} accum={self.accum} "
                  f"device={self.device_type} launcher={info.launcher} threads={torch.get_num_threads()} "
-                 f"meta_init={self.meta} start={self.start}")
+                 f"meta_init={self.meta} start={self.start} data={a.data or 'synthetic'}")
 
     def _build_model(self):
         import torch
@@ -185,13 +194,12 @@ class Job:
         import torch
         import torch.distributed as dist
 
-        from restartlab.trainer.data import batch
         a, vocab = self.a, self.cfg.vocab
         t0 = time.time()
         testpoints.delay("step", step, self.info.rank)
         loss = 0.0
         for j in range(self.accum):  # batch v of the global batch: a pure function of (seed, step, v)
-            x, y = batch(a.seed, step, self.dp_rank * self.accum + j, a.batch_size, a.seq_len, vocab)
+            x, y = self.data.batch(a.seed, step, self.dp_rank * self.accum + j, a.batch_size, a.seq_len)
             logits = self.model(x.to(self.device))
             micro = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab),
                                                       y.to(self.device).reshape(-1)) / self.accum
@@ -278,6 +286,7 @@ def main(argv=None):
 
     from restartlab.trainer.metrics import MetricsWriter
     from restartlab.trainer.checkpoint import SaveError
+    from restartlab.trainer.data import DataError
     metrics = MetricsWriter(a.outdir, info.rank) if info.rank == 0 else None
     try:
         train(job, metrics)
@@ -286,6 +295,9 @@ def main(argv=None):
         if info.rank == 0:
             print(f"restartlab.trainer: error: {e} (--on-save-error abort)", file=sys.stderr, flush=True)
         rdist.clean_exit(EXIT_SAVE_FAILED)
+    except DataError as e:  # a token outside the vocabulary: every rank reading it stops here
+        print(f"restartlab.trainer: error: rank {info.rank}: {e}", file=sys.stderr, flush=True)
+        rdist.clean_exit(EXIT_USAGE)
     except Preempted:
         if job.ckpt:
             job.ckpt.close()
