@@ -210,10 +210,8 @@ class Job:
         # one collective carries the loss and whether any rank was asked to stop (a preemption
         # signal reaches the ranks at slightly different times: they must stop after the same step)
         both = torch.stack([loss.detach(), torch.tensor(float(self.stop.requested), device=loss.device)])
-        gloo = self.backend == "gloo"  # gloo has no AVG
-        dist.all_reduce(both, op=dist.ReduceOp.SUM if gloo else dist.ReduceOp.AVG)
-        if gloo:
-            both /= self.info.world_size
+        dist.all_reduce(both, op=dist.ReduceOp.SUM)  # SUM, then divide: gloo (and not every ccl) has AVG
+        both /= self.info.world_size
         loss_avg, stop = both.tolist()
         self.stop.agreed = stop > 0
         return {"train/iter": step, "train/loss": loss_avg, "train/dt": time.time() - t0}
@@ -281,7 +279,12 @@ def main(argv=None):
         if info.rank == 0:
             print(f"restartlab.trainer: error: {err}", file=sys.stderr, flush=True)
         os._exit(EXIT_USAGE)
-    job = Job(a, info, launch_ts())
+    try:
+        job = Job(a, info, launch_ts())
+    except rdist.BackendError as e:  # before any collective: every rank says the same, rank 0 prints
+        if info.rank == 0:
+            print(f"restartlab.trainer: error: {e}", file=sys.stderr, flush=True)
+        os._exit(EXIT_USAGE)
     import torch.distributed as dist
 
     from restartlab.trainer.metrics import MetricsWriter

@@ -1,5 +1,7 @@
-"""Rank discovery from every launcher, device/backend choice, process-group init, clean exit."""
+"""Rank discovery from every launcher, device/backend choice (xpu: xccl or oneCCL), process-group init, clean exit."""
 import datetime
+import importlib
+import importlib.util
 import os
 import socket
 import sys
@@ -77,22 +79,66 @@ def intra_op_threads(env=None, cpus=None) -> Optional[int]:
     return max(1, cpus // local)
 
 
-def pick_device(requested: str):
+class BackendError(RuntimeError):
+    """The requested device or its collective backend is not available (one line, exit 2)."""
+
+
+def load_ipex(find_spec=importlib.util.find_spec, import_module=importlib.import_module) -> bool:
+    """Intel Extension for PyTorch: imported only when installed, and only on the xpu path
+    (torch before 2.4 has no native torch.xpu without it; on newer torch it adds fused kernels)."""
+    if find_spec("intel_extension_for_pytorch") is None:
+        return False
+    import_module("intel_extension_for_pytorch")
+    return True
+
+
+def xpu_backend(torch_dist, import_module=importlib.import_module) -> str:
+    """The collective backend for Intel GPUs: torch's native xccl when this torch has it, else
+    oneCCL's `ccl` (registered by importing oneccl_bindings_for_pytorch), else a clear error."""
+    is_xccl = getattr(torch_dist, "is_xccl_available", None)
+    if is_xccl is not None and is_xccl():
+        return "xccl"
+    try:
+        import_module("oneccl_bindings_for_pytorch")  # registers the "ccl" backend
+        return "ccl"
+    except ImportError as e:
+        why = str(e) or type(e).__name__
+    raise BackendError(
+        "--device xpu: no collective backend for Intel GPUs: this torch has no xccl "
+        "(torch.distributed.is_xccl_available() is false or missing) and oneccl_bindings_for_pytorch "
+        f"does not import ({why}). On Aurora/Sunspot: `module load frameworks`; elsewhere a torch "
+        "built with XPU support (xccl), or `pip install oneccl_bind_pt` matching this torch")
+
+
+def _xpu_available(torch) -> bool:
+    return hasattr(torch, "xpu") and torch.xpu.is_available()
+
+
+def pick_device(requested: str, find_spec=importlib.util.find_spec, import_module=importlib.import_module):
+    """(device type, backend) for `--device`: auto takes xpu, else cuda, else cpu; cpu -> gloo,
+    cuda -> nccl, xpu -> xccl or ccl (xpu_backend). IPEX is imported only for xpu."""
     import torch
+    import torch.distributed as tdist
     if requested == "auto":
-        if hasattr(torch, "xpu") and torch.xpu.is_available():
+        if _xpu_available(torch) or (find_spec("intel_extension_for_pytorch") is not None
+                                     and load_ipex(find_spec, import_module) and _xpu_available(torch)):
             requested = "xpu"
         elif torch.cuda.is_available():
             requested = "cuda"
         else:
             requested = "cpu"
-    backend = {"xpu": "xccl", "cuda": "nccl", "cpu": "gloo"}[requested]
-    if requested == "xpu":
-        try:  # native torch has xccl; the Intel extension only when installed
-            import intel_extension_for_pytorch  # noqa: F401
-        except ImportError:
-            pass
-    return requested, backend
+    if requested == "cpu":
+        return "cpu", "gloo"
+    if requested == "cuda":
+        if not torch.cuda.is_available():
+            raise BackendError("--device cuda: torch.cuda.is_available() is false (no GPU, or a CPU build "
+                               f"of torch {torch.__version__})")
+        return "cuda", "nccl"
+    load_ipex(find_spec, import_module)
+    if not _xpu_available(torch):
+        raise BackendError(f"--device xpu: torch.xpu.is_available() is false (torch {torch.__version__}; "
+                           "on Aurora/Sunspot `module load frameworks` provides an XPU build)")
+    return "xpu", xpu_backend(tdist, import_module)
 
 
 def init(info: RankInfo, device_type: str, backend: str, timeout_s: float = 600.0):
