@@ -19,6 +19,11 @@ def add_args(p):
     p.add_argument("--mtbf", type=parse_duration, default=3600.0, help="MTBF for Young-Daly (default 1h)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--expect", nargs="*", default=None, help="phase names that must be present")
+    p.add_argument("--wandb", action="store_true", help="also log the tables, figures and plots as a W&B run "
+                   "(project/entity/mode from the scenario's trainer.wandb unless given below)")
+    p.add_argument("--wandb-project")
+    p.add_argument("--wandb-entity")
+    p.add_argument("--wandb-mode", choices=("online", "offline", "disabled"))
 
 
 def _fmt(x, nd=2):
@@ -196,6 +201,16 @@ def main(a) -> int:
         from . import plot
         plot.all_plots(phases, summaries, out)
     print(f"restartlab report: {os.path.join(out, 'report.md')}")
+    if a.wandb:
+        from . import report_wandb
+        try:
+            data = _scenario(os.path.join(a.expt_dir, "scenario.yaml"), []) if a.expt_dir else None
+            cfg = report_wandb.settings(a.expt_dir, data, a.wandb_project, a.wandb_entity, a.wandb_mode)
+            name = os.path.basename(os.path.abspath(a.expt_dir)) if a.expt_dir else "restartlab"
+            print(f"restartlab report: W&B run in {report_wandb.log(summaries, out, name, cfg)}")
+        except report_wandb.WandbReportError as e:
+            print(f"restartlab report: {e}", file=sys.stderr)
+            return 2
     bad = [w for w in warnings if "malformed" in w]
     if bad:
         print(f"restartlab report: {len(bad)} malformed input(s) skipped (named above); the report "

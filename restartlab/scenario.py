@@ -57,6 +57,20 @@ FAILURES = {
     "wait_first_complete": F("bool", False, "timed schedules: start the clock at the first complete checkpoint"),
     "max_kills": F("int", None, "stop after N kills", positive=True),
 }
+def _trainer_schema():
+    """`trainer:` keys from the trainer's option table (grouped options as sub-mappings)."""
+    out = {}
+    for o in trainer_options.scenario_options():
+        f = F("bool" if o.type == "flag" else o.type, o.default if o.scenario_default is None else o.scenario_default,
+              o.help, choices=o.choices, min=o.min)
+        if o.group:
+            out.setdefault(o.group, {})[o.subkey] = f
+        else:
+            out[o.key] = f
+    out["extra_args"] = ListOf(F("str"), doc="more trainer flags, passed as arguments")
+    return out
+
+
 SCHEMA = {
     "name": F("name", "restartlab", "experiment name (job name, directory prefix)"),
     "scheduler": F("str", "local", "the batch system (restartlab.schedulers registry)", choices=schedulers.names),
@@ -82,11 +96,7 @@ SCHEMA = {
         "python": F("path", None, "python for the trainer and restartlab (default: the one rendering)"),
         "setup": ListOf(F("str"), doc="shell lines run before the phases (module loads, venv activation)"),
     },
-    "trainer": dict({o.key: F("bool" if o.type == "flag" else o.type,
-                              o.default if o.scenario_default is None else o.scenario_default,
-                              o.help, choices=o.choices, min=o.min)
-                     for o in trainer_options.scenario_options()},
-                    extra_args=ListOf(F("str"), doc="more trainer flags, passed as arguments")),
+    "trainer": _trainer_schema(),
     "relaunch": {
         "max_attempts": F("int", 10, "launches per phase before the phase (and job) fails"),
         "backoff": F("duration", 0, "pause between attempts"),

@@ -23,11 +23,17 @@ class Opt:
     source: str = SCENARIO
     scenario_default: Any = None   # a scenario's default when it differs from the trainer's
     min: Optional[float] = None    # smallest accepted value (scenario validation and the trainer)
+    group: Optional[str] = None    # a scenario sub-mapping: --wandb-project is trainer.wandb.project
 
     @property
     def key(self) -> str:
-        """The scenario key (trainer.<key>) and argparse dest."""
+        """The argparse dest, and the scenario key (trainer.<key>) of an option in no group."""
         return self.flag[2:].replace("-", "_")
+
+    @property
+    def subkey(self) -> str:
+        """An option's key inside its group's mapping (trainer.<group>.<subkey>)."""
+        return self.key[len(self.group) + 1:] if self.group else self.key
 
 
 OPTIONS: List[Opt] = [
@@ -63,6 +69,13 @@ OPTIONS: List[Opt] = [
         "(a stopped or dead peer never blocks the job forever)", min=1),
     Opt("--allow-fresh-start", "flag", False, "when complete checkpoints exist but none loads, start "
         "from step 0 instead of stopping with exit 3"),
+    # Weights & Biases (optional: pip install restartlab[wandb]); a scenario's trainer.wandb mapping
+    Opt("--wandb-project", "str", None, "log rank 0's metrics to this W&B project too (one run per "
+        "attempt, grouped by experiment and phase; the JSONL stays the collector's input)", group="wandb"),
+    Opt("--wandb-entity", "str", None, "W&B entity (team or user; default: yours)", group="wandb"),
+    Opt("--wandb-mode", "str", None, "online, offline (a run directory to `wandb sync` later: compute "
+        "nodes without internet) or disabled; default: WANDB_MODE, else online",
+        choices=("online", "offline", "disabled"), group="wandb"),
     # set by the renderer from the phase and the experiment layout, not by a scenario key
     Opt("--ckpt-dir", "str", "ckpts", "checkpoint directory (<phase>/ckpts in an experiment)", source=PHASE),
     Opt("--async-ckpt", "flag", False, "asynchronous checkpointing (phase checkpoint: async)", source=PHASE),
@@ -102,10 +115,15 @@ def check(values: Dict[str, Any]) -> Optional[str]:
     return None
 
 
+def scenario_value(trainer: Dict[str, Any], o: Opt) -> Any:
+    """An option's value in a loaded scenario's `trainer:` mapping (in its group's, if it has one)."""
+    return (trainer.get(o.group) or {}).get(o.subkey) if o.group else trainer[o.key]
+
+
 def trainer_argv(trainer: Dict[str, Any], checkpoint: str, ckpt_dir: str,
                  stage_dir: Optional[str] = None, outdir: str = ".", dp_global: int = 0) -> List[str]:
     """The trainer's arguments for one phase: every scenario option, then the phase's own."""
-    vals = {o.key: trainer[o.key] for o in scenario_options()}
+    vals = {o.key: scenario_value(trainer, o) for o in scenario_options()}
     vals.update(ckpt_dir=ckpt_dir, outdir=outdir, dp_global=dp_global or None)
     if checkpoint == "none":
         vals.update(save_interval=0, no_resume=True)

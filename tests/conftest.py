@@ -21,6 +21,19 @@ def _missing(reason):
     pytest.skip(reason)
 
 
+@pytest.fixture
+def wandb_offline(monkeypatch, tmp_path):
+    """wandb importable (pip install restartlab[wandb]; `make install` installs it with the test
+    extras) and set to offline with its settings under the test's own directory."""
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        _missing("wandb is not installed (pip install 'restartlab[wandb]')")
+    for k, v in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_CONFIG_DIR": str(tmp_path / "wb-config"),
+                 "WANDB_CACHE_DIR": str(tmp_path / "wb-cache"), "WANDB_SILENT": "true"}.items():
+        monkeypatch.setenv(k, v)
+
+
 def pytest_collection_modifyitems(config, items):
     if shutil.which("mpiexec"):
         return

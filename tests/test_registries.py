@@ -155,7 +155,9 @@ def test_every_trainer_option_reachable_from_a_scenario_and_back():
     assert set(trainer_options.MODELS) == set(PRESETS)
     actions = _trainer_parser_actions()
     assert set(actions) == {o.flag for o in trainer_options.OPTIONS}
-    scen_keys = set(scenario.SCHEMA["trainer"]) - {"extra_args"}
+    schema = scenario.SCHEMA["trainer"]
+    scen_keys = {k for k in schema if k != "extra_args" and not isinstance(schema[k], dict)}
+    scen_keys |= {f"{g}_{k}" for g in schema if isinstance(schema[g], dict) for k in schema[g]}
     assert scen_keys == {o.key for o in trainer_options.scenario_options()}
     # non-default values for every scenario option; render each phase; the trainer parses it back
     sets = ["trainer.model=small", "trainer.train_iters=177", "trainer.save_interval=7", "trainer.keep=2",
@@ -163,17 +165,19 @@ def test_every_trainer_option_reachable_from_a_scenario_and_back():
             "trainer.seed=99", "trainer.meta_init=on", "trainer.device=cpu", "trainer.log_interval=3",
             "trainer.allow_fresh_start=true", "trainer.pg_timeout=77", "trainer.on_save_error=abort", "trainer.preempt_signal=USR2",
             "trainer.dp_replicate=2", "launch.ranks_per_node=4", f"trainer.data={os.path.abspath(__file__)}",
-            "trainer.data_dtype=uint32", "phases.2.stage_dir=/st", "relaunch.on_node_loss=shrink"]
-    assert {s.split("=")[0].split(".")[1] for s in sets if s.startswith("trainer.")} == scen_keys
+            "trainer.data_dtype=uint32", "trainer.wandb.project=p", "trainer.wandb.entity=e",
+            "trainer.wandb.mode=offline", "phases.2.stage_dir=/st", "relaunch.on_node_loss=shrink"]
+    assert {"_".join(s.split("=")[0].split(".")[1:]) for s in sets if s.startswith("trainer.")} == scen_keys
     sc = scenario.load(os.path.join(SCEN, "local.yaml"), sets)
     _, ctx = render.render(sc, "local", "/expt/x")
     seen_flags = set()
     for ph in ctx["phases"]:
         argv = ph["argv"]
         a = parse_args(argv[argv.index("restartlab.trainer") + 1:])
-        for key in scen_keys:
-            want = sc["trainer"][key] if not (key == "save_interval" and ph["checkpoint"] == "none") else 0
-            assert getattr(a, key) == want, (ph["name"], key)
+        for o in trainer_options.scenario_options():
+            want = trainer_options.scenario_value(sc["trainer"], o)
+            want = 0 if (o.key == "save_interval" and ph["checkpoint"] == "none") else want
+            assert getattr(a, o.key) == want, (ph["name"], o.key)
         assert a.ckpt_dir == f"{ph['dir']}/ckpts" and a.outdir == "."
         assert a.no_resume == (ph["checkpoint"] == "none")
         assert a.async_ckpt == (ph["checkpoint"] == "async")

@@ -290,31 +290,41 @@ def main(argv=None):
     from restartlab.trainer.metrics import MetricsWriter
     from restartlab.trainer.checkpoint import SaveError
     from restartlab.trainer.data import DataError
-    metrics = MetricsWriter(a.outdir, info.rank) if info.rank == 0 else None
+    metrics = MetricsWriter(a.outdir, info.rank, sink=wandb_sink(a, job)) if info.rank == 0 else None
+
+    def leave(code):
+        if metrics:
+            metrics.close(code)
+        rdist.clean_exit(code)
     try:
         train(job, metrics)
         final = job.ckpt.close() if job.ckpt else None
     except SaveError as e:
         if info.rank == 0:
             print(f"restartlab.trainer: error: {e} (--on-save-error abort)", file=sys.stderr, flush=True)
-        rdist.clean_exit(EXIT_SAVE_FAILED)
+        leave(EXIT_SAVE_FAILED)
     except DataError as e:  # a token outside the vocabulary: every rank reading it stops here
         print(f"restartlab.trainer: error: rank {info.rank}: {e}", file=sys.stderr, flush=True)
-        rdist.clean_exit(EXIT_USAGE)
+        leave(EXIT_USAGE)
     except Preempted:
         if job.ckpt:
             job.ckpt.close()
-        if metrics:
-            metrics.close()
-        rdist.clean_exit(EXIT_PREEMPTED)
+        leave(EXIT_PREEMPTED)
     if final and metrics:
         metrics.write(dict(final, **{"train/iter": a.train_iters}))
     fingerprint = params_fingerprint(job.model, dist, info.world_size)
     if metrics:
         metrics.write({"train/iter": a.train_iters, "train/params_crc": fingerprint})
-        metrics.close()
     job.log(f"TRAINING DONE step={a.train_iters} params_crc={fingerprint}")
-    rdist.clean_exit(0)
+    leave(0)
+
+
+def wandb_sink(a, job):
+    """Rank 0's W&B run for this attempt (None without --wandb-project or with mode disabled)."""
+    if not a.wandb_project or a.wandb_mode == "disabled":
+        return None
+    from restartlab.trainer.wandb_log import WandbSink
+    return WandbSink(a, job.start, log=job.log)
 
 
 if __name__ == "__main__":

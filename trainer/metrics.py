@@ -7,9 +7,10 @@ import time
 
 
 class MetricsWriter:
-    def __init__(self, outdir: str, rank: int):
+    def __init__(self, outdir: str, rank: int, sink=None):
         os.makedirs(outdir, exist_ok=True)
         self.rank = rank
+        self.sink = sink  # e.g. W&B: gets each row after it is on disk (never blocks)
         self.path = os.path.join(outdir, f"metrics-{rank}.jsonl")
         self._f = open(self.path, "a", buffering=1)
 
@@ -17,6 +18,10 @@ class MetricsWriter:
         row = {"timestamp": time.time() if ts is None else ts, "rank": self.rank, "metrics": metrics}
         self._f.write(json.dumps(row) + "\n")
         self._f.flush()
+        if self.sink:
+            self.sink.log(metrics)
 
-    def close(self):
+    def close(self, exit_code: int = 0):
         self._f.close()
+        if self.sink:
+            self.sink.close(exit_code)

@@ -1,0 +1,64 @@
+"""`restartlab report --wandb`: the report's tables, summary figures and plots as one W&B run in
+the experiment's group (the trainer's per-attempt runs are in "<experiment>/<phase>"). wandb is
+imported only here, only when asked for; torch never."""
+import glob
+import os
+
+PHASE_COLS = ["phase", "wall_s", "steps", "attempts", "kills", "lost_steps", "downtime_s", "recompute_s",
+              "save_stall_s", "ettr", "overhead_s", "residual_s"]
+FAILURE_COLS = ["phase", "attempt", "kind", "step_at_kill", "resumed_from", "lost_steps", "downtime_s",
+                "restart_s", "recompute_s"]
+
+
+class WandbReportError(RuntimeError):
+    """One line for the user (exit 2)."""
+
+
+def settings(expt_dir, scenario, project=None, entity=None, mode=None):
+    """project/entity/mode: the flags first, then the experiment's scenario (trainer.wandb)."""
+    own = ((scenario or {}).get("trainer") or {}).get("wandb") or {}
+    s = {"project": project or own.get("project"), "entity": entity or own.get("entity"),
+         "mode": mode or own.get("mode")}
+    if not s["project"]:
+        raise WandbReportError("--wandb: no project (give --wandb-project, or trainer.wandb.project in the scenario)")
+    return s
+
+
+def phase_rows(summaries):
+    rows = []
+    for s in summaries:
+        o = s.get("overhead") or {}
+        vals = dict(s, overhead_s=o.get("measured_s"), residual_s=o.get("residual_s"))
+        rows.append([vals.get(c) for c in PHASE_COLS])
+    return rows
+
+
+def failure_rows(summaries):
+    return [[s["phase"]] + [e.get(c) for c in FAILURE_COLS[1:]] for s in summaries for e in s["failures"]]
+
+
+def log(summaries, out_dir, name, cfg) -> str:
+    """One W&B run (job type "report") with the Phases and Failures tables, each phase's figures
+    in the run summary and every plot in out_dir. Returns the run's directory."""
+    try:
+        import wandb
+    except ImportError:
+        raise WandbReportError("--wandb: wandb is not installed (pip install 'restartlab[wandb]')") from None
+    try:
+        run = wandb.init(project=cfg["project"], entity=cfg["entity"], mode=cfg["mode"], group=name,
+                         job_type="report", name=f"{name}-report", dir=os.path.abspath(out_dir),
+                         settings=wandb.Settings(silent=True, console="off"))
+        run.log({"report/phases": wandb.Table(columns=PHASE_COLS, data=phase_rows(summaries)),
+                 "report/failures": wandb.Table(columns=FAILURE_COLS, data=failure_rows(summaries))})
+        for png in sorted(glob.glob(os.path.join(out_dir, "*.png"))):
+            run.log({f"report/{os.path.basename(png)[:-4]}": wandb.Image(png)})
+        for s in summaries:
+            for k in ("ettr", "wall_s", "downtime_s", "lost_steps", "save_stall_s"):
+                if s.get(k) is not None:
+                    run.summary[f"{s['phase']}/{k}"] = s[k]
+        where = run.dir
+        run.finish()
+        wandb.teardown()
+        return where
+    except Exception as e:  # noqa: BLE001  W&B's own errors: one line, the report itself is written
+        raise WandbReportError(f"--wandb: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}") from None

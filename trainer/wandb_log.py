@@ -1,0 +1,81 @@
+"""Rank 0's metrics to Weights & Biases as well (optional; `pip install restartlab[wandb]`).
+
+The JSONL rows stay the collector's input; each row also goes to W&B under the same names, one W&B
+run per attempt, grouped by experiment and phase, with the attempt's resume step and, once its
+first step is done, its restart cost in the run's config. wandb is imported and its run started
+on a thread of its own, fed through a queue: the training loop never waits for W&B (its import,
+its service process, a slow network), and a W&B failure is a warning, never a failed attempt.
+Nothing here is imported unless --wandb-project is given."""
+import os
+import queue
+import threading
+
+STOP = object()
+FINISH_TIMEOUT_S = 60.0
+
+
+def run_context(env=None):
+    """(experiment, phase, attempt) from the relaunch loop's environment (outside a job script:
+    the run is named after the process)."""
+    env = os.environ if env is None else env
+    expt = env.get("RESTARTLAB_EXPT", "restartlab")
+    phase = env.get("RESTARTLAB_PHASE", "run")
+    attempt = int(env.get("RESTARTLAB_ATTEMPT", "1"))
+    return expt, phase, attempt
+
+
+def loggable(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+
+
+class WandbSink:
+    def __init__(self, a, start_step: int, log=print, env=None):
+        self.expt, self.phase, self.attempt = run_context(env)
+        self._log = log
+        self._q = queue.Queue()
+        self._init = dict(project=a.wandb_project, entity=a.wandb_entity, mode=a.wandb_mode,
+                          group=f"{self.expt}/{self.phase}", job_type=self.phase,
+                          name=f"{self.phase}-attempt-{self.attempt}", dir=os.path.abspath(a.outdir),
+                          config=dict({k: v for k, v in vars(a).items() if not k.startswith("wandb_")},
+                                      experiment=self.expt, phase=self.phase, attempt=self.attempt,
+                                      resume_step=start_step))
+        self.error = None
+        self.run_dir = None
+        self._thread = threading.Thread(target=self._worker, name="wandb", daemon=True)
+        self._thread.start()
+
+    def log(self, metrics: dict) -> None:
+        """Non-blocking: the row is queued for the W&B thread."""
+        if self.error is None:
+            self._q.put(dict(metrics))
+
+    def _worker(self):
+        run = None
+        try:
+            import wandb
+            run = wandb.init(**self._init, settings=wandb.Settings(silent=True, console="off"))
+            self.run_dir = run.dir
+            while True:
+                row = self._q.get()
+                if row is STOP:
+                    break
+                step = row.get("train/iter")
+                run.log(loggable(row), step=int(step) if step is not None else None)
+                if "train/restart_seconds" in row:
+                    run.config.update({"restart_seconds": row["train/restart_seconds"],
+                                       "resumed_from": row.get("train/resumed_from")}, allow_val_change=True)
+            run.finish(exit_code=self._exit_code)
+            wandb.teardown()  # the service process goes with the run (the trainer leaves by os._exit)
+        except Exception as e:  # noqa: BLE001  W&B is optional: the training goes on without it
+            self.error = f"{type(e).__name__}: {str(e)[:300]}"
+            self._log(f"W&B logging off for this attempt: {self.error}")
+
+    def close(self, exit_code: int = 0, timeout: float = FINISH_TIMEOUT_S) -> None:
+        """Flush the queued rows and finish the run (at most `timeout` seconds)."""
+        self._exit_code = exit_code
+        self._q.put(STOP)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._log(f"W&B did not finish within {timeout:g}s: its run may lack the last rows")
+
+    _exit_code = 0
