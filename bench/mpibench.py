@@ -32,7 +32,9 @@ def run_workers(a, script: str, title: str):
     result list added as "medians", or None (the output goes to stderr)."""
     from restartlab import launchers
     d = a.dir or tempfile.mkdtemp(prefix="rl-bench-")
-    argv = launchers.build("hydra", nodes=1, ppn=a.ranks, rank_env=launchers.local_rendezvous_env())
+    # one rank needs no launcher (a GPU machine without MPI): the trainer's code runs as world 1
+    argv = [] if a.ranks == 1 else launchers.build("hydra", nodes=1, ppn=a.ranks,
+                                                   rank_env=launchers.local_rendezvous_env())
     argv += [sys.executable, os.path.abspath(script), "--worker", "--dir", d, "--model", a.model,
              "--repeats", str(a.repeats)]
     print(f"{title}: {a.ranks} ranks, model {a.model}, {a.repeats} repeats (+1 warm-up) ...", flush=True)

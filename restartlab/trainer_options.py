@@ -59,6 +59,9 @@ OPTIONS: List[Opt] = [
     Opt("--meta-init", "str", "auto", "build on the meta device (auto: above 1B parameters)",
         choices=("auto", "on", "off")),
     Opt("--device", "str", "auto", "auto: xpu, else cuda, else cpu", choices=("auto", "cpu", "cuda", "xpu")),
+    Opt("--deterministic", "flag", False, "deterministic kernels (torch.use_deterministic_algorithms, "
+        "CUBLAS_WORKSPACE_CONFIG): on GPUs a resumed run then repeats the uninterrupted one bit for bit, "
+        "at some speed cost; CPU runs are deterministic without it"),
     Opt("--log-interval", "int", 10, "print a line every N steps", min=1),
     Opt("--on-save-error", "str", "continue", "a save that fails (disk full, I/O error, read-only): "
         "log it, record train/ckpt_failed and train on (continue), or stop (abort, exit 4)",

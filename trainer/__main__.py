@@ -122,6 +122,9 @@ class Job:
         threads = rdist.intra_op_threads()
         if threads:
             torch.set_num_threads(threads)
+        if a.deterministic:  # before the first cuBLAS handle is made
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True)
         self.times["imported"] = time.time()
         self.device_type, self.backend = rdist.pick_device(a.device)
         self.device = rdist.init(info, self.device_type, self.backend, a.pg_timeout)
@@ -205,6 +208,8 @@ class Job:
                                                       y.to(self.device).reshape(-1)) / self.accum
             micro.backward()
             loss = loss + micro.detach()
+        if self.ckpt:
+            self.ckpt.before_param_update()  # GPU: a save's staging copies have read the parameters
         self.optim.step()
         self.optim.zero_grad(set_to_none=True)
         # one collective carries the loss and whether any rank was asked to stop (a preemption

@@ -6,12 +6,16 @@ Layout and marker protocol are `restartlab.ckptdir`'s: shards + .metadata + mani
 sync   dcp.save on the training group straight into <ckpt>/step-N; per-file crc32 is computed
        as the bytes are written (a hashing stream under DCP's FileSystemWriter).
 async  the training loop blocks only to copy each rank's state into host buffers allocated once
-       and reused; one background thread per rank then runs dcp.save into the node-local stage
+       and reused (on a GPU it does not even wait for that: the copies are queued on a side
+       stream into pinned buffers and overlap the next forward/backward; `before_param_update`
+       makes the optimizer's stream wait for them, and the background thread waits for them
+       before it reads the buffers); one background thread per rank then runs dcp.save into the node-local stage
        dir on a *dedicated* gloo group, copies its files to <ckpt> (tmp + rename, crc on the fly),
        gathers every rank's file list on that same group from that same thread, and rank 0 stamps
        `.complete`. The main thread never issues a collective for checkpointing while a save is
        in flight; it only looks at its own future. At most one save is in flight.
 """
+import contextlib
 import datetime
 import json
 import os
@@ -48,6 +52,8 @@ class Checkpointer:
         self.log = log
         self.on_save_error = on_save_error
         self._buffers = {}  # key -> (spec, host buffer, staged tensor over it)
+        self._stage_stream = None  # GPU: the side stream the staging copies run on
+        self._staged_event = None  # GPU: recorded on it after the last copy of the in-flight save
         self._staged_bytes = None
         self._future = None
         self._inflight_step = None
@@ -201,7 +207,11 @@ class Checkpointer:
                                         shape=t.shape, stride=t.stride()) if is_dt else buf
             cached = self._buffers[key] = (spec, buf, staged)
             self._staged_bytes = None
-        cached[1].copy_(local.detach(), non_blocking=local.device.type == "cuda")
+        if local.device.type == "cuda":
+            local.record_stream(self._stage_stream)  # not reused by the allocator before the copy ran
+            cached[1].copy_(local.detach(), non_blocking=True)
+        else:
+            cached[1].copy_(local.detach())
         return cached[2]
 
     def staged_bytes(self):
@@ -214,21 +224,48 @@ class Checkpointer:
         drain = self.wait(timeout=WAIT_TIMEOUT_S)  # at most one save in flight
         t1 = time.time()
         staged = {}
-        for i, (name, part) in enumerate(state.parts.items()):
-            staged[name] = self._stage(part.state_dict(), name, step)
-            if i == 0:
-                fault("stage", step, self.rank)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
+        with self._staging_stream():
+            for i, (name, part) in enumerate(state.parts.items()):
+                staged[name] = self._stage(part.state_dict(), name, step)
+                if i == 0:
+                    fault("stage", step, self.rank)
         t2 = time.time()
         self._inflight_step = step
-        self._future = self._pool.submit(self._background_save, step, staged, t0)
+        self._future = self._pool.submit(self._background_save, step, staged, t0, self._staged_event)
         row = {"train/ckpt_stage_seconds": t2 - t1, "train/ckpt_drain_seconds": drain,
                "train/ckpt_bytes": self.staged_bytes()}
         row.update(self.last_finalized)
         return row
 
-    def _background_save(self, step, staged, t0):
+    @contextlib.contextmanager
+    def _staging_stream(self):
+        """GPU: run the staging copies on a side stream that first waits for everything the
+        training stream has queued (the optimizer step that produced this state), and record an
+        event after them; the loop goes on without waiting. CPU: the copies are synchronous."""
+        if not torch.cuda.is_available():
+            self._staged_event = None
+            yield
+            return
+        if self._stage_stream is None:
+            self._stage_stream = torch.cuda.Stream()
+        self._stage_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self._stage_stream):
+            yield
+            self._staged_event = torch.cuda.Event()
+            self._staged_event.record(self._stage_stream)
+
+    def before_param_update(self):
+        """The "safe to train" guarantee: call before the optimizer next writes parameters or
+        optimizer state in place. On a GPU the training stream waits (on the device, the host does
+        not block) until the staging copies of the in-flight save have read them; forward and
+        backward before it only read them and overlap the copies. No-op on CPU and when the copies
+        are known to be done."""
+        ev = self._staged_event
+        if ev is not None:
+            torch.cuda.current_stream().wait_event(ev)
+            self._staged_event = None
+
+    def _background_save(self, step, staged, t0, event=None):
         """Runs on the checkpoint thread: stage-dir write, durable copy, gather, mark. Returns
         (seconds to .complete, [errors]): a failed save is agreed on by every rank and cleaned up
         here, never left half-done.
@@ -239,6 +276,8 @@ class Checkpointer:
         stage_path = ckptdir.step_path(self.stage_dir, step)
         dst = ckptdir.step_path(self.ckpt_dir, step)
         err = None
+        if event is not None:
+            event.synchronize()  # the staging copies have landed in the host buffers
         try:
             if self.local_rank == 0:
                 delay("stage-clean", step, self.rank)
