@@ -5,7 +5,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-.}
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/gpu-install.log" 2>&1 || { cat "$out/gpu-install.log"; exit 1; }
+# no install (a GPU machine may have no package index): restartlab and restartlab.trainer by links
+site=$(mktemp -d)
+mkdir "$site/restartlab"
+ln -s "$PWD"/restartlab/* "$site/restartlab/"
+ln -s "$PWD/trainer" "$site/restartlab/trainer"
+export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 { nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'; } | tee "$out/gpu-env.log"
 PYTHONUNBUFFERED=1 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$out/gpu-tests.log" | grep -E "cuda |gpu staging|passed|failed|Error" 
 rc=${PIPESTATUS[0]}
