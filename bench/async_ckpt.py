@@ -59,10 +59,17 @@ def _local_tensors(obj):
         yield obj.to_local() if hasattr(obj, "to_local") else obj
 
 
+def _coll_device():
+    """Where a tensor for the training group's collectives must live (nccl: the GPU)."""
+    import torch
+    import torch.distributed as dist
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
 def _slowest(v):
     import torch
     import torch.distributed as dist
-    t = torch.tensor([v], dtype=torch.float64)
+    t = torch.tensor([v], dtype=torch.float64, device=_coll_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
 
@@ -126,7 +133,7 @@ def worker(a):
                 results.setdefault(k, []).append(v)
     sync.close()
     asyn.close()
-    total = torch.tensor([sum(t.numel() * t.element_size() for t in srcs)], dtype=torch.int64)
+    total = torch.tensor([sum(t.numel() * t.element_size() for t in srcs)], dtype=torch.int64, device=_coll_device())
     dist.all_reduce(total)
     if info.rank == 0:
         mpibench.emit({"ranks": info.world_size, "model": a.model, "device": device_type,

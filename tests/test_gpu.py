@@ -27,6 +27,14 @@ def _env(tag, extra=None):
     return env
 
 
+def _cwd(args):
+    """The run's own directory: `python -m` puts the cwd first on sys.path, and a checkout's root
+    holds a `restartlab/` without the trainer (it is installed from trainer/ or linked in)."""
+    d = args[args.index("--outdir") + 1]
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
 def _args(d, mode, deterministic=True):
     return ["--model", "debug", "--device", "cuda"] + (["--deterministic"] if deterministic else []) + [ "--train-iters", str(ITERS), "--save-interval", str(SAVE),
             "--ckpt-dir", os.path.join(d, "ckpts"), "--outdir", d, "--log-interval", "1000"] + \
@@ -36,7 +44,7 @@ def _args(d, mode, deterministic=True):
 def _run(args, extra=None):
     tag = f"gpu-{uuid.uuid4().hex[:8]}"
     try:
-        return subprocess.run([sys.executable, "-m", "restartlab.trainer"] + args, env=_env(tag, extra),
+        return subprocess.run([sys.executable, "-m", "restartlab.trainer"] + args, env=_env(tag, extra), cwd=_cwd(args),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     finally:
         killer.kill_ranks(tag)
@@ -44,7 +52,7 @@ def _run(args, extra=None):
 
 def _kill_at(args, metrics, step):
     tag = f"gpu-{uuid.uuid4().hex[:8]}"
-    p = subprocess.Popen([sys.executable, "-m", "restartlab.trainer"] + args, env=_env(tag),
+    p = subprocess.Popen([sys.executable, "-m", "restartlab.trainer"] + args, env=_env(tag), cwd=_cwd(args),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: any(r.get("train/iter", 0) >= step for r in rows(metrics)) or p.poll() is not None,
