@@ -14,5 +14,5 @@ export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 { nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'; } | tee "$out/gpu-env.log"
 PYTHONUNBUFFERED=1 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$out/gpu-tests.log" | grep -E "cuda |gpu staging|passed|failed|Error" 
 rc=${PIPESTATUS[0]}
-PYTHONUNBUFFERED=1 python3 bench/async_ckpt.py --ranks 1 --model small --repeats 3 --json "$out/gpu-async.json" 2>&1 | tee "$out/gpu-async.log"
+PYTHONUNBUFFERED=1 python3 bench/async_ckpt.py --ranks 1 --model small --repeats 3 --timeout 200 --json "$out/gpu-async.json" 2>&1 | tee "$out/gpu-async.log"
 exit $(( rc || PIPESTATUS[0] ))
