@@ -34,6 +34,8 @@ def _build(a):
     from restartlab.trainer.parallel import build_mesh, build_model
     info = rdist.discover_ranks()
     device_type, backend = rdist.pick_device("auto")
+    if backend == "nccl":  # dcp.async_save (the vanilla variant) needs a CPU backend on its group
+        backend = "cpu:gloo,cuda:nccl"
     device = rdist.init(info, device_type, backend)
     mesh = build_mesh(device_type, info.world_size, 1)
     cfg = PRESETS[a.model]
@@ -63,7 +65,7 @@ def _coll_device():
     """Where a tensor for the training group's collectives must live (nccl: the GPU)."""
     import torch
     import torch.distributed as dist
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device()) if "nccl" in dist.get_backend() else torch.device("cpu")
 
 
 def _slowest(v):

@@ -50,13 +50,13 @@ def _run(args, extra=None):
         killer.kill_ranks(tag)
 
 
-def _kill_at(args, metrics, step):
+def _kill_at(args, metrics, step, ready=lambda: True):
     tag = f"gpu-{uuid.uuid4().hex[:8]}"
     p = subprocess.Popen([sys.executable, "-m", "restartlab.trainer"] + args, env=_env(tag), cwd=_cwd(args),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: any(r.get("train/iter", 0) >= step for r in rows(metrics)) or p.poll() is not None,
-                 300, f"step {step}", 0.01)
+        wait_for(lambda: (any(r.get("train/iter", 0) >= step for r in rows(metrics)) and ready())
+                 or p.poll() is not None, 300, f"step {step}", 0.01)
         killer.kill_ranks(tag)
         p.communicate(timeout=60)
         return p.returncode
@@ -66,7 +66,11 @@ def _kill_at(args, metrics, step):
 
 def _kill_resume(d, mode, deterministic=True):
     metrics = os.path.join(d, "metrics-0.jsonl")
-    assert _kill_at(_args(d, mode, deterministic), metrics, 9) != 0
+    # killed after step 9 once step 6's checkpoint is complete (on a GPU the steps are fast: an
+    # async save may still be in flight three steps later)
+    ckpts = os.path.join(d, "ckpts")
+    assert _kill_at(_args(d, mode, deterministic), metrics, 9,
+                    ready=lambda: (ckptdir.newest_complete_step(ckpts) or 0) >= 6) != 0
     assert ckptdir.newest_complete_step(os.path.join(d, "ckpts")) >= 6
     r = _run(_args(d, mode, deterministic), {"RESTARTLAB_FAULT": "write:18"} if mode == "sync" else {})
     assert "RESUMED from step=" in r.stdout, r.stdout[-3000:]
