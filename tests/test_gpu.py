@@ -100,7 +100,7 @@ def test_cuda_kill_and_resume_is_bit_exact(tmp_path, mode):
 
 
 def test_async_staging_overlaps_and_never_reads_a_written_parameter(tmp_path):
-    r = subprocess.run([sys.executable, os.path.join(HERE, "gpu_stage_check.py"), str(tmp_path)],
+    r = subprocess.run([sys.executable, os.path.join(HERE, "gpu_stage_check.py"), str(tmp_path)], cwd=str(tmp_path),
                        env=_env(f"gpu-{uuid.uuid4().hex[:8]}"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=600)
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("GPU_STAGE ")]
@@ -108,4 +108,14 @@ def test_async_staging_overlaps_and_never_reads_a_written_parameter(tmp_path):
     res = json.loads(line[-1][len("GPU_STAGE "):])
     print("gpu staging:", json.dumps(res))
     assert res["guarded_exact"], res
+    assert r.returncode == 0, r.stdout[-3000:]
+
+
+def test_async_checkpoint_holds_the_state_at_the_save_on_cuda(tmp_path):
+    r = subprocess.run([sys.executable, os.path.join(HERE, "stage_content_check.py"), str(tmp_path), "cuda"],
+                       env=_env(f"gpu-{uuid.uuid4().hex[:8]}"), cwd=str(tmp_path), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=600)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("STAGE_CONTENT ")]
+    assert line, r.stdout[-3000:]
+    print("cuda stage content:", line[-1])
     assert r.returncode == 0, r.stdout[-3000:]

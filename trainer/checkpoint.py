@@ -203,8 +203,15 @@ class Checkpointer:
         if cached is None or cached[0] != spec:
             buf = torch.empty(local.shape, dtype=local.dtype, device="cpu",
                               pin_memory=local.device.type == "cuda")
-            staged = DTensor.from_local(buf, t.device_mesh, t.placements, run_check=False,
-                                        shape=t.shape, stride=t.stride()) if is_dt else buf
+            staged = buf
+            if is_dt:
+                staged = DTensor.from_local(buf, t.device_mesh, t.placements, run_check=False,
+                                            shape=t.shape, stride=t.stride())
+                # from_local moves a local tensor to the mesh's device (a GPU mesh: a GPU copy of
+                # the buffer, made once, so every later staging copy would be invisible to the
+                # save; found on an H200). The wrapper must read the host buffer itself, as
+                # torch's own CPU staging does (_state_dict_utils._create_cpu_state_dict).
+                staged._local_tensor = buf
             cached = self._buffers[key] = (spec, buf, staged)
             self._staged_bytes = None
         if local.device.type == "cuda":
