@@ -19,7 +19,8 @@ def args_for(d, tp=1, extra=()):
             "--tp", str(tp), "--log-interval", "1000", *extra]
 
 
-LAYOUTS = {"fsdp4": (1, ()), "fsdp2xtp2": (2, ()), "hsdp2x2": (1, ("--dp-replicate", "2"))}
+LAYOUTS = {"fsdp4": (1, ()), "fsdp2xtp2": (2, ()), "hsdp2x2": (1, ("--dp-replicate", "2")),
+           "hsdp2x1xtp2": (2, ("--dp-replicate", "2"))}
 
 
 def check_same_as_reference(ref_dir, run_dir):
