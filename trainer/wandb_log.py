@@ -10,8 +10,11 @@ import os
 import queue
 import threading
 
+from restartlab.trainer_options import EXIT_PREEMPTED
+
 STOP = object()
-FINISH_TIMEOUT_S = 60.0
+FINISH_TIMEOUT_S = 30.0    # the run's last rows and its end, at a normal exit
+PREEMPTED_TIMEOUT_S = 5.0  # preempted or warned of the walltime: the job has seconds left
 
 
 def run_context(env=None):
@@ -70,8 +73,11 @@ class WandbSink:
             self.error = f"{type(e).__name__}: {str(e)[:300]}"
             self._log(f"W&B logging off for this attempt: {self.error}")
 
-    def close(self, exit_code: int = 0, timeout: float = FINISH_TIMEOUT_S) -> None:
-        """Flush the queued rows and finish the run (at most `timeout` seconds)."""
+    def close(self, exit_code: int = 0, timeout: float = None) -> None:
+        """Flush the queued rows and finish the run, waiting at most FINISH_TIMEOUT_S (after a
+        preemption PREEMPTED_TIMEOUT_S: the emergency checkpoint is what must fit in the margin)."""
+        if timeout is None:
+            timeout = PREEMPTED_TIMEOUT_S if exit_code == EXIT_PREEMPTED else FINISH_TIMEOUT_S
         self._exit_code = exit_code
         self._q.put(STOP)
         self._thread.join(timeout)
