@@ -5,7 +5,7 @@ import glob
 import os
 
 PHASE_COLS = ["phase", "wall_s", "steps", "attempts", "kills", "lost_steps", "downtime_s", "recompute_s",
-              "save_stall_s", "ettr", "overhead_s", "residual_s"]
+              "save_stall_s", "interference_s", "ettr", "overhead_s", "residual_s"]
 FAILURE_COLS = ["phase", "attempt", "kind", "step_at_kill", "resumed_from", "lost_steps", "downtime_s",
                 "restart_s", "recompute_s"]
 

@@ -75,6 +75,13 @@ def test_overhead_adds_up_with_residual():
     ph = {"wall_s": 50.0, "downtime_s": 14.0, "recompute_s": 3.0, "save_stall_s": 2.0}
     o = collect.overhead(ph, base)
     assert o["measured_s"] == 30.0 and o["residual_s"] == pytest.approx(11.0)
+    # background interference is a named part; each phase is taken net of its first start-up
+    base = {"wall_s": 20.0, "first_start_s": 4.0}  # a cold first launch
+    ph = dict(ph, interference_s=1.5, first_start_s=1.0)
+    o = collect.overhead(ph, base)
+    assert o["measured_s"] == pytest.approx((50.0 - 1.0) - (20.0 - 4.0))
+    assert o["residual_s"] == pytest.approx(33.0 - 14.0 - 3.0 - 2.0 - 1.5)
+    assert o["interference_s"] == 1.5
 
 
 def test_young_daly():

@@ -1,0 +1,120 @@
+"""Sync save and load efficiency against the file system's own bandwidth, measured in the same run.
+
+Per repeat, interleaved (a busy neighbour moves every variant alike), 4 ranks, the `small`
+model (~300 MB checkpoint with AdamW state):
+  dd floor        every rank writes its share of the checkpoint's bytes with
+                  `dd bs=4M conv=fdatasync`, all at once: the write bandwidth of this file system
+  restartlab sync restartlab's sync save (dcp.save + crc32 as written + manifest + .complete)
+  dcp.save        plain `dcp.save(state, checkpoint_id=...)` with its defaults
+  read floor      every rank reads its share of the same bytes back with `dd bs=4M` (warm cache)
+  restartlab load restartlab's verifying load of the checkpoint just written (warm cache)
+Efficiency = (checkpoint bytes / seconds) / (floor bytes / floor seconds); target >= 0.8 for the
+sync save and for the warm load. Slowest rank, median over repeats.
+
+Usage: python bench/save_efficiency.py [--ranks 4] [--repeats 3] [--model small] [--json F]
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import mpibench
+
+TARGET = 0.8
+
+
+def _dd(args):
+    subprocess.run(["dd", *args, "bs=4M", "status=none"], check=True)
+
+
+def worker(a):
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    from async_ckpt import _build, _slowest
+
+    from restartlab import ckptdir
+    from restartlab.trainer import dist as rdist
+    from restartlab.trainer.checkpoint import Checkpointer
+    from restartlab.trainer.ckpt_io import VerifyingReader
+    from restartlab.trainer.state import TrainState
+    info, mesh, model, optim, device_type, cfg = _build(a)
+    rank, world = info.rank, info.world_size
+    root = os.path.join(a.dir, "ck")
+    ck = Checkpointer(root, rank=rank, world_size=world, local_rank=info.local_rank,
+                      mesh_info={"shape": list(mesh.shape), "dims": list(mesh.mesh_dim_names)}, log=lambda m: None)
+    state = TrainState(model, optim, rank, 1)
+    res = {}
+    nbytes = None
+    for rep in range(a.repeats + 1):  # rep 0: warm-up (allocations, page cache, file system)
+        step = rep + 1
+        order = ["dd", "restartlab", "dcp"] if rep % 2 else ["dcp", "restartlab", "dd"]
+        got = {}
+        for kind in order:
+            dist.barrier()
+            t0 = time.perf_counter()
+            if kind == "restartlab":
+                ck.save(step, state)
+            elif kind == "dcp":
+                dcp.save(state.state_dict(), checkpoint_id=os.path.join(a.dir, "plain", f"s{step}"))
+            else:
+                share = max(1, (nbytes or 300 << 20) // world // (4 << 20))
+                _dd(["if=/dev/zero", f"of={os.path.join(a.dir, f'dd-{rank}')}", f"count={share}", "conv=fdatasync"])
+            got[kind] = _slowest(time.perf_counter() - t0)
+            dist.barrier()
+            if kind == "dd":
+                got["dd_bytes"] = float(share * (4 << 20) * world)
+        path = ckptdir.step_path(root, step)
+        with open(os.path.join(path, ckptdir.MANIFEST)) as f:
+            manifest = json.load(f)
+        nbytes = manifest["total_bytes"]
+        # reads, warm: the files were just written
+        for kind in (["read", "load"] if rep % 2 else ["load", "read"]):
+            dist.barrier()
+            t0 = time.perf_counter()
+            if kind == "load":
+                dcp.load(state.state_dict(), storage_reader=VerifyingReader(path, manifest))
+            else:
+                _dd([f"if={os.path.join(a.dir, f'dd-{rank}')}", "of=/dev/null"])
+            got[kind] = _slowest(time.perf_counter() - t0)
+        dist.barrier()
+        if rank == 0:
+            shutil.rmtree(os.path.join(a.dir, "plain"), ignore_errors=True)
+            if rep:
+                ckptdir.prune(root, 1)
+        if rep:
+            got["bytes"] = float(nbytes)
+            for k, v in got.items():
+                res.setdefault(k, []).append(v)
+    if rank == 0:
+        mpibench.emit({"ranks": world, "model": a.model, "device": device_type, "params": cfg.n_params(),
+                       "ckpt_bytes": nbytes, "repeats": a.repeats, "results": res})
+    rdist.clean_exit(0)
+
+
+def report(a, res):
+    m = res["medians"]
+    mb = m["bytes"] / 1e6
+    w_floor = m["dd_bytes"] / m["dd"] / 1e6  # MB/s
+    r_floor = m["dd_bytes"] / m["read"] / 1e6
+    rows = [("restartlab sync save", m["restartlab"], w_floor), ("plain dcp.save (defaults)", m["dcp"], w_floor),
+            ("restartlab load (verified, warm)", m["load"], r_floor)]
+    print(f"checkpoint: {mb:.0f} MB, {res['ranks']} ranks, {res['device']}; slowest rank, median of {res['repeats']}")
+    print(f"  floor: write {w_floor:8.0f} MB/s (dd conv=fdatasync, {res['ranks']} at once); "
+          f"read {r_floor:8.0f} MB/s (dd, warm)")
+    out = {}
+    for name, secs, floor in rows:
+        bw = mb / secs
+        eff = bw / floor
+        out[name] = {"seconds": secs, "MB_per_s": bw, "floor_MB_per_s": floor, "efficiency": eff}
+        verdict = "reference" if name.startswith("plain") else \
+            f"target >= {TARGET}: {'met' if eff >= TARGET else 'MISSED'}"
+        print(f"  {name:34s} {secs:7.3f} s {bw:8.0f} MB/s  efficiency {eff:5.2f} ({verdict})")
+    mpibench.write_json(a, dict(res, efficiency=out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(mpibench.main(__doc__, 3, "save/load efficiency", __file__, worker, report))
