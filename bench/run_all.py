@@ -1,13 +1,21 @@
-"""`make bench`: every benchmark in bench/, one after another, each printing its own figures.
-Ratios measured within one run are the results; absolute seconds depend on the machine's load."""
+"""`make bench`: every benchmark in bench/, one after another, each printing its own figures,
+then bench/results.json: every benchmark's figures, with the date and the machine. Ratios
+measured within one run are the results; absolute seconds depend on the machine's load."""
+import datetime
+import json
 import os
+import platform
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHES = [
     ("async checkpoint: sync save vs async stall vs floor vs vanilla dcp.async_save",
      ["async_ckpt.py", "--ranks", "4", "--repeats", "5"]),
+    ("sync save and load against the file system's own bandwidth (dd floors)",
+     ["save_efficiency.py", "--ranks", "4", "--repeats", "3"]),
+    ("injector latencies (a real restartlab run, gated kills)", ["injector_latency.py"]),
     ("collector streaming: 1,000 attempts / 1M rows", ["collect_stream.py"]),
     ("cold restart: launch -> first step after resume", ["cold_restart.py", "--ranks", "4"]),
     ("load with checksums verified vs plain dcp.load", ["load_verify.py", "--ranks", "4", "--repeats", "5"]),
@@ -16,13 +24,24 @@ BENCHES = [
 
 
 def main():
-    failed = []
+    failed, results = [], {}
+    tmp = tempfile.mkdtemp(prefix="rl-bench-json-")
     for title, argv in BENCHES:
         print(f"== {title}\n   python bench/{' '.join(argv)}", flush=True)
-        r = subprocess.run([sys.executable, os.path.join(HERE, argv[0])] + argv[1:])
+        out = os.path.join(tmp, argv[0] + ".json")
+        r = subprocess.run([sys.executable, os.path.join(HERE, argv[0])] + argv[1:] + ["--json", out])
         if r.returncode != 0:
             failed.append(argv[0])
+        elif os.path.exists(out):
+            with open(out) as f:
+                results[argv[0][:-3]] = dict(json.load(f), command="python bench/" + " ".join(argv))
         print(flush=True)
+    with open(os.path.join(HERE, "results.json"), "w") as f:
+        json.dump({"date": datetime.datetime.now().isoformat(timespec="seconds"),
+                   "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                               "python": platform.python_version()},
+                   "failed": failed, "benchmarks": results}, f, indent=1)
+    print(f"bench: figures in {os.path.join(HERE, 'results.json')}")
     if failed:
         print(f"bench: failed: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -25,6 +25,7 @@ def best_of(fn, repeats):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", default=None)
     a = p.parse_args()
     c = sim.Costs(step_s=1.0, sync_stall_s=10.0, async_stall_s=1.0, async_durable_s=20.0, restart_s=300.0,
                   gap_s=5.0, detection_s={"kill": 30.0})
@@ -43,6 +44,9 @@ def main():
           f"floor (draw {n} exponentials): {floor:.5f} s -> {mc / floor:.1f}x the floor")
     print(f"30 days at 2,048 nodes (16,384 GPUs), {len(ivs)} intervals x sync/async x 20 replicas: {scale:.3f} s CPU")
     print(json.dumps(res))
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(res, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,80 @@
+"""The injector's own latencies, from a real `restartlab run` of the local scenario (2 ranks,
+3 gated kills per phase): what restartlab adds between a failure's cause and the next attempt.
+
+  gated kill      the step's .complete written (its complete_ts) -> SIGKILL sent (the receipt)
+  kill -> gone    SIGKILL -> the attempt's launcher has exited (every rank gone): the report's
+                  detection time for kill failures
+  relaunch gap    attempt end -> next launch (record the attempt, tear down what is left)
+Target: <= 0.5 s each (median and worst are printed).
+
+Usage: python bench/injector_latency.py [--scenario scenarios/local.yaml] [--json F]
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TARGET_S = 0.5
+
+
+def gated_latencies(expt):
+    out = []
+    for inj in glob.glob(os.path.join(expt, "*", "injections.jsonl")):
+        ckpts = os.path.join(os.path.dirname(inj), "ckpts")
+        with open(inj) as f:
+            for line in f:
+                r = json.loads(line)
+                if "after .complete" not in r.get("reason", "") or r.get("newest_complete") is None:
+                    continue
+                marker = os.path.join(ckpts, f"step-{r['newest_complete']:08d}", ".complete")
+                with open(marker) as m:
+                    complete_ts = json.load(m)["complete_ts"]
+                sent = min(rc["time"] for rc in r["receipts"])
+                out.append(sent - complete_ts)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scenario", default=os.path.join(os.path.dirname(HERE), "scenarios", "local.yaml"))
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    expt = tempfile.mkdtemp(prefix="rl-injlat-")
+    try:
+        r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", a.scenario, "--expt-dir", expt],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1200)
+        if r.returncode != 0:
+            sys.stderr.write(r.stdout[-3000:] + "\ninjector_latency: restartlab run failed\n")
+            return 1
+        with open(os.path.join(expt, "summary.json")) as f:
+            phases = json.load(f)["phases"]
+        ev = [e for p in phases for e in p["failures"] if e.get("kind") == "kill"]
+        figures = {"gated kill (.complete -> SIGKILL)": gated_latencies(expt),
+                   "kill -> every rank gone": [e["detection_s"] for e in ev if e.get("detection_s") is not None],
+                   "attempt end -> next launch": [e["launch_gap_s"] for e in ev if e.get("launch_gap_s") is not None]}
+    finally:
+        shutil.rmtree(expt, ignore_errors=True)
+    out = {}
+    print(f"injector latencies over {len(ev)} kills ({os.path.basename(a.scenario)}); target <= {TARGET_S} s")
+    for name, xs in figures.items():
+        if not xs:
+            print(f"  {name:36s} no samples")
+            return 1
+        med, worst = statistics.median(xs), max(xs)
+        out[name] = {"median_s": med, "max_s": worst, "n": len(xs)}
+        print(f"  {name:36s} median {med:6.3f} s  max {worst:6.3f} s  "
+              f"({'met' if worst <= TARGET_S else ('median met, worst MISSED' if med <= TARGET_S else 'MISSED')})")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
