@@ -153,6 +153,17 @@ def crc32_segment(crc_to_start: int, crc_to_end: int, length: int) -> int:
     return crc_to_end ^ crc32_shift(crc_to_start, length)
 
 
+def same_file_system(a: str, b: str) -> bool:
+    """Whether two paths (existing or not: their nearest existing ancestors count) are on one
+    file system (the same st_dev)."""
+    def dev(p):
+        p = os.path.abspath(p)
+        while not os.path.exists(p):
+            p = os.path.dirname(p)
+        return os.stat(p).st_dev
+    return dev(a) == dev(b)
+
+
 def fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

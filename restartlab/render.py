@@ -89,7 +89,8 @@ def node_check_args(sc, policy) -> List[str]:
          "--min-free", str(rl["node_check_min_free_mb"] * 2**20)]
     if rl["node_check_gpus"]:
         a += ["--device", tr["device"], "--gpus", str(rl["node_check_gpus"])]
-    stage = next((p["stage_dir"] for p in sc["phases"] if p["checkpoint"] == "async" and p["stage_dir"]), None)
+    stage = next((p["stage_dir"] for p in sc["phases"] if p["checkpoint"] == "async" and p["stage_dir"]
+                  and p["stage_dir"] != "none"), None)
     if stage:
         a += ["--stage-dir", stage]
     if rl["node_check_cmd"]:

@@ -125,7 +125,9 @@ SCHEMA = {
     "phases": ListOf({
         "name": F("name", None, "phase name (directory name)", required=True),
         "checkpoint": F("str", "sync", "none, sync or async", choices=["none", "sync", "async"]),
-        "stage_dir": F("path", None, "async: node-local stage dir (default /tmp/restartlab-<jobid>)"),
+        "stage_dir": F("path", None, "async: node-local stage dir (default /tmp/restartlab-<jobid>, or "
+                       "none when that is on the checkpoint dir's file system); none: the background "
+                       "save writes straight to the checkpoint dir"),
         "failures": F("failures", None, "false/none: no injector; a mapping overrides the top-level failures"),
     }),
     "collection": {

@@ -82,8 +82,9 @@ OPTIONS: List[Opt] = [
     # set by the renderer from the phase and the experiment layout, not by a scenario key
     Opt("--ckpt-dir", "str", "ckpts", "checkpoint directory (<phase>/ckpts in an experiment)", source=PHASE),
     Opt("--async-ckpt", "flag", False, "asynchronous checkpointing (phase checkpoint: async)", source=PHASE),
-    Opt("--ckpt-stage-dir", "str", None, "node-local stage dir for --async-ckpt (default "
-        "/tmp/restartlab-<jobid>; phase stage_dir)", source=PHASE),
+    Opt("--ckpt-stage-dir", "str", None, "node-local stage dir for --async-ckpt (phase stage_dir; "
+        "default /tmp/restartlab-<jobid>, or none when that is on --ckpt-dir's file system); none: the "
+        "background save writes straight to --ckpt-dir (one write instead of two)", source=PHASE),
     Opt("--no-resume", "flag", False, "start fresh even if a checkpoint exists (phase checkpoint: none)",
         source=PHASE),
     Opt("--outdir", "str", ".", "metrics-<rank>.jsonl are appended here (the attempt directory)", source=PHASE),

@@ -58,8 +58,9 @@ def main(tmp, device_type, moving):
     model = build_model(cfg, mesh, device, 1, False, 0)
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
     st = TrainState(model, optim, 0, 0)
-    cks = {m: Checkpointer(os.path.join(tmp, m), rank=0, world_size=1, mesh_info={}, mode=m,
-                           stage_dir=os.path.join(tmp, "stage"), log=print) for m in ("sync", "async")}
+    cks = {m: Checkpointer(os.path.join(tmp, m), rank=0, world_size=1, mesh_info={}, mode=m.split("-")[0],
+                           stage_dir=None if m == "async-direct" else os.path.join(tmp, "stage"), log=print)
+           for m in ("sync", "async", "async-direct")}
     out = {}
     for step in (1, 2):  # the second save reuses the staged buffers and their wrappers
         train_step(model, optim, cfg, device, step)

@@ -15,25 +15,31 @@ from tests.helpers import final_crc, losses, raw_rows, rows, run_trainer
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
 
-def args(d, iters=16, save=4):
+def args(d, iters=16, save=4, stage=None):
     return ["--model", "tiny", "--train-iters", str(iters), "--save-interval", str(save), "--async-ckpt",
-            "--ckpt-dir", os.path.join(d, "ckpts"), "--ckpt-stage-dir", os.path.join(d, "stage"),
+            "--ckpt-dir", os.path.join(d, "ckpts"), "--ckpt-stage-dir", stage or os.path.join(d, "stage"),
             "--outdir", os.path.join(d, "out"), "--log-interval", "1000"]
 
 
-def test_kills_inside_async_save_resume_exactly(tmp_path):
+@pytest.mark.parametrize("stage", [None, "none"], ids=["staged", "direct"])
+def test_kills_inside_async_save_resume_exactly(tmp_path, stage):
+    """Killed at each point of an async save (direct: straight into the durable dir, so its torn
+    files lie where a checkpoint belongs and only the missing .complete keeps them from loading)."""
     ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
-    r = run_trainer(2, args(ref))
+    r = run_trainer(2, args(ref, stage=stage))
     assert r.returncode == 0, r.stdout[-3000:]
     expect_resume = [None, 4, 4, 4, 4]
-    for i, point in enumerate(["stage:8", "write:8", "copy:8:1", "mark:8"]):
-        r = run_trainer(2, args(run), env={"RESTARTLAB_FAULT": point})
+    points = ["stage:8", "write:8", "copy:8:1", "mark:8"] if stage is None else ["stage:8", "write:8", "mark:8"]
+    for i, point in enumerate(points):
+        r = run_trainer(2, args(run, stage=stage), env={"RESTARTLAB_FAULT": point})
         assert r.returncode != 0 and f"FAULT {point.split(':')[0]}" in r.stdout, (point, r.stdout[-3000:])
         if expect_resume[i]:
             assert f"RESUMED from step={expect_resume[i]}" in r.stdout, (point, r.stdout[-2000:])
         assert ckptdir.newest_complete_step(os.path.join(run, "ckpts")) == 4, point
         assert not ckptdir.is_complete(os.path.join(run, "ckpts"), 8)
-    r = run_trainer(2, args(run))
+    if stage == "none":  # the torn direct write of step 8 is in the durable dir, without .complete
+        assert os.path.isdir(ckptdir.step_path(os.path.join(run, "ckpts"), 8))
+    r = run_trainer(2, args(run, stage=stage))
     assert r.returncode == 0 and "RESUMED from step=4" in r.stdout, r.stdout[-3000:]
     ref_l = dict(losses(os.path.join(ref, "out", "metrics-0.jsonl")))
     for it, loss in losses(os.path.join(run, "out", "metrics-0.jsonl")):
@@ -155,3 +161,21 @@ def test_async_checkpoint_holds_the_state_at_the_save(tmp_path, moving):
     res = json.loads(line[-1][len("STAGE_CONTENT "):])
     assert all(v["differ"] == 0 for v in res.values()), res
     assert r.returncode == 0
+
+
+def test_default_stage_is_skipped_on_the_checkpoints_own_file_system(tmp_path):
+    """Without --ckpt-stage-dir the async save stages in /tmp/restartlab-<jobid> only when that is
+    another file system than the checkpoint dir's (node-local disk vs a parallel file system);
+    on the same one the background save writes straight to the checkpoint dir."""
+    assert ckptdir.same_file_system(str(tmp_path / "a" / "b"), str(tmp_path))
+    assert not ckptdir.same_file_system("/proc/self", str(tmp_path))
+    d = str(tmp_path)
+    job = f"t{os.getpid()}"
+    a = ["--model", "tiny", "--train-iters", "4", "--save-interval", "2", "--async-ckpt",
+         "--ckpt-dir", os.path.join(d, "c"), "--outdir", d]
+    r = run_trainer(2, a, env={"PBS_JOBID": job})
+    same = ckptdir.same_file_system(f"/tmp/restartlab-{job}", os.path.join(d, "c"))
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert ("writing straight to" in r.stdout) == same, r.stdout[-2000:]
+    assert ckptdir.newest_complete_step(os.path.join(d, "c"), checksums=True) == 4
+    assert not os.path.exists(f"/tmp/restartlab-{job}")

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from restartlab import killer
-from tests.helpers import cleanup_tag, raw_rows, start_and_kill_at, trainer_cmd
+from tests.helpers import cleanup_tag, raw_rows, trainer_cmd
 from tests.wandb_records import offline_runs
 
 pytestmark = [pytest.mark.timeout(600)]

@@ -11,6 +11,7 @@ from restartlab.trainer import dist as rdist  # noqa: E402
 from restartlab.trainer import testpoints  # noqa: E402
 
 from restartlab import trainer_options  # noqa: E402
+from restartlab import ckptdir  # noqa: E402
 from restartlab.ckptdir import step_dirname as ckptdir_name  # noqa: E402
 
 from restartlab.trainer_options import (EXIT_NO_CHECKPOINT, EXIT_PREEMPTED, EXIT_SAVE_FAILED,  # noqa: E402
@@ -181,14 +182,30 @@ class Job:
                  f"(--allow-fresh-start)")
         self._build_model()  # a rejected load may have written into the model: start clean
 
-    def _checkpointer(self):
+    def _stage_dir(self):
+        """The async save's stage dir, or None to write straight to the checkpoint dir: a given
+        path is used; `none` means none; by default /tmp/restartlab-<jobid>, unless that is on the
+        checkpoint dir's own file system, where staging adds a second full write and nothing else
+        (measured: bench/async_ckpt.py, save -> .complete 2.25x vanilla dcp.async_save staged,
+        1.44x direct)."""
         from restartlab import schedulers
+        a = self.a
+        if a.ckpt_stage_dir:
+            return None if a.ckpt_stage_dir == "none" else a.ckpt_stage_dir
+        default = f"/tmp/restartlab-{schedulers.job_id(os.environ)}"
+        if ckptdir.same_file_system(default, a.ckpt_dir):
+            self.log(f"async: writing straight to {a.ckpt_dir} (the default stage dir {default} is on "
+                     f"the same file system)")
+            return None
+        return default
+
+    def _checkpointer(self):
         from restartlab.trainer.checkpoint import Checkpointer
         a, info = self.a, self.info
         return Checkpointer(a.ckpt_dir, rank=info.rank, world_size=info.world_size,
                             mesh_info={"shape": list(self.mesh.shape), "dims": list(self.mesh.mesh_dim_names)},
                             mode="async" if a.async_ckpt else "sync",
-                            stage_dir=a.ckpt_stage_dir or f"/tmp/restartlab-{schedulers.job_id(os.environ)}",
+                            stage_dir=self._stage_dir() if a.async_ckpt else None,
                             local_rank=info.local_rank, keep=a.keep, log=self.log, pg_timeout_s=a.pg_timeout,
                             on_save_error=a.on_save_error)
 

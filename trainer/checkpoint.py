@@ -12,7 +12,9 @@ async  the training loop blocks only to copy each rank's state into host buffers
        before it reads the buffers); one background thread per rank then runs dcp.save into the node-local stage
        dir on a *dedicated* gloo group, copies its files to <ckpt> (tmp + rename, crc on the fly),
        gathers every rank's file list on that same group from that same thread, and rank 0 stamps
-       `.complete`. The main thread never issues a collective for checkpointing while a save is
+       `.complete`. Without a stage dir (`--ckpt-stage-dir none`, "direct") the background dcp.save
+       writes straight into <ckpt>/step-N: one write instead of two; the torn files of a killed
+       direct save lie in the durable dir without .complete, so they are never loaded. The main thread never issues a collective for checkpointing while a save is
        in flight; it only looks at its own future. At most one save is in flight.
 """
 import contextlib
@@ -62,6 +64,7 @@ class Checkpointer:
         self.last_finalized = {}
         if rank == 0:
             os.makedirs(ckpt_dir, exist_ok=True)
+        self.direct = mode == "async" and stage_dir is None  # async without a stage: one write
         if mode == "async":
             self.stage_dir = stage_dir
             self.local_rank = local_rank
@@ -71,8 +74,8 @@ class Checkpointer:
             # the stage dir is node-shared: local rank 0 owns it (creates, cleans, removes). Two
             # owners may still meet in one path (a stage dir on a shared file system; several
             # scheduler nodes on one host, as in the tests): nothing they do may fail on the other
-            self._stage_marker = os.path.join(stage_dir, STAGE_MARKER)
-            if local_rank == 0:
+            self._stage_marker = os.path.join(stage_dir, STAGE_MARKER) if stage_dir else None
+            if local_rank == 0 and not self.direct:
                 try:
                     os.makedirs(stage_dir)
                     open(self._stage_marker, "w").close()  # ours: marked, so a relaunch removes it too
@@ -280,13 +283,13 @@ class Checkpointer:
         The step's stage directory is shared by the ranks of a node: only its owner (local
         rank 0) cleans and creates it, and removes it, each time behind a collective on the
         checkpoint group, so no rank ever removes what another may be using."""
-        stage_path = ckptdir.step_path(self.stage_dir, step)
+        stage_path = None if self.direct else ckptdir.step_path(self.stage_dir, step)
         dst = ckptdir.step_path(self.ckpt_dir, step)
         err = None
         if event is not None:
             event.synchronize()  # the staging copies have landed in the host buffers
         try:
-            if self.local_rank == 0:
+            if self.local_rank == 0 and not self.direct:
                 delay("stage-clean", step, self.rank)
                 shutil.rmtree(stage_path, ignore_errors=True)  # a torn stage of a dead attempt
                 delay("stage-mkdir", step, self.rank)
@@ -299,7 +302,7 @@ class Checkpointer:
             err = self._write_and_copy(step, staged, stage_path, dst, t0)
             errs = self._agree(err, self._group)  # every rank of every node is done with its stage dir
         latency = time.time() - t0
-        if self.local_rank == 0:
+        if self.local_rank == 0 and not self.direct:
             shutil.rmtree(stage_path, ignore_errors=True)
         if errs and self.rank == 0:
             self.log(f"SAVE FAILED at step={step} ({dst}): {'; '.join(errs[:4])}")
@@ -307,10 +310,12 @@ class Checkpointer:
         return latency, errs
 
     def _write_and_copy(self, step, staged, stage_path, dst, t0):
-        """dcp.save into the stage dir, copy to the durable dir, gather, rank 0 marks. Returns
-        this rank's error or None; every rank takes part in the same collectives either way."""
+        """dcp.save into the stage dir, copy to the durable dir, gather, rank 0 marks (direct:
+        dcp.save straight into the durable dir, no copy). Returns this rank's error or None;
+        every rank takes part in the same collectives either way."""
         try:
-            w = writer(stage_path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank))
+            w = writer(dst if self.direct else stage_path, step, self.rank,
+                       on_first_write=lambda: fault("write", step, self.rank))
             trace("write", step, self.rank)
             dcp.save(staged, storage_writer=w, process_group=self._group)  # fails on all ranks alike
         except (Exception, dcp.api.CheckpointException) as e:  # noqa: BLE001
@@ -318,17 +323,11 @@ class Checkpointer:
         err, files = None, {}
         trace("copy", step, self.rank)
         try:
-            os.makedirs(dst, exist_ok=True)
-            for i, name in enumerate(sorted(w.fs.files)):
-                files[name] = copy_durable(os.path.join(stage_path, name), os.path.join(dst, name))
-                if files[name]["crc32"] != w.fs.files[name]["crc32"]:
-                    raise ChecksumError(f"{name}: the stage copy read back differs from what was written")
-                files[name]["items"] = w.fs.files[name]["items"]
-                if i == 0:
-                    fault("copy", step, self.rank)
-            if self.rank == 0:
-                copy_durable(os.path.join(stage_path, ".metadata"), os.path.join(dst, ".metadata"))
-            ckptdir.fsync_dir(dst)
+            if self.direct:  # the files are where they belong, with their crcs from the write
+                files = dict(w.fs.files)
+                ckptdir.fsync_dir(dst)
+            else:
+                files = self._copy_to_durable(w, stage_path, dst, step)
         except (OSError, ChecksumError) as e:
             err = describe_error(e)
         gathered = [None] * self.world_size if self.rank == 0 else None
@@ -342,11 +341,28 @@ class Checkpointer:
                 err = describe_error(e)
         return err
 
+    def _copy_to_durable(self, w, stage_path, dst, step):
+        """The staged files into the durable dir (tmp + fsync + rename each, crc on the way,
+        checked against the crc of the write); returns their manifest entries."""
+        files = {}
+        os.makedirs(dst, exist_ok=True)
+        for i, name in enumerate(sorted(w.fs.files)):
+            files[name] = copy_durable(os.path.join(stage_path, name), os.path.join(dst, name))
+            if files[name]["crc32"] != w.fs.files[name]["crc32"]:
+                raise ChecksumError(f"{name}: the stage copy read back differs from what was written")
+            files[name]["items"] = w.fs.files[name]["items"]
+            if i == 0:
+                fault("copy", step, self.rank)
+        if self.rank == 0:
+            copy_durable(os.path.join(stage_path, ".metadata"), os.path.join(dst, ".metadata"))
+        ckptdir.fsync_dir(dst)
+        return files
+
     def _remove_stage_dir(self):
         """Checkpoint thread, at exit: the owner removes the stage dir it created, once every
         rank is past its last save."""
         dist.barrier(group=self._group)
-        if self.local_rank == 0 and os.path.exists(self._stage_marker):
+        if self.local_rank == 0 and self._stage_marker and os.path.exists(self._stage_marker):
             try:
                 os.unlink(self._stage_marker)
                 os.rmdir(self.stage_dir)  # only if empty: never a directory with data of others
