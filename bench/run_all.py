@@ -16,6 +16,8 @@ BENCHES = [
     ("sync save and load against the file system's own bandwidth (dd floors)",
      ["save_efficiency.py", "--ranks", "4", "--repeats", "3"]),
     ("injector latencies (a real restartlab run, gated kills)", ["injector_latency.py"]),
+    ("async save's whole cost: stall + background interference, thread vs process",
+     ["interference.py", "--ranks", "4", "--repeats", "3"]),
     ("collector streaming: 1,000 attempts / 1M rows", ["collect_stream.py"]),
     ("cold restart: launch -> first step after resume", ["cold_restart.py", "--ranks", "4"]),
     ("load with checksums verified vs plain dcp.load", ["load_verify.py", "--ranks", "4", "--repeats", "5"]),
