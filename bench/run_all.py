@@ -5,6 +5,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,7 @@ def main():
                    "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                "python": platform.python_version()},
                    "failed": failed, "benchmarks": results}, f, indent=1)
+    shutil.rmtree(tmp, ignore_errors=True)
     print(f"bench: figures in {os.path.join(HERE, 'results.json')}")
     if failed:
         print(f"bench: failed: {', '.join(failed)}", file=sys.stderr)
