@@ -17,6 +17,8 @@ BENCHES = [
     ("sync save and load against the file system's own bandwidth (dd floors)",
      ["save_efficiency.py", "--ranks", "4", "--repeats", "3"]),
     ("injector latencies (a real restartlab run, gated kills)", ["injector_latency.py"]),
+    ("scaling: sync save and verified load against checkpoint size and 1, 2, 4 ranks",
+     ["scaling.py", "--repeats", "3"]),
     ("async save's whole cost: stall + background interference, thread vs process",
      ["interference.py", "--ranks", "4", "--repeats", "3"]),
     ("collector streaming: 1,000 attempts / 1M rows", ["collect_stream.py"]),
