@@ -87,13 +87,10 @@ def worker(a):
                 ck.wait()
             base = statistics.median(idle)
             extra = sum(b - base for b in busy)
-            if rep:
+            if rep:  # rep 0 is the warm-up, on every rank alike
                 for k, v in (("stall", stall), ("busy_steps", float(len(busy))), ("interference", extra),
                              ("idle_step", base), ("busy_step", statistics.mean(busy) if busy else base)):
                     res.setdefault(f"{kind}/{k}", []).append(_slowest(v))
-            else:
-                for _ in range(5):
-                    _slowest(0.0)  # the same collectives on every rank as in measured rounds
     ck.close()
     if info.rank == 0:
         mpibench.emit({"ranks": info.world_size, "model": a.model, "repeats": a.repeats, "results": res})

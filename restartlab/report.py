@@ -70,8 +70,9 @@ def _policy(data):
 
 
 def build(a):
-    """-> (phases, summaries, missing phase names, problems outside any phase)."""
-    phases, missing, problems, policy = [], [], [], None
+    """-> (phases, summaries, missing phase names, problems outside any phase, the experiment's
+    resolved scenario or None)."""
+    phases, missing, problems, policy, data = [], [], [], None, None
     if a.expt_dir:
         names = find_phases(a.expt_dir)
         data = _scenario(os.path.join(a.expt_dir, "scenario.yaml"), problems)
@@ -96,7 +97,7 @@ def build(a):
         s["young_daly"] = dict(collect.young_daly(cost, statistics.median(rs) if rs else None, a.mtbf),
                                mtbf_s=a.mtbf, save_cost_s=cost)
         s["policy"] = policy  # relaunch.on_node_loss: what its ETTR was measured under
-    return phases, summaries, missing, problems
+    return phases, summaries, missing, problems, data
 
 
 def markdown(summaries, missing, src, problems=()):
@@ -179,6 +180,19 @@ def markdown(summaries, missing, src, problems=()):
     return "\n".join(L) + "\n"
 
 
+def _log_wandb(a, scenario, summaries, out) -> bool:
+    """`--wandb`: the report as a W&B run; False (after one line) when it could not be logged."""
+    from . import report_wandb
+    try:
+        cfg = report_wandb.settings(scenario, a.wandb_project, a.wandb_entity, a.wandb_mode)
+        name = os.path.basename(os.path.abspath(a.expt_dir)) if a.expt_dir else "restartlab"
+        print(f"restartlab report: W&B run in {report_wandb.log(summaries, out, name, cfg)}")
+        return True
+    except report_wandb.WandbReportError as e:
+        print(f"restartlab report: {e}", file=sys.stderr)
+        return False
+
+
 def main(a) -> int:
     """Exit 0; 2 when the input is not an experiment, or when some of it was malformed (then the
     report is still written from the rest, and each problem is named with its file and line)."""
@@ -186,7 +200,7 @@ def main(a) -> int:
         print("restartlab report: give an experiment directory or --baseline/--sync/--async globs", file=sys.stderr)
         return 2
     try:
-        phases, summaries, missing, problems = build(a)
+        phases, summaries, missing, problems, scenario = build(a)
     except (FileNotFoundError, NotADirectoryError) as e:
         print(f"restartlab report: {e}", file=sys.stderr)
         return 2
@@ -207,16 +221,8 @@ def main(a) -> int:
         from . import plot
         plot.all_plots(phases, summaries, out)
     print(f"restartlab report: {os.path.join(out, 'report.md')}")
-    if a.wandb:
-        from . import report_wandb
-        try:
-            data = _scenario(os.path.join(a.expt_dir, "scenario.yaml"), []) if a.expt_dir else None
-            cfg = report_wandb.settings(a.expt_dir, data, a.wandb_project, a.wandb_entity, a.wandb_mode)
-            name = os.path.basename(os.path.abspath(a.expt_dir)) if a.expt_dir else "restartlab"
-            print(f"restartlab report: W&B run in {report_wandb.log(summaries, out, name, cfg)}")
-        except report_wandb.WandbReportError as e:
-            print(f"restartlab report: {e}", file=sys.stderr)
-            return 2
+    if a.wandb and not _log_wandb(a, scenario, summaries, out):
+        return 2
     bad = [w for w in warnings if "malformed" in w]
     if bad:
         print(f"restartlab report: {len(bad)} malformed input(s) skipped (named above); the report "

@@ -14,7 +14,7 @@ class WandbReportError(RuntimeError):
     """One line for the user (exit 2)."""
 
 
-def settings(expt_dir, scenario, project=None, entity=None, mode=None):
+def settings(scenario, project=None, entity=None, mode=None):
     """project/entity/mode: the flags first, then the experiment's scenario (trainer.wandb)."""
     own = ((scenario or {}).get("trainer") or {}).get("wandb") or {}
     s = {"project": project or own.get("project"), "entity": entity or own.get("entity"),

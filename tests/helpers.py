@@ -85,17 +85,15 @@ def wait_for(pred, timeout, what, interval=0.05):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def start_and_kill_at(n, args, metrics_path, step, timeout=240, env=None, ready=lambda: True,
-                      sig=signal.SIGKILL):
-    """Start an attempt, SIGKILL (or `sig`) its tagged ranks once rank 0 logged `step` (and
-    `ready()`); returns the receipt."""
+def start_and_kill_at(n, args, metrics_path, step, timeout=240, env=None):
+    """Start an attempt, SIGKILL its tagged ranks once rank 0 logged `step`; returns the receipt."""
     tag = f"test-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(trainer_cmd(n, args, tag, env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: (any(r.get("train/iter", 0) >= step for r in rows(metrics_path)) and ready()) or
+        wait_for(lambda: any(r.get("train/iter", 0) >= step for r in rows(metrics_path)) or
                  proc.poll() is not None, timeout, f"step {step} in {metrics_path}", 0.01)
-        receipt = killer.kill_ranks(tag, sig)
+        receipt = killer.kill_ranks(tag, signal.SIGKILL)
         out, _ = proc.communicate(timeout=60)
         return receipt, proc.returncode, out
     finally:

@@ -9,13 +9,14 @@ async  the training loop blocks only to copy each rank's state into host buffers
        and reused (on a GPU it does not even wait for that: the copies are queued on a side
        stream into pinned buffers and overlap the next forward/backward; `before_param_update`
        makes the optimizer's stream wait for them, and the background thread waits for them
-       before it reads the buffers); one background thread per rank then runs dcp.save into the node-local stage
-       dir on a *dedicated* gloo group, copies its files to <ckpt> (tmp + rename, crc on the fly),
-       gathers every rank's file list on that same group from that same thread, and rank 0 stamps
-       `.complete`. Without a stage dir (`--ckpt-stage-dir none`, "direct") the background dcp.save
-       writes straight into <ckpt>/step-N: one write instead of two; the torn files of a killed
-       direct save lie in the durable dir without .complete, so they are never loaded. The main thread never issues a collective for checkpointing while a save is
-       in flight; it only looks at its own future. At most one save is in flight.
+       before it reads the buffers); one background thread per rank then runs dcp.save into the
+       node-local stage dir on a *dedicated* gloo group, copies its files to <ckpt> (tmp +
+       rename, crc on the fly), gathers every rank's file list on that same group from that same
+       thread, and rank 0 stamps `.complete`. Without a stage dir (`--ckpt-stage-dir none`,
+       "direct") the background dcp.save writes straight into <ckpt>/step-N: one write instead of
+       two; the torn files of a killed direct save lie in the durable dir without .complete, so
+       they are never loaded. The main thread never issues a collective for checkpointing while a
+       save is in flight; it only looks at its own future. At most one save is in flight.
 """
 import contextlib
 import datetime

@@ -120,8 +120,7 @@ def pick_device(requested: str, find_spec=importlib.util.find_spec, import_modul
     import torch
     import torch.distributed as tdist
     if requested == "auto":
-        if _xpu_available(torch) or (find_spec("intel_extension_for_pytorch") is not None
-                                     and load_ipex(find_spec, import_module) and _xpu_available(torch)):
+        if _xpu_available(torch) or (load_ipex(find_spec, import_module) and _xpu_available(torch)):
             requested = "xpu"
         elif torch.cuda.is_available():
             requested = "cuda"

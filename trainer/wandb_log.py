@@ -33,17 +33,16 @@ def loggable(metrics: dict) -> dict:
 
 class WandbSink:
     def __init__(self, a, start_step: int, log=print, env=None):
-        self.expt, self.phase, self.attempt = run_context(env)
+        expt, phase, attempt = run_context(env)
         self._log = log
         self._q = queue.Queue()
         self._init = dict(project=a.wandb_project, entity=a.wandb_entity, mode=a.wandb_mode,
-                          group=f"{self.expt}/{self.phase}", job_type=self.phase,
-                          name=f"{self.phase}-attempt-{self.attempt}", dir=os.path.abspath(a.outdir),
+                          group=f"{expt}/{phase}", job_type=phase, name=f"{phase}-attempt-{attempt}",
+                          dir=os.path.abspath(a.outdir),
                           config=dict({k: v for k, v in vars(a).items() if not k.startswith("wandb_")},
-                                      experiment=self.expt, phase=self.phase, attempt=self.attempt,
-                                      resume_step=start_step))
+                                      experiment=expt, phase=phase, attempt=attempt, resume_step=start_step))
         self.error = None
-        self.run_dir = None
+        self._exit_code = 0
         self._thread = threading.Thread(target=self._worker, name="wandb", daemon=True)
         self._thread.start()
 
@@ -53,11 +52,9 @@ class WandbSink:
             self._q.put(dict(metrics))
 
     def _worker(self):
-        run = None
         try:
             import wandb
             run = wandb.init(**self._init, settings=wandb.Settings(silent=True, console="off"))
-            self.run_dir = run.dir
             while True:
                 row = self._q.get()
                 if row is STOP:
@@ -83,5 +80,3 @@ class WandbSink:
         self._thread.join(timeout)
         if self._thread.is_alive():
             self._log(f"W&B did not finish within {timeout:g}s: its run may lack the last rows")
-
-    _exit_code = 0
