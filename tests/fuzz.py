@@ -26,6 +26,8 @@ from tests.helpers import final_crc, losses, rows, trainer_cmd
 
 RANKS, ITERS, SAVE_EVERY, KEEP = 4, 24, 3, 2
 CONFIGS = [("sync", 1), ("async", 1), ("sync", 2), ("async", 2)]  # (checkpointing, tp)
+# async with no stage dir (straight into the checkpoint dir): `--config direct:1` and the like
+MORE_CONFIGS = [("direct", 1), ("direct", 2)]
 MAX_ATTEMPTS = 60
 
 
@@ -33,7 +35,8 @@ def trainer_args(d, mode, tp):
     a = ["--model", "tiny", "--train-iters", str(ITERS), "--save-interval", str(SAVE_EVERY), "--keep", str(KEEP),
          "--tp", str(tp), "--ckpt-dir", os.path.join(d, "ckpts"), "--outdir", os.path.join(d, "out"),
          "--log-interval", "1000", "--pg-timeout", "60"]
-    return a + (["--async-ckpt", "--ckpt-stage-dir", os.path.join(d, "stage")] if mode == "async" else [])
+    stage = {"async": os.path.join(d, "stage"), "direct": "none"}.get(mode)
+    return a + (["--async-ckpt", "--ckpt-stage-dir", stage] if stage else [])
 
 
 def launch(d, mode, tp, tag, log):
@@ -108,12 +111,14 @@ def one_run(cfg, ref, rng, kills_left, stats, workdir, say):
             killed = None
             if kills_left > 0:
                 u = rng.random()
+                # saves still to come (none when the last step's checkpoint is already complete:
+                # a kill after it landed leaves a relaunch with nothing to save)
+                saves = [s for s in range(SAVE_EVERY, ITERS + 1, SAVE_EVERY) if s > (expect or 0)]
                 if u < 0.2:
                     _sleep_until(p, t0 + rng.uniform(0, ref["startup"]))
-                elif u < 0.6:
+                elif u < 0.6 or not saves:
                     _sleep_until(p, t0 + ref["startup"] + rng.uniform(0, ref["train"]))
                 else:
-                    saves = [s for s in range(SAVE_EVERY, ITERS + 1, SAVE_EVERY) if s > (expect or 0)]
                     _wait_for_save(p, os.path.join(d, "trace.txt"), t0, rng.choice(saves))
                     _sleep_until(p, time.time() + rng.uniform(0, 1.2 * ref["save"]))
                 if p.poll() is None:
@@ -232,7 +237,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kills", type=int, default=100)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--config", action="append", choices=[f"{m}:{t}" for m, t in CONFIGS],
+    p.add_argument("--config", action="append", choices=[f"{m}:{t}" for m, t in CONFIGS + MORE_CONFIGS],
                    help="only these (checkpointing:tp), e.g. sync:1; default: all four")
     a = p.parse_args(argv)
     t0 = time.time()
