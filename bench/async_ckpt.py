@@ -13,6 +13,7 @@ noisy); absolute seconds are printed for context.
 
 Usage: python bench/async_ckpt.py [--ranks 4] [--repeats 3] [--model small] [--dir DIR]
 """
+import gc
 import os
 import shutil
 import sys
@@ -47,6 +48,7 @@ def _build(a):
                                              y.to(device).reshape(-1))
     loss.backward()
     optim.step()
+    gc.freeze()  # as the trainer does after its first step
     return info, mesh, model, optim, device_type, cfg
 
 

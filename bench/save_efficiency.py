@@ -11,8 +11,14 @@ model (~300 MB checkpoint with AdamW state):
 Efficiency = (checkpoint bytes / seconds) / (floor bytes / floor seconds); target >= 0.8 for the
 sync save and for the warm load. Slowest rank, median over repeats.
 
+Where the seconds go: restartlab's save and load are also timed in their data phase alone (the
+storage writer's write_data: serialization, checksums, writes, fsync; the reader's read_data:
+reads, checksums, torch.load, copies into the model), slowest rank. The rest of each is
+coordination: DCP's planning rounds, .metadata, and restartlab's manifest, .complete and agreement.
+
 Usage: python bench/save_efficiency.py [--ranks 4] [--repeats 3] [--model small] [--json F]
 """
+import collections
 import json
 import os
 import shutil
@@ -42,6 +48,7 @@ def worker(a):
     from restartlab.trainer.state import TrainState
     info, mesh, model, optim, device_type, cfg = _build(a)
     rank, world = info.rank, info.world_size
+    phase = _time_data_phases()
     root = os.path.join(a.dir, "ck")
     ck = Checkpointer(root, rank=rank, world_size=world, local_rank=info.local_rank,
                       mesh_info={"shape": list(mesh.shape), "dims": list(mesh.mesh_dim_names)}, log=lambda m: None)
@@ -53,6 +60,7 @@ def worker(a):
         order = ["dd", "restartlab", "dcp"] if rep % 2 else ["dcp", "restartlab", "dd"]
         got = {}
         for kind in order:
+            phase.clear()
             dist.barrier()
             t0 = time.perf_counter()
             if kind == "restartlab":
@@ -63,6 +71,8 @@ def worker(a):
                 share = max(1, (nbytes or 300 << 20) // world // (4 << 20))
                 _dd(["if=/dev/zero", f"of={os.path.join(a.dir, f'dd-{rank}')}", f"count={share}", "conv=fdatasync"])
             got[kind] = _slowest(time.perf_counter() - t0)
+            if kind == "restartlab":
+                got["restartlab_write"] = _slowest(phase["write"])
             dist.barrier()
             if kind == "dd":
                 got["dd_bytes"] = float(share * (4 << 20) * world)
@@ -72,6 +82,7 @@ def worker(a):
         nbytes = manifest["total_bytes"]
         # reads, warm: the files were just written
         for kind in (["read", "load"] if rep % 2 else ["load", "read"]):
+            phase.clear()
             dist.barrier()
             t0 = time.perf_counter()
             if kind == "load":
@@ -79,6 +90,8 @@ def worker(a):
             else:
                 _dd([f"if={os.path.join(a.dir, f'dd-{rank}')}", "of=/dev/null"])
             got[kind] = _slowest(time.perf_counter() - t0)
+            if kind == "load":
+                got["load_read"] = _slowest(phase["read"])
         dist.barrier()
         if rank == 0:
             shutil.rmtree(os.path.join(a.dir, "plain"), ignore_errors=True)
@@ -92,6 +105,27 @@ def worker(a):
         mpibench.emit({"ranks": world, "model": a.model, "device": device_type, "params": cfg.n_params(),
                        "ckpt_bytes": nbytes, "repeats": a.repeats, "results": res})
     rdist.clean_exit(0)
+
+
+def _time_data_phases():
+    """{"write": s, "read": s}: seconds this rank spent in the storage writer's write_data and
+    the reader's read_data (restartlab's own classes, timed around DCP's implementation)."""
+    from restartlab.trainer import ckpt_io
+    spent = collections.defaultdict(float)
+
+    def timed(cls, name, key):
+        inner = getattr(cls, name)
+
+        def wrapper(*args, **kw):
+            t0 = time.perf_counter()
+            try:
+                return inner(*args, **kw)
+            finally:
+                spent[key] += time.perf_counter() - t0
+        setattr(cls, name, wrapper)
+    timed(ckpt_io.ChecksummingWriter, "write_data", "write")
+    timed(ckpt_io.VerifyingReader, "read_data", "read")
+    return spent
 
 
 def report(a, res):
@@ -112,6 +146,12 @@ def report(a, res):
         verdict = "reference" if name.startswith("plain") else \
             f"target >= {TARGET}: {'met' if eff >= TARGET else 'MISSED'}"
         print(f"  {name:34s} {secs:7.3f} s {bw:8.0f} MB/s  efficiency {eff:5.2f} ({verdict})")
+    for name, total, data, floor in (("restartlab sync save", m["restartlab"], m["restartlab_write"], w_floor),
+                                     ("restartlab load (verified, warm)", m["load"], m["load_read"], r_floor)):
+        eff = mb / data / floor
+        print(f"    {name.split(' (')[0]}: data phase {data:6.3f} s (efficiency {eff:4.2f}), coordination "
+              f"{total - data:6.3f} s ({(total - data) / total:4.0%} of it)")
+        out[name].update(data_phase_seconds=data, data_phase_efficiency=eff, coordination_seconds=total - data)
     mpibench.write_json(a, dict(res, efficiency=out))
     return 0
 

@@ -14,6 +14,11 @@ import shutil
 import zlib
 from typing import Dict, Iterator, List, Optional, Tuple
 
+try:  # ISA-L's CRC-32: the same checksum as zlib's, ~7x faster here (SIMD), GIL released
+    from isal.isal_zlib import crc32
+except ImportError:  # a platform without the isal wheel: zlib's, same values
+    crc32 = zlib.crc32
+
 STEP_RE = re.compile(r"^step-(\d+)$")
 COMPLETE = ".complete"
 TRASH_PREFIX = ".deleting-"  # a step directory being pruned (never matches STEP_RE)
@@ -101,7 +106,7 @@ def file_crc32(path: str, sink=None, chunk: int = 1 << 22) -> Dict[str, int]:
             b = f.read(chunk)
             if not b:
                 return {"bytes": n, "crc32": crc}
-            crc = zlib.crc32(b, crc)
+            crc = crc32(b, crc)
             n += len(b)
             if sink is not None:
                 sink.write(b)

@@ -4,6 +4,7 @@ import time
 _T_IMPORT0 = time.time()
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
@@ -278,6 +279,10 @@ def train(job: Job, metrics) -> None:
             row["train/ckpt_inflight"] = 1
         if step == job.start + 1:
             row.update(job.startup_row(time.time()))
+            # the model, optimizer state and torch's own ~300k objects are here for good: out of
+            # the collector's sight, so that a full collection (0.17 s with them, measured on
+            # rank 0 inside a save, every rank waiting at the next collective) never scans them
+            gc.freeze()
         if job.ckpt:
             row.update(job.ckpt.poll())
         if metrics:

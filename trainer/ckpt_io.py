@@ -2,10 +2,10 @@
 every shard's bytes and crc32 (and each item's, from the running crc at its two ends) are known as
 they are written, and every item is checked against manifest.json as it is read; the durable copy
 of a staged file; one-line descriptions of storage errors."""
+import contextlib
 import errno
 import io
 import os
-import zlib
 from contextlib import contextmanager
 
 import torch.distributed.checkpoint as dcp
@@ -31,7 +31,7 @@ class HashingStream(io.RawIOBase):
 
     def write(self, b):
         mv = memoryview(b).cast("B")
-        self.crc = zlib.crc32(mv, self.crc)
+        self.crc = ckptdir.crc32(mv, self.crc)
         self.nbytes += len(mv)
         self.marks[self.nbytes] = self.crc
         try:
@@ -104,12 +104,26 @@ class HashingFileSystem(FileSystem):
             self.marks[name] = hs.marks
 
 
+def _torch_zip_crc_off():
+    """torch.save computes a CRC-32 of every record of its zip (its own, slower than ours) over
+    the same bytes our stream checksums as they pass: turn that second pass off while DCP writes
+    (measured: torch.save 0.18 -> 0.10 s for 75 MB here). The files load as before (torch.load
+    does not check it); our manifest's crc32 covers them. Older torch without the switch: as is."""
+    try:
+        import torch.utils.serialization.config as cfg
+        cfg.save.compute_crc32  # noqa: B018  the switch exists in this torch
+    except (ImportError, AttributeError):
+        return contextlib.nullcontext()
+    return cfg.patch({"save.compute_crc32": False})
+
+
 class ChecksummingWriter(dcp.FileSystemWriter):
     """DCP's writer; each shard file's entry also lists [offset, length, crc32] of every item in
     it, derived from the running crc at the item's two ends (no second pass over the bytes)."""
 
     def write_data(self, plan, planner):
-        fut = super().write_data(plan, planner)
+        with _torch_zip_crc_off():
+            fut = super().write_data(plan, planner)
         for r in fut.value():
             si = r.storage_data
             marks = self.fs.marks[si.relative_path]
@@ -159,7 +173,7 @@ class VerifyingFileSystem(FileSystem):
             return
         with open(path, "rb") as f:
             data = f.read()
-        if self._meta is None or len(data) != self._meta["bytes"] or zlib.crc32(data) != self._meta["crc32"]:
+        if self._meta is None or len(data) != self._meta["bytes"] or ckptdir.crc32(data) != self._meta["crc32"]:
             raise ChecksumError(f"{path}: checksum mismatch (manifest.json)")
         yield io.BytesIO(data)
 
@@ -182,7 +196,7 @@ class VerifyingReader(dcp.FileSystemReader):
                                 f"{sinfo.offset}+{sinfo.length}")
         file.seek(sinfo.offset)
         data = file.read(sinfo.length)
-        if len(data) != sinfo.length or zlib.crc32(data) != want:
+        if len(data) != sinfo.length or ckptdir.crc32(data) != want:
             raise ChecksumError(f"{os.path.join(str(self.path), sinfo.relative_path)}: checksum mismatch in "
                                 f"bytes {sinfo.offset}+{sinfo.length}")
         return io.BytesIO(data)
