@@ -49,56 +49,63 @@ def worker(a):
     info, mesh, model, optim, device_type, cfg = _build(a)
     rank, world = info.rank, info.world_size
     phase = _time_data_phases()
-    root = os.path.join(a.dir, "ck")
-    ck = Checkpointer(root, rank=rank, world_size=world, local_rank=info.local_rank,
-                      mesh_info={"shape": list(mesh.shape), "dims": list(mesh.mesh_dim_names)}, log=lambda m: None)
+    mesh_info = {"shape": list(mesh.shape), "dims": list(mesh.mesh_dim_names)}
+    cks = {kind: Checkpointer(os.path.join(a.dir, kind), rank=rank, world_size=world, local_rank=info.local_rank,
+                              mesh_info=mesh_info, log=lambda m: None, ckpt_format=fmt)
+           for kind, fmt in (("restartlab", "dcp"), ("raw", "raw"))}
     state = TrainState(model, optim, rank, 1)
     res = {}
     nbytes = None
     for rep in range(a.repeats + 1):  # rep 0: warm-up (allocations, page cache, file system)
         step = rep + 1
-        order = ["dd", "restartlab", "dcp"] if rep % 2 else ["dcp", "restartlab", "dd"]
+        order = ["dd", "restartlab", "raw", "dcp"]
         got = {}
-        for kind in order:
+        for kind in order if rep % 2 else order[::-1]:
             phase.clear()
             dist.barrier()
             t0 = time.perf_counter()
-            if kind == "restartlab":
-                ck.save(step, state)
+            if kind in cks:
+                cks[kind].save(step, state)
             elif kind == "dcp":
                 dcp.save(state.state_dict(), checkpoint_id=os.path.join(a.dir, "plain", f"s{step}"))
             else:
                 share = max(1, (nbytes or 300 << 20) // world // (4 << 20))
                 _dd(["if=/dev/zero", f"of={os.path.join(a.dir, f'dd-{rank}')}", f"count={share}", "conv=fdatasync"])
             got[kind] = _slowest(time.perf_counter() - t0)
-            if kind == "restartlab":
-                got["restartlab_write"] = _slowest(phase["write"])
+            if kind in cks:
+                got[f"{kind}_write"] = _slowest(phase["write"])
             dist.barrier()
             if kind == "dd":
                 got["dd_bytes"] = float(share * (4 << 20) * world)
-        path = ckptdir.step_path(root, step)
-        with open(os.path.join(path, ckptdir.MANIFEST)) as f:
-            manifest = json.load(f)
-        nbytes = manifest["total_bytes"]
+        manifests = {}
+        for kind in cks:
+            with open(os.path.join(ckptdir.step_path(os.path.join(a.dir, kind), step), ckptdir.MANIFEST)) as f:
+                manifests[kind] = json.load(f)
+        nbytes = manifests["restartlab"]["total_bytes"]
         # reads, warm: the files were just written
-        for kind in (["read", "load"] if rep % 2 else ["load", "read"]):
+        loads = {"load": "restartlab", "rawload": "raw"}
+        order = ["read", "load", "rawload"]
+        for kind in order if rep % 2 else order[::-1]:
             phase.clear()
             dist.barrier()
             t0 = time.perf_counter()
-            if kind == "load":
-                dcp.load(state.state_dict(), storage_reader=VerifyingReader(path, manifest))
+            if kind in loads:
+                path = ckptdir.step_path(os.path.join(a.dir, loads[kind]), step)
+                dcp.load(state.state_dict(), storage_reader=VerifyingReader(path, manifests[loads[kind]]))
             else:
                 _dd([f"if={os.path.join(a.dir, f'dd-{rank}')}", "of=/dev/null"])
             got[kind] = _slowest(time.perf_counter() - t0)
-            if kind == "load":
-                got["load_read"] = _slowest(phase["read"])
+            if kind in loads:
+                got[f"{kind}_read"] = _slowest(phase["read"])
         dist.barrier()
         if rank == 0:
             shutil.rmtree(os.path.join(a.dir, "plain"), ignore_errors=True)
             if rep:
-                ckptdir.prune(root, 1)
+                for kind in cks:
+                    ckptdir.prune(os.path.join(a.dir, kind), 1)
         if rep:
             got["bytes"] = float(nbytes)
+            got["raw_bytes"] = float(manifests["raw"]["total_bytes"])
             for k, v in got.items():
                 res.setdefault(k, []).append(v)
     if rank == 0:
@@ -133,25 +140,28 @@ def report(a, res):
     mb = m["bytes"] / 1e6
     w_floor = m["dd_bytes"] / m["dd"] / 1e6  # MB/s
     r_floor = m["dd_bytes"] / m["read"] / 1e6
-    rows = [("restartlab sync save", m["restartlab"], w_floor), ("plain dcp.save (defaults)", m["dcp"], w_floor),
-            ("restartlab load (verified, warm)", m["load"], r_floor)]
-    print(f"checkpoint: {mb:.0f} MB, {res['ranks']} ranks, {res['device']}; slowest rank, median of {res['repeats']}")
+    rows = [("restartlab sync save", m["restartlab"], m["restartlab_write"], mb, w_floor),
+            ("restartlab sync save, --ckpt-format raw", m["raw"], m["raw_write"], m["raw_bytes"] / 1e6, w_floor),
+            ("plain dcp.save (defaults)", m["dcp"], None, mb, w_floor),
+            ("restartlab load (verified, warm)", m["load"], m["load_read"], mb, r_floor),
+            ("restartlab load, raw (verified, warm)", m["rawload"], m["rawload_read"], m["raw_bytes"] / 1e6, r_floor)]
+    print(f"checkpoint: {mb:.0f} MB ({m['raw_bytes'] / 1e6:.0f} MB raw), {res['ranks']} ranks, {res['device']}; "
+          f"slowest rank, median of {res['repeats']}")
     print(f"  floor: write {w_floor:8.0f} MB/s (dd conv=fdatasync, {res['ranks']} at once); "
           f"read {r_floor:8.0f} MB/s (dd, warm)")
     out = {}
-    for name, secs, floor in rows:
-        bw = mb / secs
+    for name, secs, data, size, floor in rows:
+        bw = size / secs
         eff = bw / floor
         out[name] = {"seconds": secs, "MB_per_s": bw, "floor_MB_per_s": floor, "efficiency": eff}
         verdict = "reference" if name.startswith("plain") else \
             f"target >= {TARGET}: {'met' if eff >= TARGET else 'MISSED'}"
-        print(f"  {name:34s} {secs:7.3f} s {bw:8.0f} MB/s  efficiency {eff:5.2f} ({verdict})")
-    for name, total, data, floor in (("restartlab sync save", m["restartlab"], m["restartlab_write"], w_floor),
-                                     ("restartlab load (verified, warm)", m["load"], m["load_read"], r_floor)):
-        eff = mb / data / floor
-        print(f"    {name.split(' (')[0]}: data phase {data:6.3f} s (efficiency {eff:4.2f}), coordination "
-              f"{total - data:6.3f} s ({(total - data) / total:4.0%} of it)")
-        out[name].update(data_phase_seconds=data, data_phase_efficiency=eff, coordination_seconds=total - data)
+        print(f"  {name:42s} {secs:7.3f} s {bw:8.0f} MB/s  efficiency {eff:5.2f} ({verdict})")
+        if data is not None:  # where the seconds go: the data phase and the rest
+            deff = size / data / floor
+            print(f"    data phase {data:6.3f} s (efficiency {deff:4.2f}); coordination {secs - data:6.3f} s "
+                  f"({(secs - data) / secs:4.0%})")
+            out[name].update(data_phase_seconds=data, data_phase_efficiency=deff, coordination_seconds=secs - data)
     mpibench.write_json(a, dict(res, efficiency=out))
     return 0
 

@@ -63,6 +63,11 @@ OPTIONS: List[Opt] = [
         "CUBLAS_WORKSPACE_CONFIG): on GPUs a resumed run then repeats the uninterrupted one bit for bit, "
         "at some speed cost; CPU runs are deterministic without it"),
     Opt("--log-interval", "int", 10, "print a line every N steps", min=1),
+    Opt("--ckpt-format", "str", "dcp", "how tensors lie in the checkpoint's shard files: dcp (DCP's "
+        "own, each tensor a torch.save record: plain dcp.load and torch's format tools read it) or raw "
+        "(each tensor its bytes, DCP's planning and metadata unchanged: no per-tensor torch.save/"
+        "torch.load, so cheaper saves and loads; only restartlab reads it). A resume reads either, "
+        "from manifest.json", choices=("dcp", "raw")),
     Opt("--on-save-error", "str", "continue", "a save that fails (disk full, I/O error, read-only): "
         "log it, record train/ckpt_failed and train on (continue), or stop (abort, exit 4)",
         choices=("continue", "abort")),

@@ -31,6 +31,15 @@ def reference(tmp_path_factory):
     return d
 
 
+@pytest.fixture(scope="module")
+def raw_reference(tmp_path_factory):
+    """The same run with --ckpt-format raw: the same losses, checkpoints of the raw layout."""
+    d = str(tmp_path_factory.mktemp("raw"))
+    r = run_trainer(2, args(d, extra=["--ckpt-format", "raw"]))
+    assert r.returncode == 0, r.stdout[-3000:]
+    return d
+
+
 def _copy_upto(ref, d, step):
     """The reference's checkpoints up to `step` (so `step` is the newest complete one)."""
     os.makedirs(os.path.join(d, "ckpts"))
@@ -69,11 +78,15 @@ def _damage_metadata(step_dir):
     return ".metadata: checksum mismatch"
 
 
-@pytest.mark.parametrize("damage", [_damage_tensor_data, _damage_zip_header, _damage_metadata],
-                         ids=["tensor-data", "zip-header", "metadata"])
-def test_damaged_checkpoint_is_skipped_and_the_run_stays_exact(tmp_path, reference, damage):
+@pytest.mark.parametrize("fmt,damage", [("dcp", _damage_tensor_data), ("dcp", _damage_zip_header),
+                                        ("dcp", _damage_metadata), ("raw", _damage_tensor_data),
+                                        ("raw", _damage_metadata)],
+                         ids=["tensor-data", "zip-header", "metadata", "raw-tensor-data", "raw-metadata"])
+def test_damaged_checkpoint_is_skipped_and_the_run_stays_exact(tmp_path, request, reference, fmt, damage):
+    """raw-tensor-data: a raw tensor item is read straight into the model's own tensor, so the
+    damaged bytes are in the model when the checksum fails; the fallback load overwrites them."""
     d = str(tmp_path)
-    _copy_upto(reference, d, 8)
+    _copy_upto(reference if fmt == "dcp" else request.getfixturevalue("raw_reference"), d, 8)
     why = damage(ckptdir.step_path(os.path.join(d, "ckpts"), 8))
     r = run_trainer(2, args(d))
     assert r.returncode == 0, r.stdout[-3000:]

@@ -20,7 +20,7 @@ def args_for(d, tp=1, extra=()):
 
 
 LAYOUTS = {"fsdp4": (1, ()), "fsdp2xtp2": (2, ()), "hsdp2x2": (1, ("--dp-replicate", "2")),
-           "hsdp2x1xtp2": (2, ("--dp-replicate", "2"))}
+           "hsdp2x1xtp2": (2, ("--dp-replicate", "2")), "fsdp2xtp2-raw": (2, ("--ckpt-format", "raw"))}
 
 
 def check_same_as_reference(ref_dir, run_dir):
@@ -190,3 +190,29 @@ def test_hsdp_checkpoint_resumes_under_another_layout(tmp_path, n, extra):
     worst = max(abs(loss / base[it] - 1) for it, loss in after)
     print(f"HSDP 2x2 -> {n} ranks {' '.join(extra)}: max relative loss difference {worst:.2e}")
     assert worst <= LAYOUT_CHANGE_TOL
+
+
+def test_raw_checkpoint_resumes_under_another_layout_and_format(tmp_path):
+    """A raw checkpoint of FSDP 2 x TP 2 (4 ranks), resumed on 2 ranks without TP (FSDP 2: the
+    same data-parallel width, so the same samples) by a run that writes DCP's own format: every tensor item is narrowed across the TP cut
+    (dim 1: targets that are not contiguous, read through a buffer), the format is taken from
+    manifest.json, and the losses follow the uninterrupted run within LAYOUT_CHANGE_TOL."""
+    ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
+    raw = ["--ckpt-format", "raw"]
+    r = run_trainer(4, args_for(ref, tp=2, extra=raw))
+    assert r.returncode == 0, r.stdout[-3000:]
+    base = dict(losses(os.path.join(ref, "out", "metrics-0.jsonl")))
+    metrics = os.path.join(run, "out", "metrics-0.jsonl")
+    receipt, rc, out = start_and_kill_at(4, args_for(run, tp=2, extra=raw), metrics, 9)
+    assert rc != 0 and ckptdir.newest_complete_step(os.path.join(run, "ckpts")) == 6, out[-2000:]
+    with open(os.path.join(ckptdir.step_path(os.path.join(run, "ckpts"), 6), ckptdir.MANIFEST)) as f:
+        assert json.load(f)["format"] == "raw"
+    r = run_trainer(2, args_for(run, extra=["--ckpt-format", "dcp"]))
+    assert r.returncode == 0 and "RESUMED from step=6" in r.stdout, r.stdout[-3000:]
+    after = [(it, loss) for it, loss in dict(losses(metrics)).items() if it > 6]
+    assert [it for it, _ in after] == list(range(7, ITERS + 1))
+    worst = max(abs(loss / base[it] - 1) for it, loss in after)
+    print(f"raw FSDP 2 x TP 2 -> 2 ranks FSDP: max relative loss difference {worst:.2e}")
+    assert worst <= LAYOUT_CHANGE_TOL
+    with open(os.path.join(ckptdir.step_path(os.path.join(run, "ckpts"), 12), ckptdir.MANIFEST)) as f:
+        assert json.load(f)["format"] == "dcp"

@@ -208,7 +208,7 @@ class Job:
                             mode="async" if a.async_ckpt else "sync",
                             stage_dir=self._stage_dir() if a.async_ckpt else None,
                             local_rank=info.local_rank, keep=a.keep, log=self.log, pg_timeout_s=a.pg_timeout,
-                            on_save_error=a.on_save_error)
+                            on_save_error=a.on_save_error, ckpt_format=a.ckpt_format)
 
     def step(self, step: int) -> dict:
         """One optimizer step on batch `step`; returns its metrics row."""

@@ -46,7 +46,8 @@ class SaveError(RuntimeError):
 
 class Checkpointer:
     def __init__(self, ckpt_dir, *, rank, world_size, mesh_info, mode="sync", stage_dir=None,
-                 local_rank=0, keep=0, log=print, pg_timeout_s=600.0, on_save_error="continue"):
+                 local_rank=0, keep=0, log=print, pg_timeout_s=600.0, on_save_error="continue",
+                 ckpt_format="dcp"):
         self.ckpt_dir = ckpt_dir
         self.rank, self.world_size = rank, world_size
         self.mesh_info = mesh_info
@@ -54,6 +55,7 @@ class Checkpointer:
         self.keep = keep
         self.log = log
         self.on_save_error = on_save_error
+        self.ckpt_format = ckpt_format  # ckpt_io.FORMATS: how tensor items lie in the shard files
         self._buffers = {}  # key -> (spec, host buffer, staged tensor over it)
         self._stage_stream = None  # GPU: the side stream the staging copies run on
         self._staged_event = None  # GPU: recorded on it after the last copy of the in-flight save
@@ -118,7 +120,8 @@ class Checkpointer:
         errs = self._agree(err)  # also: nobody writes before a torn directory is gone
         if not errs:
             try:
-                w = writer(path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank))
+                w = writer(path, step, self.rank, on_first_write=lambda: fault("write", step, self.rank),
+                           fmt=self.ckpt_format)
                 dcp.save(state.state_dict(), storage_writer=w)  # a failure here is every rank's (DCP)
                 files = w.fs.files
             except (Exception, dcp.api.CheckpointException) as e:  # noqa: BLE001  a failed save must not end the training
@@ -167,7 +170,8 @@ class Checkpointer:
         for g in gathered:
             all_files.update(g["files"])
         all_files[".metadata"] = ckptdir.file_crc32(metadata_path)
-        manifest = dict(self._start_marker_info(step, t0), mesh=self.mesh_info, files=all_files,
+        manifest = dict(self._start_marker_info(step, t0), mesh=self.mesh_info, format=self.ckpt_format,
+                        files=all_files,
                         total_bytes=sum(f["bytes"] for f in all_files.values()),
                         trainer_version="0.1.0")
         trace("manifest", step, self.rank)
@@ -316,7 +320,7 @@ class Checkpointer:
         every rank takes part in the same collectives either way."""
         try:
             w = writer(dst if self.direct else stage_path, step, self.rank,
-                       on_first_write=lambda: fault("write", step, self.rank))
+                       on_first_write=lambda: fault("write", step, self.rank), fmt=self.ckpt_format)
             trace("write", step, self.rank)
             dcp.save(staged, storage_writer=w, process_group=self._group)  # fails on all ranks alike
         except (Exception, dcp.api.CheckpointException) as e:  # noqa: BLE001

@@ -5,11 +5,17 @@ of a staged file; one-line descriptions of storage errors."""
 import contextlib
 import errno
 import io
+import math
 import os
 from contextlib import contextmanager
 
+import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.filesystem import FileSystem
+from torch.distributed._shard._utils import narrow_tensor_by_index
+from torch.distributed.checkpoint.filesystem import DEFAULT_SUFFIX, FileSystem, _StorageInfo
+from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
+from torch.distributed.checkpoint.storage import WriteResult
+from torch.futures import Future
 
 from restartlab import ckptdir
 from restartlab.trainer.testpoints import delay
@@ -117,13 +123,28 @@ def _torch_zip_crc_off():
     return cfg.patch({"save.compute_crc32": False})
 
 
+FORMATS = ("dcp", "raw")  # how a tensor item's bytes are laid out in a shard file (see below)
+
+
+def _tensor_bytes(t):
+    """A contiguous CPU tensor's bytes, without a copy."""
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+
 class ChecksummingWriter(dcp.FileSystemWriter):
     """DCP's writer; each shard file's entry also lists [offset, length, crc32] of every item in
-    it, derived from the running crc at the item's two ends (no second pass over the bytes)."""
+    it, derived from the running crc at the item's two ends (no second pass over the bytes).
+
+    fmt "dcp": DCP's own layout (each tensor item a torch.save zip; plain dcp.load and torch's
+    format tools read it). fmt "raw": each tensor item is its bytes and nothing else, one file per
+    rank, DCP's planning, metadata and file names unchanged; only VerifyingReader reads it (the
+    dtype and shape come from DCP's metadata): no per-item torch.save/torch.load."""
+
+    fmt = "dcp"
 
     def write_data(self, plan, planner):
         with _torch_zip_crc_off():
-            fut = super().write_data(plan, planner)
+            fut = self._write_raw(plan, planner) if self.fmt == "raw" else super().write_data(plan, planner)
         for r in fut.value():
             si = r.storage_data
             marks = self.fs.marks[si.relative_path]
@@ -132,9 +153,34 @@ class ChecksummingWriter(dcp.FileSystemWriter):
         return fut
 
 
-def writer(path, step, rank, on_first_write=None):
+    def _write_raw(self, plan, planner):
+        """One file, the items in plan order: DCP's other values (BYTE_IO) as DCP serializes
+        them, tensors as their bytes; fsync; a WriteResult per item, as DCP's own writer."""
+        name = f"{plan.storage_data.prefix}0{DEFAULT_SUFFIX}"
+        results = []
+        with self.fs.create_stream(self.fs.concat_path(self.path, name), "wb") as stream:
+            for item in plan.items:
+                data = planner.resolve_data(item)
+                offset = stream.tell()
+                if item.type == WriteItemType.BYTE_IO:
+                    stream.write(data.getbuffer())
+                else:
+                    t = data.detach()
+                    stream.write(_tensor_bytes(t.cpu().contiguous() if t.device.type != "cpu" else t.contiguous()))
+                length = stream.tell() - offset
+                results.append(WriteResult(index=item.index, size_in_bytes=length,
+                                           storage_data=_StorageInfo(name, offset, length)))
+            stream.flush()
+            os.fsync(stream.fileno())
+        fut = Future()
+        fut.set_result(results)
+        return fut
+
+
+def writer(path, step, rank, on_first_write=None, fmt="dcp"):
     w = ChecksummingWriter(path, sync_files=True)
     w.fs = HashingFileSystem(on_first_write, step, rank)
+    w.fmt = fmt
     return w
 
 
@@ -180,26 +226,99 @@ class VerifyingFileSystem(FileSystem):
 
 class VerifyingReader(dcp.FileSystemReader):
     """DCP's reader; every item's bytes are read once, checked against the crc32 that
-    manifest.json lists for them, and only then parsed: a damaged shard never reaches torch.load."""
+    manifest.json lists for them, and only then parsed: a damaged shard never reaches torch.load.
+    A "raw" checkpoint (manifest format) is read here, not by DCP: each tensor item's bytes go
+    straight into the tensor DCP asks to fill when it takes the whole saved chunk as laid out
+    (else into a buffer, then narrowed and copied as DCP does); no torch.load."""
 
     def __init__(self, path, manifest):
         super().__init__(path)
         files = manifest.get("files", {})
         self.fs = VerifyingFileSystem(files.get(".metadata"))
+        self.fmt = manifest.get("format", "dcp")
+        if self.fmt not in FORMATS:
+            raise ChecksumError(f"{path}: manifest.json names an unknown format {self.fmt!r}")
         self._expect = {(name, off, n): crc for name, info in files.items() for off, n, crc in info.get("items", ())}
+        self._chunks = {}  # (fqn, chunk offsets) -> (chunk sizes, dtype): raw tensors' layout
 
-    def _slice_file(self, file, sinfo):
-        key = (sinfo.relative_path, sinfo.offset, sinfo.length)
-        want = self._expect.get(key)
+    def _want(self, sinfo):
+        want = self._expect.get((sinfo.relative_path, sinfo.offset, sinfo.length))
         if want is None:
             raise ChecksumError(f"{sinfo.relative_path}: manifest.json has no checksum for bytes "
                                 f"{sinfo.offset}+{sinfo.length}")
+        return want
+
+    def _mismatch(self, sinfo):
+        return ChecksumError(f"{os.path.join(str(self.path), sinfo.relative_path)}: checksum mismatch in "
+                             f"bytes {sinfo.offset}+{sinfo.length}")
+
+    def _slice_file(self, file, sinfo):
+        want = self._want(sinfo)
         file.seek(sinfo.offset)
         data = file.read(sinfo.length)
         if len(data) != sinfo.length or ckptdir.crc32(data) != want:
-            raise ChecksumError(f"{os.path.join(str(self.path), sinfo.relative_path)}: checksum mismatch in "
-                                f"bytes {sinfo.offset}+{sinfo.length}")
+            raise self._mismatch(sinfo)
         return io.BytesIO(data)
+
+    def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
+        super().set_up_storage_reader(metadata, is_coordinator, *args, **kwargs)
+        self._chunks = {(fqn, tuple(c.offsets)): (tuple(c.sizes), md.properties.dtype)
+                        for fqn, md in metadata.state_dict_metadata.items() if hasattr(md, "chunks")
+                        for c in md.chunks}
+
+    def read_data(self, plan, planner):
+        if self.fmt != "raw":
+            return super().read_data(plan, planner)
+        per_file = {}
+        for req in plan.items:
+            per_file.setdefault(self.storage_data[req.storage_index].relative_path, []).append(req)
+        for name, reqs in per_file.items():
+            with open(os.path.join(str(self.path), name), "rb") as f:
+                for req in sorted(reqs, key=lambda r: self.storage_data[r.storage_index].offset):
+                    sinfo = self.storage_data[req.storage_index]
+                    if req.type == LoadItemType.BYTE_IO:
+                        planner.load_bytes(req, self._slice_file(f, sinfo))
+                        continue
+                    target = planner.resolve_tensor(req).detach()
+                    if not self._into(f, sinfo, req, target):
+                        target.copy_(self._read_chunk(f, sinfo, req))
+                    planner.commit_tensor(req, target)
+        fut = Future()
+        fut.set_result(None)
+        return fut
+
+    def _layout(self, req, sinfo):
+        idx = req.storage_index
+        sizes, dtype = self._chunks[(idx.fqn, tuple(idx.offset))]
+        n = math.prod(sizes) * dtype.itemsize
+        if n != sinfo.length:
+            raise ChecksumError(f"{os.path.join(str(self.path), sinfo.relative_path)}: {idx.fqn} holds "
+                                f"{sinfo.length} bytes, its metadata {n}")
+        return sizes, dtype
+
+    def _fill(self, f, sinfo, t):
+        """Read the item's bytes into the contiguous CPU tensor t and check their crc32."""
+        want = self._want(sinfo)
+        mv = _tensor_bytes(t)
+        f.seek(sinfo.offset)
+        if f.readinto(mv) != sinfo.length or ckptdir.crc32(mv) != want:
+            raise self._mismatch(sinfo)
+
+    def _into(self, f, sinfo, req, target):
+        """The whole saved chunk into `target` itself, when it is laid out alike (no copy)."""
+        sizes, dtype = self._layout(req, sinfo)
+        whole = tuple(req.lengths) == sizes and not any(req.storage_offsets)
+        if not (whole and target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous()):
+            return False
+        self._fill(f, sinfo, target)
+        return True
+
+    def _read_chunk(self, f, sinfo, req):
+        """The saved chunk into a buffer, narrowed to the part `req` asks for."""
+        sizes, dtype = self._layout(req, sinfo)
+        buf = torch.empty(sizes, dtype=dtype)
+        self._fill(f, sinfo, buf)
+        return narrow_tensor_by_index(buf, req.storage_offsets, req.lengths)
 
 
 def copy_durable(src: str, dst: str) -> dict:
