@@ -26,8 +26,9 @@ from tests.helpers import final_crc, losses, rows, trainer_cmd
 
 RANKS, ITERS, SAVE_EVERY, KEEP = 4, 24, 3, 2
 CONFIGS = [("sync", 1), ("async", 1), ("sync", 2), ("async", 2)]  # (checkpointing, tp)
-# async with no stage dir (straight into the checkpoint dir): `--config direct:1` and the like
-MORE_CONFIGS = [("direct", 1), ("direct", 2)]
+# async with no stage dir (straight into the checkpoint dir): `--config direct:1` and the like;
+# a -raw mode writes --ckpt-format raw
+MORE_CONFIGS = [("direct", 1), ("direct", 2), ("sync-raw", 2), ("async-raw", 1), ("direct-raw", 2)]
 MAX_ATTEMPTS = 60
 
 
@@ -35,6 +36,8 @@ def trainer_args(d, mode, tp):
     a = ["--model", "tiny", "--train-iters", str(ITERS), "--save-interval", str(SAVE_EVERY), "--keep", str(KEEP),
          "--tp", str(tp), "--ckpt-dir", os.path.join(d, "ckpts"), "--outdir", os.path.join(d, "out"),
          "--log-interval", "1000", "--pg-timeout", "60"]
+    if mode.endswith("-raw"):
+        mode, a = mode[:-len("-raw")], a + ["--ckpt-format", "raw"]
     stage = {"async": os.path.join(d, "stage"), "direct": "none"}.get(mode)
     return a + (["--async-ckpt", "--ckpt-stage-dir", stage] if stage else [])
 

@@ -15,23 +15,24 @@ from tests.helpers import final_crc, losses, raw_rows, rows, run_trainer
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
 
-def args(d, iters=16, save=4, stage=None):
+def args(d, iters=16, save=4, stage=None, fmt="dcp"):
     return ["--model", "tiny", "--train-iters", str(iters), "--save-interval", str(save), "--async-ckpt",
             "--ckpt-dir", os.path.join(d, "ckpts"), "--ckpt-stage-dir", stage or os.path.join(d, "stage"),
-            "--outdir", os.path.join(d, "out"), "--log-interval", "1000"]
+            "--outdir", os.path.join(d, "out"), "--log-interval", "1000", "--ckpt-format", fmt]
 
 
-@pytest.mark.parametrize("stage", [None, "none"], ids=["staged", "direct"])
-def test_kills_inside_async_save_resume_exactly(tmp_path, stage):
+@pytest.mark.parametrize("stage,fmt", [(None, "dcp"), ("none", "dcp"), (None, "raw"), ("none", "raw")],
+                         ids=["staged", "direct", "staged-raw", "direct-raw"])
+def test_kills_inside_async_save_resume_exactly(tmp_path, stage, fmt):
     """Killed at each point of an async save (direct: straight into the durable dir, so its torn
     files lie where a checkpoint belongs and only the missing .complete keeps them from loading)."""
     ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
-    r = run_trainer(2, args(ref, stage=stage))
+    r = run_trainer(2, args(ref, stage=stage))  # the reference in DCP's format: the same losses
     assert r.returncode == 0, r.stdout[-3000:]
     expect_resume = [None, 4, 4, 4, 4]
     points = ["stage:8", "write:8", "copy:8:1", "mark:8"] if stage is None else ["stage:8", "write:8", "mark:8"]
     for i, point in enumerate(points):
-        r = run_trainer(2, args(run, stage=stage), env={"RESTARTLAB_FAULT": point})
+        r = run_trainer(2, args(run, stage=stage, fmt=fmt), env={"RESTARTLAB_FAULT": point})
         assert r.returncode != 0 and f"FAULT {point.split(':')[0]}" in r.stdout, (point, r.stdout[-3000:])
         if expect_resume[i]:
             assert f"RESUMED from step={expect_resume[i]}" in r.stdout, (point, r.stdout[-2000:])
@@ -39,7 +40,7 @@ def test_kills_inside_async_save_resume_exactly(tmp_path, stage):
         assert not ckptdir.is_complete(os.path.join(run, "ckpts"), 8)
     if stage == "none":  # the torn direct write of step 8 is in the durable dir, without .complete
         assert os.path.isdir(ckptdir.step_path(os.path.join(run, "ckpts"), 8))
-    r = run_trainer(2, args(run, stage=stage))
+    r = run_trainer(2, args(run, stage=stage, fmt=fmt))
     assert r.returncode == 0 and "RESUMED from step=4" in r.stdout, r.stdout[-3000:]
     ref_l = dict(losses(os.path.join(ref, "out", "metrics-0.jsonl")))
     for it, loss in losses(os.path.join(run, "out", "metrics-0.jsonl")):
