@@ -187,7 +187,7 @@ class Job:
         """The async save's stage dir, or None to write straight to the checkpoint dir: a given
         path is used; `none` means none; by default /tmp/restartlab-<jobid>, unless that is on the
         checkpoint dir's own file system, where staging adds a second full write and nothing else
-        (bench/async_ckpt.py: save -> .complete about 2.2x vanilla dcp.async_save staged, 1.4x
+        (bench/async_ckpt.py: save -> .complete about 1.7x vanilla dcp.async_save staged, 1.1x
         direct)."""
         from restartlab import schedulers
         a = self.a
