@@ -79,3 +79,16 @@ def test_saved_items_carry_no_zip_crc_and_the_manifest_crc_is_zlibs(tmp_path):
                 assert set(_zip_crcs(item).values()) == {0}, (name, off)
                 tensors += isinstance(torch.load(io.BytesIO(item), weights_only=True), torch.Tensor)
     assert tensors > 10
+
+
+def test_without_the_isal_wheel_zlibs_crc32_is_used():
+    """A site whose Python cannot install `isal`: restartlab still imports and checksums alike."""
+    import subprocess
+    import sys
+    code = ("import sys, zlib; sys.modules['isal'] = None; sys.modules['isal.isal_zlib'] = None\n"
+            "from restartlab import ckptdir\n"
+            "assert ckptdir.crc32 is zlib.crc32\n"
+            "print(ckptdir.crc32(b'restartlab'))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == zlib.crc32(b"restartlab") == ckptdir.crc32(b"restartlab")

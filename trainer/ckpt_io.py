@@ -165,8 +165,7 @@ class ChecksummingWriter(dcp.FileSystemWriter):
                 if item.type == WriteItemType.BYTE_IO:
                     stream.write(data.getbuffer())
                 else:
-                    t = data.detach()
-                    stream.write(_tensor_bytes(t.cpu().contiguous() if t.device.type != "cpu" else t.contiguous()))
+                    stream.write(_tensor_bytes(data.detach().cpu().contiguous()))  # cpu(): no copy on CPU
                 length = stream.tell() - offset
                 results.append(WriteResult(index=item.index, size_in_bytes=length,
                                            storage_data=_StorageInfo(name, offset, length)))
