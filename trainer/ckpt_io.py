@@ -289,7 +289,7 @@ class VerifyingReader(dcp.FileSystemReader):
     def _layout(self, req, sinfo):
         idx = req.storage_index
         sizes, dtype = self._chunks[(idx.fqn, tuple(idx.offset))]
-        n = math.prod(sizes) * dtype.itemsize
+        n = math.prod(sizes) * torch.empty((), dtype=dtype).element_size()  # (dtype.itemsize: torch >= 2.1)
         if n != sinfo.length:
             raise ChecksumError(f"{os.path.join(str(self.path), sinfo.relative_path)}: {idx.fqn} holds "
                                 f"{sinfo.length} bytes, its metadata {n}")
