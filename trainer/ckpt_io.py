@@ -279,21 +279,28 @@ class VerifyingReader(dcp.FileSystemReader):
                         planner.load_bytes(req, self._slice_file(f, sinfo))
                         continue
                     target = planner.resolve_tensor(req).detach()
-                    if not self._into(f, sinfo, req, target):
-                        target.copy_(self._read_chunk(f, sinfo, req))
+                    self._read_tensor(f, sinfo, req, target)
                     planner.commit_tensor(req, target)
         fut = Future()
         fut.set_result(None)
         return fut
 
-    def _layout(self, req, sinfo):
+    def _read_tensor(self, f, sinfo, req, target):
+        """The saved chunk straight into `target` when it takes the whole chunk as laid out (no
+        copy); else into a buffer, narrowed to the part `req` asks for and copied, as DCP does."""
         idx = req.storage_index
         sizes, dtype = self._chunks[(idx.fqn, tuple(idx.offset))]
         n = math.prod(sizes) * torch.empty((), dtype=dtype).element_size()  # (dtype.itemsize: torch >= 2.1)
         if n != sinfo.length:
             raise ChecksumError(f"{os.path.join(str(self.path), sinfo.relative_path)}: {idx.fqn} holds "
                                 f"{sinfo.length} bytes, its metadata {n}")
-        return sizes, dtype
+        whole = tuple(req.lengths) == sizes and not any(req.storage_offsets)
+        if whole and target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous():
+            self._fill(f, sinfo, target)
+            return
+        buf = torch.empty(sizes, dtype=dtype)
+        self._fill(f, sinfo, buf)
+        target.copy_(narrow_tensor_by_index(buf, req.storage_offsets, req.lengths))
 
     def _fill(self, f, sinfo, t):
         """Read the item's bytes into the contiguous CPU tensor t and check their crc32."""
@@ -302,22 +309,6 @@ class VerifyingReader(dcp.FileSystemReader):
         f.seek(sinfo.offset)
         if f.readinto(mv) != sinfo.length or ckptdir.crc32(mv) != want:
             raise self._mismatch(sinfo)
-
-    def _into(self, f, sinfo, req, target):
-        """The whole saved chunk into `target` itself, when it is laid out alike (no copy)."""
-        sizes, dtype = self._layout(req, sinfo)
-        whole = tuple(req.lengths) == sizes and not any(req.storage_offsets)
-        if not (whole and target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous()):
-            return False
-        self._fill(f, sinfo, target)
-        return True
-
-    def _read_chunk(self, f, sinfo, req):
-        """The saved chunk into a buffer, narrowed to the part `req` asks for."""
-        sizes, dtype = self._layout(req, sinfo)
-        buf = torch.empty(sizes, dtype=dtype)
-        self._fill(f, sinfo, buf)
-        return narrow_tensor_by_index(buf, req.storage_offsets, req.lengths)
 
 
 def copy_durable(src: str, dst: str) -> dict:
