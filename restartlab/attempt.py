@@ -1,39 +1,62 @@
-"""attempt.json: what the relaunch loop knows about one launch, written right after it ends.
-Also decides whether the trainer reached its last step (not merely rc 0)."""
+"""attempt.json: what the supervisor knows about one launch, written right after it ends, and
+the one definition of "completed" (reached the last step, not merely rc 0) and "injected" (an
+injection record with a kill inside the attempt's window)."""
 import json
 import os
+from typing import Iterable
 
-from . import launchers, live
+from . import launchers, layout, live
 from .trainer_options import EXIT_PREEMPTED
 
+# an injection record is written just after its strike's signals went out; the launcher may see
+# the deaths first. A strike this long after an attempt's end still belongs to it.
+INJECTION_SLACK_S = 0.5
 
-def reached_last_step(attempt_dir: str, train_iters: int) -> bool:
+
+def completed_row(m) -> bool:
+    """Rank 0's final row: the one with the parameters' checksum at the last step."""
+    return isinstance(m, dict) and "train/params_crc" in m
+
+
+def reached_last_step(att: layout.Attempt, train_iters: int) -> bool:
     """True iff rank 0 wrote its final row (train/params_crc at train_iters) in this attempt."""
-    m = live.last_row(os.path.join(attempt_dir, "metrics-0.jsonl"))
-    return m is not None and "train/params_crc" in m and m.get("train/iter") == train_iters
+    m = live.last_row(att.metrics(0))
+    return completed_row(m) and m.get("train/iter") == train_iters
 
 
-def injected_between(phase_dir: str, t0: float, t1: float) -> bool:
-    return any(isinstance(r.get("time"), (int, float)) and t0 <= r["time"] <= t1 and r.get("killed")
-               for r in live.read_injections(phase_dir))
+def injected(record: dict, t0, t1) -> bool:
+    """Whether an injection record struck the attempt that ran from t0 to t1."""
+    t = record.get("time")
+    return bool(record.get("killed")) and isinstance(t, (int, float)) and not isinstance(t, bool) \
+        and t0 is not None and t1 is not None and t0 <= t <= t1 + INJECTION_SLACK_S
 
 
-def record(attempt_dir, phase_dir, attempt, launch_ts, end_ts, rc, train_iters, launcher="hydra",
-           ranks=0, job=None) -> bool:
-    completed = reached_last_step(attempt_dir, train_iters)
+def injections_into(records: Iterable[dict], t0, t1):
+    return [r for r in records if injected(r, t0, t1)]
+
+
+def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, end_ts: float, rc: int,
+           train_iters: int, launcher: str = "hydra", ranks: int = 0, job=None, out=None) -> bool:
+    """Write <attempt>/attempt.json; True when the attempt completed the phase."""
+    completed = reached_last_step(att, train_iters)
     hosts = None
-    if os.path.exists(os.path.join(attempt_dir, "hosts")):  # chosen by node-check for this attempt
-        with open(os.path.join(attempt_dir, "hosts")) as f:
+    if os.path.exists(att.hosts):  # chosen by node-check for this attempt
+        with open(att.hosts) as f:
             hosts = [h.strip() for h in f if h.strip()]
-    info = {"attempt": attempt, "launch_ts": launch_ts, "end_ts": end_ts, "exit_code": rc,
+    info = {"attempt": k, "launch_ts": launch_ts, "end_ts": end_ts, "exit_code": rc,
             "signal": launchers.get(launcher).signal_of(rc), "launcher": launcher,
-            "completed": completed, "hang": os.path.exists(os.path.join(attempt_dir, "hang")),
+            "completed": completed, "hang": os.path.exists(att.hang),
             "preempted": rc == EXIT_PREEMPTED,
-            "walltime": os.path.exists(os.path.join(attempt_dir, "walltime")),
-            "injected": injected_between(phase_dir, launch_ts, end_ts),
+            "walltime": os.path.exists(att.walltime),
+            "injected": bool(injections_into(live.read_records(phase.injections), launch_ts, end_ts)),
             "hosts": hosts, "ranks": ranks or None, "job": job}
-    with open(os.path.join(attempt_dir, "attempt.json"), "w") as f:
+    with open(att.record, "w") as f:
         json.dump(info, f)
-    print(f"restartlab: {os.path.basename(phase_dir)} attempt {attempt}: rc={rc} "
-          f"completed={completed} injected={info['injected']} ({end_ts - launch_ts:.1f}s)", flush=True)
+    print(f"restartlab: {phase.name} attempt {k}: rc={rc} completed={completed} injected={info['injected']} "
+          f"({end_ts - launch_ts:.1f}s)", file=out, flush=True)
     return completed
+
+
+def is_over(att: layout.Attempt) -> bool:
+    """The supervisor has recorded the attempt's end (its record is written after the launcher exited)."""
+    return os.path.exists(att.record)

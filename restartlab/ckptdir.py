@@ -51,6 +51,16 @@ def is_complete(ckpt_dir: str, step: int) -> bool:
     return os.path.exists(os.path.join(step_path(ckpt_dir, step), COMPLETE))
 
 
+def complete_markers(ckpt_dir: str) -> List[str]:
+    """The .complete markers of every complete checkpoint, in step order."""
+    try:
+        names = sorted(n for n in os.listdir(ckpt_dir) if STEP_RE.match(n))
+    except OSError:
+        return []
+    found = (os.path.join(ckpt_dir, n, COMPLETE) for n in names)
+    return [c for c in found if os.path.exists(c)]
+
+
 def complete_steps(ckpt_dir: str) -> List[int]:
     return [s for s in list_steps(ckpt_dir) if is_complete(ckpt_dir, s)]
 

@@ -1,9 +1,9 @@
-"""restartlab command line: validate render submit status cancel run inject kill-ranks node-check report simulate."""
+"""restartlab command line: validate render submit status cancel run supervise inject kill-ranks node-check
+teardown chain report simulate."""
 import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 
@@ -78,7 +78,8 @@ def cmd_submit(a):
               f"  the experiment directory stays for inspection: {ctx['expt_dir']}", file=sys.stderr)
         return 1
     jid = sched.parse_submit(r.stdout)
-    with open(os.path.join(ctx["expt_dir"], "jobid"), "w") as f:
+    from . import layout
+    with open(layout.Expt(ctx["expt_dir"]).jobid, "w") as f:
         f.write(jid + "\n")
     print(f"job {jid}\nexperiment {ctx['expt_dir']}")
     return 0
@@ -95,11 +96,12 @@ def _sched_for(a):
 
 
 def _chain_jobs(ids):
-    """An experiment directory stands for every job that worked on it (its jobs.jsonl: the
-    first job and each continuation a chain submitted)."""
+    """An experiment directory stands for every job that worked on it (its jobs log: the first
+    job and each continuation a chain submitted)."""
+    from . import layout
     out = []
     for x in ids:
-        path = os.path.join(x, "jobs.jsonl")
+        path = layout.Expt(x).jobs
         if not os.path.isdir(x):
             out.append(x)
             continue
@@ -119,7 +121,7 @@ def cmd_status(a):
     sched = _sched_for(a)
     a.jobids = _chain_jobs(a.jobids)
     if not a.jobids:
-        print("restartlab status: no jobs (an experiment directory without jobs.jsonl?)", file=sys.stderr)
+        print("restartlab status: no jobs (an experiment directory without its jobs log?)", file=sys.stderr)
         return 2
     st = sched.status(a.jobids, _run)
     for jid in a.jobids:
@@ -154,39 +156,30 @@ def cmd_kill_ranks(argv):
 
 
 def cmd_teardown(a):
-    """SIGKILL this job's ranks on every node (found by tag): the relaunch loop's last word on an
-    attempt that hung or failed, so nothing of it outlives it (a stopped rank included). With
-    --signal TERM (the trainer's preemption signal): the walltime warning."""
-    from . import failures, inject, killer
+    """Signal this job's ranks on every node (found by tag): SIGKILL by default, or the trainer's
+    preemption signal (the walltime warning)."""
+    from . import killer, teardown, tool_options
     try:
-        sig = killer.parse_signal(a.signal)
+        killer.parse_signal(a.signal)
     except ValueError as e:
         print(f"restartlab teardown: error: {e}", file=sys.stderr)
         return 2
-    hosts, slots = inject.read_nodefile(a.nodefile)
-    if a.fanout == "local":  # this node only: no second interpreter
-        receipts = [killer.kill_ranks(a.tag, sig)]
-    else:
-        argv = inject.killer_argv(sys.executable, a.tag, a.signal, failures.get("kill"))
-        receipts = inject.fan_out(a.fanout, hosts, range(len(hosts)), argv, slots, a.launcher)
-    killed = sorted({(r.get("host"), p) for r in receipts for p in r.get("pids", [])})
-    errors = [r["error"] for r in receipts if r.get("error")]
-    verb = "killed" if sig == signal.SIGKILL else f"sent SIG{signal.Signals(sig).name.removeprefix('SIG')}"
-    print(f"restartlab teardown: {len(killed)} process(es) of {a.tag} {verb} on {len(hosts)} node(s)"
-          + (f"; errors: {'; '.join(errors)}" if errors else ""), flush=True)
-    return 1 if errors else 0
+    return teardown.teardown(a.tag, a.signal, a.fanout, tool_options.nodefile_default(a.nodefile), a.launcher)
+
+
+def cmd_supervise(a):
+    from . import supervise
+    return supervise.main(a)
+
+
+def cmd_chain(a):
+    from . import chain
+    return chain.main(a)
 
 
 def cmd_report(a):
     from . import report
     return report.main(a)
-
-
-def cmd_record_attempt(a):
-    from . import attempt
-    ok = attempt.record(a.dir, a.phase_dir, a.attempt, a.launch_ts, a.end_ts, a.rc, a.train_iters, a.launcher,
-                        a.ranks, a.job)
-    return 0 if ok else 1
 
 
 def cmd_render_all(a):
@@ -249,20 +242,15 @@ def build_parser():
     report.add_args(sub.add_parser("report", help="tables, plots and goodput for an experiment"))
     sub.add_parser("simulate", help="goodput and the best checkpoint interval at scale, from measured costs",
                    add_help=False)
-    sp = sub.add_parser("record-attempt", help=argparse.SUPPRESS)
-    for k, t in (("--dir", str), ("--phase-dir", str), ("--attempt", int), ("--launch-ts", float),
-                 ("--end-ts", float), ("--rc", int), ("--train-iters", int)):
-        sp.add_argument(k, type=t, required=True)
-    sp.add_argument("--launcher", default="hydra")
-    sp.add_argument("--ranks", type=int, default=0, help="ranks of this attempt (0: the scenario's)")
-    sp.add_argument("--job", default=None, help="the batch job this attempt ran in")
-    sp = sub.add_parser("teardown", help="SIGKILL a job's ranks on every node (by tag)")
-    sp.add_argument("--tag", required=True)
-    sp.add_argument("--signal", default="KILL", help="signal name or number (default KILL)")
-    sp.add_argument("--fanout", choices=every + ["mpiexec"], default="local")
-    from . import launchers
-    sp.add_argument("--launcher", choices=launchers.names(), default="pals")
-    sp.add_argument("--nodefile", default=os.environ.get("RL_NODEFILE") or os.environ.get("PBS_NODEFILE"))
+    from . import options, supervise, tool_options
+    supervise.build_parser(sub.add_parser(
+        "supervise", help="the relaunch loop of one phase (the job script runs it)",
+        description=supervise.__doc__.split("\n\n")[0],
+        epilog="example: restartlab supervise --phase sync --phase-dir expt/x/sync --tag T -- mpiexec -n 2 python train.py"))
+    options.add_to_parser(sub.add_parser("teardown", help="signal a job's ranks on every node (by tag)"),
+                          tool_options.TEARDOWN)
+    from . import chain
+    chain.add_args(sub.add_parser("chain", help="submit the continuation job of a chained experiment"))
     sp = sub.add_parser("render-all", help=argparse.SUPPRESS)
     sp.add_argument("outdir")
     return p
@@ -281,7 +269,8 @@ def _mark_as_tool(argv):
 
 VERBS = {"validate": cmd_validate, "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
          "cancel": cmd_cancel, "run": cmd_run, "inject": cmd_inject, "report": cmd_report,
-         "record-attempt": cmd_record_attempt, "render-all": cmd_render_all, "teardown": cmd_teardown}
+         "render-all": cmd_render_all, "teardown": cmd_teardown, "supervise": cmd_supervise,
+         "chain": cmd_chain}
 
 
 def main(argv=None):

@@ -9,7 +9,6 @@ Definitions (README, "Accounting"):
   ETTR        = productive time / wall time; productive = train/dt of every step that was kept
 Streams each metrics file once with constant memory per row (kept: one number per save and a
 bounded, thinned (time, step) trace per attempt for the plots)."""
-import glob
 import json
 import math
 import os
@@ -18,8 +17,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from . import ckptdir, layout
+from .attempt import completed_row, injections_into
 from .failures import book as book_kind
-from .live import attempt_dirs as _attempt_dirs
 from .live import read_injections, read_node_checks
 
 TRACE_POINTS = 20000  # per phase (split over its attempts, at least 50 each), for the progress plot
@@ -33,6 +33,7 @@ class Attempt:
     launch_ts: Optional[float] = None
     end_ts: Optional[float] = None
     exit_code: Optional[int] = None
+    recorded: bool = False                # the supervisor's record was read (its verdict stands)
     completed: bool = False
     hang: bool = False                    # the relaunch loop's watchdog stopped it
     preempted: bool = False               # the trainer stopped on the preemption signal (exit 5)
@@ -110,10 +111,10 @@ def _first_row(path, warnings):
     return None, None
 
 
-def _finalize_latencies(phase_dir, warnings) -> List[float]:
+def _finalize_latencies(ckpt_dir, warnings) -> List[float]:
     """save start -> .complete of every complete checkpoint (from the markers)."""
     out = []
-    for c in glob.glob(os.path.join(phase_dir, "ckpts", "step-*", ".complete")):
+    for c in ckptdir.complete_markers(ckpt_dir):
         try:
             with open(c) as f:
                 info = json.load(f)
@@ -125,17 +126,18 @@ def _finalize_latencies(phase_dir, warnings) -> List[float]:
     return out
 
 
-def _attempt_from_dir(a: Attempt, attempt_dir, warnings) -> None:
-    """Launch/end time, exit code and completion from attempt.json (written by the relaunch loop)."""
+def _attempt_from_dir(a: Attempt, att: layout.Attempt, warnings) -> None:
+    """Launch/end time, exit code and completion from the attempt's record (the supervisor's)."""
     try:
-        with open(os.path.join(attempt_dir, "attempt.json")) as f:
+        with open(att.record) as f:
             info = json.load(f)
     except (OSError, ValueError):
-        warnings.append(f"{attempt_dir}: no readable attempt.json")
+        warnings.append(f"{att.path}: no readable attempt record")
         return
     if not isinstance(info, dict):
-        warnings.append(f"{attempt_dir}/attempt.json: malformed (a {type(info).__name__}, not a mapping)")
+        warnings.append(f"{att.record}: malformed (a {type(info).__name__}, not a mapping)")
         return
+    a.recorded = True
     a.launch_ts, a.end_ts = _num(info.get("launch_ts")), _num(info.get("end_ts"))
     a.exit_code, a.completed = info.get("exit_code"), info.get("completed") is True
     a.hang, a.preempted = info.get("hang") is True, info.get("preempted") is True
@@ -146,7 +148,7 @@ def _attempt_from_dir(a: Attempt, attempt_dir, warnings) -> None:
         a.job = info["job"]
     if isinstance(info.get("ranks"), int) and not isinstance(info.get("ranks"), bool):
         a.ranks = info["ranks"]
-    a.timed_out = _mentions(os.path.join(attempt_dir, "output.log"), PG_TIMEOUT) if not a.completed else False
+    a.timed_out = _mentions(att.output, PG_TIMEOUT) if not a.completed else False
 
 
 PG_TIMEOUT = b"Timed out waiting"  # what gloo says when a collective's peer never came
@@ -208,7 +210,7 @@ def _stream_attempt(a: Attempt, keep_upto, want, ph: Phase) -> None:
         for key in SAVE_KEYS:
             if _num(m.get(key)) is not None:
                 ph.saves[key].append(float(m[key]))
-        if "train/params_crc" in m:
+        if completed_row(m) and not a.recorded:  # ezpz files: no record, the final row decides
             a.completed = True
     if a.last_ts is not None and (not a.trace or a.trace[-1][1] != a.last_iter):
         a.trace.append((a.last_ts, a.last_iter))  # the plot ends where the attempt did
@@ -223,14 +225,16 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
     (one attempt each, in name order)."""
     ph = Phase(name)
     if phase_dir:
-        attempt_dirs = _attempt_dirs(phase_dir)
-        for x in sorted(glob.glob(os.path.join(phase_dir, "attempts", "*"))):
-            if x not in attempt_dirs:
-                ph.warnings.append(f"{x}: malformed attempts entry (not a numbered directory): ignored")
+        lp = layout.Phase(phase_dir)
+        attempt_dirs = lp.attempts()
+        for x in lp.stray_entries():
+            ph.warnings.append(f"{x}: malformed attempts entry (not a numbered directory): ignored")
         ph.injections = read_injections(phase_dir, ph.warnings)
         ph.node_checks = read_node_checks(phase_dir, ph.warnings)
-        ph.finalize = _finalize_latencies(phase_dir, ph.warnings)
-    paths = [os.path.join(d, "metrics-0.jsonl") for d in attempt_dirs] if attempt_dirs else list(metrics_files or [])
+        ph.finalize = _finalize_latencies(lp.ckpts, ph.warnings)
+    elif attempt_dirs:
+        attempt_dirs = [layout.Attempt(d) for d in attempt_dirs]
+    paths = [d.metrics(0) for d in attempt_dirs] if attempt_dirs else list(metrics_files or [])
     cap = max(50, TRACE_POINTS // max(1, len(paths)))
     atts = [Attempt(i, p, trace_cap=cap) for i, p in enumerate(paths, 1)]
     for a in atts:  # pass 1: where each attempt resumed from (its first row)
@@ -277,9 +281,7 @@ def failures(ph: Phase) -> List[dict]:
         if queued is not None and a.walltime:
             continue
         queued = queued or 0.0
-        kills = [r for r in ph.injections if a.launch_ts is not None and a.end_ts is not None
-                 and _num(r.get("time")) is not None and a.launch_ts <= r["time"] <= a.end_ts + 0.5
-                 and r.get("killed")]
+        kills = injections_into(ph.injections, a.launch_ts, a.end_ts)
         kill_ts = kills[0]["time"] if kills else a.end_ts
         lost = a.last_iter - b.resumed_from
         ev = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),

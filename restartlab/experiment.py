@@ -4,7 +4,7 @@ the same pair next to a chosen path."""
 import os
 from typing import Optional, Tuple
 
-from . import render
+from . import layout, render
 from .scenario import dump_resolved
 
 
@@ -25,10 +25,9 @@ def write_script(path: str, text: str, resolved: str, resolved_path: str) -> Non
 
 
 def create(sc: dict, scheduler: Optional[str] = None, expt_dir: Optional[str] = None) -> Tuple[str, dict]:
-    """Make <expt_dir>/job.sh and <expt_dir>/scenario.yaml; returns (job.sh path, context)."""
+    """Make the experiment's job script and resolved scenario; returns (job script path, context)."""
     text, ctx, resolved = render_script(sc, scheduler, expt_dir)
-    d = ctx["expt_dir"]
-    os.makedirs(d, exist_ok=True)
-    script = os.path.join(d, "job.sh")
-    write_script(script, text, resolved, os.path.join(d, "scenario.yaml"))
-    return script, ctx
+    expt = layout.Expt(ctx["expt_dir"])
+    os.makedirs(expt.root, exist_ok=True)
+    write_script(expt.job_script, text, resolved, expt.scenario)
+    return expt.job_script, ctx

@@ -3,7 +3,6 @@ line per kill in <phase>/injections.jsonl (on stdout without --phase-dir). It ne
 processes itself: on each node the failure kind strikes it runs `restartlab kill-ranks` (with
 --tag: one restartlab run's ranks; without: every rank of this batch job, whatever program it
 runs; see killer.py) and records the receipts."""
-import argparse
 import json
 import os
 import random
@@ -14,10 +13,8 @@ import sys
 import time
 from typing import Iterator, List, Optional, Tuple
 
-from . import ckptdir, failures, killer, launchers, live, schedulers
-from .killer import parse_signal
+from . import attempt, ckptdir, failures, killer, launchers, layout, live, schedulers, tool_options
 from .live import newest_step_seen
-from .units import parse_duration
 
 POLL_S = 0.1
 FANOUT_TIMEOUT_S = 60
@@ -33,22 +30,6 @@ def step_targets(at_steps=None, every_steps=None, train_iters=None) -> List[Tupl
         end = train_iters or 10 ** 9
         return [(s, None) for s in range(every_steps, end, every_steps)]
     return []
-
-
-def parse_at_steps(text: str) -> List[Tuple[int, Optional[str]]]:
-    """'500,1000:hang,1500:preempt' -> [(500, None), (1000, 'hang'), (1500, 'preempt')]."""
-    out = []
-    for item in filter(None, (x.strip() for x in text.split(","))):
-        step, _, kind = item.partition(":")
-        if not step.isdigit() or int(step) < 1:
-            raise argparse.ArgumentTypeError(f"{item!r}: expected STEP or STEP:KIND with STEP >= 1")
-        if kind and kind not in failures.KINDS:
-            raise argparse.ArgumentTypeError(f"{item!r}: unknown failure kind {kind!r} "
-                                             f"(known: {', '.join(failures.KINDS.names())})")
-        out.append((int(step), kind or None))
-    if not out:
-        raise argparse.ArgumentTypeError("no steps given")
-    return out
 
 
 def timed_offsets(every=None, mtbf=None, seed=0) -> Iterator[float]:
@@ -137,7 +118,7 @@ class Injector:
     def __init__(self, a):
         self.a = a
         self.kills = 0
-        self.log_path = live.injections_path(a.phase_dir) if a.phase_dir else None
+        self.log_path = layout.Phase(a.phase_dir).injections if a.phase_dir else None
         self.kind = failures.get(a.kind)
         self.hosts, self.slots = job_nodes(a.nodefile, a.fanout)
         self.rng = random.Random(a.seed)
@@ -191,7 +172,7 @@ class Injector:
         idx = kind.nodes(len(self.hosts), a.node, self.rng)
         t_kill = time.time()
         newest = ckptdir.newest_complete_step(a.ckpt_dir, verify=False) if a.ckpt_dir else None
-        attempts = live.attempt_dirs(a.phase_dir) if a.phase_dir else []
+        attempts = layout.Phase(a.phase_dir).attempts() if a.phase_dir else []
         deadline = t_kill + 10
         self.striking = True
         while True:  # nothing found (between attempts): retry briefly, the target has not died
@@ -213,8 +194,8 @@ class Injector:
         if self.terminated:
             raise SystemExit(self.done())
         if killed:
-            over = os.path.join(attempts[-1], "attempt.json") if attempts else None
-            more = kind.follow_up(a.grace, lambda: over is not None and os.path.exists(over),
+            struck = attempts[-1] if attempts else None
+            more = kind.follow_up(a.grace, lambda: struck is not None and attempt.is_over(struck),
                                   lambda s: self.strike(kind, idx, s)[0])
             if more:  # a second line, "killed": 0 so that nobody counts it as another failure
                 self.record(dict(more, time=time.time(), follow_up_of=t_kill, kind=kind.name, killed=0))
@@ -266,61 +247,8 @@ class Injector:
         return 0
 
 
-def _signal_name(v):
-    try:
-        parse_signal(v)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e))
-    return v
-
-
-def _positive(parse):
-    def check(v):
-        try:
-            x = parse(v)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e))
-        if not x > 0:
-            raise argparse.ArgumentTypeError(f"{v!r}: must be > 0 (it would make no kill)")
-        return x
-    return check
-
-
 def add_args(p):
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--every", type=_positive(parse_duration), help="timed kills, e.g. 90s, 5m")
-    g.add_argument("--at-steps", type=parse_at_steps,
-                   help="kills aimed at these steps, each with its own kind if given: 500,1000:hang,1500:preempt")
-    g.add_argument("--every-steps", type=_positive(int), help="a kill aimed at every N-th step")
-    g.add_argument("--mtbf", type=_positive(parse_duration), help="Poisson failures with this MTBF (use --seed)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--gate", choices=("complete", "none"), default=None,
-                   help="complete (default for step schedules): wait for step-S/.complete")
-    p.add_argument("--wait-first-complete", action="store_true",
-                   help="timed schedules: start the clock at the first complete checkpoint")
-    p.add_argument("--max-kills", type=_positive(int))
-    p.add_argument("--until", help="stop when this file exists (the phase's done flag)")
-    p.add_argument("--ckpt-dir", help="the phase's checkpoint directory (gating, finish detection)")
-    p.add_argument("--phase-dir", help="write <phase-dir>/injections.jsonl; read progress from attempts/")
-    p.add_argument("--train-iters", type=int, help="stop once a complete checkpoint reaches this step")
-    p.add_argument("--tag", help="only one restartlab run's ranks (their RESTARTLAB_JOB_TAG); default: "
-                   "every rank of this batch job, whatever program it runs")
-    p.add_argument("--signal", default=None, type=_signal_name,
-                   help="signal name or number (default: the failure kind's: KILL, STOP for hang, TERM for preempt)")
-    p.add_argument("--grace", type=parse_duration, default=60.0,
-                   help="preempt: SIGKILL what is left this long after the SIGTERM (default 60s)")
-    kinds = failures.KINDS.names(aliases=True)
-    p.add_argument("--kind", "--target", dest="kind", choices=kinds, default="kill",
-                   help="; ".join(f"{k.name}: {k.doc}" for k in failures.KINDS.all())
-                   + " (--target and all-nodes/one-node/one-rank: older spellings)")
-    p.add_argument("--node", type=int, help="node index for kinds node and rank "
-                   "(default: node from --seed; rank: node 0)")
-    p.add_argument("--fanout", choices=schedulers.names() + ["mpiexec"], default=None,
-                   help="how to reach the nodes (default: the scheduler this job runs under, else local)")
-    p.add_argument("--nodefile", default=os.environ.get("RL_NODEFILE") or os.environ.get("PBS_NODEFILE"))
-    p.add_argument("--launcher", choices=launchers.names(), default="pals",
-                   help="the job's launcher: how --fanout mpiexec names hosts (default pals)")
-    p.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
+    tool_options.add_inject_args(p)
 
 
 def main(a) -> int:
@@ -333,6 +261,8 @@ def main(a) -> int:
     if (a.at_steps or a.every_steps) and (a.gate or "complete") == "complete" and not a.ckpt_dir:
         print("restartlab inject: error: gated step schedules need --ckpt-dir", file=sys.stderr)
         return 2
+    a.python = a.python or sys.executable
+    a.nodefile = tool_options.nodefile_default(a.nodefile)
     if a.fanout is None:
         sched = schedulers.from_env(os.environ)
         a.fanout = sched.name if sched else "local"

@@ -1,10 +1,11 @@
 """Reading a running experiment cheaply: the last metrics row of a live file (its tail only), the
 newest step a phase's current attempt has logged, the injection records. Used while a job runs
 by the injector, the relaunch loop and the progress view; the accounting is in collect.py."""
-import glob
 import json
 import os
 from typing import List, Optional
+
+from . import layout
 
 TAIL_BYTES = 8192
 
@@ -28,37 +29,27 @@ def last_row(path, key=None) -> Optional[dict]:
     return None
 
 
-def attempt_dirs(phase_dir) -> List[str]:
-    """<phase>/attempts/<k> in launch order."""
-    return sorted((d for d in glob.glob(os.path.join(phase_dir, "attempts", "*"))
-                   if os.path.basename(d).isdigit() and os.path.isdir(d)), key=lambda d: int(os.path.basename(d)))
-
-
 def newest_step_seen(phase_dir: str) -> int:
     """Highest train/iter rank 0 logged in the newest attempt (the progress of the live run)."""
-    attempts = attempt_dirs(phase_dir)
+    attempts = layout.Phase(phase_dir).attempts()
     if not attempts:
         return 0
-    m = last_row(os.path.join(attempts[-1], "metrics-0.jsonl"), key="train/iter")
+    m = last_row(attempts[-1].metrics(0), key="train/iter")
     try:
         return int(m["train/iter"]) if m else 0
     except (TypeError, ValueError):
         return 0
 
 
-def injections_path(phase_dir):
-    return os.path.join(phase_dir, "injections.jsonl")
-
-
 def read_injections(phase_dir, warnings=None) -> List[dict]:
-    """<phase>/injections.jsonl (one record per kill); malformed lines are skipped, and named
+    """The phase's injection records (one per strike); malformed lines are skipped, and named
     in `warnings` when a list is given."""
-    return read_records(injections_path(phase_dir), warnings)
+    return read_records(layout.Phase(phase_dir).injections, warnings)
 
 
 def read_node_checks(phase_dir, warnings=None) -> List[dict]:
-    """<phase>/nodes.jsonl: one record per node per health check (restartlab node-check)."""
-    return read_records(os.path.join(phase_dir, "nodes.jsonl"), warnings)
+    """The phase's node-check records: one per node per health check (restartlab node-check)."""
+    return read_records(layout.Phase(phase_dir).node_checks, warnings)
 
 
 def read_records(path, warnings=None) -> List[dict]:

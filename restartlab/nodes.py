@@ -23,10 +23,11 @@ import sys
 import time
 from typing import List, Optional
 
+from . import options, tool_options
 from .killer import node_name
 
 EXIT_OK, EXIT_USAGE, EXIT_TOO_FEW = 0, 2, 3
-POLICIES = ("same", "spares", "shrink")
+POLICIES = tool_options.POLICIES
 # device nodes by accelerator kind: counted without importing torch (orchestration never does)
 DEVICE_GLOBS = {"cuda": "/dev/nvidia[0-9]*", "xpu": "/dev/dri/renderD*"}
 
@@ -102,17 +103,16 @@ def choose(hosts: List[str], bad: List[str], policy: str, need: int, min_nodes: 
     return good[:k], None
 
 
-def check_all(a) -> int:
+def check_all(a) -> Optional[int]:
+    """Check every node not yet known bad; the number of nodes chosen for the next attempt
+    (their names in --hosts-out), or None when too few are healthy (said on stderr)."""
     from . import inject
     hosts, slots = inject.job_nodes(a.nodefile, a.fanout)
     bad = read_bad(a.bad_file)
     todo = [i for i, h in enumerate(hosts) if h not in bad]
-    argv = [sys.executable, "-m", "restartlab.cli", "node-check", "--local", "--timeout", str(a.timeout),
-            "--min-free", str(a.min_free), "--device", a.device, "--gpus", str(a.gpus)]
-    if a.stage_dir:
-        argv += ["--stage-dir", a.stage_dir]
-    if a.site_cmd:
-        argv += ["--site-cmd", a.site_cmd]
+    argv = [sys.executable, "-m", "restartlab.cli", "node-check", *options.to_argv(tool_options.NODE_CHECK, {
+        "local": True, "timeout": a.timeout, "min_free": a.min_free, "device": a.device, "gpus": a.gpus,
+        "stage_dir": a.stage_dir, "site_cmd": a.site_cmd})]
     t0 = time.time()
     receipts = inject.fan_out(a.fanout, hosts, todo, argv, slots, a.launcher, timeout=a.timeout) if todo else []
     results = []
@@ -139,12 +139,11 @@ def check_all(a) -> int:
     chosen, err = choose(hosts, bad, a.policy, a.need or len(hosts), a.min_nodes)
     if err:
         print(f"restartlab node-check: {err}", file=sys.stderr)
-        return EXIT_TOO_FEW
+        return None
     if a.hosts_out:
         with open(a.hosts_out, "w") as f:
             f.writelines(h + "\n" for h in chosen)
-    print(len(chosen))
-    return EXIT_OK
+    return len(chosen)
 
 
 def _by_node(receipts: List[dict], names: List[str]) -> List[Optional[dict]]:
@@ -156,31 +155,16 @@ def _by_node(receipts: List[dict], names: List[str]) -> List[Optional[dict]]:
     return [by.get(n) for n in names]
 
 
-def add_args(p):
-    p.add_argument("--local", action="store_true", help="check this node only; print one JSON line")
-    p.add_argument("--stage-dir", help="must be writable with --min-free bytes free")
-    p.add_argument("--min-free", type=int, default=0, help="bytes a checkpoint shard needs in the stage dir")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or xpu: which accelerators to count")
-    p.add_argument("--gpus", type=int, default=0, help="accelerators each node must show (0: none checked)")
-    p.add_argument("--site-cmd", help="a site's own check (shell), must exit 0")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds each node has to answer")
-    p.add_argument("--fanout", default="local", help="how to reach the nodes (pbs, slurm, local, mpiexec)")
-    p.add_argument("--launcher", default="pals", help="--fanout mpiexec: the job's launcher")
-    p.add_argument("--nodefile", default=os.environ.get("RL_NODEFILE") or os.environ.get("PBS_NODEFILE"))
-    p.add_argument("--bad-file", help="the job's bad nodes, one per line (read, and appended to)")
-    p.add_argument("--log", help="append one JSON line per node checked (<phase>/nodes.jsonl)")
-    p.add_argument("--attempt", type=int, default=0, help="the attempt about to launch (for the log)")
-    p.add_argument("--policy", choices=POLICIES, default="same")
-    p.add_argument("--need", type=int, default=0, help="nodes the next attempt wants (default all)")
-    p.add_argument("--min-nodes", type=int, default=1, help="shrink: refuse to go below this many")
-    p.add_argument("--hosts-out", help="write the next attempt's hosts here, one per line")
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="restartlab node-check", description=__doc__.split("\n\n")[0])
-    add_args(p)
+    options.add_to_parser(p, tool_options.NODE_CHECK)
     a = p.parse_args(argv)
+    a.nodefile = tool_options.nodefile_default(a.nodefile)
     if a.local:
         print(json.dumps(check_here(a.stage_dir, a.min_free, a.device, a.gpus, a.site_cmd, a.timeout)), flush=True)
         return EXIT_OK
-    return check_all(a)
+    n = check_all(a)
+    if n is None:
+        return EXIT_TOO_FEW
+    print(n)
+    return EXIT_OK

@@ -12,7 +12,7 @@ from typing import List
 
 import jinja2
 
-from . import killer, launchers, schedulers, trainer_options
+from . import killer, launchers, layout, options, schedulers, supervise, tool_options, trainer_options
 from .resources import resource_dir
 from .scenario import ScenarioError, effective_failures
 
@@ -52,50 +52,40 @@ def _env():
     return env
 
 
-def inject_args(sc, f, phase_dir, ckpt_dir, tag):
-    """Arguments of `restartlab inject` for one phase's failure settings."""
+def inject_args(sc, f, phase: layout.Phase, tag) -> List[str]:
+    """`restartlab inject` flags for one phase's failure settings (the injector's option table)."""
     s = f["schedule"]
-    a = ["--phase-dir", phase_dir, "--ckpt-dir", ckpt_dir, "--tag", tag, "--until", f"{phase_dir}/done",
-         "--kind", f["kind"], "--grace", f"{f['grace']}s", "--fanout", sc["scheduler"],
-         "--launcher", sc["launch"]["launcher"],
-         "--train-iters", sc["trainer"]["train_iters"], "--seed", s.get("seed") or 0]
-    if s.get("every") is not None:
-        a += ["--every", f"{s['every']}s"]
-    elif s.get("at_steps"):
-        a += ["--at-steps", ",".join(str(x) if isinstance(x, int) else f"{x['step']}:{x['kind']}"
-                                     for x in s["at_steps"])]
-    elif s.get("every_steps"):
-        a += ["--every-steps", s["every_steps"]]
-    elif s.get("mtbf") is not None:
-        a += ["--mtbf", f"{s['mtbf']}s"]
-    if f.get("signal"):
-        a += ["--signal", f["signal"]]
-    if f.get("gate"):
-        a += ["--gate", f["gate"]]
-    if f.get("wait_first_complete"):
-        a.append("--wait-first-complete")
-    if f.get("max_kills") is not None:
-        a += ["--max-kills", f["max_kills"]]
-    if f.get("node") is not None:
-        a += ["--node", f["node"]]
-    return [str(x) for x in a]
+    at = ",".join(str(x) if isinstance(x, int) else f"{x['step']}:{x['kind']}" for x in s.get("at_steps") or [])
+    sched = ({"every": s["every"]} if s.get("every") is not None else {"at_steps": at} if at else
+             {"every_steps": s["every_steps"]} if s.get("every_steps") else {"mtbf": s.get("mtbf")})
+    return options.to_argv(tool_options.INJECT, dict(
+        sched, phase_dir=phase.path, ckpt_dir=phase.ckpts, tag=tag, until=phase.done, kind=f["kind"],
+        grace=f["grace"], fanout=sc["scheduler"], launcher=sc["launch"]["launcher"],
+        train_iters=sc["trainer"]["train_iters"], seed=s.get("seed") or 0, signal=f.get("signal"),
+        gate=f.get("gate"), wait_first_complete=f.get("wait_first_complete"), max_kills=f.get("max_kills"),
+        node=f.get("node")))
 
 
-def node_check_args(sc, policy) -> List[str]:
-    """`restartlab node-check` flags from the scenario (the job script adds the per-attempt ones)."""
+def node_check_args(sc, policy, expt: layout.Expt) -> List[str]:
+    """`restartlab node-check` flags from the scenario (the supervisor adds the per-attempt ones)."""
     rl, tr = sc["relaunch"], sc["trainer"]
-    a = ["--policy", policy, "--need", str(sc["job"]["nodes"]), "--min-nodes", str(rl["min_nodes"]),
-         "--timeout", str(int(rl["node_check_timeout"])), "--launcher", sc["launch"]["launcher"],
-         "--min-free", str(rl["node_check_min_free_mb"] * 2**20)]
-    if rl["node_check_gpus"]:
-        a += ["--device", tr["device"], "--gpus", str(rl["node_check_gpus"])]
+    vals = options.from_scenario(tool_options.NODE_CHECK, sc)
     stage = next((p["stage_dir"] for p in sc["phases"] if p["checkpoint"] == "async" and p["stage_dir"]
                   and p["stage_dir"] != "none"), None)
-    if stage:
-        a += ["--stage-dir", stage]
-    if rl["node_check_cmd"]:
-        a += ["--site-cmd", rl["node_check_cmd"]]
-    return a
+    vals.update(policy=policy, need=sc["job"]["nodes"], launcher=sc["launch"]["launcher"],
+                min_free=rl["node_check_min_free_mb"] * 2**20, bad_file=expt.bad_nodes, stage_dir=stage,
+                device=tr["device"] if rl["node_check_gpus"] else None)
+    return options.to_argv(tool_options.NODE_CHECK, vals)
+
+
+def supervise_args(sc, tag, policy, node_check, expt: layout.Expt) -> List[str]:
+    """The supervisor's flags that are the same for every phase (the job script adds --stop-at,
+    --job and --nodefile at run time, and each phase its own)."""
+    vals = options.from_scenario(tool_options.SUPERVISE, sc)
+    vals.update(tag=tag, node_policy=policy)
+    if node_check:
+        vals.update(node_check=shlex.join(node_check_args(sc, policy, expt)), hosts_file=expt.hosts_attempt)
+    return options.to_argv(tool_options.SUPERVISE, vals)
 
 
 def context(sc, scheduler=None, expt_dir=None):
@@ -112,12 +102,13 @@ def context(sc, scheduler=None, expt_dir=None):
     rank_env = dict(ln["env"])
     rank_env[killer.TAG_VAR] = tag
     rl = sc["relaunch"]
-    if rl["chain"] and not sched.chain_sh:
+    if rl["chain"] and not sched.can_chain:
         raise RenderError(f"{sc['source']}: relaunch.chain: the {sched_name} scheduler cannot submit a "
                           f"continuation job (no queue)")
     policy = rl["on_node_loss"]
     node_check = rl["node_check"] if rl["node_check"] is not None else policy != "same"
-    hosts_file = os.path.join(expt_dir, "hosts.attempt") if policy != "same" else None
+    expt = layout.Expt(expt_dir)
+    hosts_file = expt.hosts_attempt if policy != "same" else None
     try:
         # recovering from node loss: the node count and the hosts are decided before each attempt
         launch = launchers.get(ln["launcher"]).argv(
@@ -127,36 +118,27 @@ def context(sc, scheduler=None, expt_dir=None):
         raise RenderError(f"{sc['source']}: {e}")
     phases = []
     for ph in sc["phases"]:
-        pdir = os.path.join(expt_dir, ph["name"])
-        ckpt = os.path.join(pdir, "ckpts")
+        phase = expt.phase(ph["name"])
         f = effective_failures(sc, ph)
+        inject = inject_args(sc, f, phase, tag) if f else None
         phases.append({
-            "name": ph["name"], "dir": pdir, "checkpoint": ph["checkpoint"],
+            "name": ph["name"], "dir": phase.path, "checkpoint": ph["checkpoint"],
             "argv": launch + [python, "-m", "restartlab.trainer"] + trainer_options.trainer_argv(
-                sc["trainer"], ph["checkpoint"], ckpt, ph["stage_dir"],
+                sc["trainer"], ph["checkpoint"], phase.ckpts, ph["stage_dir"],
                 dp_global=sc["job"]["nodes"] * ln["ranks_per_node"] // sc["trainer"]["tp"] if policy == "shrink" else 0),
-            "inject": inject_args(sc, f, pdir, ckpt, tag) if f else None,
+            "inject": inject, "inject_text": shlex.join(inject) if inject else "",
         })
     return {
         "sc": sc, "scheduler": sched_name, "prefix": sched.prefix, "scheduler_title": sched.title,
         "header_template": sched.header_template, "launcher": ln["launcher"],
-        "directives": sched.directives(sc), "nodefile_sh": sched.nodefile_sh,
-        "jobid_sh": _jobid_sh(schedulers.jobid_vars()),
+        "directives": sched.directives(sc), "nodefile_sh": sched.nodefile_sh.format(nodefile=sh(expt.nodefile)),
+        "jobid_sh": _jobid_sh(schedulers.jobid_vars()), "files": {"jobs": expt.jobs},
         "expt_dir": expt_dir, "python": python, "tag": tag, "phases": phases,
         "train_iters": sc["trainer"]["train_iters"], "setup": ln["setup"],
-        "relaunch": {"max_attempts": sc["relaunch"]["max_attempts"],
-                     "backoff": int(sc["relaunch"]["backoff"]),
-                     "hang_timeout": int(sc["relaunch"]["hang_timeout"]),
-                     "startup_timeout": int(sc["relaunch"]["startup_timeout"]),
-                     "walltime_margin": int(sc["relaunch"]["walltime_margin"])},
-        "walltime": int(sc["job"]["walltime"]),
-        "chain": rl["chain"], "chain_sh": sched.chain_sh,
-        "nodes": {"policy": policy, "check": node_check, "need": sc["job"]["nodes"], "ppn": ln["ranks_per_node"],
-                  "min_nodes": rl["min_nodes"], "timeout": int(rl["node_check_timeout"]), "hosts_file": hosts_file,
-                  "check_args": node_check_args(sc, policy)}, "preempt_signal": sc["trainer"]["preempt_signal"],
-        "exit_preempted": trainer_options.EXIT_PREEMPTED,
+        "supervise_args": supervise_args(sc, tag, policy, node_check, expt),
+        "walltime": int(sc["job"]["walltime"]), "walltime_margin": int(rl["walltime_margin"]),
+        "chain": rl["chain"], "exit_walltime": supervise.EXIT_WALLTIME, "exit_budget": supervise.EXIT_BUDGET,
         "report": sc["collection"]["report"], "plots": sc["collection"]["plots"],
-        "exit_no_checkpoint": trainer_options.EXIT_NO_CHECKPOINT,
         "mtbf": int(sc["collection"]["mtbf"]), "source": sc["source"],
     }
 

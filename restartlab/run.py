@@ -1,6 +1,7 @@
 """restartlab run: the whole experiment on this machine. Renders the scenario for the local
-scheduler, runs the same job script under bash with a PBS-like environment (a node file, a job
-id), shows progress, and leaves a readable experiment directory even on Ctrl-C."""
+scheduler, runs the same job script under bash with the local scheduler's own job id and node
+file (never a batch system's variables), shows progress, and leaves a readable experiment
+directory even on Ctrl-C."""
 import json
 import os
 import signal
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from . import experiment, killer, live, scenario, trainer_options
+from . import experiment, killer, layout, live, scenario, schedulers, trainer_options
 from .resources import resource_dir
 
 
@@ -19,13 +20,14 @@ def progress(ctx, t0):
     iters = ctx["train_iters"]
     done_steps, cur, line = 0, None, None
     for i, p in enumerate(phases):
-        if os.path.exists(os.path.join(p["dir"], "done")):
+        phase = layout.Phase(p["dir"])
+        if os.path.exists(phase.done):
             done_steps += iters
             continue
-        if os.path.isdir(os.path.join(p["dir"], "attempts")):
+        if phase.started():
             cur = i
             step = live.newest_step_seen(p["dir"])
-            attempts = len(live.attempt_dirs(p["dir"]))
+            attempts = len(phase.attempts())
             kills = sum(1 for r in live.read_injections(p["dir"]) if r.get("killed"))
             done_steps += step
             where = f"step {step}/{iters}" if step or attempts <= 1 else f"relaunching (attempt {attempts})"
@@ -44,16 +46,19 @@ def main(a) -> int:
     sc = scenario.load(path, a.set)
     _, ctx = experiment.create(sc, "local", expt_dir=os.path.abspath(a.expt_dir) if a.expt_dir else None)
     d = ctx["expt_dir"]
-    with open(os.path.join(d, "nodefile"), "w") as f:
+    expt = layout.Expt(d)
+    with open(expt.nodefile, "w") as f:
         f.write(socket.gethostname() + "\n")
-    env = dict(os.environ, PBS_JOBID=f"{os.getpid()}.local", PBS_NODEFILE=os.path.join(d, "nodefile"),
-               PBS_ENVIRONMENT="PBS_BATCH", PBS_O_WORKDIR=os.getcwd())
+    local = schedulers.get("local")
+    env = {k: v for k, v in os.environ.items() if not any(k == s.jobid_var or k == s.nodefile_var
+                                                          for s in schedulers.SCHEDULERS.all())}
+    env.update({local.jobid_var: f"{os.getpid()}.local", local.nodefile_var: expt.nodefile})
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    print(f"restartlab run: {path}\nexperiment: {d}\nlog: {os.path.join(d, 'job.out')}", flush=True)
+    print(f"restartlab run: {path}\nexperiment: {d}\nlog: {expt.job_out}", flush=True)
     t0 = time.time()
     tty = sys.stdout.isatty() and not a.plain
-    with open(os.path.join(d, "job.out"), "w") as out:
-        proc = subprocess.Popen(["bash", os.path.join(d, "job.sh")], stdout=out, stderr=subprocess.STDOUT,
+    with open(expt.job_out, "w") as out:
+        proc = subprocess.Popen(["bash", expt.job_script], stdout=out, stderr=subprocess.STDOUT,
                                 env=env, cwd=d, start_new_session=True)
         last_plain, last_text = 0.0, None
         try:
@@ -79,11 +84,10 @@ def main(a) -> int:
     why = {trainer_options.EXIT_PREEMPTED: " (stopped by the walltime warning: state saved, training "
            "not finished)"}.get(rc, "")
     print(f"restartlab run: job script exited {rc} after {time.time() - t0:.0f}s{why}")
-    rep = os.path.join(d, "report.md")
-    if os.path.exists(rep):
-        print(f"report: {rep}")
+    if os.path.exists(expt.report):
+        print(f"report: {expt.report}")
         try:
-            with open(os.path.join(d, "summary.json")) as f:
+            with open(expt.summary) as f:
                 for s in json.load(f)["phases"]:
                     w = s.get("walltime_stop")
                     print(f"  {s['phase']:>10}: wall {s['wall_s'] or 0:6.1f}s  kills {s['kills']}  "
@@ -96,7 +100,8 @@ def main(a) -> int:
 
 
 def stop(proc, tag):
-    """TERM to the job script (its trap stops its children by PID), then KILL its session."""
+    """TERM to the job script (its trap stops the supervisor, which stops its children by PID),
+    then KILL its session."""
     try:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)

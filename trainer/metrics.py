@@ -5,13 +5,15 @@ import json
 import os
 import time
 
+from restartlab.layout import metrics_name  # torch-free: the experiment directory's names
+
 
 class MetricsWriter:
     def __init__(self, outdir: str, rank: int, sink=None):
         os.makedirs(outdir, exist_ok=True)
         self.rank = rank
         self.sink = sink  # e.g. W&B: gets each row after it is on disk (never blocks)
-        self.path = os.path.join(outdir, f"metrics-{rank}.jsonl")
+        self.path = os.path.join(outdir, metrics_name(rank))
         self._f = open(self.path, "a", buffering=1)
 
     def write(self, metrics: dict, ts: float = None):

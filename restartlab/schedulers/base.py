@@ -40,11 +40,19 @@ class Scheduler:
     title = ""                          # for the script's comment line
     jobid_var: Optional[str] = None     # the job's id inside a job (PBS_JOBID, SLURM_JOB_ID)
     query_tool: Optional[str] = None    # on a login node, its presence means "this scheduler"
-    # bash that submits this experiment's job.sh again, to start once job $RL_JOBID has ended
-    # (relaunch.chain); prints the new job's id. None: this scheduler cannot chain jobs
-    chain_sh: Optional[str] = None
-    # bash that sets RL_NODEFILE (one line per host or per slot) inside the job
-    nodefile_sh = 'RL_NODEFILE="$RL_EXPT_DIR/nodefile"\n[ -s "$RL_NODEFILE" ] || hostname > "$RL_NODEFILE"'
+    nodefile_var: Optional[str] = None  # the job's node file, where the scheduler writes one (PBS_NODEFILE)
+    # bash that sets RL_NODEFILE (one line per host or per slot) inside the job; {nodefile}: the
+    # experiment's own node file (layout), filled in by the renderer
+    nodefile_sh = 'RL_NODEFILE={nodefile}\n[ -s "$RL_NODEFILE" ] || hostname > "$RL_NODEFILE"'
+
+    @property
+    def can_chain(self) -> bool:
+        return type(self).chain_cmd is not Scheduler.chain_cmd
+
+    def chain_cmd(self, after_job: str, script: str) -> List[str]:
+        """argv that submits `script` again, to start once job `after_job` has ended (any way:
+        relaunch.chain); its output is parse_submit's input."""
+        return self._no_queue()
 
     @property
     def has_queue(self) -> bool:

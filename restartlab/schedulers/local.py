@@ -1,4 +1,5 @@
-"""Local shell: no scheduler, this host only (restartlab run)."""
+"""Local shell: no scheduler, this host only (restartlab run). A local run has its own job id
+and node file variables, never a batch system's: inside it, the registry answers "local"."""
 from .base import Scheduler, register
 
 
@@ -6,5 +7,8 @@ from .base import Scheduler, register
 class Local(Scheduler):
     name = "local"
     title = "a local shell (restartlab run)"
-    nodefile_sh = ('RL_NODEFILE="${PBS_NODEFILE:-$RL_EXPT_DIR/nodefile}"\n'
+    jobid_var = "RESTARTLAB_LOCAL_JOBID"
+    nodefile_var = "RESTARTLAB_LOCAL_NODEFILE"
+    nodefile_sh = ('RL_NODEFILE=${{RESTARTLAB_LOCAL_NODEFILE:-}}\n'
+                   '[ -n "$RL_NODEFILE" ] || RL_NODEFILE={nodefile}\n'
                    '[ -s "$RL_NODEFILE" ] || hostname > "$RL_NODEFILE"')

@@ -30,8 +30,8 @@ class PBS(Scheduler):
     title = "PBS Pro"
     jobid_var = "PBS_JOBID"
     query_tool = "qstat"
-    chain_sh = 'qsub -W depend=afterany:"$RL_JOBID" "$RL_EXPT_DIR/job.sh"'
-    nodefile_sh = 'RL_NODEFILE="${PBS_NODEFILE:?PBS_NODEFILE is not set: is this running under PBS?}"'
+    nodefile_var = "PBS_NODEFILE"
+    nodefile_sh = 'RL_NODEFILE="${{PBS_NODEFILE:?PBS_NODEFILE is not set: is this running under PBS?}}"'
 
     def directives(self, sc):
         j, ln = sc["job"], sc["launch"]
@@ -61,6 +61,9 @@ class PBS(Scheduler):
         if not jid or " " in jid:
             raise SchedulerError(f"qsub: unexpected output {stdout!r}")
         return jid
+
+    def chain_cmd(self, after_job, script):
+        return ["qsub", "-W", f"depend=afterany:{after_job}", script]
 
     def status_cmd(self, ids):
         return ["qstat", "-f", "-F", "json", "-x", *ids]

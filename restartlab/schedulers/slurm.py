@@ -42,9 +42,8 @@ class Slurm(Scheduler):
     title = "Slurm"
     jobid_var = "SLURM_JOB_ID"
     query_tool = "squeue"
-    chain_sh = 'sbatch --parsable --dependency=afterany:"$RL_JOBID" "$RL_EXPT_DIR/job.sh"'
-    nodefile_sh = ('RL_NODEFILE="$RL_EXPT_DIR/nodefile.$SLURM_JOB_ID"\n'
-                   'scontrol show hostnames "${SLURM_JOB_NODELIST:?not running under Slurm}" > "$RL_NODEFILE"')
+    nodefile_sh = ('RL_NODEFILE={nodefile}."$SLURM_JOB_ID"\n'
+                   'scontrol show hostnames "${{SLURM_JOB_NODELIST:?not running under Slurm}}" > "$RL_NODEFILE"')
 
     def directives(self, sc):
         j, ln = sc["job"], sc["launch"]
@@ -68,6 +67,9 @@ class Slurm(Scheduler):
         if not jid.isdigit():
             raise SchedulerError(f"sbatch: unexpected output {stdout!r}")
         return jid
+
+    def chain_cmd(self, after_job, script):
+        return ["sbatch", "--parsable", f"--dependency=afterany:{after_job}", script]
 
     def status(self, ids, run):
         """sacct keeps finished jobs; where accounting is off, squeue (live jobs only)."""

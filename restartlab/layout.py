@@ -1,0 +1,122 @@
+"""The experiment directory's layout: every path and file name under <expt_dir>, expt -> phase ->
+attempt, spelled here and nowhere else (as ckptdir.py owns step-N/.complete). Every module, the
+job script's template (through the render context) and the tests ask these classes.
+
+    <expt>/scenario.yaml job.sh jobid jobs.jsonl job.out nodefile nodes.bad hosts.attempt
+           summary.json report.md
+    <expt>/<phase>/ckpts/ attempts/<k>/ injections.jsonl nodes.jsonl injector.log
+                   node-check.log done completed
+    <expt>/<phase>/attempts/<k>/attempt.json output.log metrics-<rank>.jsonl hosts hang
+                   walltime teardown.log
+Pure paths: nothing here creates or reads a file except the listings."""
+import glob
+import os
+from typing import List
+
+
+def metrics_name(rank: int) -> str:
+    """The trainer's metrics file of one rank (in the attempt directory it runs in)."""
+    return f"metrics-{rank}.jsonl"
+
+
+METRICS_GLOB = "metrics-*.jsonl"
+
+
+class Attempt:
+    """<phase>/attempts/<k>: one launch."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @property
+    def index(self) -> int:
+        return int(os.path.basename(self.path))
+
+    def _f(self, name):
+        return os.path.join(self.path, name)
+
+    record = property(lambda self: self._f("attempt.json"))   # written by the supervisor at its end
+    output = property(lambda self: self._f("output.log"))     # the launcher's stdout + stderr
+    hosts = property(lambda self: self._f("hosts"))           # the nodes node-check chose for it
+    hang = property(lambda self: self._f("hang"))             # marker: the watchdog stopped it
+    walltime = property(lambda self: self._f("walltime"))     # marker: the walltime warning stopped it
+    teardown_log = property(lambda self: self._f("teardown.log"))
+
+    def metrics(self, rank: int = 0) -> str:
+        return self._f(metrics_name(rank))
+
+    def metrics_files(self) -> List[str]:
+        return glob.glob(self._f(METRICS_GLOB))
+
+
+class Phase:
+    """<expt>/<phase>: one phase of the experiment (every job of a chain adds attempts here)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path.rstrip("/"))
+
+    def _f(self, name):
+        return os.path.join(self.path, name)
+
+    ckpts = property(lambda self: self._f("ckpts"))              # default checkpoint directory
+    attempts_dir = property(lambda self: self._f("attempts"))
+    injections = property(lambda self: self._f("injections.jsonl"))  # one line per strike
+    node_checks = property(lambda self: self._f("nodes.jsonl"))      # one line per node per check
+    injector_log = property(lambda self: self._f("injector.log"))
+    node_check_log = property(lambda self: self._f("node-check.log"))
+    done = property(lambda self: self._f("done"))            # marker: this job's supervisor is finished
+    completed = property(lambda self: self._f("completed"))  # marker: the phase reached its last step
+
+    def attempt(self, k: int) -> Attempt:
+        return Attempt(os.path.join(self.attempts_dir, str(k)))
+
+    def attempts(self) -> List[Attempt]:
+        """The numbered attempt directories, in launch order."""
+        found = [d for d in glob.glob(os.path.join(self.attempts_dir, "*"))
+                 if os.path.basename(d).isdigit() and os.path.isdir(d)]
+        return [Attempt(d) for d in sorted(found, key=lambda d: int(os.path.basename(d)))]
+
+    def stray_entries(self) -> List[str]:
+        """Entries under attempts/ that are not numbered directories."""
+        good = {a.path for a in self.attempts()}
+        return [x for x in sorted(glob.glob(os.path.join(self.attempts_dir, "*"))) if x not in good]
+
+    def started(self) -> bool:
+        return os.path.isdir(self.attempts_dir)
+
+
+class Expt:
+    """<expt_dir>: the experiment."""
+
+    def __init__(self, root: str):
+        self.root = root
+
+    def _f(self, name):
+        return os.path.join(self.root, name)
+
+    scenario = property(lambda self: self._f("scenario.yaml"))  # the resolved scenario
+    job_script = property(lambda self: self._f("job.sh"))
+    jobid = property(lambda self: self._f("jobid"))             # written by `restartlab submit`
+    jobs = property(lambda self: self._f("jobs.jsonl"))         # every job that worked on it (chains)
+    job_out = property(lambda self: self._f("job.out"))         # `restartlab run`: the script's output
+    nodefile = property(lambda self: self._f("nodefile"))       # the local scheduler's node file
+    bad_nodes = property(lambda self: self._f("nodes.bad"))     # nodes excluded for the rest of the job
+    hosts_attempt = property(lambda self: self._f("hosts.attempt"))  # the next attempt's hosts
+    summary = property(lambda self: self._f("summary.json"))
+    report = property(lambda self: self._f("report.md"))
+
+    def phase(self, name: str) -> Phase:
+        return Phase(self._f(name))
+
+    def phases(self) -> List[Phase]:
+        """Phase directories that have attempts, in name order."""
+        try:
+            names = sorted(os.listdir(self.root))
+        except OSError:
+            return []
+        return [p for p in (self.phase(n) for n in names) if p.started()]
+

@@ -1,0 +1,394 @@
+"""restartlab supervise: the relaunch loop of one phase, run by the job script once per phase:
+
+    restartlab supervise --phase sync --phase-dir EXPT/sync --tag T ... -- mpiexec ... python -m restartlab.trainer ...
+
+It launches each attempt (its own directory, a fresh rendezvous port, the launch timestamp),
+keeps the injector running for the phase, watches each attempt (no progress for hang_timeout, or
+startup_timeout before the first step: stopped), sends the ranks the trainer's preemption signal
+once the walltime margin is reached and launches nothing after it, tears down whatever of a failed
+attempt is left, runs the node check before each launch when a policy needs it, records each
+attempt, and decides: relaunch (after the backoff, within the budget), or stop. The phase's
+verdict is its exit status (EXIT_*), its `completed` marker and each attempt's attempt.json.
+
+The decisions live in `Supervisor`; the side effects (processes, signals, the node check, the
+injector) in `Procs`, and time in `Clock`: the tests replace both (a fake clock, fake attempts)."""
+import argparse
+import contextlib
+import os
+import select
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import List, Optional
+
+from . import attempt as attempt_record
+from . import launchers, layout, options, tool_options
+from .trainer_options import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_WALLTIME = EXIT_PREEMPTED   # stopped by the walltime margin: state saved, training not finished
+EXIT_BUDGET = 6                  # max_attempts used up before the last step (a failure a chain may resume)
+EXIT_INTERRUPTED = 130
+STOP_GRACE_S = 5.0               # the launcher's time to end after a TERM before it gets a KILL
+INJECTOR_GRACE_S = 5.0           # the injector stops by itself once the done marker exists
+
+
+# ---------------------------------------------------------------- the parts the tests replace
+class Clock:
+    def time(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+class Launched:
+    """One attempt's launcher process."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.pid = proc.pid
+        try:  # a pidfd wakes us the moment the launcher exits (Popen.wait polls in 50 ms steps)
+            self._fd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self._fd = None
+
+    def wait(self, timeout: Optional[float]) -> Optional[int]:
+        """The exit status once the launcher has ended, None if it still runs after `timeout`.
+        Death by signal N is 128+N, as a shell reports it (launchers.signal_of reads that)."""
+        if self._fd is not None and self.proc.poll() is None and timeout:
+            p = select.poll()
+            p.register(self._fd, select.POLLIN)
+            p.poll(max(0, timeout) * 1000)
+        try:
+            rc = self.proc.wait(timeout=0 if self._fd is not None else timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        return 128 - rc if rc < 0 else rc
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+
+class Procs:
+    """The supervisor's side effects on real processes and files."""
+
+    def __init__(self, cfg: "Config"):
+        self.cfg = cfg
+        self.injector: Optional[subprocess.Popen] = None
+
+    def which(self, exe: str) -> bool:
+        return shutil.which(exe) is not None
+
+    def free_port(self) -> int:
+        return int(os.environ.get("MASTER_PORT") or launchers.free_port())
+
+    def launch(self, argv: List[str], att: layout.Attempt, env: dict) -> Launched:
+        with open(att.output, "ab") as out:
+            return Launched(subprocess.Popen(argv, cwd=att.path, env=dict(os.environ, **env), stdout=out,
+                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+
+    def teardown(self, att: layout.Attempt, sig: str = "KILL") -> None:
+        """`sig` to whatever of this job's ranks is left, on every node (found by the tag)."""
+        from .teardown import teardown
+        with open(att.teardown_log, "a") as log, contextlib.redirect_stdout(log):
+            teardown(self.cfg.tag, sig, self.cfg.fanout, self.cfg.nodefile, self.cfg.launcher)
+
+    def last_activity(self, att: layout.Attempt) -> Optional[float]:
+        """When the attempt last wrote output or a metrics row (file times)."""
+        times = []
+        for p in [att.output] + att.metrics_files():
+            try:
+                times.append(os.stat(p).st_mtime)
+            except OSError:
+                pass
+        return max(times) if times else None
+
+    def has_stepped(self, att: layout.Attempt) -> bool:
+        return bool(att.metrics_files())
+
+    def node_check(self, phase: layout.Phase, k: int) -> Optional[int]:
+        """Nodes the next attempt gets (its hosts in --hosts-file); None: too few healthy ones."""
+        from . import nodes
+        p = argparse.ArgumentParser(prog="restartlab node-check")
+        options.add_to_parser(p, tool_options.NODE_CHECK)
+        a = p.parse_args(shlex.split(self.cfg.node_check) + [
+            "--fanout", self.cfg.fanout, "--log", phase.node_checks, "--attempt", str(k),
+            "--hosts-out", self.cfg.hosts_file])
+        if self.cfg.nodefile:
+            a.nodefile = self.cfg.nodefile
+        with open(phase.node_check_log, "a") as log, contextlib.redirect_stderr(log):
+            return nodes.check_all(a)
+
+    def start_injector(self, phase: layout.Phase) -> None:
+        argv = [sys.executable, "-m", "restartlab.cli", "inject", *shlex.split(self.cfg.inject)]
+        with open(phase.injector_log, "ab") as log:
+            self.injector = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def stop_injector(self, grace: float = INJECTOR_GRACE_S) -> None:
+        if self.injector is None:
+            return
+        try:
+            self.injector.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.injector.terminate()
+            try:
+                self.injector.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.injector.kill()
+                self.injector.wait()
+        self.injector = None
+
+    def hosts(self) -> List[str]:
+        from .inject import read_nodefile
+        return read_nodefile(self.cfg.nodefile)[0]
+
+
+# ---------------------------------------------------------------- configuration
+@dataclass
+class Config:
+    phase: str
+    phase_dir: str
+    tag: str
+    argv: List[str]
+    train_iters: int = 100
+    launcher: str = tool_options.LAUNCHER_DEFAULT
+    max_attempts: int = 10
+    backoff: float = 0.0
+    hang_timeout: float = 600.0
+    startup_timeout: float = 1200.0
+    walltime_margin: float = 120.0
+    stop_at: float = 0.0
+    preempt_signal: str = "TERM"
+    fanout: str = "local"
+    nodefile: Optional[str] = None
+    job: str = "local"
+    node_policy: str = "same"
+    ranks_per_node: int = 1
+    node_check: Optional[str] = None
+    hosts_file: Optional[str] = None
+    inject: Optional[str] = None
+    tick: float = 1.0
+
+    @classmethod
+    def from_args(cls, a: argparse.Namespace, argv: List[str]) -> "Config":
+        vals = {o.key: getattr(a, o.key) for o in tool_options.SUPERVISE}
+        vals["nodefile"] = tool_options.nodefile_default(vals["nodefile"])
+        return cls(argv=list(argv), **vals)
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+# ---------------------------------------------------------------- the loop
+class Supervisor:
+    def __init__(self, cfg: Config, clock: Clock = None, procs: Procs = None, out=None):
+        self.cfg = cfg
+        self.clock = clock or Clock()
+        self.procs = procs or Procs(cfg)
+        self.phase = layout.Phase(cfg.phase_dir)
+        self.out = out or sys.stdout
+        self.current: Optional[Launched] = None
+
+    def say(self, msg: str, err: bool = False) -> None:
+        print(f"restartlab: phase {self.cfg.phase}: {msg}", file=sys.stderr if err else self.out, flush=True)
+
+    def past_stop(self) -> bool:
+        return self.cfg.stop_at > 0 and self.clock.time() >= self.cfg.stop_at
+
+    # -- one attempt
+    def _argv_and_env(self, k: int, att: layout.Attempt):
+        """The attempt's argv (node and rank counts filled in) and the variables the ranks get."""
+        cfg, argv = self.cfg, list(self.cfg.argv)
+        master = os.environ.get("MASTER_ADDR") or socket.gethostname()
+        if cfg.node_check is not None:
+            n = self.procs.node_check(self.phase, k)
+            if n is None:
+                self.say(f"too few healthy nodes to launch attempt {k} (see {self.phase.node_checks})", err=True)
+                return None, None
+            if cfg.node_policy != "same":
+                argv = [w.replace(launchers.NODES_TOKEN, str(n)).replace(launchers.RANKS_TOKEN,
+                                                                           str(n * cfg.ranks_per_node)) for w in argv]
+                shutil.copyfile(cfg.hosts_file, att.hosts)
+                with open(cfg.hosts_file) as f:
+                    first = next((h.strip() for h in f if h.strip()), None)
+                hosts = self.procs.hosts()
+                if first and hosts and first != hosts[0]:  # rank 0 runs on the first host
+                    master = os.environ.get("MASTER_ADDR") or first
+                self.ranks = n * cfg.ranks_per_node
+        env = {"RESTARTLAB_LAUNCH_TS": repr(self.clock.time()), "MASTER_ADDR": master,
+               "MASTER_PORT": str(self.procs.free_port()),
+               "RESTARTLAB_EXPT": os.path.basename(os.path.dirname(os.path.abspath(cfg.phase_dir))),
+               "RESTARTLAB_PHASE": cfg.phase, "RESTARTLAB_ATTEMPT": str(k)}
+        return argv, env
+
+    def watch(self, run: Launched, att: layout.Attempt) -> int:
+        """Wait for the attempt to end; the walltime warning and the watchdog meanwhile."""
+        cfg = self.cfg
+        while True:
+            rc = run.wait(cfg.tick)
+            if rc is not None:
+                return rc
+            if not os.path.exists(att.walltime) and self.past_stop():
+                self.walltime_warning(att)
+            last = self.procs.last_activity(att)
+            limit = cfg.hang_timeout if self.procs.has_stepped(att) else cfg.startup_timeout
+            if last is not None and self.clock.time() - last > limit:
+                self.say(f"no progress in {att.path} for {limit:g}s: stopping the attempt", err=True)
+                _touch(att.hang)
+                self.procs.teardown(att)
+                return self.stop(run)
+
+    def stop(self, run: Launched) -> int:
+        """TERM to the launcher, KILL after STOP_GRACE_S; its exit status."""
+        run.signal(signal.SIGTERM)
+        rc = run.wait(STOP_GRACE_S)
+        if rc is None:
+            run.signal(signal.SIGKILL)
+            rc = run.wait(None)
+        return rc
+
+    def walltime_warning(self, att: layout.Attempt) -> None:
+        """The ranks write an emergency checkpoint and exit; the marker says: do not relaunch."""
+        _touch(att.walltime)
+        self.say(f"walltime warning ({self.cfg.walltime_margin:g}s left): SIG{self.cfg.preempt_signal} to "
+                 f"the ranks for an emergency checkpoint", err=True)
+        self.procs.teardown(att, self.cfg.preempt_signal)
+
+    # -- the phase
+    def run(self) -> int:
+        cfg, phase = self.cfg, self.phase
+        if os.path.exists(phase.completed):
+            self.say("finished by an earlier job of this experiment")
+            return EXIT_OK
+        if self.past_stop():
+            self.say("not started: the walltime margin is reached", err=True)
+            return EXIT_WALLTIME
+        os.makedirs(phase.attempts_dir, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(phase.done)
+        if not cfg.argv or not self.procs.which(cfg.argv[0]):
+            self.say(f"FAILED: launcher '{cfg.argv[0] if cfg.argv else ''}' is not on PATH in the job "
+                     f"(PATH={os.environ.get('PATH', '')})", err=True)
+            return EXIT_FAILED
+        if cfg.inject is not None:
+            self.procs.start_injector(phase)
+        self.say(f"started {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
+        try:
+            verdict, k, tries = self._attempts()
+        finally:
+            _touch(phase.done)
+            self.procs.stop_injector()
+        if verdict == "completed":
+            _touch(phase.completed)
+            self.say(f"finished after {k} attempt(s) {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
+            return EXIT_OK
+        if verdict == "walltime":
+            self.say("stopped by the walltime warning; its newest checkpoint is the emergency one", err=True)
+            return EXIT_WALLTIME
+        self.say(f"FAILED: {tries} attempt(s) in this job did not reach the last step", err=True)
+        return EXIT_BUDGET if verdict == "budget" else EXIT_FAILED
+
+    def _attempts(self):
+        """(verdict, last attempt number, attempts made in this job); verdict is completed,
+        walltime, budget (max_attempts used up), or failed (relaunching cannot help)."""
+        cfg, phase = self.cfg, self.phase
+        done = phase.attempts()
+        k = done[-1].index if done else 0  # a chained job goes on numbering the attempts before it
+        tries = 0
+        while tries < cfg.max_attempts:
+            if self.past_stop():
+                self.say(f"walltime margin reached: no attempt launched after attempt {k}", err=True)
+                return "walltime", k, tries
+            k, tries = k + 1, tries + 1
+            att = phase.attempt(k)
+            os.makedirs(att.path, exist_ok=True)
+            self.ranks = 0
+            argv, env = self._argv_and_env(k, att)
+            if argv is None:
+                return "failed", k, tries
+            launch_ts = float(env["RESTARTLAB_LAUNCH_TS"])
+            self.current = self.procs.launch(argv, att, env)
+            try:
+                rc = self.watch(self.current, att)
+            except Interrupted:
+                rc = self.stop(self.current)
+                self._record(att, k, launch_ts, rc)
+                raise
+            end_ts = self.clock.time()
+            self.current = None
+            if rc != 0:  # nothing of a failed attempt outlives it
+                self.procs.teardown(att)
+            if self._record(att, k, launch_ts, rc, end_ts):
+                return "completed", k, tries
+            if os.path.exists(att.walltime):
+                return "walltime", k, tries
+            if rc == EXIT_NO_CHECKPOINT:  # complete checkpoints exist, none loads: relaunching cannot help
+                self.say(f"no complete checkpoint loads (see {att.output}): not relaunching", err=True)
+                return "failed", k, tries
+            if tries < cfg.max_attempts:
+                self.clock.sleep(cfg.backoff)
+        return "budget", k, tries
+
+    def _record(self, att, k, launch_ts, rc, end_ts=None) -> bool:
+        return attempt_record.record(att, self.phase, k, launch_ts, end_ts or self.clock.time(), rc,
+                                     self.cfg.train_iters, self.cfg.launcher, self.ranks, self.cfg.job,
+                                     out=self.out)
+
+
+def _touch(path: str) -> None:
+    with open(path, "a"):
+        pass
+
+
+# ---------------------------------------------------------------- the verb
+def build_parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    options.add_to_parser(p, tool_options.SUPERVISE)
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="-- the launch command of every attempt")
+    return p
+
+
+def main(a: argparse.Namespace) -> int:
+    argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+    if not argv:
+        print("restartlab supervise: error: no launch command (give it after --)", file=sys.stderr)
+        return EXIT_USAGE
+    cfg = Config.from_args(a, argv)
+    if cfg.node_check is not None and not cfg.hosts_file:
+        print("restartlab supervise: error: --node-check needs --hosts-file", file=sys.stderr)
+        return EXIT_USAGE
+    sup = Supervisor(cfg)
+
+    def on_signal(signum, _frame):
+        raise Interrupted(signum)
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, on_signal)
+    try:
+        return sup.run()
+    except Interrupted as e:
+        print(f"restartlab: phase {cfg.phase}: interrupted ({e}): the attempt and the injector are stopped",
+              file=sys.stderr, flush=True)
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)  # finish stopping what we started
+        if sup.current is not None:
+            sup.stop(sup.current)
+        if sup.procs.injector is not None:
+            sup.procs.injector.terminate()
+            sup.procs.stop_injector()
+        return EXIT_INTERRUPTED

@@ -1,0 +1,314 @@
+"""The supervisor's decisions, with a fake clock and fake attempts (no processes, no sleeping):
+relaunch, budget, backoff, exit_no_checkpoint, the hang and start-up watchdog, the walltime
+margin, node checks, teardown, the injector's lifetime, chained numbering. Real files: each
+attempt's record and markers are written where the collector reads them. The end-to-end runs
+with real ranks are in test_collect, test_failure_kinds, test_nodes and test_slurm."""
+import json
+import os
+import signal
+
+import pytest
+
+from restartlab import layout, supervise
+from restartlab.supervise import Config, Supervisor
+from restartlab.trainer_options import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
+
+ITERS = 20
+
+
+class FakeClock:
+    def __init__(self, t=1000.0):
+        self.t = t
+        self.sleeps = []
+
+    def time(self):
+        return self.t
+
+    def sleep(self, s):
+        self.sleeps.append(s)
+        self.t += max(0.0, s)
+
+
+class FakeAttempt:
+    """A scripted attempt: exits `rc` after `runs` seconds (None: never, unless signalled),
+    writes a metrics row every `step_every` seconds until `stalls_at` (then nothing more),
+    logs its final row when it completes (rc 0)."""
+
+    def __init__(self, rc=0, runs=10.0, step_every=1.0, stalls_at=None, first_step_at=0.5,
+                 on_term=143, term_delay=0.5):
+        self.rc, self.runs, self.step_every, self.stalls_at = rc, runs, step_every, stalls_at
+        self.first_step_at, self.on_term, self.term_delay = first_step_at, on_term, term_delay
+        self.signals = []
+        self.exit_at = None
+
+    def start(self, clock, att):
+        self.clock, self.att, self.t0 = clock, att, clock.t
+        self.exit_at = None if self.runs is None else self.t0 + self.runs
+        self.pid = 4242
+
+    # -- what Procs asks of it
+    def activity(self):
+        now = self.clock.t
+        end = min(x for x in (now, self.exit_at, self.stalls_at and self.t0 + self.stalls_at) if x is not None)
+        return self.t0 + 0.01 if end < self.t0 + self.first_step_at else end
+
+    def stepped(self):
+        return self.clock.t >= self.t0 + self.first_step_at and (
+            self.stalls_at is None or self.stalls_at >= self.first_step_at)
+
+    # -- the Launched interface
+    def wait(self, timeout):
+        if self.exit_at is None:
+            if timeout is None:
+                raise AssertionError("the supervisor waits forever on an attempt that never exits")
+            self.clock.t += timeout
+            return None
+        if timeout is None or self.exit_at <= self.clock.t + timeout:
+            self.clock.t = max(self.clock.t, self.exit_at)
+            self._finish()
+            return self.rc
+        self.clock.t += timeout
+        return None
+
+    def _finish(self):
+        if self.rc == 0 and not getattr(self, "_wrote", False):
+            self._wrote = True
+            with open(self.att.metrics(0), "a") as f:
+                f.write(json.dumps({"timestamp": self.clock.t, "rank": 0,
+                                    "metrics": {"train/iter": ITERS, "train/params_crc": 7}}) + "\n")
+
+    def signal(self, sig):
+        self.signals.append(sig)
+        if sig == signal.SIGKILL:
+            self.rc, self.exit_at = 137, self.clock.t
+        elif sig == signal.SIGTERM and self.on_term is not None and (
+                self.exit_at is None or self.exit_at > self.clock.t + self.term_delay):
+            self.rc, self.exit_at = self.on_term, self.clock.t + self.term_delay
+
+    def ranks_signalled(self, sig):
+        """The ranks got `sig` from a teardown (the walltime warning's TERM: emergency checkpoint)."""
+        if sig == "TERM" and self.on_term is not None:
+            self.rc, self.exit_at = EXIT_PREEMPTED, self.clock.t + self.term_delay
+
+
+class FakeProcs:
+    def __init__(self, clock, attempts, on_path=True, nodes=None):
+        self.clock, self.queue, self.on_path, self.nodes = clock, list(attempts), on_path, nodes
+        self.launched, self.teardowns, self.events, self.argvs, self.envs = [], [], [], [], []
+        self.injector = None
+
+    def which(self, exe):
+        return self.on_path
+
+    def free_port(self):
+        return 29500 + len(self.launched)
+
+    def launch(self, argv, att, env):
+        a = self.queue.pop(0)
+        a.start(self.clock, att)
+        self.launched.append(a)
+        self.argvs.append(argv)
+        self.envs.append(env)
+        self.events.append(("launch", att.index, self.clock.t))
+        return a
+
+    def teardown(self, att, sig="KILL"):
+        self.teardowns.append((att.index, sig))
+        self.events.append(("teardown", att.index, sig))
+        if self.launched:
+            self.launched[-1].ranks_signalled(sig)
+
+    def last_activity(self, att):
+        return self.launched[-1].activity()
+
+    def has_stepped(self, att):
+        return self.launched[-1].stepped()
+
+    def node_check(self, phase, k):
+        n = self.nodes.pop(0)
+        if n is not None:
+            with open(phase.path + "/../hosts.attempt", "w") as f:
+                f.writelines(f"h{i}\n" for i in range(n))
+        self.events.append(("node_check", k, n))
+        return n
+
+    def hosts(self):
+        return ["h0", "h1", "h2"]
+
+    def start_injector(self, phase):
+        self.events.append(("injector_start",))
+
+    def stop_injector(self, grace=5.0):
+        self.events.append(("injector_stop", os.path.exists(layout.Phase(self.phase_dir).done)))
+
+
+def make(tmp_path, attempts, **kw):
+    clock = FakeClock()
+    phase_dir = str(tmp_path / "expt" / "sync")
+    os.makedirs(phase_dir, exist_ok=True)
+    on_path, nodes = kw.pop("on_path", True), kw.pop("nodes", None)
+    cfg = Config(phase="sync", phase_dir=phase_dir, tag="T", argv=["mpiexec", "-n", "@RL_NRANKS@", "train"],
+                 train_iters=ITERS, **kw)
+    procs = FakeProcs(clock, attempts, on_path, nodes)
+    procs.phase_dir = phase_dir
+    sup = Supervisor(cfg, clock=clock, procs=procs, out=open(os.devnull, "w"))
+    return sup, procs, clock, layout.Phase(phase_dir)
+
+
+def records(phase):
+    return [json.load(open(a.record)) for a in phase.attempts()]
+
+
+def test_first_attempt_completes(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=0, runs=10)])
+    assert sup.run() == supervise.EXIT_OK
+    assert os.path.exists(phase.completed) and os.path.exists(phase.done)
+    [r] = records(phase)
+    assert r["completed"] and r["exit_code"] == 0 and r["end_ts"] - r["launch_ts"] == pytest.approx(10)
+    assert procs.teardowns == []  # nothing to tear down after a clean exit
+
+
+def test_relaunch_after_a_failure_until_completed(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=5), FakeAttempt(rc=0, runs=5)],
+                                    backoff=3.0)
+    assert sup.run() == supervise.EXIT_OK
+    r = records(phase)
+    assert [x["exit_code"] for x in r] == [137, 0] and [x["completed"] for x in r] == [False, True]
+    assert procs.teardowns == [(1, "KILL")]  # what is left of the failed attempt, before the relaunch
+    assert clock.sleeps == [3.0]             # the backoff, between the attempts
+    assert r[1]["launch_ts"] - r[0]["end_ts"] == pytest.approx(3.0)
+    assert procs.envs[0]["MASTER_PORT"] != procs.envs[1]["MASTER_PORT"]  # a fresh rendezvous port
+    assert procs.envs[1]["RESTARTLAB_ATTEMPT"] == "2"
+
+
+def test_budget_used_up(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=1, runs=2) for _ in range(3)],
+                                    max_attempts=3, backoff=1.0)
+    assert sup.run() == supervise.EXIT_BUDGET
+    assert len(procs.launched) == 3
+    assert clock.sleeps == [1.0, 1.0]  # no backoff after the last attempt
+    assert not os.path.exists(phase.completed) and os.path.exists(phase.done)
+
+
+def test_no_loadable_checkpoint_stops_relaunching(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=EXIT_NO_CHECKPOINT, runs=2), FakeAttempt()],
+                                    max_attempts=5)
+    assert sup.run() == supervise.EXIT_FAILED
+    assert len(procs.launched) == 1
+
+
+def test_watchdog_stops_a_hung_attempt(tmp_path):
+    # steps for 30 s, then nothing (a stopped rank): stopped hang_timeout after its last row
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=0, runs=None, stalls_at=30), FakeAttempt(runs=5)],
+                                    hang_timeout=60, startup_timeout=600, tick=1.0)
+    assert sup.run() == supervise.EXIT_OK
+    first = records(phase)[0]
+    assert first["hang"] and not first["completed"]
+    assert 90 <= first["end_ts"] - first["launch_ts"] <= 92.5  # 30 s of steps + 60 s of silence (+ a tick + TERM)
+    assert procs.launched[0].signals == [signal.SIGTERM]
+    assert (1, "KILL") in procs.teardowns
+
+
+def test_watchdog_kills_a_launcher_deaf_to_term(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(runs=None, stalls_at=5, on_term=None), FakeAttempt(runs=5)],
+                                    hang_timeout=10, tick=1.0)
+    assert sup.run() == supervise.EXIT_OK
+    assert procs.launched[0].signals == [signal.SIGTERM, signal.SIGKILL]
+    first = records(phase)[0]
+    assert first["exit_code"] == 137
+    assert first["end_ts"] - first["launch_ts"] == pytest.approx(5 + 10 + 1 + supervise.STOP_GRACE_S, abs=1.01)
+
+
+def test_startup_timeout_before_the_first_step(tmp_path):
+    # no step yet: hang_timeout (10 s) does not apply, startup_timeout (100 s) does
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(runs=None, first_step_at=10 ** 6), FakeAttempt(runs=5)],
+                                    hang_timeout=10, startup_timeout=100, tick=1.0)
+    assert sup.run() == supervise.EXIT_OK
+    first = records(phase)[0]
+    assert first["hang"] and 100 <= first["end_ts"] - first["launch_ts"] <= 102.5
+
+
+def test_a_slow_start_is_not_a_hang(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=0, runs=80, first_step_at=70)],
+                                    hang_timeout=10, startup_timeout=100, tick=1.0)
+    assert sup.run() == supervise.EXIT_OK
+    assert not records(phase)[0]["hang"]
+
+
+def test_walltime_margin_during_an_attempt(tmp_path):
+    # the margin starts 50 s in: the ranks get the preemption signal, checkpoint, exit 5; no relaunch
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=0, runs=None), FakeAttempt()],
+                                    stop_at=1050.0, preempt_signal="TERM", tick=1.0, hang_timeout=1000)
+    assert sup.run() == supervise.EXIT_WALLTIME
+    assert len(procs.launched) == 1
+    r = records(phase)[0]
+    assert r["walltime"] and r["preempted"] and r["exit_code"] == EXIT_PREEMPTED
+    assert (1, "TERM") in procs.teardowns
+    assert not os.path.exists(phase.completed)
+
+
+def test_walltime_margin_reached_before_a_relaunch(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=5), FakeAttempt()],
+                                    stop_at=1004.0, backoff=0.0, tick=10.0)
+    assert sup.run() == supervise.EXIT_WALLTIME
+    assert len(procs.launched) == 1  # the first attempt ran past the stop; nothing launched after it
+
+
+def test_no_phase_starts_past_the_walltime_margin(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt()], stop_at=900.0)
+    assert sup.run() == supervise.EXIT_WALLTIME
+    assert procs.launched == [] and procs.events == []
+
+
+def test_a_phase_completed_by_an_earlier_job_is_not_run(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt()])
+    open(phase.completed, "w").close()
+    assert sup.run() == supervise.EXIT_OK and procs.launched == []
+
+
+def test_a_chained_job_goes_on_numbering(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(runs=3)])
+    for k in (1, 2):
+        os.makedirs(phase.attempt(k).path)
+    assert sup.run() == supervise.EXIT_OK
+    assert [a.index for a in phase.attempts()] == [1, 2, 3] and os.path.exists(phase.attempt(3).record)
+
+
+def test_launcher_not_on_path(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt()], on_path=False)
+    assert sup.run() == supervise.EXIT_FAILED and procs.launched == []
+
+
+def test_injector_lives_as_long_as_the_phase(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=3), FakeAttempt(runs=3)], inject="--every 5s")
+    assert sup.run() == supervise.EXIT_OK
+    kinds = [e[0] for e in procs.events]
+    assert kinds[0] == "injector_start" and kinds[-1] == "injector_stop"
+    assert procs.events[-1][1] is True  # the done marker is there before the injector is stopped
+
+
+def test_node_check_before_each_attempt_shrinks_the_launch(tmp_path):
+    hosts = str(tmp_path / "expt" / "hosts.attempt")
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=3), FakeAttempt(runs=3)], nodes=[3, 2],
+                                    node_check="--policy shrink", node_policy="shrink", hosts_file=hosts,
+                                    ranks_per_node=4)
+    assert sup.run() == supervise.EXIT_OK
+    assert [a[2] for a in procs.argvs] == ["12", "8"]  # @RL_NRANKS@ from the nodes chosen
+    assert [r["ranks"] for r in records(phase)] == [12, 8]
+    assert open(phase.attempt(2).hosts).read() == "h0\nh1\n"
+
+
+def test_too_few_healthy_nodes_fails_the_phase(tmp_path):
+    hosts = str(tmp_path / "expt" / "hosts.attempt")
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=3), FakeAttempt()], nodes=[2, None],
+                                    node_check="--policy spares", node_policy="spares", hosts_file=hosts)
+    assert sup.run() == supervise.EXIT_FAILED
+    assert len(procs.launched) == 1
+
+
+def test_config_comes_from_the_option_table():
+    import argparse
+    p = supervise.build_parser(argparse.ArgumentParser())
+    a = p.parse_args(["--phase", "p", "--phase-dir", "d", "--tag", "t", "--hang-timeout", "5m", "--", "mpiexec", "x"])
+    cfg = Config.from_args(a, ["mpiexec", "x"])
+    assert cfg.hang_timeout == 300 and cfg.max_attempts == 10 and cfg.argv == ["mpiexec", "x"]
