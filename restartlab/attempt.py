@@ -1,4 +1,4 @@
-"""attempt.json: what the supervisor knows about one launch, written right after it ends, and
+"""The attempt record: what the supervisor knows about one launch, written right after it ends, and
 the one definition of "completed" (reached the last step, not merely rc 0) and "injected" (an
 injection record with a kill inside the attempt's window)."""
 import json
@@ -37,7 +37,7 @@ def injections_into(records: Iterable[dict], t0, t1):
 
 def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, end_ts: float, rc: int,
            train_iters: int, launcher: str = "hydra", ranks: int = 0, job=None, out=None) -> bool:
-    """Write <attempt>/attempt.json; True when the attempt completed the phase."""
+    """Write the attempt's record; True when the attempt completed the phase."""
     completed = reached_last_step(att, train_iters)
     hosts = None
     if os.path.exists(att.hosts):  # chosen by node-check for this attempt

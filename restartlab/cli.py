@@ -34,7 +34,8 @@ def cmd_render(a):
     sc = _load(a.scenario, a.set)
     text, ctx, resolved = experiment.render_script(sc, a.scheduler, expt_dir=a.expt_dir)
     if a.output and a.output != "-":
-        side = os.path.splitext(a.output)[0] + ".scenario.yaml"
+        from . import layout
+        side = layout.sidecar_scenario(a.output)
         experiment.write_script(a.output, text, resolved, side)
         print(f"wrote {a.output} (resolved scenario: {side})", file=sys.stderr)
     else:

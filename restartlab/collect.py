@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 from . import ckptdir, layout
 from .attempt import completed_row, injections_into
 from .failures import book as book_kind
-from .live import read_injections, read_node_checks
+from .live import Malformed, read_injections, read_node_checks
 
 TRACE_POINTS = 20000  # per phase (split over its attempts, at least 50 each), for the progress plot
 SAVE_KEYS = ("train/ckpt_save_seconds", "train/ckpt_stage_seconds", "train/ckpt_drain_seconds")
@@ -98,8 +98,8 @@ def iter_rows(path, warnings):
                     raise TypeError("metrics is not a mapping" if ts is not None else "timestamp is not a number")
             except (ValueError, KeyError, TypeError) as e:
                 torn = not line.endswith("\n")
-                warnings.append(f"{path}:{n}: skipped " + ("a torn last line (killed mid-write)" if torn else
-                                f"a malformed line ({type(e).__name__}: {str(e)[:80]})"))
+                warnings.append(f"{path}:{n}: skipped a torn last line (killed mid-write)" if torn else
+                                Malformed(f"{path}:{n}: skipped a malformed line ({type(e).__name__}: {str(e)[:80]})"))
                 continue
             yield n, m, ts
 
@@ -122,7 +122,7 @@ def _finalize_latencies(ckpt_dir, warnings) -> List[float]:
         except OSError:
             warnings.append(f"{c}: unreadable marker")
         except (ValueError, KeyError, TypeError):
-            warnings.append(f"{c}: malformed marker (no complete_ts/save_start numbers)")
+            warnings.append(Malformed(f"{c}: malformed marker (no complete_ts/save_start numbers)"))
     return out
 
 
@@ -135,7 +135,7 @@ def _attempt_from_dir(a: Attempt, att: layout.Attempt, warnings) -> None:
         warnings.append(f"{att.path}: no readable attempt record")
         return
     if not isinstance(info, dict):
-        warnings.append(f"{att.record}: malformed (a {type(info).__name__}, not a mapping)")
+        warnings.append(Malformed(f"{att.record}: malformed (a {type(info).__name__}, not a mapping)"))
         return
     a.recorded = True
     a.launch_ts, a.end_ts = _num(info.get("launch_ts")), _num(info.get("end_ts"))
@@ -182,7 +182,7 @@ def _stream_attempt(a: Attempt, keep_upto, want, ph: Phase) -> None:
             it = int(it)
         if not isinstance(it, int) or isinstance(it, bool):
             if it is not None:
-                ph.warnings.append(f"{a.path}:{n}: malformed train/iter {str(it)[:40]!r}: line skipped")
+                ph.warnings.append(Malformed(f"{a.path}:{n}: malformed train/iter {str(it)[:40]!r}: line skipped"))
             continue
         if "train/loss" in m:
             if a.first_ts is None:
@@ -195,7 +195,7 @@ def _stream_attempt(a: Attempt, keep_upto, want, ph: Phase) -> None:
             a.add_trace(ts, it)
             dt = _num(m.get("train/dt", 0.0))
             if dt is None:
-                ph.warnings.append(f"{a.path}:{n}: malformed train/dt {str(m.get('train/dt'))[:40]!r}: counted as 0")
+                ph.warnings.append(Malformed(f"{a.path}:{n}: malformed train/dt {str(m.get('train/dt'))[:40]!r}: counted as 0"))
             else:
                 if it <= keep_upto:
                     a.kept_dt += dt
@@ -228,7 +228,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
         lp = layout.Phase(phase_dir)
         attempt_dirs = lp.attempts()
         for x in lp.stray_entries():
-            ph.warnings.append(f"{x}: malformed attempts entry (not a numbered directory): ignored")
+            ph.warnings.append(Malformed(f"{x}: malformed attempts entry (not a numbered directory): ignored"))
         ph.injections = read_injections(phase_dir, ph.warnings)
         ph.node_checks = read_node_checks(phase_dir, ph.warnings)
         ph.finalize = _finalize_latencies(lp.ckpts, ph.warnings)
@@ -246,7 +246,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
     # pass 2: stream each attempt once; we know which steps the next attempt recomputes
     for k, a in enumerate(atts):
         if not os.path.isfile(a.path):
-            ph.warnings.append(f"{a.path}: malformed: not a file" if os.path.exists(a.path) else
+            ph.warnings.append(Malformed(f"{a.path}: malformed: not a file") if os.path.exists(a.path) else
                                f"{a.path}: missing (the attempt died before its first step?)")
             continue
         keep_upto = atts[k + 1].resumed_from if k + 1 < len(atts) else math.inf
@@ -315,15 +315,31 @@ def node_recovery(a: Attempt, b: Attempt, checks: List[dict]) -> dict:
     return ev
 
 
+@dataclass(frozen=True)
+class Detection:
+    """What noticed a failure and ended its attempt: the report's summary carries the key; the text is
+    for people."""
+    key: str
+    text: str
+
+
+DETECTIONS = {d.key: d for d in (
+    Detection("trainer", "trainer (preemption signal: emergency checkpoint, exit 5)"),
+    Detection("watchdog", "watchdog (no progress for relaunch.hang_timeout)"),
+    Detection("pg_timeout", "process-group timeout (a peer never came)"),
+    Detection("launcher", "launcher (a rank died: the launcher ended the rest)"),
+)}
+
+
 def detected_by(a: Attempt) -> str:
-    """Which mechanism ended a failed attempt."""
+    """Which mechanism ended a failed attempt: a key of DETECTIONS."""
     if a.preempted:
-        return "trainer (preemption signal: emergency checkpoint, exit 5)"
+        return "trainer"
     if a.hang:
-        return "watchdog (no progress for relaunch.hang_timeout)"
+        return "watchdog"
     if a.timed_out:
-        return "process-group timeout (a peer never came)"
-    return "launcher (a rank died: the launcher ended the rest)"
+        return "pg_timeout"
+    return "launcher"
 
 
 KIND_FIGURES = ("detection_s", "launch_gap_s", "restart_s", "lost_steps", "recompute_s", "downtime_s")
@@ -363,6 +379,7 @@ def summarize_phase(ph: Phase) -> dict:
     stalls = sum(sum(ph.saves[k]) for k in SAVE_KEYS)
     first = min(atts, key=lambda a: a.launch_ts) if atts else None
     inter = interference(ph)
+    inter_s = inter["busy_steps"] * (inter["busy_dt_s"] - inter["idle_dt_s"]) if inter else 0.0
     return {
         "phase": ph.name, "wall_s": wall, "attempts": len(ph.attempts),
         "kills": sum(1 for r in ph.injections if r.get("killed")),
@@ -381,7 +398,9 @@ def summarize_phase(ph: Phase) -> dict:
         "walltime_stop": walltime_stop(ph),
         "interference": inter,
         # the seconds the steps beside a background save took beyond the same steps without one
-        "interference_s": inter["busy_steps"] * (inter["busy_dt_s"] - inter["idle_dt_s"]) if inter else 0.0,
+        "interference_s": inter_s,
+        # the kept steps' time without the background saves' slowdown (step-time drift compares it)
+        "failure_free_s": productive - inter_s,
         "first_start_s": (first.first_ts - first.launch_ts) if first and first.first_ts else None,
         "jobs": sorted({a.job for a in ph.attempts if a.job}),
         "handovers": hand, "queue_wait_s": queued,
@@ -408,27 +427,55 @@ def walltime_stop(ph: Phase) -> Optional[dict]:
             "lost_steps": (a.last_iter - a.emergency_step) if a.emergency_step is not None else None}
 
 
+def is_baseline(phase_checkpoint: Optional[str]) -> bool:
+    """The baseline is the phase that saves no checkpoints (checkpoint: none), whatever its name."""
+    return phase_checkpoint == "none"
+
+
 def overhead(phase: dict, baseline: dict) -> Optional[dict]:
     """What a phase costs beyond the baseline, and what explains it: overhead = downtime +
-    recompute + save stalls + background interference + residual. Both phases are taken net of
-    their first launch's start-up (launch -> first step), so that a cold first launch (the file
-    cache, imports: whichever phase runs first pays it) is not booked as a failure's cost; the
-    start-ups of relaunches are in the downtime."""
+    recompute + save stalls + background interference + step-time drift + residual. Both phases
+    are taken net of their first launch's start-up (launch -> first step), so that a cold first
+    launch (the file cache, imports: whichever phase runs first pays it) is not booked as a
+    failure's cost; the start-ups of relaunches are in the downtime. Step-time drift: the phase's
+    kept steps without interference, minus the baseline's steps (a shared node's noise moves
+    every step of a phase: +-10-30% per phase measured here), so the residual is only what
+    nothing explains."""
     if not baseline or phase["wall_s"] is None or baseline["wall_s"] is None:
         return None
     first, base_first = phase.get("first_start_s") or 0.0, baseline.get("first_start_s") or 0.0
     diff = (phase["wall_s"] - first) - (baseline["wall_s"] - base_first)
+    drift = None
+    if phase.get("failure_free_s") is not None and baseline.get("failure_free_s") is not None:
+        drift = phase["failure_free_s"] - baseline["failure_free_s"]
     parts = {"downtime_s": phase["downtime_s"], "recompute_s": phase["recompute_s"],
-             "save_stall_s": phase["save_stall_s"], "interference_s": phase.get("interference_s") or 0.0}
+             "save_stall_s": phase["save_stall_s"], "interference_s": phase.get("interference_s") or 0.0,
+             "drift_s": drift or 0.0}
     return dict(parts, measured_s=diff, residual_s=diff - sum(parts.values()), first_start_s=first,
                 baseline_first_start_s=base_first)
 
 
-def young_daly(save_cost_s, restart_s, mtbf_s) -> dict:
-    """Young: sqrt(2 C M); Daly (first order): sqrt(2 C (M + R)) - C, for C < 2M."""
-    if not save_cost_s or not mtbf_s:
+def restart_cost(restart_s, gap_s, detection_s) -> float:
+    """R of Young-Daly: what a failure costs beyond the lost work (fault -> attempt end, the
+    relaunch gap, launch -> first step). One definition for the report and `simulate`."""
+    return (restart_s or 0.0) + (gap_s or 0.0) + (detection_s or 0.0)
+
+
+def phase_restart_cost(events: List[dict]) -> Optional[float]:
+    """R from a phase's failures: the medians of restart, relaunch gap and detection."""
+    def med(key):
+        xs = [e[key] for e in events if e.get(key) is not None]
+        return statistics.median(xs) if xs else None
+    parts = [med("restart_s"), med("launch_gap_s"), med("detection_s")]
+    return None if all(x is None for x in parts) else restart_cost(*parts)
+
+
+def young_daly(save_cost_s, restart_cost_s, mtbf_s) -> dict:
+    """Young: sqrt(2 C M); Daly (first order): sqrt(2 C (M + R)) - C, for C < 2M (C the save's
+    stall, R = restart_cost(), M the MTBF)."""
+    if not save_cost_s or save_cost_s <= 0 or not mtbf_s:
         return {"young_s": None, "daly_s": None}
     young = math.sqrt(2 * save_cost_s * mtbf_s)
-    daly = math.sqrt(2 * save_cost_s * (mtbf_s + (restart_s or 0))) - save_cost_s \
+    daly = math.sqrt(2 * save_cost_s * (mtbf_s + (restart_cost_s or 0))) - save_cost_s \
         if save_cost_s < 2 * mtbf_s else mtbf_s
     return {"young_s": young, "daly_s": daly}

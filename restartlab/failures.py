@@ -1,6 +1,6 @@
 """Failure-kind plug-ins: one class per kind of failure the injector can cause, registered by
 name in KINDS. A kind owns its signal, which nodes (and ranks) it strikes, what follows the
-signal (a preemption's grace period), and how the collector books it. Scenario validation
+signal (a preemption's grace period). The collector books a strike under its record's `kind`. Scenario validation
 (`failures.kind`) and `restartlab inject --kind` choices come from this registry."""
 import random
 import time
@@ -11,7 +11,6 @@ from .registry import Registry
 
 class FailureKind:
     name = ""
-    aliases: tuple = ()          # older spellings still accepted (scenario `target`, --target)
     signal = "KILL"              # default signal (a scenario's failures.signal overrides)
     one_rank = False             # strike one rank's process tree per node, not all of them
     doc = ""
@@ -23,10 +22,6 @@ class FailureKind:
     def killer_args(self) -> List[str]:
         """Extra arguments for the node-local `restartlab kill-ranks`."""
         return ["--one"] if self.one_rank else []
-
-    def book(self, record: dict) -> str:
-        """The name the collector books an injection record under."""
-        return self.name
 
     def follow_up(self, grace: float, attempt_over: Callable[[], bool], strike: Callable[[str], int]) -> dict:
         """After the signal went out: more to do? (`strike(sig)` fans a signal out to the same
@@ -40,7 +35,7 @@ register = KINDS.register
 
 @register
 class Kill(FailureKind):
-    name, aliases = "kill", ("all-nodes",)
+    name = "kill"
     doc = "every rank on every node of the job (the default)"
 
     def nodes(self, n_hosts, node, rng):
@@ -49,7 +44,7 @@ class Kill(FailureKind):
 
 @register
 class Node(FailureKind):
-    name, aliases = "node", ("one-node",)
+    name = "node"
     doc = "every rank of one node (failures.node, else a node chosen from the seed)"
 
     def nodes(self, n_hosts, node, rng):
@@ -58,7 +53,7 @@ class Node(FailureKind):
 
 @register
 class Rank(FailureKind):
-    name, aliases = "rank", ("one-rank",)
+    name = "rank"
     one_rank = True
     doc = "one rank and its process tree (on failures.node, else the first node)"
 
@@ -101,6 +96,5 @@ def get(name: str) -> FailureKind:
 
 
 def book(record: dict) -> str:
-    """Kind of a record in injections.jsonl (records from before `kind` carry `target`)."""
-    name = record.get("kind") or record.get("target") or "kill"
-    return get(name).book(record) if name in KINDS else str(name)
+    """The failure kind an injection record is booked under (its `kind`; kill if it has none)."""
+    return str(record.get("kind") or "kill")

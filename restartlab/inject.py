@@ -1,5 +1,5 @@
 """The failure injector: schedules, gating on `.complete`, fan-out to the job's nodes, and one
-line per kill in <phase>/injections.jsonl (on stdout without --phase-dir). It never matches
+line per kill in the phase's injection records (layout; on stdout without --phase-dir). It never matches
 processes itself: on each node the failure kind strikes it runs `restartlab kill-ranks` (with
 --tag: one restartlab run's ranks; without: every rank of this batch job, whatever program it
 runs; see killer.py) and records the receipts."""
@@ -213,7 +213,7 @@ class Injector:
         a = self.a
         targets = step_targets(a.at_steps, a.every_steps, a.train_iters)
         if targets:
-            gate = a.gate or "complete"
+            gate = tool_options.gate_of(a.gate, step_schedule=True)
             # a chained job's injector: the steps an earlier job's injector struck are done
             done = {r.get("target_step") for r in live.read_injections(a.phase_dir) if r.get("killed")} \
                 if a.phase_dir else set()
@@ -236,7 +236,7 @@ class Injector:
             for off in timed_offsets(a.every, a.mtbf, a.seed):
                 if self.sleep_until(lambda: False, deadline=t0 + off) is False and self.stop_reason():
                     break
-                if a.gate == "complete" and not self.sleep_until(
+                if tool_options.gate_of(a.gate, step_schedule=False) == "complete" and not self.sleep_until(
                         lambda: ckptdir.newest_complete_step(a.ckpt_dir, verify=False) is not None):
                     break
                 self.kill(f"timed +{off:.1f}s ({'every' if a.every else 'mtbf'})")
@@ -258,7 +258,8 @@ def main(a) -> int:
     if a.wait_first_complete and not a.ckpt_dir:
         print("restartlab inject: error: --wait-first-complete needs --ckpt-dir", file=sys.stderr)
         return 2
-    if (a.at_steps or a.every_steps) and (a.gate or "complete") == "complete" and not a.ckpt_dir:
+    step_schedule = bool(a.at_steps or a.every_steps)
+    if tool_options.gate_of(a.gate, step_schedule) == "complete" and step_schedule and not a.ckpt_dir:
         print("restartlab inject: error: gated step schedules need --ckpt-dir", file=sys.stderr)
         return 2
     a.python = a.python or sys.executable

@@ -120,3 +120,8 @@ class Expt:
             return []
         return [p for p in (self.phase(n) for n in names) if p.started()]
 
+
+
+def sidecar_scenario(script_path: str) -> str:
+    """`restartlab render -o FILE`: the resolved scenario is written next to FILE."""
+    return os.path.splitext(script_path)[0] + "." + os.path.basename(Expt("").scenario)

@@ -10,6 +10,11 @@ from . import layout
 TAIL_BYTES = 8192
 
 
+class Malformed(str):
+    """A warning about input that was malformed and skipped (a typed problem: `restartlab report`
+    exits 2 when it met one; other warnings are information)."""
+
+
 def last_row(path, key=None) -> Optional[dict]:
     """Metrics of the last parsable line of a metrics file (that has `key`, if given), reading
     only the file's tail."""
@@ -67,7 +72,7 @@ def read_records(path, warnings=None) -> List[dict]:
                     out.append(rec)
                 except ValueError as e:
                     if warnings is not None:
-                        warnings.append(f"{path}:{n}: skipped a malformed line ({str(e)[:80]})")
+                        warnings.append(Malformed(f"{path}:{n}: skipped a malformed line ({str(e)[:80]})"))
     except OSError:
         pass
     return out

@@ -2,7 +2,7 @@
 (this process is the proof), the expected accelerators are visible, the stage dir is writable
 with room for a checkpoint shard, and an optional site command succeeds. Across the job: the
 check is fanned out once to every node not yet known bad, each with a timeout (a node that does
-not answer in time is bad); results are appended to <phase>/nodes.jsonl; a bad node is added to
+not answer in time is bad); results are appended to the phase's node-check records (layout); a bad node is added to
 the job's bad-node file and stays excluded for the rest of the job; the hosts of the next
 attempt are written to a private host file (the first `--need` healthy nodes in node-file
 order), and the number of nodes chosen is printed.

@@ -19,6 +19,7 @@ class Opt:
     scenario: Optional[str] = None    # the scenario key it comes from (relaunch.max_attempts)
     required: bool = False
     positive: bool = False            # > 0 (a duration of 0 would make no sense)
+    min: Optional[float] = None       # smallest accepted value (scenario validation)
     hidden: bool = False              # passed by restartlab itself, not shown in --help
 
     @property

@@ -1,12 +1,12 @@
-"""restartlab report: report.md + summary.json (+ PNG plots) for an experiment directory, or
-for ezpz-format JSONL files given with --baseline/--sync/--async globs."""
+"""restartlab report: the report, its summary (+ PNG plots) for an experiment directory, or for
+ezpz-format JSONL files given with --baseline/--sync/--async globs."""
 import glob
 import json
 import os
-import statistics
 import sys
 
-from . import collect
+from . import collect, layout
+from .live import Malformed
 from .scenario import parse_duration
 
 
@@ -30,19 +30,17 @@ def _fmt(x, nd=2):
     return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
 
 
-def find_phases(expt_dir):
+def find_phases(expt_dir, order=None):
+    """The experiment's phase directories, in the scenario's order (`order`), the rest by name."""
     if not os.path.isdir(expt_dir):
         raise FileNotFoundError(f"{expt_dir}: not an experiment directory (no such directory)")
-    out = []
-    for name in sorted(os.listdir(expt_dir)):
-        if os.path.isdir(os.path.join(expt_dir, name, "attempts")):
-            out.append(name)
-    order = {"baseline": 0, "sync": 1, "async": 2}
-    return sorted(out, key=lambda n: (order.get(n, 3), n))
+    out = [p.name for p in layout.Expt(expt_dir).phases()]
+    rank = {n: i for i, n in enumerate(order or [])}
+    return sorted(out, key=lambda n: (rank.get(n, len(rank)), n))
 
 
 def _scenario(scen, problems):
-    """The experiment's resolved scenario.yaml as a mapping (None if absent or malformed)."""
+    """The experiment's resolved scenario as a mapping (None if absent or malformed)."""
     if not os.path.exists(scen):
         return None
     import yaml
@@ -52,14 +50,22 @@ def _scenario(scen, problems):
         [str(p["name"]) for p in data["phases"]]
         return data
     except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError) as e:
-        problems.append(f"{scen}: malformed scenario.yaml, phases taken from the directories "
-                        f"({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+        problems.append(Malformed(f"{scen}: malformed scenario, phases taken from the directories "
+                                  f"({type(e).__name__}: {str(e).splitlines()[0][:100]})"))
         return None
 
 
 def _expected_phases(data):
     """Phase names from the resolved scenario (None if it cannot tell)."""
     return [str(p["name"]) for p in data["phases"]] if data else None
+
+
+def _checkpoint_modes(data):
+    """{phase name: checkpoint mode} from the resolved scenario ({} if it cannot tell)."""
+    try:
+        return {str(p["name"]): str(p.get("checkpoint", "sync")) for p in data["phases"]}
+    except (TypeError, KeyError, AttributeError):
+        return {}
 
 
 def _policy(data):
@@ -72,30 +78,33 @@ def _policy(data):
 def build(a):
     """-> (phases, summaries, missing phase names, problems outside any phase, the experiment's
     resolved scenario or None)."""
-    phases, missing, problems, policy, data = [], [], [], None, None
+    phases, missing, problems, policy, data, modes = [], [], [], None, None, {}
     if a.expt_dir:
-        names = find_phases(a.expt_dir)
-        data = _scenario(os.path.join(a.expt_dir, "scenario.yaml"), problems)
+        expt = layout.Expt(a.expt_dir)
+        data = _scenario(expt.scenario, problems) if os.path.isdir(a.expt_dir) else None
+        names = find_phases(a.expt_dir, _expected_phases(data))
         expected = a.expect if a.expect is not None else _expected_phases(data)
-        policy = _policy(data)
+        policy, modes = _policy(data), _checkpoint_modes(data)
         missing = [n for n in (expected or []) if n not in names]
         for n in names:
-            phases.append(collect.load_phase(n, phase_dir=os.path.join(a.expt_dir, n)))
-    for name, pattern in (("baseline", a.baseline), ("sync", a.sync), ("async", a.async_)):
+            phases.append(collect.load_phase(n, phase_dir=expt.phase(n).path))
+    for name, pattern, mode in (("baseline", a.baseline, "none"), ("sync", a.sync, "sync"),
+                                ("async", a.async_, "async")):
         if pattern:
             files = sorted(glob.glob(pattern))
             if not files:
                 missing.append(f"{name} (no file matches {pattern})")
             else:
                 phases.append(collect.load_phase(name, metrics_files=files))
-    summaries = [dict(collect.summarize_phase(p), warnings=p.warnings) for p in phases]
-    base = next((s for s in summaries if s["phase"] == "baseline"), None)
+                modes[name] = mode
+    summaries = [dict(collect.summarize_phase(p), checkpoint=modes.get(p.name), warnings=p.warnings) for p in phases]
+    base = next((s for s in summaries if collect.is_baseline(s["checkpoint"])), None)
     for s in summaries:
         s["overhead"] = collect.overhead(s, base) if s is not base else None
         cost = s["save"]["ckpt_save_seconds"]["median"] or s["save"]["ckpt_stage_seconds"]["median"]
-        rs = [e["restart_s"] for e in s["failures"] if e["restart_s"]]
-        s["young_daly"] = dict(collect.young_daly(cost, statistics.median(rs) if rs else None, a.mtbf),
-                               mtbf_s=a.mtbf, save_cost_s=cost)
+        r = collect.phase_restart_cost(s["failures"])
+        s["young_daly"] = dict(collect.young_daly(cost, r, a.mtbf), mtbf_s=a.mtbf, save_cost_s=cost,
+                               restart_cost_s=r)
         s["policy"] = policy  # relaunch.on_node_loss: what its ETTR was measured under
     return phases, summaries, missing, problems, data
 
@@ -105,19 +114,20 @@ def markdown(summaries, missing, src, problems=()):
     if missing:
         L += [f"**Missing phases:** {', '.join(missing)}", ""]
     L += ["## Phases", "", "| phase | wall s | steps | attempts | kills | lost steps | downtime s | "
-          "recompute s | save stall s | interference s | ETTR | overhead vs baseline s | residual s |",
-          "|" + "---|" * 13]
+          "recompute s | save stall s | interference s | step-time drift s | ETTR | overhead vs baseline s | "
+          "residual s |", "|" + "---|" * 14]
     for s in summaries:
         o = s["overhead"] or {}
         L.append(f"| {s['phase']} | {_fmt(s['wall_s'], 1)} | {s['steps']} | {s['attempts']} | {s['kills']} | "
                  f"{s['lost_steps']} | {_fmt(s['downtime_s'])} | {_fmt(s['recompute_s'])} | "
-                 f"{_fmt(s['save_stall_s'])} | {_fmt(s.get('interference_s'))} | {_fmt(s['ettr'], 3)} | "
-                 f"{_fmt(o.get('measured_s'))} | {_fmt(o.get('residual_s'))} |")
+                 f"{_fmt(s['save_stall_s'])} | {_fmt(s.get('interference_s'))} | {_fmt(o.get('drift_s'))} | "
+                 f"{_fmt(s['ettr'], 3)} | {_fmt(o.get('measured_s'))} | {_fmt(o.get('residual_s'))} |")
     starts = ", ".join(f"{s['phase']} {_fmt(s.get('first_start_s'))} s" for s in summaries)
-    L += ["", "Overhead = downtime + recompute + save stalls + background interference + residual. "
-          "Background interference: the steps that ran beside an async save, times how much longer "
-          "such a step took than one without. The residual is what the named parts do not explain "
-          "(step-time noise, launch noise). Each phase is compared with the baseline net of its first "
+    L += ["", "Overhead = downtime + recompute + save stalls + background interference + step-time drift + "
+          "residual. Background interference: the steps that ran beside an async save, times how much longer "
+          "such a step took than one without. Step-time drift: the phase's kept steps (without that "
+          "interference) minus the baseline's steps: the machine's noise moves whole phases. The residual is "
+          "what the named parts do not explain. The baseline is the phase with checkpoint: none. Each phase is compared with the baseline net of its first "
           f"launch's start-up (launch -> first step: {starts}): whichever phase runs first pays the cold "
           "file cache, which is no failure's cost; relaunches' start-ups are in the downtime.", ""]
     policies = sorted({s["policy"] for s in summaries if s.get("policy")})
@@ -155,7 +165,7 @@ def markdown(summaries, missing, src, problems=()):
         for kind, k in s["by_kind"].items():
             L.append(f"| {s['phase']} | {kind} | {k['failures']} | {_fmt(k['detection_s'])} | {_fmt(k['launch_gap_s'])} | "
                      f"{_fmt(k['restart_s'])} | {_fmt(k['downtime_s'])} | {_fmt(k['lost_steps'])} | "
-                     f"{_fmt(k['recompute_s'])} | {'; '.join(k['detected_by'])} |")
+                     f"{_fmt(k['recompute_s'])} | {'; '.join(collect.DETECTIONS[d].text for d in k['detected_by'])} |")
     L += ["", "## Save cost (seconds the training loop was blocked)", "",
           "| phase | kind | count | median | p90 |", "|---|---|---|---|---|"]
     for s in summaries:
@@ -172,7 +182,8 @@ def markdown(summaries, missing, src, problems=()):
     for s in summaries:
         yd = s["young_daly"]
         if yd["young_s"]:
-            L.append(f"- {s['phase']}: save cost {yd['save_cost_s']:.4f} s, MTBF {yd['mtbf_s']:.0f} s -> "
+            L.append(f"- {s['phase']}: save cost {yd['save_cost_s']:.4f} s, restart cost R (detection + gap + "
+                     f"restart) {_fmt(yd['restart_cost_s'])} s, MTBF {yd['mtbf_s']:.0f} s -> "
                      f"Young {yd['young_s']:.1f} s, Daly {yd['daly_s']:.1f} s between checkpoints")
     warn = list(problems) + [w for s in summaries for w in s["warnings"]]
     if warn:
@@ -212,18 +223,19 @@ def main(a) -> int:
         print(f"restartlab report: warning: {w}", file=sys.stderr)
     if missing:
         print(f"restartlab report: missing phases: {', '.join(missing)}", file=sys.stderr)
-    with open(os.path.join(out, "summary.json"), "w") as f:
+    files = layout.Expt(out)
+    with open(files.summary, "w") as f:
         json.dump({"source": src, "missing": missing, "problems": problems, "phases": summaries}, f,
                   indent=1, default=str)
-    with open(os.path.join(out, "report.md"), "w") as f:
+    with open(files.report, "w") as f:
         f.write(markdown(summaries, missing, src, problems))
     if not a.no_plots:
         from . import plot
         plot.all_plots(phases, summaries, out)
-    print(f"restartlab report: {os.path.join(out, 'report.md')}")
+    print(f"restartlab report: {files.report}")
     if a.wandb and not _log_wandb(a, scenario, summaries, out):
         return 2
-    bad = [w for w in warnings if "malformed" in w]
+    bad = [w for w in warnings if isinstance(w, Malformed)]
     if bad:
         print(f"restartlab report: {len(bad)} malformed input(s) skipped (named above); the report "
               f"covers the rest", file=sys.stderr)

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 
 import yaml
 
-from . import failures, launchers, schedulers, trainer_options
+from . import failures, launchers, schedulers, tool_options, trainer_options
 from .killer import parse_signal
 from .resources import resource_dir
 from .units import parse_duration  # noqa: F401  (re-exported: scenario.parse_duration)
@@ -45,9 +45,7 @@ SCHEDULE = {
 }
 FAILURES = {
     "kind": F("str", None, "what fails (default kill): " + "; ".join(f"{k.name}: {k.doc}" for k in failures.KINDS.all()),
-              choices=lambda: failures.KINDS.names(aliases=True)),
-    "target": F("str", None, "older name of `kind` (all-nodes, one-node, one-rank)",
-                choices=lambda: failures.KINDS.names(aliases=True)),
+              choices=failures.KINDS.names),
     "signal": F("str", None, "signal sent to every struck rank's process tree (default: the kind's)"),
     "grace": F("duration", 60, "preempt: SIGKILL what is left this long after the SIGTERM", positive=True),
     "node": F("int", None, "node index for kinds node and rank (default: node from the seed; rank: node 0)"),
@@ -68,6 +66,15 @@ def _trainer_schema():
         else:
             out[o.key] = f
     out["extra_args"] = ListOf(F("str"), doc="more trainer flags, passed as arguments")
+    return out
+
+
+def _from_tool_tables(prefix):
+    """Schema fields of the scenario keys under `prefix` that a tool's option table owns."""
+    out = {}
+    for table in (tool_options.SUPERVISE, tool_options.NODE_CHECK):
+        for key, o in tool_options.schema_fields(table, prefix).items():
+            out[key] = F(o.type, o.default, o.help, choices=o.choices, min=o.min, positive=o.positive)
     return out
 
 
@@ -98,28 +105,14 @@ SCHEMA = {
     },
     "trainer": _trainer_schema(),
     "relaunch": {
-        "max_attempts": F("int", 10, "launches per phase before the phase (and job) fails"),
-        "backoff": F("duration", 0, "pause between attempts"),
-        "hang_timeout": F("duration", 600, "stop an attempt whose output has not changed for this long "
-                          "(once it has taken a step)", positive=True),
-        "startup_timeout": F("duration", 1200, "the same, before the attempt's first step (imports, "
-                             "rendezvous and the checkpoint load may take minutes at scale)", positive=True),
-        "on_node_loss": F("str", "same", "same: relaunch on every node; spares: swap a spare in for each "
-                          "node the health check finds bad (job.spare_nodes); shrink: relaunch on the healthy "
-                          "nodes only, fewer ranks, the same global batch", choices=["same", "spares", "shrink"]),
-        "min_nodes": F("int", 1, "shrink: never relaunch on fewer nodes than this", min=1),
+        # the supervisor's and the node check's options (their option tables: one default each)
+        **_from_tool_tables("relaunch"),
         "node_check": F("bool", None, "run `restartlab node-check` on every node at job start and before "
                         "each relaunch (default: on for spares and shrink)"),
-        "node_check_timeout": F("duration", 60, "seconds each node has to answer the health check", positive=True),
-        "node_check_cmd": F("str", None, "a site's own health check (shell, run on each node, must exit 0)"),
         "node_check_min_free_mb": F("int", 0, "MiB the stage dir must have free on each node", min=0),
-        "node_check_gpus": F("int", 0, "accelerators each node must show (cuda/xpu device nodes; 0: not checked)", min=0),
         "chain": F("int", 0, "when the walltime or max_attempts runs out before the last step, submit up to "
                    "N continuation jobs (each starts after the previous one ends) that resume this "
                    "experiment", min=0),
-        "walltime_margin": F("duration", 120, "this long before job.walltime, the ranks get the trainer's "
-                             "preempt_signal: an emergency checkpoint lands before the scheduler kills "
-                             "the job, and no attempt is launched after it (0: off)"),
     },
     "failures": FAILURES,
     "phases": ListOf({
@@ -419,14 +412,10 @@ def step_of(x) -> int:
     return x["step"] if isinstance(x, dict) else x
 
 
-def _resolve_kind(f, path, v: _V):
-    """failures.kind (or its older name `target`) -> the registered kind's canonical name."""
-    if not isinstance(f, dict):
-        return
-    kind, target = f.pop("kind", None), f.pop("target", None)
-    if kind and target and failures.get(kind).name != failures.get(target).name:
-        v.err(path + ("target",), f"{target!r} contradicts kind {kind!r} (target is the older name of kind)")
-    f["kind"] = failures.get(kind or target or "kill").name
+def _resolve_kind(f):
+    """failures.kind: kill when not given."""
+    if isinstance(f, dict):
+        f["kind"] = f.get("kind") or "kill"
 
 
 def _cross_checks(sc, v: _V):
@@ -482,8 +471,8 @@ def _cross_checks(sc, v: _V):
             v.err(base + ("schedule",), "give exactly one of every, at_steps, every_steps, mtbf "
                   f"(got {', '.join(sched) or 'none'})")
         saves = ph["checkpoint"] != "none" and tr["save_interval"] > 0
-        gated = f.get("gate") == "complete" or (("at_steps" in sched or "every_steps" in sched) and f.get("gate") != "none") \
-            or f.get("wait_first_complete")
+        step_schedule = "at_steps" in sched or "every_steps" in sched
+        gated = tool_options.gate_of(f.get("gate"), step_schedule) == "complete" or f.get("wait_first_complete")
         if gated and not saves:
             why = f"phase {ph['name']!r} saves no checkpoints" if ph["checkpoint"] == "none" else \
                 "trainer.save_interval is 0, so no checkpoint is saved"
@@ -548,9 +537,9 @@ def load(path: str, overrides: List[str] = ()) -> dict:
     v = _V(lines, path)
     sc = v.mapping(SCHEMA, data, ())
     if not v.errors:
-        _resolve_kind(sc["failures"], ("failures",), v)
-        for i, ph in enumerate(sc["phases"]):
-            _resolve_kind(ph["failures"], ("phases", i, "failures"), v)
+        _resolve_kind(sc["failures"])
+        for ph in sc["phases"]:
+            _resolve_kind(ph["failures"])
     if not v.errors:
         _cross_checks(sc, v)
         _resolve_data(sc, path, v)

@@ -1,5 +1,5 @@
 """restartlab simulate: goodput (ETTR) and the best checkpoint interval of a long training run at
-any scale, from costs measured on a few nodes (a report's summary.json, or flags) and a failure
+any scale, from costs measured on a few nodes (a report's summary, or flags) and a failure
 model, by a seeded Monte Carlo.
 
 The model (one attempt = one *segment*, from its launch to the next launch):
@@ -175,11 +175,10 @@ def sweep(costs: Costs, fail: Failures, intervals: Sequence[int], modes=("sync",
 def young_daly(costs: Costs, fail: Failures, mode: str) -> dict:
     """Young: sqrt(2 C M); Daly's first-order refinement: sqrt(2 C (M + R)) - C (seconds of work
     between saves; C the loop's stall per save, R the downtime per failure)."""
-    c, m = costs.save_cost(mode), fail.mtbf_s
-    r = costs.restart_s + costs.gap_s + _mean_detection(costs, fail)
-    if c <= 0:
-        return {"young_s": None, "daly_s": None}
-    return {"young_s": math.sqrt(2 * c * m), "daly_s": math.sqrt(2 * c * (m + r)) - c if c < 2 * m else m}
+    from .collect import restart_cost
+    from .collect import young_daly as formula  # the report's: one definition of C, R and M
+    return formula(costs.save_cost(mode), restart_cost(costs.restart_s, costs.gap_s, _mean_detection(costs, fail)),
+                   fail.mtbf_s)
 
 
 def _mean_detection(costs: Costs, fail: Failures) -> float:
@@ -216,7 +215,7 @@ def default_intervals(costs: Costs, fail: Failures, n: int = 20) -> List[int]:
 
 # ---------------------------------------------------------------- measured costs
 def load_summary(path: str) -> Dict[str, dict]:
-    """{phase name: phase summary} from a report's summary.json; a clear error otherwise."""
+    """{phase name: phase summary} from a report's summary; a clear error otherwise."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -224,7 +223,7 @@ def load_summary(path: str) -> Dict[str, dict]:
     except OSError as e:
         raise SimulateError(f"{path}: {e.strerror}") from None
     except (ValueError, KeyError, TypeError) as e:
-        raise SimulateError(f"{path}: not a restartlab summary.json ({type(e).__name__}: {e})") from None
+        raise SimulateError(f"{path}: not a restartlab report summary ({type(e).__name__}: {e})") from None
     return phases
 
 
@@ -240,7 +239,7 @@ def _save_median(ph, key):
 
 
 def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Costs:
-    """Costs from a report's summary.json (only the phases named, if given): step time from the
+    """Costs from a report's summary (only the phases named, if given): step time from the
     baseline (else the first phase with steps); the sync stall from a phase with sync saves; the
     async stall (stage + drain) and durability (save -> .complete) from a phase with async
     saves; restart, relaunch gap and detection per kind as medians over the phases' failures."""
@@ -250,7 +249,9 @@ def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Cos
         raise SimulateError(f"{path}: no phase named {', '.join(phases)} (has: {', '.join(allp)})")
     src = {}
     with_steps = [(n, p) for n, p in allp.items() if p.get("steps") and p.get("productive_s")]
-    name, p = next(((n, q) for n, q in with_steps if n == "baseline"), with_steps[0] if with_steps else (None, None))
+    # the baseline: the phase with checkpoint: none (the report records each phase's mode)
+    name, p = next(((n, q) for n, q in with_steps if q.get("checkpoint") == "none"),
+                   with_steps[0] if with_steps else (None, None))
     if p is None:
         raise SimulateError(f"{path}: no phase with steps and productive_s: cannot tell the step time")
     c = Costs(step_s=p["productive_s"] / p["steps"], sources=src)
@@ -321,22 +322,24 @@ def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults,
 
 def replay(expt_dir: str, phase: str) -> dict:
     """Simulated vs measured ETTR of one phase of a finished experiment: its own measured costs
-    (summary.json: its step time, save cost, median restart, gap and detection; its first
+    (the report's summary: its step time, save cost, median restart, gap and detection; its first
     attempt's cold start), its scenario's save interval and steps, its actual failure times."""
     import yaml
     from . import collect
-    summary = os.path.join(expt_dir, "summary.json")
+    from . import layout
+    expt = layout.Expt(expt_dir)
+    summary = expt.summary
     phases = load_summary(summary)
     if phase not in phases:
         raise SimulateError(f"{summary}: no phase {phase!r} (has: {', '.join(phases)})")
     ph = phases[phase]
     try:
-        with open(os.path.join(expt_dir, "scenario.yaml")) as f:
+        with open(expt.scenario) as f:
             sc = yaml.safe_load(f)
         mode = next(p["checkpoint"] for p in sc["phases"] if p["name"] == phase)
         interval, steps = int(sc["trainer"]["save_interval"]), int(sc["trainer"]["train_iters"])
     except (OSError, ValueError, KeyError, TypeError, StopIteration, yaml.YAMLError) as e:
-        raise SimulateError(f"{expt_dir}/scenario.yaml: cannot read phase {phase}'s checkpoint mode, "
+        raise SimulateError(f"{expt.scenario}: cannot read phase {phase}'s checkpoint mode, "
                             f"trainer.save_interval and trainer.train_iters ({type(e).__name__}: {e})") from None
     if mode not in ("sync", "async"):
         raise SimulateError(f"phase {phase} saves no checkpoints (checkpoint: {mode}): nothing to replay")
@@ -347,7 +350,7 @@ def replay(expt_dir: str, phase: str) -> dict:
     costs.sources["step_s"] = f"{summary}: {phase} productive_s / steps"
     # that mean already holds the slowdown of the steps beside a save: not a second time
     costs.interference, costs.sources["interference"] = 0.0, "in the phase's own mean step time"
-    attempts = collect.load_phase(phase, phase_dir=os.path.join(expt_dir, phase)).attempts
+    attempts = collect.load_phase(phase, phase_dir=expt.phase(phase).path).attempts
     first = attempts[0] if attempts else None
     if first is None or first.first_ts is None or first.launch_ts is None:
         raise SimulateError(f"{expt_dir}/{phase}: its first attempt has no launch time or first step")

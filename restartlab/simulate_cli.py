@@ -7,6 +7,7 @@ import sys
 from dataclasses import asdict
 from typing import Dict, List, Optional
 
+from . import layout
 from . import simulate as sim
 from .simulate import SimulateError
 from .units import parse_duration
@@ -53,7 +54,7 @@ COST_FLAGS = (("step_time", "step_s", "one training step"),
 def add_args(p):
     src = p.add_mutually_exclusive_group()
     src.add_argument("--from", dest="summary", metavar="SUMMARY_JSON",
-                     help="measured costs: a report's summary.json (or its experiment directory)")
+                     help="measured costs: a report's summary (or its experiment directory)")
     src.add_argument("--replay", metavar="EXPT_DIR", help="simulate one finished phase with its own costs "
                      "and failure times, and compare with its measured ETTR (--phase)")
     p.add_argument("--phase", default="sync", help="--replay: the phase (default sync)")
@@ -83,7 +84,7 @@ def add_args(p):
 
 def costs_from_args(a):
     if a.summary:
-        path = os.path.join(a.summary, "summary.json") if os.path.isdir(a.summary) else a.summary
+        path = layout.Expt(a.summary).summary if os.path.isdir(a.summary) else a.summary
         c = sim.costs_from_summary(path)
     else:
         if a.step_time is None:

@@ -8,7 +8,7 @@ startup_timeout before the first step: stopped), sends the ranks the trainer's p
 once the walltime margin is reached and launches nothing after it, tears down whatever of a failed
 attempt is left, runs the node check before each launch when a policy needs it, records each
 attempt, and decides: relaunch (after the backoff, within the budget), or stop. The phase's
-verdict is its exit status (EXIT_*), its `completed` marker and each attempt's attempt.json.
+verdict is its exit status (EXIT_*), its `completed` marker and each attempt's record (layout.py names them).
 
 The decisions live in `Supervisor`; the side effects (processes, signals, the node check, the
 injector) in `Procs`, and time in `Clock`: the tests replace both (a fake clock, fake attempts)."""
@@ -278,7 +278,7 @@ class Supervisor:
             self.say("finished by an earlier job of this experiment")
             return EXIT_OK
         if self.past_stop():
-            self.say("not started: the walltime margin is reached", err=True)
+            self.say("not started (walltime): the walltime margin is reached", err=True)
             return EXIT_WALLTIME
         os.makedirs(phase.attempts_dir, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):

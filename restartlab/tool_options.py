@@ -60,11 +60,12 @@ NODE_CHECK = [
     Opt("--stage-dir", "str", None, "must be writable with --min-free bytes free"),
     Opt("--min-free", "int", 0, "bytes a checkpoint shard needs in the stage dir"),
     Opt("--device", "str", "cpu", "cpu, cuda or xpu: which accelerators to count", choices=("auto", "cpu", "cuda", "xpu")),
-    Opt("--gpus", "int", 0, "accelerators each node must show (0: none checked)",
-        scenario="relaunch.node_check_gpus"),
-    Opt("--site-cmd", "str", None, "a site's own check (shell), must exit 0", scenario="relaunch.node_check_cmd"),
-    Opt("--timeout", "duration", 60.0, "seconds each node has to answer", scenario="relaunch.node_check_timeout",
-        positive=True),
+    Opt("--gpus", "int", 0, "accelerators each node must show (cuda/xpu device nodes; 0: none checked)",
+        scenario="relaunch.node_check_gpus", min=0),
+    Opt("--site-cmd", "str", None, "a site's own health check (shell, run on each node), must exit 0",
+        scenario="relaunch.node_check_cmd"),
+    Opt("--timeout", "duration", 60.0, "seconds each node has to answer the health check",
+        scenario="relaunch.node_check_timeout", positive=True),
     Opt("--fanout", "str", "local", "how to reach the nodes", choices=FANOUTS),
     Opt("--launcher", "str", LAUNCHER_DEFAULT, "--fanout mpiexec: the job's launcher", choices=launchers.names),
     Opt("--nodefile", "str", None, "the job's node file (default: $RL_NODEFILE)"),
@@ -73,7 +74,8 @@ NODE_CHECK = [
     Opt("--attempt", "int", 0, "the attempt about to launch (for the log)"),
     Opt("--policy", "str", "same", "the recovery policy (relaunch.on_node_loss)", choices=POLICIES),
     Opt("--need", "int", 0, "nodes the next attempt wants (default all)"),
-    Opt("--min-nodes", "int", 1, "shrink: refuse to go below this many", scenario="relaunch.min_nodes"),
+    Opt("--min-nodes", "int", 1, "shrink: never relaunch on fewer nodes than this", scenario="relaunch.min_nodes",
+        min=1),
     Opt("--hosts-out", "str", None, "write the next attempt's hosts here, one per line"),
 ]
 
@@ -108,6 +110,12 @@ def parse_at_steps(text: str):
     if not out:
         raise argparse.ArgumentTypeError("no steps given")
     return out
+
+
+def gate_of(gate, step_schedule: bool) -> str:
+    """The injector's gate, decided once: as given, else `complete` for step-aimed schedules
+    (a kill waits for step-S/.complete) and `none` for timed ones."""
+    return gate or ("complete" if step_schedule else "none")
 
 
 SCHEDULE_FLAGS = ("--every", "--at-steps", "--every-steps", "--mtbf")  # exactly one (a required group)
@@ -165,6 +173,6 @@ def nodefile_default(value, env=None):
 
 
 def schema_fields(table, prefix: str):
-    """{key: (type, default, doc, choices, positive)} of the options that come from `prefix`.<key>."""
+    """{key: option} of the options that come from the scenario key `prefix`.<key>."""
     return {o.scenario.split(".", 1)[1]: o for o in table if o.scenario and o.scenario.startswith(prefix + ".")}
 

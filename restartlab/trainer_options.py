@@ -85,20 +85,19 @@ OPTIONS: List[Opt] = [
         "nodes without internet) or disabled; default: WANDB_MODE, else online",
         choices=("online", "offline", "disabled"), group="wandb"),
     # set by the renderer from the phase and the experiment layout, not by a scenario key
-    Opt("--ckpt-dir", "str", "ckpts", "checkpoint directory (<phase>/ckpts in an experiment)", source=PHASE),
+    Opt("--ckpt-dir", "str", "ckpts", "checkpoint directory (in an experiment: the phase's)", source=PHASE),
     Opt("--async-ckpt", "flag", False, "asynchronous checkpointing (phase checkpoint: async)", source=PHASE),
     Opt("--ckpt-stage-dir", "str", None, "node-local stage dir for --async-ckpt (phase stage_dir; "
         "default /tmp/restartlab-<jobid>, or none when that is on --ckpt-dir's file system); none: the "
         "background save writes straight to --ckpt-dir (one write instead of two)", source=PHASE),
     Opt("--no-resume", "flag", False, "start fresh even if a checkpoint exists (phase checkpoint: none)",
         source=PHASE),
-    Opt("--outdir", "str", ".", "metrics-<rank>.jsonl are appended here (the attempt directory)", source=PHASE),
+    Opt("--outdir", "str", ".", "each rank appends its metrics file here (in an experiment: the attempt's directory)", source=PHASE),
     Opt("--dp-global", "int", 0, "the data-parallel width the global batch is defined for: with fewer "
         "data-parallel ranks (a job shrunk after a node loss) each rank accumulates gradients over "
         "dp-global/dp micro-batches, those the missing ranks would have taken, so the global batch "
         "and its samples stay the same (0: the current width)", source=PHASE, min=0),
 ]
-BY_KEY: Dict[str, Opt] = {o.key: o for o in OPTIONS}
 
 
 def scenario_options() -> List[Opt]:

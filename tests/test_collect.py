@@ -1,25 +1,28 @@
 """Accounting on synthetic metrics with known answers (kill right after a save, a kill before
 any checkpoint, off-by-one cases), and one real `restartlab run` checked against its raw files."""
+import argparse
 import json
 import os
 import signal
 import subprocess
 import sys
 
+import psutil
 import pytest
 
-from restartlab import collect, killer
+from restartlab import collect, killer, layout, live
 from tests.helpers import job_tag, wait_for
 
 
-def write_attempt(phase_dir, k, launch, rows, end, completed=False):
-    d = os.path.join(phase_dir, "attempts", str(k))
-    os.makedirs(d)
-    with open(os.path.join(d, "metrics-0.jsonl"), "w") as f:
+def write_attempt(phase_dir, k, launch, rows, end, completed=False, garbage=True):
+    att = layout.Phase(phase_dir).attempt(k)
+    os.makedirs(att.path)
+    with open(att.metrics(0), "w") as f:
         for ts, m in rows:
             f.write(json.dumps({"timestamp": ts, "rank": 0, "metrics": m}) + "\n")
-        f.write("garbage {not json\n")
-    with open(os.path.join(d, "attempt.json"), "w") as f:
+        if garbage:
+            f.write("garbage {not json\n")
+    with open(att.record, "w") as f:
         json.dump({"launch_ts": launch, "end_ts": end, "exit_code": 0 if completed else 9,
                    "completed": completed}, f)
 
@@ -82,6 +85,77 @@ def test_overhead_adds_up_with_residual():
     assert o["measured_s"] == pytest.approx((50.0 - 1.0) - (20.0 - 4.0))
     assert o["residual_s"] == pytest.approx(33.0 - 14.0 - 3.0 - 2.0 - 1.5)
     assert o["interference_s"] == 1.5
+
+
+def test_step_time_drift_is_named_and_leaves_the_residual_alone():
+    """A phase whose every step ran 10% slower (a noisy neighbour) than the baseline's: that
+    time is the drift column, not the residual."""
+    base = {"wall_s": 100.0, "failure_free_s": 100.0}
+    ph = {"wall_s": 125.0, "downtime_s": 10.0, "recompute_s": 3.0, "save_stall_s": 2.0, "interference_s": 0.0,
+          "failure_free_s": 110.0}
+    o = collect.overhead(ph, base)
+    assert o["drift_s"] == pytest.approx(10.0) and o["residual_s"] == pytest.approx(0.0)
+
+
+def test_baseline_is_the_phase_without_checkpoints_whatever_its_name(tmp_path):
+    """Rename the baseline: the overhead column still finds it (by checkpoint: none)."""
+    from restartlab import report
+    d = tmp_path / "expt"
+    for name, t0 in (("ref", 100.0), ("sync", 300.0)):
+        write_attempt(str(d / name), 1, t0, steps(1, 10, t0), t0 + 11, completed=True)
+    (d / "scenario.yaml").write_text("phases: [{name: ref, checkpoint: none}, {name: sync, checkpoint: sync}]\n")
+    a = argparse.Namespace(expt_dir=str(d), baseline=None, sync=None, async_=None, expect=None, mtbf=3600.0)
+    _, summaries, _, _, _ = report.build(a)
+    by = {s["phase"]: s for s in summaries}
+    assert [s["phase"] for s in summaries] == ["ref", "sync"]  # the scenario's order
+    assert by["ref"]["overhead"] is None and by["sync"]["overhead"]["measured_s"] == pytest.approx(0.0)
+
+
+def test_report_and_simulate_share_the_restart_cost(tmp_path):
+    """One R (detection + relaunch gap + restart) and one Young-Daly for the report and
+    `simulate --from`: the same run gets the same interval from both."""
+    from restartlab import simulate
+    ev = [{"restart_s": 4.0, "launch_gap_s": 0.01, "detection_s": 0.3, "kind": "kill"},
+          {"restart_s": 6.0, "launch_gap_s": 0.03, "detection_s": 0.5, "kind": "kill"}]
+    summary = {"phases": [
+        {"phase": "b", "checkpoint": "none", "steps": 10, "productive_s": 10.0, "failures": [],
+         "save": {}, "finalize": {}},
+        {"phase": "s", "checkpoint": "sync", "steps": 10, "productive_s": 11.0, "failures": ev,
+         "save": {"ckpt_save_seconds": {"median": 2.0}}, "finalize": {}}]}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    r = collect.phase_restart_cost(ev)
+    assert r == pytest.approx(5.0 + 0.02 + 0.4)
+    report_yd = collect.young_daly(2.0, r, 3600.0)
+    costs = simulate.costs_from_summary(str(path))
+    assert costs.step_s == pytest.approx(1.0)  # from the phase with checkpoint: none
+    sim_yd = simulate.young_daly(costs, simulate.Failures(mtbf_s=3600.0), "sync")
+    assert sim_yd["daly_s"] == pytest.approx(report_yd["daly_s"])
+
+
+def test_detection_is_a_registry_key():
+    a = collect.Attempt(1, "x")
+    assert collect.detected_by(a) == "launcher"
+    a.hang = True
+    assert collect.detected_by(a) == "watchdog" and "hang_timeout" in collect.DETECTIONS["watchdog"].text
+    a.preempted = True
+    assert collect.detected_by(a) == "trainer"
+
+
+def test_report_exit_status_comes_from_typed_problems(tmp_path):
+    """A warning that merely mentions the word is information; a Malformed input is exit 2."""
+    d = tmp_path / "expt"
+    write_attempt(str(d / "sync"), 1, 100.0, steps(1, 5, 100.0), 106.0, completed=True)
+    # write_attempt adds a garbage line: a malformed input
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "report", str(d), "--no-plots"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "malformed input(s) skipped" in r.stderr
+    assert isinstance(collect.load_phase("sync", phase_dir=str(d / "sync")).warnings[0], live.Malformed)
+    clean = tmp_path / "clean"
+    write_attempt(str(clean / "malformed-name"), 1, 100.0, steps(1, 5, 100.0), 106.0, completed=True, garbage=False)
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "report", str(clean), "--no-plots"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
 
 
 def test_young_daly():
@@ -150,8 +224,9 @@ def test_progress_trace_is_bounded_and_spans_the_attempt():
 
 def test_ctrl_c_stops_everything_and_leaves_a_readable_experiment(tmp_path):
     """Ctrl-C as a terminal sends it: SIGINT to `restartlab run`'s foreground process group,
-    in the middle of the sync phase. Everything the run started carries PBS_JOBID=<its pid>.local
-    (job script, injector, mpiexec, ranks): none of it may survive, and the report still reads."""
+    in the middle of the sync phase. Everything the run started carries RESTARTLAB_LOCAL_JOBID=<its pid>.local
+    (job script, injector, mpiexec, ranks): none of it may survive, and the report still reads.
+    A local run carries the local scheduler's job id, never a batch system's variables."""
     d = tmp_path / "expt"
     p = subprocess.Popen([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(d), "--plain",
                           "--set", "trainer.train_iters=400", "--set", "failures.schedule.at_steps=[300]"],
@@ -159,8 +234,11 @@ def test_ctrl_c_stops_everything_and_leaves_a_readable_experiment(tmp_path):
     try:
         metrics = d / "sync" / "attempts" / "1" / "metrics-0.jsonl"
         wait_for(lambda: metrics.exists() and metrics.stat().st_size > 0, 240, "the sync phase's first rows")
-        mine = f"PBS_JOBID={p.pid}.local"
-        assert len(killer.find_by_env(mine)) >= 4  # the check below is not vacuous: script, injector, ranks
+        mine = f"RESTARTLAB_LOCAL_JOBID={p.pid}.local"
+        assert len(killer.find_by_env(mine)) >= 5  # the check below is not vacuous: script, supervisor, injector, ranks
+        for pid in killer.find_by_env(mine):
+            env = psutil.Process(pid).environ()
+            assert not any(k.startswith("PBS_") for k in env if k not in os.environ), (pid, env)
         os.killpg(p.pid, signal.SIGINT)
         out, _ = p.communicate(timeout=60)
     finally:

@@ -13,7 +13,7 @@ import uuid
 import psutil
 import pytest
 
-from restartlab import ckptdir, inject, killer, launchers
+from restartlab import ckptdir, inject, killer, launchers, tool_options
 from tests.helpers import MPIEXEC, wait_for
 
 SLEEPER = [sys.executable, "-c", "import sys,time; time.sleep(300)", "rank-like"]
@@ -138,9 +138,9 @@ def test_mtbf_schedule_reproducible_from_seed():
     assert xa == xb and xa != xc and all(x < y for x, y in zip(xa, xa[1:]))
     assert inject.step_targets(every_steps=100, train_iters=350) == [(100, None), (200, None), (300, None)]
     # one schedule may mix failure kinds
-    assert inject.parse_at_steps("500,1000:hang,1500:preempt") == [(500, None), (1000, "hang"), (1500, "preempt")]
+    assert tool_options.parse_at_steps("500,1000:hang,1500:preempt") == [(500, None), (1000, "hang"), (1500, "preempt")]
     with pytest.raises(argparse.ArgumentTypeError, match="unknown failure kind 'boom'"):
-        inject.parse_at_steps("5:boom")
+        tool_options.parse_at_steps("5:boom")
 
 
 @pytest.mark.multirank

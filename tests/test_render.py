@@ -1,9 +1,11 @@
 """Rendered job scripts: golden structure per scheduler, bash -n and shellcheck for every example,
 and hostile values that must arrive verbatim and execute nothing."""
 import os
+import shlex
 import shutil
 import stat
 import subprocess
+import sys
 
 import pytest
 
@@ -38,9 +40,14 @@ def test_slurm_header_golden():
 
 def test_body_structure():
     text, ctx = rendered("agpt2b", "pbs")
-    assert text.count("\n  rl_run_phase ") == 3
+    assert text.count("\nrl_phase --phase ") == 3
     for p in ("baseline", "sync", "async"):
-        assert f"rl_run_phase {p} /expt/x/{p}" in text
+        assert f"rl_phase --phase {p} --phase-dir /expt/x/{p}" in text
+    # the control flow is the supervisor's: no attempt loop in the script
+    code = [line.split("#")[0].strip() for line in text.splitlines() if not line.lstrip().startswith("#")]
+    for loop in ("while", "for", "until", "do", "done"):
+        assert not any(line.split()[:1] == [loop] for line in code if line), f"a {loop} loop in the job script"
+    assert "restartlab.cli supervise" in text and "record-attempt" not in text
     # the job tag reaches the ranks through the launcher only, never the script's environment
     assert f"--env RESTARTLAB_JOB_TAG={ctx['tag']}" in text
     assert "export RESTARTLAB_JOB_TAG" not in text
@@ -79,13 +86,19 @@ def test_hostile_values_execute_nothing(tmp_path, name, sched):
     log = tmp_path / "argv.log"
     # stub launchers / python: log every argument on its own NUL-terminated record
     body = f'for a in "$@"; do printf "%s\\0" "$a" >> {log}; done\nexit 0\n'
+    # the launcher stub also plays a trainer that finished (rank 0's final row in the attempt
+    # directory it starts in), so that the supervisor completes each phase in one attempt
+    finish = ('it=""; prev=""; for a in "$@"; do [ "$prev" = --train-iters ] && it=$a; prev=$a; done\n'
+              '[ -z "$it" ] || printf \'{"timestamp": 0, "rank": 0, "metrics": {"train/iter": %s, '
+              '"train/loss": 0, "train/params_crc": 0}}\\n\' "$it" >> metrics-0.jsonl\n')
     for tool in ("mpiexec", "srun"):
-        _stub(bindir / tool, body)
+        _stub(bindir / tool, finish + body)
     _stub(bindir / "scontrol", "hostname\n")
     pydir = tmp_path / "py $(touch PWNED) `x` 'q\""
     pydir.mkdir()
     fakepy = pydir / "python"
-    _stub(fakepy, body)
+    # restartlab's own tools (the supervisor, the report) run for real; the ranks' python is a stub
+    _stub(fakepy, f'if [ "$1 $2" = "-m restartlab.cli" ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n' + body)
     sets = [f"launch.python={fakepy}", "launch.setup=[]"]
     sc = scenario.load(os.path.join(SCEN, f"{name}.yaml"), sets)
     sc["trainer"]["extra_args"] = list(HOSTILE)

@@ -39,7 +39,7 @@ BAD = [
     ("name: t\nphases: []\n", 2, "phases: at least one phase"),
     ("name: t\nfailures:\n  schedule:\n    every: 10s\n    at_steps: [5]\nphases: [{name: a}]\n", 3,
      "failures.schedule: give exactly one of"),
-    ("name: t\nfailures:\n  target: some-nodes\nphases: [{name: a}]\n", 3, "failures.target: 'some-nodes'"),
+    ("name: t\nfailures:\n  kind: some-nodes\nphases: [{name: a}]\n", 3, "failures.kind: 'some-nodes'"),
     ("name: t\ntrainer:\n  tp: 3\nlaunch:\n  ranks_per_node: 4\nphases: [{name: a}]\n", 3, "trainer.tp: 3 does not divide"),
     ("name: t\ntrainer:\n  dp_replicate: 3\nlaunch:\n  ranks_per_node: 4\nphases: [{name: a}]\n", 3,
      "trainer.dp_replicate: 3 does not divide the 4 data-parallel ranks"),

@@ -111,7 +111,7 @@ def test_cli_scale_table_and_errors(tmp_path):
                          (["--step-time", "1", "--mtbf", "3h", "--kinds", "kill=x"], "expected KIND=WEIGHT"),
                          (["--step-time", "1", "--mtbf", "3h", "--intervals", "0,5"], "whole numbers >= 1"),
                          (["--from", str(tmp_path / "nope.json"), "--mtbf", "3h"], "nope.json"),
-                         (["--from", str(tmp_path / "simulate.json"), "--mtbf", "3h"], "not a restartlab summary.json"),
+                         (["--from", str(tmp_path / "simulate.json"), "--mtbf", "3h"], "not a restartlab report summary"),
                          (["--step-time", "soon", "--mtbf", "3h"], "--step-time: expected a duration")):
         r = rl("simulate", *args, "--out", str(tmp_path / "err"), "--no-plot")
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)

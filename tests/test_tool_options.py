@@ -1,0 +1,83 @@
+"""One option table per tool (supervise, node-check, teardown, inject): the argparse, the argv the
+job script passes and the scenario schema all come from it. Round trips and one default each."""
+import argparse
+import os
+import shlex
+
+import pytest
+
+from restartlab import options, render, scenario, tool_options
+
+SCEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios")
+TABLES = {"supervise": tool_options.SUPERVISE, "node-check": tool_options.NODE_CHECK,
+          "teardown": tool_options.TEARDOWN}
+
+
+def _parser(table):
+    p = argparse.ArgumentParser()
+    options.add_to_parser(p, table)
+    return p
+
+
+@pytest.mark.parametrize("name", sorted(TABLES))
+def test_argparse_defaults_are_the_tables(name):
+    table = TABLES[name]
+    req = [w for o in table if o.required for w in (o.flag, "x")]
+    a = _parser(table).parse_args(req)
+    for o in table:
+        if not o.required:
+            assert getattr(a, o.key) == (False if o.type == "flag" else o.default), o.flag
+
+
+def test_scenario_defaults_are_the_tables():
+    sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["relaunch={}"])
+    for table in (tool_options.SUPERVISE, tool_options.NODE_CHECK):
+        for key, o in tool_options.schema_fields(table, "relaunch").items():
+            assert sc["relaunch"][key] == o.default, key
+
+
+@pytest.mark.parametrize("name", ["local", "agpt2b", "debug"])
+def test_supervise_round_trip_from_a_scenario(name):
+    """scenario -> the job script's flags -> supervise's argparse -> the scenario's values."""
+    sc = scenario.load(os.path.join(SCEN, f"{name}.yaml"), ["relaunch.max_attempts=7", "relaunch.hang_timeout=5m",
+                                                         "relaunch.on_node_loss=same"])
+    ctx = render.context(sc, "pbs", "/expt/x")
+    argv = ctx["supervise_args"] + ["--phase", "p", "--phase-dir", "d"]
+    a = _parser(tool_options.SUPERVISE).parse_args(argv)
+    want = options.from_scenario(tool_options.SUPERVISE, dict(sc, scheduler="pbs"))
+    for key, v in want.items():
+        assert getattr(a, key) == v, key
+    assert a.max_attempts == 7 and a.hang_timeout == 300 and a.tag == ctx["tag"]
+
+
+def test_node_check_and_inject_round_trip():
+    sc = scenario.load(os.path.join(SCEN, "local.yaml"), [
+        "relaunch.on_node_loss=shrink", "relaunch.node_check_timeout=45s", "relaunch.min_nodes=1",
+        "failures.kind=node", "failures.node=0", "failures.grace=20s", "failures.schedule={every: 30s}"])
+    ctx = render.context(sc, "slurm", "/expt/x")
+    a = _parser(tool_options.SUPERVISE).parse_args(ctx["supervise_args"] + ["--phase", "p", "--phase-dir", "d"])
+    nc = _parser(tool_options.NODE_CHECK).parse_args(shlex.split(a.node_check))
+    assert nc.policy == "shrink" and nc.timeout == 45 and nc.need == 1 and nc.bad_file.startswith("/expt/x/")
+    assert a.hosts_file.startswith("/expt/x/")
+    inj_p = argparse.ArgumentParser()
+    tool_options.add_inject_args(inj_p)
+    sync = next(p for p in ctx["phases"] if p["inject"])
+    i = inj_p.parse_args(sync["inject"])
+    assert (i.every, i.kind, i.node, i.grace, i.fanout) == (30, "node", 0, 20, "slurm")
+    assert i.until == os.path.join(sync["dir"], os.path.basename(i.until)) and i.tag == ctx["tag"]
+
+
+def test_one_launcher_default_for_every_tool():
+    defaults = {o.default for t in (tool_options.SUPERVISE, tool_options.NODE_CHECK, tool_options.TEARDOWN,
+                                    tool_options.INJECT) for o in t if o.flag == "--launcher"}
+    assert defaults == {tool_options.LAUNCHER_DEFAULT} == {scenario.SCHEMA["launch"]["launcher"].default}
+
+
+def test_to_argv_refuses_an_unknown_key():
+    with pytest.raises(KeyError, match="nope"):
+        options.to_argv(tool_options.TEARDOWN, {"nope": 1})
+
+
+def test_gate_is_decided_once():
+    assert tool_options.gate_of(None, True) == "complete" and tool_options.gate_of(None, False) == "none"
+    assert tool_options.gate_of("none", True) == "none"
