@@ -4,7 +4,10 @@
   gated kill      the step's .complete written (its complete_ts) -> SIGKILL sent (the receipt)
   kill -> gone    SIGKILL -> the attempt's launcher has exited (every rank gone): the report's
                   detection time for kill failures
-  relaunch gap    attempt end -> next launch (record the attempt, tear down what is left)
+  relaunch gap    attempt end -> next launch (record the attempt, tear down what is left):
+                  `restartlab supervise` does it in-process; target median <= 0.05 s, shown
+                  beside the bash relaunch loop's median it replaced (0.250 s: this benchmark in
+                  the make bench of 2026-11-30 18:42, bench/results.json at commit faf7651)
 Target: <= 0.5 s each (median and worst are printed).
 
 Usage: python bench/injector_latency.py [--scenario scenarios/local.yaml] [--json F]
@@ -21,6 +24,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET_S = 0.5
+GAP_TARGET_S = 0.05
+BASH_LOOP_GAP_S = 0.2502  # median, bash relaunch loop, make bench 2026-11-30 18:42 (commit faf7651)
 
 
 def gated_latencies(expt):
@@ -70,6 +75,12 @@ def main():
         out[name] = {"median_s": med, "max_s": worst, "n": len(xs)}
         print(f"  {name:36s} median {med:6.3f} s  max {worst:6.3f} s  "
               f"({'met' if worst <= TARGET_S else ('median met, worst MISSED' if med <= TARGET_S else 'MISSED')})")
+    gap = out["attempt end -> next launch"]["median_s"]
+    out["relaunch_gap_vs_bash_loop"] = {"median_s": gap, "target_s": GAP_TARGET_S, "bash_loop_median_s": BASH_LOOP_GAP_S,
+                                        "ratio_to_bash_loop": gap / BASH_LOOP_GAP_S}
+    print(f"  relaunch gap: median {gap:.4f} s, target <= {GAP_TARGET_S} s "
+          f"({'met' if gap <= GAP_TARGET_S else 'MISSED'}); {gap / BASH_LOOP_GAP_S:.3f}x the bash loop's "
+          f"{BASH_LOOP_GAP_S:.3f} s")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -39,6 +39,15 @@ def _positive(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return check
 
 
+def _at_least(parse: Callable[[str], Any], low: float) -> Callable[[str], Any]:
+    def check(v):
+        x = parse(v)
+        if not x >= low:
+            raise argparse.ArgumentTypeError(f"{v!r}: must be >= {low:g}")
+        return x
+    return check
+
+
 PARSE = {"int": int, "float": float, "str": str, "duration": parse_duration}
 
 
@@ -51,6 +60,7 @@ def add_to_parser(parser, table: List[Opt], parsers: Optional[Dict[str, Callable
             continue
         conv = (parsers or {}).get(o.flag) or PARSE[o.type]
         conv = _positive(conv) if o.positive else conv
+        conv = _at_least(conv, o.min) if o.min is not None else conv
         choices = list(o.choices() if callable(o.choices) else o.choices) if o.choices else None
         parser.add_argument(o.flag, type=conv, default=o.default, choices=choices, required=o.required, help=hlp)
 

@@ -50,7 +50,7 @@ def _scenario(scen, problems):
         [str(p["name"]) for p in data["phases"]]
         return data
     except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError) as e:
-        problems.append(Malformed(f"{scen}: malformed scenario, phases taken from the directories "
+        problems.append(Malformed(f"{scen}: malformed {os.path.basename(scen)}, phases taken from the directories "
                                   f"({type(e).__name__}: {str(e).splitlines()[0][:100]})"))
         return None
 

@@ -23,7 +23,7 @@ SUPERVISE = [
     Opt("--launcher", "str", LAUNCHER_DEFAULT, "the launcher in the argv (how it reports a signal death)",
         choices=launchers.names, scenario="launch.launcher"),
     Opt("--max-attempts", "int", 10, "launches per phase in this job before the phase fails",
-        scenario="relaunch.max_attempts", positive=True),
+        scenario="relaunch.max_attempts", min=1),
     Opt("--backoff", "duration", 0.0, "pause between attempts", scenario="relaunch.backoff"),
     Opt("--hang-timeout", "duration", 600.0, "stop an attempt whose output has not changed for this "
         "long (once it has taken a step)", scenario="relaunch.hang_timeout", positive=True),
