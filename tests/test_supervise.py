@@ -312,3 +312,63 @@ def test_config_comes_from_the_option_table():
     a = p.parse_args(["--phase", "p", "--phase-dir", "d", "--tag", "t", "--hang-timeout", "5m", "--", "mpiexec", "x"])
     cfg = Config.from_args(a, ["mpiexec", "x"])
     assert cfg.hang_timeout == 300 and cfg.max_attempts == 10 and cfg.argv == ["mpiexec", "x"]
+
+
+def test_a_signal_mid_attempt_stops_it_records_it_and_stops_the_injector(tmp_path):
+    """SIGTERM from the scheduler while an attempt runs (forced here from inside the watchdog's
+    look): the launcher gets TERM, the attempt is recorded with its exit status, the done marker
+    is written and the injector stopped, and the signal goes on up to the verb (exit 130)."""
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(runs=None)], inject="--every 5s", tick=1.0)
+    real = procs.last_activity
+
+    def interrupted(att):
+        if clock.t > 1003:
+            raise supervise.Interrupted(signal.SIGTERM)
+        return real(att)
+    procs.last_activity = interrupted
+    with pytest.raises(supervise.Interrupted):
+        sup.run()
+    assert procs.launched[0].signals == [signal.SIGTERM]
+    [r] = records(phase)
+    assert r["exit_code"] == 143 and not r["completed"]
+    assert procs.events[-1] == ("injector_stop", True) and not os.path.exists(phase.completed)
+
+
+@pytest.mark.multirank
+@pytest.mark.timeout(120)
+def test_real_supervisor_sigterm_leaves_nothing_running(tmp_path):
+    """The verb with real processes: Hydra's mpiexec with 2 tagged ranks and a real injector;
+    SIGTERM to the supervisor: exit 130, the attempt recorded, nothing it started still runs."""
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    import psutil
+
+    from restartlab import killer
+    from tests.helpers import MPIEXEC, wait_for
+    tag = f"test-sup-{uuid.uuid4().hex[:8]}"
+    phase = layout.Phase(str(tmp_path / "p"))
+    argv = [sys.executable, "-m", "restartlab.cli", "supervise", "--phase", "p", "--phase-dir", phase.path,
+            "--tag", tag, "--inject", f"--every 300s --tag {tag} --phase-dir {phase.path} --fanout local",
+            "--", MPIEXEC, "-n", "2", "-genv", killer.TAG_VAR, tag, sys.executable, "-c", "import time; time.sleep(300)"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: len(killer.find_tagged(tag)) >= 2, 60, "the two ranks")
+        started = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
+        assert len(started) >= 4  # injector, mpiexec, its proxy, the ranks
+        t0 = time.time()
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        killer.kill_ranks(tag)
+    assert p.returncode == supervise.EXIT_INTERRUPTED, out
+    assert time.time() - t0 < 30
+    wait_for(lambda: not any(psutil.pid_exists(x) and not killer.is_gone(x) for x in started), 10,
+             "every process the supervisor started to be gone")
+    [r] = records(phase)
+    assert r["exit_code"] != 0 and not r["completed"]
+    assert os.path.exists(phase.done)

@@ -1,0 +1,77 @@
+"""Each decision of the supervisor, broken on purpose: the fake-clock tests must catch every one.
+
+    python -m tests.mutate_supervise        # prints one line per mutation; exit 1 if one survives
+
+It edits restartlab/supervise.py in place (one mutation at a time, always restored), so run it
+alone, never beside the test suite."""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.path.join(ROOT, "restartlab", "supervise.py")
+
+# (decision, the code as written, the code broken)
+MUTATIONS = [
+    ("budget: max_attempts launches", "while tries < cfg.max_attempts:", "while tries <= cfg.max_attempts:"),
+    ("backoff between attempts only", "            if tries < cfg.max_attempts:\n                self.clock.sleep",
+     "            if True:\n                self.clock.sleep"),
+    ("backoff is slept", "self.clock.sleep(cfg.backoff)", "self.clock.sleep(0)"),
+    ("exit_no_checkpoint stops relaunching", "if rc == EXIT_NO_CHECKPOINT:", "if rc == -999:"),
+    ("startup_timeout before the first step, hang_timeout after",
+     "limit = cfg.hang_timeout if self.procs.has_stepped(att) else cfg.startup_timeout",
+     "limit = cfg.startup_timeout if self.procs.has_stepped(att) else cfg.hang_timeout"),
+    ("the watchdog fires", "if last is not None and self.clock.time() - last > limit:",
+     "if last is not None and self.clock.time() - last > 10 * limit:"),
+    ("TERM, then KILL for a deaf launcher", "            run.signal(signal.SIGKILL)\n", "            pass\n"),
+    ("walltime warning during an attempt", "if not os.path.exists(att.walltime) and self.past_stop():", "if False:"),
+    ("no launch past the walltime margin", "            if self.past_stop():\n                self.say(f\"walltime margin",
+     "            if False:\n                self.say(f\"walltime margin"),
+    ("no phase starts past the walltime margin", "        if self.past_stop():\n            self.say(\"not started",
+     "        if False:\n            self.say(\"not started"),
+    ("a walltime-stopped attempt is not relaunched", "            if os.path.exists(att.walltime):\n",
+     "            if False:\n"),
+    ("teardown after a failed attempt", "if rc != 0:  # nothing of a failed attempt outlives it", "if False:"),
+    ("a completed phase is not run again", "if os.path.exists(phase.completed):", "if False:"),
+    ("a chained job numbers on", "k = done[-1].index if done else 0", "k = 0"),
+    ("too few healthy nodes fails the phase", "            if n is None:\n", "            if False:\n"),
+    ("rank count from the nodes chosen", "str(n * cfg.ranks_per_node)", "str(cfg.ranks_per_node)"),
+    ("a fresh rendezvous port per attempt", '"MASTER_PORT": str(self.procs.free_port())', '"MASTER_PORT": "29500"'),
+    ("the launcher must be on PATH", "if not cfg.argv or not self.procs.which(cfg.argv[0]):", "if False:"),
+    ("done marker before the injector is stopped", "            _touch(phase.done)\n            self.procs.stop_injector()",
+     "            self.procs.stop_injector()\n            _touch(phase.done)"),
+    ("completed -> exit 0 and the marker", "            _touch(phase.completed)\n", "\n"),
+    ("budget used up -> EXIT_BUDGET", 'return EXIT_BUDGET if verdict == "budget" else EXIT_FAILED', "return EXIT_FAILED"),
+    ("an interrupted attempt is recorded", "                self._record(att, k, launch_ts, rc)\n                raise",
+     "                raise"),
+]
+
+
+def main() -> int:
+    with open(TARGET) as f:
+        original = f.read()
+    survived = 0
+    try:
+        for name, good, bad in MUTATIONS:
+            if original.count(good) != 1:
+                print(f"?? {name}: the code to break is not found once in supervise.py (update the mutation)")
+                survived += 1
+                continue
+            with open(TARGET, "w") as f:
+                f.write(original.replace(good, bad))
+            r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                                "-m", "not multirank", os.path.join(ROOT, "tests", "test_supervise.py")],
+                               capture_output=True, text=True, cwd=ROOT, timeout=300)
+            caught = r.returncode != 0
+            failed = next((l for l in r.stdout.splitlines() if l.startswith("FAILED")), "")
+            print(f"{'caught ' if caught else 'SURVIVED'} {name}" + (f"  <- {failed.split('::')[-1][:70]}" if failed else ""))
+            survived += not caught
+    finally:
+        with open(TARGET, "w") as f:
+            f.write(original)
+    print(f"{len(MUTATIONS) - survived}/{len(MUTATIONS)} broken decisions caught by tests/test_supervise.py")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
