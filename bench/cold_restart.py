@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 
-from restartlab import launchers
+from restartlab import launchers, layout
 
 
 def main():
@@ -33,7 +33,7 @@ def main():
     for i in range(a.repeats):
         out = os.path.join(d, f"o{i + 1}")
         attempt(["--train-iters", "6", "--outdir", out], env=dict(os.environ, RESTARTLAB_LAUNCH_TS=f"{time.time():.6f}"))
-        first = json.loads(open(os.path.join(out, "metrics-0.jsonl")).readline())["metrics"]
+        first = json.loads(open(layout.Attempt(out).metrics(0)).readline())["metrics"]
         results.append(first)
         shutil.rmtree(os.path.join(d, "ck", "step-00000006"), ignore_errors=True)
     keys = ["train/restart_seconds", "startup/import_s", "startup/dist_init_s", "startup/build_s",

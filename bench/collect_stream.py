@@ -15,6 +15,8 @@ import sys
 import tempfile
 import time
 
+from restartlab import layout
+
 TARGET_S = 10.0
 
 
@@ -25,7 +27,7 @@ def make_expt(root, attempts, rows_per_attempt):
     t, it = 1.0e9, 0
     inj = []
     for k in range(1, attempts + 1):
-        d = os.path.join(ph, "attempts", str(k))
+        d = layout.Phase(ph).attempt(k).path
         os.makedirs(d)
         resumed = (it // 10) * 10
         it = resumed
@@ -48,14 +50,14 @@ def make_expt(root, attempts, rows_per_attempt):
         if last:
             lines.append(json.dumps({"timestamp": t, "rank": 0,
                                      "metrics": {"train/iter": it, "train/params_crc": "0"}}))
-        with open(os.path.join(d, "metrics-0.jsonl"), "w") as f:
+        with open(layout.Attempt(d).metrics(0), "w") as f:
             f.write("\n".join(lines) + "\n")
-        with open(os.path.join(d, "attempt.json"), "w") as f:
+        with open(layout.Attempt(d).record, "w") as f:
             json.dump({"launch_ts": launch, "end_ts": t + 0.005, "exit_code": 0 if last else 137,
                        "completed": last}, f)
         if not last:
             inj.append(json.dumps({"time": t + 0.005, "killed": 1}))
-    with open(os.path.join(ph, "injections.jsonl"), "w") as f:
+    with open(layout.Phase(ph).injections, "w") as f:
         f.write("\n".join(inj) + "\n")
     return attempts * rows_per_attempt
 
@@ -94,7 +96,7 @@ def main():
             n = make_expt(d, att, per)
             gen = time.perf_counter() - t0
             wall, rss = measure(d)
-            with open(os.path.join(d, "summary.json")) as f:
+            with open(layout.Expt(d).summary) as f:
                 summ = json.load(f)["phases"][0]
             assert summ["attempts"] == att and summ["kills"] == att - 1, summ
             out[name] = {"attempts": att, "rows": n, "wall_s": wall, "peak_rss_mib": rss,

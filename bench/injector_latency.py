@@ -13,7 +13,6 @@ Target: <= 0.5 s each (median and worst are printed).
 Usage: python bench/injector_latency.py [--scenario scenarios/local.yaml] [--json F]
 """
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -21,6 +20,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+from restartlab import ckptdir, layout
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET_S = 0.5
@@ -30,14 +31,15 @@ BASH_LOOP_GAP_S = 0.2502  # median, bash relaunch loop, make bench 2026-11-30 18
 
 def gated_latencies(expt):
     out = []
-    for inj in glob.glob(os.path.join(expt, "*", "injections.jsonl")):
-        ckpts = os.path.join(os.path.dirname(inj), "ckpts")
-        with open(inj) as f:
+    for ph in layout.Expt(expt).phases():
+        if not os.path.exists(ph.injections):
+            continue
+        with open(ph.injections) as f:
             for line in f:
                 r = json.loads(line)
                 if "after .complete" not in r.get("reason", "") or r.get("newest_complete") is None:
                     continue
-                marker = os.path.join(ckpts, f"step-{r['newest_complete']:08d}", ".complete")
+                marker = os.path.join(ckptdir.step_path(ph.ckpts, r["newest_complete"]), ckptdir.COMPLETE)
                 with open(marker) as m:
                     complete_ts = json.load(m)["complete_ts"]
                 sent = min(rc["time"] for rc in r["receipts"])
@@ -57,7 +59,7 @@ def main():
         if r.returncode != 0:
             sys.stderr.write(r.stdout[-3000:] + "\ninjector_latency: restartlab run failed\n")
             return 1
-        with open(os.path.join(expt, "summary.json")) as f:
+        with open(layout.Expt(expt).summary) as f:
             phases = json.load(f)["phases"]
         ev = [e for p in phases for e in p["failures"] if e.get("kind") == "kill"]
         figures = {"gated kill (.complete -> SIGKILL)": gated_latencies(expt),

@@ -5,7 +5,7 @@ machine, tests/slurm/start_slurm.sh; needs root): a 2-node job (2 ranks per node
   the job relaunches on the same two nodes;
 - spares: the node is set DOWN with scontrol; the health check finds it, a spare takes its place;
 - shrink: the node is set DOWN; the job goes on with the one healthy node and 2 ranks.
-Prints one row per policy from each experiment's summary.json (medians per failure).
+Prints one row per policy from each experiment's report summary (medians per failure).
 
     python bench/node_loss.py [--keep DIR]"""
 import argparse
@@ -21,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
+from restartlab import layout  # noqa: E402
 from tests.helpers import rows  # noqa: E402
 
 
@@ -54,11 +55,11 @@ def run(d, policy):
         raise SystemExit(f"submit failed: {r.stderr}")
     out = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
     jid, expt = out["job"], out["experiment"]
-    first = os.path.join(expt, "sync", "attempts", "1")
+    first = layout.Expt(expt).phase("sync").attempt(1).path
     lost = None
     if policy != "same":  # a real node failure: the node goes DOWN under the running job
         t0 = time.time()
-        while not any(m.get("train/iter", 0) >= 20 for m in rows(os.path.join(first, "metrics-0.jsonl"))):
+        while not any(m.get("train/iter", 0) >= 20 for m in rows(layout.Attempt(first).metrics(0))):
             if time.time() - t0 > 300:
                 raise SystemExit("no step 20 in 300 s")
             time.sleep(0.05)
@@ -73,7 +74,7 @@ def run(d, policy):
     finally:
         if lost:
             sh("scontrol", "update", f"nodename={lost}", "state=RESUME")
-    with open(os.path.join(expt, "summary.json")) as f:
+    with open(layout.Expt(expt).summary) as f:
         s = {p["phase"]: p for p in json.load(f)["phases"]}["sync"]
     ev = s["failures"][0] if s["failures"] else {}
     return {"policy": policy, "completed": s["completed"], "attempts": s["attempts"],

@@ -17,20 +17,16 @@ class Registry(Generic[T]):
         self._items: Dict[str, T] = {}
 
     def register(self, cls):
-        """Class decorator: registers one instance of `cls` under `cls.name` (and its aliases)."""
+        """Class decorator: registers one instance of `cls` under `cls.name`."""
         obj = cls()
-        for key in (obj.name, *getattr(obj, "aliases", ())):
-            if key in self._items:
-                raise RegistryError(f"{self.kind} {key!r} is already registered "
-                                    f"(by {type(self._items[key]).__name__})")
-        for key in (obj.name, *getattr(obj, "aliases", ())):
-            self._items[key] = obj
+        if obj.name in self._items:
+            raise RegistryError(f"{self.kind} {obj.name!r} is already registered "
+                                f"(by {type(self._items[obj.name]).__name__})")
+        self._items[obj.name] = obj
         return cls
 
     def unregister(self, name: str) -> None:
-        obj = self._items.pop(name)
-        for key in [k for k, v in self._items.items() if v is obj]:
-            del self._items[key]
+        del self._items[name]
 
     def get(self, name: str) -> T:
         try:
@@ -38,14 +34,12 @@ class Registry(Generic[T]):
         except KeyError:
             raise RegistryError(f"unknown {self.kind} {name!r} (known: {', '.join(self.names())})") from None
 
-    def names(self, aliases: bool = False) -> List[str]:
-        """Registered names in registration order (with aliases, when asked)."""
-        if aliases:
-            return list(self._items)
-        return [k for k, v in self._items.items() if k == v.name]
+    def names(self) -> List[str]:
+        """Registered names in registration order."""
+        return list(self._items)
 
     def all(self) -> List[T]:
-        return [self._items[n] for n in self.names()]
+        return list(self._items.values())
 
     def __contains__(self, name) -> bool:
         return name in self._items

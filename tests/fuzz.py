@@ -21,7 +21,7 @@ import time
 import uuid
 from collections import Counter
 
-from restartlab import ckptdir, killer
+from restartlab import ckptdir, killer, layout
 from tests.helpers import final_crc, losses, rows, trainer_cmd
 
 RANKS, ITERS, SAVE_EVERY, KEEP = 4, 24, 3, 2
@@ -102,7 +102,7 @@ def check_keep(ckpt):
 def one_run(cfg, ref, rng, kills_left, stats, workdir, say):
     mode, tp = cfg
     d = tempfile.mkdtemp(prefix=f"fuzz-{mode}-tp{tp}-", dir=workdir)
-    metrics = os.path.join(d, "out", "metrics-0.jsonl")
+    metrics = os.path.join(d, "out", layout.metrics_name(0))
     for attempt in range(1, MAX_ATTEMPTS + 1):
         expect = ckptdir.newest_complete_step(os.path.join(d, "ckpts"))
         tag = f"fuzz-{uuid.uuid4().hex[:8]}"
@@ -179,7 +179,7 @@ def reference(cfg, workdir):
         p.wait(timeout=600)
     killer.kill_ranks(tag)
     wall = time.time() - t0
-    raw = [json.loads(line) for line in open(os.path.join(d, "out", "metrics-0.jsonl"))]
+    raw = [json.loads(line) for line in open(os.path.join(d, "out", layout.metrics_name(0)))]
     first = min(r["timestamp"] for r in raw if "train/loss" in r["metrics"])
     last = max(r["timestamp"] for r in raw)
     spans = {}
@@ -188,8 +188,8 @@ def reference(cfg, workdir):
         spans.setdefault(int(step), []).append(float(t))
     durations = sorted(max(v) - min(v) for v in spans.values())
     ref = {"save": durations[len(durations) // 2],
-           "losses": dict(losses(os.path.join(d, "out", "metrics-0.jsonl"))),
-           "crc": final_crc(os.path.join(d, "out", "metrics-0.jsonl")),
+           "losses": dict(losses(os.path.join(d, "out", layout.metrics_name(0)))),
+           "crc": final_crc(os.path.join(d, "out", layout.metrics_name(0))),
            "startup": first - t0, "train": max(0.2, last - first), "wall": wall}
     assert p.returncode == 0 and ref["crc"], open(os.path.join(d, "ref.log")).read()[-2000:]
     shutil.rmtree(d, ignore_errors=True)

@@ -9,7 +9,7 @@ import sys
 import time
 import uuid
 
-from restartlab import killer, launchers
+from restartlab import killer, launchers, layout
 
 MPIEXEC = shutil.which("mpiexec")
 
@@ -36,8 +36,8 @@ def run_trainer(n, args, env=None, timeout=240, tag=None, rendezvous=True):
 
 
 def job_tag(expt_dir):
-    """The job tag baked into an experiment's job.sh (the ranks' RESTARTLAB_JOB_TAG)."""
-    with open(os.path.join(expt_dir, "job.sh")) as f:
+    """The job tag baked into an experiment's job script (the ranks' RESTARTLAB_JOB_TAG)."""
+    with open(layout.Expt(expt_dir).job_script) as f:
         return re.search(killer.TAG_VAR + r"[ =](rl-[\w.-]+)", f.read()).group(1)
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from restartlab import ckptdir
+from restartlab import ckptdir, layout
 from tests.helpers import final_crc, losses, raw_rows, rows, run_trainer
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
@@ -42,10 +42,10 @@ def test_kills_inside_async_save_resume_exactly(tmp_path, stage, fmt):
         assert os.path.isdir(ckptdir.step_path(os.path.join(run, "ckpts"), 8))
     r = run_trainer(2, args(run, stage=stage, fmt=fmt))
     assert r.returncode == 0 and "RESUMED from step=4" in r.stdout, r.stdout[-3000:]
-    ref_l = dict(losses(os.path.join(ref, "out", "metrics-0.jsonl")))
-    for it, loss in losses(os.path.join(run, "out", "metrics-0.jsonl")):
+    ref_l = dict(losses(os.path.join(ref, "out", layout.metrics_name(0))))
+    for it, loss in losses(os.path.join(run, "out", layout.metrics_name(0))):
         assert loss == ref_l[it], it
-    assert final_crc(os.path.join(run, "out", "metrics-0.jsonl")) == final_crc(os.path.join(ref, "out", "metrics-0.jsonl"))
+    assert final_crc(os.path.join(run, "out", layout.metrics_name(0))) == final_crc(os.path.join(ref, "out", layout.metrics_name(0)))
     # exit waited for the last save: the final step is complete
     assert ckptdir.newest_complete_step(os.path.join(run, "ckpts"), checksums=True) == 16
 
@@ -56,7 +56,7 @@ def test_fifty_consecutive_async_saves_no_hang(tmp_path, n):
     r = run_trainer(n, args(d, iters=50, save=1), timeout=400,
                     env={"RESTARTLAB_CKPT_TIMEOUT": "120"})
     assert r.returncode == 0, r.stdout[-3000:]
-    ms = rows(os.path.join(d, "out", "metrics-0.jsonl"))
+    ms = rows(os.path.join(d, "out", layout.metrics_name(0)))
     stages = [m for m in ms if "train/ckpt_stage_seconds" in m]
     assert len(stages) == 50 and all(m["train/ckpt_bytes"] > 0 for m in stages)
     assert ckptdir.complete_steps(os.path.join(d, "ckpts")) == list(range(1, 51))
@@ -65,7 +65,7 @@ def test_fifty_consecutive_async_saves_no_hang(tmp_path, n):
     # .complete is stamped when every rank's copy is durable, not at the next save: between the
     # last rank's durable copy (durable_ts, from the gather) and the marker (complete_ts), the
     # training loop finished at most two steps (row timestamps are taken at the end of each step).
-    step_ts = sorted(r["timestamp"] for r in raw_rows(os.path.join(d, "out", "metrics-0.jsonl"))
+    step_ts = sorted(r["timestamp"] for r in raw_rows(os.path.join(d, "out", layout.metrics_name(0)))
                      if "train/loss" in r["metrics"])
     for s in range(1, 51):
         with open(os.path.join(ckptdir.step_path(os.path.join(d, "ckpts"), s), ckptdir.COMPLETE)) as f:
@@ -91,7 +91,7 @@ def test_stage_dir_has_one_owner_per_node(tmp_path):
     assert "DELAY mkdir-exists at step=4 rank=1" in r.stdout, r.stdout[-3000:]
     assert r.returncode == 0 and "TRAINING DONE" in r.stdout, r.stdout[-4000:]
     assert ckptdir.complete_steps(os.path.join(run, "ckpts")) == [2, 4, 6, 8]
-    assert final_crc(os.path.join(run, "out", "metrics-0.jsonl")) == final_crc(os.path.join(ref, "out", "metrics-0.jsonl"))
+    assert final_crc(os.path.join(run, "out", layout.metrics_name(0))) == final_crc(os.path.join(ref, "out", layout.metrics_name(0)))
     # what a run creates it removes: no step left in the stage dir, and the dir itself is gone
     assert not os.path.exists(os.path.join(run, "stage")), os.listdir(os.path.join(run, "stage"))
 

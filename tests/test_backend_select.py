@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.distributed as tdist
 
+from restartlab import layout
 from restartlab.trainer import dist as rdist
 from tests.helpers import run_trainer
 
@@ -107,4 +108,4 @@ def test_missing_devices_are_one_line_errors(monkeypatch):
 def test_trainer_on_xpu_without_one_exits_2_with_one_line(tmp_path):
     r = run_trainer(2, ["--model", "tiny", "--train-iters", "2", "--device", "xpu", "--outdir", str(tmp_path)])
     assert r.returncode == 2 and "--device xpu: torch.xpu.is_available() is false" in r.stdout, r.stdout
-    assert "Traceback" not in r.stdout and not os.path.exists(tmp_path / "metrics-0.jsonl")
+    assert "Traceback" not in r.stdout and not os.path.exists(tmp_path / layout.metrics_name(0))

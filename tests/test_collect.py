@@ -3,6 +3,7 @@ any checkpoint, off-by-one cases), and one real `restartlab run` checked against
 import argparse
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -50,7 +51,7 @@ def test_accounting_known_answers(tmp_path):
     # attempt 4: resumes at 10 again, finishes at 20
     rows = steps(11, 20, 134.0, resumed=10) + [(150.0, {"train/iter": 20, "train/params_crc": "x"})]
     write_attempt(ph, 4, 132.0, rows, 150.0, completed=True)
-    with open(os.path.join(ph, "injections.jsonl"), "w") as f:
+    with open(layout.Phase(ph).injections, "w") as f:
         for t in (107.5, 122.5, 130.5):
             f.write(json.dumps({"time": t, "killed": 2}) + "\n")
     p = collect.load_phase("sync", phase_dir=ph)
@@ -103,7 +104,8 @@ def test_baseline_is_the_phase_without_checkpoints_whatever_its_name(tmp_path):
     d = tmp_path / "expt"
     for name, t0 in (("ref", 100.0), ("sync", 300.0)):
         write_attempt(str(d / name), 1, t0, steps(1, 10, t0), t0 + 11, completed=True)
-    (d / "scenario.yaml").write_text("phases: [{name: ref, checkpoint: none}, {name: sync, checkpoint: sync}]\n")
+    with open(layout.Expt(d).scenario, "w") as f:
+        f.write("phases: [{name: ref, checkpoint: none}, {name: sync, checkpoint: sync}]\n")
     a = argparse.Namespace(expt_dir=str(d), baseline=None, sync=None, async_=None, expect=None, mtbf=3600.0)
     _, summaries, _, _, _ = report.build(a)
     by = {s["phase"]: s for s in summaries}
@@ -122,8 +124,9 @@ def test_report_and_simulate_share_the_restart_cost(tmp_path):
          "save": {}, "finalize": {}},
         {"phase": "s", "checkpoint": "sync", "steps": 10, "productive_s": 11.0, "failures": ev,
          "save": {"ckpt_save_seconds": {"median": 2.0}}, "finalize": {}}]}
-    path = tmp_path / "summary.json"
-    path.write_text(json.dumps(summary))
+    path = layout.Expt(str(tmp_path)).summary
+    with open(path, "w") as f:
+        json.dump(summary, f)
     r = collect.phase_restart_cost(ev)
     assert r == pytest.approx(5.0 + 0.02 + 0.4)
     report_yd = collect.young_daly(2.0, r, 3600.0)
@@ -174,7 +177,7 @@ def test_report_names_missing_phase_and_reads_ezpz_globs(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "missing phases: baseline" in r.stderr
-    s = json.load(open(tmp_path / "rep" / "summary.json"))
+    s = json.load(open(layout.Expt(tmp_path / "rep").summary))
     assert s["phases"][0]["steps"] == 5
 
 
@@ -189,21 +192,21 @@ def test_real_restartlab_run(tmp_path):
                         "--set", "trainer.save_interval=5"],
                        capture_output=True, text=True, timeout=560)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    s = json.load(open(d / "summary.json"))
+    s = json.load(open(layout.Expt(d).summary))
     ph = {p["phase"]: p for p in s["phases"]}
     a = ph["async"]
-    inj = [json.loads(l) for l in open(d / "async" / "injections.jsonl")]
+    inj = [json.loads(l) for l in open(layout.Expt(d).phase("async").injections)]
     assert a["kills"] == len(inj) == 1 and inj[0]["killed"] >= 2
     assert a["attempts"] == 2 and a["completed"] and ph["baseline"]["kills"] == 0
     # the report's numbers against the raw files
     ev = a["failures"][0]
-    resumed = [l for l in open(d / "async" / "attempts" / "2" / "output.log") if "RESUMED from step=" in l]
+    resumed = [l for l in open(layout.Expt(d).phase("async").attempt(2).output) if "RESUMED from step=" in l]
     assert resumed and int(resumed[0].split("step=")[1]) == ev["resumed_from"] >= 10
-    rows1 = [json.loads(l)["metrics"] for l in open(d / "async" / "attempts" / "1" / "metrics-0.jsonl")]
+    rows1 = [json.loads(l)["metrics"] for l in open(layout.Expt(d).phase("async").attempt(1).metrics(0))]
     last = max(m["train/iter"] for m in rows1 if "train/loss" in m)
     assert ev["step_at_kill"] == last and ev["lost_steps"] == last - ev["resumed_from"]
     assert ev["downtime_s"] > ev["restart_s"] > 0
-    assert os.path.exists(d / "report.md") and os.path.exists(d / "progress.png")
+    assert os.path.exists(layout.Expt(d).report) and os.path.exists(d / "progress.png")
     # steps beside a background save are told apart from the others (the interference figure)
     i = a["interference"]
     assert i and i["busy_steps"] >= 1 and i["idle_steps"] >= 1 and i["busy_dt_s"] > 0 and i["idle_dt_s"] > 0, i
@@ -232,7 +235,7 @@ def test_ctrl_c_stops_everything_and_leaves_a_readable_experiment(tmp_path):
                           "--set", "trainer.train_iters=400", "--set", "failures.schedule.at_steps=[300]"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        metrics = d / "sync" / "attempts" / "1" / "metrics-0.jsonl"
+        metrics = pathlib.Path(layout.Expt(d).phase("sync").attempt(1).metrics(0))
         wait_for(lambda: metrics.exists() and metrics.stat().st_size > 0, 240, "the sync phase's first rows")
         mine = f"RESTARTLAB_LOCAL_JOBID={p.pid}.local"
         assert len(killer.find_by_env(mine)) >= 5  # the check below is not vacuous: script, supervisor, injector, ranks
@@ -252,6 +255,6 @@ def test_ctrl_c_stops_everything_and_leaves_a_readable_experiment(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "missing phases: async" in r.stderr
-    s = json.load(open(d / "summary.json"))
+    s = json.load(open(layout.Expt(d).summary))
     assert {ph["phase"] for ph in s["phases"]} == {"baseline", "sync"}
     assert next(ph for ph in s["phases"] if ph["phase"] == "baseline")["completed"]

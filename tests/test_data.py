@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from restartlab import ckptdir
+from restartlab import ckptdir, layout
 from restartlab.trainer import data
 from restartlab.trainer import prepare_data
 from tests.helpers import final_crc, losses, run_trainer, start_and_kill_at
@@ -69,17 +69,17 @@ def test_kill_and_resume_on_real_text_is_bit_exact(tmp_path, token_file):
     ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
     r = run_trainer(2, args(ref))
     assert r.returncode == 0 and f"data={token_file}" in r.stdout, r.stdout[-3000:]
-    metrics = os.path.join(run, "metrics-0.jsonl")
+    metrics = layout.Attempt(run).metrics(0)
     receipt, rc, out = start_and_kill_at(2, args(run), metrics, 6)
     assert rc != 0 and ckptdir.newest_complete_step(os.path.join(run, "ckpts")) == 4, out[-2000:]
     r = run_trainer(2, args(run))
     assert r.returncode == 0 and "RESUMED from step=4" in r.stdout, r.stdout[-3000:]
-    base = dict(losses(os.path.join(ref, "metrics-0.jsonl")))
+    base = dict(losses(layout.Attempt(ref).metrics(0)))
     assert dict(losses(metrics)) == base
-    assert final_crc(metrics) == final_crc(os.path.join(ref, "metrics-0.jsonl"))
+    assert final_crc(metrics) == final_crc(layout.Attempt(ref).metrics(0))
     synthetic = str(tmp_path / "syn")
     assert run_trainer(2, ["--model", "tiny", "--train-iters", "2", "--outdir", synthetic]).returncode == 0
-    assert dict(losses(os.path.join(synthetic, "metrics-0.jsonl")))[1] != base[1]  # the data is used
+    assert dict(losses(layout.Attempt(synthetic).metrics(0)))[1] != base[1]  # the data is used
 
 
 @pytest.mark.parametrize("case", ["missing", "ragged", "short", "vocab", "token"])

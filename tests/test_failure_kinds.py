@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from restartlab import ckptdir, killer
+from restartlab import ckptdir, killer, layout
 from tests.helpers import job_tag
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(900)]
@@ -23,13 +23,13 @@ def test_rank_hang_preempt_in_one_run(tmp_path):
                         "--set", "collection.plots=false"],
                        capture_output=True, text=True, timeout=850)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    recs = [json.loads(line) for line in open(d / "sync" / "injections.jsonl")]
+    recs = [json.loads(line) for line in open(layout.Expt(d).phase("sync").injections)]
     inj = [x for x in recs if "follow_up_of" not in x]
     assert [(x["kind"], x["signal"]) for x in inj] == [("rank", "KILL"), ("hang", "STOP"), ("preempt", "TERM")]
     assert inj[0]["killed"] == 1 and inj[1]["killed"] == 1 and inj[2]["killed"] >= 2
     follow = [x for x in recs if "follow_up_of" in x]
     assert len(follow) == 1 and follow[0]["escalated"] == 0 and follow[0]["killed"] == 0  # done within the grace
-    s = json.load(open(d / "summary.json"))["phases"][0]
+    s = json.load(open(layout.Expt(d).summary))["phases"][0]
     ev = {e["kind"]: e for e in s["failures"]}
     assert set(ev) == {"rank", "hang", "preempt"} and s["completed"], s["failures"]
     assert ev["rank"]["detected_by"] == "launcher" and ev["rank"]["detection_s"] < 5
@@ -37,10 +37,10 @@ def test_rank_hang_preempt_in_one_run(tmp_path):
     assert ev["preempt"]["detected_by"] == "trainer" and ev["preempt"]["lost_steps"] == 0
     assert ev["preempt"]["resumed_from"] == ev["preempt"]["step_at_kill"] >= 40
     assert set(s["by_kind"]) == {"rank", "hang", "preempt"}
-    a = [json.load(open(d / "sync" / "attempts" / str(i) / "attempt.json")) for i in (1, 2, 3, 4)]
+    a = [json.load(open(layout.Expt(d).phase("sync").attempt(i).record)) for i in (1, 2, 3, 4)]
     assert [x["hang"] for x in a] == [False, True, False, False] and a[2]["preempted"] and a[3]["completed"]
     assert [x["injected"] for x in a] == [True, True, True, False]
-    assert "By failure kind" in open(d / "report.md").read()
+    assert "By failure kind" in open(layout.Expt(d).report).read()
     assert killer.find_tagged(job_tag(d)) == []
 
 
@@ -58,16 +58,16 @@ def test_walltime_warning_emergency_checkpoint_nothing_lost(tmp_path):
                         "--set", "collection.plots=false"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 5, r.stdout[-3000:] + r.stderr[-3000:]
-    assert not (d / "second").exists() or not (d / "second" / "attempts").exists()
-    a = json.load(open(d / "first" / "attempts" / "1" / "attempt.json"))
+    assert not (d / "second").exists() or not os.path.exists(layout.Expt(d).phase("second").attempts_dir)
+    a = json.load(open(layout.Expt(d).phase("first").attempt(1).record))
     assert a["walltime"] and a["preempted"] and a["exit_code"] == 5, a
-    assert not (d / "first" / "attempts" / "2").exists()          # no relaunch after the warning
-    s = json.load(open(d / "summary.json"))["phases"][0]
+    assert not os.path.exists(layout.Expt(d).phase("first").attempt(2).path)          # no relaunch after the warning
+    s = json.load(open(layout.Expt(d).summary))["phases"][0]
     w = s["walltime_stop"]
     assert w["lost_steps"] == 0 and w["emergency_checkpoint"] == w["last_step"] > 7, w
     assert ckptdir.newest_complete_step(str(d / "first" / "ckpts")) == w["last_step"]
-    assert "stopped by the walltime warning" in open(d / "report.md").read()
-    assert "walltime warning (30s left)" in open(d / "job.out").read()
-    assert "phase second: not started (walltime)" in open(d / "job.out").read()
+    assert "stopped by the walltime warning" in open(layout.Expt(d).report).read()
+    assert "walltime warning (30s left)" in open(layout.Expt(d).job_out).read()
+    assert "phase second: not started (walltime)" in open(layout.Expt(d).job_out).read()
     assert f"walltime stop at step {w['last_step']}" in r.stdout
     assert killer.find_tagged(job_tag(d)) == []

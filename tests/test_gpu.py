@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from restartlab import ckptdir, killer
+from restartlab import ckptdir, killer, layout
 from tests.helpers import final_crc, losses, rows, wait_for
 
 torch = pytest.importorskip("torch")
@@ -65,7 +65,7 @@ def _kill_at(args, metrics, step, ready=lambda: True):
 
 
 def _kill_resume(d, mode, deterministic=True):
-    metrics = os.path.join(d, "metrics-0.jsonl")
+    metrics = layout.Attempt(d).metrics(0)
     # killed after step 9 once step 6's checkpoint is complete (on a GPU the steps are fast: an
     # async save may still be in flight three steps later)
     ckpts = os.path.join(d, "ckpts")
@@ -89,10 +89,10 @@ def test_cuda_kill_and_resume_is_bit_exact(tmp_path, mode):
         r = _run(_args(ref, mode, det))
         assert r.returncode == 0 and "device=cuda" in r.stdout, r.stdout[-3000:]
         metrics = _kill_resume(run, mode, det)
-        base = dict(losses(os.path.join(ref, "metrics-0.jsonl")))
+        base = dict(losses(layout.Attempt(ref).metrics(0)))
         got = dict(losses(metrics))
         diff = max(abs(got[i] / base[i] - 1) for i in base)
-        same_crc = final_crc(metrics) == final_crc(os.path.join(ref, "metrics-0.jsonl"))
+        same_crc = final_crc(metrics) == final_crc(layout.Attempt(ref).metrics(0))
         print(f"cuda {mode} deterministic={det}: max relative loss difference after kill and resume "
               f"{diff:.3e}; params_crc {'equal' if same_crc else 'DIFFER'}")
         if det:

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from restartlab import cli
+from restartlab import cli, layout
 
 pytestmark = pytest.mark.timeout(120)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,21 +66,26 @@ SCENARIOS = {
     "42-timed-gate-without-checkpoints.yaml": (5, "phase 'base' saves no checkpoints, so a kill gated on .complete"),
 }
 
+# the experiment's files as the report names them (relative to the experiment: layout's names)
+M1 = layout.Phase("sync").attempt(1).metrics(0)
+A1 = layout.Phase("sync").attempt(1).record
+INJ = layout.Phase("sync").injections
+SC = layout.Expt("").scenario
 # directory -> what the warning must say (file and line where there is one)
 EXPERIMENTS = {
-    "01-iter-not-a-number": "sync/attempts/1/metrics-0.jsonl:5: malformed train/iter 'abc'",
-    "02-dt-not-a-number": "sync/attempts/1/metrics-0.jsonl:5: malformed train/dt 'slow'",
-    "03-metrics-is-a-directory": "sync/attempts/1/metrics-0.jsonl: malformed: not a file",
-    "04-attempt-json-is-a-list": "sync/attempts/1/attempt.json: malformed (a list, not a mapping)",
-    "05-injection-time-not-a-number": "sync/injections.jsonl:1: skipped a malformed line (time 'x' is not a number)",
-    "06-scenario-yaml-invalid": "scenario.yaml: malformed scenario.yaml",
-    "07-scenario-yaml-a-list": "scenario.yaml: malformed scenario.yaml",
+    "01-iter-not-a-number": f"{M1}:5: malformed train/iter 'abc'",
+    "02-dt-not-a-number": f"{M1}:5: malformed train/dt 'slow'",
+    "03-metrics-is-a-directory": f"{M1}: malformed: not a file",
+    "04-attempt-json-is-a-list": f"{A1}: malformed (a list, not a mapping)",
+    "05-injection-time-not-a-number": f"{INJ}:1: skipped a malformed line (time 'x' is not a number)",
+    "06-scenario-yaml-invalid": f"{SC}: malformed {SC}",
+    "07-scenario-yaml-a-list": f"{SC}: malformed {SC}",
     "08-marker-not-a-mapping": "step-00000004/.complete: malformed marker",
-    "09-metrics-line-is-a-list": "sync/attempts/1/metrics-0.jsonl:5: skipped a malformed line",
-    "10-timestamp-not-a-number": "sync/attempts/1/metrics-0.jsonl:5: skipped a malformed line (TypeError: timestamp",
-    "11-attempts-entry-is-a-file": "sync/attempts/2: malformed attempts entry",
-    "12-injections-line-garbage": "sync/injections.jsonl:1: skipped a malformed line",
-    "13-metrics-binary-garbage": "sync/attempts/1/metrics-0.jsonl:5: skipped a malformed line",
+    "09-metrics-line-is-a-list": f"{M1}:5: skipped a malformed line",
+    "10-timestamp-not-a-number": f"{M1}:5: skipped a malformed line (TypeError: timestamp",
+    "11-attempts-entry-is-a-file": f"{layout.Phase('sync').attempt(2).path}: malformed attempts entry",
+    "12-injections-line-garbage": f"{INJ}:1: skipped a malformed line",
+    "13-metrics-binary-garbage": f"{M1}:5: skipped a malformed line",
     "14-not-a-directory": "not an experiment directory",
 }
 
@@ -121,13 +126,13 @@ def test_the_corpus_is_complete():
 def test_broken_scenario(name, verb, tmp_path):
     line, frag = SCENARIOS[name]
     path = os.path.join(SCEN, name)
-    argv = [verb, path] + (["-o", str(tmp_path / "job.sh")] if verb == "render" else [])
+    argv = [verb, path] + (["-o", str(layout.Expt(tmp_path).job_script)] if verb == "render" else [])
     rc, out, err = _run_cli(argv)
     assert rc == 2, (rc, err)
     assert frag in err, err
     if name != "27-extends-binary.yaml":  # the error is in the file it extends
         assert f"{path}:{line}:" in err or f"{name}:{line}:" in err, err
-    assert not os.path.exists(tmp_path / "job.sh") and out == ""
+    assert not os.path.exists(layout.Expt(tmp_path).job_script) and out == ""
 
 
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
@@ -141,7 +146,7 @@ def test_broken_experiment_report(name, tmp_path):
     assert "Traceback" not in r.stderr and EXPERIMENTS[name] in r.stderr, r.stderr
     assert _tree_digest(path) == before  # nothing lost, nothing changed
     if name != "14-not-a-directory":     # the rest of the experiment is still reported
-        assert (out_dir / "report.md").exists() and EXPERIMENTS[name] in (out_dir / "report.md").read_text()
+        assert os.path.exists(layout.Expt(out_dir).report) and EXPERIMENTS[name] in open(layout.Expt(out_dir).report).read()
 
 
 def _stub(bindir, name, body):

@@ -5,13 +5,14 @@ trainer stops with exit 3 (naming each) instead of starting from step 0 over the
 relaunch loop does not relaunch it."""
 import json
 import os
+import pathlib
 import shutil
 import stat
 import subprocess
 
 import pytest
 
-from restartlab import ckptdir, render, scenario
+from restartlab import ckptdir, layout, render, scenario
 from tests.helpers import final_crc, losses, run_trainer
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
@@ -92,11 +93,11 @@ def test_damaged_checkpoint_is_skipped_and_the_run_stays_exact(tmp_path, request
     assert r.returncode == 0, r.stdout[-3000:]
     assert "skipping step-00000008" in r.stdout and why in r.stdout, r.stdout[-3000:]
     assert "RESUMED from step=4" in r.stdout, r.stdout[-3000:]
-    ref = dict(losses(os.path.join(reference, "out", "metrics-0.jsonl")))
-    got = losses(os.path.join(d, "out", "metrics-0.jsonl"))
+    ref = dict(losses(os.path.join(reference, "out", layout.metrics_name(0))))
+    got = losses(os.path.join(d, "out", layout.metrics_name(0)))
     assert [it for it, _ in got] == list(range(5, 13))
     assert all(loss == ref[it] for it, loss in got)
-    assert final_crc(os.path.join(d, "out", "metrics-0.jsonl")) == final_crc(os.path.join(reference, "out", "metrics-0.jsonl"))
+    assert final_crc(os.path.join(d, "out", layout.metrics_name(0))) == final_crc(os.path.join(reference, "out", layout.metrics_name(0)))
 
 
 def test_no_loadable_checkpoint_stops_with_exit_3_unless_allowed(tmp_path, reference):
@@ -113,11 +114,11 @@ def test_no_loadable_checkpoint_stops_with_exit_3_unless_allowed(tmp_path, refer
     assert "3 complete checkpoint(s)" in r.stdout and "none loads" in r.stdout
     for s in (4, 8, 12):
         assert f"step-{s:08d}: __0_0.distcp: 100 bytes on disk" in r.stdout
-    assert not os.path.exists(os.path.join(d, "out", "metrics-0.jsonl"))  # no step was taken
+    assert not os.path.exists(os.path.join(d, "out", layout.metrics_name(0)))  # no step was taken
     assert {s: os.path.getmtime(ckptdir.step_path(ck, s)) for s in ckptdir.complete_steps(ck)} == before
     r = run_trainer(2, args(d, extra=["--allow-fresh-start"]))
     assert r.returncode == 0 and "starting from step 0 (--allow-fresh-start)" in r.stdout, r.stdout[-3000:]
-    assert final_crc(os.path.join(d, "out", "metrics-0.jsonl")) == final_crc(os.path.join(reference, "out", "metrics-0.jsonl"))
+    assert final_crc(os.path.join(d, "out", layout.metrics_name(0))) == final_crc(os.path.join(reference, "out", layout.metrics_name(0)))
 
 
 def test_relaunch_loop_does_not_relaunch_exit_3(tmp_path):
@@ -132,8 +133,8 @@ def test_relaunch_loop_does_not_relaunch_exit_3(tmp_path):
                        ["phases=[{name: sync, checkpoint: sync, failures: false}]", "collection.report=false"])
     expt = tmp_path / "expt"
     text, _ = render.render(sc, "local", str(expt))
-    (tmp_path / "job.sh").write_text(text)
+    pathlib.Path(layout.Expt(tmp_path).job_script).write_text(text)
     env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
-    r = subprocess.run(["bash", str(tmp_path / "job.sh")], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(["bash", str(layout.Expt(tmp_path).job_script)], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "not relaunching" in r.stderr, r.stdout + r.stderr
-    assert os.listdir(expt / "sync" / "attempts") == ["1"]
+    assert os.listdir(layout.Expt(expt).phase("sync").attempts_dir) == ["1"]

@@ -13,7 +13,7 @@ import uuid
 import psutil
 import pytest
 
-from restartlab import ckptdir, inject, killer, launchers, tool_options
+from restartlab import ckptdir, inject, killer, launchers, layout, tool_options
 from tests.helpers import MPIEXEC, wait_for
 
 SLEEPER = [sys.executable, "-c", "import sys,time; time.sleep(300)", "rank-like"]
@@ -111,7 +111,7 @@ def test_gated_kill_latency_and_until(tmp_path, procs):
         time.sleep(1.0)
         t_marker = _fake_complete(ckpt, step)
         rank.wait(timeout=10)
-        log = os.path.join(phase, "injections.jsonl")
+        log = layout.Phase(phase).injections
         # the receipt line is appended once the fan-out returns, just after the rank died
         wait_for(lambda: os.path.exists(log) and len(open(log).readlines()) == len(latencies) + 1, 30,
                  "the injection record")
@@ -256,7 +256,7 @@ def test_sigterm_during_a_strike_waits_for_its_record(tmp_path):
             inj.run()
     finally:
         signal.signal(signal.SIGTERM, old)
-    recs = [json.loads(x) for x in (tmp_path / "injections.jsonl").read_text().splitlines()]
+    recs = [json.loads(x) for x in open(layout.Phase(str(tmp_path)).injections).read().splitlines()]
     assert len(recs) == 1 and recs[0]["killed"] == 2 and inj.terminated == "SIGTERM"
 
 

@@ -1,6 +1,6 @@
 """restartlab node-check: what a node's check finds, which hosts each recovery policy picks, and
 the job-wide check through the local fan-out (a site check that fails on one node, one that
-never answers), with nodes.jsonl and the bad-node file. The real node failure (a Slurm node set
+never answers), with the node-check records and the bad-node file. The real node failure (a Slurm node set
 DOWN mid-run) is in tests/test_slurm.py."""
 import json
 import os
@@ -50,7 +50,7 @@ def test_job_wide_check_excludes_bad_nodes_for_good(tmp_path):
     lists the healthy ones (spares: exactly --need)."""
     nf = tmp_path / "nodefile"
     nf.write_text("n1\nn1\nn2\nn2\nn3\nn3\n")  # PBS style: one line per slot
-    bad, log, hosts = tmp_path / "bad", tmp_path / "nodes.jsonl", tmp_path / "hosts"
+    bad, log, hosts = tmp_path / "bad", tmp_path / "checks.jsonl", tmp_path / "hosts"
     flag = tmp_path / "fail-now"
     base = ["node-check", "--fanout", "local", "--nodefile", str(nf), "--bad-file", str(bad), "--log", str(log),
             "--hosts-out", str(hosts), "--policy", "spares", "--need", "2", "--timeout", "5",

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from restartlab import ckptdir, killer
+from restartlab import ckptdir, killer, layout
 from tests.helpers import final_crc, losses, rows, run_trainer, trainer_cmd, wait_for
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
@@ -27,7 +27,7 @@ def test_sigterm_emergency_checkpoint_zero_lost_steps(tmp_path, mode):
     r = run_trainer(4, args(ref, mode))
     assert r.returncode == 0, r.stdout[-3000:]
     tag = f"t-{uuid.uuid4().hex[:8]}"
-    metrics = os.path.join(run, "out", "metrics-0.jsonl")
+    metrics = os.path.join(run, "out", layout.metrics_name(0))
     p = subprocess.Popen(trainer_cmd(4, args(run, mode), tag), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: any(m.get("train/iter", 0) >= 13 for m in rows(metrics)), 120, "step 13")
@@ -47,8 +47,8 @@ def test_sigterm_emergency_checkpoint_zero_lost_steps(tmp_path, mode):
     assert any(m.get("train/preempted") == s for m in rows(metrics))
     r = run_trainer(4, args(run, mode))
     assert r.returncode == 0 and f"RESUMED from step={s}" in r.stdout, r.stdout[-3000:]
-    ref_l = dict(losses(os.path.join(ref, "out", "metrics-0.jsonl")))
+    ref_l = dict(losses(os.path.join(ref, "out", layout.metrics_name(0))))
     got = losses(metrics)
     assert [it for it, _ in got] == list(range(1, 41))  # every step once: 0 lost, 0 recomputed
     assert all(loss == ref_l[it] for it, loss in got)
-    assert final_crc(metrics) == final_crc(os.path.join(ref, "out", "metrics-0.jsonl"))
+    assert final_crc(metrics) == final_crc(os.path.join(ref, "out", layout.metrics_name(0)))

@@ -4,6 +4,7 @@ rendering, rank discovery, the injector's node choice); duplicates are refused; 
 option is reachable from a scenario and every scenario option reaches the trainer."""
 import io
 import os
+import pathlib
 import random
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from restartlab import cli, failures, launchers, render, scenario, schedulers, trainer_options
+from restartlab import cli, failures, launchers, layout, render, scenario, schedulers, trainer_options
 from restartlab.registry import RegistryError
 from restartlab.schedulers.base import Scheduler
 
@@ -47,7 +48,7 @@ def test_toy_scheduler_is_one_class(tmp_path, toy_scheduler):
     assert lines[:3] == ["#!/bin/bash", "#FLUX: --nodes=2", "#FLUX: --time-limit=1800s"]
     assert "# restartlab job script for Flux (toy)" in text
     assert "${TOYFLUX_JOB_ID:-local}" in text and "--fanout toyflux" in text
-    script = tmp_path / "job.sh"
+    script = pathlib.Path(layout.Expt(tmp_path).job_script)
     script.write_text(text)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     out = io.StringIO()

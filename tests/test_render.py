@@ -1,6 +1,7 @@
 """Rendered job scripts: golden structure per scheduler, bash -n and shellcheck for every example,
 and hostile values that must arrive verbatim and execute nothing."""
 import os
+import pathlib
 import shlex
 import shutil
 import stat
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from restartlab import render, scenario
+from restartlab import layout, render, scenario
 from restartlab.render import RenderError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,7 +60,7 @@ def test_body_structure():
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_bash_n_and_shellcheck(tmp_path, name, sched):
     text, _ = rendered(name, sched)
-    p = tmp_path / "job.sh"
+    p = pathlib.Path(layout.Expt(tmp_path).job_script)
     p.write_text(text)
     assert subprocess.run(["bash", "-n", str(p)]).returncode == 0
     if not shutil.which("shellcheck"):
@@ -90,7 +91,7 @@ def test_hostile_values_execute_nothing(tmp_path, name, sched):
     # directory it starts in), so that the supervisor completes each phase in one attempt
     finish = ('it=""; prev=""; for a in "$@"; do [ "$prev" = --train-iters ] && it=$a; prev=$a; done\n'
               '[ -z "$it" ] || printf \'{"timestamp": 0, "rank": 0, "metrics": {"train/iter": %s, '
-              '"train/loss": 0, "train/params_crc": 0}}\\n\' "$it" >> metrics-0.jsonl\n')
+              '"train/loss": 0, "train/params_crc": 0}}\\n\' "$it" >> ' + layout.metrics_name(0) + '\n')
     for tool in ("mpiexec", "srun"):
         _stub(bindir / tool, finish + body)
     _stub(bindir / "scontrol", "hostname\n")
@@ -108,7 +109,7 @@ def test_hostile_values_execute_nothing(tmp_path, name, sched):
     sc["phases"][0]["stage_dir"] = "/tmp/st $(touch PWNED)"
     expt = str(tmp_path / "ex $(touch PWNED) `touch PWNED` 'a\"b")
     text, _ = render.render(sc, sched, expt)
-    script = tmp_path / "job.sh"
+    script = pathlib.Path(layout.Expt(tmp_path).job_script)
     script.write_text(text)
     nodefile = tmp_path / "nodes"
     nodefile.write_text("h0\n")

@@ -3,12 +3,13 @@ model against a real `restartlab run` of the local scenario (its own measured co
 times must give its measured ETTR within 5%)."""
 import json
 import math
+import pathlib
 import subprocess
 import sys
 
 import pytest
 
-from restartlab import simulate as sim
+from restartlab import layout, simulate as sim
 
 COSTS = dict(step_s=1.0, sync_stall_s=10.0, async_stall_s=1.0, async_durable_s=20.0, restart_s=300.0,
              gap_s=5.0, detection_s={"kill": 30.0})
@@ -159,7 +160,7 @@ def test_costs_from_a_summary_name_their_source(tmp_path):
         {"phase": "async", "steps": 100, "productive_s": 6.5, "failures": [],
          "save": {"ckpt_stage_seconds": {"median": 0.004}, "ckpt_drain_seconds": {"median": 0.001}},
          "finalize": {"median": 0.13}, "interference": {"slowdown": 0.25}}]}
-    path = tmp_path / "summary.json"
+    path = pathlib.Path(layout.Expt(tmp_path).summary)
     path.write_text(json.dumps(summary))
     c = sim.costs_from_summary(str(path))
     assert c.step_s == 0.05 and c.sync_stall_s == 0.07 and c.async_stall_s == pytest.approx(0.005)

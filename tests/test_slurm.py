@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from restartlab import killer
+from restartlab import killer, layout
 from tests.helpers import final_crc, job_tag, losses, rows, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multirank, pytest.mark.timeout(900)]
@@ -80,16 +80,16 @@ def wait_state(sched, jid, states, timeout, env=None):
 
 def check_experiment(expt, nodes):
     """The report and raw files of a finished 2-phase experiment with 2 kills in `sync`."""
-    with open(os.path.join(expt, "summary.json")) as f:
+    with open(layout.Expt(expt).summary) as f:
         phases = {p["phase"]: p for p in json.load(f)["phases"]}
     sync, base = phases["sync"], phases["baseline"]
     assert base["completed"] and base["attempts"] == 1
     assert sync["completed"] and sync["kills"] == 2 and sync["attempts"] == 3, sync
     # resumed exactly: the final parameters equal the uninterrupted baseline's
-    crc = {ph: final_crc(os.path.join(expt, ph, "attempts", str(phases[ph]["attempts"]), "metrics-0.jsonl"))
+    crc = {ph: final_crc(layout.Expt(expt).phase(ph).attempt(phases[ph]["attempts"]).metrics(0))
            for ph in ("baseline", "sync")}
     assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
-    with open(os.path.join(expt, "sync", "injections.jsonl")) as f:
+    with open(layout.Expt(expt).phase("sync").injections) as f:
         recs = [json.loads(line) for line in f]
     assert len(recs) == 2
     for r in recs:
@@ -103,7 +103,7 @@ def check_experiment(expt, nodes):
     # a node struck after a save's gather leaves rank 0 free to finish that save's .complete
     assert all(e["resumed_from"] >= r["newest_complete"] for e, r in zip(ev, recs)), (ev, recs)
     assert all(e["lost_steps"] == e["step_at_kill"] - e["resumed_from"] >= 0 for e in ev)
-    assert os.path.exists(os.path.join(expt, "report.md"))
+    assert os.path.exists(layout.Expt(expt).report)
 
 
 def test_slurm_node_loss_and_preemption(slurm, tmp_path):
@@ -117,11 +117,11 @@ def test_slurm_node_loss_and_preemption(slurm, tmp_path):
     seen = wait_state("slurm", jid, {"finished", "failed"}, 420)
     out = open(os.path.join(expt, f"job-{jid}.out")).read()
     assert seen[-1] == "finished", out[-3000:]
-    with open(os.path.join(expt, "summary.json")) as f:
+    with open(layout.Expt(expt).summary) as f:
         phases = {p["phase"]: p for p in json.load(f)["phases"]}
     sync = phases["sync"]
     assert sync["completed"] and sync["attempts"] == 3, sync
-    with open(os.path.join(expt, "sync", "injections.jsonl")) as f:
+    with open(layout.Expt(expt).phase("sync").injections) as f:
         recs = [r for r in map(json.loads, f) if "follow_up_of" not in r]
     node, pre = recs
     second = job_nodes(expt, jid)[1]
@@ -131,7 +131,7 @@ def test_slurm_node_loss_and_preemption(slurm, tmp_path):
     ev = {e["kind"]: e for e in sync["failures"]}
     assert ev["node"]["detected_by"] == "launcher"
     assert ev["preempt"]["lost_steps"] == 0 and ev["preempt"]["detected_by"] == "trainer"
-    crc = {ph: final_crc(os.path.join(expt, ph, "attempts", str(phases[ph]["attempts"]), "metrics-0.jsonl"))
+    crc = {ph: final_crc(layout.Expt(expt).phase(ph).attempt(phases[ph]["attempts"]).metrics(0))
            for ph in ("baseline", "sync")}
     assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
     assert leftover_ranks(expt) == []
@@ -155,8 +155,8 @@ def test_slurm_backend_end_to_end(slurm, tmp_path):
     assert "on 2 node(s)" in out
     check_experiment(expt, job_nodes(expt, jid))
     # the ranks were launched by srun over both Slurm nodes, and knew it (local rank from srun)
-    assert "rl_phase_argv=(srun -N 2 -n 4 --ntasks-per-node=2" in open(os.path.join(expt, "job.sh")).read()
-    first = open(os.path.join(expt, "sync", "attempts", "1", "output.log")).read()
+    assert "-- srun -N 2 -n 4 --ntasks-per-node=2" in open(layout.Expt(expt).job_script).read()
+    first = open(layout.Expt(expt).phase("sync").attempt(1).output).read()
     assert "launcher=srun threads=1" in first, first[-2000:]
     assert leftover_ranks(expt) == []
 
@@ -197,7 +197,7 @@ def test_pbs_script_runs_under_slurm_with_mock_pbs_layer(slurm, tmp_path):
     out = open(os.path.join(expt, outs[0])).read() if outs else ""
     assert seen[-1] == "finished", out[-3000:]
     assert f"job {jid} on 2 node(s)" in out, out[-2000:]
-    with open(os.path.join(expt, "sync", "injections.jsonl")) as f:
+    with open(layout.Expt(expt).phase("sync").injections) as f:
         hosts = json.loads(f.readline())["hosts"]  # the unique hosts of the job's PBS_NODEFILE
     assert len(hosts) == 2
     check_experiment(expt, sorted(hosts))
@@ -242,9 +242,9 @@ def test_inject_without_flags_strikes_a_plain_program(slurm, tmp_path):
     d.mkdir()
     (d / "plain.py").write_text(PLAIN)
     bindir = os.path.dirname(sys.executable)
-    script = d / "job.sh"
+    script = d / "plain.sh"
     script.write_text(f"""#!/bin/bash
-#SBATCH --nodes=2 --ntasks-per-node=2 --time=00:05:00 --output={d}/job.out
+#SBATCH --nodes=2 --ntasks-per-node=2 --time=00:05:00 --output={d}/plain.out
 export PATH={bindir}:$PATH
 cd {d}
 restartlab inject --every 10s > inject.log 2>&1 &
@@ -264,7 +264,7 @@ echo "script done"
     assert r.returncode == 0, r.stderr
     jid = r.stdout.strip().split(";")[0]
     wait_state("slurm", jid, {"finished", "failed"}, 240)
-    out = (d / "job.out").read_text()
+    out = (d / "plain.out").read_text()
     assert "innocent alive" in out and "script done" in out, out
     assert "srun rc=0" not in out and "mpiexec rc=0" not in out, out  # both programs were struck
     ranks = {}
@@ -310,7 +310,7 @@ phases:
     path = tmp_path / "walltime.yaml"
     path.write_text(text)
     jid, expt = submit(str(path))
-    assert "--time=00:02:00" in open(os.path.join(expt, "job.sh")).read()
+    assert "--time=00:02:00" in open(layout.Expt(expt).job_script).read()
     seen = wait_state("slurm", jid, {"finished", "failed"}, 240)
     out = open(os.path.join(expt, f"job-{jid}.out")).read()
     st = status("slurm", jid)[jid]
@@ -318,17 +318,17 @@ phases:
     sc = subprocess.run(["scontrol", "show", "job", jid], capture_output=True, text=True, timeout=30).stdout
     assert seen[-1] == "failed" and "ExitCode=5:0" in sc, (st, sc, out[-3000:])
     assert "walltime warning (60s left)" in out and "TIMEOUT" not in st["detail"], (st, out[-3000:])
-    adir = os.path.join(expt, "async", "attempts", "1")
-    a = json.load(open(os.path.join(adir, "attempt.json")))
+    adir = layout.Expt(expt).phase("async").attempt(1).path
+    a = json.load(open(layout.Attempt(adir).record))
     assert a["walltime"] and a["preempted"] and a["exit_code"] == 5, a
     assert 55 <= a["end_ts"] - a["launch_ts"] < 115, a       # stopped after the warning, before the limit
-    assert not os.path.exists(os.path.join(expt, "async", "attempts", "2"))
-    assert "4 process(es)" in open(os.path.join(adir, "teardown.log")).read().splitlines()[0]
-    with open(os.path.join(expt, "summary.json")) as f:
+    assert not os.path.exists(layout.Expt(expt).phase("async").attempt(2).path)
+    assert "4 process(es)" in open(layout.Attempt(adir).teardown_log).read().splitlines()[0]
+    with open(layout.Expt(expt).summary) as f:
         w = json.load(f)["phases"][0]["walltime_stop"]
     assert w["lost_steps"] == 0 and w["emergency_checkpoint"] == w["last_step"] > 7, w
     from restartlab import ckptdir
-    assert ckptdir.newest_complete_step(os.path.join(expt, "async", "ckpts")) == w["last_step"]
+    assert ckptdir.newest_complete_step(layout.Expt(expt).phase("async").ckpts) == w["last_step"]
     assert leftover_ranks(expt) == []
 
 
@@ -350,10 +350,10 @@ phases:
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)
     jid, expt = submit(str(path))
-    first = os.path.join(expt, "sync", "attempts", "1")
-    wait_for(lambda: any(m.get("train/iter", 0) >= 12 for m in rows(os.path.join(first, "metrics-0.jsonl"))),
+    first = layout.Expt(expt).phase("sync").attempt(1).path
+    wait_for(lambda: any(m.get("train/iter", 0) >= 12 for m in rows(layout.Attempt(first).metrics(0))),
              300, "the sync phase's step 12")
-    with open(os.path.join(first, "hosts")) as f:
+    with open(layout.Attempt(first).hosts) as f:
         lost = f.read().split()[1]
     try:
         r = subprocess.run(["scontrol", "update", f"nodename={lost}", "state=DOWN", "reason=restartlab-test"],
@@ -368,7 +368,7 @@ phases:
 
 
 def node_checks(expt):
-    with open(os.path.join(expt, "sync", "nodes.jsonl")) as f:
+    with open(layout.Expt(expt).phase("sync").node_checks) as f:
         return [json.loads(x) for x in f]
 
 
@@ -378,19 +378,19 @@ def test_slurm_node_loss_spares_bit_exact(slurm, tmp_path):
     expt, jid, lost = node_loss_run(tmp_path, "slurm-spares", 1, "spares")
     allocated = job_nodes(expt, jid)
     assert len(allocated) == 3
-    a = [json.load(open(os.path.join(expt, "sync", "attempts", str(i), "attempt.json"))) for i in (1, 2)]
+    a = [json.load(open(layout.Expt(expt).phase("sync").attempt(i).record)) for i in (1, 2)]
     spare = [n for n in allocated if n not in a[0]["hosts"]][0]
     assert a[0]["hosts"][1] == lost and a[1]["hosts"] == [a[0]["hosts"][0], spare], a
     assert a[0]["ranks"] == a[1]["ranks"] == 4 and a[1]["completed"]
     bad = [c for c in node_checks(expt) if not c["ok"]]
     assert [c["node"] for c in bad] == [lost] and bad[0]["attempt"] == 2 and bad[0]["reason"], bad
-    assert open(os.path.join(expt, "nodes.bad")).read().split() == [lost]
-    with open(os.path.join(expt, "summary.json")) as f:
+    assert open(layout.Expt(expt).bad_nodes).read().split() == [lost]
+    with open(layout.Expt(expt).summary) as f:
         phases = {p["phase"]: p for p in json.load(f)["phases"]}
     ev = phases["sync"]["failures"][0]
     assert ev["bad_nodes"] == [lost] and ev["ranks_before"] == ev["ranks_after"] == 4, ev
     assert ev["recovery"] == f"spares: {spare} for {lost}", ev
-    crc = {ph: final_crc(os.path.join(expt, ph, "attempts", str(phases[ph]["attempts"]), "metrics-0.jsonl"))
+    crc = {ph: final_crc(layout.Expt(expt).phase(ph).attempt(phases[ph]["attempts"]).metrics(0))
            for ph in ("baseline", "sync")}
     assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
     assert leftover_ranks(expt) == []
@@ -402,19 +402,19 @@ def test_slurm_node_loss_shrink_same_losses(slurm, tmp_path):
     so the global batch and its samples stay the same and the losses continue within 1e-6
     (relative) of the 4-rank baseline: not bit-exact, the reduction order changes."""
     expt, jid, lost = node_loss_run(tmp_path, "slurm-shrink", 0, "shrink")
-    a = [json.load(open(os.path.join(expt, "sync", "attempts", str(i), "attempt.json"))) for i in (1, 2)]
+    a = [json.load(open(layout.Expt(expt).phase("sync").attempt(i).record)) for i in (1, 2)]
     assert a[0]["ranks"] == 4 and a[1]["ranks"] == 2 and a[1]["hosts"] == [a[0]["hosts"][0]], a
     assert a[1]["completed"]
-    with open(os.path.join(expt, "summary.json")) as f:
+    with open(layout.Expt(expt).summary) as f:
         phases = {p["phase"]: p for p in json.load(f)["phases"]}
     ev = phases["sync"]["failures"][0]
     assert ev["ranks_before"] == 4 and ev["ranks_after"] == 2 and ev["recovery"] == f"shrink: 2 -> 1 node(s), without {lost}", ev
-    base = dict(losses(os.path.join(expt, "baseline", "attempts", "1", "metrics-0.jsonl")))
-    after = losses(os.path.join(expt, "sync", "attempts", "2", "metrics-0.jsonl"))
+    base = dict(losses(layout.Expt(expt).phase("baseline").attempt(1).metrics(0)))
+    after = losses(layout.Expt(expt).phase("sync").attempt(2).metrics(0))
     assert len(after) >= 40
     worst = max(abs(loss / base[it] - 1) for it, loss in after)
     assert worst <= 1e-6, worst
-    assert "accum=2" in open(os.path.join(expt, "sync", "attempts", "2", "output.log")).read()
+    assert "accum=2" in open(layout.Expt(expt).phase("sync").attempt(2).output).read()
     assert leftover_ranks(expt) == []
 
 
@@ -439,10 +439,10 @@ phases:
     path = tmp_path / "chain.yaml"
     path.write_text(text)
     jid, expt = submit(str(path))
-    wait_for(lambda: os.path.exists(os.path.join(expt, "sync", "completed")), 420, "the chain to finish the phase")
+    wait_for(lambda: os.path.exists(layout.Expt(expt).phase("sync").completed), 420, "the chain to finish the phase")
 
     def jobs():
-        with open(os.path.join(expt, "jobs.jsonl")) as f:
+        with open(layout.Expt(expt).jobs) as f:
             return [json.loads(x) for x in f]
     ids = list(dict.fromkeys(r["job"] for r in jobs()))
     assert ids[0] == jid and len(ids) >= 2, jobs()
@@ -451,18 +451,18 @@ phases:
     r = rl("status", "--scheduler", "slurm", expt)
     assert r.returncode == 0 and [x.split()[0] for x in r.stdout.splitlines()] == ids, r.stdout + r.stderr
     assert [x.split()[1] for x in r.stdout.splitlines()][-1] == "finished", r.stdout
-    with open(os.path.join(expt, "summary.json")) as f:
+    with open(layout.Expt(expt).summary) as f:
         s = json.load(f)["phases"][0]
     assert s["completed"] and s["failures"] == [] and s["jobs"] == sorted(ids), s
     hand = s["handovers"]
     assert len(hand) == len(ids) - 1 and all(h["walltime_stop"] and h["lost_steps"] == 0 for h in hand), hand
     assert all(h["queue_wait_s"] >= 0 for h in hand) and s["queue_wait_s"] == sum(h["queue_wait_s"] for h in hand)
-    first = json.load(open(os.path.join(expt, "sync", "attempts", "1", "attempt.json")))
+    first = json.load(open(layout.Expt(expt).phase("sync").attempt(1).record))
     assert first["walltime"] and first["job"] == jid
-    seen = sorted(it for a in os.listdir(os.path.join(expt, "sync", "attempts"))
-                  for it, _ in losses(os.path.join(expt, "sync", "attempts", a, "metrics-0.jsonl")))
+    seen = sorted(it for a in os.listdir(layout.Expt(expt).phase("sync").attempts_dir)
+                  for it, _ in losses(layout.Expt(expt).phase("sync").attempt(int(a)).metrics(0)))
     assert seen == list(range(1, 41))  # every step trained, none twice across the jobs
-    assert f"job {ids[0]} -> job {ids[1]}" in open(os.path.join(expt, "report.md")).read()
+    assert f"job {ids[0]} -> job {ids[1]}" in open(layout.Expt(expt).report).read()
     assert leftover_ranks(expt) == []
 
 
@@ -485,21 +485,21 @@ phases:
     path = tmp_path / "budget.yaml"
     path.write_text(text)
     jid, expt = submit(str(path))
-    wait_for(lambda: os.path.exists(os.path.join(expt, "sync", "completed")), 300, "the chain to finish the phase")
-    with open(os.path.join(expt, "jobs.jsonl")) as f:
+    wait_for(lambda: os.path.exists(layout.Expt(expt).phase("sync").completed), 300, "the chain to finish the phase")
+    with open(layout.Expt(expt).jobs) as f:
         ids = list(dict.fromkeys(json.loads(x)["job"] for x in f))
     assert len(ids) == 2 and ids[0] == jid, ids
     seen = [wait_state("slurm", j, {"finished", "failed"}, 120)[-1] for j in ids]
     assert seen == ["failed", "finished"], seen  # the first job ran out of attempts (exit 1)
-    with open(os.path.join(expt, "sync", "injections.jsonl")) as f:
+    with open(layout.Expt(expt).phase("sync").injections) as f:
         strikes = [json.loads(x) for x in f]
     assert [r["target_step"] for r in strikes if r.get("killed")] == [20], strikes
-    with open(os.path.join(expt, "summary.json")) as f:
+    with open(layout.Expt(expt).summary) as f:
         s = json.load(f)["phases"][0]
     assert s["completed"] and s["jobs"] == sorted(ids) and len(s["handovers"]) == 1, s
     ev = s["failures"]
     assert len(ev) == 1 and ev[0]["kind"] == "kill" and ev[0]["queue_wait_s"] > 0, ev
     e = ev[0]  # between two jobs all the gap is the queue's: downtime = detection + restart
     assert e["launch_gap_s"] == 0 and abs(e["downtime_s"] - (e["detection_s"] + e["restart_s"])) < 1e-3, e
-    assert "step 20: struck by an earlier job" in open(os.path.join(expt, "sync", "injector.log")).read()
+    assert "step 20: struck by an earlier job" in open(layout.Expt(expt).phase("sync").injector_log).read()
     assert leftover_ranks(expt) == []

@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from restartlab import ckptdir
+from restartlab import ckptdir, layout
 from tests.conftest import REQUIRE_ALL
 from tests.helpers import cleanup_tag, final_crc, losses, rows, run_trainer, trainer_cmd, wait_for
 
@@ -57,17 +57,17 @@ def test_disk_full_save_fails_cleanly_and_the_previous_checkpoint_loads(tmp_path
     assert ckptdir.list_steps(ckpt) == [2, 4]  # the partial directories are gone
     assert "SAVE FAILED at step=6" in r.stdout and "ENOSPC (No space left on device)" in r.stdout, r.stdout[-3000:]
     key = "train/ckpt_failed" if mode == "sync" else "train/ckpt_failed_step"
-    failed = sorted(m[key] for m in rows(os.path.join(out, "metrics-0.jsonl")) if key in m)
+    failed = sorted(m[key] for m in rows(layout.Attempt(out).metrics(0)) if key in m)
     assert failed == [6, 8, 10], failed
-    errors = [m["train/ckpt_error"] for m in rows(os.path.join(out, "metrics-0.jsonl")) if "train/ckpt_error" in m]
+    errors = [m["train/ckpt_error"] for m in rows(layout.Attempt(out).metrics(0)) if "train/ckpt_error" in m]
     assert len(errors) == 3 and all("ENOSPC" in e for e in errors), errors
     # the previous complete checkpoint loads, and the run continues exactly as the reference
     shutil.rmtree(out)
     r = run_trainer(2, args(ckpt, out, 12, mode))
     assert r.returncode == 0 and "RESUMED from step=4" in r.stdout, r.stdout[-3000:]
-    ref_l = dict(losses(os.path.join(ref, "metrics-0.jsonl")))
-    assert all(loss == ref_l[it] for it, loss in losses(os.path.join(out, "metrics-0.jsonl")))
-    assert final_crc(os.path.join(out, "metrics-0.jsonl")) == final_crc(os.path.join(ref, "metrics-0.jsonl"))
+    ref_l = dict(losses(layout.Attempt(ref).metrics(0)))
+    assert all(loss == ref_l[it] for it, loss in losses(layout.Attempt(out).metrics(0)))
+    assert final_crc(layout.Attempt(out).metrics(0)) == final_crc(layout.Attempt(ref).metrics(0))
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -79,7 +79,7 @@ def test_file_system_turns_read_only_mid_run_abort(tmp_path, small_fs, mode):
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: ckptdir.is_complete(ckpt, 4) and any(m.get("train/iter") == 5 for m in
-                 rows(os.path.join(out, "metrics-0.jsonl"))), 120, "step 4 complete")
+                 rows(layout.Attempt(out).metrics(0))), 120, "step 4 complete")
         r = subprocess.run(["mount", "-o", "remount,ro", small_fs], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         out_text, _ = p.communicate(timeout=120)

@@ -127,7 +127,7 @@ class FakeProcs:
     def node_check(self, phase, k):
         n = self.nodes.pop(0)
         if n is not None:
-            with open(phase.path + "/../hosts.attempt", "w") as f:
+            with open(self.hosts_file, "w") as f:
                 f.writelines(f"h{i}\n" for i in range(n))
         self.events.append(("node_check", k, n))
         return n
@@ -150,7 +150,7 @@ def make(tmp_path, attempts, **kw):
     cfg = Config(phase="sync", phase_dir=phase_dir, tag="T", argv=["mpiexec", "-n", "@RL_NRANKS@", "train"],
                  train_iters=ITERS, **kw)
     procs = FakeProcs(clock, attempts, on_path, nodes)
-    procs.phase_dir = phase_dir
+    procs.phase_dir, procs.hosts_file = phase_dir, kw.get("hosts_file")
     sup = Supervisor(cfg, clock=clock, procs=procs, out=open(os.devnull, "w"))
     return sup, procs, clock, layout.Phase(phase_dir)
 
@@ -288,7 +288,7 @@ def test_injector_lives_as_long_as_the_phase(tmp_path):
 
 
 def test_node_check_before_each_attempt_shrinks_the_launch(tmp_path):
-    hosts = str(tmp_path / "expt" / "hosts.attempt")
+    hosts = layout.Expt(str(tmp_path / "expt")).hosts_attempt
     sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=3), FakeAttempt(runs=3)], nodes=[3, 2],
                                     node_check="--policy shrink", node_policy="shrink", hosts_file=hosts,
                                     ranks_per_node=4)
@@ -299,7 +299,7 @@ def test_node_check_before_each_attempt_shrinks_the_launch(tmp_path):
 
 
 def test_too_few_healthy_nodes_fails_the_phase(tmp_path):
-    hosts = str(tmp_path / "expt" / "hosts.attempt")
+    hosts = layout.Expt(str(tmp_path / "expt")).hosts_attempt
     sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=3), FakeAttempt()], nodes=[2, None],
                                     node_check="--policy spares", node_policy="spares", hosts_file=hosts)
     assert sup.run() == supervise.EXIT_FAILED

@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+from restartlab import layout
 from restartlab.trainer.dist import discover_ranks, intra_op_threads
 from tests.helpers import final_crc, run_trainer
 
@@ -65,7 +66,7 @@ def test_mpi4py_rendezvous_fallback(tmp_path):
     r = run_trainer(2, ["--model", "tiny", "--train-iters", "4", "--outdir", str(tmp_path)], rendezvous=False)
     assert "TRAINING DONE step=4" in r.stdout, r.stdout[-3000:]
     assert r.returncode in (0, 9), r.stdout[-3000:]
-    assert final_crc(str(tmp_path / "metrics-0.jsonl")) is not None
+    assert final_crc(str(tmp_path / layout.metrics_name(0))) is not None
 
 
 def test_dp_global_must_be_a_multiple_of_the_data_parallel_ranks(tmp_path):

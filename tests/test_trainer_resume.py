@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from restartlab import ckptdir
+from restartlab import ckptdir, layout
 from tests.helpers import final_crc, losses, rows, run_trainer, start_and_kill_at
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
@@ -24,14 +24,14 @@ LAYOUTS = {"fsdp4": (1, ()), "fsdp2xtp2": (2, ()), "hsdp2x2": (1, ("--dp-replica
 
 
 def check_same_as_reference(ref_dir, run_dir):
-    ref = dict(losses(os.path.join(ref_dir, "out", "metrics-0.jsonl")))
-    got = losses(os.path.join(run_dir, "out", "metrics-0.jsonl"))
+    ref = dict(losses(os.path.join(ref_dir, "out", layout.metrics_name(0))))
+    got = losses(os.path.join(run_dir, "out", layout.metrics_name(0)))
     assert len(ref) == ITERS
     assert {it for it, _ in got} == set(ref)
     for it, loss in got:  # every row, recomputed steps included
         assert loss == ref[it], f"step {it}: {loss!r} != {ref[it]!r}"
-    assert final_crc(os.path.join(run_dir, "out", "metrics-0.jsonl")) == \
-        final_crc(os.path.join(ref_dir, "out", "metrics-0.jsonl"))
+    assert final_crc(os.path.join(run_dir, "out", layout.metrics_name(0))) == \
+        final_crc(os.path.join(ref_dir, "out", layout.metrics_name(0)))
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -41,7 +41,7 @@ def test_kill_between_saves_and_inside_save_resumes_bit_exact(tmp_path, layout):
     r = run_trainer(4, args_for(ref, tp, extra))
     assert r.returncode == 0, r.stdout[-3000:]
 
-    metrics = os.path.join(run, "out", "metrics-0.jsonl")
+    metrics = os.path.join(run, "out", layout.metrics_name(0))
     # attempt 1: SIGKILL all ranks between the saves at 6 and 12
     receipt, rc, out = start_and_kill_at(4, args_for(run, tp, extra), metrics, 9)
     assert rc != 0 and len(receipt["pids"]) >= 4, (receipt, out[-2000:])
@@ -95,7 +95,7 @@ def test_metric_names(tmp_path):
     r = run_trainer(2, ["--model", "tiny", "--train-iters", "4", "--save-interval", "2",
                         "--ckpt-dir", os.path.join(d, "c"), "--outdir", d])
     assert r.returncode == 0, r.stdout[-2000:]
-    ms = rows(os.path.join(d, "metrics-0.jsonl"))
+    ms = rows(layout.Attempt(d).metrics(0))
     first = ms[0]
     for k in ("train/iter", "train/loss", "train/dt", "startup/import_s", "startup/dist_init_s",
               "startup/build_s", "startup/load_s", "startup/first_step_s"):
@@ -118,7 +118,7 @@ def test_kill_right_after_complete_keeps_the_steps_record(tmp_path):
     assert r.returncode != 0 and "FAULT complete at step=8" in r.stdout, r.stdout[-2000:]
     r = run_trainer(2, a)
     assert r.returncode == 0 and "RESUMED from step=8" in r.stdout, r.stdout[-2000:]
-    assert [it for it, _ in losses(os.path.join(d, "metrics-0.jsonl"))] == list(range(1, 13))
+    assert [it for it, _ in losses(layout.Attempt(d).metrics(0))] == list(range(1, 13))
 
 
 def test_shrink_resume_keeps_the_global_batch(tmp_path):
@@ -129,17 +129,17 @@ def test_shrink_resume_keeps_the_global_batch(tmp_path):
     ref, run, half = (str(tmp_path / x) for x in ("ref", "run", "half"))
     r = run_trainer(4, args_for(ref))
     assert r.returncode == 0, r.stdout[-3000:]
-    base = dict(losses(os.path.join(ref, "out", "metrics-0.jsonl")))
+    base = dict(losses(os.path.join(ref, "out", layout.metrics_name(0))))
     for d, extra in ((run, ["--dp-global", "4"]), (half, [])):
-        metrics = os.path.join(d, "out", "metrics-0.jsonl")
+        metrics = os.path.join(d, "out", layout.metrics_name(0))
         receipt, rc, out = start_and_kill_at(4, args_for(d), metrics, 9)
         assert rc != 0 and ckptdir.newest_complete_step(os.path.join(d, "ckpts")) == 6, out[-2000:]
         r = run_trainer(2, args_for(d, extra=extra))
         assert r.returncode == 0 and "RESUMED from step=6" in r.stdout, r.stdout[-3000:]
-    after = [(it, loss) for it, loss in losses(os.path.join(run, "out", "metrics-0.jsonl")) if it > 6]
+    after = [(it, loss) for it, loss in losses(os.path.join(run, "out", layout.metrics_name(0))) if it > 6]
     assert len(after) >= ITERS - 6
     assert max(abs(loss / base[it] - 1) for it, loss in after) <= 1e-6
-    control = [(it, loss) for it, loss in losses(os.path.join(half, "out", "metrics-0.jsonl")) if it > 6]
+    control = [(it, loss) for it, loss in losses(os.path.join(half, "out", layout.metrics_name(0))) if it > 6]
     assert max(abs(loss / base[it] - 1) for it, loss in control) > 1e-4
 
 
@@ -158,7 +158,7 @@ def test_hsdp_keeps_replicas_equal_and_writes_replicated_state_once(tmp_path):
     for d, extra in ((h, ["--dp-replicate", "2"]), (f, [])):
         r = run_trainer(4, args_for(d, extra=extra + ["--meta-init", "on", "--train-iters", "6"]))
         assert r.returncode == 0, r.stdout[-3000:]
-    crc = final_crc(os.path.join(h, "out", "metrics-0.jsonl"))
+    crc = final_crc(os.path.join(h, "out", layout.metrics_name(0)))
     per_rank = [crc[i:i + 8] for i in range(0, len(crc), 8)]
     assert per_rank[0] == per_rank[2] and per_rank[1] == per_rank[3], per_rank
     assert per_rank[0] != per_rank[1]
@@ -179,8 +179,8 @@ def test_hsdp_checkpoint_resumes_under_another_layout(tmp_path, n, extra):
     hsdp = ["--dp-replicate", "2"]
     r = run_trainer(4, args_for(ref, extra=hsdp))
     assert r.returncode == 0, r.stdout[-3000:]
-    base = dict(losses(os.path.join(ref, "out", "metrics-0.jsonl")))
-    metrics = os.path.join(run, "out", "metrics-0.jsonl")
+    base = dict(losses(os.path.join(ref, "out", layout.metrics_name(0))))
+    metrics = os.path.join(run, "out", layout.metrics_name(0))
     receipt, rc, out = start_and_kill_at(4, args_for(run, extra=hsdp), metrics, 9)
     assert rc != 0 and ckptdir.newest_complete_step(os.path.join(run, "ckpts")) == 6, out[-2000:]
     r = run_trainer(n, args_for(run, extra=extra))
@@ -201,8 +201,8 @@ def test_raw_checkpoint_resumes_under_another_layout_and_format(tmp_path):
     raw = ["--ckpt-format", "raw"]
     r = run_trainer(4, args_for(ref, tp=2, extra=raw))
     assert r.returncode == 0, r.stdout[-3000:]
-    base = dict(losses(os.path.join(ref, "out", "metrics-0.jsonl")))
-    metrics = os.path.join(run, "out", "metrics-0.jsonl")
+    base = dict(losses(os.path.join(ref, "out", layout.metrics_name(0))))
+    metrics = os.path.join(run, "out", layout.metrics_name(0))
     receipt, rc, out = start_and_kill_at(4, args_for(run, tp=2, extra=raw), metrics, 9)
     assert rc != 0 and ckptdir.newest_complete_step(os.path.join(run, "ckpts")) == 6, out[-2000:]
     with open(os.path.join(ckptdir.step_path(os.path.join(run, "ckpts"), 6), ckptdir.MANIFEST)) as f:

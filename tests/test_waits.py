@@ -12,7 +12,7 @@ import uuid
 import psutil
 import pytest
 
-from restartlab import killer
+from restartlab import killer, layout
 from tests.helpers import job_tag, rows, trainer_cmd, wait_for
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
@@ -32,7 +32,7 @@ def test_process_group_timeout_frees_the_ranks_blocked_on_a_stopped_peer(tmp_pat
     waiting forever. (The stopped rank itself can do nothing, and MPICH's mpiexec waits for it:
     ending the attempt is the relaunch loop's watchdog's job, tested below.)"""
     tag = f"t-{uuid.uuid4().hex[:8]}"
-    metrics = str(tmp_path / "metrics-0.jsonl")
+    metrics = str(tmp_path / layout.metrics_name(0))
     log = open(tmp_path / "out.log", "w")
     p = subprocess.Popen(trainer_cmd(4, ["--model", "tiny", "--train-iters", "100000", "--pg-timeout", "5",
                                          "--outdir", str(tmp_path), "--log-interval", "100000"], tag),
@@ -58,11 +58,11 @@ def test_watchdog_tears_down_a_hung_attempt_and_the_phase_completes(tmp_path):
                           "--set", f"relaunch.hang_timeout={hang}s", "--set", "collection.plots=false"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        metrics = str(d / "sync" / "attempts" / "1" / "metrics-0.jsonl")
+        metrics = str(layout.Expt(d).phase("sync").attempt(1).metrics(0))
         wait_for(lambda: any(r.get("train/iter", 0) >= 25 for r in rows(metrics)), 240, "step 25")
         tag = job_tag(d)
         victim, t_stop = _stop_one_rank(tag)
-        wait_for(lambda: (d / "sync" / "attempts" / "2").exists(), hang + 30, "the relaunch")
+        wait_for(lambda: os.path.exists(layout.Expt(d).phase("sync").attempt(2).path), hang + 30, "the relaunch")
         torn_down = time.time() - t_stop
         assert not psutil.pid_exists(victim) or psutil.Process(victim).status() == psutil.STATUS_ZOMBIE
         out, _ = p.communicate(timeout=300)
@@ -72,9 +72,9 @@ def test_watchdog_tears_down_a_hung_attempt_and_the_phase_completes(tmp_path):
     assert p.returncode == 0, out[-3000:]
     # noticed after hang_timeout of silence (the watchdog polls every second), torn down at once
     assert torn_down <= hang + 15, torn_down
-    a1 = json.load(open(d / "sync" / "attempts" / "1" / "attempt.json"))
-    a2 = json.load(open(d / "sync" / "attempts" / "2" / "attempt.json"))
+    a1 = json.load(open(layout.Expt(d).phase("sync").attempt(1).record))
+    a2 = json.load(open(layout.Expt(d).phase("sync").attempt(2).record))
     assert a1["hang"] and not a1["completed"] and a2["completed"], (a1, a2)
-    assert "RESUMED from step=20" in open(d / "sync" / "attempts" / "2" / "output.log").read()
-    assert "killed" in open(d / "sync" / "attempts" / "1" / "teardown.log").read()
+    assert "RESUMED from step=20" in open(layout.Expt(d).phase("sync").attempt(2).output).read()
+    assert "killed" in open(layout.Expt(d).phase("sync").attempt(1).teardown_log).read()
     assert killer.find_tagged(tag) == []  # nothing of the job outlives it

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from restartlab import killer
+from restartlab import killer, layout
 from tests.helpers import cleanup_tag, raw_rows, trainer_cmd
 from tests.wandb_records import offline_runs
 
@@ -31,7 +31,7 @@ def test_one_offline_run_per_attempt_with_the_jsonl_rows(tmp_path, wandb_offline
     args = ["--model", "tiny", "--train-iters", "12", "--save-interval", "4", "--ckpt-dir", str(tmp_path / "c"),
             "--outdir", d, "--log-interval", "1000", "--wandb-project", "rl-test", "--wandb-mode", "offline"]
     ctx = {"RESTARTLAB_EXPT": "exp1", "RESTARTLAB_PHASE": "sync"}
-    metrics = os.path.join(d, "metrics-0.jsonl")
+    metrics = layout.Attempt(d).metrics(0)
     # attempt 1 ends after step 6, attempt 2 resumes from its checkpoint. (Attempts that end by a
     # signal are not used here: a SIGKILL or SIGTERM to the rank's process tree also ends wandb's
     # service process, whose offline transaction log is buffered: such a run may hold nothing.
