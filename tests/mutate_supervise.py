@@ -59,9 +59,9 @@ def main() -> int:
                 continue
             with open(TARGET, "w") as f:
                 f.write(original.replace(good, bad))
-            r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+            r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--timeout", "60",
                                 "-m", "not multirank", os.path.join(ROOT, "tests", "test_supervise.py")],
-                               capture_output=True, text=True, cwd=ROOT, timeout=300)
+                               capture_output=True, text=True, cwd=ROOT, timeout=600)
             caught = r.returncode != 0
             failed = next((l for l in r.stdout.splitlines() if l.startswith("FAILED")), "")
             print(f"{'caught ' if caught else 'SURVIVED'} {name}" + (f"  <- {failed.split('::')[-1][:70]}" if failed else ""))

@@ -58,6 +58,8 @@ class FakeAttempt:
 
     # -- the Launched interface
     def wait(self, timeout):
+        if self.clock.t > self.t0 + 10 ** 5:  # a decision that never ends an attempt fails, not hangs
+            raise AssertionError("the attempt has run 10^5 fake seconds: nothing ended it")
         if self.exit_at is None:
             if timeout is None:
                 raise AssertionError("the supervisor waits forever on an attempt that never exits")
@@ -245,6 +247,14 @@ def test_walltime_margin_during_an_attempt(tmp_path):
     assert r["walltime"] and r["preempted"] and r["exit_code"] == EXIT_PREEMPTED
     assert (1, "TERM") in procs.teardowns
     assert not os.path.exists(phase.completed)
+
+
+def test_walltime_stop_on_the_last_allowed_attempt_is_a_walltime_stop(tmp_path):
+    # the budget is used up too, but the attempt stopped for the walltime: exit 5 (a chain
+    # continues it), not the budget's 6
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=0, runs=None)], max_attempts=1,
+                                    stop_at=1050.0, tick=1.0, hang_timeout=1000)
+    assert sup.run() == supervise.EXIT_WALLTIME
 
 
 def test_walltime_margin_reached_before_a_relaunch(tmp_path):
