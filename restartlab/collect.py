@@ -399,8 +399,9 @@ def summarize_phase(ph: Phase) -> dict:
         "interference": inter,
         # the seconds the steps beside a background save took beyond the same steps without one
         "interference_s": inter_s,
-        # the kept steps' time without the background saves' slowdown (step-time drift compares it)
-        "failure_free_s": productive - inter_s,
+        # mean time of a step with no save in flight and not an attempt's first (its warm-up is in
+        # the start-up or the downtime): the phase's own step time, which step-time drift compares
+        "step_dt_s": (ph.dt_idle[1] / ph.dt_idle[0]) if ph.dt_idle[0] else None,
         "first_start_s": (first.first_ts - first.launch_ts) if first and first.first_ts else None,
         "jobs": sorted({a.job for a in ph.attempts if a.job}),
         "handovers": hand, "queue_wait_s": queued,
@@ -438,16 +439,16 @@ def overhead(phase: dict, baseline: dict) -> Optional[dict]:
     are taken net of their first launch's start-up (launch -> first step), so that a cold first
     launch (the file cache, imports: whichever phase runs first pays it) is not booked as a
     failure's cost; the start-ups of relaunches are in the downtime. Step-time drift: the phase's
-    kept steps without interference, minus the baseline's steps (a shared node's noise moves
-    every step of a phase: +-10-30% per phase measured here), so the residual is only what
-    nothing explains."""
+    steps (those without a save in flight, first steps left out) against the baseline's, times the
+    phase's steps (a shared node's noise moves every step of a phase: +-10-30% per phase measured
+    here), so the residual is only what nothing explains."""
     if not baseline or phase["wall_s"] is None or baseline["wall_s"] is None:
         return None
     first, base_first = phase.get("first_start_s") or 0.0, baseline.get("first_start_s") or 0.0
     diff = (phase["wall_s"] - first) - (baseline["wall_s"] - base_first)
     drift = None
-    if phase.get("failure_free_s") is not None and baseline.get("failure_free_s") is not None:
-        drift = phase["failure_free_s"] - baseline["failure_free_s"]
+    if phase.get("step_dt_s") is not None and baseline.get("step_dt_s") is not None:
+        drift = (phase["step_dt_s"] - baseline["step_dt_s"]) * (phase.get("steps") or 0)
     parts = {"downtime_s": phase["downtime_s"], "recompute_s": phase["recompute_s"],
              "save_stall_s": phase["save_stall_s"], "interference_s": phase.get("interference_s") or 0.0,
              "drift_s": drift or 0.0}

@@ -125,8 +125,8 @@ def markdown(summaries, missing, src, problems=()):
     starts = ", ".join(f"{s['phase']} {_fmt(s.get('first_start_s'))} s" for s in summaries)
     L += ["", "Overhead = downtime + recompute + save stalls + background interference + step-time drift + "
           "residual. Background interference: the steps that ran beside an async save, times how much longer "
-          "such a step took than one without. Step-time drift: the phase's kept steps (without that "
-          "interference) minus the baseline's steps: the machine's noise moves whole phases. The residual is "
+          "such a step took than one without. Step-time drift: (the phase's mean step time - the "
+          "baseline's) x its steps, over steps without a save in flight: the machine's noise moves whole phases. The residual is "
           "what the named parts do not explain. The baseline is the phase with checkpoint: none. Each phase is compared with the baseline net of its first "
           f"launch's start-up (launch -> first step: {starts}): whichever phase runs first pays the cold "
           "file cache, which is no failure's cost; relaunches' start-ups are in the downtime.", ""]

@@ -91,9 +91,9 @@ def test_overhead_adds_up_with_residual():
 def test_step_time_drift_is_named_and_leaves_the_residual_alone():
     """A phase whose every step ran 10% slower (a noisy neighbour) than the baseline's: that
     time is the drift column, not the residual."""
-    base = {"wall_s": 100.0, "failure_free_s": 100.0}
+    base = {"wall_s": 100.0, "step_dt_s": 1.0, "steps": 100}
     ph = {"wall_s": 125.0, "downtime_s": 10.0, "recompute_s": 3.0, "save_stall_s": 2.0, "interference_s": 0.0,
-          "failure_free_s": 110.0}
+          "step_dt_s": 1.1, "steps": 100}
     o = collect.overhead(ph, base)
     assert o["drift_s"] == pytest.approx(10.0) and o["residual_s"] == pytest.approx(0.0)
 
