@@ -135,3 +135,21 @@ def test_srun_refuses_comma_in_env_value():
     with pytest.raises(RenderError) as e:
         render.render(sc, "slurm", "/expt/x")
     assert "launch.env.X" in str(e.value)
+
+
+GOLDEN = os.path.join(HERE, "data", "golden")
+
+
+@pytest.mark.parametrize("name,sched", [("local", "local"), ("agpt2b", "pbs"), ("debug", "slurm")])
+def test_rendered_script_golden(name, sched):
+    """The whole job script, byte for byte (the tag, this python and the checkout's path
+    normalised). A change to the script shows here as a diff to review; regenerate with
+    RESTARTLAB_REGEN_GOLDEN=1 pytest tests/test_render.py -k golden."""
+    text, ctx = rendered(name, sched)
+    text = text.replace(ctx["tag"], "TAG").replace(ctx["python"], "PYTHON").replace(os.path.dirname(HERE), "ROOT")
+    path = os.path.join(GOLDEN, f"{name}.{sched}.sh")
+    if os.environ.get("RESTARTLAB_REGEN_GOLDEN"):
+        with open(path, "w") as f:
+            f.write(text)
+    with open(path) as f:
+        assert text == f.read(), f"{path} differs from the rendered script (regenerate if the change is meant)"

@@ -1,0 +1,77 @@
+#!/bin/bash
+# restartlab job script for a local shell (restartlab run), rendered from ROOT/scenarios/local.yaml
+# Inspect it, do not edit it: change the scenario and re-render.
+set -uo pipefail
+
+RL_PY=PYTHON
+RL_EXPT_DIR=/expt/x
+# relaunch.walltime_margin before job.walltime (counted from the script's start): the ranks get
+# the trainer's preemption signal and no attempt is launched after it (0: off)
+RL_STOP_AT=$(( $(date +%s) + 1680 ))
+RL_FAILED=0
+RL_WALLTIME_STOP=0
+RL_CHILD=""
+export RL_EXPT_DIR
+
+mkdir -p "$RL_EXPT_DIR" || exit 1
+cd "$RL_EXPT_DIR" || exit 1
+RL_NODEFILE=${RESTARTLAB_LOCAL_NODEFILE:-}
+[ -n "$RL_NODEFILE" ] || RL_NODEFILE=/expt/x/nodefile
+[ -s "$RL_NODEFILE" ] || hostname > "$RL_NODEFILE"
+export RL_NODEFILE
+RL_JOBID=${RESTARTLAB_LOCAL_JOBID:-${PBS_JOBID:-${SLURM_JOB_ID:-local}}}
+# every job that works on this experiment (a chain has several): restartlab status EXPT_DIR reads it
+printf '{"job": "%s", "start": %s}\n' "$RL_JOBID" "$(date +%s.%N)" >> /expt/x/jobs.jsonl
+echo "restartlab: job $RL_JOBID on $(sort -u "$RL_NODEFILE" | wc -l) node(s), experiment in $RL_EXPT_DIR"
+
+# shellcheck disable=SC2317  # (invoked through the trap)
+rl_on_signal() {
+  # the phase's supervisor stops its attempt (the launcher gets the signal) and its injector
+  echo "restartlab: interrupted: stopping the phase's supervisor" >&2
+  if [ -n "$RL_CHILD" ]; then kill -TERM "$RL_CHILD" 2>/dev/null; wait "$RL_CHILD"; fi
+  exit 130
+}
+trap rl_on_signal INT TERM
+
+# the relaunch loop (restartlab supervise --help): its settings, the same for every phase
+rl_supervise=("$RL_PY" -m restartlab.cli supervise --tag TAG --train-iters 120 --max-attempts 8 --hang-timeout 120s --ranks-per-node 2
+  --stop-at "$RL_STOP_AT" --job "$RL_JOBID" --nodefile "$RL_NODEFILE")
+
+rl_phase() {
+  # one phase under the supervisor; its exit status is the phase's verdict:
+  # 0 completed, 5 stopped by the walltime margin, 6 relaunch budget used up, else failed
+  "${rl_supervise[@]}" "$@" &
+  RL_CHILD=$!
+  wait "$RL_CHILD"
+  local rc=$?
+  RL_CHILD=""
+  case $rc in
+    0) ;;
+    5) RL_WALLTIME_STOP=1 ;;
+    6) RL_FAILED=1 ;;
+    *) RL_FAILED=1 ;;
+  esac
+}
+
+# ---- phase 1: baseline (checkpoint: none)
+# injection plan: none
+rl_phase --phase baseline --phase-dir /expt/x/baseline \
+  -- mpiexec -n 2 -ppn 2 -genv RESTARTLAB_JOB_TAG TAG PYTHON -m restartlab.trainer --model tiny --train-iters 120 --save-interval 0 --keep 0 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/baseline/ckpts --no-resume --outdir .
+
+# ---- phase 2: sync (checkpoint: sync)
+# injection plan: restartlab inject --at-steps 35,65,95 --gate complete --until /expt/x/sync/done --ckpt-dir /expt/x/sync/ckpts --phase-dir /expt/x/sync --train-iters 120 --tag TAG --fanout local
+rl_phase --phase sync --phase-dir /expt/x/sync \
+  --inject '--at-steps 35,65,95 --gate complete --until /expt/x/sync/done --ckpt-dir /expt/x/sync/ckpts --phase-dir /expt/x/sync --train-iters 120 --tag TAG --fanout local' \
+  -- mpiexec -n 2 -ppn 2 -genv RESTARTLAB_JOB_TAG TAG PYTHON -m restartlab.trainer --model tiny --train-iters 120 --save-interval 10 --keep 0 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/sync/ckpts --outdir .
+
+# ---- phase 3: async (checkpoint: async)
+# injection plan: restartlab inject --at-steps 35,65,95 --gate complete --until /expt/x/async/done --ckpt-dir /expt/x/async/ckpts --phase-dir /expt/x/async --train-iters 120 --tag TAG --fanout local
+rl_phase --phase async --phase-dir /expt/x/async \
+  --inject '--at-steps 35,65,95 --gate complete --until /expt/x/async/done --ckpt-dir /expt/x/async/ckpts --phase-dir /expt/x/async --train-iters 120 --tag TAG --fanout local' \
+  -- mpiexec -n 2 -ppn 2 -genv RESTARTLAB_JOB_TAG TAG PYTHON -m restartlab.trainer --model tiny --train-iters 120 --save-interval 10 --keep 0 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/async/ckpts --async-ckpt --outdir .
+
+# ---- collector
+"$RL_PY" -m restartlab.cli report "$RL_EXPT_DIR" --mtbf 3600s || RL_FAILED=1
+if (( RL_FAILED )); then exit 1; fi
+if (( RL_WALLTIME_STOP )); then exit 5; fi  # state saved, training not finished
+exit 0
