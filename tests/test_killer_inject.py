@@ -33,12 +33,23 @@ def spawn(argv, tag=None, **kw):
 
 @pytest.fixture
 def procs():
+    """Processes a test started; each is killed with its whole tree at the end (a nested
+    launcher's rank would otherwise outlive the test, orphaned, for its 300 s sleep)."""
     started = []
     yield started
     for p in started:
+        try:
+            tree = psutil.Process(p.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            tree = []
+        for c in tree:  # started by the test's own processes, by PID
+            try:
+                c.kill()
+            except psutil.NoSuchProcess:
+                pass
         if p.poll() is None:
             p.kill()
-            p.wait()
+        p.wait()
 
 
 def alive(p):
