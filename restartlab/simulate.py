@@ -19,7 +19,6 @@ the curves are smooth and their differences are not noise). ETTR = useful comput
 wall seconds; the run's end keeps all work done (the job ends with a save)."""
 import json
 import math
-import os
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence

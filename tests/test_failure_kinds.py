@@ -2,6 +2,7 @@
 injected, detected, recovered from, and booked by kind in the report (detection time and the
 mechanism that noticed it); a preemption loses no step."""
 import json
+import os
 import subprocess
 import sys
 
