@@ -34,9 +34,9 @@ def check_same_as_reference(ref_dir, run_dir):
         final_crc(os.path.join(ref_dir, "out", layout.metrics_name(0)))
 
 
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_kill_between_saves_and_inside_save_resumes_bit_exact(tmp_path, layout):
-    tp, extra = LAYOUTS[layout]
+@pytest.mark.parametrize("mesh", list(LAYOUTS))
+def test_kill_between_saves_and_inside_save_resumes_bit_exact(tmp_path, mesh):
+    tp, extra = LAYOUTS[mesh]
     ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
     r = run_trainer(4, args_for(ref, tp, extra))
     assert r.returncode == 0, r.stdout[-3000:]
