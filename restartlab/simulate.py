@@ -25,6 +25,9 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .collect import restart_cost
+from .collect import young_daly as collect_young_daly  # the report's: one definition of C, R and M
+
 
 PREEMPT = "preempt"
 MAX_FAILURES = 5_000_000  # per replica: ~120 MB of draws
@@ -174,10 +177,8 @@ def sweep(costs: Costs, fail: Failures, intervals: Sequence[int], modes=("sync",
 def young_daly(costs: Costs, fail: Failures, mode: str) -> dict:
     """Young: sqrt(2 C M); Daly's first-order refinement: sqrt(2 C (M + R)) - C (seconds of work
     between saves; C the loop's stall per save, R the downtime per failure)."""
-    from .collect import restart_cost
-    from .collect import young_daly as formula  # the report's: one definition of C, R and M
-    return formula(costs.save_cost(mode), restart_cost(costs.restart_s, costs.gap_s, _mean_detection(costs, fail)),
-                   fail.mtbf_s)
+    r = restart_cost(costs.restart_s, costs.gap_s, _mean_detection(costs, fail))
+    return collect_young_daly(costs.save_cost(mode), r, fail.mtbf_s)
 
 
 def _mean_detection(costs: Costs, fail: Failures) -> float:

@@ -23,8 +23,8 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from typing import List, Optional
+from dataclasses import field, make_dataclass
+from typing import Any, List, Optional
 
 from . import attempt as attempt_record
 from . import launchers, layout, options, tool_options
@@ -158,36 +158,18 @@ class Procs:
 
 
 # ---------------------------------------------------------------- configuration
-@dataclass
-class Config:
-    phase: str
-    phase_dir: str
-    tag: str
-    argv: List[str]
-    train_iters: int = 100
-    launcher: str = tool_options.LAUNCHER_DEFAULT
-    max_attempts: int = 10
-    backoff: float = 0.0
-    hang_timeout: float = 600.0
-    startup_timeout: float = 1200.0
-    walltime_margin: float = 120.0
-    stop_at: float = 0.0
-    preempt_signal: str = "TERM"
-    fanout: str = "local"
-    nodefile: Optional[str] = None
-    job: str = "local"
-    node_policy: str = "same"
-    ranks_per_node: int = 1
-    node_check: Optional[str] = None
-    hosts_file: Optional[str] = None
-    inject: Optional[str] = None
-    tick: float = 1.0
+def _from_args(cls, a: argparse.Namespace, argv: List[str]) -> "Config":
+    vals = {o.key: getattr(a, o.key) for o in tool_options.SUPERVISE}
+    vals["nodefile"] = tool_options.nodefile_default(vals["nodefile"])
+    return cls(argv=list(argv), **vals)
 
-    @classmethod
-    def from_args(cls, a: argparse.Namespace, argv: List[str]) -> "Config":
-        vals = {o.key: getattr(a, o.key) for o in tool_options.SUPERVISE}
-        vals["nodefile"] = tool_options.nodefile_default(vals["nodefile"])
-        return cls(argv=list(argv), **vals)
+
+# the supervisor's settings: the option table's keys and defaults (one default per option), and
+# the launch argv; required options first (no default)
+Config = make_dataclass("Config", [("argv", List[str])] + [
+    (o.key, Any) if o.required else (o.key, Any, field(default=o.default))
+    for o in sorted(tool_options.SUPERVISE, key=lambda o: not o.required)],
+    namespace={"from_args": classmethod(_from_args)})
 
 
 class Interrupted(Exception):
@@ -198,7 +180,7 @@ class Interrupted(Exception):
 
 # ---------------------------------------------------------------- the loop
 class Supervisor:
-    def __init__(self, cfg: Config, clock: Clock = None, procs: Procs = None, out=None):
+    def __init__(self, cfg: "Config", clock: Clock = None, procs: Procs = None, out=None):
         self.cfg = cfg
         self.clock = clock or Clock()
         self.procs = procs or Procs(cfg)
@@ -214,14 +196,15 @@ class Supervisor:
 
     # -- one attempt
     def _argv_and_env(self, k: int, att: layout.Attempt):
-        """The attempt's argv (node and rank counts filled in) and the variables the ranks get."""
-        cfg, argv = self.cfg, list(self.cfg.argv)
+        """The attempt's argv (node and rank counts filled in), the variables the ranks get and
+        the rank count when the node check chose it (0: the scenario's)."""
+        cfg, argv, ranks = self.cfg, list(self.cfg.argv), 0
         master = os.environ.get("MASTER_ADDR") or socket.gethostname()
         if cfg.node_check is not None:
             n = self.procs.node_check(self.phase, k)
             if n is None:
                 self.say(f"too few healthy nodes to launch attempt {k} (see {self.phase.node_checks})", err=True)
-                return None, None
+                return None, None, 0
             if cfg.node_policy != "same":
                 argv = [w.replace(launchers.NODES_TOKEN, str(n)).replace(launchers.RANKS_TOKEN,
                                                                            str(n * cfg.ranks_per_node)) for w in argv]
@@ -231,12 +214,12 @@ class Supervisor:
                 hosts = self.procs.hosts()
                 if first and hosts and first != hosts[0]:  # rank 0 runs on the first host
                     master = os.environ.get("MASTER_ADDR") or first
-                self.ranks = n * cfg.ranks_per_node
+                ranks = n * cfg.ranks_per_node
         env = {"RESTARTLAB_LAUNCH_TS": repr(self.clock.time()), "MASTER_ADDR": master,
                "MASTER_PORT": str(self.procs.free_port()),
                "RESTARTLAB_EXPT": os.path.basename(os.path.dirname(os.path.abspath(cfg.phase_dir))),
                "RESTARTLAB_PHASE": cfg.phase, "RESTARTLAB_ATTEMPT": str(k)}
-        return argv, env
+        return argv, env, ranks
 
     def watch(self, run: Launched, att: layout.Attempt) -> int:
         """Wait for the attempt to end; the walltime warning and the watchdog meanwhile."""
@@ -319,8 +302,7 @@ class Supervisor:
             k, tries = k + 1, tries + 1
             att = phase.attempt(k)
             os.makedirs(att.path, exist_ok=True)
-            self.ranks = 0
-            argv, env = self._argv_and_env(k, att)
+            argv, env, ranks = self._argv_and_env(k, att)
             if argv is None:
                 return "failed", k, tries
             launch_ts = float(env["RESTARTLAB_LAUNCH_TS"])
@@ -329,13 +311,13 @@ class Supervisor:
                 rc = self.watch(self.current, att)
             except Interrupted:
                 rc = self.stop(self.current)
-                self._record(att, k, launch_ts, rc)
+                self._record(att, k, launch_ts, rc, ranks)
                 raise
             end_ts = self.clock.time()
             self.current = None
             if rc != 0:  # nothing of a failed attempt outlives it
                 self.procs.teardown(att)
-            if self._record(att, k, launch_ts, rc, end_ts):
+            if self._record(att, k, launch_ts, rc, ranks, end_ts):
                 return "completed", k, tries
             if os.path.exists(att.walltime):
                 return "walltime", k, tries
@@ -346,9 +328,9 @@ class Supervisor:
                 self.clock.sleep(cfg.backoff)
         return "budget", k, tries
 
-    def _record(self, att, k, launch_ts, rc, end_ts=None) -> bool:
+    def _record(self, att, k, launch_ts, rc, ranks, end_ts=None) -> bool:
         return attempt_record.record(att, self.phase, k, launch_ts, end_ts or self.clock.time(), rc,
-                                     self.cfg.train_iters, self.cfg.launcher, self.ranks, self.cfg.job,
+                                     self.cfg.train_iters, self.cfg.launcher, ranks, self.cfg.job,
                                      out=self.out)
 
 

@@ -42,7 +42,7 @@ MUTATIONS = [
      "            self.procs.stop_injector()\n            _touch(phase.done)"),
     ("completed -> exit 0 and the marker", "            _touch(phase.completed)\n", "\n"),
     ("budget used up -> EXIT_BUDGET", 'return EXIT_BUDGET if verdict == "budget" else EXIT_FAILED', "return EXIT_FAILED"),
-    ("an interrupted attempt is recorded", "                self._record(att, k, launch_ts, rc)\n                raise",
+    ("an interrupted attempt is recorded", "                self._record(att, k, launch_ts, rc, ranks)\n                raise",
      "                raise"),
 ]
 
