@@ -291,29 +291,30 @@ def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Cos
 # ---------------------------------------------------------------- replay of a measured phase
 def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults, cold_start_s: float) -> dict:
     """The model run once, deterministically, with the failures a real phase had. `faults`:
-    [(seconds from the end of that attempt's first step to the fault, kind)]; the first attempt
-    reaches the end of its first step in `cold_start_s` (no checkpoint to load), every later one
-    in the median `restart_s` (both include that step, as the report's restart does, so one step
-    moves from start-up to training: the save cycles of a resumed attempt start with its first
-    step). Wall = each failed attempt (start-up, training until the fault, detection) and gap,
-    plus the last attempt (start-up, the remaining steps and their saves; async: the last
-    save's background before exit)."""
+    [(seconds from the end of that attempt's first step to the fault, kind, own)], where `own`
+    maps any of restart_s / detection_s / gap_s to that failure's own measured value (the
+    costs' medians stand in for those missing); the first attempt reaches the end of its first
+    step in `cold_start_s` (no checkpoint to load), every later one in its restart (both include
+    that step, as the report's restart does, so one step moves from start-up to training: the
+    save cycles of a resumed attempt start with its first step). Wall = each failed attempt
+    (start-up, training until the fault, detection) and gap, plus the last attempt (start-up,
+    the remaining steps and their saves; async: the last save's background before exit)."""
     w, L, B = _cycle(costs, interval, mode)
     total = total_steps * costs.step_s
     kept = wall = 0.0
-    faults = [(t + costs.step_s, kind) for t, kind in faults]
     start = cold_start_s - costs.step_s
     run = Costs(**dict(asdict(costs), restart_s=0.0))  # times below are from the first step
-    for t, kind in faults:
-        ta = np.array([max(float(t), 0.0)])
+    for t, kind, own in faults:
+        ta = np.array([max(float(t) + costs.step_s, 0.0)])
+        detection = own.get("detection_s", costs.detection_s.get(kind, costs.detection_s.get("kill", 0.0)))
         if kind == PREEMPT:
             k = float(_work_done(ta, run, w, L)[0])
             wall += costs.sync_stall_s if mode == "sync" else costs.async_durable_s
         else:
             k = float(_kept(ta, np.array([0]), None, run, w, L, B)[0])
         kept = min(total, kept + k)
-        wall += start + float(ta[0]) + costs.detection_s.get(kind, costs.detection_s.get("kill", 0.0)) + costs.gap_s
-        start = costs.restart_s - costs.step_s
+        wall += start + float(ta[0]) + detection + own.get("gap_s", costs.gap_s)
+        start = own.get("restart_s", costs.restart_s) - costs.step_s
     rest = total - kept
     saves = math.ceil(rest / w - 1e-9) if rest > 0 else 0
     wall += start + rest + saves * (L - w) + (B if saves else 0.0)
@@ -322,8 +323,12 @@ def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults,
 
 def replay(expt_dir: str, phase: str) -> dict:
     """Simulated vs measured ETTR of one phase of a finished experiment: its own measured costs
-    (the report's summary: its step time, save cost, median restart, gap and detection; its first
-    attempt's cold start), its scenario's save interval and steps, its actual failure times."""
+    (the report's summary: its step time, save cost, restarts, gaps and detections; its first
+    attempt's cold start), its scenario's save interval and steps, its actual failure times.
+    Two runs of the model: `simulated_*` gives each failure its own measured restart, gap and
+    detection (it checks the model's accounting: lost work, saves, start-ups); `median_*` gives
+    every failure the medians, as a forecast from the report would (it adds the spread of the
+    restarts, which on a shared machine can move a few-failure phase by several percent)."""
     import yaml
     from . import collect
     from . import layout
@@ -357,11 +362,19 @@ def replay(expt_dir: str, phase: str) -> dict:
     faults = []
     for e in ph.get("failures") or []:
         a = attempts[e["attempt"] - 1]
+        own = {"restart_s": e.get("restart_s"), "gap_s": e.get("launch_gap_s"), "detection_s": e.get("detection_s")}
         # an attempt that died before its first step spent all of it starting up
-        faults.append((e["kill_ts"] - a.first_ts if a.first_ts is not None else 0.0, e.get("kind") or "kill"))
-    sim = replay_run(costs, mode, interval, steps, faults, first.first_ts - first.launch_ts)
+        faults.append((e["kill_ts"] - a.first_ts if a.first_ts is not None else 0.0, e.get("kind") or "kill",
+                       {k: v for k, v in own.items() if isinstance(v, (int, float))}))
+    cold = first.first_ts - first.launch_ts
+    sim = replay_run(costs, mode, interval, steps, faults, cold)
+    med = replay_run(costs, mode, interval, steps, [(t, kind, {}) for t, kind, _ in faults], cold)
     measured = ph.get("ettr")
+
+    def err(x):
+        return (x / measured - 1) if measured and x else None
     return {"phase": phase, "mode": mode, "interval_steps": interval, "steps": steps,
             "failures": len(faults), "simulated_ettr": sim["ettr"], "simulated_wall_s": sim["wall_s"],
-            "measured_ettr": measured, "measured_wall_s": ph.get("wall_s"),
-            "relative_error": (sim["ettr"] / measured - 1) if measured else None, "costs": asdict(costs)}
+            "measured_ettr": measured, "measured_wall_s": ph.get("wall_s"), "relative_error": err(sim["ettr"]),
+            "median_ettr": med["ettr"], "median_wall_s": med["wall_s"], "median_relative_error": err(med["ettr"]),
+            "costs": asdict(costs)}

@@ -132,9 +132,11 @@ def test_simulate_is_fast():
 @pytest.mark.timeout(600)
 def test_replay_of_the_local_scenario_matches_its_measured_ettr(tmp_path):
     """A real `restartlab run` of the shipped local scenario (3 kills in sync, 3 in async); the
-    model fed with each phase's own measured costs (medians) and actual failure times gives its
-    measured ETTR within 5%. The numerator is the phase's own productive time, so this checks
-    the model's wall-clock accounting: start-ups, lost work, detection, gaps, saves."""
+    model fed with each phase's own measured costs (each failure's own restart, gap and
+    detection) and actual failure times gives its measured ETTR within 5%. The numerator is the
+    phase's own productive time, so this checks the model's wall-clock accounting: start-ups,
+    lost work, detection, gaps, saves. The forecast with medians is printed, not asserted: with
+    3 failures one restart that ran 2 s slow on a loaded machine moved it by 6.6% (CI, 2026-12-01)."""
     d = tmp_path / "expt"
     r = rl("run", "--expt-dir", str(d), "--plain", "--set", "collection.plots=false", timeout=560)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -143,7 +145,9 @@ def test_replay_of_the_local_scenario_matches_its_measured_ettr(tmp_path):
         assert r.returncode == 0, r.stderr
         rep = json.loads(r.stdout)
         assert rep["failures"] == 3 and rep["mode"] == phase, rep
+        print(f"{phase}: own costs {rep['relative_error']:+.3f}, medians {rep['median_relative_error']:+.3f}")
         assert abs(rep["relative_error"]) <= 0.05, rep
+        assert rep["median_ettr"] and rep["median_wall_s"] > 0, rep
         assert math.isclose(rep["costs"]["step_s"] * rep["steps"], rep["measured_ettr"] * rep["measured_wall_s"],
                             rel_tol=1e-6)
     r = rl("simulate", "--replay", str(d), "--phase", "baseline")
@@ -167,3 +171,18 @@ def test_costs_from_a_summary_name_their_source(tmp_path):
     assert c.async_durable_s == 0.13 and c.interference == 0.25
     assert c.restart_s == 4.0 and c.gap_s == pytest.approx(0.4) and c.detection_s == {"kill": 0.2, "hang": 12.0}
     assert all(str(path) in c.sources[k] for k in ("step_s", "sync_stall_s", "async_stall_s", "interference"))
+
+
+def test_replay_run_takes_each_failures_own_costs():
+    """A failure's own restart, gap and detection replace the medians for that failure only:
+    the wall moves by exactly the differences; none given, the medians; the kept work is the same."""
+    c = sim.Costs(**dict(COSTS, restart_s=3.0, gap_s=0.1, detection_s={"kill": 0.5}))
+    faults = [(4.0, "kill"), (7.5, "kill")]
+    med = sim.replay_run(c, "sync", 10, 200, [(t, k, {}) for t, k in faults], 2.0)
+    same = sim.replay_run(c, "sync", 10, 200, [(t, k, {"restart_s": 3.0, "gap_s": 0.1, "detection_s": 0.5})
+                                                 for t, k in faults], 2.0)
+    assert same["wall_s"] == pytest.approx(med["wall_s"])
+    own = sim.replay_run(c, "sync", 10, 200, [(4.0, "kill", {"restart_s": 5.0, "detection_s": 0.2}),
+                                               (7.5, "kill", {"gap_s": 0.4})], 2.0)
+    assert own["wall_s"] - med["wall_s"] == pytest.approx((5.0 - 3.0) + (0.2 - 0.5) + (0.4 - 0.1))
+    assert own["failures"] == med["failures"] == 2
