@@ -11,6 +11,10 @@ Two ways to find the ranks:
   has SLURM_PROCID but no step id), restartlab's own tools (RESTARTLAB_TOOL in their environment)
   and a parent whose environment we may not read.
 
+Only processes of the user running it (real and effective uid, from psutil): a process of
+another user that carries the same tag or job id is skipped and listed in the receipt
+(`skipped_other_user`), root included: root gets no exception.
+
 Never touches this process, its ancestors (the injector, pbsdsh/srun, the launcher that started
 us) or any process that is not a rank or a rank's descendant. Processes are read
 through psutil, so this works wherever psutil can read another process's environment (Linux,
@@ -60,11 +64,25 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def _scan(entry: str, unreadable: list = None, this_node: bool = False) -> Dict[int, Tuple[dict, int]]:
-    """{pid: (environment, parent pid)} of the live processes whose environment holds the exact
-    entry NAME=value, read once each (`unreadable` collects the PIDs whose environment we may not
-    read). `this_node`: under Slurm, only this Slurm node's (several node daemons may share one
-    host, as in the tests)."""
+def _ours(p: psutil.Process) -> bool:
+    """The process runs as the user running us (real and effective uid)."""
+    u = p.uids()
+    return u.real == os.getuid() and u.effective == os.getuid()
+
+
+def _owner(p: psutil.Process) -> str:
+    try:
+        return p.username()
+    except (psutil.Error, KeyError):
+        return f"uid {p.uids().real}"
+
+
+def _scan(entry: str, unreadable: list = None, this_node: bool = False,
+          others: dict = None) -> Dict[int, Tuple[dict, int]]:
+    """{pid: (environment, parent pid)} of this user's live processes whose environment holds
+    the exact entry NAME=value, read once each (`unreadable` collects the PIDs whose environment
+    we may not read; `others` {pid: user} those of another user that match). `this_node`: under
+    Slurm, only this Slurm node's (several node daemons may share one host, as in the tests)."""
     _check_environ_readable()
     name, _, value = entry.partition("=")
     node = os.environ.get("SLURMD_NODENAME") if this_node else None
@@ -74,7 +92,10 @@ def _scan(entry: str, unreadable: list = None, this_node: bool = False) -> Dict[
             env = p.environ()
             if env.get(name) == value and p.status() != psutil.STATUS_ZOMBIE \
                     and not (node and env.get("SLURMD_NODENAME", node) != node):
-                found[p.pid] = (env, p.ppid())
+                if _ours(p):
+                    found[p.pid] = (env, p.ppid())
+                elif others is not None:
+                    others[p.pid] = _owner(p)
         except _GONE:
             pass
         except psutil.AccessDenied:
@@ -88,10 +109,10 @@ def find_by_env(entry: str, unreadable: list = None) -> List[int]:
     return sorted(_scan(entry, unreadable))
 
 
-def find_tagged(tag: str, unreadable: list = None) -> List[int]:
-    """PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly; under Slurm, only those
-    of this Slurm node."""
-    return sorted(_scan(f"{TAG_VAR}={tag}", unreadable, this_node=True))
+def find_tagged(tag: str, unreadable: list = None, others: dict = None) -> List[int]:
+    """This user's PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly; under Slurm,
+    only those of this Slurm node."""
+    return sorted(_scan(f"{TAG_VAR}={tag}", unreadable, this_node=True, others=others))
 
 
 def _environ(pid: int) -> dict:
@@ -108,12 +129,23 @@ def ancestors(pid: int) -> set:
         return {pid}
 
 
-def _tree(pid: int) -> List[psutil.Process]:
+def _tree(pid: int, others: dict = None) -> List[psutil.Process]:
+    """The process and its descendants that are this user's (`others` {pid: user}: the rest)."""
     try:
         root = psutil.Process(pid)
-        return [root] + root.children(recursive=True)
+        procs = [root] + root.children(recursive=True)
     except _GONE:
         return []
+    mine = []
+    for p in procs:
+        try:
+            if _ours(p):
+                mine.append(p)
+            elif others is not None:
+                others[p.pid] = _owner(p)
+        except _GONE:
+            pass
+    return mine
 
 
 def _cmdline(p: psutil.Process) -> str:
@@ -142,10 +174,10 @@ def _rank_entries(env: Mapping[str, str]) -> List[str]:
     return [f"{ln.rank_var}={env[ln.rank_var]}" for ln in launchers.LAUNCHERS.all() if ln.matches(env)]
 
 
-def job_ranks(job: str, unreadable: list = None) -> Dict[int, str]:
+def job_ranks(job: str, unreadable: list = None, others: dict = None) -> Dict[int, str]:
     """{pid: 'PMI_RANK=3'}: this node's ranks of the job `job` ('VAR=id'), by the rules in the
     module's docstring."""
-    procs = _scan(job, unreadable, this_node=True)
+    procs = _scan(job, unreadable, this_node=True, others=others)
     ranks = {}
     for pid, (env, ppid) in procs.items():
         if TOOL_VAR in env:
@@ -165,20 +197,21 @@ def job_ranks(job: str, unreadable: list = None) -> Dict[int, str]:
     return {pid: what for pid, what in ranks.items() if pid not in launchers_ and pid not in protected}
 
 
-def targets(tag: str, roots: List[int] = None, unreadable: list = None) -> Dict[int, str]:
-    """Tagged processes (or `roots`) and all their descendants, minus ourselves and our ancestors."""
+def targets(tag: str, roots: List[int] = None, unreadable: list = None, others: dict = None) -> Dict[int, str]:
+    """This user's tagged processes (or `roots`) and their descendants, minus ourselves and our
+    ancestors (`others` {pid: user}: the matching processes of another user, left alone)."""
     protected = ancestors(os.getpid())
     found = {}
-    for root in (find_tagged(tag, unreadable) if roots is None else roots):
-        for p in _tree(root):
+    for root in (find_tagged(tag, unreadable, others) if roots is None else roots):
+        for p in _tree(root, others):
             if p.pid not in protected and p.pid not in found:
                 found[p.pid] = _cmdline(p)
     return found
 
 
-def _rank_roots(tag: str) -> List[int]:
-    """Tagged processes whose parent is untagged (the ranks, not the ranks' own children)."""
-    tagged = _scan(f"{TAG_VAR}={tag}", this_node=True)
+def _rank_roots(tag: str, others: dict = None) -> List[int]:
+    """This user's tagged processes whose parent is untagged (the ranks, not their children)."""
+    tagged = _scan(f"{TAG_VAR}={tag}", this_node=True, others=others)
     return sorted(pid for pid, (_, ppid) in tagged.items() if ppid not in tagged)
 
 
@@ -187,24 +220,27 @@ def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = F
     """Signal this node's ranks (by `tag`, else of the batch job `job`, default this one) and
     their process trees; `one`: only the lowest-PID rank. Returns the receipt."""
     unreadable: list = []
+    others: Dict[int, str] = {}
     ranks: Dict[int, str] = {}
     if tag is None:
         job = job or job_id_entry()
         if job is None:
             raise KillerError(no_job_error())
-        ranks = job_ranks(job, unreadable)
+        ranks = job_ranks(job, unreadable, others)
         roots = sorted(ranks)[:1] if one else sorted(ranks)
-        procs = targets(tag, roots)
+        procs = targets(tag, roots, others=others)
     elif one:  # one rank: the lowest-PID rank and its tree
-        procs = targets(tag, [r for r in _rank_roots(tag) if r not in ancestors(os.getpid())][:1])
+        procs = targets(tag, [r for r in _rank_roots(tag, others) if r not in ancestors(os.getpid())][:1],
+                        others=others)
     else:
-        procs = targets(tag, unreadable=unreadable)
+        procs = targets(tag, unreadable=unreadable, others=others)
     receipt = {"host": socket.gethostname(), "node": node_name(), "time": time.time(), "tag": tag,
                "job": job if tag is None else None,
                "signal": _signal.Signals(sig).name, "dry_run": dry_run,
                "pids": sorted(procs), "cmdlines": {str(p): c for p, c in sorted(procs.items())},
                "ranks": {str(p): ranks[p] for p in sorted(procs) if p in ranks},
-               "unreadable": len(unreadable), "errors": {}}
+               "unreadable": len(unreadable),
+               "skipped_other_user": {str(p): u for p, u in sorted(others.items())}, "errors": {}}
     if not dry_run:
         for pid in procs:
             try:

@@ -20,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import List, Optional
 
@@ -63,13 +64,15 @@ def _check_dir(path: str, min_free: int) -> List[str]:
         where = os.path.dirname(where)
     if not os.path.isdir(where):
         return [f"stage dir {path}: not writable ({where} is not a directory)"]
-    try:
-        probe = os.path.join(where, f".restartlab-node-check-{os.getpid()}")
-        with open(probe, "wb") as f:
-            f.write(b"x" * 4096)
-            f.flush()
-            os.fsync(f.fileno())
-        os.unlink(probe)
+    try:  # an unguessable name, created exclusively, 0600: nothing planted there is followed
+        fd, probe = tempfile.mkstemp(prefix=".restartlab-node-check-", dir=where)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(b"x" * 4096)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            os.unlink(probe)
         free = shutil.disk_usage(where).free
     except OSError as e:
         return [f"stage dir {path}: not writable ({e.strerror or e})"]

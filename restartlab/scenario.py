@@ -118,8 +118,10 @@ SCHEMA = {
     "phases": ListOf({
         "name": F("name", None, "phase name (directory name)", required=True),
         "checkpoint": F("str", "sync", "none, sync or async", choices=["none", "sync", "async"]),
-        "stage_dir": F("path", None, "async: node-local stage dir (default /tmp/restartlab-<jobid>, or "
-                       "none when that is on the checkpoint dir's file system); none: the background "
+        "stage_dir": F("path", None, "async: node-local stage dir, private to the job's user (0700, never "
+                       "through a symlink) or refused (default: a fresh private dir /tmp/restartlab-"
+                       "<jobid>-<node>-<random>, or none when /tmp is on the checkpoint dir's file "
+                       "system); none: the background "
                        "save writes straight to the checkpoint dir"),
         "failures": F("failures", None, "false/none: no injector; a mapping overrides the top-level failures"),
     }),
@@ -220,7 +222,10 @@ def _resolve_extends(ref, fname):
     raise ScenarioError(f"{fname}:1: extends: {ref!r} not found (looked in {', '.join(cands)})")
 
 
-def _load_file(fname, lines, seen=()):
+def _load_file(fname, lines, seen=(), files=None):
+    """The data of `fname` merged over what it extends; `lines` gets (file, line) per key path,
+    `files` each file read, a base before the file that extends it."""
+    files = [] if files is None else files
     try:
         with open(fname, "rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)
@@ -243,13 +248,15 @@ def _load_file(fname, lines, seen=()):
     parent = data.pop("extends", None)
     if parent is None:
         lines.update(my_lines)
+        files.append(fname)
         return data
     if not isinstance(parent, str):
         raise ScenarioError(f"{fname}:{my_lines[('extends',)][1]}: extends: expected a file name")
     pfile = _resolve_extends(parent, fname)
     if os.path.abspath(pfile) in seen:
         raise ScenarioError(f"{fname}:{my_lines[('extends',)][1]}: extends: cycle through {pfile}")
-    base = _load_file(pfile, lines, seen + (os.path.abspath(fname),))
+    base = _load_file(pfile, lines, seen + (os.path.abspath(fname),), files)
+    files.append(fname)
     return _merge(base, data, (), lines, my_lines)
 
 
@@ -286,8 +293,20 @@ def _apply_set(data, assignment, lines):
 
 # ---------------------------------------------------------------- validation
 class _V:
-    def __init__(self, lines, fname):
+    def __init__(self, lines, fname, files=()):
         self.lines, self.fname, self.errors = lines, fname, []
+        self.files = list(files)  # the files read, each before the files that extend it
+
+    def line(self, path) -> int:
+        return self.lines.get(tuple(path), (self.fname, 0))[1]
+
+    def order(self, path) -> int:
+        """How late the value at `path` came: its file's place in the extends chain (--set last)."""
+        p = tuple(path)
+        while p and p not in self.lines:
+            p = p[:-1]
+        f = self.lines.get(p, (self.fname, 1))[0]
+        return len(self.files) if f == "--set" else (self.files.index(f) if f in self.files else -1)
 
     def where(self, path):
         p = tuple(path)
@@ -457,6 +476,11 @@ def _cross_checks(sc, v: _V):
               f"({sc['relaunch']['walltime_margin']:g}s >= {sc['job']['walltime']:g}s): nothing would train")
     if not sc["phases"]:
         v.err(("phases",), "at least one phase is needed")
+    saving = [p["name"] for p in sc["phases"] if p["checkpoint"] != "none"]
+    if saving and tr["save_interval"] < 1:
+        v.err(("trainer", "save_interval"), f"{tr['save_interval']} saves no checkpoint, but phase "
+              f"{saving[0]!r} checkpoints ({next(p['checkpoint'] for p in sc['phases'] if p['name'] == saving[0])}): "
+              "every kill would restart it from step 0; give an interval >= 1, or checkpoint: none")
     names = [p["name"] for p in sc["phases"]]
     for i, n in enumerate(names):
         if n in names[:i]:
@@ -468,16 +492,16 @@ def _cross_checks(sc, v: _V):
         sched = {k: x for k, x in f["schedule"].items() if x is not None and k != "seed"}
         base = ("phases", i, "failures") if ph["failures"] else ("failures",)
         if len(sched) != 1:
-            v.err(base + ("schedule",), "give exactly one of every, at_steps, every_steps, mtbf "
-                  f"(got {', '.join(sched) or 'none'})")
-        saves = ph["checkpoint"] != "none" and tr["save_interval"] > 0
+            # the key that came last (a file that extends another, or --set) made the conflict
+            keys = sorted(sched, key=lambda k: (v.order(base + ("schedule", k)), v.line(base + ("schedule", k))))
+            got = ", ".join(f"{k} from {v.where(base + ('schedule', k))}" for k in keys) or "none"
+            v.err(base + ("schedule",) + tuple(keys[-1:]),
+                  f"give exactly one of every, at_steps, every_steps, mtbf (got {got})")
         step_schedule = "at_steps" in sched or "every_steps" in sched
         gated = tool_options.gate_of(f.get("gate"), step_schedule) == "complete" or f.get("wait_first_complete")
-        if gated and not saves:
-            why = f"phase {ph['name']!r} saves no checkpoints" if ph["checkpoint"] == "none" else \
-                "trainer.save_interval is 0, so no checkpoint is saved"
-            v.err(base + ("gate",), f"{why}, so a kill gated on .complete would never fire: set gate: none "
-                  "(and no wait_first_complete), or save checkpoints")
+        if gated and ph["checkpoint"] == "none":
+            v.err(base + ("gate",), f"phase {ph['name']!r} saves no checkpoints, so a kill gated on .complete "
+                  "would never fire: set gate: none (and no wait_first_complete), or save checkpoints")
         try:
             if f["signal"] is not None:
                 parse_signal(f["signal"])
@@ -521,12 +545,15 @@ def _resolve_data(sc, path, v: "_V"):
 def load(path: str, overrides: List[str] = ()) -> dict:
     """Load, extend, override and validate a scenario. Raises ScenarioError with every problem."""
     lines: Dict = {}
-    data = _load_file(path, lines)
+    files: List[str] = []
+    data = _load_file(path, lines, files=files)
     for a in overrides:
         if a.startswith("extends="):
             parent = _resolve_extends(a.split("=", 1)[1], path)
             base_lines: Dict = {}
-            base = _load_file(parent, base_lines)
+            base_files: List[str] = []
+            base = _load_file(parent, base_lines, files=base_files)
+            files[:0] = base_files
             own = {k: v for k, v in data.items()}
             lines_own = dict(lines)
             lines.clear()
@@ -534,7 +561,7 @@ def load(path: str, overrides: List[str] = ()) -> dict:
             data = _merge(base, own, (), lines, lines_own)
             continue
         _apply_set(data, a, lines)
-    v = _V(lines, path)
+    v = _V(lines, path, files)
     sc = v.mapping(SCHEMA, data, ())
     if not v.errors:
         _resolve_kind(sc["failures"])

@@ -88,7 +88,8 @@ OPTIONS: List[Opt] = [
     Opt("--ckpt-dir", "str", "ckpts", "checkpoint directory (in an experiment: the phase's)", source=PHASE),
     Opt("--async-ckpt", "flag", False, "asynchronous checkpointing (phase checkpoint: async)", source=PHASE),
     Opt("--ckpt-stage-dir", "str", None, "node-local stage dir for --async-ckpt (phase stage_dir; "
-        "default /tmp/restartlab-<jobid>, or none when that is on --ckpt-dir's file system); none: the "
+        "private to this user (0700, never through a symlink) or refused; default: a fresh private dir "
+        "/tmp/restartlab-<jobid>-<node>-<random>, or none when /tmp is on --ckpt-dir's file system); none: the "
         "background save writes straight to --ckpt-dir (one write instead of two)", source=PHASE),
     Opt("--no-resume", "flag", False, "start fresh even if a checkpoint exists (phase checkpoint: none)",
         source=PHASE),

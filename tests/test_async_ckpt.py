@@ -2,6 +2,7 @@
 node-local write, during the durable copy and between the copy and the marker; every relaunch
 resumes from the newest `.complete` and the final parameters equal an uninterrupted run. And 50
 consecutive async saves at the shortest interval without a hang (every wait has a timeout)."""
+import glob
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import pytest
 
 from restartlab import ckptdir, layout
+from restartlab.trainer.checkpoint import STAGE_PARENT
 from tests.helpers import final_crc, losses, raw_rows, rows, run_trainer
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
@@ -165,9 +167,10 @@ def test_async_checkpoint_holds_the_state_at_the_save(tmp_path, moving):
 
 
 def test_default_stage_is_skipped_on_the_checkpoints_own_file_system(tmp_path):
-    """Without --ckpt-stage-dir the async save stages in /tmp/restartlab-<jobid> only when that is
-    another file system than the checkpoint dir's (node-local disk vs a parallel file system);
-    on the same one the background save writes straight to the checkpoint dir."""
+    """Without --ckpt-stage-dir the async save stages in a fresh private dir under /tmp only when
+    /tmp is another file system than the checkpoint dir's (node-local disk vs a parallel file
+    system); on the same one the background save writes straight to the checkpoint dir. (The
+    staged default itself: tests/test_shared_node.py, with the checkpoint dir on /dev/shm.)"""
     assert ckptdir.same_file_system(str(tmp_path / "a" / "b"), str(tmp_path))
     assert not ckptdir.same_file_system("/proc/self", str(tmp_path))
     d = str(tmp_path)
@@ -175,8 +178,8 @@ def test_default_stage_is_skipped_on_the_checkpoints_own_file_system(tmp_path):
     a = ["--model", "tiny", "--train-iters", "4", "--save-interval", "2", "--async-ckpt",
          "--ckpt-dir", os.path.join(d, "c"), "--outdir", d]
     r = run_trainer(2, a, env={"PBS_JOBID": job})
-    same = ckptdir.same_file_system(f"/tmp/restartlab-{job}", os.path.join(d, "c"))
+    same = ckptdir.same_file_system(STAGE_PARENT, os.path.join(d, "c"))
     assert r.returncode == 0, r.stdout[-2000:]
     assert ("writing straight to" in r.stdout) == same, r.stdout[-2000:]
     assert ckptdir.newest_complete_step(os.path.join(d, "c"), checksums=True) == 4
-    assert not os.path.exists(f"/tmp/restartlab-{job}")
+    assert not glob.glob(os.path.join(STAGE_PARENT, f"restartlab-{job}-*"))

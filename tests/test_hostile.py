@@ -30,7 +30,7 @@ SCENARIOS = {
     "06-nan-duration.yaml": (3, "relaunch.hang_timeout: duration must be a finite number"),
     "07-billion-laughs.yaml": (4, "expands to more than 100,000 values"),
     "08-deep-nesting.yaml": (1, "nested too deeply"),
-    "09-save-interval-0-gated.yaml": (4, "trainer.save_interval is 0, so no checkpoint is saved"),
+    "09-save-interval-0-gated.yaml": (3, "trainer.save_interval: 0 saves no checkpoint, but phase 'sync' checkpoints"),
     "10-bad-signal.yaml": (3, "failures.signal: 'NOTASIG' is not a signal name"),
     "11-every-0s.yaml": (3, "failures.schedule.every: must be > 0"),
     "12-seq-len-0.yaml": (3, "trainer.seq_len: must be >= 1"),
@@ -64,6 +64,11 @@ SCENARIOS = {
     "40-bad-gate.yaml": (4, "failures.gate: 'maybe' is not one of complete, none"),
     "41-directive-newline.yaml": (4, "job.directives[0]: a scheduler directive value cannot contain a newline"),
     "42-timed-gate-without-checkpoints.yaml": (5, "phase 'base' saves no checkpoints, so a kill gated on .complete"),
+    "43-sync-save-interval-0.yaml": (3, "trainer.save_interval: 0 saves no checkpoint, but phase 'sync' "
+                                        "checkpoints (sync): every kill would restart it from step 0"),
+    # the conflict is named where it arose (this file, line 5), with where the first value came from
+    "44-extends-schedule-conflict.yaml": (5, "failures.schedule.every: give exactly one of every, at_steps, "
+                                             "every_steps, mtbf (got at_steps from "),
 }
 
 # the experiment's files as the report names them (relative to the experiment: layout's names)

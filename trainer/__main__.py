@@ -184,29 +184,30 @@ class Job:
         self._build_model()  # a rejected load may have written into the model: start clean
 
     def _stage_dir(self):
-        """The async save's stage dir, or None to write straight to the checkpoint dir: a given
-        path is used; `none` means none; by default /tmp/restartlab-<jobid>, unless that is on the
-        checkpoint dir's own file system, where staging adds a second full write and nothing else
-        (bench/async_ckpt.py: save -> .complete about 1.7x vanilla dcp.async_save staged, 1.1x
-        direct)."""
-        from restartlab import schedulers
+        """(where, fresh) for the async save's stage, or (None, False) to write straight to the
+        checkpoint dir: a given path is the stage dir (private to this user, or refused); `none`
+        means none; by default a fresh private directory with an unguessable name under /tmp
+        (restartlab.private), unless /tmp is on the checkpoint dir's own file system, where
+        staging adds a second full write and nothing else (bench/async_ckpt.py: save ->
+        .complete about 1.7x vanilla dcp.async_save staged, 1.1x direct)."""
+        from restartlab.trainer.checkpoint import STAGE_PARENT
         a = self.a
         if a.ckpt_stage_dir:
-            return None if a.ckpt_stage_dir == "none" else a.ckpt_stage_dir
-        default = f"/tmp/restartlab-{schedulers.job_id(os.environ)}"
-        if ckptdir.same_file_system(default, a.ckpt_dir):
-            self.log(f"async: writing straight to {a.ckpt_dir} (the default stage dir {default} is on "
-                     f"the same file system)")
-            return None
-        return default
+            return (None, False) if a.ckpt_stage_dir == "none" else (a.ckpt_stage_dir, False)
+        if ckptdir.same_file_system(STAGE_PARENT, a.ckpt_dir):
+            self.log(f"async: writing straight to {a.ckpt_dir} (the default stage dir's parent "
+                     f"{STAGE_PARENT} is on the same file system)")
+            return None, False
+        return STAGE_PARENT, True
 
     def _checkpointer(self):
         from restartlab.trainer.checkpoint import Checkpointer
         a, info = self.a, self.info
+        stage, fresh = self._stage_dir() if a.async_ckpt else (None, False)
         return Checkpointer(a.ckpt_dir, rank=info.rank, world_size=info.world_size,
                             mesh_info={"shape": list(self.mesh.shape), "dims": list(self.mesh.mesh_dim_names)},
                             mode="async" if a.async_ckpt else "sync",
-                            stage_dir=self._stage_dir() if a.async_ckpt else None,
+                            stage_dir=stage, stage_fresh=fresh,
                             local_rank=info.local_rank, keep=a.keep, log=self.log, pg_timeout_s=a.pg_timeout,
                             on_save_error=a.on_save_error, ckpt_format=a.ckpt_format)
 

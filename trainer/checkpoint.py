@@ -20,9 +20,11 @@ async  the training loop blocks only to copy each rank's state into host buffers
 """
 import contextlib
 import datetime
+import glob
 import json
 import os
 import shutil
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -31,13 +33,25 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.tensor import DTensor
 
-from restartlab import ckptdir
+from restartlab import ckptdir, private
 from restartlab.trainer.ckpt_io import (ChecksumError, VerifyingReader, copy_durable, describe_error,
                                         writer)
 from restartlab.trainer.testpoints import delay, fault, trace
 
 WAIT_TIMEOUT_S = float(os.environ.get("RESTARTLAB_CKPT_TIMEOUT", "600"))
 STAGE_MARKER = ".restartlab-stage"  # in a stage dir restartlab created (and so may remove)
+STAGE_PARENT = "/tmp"  # node-local: where the default stage dirs are made
+
+
+def stage_prefix() -> str:
+    """The default stage dirs' names begin with it (the rest: the node and an unguessable part)."""
+    from restartlab import schedulers
+    return f"restartlab-{schedulers.job_id(os.environ)}-"
+
+
+def stage_node() -> str:
+    """The scheduler's name for this node (several Slurm nodes can share one host in tests)."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 class SaveError(RuntimeError):
@@ -47,7 +61,7 @@ class SaveError(RuntimeError):
 class Checkpointer:
     def __init__(self, ckpt_dir, *, rank, world_size, mesh_info, mode="sync", stage_dir=None,
                  local_rank=0, keep=0, log=print, pg_timeout_s=600.0, on_save_error="continue",
-                 ckpt_format="dcp"):
+                 ckpt_format="dcp", stage_fresh=False):
         self.ckpt_dir = ckpt_dir
         self.rank, self.world_size = rank, world_size
         self.mesh_info = mesh_info
@@ -68,26 +82,68 @@ class Checkpointer:
         if rank == 0:
             os.makedirs(ckpt_dir, exist_ok=True)
         self.direct = mode == "async" and stage_dir is None  # async without a stage: one write
+        self._stage_refused = None  # why the stage dir was refused (with --on-save-error abort)
         if mode == "async":
             self.stage_dir = stage_dir
             self.local_rank = local_rank
             # a group of its own, for the background thread only (on the training group
             # dcp.async_save hangs; a main-thread probe on a shared group deadlocks)
             self._group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=pg_timeout_s))
-            # the stage dir is node-shared: local rank 0 owns it (creates, cleans, removes). Two
-            # owners may still meet in one path (a stage dir on a shared file system; several
-            # scheduler nodes on one host, as in the tests): nothing they do may fail on the other
-            self._stage_marker = os.path.join(stage_dir, STAGE_MARKER) if stage_dir else None
-            if local_rank == 0 and not self.direct:
-                try:
-                    os.makedirs(stage_dir)
-                    open(self._stage_marker, "w").close()  # ours: marked, so a relaunch removes it too
-                except FileExistsError:
-                    pass
-                for s in ckptdir.list_steps(stage_dir):  # stages of dead attempts on this node
-                    shutil.rmtree(ckptdir.step_path(stage_dir, s), ignore_errors=True)
+            self._stage_marker = None
+            if not self.direct:
+                self._open_stage_dir(stage_dir, stage_fresh)
             dist.barrier()
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt")
+
+    def _open_stage_dir(self, where, fresh):
+        """The node's private stage dir (restartlab.private: this user's, 0700, never through a
+        symlink), agreed by every rank. Local rank 0 of each node owns it: `fresh`, it removes the
+        stage dirs of this job's dead attempts on its node and makes a new one with an unguessable
+        name under `where`; else `where` is the stage dir itself, created if absent, refused if
+        it is not private. Two owners may still meet in one given path (a stage dir on a shared
+        file system; several scheduler nodes on one host, as in the tests): nothing they do may
+        fail on the other. A refusal anywhere: every rank writes straight to the checkpoint dir
+        (--on-save-error continue) or every save fails with the refusal (abort)."""
+        node = stage_node()
+        path, err = None, None
+        if self.local_rank == 0:
+            try:
+                if fresh:
+                    prefix = f"{stage_prefix()}{node}-"
+                    for old in glob.glob(os.path.join(glob.escape(where), glob.escape(prefix) + "*")):
+                        try:  # a dead attempt's stage; what is not private to us is not ours: left alone
+                            if os.path.exists(os.path.join(private.checked(old), STAGE_MARKER)):
+                                private.remove_tree(old)
+                        except FileNotFoundError:
+                            pass
+                        except private.UnsafePath as e:
+                            self.log(f"async: left alone: {e}")
+                    path = private.make_dir(where, prefix)
+                    private.open_new(os.path.join(path, STAGE_MARKER)).close()
+                else:
+                    path = where
+                    if private.ensure_dir(path):
+                        private.open_new(os.path.join(path, STAGE_MARKER)).close()  # ours: a relaunch removes it too
+                    for s in ckptdir.list_steps(path):  # stages of dead attempts on this node
+                        private.remove_tree(ckptdir.step_path(path, s))
+            except OSError as e:  # UnsafePath included: one line naming the path and its owner
+                err = str(e) if isinstance(e, private.UnsafePath) else f"stage dir {where}: {describe_error(e)}"
+        every = [None] * self.world_size
+        dist.all_gather_object(every, (node, self.local_rank, path, err))
+        mine = next(p for n, lr, p, _ in every if n == node and lr == 0)
+        errs = list(dict.fromkeys(e for *_, e in every if e))
+        if errs:
+            if self.rank == 0:
+                self.log(f"async: stage dir refused: {errs[0]}; "
+                         + ("every save fails (--on-save-error abort)" if self.on_save_error == "abort"
+                            else f"writing straight to {self.ckpt_dir}"))
+            self._stage_refused = errs[0]
+            self.direct = True
+            if self.local_rank == 0 and fresh and path:
+                private.remove_tree(path)
+            return
+        self.stage_dir = mine
+        self._stage_marker = os.path.join(mine, STAGE_MARKER)
 
     # ------------------------------------------------------------------ save
     def save(self, step: int, state) -> dict:
@@ -235,6 +291,8 @@ class Checkpointer:
         return self._staged_bytes
 
     def _save_async(self, step, state):
+        if self._stage_refused and self.on_save_error == "abort":  # every rank knows: every rank stops
+            raise SaveError(f"save at step {step} failed: {self._stage_refused}")
         t0 = time.time()
         drain = self.wait(timeout=WAIT_TIMEOUT_S)  # at most one save in flight
         t1 = time.time()
@@ -298,7 +356,7 @@ class Checkpointer:
                 delay("stage-clean", step, self.rank)
                 shutil.rmtree(stage_path, ignore_errors=True)  # a torn stage of a dead attempt
                 delay("stage-mkdir", step, self.rank)
-                os.makedirs(stage_path, exist_ok=True)  # another owner sharing the path may be first
+                os.makedirs(stage_path, mode=0o700, exist_ok=True)  # another owner sharing the path may be first
             self._prepare_dir(self.ckpt_dir, step)  # a torn durable directory of a dead attempt
         except OSError as e:
             err = describe_error(e)
@@ -320,12 +378,15 @@ class Checkpointer:
         every rank takes part in the same collectives either way."""
         try:
             w = writer(dst if self.direct else stage_path, step, self.rank,
-                       on_first_write=lambda: fault("write", step, self.rank), fmt=self.ckpt_format)
+                       on_first_write=lambda: fault("write", step, self.rank), fmt=self.ckpt_format,
+                       private=not self.direct)
             trace("write", step, self.rank)
             dcp.save(staged, storage_writer=w, process_group=self._group)  # fails on all ranks alike
         except (Exception, dcp.api.CheckpointException) as e:  # noqa: BLE001
             return describe_error(w.fs.error or e)
         err, files = None, {}
+        if not self.direct:
+            delay("staged", step, self.rank)
         trace("copy", step, self.rank)
         try:
             if self.direct:  # the files are where they belong, with their crcs from the write

@@ -17,7 +17,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
-from restartlab import ckptdir
+from restartlab import ckptdir, private as private_io
 from restartlab.trainer.testpoints import delay
 
 
@@ -71,8 +71,9 @@ class HashingFileSystem(FileSystem):
     """DCP's FileSystem, recording {file name: (bytes, crc32)} of every shard written, and the
     running crc32 at every write boundary (from which each item's own crc32 follows)."""
 
-    def __init__(self, on_first_write=None, step=-1, rank=-1):
+    def __init__(self, on_first_write=None, step=-1, rank=-1, private=False):
         super().__init__()
+        self.private = private  # a stage dir: files 0600, never through a symlink
         self.files = {}
         self.marks = {}
         self.error = None  # the first OSError a shard write met
@@ -86,7 +87,7 @@ class HashingFileSystem(FileSystem):
         delay("mkdir", self._step, self._rank)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
-            os.mkdir(path)
+            os.mkdir(path, 0o700 if self.private else 0o777)
         except FileExistsError:
             delay("mkdir-exists", self._step, self._rank)
             if not os.path.isdir(path):
@@ -95,11 +96,16 @@ class HashingFileSystem(FileSystem):
     @contextmanager
     def create_stream(self, path, mode):
         name = os.path.basename(str(path))
+        opener = private_io.open_private if self.private and "w" in mode else open
         if "w" not in mode or not name.endswith(".distcp"):
-            with super().create_stream(path, mode) as s:
-                yield s
+            if opener is open:
+                with super().create_stream(path, mode) as s:
+                    yield s
+            else:
+                with opener(str(path), mode) as s:
+                    yield s
             return
-        with open(path, mode) as f:
+        with opener(str(path), mode) as f:
             hs = HashingStream(f, self._on_first_write)
             self._on_first_write = None
             try:
@@ -176,9 +182,10 @@ class ChecksummingWriter(dcp.FileSystemWriter):
         return fut
 
 
-def writer(path, step, rank, on_first_write=None, fmt="dcp"):
+def writer(path, step, rank, on_first_write=None, fmt="dcp", private=False):
+    """DCP's writer into `path`, with checksums; `private`: a stage dir (files 0600, no symlink followed)."""
     w = ChecksummingWriter(path, sync_files=True)
-    w.fs = HashingFileSystem(on_first_write, step, rank)
+    w.fs = HashingFileSystem(on_first_write, step, rank, private)
     w.fmt = fmt
     return w
 
