@@ -16,14 +16,14 @@ def submitted(expt: layout.Expt) -> int:
     return sum(1 for r in live.read_records(expt.jobs) if r.get("submitted_by"))
 
 
-def chain(expt_dir: str, scheduler: str, max_jobs: int, job: str) -> int:
+def chain(expt_dir: str, scheduler: str, max_jobs: int, job: str, pass_env=()) -> int:
     expt = layout.Expt(expt_dir)
     used = submitted(expt)
     if used >= max_jobs:
         print(f"restartlab: relaunch.chain: all {max_jobs} continuation job(s) used: not chaining", file=sys.stderr)
         return 0
     sched = schedulers.get(scheduler)
-    argv = sched.chain_cmd(job, expt.job_script)
+    argv = sched.chain_cmd(job, expt.job_script, pass_env)
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=expt_dir)
         if r.returncode:
@@ -44,10 +44,12 @@ def add_args(p):
     p.add_argument("--scheduler", required=True, choices=[s for s in schedulers.names() if schedulers.get(s).can_chain])
     p.add_argument("--max", type=int, required=True, help="continuation jobs the chain may submit in all")
     p.add_argument("--job", required=True, help="this job's id (the continuation starts after it)")
+    p.add_argument("--pass-env", default="", help="names of variables (the scenario's secrets) the "
+                   "continuation job gets from this job's environment, comma-separated")
 
 
 def main(a) -> int:
     if not os.path.isdir(a.expt_dir):
         print(f"restartlab chain: {a.expt_dir}: not a directory", file=sys.stderr)
         return 2
-    return chain(a.expt_dir, a.scheduler, a.max, a.job)
+    return chain(a.expt_dir, a.scheduler, a.max, a.job, [n for n in a.pass_env.split(",") if n])

@@ -68,12 +68,19 @@ def cmd_submit(a):
               f"use `restartlab run`", file=sys.stderr)
         return 2
     tool = sched.submit_cmd("x")[0]
+    from . import scenario
+    try:
+        secrets = scenario.secret_values(sc)  # the job gets them from qsub/sbatch's environment
+    except ScenarioError as e:
+        print(f"restartlab submit: error: {e}", file=sys.stderr)
+        return 2
     if not shutil.which(tool):
         print(f"restartlab submit: `{tool}` is not on PATH (not a {name} login node?). "
               f"Use --dry-run to see the script, or `restartlab run` to run on this machine.", file=sys.stderr)
         return 3
     script, ctx = experiment.create(sc, name)
-    r = subprocess.run(sched.submit_cmd(script), capture_output=True, text=True, cwd=ctx["expt_dir"], timeout=120)
+    r = subprocess.run(sched.submit_cmd(script, sorted(secrets)), capture_output=True, text=True,
+                       cwd=ctx["expt_dir"], timeout=120, env=dict(os.environ, **secrets))
     if r.returncode:
         print(f"restartlab submit: {tool} failed (rc={r.returncode}): {r.stderr.strip()}\n"
               f"  the experiment directory stays for inspection: {ctx['expt_dir']}", file=sys.stderr)

@@ -5,7 +5,9 @@ them from here: this module never imports torch) and how it reports a rank kille
 
 `rank_env` reaches the training ranks only (never the launcher's own environment), which is how
 the job tag stays off the launcher and the injector. Variables already in the launcher's
-environment (RESTARTLAB_LAUNCH_TS, MASTER_ADDR/PORT) are forwarded by each launcher's own mechanism."""
+environment (RESTARTLAB_LAUNCH_TS, MASTER_ADDR/PORT, and `forward`: the scenario's secrets, which
+are never written on a command line) are forwarded by each launcher's own mechanism: Hydra, PALS
+and srun (--export=ALL) pass the launcher's environment on; Open MPI needs `-x NAME`."""
 import socket
 from typing import Dict, List, Mapping, Optional, Tuple
 
@@ -30,7 +32,7 @@ class Launcher:
     local_size_vars: Tuple[str, ...] = ()  # ranks on this node (first one set wins)
 
     def argv(self, nodes: int, ppn: int, rank_env: Dict[str, str], cpu_bind: Optional[str] = None,
-             depth: Optional[int] = None, hostfile: Optional[str] = None) -> List[str]:
+             depth: Optional[int] = None, hostfile: Optional[str] = None, forward: Tuple[str, ...] = ()) -> List[str]:
         raise ValueError(f"launcher {self.name!r} cannot be used to launch a scenario's ranks")
 
     def matches(self, env: Mapping[str, str]) -> bool:
@@ -73,10 +75,12 @@ class Mpiexec(Launcher):
     def per_node(self, ppn: int) -> List[str]:
         return ["--ppn", str(ppn)]
 
-    def env_args(self, rank_env: Dict[str, str]) -> List[str]:
+    def env_args(self, rank_env: Dict[str, str], forward=()) -> List[str]:
+        """Flags that set rank_env for the ranks (`forward`: names passed on from the launcher's
+        own environment, by default for this flavour)."""
         return [t for k, v in rank_env.items() for t in ("--env", f"{k}={v}")]
 
-    def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None):
+    def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None, forward=()):
         argv = ["mpiexec", "-n", counts(nodes, ppn)[1], *self.per_node(ppn)]
         if hostfile:
             argv += [self.hostfile_flag, hostfile]
@@ -84,7 +88,7 @@ class Mpiexec(Launcher):
             argv += [self.depth_flag, str(depth)]
         if cpu_bind:
             argv += [self.bind_flag, cpu_bind]
-        return argv + self.env_args(rank_env)
+        return argv + self.env_args(rank_env, forward)
 
 
 @register
@@ -108,8 +112,9 @@ class OpenMPI(Mpiexec):
     def per_node(self, ppn):
         return ["--map-by", f"ppr:{ppn}:node"]
 
-    def env_args(self, rank_env):
-        return [t for k in FORWARD for t in ("-x", k)] + [t for k, v in rank_env.items() for t in ("-x", f"{k}={v}")]
+    def env_args(self, rank_env, forward=()):
+        return [t for k in (*FORWARD, *forward) for t in ("-x", k)] + \
+            [t for k, v in rank_env.items() for t in ("-x", f"{k}={v}")]
 
 
 @register
@@ -123,7 +128,7 @@ class Hydra(Mpiexec):
     def per_node(self, ppn):
         return ["-ppn", str(ppn)]
 
-    def env_args(self, rank_env):
+    def env_args(self, rank_env, forward=()):
         return [t for k, v in rank_env.items() for t in ("-genv", k, v)]
 
     def matches(self, env):
@@ -146,7 +151,7 @@ class Srun(Launcher):
         # (measured on the private Slurm): only a task of an srun step is an srun rank
         return self.rank_var in env and ("SLURM_STEP_ID" in env or "SLURM_STEPID" in env)
 
-    def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None):
+    def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None, forward=()):
         # --export=ALL,K=V cannot carry a value with a comma: such values are refused at render time
         for k, v in rank_env.items():
             if "," in v:

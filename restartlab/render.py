@@ -14,7 +14,7 @@ import jinja2
 
 from . import killer, launchers, layout, options, schedulers, supervise, tool_options, trainer_options
 from .resources import resource_dir
-from .scenario import ScenarioError, effective_failures
+from .scenario import ScenarioError, effective_failures, secret_names
 
 
 class RenderError(ScenarioError):
@@ -99,7 +99,8 @@ def context(sc, scheduler=None, expt_dir=None):
     tag = f"rl-{sc['name']}-{uuid.uuid4().hex[:10]}"
     python = sc["launch"]["python"] or sys.executable
     ln = sc["launch"]
-    rank_env = dict(ln["env"])
+    secrets = secret_names(sc)  # by name from the job's environment: never written here
+    rank_env = {k: v for k, v in ln["env"].items() if k not in secrets}
     rank_env[killer.TAG_VAR] = tag
     rl = sc["relaunch"]
     if rl["chain"] and not sched.can_chain:
@@ -113,7 +114,8 @@ def context(sc, scheduler=None, expt_dir=None):
         # recovering from node loss: the node count and the hosts are decided before each attempt
         launch = launchers.get(ln["launcher"]).argv(
             nodes=launchers.NODES_TOKEN if policy != "same" else sc["job"]["nodes"], ppn=ln["ranks_per_node"],
-            rank_env=rank_env, cpu_bind=ln["cpu_bind"], depth=ln["depth"], hostfile=hosts_file)
+            rank_env=rank_env, cpu_bind=ln["cpu_bind"], depth=ln["depth"], hostfile=hosts_file,
+            forward=tuple(secrets))
     except ValueError as e:
         raise RenderError(f"{sc['source']}: {e}")
     phases = []
@@ -133,7 +135,7 @@ def context(sc, scheduler=None, expt_dir=None):
         "header_template": sched.header_template, "launcher": ln["launcher"],
         "directives": sched.directives(sc), "nodefile_sh": sched.nodefile_sh.format(nodefile=sh(expt.nodefile)),
         "jobid_sh": _jobid_sh(schedulers.jobid_vars()), "files": {"jobs": expt.jobs},
-        "expt_dir": expt_dir, "python": python, "tag": tag, "phases": phases,
+        "expt_dir": expt_dir, "python": python, "tag": tag, "phases": phases, "secrets": secrets,
         "train_iters": sc["trainer"]["train_iters"], "setup": ln["setup"],
         "supervise_args": supervise_args(sc, tag, policy, node_check, expt),
         "walltime": int(sc["job"]["walltime"]), "walltime_margin": int(rl["walltime_margin"]),

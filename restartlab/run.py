@@ -44,6 +44,11 @@ def progress(ctx, t0):
 def main(a) -> int:
     path = a.scenario or os.path.join(resource_dir("scenarios"), "local.yaml")
     sc = scenario.load(path, a.set)
+    try:
+        secrets = scenario.secret_values(sc)  # the job script gets them by name from its environment
+    except scenario.ScenarioError as e:
+        print(f"restartlab run: error: {e}", file=sys.stderr)
+        return 2
     _, ctx = experiment.create(sc, "local", expt_dir=os.path.abspath(a.expt_dir) if a.expt_dir else None)
     d = ctx["expt_dir"]
     expt = layout.Expt(d)
@@ -52,7 +57,7 @@ def main(a) -> int:
     local = schedulers.get("local")
     env = {k: v for k, v in os.environ.items() if not any(k == s.jobid_var or k == s.nodefile_var
                                                           for s in schedulers.SCHEDULERS.all())}
-    env.update({local.jobid_var: f"{os.getpid()}.local", local.nodefile_var: expt.nodefile})
+    env.update({local.jobid_var: f"{os.getpid()}.local", local.nodefile_var: expt.nodefile}, **secrets)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     print(f"restartlab run: {path}\nexperiment: {d}\nlog: {expt.job_out}", flush=True)
     t0 = time.time()

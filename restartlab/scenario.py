@@ -576,5 +576,45 @@ def load(path: str, overrides: List[str] = ()) -> dict:
     return sc
 
 
+SECRET_NAME = re.compile(r"(^|_)(KEY|TOKEN|SECRET|PASSWORD)$")  # WANDB_API_KEY, HF_TOKEN, ...
+
+
+def is_secret(name: str) -> bool:
+    """A launch.env variable whose value is a credential: passed to the ranks through the job's
+    environment by name, never written into a file restartlab makes (job script, scenario copy,
+    report)."""
+    return bool(SECRET_NAME.search(name.upper()))
+
+
+def secret_names(sc: dict) -> List[str]:
+    return sorted(k for k in sc["launch"]["env"] if is_secret(k))
+
+
+def reference(name: str) -> str:
+    """What a file says instead of a secret's value: `${NAME}` (also how a scenario asks for the
+    value from the environment restartlab runs in)."""
+    return "${" + name + "}"
+
+
+def secret_values(sc: dict, environ=None) -> Dict[str, str]:
+    """{name: value} of the scenario's secrets for the job's environment: a value written as
+    `${NAME}` is taken from `environ` (default: ours); ScenarioError when it is not set there."""
+    environ = os.environ if environ is None else environ
+    out = {}
+    for k in secret_names(sc):
+        v = str(sc["launch"]["env"][k])
+        if v == reference(k):
+            if k not in environ:
+                raise ScenarioError(f"{sc.get('source', 'scenario')}: launch.env.{k}: {v} asks for the value "
+                                    f"from the environment, and {k} is not set here")
+            v = environ[k]
+        out[k] = v
+    return out
+
+
 def dump_resolved(sc: dict) -> str:
-    return yaml.safe_dump({k: v for k, v in sc.items() if k != "source"}, sort_keys=False)
+    """The resolved scenario as YAML, each secret of launch.env as a reference, never its value."""
+    out = {k: v for k, v in sc.items() if k != "source"}
+    out["launch"] = dict(out["launch"], env={k: reference(k) if is_secret(k) else v
+                                            for k, v in out["launch"]["env"].items()})
+    return yaml.safe_dump(out, sort_keys=False)

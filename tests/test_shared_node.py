@@ -300,3 +300,100 @@ def test_default_stage_is_fresh_private_and_leaves_others_alone(tmp_path, other)
         shutil.rmtree(shm, ignore_errors=True)
         os.unlink(planted[0])
         shutil.rmtree(planted[1], ignore_errors=True)
+
+
+# ---------------------------------------------------------------- secrets stay out of files
+SECRET_SCENARIO = """name: sec
+extends: local.yaml
+trainer: {{train_iters: 30, save_interval: 5}}
+launch:
+  env: {{RL_TEST_TOKEN: "{token}", PLAIN_VAR: visible}}
+failures: {{schedule: {{at_steps: [10]}}}}
+phases: [{{name: sync, checkpoint: sync}}]
+"""
+
+
+def _files_holding(root, needle: bytes):
+    out = []
+    for d, _, files in os.walk(root):
+        for n in files:
+            p = os.path.join(d, n)
+            try:
+                with open(p, "rb") as f:
+                    if needle in f.read():
+                        out.append(p)
+            except OSError:
+                pass
+    return out
+
+
+@pytest.mark.multirank
+def test_a_launch_env_secret_reaches_the_ranks_and_no_file(tmp_path):
+    """A `*_TOKEN` in launch.env: every rank has it in its environment (read from /proc while the
+    run goes on, through a kill and a relaunch), and no file of the experiment holds its value:
+    not the job script (it checks the variable by name), not the scenario copy (a ${NAME}
+    reference), not the logs, metrics or report. A plain variable is still passed as before."""
+    from tests.helpers import job_tag
+    token = f"s3cr3t-{uuid.uuid4().hex}"
+    scen = tmp_path / "sec.yaml"
+    scen.write_text(SECRET_SCENARIO.format(token=token))
+    d = tmp_path / "expt"
+    p = subprocess.Popen([sys.executable, "-m", "restartlab.cli", "run", str(scen), "--expt-dir", str(d), "--plain",
+                          "--set", "collection.plots=false"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    try:
+        wait_for(lambda: os.path.exists(layout.Expt(str(d)).job_script), 60, "the job script")
+        tag = job_tag(str(d))
+        envs = {}
+
+        def ranks_seen():
+            for pid in killer.find_tagged(tag):
+                try:
+                    env = psutil.Process(pid).environ()
+                except psutil.Error:
+                    continue
+                if "PMI_RANK" in env:
+                    envs[pid] = env
+            return len(envs) >= 2
+        wait_for(ranks_seen, 120, "two ranks")
+        out, _ = p.communicate(timeout=400)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, out[-3000:]
+    assert all(e.get("RL_TEST_TOKEN") == token and e.get("PLAIN_VAR") == "visible" for e in envs.values()), \
+        [(e.get("RL_TEST_TOKEN"), e.get("PLAIN_VAR")) for e in envs.values()]
+    assert _files_holding(str(d), token.encode()) == []
+    assert token not in out
+    text = open(layout.Expt(str(d)).job_script).read()
+    assert '"${RL_TEST_TOKEN:?' in text and "PLAIN_VAR visible" in text
+    assert "RL_TEST_TOKEN: ${RL_TEST_TOKEN}" in open(layout.Expt(str(d)).scenario).read()
+    assert os.path.exists(layout.Expt(str(d)).report)
+
+
+def test_secret_by_reference_and_on_the_submit_line(tmp_path):
+    """`${NAME}` in launch.env takes the value from the environment restartlab runs in (missing:
+    exit 2, one line, nothing run); PBS's qsub gets `-v NAME` (the value from its environment,
+    never on the command line); render never writes the value."""
+    from restartlab import scenario, schedulers
+    scen = tmp_path / "ref.yaml"
+    scen.write_text(SECRET_SCENARIO.format(token="${RL_TEST_TOKEN}"))
+    env = {k: v for k, v in os.environ.items() if k != "RL_TEST_TOKEN"}
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", str(scen), "--expt-dir", str(tmp_path / "e")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "launch.env.RL_TEST_TOKEN: ${RL_TEST_TOKEN} asks for the value from the " \
+        "environment, and RL_TEST_TOKEN is not set here" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    sc = scenario.load(str(scen))
+    assert scenario.secret_values(sc, {"RL_TEST_TOKEN": "v1"}) == {"RL_TEST_TOKEN": "v1"}
+    assert schedulers.get("pbs").submit_cmd("job.sh", ["RL_TEST_TOKEN"]) == ["qsub", "-v", "RL_TEST_TOKEN", "job.sh"]
+    assert schedulers.get("pbs").chain_cmd("1.pbs", "job.sh", ["A_KEY"])[-3:] == ["-v", "A_KEY", "job.sh"]
+    assert [scenario.is_secret(n) for n in ("WANDB_API_KEY", "HF_TOKEN", "MY_SECRET", "DB_PASSWORD", "KEYS",
+                                            "MONKEY", "TOKENIZERS_PARALLELISM")] == [True] * 4 + [False] * 3
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "render", str(scen), "--scheduler", "pbs",
+                        "-o", str(tmp_path / "r" / "job.sh")], capture_output=True, text=True,
+                       env=dict(env, RL_TEST_TOKEN="v2-value"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert _files_holding(str(tmp_path / "r"), b"v2-value") == []
+    sh = subprocess.run(["shellcheck", str(tmp_path / "r" / "job.sh")], capture_output=True, text=True)
+    assert sh.returncode == 0, sh.stdout  # the by-name check line is clean shell (.ci/run installs shellcheck)

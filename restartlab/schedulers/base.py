@@ -49,9 +49,9 @@ class Scheduler:
     def can_chain(self) -> bool:
         return type(self).chain_cmd is not Scheduler.chain_cmd
 
-    def chain_cmd(self, after_job: str, script: str) -> List[str]:
+    def chain_cmd(self, after_job: str, script: str, pass_env: Sequence[str] = ()) -> List[str]:
         """argv that submits `script` again, to start once job `after_job` has ended (any way:
-        relaunch.chain); its output is parse_submit's input."""
+        relaunch.chain); its output is parse_submit's input. `pass_env`: as for submit_cmd."""
         return self._no_queue()
 
     @property
@@ -65,7 +65,10 @@ class Scheduler:
     def _no_queue(self, *_a, **_k):
         raise SchedulerError(f"the {self.name} scheduler has no queue: use `restartlab run SCENARIO`")
 
-    def submit_cmd(self, script: str) -> List[str]:
+    def submit_cmd(self, script: str, pass_env: Sequence[str] = ()) -> List[str]:
+        """argv that submits `script`; `pass_env`: names of variables of the submitting
+        environment the job must get (the scenario's secrets, passed by name: never a value on
+        a command line)."""
         return self._no_queue()
 
     def parse_submit(self, stdout: str) -> str:

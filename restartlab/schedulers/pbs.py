@@ -52,8 +52,9 @@ class PBS(Scheduler):
         out += ["-k doe", "-j oe"]
         return out + list(j["directives"])
 
-    def submit_cmd(self, script):
-        return ["qsub", script]
+    def submit_cmd(self, script, pass_env=()):
+        # qsub -v NAME (no value): the value is taken from qsub's own environment
+        return ["qsub", *(["-v", ",".join(pass_env)] if pass_env else []), script]
 
     def parse_submit(self, stdout):
         """qsub prints `<seq>.<server>` on one line."""
@@ -62,8 +63,9 @@ class PBS(Scheduler):
             raise SchedulerError(f"qsub: unexpected output {stdout!r}")
         return jid
 
-    def chain_cmd(self, after_job, script):
-        return ["qsub", "-W", f"depend=afterany:{after_job}", script]
+    def chain_cmd(self, after_job, script, pass_env=()):
+        return ["qsub", "-W", f"depend=afterany:{after_job}", *(["-v", ",".join(pass_env)] if pass_env else []),
+                script]
 
     def status_cmd(self, ids):
         return ["qstat", "-f", "-F", "json", "-x", *ids]

@@ -58,8 +58,9 @@ class Slurm(Scheduler):
         out.append(f"--output={sc['expt_dir']}/job-%j.out")
         return out + list(j["directives"])
 
-    def submit_cmd(self, script):
-        return ["sbatch", "--parsable", script]
+    def submit_cmd(self, script, pass_env=()):
+        # sbatch passes the submitting environment on (--export=ALL, its default): pass_env included
+        return ["sbatch", "--parsable", "--export=ALL", script]
 
     def parse_submit(self, stdout):
         line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
@@ -68,8 +69,8 @@ class Slurm(Scheduler):
             raise SchedulerError(f"sbatch: unexpected output {stdout!r}")
         return jid
 
-    def chain_cmd(self, after_job, script):
-        return ["sbatch", "--parsable", f"--dependency=afterany:{after_job}", script]
+    def chain_cmd(self, after_job, script, pass_env=()):
+        return ["sbatch", "--parsable", "--export=ALL", f"--dependency=afterany:{after_job}", script]
 
     def status(self, ids, run):
         """sacct keeps finished jobs; where accounting is off, squeue (live jobs only)."""

@@ -3,7 +3,7 @@
 installed on the test machines). It is put on PATH by tests/test_slurm.py only; restartlab never
 ships or calls it outside the tests. Installed as four names (symlinks to this file):
 
-  qsub [-h] SCRIPT         sbatch the unmodified script (sbatch itself reads the #PBS directives);
+  qsub [-h] [-v NAMES] SCRIPT  sbatch the unmodified script (sbatch itself reads the #PBS directives);
                            prints `<id>.<server>` like PBS Pro. BASH_ENV=pbs_env.sh supplies what
                            Slurm's spank_pbs does not: PBS_NODEFILE, PBS_ENVIRONMENT, PBS_JOBID.
   qstat -f -F json [-x] ID...   PBS Pro's JSON (Jobs{id: {job_state, Exit_status, ...}}) built
@@ -37,8 +37,13 @@ def slurm_id(jid):
 def qsub(args):
     hold = "-h" in args
     rest = [a for a in args if a != "-h"]
+    if rest[:1] == ["-v"] and len(rest) > 1:  # -v NAME,...: from qsub's environment, which sbatch
+        missing = [n for n in rest[1].split(",") if n not in os.environ]  # exports whole (ALL)
+        if missing:
+            die(f"-v: {', '.join(missing)} not set in qsub's environment")
+        rest = rest[2:]
     if len(rest) != 1:
-        die("usage (shim): qsub [-h] SCRIPT")
+        die("usage (shim): qsub [-h] [-v NAME,...] SCRIPT")
     cmd = ["sbatch", "--parsable", f"--export=ALL,BASH_ENV={os.path.join(HERE, 'pbs_env.sh')},"
            f"RL_SHIM_SERVER={SERVER}"] + (["--hold"] if hold else []) + rest
     r = subprocess.run(cmd, capture_output=True, text=True)
