@@ -92,8 +92,9 @@ def test_toy_launcher_argv_and_rank_discovery():
         rank_var, size_var, local_rank_var = "TOY_RANK", "TOY_SIZE", "TOY_LOCAL"
         local_size_vars = ("TOY_LOCAL_SIZE",)
 
-        def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None):
-            return ["toyrun", f"-n{nodes * ppn}"] + [f"--env={k}={v}" for k, v in rank_env.items()]
+        def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None, forward=()):
+            return ["toyrun", f"-n{nodes * ppn}"] + [f"--env={k}={v}" for k, v in rank_env.items()] + \
+                [f"--pass={k}" for k in forward]
 
     try:
         env = {"TOY_RANK": "3", "TOY_SIZE": "8", "TOY_LOCAL": "1"}

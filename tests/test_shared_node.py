@@ -386,14 +386,19 @@ def test_secret_by_reference_and_on_the_submit_line(tmp_path):
         "environment, and RL_TEST_TOKEN is not set here" in r.stderr and "Traceback" not in r.stderr, r.stderr
     sc = scenario.load(str(scen))
     assert scenario.secret_values(sc, {"RL_TEST_TOKEN": "v1"}) == {"RL_TEST_TOKEN": "v1"}
-    assert schedulers.get("pbs").submit_cmd("job.sh", ["RL_TEST_TOKEN"]) == ["qsub", "-v", "RL_TEST_TOKEN", "job.sh"]
-    assert schedulers.get("pbs").chain_cmd("1.pbs", "job.sh", ["A_KEY"])[-3:] == ["-v", "A_KEY", "job.sh"]
+    script = layout.Expt(str(tmp_path / "r")).job_script
+    assert schedulers.get("pbs").submit_cmd(script, ["RL_TEST_TOKEN"]) == ["qsub", "-v", "RL_TEST_TOKEN", script]
+    assert schedulers.get("pbs").chain_cmd("1.pbs", script, ["A_KEY"])[-3:] == ["-v", "A_KEY", script]
     assert [scenario.is_secret(n) for n in ("WANDB_API_KEY", "HF_TOKEN", "MY_SECRET", "DB_PASSWORD", "KEYS",
                                             "MONKEY", "TOKENIZERS_PARALLELISM")] == [True] * 4 + [False] * 3
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "render", str(scen), "--scheduler", "pbs",
-                        "-o", str(tmp_path / "r" / "job.sh")], capture_output=True, text=True,
+                        "-o", script], capture_output=True, text=True,
                        env=dict(env, RL_TEST_TOKEN="v2-value"), timeout=120)
     assert r.returncode == 0, r.stderr
     assert _files_holding(str(tmp_path / "r"), b"v2-value") == []
-    sh = subprocess.run(["shellcheck", str(tmp_path / "r" / "job.sh")], capture_output=True, text=True)
+    from restartlab import launchers
+    for name in launchers.names():  # forwarded by name: Open MPI needs -x, the others pass their environment on
+        argv = launchers.build(name, nodes=1, ppn=2, rank_env={"PLAIN": "1"}, forward=("RL_TEST_TOKEN",))
+        assert ("RL_TEST_TOKEN" in argv) == (name == "openmpi") and not any("v2-value" in t for t in argv), argv
+    sh = subprocess.run(["shellcheck", script], capture_output=True, text=True)
     assert sh.returncode == 0, sh.stdout  # the by-name check line is clean shell (.ci/run installs shellcheck)
