@@ -69,6 +69,23 @@ def test_bash_n_and_shellcheck(tmp_path, name, sched):
     assert r.returncode == 0, r.stdout
 
 
+@pytest.mark.parametrize("sched", ["pbs", "slurm"])
+@pytest.mark.parametrize("sets", [[], ["launch.env.HF_TOKEN=${HF_TOKEN}", "launch.env.WANDB_API_KEY=v-8f3e1"]],
+                         ids=["chain", "chain+secrets"])
+def test_bash_n_and_shellcheck_with_chain_and_secrets(tmp_path, sched, sets):
+    """The optional parts no example has: relaunch.chain's continuation (its line once joined
+    the `fi` after it) and the by-name checks of launch.env secrets."""
+    text, _ = rendered("agpt2b", sched, ["relaunch.chain=2", *sets])
+    p = pathlib.Path(layout.Expt(tmp_path).job_script)
+    p.write_text(text)
+    assert subprocess.run(["bash", "-n", str(p)]).returncode == 0
+    assert "restartlab.cli chain" in text
+    assert ("--pass-env HF_TOKEN,WANDB_API_KEY" in text.replace("'", "")) == bool(sets)
+    assert "v-8f3e1" not in text  # the value: not in the script
+    r = subprocess.run(["shellcheck", str(p)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
 def _stub(path, body):
     path.write_text("#!/bin/bash\n" + body)
     path.chmod(path.stat().st_mode | stat.S_IEXEC)

@@ -24,7 +24,6 @@ import glob
 import json
 import os
 import shutil
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -34,6 +33,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.tensor import DTensor
 
 from restartlab import ckptdir, private
+from restartlab.killer import node_name
 from restartlab.trainer.ckpt_io import (ChecksumError, VerifyingReader, copy_durable, describe_error,
                                         writer)
 from restartlab.trainer.testpoints import delay, fault, trace
@@ -48,10 +48,6 @@ def stage_prefix() -> str:
     from restartlab import schedulers
     return f"restartlab-{schedulers.job_id(os.environ)}-"
 
-
-def stage_node() -> str:
-    """The scheduler's name for this node (several Slurm nodes can share one host in tests)."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 class SaveError(RuntimeError):
@@ -104,7 +100,7 @@ class Checkpointer:
         file system; several scheduler nodes on one host, as in the tests): nothing they do may
         fail on the other. A refusal anywhere: every rank writes straight to the checkpoint dir
         (--on-save-error continue) or every save fails with the refusal (abort)."""
-        node = stage_node()
+        node = node_name()  # the scheduler's name: several Slurm nodes may share one host (tests)
         path, err = None, None
         if self.local_rank == 0:
             try:
