@@ -262,25 +262,44 @@ def test_default_stage_is_fresh_private_and_leaves_others_alone(tmp_path, other)
     os.mkdir(planted[1], 0o700)
     open(os.path.join(planted[1], STAGE_MARKER), "w").close()
     os.chown(planted[1], other[0], other[1])
-    stop, seen = threading.Event(), {}
+    stop, seen, attacks = threading.Event(), {}, {}
 
     def ours():
         import glob
         for p in glob.glob(prefix + "*"):
             if p not in planted:
                 yield from _walk(p)
+
+    def attack():
+        """While the save is held in the stage dir: the other user tries to rename it away, to
+        plant a symlink inside it, to read a staged shard (all must fail: 0700, sticky /tmp)."""
+        while not stop.is_set() and not attacks:
+            shard = next((p for p in list(seen) if p.endswith(".distcp")), None)
+            if shard:
+                root = prefix + shard[len(prefix):].split("/")[0]
+                for what, argv in (("rename", ["/bin/mv", root, root + ".stolen"]),
+                                   ("plant", ["/bin/ln", "-s", str(bait), os.path.join(os.path.dirname(shard), "x")]),
+                                   ("read", ["/bin/cat", shard])):
+                    attacks[what] = subprocess.run(argv, user=other[0], group=other[1], extra_groups=[],
+                                                   capture_output=True, cwd="/").returncode
+            time.sleep(0.01)
     w = threading.Thread(target=_watch, args=(ours, stop, seen))
     w.start()
+    a = threading.Thread(target=attack)
+    a.start()
     try:
         assert not ckptdir.same_file_system(STAGE_PARENT, shm)
         d = str(tmp_path)
         r = run_trainer(2, ["--model", "tiny", "--train-iters", "4", "--save-interval", "2", "--async-ckpt",
                             "--ckpt-dir", os.path.join(shm, "c"), "--outdir", d],
-                        env={"PBS_JOBID": job, "RESTARTLAB_DELAY": "staged:2:0:1.5,staged:2:1:1.5"})
+                        env={"PBS_JOBID": job,  # the owner slow to make the dir; the save held in it
+                             "RESTARTLAB_DELAY": "stage-open:0:0:2,staged:2:0:1.5,staged:2:1:1.5"})
         stop.set()
         w.join()
+        a.join()
         assert r.returncode == 0, r.stdout[-3000:]
         assert ckptdir.newest_complete_step(os.path.join(shm, "c"), checksums=True) == 4
+        assert set(attacks) == {"rename", "plant", "read"} and all(attacks.values()), attacks  # each refused
         dirs = {p: m for p, (m, uid, isdir) in seen.items() if isdir}
         files = {p: m for p, (m, uid, isdir) in seen.items() if not isdir}
         assert any(p.endswith(".distcp") for p in files), seen  # the watcher saw the staged save

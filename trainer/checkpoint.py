@@ -103,6 +103,7 @@ class Checkpointer:
         node = node_name()  # the scheduler's name: several Slurm nodes may share one host (tests)
         path, err = None, None
         if self.local_rank == 0:
+            delay("stage-open", 0, self.rank)  # the other ranks of the node wait for it below
             try:
                 if fresh:
                     prefix = f"{stage_prefix()}{node}-"

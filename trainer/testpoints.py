@@ -24,7 +24,8 @@ def delay(point: str, step: int, rank: int):
     """Test-only delay points: RESTARTLAB_DELAY="point:step:rank:seconds[,...]" sleeps there.
     The tests use them to force an interleaving of ranks that is otherwise rare (save: before a
     save begins; stage-clean:
-    before the stage directory is cleaned; staged: after the write into the stage dir, before
+    before the stage directory is cleaned; stage-open (step 0): before a node's owner opens its
+    stage dir at start-up; staged: after the write into the stage dir, before
     the copy to the checkpoint dir; mkdir: before a rank creates a checkpoint directory;
     mkdir-exists: after it found the directory already there, before it checks it again; step:
     every training step, e.g. step:*:*:0.2 for a slower model). `*` matches any step or rank."""
