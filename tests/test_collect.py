@@ -233,12 +233,17 @@ def test_ctrl_c_stops_everything_and_leaves_a_readable_experiment(tmp_path):
     d = tmp_path / "expt"
     p = subprocess.Popen([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(d), "--plain",
                           "--set", "trainer.train_iters=400", "--set", "failures.schedule.at_steps=[300]"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                         # a foreground job at a terminal: SIGINT as default. The suite may run as a
+                         # background job of a shell without job control, whose children inherit
+                         # SIGINT ignored (bash does that to `cmd &`): then no Ctrl-C reaches anyone
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    mine = f"RESTARTLAB_LOCAL_JOBID={p.pid}.local"
     try:
         metrics = pathlib.Path(layout.Expt(d).phase("sync").attempt(1).metrics(0))
         wait_for(lambda: metrics.exists() and metrics.stat().st_size > 0, 240, "the sync phase's first rows")
-        mine = f"RESTARTLAB_LOCAL_JOBID={p.pid}.local"
-        assert len(killer.find_by_env(mine)) >= 5  # the check below is not vacuous: script, supervisor, injector, ranks
+        seen = killer.find_by_env(mine)
+        assert len(seen) >= 5, [killer._cmdline(psutil.Process(x)) for x in seen]  # not vacuous: script, supervisor, injector, ranks
         for pid in killer.find_by_env(mine):
             env = psutil.Process(pid).environ()
             assert not any(k.startswith("PBS_") for k in env if k not in os.environ), (pid, env)
@@ -247,6 +252,8 @@ def test_ctrl_c_stops_everything_and_leaves_a_readable_experiment(tmp_path):
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
+            for pid in killer.find_by_env(mine):  # the job script runs in its own session: by PID
+                os.kill(pid, signal.SIGKILL)
     assert p.returncode == 130, out[-3000:]
     assert "interrupted" in out and str(d) in out
     wait_for(lambda: not killer.find_by_env(mine), 15, "every process of the run to be gone")
