@@ -476,11 +476,11 @@ def _cross_checks(sc, v: _V):
               f"({sc['relaunch']['walltime_margin']:g}s >= {sc['job']['walltime']:g}s): nothing would train")
     if not sc["phases"]:
         v.err(("phases",), "at least one phase is needed")
-    saving = [p["name"] for p in sc["phases"] if p["checkpoint"] != "none"]
+    saving = [p for p in sc["phases"] if p["checkpoint"] != "none"]
     if saving and tr["save_interval"] < 1:
         v.err(("trainer", "save_interval"), f"{tr['save_interval']} saves no checkpoint, but phase "
-              f"{saving[0]!r} checkpoints ({next(p['checkpoint'] for p in sc['phases'] if p['name'] == saving[0])}): "
-              "every kill would restart it from step 0; give an interval >= 1, or checkpoint: none")
+              f"{saving[0]['name']!r} checkpoints ({saving[0]['checkpoint']}): every kill would restart "
+              "it from step 0; give an interval >= 1, or checkpoint: none")
     names = [p["name"] for p in sc["phases"]]
     for i, n in enumerate(names):
         if n in names[:i]:
