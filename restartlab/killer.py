@@ -30,7 +30,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import psutil
 
-from . import launchers, schedulers
+from . import launchers, private, schedulers
 
 TAG_VAR = "RESTARTLAB_JOB_TAG"
 TOOL_VAR = "RESTARTLAB_TOOL"  # in the injector's environment (and its children's): never ranks
@@ -71,10 +71,7 @@ def _ours(p: psutil.Process) -> bool:
 
 
 def _owner(p: psutil.Process) -> str:
-    try:
-        return p.username()
-    except (psutil.Error, KeyError):
-        return f"uid {p.uids().real}"
+    return private.owner_name(p.uids().real)
 
 
 def _scan(entry: str, unreadable: list = None, this_node: bool = False,

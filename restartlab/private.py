@@ -64,12 +64,6 @@ def check_dir(path: str) -> os.stat_result:
     return st
 
 
-def checked(path: str) -> str:
-    """`path`, after check_dir accepted it."""
-    check_dir(path)
-    return path
-
-
 def ensure_dir(path: str) -> bool:
     """The private directory `path`, created (0700) when absent; True when we created it."""
     _check_ancestors(path)

@@ -109,7 +109,8 @@ class Checkpointer:
                     prefix = f"{stage_prefix()}{node}-"
                     for old in glob.glob(os.path.join(glob.escape(where), glob.escape(prefix) + "*")):
                         try:  # a dead attempt's stage; what is not private to us is not ours: left alone
-                            if os.path.exists(os.path.join(private.checked(old), STAGE_MARKER)):
+                            private.check_dir(old)
+                            if os.path.exists(os.path.join(old, STAGE_MARKER)):
                                 private.remove_tree(old)
                         except FileNotFoundError:
                             pass
