@@ -14,8 +14,9 @@ INJECTION_SLACK_S = 0.5
 
 
 def completed_row(m) -> bool:
-    """Rank 0's final row: the one with the parameters' checksum at the last step."""
-    return isinstance(m, dict) and "train/params_crc" in m
+    """Rank 0's final row: the bundled trainer's carries the parameters' checksum at the last step;
+    a tapped program's is train/finished (tap.py: it exited 0 after logging the last step)."""
+    return isinstance(m, dict) and ("train/params_crc" in m or m.get("train/finished") is True)
 
 
 def reached_last_step(att: layout.Attempt, train_iters: int) -> bool:
@@ -24,15 +25,20 @@ def reached_last_step(att: layout.Attempt, train_iters: int) -> bool:
     return completed_row(m) and m.get("train/iter") == train_iters
 
 
-def injected(record: dict, t0, t1) -> bool:
-    """Whether an injection record struck the attempt that ran from t0 to t1."""
+def injected(record: dict, t0, t1, number=None) -> bool:
+    """Whether an injection record struck attempt `number` that ran from t0 to t1: by the attempt
+    the record names (the injector's, when it ran with the phase dir), else by its time."""
+    if not record.get("killed"):
+        return False
+    if number is not None and isinstance(record.get("attempt"), int):
+        return record["attempt"] == number
     t = record.get("time")
-    return bool(record.get("killed")) and isinstance(t, (int, float)) and not isinstance(t, bool) \
+    return isinstance(t, (int, float)) and not isinstance(t, bool) \
         and t0 is not None and t1 is not None and t0 <= t <= t1 + INJECTION_SLACK_S
 
 
-def injections_into(records: Iterable[dict], t0, t1):
-    return [r for r in records if injected(r, t0, t1)]
+def injections_into(records: Iterable[dict], t0, t1, number=None):
+    return [r for r in records if injected(r, t0, t1, number)]
 
 
 def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, end_ts: float, rc: int,
@@ -48,7 +54,7 @@ def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, e
             "completed": completed, "hang": os.path.exists(att.hang),
             "preempted": rc == EXIT_PREEMPTED,
             "walltime": os.path.exists(att.walltime),
-            "injected": bool(injections_into(live.read_records(phase.injections), launch_ts, end_ts)),
+            "injected": bool(injections_into(live.read_records(phase.injections), launch_ts, end_ts, k)),
             "hosts": hosts, "ranks": ranks or None, "job": job}
     with open(att.record, "w") as f:
         json.dump(info, f)

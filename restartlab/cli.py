@@ -1,5 +1,5 @@
-"""restartlab command line: validate render submit status cancel run supervise inject kill-ranks node-check
-teardown chain report simulate."""
+"""restartlab command line: validate render submit status cancel run fuzz supervise inject kill-ranks
+node-check teardown chain report simulate."""
 import argparse
 import json
 import os
@@ -185,6 +185,11 @@ def cmd_chain(a):
     return chain.main(a)
 
 
+def cmd_fuzz(a):
+    from . import fuzz
+    return fuzz.main(a)
+
+
 def cmd_report(a):
     from . import report
     return report.main(a)
@@ -241,8 +246,10 @@ def build_parser():
     sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
     sp.add_argument("--expt-dir", help="default: <expt_root>/<name>-<time>")
     sp.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
-    from . import inject
+    from . import fuzz, inject
     inject.add_args(sub.add_parser("inject", help="the failure injector"))
+    fuzz.add_args(sub.add_parser("fuzz", help="kill anywhere: random SIGKILLs (many inside saves) into any "
+                                 "program, and whether each restart really survived (exit 1 on a finding)"))
     sub.add_parser("kill-ranks", help="node-local: kill the job's ranks by env tag", add_help=False)
     sub.add_parser("node-check", help="health of every node of the job; the hosts of the next attempt",
                    add_help=False)
@@ -278,7 +285,7 @@ def _mark_as_tool(argv):
 VERBS = {"validate": cmd_validate, "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
          "cancel": cmd_cancel, "run": cmd_run, "inject": cmd_inject, "report": cmd_report,
          "render-all": cmd_render_all, "teardown": cmd_teardown, "supervise": cmd_supervise,
-         "chain": cmd_chain}
+         "chain": cmd_chain, "fuzz": cmd_fuzz}
 
 
 def main(argv=None):

@@ -30,6 +30,7 @@ SAVE_KEYS = ("train/ckpt_save_seconds", "train/ckpt_stage_seconds", "train/ckpt_
 class Attempt:
     index: int
     path: str
+    number: Optional[int] = None          # its directory's number (attempts/<k>), when read from one
     launch_ts: Optional[float] = None
     end_ts: Optional[float] = None
     exit_code: Optional[int] = None
@@ -239,6 +240,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
     atts = [Attempt(i, p, trace_cap=cap) for i, p in enumerate(paths, 1)]
     for a in atts:  # pass 1: where each attempt resumed from (its first row)
         if attempt_dirs:
+            a.number = attempt_dirs[a.index - 1].index
             _attempt_from_dir(a, attempt_dirs[a.index - 1], ph.warnings)
         if os.path.isfile(a.path):
             m, _ = _first_row(a.path, [])
@@ -281,7 +283,7 @@ def failures(ph: Phase) -> List[dict]:
         if queued is not None and a.walltime:
             continue
         queued = queued or 0.0
-        kills = injections_into(ph.injections, a.launch_ts, a.end_ts)
+        kills = injections_into(ph.injections, a.launch_ts, a.end_ts, a.number)
         kill_ts = kills[0]["time"] if kills else a.end_ts
         lost = a.last_iter - b.resumed_from
         ev = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),

@@ -13,10 +13,12 @@ import sys
 import time
 from typing import Iterator, List, Optional, Tuple
 
-from . import attempt, ckptdir, failures, killer, launchers, layout, live, schedulers, tool_options
+from . import attempt, failures, killer, launchers, layout, live, programs, schedulers, tool_options
 from .live import newest_step_seen
 
 POLL_S = 0.1
+SAVE_POLL_S = 0.005   # --fuzz: how often a save window is looked for (a listing of the checkpoint dir)
+SAVE_WAIT_S = 120.0   # --fuzz: an attempt that shows no save this long is struck anywhere instead
 FANOUT_TIMEOUT_S = 60
 
 
@@ -124,6 +126,38 @@ class Injector:
         self.rng = random.Random(a.seed)
         self.striking = False   # between the first signal of a strike and its record
         self.terminated = None  # the signal that asked us to stop
+        self.spec = programs.resolve(json.loads(a.program) if a.program else {"adapter": "restartlab"})
+
+    def ckpts(self):
+        return programs.list_ckpts(self.spec, self.a.ckpt_dir) if self.a.ckpt_dir else []
+
+    def newest_complete(self) -> Optional[int]:
+        """The newest complete checkpoint's step, by the program's completion rule."""
+        c = programs.newest_complete(self.ckpts())
+        return c.step if c else None
+
+    def target(self) -> Optional[layout.Attempt]:
+        """The attempt a strike made now hits: the newest one, or the one after it when it is over
+        (the strike retries until the relaunched ranks are there)."""
+        atts = layout.Phase(self.a.phase_dir).attempts() if self.a.phase_dir else []
+        if not atts:
+            return None
+        return layout.Phase(self.a.phase_dir).attempt(atts[-1].index + 1) if attempt.is_over(atts[-1]) else atts[-1]
+
+    def where(self, att: Optional[layout.Attempt]) -> dict:
+        """Where a strike landed in attempt `att`, looked at once its ranks are dead (the fan-out
+        takes a while, the program went on meanwhile): start-up (no step logged), save (something
+        in the checkpoint dir that is not a complete checkpoint was written to since the launch:
+        `saving` names it), or between saves."""
+        if att is None:
+            return {"where": None}
+        try:
+            launched = os.stat(att.at_launch).st_mtime
+        except OSError:
+            launched = None
+        torn = programs.in_flight(self.spec, self.a.ckpt_dir, launched) if launched and self.a.ckpt_dir else []
+        where = "start-up" if not os.path.exists(att.metrics(0)) else "save" if torn else "between saves"
+        return {"where": where, "attempt": att.index, "saving": torn}
 
     def on_terminate(self, signum, _frame):
         """SIGTERM/SIGINT: stop now, except in the middle of a strike, which is finished and
@@ -144,7 +178,7 @@ class Injector:
         if a.max_kills is not None and self.kills >= a.max_kills:
             return f"{self.kills} kill(s) made (--max-kills)"
         if a.train_iters and a.ckpt_dir:
-            newest = ckptdir.newest_complete_step(a.ckpt_dir, verify=False)
+            newest = self.newest_complete()
             if newest is not None and newest >= a.train_iters:
                 return "training finished"
         return None
@@ -171,7 +205,8 @@ class Injector:
         sig = a.signal or kind.signal
         idx = kind.nodes(len(self.hosts), a.node, self.rng)
         t_kill = time.time()
-        newest = ckptdir.newest_complete_step(a.ckpt_dir, verify=False) if a.ckpt_dir else None
+        newest = self.newest_complete()
+        struck = self.target()
         attempts = layout.Phase(a.phase_dir).attempts() if a.phase_dir else []
         deadline = t_kill + 10
         self.striking = True
@@ -183,7 +218,8 @@ class Injector:
         rec = {"time": t_kill, "reason": reason, "target_step": target_step,
                "step_seen": newest_step_seen(a.phase_dir) if a.phase_dir else None,
                "newest_complete": newest, "signal": sig, "kind": kind.name,
-               "hosts": [self.hosts[i] for i in idx], "killed": killed, "receipts": receipts}
+               "hosts": [self.hosts[i] for i in idx], "killed": killed, "receipts": receipts,
+               **self.where(struck)}
         self.record(rec)  # now: the relaunch loop books the attempt as injected when it ends
         self.striking = False
         self.kills += 1
@@ -209,8 +245,64 @@ class Injector:
         else:  # the record is the receipt: without a phase dir it goes to stdout
             print(json.dumps(rec), flush=True)
 
+    def live_attempt(self, after: int) -> Optional[layout.Attempt]:
+        """The newest attempt, once one numbered above `after` is launched and not over (None: we
+        must stop first)."""
+        found = []
+
+        def launched():
+            atts = layout.Phase(self.a.phase_dir).attempts()
+            if atts and atts[-1].index > after and os.path.exists(atts[-1].at_launch) \
+                    and not attempt.is_over(atts[-1]):
+                found[:] = [atts[-1]]
+                return True
+            return False
+        return found[0] if self.sleep_until(launched) else None
+
+    def fuzz(self):
+        """One kill per attempt at a random point: inside a save (the moment a checkpoint being
+        written shows up, plus up to 20 ms) or anywhere from the launch on (uniformly within
+        --fuzz-window). The choices come from --seed; what happened is in each record."""
+        a, last = self.a, 0
+        told, window = False, a.fuzz_window
+        while self.kills < a.fuzz:
+            att = self.live_attempt(last)
+            if att is None:
+                break
+            t0 = os.stat(att.at_launch).st_mtime
+            in_save = self.rng.random() < a.fuzz_save_share
+            delay, jitter = self.rng.uniform(0, window), self.rng.uniform(0, 0.02)
+            if in_save:
+                deadline = time.time() + SAVE_WAIT_S
+                while not (programs.in_flight(self.spec, a.ckpt_dir, t0) or attempt.is_over(att)
+                           or time.time() > deadline or self.stop_reason()):
+                    time.sleep(SAVE_POLL_S)
+                if attempt.is_over(att) or self.stop_reason():
+                    continue
+                if time.time() > deadline:
+                    if not told:
+                        self.say(f"no save seen in {a.ckpt_dir} within {SAVE_WAIT_S:g}s of attempt {att.index}'s "
+                                 f"launch (check trainer.program.checkpoints): striking anywhere instead")
+                        told = True
+                    in_save = False
+                else:
+                    time.sleep(jitter)
+            if not in_save:
+                if self.sleep_until(lambda: attempt.is_over(att), deadline=t0 + delay):
+                    window = max(0.1, min(window, time.time() - t0) / 2)  # the next one, sooner
+                    self.say(f"attempt {att.index} ended before the kill at launch +{delay:.2f}s: the next "
+                             f"attempt is struck within {window:.2f}s of its launch")
+                    continue
+                if self.stop_reason():
+                    break
+            last = att.index
+            self.kill(f"fuzz #{self.kills + 1}: {'inside a save' if in_save else f'launch +{delay:.2f}s'}")
+        return self.done()
+
     def run(self):
         a = self.a
+        if a.fuzz:
+            return self.fuzz()
         targets = step_targets(a.at_steps, a.every_steps, a.train_iters)
         if targets:
             gate = tool_options.gate_of(a.gate, step_schedule=True)
@@ -222,22 +314,21 @@ class Injector:
                     self.say(f"step {s}: struck by an earlier job of this experiment")
                     continue
                 if gate == "complete":
-                    ok = self.sleep_until(lambda: (ckptdir.newest_complete_step(a.ckpt_dir, verify=False) or -1) >= s)
+                    ok = self.sleep_until(lambda: (self.newest_complete() or -1) >= s)
                 else:
                     ok = self.sleep_until(lambda: newest_step_seen(a.phase_dir) >= s)
                 if not ok:
                     break
                 self.kill(f"step {s} ({'after .complete' if gate == 'complete' else 'step seen'})", s, kind)
         else:
-            if a.wait_first_complete and not self.sleep_until(
-                    lambda: ckptdir.newest_complete_step(a.ckpt_dir, verify=False) is not None):
+            if a.wait_first_complete and not self.sleep_until(lambda: self.newest_complete() is not None):
                 return self.done()
             t0 = time.time()
             for off in timed_offsets(a.every, a.mtbf, a.seed):
                 if self.sleep_until(lambda: False, deadline=t0 + off) is False and self.stop_reason():
                     break
                 if tool_options.gate_of(a.gate, step_schedule=False) == "complete" and not self.sleep_until(
-                        lambda: ckptdir.newest_complete_step(a.ckpt_dir, verify=False) is not None):
+                        lambda: self.newest_complete() is not None):
                     break
                 self.kill(f"timed +{off:.1f}s ({'every' if a.every else 'mtbf'})")
         return self.done()
@@ -255,6 +346,17 @@ def main(a) -> int:
     if not a.tag and killer.job_id_entry() is None:
         print(f"restartlab inject: error: {killer.no_job_error()}", file=sys.stderr)
         return 2
+    if a.fuzz and not (a.ckpt_dir and a.phase_dir):
+        print("restartlab inject: error: --fuzz needs --ckpt-dir and --phase-dir", file=sys.stderr)
+        return 2
+    if a.program:
+        try:
+            bad = programs.spec_errors(programs.resolve(json.loads(a.program)))
+        except (ValueError, AttributeError, KeyError) as e:
+            bad = [("program", str(e))]
+        if bad:
+            print(f"restartlab inject: error: --program: {bad[0][0]}: {bad[0][1]}", file=sys.stderr)
+            return 2
     if a.wait_first_complete and not a.ckpt_dir:
         print("restartlab inject: error: --wait-first-complete needs --ckpt-dir", file=sys.stderr)
         return 2

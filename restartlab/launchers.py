@@ -167,6 +167,28 @@ class Srun(Launcher):
         return argv
 
 
+def discover(env: Mapping[str, str], exclude: Tuple[str, ...] = ()) -> Optional[Tuple[int, int, int, str]]:
+    """(rank, world size, local rank, launcher name) from whichever launcher started this process,
+    tried in registration order (but those in `exclude`); None when none did. ValueError when a
+    rank variable is set without a world size."""
+    for ln in LAUNCHERS.all():
+        if ln.name not in exclude and ln.matches(env):
+            size = next((env[v] for v in (ln.size_var, *ln.size_fallbacks) if env.get(v)), None)
+            if size is None:
+                raise ValueError(f"launcher {ln.name}: {ln.rank_var} is set but no world size ({ln.size_var}) is")
+            return int(env[ln.rank_var]), int(size), int(env.get(ln.local_rank_var, 0)), ln.name
+    return None
+
+
+def local_size(env: Mapping[str, str]) -> Optional[int]:
+    """Ranks on this node, from the first launcher variable that holds it ("2(x2)" reads 2)."""
+    for k in (v for ln in LAUNCHERS.all() for v in ln.local_size_vars):
+        digits = env.get(k, "").split("(")[0].split(",")[0]
+        if digits.isdigit() and int(digits) > 0:
+            return int(digits)
+    return None
+
+
 def get(name: str) -> Launcher:
     return LAUNCHERS.get(name)
 

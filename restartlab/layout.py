@@ -3,11 +3,11 @@ attempt, spelled here and nowhere else (as ckptdir.py owns step-N/.complete). Ev
 job script's template (through the render context) and the tests ask these classes.
 
     <expt>/scenario.yaml job.sh jobid jobs.jsonl job.out nodefile nodes.bad hosts.attempt
-           summary.json report.md
+           summary.json report.md fuzz.md fuzz.json
     <expt>/<phase>/ckpts/ attempts/<k>/ injections.jsonl nodes.jsonl injector.log
                    node-check.log done completed
     <expt>/<phase>/attempts/<k>/attempt.json output.log metrics-<rank>.jsonl hosts hang
-                   walltime teardown.log
+                   walltime teardown.log ckpts-at-launch.json
 Pure paths: nothing here creates or reads a file except the listings."""
 import glob
 import os
@@ -41,6 +41,7 @@ class Attempt:
     hang = property(lambda self: self._f("hang"))             # marker: the watchdog stopped it
     walltime = property(lambda self: self._f("walltime"))     # marker: the walltime warning stopped it
     teardown_log = property(lambda self: self._f("teardown.log"))
+    at_launch = property(lambda self: self._f("ckpts-at-launch.json"))  # the checkpoints a launch found
 
     def metrics(self, rank: int = 0) -> str:
         return self._f(metrics_name(rank))
@@ -108,6 +109,8 @@ class Expt:
     hosts_attempt = property(lambda self: self._f("hosts.attempt"))  # the next attempt's hosts
     summary = property(lambda self: self._f("summary.json"))
     report = property(lambda self: self._f("report.md"))
+    fuzz_report = property(lambda self: self._f("fuzz.md"))      # `restartlab fuzz`: one row per kill
+    fuzz_summary = property(lambda self: self._f("fuzz.json"))
 
     def phase(self, name: str) -> Phase:
         return Phase(self._f(name))

@@ -3,16 +3,17 @@
 One filter owns shell quoting: `sh` with a context: 'arg' (one word, single-quoted as needed),
 'env' (the value of NAME=value), 'directive' (a #PBS/#SBATCH line: never a newline), and
 `sh_argv` for a list of words. Templates never put quotes around a filtered value."""
+import json
 import os
 import shlex
 import sys
 import time
 import uuid
-from typing import List
+from typing import List, Optional
 
 import jinja2
 
-from . import killer, launchers, layout, options, schedulers, supervise, tool_options, trainer_options
+from . import killer, launchers, layout, options, programs, schedulers, supervise, tool_options, trainer_options
 from .resources import resource_dir
 from .scenario import ScenarioError, effective_failures, secret_names
 
@@ -57,13 +58,36 @@ def inject_args(sc, f, phase: layout.Phase, tag) -> List[str]:
     s = f["schedule"]
     at = ",".join(str(x) if isinstance(x, int) else f"{x['step']}:{x['kind']}" for x in s.get("at_steps") or [])
     sched = ({"every": s["every"]} if s.get("every") is not None else {"at_steps": at} if at else
-             {"every_steps": s["every_steps"]} if s.get("every_steps") else {"mtbf": s.get("mtbf")})
+             {"every_steps": s["every_steps"]} if s.get("every_steps") else
+             {"fuzz": s["fuzz"], "fuzz_window": f["fuzz_window"], "fuzz_save_share": f["fuzz_save_share"]} if s.get("fuzz") else {"mtbf": s.get("mtbf")})
     return options.to_argv(tool_options.INJECT, dict(
         sched, phase_dir=phase.path, ckpt_dir=phase.ckpts, tag=tag, until=phase.done, kind=f["kind"],
         grace=f["grace"], fanout=sc["scheduler"], launcher=sc["launch"]["launcher"],
         train_iters=sc["trainer"]["train_iters"], seed=s.get("seed") or 0, signal=f.get("signal"),
         gate=f.get("gate"), wait_first_complete=f.get("wait_first_complete"), max_kills=f.get("max_kills"),
-        node=f.get("node")))
+        node=f.get("node"), program=program_json(sc)))
+
+
+def program_json(sc) -> Optional[str]:
+    """trainer.program's adapter spec for the supervisor and the injector (None: the bundled trainer)."""
+    prog = sc["trainer"].get("program")
+    if not prog:
+        return None
+    return json.dumps({k: prog[k] for k in ("adapter",) + programs.KEYS}, separators=(",", ":"))
+
+
+def program_argv(sc, ph, phase: layout.Phase) -> List[str]:
+    """rankenv (torchrun-style variables) + the program's command and the phase's args, with
+    {ckpt_dir}, {phase_dir} and {scenario_dir} filled in ({attempt_dir}: the supervisor's, per attempt)."""
+    prog = sc["trainer"]["program"]
+    where = {"{ckpt_dir}": phase.ckpts, "{phase_dir}": phase.path,
+             "{scenario_dir}": os.path.dirname(os.path.abspath(sc["source"]))}
+    out = []
+    for w in prog["command"] + ph["args"]:
+        for k, v in where.items():
+            w = w.replace(k, v)
+        out.append(w)
+    return ["-m", "restartlab.rankenv", "--"] + out
 
 
 def node_check_args(sc, policy, expt: layout.Expt) -> List[str]:
@@ -82,7 +106,7 @@ def supervise_args(sc, tag, policy, node_check, expt: layout.Expt) -> List[str]:
     """The supervisor's flags that are the same for every phase (the job script adds --stop-at,
     --job and --nodefile at run time, and each phase its own)."""
     vals = options.from_scenario(tool_options.SUPERVISE, sc)
-    vals.update(tag=tag, node_policy=policy)
+    vals.update(tag=tag, node_policy=policy, program=program_json(sc))
     if node_check:
         vals.update(node_check=shlex.join(node_check_args(sc, policy, expt)), hosts_file=expt.hosts_attempt)
     return options.to_argv(tool_options.SUPERVISE, vals)
@@ -123,11 +147,15 @@ def context(sc, scheduler=None, expt_dir=None):
         phase = expt.phase(ph["name"])
         f = effective_failures(sc, ph)
         inject = inject_args(sc, f, phase, tag) if f else None
-        phases.append({
-            "name": ph["name"], "dir": phase.path, "checkpoint": ph["checkpoint"],
-            "argv": launch + [python, "-m", "restartlab.trainer"] + trainer_options.trainer_argv(
+        if sc["trainer"].get("program"):
+            argv = launch + [python] + program_argv(sc, ph, phase)
+        else:
+            argv = launch + [python, "-m", "restartlab.trainer"] + trainer_options.trainer_argv(
                 sc["trainer"], ph["checkpoint"], phase.ckpts, ph["stage_dir"],
-                dp_global=sc["job"]["nodes"] * ln["ranks_per_node"] // sc["trainer"]["tp"] if policy == "shrink" else 0),
+                dp_global=sc["job"]["nodes"] * ln["ranks_per_node"] // sc["trainer"]["tp"] if policy == "shrink" else 0)
+        phases.append({
+            "name": ph["name"], "dir": phase.path, "checkpoint": ph["checkpoint"], "ckpts": phase.ckpts,
+            "argv": argv,
             "inject": inject, "inject_text": shlex.join(inject) if inject else "",
         })
     return {

@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from . import collect, layout
+from . import collect, layout, survival
 from .live import Malformed
 from .scenario import parse_duration
 
@@ -106,13 +106,30 @@ def build(a):
         s["young_daly"] = dict(collect.young_daly(cost, r, a.mtbf), mtbf_s=a.mtbf, save_cost_s=cost,
                                restart_cost_s=r)
         s["policy"] = policy  # relaunch.on_node_loss: what its ETTR was measured under
+    if a.expt_dir:
+        expt = layout.Expt(a.expt_dir)
+        base_dir = expt.phase(base["phase"]).path if base else None
+        for s in summaries:
+            d = expt.phase(s["phase"]).path
+            s["survival"] = survival.phase_verdict(d, base_dir if s is not base else None,
+                                                   _tolerance(data)).as_dict()
     return phases, summaries, missing, problems, data
+
+
+def _tolerance(data) -> float:
+    try:
+        return float((data["trainer"].get("program") or {}).get("tolerance") or 0.0)
+    except (TypeError, KeyError, AttributeError, ValueError):
+        return 0.0
 
 
 def markdown(summaries, missing, src, problems=()):
     L = [f"# restartlab report: {src}", ""]
     if missing:
         L += [f"**Missing phases:** {', '.join(missing)}", ""]
+    verdicts = [s["survival"] for s in summaries if s.get("survival")]
+    if verdicts:
+        L += survival.markdown(verdicts)
     L += ["## Phases", "", "| phase | wall s | steps | attempts | kills | lost steps | downtime s | "
           "recompute s | save stall s | interference s | step-time drift s | ETTR | overhead vs baseline s | "
           "residual s |", "|" + "---|" * 14]

@@ -44,12 +44,17 @@ def progress(ctx, t0):
 def main(a) -> int:
     path = a.scenario or os.path.join(resource_dir("scenarios"), "local.yaml")
     sc = scenario.load(path, a.set)
+    return run_scenario(sc, path, a.expt_dir, a.plain)
+
+
+def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run") -> int:
+    """Run a loaded scenario's job script here; its exit status (130 on Ctrl-C, 2 on bad input)."""
     try:
         secrets = scenario.secret_values(sc)  # the job script gets them by name from its environment
     except scenario.ScenarioError as e:
-        print(f"restartlab run: error: {e}", file=sys.stderr)
+        print(f"restartlab {verb}: error: {e}", file=sys.stderr)
         return 2
-    _, ctx = experiment.create(sc, "local", expt_dir=os.path.abspath(a.expt_dir) if a.expt_dir else None)
+    _, ctx = experiment.create(sc, "local", expt_dir=os.path.abspath(expt_dir) if expt_dir else None)
     d = ctx["expt_dir"]
     expt = layout.Expt(d)
     with open(expt.nodefile, "w") as f:
@@ -59,9 +64,9 @@ def main(a) -> int:
                                                           for s in schedulers.SCHEDULERS.all())}
     env.update({local.jobid_var: f"{os.getpid()}.local", local.nodefile_var: expt.nodefile}, **secrets)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    print(f"restartlab run: {path}\nexperiment: {d}\nlog: {expt.job_out}", flush=True)
+    print(f"restartlab {verb}: {path}\nexperiment: {d}\nlog: {expt.job_out}", flush=True)
     t0 = time.time()
-    tty = sys.stdout.isatty() and not a.plain
+    tty = sys.stdout.isatty() and not plain
     with open(expt.job_out, "w") as out:
         proc = subprocess.Popen(["bash", expt.job_script], stdout=out, stderr=subprocess.STDOUT,
                                 env=env, cwd=d, start_new_session=True)
@@ -78,9 +83,9 @@ def main(a) -> int:
                     last_plain, last_text = time.time(), text
                 time.sleep(0.5)
         except KeyboardInterrupt:
-            print("\nrestartlab run: interrupted; stopping the job script, the ranks and the injector", flush=True)
+            print(f"\nrestartlab {verb}: interrupted; stopping the job script, the ranks and the injector", flush=True)
             stop(proc, ctx["tag"])
-            print(f"restartlab run: stopped; partial results stay in {d}")
+            print(f"restartlab {verb}: stopped; partial results stay in {d}")
             return 130
     if tty:
         sys.stdout.write("\n")
@@ -88,7 +93,7 @@ def main(a) -> int:
     killer.kill_ranks(ctx["tag"])  # nothing of this job may outlive it
     why = {trainer_options.EXIT_PREEMPTED: " (stopped by the walltime warning: state saved, training "
            "not finished)"}.get(rc, "")
-    print(f"restartlab run: job script exited {rc} after {time.time() - t0:.0f}s{why}")
+    print(f"restartlab {verb}: job script exited {rc} after {time.time() - t0:.0f}s{why}")
     if os.path.exists(expt.report):
         print(f"report: {expt.report}")
         try:

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 
 import yaml
 
-from . import failures, launchers, schedulers, tool_options, trainer_options
+from . import failures, launchers, programs, schedulers, tool_options, trainer_options
 from .killer import parse_signal
 from .resources import resource_dir
 from .units import parse_duration  # noqa: F401  (re-exported: scenario.parse_duration)
@@ -41,7 +41,9 @@ SCHEDULE = {
                   "to mix failure kinds in one schedule"),
     "every_steps": F("int", None, "a kill aimed at every N-th step", positive=True),
     "mtbf": F("duration", None, "Poisson failures with this mean time between failures", positive=True),
-    "seed": F("int", 0, "seed for mtbf inter-arrival times and one-node target choice"),
+    "fuzz": F("int", None, "kill anywhere (`restartlab fuzz`): N kills, one per attempt, at random points, "
+              "about half inside a save", positive=True),
+    "seed": F("int", 0, "seed for mtbf inter-arrival times, fuzz choices and one-node target choice"),
 }
 FAILURES = {
     "kind": F("str", None, "what fails (default kill): " + "; ".join(f"{k.name}: {k.doc}" for k in failures.KINDS.all()),
@@ -54,7 +56,32 @@ FAILURES = {
               "schedules); none: fire on time", choices=["complete", "none"]),
     "wait_first_complete": F("bool", False, "timed schedules: start the clock at the first complete checkpoint"),
     "max_kills": F("int", None, "stop after N kills", positive=True),
+    "fuzz_window": F("duration", 10, "schedule.fuzz: a kill not aimed at a save strikes at most this long "
+                     "after its attempt's launch", positive=True),
+    "fuzz_save_share": F("float", 0.5, "schedule.fuzz: the share of kills aimed inside a save", min=0),
 }
+PROGRAM = {
+    "command": ListOf(F("str"), doc="the program's argv on every rank (the launcher line runs it); "
+                      "{ckpt_dir}, {phase_dir}, {attempt_dir} and {scenario_dir} are replaced"),
+    "adapter": F("str", "generic", "the program's conventions (restartlab.programs registry): "
+                 + "; ".join(f"{a.name}: {a.doc}" for a in programs.ADAPTERS.all()), choices=programs.names),
+    "progress": F("str", None, "regex over a line of rank 0's output with a (?P<step>...) group, "
+                  "optionally (?P<loss>...) and (?P<dt>...) (ANSI codes and [rankN]: prefixes stripped)"),
+    "checkpoints": F("str", None, "regex over checkpoint paths ({ckpt_dir} stands for the checkpoint dir) "
+                     "with a (?P<step>...) group: a file or a directory"),
+    "complete": F("str", None, "when a checkpoint is complete: " + ", ".join(programs.COMPLETE_RULES)
+                  + " (default: the adapter's; generic: exists)"),
+    "selects": F("str", None, "which checkpoint the program itself loads on a restart: "
+                 + ", ".join(programs.SELECT_RULES) + " (default: the adapter's; generic: newest_complete)"),
+    "resumed": F("str", None, "regex for the program's own resume line, with a (?P<step>...) group "
+                 "(without it: the highest checkpoint below the first step logged)"),
+    "steps": F("int", None, "the last step: a phase is completed when the program logged it and exited 0",
+               required=True, positive=True),
+    "tolerance": F("float", 0.0, "the survival verdict: the loss after a resume may differ from the "
+                   "baseline's at the same step by this relative amount (0: identical)", min=0),
+}
+
+
 def _trainer_schema():
     """`trainer:` keys from the trainer's option table (grouped options as sub-mappings)."""
     out = {}
@@ -66,6 +93,9 @@ def _trainer_schema():
         else:
             out[o.key] = f
     out["extra_args"] = ListOf(F("str"), doc="more trainer flags, passed as arguments")
+    out["program"] = F("program", None, "your own training program instead of the bundled trainer: "
+                       "its command and how to read its progress and checkpoints (keys: "
+                       + ", ".join(PROGRAM) + ")")
     return out
 
 
@@ -124,6 +154,8 @@ SCHEMA = {
                        "system); none: the background "
                        "save writes straight to the checkpoint dir"),
         "failures": F("failures", None, "false/none: no injector; a mapping overrides the top-level failures"),
+        "args": ListOf(F("str"), doc="trainer.program: arguments appended to its command in this phase "
+                       "(its own checkpoint switches live here)"),
     }),
     "collection": {
         "report": F("bool", True, "run `restartlab report` at the end of the job"),
@@ -397,6 +429,10 @@ class _V:
                 if v is False or v == "none":
                     return False
                 return self.mapping(FAILURES, v, path)
+            elif k == "program":
+                if not isinstance(v, dict):
+                    raise ValueError(f"expected a mapping (command, adapter, progress, ...), got {type(v).__name__}")
+                return self.mapping(PROGRAM, v, path)
             elif k == "str":
                 if isinstance(v, (dict, list)):
                     raise ValueError(f"expected a string, got a {type(v).__name__}")
@@ -437,7 +473,24 @@ def _resolve_kind(f):
         f["kind"] = f.get("kind") or "kill"
 
 
+def _program_checks(sc, v: _V) -> None:
+    """trainer.program: a command, patterns that compile with a step group, known rules; its
+    `steps` is the phase's last step (trainer.train_iters for everything that reads it)."""
+    prog = sc["trainer"]["program"]
+    for i, ph in enumerate(sc["phases"]):
+        if ph["args"] and not prog:
+            v.err(("phases", i, "args"), "only for trainer.program (the bundled trainer takes trainer.extra_args)")
+    if not prog:
+        return
+    if not prog["command"]:
+        v.err(("trainer", "program", "command"), "required: the program's argv, e.g. [python, train.py]")
+    for key, msg in programs.spec_errors(programs.resolve(prog)):
+        v.err(("trainer", "program", key), msg)
+    sc["trainer"]["train_iters"] = prog["steps"]
+
+
 def _cross_checks(sc, v: _V):
+    _program_checks(sc, v)
     tr, ln = sc["trainer"], sc["launch"]
     nranks = sc["job"]["nodes"] * ln["ranks_per_node"]
     if sc["job"]["nodes"] < 1:
@@ -477,7 +530,7 @@ def _cross_checks(sc, v: _V):
     if not sc["phases"]:
         v.err(("phases",), "at least one phase is needed")
     saving = [p for p in sc["phases"] if p["checkpoint"] != "none"]
-    if saving and tr["save_interval"] < 1:
+    if saving and tr["save_interval"] < 1 and not tr["program"]:
         v.err(("trainer", "save_interval"), f"{tr['save_interval']} saves no checkpoint, but phase "
               f"{saving[0]['name']!r} checkpoints ({saving[0]['checkpoint']}): every kill would restart "
               "it from step 0; give an interval >= 1, or checkpoint: none")
@@ -496,7 +549,7 @@ def _cross_checks(sc, v: _V):
             keys = sorted(sched, key=lambda k: (v.order(base + ("schedule", k)), v.line(base + ("schedule", k))))
             got = ", ".join(f"{k} from {v.where(base + ('schedule', k))}" for k in keys) or "none"
             v.err(base + ("schedule",) + tuple(keys[-1:]),
-                  f"give exactly one of every, at_steps, every_steps, mtbf (got {got})")
+                  f"give exactly one of every, at_steps, every_steps, mtbf, fuzz (got {got})")
         step_schedule = "at_steps" in sched or "every_steps" in sched
         gated = tool_options.gate_of(f.get("gate"), step_schedule) == "complete" or f.get("wait_first_complete")
         if gated and ph["checkpoint"] == "none":

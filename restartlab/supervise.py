@@ -14,6 +14,7 @@ The decisions live in `Supervisor`; the side effects (processes, signals, the no
 injector) in `Procs`, and time in `Clock`: the tests replace both (a fake clock, fake attempts)."""
 import argparse
 import contextlib
+import json
 import os
 import select
 import shlex
@@ -27,7 +28,7 @@ from dataclasses import field, make_dataclass
 from typing import Any, List, Optional
 
 from . import attempt as attempt_record
-from . import launchers, layout, options, tool_options
+from . import launchers, layout, options, programs, tap, tool_options
 from .trainer_options import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -83,12 +84,18 @@ class Launched:
                 pass
 
 
+ATTEMPT_DIR_TOKEN = "{attempt_dir}"  # in a program's command: the attempt's directory
+PUMP_DRAIN_S = 5.0  # after the launcher ended: how long the tap may still read what it wrote
+
+
 class Procs:
     """The supervisor's side effects on real processes and files."""
 
     def __init__(self, cfg: "Config"):
         self.cfg = cfg
         self.injector: Optional[subprocess.Popen] = None
+        self.spec = programs.resolve(json.loads(cfg.program) if cfg.program else {"adapter": "restartlab"})
+        self.taps = {}  # attempt path -> (Tap, Pump) of a program whose output is read
 
     def which(self, exe: str) -> bool:
         return shutil.which(exe) is not None
@@ -97,9 +104,36 @@ class Procs:
         return int(os.environ.get("MASTER_PORT") or launchers.free_port())
 
     def launch(self, argv: List[str], att: layout.Attempt, env: dict) -> Launched:
-        with open(att.output, "ab") as out:
-            return Launched(subprocess.Popen(argv, cwd=att.path, env=dict(os.environ, **env), stdout=out,
-                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        """Start the attempt; first, what the checkpoint dir holds (which checkpoint a correct
+        resume loads, which one the program's own rule picks). A program that does not write
+        restartlab's metrics rows has its output read by a tap (tap.py)."""
+        ckpts = []
+        if self.cfg.ckpt_dir:
+            snap = tap.snapshot(self.spec, self.cfg.ckpt_dir)
+            tap.write_snapshot(att, snap)
+            ckpts = programs.list_ckpts(self.spec, self.cfg.ckpt_dir)
+        env = dict(os.environ, **env)
+        if not self.spec["tap"]:
+            with open(att.output, "ab") as out:
+                return Launched(subprocess.Popen(argv, cwd=att.path, env=env, stdout=out,
+                                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        env.setdefault("PYTHONUNBUFFERED", "1")  # a Python program's progress lines as they happen
+        proc = subprocess.Popen(argv, cwd=att.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        t = tap.Tap(self.spec, att, float(env["RESTARTLAB_LAUNCH_TS"]), ckpts)
+        pump = tap.Pump(proc.stdout, att, t)
+        pump.start()
+        self.taps[att.path] = (t, pump)
+        return Launched(proc)
+
+    def finish(self, att: layout.Attempt, rc: int) -> Optional[str]:
+        """After the launcher ended: the tap reads the rest and writes the final row; a warning
+        when the program showed no progress at all."""
+        t, pump = self.taps.pop(att.path, (None, None))
+        if t is None:
+            return None
+        pump.join(PUMP_DRAIN_S)  # a rank that outlived its launcher may hold the pipe: not waited for
+        return t.finish(rc, self.cfg.train_iters)
 
     def teardown(self, att: layout.Attempt, sig: str = "KILL") -> None:
         """`sig` to whatever of this job's ranks is left, on every node (found by the tag)."""
@@ -108,7 +142,10 @@ class Procs:
             teardown(self.cfg.tag, sig, self.cfg.fanout, self.cfg.nodefile, self.cfg.launcher)
 
     def last_activity(self, att: layout.Attempt) -> Optional[float]:
-        """When the attempt last wrote output or a metrics row (file times)."""
+        """When the attempt last wrote output or a metrics row (file times); a tapped program:
+        its last progress line (the launch before the first), whatever else it prints."""
+        if att.path in self.taps:
+            return self.taps[att.path][0].last_progress
         times = []
         for p in [att.output] + att.metrics_files():
             try:
@@ -118,6 +155,8 @@ class Procs:
         return max(times) if times else None
 
     def has_stepped(self, att: layout.Attempt) -> bool:
+        if att.path in self.taps:
+            return self.taps[att.path][0].stepped
         return bool(att.metrics_files())
 
     def node_check(self, phase: layout.Phase, k: int) -> Optional[int]:
@@ -198,7 +237,8 @@ class Supervisor:
     def _argv_and_env(self, k: int, att: layout.Attempt):
         """The attempt's argv (node and rank counts filled in), the variables the ranks get and
         the rank count when the node check chose it (0: the scenario's)."""
-        cfg, argv, ranks = self.cfg, list(self.cfg.argv), 0
+        cfg, ranks = self.cfg, 0
+        argv = [w.replace(ATTEMPT_DIR_TOKEN, att.path) for w in cfg.argv]
         master = os.environ.get("MASTER_ADDR") or socket.gethostname()
         if cfg.node_check is not None:
             n = self.procs.node_check(self.phase, k)
@@ -311,12 +351,16 @@ class Supervisor:
                 rc = self.watch(self.current, att)
             except Interrupted:
                 rc = self.stop(self.current)
+                self.procs.finish(att, rc)
                 self._record(att, k, launch_ts, rc, ranks)
                 raise
             end_ts = self.clock.time()
             self.current = None
             if rc != 0:  # nothing of a failed attempt outlives it
                 self.procs.teardown(att)
+            warning = self.procs.finish(att, rc)
+            if warning:
+                self.say(f"attempt {k}: {warning}", err=True)
             if self._record(att, k, launch_ts, rc, ranks, end_ts):
                 return "completed", k, tries
             if os.path.exists(att.walltime):

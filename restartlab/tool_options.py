@@ -52,6 +52,10 @@ SUPERVISE = [
         "launcher's host file)"),
     Opt("--inject", "str", None, "run `restartlab inject` with these flags (one string) for the phase's "
         "lifetime; absent: no injector"),
+    Opt("--ckpt-dir", "str", None, "the phase's checkpoint directory: each attempt records what it holds "
+        "at launch (which checkpoint a correct resume loads, which one the program picks)"),
+    Opt("--program", "str", None, "the training program's adapter spec (JSON, from trainer.program); "
+        "absent: the bundled trainer"),
     Opt("--tick", "float", 1.0, "seconds between the watchdog's looks", hidden=True),
 ]
 
@@ -118,13 +122,19 @@ def gate_of(gate, step_schedule: bool) -> str:
     return gate or ("complete" if step_schedule else "none")
 
 
-SCHEDULE_FLAGS = ("--every", "--at-steps", "--every-steps", "--mtbf")  # exactly one (a required group)
+SCHEDULE_FLAGS = ("--every", "--at-steps", "--every-steps", "--mtbf", "--fuzz")  # exactly one (a required group)
 INJECT = [
     Opt("--every", "duration", None, "timed kills, e.g. 90s, 5m", positive=True),
     Opt("--at-steps", "str", None, "kills aimed at these steps, each with its own kind if given: "
         "500,1000:hang,1500:preempt"),
     Opt("--every-steps", "int", None, "a kill aimed at every N-th step", positive=True),
     Opt("--mtbf", "duration", None, "Poisson failures with this MTBF (use --seed)", positive=True),
+    Opt("--fuzz", "int", None, "kill anywhere: N kills, one per attempt, each at a random point from the "
+        "attempt's launch on, about half of them inside a save (a checkpoint being written, seen in "
+        "--ckpt-dir); reproducible from --seed", positive=True),
+    Opt("--fuzz-window", "duration", 10.0, "--fuzz: a kill that is not aimed at a save strikes this long "
+        "after the launch at most (uniformly)", positive=True),
+    Opt("--fuzz-save-share", "float", 0.5, "--fuzz: the share of kills aimed inside a save", min=0),
     Opt("--seed", "int", 0, "seed for mtbf inter-arrival times and the one-node target choice"),
     Opt("--gate", "str", None, "complete (default for step schedules): wait for step-S/.complete; "
         "none: fire on time", choices=("complete", "none")),
@@ -133,6 +143,8 @@ INJECT = [
     Opt("--max-kills", "int", None, "stop after N kills", positive=True),
     Opt("--until", "str", None, "stop when this file exists (the phase's done flag)"),
     Opt("--ckpt-dir", "str", None, "the phase's checkpoint directory (gating, finish detection)"),
+    Opt("--program", "str", None, "the training program's adapter spec (JSON, from trainer.program): "
+        "which checkpoints are complete; absent: the bundled trainer's step-N/.complete"),
     Opt("--phase-dir", "str", None, "write the phase's injection records; read progress from its attempts"),
     Opt("--train-iters", "int", None, "stop once a complete checkpoint reaches this step"),
     Opt("--tag", "str", None, "only one restartlab run's ranks (their RESTARTLAB_JOB_TAG); default: "

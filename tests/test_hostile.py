@@ -68,7 +68,15 @@ SCENARIOS = {
                                         "checkpoints (sync): every kill would restart it from step 0"),
     # the conflict is named where it arose (this file, line 5), with where the first value came from
     "44-extends-schedule-conflict.yaml": (5, "failures.schedule.every: give exactly one of every, at_steps, "
-                                             "every_steps, mtbf (got at_steps from "),
+                                             "every_steps, mtbf, fuzz (got at_steps from "),
+    "45-program-regex-without-step.yaml": (5, "trainer.program.progress: 'iter (\\\\d+) loss (?P<loss>\\\\S+)' has "
+                                              "no (?P<step>...) group"),
+    "46-program-bad-regex.yaml": (5, "trainer.program.progress: 'step (?P<step>\\\\d+' is not a valid regular "
+                                     "expression (missing ), unterminated subpattern"),
+    "47-program-bad-complete.yaml": (7, "trainer.program.complete: 'file:../escape' is not one of exists, dcp, "
+                                        "file:NAME, pointer:FILE"),
+    "48-args-without-program.yaml": (4, "phases[1].args: only for trainer.program"),
+    "49-program-without-steps.yaml": (3, "trainer.program.steps: required key is missing"),
 }
 
 # the experiment's files as the report names them (relative to the experiment: layout's names)

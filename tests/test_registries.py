@@ -160,7 +160,7 @@ def test_every_trainer_option_reachable_from_a_scenario_and_back():
     actions = _trainer_parser_actions()
     assert set(actions) == {o.flag for o in trainer_options.OPTIONS}
     schema = scenario.SCHEMA["trainer"]
-    scen_keys = {k for k in schema if k != "extra_args" and not isinstance(schema[k], dict)}
+    scen_keys = {k for k in schema if k not in ("extra_args", "program") and not isinstance(schema[k], dict)}
     scen_keys |= {f"{g}_{k}" for g in schema if isinstance(schema[g], dict) for k in schema[g]}
     assert scen_keys == {o.key for o in trainer_options.scenario_options()}
     # non-default values for every scenario option; render each phase; the trainer parses it back

@@ -38,7 +38,7 @@ BAD = [
     ("name: t\nphases: [{name: a}, {name: a}]\n", 2, "duplicate phase name"),
     ("name: t\nphases: []\n", 2, "phases: at least one phase"),
     ("name: t\nfailures:\n  schedule:\n    every: 10s\n    at_steps: [5]\nphases: [{name: a}]\n", 5,
-     "failures.schedule.at_steps: give exactly one of every, at_steps, every_steps, mtbf (got every from "),
+     "failures.schedule.at_steps: give exactly one of every, at_steps, every_steps, mtbf, fuzz (got every from "),
     ("name: t\nfailures:\n  kind: some-nodes\nphases: [{name: a}]\n", 3, "failures.kind: 'some-nodes'"),
     ("name: t\ntrainer:\n  tp: 3\nlaunch:\n  ranks_per_node: 4\nphases: [{name: a}]\n", 3, "trainer.tp: 3 does not divide"),
     ("name: t\ntrainer:\n  dp_replicate: 3\nlaunch:\n  ranks_per_node: 4\nphases: [{name: a}]\n", 3,

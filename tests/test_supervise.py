@@ -120,6 +120,9 @@ class FakeProcs:
         if self.launched:
             self.launched[-1].ranks_signalled(sig)
 
+    def finish(self, att, rc):
+        self.events.append(("finish", att.index, rc))
+
     def last_activity(self, att):
         return self.launched[-1].activity()
 

@@ -25,13 +25,12 @@ def discover_ranks(env=None) -> RankInfo:
     none): each launcher's variables come from the torch-free registry in restartlab.launchers,
     tried in registration order."""
     env = os.environ if env is None else env
-    for ln in launchers.LAUNCHERS.all():
-        if ln.matches(env):
-            size = next((env[v] for v in (ln.size_var, *ln.size_fallbacks) if env.get(v)), None)
-            if size is None:
-                raise RuntimeError(f"launcher {ln.name}: {ln.rank_var} is set but no world size "
-                                   f"({ln.size_var}) is")
-            return RankInfo(int(env[ln.rank_var]), int(size), int(env.get(ln.local_rank_var, 0)), ln.name)
+    try:
+        found = launchers.discover(env)
+    except ValueError as e:
+        raise RuntimeError(str(e))
+    if found:
+        return RankInfo(*found)
     return RankInfo(0, 1, 0, "none")
 
 
@@ -68,13 +67,7 @@ def intra_op_threads(env=None, cpus=None) -> Optional[int]:
     env = os.environ if env is None else env
     if env.get("OMP_NUM_THREADS"):
         return None
-    local = 1
-    for k in (v for ln in launchers.LAUNCHERS.all() for v in ln.local_size_vars):
-        v = env.get(k, "")
-        digits = v.split("(")[0].split(",")[0]
-        if digits.isdigit() and int(digits) > 0:
-            local = int(digits)
-            break
+    local = launchers.local_size(env) or 1
     cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
     return max(1, cpus // local)
 

@@ -1,0 +1,104 @@
+"""A plain training program that restartlab has never seen: no torch, no restartlab, a deterministic
+"model" (a vector of floats), rank 0 prints `step N loss X` and saves every --save-every steps.
+The ranks take their rank from RANK (torchrun-style); every rank steps, rank 0 logs and saves.
+
+  --save atomic  writes a checkpoint (state.json, then done) into a hidden temp dir, fsyncs it,
+                 renames it to ckpt-N (a checkpoint is either absent or whole) and loads the
+                 highest ckpt-N.
+  --save torn    writes ckpt-N/state.json in place, chunk by chunk, then ckpt-N/done, and loads
+                 the highest ckpt-N without looking at done (as many real programs do).
+
+A save takes --save-time seconds (a big checkpoint, written in 10 chunks), a step --step-time."""
+import argparse
+import json
+import os
+import re
+import sys
+import time
+
+PAD = 640 * 1024  # bytes of padding before the state: a checkpoint of ~640 KiB
+
+
+def step(x, n):
+    return [(v * 0.999 + ((n * 7 + i) % 13) * 1e-3) for i, v in enumerate(x)]
+
+
+def loss_of(x):
+    return sum(v * v for v in x) / len(x)
+
+
+def checkpoints(d):
+    out = []
+    for name in os.listdir(d) if os.path.isdir(d) else []:
+        m = re.fullmatch(r"ckpt-(\d+)", name)
+        if m:
+            out.append((int(m.group(1)), os.path.join(d, name)))
+    return sorted(out)
+
+
+def write_chunks(path, payload, save_time):
+    """The JSON (padded to make the file big enough to take time, the state last) in 10 chunks,
+    flushed one by one: a reader sees a partial file while the save runs."""
+    text = json.dumps(dict(pad=" " * PAD, **payload))
+    size = len(text) // 10 + 1
+    with open(path, "w") as f:
+        for i in range(0, len(text), size):
+            f.write(text[i:i + size])
+            f.flush()
+            time.sleep(save_time / 10)
+        os.fsync(f.fileno())
+
+
+def save(d, n, x, mode, save_time):
+    payload = {"step": n, "x": x}
+    if mode == "atomic":
+        tmp = os.path.join(d, f".tmp-ckpt-{n}")
+        os.makedirs(tmp, exist_ok=True)
+        write_chunks(os.path.join(tmp, "state.json"), payload, save_time)
+        with open(os.path.join(tmp, "done"), "w") as f:
+            f.write("ok\n")
+        os.replace(tmp, os.path.join(d, f"ckpt-{n}"))
+        fd = os.open(d, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    else:
+        final = os.path.join(d, f"ckpt-{n}")
+        os.makedirs(final, exist_ok=True)
+        write_chunks(os.path.join(final, "state.json"), payload, save_time)
+        with open(os.path.join(final, "done"), "w") as f:
+            f.write("ok\n")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ckpt", required=True)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--save-every", type=int, default=0)
+    p.add_argument("--save", choices=("atomic", "torn"), default="atomic")
+    p.add_argument("--step-time", type=float, default=0.05)
+    p.add_argument("--save-time", type=float, default=0.3)
+    a = p.parse_args()
+    rank = int(os.environ.get("RANK", "0"))
+    print(f"rank {rank}/{os.environ.get('WORLD_SIZE')} local {os.environ.get('LOCAL_RANK')}", flush=True)
+    x, start = [1.0 + i / 10 for i in range(16)], 0
+    found = checkpoints(a.ckpt) if a.save_every else []
+    if found:
+        n, path = found[-1]  # the highest, complete or not
+        with open(os.path.join(path, "state.json")) as f:
+            state = json.load(f)
+        x, start = state["x"], state["step"]
+        if rank == 0:
+            print(f"resumed from step {start}", flush=True)
+    os.makedirs(a.ckpt, exist_ok=True)
+    for n in range(start + 1, a.steps + 1):
+        time.sleep(a.step_time)
+        x = step(x, n)
+        if rank == 0:
+            print(f"step {n} loss {loss_of(x):.12f}", flush=True)
+            if a.save_every and n % a.save_every == 0:
+                save(a.ckpt, n, x, a.save, a.save_time)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

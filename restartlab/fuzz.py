@@ -1,0 +1,133 @@
+"""restartlab fuzz SCENARIO: kill anywhere, for any training program. One phase of the scenario
+(the first that checkpoints, or --phase) runs on this machine with --kills SIGKILLs, one per
+attempt, at random points reproducible from --seed: about half inside a save (a checkpoint being
+written, seen in the checkpoint dir by the program's adapter), the rest anywhere from the launch on,
+start-up included. Each kill is followed by a relaunch; the next attempt's outcome is judged as the
+report's "Did it survive?" section judges it (survival.py), against the scenario's baseline phase,
+which runs first (--no-baseline: not).
+
+Exit 0: every kill was survived as expected; 1: any finding (resumed from an incomplete or an
+older checkpoint, started over, crashed while loading, a crash loop, hung, did not finish, diverged
+from the baseline); 2: bad input. The table is printed and written to the experiment dir."""
+import copy
+import json
+import os
+import sys
+import time
+
+from . import layout, live, run, scenario, survival
+from .collect import is_baseline
+from .units import parse_duration
+
+
+def add_args(p):
+    p.add_argument("scenario", help="the scenario (trainer.program for your own program)")
+    p.add_argument("--phase", help="the phase to fuzz (default: the first that checkpoints)")
+    p.add_argument("--kills", type=int, default=5, help="SIGKILLs, one per attempt (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="the kills' random choices (default 0)")
+    p.add_argument("--window", type=parse_duration, default=None, help="a kill not aimed at a save strikes "
+                   "within this long of its attempt's launch (default: the scenario's failures.fuzz_window)")
+    p.add_argument("--save-share", type=float, default=0.5, help="the share of kills aimed inside a save")
+    p.add_argument("--no-baseline", action="store_true", help="do not run the baseline phase (the loss is "
+                   "then not compared)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    p.add_argument("--expt-dir", help="default: <expt_root>/<name>-fuzz-<time>")
+    p.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+
+
+class FuzzInputError(scenario.ScenarioError):
+    pass
+
+
+def plan(sc: dict, a):
+    """(the scenario to run, the fuzzed phase's name): the baseline (unless --no-baseline) and the
+    fuzzed phase, whose failures are the kill-anywhere schedule."""
+    if a.kills < 1:
+        raise FuzzInputError("--kills: must be >= 1")
+    if not 0 <= a.save_share <= 1:
+        raise FuzzInputError("--save-share: must be between 0 and 1")
+    phases = sc["phases"]
+    if a.phase:
+        target = next((p for p in phases if p["name"] == a.phase), None)
+        if target is None:
+            raise FuzzInputError(f"{sc['source']}: phases: no phase named {a.phase!r} "
+                                 f"(phases: {', '.join(p['name'] for p in phases)})")
+    else:
+        target = next((p for p in phases if p["checkpoint"] != "none"), None)
+        if target is None:
+            raise FuzzInputError(f"{sc['source']}: phases: no phase saves checkpoints: nothing to fuzz")
+    if target["checkpoint"] == "none":
+        raise FuzzInputError(f"{sc['source']}: phases: {target['name']!r} saves no checkpoints (checkpoint: none)")
+    base = next((p for p in phases if is_baseline(p["checkpoint"])), None) if not a.no_baseline else None
+    out = copy.deepcopy(sc)
+    f = copy.deepcopy(sc["failures"])
+    f.update(kind="kill", signal=None, gate=None, wait_first_complete=False, max_kills=None,
+             fuzz_window=a.window or f.get("fuzz_window") or 10.0, fuzz_save_share=a.save_share,
+             schedule={k: None for k in f["schedule"]})
+    f["schedule"].update(fuzz=a.kills, seed=a.seed)
+    fuzzed = dict(copy.deepcopy(target), failures=f)
+    out["phases"] = ([dict(copy.deepcopy(base), failures=False)] if base else []) + [fuzzed]
+    # every kill costs an attempt; a program that crash-loops stops after survival.CRASH_LOOP more
+    out["relaunch"]["max_attempts"] = a.kills + survival.CRASH_LOOP + 1
+    out["collection"]["plots"] = False
+    return out, target["name"]
+
+
+def outcomes(phase_dir: str, verdict: survival.Verdict) -> list:
+    """One row per kill: where it struck, and what the attempt after it did."""
+    after = {r.attempt: r for r in verdict.restarts}
+    rows = []
+    for rec in (r for r in live.read_injections(phase_dir) if r.get("killed")):
+        k = rec.get("attempt")
+        nxt = after.get(k + 1) if isinstance(k, int) else None
+        rows.append({"kill": len(rows) + 1, "attempt": k, "where": rec.get("where") or "?",
+                     "saving": rec.get("saving") or [], "newest_complete": rec.get("newest_complete"),
+                     "next": nxt.outcome if nxt else None,
+                     "text": nxt.text if nxt else "no attempt after it (the phase ended)",
+                     "finding": bool(nxt and nxt.finding)})
+    return rows
+
+
+def table(rows) -> str:
+    L = ["| kill | attempt | struck | being written | newest complete | next attempt |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        L.append(f"| {r['kill']} | {r['attempt']} | {r['where']} | {', '.join(map(str, r['saving'])) or '-'} | "
+                 f"{r['newest_complete'] if r['newest_complete'] is not None else '-'} | "
+                 f"{r['text']}{' **(finding)**' if r['finding'] else ''} |")
+    return "\n".join(L)
+
+
+def main(a) -> int:
+    try:
+        sc, name = plan(scenario.load(a.scenario, a.set), a)
+    except scenario.ScenarioError as e:
+        print(f"restartlab fuzz: error: {e}" if isinstance(e, FuzzInputError) else str(e), file=sys.stderr)
+        return 2
+    expt_dir = os.path.abspath(a.expt_dir) if a.expt_dir else os.path.join(
+        os.path.abspath(sc["expt_root"]), f"{sc['name']}-fuzz-{time.strftime('%Y%m%d-%H%M%S')}")
+    rc = run.run_scenario(sc, a.scenario, expt_dir, a.plain, verb="fuzz")
+    if rc in (2, 130):
+        return rc
+    expt = layout.Expt(expt_dir)
+    base = next((p["name"] for p in sc["phases"] if is_baseline(p["checkpoint"])), None)
+    tol = float((sc["trainer"].get("program") or {}).get("tolerance") or 0.0)
+    v = survival.phase_verdict(expt.phase(name).path, expt.phase(base).path if base else None, tol)
+    rows = outcomes(expt.phase(name).path, v)
+    text = table(rows)
+    where = {w: sum(1 for r in rows if r["where"] == w) for w in ("start-up", "save", "between saves")}
+    summary = (f"{len(rows)} of {a.kills} kill(s) landed ({where['save']} inside a save, {where['between saves']} "
+               f"between saves, {where['start-up']} in start-up); "
+               + ("survived every one" if not v.findings else f"{len(v.findings)} finding(s)"))
+    notes = [f"- {f}" for f in v.findings]
+    if v.baseline:
+        notes.append(f"- against the baseline: {v.baseline}")
+    if len(rows) < a.kills:
+        notes.append(f"- only {len(rows)} of {a.kills} kills landed: the phase ended first (finished: give it more "
+                     "steps or a shorter --window; or out of attempts)")
+    out = "\n".join([f"# restartlab fuzz: {name} (seed {a.seed})", "", text, "", summary, ""] + notes) + "\n"
+    with open(expt.fuzz_report, "w") as f:
+        f.write(out)
+    with open(expt.fuzz_summary, "w") as f:
+        json.dump({"phase": name, "seed": a.seed, "kills": rows, "verdict": v.as_dict()}, f, indent=1)
+    print("\n" + out + f"\nfuzz report: {expt.fuzz_report}")
+    return 1 if v.findings else 0

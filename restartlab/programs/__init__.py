@@ -1,0 +1,21 @@
+"""Training programs restartlab can put through an experiment: one adapter per program, registered
+by name (as schedulers and launchers are). An adapter answers, for one program's conventions, where
+progress comes from, which checkpoints exist and which are complete, which one the program will
+load (its own rule) and what its resume looks like. Torch-free: the job's supervisor, the injector
+and the report use it on a login node.
+
+    spec = programs.resolve({"adapter": "generic", "progress": ..., "checkpoints": ..., ...})
+    programs.list_ckpts(spec, ckpt_dir) -> [Ckpt]; programs.newest_complete(...), programs.will_load(...)
+"""
+from .base import (ADAPTERS, KEYS, Adapter, Ckpt, COMPLETE_RULES, SELECT_RULES, clean_line,  # noqa: F401
+                   in_flight, list_ckpts, newest_complete, parse_progress, parse_resumed, resolve,
+                   spec_errors, will_load)
+from . import builtin  # noqa: F401,E402  (registers the built-in adapters)
+
+
+def names():
+    return ADAPTERS.names()
+
+
+def get(name: str) -> Adapter:
+    return ADAPTERS.get(name)

@@ -1,0 +1,239 @@
+"""The adapter interface and the rules every adapter is built from (pure functions over a resolved
+program spec: a mapping of the scenario's `trainer.program` keys, the adapter's defaults filled in).
+
+  progress     a regex over a line of the program's output (ANSI codes and `[rank0]:`-style
+               prefixes stripped first) with a `step` group, optionally `loss` and `dt`
+  checkpoints  a regex over paths under the checkpoint dir (`{ckpt_dir}` stands for it), with a
+               `step` group; a checkpoint is a file or a directory
+  complete     when a listed checkpoint is complete: exists | dcp (holds DCP's .metadata) |
+               file:NAME (a marker inside the checkpoint dir, or beside a checkpoint file) |
+               pointer:FILE (FILE in the checkpoint dir names the newest complete step)
+  selects      which checkpoint the program itself loads on a restart: newest_complete |
+               highest (the highest step, complete or not) | newest_mtime | pointer
+  resumed      optional: a regex for the program's own resume line, with a `step` group
+"""
+import os
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from ..registry import Registry
+
+COMPLETE_RULES = ("exists", "dcp", "file:NAME", "pointer:FILE")
+SELECT_RULES = ("newest_complete", "highest", "newest_mtime", "pointer")
+KEYS = ("progress", "checkpoints", "complete", "selects", "resumed")
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+# [rank0]: (torchrun --tee / DDP logging), [0] or [0]: (Hydra -prepend-rank), 0: (srun --label)
+RANK_PREFIX = re.compile(r"^\s*(?:\[(?:rank\s*)?\d+\]:?|\d+:)\s?")
+
+
+@dataclass(frozen=True)
+class Ckpt:
+    step: int
+    path: str
+    complete: bool
+    mtime: float  # the newest modification time of the checkpoint or anything directly in it
+
+
+class Adapter:
+    """One program's conventions: its defaults for the spec's keys, and whether its output must be
+    read by restartlab (tap) or it writes restartlab's metrics rows itself (the bundled trainer)."""
+    name = ""
+    doc = ""
+    defaults: Dict[str, Optional[str]] = {}
+    tap = True  # progress comes from the program's output (read by the supervisor)
+
+
+ADAPTERS: Registry[Adapter] = Registry("program adapter")
+
+
+def spec_errors(spec: dict) -> List[tuple]:
+    """[(key, message)] of every problem in a resolved spec; [] when it is usable."""
+    out = []
+    for key in ("progress", "checkpoints", "resumed"):
+        rx = spec.get(key)
+        if rx is None:
+            if key == "checkpoints" or (key == "progress" and spec.get("tap", True)):
+                out.append((key, f"required for adapter {spec.get('adapter')!r} (a regex with a (?P<step>...) group)"))
+            continue
+        try:
+            c = re.compile(rx)
+        except re.error as e:
+            out.append((key, f"{rx!r} is not a valid regular expression ({e})"))
+            continue
+        if "step" not in c.groupindex:
+            out.append((key, f"{rx!r} has no (?P<step>...) group: restartlab reads the step number from it"))
+    rule = spec.get("complete") or ""
+    kind, _, arg = rule.partition(":")
+    if kind not in ("exists", "dcp", "file", "pointer") or (kind in ("file", "pointer")) != bool(arg) \
+            or (arg and ("/" in arg or arg in (".", ".."))):
+        out.append(("complete", f"{rule!r} is not one of {', '.join(COMPLETE_RULES)} (NAME and FILE: a plain "
+                    "file name)"))
+    sel = spec.get("selects") or ""
+    if sel not in SELECT_RULES:
+        out.append(("selects", f"{sel!r} is not one of {', '.join(SELECT_RULES)}"))
+    elif sel == "pointer" and kind != "pointer":
+        out.append(("selects", "pointer needs complete: pointer:FILE (the file that names the step)"))
+    return out
+
+
+def resolve(program: dict) -> dict:
+    """The scenario's `trainer.program` with the adapter's defaults filled in (keys left unset)."""
+    ad = ADAPTERS.get(program.get("adapter") or "generic")
+    out = dict(program, adapter=ad.name, tap=ad.tap)
+    for k in KEYS:
+        if out.get(k) is None:
+            out[k] = ad.defaults.get(k)
+    return out
+
+
+def clean_line(text: str) -> str:
+    """A line of output as a person reads it: ANSI escapes and a rank prefix removed."""
+    return RANK_PREFIX.sub("", ANSI.sub("", text), count=1).strip()
+
+
+def _num(s):
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_progress(spec: dict, line: str) -> Optional[dict]:
+    """{step, loss?, dt?} when `line` (already cleaned) is a progress line."""
+    m = _compiled(spec["progress"]).search(line) if spec.get("progress") else None
+    if not m:
+        return None
+    try:
+        out = {"step": int(m.group("step"))}
+    except (TypeError, ValueError):
+        return None
+    gi = m.re.groupindex
+    for k in ("loss", "dt"):
+        if k in gi and _num(m.group(k)) is not None:
+            out[k] = _num(m.group(k))
+    return out
+
+
+def parse_resumed(spec: dict, line: str) -> Optional[int]:
+    m = _compiled(spec["resumed"]).search(line) if spec.get("resumed") else None
+    try:
+        return int(m.group("step")) if m else None
+    except (TypeError, ValueError):
+        return None
+
+
+_CACHE: Dict[str, "re.Pattern"] = {}
+
+
+def _compiled(rx: str):
+    if rx not in _CACHE:
+        _CACHE[rx] = re.compile(rx)
+    return _CACHE[rx]
+
+
+def _path_regex(spec: dict, ckpt_dir: str):
+    return re.compile(spec["checkpoints"].replace("{ckpt_dir}", re.escape(ckpt_dir.rstrip("/"))))
+
+
+def _mtime(path: str) -> float:
+    try:
+        t = os.stat(path).st_mtime
+        if os.path.isdir(path):
+            with os.scandir(path) as it:
+                for e in it:
+                    try:
+                        t = max(t, e.stat(follow_symlinks=False).st_mtime)
+                    except OSError:
+                        pass
+        return t
+    except OSError:
+        return 0.0
+
+
+def _pointer(ckpt_dir: str, name: str) -> Optional[int]:
+    try:
+        with open(os.path.join(ckpt_dir, name)) as f:
+            text = f.read(256).strip()
+        return int(text)
+    except (OSError, ValueError):
+        return None
+
+
+def _is_complete(rule: str, path: str, step: int, ckpt_dir: str) -> bool:
+    kind, _, arg = rule.partition(":")
+    if kind == "exists":
+        return os.path.exists(path)
+    if kind == "dcp":
+        return os.path.isfile(os.path.join(path, ".metadata"))
+    if kind == "file":
+        return os.path.exists(os.path.join(path, arg) if os.path.isdir(path) else path + arg)
+    newest = _pointer(ckpt_dir, arg)
+    return newest is not None and step <= newest
+
+
+def list_ckpts(spec: dict, ckpt_dir: str) -> List[Ckpt]:
+    """Every checkpoint under `ckpt_dir` (two levels deep at most) the spec's pattern matches,
+    complete or not, in step order. Reads only: nothing of the program's is changed."""
+    rx = _path_regex(spec, ckpt_dir)
+    found = {}
+    root = ckpt_dir.rstrip("/")
+    todo = [(root, 0)]
+    while todo:
+        d, depth = todo.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            m = rx.fullmatch(e.path)
+            if m:
+                try:
+                    step = int(m.group("step"))
+                except (TypeError, ValueError):
+                    continue
+                found.setdefault(e.path, step)
+            elif depth < 1 and e.is_dir(follow_symlinks=False):
+                todo.append((e.path, depth + 1))
+    out = [Ckpt(step, p, _is_complete(spec["complete"], p, step, root), _mtime(p)) for p, step in found.items()]
+    return sorted(out, key=lambda c: (c.step, c.mtime))
+
+
+def newest_complete(ckpts: List[Ckpt]) -> Optional[Ckpt]:
+    """The checkpoint a correct resume loads: the highest complete step."""
+    good = [c for c in ckpts if c.complete]
+    return max(good, key=lambda c: c.step) if good else None
+
+
+def will_load(spec: dict, ckpts: List[Ckpt], ckpt_dir: str) -> Optional[Ckpt]:
+    """The checkpoint the program itself will load, by its own rule (spec `selects`)."""
+    rule = spec["selects"]
+    if rule == "newest_complete":
+        return newest_complete(ckpts)
+    if not ckpts:
+        return None
+    if rule == "highest":
+        return max(ckpts, key=lambda c: c.step)
+    if rule == "newest_mtime":
+        return max(ckpts, key=lambda c: c.mtime)
+    step = _pointer(ckpt_dir, spec["complete"].partition(":")[2])
+    return next((c for c in ckpts if c.step == step), None)
+
+
+def in_flight(spec: dict, ckpt_dir: str, since: float) -> List[str]:
+    """What is being written in the checkpoint dir: the names of its entries (a checkpoint that is
+    not complete, a temp dir or file a save renames later) written to at or after `since`, leaving
+    out complete checkpoints. An entry older than `since` is what an earlier kill left."""
+    root = ckpt_dir.rstrip("/")
+    done = [c.path for c in list_ckpts(spec, root) if c.complete]
+    out = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return out
+    for e in entries:
+        if any(e.path == p or p.startswith(e.path + os.sep) for p in done):
+            continue
+        if _mtime(e.path) >= since:
+            out.append(e.name)
+    return sorted(out)

@@ -1,0 +1,204 @@
+"""Did it survive? For each phase of an experiment, what every restart did and whether the job came
+through, for any training program:
+
+  per restart   resumed from the newest complete checkpoint | from an older one (steps lost beyond
+                necessity) | from one that was not complete | started over from step 0 | crashed
+                while loading (which checkpoint, and whether it was complete) | killed in start-up
+                (a new kill, not a verdict) | hung
+  per phase     finished | did not finish; a crash loop (CRASH_LOOP attempts in a row that died
+                before a step, none of them struck); against the baseline: the loss at every
+                step both logged identical (or within trainer.program.tolerance), or diverged
+                at step N; the bundled trainer's final parameters' checksum equal or not
+
+"The newest complete checkpoint" is judged by the adapter's completion rule over what the
+checkpoint dir held at the launch (the supervisor's snapshot, layout.Attempt.at_launch), not by
+the program's own selection rule: a program whose rule picks something else is reported, not
+excused. Reads only."""
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from . import layout, live
+from .attempt import completed_row, injections_into
+from .collect import iter_rows
+
+CRASH_LOOP = 3
+FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung", "crash_loop",
+            "unfinished", "diverged", "params_differ")
+
+
+@dataclass
+class Restart:
+    attempt: int
+    outcome: str               # newest | older | incomplete | fresh | first | load_crash | startup_crash
+    #                            | startup_kill | hung
+    text: str
+    resumed_from: Optional[int] = None
+    expected: Optional[int] = None
+
+    @property
+    def finding(self) -> bool:
+        return self.outcome in FINDINGS
+
+
+@dataclass
+class Verdict:
+    phase: str
+    restarts: List[Restart] = field(default_factory=list)
+    finished: bool = False
+    findings: List[str] = field(default_factory=list)
+    baseline: Optional[str] = None  # the comparison with the baseline, one sentence
+
+    def as_dict(self) -> dict:
+        return {"phase": self.phase, "finished": self.finished, "survived": not self.findings,
+                "findings": self.findings, "baseline": self.baseline,
+                "restarts": [dict(vars(r), finding=r.finding) for r in self.restarts]}
+
+
+def _read_json(path) -> dict:
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _first_row(att: layout.Attempt) -> Optional[dict]:
+    try:
+        for _, m, _ in iter_rows(att.metrics(0), []):
+            if "train/iter" in m and "train/loss" in m:
+                return m
+    except OSError:
+        pass
+    return None
+
+
+def _resume(k: int, first: dict, snap: dict) -> Restart:
+    """What an attempt that took a step resumed from, against what it should have."""
+    r = int(first.get("train/resumed_from") or 0)
+    expected = snap.get("newest_complete")
+    states = {int(s): bool(c) for s, c in snap.get("checkpoints") or []}
+    how = " (inferred: the program printed no resume line)" if first.get("program/resume_evidence") == "inferred" else ""
+    if r and (states.get(r) is False or (expected is not None and r > expected) or (expected is None and snap)):
+        return Restart(k, "incomplete", f"resumed from step {r}, whose checkpoint was not complete at the launch"
+                       + how, r, expected)
+    if expected is None:
+        return Restart(k, "first", "started from step 0 (no complete checkpoint yet)", r, expected)
+    if r == expected:
+        return Restart(k, "newest", f"resumed from the newest complete checkpoint (step {r}){how}", r, expected)
+    if r == 0:
+        return Restart(k, "fresh", f"started over from step 0 although step {expected} was complete", r, expected)
+    return Restart(k, "older", f"resumed from step {r}, older than the newest complete (step {expected}): "
+                   f"{expected - r} step(s) lost beyond necessity{how}", r, expected)
+
+
+def _no_step(k: int, rec: dict, snap: dict, struck: bool) -> Restart:
+    """An attempt that died before its first step."""
+    if struck:
+        return Restart(k, "startup_kill", "killed in start-up (before its first step): a new kill, no verdict")
+    if rec.get("hang"):
+        return Restart(k, "hung", "no progress seen before the start-up watchdog stopped it (hung, or for your "
+                       "own program check trainer.program.progress)")
+    if rec.get("exit_code") == 0:
+        return Restart(k, "startup_crash", "exited 0 without a progress line seen (check trainer.program.progress)")
+    pick = snap.get("will_load")
+    if pick:
+        state = "complete" if pick.get("complete") else "NOT complete: a save that did not finish"
+        return Restart(k, "load_crash", f"crashed before its first step, exit {rec.get('exit_code')}: the program "
+                       f"would load {pick.get('path')} (step {pick.get('step')}, {state})")
+    return Restart(k, "startup_crash", f"crashed before its first step, exit {rec.get('exit_code')} (no progress "
+                   "seen: a crash, or check trainer.program.progress)")
+
+
+def trajectory(phase_dir: str) -> Dict[int, float]:
+    """{step: loss} of the steps the phase kept (a recomputed step: its last value)."""
+    out: Dict[int, float] = {}
+    for att in layout.Phase(phase_dir).attempts():
+        try:
+            for _, m, _ in iter_rows(att.metrics(0), []):
+                it, loss = m.get("train/iter"), m.get("train/loss")
+                if isinstance(it, int) and isinstance(loss, (int, float)) and not isinstance(loss, bool):
+                    out[it] = float(loss)
+        except OSError:
+            continue
+    return out
+
+
+def final_crc(phase_dir: str):
+    atts = layout.Phase(phase_dir).attempts()
+    m = live.last_row(atts[-1].metrics(0)) if atts else None
+    return m.get("train/params_crc") if completed_row(m) else None
+
+
+def compare(phase_dir: str, base_dir: str, tolerance: float = 0.0) -> tuple:
+    """(finding or None, one sentence) for a phase against the baseline."""
+    mine, base = trajectory(phase_dir), trajectory(base_dir)
+    both = sorted(set(mine) & set(base))
+    crc, base_crc = final_crc(phase_dir), final_crc(base_dir)
+    crc_note = ""
+    if crc is not None and base_crc is not None:
+        if crc != base_crc:
+            return "params_differ", f"final parameters differ from the baseline's (crc {crc} vs {base_crc})"
+        crc_note = "; final parameters identical (crc)"
+    if not both:
+        return None, "no step logged in both this phase and the baseline: loss not compared" + crc_note
+    for s in both:
+        a, b = mine[s], base[s]
+        off = (a != b) if tolerance == 0 else not (math.isclose(a, b, rel_tol=tolerance) or a == b)
+        if off or math.isnan(a) != math.isnan(b):
+            return "diverged", f"diverged from the baseline at step {s} (loss {a!r} vs {b!r})"
+    what = "identical" if tolerance == 0 else f"within {tolerance:g} (relative)"
+    return None, f"loss {what} to the baseline's at all {len(both)} steps both logged" + crc_note
+
+
+def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: float = 0.0) -> Verdict:
+    ph = layout.Phase(phase_dir)
+    v = Verdict(ph.name)
+    injections = live.read_injections(phase_dir)
+    dead = 0
+    for att in ph.attempts():
+        rec, snap = _read_json(att.record), _read_json(att.at_launch)
+        v.finished = v.finished or rec.get("completed") is True
+        first = _first_row(att)
+        struck = bool(injections_into(injections, rec.get("launch_ts"), rec.get("end_ts"), att.index))
+        if first is not None:
+            r = _resume(att.index, first, snap)
+            dead = 0
+        else:
+            r = _no_step(att.index, rec, snap, struck)
+            # a kill in start-up is neither a crash nor a recovery: the count goes on past it
+            dead = dead + 1 if r.outcome in ("load_crash", "startup_crash") else dead if r.outcome == "startup_kill" else 0
+            if dead == CRASH_LOOP:
+                v.findings.append(f"crash loop: {CRASH_LOOP} attempts in a row died before a step, none "
+                                  f"of them killed (the last: attempt {att.index})")
+        if rec.get("hang") and first is not None and not struck:
+            r = Restart(att.index, "hung", r.text + "; then hung (the watchdog stopped it)", r.resumed_from, r.expected)
+        if att.index == 1 and r.outcome == "first":
+            r.text = "started from step 0"
+        v.restarts.append(r)
+        if r.finding:
+            v.findings.append(f"attempt {att.index}: {r.text}")
+    if not v.finished:
+        v.findings.append("did not finish (no attempt reached the last step and exited 0)")
+    if base_dir:
+        finding, v.baseline = compare(phase_dir, base_dir, tolerance)
+        if finding:
+            v.findings.append(v.baseline)
+    return v
+
+
+def markdown(verdicts: List[dict]) -> List[str]:
+    """The report's first section, from Verdict.as_dict() of each phase."""
+    L = ["## Did it survive?", ""]
+    for v in verdicts:
+        head = "survived" if v["survived"] else f"**{len(v['findings'])} finding(s)**"
+        L.append(f"- **{v['phase']}**: {'finished' if v['finished'] else 'did not finish'}; {head}"
+                 + (f"; {v['baseline']}" if v["baseline"] else ""))
+        for r in v["restarts"]:
+            L.append(f"  - attempt {r['attempt']}: {r['text']}" + (" **(finding)**" if r["finding"] else ""))
+        for f in v["findings"]:
+            if not f.startswith("attempt "):
+                L.append(f"  - **{f}**")
+    return L + [""]

@@ -1,0 +1,291 @@
+"""Program adapters (restartlab/programs), the progress tap (tap.py), rank variables for any
+program (rankenv.py) and the survival verdict (survival.py), without a training run: real files,
+real directories, real pipes; the multi-rank runs are in test_your_trainer.py."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from restartlab import layout, programs, survival, tap
+
+GEN = {"adapter": "generic", "progress": r"step (?P<step>\d+) loss (?P<loss>\S+)",
+       "checkpoints": r"{ckpt_dir}/ckpt-(?P<step>\d+)", "resumed": r"resumed from step (?P<step>\d+)"}
+
+
+def spec(**kw):
+    return programs.resolve(dict(GEN, **kw))
+
+
+def mk(path, text="x"):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+@pytest.mark.parametrize("raw", ["step 3 loss 1.5", "[rank0]: step 3 loss 1.5", "[0] step 3 loss 1.5",
+                                 "0: step 3 loss 1.5", "\x1b[32mstep 3\x1b[0m loss 1.5", "  [rank 0]:step 3 loss 1.5"])
+def test_progress_lines_with_ansi_codes_and_rank_prefixes(raw):
+    assert programs.parse_progress(spec(), programs.clean_line(raw)) == {"step": 3, "loss": 1.5}
+
+
+def test_progress_takes_dt_and_ignores_other_lines():
+    s = spec(progress=r"it (?P<step>\d+) dt (?P<dt>\S+)")
+    assert programs.parse_progress(s, "it 7 dt 0.25") == {"step": 7, "dt": 0.25}
+    assert programs.parse_progress(s, "loading it 7") is None
+    assert programs.parse_resumed(spec(), "resumed from step 40") == 40
+
+
+@pytest.mark.parametrize("change,key,says", [
+    ({"progress": r"step (\d+)"}, "progress", "has no (?P<step>...) group"),
+    ({"checkpoints": "ckpt-(?P<step>"}, "checkpoints", "is not a valid regular expression"),
+    ({"checkpoints": None}, "checkpoints", "required for adapter 'generic'"),
+    ({"progress": None}, "progress", "required for adapter 'generic'"),
+    ({"complete": "file:"}, "complete", "is not one of"),
+    ({"complete": "pointer:a/b"}, "complete", "is not one of"),
+    ({"selects": "newest"}, "selects", "is not one of"),
+    ({"selects": "pointer"}, "selects", "pointer needs complete: pointer:FILE"),
+])
+def test_spec_errors_name_the_key(change, key, says):
+    errs = programs.spec_errors(spec(**change))
+    assert errs and errs[0][0] == key and says in errs[0][1], errs
+
+
+def test_the_bundled_trainer_needs_no_progress_regex():
+    assert programs.spec_errors(programs.resolve({"adapter": "restartlab"})) == []
+
+
+def test_complete_rules_and_the_programs_own_selection(tmp_path):
+    d = str(tmp_path)
+    mk(f"{d}/ckpt-10/state", "a")
+    mk(f"{d}/ckpt-10/done")
+    mk(f"{d}/ckpt-20/state", "b")                 # torn: no marker
+    mk(f"{d}/ckpt-5.pt")                          # a file checkpoint is listed too
+    mk(f"{d}/notes.txt")
+    os.utime(f"{d}/ckpt-10", (1, 1))
+    os.utime(f"{d}/ckpt-10/state", (1, 1))
+    os.utime(f"{d}/ckpt-10/done", (1, 1))
+    s = spec(checkpoints=r"{ckpt_dir}/ckpt-(?P<step>\d+)(\.pt)?", complete="file:done")
+    ck = programs.list_ckpts(s, d)
+    assert [(c.step, c.complete) for c in ck] == [(5, False), (10, True), (20, False)]
+    assert programs.newest_complete(ck).step == 10
+    assert programs.will_load(s, ck, d).step == 10
+    assert programs.will_load(dict(s, selects="highest"), ck, d).step == 20
+    assert programs.will_load(dict(s, selects="newest_mtime"), ck, d).step in (5, 20)
+    mk(f"{d}/ckpt-5.ptdone")                      # file:NAME beside a file checkpoint
+    assert [c.complete for c in programs.list_ckpts(s, d)][0] is True
+    # exists: whatever is there; dcp: DCP's .metadata inside the dir
+    assert all(c.complete for c in programs.list_ckpts(dict(s, complete="exists"), d))
+    mk(f"{d}/ckpt-20/.metadata")
+    assert [c.step for c in programs.list_ckpts(dict(s, complete="dcp"), d) if c.complete] == [20]
+    assert os.listdir(f"{d}/ckpt-20") and os.path.exists(f"{d}/notes.txt")  # nothing changed
+
+
+def test_pointer_file_rule(tmp_path):
+    d = str(tmp_path)
+    for n in (100, 200):
+        mk(f"{d}/iter_{n:07d}/model.pt")
+    s = spec(checkpoints=r"{ckpt_dir}/iter_(?P<step>\d+)", complete="pointer:latest.txt", selects="pointer")
+    assert programs.will_load(s, programs.list_ckpts(s, d), d) is None  # no pointer yet
+    mk(f"{d}/latest.txt", "100\n")
+    ck = programs.list_ckpts(s, d)
+    assert [(c.step, c.complete) for c in ck] == [(100, True), (200, False)]
+    assert programs.will_load(s, ck, d).step == 100
+    mk(f"{d}/latest.txt", "")                     # the empty pointer a kill between open and write leaves
+    assert programs.newest_complete(programs.list_ckpts(s, d)) is None
+
+
+def test_in_flight_sees_a_save_being_written_not_leftovers_nor_complete_ones(tmp_path):
+    d = str(tmp_path)
+    s = spec(complete="file:done")
+    mk(f"{d}/ckpt-5/state")
+    mk(f"{d}/ckpt-5/done")
+    mk(f"{d}/.tmp-ckpt-9/state")                  # an earlier kill's leftover: old
+    for p in (f"{d}/.tmp-ckpt-9/state", f"{d}/.tmp-ckpt-9"):
+        os.utime(p, (1, 1))
+    since = time.time() - 1
+    assert programs.in_flight(s, d, since) == []
+    mk(f"{d}/.tmp-ckpt-10/state")                 # an atomic save in progress (renamed when done)
+    mk(f"{d}/ckpt-15/state")                      # an in-place save in progress
+    assert programs.in_flight(s, d, since) == [".tmp-ckpt-10", "ckpt-15"]
+    mk(f"{d}/ckpt-15/done")
+    assert programs.in_flight(s, d, since) == [".tmp-ckpt-10"]
+
+
+def _rows(att):
+    with open(att.metrics(0)) as f:
+        return [json.loads(line)["metrics"] for line in f]
+
+
+def test_tap_turns_output_into_metrics_rows(tmp_path):
+    att = layout.Attempt(str(tmp_path / "1"))
+    os.makedirs(att.path)
+    launch = 1000.0
+    at_launch = [programs.Ckpt(10, "x", True, 0.0), programs.Ckpt(20, "y", True, 0.0)]
+    t = tap.Tap(spec(resumed=None), att, launch, at_launch)
+    t.feed(b"loading...\n", 1001.0)
+    assert not t.stepped and t.last_progress == launch
+    t.feed(b"[rank0]: step 21 loss 2.5\n", 1002.0)
+    t.feed(b"[rank1]: step 21 loss 2.5\n", 1002.1)   # another rank's copy: booked once
+    t.feed(b"\r 50%|##   | step 22 loss 2.25\r 60%|### | step 23 loss 2.0\n", 1002.5)
+    assert t.finish(0, last_step=23) is None
+    rows = _rows(att)
+    assert [r["train/iter"] for r in rows] == [21, 22, 23, 23]
+    first = rows[0]
+    assert first["train/resumed_from"] == 20 and first["program/resume_evidence"] == "inferred"
+    assert first["train/restart_seconds"] == pytest.approx(2.0) and "train/dt" not in first
+    assert rows[1]["train/dt"] == pytest.approx(0.5)
+    assert rows[-1] == {"train/iter": 23, "train/finished": True}
+
+
+def test_tap_prefers_the_programs_resume_line_and_writes_no_final_row_on_failure(tmp_path):
+    att = layout.Attempt(str(tmp_path / "1"))
+    os.makedirs(att.path)
+    t = tap.Tap(spec(), att, 0.0, [programs.Ckpt(20, "y", True, 0.0)])
+    t.feed(b"resumed from step 15\nstep 16 loss 1\n", 1.0)
+    assert t.finish(9, last_step=16) is None            # killed: no final row
+    rows = _rows(att)
+    assert rows[0]["train/resumed_from"] == 15 and rows[0]["program/resume_evidence"] == "line"
+    assert not any(r.get("train/finished") for r in rows)
+
+
+def test_tap_without_progress_warns_with_the_regex_and_the_last_lines(tmp_path):
+    att = layout.Attempt(str(tmp_path / "1"))
+    os.makedirs(att.path)
+    t = tap.Tap(spec(), att, 0.0, [])
+    t.feed(b"epoch 1 batch 1 loss 3\nepoch 1 batch 2 loss 2\n", 1.0)
+    w = t.finish(0, last_step=5)
+    assert "no progress seen" in w and "trainer.program.progress" in w and "epoch 1 batch 2 loss 2" in w
+    assert not os.path.exists(att.metrics(0))
+
+
+def test_pump_copies_a_pipe_to_the_output_and_the_tap(tmp_path):
+    att = layout.Attempt(str(tmp_path / "1"))
+    os.makedirs(att.path)
+    t = tap.Tap(spec(), att, time.time(), [])
+    p = subprocess.Popen([sys.executable, "-c", "import time\nfor i in range(1, 4):\n print(f'step {i} loss {i/2}', "
+                          "flush=True); time.sleep(0.05)"], stdout=subprocess.PIPE)
+    pump = tap.Pump(p.stdout, att, t)
+    pump.start()
+    assert p.wait(30) == 0
+    pump.join(10)
+    t.finish(0, 3)
+    with open(att.output) as f:
+        assert f.read().splitlines() == [f"step {i} loss {i / 2}" for i in range(1, 4)]
+    ts = [json.loads(x)["timestamp"] for x in open(att.metrics(0))]
+    assert ts == sorted(ts) and ts[1] - ts[0] >= 0.04   # timestamps are when each line came
+
+
+def test_rankenv_maps_launcher_variables_and_keeps_what_is_set():
+    from restartlab import rankenv
+    hydra = {"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
+    assert rankenv.torchrun_env(hydra) == {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    pals = {"PALS_RANKID": "5", "PMI_SIZE": "8", "PALS_LOCAL_RANKID": "1", "PALS_LOCAL_SIZE": "4"}
+    assert rankenv.torchrun_env(pals)["WORLD_SIZE"] == "8"
+    assert rankenv.torchrun_env({}) == {}
+    env = dict(os.environ, PMI_RANK="1", PMI_SIZE="2", MPI_LOCALRANKID="1", RANK="7")
+    env.pop("PYTHONUNBUFFERED", None)
+    out = subprocess.run([sys.executable, "-m", "restartlab.rankenv", "--", "sh", "-c",
+                          "echo $RANK $WORLD_SIZE $LOCAL_RANK $PYTHONUNBUFFERED $$"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.split()[:4] == ["7", "2", "1", "1"]  # RANK was set: kept
+    bad = subprocess.run([sys.executable, "-m", "restartlab.rankenv", "--", "/no/such/program"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 127 and "cannot run '/no/such/program'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# ---------------------------------------------------------------- survival verdicts on made-up phases
+def _attempt(phase, k, rows=None, rc=0, completed=False, snap=None, hang=False, launch=None):
+    att = phase.attempt(k)
+    os.makedirs(att.path)
+    launch = launch if launch is not None else 100.0 * k
+    with open(att.record, "w") as f:
+        json.dump({"attempt": k, "launch_ts": launch, "end_ts": launch + 50, "exit_code": rc,
+                   "completed": completed, "hang": hang}, f)
+    if snap is not None:
+        with open(att.at_launch, "w") as f:
+            json.dump(snap, f)
+    if rows:
+        with open(att.metrics(0), "w") as f:
+            for i, m in enumerate(rows):
+                f.write(json.dumps({"timestamp": launch + i, "rank": 0, "metrics": m}) + "\n")
+
+
+def _snap(ck, pick=None):
+    good = [s for s, c in ck if c]
+    return {"checkpoints": [list(x) for x in ck], "newest_complete": max(good) if good else None,
+            "will_load": {"step": pick, "path": f"ckpt-{pick}", "complete": dict(ck).get(pick)} if pick else None}
+
+
+def _steps(a, b, first=None, loss=lambda s: 1.0 / s):
+    rows = [{"train/iter": s, "train/loss": loss(s)} for s in range(a, b + 1)]
+    if first is not None:
+        rows[0]["train/resumed_from"] = first
+    return rows
+
+
+def _kill(phase, k):
+    with open(phase.injections, "a") as f:
+        f.write(json.dumps({"time": 100.0 * k + 1, "killed": 2, "attempt": k}) + "\n")
+
+
+def test_verdicts_of_each_kind_of_restart(tmp_path):
+    ph = layout.Phase(str(tmp_path / "p"))
+    _attempt(ph, 1, _steps(1, 12, 0), rc=9, snap=_snap([]))
+    _kill(ph, 1)
+    _attempt(ph, 2, _steps(11, 17, 10), rc=9, snap=_snap([(10, True)]))                 # newest
+    _kill(ph, 2)
+    _attempt(ph, 3, _steps(11, 23, 10), rc=9, snap=_snap([(10, True), (15, True)]))     # older
+    _kill(ph, 3)
+    _attempt(ph, 4, _steps(1, 4, 0), rc=9, snap=_snap([(10, True), (20, True)]))        # fresh
+    _kill(ph, 4)
+    _attempt(ph, 5, _steps(26, 27, 25), rc=9, snap=_snap([(20, True), (25, False)]))    # incomplete
+    _kill(ph, 5)
+    _attempt(ph, 6, None, rc=9, snap=_snap([(20, True)], 20))                         # killed in start-up
+    _kill(ph, 6)
+    _attempt(ph, 7, None, rc=1, snap=_snap([(20, True), (30, False)], 30))            # crashed loading
+    _attempt(ph, 8, _steps(21, 40, 20) + [{"train/iter": 40, "train/finished": True}], completed=True,
+             snap=_snap([(20, True)], 20))
+    v = survival.phase_verdict(ph.path)
+    assert [r.outcome for r in v.restarts] == ["first", "newest", "older", "fresh", "incomplete", "startup_kill",
+                                               "load_crash", "newest"]
+    assert "5 step(s) lost beyond necessity" in v.restarts[2].text
+    assert "ckpt-30" in v.restarts[6].text and "NOT complete" in v.restarts[6].text
+    assert v.finished and len(v.findings) == 4
+
+
+def test_crash_loop_unfinished_and_hung(tmp_path):
+    ph = layout.Phase(str(tmp_path / "p"))
+    _attempt(ph, 1, _steps(1, 5, 0), rc=9, snap=_snap([]))
+    _kill(ph, 1)
+    for k in (2, 3):
+        _attempt(ph, k, None, rc=1, snap=_snap([(5, False)], 5))
+    _attempt(ph, 4, None, rc=9, snap=_snap([(5, False)], 5))
+    _kill(ph, 4)                                   # a kill in start-up does not break the count
+    _attempt(ph, 5, None, rc=1, snap=_snap([(5, False)], 5))
+    _attempt(ph, 6, None, rc=9, hang=True, snap=_snap([]))
+    v = survival.phase_verdict(ph.path)
+    assert any(f.startswith("crash loop") and "attempt 5" in f for f in v.findings)
+    assert "did not finish (no attempt reached the last step and exited 0)" in v.findings
+    assert v.restarts[-1].outcome == "hung" and "trainer.program.progress" in v.restarts[-1].text
+
+
+def test_against_the_baseline_identical_within_tolerance_or_diverged(tmp_path):
+    base, ph = layout.Phase(str(tmp_path / "base")), layout.Phase(str(tmp_path / "p"))
+    _attempt(base, 1, _steps(1, 20, 0), completed=True)
+    _attempt(ph, 1, _steps(1, 12, 0), rc=9)
+    _attempt(ph, 2, _steps(11, 20, 10), completed=True)
+    assert survival.compare(ph.path, base.path) == (None, "loss identical to the baseline's at all 20 steps both logged")
+    ph2 = layout.Phase(str(tmp_path / "p2"))
+    _attempt(ph2, 1, _steps(1, 12, 0), rc=9)
+    _attempt(ph2, 2, _steps(11, 20, 10, loss=lambda s: 1.0 / s * (1 + 1e-9 * (s >= 15))), completed=True)
+    finding, text = survival.compare(ph2.path, base.path)
+    assert finding == "diverged" and "at step 15" in text
+    assert survival.compare(ph2.path, base.path, tolerance=1e-6)[0] is None
+    # a recomputed step counts with its last value: the first attempt's steps 11-12 are replaced
+    ph3 = layout.Phase(str(tmp_path / "p3"))
+    _attempt(ph3, 1, _steps(1, 12, 0, loss=lambda s: 9.0 if s > 10 else 1.0 / s), rc=9)
+    _attempt(ph3, 2, _steps(11, 20, 10), completed=True)
+    assert survival.compare(ph3.path, base.path)[0] is None

@@ -1,0 +1,115 @@
+"""Your trainer, not ours: a program restartlab has never seen (examples/plain/train.py: no torch,
+no restartlab; its ranks take RANK from the torchrun-style variables restartlab maps from the
+launcher's), configured only through trainer.program with the generic adapter, under real mpiexec
+ranks and real SIGKILLs: `restartlab run` (kills, relaunches, the report's lost steps and its
+survival verdict) and `restartlab fuzz` (a program that saves atomically survives: exit 0; one
+that writes in place and loads the highest checkpoint unchecked is a finding: exit 1)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from restartlab import layout
+from tests.helpers import cleanup_tag, job_tag
+
+pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLAIN = os.path.join(ROOT, "scenarios", "examples", "plain.yaml")
+
+
+def restartlab(*args, timeout=500):
+    return subprocess.run([sys.executable, "-m", "restartlab.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture
+def expt(tmp_path):
+    d = str(tmp_path / "expt")
+    yield d
+    if os.path.exists(layout.Expt(d).job_script):
+        cleanup_tag(job_tag(d))
+
+
+def _summary(d):
+    with open(layout.Expt(d).summary) as f:
+        return {s["phase"]: s for s in json.load(f)["phases"]}
+
+
+def _ckpts(d, phase):
+    return sorted(os.listdir(layout.Expt(d).phase(phase).ckpts))
+
+
+def test_a_plain_program_through_run(expt):
+    r = restartlab("run", PLAIN, "--expt-dir", expt, "--plain")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    s = _summary(expt)
+    assert s["baseline"]["completed"] and s["restart"]["completed"]
+    ev = s["restart"]["failures"]
+    assert len(ev) == 2 and all(e["injected"] for e in ev)
+    phase = layout.Expt(expt).phase("restart")
+    for e in ev:  # resumed from the newest complete checkpoint at its launch; lost = last step - that
+        with open(phase.attempt(e["attempt"] + 1).at_launch) as f:
+            snap = json.load(f)
+        assert e["resumed_from"] == snap["newest_complete"] and e["resumed_from"] % 5 == 0
+        assert e["lost_steps"] == e["step_at_kill"] - e["resumed_from"] >= 0
+        assert e["step_at_kill"] >= {1: 12, 2: 27}[e["attempt"]]  # gated: the kill waits for the step's checkpoint
+    v = s["restart"]["survival"]
+    assert v["survived"] and v["finished"] and "loss identical to the baseline's at all 40 steps" in v["baseline"]
+    assert [x["outcome"] for x in v["restarts"]] == ["first", "newest", "newest"]
+    with open(layout.Expt(expt).report) as f:
+        report = f.read()
+    assert report.index("## Did it survive?") < report.index("## Phases")
+    with open(phase.attempt(1).output) as f:
+        out = f.read()
+    assert "rank 0/2 local 0" in out and "rank 1/2 local 1" in out  # torchrun-style variables, mapped
+    # restartlab never removes a checkpoint of the program's: every save of the last attempt is there
+    assert {"ckpt-35", "ckpt-40"} <= set(_ckpts(expt, "restart"))
+
+
+def _fuzz(expt, *more):
+    r = restartlab("fuzz", PLAIN, "--expt-dir", expt, "--plain", *more)
+    fz = layout.Expt(expt).fuzz_summary
+    data = json.load(open(fz)) if os.path.exists(fz) else None
+    return r, data
+
+
+def test_fuzz_a_program_that_saves_atomically_survives(expt):
+    r, data = _fuzz(expt, "--kills", "4", "--seed", "3")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert data["verdict"]["survived"] and len(data["kills"]) >= 2
+    assert "identical" in data["verdict"]["baseline"]
+    assert "survived every one" in r.stdout and "| kill | attempt | struck |" in r.stdout
+
+
+def test_fuzz_finds_a_program_that_loads_torn_checkpoints(expt):
+    # every kill aimed inside a save; a save takes 1 s, so the kill lands inside it
+    r, data = _fuzz(expt, "--kills", "2", "--seed", "1", "--save-share", "1", "--no-baseline",
+                    "--set", 'phases.1.args=[--save-every, "5", --save, torn, --save-time, "1"]')
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    assert any(k["where"] == "save" for k in data["kills"])
+    bad = {x["outcome"] for x in data["verdict"]["restarts"]}
+    assert bad & {"incomplete", "load_crash"}, data["verdict"]
+    assert data["verdict"]["findings"] and "finding(s)" in r.stdout
+
+
+def test_a_program_whose_progress_is_never_seen(expt):
+    r = restartlab("run", PLAIN, "--expt-dir", expt, "--plain",
+                   "--set", r"trainer.program.progress=iteration (?P<step>\d+)",
+                   "--set", "relaunch.startup_timeout=3s", "--set", "relaunch.max_attempts=1",
+                   "--set", 'phases=[{name: baseline, checkpoint: none, args: [--step-time, "1"]}]')
+    assert r.returncode == 1
+    with open(layout.Expt(expt).job_out) as f:
+        assert "no progress seen" in f.read()
+    with open(layout.Expt(expt).report) as f:
+        assert "check trainer.program.progress" in f.read()
+
+
+def test_fuzz_bad_input_exits_2(tmp_path):
+    r = restartlab("fuzz", PLAIN, "--phase", "nope", "--expt-dir", str(tmp_path / "x"))
+    assert r.returncode == 2 and "no phase named 'nope'" in r.stderr and "Traceback" not in r.stderr
+    r = restartlab("fuzz", PLAIN, "--phase", "baseline", "--expt-dir", str(tmp_path / "x"))
+    assert r.returncode == 2 and "saves no checkpoints" in r.stderr
+    r = restartlab("fuzz", PLAIN, "--kills", "0")
+    assert r.returncode == 2 and "--kills: must be >= 1" in r.stderr
