@@ -31,7 +31,15 @@ demo: $(STAMP)
 demo-faults: $(STAMP)
 	$(BIN)/restartlab run scenarios/faults.yaml
 
-test: $(STAMP)
+# the frameworks of the "your trainer" tests (setup.cfg [frameworks]), with the torch already there
+# held as it is (a constraint: never a second torch download)
+FRAMEWORKS := $(VENV)/.frameworks
+$(FRAMEWORKS): $(STAMP) setup.cfg
+	$(BIN)/python -c 'import torch; print("torch==" + torch.__version__)' > $(VENV)/torch-constraint.txt
+	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[frameworks]'
+	touch $(FRAMEWORKS)
+
+test: $(STAMP) $(FRAMEWORKS)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
 
 bench: $(STAMP)

@@ -28,6 +28,8 @@ def add_args(p):
     p.add_argument("--window", type=parse_duration, default=None, help="a kill not aimed at a save strikes "
                    "within this long of its attempt's launch (default: the scenario's failures.fuzz_window)")
     p.add_argument("--save-share", type=float, default=0.5, help="the share of kills aimed inside a save")
+    p.add_argument("--after-complete", action="store_true", help="a kill aimed at a save waits for a save made "
+                   "while a complete checkpoint exists (what such a kill may lose)")
     p.add_argument("--no-baseline", action="store_true", help="do not run the baseline phase (the loss is "
                    "then not compared)")
     p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
@@ -63,6 +65,7 @@ def plan(sc: dict, a):
     f = copy.deepcopy(sc["failures"])
     f.update(kind="kill", signal=None, gate=None, wait_first_complete=False, max_kills=None,
              fuzz_window=a.window or f.get("fuzz_window") or 10.0, fuzz_save_share=a.save_share,
+             fuzz_after_complete=a.after_complete,
              schedule={k: None for k in f["schedule"]})
     f["schedule"].update(fuzz=a.kills, seed=a.seed)
     fuzzed = dict(copy.deepcopy(target), failures=f)
@@ -82,17 +85,25 @@ def outcomes(phase_dir: str, verdict: survival.Verdict) -> list:
         nxt = after.get(k + 1) if isinstance(k, int) else None
         rows.append({"kill": len(rows) + 1, "attempt": k, "where": rec.get("where") or "?",
                      "saving": rec.get("saving") or [], "newest_complete": rec.get("newest_complete"),
+                     "newest_complete_seen": rec.get("newest_complete_seen"),
                      "next": nxt.outcome if nxt else None,
                      "text": nxt.text if nxt else "no attempt after it (the phase ended)",
                      "finding": bool(nxt and nxt.finding)})
     return rows
 
 
+def _newest(r) -> str:
+    """The newest complete checkpoint at the kill, and the newest one seen before if it is gone."""
+    now, seen = r["newest_complete"], r.get("newest_complete_seen")
+    text = "-" if now is None else str(now)
+    return text + (f" ({seen} before)" if seen is not None and seen != now else "")
+
+
 def table(rows) -> str:
     L = ["| kill | attempt | struck | being written | newest complete | next attempt |", "|---|---|---|---|---|---|"]
     for r in rows:
         L.append(f"| {r['kill']} | {r['attempt']} | {r['where']} | {', '.join(map(str, r['saving'])) or '-'} | "
-                 f"{r['newest_complete'] if r['newest_complete'] is not None else '-'} | "
+                 f"{_newest(r)} | "
                  f"{r['text']}{' **(finding)**' if r['finding'] else ''} |")
     return "\n".join(L)
 

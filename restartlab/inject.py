@@ -127,13 +127,17 @@ class Injector:
         self.striking = False   # between the first signal of a strike and its record
         self.terminated = None  # the signal that asked us to stop
         self.spec = programs.resolve(json.loads(a.program) if a.program else {"adapter": "restartlab"})
+        self.seen_complete: Optional[int] = None  # the newest complete checkpoint ever seen here
 
     def ckpts(self):
         return programs.list_ckpts(self.spec, self.a.ckpt_dir) if self.a.ckpt_dir else []
 
     def newest_complete(self) -> Optional[int]:
-        """The newest complete checkpoint's step, by the program's completion rule."""
+        """The newest complete checkpoint's step, by the program's completion rule (and the newest
+        ever seen: a program may delete its last good one before it writes the next)."""
         c = programs.newest_complete(self.ckpts())
+        if c is not None and (self.seen_complete is None or c.step > self.seen_complete):
+            self.seen_complete = c.step
         return c.step if c else None
 
     def target(self) -> Optional[layout.Attempt]:
@@ -193,11 +197,23 @@ class Injector:
             time.sleep(POLL_S)
 
     def strike(self, kind, idx, sig):
-        """Fan `sig` out to the nodes `idx`; (distinct processes reached, receipts)."""
-        receipts = fan_out(self.a.fanout, self.hosts, idx, killer_argv(self.a.python, self.a.tag, sig, kind),
-                           self.slots, self.a.launcher)
+        """Fan `sig` out to the nodes `idx`; (distinct processes reached, receipts). On the local
+        scheduler every node is this host: the killer runs in this process (a `kill-ranks`
+        process would first spend ~0.15 s starting Python, while the program goes on)."""
+        if self.a.fanout == "local":
+            receipts = [self.strike_here(kind, sig) for _ in idx]
+        else:
+            receipts = fan_out(self.a.fanout, self.hosts, idx, killer_argv(self.a.python, self.a.tag, sig, kind),
+                               self.slots, self.a.launcher)
         # distinct (host, pid): two scheduler nodes on one host may both see the same rank
         return len({(r.get("host"), p) for r in receipts if not r.get("dry_run") for p in r.get("pids", [])}), receipts
+
+    def strike_here(self, kind, sig) -> dict:
+        """`restartlab kill-ranks` on this host, in this process: the same receipt."""
+        try:
+            return killer.kill_ranks(self.a.tag, killer.parse_signal(sig), one="--one" in kind.killer_args())
+        except (OSError, killer.KillerError) as e:
+            return {"host": socket.gethostname(), "error": str(e)}
 
     def kill(self, reason, target_step=None, kind_name=None):
         a = self.a
@@ -218,6 +234,7 @@ class Injector:
         rec = {"time": t_kill, "reason": reason, "target_step": target_step,
                "step_seen": newest_step_seen(a.phase_dir) if a.phase_dir else None,
                "newest_complete": newest, "signal": sig, "kind": kind.name,
+               "newest_complete_seen": self.seen_complete,
                "hosts": [self.hosts[i] for i in idx], "killed": killed, "receipts": receipts,
                **self.where(struck)}
         self.record(rec)  # now: the relaunch loop books the attempt as injected when it ends
@@ -274,8 +291,12 @@ class Injector:
             delay, jitter = self.rng.uniform(0, window), self.rng.uniform(0, 0.02)
             if in_save:
                 deadline = time.time() + SAVE_WAIT_S
-                while not (programs.in_flight(self.spec, a.ckpt_dir, t0) or attempt.is_over(att)
-                           or time.time() > deadline or self.stop_reason()):
+                # --fuzz-after-complete: only a save made while a complete checkpoint exists (or
+                # existed: one deleted before the next is written counts) is struck
+                while not ((not a.fuzz_after_complete or self.newest_complete() is not None
+                            or self.seen_complete is not None)
+                           and programs.in_flight(self.spec, a.ckpt_dir, t0)
+                           or attempt.is_over(att) or time.time() > deadline or self.stop_reason()):
                     time.sleep(SAVE_POLL_S)
                 if attempt.is_over(att) or self.stop_reason():
                     continue

@@ -59,7 +59,8 @@ def inject_args(sc, f, phase: layout.Phase, tag) -> List[str]:
     at = ",".join(str(x) if isinstance(x, int) else f"{x['step']}:{x['kind']}" for x in s.get("at_steps") or [])
     sched = ({"every": s["every"]} if s.get("every") is not None else {"at_steps": at} if at else
              {"every_steps": s["every_steps"]} if s.get("every_steps") else
-             {"fuzz": s["fuzz"], "fuzz_window": f["fuzz_window"], "fuzz_save_share": f["fuzz_save_share"]} if s.get("fuzz") else {"mtbf": s.get("mtbf")})
+             {"fuzz": s["fuzz"], "fuzz_window": f["fuzz_window"], "fuzz_save_share": f["fuzz_save_share"],
+              "fuzz_after_complete": f["fuzz_after_complete"]} if s.get("fuzz") else {"mtbf": s.get("mtbf")})
     return options.to_argv(tool_options.INJECT, dict(
         sched, phase_dir=phase.path, ckpt_dir=phase.ckpts, tag=tag, until=phase.done, kind=f["kind"],
         grace=f["grace"], fanout=sc["scheduler"], launcher=sc["launch"]["launcher"],

@@ -59,6 +59,8 @@ FAILURES = {
     "fuzz_window": F("duration", 10, "schedule.fuzz: a kill not aimed at a save strikes at most this long "
                      "after its attempt's launch", positive=True),
     "fuzz_save_share": F("float", 0.5, "schedule.fuzz: the share of kills aimed inside a save", min=0),
+    "fuzz_after_complete": F("bool", False, "schedule.fuzz: a kill aimed at a save waits for a save made while "
+                             "a complete checkpoint exists"),
 }
 PROGRAM = {
     "command": ListOf(F("str"), doc="the program's argv on every rank (the launcher line runs it); "
@@ -75,6 +77,9 @@ PROGRAM = {
                  + ", ".join(programs.SELECT_RULES) + " (default: the adapter's; generic: newest_complete)"),
     "resumed": F("str", None, "regex for the program's own resume line, with a (?P<step>...) group "
                  "(without it: the highest checkpoint below the first step logged)"),
+    "counts": F("str", None, "what the number in a checkpoint's name counts: steps, or saves (with "
+                "save_every: step = (K + 1) x save_every; default: the adapter's, generic: steps)"),
+    "save_every": F("int", None, "counts: saves: the steps between two saves", positive=True),
     "steps": F("int", None, "the last step: a phase is completed when the program logged it and exited 0",
                required=True, positive=True),
     "tolerance": F("float", 0.0, "the survival verdict: the loss after a resume may differ from the "

@@ -25,7 +25,7 @@ from .collect import iter_rows
 
 CRASH_LOOP = 3
 FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung", "crash_loop",
-            "unfinished", "diverged", "params_differ")
+            "unfinished", "diverged", "params_differ", "lost")
 
 
 @dataclass
@@ -112,6 +112,23 @@ def _no_step(k: int, rec: dict, snap: dict, struck: bool) -> Restart:
                    "seen: a crash, or check trainer.program.progress)")
 
 
+def _max(*xs):
+    xs = [x for x in xs if isinstance(x, int) and not isinstance(x, bool)]
+    return max(xs) if xs else None
+
+
+def _lost(k: int, snap: dict, best: Optional[int]) -> Optional[str]:
+    """Saved work lost: a complete checkpoint known to have existed (at an earlier launch, or seen
+    by the injector) is gone at this launch, with nothing as new in its place."""
+    if best is None or not snap:
+        return None
+    now = snap.get("newest_complete")
+    if now is not None and now >= best:
+        return None
+    return (f"saved work lost: the complete checkpoint of step {best} is gone at this launch (the program deleted "
+            f"it before its next save was complete); newest complete now: {now if now is not None else 'none'}")
+
+
 def trajectory(phase_dir: str) -> Dict[int, float]:
     """{step: loss} of the steps the phase kept (a recomputed step: its last value)."""
     out: Dict[int, float] = {}
@@ -157,9 +174,12 @@ def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: flo
     ph = layout.Phase(phase_dir)
     v = Verdict(ph.name)
     injections = live.read_injections(phase_dir)
-    dead = 0
+    dead, best = 0, None  # best: the newest complete checkpoint known to have existed before
     for att in ph.attempts():
         rec, snap = _read_json(att.record), _read_json(att.at_launch)
+        gone = _lost(att.index, snap, best)
+        best = _max(best, snap.get("newest_complete"), *(r.get("newest_complete_seen") for r in injections
+                                                         if r.get("killed") and r.get("attempt") == att.index))
         v.finished = v.finished or rec.get("completed") is True
         first = _first_row(att)
         struck = bool(injections_into(injections, rec.get("launch_ts"), rec.get("end_ts"), att.index))
@@ -177,6 +197,8 @@ def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: flo
             r = Restart(att.index, "hung", r.text + "; then hung (the watchdog stopped it)", r.resumed_from, r.expected)
         if att.index == 1 and r.outcome == "first":
             r.text = "started from step 0"
+        if gone:
+            r = Restart(att.index, "lost", f"{gone}; then: {r.text}", r.resumed_from, r.expected)
         v.restarts.append(r)
         if r.finding:
             v.findings.append(f"attempt {att.index}: {r.text}")

@@ -135,6 +135,8 @@ INJECT = [
     Opt("--fuzz-window", "duration", 10.0, "--fuzz: a kill that is not aimed at a save strikes this long "
         "after the launch at most (uniformly)", positive=True),
     Opt("--fuzz-save-share", "float", 0.5, "--fuzz: the share of kills aimed inside a save", min=0),
+    Opt("--fuzz-after-complete", "flag", False, "--fuzz: a kill aimed at a save waits for a save made while a "
+        "complete checkpoint exists (what a kill there may lose)"),
     Opt("--seed", "int", 0, "seed for mtbf inter-arrival times and the one-node target choice"),
     Opt("--gate", "str", None, "complete (default for step schedules): wait for step-S/.complete; "
         "none: fire on time", choices=("complete", "none")),

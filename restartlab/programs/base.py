@@ -6,8 +6,10 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
   checkpoints  a regex over paths under the checkpoint dir (`{ckpt_dir}` stands for it), with a
                `step` group; a checkpoint is a file or a directory
   complete     when a listed checkpoint is complete: exists | dcp (holds DCP's .metadata) |
-               file:NAME (a marker inside the checkpoint dir, or beside a checkpoint file) |
-               pointer:FILE (FILE in the checkpoint dir names the newest complete step)
+               file:NAME[,NAME...] (files inside the checkpoint dir, or beside a checkpoint file:
+               all of them) | pointer:FILE (FILE in the checkpoint dir names the newest complete step)
+  counts       what the number in a checkpoint's name counts: steps, or saves (Accelerate's
+               checkpoint_<K>); with saves, step = (K + 1) x save_every
   selects      which checkpoint the program itself loads on a restart: newest_complete |
                highest (the highest step, complete or not) | newest_mtime | pointer
   resumed      optional: a regex for the program's own resume line, with a `step` group
@@ -19,9 +21,9 @@ from typing import Dict, List, Optional
 
 from ..registry import Registry
 
-COMPLETE_RULES = ("exists", "dcp", "file:NAME", "pointer:FILE")
+COMPLETE_RULES = ("exists", "dcp", "file:NAME[,NAME...]", "pointer:FILE")
 SELECT_RULES = ("newest_complete", "highest", "newest_mtime", "pointer")
-KEYS = ("progress", "checkpoints", "complete", "selects", "resumed")
+KEYS = ("progress", "checkpoints", "complete", "selects", "resumed", "counts", "save_every")
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 # [rank0]: (torchrun --tee / DDP logging), [0] or [0]: (Hydra -prepend-rank), 0: (srun --label)
 RANK_PREFIX = re.compile(r"^\s*(?:\[(?:rank\s*)?\d+\]:?|\d+:)\s?")
@@ -69,6 +71,11 @@ def spec_errors(spec: dict) -> List[tuple]:
             or (arg and ("/" in arg or arg in (".", ".."))):
         out.append(("complete", f"{rule!r} is not one of {', '.join(COMPLETE_RULES)} (NAME and FILE: a plain "
                     "file name)"))
+    if (spec.get("counts") or "steps") not in ("steps", "saves"):
+        out.append(("counts", f"{spec.get('counts')!r} is not one of steps, saves"))
+    elif spec.get("counts") == "saves" and not spec.get("save_every"):
+        out.append(("save_every", "required with counts: saves (the steps between two saves: the step of "
+                    "checkpoint K is (K + 1) x save_every)"))
     sel = spec.get("selects") or ""
     if sel not in SELECT_RULES:
         out.append(("selects", f"{sel!r} is not one of {', '.join(SELECT_RULES)}"))
@@ -167,7 +174,7 @@ def _is_complete(rule: str, path: str, step: int, ckpt_dir: str) -> bool:
     if kind == "dcp":
         return os.path.isfile(os.path.join(path, ".metadata"))
     if kind == "file":
-        return os.path.exists(os.path.join(path, arg) if os.path.isdir(path) else path + arg)
+        return all(os.path.exists(os.path.join(path, n) if os.path.isdir(path) else path + n) for n in arg.split(","))
     newest = _pointer(ckpt_dir, arg)
     return newest is not None and step <= newest
 
@@ -192,6 +199,8 @@ def list_ckpts(spec: dict, ckpt_dir: str) -> List[Ckpt]:
                     step = int(m.group("step"))
                 except (TypeError, ValueError):
                     continue
+                if spec.get("counts") == "saves":
+                    step = (step + 1) * int(spec["save_every"])
                 found.setdefault(e.path, step)
             elif depth < 1 and e.is_dir(follow_symlinks=False):
                 todo.append((e.path, depth + 1))
@@ -221,19 +230,26 @@ def will_load(spec: dict, ckpts: List[Ckpt], ckpt_dir: str) -> Optional[Ckpt]:
 
 
 def in_flight(spec: dict, ckpt_dir: str, since: float) -> List[str]:
-    """What is being written in the checkpoint dir: the names of its entries (a checkpoint that is
-    not complete, a temp dir or file a save renames later) written to at or after `since`, leaving
-    out complete checkpoints. An entry older than `since` is what an earlier kill left."""
+    """What is being written in the checkpoint dir: the paths (relative to it) of entries written
+    to at or after `since` that are not complete checkpoints: a checkpoint not complete yet, a temp
+    dir or file a save renames later. A folder that holds checkpoints is looked into (two levels,
+    as list_ckpts). An entry older than `since` is what an earlier kill left."""
     root = ckpt_dir.rstrip("/")
-    done = [c.path for c in list_ckpts(spec, root) if c.complete]
+    ckpts = list_ckpts(spec, root)
+    done = [c.path for c in ckpts if c.complete]
     out = []
-    try:
-        entries = list(os.scandir(root))
-    except OSError:
-        return out
-    for e in entries:
-        if any(e.path == p or p.startswith(e.path + os.sep) for p in done):
+    todo = [(root, 0)]
+    while todo:
+        d, depth = todo.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
             continue
-        if _mtime(e.path) >= since:
-            out.append(e.name)
+        for e in entries:
+            if any(e.path == p or e.path.startswith(p + os.sep) for p in done):
+                continue
+            if depth < 1 and e.is_dir(follow_symlinks=False) and any(c.path.startswith(e.path + os.sep) for c in ckpts):
+                todo.append((e.path, depth + 1))  # a folder of checkpoints (Accelerate's checkpoints/)
+            elif _mtime(e.path) >= since:
+                out.append(os.path.relpath(e.path, root))
     return sorted(out)

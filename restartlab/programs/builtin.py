@@ -19,3 +19,17 @@ class Generic(Adapter):
     name = "generic"
     doc = "any program: progress and checkpoint patterns from trainer.program"
     defaults = {"complete": "exists", "selects": "newest_complete"}
+
+
+@ADAPTERS.register
+class Accelerate(Adapter):
+    """Hugging Face Accelerate's save_state with automatic checkpoint naming (read from accelerate
+    1.15.0): project_dir/checkpoints/checkpoint_<K>, K counting saves; files written in place, no
+    marker (rank 0's random_states_0.pkl comes after the model and optimizer files); with
+    total_limit the oldest folders are deleted before the new one is written; load_state() takes
+    the highest-numbered folder without a check. The scenario gives progress and save_every."""
+    name = "accelerate"
+    doc = "Hugging Face Accelerate save_state/load_state (automatic checkpoint naming; project_dir = {ckpt_dir})"
+    defaults = {"checkpoints": r"{ckpt_dir}/checkpoints/checkpoint_(?P<step>\d+)",
+                "complete": "file:model.safetensors,optimizer.bin,random_states_0.pkl",
+                "selects": "highest", "counts": "saves"}
