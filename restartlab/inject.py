@@ -18,7 +18,7 @@ from .live import newest_step_seen
 
 POLL_S = 0.1
 SAVE_POLL_S = 0.005   # --fuzz: how often a save window is looked for (a listing of the checkpoint dir)
-SAVE_WAIT_S = 120.0   # --fuzz: an attempt that shows no save this long is struck anywhere instead
+SAVE_WAIT_WINDOWS = 2  # --fuzz: a kill aimed at a save waits this many --fuzz-window after the launch
 FANOUT_TIMEOUT_S = 60
 
 
@@ -279,7 +279,10 @@ class Injector:
     def fuzz(self):
         """One kill per attempt at a random point: inside a save (the moment a checkpoint being
         written shows up, plus up to 20 ms) or anywhere from the launch on (uniformly within
-        --fuzz-window). The choices come from --seed; what happened is in each record."""
+        --fuzz-window). A kill aimed at a save that sees none within SAVE_WAIT_WINDOWS windows of the
+        launch strikes then (a program that writes its checkpoint elsewhere and renames it in,
+        as Lightning does, shows no save in the checkpoint dir). The choices come from --seed; what
+        happened is in each record."""
         a, last = self.a, 0
         told, window = False, a.fuzz_window
         while self.kills < a.fuzz:
@@ -287,28 +290,36 @@ class Injector:
             if att is None:
                 break
             t0 = os.stat(att.at_launch).st_mtime
-            in_save = self.rng.random() < a.fuzz_save_share
+            # once an attempt showed no save, later kills aimed at one strike anywhere instead
+            in_save = self.rng.random() < a.fuzz_save_share and not told
             delay, jitter = self.rng.uniform(0, window), self.rng.uniform(0, 0.02)
             if in_save:
-                deadline = time.time() + SAVE_WAIT_S
+                deadline = t0 + SAVE_WAIT_WINDOWS * window
+                before = self.newest_complete()
+                unseen = False  # a checkpoint became complete without ever being seen in flight
                 # --fuzz-after-complete: only a save made while a complete checkpoint exists (or
                 # existed: one deleted before the next is written counts) is struck
-                while not ((not a.fuzz_after_complete or self.newest_complete() is not None
-                            or self.seen_complete is not None)
-                           and programs.in_flight(self.spec, a.ckpt_dir, t0)
-                           or attempt.is_over(att) or time.time() > deadline or self.stop_reason()):
+                while True:
+                    ready = not a.fuzz_after_complete or self.seen_complete is not None
+                    if ready and programs.in_flight(self.spec, a.ckpt_dir, t0):
+                        break
+                    now = self.newest_complete()
+                    unseen = now is not None and (before is None or now > before) and not a.fuzz_after_complete
+                    if unseen or attempt.is_over(att) or time.time() > deadline or self.stop_reason():
+                        break
+                    before = now if a.fuzz_after_complete else before
                     time.sleep(SAVE_POLL_S)
                 if attempt.is_over(att) or self.stop_reason():
                     continue
-                if time.time() > deadline:
-                    if not told:
-                        self.say(f"no save seen in {a.ckpt_dir} within {SAVE_WAIT_S:g}s of attempt {att.index}'s "
-                                 f"launch (check trainer.program.checkpoints): striking anywhere instead")
-                        told = True
-                    in_save = False
+                if unseen or time.time() > deadline:
+                    self.say(f"no save seen in flight in {a.ckpt_dir} in attempt {att.index} (a program that "
+                             f"writes its checkpoint elsewhere and renames it in shows none; else check "
+                             f"trainer.program.checkpoints): striking now, and anywhere from here on")
+                    told = True
+                    in_save, delay = False, time.time() - t0
                 else:
                     time.sleep(jitter)
-            if not in_save:
+            else:
                 if self.sleep_until(lambda: attempt.is_over(att), deadline=t0 + delay):
                     window = max(0.1, min(window, time.time() - t0) / 2)  # the next one, sooner
                     self.say(f"attempt {att.index} ended before the kill at launch +{delay:.2f}s: the next "

@@ -1,6 +1,7 @@
 """python -m restartlab.rankenv -- PROGRAM [ARGS]: become PROGRAM, as this rank, with torchrun-style
-variables mapped from the launcher's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE; MASTER_ADDR
-and MASTER_PORT come from the supervisor through the launcher), so a program written for torchrun
+variables mapped from the launcher's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT = the attempt - 1; MASTER_ADDR and MASTER_PORT
+come from the supervisor through the launcher), so a program written for torchrun
 runs under mpiexec, PALS or srun unchanged. It execs PROGRAM in its own process: the job tag, the
 PID the killer finds and the signals the launcher sends are the program's. Variables already set
 are kept (a launcher that sets them knows best)."""
@@ -16,8 +17,14 @@ def torchrun_env(env) -> dict:
     if found is None:
         return {}
     rank, size, local_rank, _ = found
+    local = launchers.local_size(env) or size
+    attempt = env.get("RESTARTLAB_ATTEMPT", "1")
+    # torchrun's own: frameworks take TORCHELASTIC_RUN_ID as "launched by torchrun" (Lightning then
+    # uses its TorchElastic environment: it starts no processes and never initializes MPI)
     return {"RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_RANK": str(local_rank),
-            "LOCAL_WORLD_SIZE": str(launchers.local_size(env) or size)}
+            "LOCAL_WORLD_SIZE": str(local), "GROUP_RANK": str(rank // local),
+            "TORCHELASTIC_RUN_ID": env.get("RESTARTLAB_JOB_TAG") or "restartlab",
+            "TORCHELASTIC_RESTART_COUNT": str(max(0, int(attempt) - 1) if attempt.isdigit() else 0)}
 
 
 def main(argv=None) -> int:

@@ -50,7 +50,7 @@ class Tap:
                     continue
                 self.tail = (self.tail + [line])[-TAIL_LINES:]
                 if self.resumed is None and self.rows == 0:
-                    self.resumed = programs.parse_resumed(self.spec, line)
+                    self.resumed = programs.parse_resumed(self.spec, line, self.at_launch)
                 p = programs.parse_progress(self.spec, line)
                 if p is not None:
                     self._row(p, ts)

@@ -181,7 +181,9 @@ def test_pump_copies_a_pipe_to_the_output_and_the_tap(tmp_path):
 def test_rankenv_maps_launcher_variables_and_keeps_what_is_set():
     from restartlab import rankenv
     hydra = {"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
-    assert rankenv.torchrun_env(hydra) == {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    got = rankenv.torchrun_env(dict(hydra, RESTARTLAB_ATTEMPT="3", RESTARTLAB_JOB_TAG="rl-x"))
+    assert got == {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
+                   "TORCHELASTIC_RUN_ID": "rl-x", "TORCHELASTIC_RESTART_COUNT": "2"}
     pals = {"PALS_RANKID": "5", "PMI_SIZE": "8", "PALS_LOCAL_RANKID": "1", "PALS_LOCAL_SIZE": "4"}
     assert rankenv.torchrun_env(pals)["WORLD_SIZE"] == "8"
     assert rankenv.torchrun_env({}) == {}

@@ -138,6 +138,7 @@ def test_accelerate_total_limit_1_loses_work_when_a_save_is_killed(expt):
     a kill inside that save leaves none (or a torn one that load_state picks). Reported, not hidden."""
     pytest.importorskip("accelerate")
     r, data = _fuzz_scenario(ACCEL, expt, "--kills", "1", "--save-share", "1", "--after-complete", "--no-baseline",
+                             "--window", "60s",
                              "--set", 'phases.1.args=[--save-every, "5", --total-limit, "1", --width, "4096"]')
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     assert data["kills"][0]["where"] == "save" and data["kills"][0]["newest_complete_seen"] is not None
@@ -148,3 +149,46 @@ def _fuzz_scenario(path, expt, *more):
     r = restartlab("fuzz", path, "--expt-dir", expt, "--plain", *more)
     fz = layout.Expt(expt).fuzz_summary
     return r, (json.load(open(fz)) if os.path.exists(fz) else None)
+
+
+# ---------------------------------------------------------------- PyTorch Lightning (2.6.6)
+LIGHTNING = os.path.join(ROOT, "scenarios", "examples", "lightning.yaml")
+
+
+def test_lightning_through_run_resumes_last_and_diverges_mid_epoch(expt):
+    """ModelCheckpoint(save_last=True) + fit(ckpt_path="last") under mpiexec (DDP, gloo): every
+    relaunch loads last.ckpt, the newest complete checkpoint (its step read from inside it, the
+    resume line naming its path). Checkpoints every 5 steps in 10-batch epochs are mid-epoch, and
+    Lightning 2.6.6 does not restore a plain DataLoader's position (it warns so): the loss after
+    the resume is not the baseline's, and the report says where it diverged."""
+    pytest.importorskip("lightning")  # make test installs it (setup.cfg [frameworks])
+    r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    s = _summary(expt)
+    v = s["restart"]["survival"]
+    assert v["finished"] and [x["outcome"] for x in v["restarts"]] == ["first", "newest", "newest"], v
+    assert all("inferred" not in x["text"] for x in v["restarts"])  # the resume line named last.ckpt
+    phase = layout.Expt(expt).phase("restart")
+    with open(phase.attempt(2).at_launch) as f:
+        snap = json.load(f)
+    assert snap["will_load"]["path"].endswith("last.ckpt") and snap["will_load"]["step"] == snap["newest_complete"]
+    with open(phase.attempt(2).output) as f:
+        warned = "resuming from a checkpoint that ended before the epoch ended" in f.read()
+    assert warned and any(f.startswith("diverged from the baseline at step") for f in v["findings"]), v
+    assert {e["resumed_from"] for e in s["restart"]["failures"]} <= {5 * k for k in range(1, 9)}
+
+
+def test_lightning_fuzz_never_loads_a_torn_checkpoint(expt):
+    """Lightning's save goes through a temp file renamed into place ($TMPDIR and the checkpoints
+    share /tmp here): a kill never leaves a torn last.ckpt, and no restart crashes while loading.
+    No save shows in the checkpoint dir (the temp file is in $TMPDIR), so the kills aimed at a
+    save strike when the wait for one ends. (A kill between the step file and last.ckpt would
+    resume one save older: allowed here.)"""
+    pytest.importorskip("lightning")
+    r, data = _fuzz_scenario(LIGHTNING, expt, "--kills", "3", "--seed", "2", "--window", "4s", "--no-baseline",
+                             "--set", 'phases.1.args=[--save-every, "5", --width, "1024"]')
+    assert r.returncode in (0, 1) and data, r.stdout[-3000:] + r.stderr[-3000:]
+    assert len(data["kills"]) >= 2
+    outcomes = {x["outcome"] for x in data["verdict"]["restarts"]}
+    assert not outcomes & {"incomplete", "load_crash", "startup_crash", "fresh", "lost"}, data["verdict"]
+    assert data["verdict"]["finished"]

@@ -7,7 +7,7 @@ and the report use it on a login node.
     spec = programs.resolve({"adapter": "generic", "progress": ..., "checkpoints": ..., ...})
     programs.list_ckpts(spec, ckpt_dir) -> [Ckpt]; programs.newest_complete(...), programs.will_load(...)
 """
-from .base import (ADAPTERS, KEYS, Adapter, Ckpt, COMPLETE_RULES, SELECT_RULES, clean_line,  # noqa: F401
+from .base import (ADAPTERS, KEYS, UNKNOWN_STEP, Adapter, Ckpt, COMPLETE_RULES, SELECT_RULES, clean_line,  # noqa: F401
                    in_flight, list_ckpts, newest_complete, parse_progress, parse_resumed, resolve,
                    spec_errors, will_load)
 from . import builtin  # noqa: F401,E402  (registers the built-in adapters)

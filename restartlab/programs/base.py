@@ -4,15 +4,20 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
   progress     a regex over a line of the program's output (ANSI codes and `[rank0]:`-style
                prefixes stripped first) with a `step` group, optionally `loss` and `dt`
   checkpoints  a regex over paths under the checkpoint dir (`{ckpt_dir}` stands for it), with a
-               `step` group; a checkpoint is a file or a directory
+               `step` group; a checkpoint is a file or a directory. Where the group does not take
+               part in a match (Lightning's last.ckpt), the step is read from the file (torchzip);
+               a file whose step does not read is listed with step -1, not complete
   complete     when a listed checkpoint is complete: exists | dcp (holds DCP's .metadata) |
+               torchzip (a torch.save file whose zip directory reads: written last) |
                file:NAME[,NAME...] (files inside the checkpoint dir, or beside a checkpoint file:
                all of them) | pointer:FILE (FILE in the checkpoint dir names the newest complete step)
   counts       what the number in a checkpoint's name counts: steps, or saves (Accelerate's
                checkpoint_<K>); with saves, step = (K + 1) x save_every
   selects      which checkpoint the program itself loads on a restart: newest_complete |
-               highest (the highest step, complete or not) | newest_mtime | pointer
-  resumed      optional: a regex for the program's own resume line, with a `step` group
+               highest (the highest step, complete or not) | newest_mtime | pointer |
+               last (the newest last*.ckpt by mtime: Lightning's ckpt_path="last")
+  resumed      optional: a regex for the program's own resume line, with a `step` group, or a
+               `path` group (the checkpoint it names: its step from the listing at the launch)
 """
 import os
 import re
@@ -20,9 +25,11 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from ..registry import Registry
+from . import torchzip
 
-COMPLETE_RULES = ("exists", "dcp", "file:NAME[,NAME...]", "pointer:FILE")
-SELECT_RULES = ("newest_complete", "highest", "newest_mtime", "pointer")
+COMPLETE_RULES = ("exists", "dcp", "torchzip", "file:NAME[,NAME...]", "pointer:FILE")
+SELECT_RULES = ("newest_complete", "highest", "newest_mtime", "pointer", "last")
+UNKNOWN_STEP = -1
 KEYS = ("progress", "checkpoints", "complete", "selects", "resumed", "counts", "save_every")
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 # [rank0]: (torchrun --tee / DDP logging), [0] or [0]: (Hydra -prepend-rank), 0: (srun --label)
@@ -63,11 +70,12 @@ def spec_errors(spec: dict) -> List[tuple]:
         except re.error as e:
             out.append((key, f"{rx!r} is not a valid regular expression ({e})"))
             continue
-        if "step" not in c.groupindex:
-            out.append((key, f"{rx!r} has no (?P<step>...) group: restartlab reads the step number from it"))
+        if "step" not in c.groupindex and not (key == "resumed" and "path" in c.groupindex):
+            out.append((key, f"{rx!r} has no (?P<step>...) group: restartlab reads the step number from it"
+                        + (" (or a (?P<path>...) group: the checkpoint loaded)" if key == "resumed" else "")))
     rule = spec.get("complete") or ""
     kind, _, arg = rule.partition(":")
-    if kind not in ("exists", "dcp", "file", "pointer") or (kind in ("file", "pointer")) != bool(arg) \
+    if kind not in ("exists", "dcp", "torchzip", "file", "pointer") or (kind in ("file", "pointer")) != bool(arg) \
             or (arg and ("/" in arg or arg in (".", ".."))):
         out.append(("complete", f"{rule!r} is not one of {', '.join(COMPLETE_RULES)} (NAME and FILE: a plain "
                     "file name)"))
@@ -122,10 +130,17 @@ def parse_progress(spec: dict, line: str) -> Optional[dict]:
     return out
 
 
-def parse_resumed(spec: dict, line: str) -> Optional[int]:
+def parse_resumed(spec: dict, line: str, ckpts: List[Ckpt] = ()) -> Optional[int]:
+    """The step a resume line names: its `step` group, or the step of the checkpoint its `path`
+    group names among `ckpts` (UNKNOWN_STEP when it is not among them)."""
     m = _compiled(spec["resumed"]).search(line) if spec.get("resumed") else None
+    if not m:
+        return None
+    if "path" in m.re.groupindex:
+        p = os.path.normpath(m.group("path") or "")
+        return next((c.step for c in ckpts if os.path.normpath(c.path) == p), UNKNOWN_STEP)
     try:
-        return int(m.group("step")) if m else None
+        return int(m.group("step"))
     except (TypeError, ValueError):
         return None
 
@@ -173,6 +188,8 @@ def _is_complete(rule: str, path: str, step: int, ckpt_dir: str) -> bool:
         return os.path.exists(path)
     if kind == "dcp":
         return os.path.isfile(os.path.join(path, ".metadata"))
+    if kind == "torchzip":
+        return step >= 0 and torchzip.read_step(path) is not None
     if kind == "file":
         return all(os.path.exists(os.path.join(path, n) if os.path.isdir(path) else path + n) for n in arg.split(","))
     newest = _pointer(ckpt_dir, arg)
@@ -195,6 +212,10 @@ def list_ckpts(spec: dict, ckpt_dir: str) -> List[Ckpt]:
         for e in entries:
             m = rx.fullmatch(e.path)
             if m:
+                if m.group("step") is None and e.is_file():
+                    step = torchzip.read_step(e.path)
+                    found.setdefault(e.path, UNKNOWN_STEP if step is None else step)
+                    continue
                 try:
                     step = int(m.group("step"))
                 except (TypeError, ValueError):
@@ -225,6 +246,9 @@ def will_load(spec: dict, ckpts: List[Ckpt], ckpt_dir: str) -> Optional[Ckpt]:
         return max(ckpts, key=lambda c: c.step)
     if rule == "newest_mtime":
         return max(ckpts, key=lambda c: c.mtime)
+    if rule == "last":
+        last = [c for c in ckpts if os.path.basename(c.path).startswith("last")]
+        return max(last, key=lambda c: c.mtime) if last else None
     step = _pointer(ckpt_dir, spec["complete"].partition(":")[2])
     return next((c for c in ckpts if c.step == step), None)
 
@@ -251,5 +275,7 @@ def in_flight(spec: dict, ckpt_dir: str, since: float) -> List[str]:
             if depth < 1 and e.is_dir(follow_symlinks=False) and any(c.path.startswith(e.path + os.sep) for c in ckpts):
                 todo.append((e.path, depth + 1))  # a folder of checkpoints (Accelerate's checkpoints/)
             elif _mtime(e.path) >= since:
-                out.append(os.path.relpath(e.path, root))
-    return sorted(out)
+                out.append(e.path)
+    # a checkpoint renamed into place between the two listings is complete, not in flight
+    now = {c.path for c in list_ckpts(spec, root) if c.complete} if out else set()
+    return sorted(os.path.relpath(p, root) for p in out if p not in now)

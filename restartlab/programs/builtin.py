@@ -33,3 +33,18 @@ class Accelerate(Adapter):
     defaults = {"checkpoints": r"{ckpt_dir}/checkpoints/checkpoint_(?P<step>\d+)",
                 "complete": "file:model.safetensors,optimizer.bin,random_states_0.pkl",
                 "selects": "highest", "counts": "saves"}
+
+
+@ADAPTERS.register
+class Lightning(Adapter):
+    """PyTorch Lightning's ModelCheckpoint and fit(ckpt_path="last") (read from lightning 2.6.6 and
+    fsspec 2026.9.0): each save is torch.save into memory, then a temp file from tempfile.mkstemp()
+    ($TMPDIR) moved into place by shutil.move (a rename on the same file system, else a copy), no
+    fsync; the top-k file first, then last.ckpt; "last" resumes from the newest last*.ckpt by
+    modification time, unchecked, and starts fresh (a warning) when there is none. The step of
+    last.ckpt is read from inside it (torchzip). The scenario gives progress."""
+    name = "lightning"
+    doc = "PyTorch Lightning ModelCheckpoint(dirpath={ckpt_dir}, save_last=True) + fit(ckpt_path='last')"
+    defaults = {"checkpoints": r"{ckpt_dir}/(?:[^/]*?step=?(?P<step>\d+)[^/]*|last(?:-v\d+)?)\.ckpt",
+                "complete": "torchzip", "selects": "last",
+                "resumed": r"Restored all states from the checkpoint at (?P<path>\S+)"}

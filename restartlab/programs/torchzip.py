@@ -1,0 +1,56 @@
+"""The training step inside a checkpoint written by torch.save (a zip: data.pkl holds the pickled
+object, tensors are separate entries), read without torch and without running anything the pickle
+names: every class it asks for is a stand-in (collections.OrderedDict excepted), every tensor
+storage None. A file whose zip directory does not read (written last: a save cut short) gives
+None. For frameworks whose checkpoint names do not carry the step (Lightning's last.ckpt)."""
+import collections
+import pickle
+import zipfile
+from typing import Optional
+
+STEP_KEYS = ("global_step", "step")
+MAX_PICKLE_BYTES = 64 << 20  # data.pkl of a checkpoint is small (the tensors are elsewhere)
+
+
+class _Stub:
+    """Whatever the pickle names: built from any arguments, keeps no state."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        return _Stub()
+
+
+class _Unpickler(pickle.Unpickler):
+    SAFE = {("collections", "OrderedDict"): collections.OrderedDict}
+
+    def find_class(self, module, name):
+        return self.SAFE.get((module, name)) or type(name, (_Stub,), {})
+
+    def persistent_load(self, pid):
+        return None
+
+
+def read_step(path: str) -> Optional[int]:
+    """The top-level global_step (or step) of a torch.save file; None when it does not read."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            name = next((n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")), None)
+            if name is None or z.getinfo(name).file_size > MAX_PICKLE_BYTES:
+                return None
+            with z.open(name) as f:
+                obj = _Unpickler(f).load()
+    except (OSError, zipfile.BadZipFile, pickle.UnpicklingError, EOFError, ValueError, TypeError,
+            AttributeError, IndexError, KeyError, RecursionError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    for k in STEP_KEYS:
+        v = obj.get(k)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
