@@ -148,6 +148,13 @@ class Injector:
             return None
         return layout.Phase(self.a.phase_dir).attempt(atts[-1].index + 1) if attempt.is_over(atts[-1]) else atts[-1]
 
+    def unmatched(self) -> bool:
+        """The checkpoint dir holds something, and the checkpoint pattern matches none of it."""
+        try:
+            return bool(self.a.ckpt_dir and os.listdir(self.a.ckpt_dir)) and not self.ckpts()
+        except OSError:
+            return False
+
     def where(self, att: Optional[layout.Attempt]) -> dict:
         """Where a strike landed in attempt `att`, looked at once its ranks are dead (the fan-out
         takes a while, the program went on meanwhile): start-up (no step logged), save (something
@@ -346,7 +353,13 @@ class Injector:
                     self.say(f"step {s}: struck by an earlier job of this experiment")
                     continue
                 if gate == "complete":
-                    ok = self.sleep_until(lambda: (self.newest_complete() or -1) >= s)
+                    ok = self.sleep_until(lambda: (self.newest_complete() or -1) >= s or self.unmatched())
+                    if ok and self.unmatched():
+                        gate = "none"
+                        self.say(f"the checkpoint dir {a.ckpt_dir} holds files but nothing matches the "
+                                 f"checkpoint pattern {self.spec.get('checkpoints')!r} (check "
+                                 f"trainer.program.checkpoints): step-aimed kills fire when the step is seen")
+                        ok = self.sleep_until(lambda: newest_step_seen(a.phase_dir) >= s)
                 else:
                     ok = self.sleep_until(lambda: newest_step_seen(a.phase_dir) >= s)
                 if not ok:

@@ -32,7 +32,7 @@ FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung
 class Restart:
     attempt: int
     outcome: str               # newest | older | incomplete | fresh | first | load_crash | startup_crash
-    #                            | startup_kill | hung
+    #                            | startup_kill | hung | lost | unjudged
     text: str
     resumed_from: Optional[int] = None
     expected: Optional[int] = None
@@ -81,6 +81,9 @@ def _resume(k: int, first: dict, snap: dict) -> Restart:
     expected = snap.get("newest_complete")
     states = {int(s): bool(c) for s, c in snap.get("checkpoints") or []}
     how = " (inferred: the program printed no resume line)" if first.get("program/resume_evidence") == "inferred" else ""
+    if r and snap and not states:
+        return Restart(k, "unjudged", f"resumed from step {r}; no checkpoint was seen at the launch (check "
+                       "trainer.program.checkpoints): not judged", r, expected)
     if r and (states.get(r) is False or (expected is not None and r > expected) or (expected is None and snap)):
         return Restart(k, "incomplete", f"resumed from step {r}, whose checkpoint was not complete at the launch"
                        + how, r, expected)

@@ -192,3 +192,16 @@ def test_lightning_fuzz_never_loads_a_torn_checkpoint(expt):
     outcomes = {x["outcome"] for x in data["verdict"]["restarts"]}
     assert not outcomes & {"incomplete", "load_crash", "startup_crash", "fresh", "lost"}, data["verdict"]
     assert data["verdict"]["finished"]
+
+
+def test_a_checkpoint_pattern_that_matches_nothing_falls_back_to_the_step(expt):
+    """The gated injector cannot see a complete checkpoint through a wrong pattern: it says so once
+    and strikes when the step is seen instead of waiting for ever."""
+    r = restartlab("run", PLAIN, "--expt-dir", expt, "--plain", "--set",
+                   r"trainer.program.checkpoints={ckpt_dir}/model-(?P<step>\d+)\.bin",
+                   "--set", 'phases=[{name: restart, checkpoint: sync, args: [--save-every, "5"]}]')
+    with open(layout.Expt(expt).phase("restart").injector_log) as f:
+        log = f.read()
+    assert log.count("nothing matches the checkpoint pattern") == 1, log
+    assert sum(1 for line in log.splitlines() if "(step seen)" in line) == 2, log
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

@@ -12,6 +12,10 @@ from .base import (ADAPTERS, KEYS, UNKNOWN_STEP, Adapter, Ckpt, COMPLETE_RULES, 
                    spec_errors, will_load)
 from . import builtin  # noqa: F401,E402  (registers the built-in adapters)
 
+__all__ = ["ADAPTERS", "KEYS", "UNKNOWN_STEP", "Adapter", "Ckpt", "COMPLETE_RULES", "SELECT_RULES", "clean_line",
+           "in_flight", "list_ckpts", "newest_complete", "parse_progress", "parse_resumed", "resolve",
+           "spec_errors", "will_load", "names", "get"]
+
 
 def names():
     return ADAPTERS.names()

@@ -22,7 +22,7 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 from ..registry import Registry
 from . import torchzip
@@ -196,12 +196,9 @@ def _is_complete(rule: str, path: str, step: int, ckpt_dir: str) -> bool:
     return newest is not None and step <= newest
 
 
-def list_ckpts(spec: dict, ckpt_dir: str) -> List[Ckpt]:
-    """Every checkpoint under `ckpt_dir` (two levels deep at most) the spec's pattern matches,
-    complete or not, in step order. Reads only: nothing of the program's is changed."""
-    rx = _path_regex(spec, ckpt_dir)
-    found = {}
-    root = ckpt_dir.rstrip("/")
+def _entries(root: str, descend) -> Iterator[tuple]:
+    """(entry, looked into) for each entry of `root`, and of the entries of those of its
+    subdirectories `descend(entry)` picks (one level: two levels deep at most)."""
     todo = [(root, 0)]
     while todo:
         d, depth = todo.pop()
@@ -210,21 +207,33 @@ def list_ckpts(spec: dict, ckpt_dir: str) -> List[Ckpt]:
         except OSError:
             continue
         for e in entries:
-            m = rx.fullmatch(e.path)
-            if m:
-                if m.group("step") is None and e.is_file():
-                    step = torchzip.read_step(e.path)
-                    found.setdefault(e.path, UNKNOWN_STEP if step is None else step)
-                    continue
-                try:
-                    step = int(m.group("step"))
-                except (TypeError, ValueError):
-                    continue
-                if spec.get("counts") == "saves":
-                    step = (step + 1) * int(spec["save_every"])
-                found.setdefault(e.path, step)
-            elif depth < 1 and e.is_dir(follow_symlinks=False):
+            inside = depth < 1 and e.is_dir(follow_symlinks=False) and descend(e)
+            if inside:
                 todo.append((e.path, depth + 1))
+            yield e, inside
+
+
+def list_ckpts(spec: dict, ckpt_dir: str) -> List[Ckpt]:
+    """Every checkpoint under `ckpt_dir` (two levels deep at most) the spec's pattern matches,
+    complete or not, in step order. Reads only: nothing of the program's is changed."""
+    rx = _path_regex(spec, ckpt_dir)
+    root = ckpt_dir.rstrip("/")
+    found = {}
+    for e, _ in _entries(root, lambda e: not rx.fullmatch(e.path)):
+        m = rx.fullmatch(e.path)
+        if not m:
+            continue
+        if m.group("step") is None and e.is_file():
+            step = torchzip.read_step(e.path)
+            found.setdefault(e.path, UNKNOWN_STEP if step is None else step)
+            continue
+        try:
+            step = int(m.group("step"))
+        except (TypeError, ValueError):
+            continue
+        if spec.get("counts") == "saves":
+            step = (step + 1) * int(spec["save_every"])
+        found.setdefault(e.path, step)
     out = [Ckpt(step, p, _is_complete(spec["complete"], p, step, root), _mtime(p)) for p, step in found.items()]
     return sorted(out, key=lambda c: (c.step, c.mtime))
 
@@ -261,21 +270,9 @@ def in_flight(spec: dict, ckpt_dir: str, since: float) -> List[str]:
     root = ckpt_dir.rstrip("/")
     ckpts = list_ckpts(spec, root)
     done = [c.path for c in ckpts if c.complete]
-    out = []
-    todo = [(root, 0)]
-    while todo:
-        d, depth = todo.pop()
-        try:
-            entries = list(os.scandir(d))
-        except OSError:
-            continue
-        for e in entries:
-            if any(e.path == p or e.path.startswith(p + os.sep) for p in done):
-                continue
-            if depth < 1 and e.is_dir(follow_symlinks=False) and any(c.path.startswith(e.path + os.sep) for c in ckpts):
-                todo.append((e.path, depth + 1))  # a folder of checkpoints (Accelerate's checkpoints/)
-            elif _mtime(e.path) >= since:
-                out.append(e.path)
+    holds = lambda e: any(c.path.startswith(e.path + os.sep) for c in ckpts)  # noqa: E731
+    out = [e.path for e, inside in _entries(root, holds) if not inside
+           and not any(e.path == p or e.path.startswith(p + os.sep) for p in done) and _mtime(e.path) >= since]
     # a checkpoint renamed into place between the two listings is complete, not in flight
     now = {c.path for c in list_ckpts(spec, root) if c.complete} if out else set()
     return sorted(os.path.relpath(p, root) for p in out if p not in now)
