@@ -291,3 +291,47 @@ def test_against_the_baseline_identical_within_tolerance_or_diverged(tmp_path):
     _attempt(ph3, 1, _steps(1, 12, 0, loss=lambda s: 9.0 if s > 10 else 1.0 / s), rc=9)
     _attempt(ph3, 2, _steps(11, 20, 10), completed=True)
     assert survival.compare(ph3.path, base.path)[0] is None
+
+
+def test_torchtitan_adapter_on_recorded_lines_and_layout(tmp_path):
+    """torchtitan needs GPUs: its adapter is tested on lines in the format its source logs
+    (torchtitan/components/checkpoint.py and metrics.py at commit 0128b99) and its layout."""
+    s = programs.resolve({"adapter": "torchtitan"})
+    assert programs.spec_errors(s) == []
+    line = ("[rank0]:[titan] 2026-12-01 10:00:00,000 - root - INFO - \x1b[31mstep:  7  \x1b[32mloss:  9.8765  "
+            "\x1b[33mgrad_norm:  1.2345  \x1b[34mmemory:  3.21GiB(4.05%)  \x1b[36mtps: 1,234  \x1b[35mmfu: 1.23%\x1b[39m")
+    assert programs.parse_progress(s, programs.clean_line(line)) == {"step": 7, "loss": 9.8765}
+    assert programs.parse_resumed(s, "[titan] ... - root - INFO - Loading the checkpoint at step 20.") == 20
+    d = str(tmp_path)
+    mk(f"{d}/step-10/.metadata")
+    mk(f"{d}/step-10/__0_0.distcp")
+    mk(f"{d}/step-20/__0_0.distcp")                 # a save cut short: no .metadata yet
+    ck = programs.list_ckpts(s, d)
+    assert [(c.step, c.complete) for c in ck] == [(10, True), (20, False)]
+    assert programs.will_load(s, ck, d).step == 10
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/restartlab-torchzip-pwned",))
+
+
+def test_torchzip_reads_the_step_without_running_the_pickle(tmp_path):
+    torch = pytest.importorskip("torch")
+    from collections import OrderedDict
+
+    from restartlab.programs import torchzip
+    good = tmp_path / "last.ckpt"
+    torch.save({"epoch": 1, "global_step": 42, "state_dict": OrderedDict(w=torch.ones(3)),
+                "hyper": _Evil(), "loops": {"fit": {"step": 7}}}, good)
+    if os.path.exists("/tmp/restartlab-torchzip-pwned"):
+        os.unlink("/tmp/restartlab-torchzip-pwned")
+    assert torchzip.read_step(str(good)) == 42
+    assert not os.path.exists("/tmp/restartlab-torchzip-pwned")   # nothing the pickle names ran
+    data = good.read_bytes()
+    (tmp_path / "torn.ckpt").write_bytes(data[: len(data) // 2])  # a save cut short: no zip directory
+    assert torchzip.read_step(str(tmp_path / "torn.ckpt")) is None
+    (tmp_path / "text.ckpt").write_text("not a checkpoint")
+    assert torchzip.read_step(str(tmp_path / "text.ckpt")) is None
+    torch.save({"step": 5}, tmp_path / "s.pt")
+    assert torchzip.read_step(str(tmp_path / "s.pt")) == 5

@@ -157,21 +157,26 @@ LIGHTNING = os.path.join(ROOT, "scenarios", "examples", "lightning.yaml")
 
 def test_lightning_through_run_resumes_last_and_diverges_mid_epoch(expt):
     """ModelCheckpoint(save_last=True) + fit(ckpt_path="last") under mpiexec (DDP, gloo): every
-    relaunch loads last.ckpt, the newest complete checkpoint (its step read from inside it, the
-    resume line naming its path). Checkpoints every 5 steps in 10-batch epochs are mid-epoch, and
-    Lightning 2.6.6 does not restore a plain DataLoader's position (it warns so): the loss after
-    the resume is not the baseline's, and the report says where it diverged."""
+    relaunch loads last.ckpt (its step read from inside it, the resume line naming its path): the
+    newest complete checkpoint, or one save older when the kill fell between the step file and
+    last.ckpt (Lightning writes them in that order; the gated kill fires as the step file lands).
+    Checkpoints every 5 steps in 10-batch epochs are mid-epoch, and Lightning 2.6.6 does not
+    restore a plain DataLoader's position (it warns so): the loss after the resume is not the
+    baseline's, and the report says where it diverged."""
     pytest.importorskip("lightning")  # make test installs it (setup.cfg [frameworks])
     r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     s = _summary(expt)
     v = s["restart"]["survival"]
-    assert v["finished"] and [x["outcome"] for x in v["restarts"]] == ["first", "newest", "newest"], v
+    outcomes = [x["outcome"] for x in v["restarts"]]
+    assert v["finished"] and outcomes[0] == "first" and set(outcomes[1:]) <= {"newest", "older"}, v
+    assert all("5 step(s) lost beyond necessity" in x["text"] for x in v["restarts"] if x["outcome"] == "older")
     assert all("inferred" not in x["text"] for x in v["restarts"])  # the resume line named last.ckpt
     phase = layout.Expt(expt).phase("restart")
     with open(phase.attempt(2).at_launch) as f:
         snap = json.load(f)
-    assert snap["will_load"]["path"].endswith("last.ckpt") and snap["will_load"]["step"] == snap["newest_complete"]
+    assert snap["will_load"]["path"].endswith("last.ckpt")
+    assert snap["will_load"]["step"] in (snap["newest_complete"], snap["newest_complete"] - 5)
     with open(phase.attempt(2).output) as f:
         warned = "resuming from a checkpoint that ended before the epoch ended" in f.read()
     assert warned and any(f.startswith("diverged from the baseline at step") for f in v["findings"]), v

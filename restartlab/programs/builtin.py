@@ -48,3 +48,18 @@ class Lightning(Adapter):
     defaults = {"checkpoints": r"{ckpt_dir}/(?:[^/]*?step=?(?P<step>\d+)[^/]*|last(?:-v\d+)?)\.ckpt",
                 "complete": "torchzip", "selects": "last",
                 "resumed": r"Restored all states from the checkpoint at (?P<path>\S+)"}
+
+
+@ADAPTERS.register
+class Torchtitan(Adapter):
+    """torchtitan's CheckpointManager (read from pytorch/torchtitan at commit 0128b99,
+    torchtitan/components/checkpoint.py, and its metrics logging): DCP saves into
+    <dump_folder>/<checkpoint.folder>/step-<N> (the checkpoint dir here); a restart loads the
+    highest step-<N> that holds DCP's .metadata and logs "Loading the checkpoint at step N."; rank
+    0 logs "step: N  loss: X ..." with ANSI colour codes between label and number. Tested from
+    recorded lines and a recorded layout (it needs GPUs to run)."""
+    name = "torchtitan"
+    doc = "torchtitan (DCP step-<N> folders, .metadata written last; its 'step: N  loss: X' log lines)"
+    defaults = {"checkpoints": r"{ckpt_dir}/step-(?P<step>\d+)", "complete": "dcp", "selects": "newest_complete",
+                "progress": r"step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>[-+0-9.eE]+|nan|inf)",
+                "resumed": r"Loading the checkpoint at step (?P<step>\d+)"}
