@@ -335,3 +335,24 @@ def test_torchzip_reads_the_step_without_running_the_pickle(tmp_path):
     assert torchzip.read_step(str(tmp_path / "text.ckpt")) is None
     torch.save({"step": 5}, tmp_path / "s.pt")
     assert torchzip.read_step(str(tmp_path / "s.pt")) == 5
+
+
+def test_in_flight_a_checkpoint_renamed_in_between_the_listings_is_not_a_save(tmp_path, monkeypatch):
+    """The interleaving forced: a save renames its complete checkpoint into place after in_flight
+    listed the checkpoints and before it scans the entries (as Lightning's and an atomic
+    program's saves do, any time). The new checkpoint is complete: no save is in flight."""
+    from restartlab.programs import base
+    d = str(tmp_path)
+    s = spec(complete="file:done")
+    mk(f"{d}/.tmp-ckpt-5/state")
+    mk(f"{d}/.tmp-ckpt-5/done")
+    since = time.time() - 60
+    real, calls = base._entries, []
+
+    def rename_first(root, descend):
+        calls.append(root)
+        if len(calls) == 2:  # the first walk is the listing of checkpoints, the second the scan
+            os.replace(f"{d}/.tmp-ckpt-5", f"{d}/ckpt-5")   # the save lands now
+        return real(root, descend)
+    monkeypatch.setattr(base, "_entries", rename_first)
+    assert programs.in_flight(s, d, since) == []
