@@ -181,7 +181,8 @@ def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: flo
     for att in ph.attempts():
         rec, snap = _read_json(att.record), _read_json(att.at_launch)
         gone = _lost(att.index, snap, best)
-        best = _max(best, snap.get("newest_complete"), *(r.get("newest_complete_seen") for r in injections
+        # a loss is told once: from here on, what is there now is what can be lost next
+        best = _max(None if gone else best, snap.get("newest_complete"), *(r.get("newest_complete_seen") for r in injections
                                                          if r.get("killed") and r.get("attempt") == att.index))
         v.finished = v.finished or rec.get("completed") is True
         first = _first_row(att)
