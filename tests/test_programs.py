@@ -356,3 +356,26 @@ def test_in_flight_a_checkpoint_renamed_in_between_the_listings_is_not_a_save(tm
         return real(root, descend)
     monkeypatch.setattr(base, "_entries", rename_first)
     assert programs.in_flight(s, d, since) == []
+
+
+def test_megatron_adapter_on_recorded_lines_and_layout(tmp_path):
+    """Megatron-LM needs GPUs: its adapter is tested on lines in the format its source prints
+    (megatron/training/checkpointing.py at commit 0032978, its training log) and its layout,
+    including the empty tracker file a kill between its open and its write leaves."""
+    s = programs.resolve({"adapter": "megatron"})
+    assert programs.spec_errors(s) == []
+    line = (" [2026-12-01 10:00:00] iteration      120/     500 | consumed samples:         3840 | elapsed time per "
+            "iteration (ms): 812.3 | learning rate: 1.500000E-04 | global batch size:    32 | lm loss: 6.123456E+00 "
+            "| loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 |")
+    assert programs.parse_progress(s, programs.clean_line(line)) == {"step": 120, "loss": 6.123456}
+    assert programs.parse_resumed(s, "  successfully loaded checkpoint from /ckpt [ t 1/2, p 1/1 ] at iteration 100") == 100
+    d = str(tmp_path)
+    for n in (100, 200):
+        mk(f"{d}/iter_{n:07d}/mp_rank_00/model_optim_rng.pt")
+    mk(f"{d}/latest_checkpointed_iteration.txt", "100")
+    ck = programs.list_ckpts(s, d)
+    assert [(c.step, c.complete) for c in ck] == [(100, True), (200, False)]
+    assert programs.will_load(s, ck, d).step == 100
+    mk(f"{d}/latest_checkpointed_iteration.txt", "")
+    ck = programs.list_ckpts(s, d)
+    assert programs.newest_complete(ck) is None and programs.will_load(s, ck, d) is None

@@ -63,3 +63,20 @@ class Torchtitan(Adapter):
     defaults = {"checkpoints": r"{ckpt_dir}/step-(?P<step>\d+)", "complete": "dcp", "selects": "newest_complete",
                 "progress": r"step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>[-+0-9.eE]+|nan|inf)",
                 "resumed": r"Loading the checkpoint at step (?P<step>\d+)"}
+
+
+@ADAPTERS.register
+class Megatron(Adapter):
+    """Megatron-LM's checkpointing (read from NVIDIA/Megatron-LM at commit 0032978,
+    megatron/training/checkpointing.py): iter_<7 digits> folders under --save (the checkpoint dir
+    here); the tracker file latest_checkpointed_iteration.txt names the iteration a restart loads
+    (read_metadata: an integer, or "release"; anything else prints "ERROR: Invalid metadata file"
+    and calls sys.exit(), exit status 0); the load logs "successfully loaded checkpoint from DIR
+    [ t i/n, p j/m ] at iteration N"; training logs "iteration N/ M | ... | lm loss: X |". Tested
+    from recorded lines and a recorded layout (it needs GPUs to run)."""
+    name = "megatron"
+    doc = "Megatron-LM (iter_<N> folders, latest_checkpointed_iteration.txt names the one loaded)"
+    defaults = {"checkpoints": r"{ckpt_dir}/iter_(?P<step>\d+)", "complete": "pointer:latest_checkpointed_iteration.txt",
+                "selects": "pointer",
+                "progress": r"iteration\s+(?P<step>\d+)/\s*\d+\s*\|.*?\blm loss: (?P<loss>[-+0-9.eE]+|nan|inf)",
+                "resumed": r"successfully loaded checkpoint from \S+ \[ t \d+/\d+, p \d+/\d+ \] at iteration (?P<step>\d+)"}
