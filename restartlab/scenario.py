@@ -77,6 +77,8 @@ PROGRAM = {
                  + ", ".join(programs.SELECT_RULES) + " (default: the adapter's; generic: newest_complete)"),
     "resumed": F("str", None, "regex for the program's own resume line, with a (?P<step>...) group "
                  "(without it: the highest checkpoint below the first step logged)"),
+    "saved": F("str", None, "regex for the program's line after a save, with a (?P<seconds>...) group (the time "
+               "the training loop was blocked) and optionally (?P<step>...): booked as a save stall"),
     "counts": F("str", None, "what the number in a checkpoint's name counts: steps, or saves (with "
                 "save_every: step = (K + 1) x save_every; default: the adapter's, generic: steps)"),
     "save_every": F("int", None, "counts: saves: the steps between two saves", positive=True),

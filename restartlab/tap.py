@@ -7,7 +7,8 @@ it as they read the bundled trainer's:
     {"timestamp": <when the line arrived>, "rank": 0, "metrics": {"train/iter": N, "train/loss": x,
      "train/dt": <since the previous progress line, or the program's own dt>, ...}}
 
-The first row of an attempt carries train/resumed_from (the program's resume line when the adapter
+A save line (the adapter's `saved`) becomes a row {"train/iter": N, "train/ckpt_save_seconds": s}:
+the collector books it as a save stall. The first row of an attempt carries train/resumed_from (the program's resume line when the adapter
 has one, else the highest checkpoint present at launch below the first step logged) and
 train/restart_seconds (launch -> first progress line). When the launcher exits 0 after the last
 step, a final row {"train/iter": N, "train/finished": true} marks the phase completed (the bundled
@@ -44,7 +45,7 @@ class Tap:
     def feed(self, raw: bytes, ts: float) -> None:
         text = raw.decode("utf-8", errors="replace")
         with self.lock:
-            for part in text.replace("\r\n", "\n").split("\r"):  # a progress bar redraws with \r
+            for part in text.splitlines():  # \n, and \r: a progress bar redraws with it
                 line = programs.clean_line(part)
                 if not line:
                     continue
@@ -54,6 +55,11 @@ class Tap:
                 p = programs.parse_progress(self.spec, line)
                 if p is not None:
                     self._row(p, ts)
+                    continue
+                saved = programs.parse_saved(self.spec, line)
+                if saved is not None and self.out is not None:  # a save before the first step: not booked
+                    self._write(ts, {"train/iter": saved.get("step", self.last_step),
+                                     "train/ckpt_save_seconds": saved["seconds"]})
 
     def _row(self, p: dict, ts: float) -> None:
         step = p["step"]

@@ -140,6 +140,19 @@ def test_tap_turns_output_into_metrics_rows(tmp_path):
     assert rows[-1] == {"train/iter": 23, "train/finished": True}
 
 
+def test_tap_books_the_programs_save_lines_as_save_stalls(tmp_path):
+    att = layout.Attempt(str(tmp_path / "1"))
+    os.makedirs(att.path)
+    t = tap.Tap(spec(saved=r"saved step (?P<step>\d+) in (?P<seconds>\S+)s"), att, 0.0, [])
+    t.feed(b"saved step 0 in 0.5s\nstep 1 loss 2\nstep 2 loss 1\nsaved step 2 in 0.25s\nstep 3 loss 0.5\n", 1.0)
+    t.finish(0, 3)
+    rows = _rows(att)
+    assert {"train/iter": 2, "train/ckpt_save_seconds": 0.25} in rows   # a save before the first step: not booked
+    assert sum(1 for r in rows if "train/ckpt_save_seconds" in r) == 1
+    assert [r["train/iter"] for r in rows if "train/loss" in r] == [1, 2, 3]
+    assert programs.spec_errors(spec(saved=r"saved (?P<step>\d+)"))[0][0] == "saved"
+
+
 def test_tap_prefers_the_programs_resume_line_and_writes_no_final_row_on_failure(tmp_path):
     att = layout.Attempt(str(tmp_path / "1"))
     os.makedirs(att.path)
@@ -302,6 +315,8 @@ def test_torchtitan_adapter_on_recorded_lines_and_layout(tmp_path):
             "\x1b[33mgrad_norm:  1.2345  \x1b[34mmemory:  3.21GiB(4.05%)  \x1b[36mtps: 1,234  \x1b[35mmfu: 1.23%\x1b[39m")
     assert programs.parse_progress(s, programs.clean_line(line)) == {"step": 7, "loss": 9.8765}
     assert programs.parse_resumed(s, "[titan] ... - root - INFO - Loading the checkpoint at step 20.") == 20
+    assert programs.parse_saved(s, "[titan] ... - root - INFO - Finished saving the checkpoint (or staging if async "
+                                   "is enabled)in 1.23 seconds.") == {"seconds": 1.23}
     d = str(tmp_path)
     mk(f"{d}/step-10/.metadata")
     mk(f"{d}/step-10/__0_0.distcp")

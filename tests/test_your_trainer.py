@@ -55,6 +55,9 @@ def test_a_plain_program_through_run(expt):
         assert e["resumed_from"] == snap["newest_complete"] and e["resumed_from"] % 5 == 0
         assert e["lost_steps"] == e["step_at_kill"] - e["resumed_from"] >= 0
         assert e["step_at_kill"] >= {1: 12, 2: 27}[e["attempt"]]  # gated: the kill waits for the step's checkpoint
+    saves = s["restart"]["save"]["ckpt_save_seconds"]
+    assert saves["count"] >= 8 and saves["median"] >= 0.3  # the program's save lines, booked (0.3 s each)
+    assert s["restart"]["save_stall_s"] == pytest.approx(saves["total"])
     v = s["restart"]["survival"]
     assert v["survived"] and v["finished"] and "loss identical to the baseline's at all 40 steps" in v["baseline"]
     assert [x["outcome"] for x in v["restarts"]] == ["first", "newest", "newest"]

@@ -96,7 +96,9 @@ def main():
         if rank == 0:
             print(f"step {n} loss {loss_of(x):.12f}", flush=True)
             if a.save_every and n % a.save_every == 0:
+                t0 = time.time()
                 save(a.ckpt, n, x, a.save, a.save_time)
+                print(f"saved step {n} in {time.time() - t0:.3f}s", flush=True)
     return 0
 
 

@@ -18,6 +18,8 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
                last (the newest last*.ckpt by mtime: Lightning's ckpt_path="last")
   resumed      optional: a regex for the program's own resume line, with a `step` group, or a
                `path` group (the checkpoint it names: its step from the listing at the launch)
+  saved        optional: a regex for the program's line after a save, with a `seconds` group (the
+               time the training loop was blocked) and optionally `step`: booked as a save stall
 """
 import os
 import re
@@ -30,7 +32,7 @@ from . import torchzip
 COMPLETE_RULES = ("exists", "dcp", "torchzip", "file:NAME[,NAME...]", "pointer:FILE")
 SELECT_RULES = ("newest_complete", "highest", "newest_mtime", "pointer", "last")
 UNKNOWN_STEP = -1
-KEYS = ("progress", "checkpoints", "complete", "selects", "resumed", "counts", "save_every")
+KEYS = ("progress", "checkpoints", "complete", "selects", "resumed", "saved", "counts", "save_every")
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 # [rank0]: (torchrun --tee / DDP logging), [0] or [0]: (Hydra -prepend-rank), 0: (srun --label)
 RANK_PREFIX = re.compile(r"^\s*(?:\[(?:rank\s*)?\d+\]:?|\d+:)\s?")
@@ -59,7 +61,7 @@ ADAPTERS: Registry[Adapter] = Registry("program adapter")
 def spec_errors(spec: dict) -> List[tuple]:
     """[(key, message)] of every problem in a resolved spec; [] when it is usable."""
     out = []
-    for key in ("progress", "checkpoints", "resumed"):
+    for key in ("progress", "checkpoints", "resumed", "saved"):
         rx = spec.get(key)
         if rx is None:
             if key == "checkpoints" or (key == "progress" and spec.get("tap", True)):
@@ -70,7 +72,10 @@ def spec_errors(spec: dict) -> List[tuple]:
         except re.error as e:
             out.append((key, f"{rx!r} is not a valid regular expression ({e})"))
             continue
-        if "step" not in c.groupindex and not (key == "resumed" and "path" in c.groupindex):
+        if key == "saved":
+            if "seconds" not in c.groupindex:
+                out.append((key, f"{rx!r} has no (?P<seconds>...) group: the save's blocking time"))
+        elif "step" not in c.groupindex and not (key == "resumed" and "path" in c.groupindex):
             out.append((key, f"{rx!r} has no (?P<step>...) group: restartlab reads the step number from it"
                         + (" (or a (?P<path>...) group: the checkpoint loaded)" if key == "resumed" else "")))
     rule = spec.get("complete") or ""
@@ -127,6 +132,17 @@ def parse_progress(spec: dict, line: str) -> Optional[dict]:
     for k in ("loss", "dt"):
         if k in gi and _num(m.group(k)) is not None:
             out[k] = _num(m.group(k))
+    return out
+
+
+def parse_saved(spec: dict, line: str) -> Optional[dict]:
+    """{seconds, step?} when `line` is the program's line after a save."""
+    m = _compiled(spec["saved"]).search(line) if spec.get("saved") else None
+    if not m or _num(m.group("seconds")) is None:
+        return None
+    out = {"seconds": _num(m.group("seconds"))}
+    if "step" in m.re.groupindex and (m.group("step") or "").isdigit():
+        out["step"] = int(m.group("step"))
     return out
 
 

@@ -62,7 +62,9 @@ class Torchtitan(Adapter):
     doc = "torchtitan (DCP step-<N> folders, .metadata written last; its 'step: N  loss: X' log lines)"
     defaults = {"checkpoints": r"{ckpt_dir}/step-(?P<step>\d+)", "complete": "dcp", "selects": "newest_complete",
                 "progress": r"step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>[-+0-9.eE]+|nan|inf)",
-                "resumed": r"Loading the checkpoint at step (?P<step>\d+)"}
+                "resumed": r"Loading the checkpoint at step (?P<step>\d+)",
+                "saved": r"Finished saving the checkpoint \(or staging if async is enabled\)\s*in (?P<seconds>[0-9.]+) "
+                         r"seconds"}
 
 
 @ADAPTERS.register
