@@ -10,7 +10,7 @@ ACCOUNT ?= datascience
 PYTEST_ARGS ?=
 N       ?= 100
 
-.PHONY: install demo demo-faults test bench fuzz render sunspot-expt clean
+.PHONY: install demo demo-faults test bench fuzz fuzz-trainer render sunspot-expt clean
 
 install: $(STAMP)
 
@@ -45,8 +45,20 @@ test: $(STAMP) $(FRAMEWORKS)
 bench: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/run_all.py
 
-# kill anywhere: N SIGKILLs at random times (tests/fuzz.py); CI runs a short version in make test
+# kill anywhere through `restartlab fuzz`: the bundled trainer, its sync then its async phase, N
+# kills each (a share of them inside saves made while a complete checkpoint exists), every restart
+# checked against the baseline (the loss at every step, the final parameters); the run's length
+# grows with N so that every kill lands in a live attempt
+SEED    ?= 0
 fuzz: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/restartlab fuzz scenarios/fuzz.yaml --phase sync --kills $(N) \
+	  --seed $(SEED) --after-complete --set trainer.train_iters=$$(( 3 * $(N) + 24 ))
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/restartlab fuzz scenarios/fuzz.yaml --phase async --kills $(N) \
+	  --seed $(SEED) --after-complete --set trainer.train_iters=$$(( 3 * $(N) + 24 ))
+
+# the trainer's own kill-anywhere (tests/fuzz.py: four layouts, --keep, the raw format); CI runs a
+# short version in make test
+fuzz-trainer: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m tests.fuzz --kills $(N)
 
 render: $(STAMP)

@@ -287,9 +287,10 @@ class Injector:
         """One kill per attempt at a random point: inside a save (the moment a checkpoint being
         written shows up, plus up to 20 ms) or anywhere from the launch on (uniformly within
         --fuzz-window). A kill aimed at a save that sees none within SAVE_WAIT_WINDOWS windows of the
-        launch strikes then (a program that writes its checkpoint elsewhere and renames it in,
-        as Lightning does, shows no save in the checkpoint dir). The choices come from --seed; what
-        happened is in each record."""
+        launch strikes then. A checkpoint that becomes complete without having been seen in flight
+        (a program that writes it elsewhere and renames it in, as Lightning does) makes the kills
+        from then on strike anywhere, said once. The choices come from --seed; what happened is in
+        each record."""
         a, last = self.a, 0
         told, window = False, a.fuzz_window
         while self.kills < a.fuzz:
@@ -318,11 +319,13 @@ class Injector:
                     time.sleep(SAVE_POLL_S)
                 if attempt.is_over(att) or self.stop_reason():
                     continue
-                if unseen or time.time() > deadline:
-                    self.say(f"no save seen in flight in {a.ckpt_dir} in attempt {att.index} (a program that "
-                             f"writes its checkpoint elsewhere and renames it in shows none; else check "
-                             f"trainer.program.checkpoints): striking now, and anywhere from here on")
+                if unseen and not told:
+                    self.say(f"a checkpoint in {a.ckpt_dir} became complete in attempt {att.index} without being "
+                             f"seen in flight (a program that writes its checkpoint elsewhere and renames it in "
+                             f"shows none; else check trainer.program.checkpoints): striking now, and anywhere "
+                             f"from here on")
                     told = True
+                if unseen or time.time() > deadline:  # no save to aim at in time: strike now
                     in_save, delay = False, time.time() - t0
                 else:
                     time.sleep(jitter)

@@ -213,3 +213,18 @@ def test_a_checkpoint_pattern_that_matches_nothing_falls_back_to_the_step(expt):
     assert log.count("nothing matches the checkpoint pattern") == 1, log
     assert sum(1 for line in log.splitlines() if "(step seen)" in line) == 2, log
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_the_bundled_trainer_through_fuzz_is_bit_exact(expt):
+    """The bundled trainer through the same verb (the restartlab adapter: step-N/.complete, its
+    own metrics rows): kills aimed inside async saves made while a complete checkpoint exists;
+    every restart loads the newest complete one, the loss and the final parameters equal the
+    baseline's."""
+    r = restartlab("fuzz", os.path.join(ROOT, "scenarios", "fuzz.yaml"), "--phase", "async", "--kills", "3",
+                   "--seed", "1", "--after-complete", "--expt-dir", expt, "--plain",
+                   "--set", "launch.ranks_per_node=2", "--set", "trainer.train_iters=36")
+    fz = layout.Expt(expt).fuzz_summary
+    assert r.returncode == 0 and os.path.exists(fz), r.stdout[-3000:] + r.stderr[-3000:]
+    data = json.load(open(fz))
+    assert len(data["kills"]) >= 2 and data["verdict"]["survived"]
+    assert "final parameters identical (crc)" in data["verdict"]["baseline"]
