@@ -109,9 +109,8 @@ class Procs:
         restartlab's metrics rows has its output read by a tap (tap.py)."""
         ckpts = []
         if self.cfg.ckpt_dir:
-            snap = tap.snapshot(self.spec, self.cfg.ckpt_dir)
-            tap.write_snapshot(att, snap)
             ckpts = programs.list_ckpts(self.spec, self.cfg.ckpt_dir)
+            tap.write_snapshot(att, tap.snapshot(self.spec, self.cfg.ckpt_dir, ckpts))
         env = dict(os.environ, **env)
         if not self.spec["tap"]:
             with open(att.output, "ab") as out:

@@ -120,10 +120,9 @@ class Pump(threading.Thread):
             self.log.close()
 
 
-def snapshot(spec: dict, ckpt_dir: str) -> dict:
+def snapshot(spec: dict, ckpt_dir: str, ckpts: List[programs.Ckpt]) -> dict:
     """What the checkpoint dir holds at a launch: every checkpoint (step, complete), the newest
     complete one (what a correct resume loads) and the one the program's own rule picks."""
-    ckpts = programs.list_ckpts(spec, ckpt_dir)
     good, pick = programs.newest_complete(ckpts), programs.will_load(spec, ckpts, ckpt_dir)
     return {"ckpt_dir": ckpt_dir, "checkpoints": [[c.step, c.complete] for c in ckpts],
             "newest_complete": good.step if good else None,
