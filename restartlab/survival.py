@@ -92,7 +92,9 @@ def _resume(k: int, first: dict, snap: dict) -> Restart:
     if r == expected:
         return Restart(k, "newest", f"resumed from the newest complete checkpoint (step {r}){how}", r, expected)
     if r == 0:
-        return Restart(k, "fresh", f"started over from step 0 although step {expected} was complete", r, expected)
+        why = f" (its own rule, selects: {snap['selects']}, found nothing to load)" \
+            if snap.get("selects") and not snap.get("will_load") else ""
+        return Restart(k, "fresh", f"started over from step 0 although step {expected} was complete{why}", r, expected)
     return Restart(k, "older", f"resumed from step {r}, older than the newest complete (step {expected}): "
                    f"{expected - r} step(s) lost beyond necessity{how}", r, expected)
 

@@ -124,7 +124,7 @@ def snapshot(spec: dict, ckpt_dir: str, ckpts: List[programs.Ckpt]) -> dict:
     """What the checkpoint dir holds at a launch: every checkpoint (step, complete), the newest
     complete one (what a correct resume loads) and the one the program's own rule picks."""
     good, pick = programs.newest_complete(ckpts), programs.will_load(spec, ckpts, ckpt_dir)
-    return {"ckpt_dir": ckpt_dir, "checkpoints": [[c.step, c.complete] for c in ckpts],
+    return {"ckpt_dir": ckpt_dir, "selects": spec.get("selects"), "checkpoints": [[c.step, c.complete] for c in ckpts],
             "newest_complete": good.step if good else None,
             "will_load": {"step": pick.step, "path": pick.path, "complete": pick.complete} if pick else None}
 

@@ -189,17 +189,45 @@ def test_lightning_through_run_resumes_last_and_diverges_mid_epoch(expt):
 def test_lightning_fuzz_never_loads_a_torn_checkpoint(expt):
     """Lightning's save goes through a temp file renamed into place ($TMPDIR and the checkpoints
     share /tmp here): a kill never leaves a torn last.ckpt, and no restart crashes while loading.
-    No save shows in the checkpoint dir (the temp file is in $TMPDIR), so the kills aimed at a
-    save strike when the wait for one ends. (A kill between the step file and last.ckpt would
-    resume one save older: allowed here.)"""
+    No save shows in the checkpoint dir (the temp file is in $TMPDIR), so a kill aimed at a save
+    strikes as a checkpoint lands complete unseen: the step file, before last.ckpt. On a later save
+    that resumes one save older (allowed here); on the first one Lightning starts over from step 0
+    (the next test makes it happen on purpose): allowed only with that reason."""
     pytest.importorskip("lightning")
     r, data = _fuzz_scenario(LIGHTNING, expt, "--kills", "3", "--seed", "2", "--window", "4s", "--no-baseline",
                              "--set", 'phases.1.args=[--save-every, "5", --width, "1024"]')
     assert r.returncode in (0, 1) and data, r.stdout[-3000:] + r.stderr[-3000:]
     assert len(data["kills"]) >= 2
-    outcomes = {x["outcome"] for x in data["verdict"]["restarts"]}
-    assert not outcomes & {"incomplete", "load_crash", "startup_crash", "fresh", "lost"}, data["verdict"]
+    restarts = data["verdict"]["restarts"]
+    assert not {x["outcome"] for x in restarts} & {"incomplete", "load_crash", "startup_crash", "lost"}, data["verdict"]
+    assert all("(its own rule, selects: last, found nothing to load)" in x["text"]
+               for x in restarts if x["outcome"] == "fresh"), data["verdict"]
     assert data["verdict"]["finished"]
+
+
+def test_lightning_kill_between_the_first_step_file_and_last_ckpt_starts_over(expt):
+    """Lightning writes the step file (step5.ckpt), then last.ckpt, and fit(ckpt_path="last") looks
+    at last*.ckpt only. A kill between the two on the first save leaves a complete step5.ckpt and
+    no last.ckpt: the restart starts over from step 0 with only a warning. The example's fault
+    point (--pause-before-last) holds that gap open, so the gated kill at step 5 (it fires as
+    step5.ckpt lands complete) strikes inside it on purpose; restartlab reports the lost save as a
+    finding that names the program's rule."""
+    pytest.importorskip("lightning")
+    r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain", "--set", "failures.schedule.at_steps=[5]",
+                   "--set", 'phases=[{name: restart, checkpoint: sync, args: [--save-every, "5", '
+                   '--pause-before-last, "2"]}]')
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    v = _summary(expt)["restart"]["survival"]
+    assert [x["outcome"] for x in v["restarts"]] == ["first", "fresh"], v
+    assert v["restarts"][1]["text"] == ("started over from step 0 although step 5 was complete (its own rule, "
+                                        "selects: last, found nothing to load)")
+    assert not v["survived"] and v["finished"]
+    phase = layout.Expt(expt).phase("restart")
+    with open(phase.attempt(2).at_launch) as f:
+        snap = json.load(f)
+    assert snap["checkpoints"] == [[5, True]] and snap["will_load"] is None
+    with open(phase.attempt(2).output) as f:
+        assert 'ckpt_path="last") is set, but there is no last checkpoint available' in f.read()
 
 
 def test_a_checkpoint_pattern_that_matches_nothing_falls_back_to_the_step(expt):

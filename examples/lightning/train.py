@@ -30,6 +30,22 @@ class Net(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.05)
 
 
+class Checkpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint with one fault point for the tests: --pause-before-last sleeps
+    between the step file and last.ckpt, the gap every save of Lightning's has (its
+    on_train_batch_end writes the top-k file, then last.ckpt), so that a kill lands there on
+    purpose. Off by default; overrides a private method of lightning 2.6.6."""
+
+    def __init__(self, pause, **kw):
+        super().__init__(**kw)
+        self.pause = pause
+
+    def _save_last_checkpoint(self, trainer, monitor_candidates):
+        if self.pause:
+            time.sleep(self.pause)
+        super()._save_last_checkpoint(trainer, monitor_candidates)
+
+
 class Progress(Callback):
     def __init__(self, step_time):
         self.step_time = step_time
@@ -48,6 +64,8 @@ def main():
     p.add_argument("--step-time", type=float, default=0.05)
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--batches-per-epoch", type=int, default=10)
+    p.add_argument("--pause-before-last", type=float, default=0.0,
+                   help="a fault point: seconds between the step file and last.ckpt")
     a = p.parse_args()
     L.seed_everything(7, verbose=False)
     g = torch.Generator().manual_seed(1)
@@ -57,8 +75,9 @@ def main():
     data = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True) * 0.5), batch_size=4, shuffle=False)
     callbacks = [Progress(a.step_time)]
     if a.save_every:
-        callbacks.append(ModelCheckpoint(dirpath=a.ckpt, filename="step{step}", auto_insert_metric_name=False,
-                                         every_n_train_steps=a.save_every, save_top_k=-1, save_last=True))
+        callbacks.append(Checkpoint(a.pause_before_last, dirpath=a.ckpt, filename="step{step}",
+                                    auto_insert_metric_name=False, every_n_train_steps=a.save_every,
+                                    save_top_k=-1, save_last=True))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     trainer = L.Trainer(accelerator="cpu", devices=local, num_nodes=max(1, world // local),
                         strategy="ddp" if world > 1 else "auto", max_steps=a.steps, callbacks=callbacks,
