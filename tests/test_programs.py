@@ -394,3 +394,33 @@ def test_megatron_adapter_on_recorded_lines_and_layout(tmp_path):
     mk(f"{d}/latest_checkpointed_iteration.txt", "")
     ck = programs.list_ckpts(s, d)
     assert programs.newest_complete(ck) is None and programs.will_load(s, ck, d) is None
+
+
+def test_ezpz_adapter_on_recorded_lines_and_layout(tmp_path):
+    """ezpz's fsdp_tp needs a GPU or XPU: its adapter is tested on lines in the format its source
+    prints (saforem2/ezpz at 1229a17, 0.26.1: History.log_metrics's compact line, the resume and
+    save lines of examples/fsdp_tp.py) and its layout: step-<N> with .complete written last, a
+    re-save that has removed the stale marker, the highest complete one loaded."""
+    s = programs.resolve({"adapter": "ezpz"})
+    assert programs.spec_errors(s) == []
+    line = ("[2026-12-01 10:00:00,123456][I][examples/fsdp_tp:3643:train] iter=120   epoch=0 bidx=119 "
+            "loss=6.123456(±0.012345) dt=0.456789(±0.001234) dtf=0.123456 dtb=0.333333 tokens=8192 "
+            "tokens_seen=983040 tps=17934.512345 memory=12.3/64.0GB")
+    assert programs.parse_progress(s, programs.clean_line(line)) == {"step": 120, "loss": 6.123456, "dt": 0.456789}
+    nan = programs.parse_progress(s, "iter=7 epoch=0 bidx=6 loss=nan dtf=0.1")  # a NaN loss is kept; dtf is not dt
+    assert nan["step"] == 7 and nan["loss"] != nan["loss"] and "dt" not in nan
+    assert programs.parse_resumed(s, "[I] RESUMED from step=100 (epoch=0, batch_offset=100, tokens_seen=8192)") == 100
+    assert programs.parse_saved(s, "[I] train/ckpt_save_seconds=2.5000 (sync save @ step 100)") == \
+        {"seconds": 2.5, "step": 100}
+    assert programs.parse_saved(s, "[I] train/ckpt_stage_seconds=0.2500 (async stage @ step 200)") == \
+        {"seconds": 0.25, "step": 200}
+    assert programs.parse_saved(s, "iter=101 loss=6.1 ckpt_save_seconds=2.5") is None  # the metric echoed: not a save
+    d = str(tmp_path)
+    for n in (100, 200, 300):
+        mk(f"{d}/step-{n}/__0_0.distcp")
+    mk(f"{d}/step-100/meta.json", '{"step": 100}')
+    mk(f"{d}/step-100/.complete")
+    mk(f"{d}/step-200/meta.json", '{"step": 200}')   # meta.json, killed before .complete
+    ck = programs.list_ckpts(s, d)
+    assert [(c.step, c.complete) for c in ck] == [(100, True), (200, False), (300, False)]
+    assert programs.will_load(s, ck, d).step == programs.newest_complete(ck).step == 100

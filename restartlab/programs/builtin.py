@@ -82,3 +82,27 @@ class Megatron(Adapter):
                 "selects": "pointer",
                 "progress": r"iteration\s+(?P<step>\d+)/\s*\d+\s*\|.*?\blm loss: (?P<loss>[-+0-9.eE]+|nan|inf)",
                 "resumed": r"successfully loaded checkpoint from \S+ \[ t \d+/\d+, p \d+/\d+ \] at iteration (?P<step>\d+)"}
+
+
+@ADAPTERS.register
+class Ezpz(Adapter):
+    """ezpz's FSDP2 + tensor-parallel example, ezpz.examples.fsdp_tp (read from saforem2/ezpz at
+    commit 1229a17, version 0.26.1: src/ezpz/examples/fsdp_tp.py and examples/_checkpoint.py):
+    --ckpt-dir DIR --save-interval N saves DCP into DIR/step-<N>; rank 0 first removes a stale
+    .complete, then writes meta.json and .complete last; a restart loads the highest step-<N>
+    holding .complete (latest_checkpoint) and logs "RESUMED from step=N (epoch=...)". Rank 0's
+    progress line is History.log_metrics's "iter=N epoch=E bidx=B loss=X(±std) dt=Y(±std) ..."
+    (train/ stripped), and after a save "train/ckpt_save_seconds=S (sync save @ step N)" or, with
+    --async-ckpt, "train/ckpt_stage_seconds=S (async stage @ step N)" (the async drain is not
+    booked: it has no line of its own). Its metrics JSONL is rewritten per launch; the tap reads
+    the console instead. Tested from lines in the format its source prints and its layout (it
+    needs a GPU or XPU to run)."""
+    name = "ezpz"
+    doc = "ezpz's fsdp_tp example (--ckpt-dir {ckpt_dir}: step-<N>/.complete written last; 'iter=N ... loss=X' lines)"
+    defaults = {"checkpoints": r"{ckpt_dir}/step-(?P<step>\d+)", "complete": "file:.complete",
+                "selects": "newest_complete",
+                "progress": r"\biter=(?P<step>\d+)\s.*?\bloss=(?P<loss>[-+0-9.eE]+|nan|inf)"
+                            r"(?:.*?\bdt=(?P<dt>[0-9.eE+-]+))?",
+                "resumed": r"RESUMED from step=(?P<step>\d+)",
+                "saved": r"train/ckpt_(?:save|stage)_seconds=(?P<seconds>[0-9.]+) \((?:sync save|async stage) "
+                         r"@ step (?P<step>\d+)\)"}
