@@ -186,6 +186,26 @@ def test_lightning_through_run_resumes_last_and_diverges_mid_epoch(expt):
     assert {e["resumed_from"] for e in s["restart"]["failures"]} <= {5 * k for k in range(1, 9)}
 
 
+def test_lightning_epoch_end_saves_diverge_after_the_second_resume(expt):
+    """Saves every 10 steps in 10-batch epochs: every checkpoint is at an epoch's last batch, and
+    the first resume (from step 20) is exact. But the epoch Lightning 2.6.6 runs after that resume
+    is not counted in its epoch_progress (ready = started = 2 while it trains epoch 2), so step30.ckpt
+    restores with the DistributedSampler set to epoch 2: the second resume replays epoch 2's
+    shuffle where the baseline trains on epoch 3's (measured here: the step-31 loss, 0.0076387702
+    against 0.0599828213, is epoch 2's first batch under step 30's weights, computed apart). Kills on
+    the step seen (25, 35), far from any save."""
+    pytest.importorskip("lightning")
+    r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain", "--set", 'phases.1.args=[--save-every, "10"]',
+                   "--set", "failures.schedule.at_steps=[25, 35]", "--set", "failures.gate=none")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    v = _summary(expt)["restart"]["survival"]
+    assert [(x["outcome"], x["resumed_from"]) for x in v["restarts"]] == [("first", 0), ("newest", 20), ("newest", 30)]
+    assert v["baseline"].startswith("diverged from the baseline at step 31 (loss "), v
+    phase = layout.Expt(expt).phase("restart")
+    with open(phase.attempt(3).output) as f:
+        assert "resuming from a checkpoint that ended before the epoch ended" not in f.read()  # no warning given
+
+
 def test_lightning_fuzz_never_loads_a_torn_checkpoint(expt):
     """Lightning's save goes through a temp file renamed into place ($TMPDIR and the checkpoints
     share /tmp here): a kill never leaves a torn last.ckpt, and no restart crashes while loading.
