@@ -10,7 +10,7 @@ ACCOUNT ?= datascience
 PYTEST_ARGS ?=
 N       ?= 100
 
-.PHONY: install demo demo-faults test bench fuzz fuzz-trainer render sunspot-expt clean
+.PHONY: install demo demo-faults test bench fuzz fuzz-trainer render sunspot-expt clean test-fast
 
 install: $(STAMP)
 
@@ -41,6 +41,11 @@ $(FRAMEWORKS): $(STAMP) setup.cfg
 
 test: $(STAMP) $(FRAMEWORKS)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+
+# the edit-test loop: unit, recorded-output and single-process tests (no ranks, no Slurm, no slow
+# job-script runs); make test stays the whole suite and is what CI runs
+test-fast: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m "not multirank and not slurm and not slow" $(PYTEST_ARGS) tests
 
 bench: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/run_all.py

@@ -225,6 +225,7 @@ def test_progress_trace_is_bounded_and_spans_the_attempt():
     assert its[0] == 1 and its == sorted(its) and its[-1] > 100_000 - 2 * a.trace_stride
 
 
+@pytest.mark.multirank
 def test_ctrl_c_stops_everything_and_leaves_a_readable_experiment(tmp_path):
     """Ctrl-C as a terminal sends it: SIGINT to `restartlab run`'s foreground process group,
     in the middle of the sync phase. Everything the run started carries RESTARTLAB_LOCAL_JOBID=<its pid>.local

@@ -1,5 +1,6 @@
 """Scenario schema: malformed scenarios name file, line and key; extends and --set."""
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -96,7 +97,8 @@ def test_error_in_parent_names_parent_file(tmp_path):
     assert f"{tmp_path / 'parent.yaml'}:2: job.nodez" in str(e.value)
 
 
-@pytest.mark.parametrize("name", ["local", "debug", "agpt2b", "agpt20b", "agpt2b-hsdp"])
+@pytest.mark.parametrize("name", sorted(os.path.relpath(str(p), SCEN)[:-len(".yaml")] for d in ("", "examples")
+                                         for p in pathlib.Path(SCEN, d).glob("*.yaml")))
 def test_examples_validate(name):
     scenario.load(os.path.join(SCEN, f"{name}.yaml"))
 

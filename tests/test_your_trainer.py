@@ -154,6 +154,42 @@ def _fuzz_scenario(path, expt, *more):
     return r, (json.load(open(fz)) if os.path.exists(fz) else None)
 
 
+# ---------------------------------------------------------------- a plain DCP program (torch 2.13)
+DCP = os.path.join(ROOT, "scenarios", "examples", "dcp.yaml")
+
+
+def test_a_plain_dcp_program_through_run_is_exact(expt):
+    """dcp.save into step-N (.metadata last), the highest step-N holding .metadata loaded, through
+    the generic adapter with the dcp completion rule: both kills resumed from the newest complete
+    checkpoint, and the losses equal the baseline's bit for bit."""
+    r = restartlab("run", DCP, "--expt-dir", expt, "--plain")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    v = _summary(expt)["restart"]["survival"]
+    assert [x["outcome"] for x in v["restarts"]] == ["first", "newest", "newest"], v
+    assert v["survived"] and v["baseline"] == "loss identical to the baseline's at all 40 steps both logged", v
+
+
+def test_fuzz_kills_a_dcp_program_inside_its_saves(expt):
+    """Every kill aimed at a save made while a complete checkpoint exists (a step-N folder without
+    .metadata yet, seen by polling the checkpoint dir): the ones that land there leave a torn
+    step-N behind, and the next attempt skips it for the newest one that holds .metadata. The
+    program survives every kill: exit 0."""
+    r, data = _fuzz_scenario(DCP, expt, "--kills", "3", "--seed", "1", "--save-share", "1", "--after-complete",
+                             "--no-baseline",
+                             "--set", 'phases.1.args=[--save-every, "5", --width, "262144"]')
+    assert r.returncode == 0 and data, r.stdout[-3000:] + r.stderr[-3000:]
+    inside = [k for k in data["kills"] if k["where"] == "save"]
+    assert inside, data["kills"]
+    phase = layout.Expt(expt).phase("restart")
+    for k in inside:
+        (torn,) = k["saving"]
+        with open(phase.attempt(k["attempt"] + 1).at_launch) as f:
+            snap = json.load(f)
+        assert [int(torn.split("-")[1]), False] in snap["checkpoints"], (k, snap)  # left torn by the kill
+        assert k["next"] == "newest" and k["newest_complete"] is not None, k
+    assert data["verdict"]["survived"] and data["verdict"]["finished"], data["verdict"]
+
+
 # ---------------------------------------------------------------- PyTorch Lightning (2.6.6)
 LIGHTNING = os.path.join(ROOT, "scenarios", "examples", "lightning.yaml")
 
