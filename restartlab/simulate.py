@@ -321,6 +321,25 @@ def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults,
     return {"wall_s": wall, "ettr": total / wall if wall else None, "failures": len(faults)}
 
 
+def _program_interval(expt, phase: str, program: dict) -> int:
+    """A program's save interval (its own arguments set it, which restartlab does not parse): the
+    steps of the checkpoints in the phase's checkpoint dir (the one its launches recorded)."""
+    from . import programs
+    ph = expt.phase(phase)
+    ckpt_dir = ph.ckpts
+    for k in range(1, 10_000):
+        try:
+            with open(ph.attempt(k).at_launch) as f:
+                ckpt_dir = json.load(f).get("ckpt_dir") or ckpt_dir
+        except (OSError, ValueError, AttributeError):
+            break
+    interval = programs.save_interval(programs.list_ckpts(programs.resolve(program), ckpt_dir))
+    if not interval:
+        raise SimulateError(f"{ckpt_dir}: no checkpoint of phase {phase} whose step is known, to read the "
+                            f"program's save interval from (trainer.program.checkpoints)")
+    return interval
+
+
 def replay(expt_dir: str, phase: str) -> dict:
     """Simulated vs measured ETTR of one phase of a finished experiment: its own measured costs
     (the report's summary: its step time, save cost, restarts, gaps and detections; its first
@@ -342,12 +361,16 @@ def replay(expt_dir: str, phase: str) -> dict:
         with open(expt.scenario) as f:
             sc = yaml.safe_load(f)
         mode = next(p["checkpoint"] for p in sc["phases"] if p["name"] == phase)
-        interval, steps = int(sc["trainer"]["save_interval"]), int(sc["trainer"]["train_iters"])
+        program = (sc.get("trainer") or {}).get("program")
+        interval, steps = (None, int(program["steps"])) if program else \
+            (int(sc["trainer"]["save_interval"]), int(sc["trainer"]["train_iters"]))
     except (OSError, ValueError, KeyError, TypeError, StopIteration, yaml.YAMLError) as e:
         raise SimulateError(f"{expt.scenario}: cannot read phase {phase}'s checkpoint mode, "
                             f"trainer.save_interval and trainer.train_iters ({type(e).__name__}: {e})") from None
     if mode not in ("sync", "async"):
         raise SimulateError(f"phase {phase} saves no checkpoints (checkpoint: {mode}): nothing to replay")
+    if program:  # its own program's saves: the interval its checkpoints show
+        interval = _program_interval(expt, phase, program)
     if not ph.get("steps") or not ph.get("productive_s"):
         raise SimulateError(f"{summary}: phase {phase} has no productive steps to replay")
     costs = costs_from_summary(summary, [phase])

@@ -424,3 +424,11 @@ def test_ezpz_adapter_on_recorded_lines_and_layout(tmp_path):
     ck = programs.list_ckpts(s, d)
     assert [(c.step, c.complete) for c in ck] == [(100, True), (200, False), (300, False)]
     assert programs.will_load(s, ck, d).step == programs.newest_complete(ck).step == 100
+
+
+def test_save_interval_is_what_the_checkpoints_show():
+    ck = lambda *steps: [programs.Ckpt(s, f"/c/{s}", True, 0.0) for s in steps]  # noqa: E731
+    assert programs.save_interval(ck(5, 10, 15, 40)) == 5
+    assert programs.save_interval(ck(30, 40)) == 10              # the ones a keep-last-k program kept
+    assert programs.save_interval(ck(programs.UNKNOWN_STEP, 25)) == 25
+    assert programs.save_interval(ck(programs.UNKNOWN_STEP)) is None and programs.save_interval([]) is None

@@ -167,6 +167,11 @@ def test_a_plain_dcp_program_through_run_is_exact(expt):
     v = _summary(expt)["restart"]["survival"]
     assert [x["outcome"] for x in v["restarts"]] == ["first", "newest", "newest"], v
     assert v["survived"] and v["baseline"] == "loss identical to the baseline's at all 40 steps both logged", v
+    # simulate --replay takes the program's save interval from its checkpoints (its own --save-every 5)
+    r = restartlab("simulate", "--replay", expt, "--phase", "restart", "--no-plot", "--json")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    assert (rep["interval_steps"], rep["steps"], rep["failures"]) == (5, 40, 2) and rep["simulated_ettr"] > 0
 
 
 def test_fuzz_kills_a_dcp_program_inside_its_saves(expt):

@@ -10,12 +10,12 @@ and the report use it on a login node.
 from .base import (ADAPTERS, KEYS, UNKNOWN_STEP, Adapter, Ckpt, COMPLETE_RULES, SELECT_RULES, clean_line,  # noqa: F401
                    parse_saved,
                    in_flight, list_ckpts, newest_complete, parse_progress, parse_resumed, resolve,
-                   spec_errors, will_load)
+                   save_interval, spec_errors, will_load)
 from . import builtin  # noqa: F401,E402  (registers the built-in adapters)
 
 __all__ = ["ADAPTERS", "KEYS", "UNKNOWN_STEP", "Adapter", "Ckpt", "COMPLETE_RULES", "SELECT_RULES", "clean_line",
            "in_flight", "list_ckpts", "newest_complete", "parse_progress", "parse_resumed", "parse_saved", "resolve",
-           "spec_errors", "will_load", "names", "get"]
+           "save_interval", "spec_errors", "will_load", "names", "get"]
 
 
 def names():

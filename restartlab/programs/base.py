@@ -21,6 +21,7 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
   saved        optional: a regex for the program's line after a save, with a `seconds` group (the
                time the training loop was blocked) and optionally `step`: booked as a save stall
 """
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -276,6 +277,14 @@ def will_load(spec: dict, ckpts: List[Ckpt], ckpt_dir: str) -> Optional[Ckpt]:
         return max(last, key=lambda c: c.mtime) if last else None
     step = _pointer(ckpt_dir, spec["complete"].partition(":")[2])
     return next((c for c in ckpts if c.step == step), None)
+
+
+def save_interval(ckpts: List[Ckpt]) -> Optional[int]:
+    """The steps between a program's saves, as its checkpoints show it: the greatest common
+    divisor of their steps (saves every N steps leave multiples of N, whichever a program keeps);
+    None without a checkpoint whose step is known."""
+    steps = {c.step for c in ckpts if c.step > 0}
+    return math.gcd(*steps) if steps else None
 
 
 def in_flight(spec: dict, ckpt_dir: str, since: float) -> List[str]:
