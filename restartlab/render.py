@@ -74,7 +74,14 @@ def program_json(sc) -> Optional[str]:
     prog = sc["trainer"].get("program")
     if not prog:
         return None
-    return json.dumps({k: prog[k] for k in ("adapter",) + programs.KEYS}, separators=(",", ":"))
+    spec = {k: prog[k] for k in ("adapter",) + programs.KEYS}
+    if spec["progress_file"]:  # the supervisor fills the attempt's, the phase's and the checkpoint dir
+        spec["progress_file"] = spec["progress_file"].replace("{scenario_dir}", _scenario_dir(sc))
+    return json.dumps(spec, separators=(",", ":"))
+
+
+def _scenario_dir(sc) -> str:
+    return os.path.dirname(os.path.abspath(sc["source"]))
 
 
 def program_argv(sc, ph, phase: layout.Phase) -> List[str]:
@@ -82,7 +89,7 @@ def program_argv(sc, ph, phase: layout.Phase) -> List[str]:
     {ckpt_dir}, {phase_dir} and {scenario_dir} filled in ({attempt_dir}: the supervisor's, per attempt)."""
     prog = sc["trainer"]["program"]
     where = {"{ckpt_dir}": phase.ckpts, "{phase_dir}": phase.path,
-             "{scenario_dir}": os.path.dirname(os.path.abspath(sc["source"]))}
+             "{scenario_dir}": _scenario_dir(sc)}
     out = []
     for w in prog["command"] + ph["args"]:
         for k, v in where.items():

@@ -68,7 +68,15 @@ PROGRAM = {
     "adapter": F("str", "generic", "the program's conventions (restartlab.programs registry): "
                  + "; ".join(f"{a.name}: {a.doc}" for a in programs.ADAPTERS.all()), choices=programs.names),
     "progress": F("str", None, "regex over a line of rank 0's output with a (?P<step>...) group, "
-                  "optionally (?P<loss>...) and (?P<dt>...) (ANSI codes and [rankN]: prefixes stripped)"),
+                  "optionally (?P<loss>...) and (?P<dt>...) (ANSI codes and [rankN]: prefixes stripped); "
+                  "not used when progress_file is given"),
+    "progress_file": F("str", None, "instead of progress: a file rank 0 appends a record to per step, "
+                       "ending .jsonl (a JSON object per line) or .csv (a header row, then a row per step); "
+                       "{ckpt_dir}, {phase_dir}, {attempt_dir} and {scenario_dir} are replaced. What it holds "
+                       "at a launch is skipped (read from the start again if it shrinks); a path with "
+                       "{attempt_dir} is exact"),
+    "progress_fields": F("strmap", {}, "progress_file: the record's key (or column) of step, loss and dt "
+                         "(default: step, loss, dt)"),
     "checkpoints": F("str", None, "regex over checkpoint paths ({ckpt_dir} stands for the checkpoint dir) "
                      "with a (?P<step>...) group: a file or a directory"),
     "complete": F("str", None, "when a checkpoint is complete: " + ", ".join(programs.COMPLETE_RULES)

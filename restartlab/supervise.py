@@ -122,16 +122,29 @@ class Procs:
         t = tap.Tap(self.spec, att, float(env["RESTARTLAB_LAUNCH_TS"]), ckpts)
         pump = tap.Pump(proc.stdout, att, t)
         pump.start()
-        self.taps[att.path] = (t, pump)
+        follow = None
+        if self.spec.get("progress_file"):  # progress from a file the program appends to
+            follow = tap.Follow(self.placeholders(self.spec["progress_file"], att), t)
+            follow.start()
+        self.taps[att.path] = (t, pump, follow)
         return Launched(proc)
+
+    def placeholders(self, text: str, att: layout.Attempt) -> str:
+        """{attempt_dir}, {phase_dir} and {ckpt_dir} of a program's path, filled for this attempt."""
+        for k, v in ((ATTEMPT_DIR_TOKEN, att.path), ("{phase_dir}", self.cfg.phase_dir),
+                     ("{ckpt_dir}", self.cfg.ckpt_dir or "")):
+            text = text.replace(k, v)
+        return text
 
     def finish(self, att: layout.Attempt, rc: int) -> Optional[str]:
         """After the launcher ended: the tap reads the rest and writes the final row; a warning
         when the program showed no progress at all."""
-        t, pump = self.taps.pop(att.path, (None, None))
+        t, pump, follow = self.taps.pop(att.path, (None, None, None))
         if t is None:
             return None
         pump.join(PUMP_DRAIN_S)  # a rank that outlived its launcher may hold the pipe: not waited for
+        if follow is not None:
+            follow.stop()         # and the progress file's last records
         return t.finish(rc, self.cfg.train_iters)
 
     def teardown(self, att: layout.Attempt, sig: str = "KILL") -> None:

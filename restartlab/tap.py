@@ -14,6 +14,7 @@ train/restart_seconds (launch -> first progress line). When the launcher exits 0
 step, a final row {"train/iter": N, "train/finished": true} marks the phase completed (the bundled
 trainer's final row carries its parameters' checksum instead). The first step logged in an attempt
 counts no step time unless the program's progress line gives its own `dt`."""
+import csv
 import json
 import os
 import threading
@@ -52,7 +53,7 @@ class Tap:
                 self.tail = (self.tail + [line])[-TAIL_LINES:]
                 if self.resumed is None and self.rows == 0:
                     self.resumed = programs.parse_resumed(self.spec, line, self.at_launch)
-                p = programs.parse_progress(self.spec, line)
+                p = None if self.spec.get("progress_file") else programs.parse_progress(self.spec, line)
                 if p is not None:
                     self._row(p, ts)
                     continue
@@ -60,6 +61,13 @@ class Tap:
                 if saved is not None and self.out is not None:  # a save before the first step: not booked
                     self._write(ts, {"train/iter": saved.get("step", self.last_step),
                                      "train/ckpt_save_seconds": saved["seconds"]})
+
+    def record(self, rec: dict, ts: float) -> None:
+        """One record of the program's progress file (Follow)."""
+        p = programs.parse_record(self.spec, rec)
+        if p is not None:
+            with self.lock:
+                self._row(p, ts)
 
     def _row(self, p: dict, ts: float) -> None:
         step = p["step"]
@@ -96,9 +104,84 @@ class Tap:
                 self.out = None
             if self.rows == 0:
                 shown = " | ".join(self.tail) or "(no output)"
-                return (f"no progress seen in {self.att.output} (check trainer.program.progress: "
-                        f"{self.spec.get('progress')!r}); its last lines: {shown[-600:]}")
+                where = (f"its progress file (check trainer.program.progress_file: {self.spec['progress_file']!r} "
+                         f"and progress_fields)") if self.spec.get("progress_file") else \
+                    f"{self.att.output} (check trainer.program.progress: {self.spec.get('progress')!r})"
+                return f"no progress seen in {where}; its last lines: {shown[-600:]}"
         return None
+
+
+class Follow(threading.Thread):
+    """Reads the records a program appends to its progress file (trainer.program.progress_file:
+    JSONL, or CSV with a header row) as they arrive, into the tap, polling every POLL_S. What the
+    file held at the launch is an earlier attempt's: reading starts at its end then, and from the
+    start again when the file shrinks or is replaced (a program that rewrites it per launch). A
+    line is read once it ends with a newline; stop() reads what is left."""
+    POLL_S = 0.1
+
+    def __init__(self, path: str, tap: Tap):
+        super().__init__(daemon=True, name="restartlab-follow")
+        self.path, self.tap = path, tap
+        self.csv = path.endswith(".csv")
+        self.halt = threading.Event()
+        self.ino, self.pos, self.header, self.rest = None, 0, None, b""
+        st = self._stat()
+        if st is not None:  # an earlier attempt's records: skipped
+            self.ino, self.pos = st.st_ino, st.st_size
+
+    def _stat(self):
+        try:
+            return os.stat(self.path)
+        except OSError:
+            return None
+
+    def run(self):
+        while not self.halt.wait(self.POLL_S):
+            self.poll()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self.halt.set()
+        if self.ident is not None:  # started
+            self.join(timeout)
+        self.poll()
+
+    def poll(self) -> None:
+        st = self._stat()
+        if st is None:
+            return
+        if st.st_ino != self.ino or st.st_size < self.pos:  # new, replaced or rewritten: from its start
+            self.ino, self.pos, self.header, self.rest = st.st_ino, 0, None, b""
+        if st.st_size == self.pos:
+            return
+        try:
+            with open(self.path, "rb") as f:
+                if self.csv and self.header is None and self.pos > 0:
+                    self.header = next(csv.reader([f.readline().decode("utf-8", "replace")]), None)
+                f.seek(self.pos)
+                data = f.read()
+        except OSError:
+            return
+        self.pos += len(data)
+        *lines, self.rest = (self.rest + data).split(b"\n")
+        ts = time.time()
+        for raw in lines:
+            text = raw.decode("utf-8", "replace").strip()
+            if text:
+                self._line(text, ts)
+
+    def _line(self, text: str, ts: float) -> None:
+        if not self.csv:
+            try:
+                rec = json.loads(text)
+            except ValueError:
+                return
+        else:
+            row = next(csv.reader([text]), [])
+            if self.header is None:
+                self.header = row
+                return
+            rec = dict(zip(self.header, row))
+        self.tap.record(rec, ts)
 
 
 class Pump(threading.Thread):

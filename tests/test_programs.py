@@ -432,3 +432,60 @@ def test_save_interval_is_what_the_checkpoints_show():
     assert programs.save_interval(ck(30, 40)) == 10              # the ones a keep-last-k program kept
     assert programs.save_interval(ck(programs.UNKNOWN_STEP, 25)) == 25
     assert programs.save_interval(ck(programs.UNKNOWN_STEP)) is None and programs.save_interval([]) is None
+
+
+def _follow(tmp_path, path, **kw):
+    att = layout.Attempt(str(tmp_path / "1"))
+    os.makedirs(att.path, exist_ok=True)
+    t = tap.Tap(spec(progress=None, progress_file=path, **kw), att, 0.0, [programs.Ckpt(10, "x", True, 0.0)])
+    return att, t, tap.Follow(path, t)
+
+
+def test_follow_reads_a_jsonl_progress_file_as_it_grows(tmp_path):
+    """The file appears after the launch, a record arrives in two writes (read once whole), a
+    line that is not JSON is skipped, and the console's step lines count for nothing."""
+    path = str(tmp_path / "m.jsonl")
+    att, t, f = _follow(tmp_path, path, progress_fields={"step": "train/iter", "loss": "train/loss"})
+    f.poll()                                      # no file yet
+    with open(path, "a") as out:
+        out.write('{"train/iter": 11, "train/loss": 0.5}\n{"train/iter": 12, "tr')
+    f.poll()
+    assert t.last_step == 11                      # the half-written record waits
+    with open(path, "a") as out:
+        out.write('ain/loss": 0.25, "dt": 0.1}\nnot json\n{"train/iter": 13}\n')
+    t.feed(b"step 99 loss 1.0\n", 5.0)            # progress comes from the file only
+    f.stop()
+    assert t.finish(0, last_step=13) is None
+    rows = _rows(att)
+    assert [r["train/iter"] for r in rows] == [11, 12, 13, 13]
+    assert rows[0]["train/resumed_from"] == 10 and rows[0]["train/loss"] == 0.5
+    assert rows[1]["train/loss"] == 0.25 and rows[1]["train/dt"] == 0.1
+
+
+def test_follow_skips_an_earlier_attempts_records_and_restarts_on_a_rewrite(tmp_path):
+    """A CSV that held an earlier attempt's rows at the launch: those are skipped (the header is
+    read for the columns); when the program rewrites the file, it is read from its start."""
+    path = str(tmp_path / "p.csv")
+    mk(path, "step,train_loss\n1,3.0\n2,2.5\n")
+    att, t, f = _follow(tmp_path, path, progress_fields={"loss": "train_loss"})
+    with open(path, "a") as out:
+        out.write("3,2.25\n")
+    f.poll()
+    assert t.last_step == 3 and t.rows == 1       # 1 and 2 were the earlier attempt's
+    with open(path, "w") as out:                  # rewritten: shorter than what was read
+        out.write("step,train_loss\n")
+    f.poll()
+    with open(path, "a") as out:
+        out.write("4,2.0\n")
+    f.stop()
+    assert [r["train/iter"] for r in _rows(att)] == [3, 4]
+
+
+def test_progress_file_keys_are_checked():
+    assert programs.spec_errors(spec(progress=None, progress_file="{attempt_dir}/m.jsonl")) == []
+    assert [k for k, _ in programs.spec_errors(spec(progress=None, progress_file="m.txt"))] == ["progress_file"]
+    assert [k for k, _ in programs.spec_errors(spec(progress=None))] == ["progress"]
+    errs = programs.spec_errors(spec(progress_file="m.csv", progress_fields={"iter": "x"}))
+    assert errs == [("progress_fields", "iter: not one of step, loss, dt (each names the record's key or column "
+                     "that holds it)")]
+    assert programs.spec_errors(spec(progress_fields={"step": "x"})) == [("progress_fields", "only with progress_file")]

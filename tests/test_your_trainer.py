@@ -71,6 +71,42 @@ def test_a_plain_program_through_run(expt):
     assert {"ckpt-35", "ckpt-40"} <= set(_ckpts(expt, "restart"))
 
 
+@pytest.mark.parametrize("log", ["{attempt_dir}/metrics.jsonl", "{phase_dir}/progress.csv"])
+def test_progress_from_a_file_the_program_appends_to(expt, tmp_path, log):
+    """trainer.program.progress_file instead of the output: a JSONL file per attempt, or one CSV
+    the program appends to across attempts (what an earlier attempt wrote is skipped at each
+    launch: booked again, it would make the relaunch look like a fresh start and the report
+    count its steps twice). The verdicts are the output's: resumed from the newest complete
+    checkpoint, loss identical to the baseline's."""
+    fields = "{step: train/iter, loss: train/loss}" if log.endswith(".jsonl") else "{loss: train_loss}"
+    sc = tmp_path / "file-progress.yaml"
+    sc.write_text(f"""extends: {PLAIN}
+trainer:
+  program:
+    command: [python, {os.path.join(ROOT, "examples", "plain", "train.py")}, --ckpt, "{{ckpt_dir}}", --steps, "40"]
+    progress: null
+    progress_file: "{log}"
+    progress_fields: {fields}
+phases:
+  - {{name: baseline, checkpoint: none, args: [--log-file, "{log}"]}}
+  - {{name: restart, checkpoint: sync, args: [--save-every, "5", --log-file, "{log}"]}}
+""")
+    r = restartlab("run", str(sc), "--expt-dir", expt, "--plain")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    s = _summary(expt)
+    assert s["baseline"]["completed"] and s["restart"]["completed"]
+    v = s["restart"]["survival"]
+    assert [x["outcome"] for x in v["restarts"]] == ["first", "newest", "newest"], v
+    assert all("inferred" not in x["text"] for x in v["restarts"])  # the resume line still counts
+    assert v["survived"] and "loss identical to the baseline's at all 40 steps" in v["baseline"], v
+    phase = layout.Expt(expt).phase("restart")
+    for e in s["restart"]["failures"]:  # each relaunch's rows start after its checkpoint, none repeated
+        with open(phase.attempt(e["attempt"] + 1).metrics(0)) as f:
+            rows = [json.loads(line)["metrics"] for line in f]
+        iters = [m["train/iter"] for m in rows if "train/loss" in m]  # the progress rows (not saves)
+        assert iters[0] == e["resumed_from"] + 1 and iters == sorted(set(iters)), iters
+
+
 def _fuzz(expt, *more):
     return _fuzz_scenario(PLAIN, expt, *more)
 

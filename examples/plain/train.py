@@ -8,7 +8,9 @@ The ranks take their rank from RANK (torchrun-style); every rank steps, rank 0 l
   --save torn    writes ckpt-N/state.json in place, chunk by chunk, then ckpt-N/done, and loads
                  the highest ckpt-N without looking at done (as many real programs do).
 
-A save takes --save-time seconds (a big checkpoint, written in 10 chunks), a step --step-time."""
+A save takes --save-time seconds (a big checkpoint, written in 10 chunks), a step --step-time.
+--log-file PATH: rank 0 also appends a record per step there, as a JSON object ({"train/iter": N,
+"train/loss": X}; PATH ends .jsonl) or a CSV row (columns step, train_loss; PATH ends .csv)."""
 import argparse
 import json
 import os
@@ -69,6 +71,16 @@ def save(d, n, x, mode, save_time):
             f.write("ok\n")
 
 
+def log_record(path, n, loss):
+    """One record appended to the log file (a CSV gets its header first when it is new)."""
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    with open(path, "a") as f:
+        if path.endswith(".csv"):
+            f.write(("step,train_loss\n" if new else "") + f"{n},{loss:.12f}\n")
+        else:
+            f.write(json.dumps({"train/iter": n, "train/loss": round(loss, 12)}) + "\n")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ckpt", required=True)
@@ -77,6 +89,7 @@ def main():
     p.add_argument("--save", choices=("atomic", "torn"), default="atomic")
     p.add_argument("--step-time", type=float, default=0.05)
     p.add_argument("--save-time", type=float, default=0.3)
+    p.add_argument("--log-file", default=None)
     a = p.parse_args()
     rank = int(os.environ.get("RANK", "0"))
     print(f"rank {rank}/{os.environ.get('WORLD_SIZE')} local {os.environ.get('LOCAL_RANK')}", flush=True)
@@ -95,6 +108,8 @@ def main():
         x = step(x, n)
         if rank == 0:
             print(f"step {n} loss {loss_of(x):.12f}", flush=True)
+            if a.log_file:
+                log_record(a.log_file, n, loss_of(x))
             if a.save_every and n % a.save_every == 0:
                 t0 = time.time()
                 save(a.ckpt, n, x, a.save, a.save_time)

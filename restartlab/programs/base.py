@@ -33,7 +33,10 @@ from . import torchzip
 COMPLETE_RULES = ("exists", "dcp", "torchzip", "file:NAME[,NAME...]", "pointer:FILE")
 SELECT_RULES = ("newest_complete", "highest", "newest_mtime", "pointer", "last")
 UNKNOWN_STEP = -1
-KEYS = ("progress", "checkpoints", "complete", "selects", "resumed", "saved", "counts", "save_every")
+KEYS = ("progress", "progress_file", "progress_fields", "checkpoints", "complete", "selects", "resumed", "saved",
+        "counts", "save_every")
+PROGRESS_FORMATS = (".jsonl", ".csv")  # a progress file's format, by its name's ending
+FIELDS = ("step", "loss", "dt")         # progress_fields: what a record's names may stand for
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 # [rank0]: (torchrun --tee / DDP logging), [0] or [0]: (Hydra -prepend-rank), 0: (srun --label)
 RANK_PREFIX = re.compile(r"^\s*(?:\[(?:rank\s*)?\d+\]:?|\d+:)\s?")
@@ -65,7 +68,7 @@ def spec_errors(spec: dict) -> List[tuple]:
     for key in ("progress", "checkpoints", "resumed", "saved"):
         rx = spec.get(key)
         if rx is None:
-            if key == "checkpoints" or (key == "progress" and spec.get("tap", True)):
+            if key == "checkpoints" or (key == "progress" and spec.get("tap", True) and not spec.get("progress_file")):
                 out.append((key, f"required for adapter {spec.get('adapter')!r} (a regex with a (?P<step>...) group)"))
             continue
         try:
@@ -79,6 +82,17 @@ def spec_errors(spec: dict) -> List[tuple]:
         elif "step" not in c.groupindex and not (key == "resumed" and "path" in c.groupindex):
             out.append((key, f"{rx!r} has no (?P<step>...) group: restartlab reads the step number from it"
                         + (" (or a (?P<path>...) group: the checkpoint loaded)" if key == "resumed" else "")))
+    pf = spec.get("progress_file")
+    if pf is not None and not str(pf).endswith(PROGRESS_FORMATS):
+        out.append(("progress_file", f"{pf!r}: its name must end with {' or '.join(PROGRESS_FORMATS)} (a JSON "
+                    "object per line, or a header row then a row per step)"))
+    fields = spec.get("progress_fields") or {}
+    bad = sorted(set(fields) - set(FIELDS))
+    if bad:
+        out.append(("progress_fields", f"{', '.join(bad)}: not one of {', '.join(FIELDS)} (each names the record's "
+                    "key or column that holds it)"))
+    elif fields and not pf:
+        out.append(("progress_fields", "only with progress_file"))
     rule = spec.get("complete") or ""
     kind, _, arg = rule.partition(":")
     if kind not in ("exists", "dcp", "torchzip", "file", "pointer") or (kind in ("file", "pointer")) != bool(arg) \
@@ -133,6 +147,23 @@ def parse_progress(spec: dict, line: str) -> Optional[dict]:
     for k in ("loss", "dt"):
         if k in gi and _num(m.group(k)) is not None:
             out[k] = _num(m.group(k))
+    return out
+
+
+def parse_record(spec: dict, rec: dict) -> Optional[dict]:
+    """{step, loss?, dt?} from one record of the progress file (a JSON object, or a CSV row by its
+    header), through progress_fields (default: the names step, loss and dt)."""
+    names = dict({f: f for f in FIELDS}, **(spec.get("progress_fields") or {}))
+    raw = rec.get(names["step"]) if isinstance(rec, dict) else None
+    try:
+        step = int(float(raw))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    out = {"step": step}
+    for k in ("loss", "dt"):
+        v = _num(rec.get(names[k]))
+        if v is not None:
+            out[k] = v
     return out
 
 
