@@ -216,7 +216,9 @@ def cmd_render_all(a):
 def build_parser():
     from . import schedulers
     every, queued = schedulers.names(), schedulers.names(queued_only=True)
+    from . import __version__
     p = argparse.ArgumentParser(prog="restartlab", description=__doc__)
+    p.add_argument("--version", action="version", version=f"restartlab {__version__}")
     sub = p.add_subparsers(dest="verb", required=True)
 
     def scen(sp, many=False):
@@ -260,14 +262,17 @@ def build_parser():
     from . import options, supervise, tool_options
     supervise.build_parser(sub.add_parser(
         "supervise", help="the relaunch loop of one phase (the job script runs it)",
-        description=supervise.__doc__.split("\n\n")[0],
-        epilog="example: restartlab supervise --phase sync --phase-dir expt/x/sync --tag T -- mpiexec -n 2 python train.py"))
+        description=supervise.__doc__.split("\n\n")[0]))
     options.add_to_parser(sub.add_parser("teardown", help="signal a job's ranks on every node (by tag)"),
                           tool_options.TEARDOWN)
     from . import chain
     chain.add_args(sub.add_parser("chain", help="submit the continuation job of a chained experiment"))
     sp = sub.add_parser("render-all", help=argparse.SUPPRESS)
     sp.add_argument("outdir")
+    from . import usage
+    for verb, sp in sub.choices.items():  # an example line at the end of every verb's --help
+        if verb in usage.EXAMPLES:
+            sp.epilog, sp.formatter_class = usage.epilog(verb), argparse.RawDescriptionHelpFormatter
     return p
 
 

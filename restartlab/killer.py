@@ -30,7 +30,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import psutil
 
-from . import launchers, private, schedulers
+from . import launchers, private, schedulers, usage
 
 TAG_VAR = "RESTARTLAB_JOB_TAG"
 TOOL_VAR = "RESTARTLAB_TOOL"  # in the injector's environment (and its children's): never ranks
@@ -257,16 +257,21 @@ def is_gone(pid: int) -> bool:
         return True
 
 
-def main(argv=None) -> int:
+def build_parser():
     import argparse
     p = argparse.ArgumentParser(prog="restartlab kill-ranks",
-                                description="kill this node's training ranks of one job (found by their environment)")
+                                description="kill this node's training ranks of one job (found by their environment)",
+                                epilog=usage.epilog("kill-ranks"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tag", help=f"only the ranks of one restartlab run ({TAG_VAR}); default: every "
                    "rank of this batch job (PBS_JOBID / SLURM_JOB_ID and a launcher's rank variable)")
     p.add_argument("--signal", default="KILL", help="signal name or number (default KILL)")
     p.add_argument("--dry-run", action="store_true", help="list what would be killed")
     p.add_argument("--one", action="store_true", help="only one rank (lowest PID) and its process tree")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
     if a.tag is None and job_id_entry() is None:
         print(f"restartlab kill-ranks: error: {no_job_error()}", file=sys.stderr)
         return EXIT_USAGE

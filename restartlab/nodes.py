@@ -24,7 +24,7 @@ import tempfile
 import time
 from typing import List, Optional
 
-from . import options, tool_options
+from . import options, tool_options, usage
 from .killer import node_name
 
 EXIT_OK, EXIT_USAGE, EXIT_TOO_FEW = 0, 2, 3
@@ -158,10 +158,15 @@ def _by_node(receipts: List[dict], names: List[str]) -> List[Optional[dict]]:
     return [by.get(n) for n in names]
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="restartlab node-check", description=__doc__.split("\n\n")[0])
+def build_parser():
+    p = argparse.ArgumentParser(prog="restartlab node-check", description=__doc__.split("\n\n")[0],
+                                epilog=usage.epilog("node-check"), formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_to_parser(p, tool_options.NODE_CHECK)
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
     a.nodefile = tool_options.nodefile_default(a.nodefile)
     if a.local:
         print(json.dumps(check_here(a.stage_dir, a.min_free, a.device, a.gpus, a.site_cmd, a.timeout)), flush=True)

@@ -7,7 +7,7 @@ import sys
 from dataclasses import asdict
 from typing import Dict, List, Optional
 
-from . import layout
+from . import layout, usage
 from . import simulate as sim
 from .simulate import SimulateError
 from .units import parse_duration
@@ -180,10 +180,15 @@ def plot(results, path):
     plt.close(fig)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="restartlab simulate", description=sim.__doc__.split("\n\n")[0])
+def build_parser():
+    p = argparse.ArgumentParser(prog="restartlab simulate", description=sim.__doc__.split("\n\n")[0],
+                                epilog=usage.epilog("simulate"), formatter_class=argparse.RawDescriptionHelpFormatter)
     add_args(p)
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
     try:
         if a.replay:
             r = sim.replay(a.replay, a.phase)

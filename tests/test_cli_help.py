@@ -1,0 +1,39 @@
+"""Every verb's --help ends with an example line (restartlab/usage.py), and the example parses
+with the verb's own parser; restartlab --version."""
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from restartlab import __version__, cli, killer, nodes, simulate_cli, usage
+
+OWN = {"kill-ranks": killer.build_parser, "node-check": nodes.build_parser, "simulate": simulate_cli.build_parser}
+
+
+def _verbs():
+    sub = next(a for a in cli.build_parser()._actions if a.dest == "verb")
+    hidden = {c.dest for c in sub._choices_actions if c.help == "==SUPPRESS=="}
+    return {v: p for v, p in sub.choices.items() if v not in hidden and v != "render-all"}
+
+
+def test_every_verb_has_an_example():
+    assert set(_verbs()) == set(usage.EXAMPLES)
+
+
+@pytest.mark.parametrize("verb", sorted(usage.EXAMPLES))
+def test_the_example_is_in_the_help_and_parses(verb):
+    parser = OWN[verb]() if verb in OWN else _verbs()[verb]
+    assert parser.format_help().rstrip().endswith(usage.epilog(verb))
+    words = shlex.split(usage.EXAMPLES[verb])
+    assert words[:2] == ["restartlab", verb]
+    if verb in OWN:
+        OWN[verb]().parse_args(words[2:])
+    else:
+        a = cli.build_parser().parse_args(words[1:])
+        assert a.verb == verb
+
+
+def test_version():
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == f"restartlab {__version__}"
