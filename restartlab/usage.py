@@ -3,7 +3,7 @@ checks that every verb has one and that it parses)."""
 
 EXAMPLES = {
     "validate": "restartlab validate scenarios/*.yaml",
-    "render": "restartlab render scenarios/agpt2b.yaml --scheduler pbs -o job.sh",
+    "render": "restartlab render scenarios/agpt2b.yaml --scheduler pbs -o agpt2b.pbs.sh",
     "submit": "restartlab submit scenarios/agpt2b.yaml --set job.account=MYPROJ",
     "status": "restartlab status expt/agpt2b-20261201-120000 --json",
     "cancel": "restartlab cancel 8123456 --scheduler pbs",
