@@ -4,13 +4,14 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+DOCSTAMP := $(VENV)/.docs
 TORCH   ?= torch==2.13.0
 SCEN    ?= scenarios/local.yaml
 ACCOUNT ?= datascience
 PYTEST_ARGS ?=
 N       ?= 100
 
-.PHONY: install demo demo-faults test bench fuzz fuzz-trainer render sunspot-expt clean test-fast
+.PHONY: install demo demo-faults test bench fuzz fuzz-trainer render sunspot-expt clean test-fast docs
 
 install: $(STAMP)
 
@@ -75,3 +76,14 @@ sunspot-expt: $(STAMP)
 
 clean:
 	rm -rf build expt .pytest_cache
+
+# the documentation site: the generated reference pages must be current (regenerate with
+# `$(BIN)/python -m restartlab.reference docs/reference`), then MkDocs in strict mode (a broken
+# link fails) into build/site
+$(DOCSTAMP): $(STAMP) setup.cfg
+	$(BIN)/pip install -q -e '.[docs]'
+	touch $(DOCSTAMP)
+
+docs: $(DOCSTAMP)
+	$(BIN)/python -m restartlab.reference docs/reference --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet

@@ -1,6 +1,6 @@
 """Stream an experiment's metrics into attempts, failure events and accounting (pure numbers).
 
-Definitions (README, "Accounting"):
+Definitions (docs/design.md):
   lost steps  = last step completed before the kill - step of the checkpoint resumed from
   downtime    = first step completed after the resume - kill time
   recompute   = time from that first step to the step that equals the last step before the kill

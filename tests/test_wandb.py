@@ -35,7 +35,7 @@ def test_one_offline_run_per_attempt_with_the_jsonl_rows(tmp_path, wandb_offline
     # attempt 1 ends after step 6, attempt 2 resumes from its checkpoint. (Attempts that end by a
     # signal are not used here: a SIGKILL or SIGTERM to the rank's process tree also ends wandb's
     # service process, whose offline transaction log is buffered: such a run may hold nothing.
-    # The JSONL is the record; README says so.)
+    # The JSONL is the record; docs/trainer.md says so.)
     tags = [f"test-{uuid.uuid4().hex[:8]}" for _ in range(2)]
     r, left = _run(2, args[:3] + ["6"] + args[4:], dict(ctx, RESTARTLAB_ATTEMPT="1"), tags[0])
     assert r.returncode == 0 and left == [], (left, r.stdout[-2000:])
