@@ -83,12 +83,29 @@ def cli_reference() -> str:
     try:
         for verb in usage.EXAMPLES:
             out += [f"## restartlab {verb}", "", "```text", _help_of(verb).rstrip(), "```", ""]
+        out.append(exit_statuses())
     finally:
         if old is None:
             os.environ.pop("COLUMNS", None)
         else:
             os.environ["COLUMNS"] = old
     return "\n".join(out)
+
+
+def exit_statuses() -> str:
+    """Every tool's exit statuses, from the EXIT_* constants of the modules that return them."""
+    from . import killer, nodes, supervise, trainer_options
+    out = ["", "## Exit statuses", "", "| tool | status | meaning |", "|---|---|---|"]
+    for tool, mod in (("trainer (python -m restartlab.trainer)", trainer_options), ("supervise", supervise),
+                      ("kill-ranks", killer), ("node-check", nodes)):
+        seen, own = {}, set()  # the constants the module assigns (not the ones it imports)
+        for names in re.findall(r"^(EXIT_\w+(?:, EXIT_\w+)*) *=", inspect.getsource(mod), re.M):
+            own.update(n.strip() for n in names.split(","))
+        for name, value in vars(mod).items():
+            if name in own and isinstance(value, int):
+                seen.setdefault(value, []).append(name[5:].lower().replace("_", " "))
+        out += [f"| {tool} | {v} | {' = '.join(names)} |" for v, names in sorted(seen.items())]
+    return "\n".join(out) + "\n"
 
 
 def adapters() -> str:
