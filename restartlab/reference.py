@@ -150,9 +150,42 @@ def layout_tree() -> str:
     return "\n".join(out) + "\n"
 
 
+def _flat(prefix: str, v, out: List[tuple]) -> None:
+    if isinstance(v, dict):
+        for k, x in v.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), x, out)
+    elif isinstance(v, (int, float, str, bool)) or v is None:
+        out.append((prefix, v))
+
+
+def benchmark_results(path: str = None) -> str:
+    """The committed bench/results.json (written by `make bench`): every figure of every benchmark."""
+    import json
+    path = path or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "results.json")
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        return f"# Benchmark results\n\nNo readable bench/results.json ({type(e).__name__}); run `make bench`.\n"
+    out = ["# Benchmark results", "",
+           f"Every figure of `bench/results.json` as `make bench` wrote it: {data.get('date')}, "
+           + ", ".join(f"{k} {_cell(v)}" for k, v in (data.get("machine") or {}).items())
+           + ". What each one means, and the targets: [Benchmarks](../benchmarks.md).",
+           ""]
+    if data.get("failed"):
+        out += [f"Failed in that run: {_cell(data['failed'])}", ""]
+    for name, b in (data.get("benchmarks") or {}).items():
+        rows: List[tuple] = []
+        _flat("", {k: v for k, v in b.items() if k != "command"}, rows)
+        out += [f"## {name}", "", f"`{b.get('command', '')}`", "", "| figure | value |", "|---|---|"]
+        out += [f"| {_cell(k)} | {_cell(round(v, 4) if isinstance(v, float) else v)} |" for k, v in rows]
+        out.append("")
+    return "\n".join(out)
+
+
 PAGES: Dict[str, Callable[[], str]] = {"scenario.md": scenario_keys, "cli.md": cli_reference,
                                        "adapters.md": adapters, "failure-kinds.md": failure_kinds,
-                                       "layout.md": layout_tree}
+                                       "layout.md": layout_tree, "benchmarks.md": benchmark_results}
 
 
 def main(argv=None) -> int:
