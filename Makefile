@@ -49,7 +49,7 @@ test-fast: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m "not multirank and not slurm and not slow" $(PYTEST_ARGS) tests
 
 bench: $(STAMP)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/run_all.py
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/run_all.py $(if $(PUBLISH),--publish)
 
 # kill anywhere through `restartlab fuzz`: the bundled trainer, its sync then its async phase, N
 # kills each (a share of them inside saves made while a complete checkpoint exists), every restart

@@ -1,6 +1,10 @@
 """`make bench`: every benchmark in bench/, one after another, each printing its own figures,
-then bench/results.json: every benchmark's figures, with the date and the machine. Ratios
-measured within one run are the results; absolute seconds depend on the machine's load."""
+then a results.json: every benchmark's figures, with the date and the machine. Ratios measured
+within one run are the results; absolute seconds depend on the machine's load.
+
+A run writes build/bench/results.json and leaves the tree alone; `make bench PUBLISH=1`
+(--publish) writes the committed bench/results.json and regenerates the page of figures made
+from it (docs/reference/benchmarks.md)."""
 import datetime
 import json
 import os
@@ -28,7 +32,14 @@ BENCHES = [
 ]
 
 
-def main():
+def main(argv=None):
+    import argparse
+    p = argparse.ArgumentParser(prog="bench/run_all.py")
+    p.add_argument("--publish", action="store_true", help="write bench/results.json and its docs page")
+    a = p.parse_args(argv)
+    root = os.path.dirname(HERE)
+    dest = os.path.join(HERE, "results.json") if a.publish else os.path.join(root, "build", "bench", "results.json")
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
     failed, results = [], {}
     tmp = tempfile.mkdtemp(prefix="rl-bench-json-")
     for title, argv in BENCHES:
@@ -41,13 +52,16 @@ def main():
             with open(out) as f:
                 results[argv[0][:-3]] = dict(json.load(f), command="python bench/" + " ".join(argv))
         print(flush=True)
-    with open(os.path.join(HERE, "results.json"), "w") as f:
+    with open(dest, "w") as f:
         json.dump({"date": datetime.datetime.now().isoformat(timespec="seconds"),
                    "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                "python": platform.python_version()},
                    "failed": failed, "benchmarks": results}, f, indent=1)
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"bench: figures in {os.path.join(HERE, 'results.json')}")
+    print(f"bench: figures in {dest}")
+    if a.publish:
+        subprocess.run([sys.executable, "-m", "restartlab.reference", os.path.join(root, "docs", "reference")],
+                       cwd=root, check=False)
     if failed:
         print(f"bench: failed: {', '.join(failed)}", file=sys.stderr)
         return 1
