@@ -260,18 +260,20 @@ def _merge(base, over, path, lines, over_lines):
     return copy.deepcopy(over)
 
 
-def _resolve_extends(ref, fname):
+def _resolve_extends(ref, fname, where=None):
     cands = [os.path.join(os.path.dirname(os.path.abspath(fname)), ref),
              os.path.join(resource_dir("scenarios"), ref)]
     for c in cands:
         if os.path.isfile(c):
             return c
-    raise ScenarioError(f"{fname}:1: extends: {ref!r} not found (looked in {', '.join(cands)})")
+    looked = ", ".join(dict.fromkeys(cands))
+    raise ScenarioError(f"{where or f'{fname}:1'}: extends: {ref!r} not found (looked in {looked})")
 
 
-def _load_file(fname, lines, seen=(), files=None):
-    """The data of `fname` merged over what it extends; `lines` gets (file, line) per key path,
-    `files` each file read, a base before the file that extends it."""
+def _load_file(fname, lines, seen=(), files=None, swap=None):
+    """The data of `fname` merged over what it extends (`swap`: over that file instead, as
+    `--set extends=FILE` asks); `lines` gets (file, line) per key path, `files` each file read, a
+    base before the file that extends it."""
     files = [] if files is None else files
     try:
         with open(fname, "rb") as f:
@@ -293,15 +295,19 @@ def _load_file(fname, lines, seen=(), files=None):
     if not isinstance(data, dict):
         raise ScenarioError(f"{fname}:1: a scenario is a mapping of keys (job, launch, trainer, phases, ...)")
     parent = data.pop("extends", None)
+    where = f"{fname}:{my_lines[('extends',)][1]}" if ("extends",) in my_lines else f"{fname}:1"
+    if swap is not None:
+        parent, where = swap, f"{fname}: --set"
+        my_lines.pop(("extends",), None)
     if parent is None:
         lines.update(my_lines)
         files.append(fname)
         return data
     if not isinstance(parent, str):
-        raise ScenarioError(f"{fname}:{my_lines[('extends',)][1]}: extends: expected a file name")
-    pfile = _resolve_extends(parent, fname)
+        raise ScenarioError(f"{where}: extends: expected a file name")
+    pfile = _resolve_extends(parent, fname, where)
     if os.path.abspath(pfile) in seen:
-        raise ScenarioError(f"{fname}:{my_lines[('extends',)][1]}: extends: cycle through {pfile}")
+        raise ScenarioError(f"{where}: extends: cycle through {pfile}")
     base = _load_file(pfile, lines, seen + (os.path.abspath(fname),), files)
     files.append(fname)
     return _merge(base, data, (), lines, my_lines)
@@ -614,21 +620,12 @@ def load(path: str, overrides: List[str] = ()) -> dict:
     """Load, extend, override and validate a scenario. Raises ScenarioError with every problem."""
     lines: Dict = {}
     files: List[str] = []
-    data = _load_file(path, lines, files=files)
+    # --set extends=FILE: the scenario's own `extends` (its site profile) is replaced by FILE
+    swaps = [a.split("=", 1)[1] for a in overrides if a.startswith("extends=")]
+    data = _load_file(path, lines, files=files, swap=swaps[-1] if swaps else None)
     for a in overrides:
-        if a.startswith("extends="):
-            parent = _resolve_extends(a.split("=", 1)[1], path)
-            base_lines: Dict = {}
-            base_files: List[str] = []
-            base = _load_file(parent, base_lines, files=base_files)
-            files[:0] = base_files
-            own = {k: v for k, v in data.items()}
-            lines_own = dict(lines)
-            lines.clear()
-            lines.update(base_lines)
-            data = _merge(base, own, (), lines, lines_own)
-            continue
-        _apply_set(data, a, lines)
+        if not a.startswith("extends="):
+            _apply_set(data, a, lines)
     v = _V(lines, path, files)
     sc = v.mapping(SCHEMA, data, ())
     if not v.errors:

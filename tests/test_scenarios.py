@@ -114,3 +114,16 @@ def test_trainer_data_is_relative_to_the_scenario_and_must_exist(tmp_path):
     with pytest.raises(ScenarioError) as e:
         scenario.load(str(p))
     assert f"{p}:3: trainer.data: " in str(e.value) and "missing.bin: no such file" in str(e.value)
+
+
+def test_set_extends_swaps_the_site_profile():
+    """--set extends=FILE replaces the scenario's own `extends` (scenarios/local.yaml extends
+    systems/local.yaml): the new profile's scheduler and launcher, the scenario's own keys kept,
+    nothing left of the old profile."""
+    sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["extends=systems/slurm.yaml", "job.nodes=2"])
+    assert (sc["scheduler"], sc["launch"]["launcher"]) == ("slurm", "srun")
+    assert sc["trainer"]["train_iters"] == 120 and sc["job"]["nodes"] == 2
+    local = scenario.load(os.path.join(SCEN, "local.yaml"))
+    assert (local["scheduler"], local["launch"]["launcher"]) == ("local", "hydra")
+    with pytest.raises(scenario.ScenarioError, match="--set: extends: 'systems/nope.yaml' not found"):
+        scenario.load(os.path.join(SCEN, "local.yaml"), ["extends=systems/nope.yaml"])
