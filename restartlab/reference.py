@@ -158,6 +158,110 @@ def _flat(prefix: str, v, out: List[tuple]) -> None:
         out.append((prefix, v))
 
 
+SE, LOAD = "save_efficiency", "efficiency"
+# the figures against their floors and targets (the benchmarks issue): (label, benchmark, the
+# measured figure's path, its unit, the floor's path and what it is, the ratio's path, the target:
+# (on "ratio" or "measured", "<=" or ">=", bound) or None, a note)
+TARGETS = [
+    ("async stall", "async_ckpt", ("medians", "async_stall"), "s", ("medians", "floor"), "copy into host buffers",
+     ("floor_ratio",), ("ratio", "<=", 2.0), ""),
+    ("sync save / async stall", "async_ckpt", ("medians", "sync"), "s", None, "", ("sync_ratio",),
+     ("ratio", ">=", 10.0), ""),
+    ("async save -> .complete vs vanilla dcp.async_save until durable, direct (no stage)", "async_ckpt",
+     ("medians", "direct_finalize"), "s", ("medians", "vanilla_total"), "vanilla dcp.async_save until durable",
+     ("durable_ratio_direct",), ("ratio", "<=", 1.2), ""),
+    ("the same, staged (a node-local stage, then the durable copy)", "async_ckpt", ("medians", "async_finalize"),
+     "s", ("medians", "vanilla_total"), "the same", ("durable_ratio_staged",), ("ratio", "<=", 1.2),
+     "two full writes by design"),
+    ("sync save bandwidth", SE, (LOAD, "restartlab sync save", "MB_per_s"), "MB/s",
+     (LOAD, "restartlab sync save", "floor_MB_per_s"), "dd conv=fdatasync, 4 at once",
+     (LOAD, "restartlab sync save", "efficiency"), ("ratio", ">=", 0.8), ""),
+    ("the same, --ckpt-format raw", SE, (LOAD, "restartlab sync save, --ckpt-format raw", "MB_per_s"), "MB/s",
+     (LOAD, "restartlab sync save, --ckpt-format raw", "floor_MB_per_s"), "the same",
+     (LOAD, "restartlab sync save, --ckpt-format raw", "efficiency"), ("ratio", ">=", 0.8), ""),
+    ("plain dcp.save bandwidth, for reference", SE, (LOAD, "plain dcp.save (defaults)", "MB_per_s"), "MB/s",
+     (LOAD, "plain dcp.save (defaults)", "floor_MB_per_s"), "the same", (LOAD, "plain dcp.save (defaults)",
+                                                                         "efficiency"), None, ""),
+    ("verified load, warm", SE, (LOAD, "restartlab load (verified, warm)", "MB_per_s"), "MB/s",
+     (LOAD, "restartlab load (verified, warm)", "floor_MB_per_s"), "dd read, warm",
+     (LOAD, "restartlab load (verified, warm)", "efficiency"), ("ratio", ">=", 0.8), ""),
+    ("the same, --ckpt-format raw", SE, (LOAD, "restartlab load, raw (verified, warm)", "MB_per_s"), "MB/s",
+     (LOAD, "restartlab load, raw (verified, warm)", "floor_MB_per_s"), "the same",
+     (LOAD, "restartlab load, raw (verified, warm)", "efficiency"), ("ratio", ">=", 0.8), ""),
+    ("verified load, cold (page cache dropped first)", SE, (LOAD, "restartlab load (verified, cold)", "MB_per_s"),
+     "MB/s", (LOAD, "restartlab load (verified, cold)", "floor_MB_per_s"), "dd read, cold",
+     (LOAD, "restartlab load (verified, cold)", "efficiency"), None, "stated, no target"),
+    ("verified / plain dcp.load", "load_verify", ("medians", "verified"), "s", ("medians", "plain"),
+     "plain dcp.load", ("ratio",), ("ratio", "<=", 1.1), ""),
+    ("restart, launch -> first step", "cold_restart", ("train/restart_seconds",), "s", ("floor_s",),
+     "bare import torch under mpiexec + one step", ("ratio_to_floor",), ("ratio", "<=", 1.5), ""),
+    ("gated kill, .complete -> SIGKILL (median)", "injector_latency", ("gated kill (.complete -> SIGKILL)", "median_s"),
+     "s", None, "", None, ("measured", "<=", 0.5), ""),
+    ("SIGKILL -> every rank gone (median)", "injector_latency", ("kill -> every rank gone", "median_s"), "s", None,
+     "", None, ("measured", "<=", 0.5), ""),
+    ("attempt end -> next launch (median)", "injector_latency", ("attempt end -> next launch", "median_s"), "s",
+     None, "", None, ("measured", "<=", 0.5), ""),
+    ("collector, 1M rows", "collect_stream", ("big", "wall_s"), "s", None, "", None, ("measured", "<=", 10.0), ""),
+    ("simulate, 100k failures", "simulate_speed", ("simulate_s",), "s", ("floor_draw_s",),
+     "drawing the exponentials", ("ratio_to_floor",), ("measured", "<=", 5.0), ""),
+]
+
+
+def _path(d, path):
+    for k in path:
+        d = d[k]
+    return d
+
+
+def _num(v, unit="") -> str:
+    if unit == "MB/s":
+        return f"{v:,.0f} MB/s"
+    return f"{v:.3g} {unit}".strip() if v < 100 else f"{v:,.0f} {unit}".strip()
+
+
+def targets_table(data: dict) -> List[str]:
+    out = ["| figure (benchmark) | measured | floor (same run) | ratio | target | |", "|---|---|---|---|---|---|"]
+    for label, bench, meas, unit, floor, floor_what, ratio, target, note in TARGETS:
+        b = (data.get("benchmarks") or {}).get(bench)
+        try:
+            m = _path(b, meas)
+            f = _path(b, floor) if floor else None
+            r = _path(b, ratio) if ratio else None
+        except (KeyError, TypeError):
+            out.append(f"| {label} (`{bench}`) | not in this run | | | | |")
+            continue
+        verdict, tgt = "", ""
+        if target:
+            on, op, bound = target
+            v = r if on == "ratio" else m
+            ok = v <= bound if op == "<=" else v >= bound
+            tgt = f"{on} {op} {bound:g}" + (" s" if on == "measured" and unit == "s" else "")
+            verdict = "met" if ok else "**missed**"
+        verdict = "; ".join(x for x in (verdict, note) if x)
+        fl = f"{_num(f, unit)} {floor_what}".strip() if f is not None else ""
+        out.append(f"| {_cell(label)} (`{bench}`) | {_num(m, unit)} | {_cell(fl)} | "
+                   f"{'' if r is None else f'{r:.2f}'} | {tgt} | {verdict} |")
+    return out
+
+
+def scaling_table(data: dict) -> List[str]:
+    """bench/scaling.py's sync save / verified warm load per checkpoint and ranks: seconds (MB/s)."""
+    table = ((data.get("benchmarks") or {}).get("scaling") or {}).get("table") or {}
+    models = list(dict.fromkeys(k.split("@")[0] for k in table))
+    ranks = sorted({int(k.split("@")[1]) for k in table})
+    out = ["| checkpoint | " + " | ".join(f"{r} rank{'s' if r > 1 else ''}" for r in ranks) + " |",
+           "|---|" + "---|" * len(ranks)]
+    for m in models:
+        cells = []
+        for r in ranks:
+            c = table.get(f"{m}@{r}")
+            cells.append(f"{c['save_s']:.3f} ({c['MB'] / c['save_s']:,.0f}) / {c['load_s']:.3f} "
+                         f"({c['MB'] / c['load_s']:,.0f})" if c else "")
+        mb = next((table[k]["MB"] for k in table if k.startswith(m + "@")), 0)
+        out.append(f"| {m}, {mb:,.1f} MB | " + " | ".join(cells) + " |")
+    return out
+
+
 def benchmark_results(path: str = None) -> str:
     """The committed bench/results.json (written by `make bench`): every figure of every benchmark."""
     import json
@@ -174,6 +278,9 @@ def benchmark_results(path: str = None) -> str:
            ""]
     if data.get("failed"):
         out += [f"Failed in that run: {_cell(data['failed'])}", ""]
+    out += ["## Against floors and targets", ""] + targets_table(data) + [""]
+    out += ["## Scaling", "", "Sync save / verified warm load (DCP's format), seconds (MB/s), slowest rank, "
+            "median of the repeats:", ""] + scaling_table(data) + [""]
     for name, b in (data.get("benchmarks") or {}).items():
         rows: List[tuple] = []
         _flat("", {k: v for k, v in b.items() if k != "command"}, rows)

@@ -36,3 +36,14 @@ def test_registries_are_in_their_pages():
     assert all(f"## {a.name}\n" in reference.adapters() for a in programs.ADAPTERS.all())
     assert all(f"| `{k.name}` |" in reference.failure_kinds() for k in failures.KINDS.all())
     assert "`<expt>/<phase>/attempts/<k>/ckpts-at-launch.json`" in reference.layout_tree()
+
+
+def test_the_benchmark_tables_read_every_figure_they_name():
+    """Each row of the targets table finds its figures in the committed bench/results.json (a
+    renamed key in a benchmark's output shows here, not as a blank cell)."""
+    import json
+    with open(os.path.join(ROOT, "bench", "results.json")) as f:
+        data = json.load(f)
+    rows = reference.targets_table(data)[2:]
+    assert len(rows) == len(reference.TARGETS) and not [r for r in rows if "not in this run" in r], rows
+    assert len(reference.scaling_table(data)) == 2 + 3   # tiny, debug, small
