@@ -49,10 +49,8 @@ def _walk(node, path: List[str], rows: List[tuple]) -> None:
                           if node.choices else "")
         kind = node.kind + (", required" if node.required else "")
         rows.append((".".join(path), kind, _default(node), doc))
-        if node.kind == "program":
+        if node.kind == "program":  # trainer.program: its own keys
             _walk(scenario.PROGRAM, path, rows)
-        elif node.kind == "failures" and path[-1] == "failures" and path[0] == "phases":
-            pass  # the same keys as the top-level failures mapping
 
 
 def scenario_keys() -> str:
