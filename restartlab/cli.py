@@ -287,6 +287,22 @@ def _mark_as_tool(argv):
                   dict(os.environ, **{TOOL_VAR: argv[0]}))
 
 
+def verb_parser(verb: str) -> argparse.ArgumentParser:
+    """The parser of one verb: kill-ranks, node-check and simulate have their own (main() hands
+    them their arguments unparsed); the rest are build_parser()'s sub-parsers."""
+    if verb == "kill-ranks":
+        from . import killer
+        return killer.build_parser()
+    if verb == "node-check":
+        from . import nodes
+        return nodes.build_parser()
+    if verb == "simulate":
+        from . import simulate_cli
+        return simulate_cli.build_parser()
+    sub = next(a for a in build_parser()._actions if a.dest == "verb")
+    return sub.choices[verb]
+
+
 VERBS = {"validate": cmd_validate, "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
          "cancel": cmd_cancel, "run": cmd_run, "inject": cmd_inject, "report": cmd_report,
          "render-all": cmd_render_all, "teardown": cmd_teardown, "supervise": cmd_supervise,

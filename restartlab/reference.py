@@ -8,9 +8,7 @@ failure kinds from their registries, the experiment directory from layout.py.
 tests/test_reference.py runs the check, so a change to the code that the committed pages do not
 show fails the suite."""
 import argparse
-import contextlib
 import inspect
-import io
 import os
 import re
 import sys
@@ -65,22 +63,14 @@ def scenario_keys() -> str:
     return "\n".join(out) + "\n"
 
 
-def _help_of(verb: str) -> str:
-    from . import cli, killer, nodes, simulate_cli
-    own = {"kill-ranks": killer.build_parser, "node-check": nodes.build_parser, "simulate": simulate_cli.build_parser}
-    if verb in own:
-        return own[verb]().format_help()
-    sub = next(a for a in cli.build_parser()._actions if a.dest == "verb")
-    return sub.choices[verb].format_help()
-
-
 def cli_reference() -> str:
+    from . import cli
     out = ["# Command line", "", "`restartlab VERB --help` for every verb, as its parser prints it.", ""]
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = COLUMNS
     try:
         for verb in usage.EXAMPLES:
-            out += [f"## restartlab {verb}", "", "```text", _help_of(verb).rstrip(), "```", ""]
+            out += [f"## restartlab {verb}", "", "```text", cli.verb_parser(verb).format_help().rstrip(), "```", ""]
         out.append(exit_statuses())
     finally:
         if old is None:
@@ -300,8 +290,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     stale = []
     for name, make in PAGES.items():
-        with contextlib.redirect_stdout(io.StringIO()):
-            text = HEADER + make()
+        text = HEADER + make()
         path = os.path.join(a.outdir, name)
         try:
             with open(path) as f:

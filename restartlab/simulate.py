@@ -326,13 +326,12 @@ def _program_interval(expt, phase: str, program: dict) -> int:
     steps of the checkpoints in the phase's checkpoint dir (the one its launches recorded)."""
     from . import programs
     ph = expt.phase(phase)
-    ckpt_dir = ph.ckpts
-    for k in range(1, 10_000):
-        try:
-            with open(ph.attempt(k).at_launch) as f:
-                ckpt_dir = json.load(f).get("ckpt_dir") or ckpt_dir
-        except (OSError, ValueError, AttributeError):
-            break
+    ckpt_dir = ph.ckpts  # unless its first launch recorded another (every launch records the same)
+    try:
+        with open(ph.attempt(1).at_launch) as f:
+            ckpt_dir = json.load(f).get("ckpt_dir") or ckpt_dir
+    except (OSError, ValueError, AttributeError):
+        pass
     interval = programs.save_interval(programs.list_ckpts(programs.resolve(program), ckpt_dir))
     if not interval:
         raise SimulateError(f"{ckpt_dir}: no checkpoint of phase {phase} whose step is known, to read the "
