@@ -172,7 +172,9 @@ def cmd_teardown(a):
     except ValueError as e:
         print(f"restartlab teardown: error: {e}", file=sys.stderr)
         return 2
-    return teardown.teardown(a.tag, a.signal, a.fanout, tool_options.nodefile_default(a.nodefile), a.launcher)
+    # the end of a run: its warm standby pool goes too (the supervisor's own teardowns spare it)
+    return teardown.teardown(a.tag, a.signal, a.fanout, tool_options.nodefile_default(a.nodefile), a.launcher,
+                             standby=True)
 
 
 def cmd_supervise(a):

@@ -34,6 +34,7 @@ from . import launchers, private, schedulers, usage
 
 TAG_VAR = "RESTARTLAB_JOB_TAG"
 TOOL_VAR = "RESTARTLAB_TOOL"  # in the injector's environment (and its children's): never ranks
+POOL_VAR = "RESTARTLAB_WARM_SERVER"  # = restartlab.warm.SERVER_VAR: the warm standby pool's own pid
 EXIT_KILLED, EXIT_ERROR, EXIT_USAGE, EXIT_NONE = 0, 1, 2, 10
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
 
@@ -74,12 +75,19 @@ def _owner(p: psutil.Process) -> str:
     return private.owner_name(p.uids().real)
 
 
+def is_pool(pid: int, env: Mapping[str, str]) -> bool:
+    """The warm standby pool itself (restartlab.warm): its environment names its own pid. The
+    ranks it forks carry its environment (and the tag) with another pid: they are ranks."""
+    return env.get(POOL_VAR) == str(pid)
+
+
 def _scan(entry: str, unreadable: list = None, this_node: bool = False,
-          others: dict = None) -> Dict[int, Tuple[dict, int]]:
+          others: dict = None, standby: bool = False) -> Dict[int, Tuple[dict, int]]:
     """{pid: (environment, parent pid)} of this user's live processes whose environment holds
     the exact entry NAME=value, read once each (`unreadable` collects the PIDs whose environment
     we may not read; `others` {pid: user} those of another user that match). `this_node`: under
-    Slurm, only this Slurm node's (several node daemons may share one host, as in the tests)."""
+    Slurm, only this Slurm node's (several node daemons may share one host, as in the tests).
+    An idle warm standby pool is never a rank: only `standby` includes it."""
     _check_environ_readable()
     name, _, value = entry.partition("=")
     node = os.environ.get("SLURMD_NODENAME") if this_node else None
@@ -88,7 +96,8 @@ def _scan(entry: str, unreadable: list = None, this_node: bool = False,
         try:
             env = p.environ()
             if env.get(name) == value and p.status() != psutil.STATUS_ZOMBIE \
-                    and not (node and env.get("SLURMD_NODENAME", node) != node):
+                    and not (node and env.get("SLURMD_NODENAME", node) != node) \
+                    and (standby or not is_pool(p.pid, env)):
                 if _ours(p):
                     found[p.pid] = (env, p.ppid())
                 elif others is not None:
@@ -106,10 +115,10 @@ def find_by_env(entry: str, unreadable: list = None) -> List[int]:
     return sorted(_scan(entry, unreadable))
 
 
-def find_tagged(tag: str, unreadable: list = None, others: dict = None) -> List[int]:
+def find_tagged(tag: str, unreadable: list = None, others: dict = None, standby: bool = False) -> List[int]:
     """This user's PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly; under Slurm,
-    only those of this Slurm node."""
-    return sorted(_scan(f"{TAG_VAR}={tag}", unreadable, this_node=True, others=others))
+    only those of this Slurm node (`standby`: the warm standby pool too)."""
+    return sorted(_scan(f"{TAG_VAR}={tag}", unreadable, this_node=True, others=others, standby=standby))
 
 
 def _environ(pid: int) -> dict:
@@ -194,12 +203,14 @@ def job_ranks(job: str, unreadable: list = None, others: dict = None) -> Dict[in
     return {pid: what for pid, what in ranks.items() if pid not in launchers_ and pid not in protected}
 
 
-def targets(tag: str, roots: List[int] = None, unreadable: list = None, others: dict = None) -> Dict[int, str]:
+def targets(tag: str, roots: List[int] = None, unreadable: list = None, others: dict = None,
+            standby: bool = False) -> Dict[int, str]:
     """This user's tagged processes (or `roots`) and their descendants, minus ourselves and our
-    ancestors (`others` {pid: user}: the matching processes of another user, left alone)."""
+    ancestors (`others` {pid: user}: the matching processes of another user, left alone;
+    `standby`: the warm standby pool too)."""
     protected = ancestors(os.getpid())
     found = {}
-    for root in (find_tagged(tag, unreadable, others) if roots is None else roots):
+    for root in (find_tagged(tag, unreadable, others, standby) if roots is None else roots):
         for p in _tree(root, others):
             if p.pid not in protected and p.pid not in found:
                 found[p.pid] = _cmdline(p)
@@ -213,9 +224,10 @@ def _rank_roots(tag: str, others: dict = None) -> List[int]:
 
 
 def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = False, one: bool = False,
-               job: Optional[str] = None) -> dict:
+               job: Optional[str] = None, standby: bool = False) -> dict:
     """Signal this node's ranks (by `tag`, else of the batch job `job`, default this one) and
-    their process trees; `one`: only the lowest-PID rank. Returns the receipt."""
+    their process trees; `one`: only the lowest-PID rank; `standby`: the run's warm standby pool
+    too (teardown at the end). Returns the receipt."""
     unreadable: list = []
     others: Dict[int, str] = {}
     ranks: Dict[int, str] = {}
@@ -230,7 +242,7 @@ def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = F
         procs = targets(tag, [r for r in _rank_roots(tag, others) if r not in ancestors(os.getpid())][:1],
                         others=others)
     else:
-        procs = targets(tag, unreadable=unreadable, others=others)
+        procs = targets(tag, unreadable=unreadable, others=others, standby=standby)
     receipt = {"host": socket.gethostname(), "node": node_name(), "time": time.time(), "tag": tag,
                "job": job if tag is None else None,
                "signal": _signal.Signals(sig).name, "dry_run": dry_run,
@@ -267,6 +279,8 @@ def build_parser():
     p.add_argument("--signal", default="KILL", help="signal name or number (default KILL)")
     p.add_argument("--dry-run", action="store_true", help="list what would be killed")
     p.add_argument("--one", action="store_true", help="only one rank (lowest PID) and its process tree")
+    p.add_argument("--standby", action="store_true", help="with --tag: the run's warm standby pool too "
+                   "(never counted as a rank otherwise)")
     return p
 
 
@@ -281,7 +295,7 @@ def main(argv=None) -> int:
         print(f"restartlab kill-ranks: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        receipt = kill_ranks(a.tag, sig, a.dry_run, a.one)
+        receipt = kill_ranks(a.tag, sig, a.dry_run, a.one, standby=a.standby)
     except OSError as e:
         print(json.dumps({"host": socket.gethostname(), "error": str(e)}))
         return EXIT_ERROR

@@ -13,7 +13,8 @@ from typing import List, Optional
 
 import jinja2
 
-from . import killer, launchers, layout, options, programs, schedulers, supervise, tool_options, trainer_options
+from . import (killer, launchers, layout, options, programs, schedulers, supervise, tool_options, trainer_options,
+               warm)
 from .resources import resource_dir
 from .scenario import ScenarioError, effective_failures, secret_names
 
@@ -155,10 +156,12 @@ def context(sc, scheduler=None, expt_dir=None):
         phase = expt.phase(ph["name"])
         f = effective_failures(sc, ph)
         inject = inject_args(sc, f, phase, tag) if f else None
+        # relaunch.warm: the supervisor starts each rank's program through the standby pool's stub
+        at = launch + ([warm.PROGRAM_TOKEN] if rl["warm"] else [])
         if sc["trainer"].get("program"):
-            argv = launch + [python] + program_argv(sc, ph, phase)
+            argv = at + [python] + program_argv(sc, ph, phase)
         else:
-            argv = launch + [python, "-m", "restartlab.trainer"] + trainer_options.trainer_argv(
+            argv = at + [python, "-m", "restartlab.trainer"] + trainer_options.trainer_argv(
                 sc["trainer"], ph["checkpoint"], phase.ckpts, ph["stage_dir"],
                 dp_global=sc["job"]["nodes"] * ln["ranks_per_node"] // sc["trainer"]["tp"] if policy == "shrink" else 0)
         phases.append({

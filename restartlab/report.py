@@ -26,6 +26,14 @@ def add_args(p):
     p.add_argument("--wandb-mode", choices=("online", "offline", "disabled"))
 
 
+def _start_kind(startup: dict) -> str:
+    """warm: the rank was forked from the standby pool (its imports were done); cold: launched
+    afresh; -: the program reports no start-up breakdown."""
+    if not startup:
+        return "-"
+    return "warm" if startup.get("startup/warm") else "cold"
+
+
 def _fmt(x, nd=2):
     return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
 
@@ -165,8 +173,8 @@ def markdown(summaries, missing, src, problems=()):
     if any(s.get("walltime_stop") or s.get("handovers") for s in summaries):
         L.append("")
     L += ["## Failures", "", "| phase | attempt | kind | bad nodes | recovery | ranks | step at kill | resumed from | "
-          "lost steps | downtime s | restart s (launch->first step) | import s | dist init s | build s | load s | "
-          "recompute s |", "|" + "---|" * 16]
+          "lost steps | downtime s | restart s (launch->first step) | start | import s | dist init s | build s | "
+          "load s | recompute s |", "|" + "---|" * 17]
     for s in summaries:
         for e in s["failures"]:
             st = e["startup"] or {}
@@ -174,7 +182,7 @@ def markdown(summaries, missing, src, problems=()):
             L.append(f"| {s['phase']} | {e['attempt']} | {e['kind'] or 'not injected'} | "
                      f"{', '.join(e.get('bad_nodes') or []) or '-'} | {e.get('recovery', '-')} | {ranks} | {e['step_at_kill']} | "
                      f"{e['resumed_from']} | {e['lost_steps']} | {_fmt(e['downtime_s'])} | {_fmt(e['restart_s'])} | "
-                     f"{_fmt(st.get('startup/import_s'))} | {_fmt(st.get('startup/dist_init_s'))} | "
+                     f"{_start_kind(st)} | {_fmt(st.get('startup/import_s'))} | {_fmt(st.get('startup/dist_init_s'))} | "
                      f"{_fmt(st.get('startup/build_s'))} | {_fmt(st.get('startup/load_s'))} | {_fmt(e['recompute_s'])} |")
     L += ["", "## By failure kind (medians)", "", "| phase | kind | failures | detection s (fault -> attempt end) | "
           "relaunch gap s | restart s | downtime s | lost steps | recompute s | detected by |", "|" + "---|" * 10]

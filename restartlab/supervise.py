@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from dataclasses import field, make_dataclass
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from . import attempt as attempt_record
 from . import launchers, layout, options, programs, tap, tool_options
@@ -96,6 +96,7 @@ class Procs:
         self.injector: Optional[subprocess.Popen] = None
         self.spec = programs.resolve(json.loads(cfg.program) if cfg.program else {"adapter": "restartlab"})
         self.taps = {}  # attempt path -> (Tap, Pump) of a program whose output is read
+        self.pool = None  # the warm standby pool (warm.Standby) while it serves
 
     def which(self, exe: str) -> bool:
         return shutil.which(exe) is not None
@@ -207,6 +208,39 @@ class Procs:
         from .inject import read_nodefile
         return read_nodefile(self.cfg.nodefile)[0]
 
+    def start_pool(self, phase: layout.Phase) -> Optional[str]:
+        """Start this node's warm standby pool and wait until it serves: None, or why it cannot
+        (the phase then launches cold)."""
+        from . import warm
+        n = len(self.hosts())
+        if self.cfg.fanout != "local" or n > 1:
+            return (f"this version starts the standby pool on the supervisor's node only, and the job has "
+                    f"{n} node(s) (fanout {self.cfg.fanout})")
+        try:
+            self.pool = warm.Standby(self.cfg.argv, self.cfg.tag, phase.warm_log, self.cfg.warm_preload)
+            self.pool.wait_ready(self.cfg.startup_timeout)
+        except (warm.PoolError, OSError) as e:
+            self.stop_pool()
+            return f"the standby pool did not start ({e}; see {phase.warm_log})"
+        return None
+
+    def launch_argv(self, argv: List[str]) -> Tuple[List[str], Optional[str]]:
+        """(the attempt's argv: through the pool's stubs while it serves, else cold; why it is
+        cold when the pool was there and is gone)."""
+        from . import warm
+        if self.pool is None:
+            return warm.cold_argv(argv), None
+        if not self.pool.alive():
+            why = f"the standby pool exited ({self.pool.proc.returncode}; see {self.pool.log_path})"
+            self.stop_pool()
+            return warm.cold_argv(argv), why
+        return warm.stub_argv(argv, self.pool.dir), None
+
+    def stop_pool(self) -> None:
+        if self.pool is not None:
+            self.pool.stop()
+            self.pool = None
+
 
 # ---------------------------------------------------------------- configuration
 def _from_args(cls, a: argparse.Namespace, argv: List[str]) -> "Config":
@@ -267,6 +301,9 @@ class Supervisor:
                 if first and hosts and first != hosts[0]:  # rank 0 runs on the first host
                     master = os.environ.get("MASTER_ADDR") or first
                 ranks = n * cfg.ranks_per_node
+        argv, why = self.procs.launch_argv(argv)
+        if why:
+            self.say(f"warm restart: {why}: cold launches from attempt {k}", err=True)
         env = {"RESTARTLAB_LAUNCH_TS": repr(self.clock.time()), "MASTER_ADDR": master,
                "MASTER_PORT": str(self.procs.free_port()),
                "RESTARTLAB_EXPT": os.path.basename(os.path.dirname(os.path.abspath(cfg.phase_dir))),
@@ -322,6 +359,10 @@ class Supervisor:
             self.say(f"FAILED: launcher '{cfg.argv[0] if cfg.argv else ''}' is not on PATH in the job "
                      f"(PATH={os.environ.get('PATH', '')})", err=True)
             return EXIT_FAILED
+        if cfg.warm:
+            why = self.procs.start_pool(phase)
+            self.say(f"warm restart: {why}: cold launches" if why else
+                     f"warm restart: the standby pool serves (preload: see {phase.warm_log})", err=bool(why))
         if cfg.inject is not None:
             self.procs.start_injector(phase)
         self.say(f"started {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
@@ -330,6 +371,7 @@ class Supervisor:
         finally:
             _touch(phase.done)
             self.procs.stop_injector()
+            self.procs.stop_pool()
         if verdict == "completed":
             _touch(phase.completed)
             self.say(f"finished after {k} attempt(s) {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")

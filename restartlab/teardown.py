@@ -9,15 +9,15 @@ from .inject import fan_out, killer_argv, read_nodefile
 
 
 def teardown(tag: str, sig_name: str = "KILL", fanout: str = "local", nodefile=None,
-             launcher: str = "hydra") -> int:
-    """Signal the ranks tagged `tag` on every node of the node file; prints one line, returns
-    1 when a node could not be reached (0 otherwise)."""
+             launcher: str = "hydra", standby: bool = False) -> int:
+    """Signal the ranks tagged `tag` on every node of the node file (`standby`: the warm standby
+    pool too); prints one line, returns 1 when a node could not be reached (0 otherwise)."""
     sig = killer.parse_signal(sig_name)
     hosts, slots = read_nodefile(nodefile)
     if fanout == "local":  # this node only: no second interpreter
-        receipts = [killer.kill_ranks(tag, sig)]
+        receipts = [killer.kill_ranks(tag, sig, standby=standby)]
     else:
-        argv = killer_argv(sys.executable, tag, sig_name, failures.get("kill"))
+        argv = killer_argv(sys.executable, tag, sig_name, failures.get("kill")) + (["--standby"] if standby else [])
         receipts = fan_out(fanout, hosts, range(len(hosts)), argv, slots, launcher)
     killed = sorted({(r.get("host"), p) for r in receipts for p in r.get("pids", [])})
     errors = [r["error"] for r in receipts if r.get("error")]

@@ -56,6 +56,11 @@ SUPERVISE = [
         "at launch (which checkpoint a correct resume loads, which one the program picks)"),
     Opt("--program", "str", None, "the training program's adapter spec (JSON, from trainer.program); "
         "absent: the bundled trainer"),
+    Opt("--warm", "flag", False, "warm standby restart: a pool on the node imports the program once and "
+        "forks each attempt's ranks from it (restartlab.warm); falls back to cold launches, and says so, "
+        "when the pool cannot start", scenario="relaunch.warm"),
+    Opt("--warm-preload", "str", None, "the modules the standby pool imports (comma-separated; default: "
+        "the bundled trainer's restartlab.trainer.warmup, torch for a program)", scenario="relaunch.warm_preload"),
     Opt("--tick", "float", 1.0, "seconds between the watchdog's looks", hidden=True),
 ]
 

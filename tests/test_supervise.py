@@ -3,6 +3,8 @@ relaunch, budget, backoff, exit_no_checkpoint, the hang and start-up watchdog, t
 margin, node checks, teardown, the injector's lifetime, chained numbering. Real files: each
 attempt's record and markers are written where the collector reads them. The end-to-end runs
 with real ranks are in test_collect, test_failure_kinds, test_nodes and test_slurm."""
+import contextlib
+import io
 import json
 import os
 import signal
@@ -101,6 +103,24 @@ class FakeProcs:
 
     def which(self, exe):
         return self.on_path
+
+    pool_why = None      # start_pool's answer (None: the pool serves)
+    pool_dies_at = None  # the attempt from which launch_argv finds the pool gone
+
+    def start_pool(self, phase):
+        self.events.append(("start_pool",))
+        return self.pool_why
+
+    def launch_argv(self, argv):
+        k = len(self.launched) + 1
+        if self.pool_dies_at is not None and k >= self.pool_dies_at:
+            why, self.pool_dies_at = ("the standby pool exited" if k == self.pool_dies_at else None), 10**9
+            return argv, why
+        return argv, None
+
+    def stop_pool(self):
+        if ("start_pool",) in self.events:
+            self.events.append(("stop_pool",))
 
     def free_port(self):
         return 29500 + len(self.launched)
@@ -298,6 +318,26 @@ def test_injector_lives_as_long_as_the_phase(tmp_path):
     kinds = [e[0] for e in procs.events]
     assert kinds[0] == "injector_start" and kinds[-1] == "injector_stop"
     assert procs.events[-1][1] is True  # the done marker is there before the injector is stopped
+
+
+def test_warm_pool_that_cannot_start_is_said_once_and_stopped_with_the_phase(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=3), FakeAttempt(runs=3)], warm=True)
+    procs.pool_why = "the standby pool did not start (boom)"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert sup.run() == supervise.EXIT_OK
+    assert err.getvalue().count("boom") == 1 and "cold launches" in err.getvalue()
+    assert procs.events[0] == ("start_pool",) and procs.events[-1] == ("stop_pool",)
+
+
+def test_warm_pool_lost_mid_phase_is_said_once(tmp_path):
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=3), FakeAttempt(rc=137, runs=3),
+                                               FakeAttempt(runs=3)], warm=True)
+    procs.pool_dies_at = 2
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert sup.run() == supervise.EXIT_OK
+    assert err.getvalue().count("standby pool exited") == 1 and "cold launches from attempt 2" in err.getvalue()
 
 
 def test_node_check_before_each_attempt_shrinks_the_launch(tmp_path):

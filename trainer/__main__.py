@@ -245,6 +245,8 @@ class Job:
         row = {"startup/import_s": t["imported"] - t["launch"], "startup/dist_init_s": t["dist"] - t["imported"],
                "startup/build_s": t["built"] - t["dist"], "startup/load_s": t["loaded"] - t["built"],
                "startup/first_step_s": t_first_step - t["loaded"], "startup/launch_ts": t["launch"]}
+        if os.environ.get("RESTARTLAB_WARM") == "1":  # forked from the warm standby pool (restartlab.warm)
+            row["startup/warm"] = 1
         if self.start > 0:
             row.update({"train/restart_seconds": t_first_step - t["launch"], "train/resumed_from": self.start})
         return row

@@ -1,0 +1,572 @@
+"""Warm standby restart: a preloaded fork server on the node, and the stub the launcher starts.
+
+A relaunch normally pays, on every rank, a Python start and the imports of torch and the program
+(~1.7 s of the demo's ~2.5 s restart here; tens of seconds from a shared file system at scale).
+With `relaunch.warm` the supervisor keeps one standby process per node (the *pool*) that has
+imported the program's modules once and waits. Each attempt's launcher starts a tiny stub per rank
+instead of the program:
+
+    mpiexec ... python -m restartlab.warm stub --socket S -- python -m restartlab.trainer ...
+
+The stub connects to the pool's Unix socket (in a private 0700 directory; the peer's uid is
+checked), hands over its argv, environment, working directory and standard streams (the fds
+themselves, SCM_RIGHTS), and the pool forks: the child becomes the rank, with the stub's
+environment in os.environ, its fds as 0-2, and the program run as __main__ (runpy) from the
+already imported modules. The launcher still sees and tears down its own processes, the stubs:
+
+- the stub forwards the signals it can catch (TERM, INT, HUP, USR1, USR2, QUIT) to its rank and
+  mirrors the rank's exit status (death by signal N: the stub dies of N);
+- the stub's death (a SIGKILL, a launcher teardown) closes the socket: the pool SIGKILLs that rank
+  at once; the pool's death kills every rank it forked (PR_SET_PDEATHSIG);
+- the pool never gives away itself: it forks per request, so it is ready for the next attempt
+  as soon as the last one ended.
+
+Finding ranks by tag: a forked rank's /proc environment is the pool's, not the stub's (Linux
+keeps a process's initial environment block). The pool carries the job tag and
+RESTARTLAB_WARM_SERVER=<its own pid> (it re-execs itself once to know it), so the killer finds
+every active rank by the tag, as before, and tells the idle pool (the one process whose
+RESTARTLAB_WARM_SERVER is its own pid) apart: never a rank, only `restartlab teardown` stops it.
+
+What must not happen in the pool before a fork: no CUDA/XPU context (a forked child cannot use
+it), no process group or MPI init (sockets and rendezvous state would be shared), no threads the
+child needs (a fork copies only the forking thread: the pool refuses to serve when its preload
+left more than one thread; OPENBLAS_NUM_THREADS=1 keeps numpy's OpenBLAS pool from starting). The
+preload therefore only imports; torch's intra-op thread pool starts lazily in each rank.
+
+This module is torch-free and imports only the standard library at the top: the stub's start is
+a bare Python start."""
+import array
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+
+SERVER_VAR = "RESTARTLAB_WARM_SERVER"  # the pool's own pid, in the pool's (and its ranks') environment
+WARM_VAR = "RESTARTLAB_WARM"           # "1" in a warm rank's os.environ (its startup row records it)
+SOCKET_NAME = "pool.sock"
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
+_HDR = struct.Struct("!I")
+
+
+class PoolError(RuntimeError):
+    """The pool cannot run this request (the stub starts the program cold)."""
+
+
+# ---------------------------------------------------------------- the wire: length-prefixed JSON
+def send_msg(sock: socket.socket, obj, fds=()) -> None:
+    data = json.dumps(obj).encode()
+    payload = _HDR.pack(len(data)) + data
+    if fds:
+        sock.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        sock.sendall(payload)
+
+
+def recv_msg(sock: socket.socket, want_fds: int = 0):
+    """(message, fds); (None, []) at EOF."""
+    fds = array.array("i")
+    head = b""
+    while len(head) < _HDR.size:
+        if want_fds and not fds:
+            chunk, anc, _, _ = sock.recvmsg(_HDR.size - len(head), socket.CMSG_LEN(want_fds * fds.itemsize))
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+        else:
+            chunk = sock.recv(_HDR.size - len(head))
+        if not chunk:
+            for fd in fds:
+                os.close(fd)
+            return None, []
+        head += chunk
+    n = _HDR.unpack(head)[0]
+    body = b""
+    while len(body) < n:
+        chunk = sock.recv(n - len(body))
+        if not chunk:
+            return None, list(fds)
+        body += chunk
+    return json.loads(body), list(fds)
+
+
+# ---------------------------------------------------------------- what the pool can run
+def split_python(argv, python: str):
+    """(run, target, args, unbuffered) for `python [-u] (-m MOD | SCRIPT | -c CODE) ARGS`, where
+    python is the pool's own interpreter (its path, or a name PATH resolves to that path; a
+    `restartlab.rankenv` wrapper is looked through by the caller). PoolError otherwise."""
+    import shutil
+    if not argv:
+        raise PoolError("no program")
+    exe = argv[0] if os.sep in argv[0] else (shutil.which(argv[0]) or argv[0])
+    if os.path.abspath(exe) != os.path.abspath(python):
+        raise PoolError(f"{argv[0]} is not the pool's interpreter {python}")
+    rest, unbuffered = list(argv[1:]), False
+    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c", "-"):
+        if rest[0] != "-u":
+            raise PoolError(f"interpreter option {rest[0]} is not supported warm")
+        unbuffered = True
+        rest.pop(0)
+    if not rest:
+        raise PoolError("no module or script")
+    if rest[0] in ("-m", "-c"):
+        if len(rest) < 2:
+            raise PoolError(f"{rest[0]} without an argument")
+        return rest[0], rest[1], rest[2:], unbuffered
+    if rest[0] == "-":
+        raise PoolError("a program on standard input is not supported warm")
+    return "script", rest[0], rest[1:], unbuffered
+
+
+def unwrap_rankenv(argv, env: dict, python: str):
+    """`python -m restartlab.rankenv -- PROGRAM...`: its variables added to env (as rankenv does
+    before its exec), PROGRAM returned; any other argv unchanged."""
+    run, target, args, _ = split_python(argv, python)
+    if (run, target) != ("-m", "restartlab.rankenv"):
+        return argv
+    from .rankenv import torchrun_env
+    for k, v in torchrun_env(env).items():
+        env.setdefault(k, v)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return args[1:] if args[:1] == ["--"] else args
+
+
+# ---------------------------------------------------------------- the rank (in the forked child)
+def _pdeathsig() -> None:
+    """Die with the pool (Linux prctl PR_SET_PDEATHSIG); a no-op where it does not exist."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _std_streams(unbuffered: bool) -> None:
+    """sys.std* rebuilt on the received fds 0-2 (the pool's own were its log)."""
+    import io
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    line = unbuffered or os.isatty(1)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=line,
+                                                   write_through=unbuffered)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True,
+                                                   errors="backslashreplace")
+
+
+def become(req: dict, fds, pool_pid: int, close) -> None:
+    """In the forked child: become the rank the stub asked for; never returns."""
+    code = 1
+    try:
+        _pdeathsig()
+        if os.getppid() != pool_pid:  # the pool died between the fork and the prctl
+            os._exit(137)
+        os.setsid()
+        for s in FORWARDED + (signal.SIGCHLD,):
+            signal.signal(s, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as a fresh interpreter has it
+        for fd in close:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        for i, fd in enumerate(fds[:3]):
+            os.dup2(fd, i)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        os.environ[WARM_VAR] = "1"
+        run, target, args, unbuffered = req["run"], req["target"], req["args"], req["unbuffered"]
+        unbuffered = unbuffered or bool(os.environ.get("PYTHONUNBUFFERED"))
+        _std_streams(unbuffered)
+        code = _run_main(run, target, args)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        code = 1
+    _exit_like_python(code)
+
+
+def _run_main(run: str, target: str, args) -> int:
+    import runpy
+    if run == "-m":
+        sys.argv = [target] + list(args)  # runpy puts the module's path in argv[0]
+        # a preloaded module runs afresh as __main__ (a package stays: its __main__ runs)
+        sys.modules.pop(target + ".__main__", None)
+        if not hasattr(sys.modules.get(target), "__path__"):
+            sys.modules.pop(target, None)
+        sys.path[0:0] = [os.getcwd()]
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    elif run == "-c":
+        sys.argv = ["-c"] + list(args)
+        sys.path[0:0] = [""]
+        exec(compile(target, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    else:
+        sys.argv = [target] + list(args)
+        sys.path[0:0] = [os.path.dirname(os.path.abspath(target))]
+        runpy.run_path(target, run_name="__main__")
+    return 0
+
+
+def _exit_like_python(code: int) -> None:
+    """What an interpreter does at its end: atexit handlers, flushed streams; then _exit (the
+    pool's other state is not this process's to finalise)."""
+    try:
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except BaseException:
+            pass
+    os._exit(code & 0xFF if isinstance(code, int) else 1)
+
+
+# ---------------------------------------------------------------- the pool
+def _log(msg: str) -> None:
+    print(f"restartlab warm pool [{os.getpid()}] {time.strftime('%H:%M:%S')}: {msg}", flush=True)
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+        return threading.active_count()
+
+
+class Pool:
+    def __init__(self, sock_path: str, python: str):
+        self.path, self.python = sock_path, python
+        self.children = {}  # pid -> (conn, pidfd)
+        self.stopping = False
+
+    def preload(self, modules) -> float:
+        import importlib
+        t0 = time.time()
+        for m in modules:
+            importlib.import_module(m)
+        n = _threads()
+        if n > 1:
+            raise PoolError(f"the preload left {n} threads running; a fork copies only one (set the "
+                            f"library's thread count to 1 for the pool, or preload less)")
+        return time.time() - t0
+
+    def serve(self) -> None:
+        import selectors
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.path + ".new")
+        os.chmod(self.path + ".new", 0o600)
+        listener.listen(256)
+        os.rename(self.path + ".new", self.path)  # the socket appears only when the pool can serve
+        sel = selectors.DefaultSelector()
+        sel.register(listener, selectors.EVENT_READ, ("accept", None))
+        _log(f"ready on {self.path}")
+        while not self.stopping:
+            for key, _ in sel.select(timeout=1.0):
+                what, pid = key.data
+                if what == "accept":
+                    self._accept(listener, sel)
+                elif what == "stub":   # the stub hung up (or sent more): its rank goes with it
+                    self._stub_gone(pid, sel)
+                elif what == "exit":
+                    self._reap(pid, sel)
+        for pid in list(self.children):
+            _kill(pid)
+
+    def _accept(self, listener, sel) -> None:
+        import selectors
+        conn, _ = listener.accept()
+        fds = []
+        try:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            uid = struct.unpack("3i", creds)[1]
+            if uid != os.getuid():
+                _log(f"refused a connection from uid {uid}")
+                conn.close()
+                return
+            req, fds = recv_msg(conn, want_fds=3)
+            if req is None or len(fds) != 3:
+                raise PoolError("a request without its argv or its three standard fds")
+            env = dict(req["env"])
+            argv = unwrap_rankenv(req["argv"], env, self.python)
+            run, target, args, unbuffered = split_python(argv, self.python)
+        except (PoolError, ValueError, KeyError, OSError) as e:
+            try:
+                send_msg(conn, {"error": str(e)})
+            except OSError:
+                pass
+            conn.close()
+            for fd in fds:
+                os.close(fd)
+            return
+        job = {"cwd": req["cwd"], "env": env, "run": run, "target": target, "args": args, "unbuffered": unbuffered}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        close = [listener.fileno(), conn.fileno(), sel.fileno()] + \
+                [fd for c, p in self.children.values() for fd in (c.fileno(), p)]
+        pid = os.fork()
+        if pid == 0:
+            become(job, fds, os.getppid(), close)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        self.children[pid] = (conn, pidfd)
+        sel.register(conn, selectors.EVENT_READ, ("stub", pid))
+        sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
+        try:
+            send_msg(conn, {"pid": pid})
+        except OSError:
+            _kill(pid)
+        _log(f"rank pid {pid} for stub pid {req.get('stub_pid')}: {run} {target}")
+
+    def _stub_gone(self, pid: int, sel) -> None:
+        conn, _ = self.children[pid]
+        try:
+            data = conn.recv(1, socket.MSG_PEEK)
+        except OSError:
+            data = b""
+        if not data:  # EOF: the stub is dead
+            _kill(pid)
+            sel.unregister(conn)
+
+    def _reap(self, pid: int, sel) -> None:
+        conn, pidfd = self.children.pop(pid)
+        _, status = os.waitpid(pid, 0)
+        sel.unregister(pidfd)
+        os.close(pidfd)
+        with _suppress():
+            sel.unregister(conn)
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+        msg = {"signal": sig} if sig else {"exit": os.WEXITSTATUS(status)}
+        with _suppress():
+            send_msg(conn, msg)
+        conn.close()
+        _log(f"rank pid {pid} ended: {msg}")
+
+
+class _suppress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return exc[0] is not None and issubclass(exc[0], (OSError, KeyError, ValueError))
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def serve_main(a) -> int:
+    if a.parent:  # the pool dies with its supervisor (and its ranks with it: their own PDEATHSIG)
+        _pdeathsig()
+        if os.getppid() != a.parent:
+            return 1
+    # our own pid in our environment block: the killer tells the pool from the ranks it forks
+    if os.environ.get(SERVER_VAR) != str(os.getpid()):
+        env = dict(os.environ, **{SERVER_VAR: str(os.getpid())})
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        os.execve(sys.executable, [sys.executable, "-m", "restartlab.warm"] + sys.argv[1:], env)
+    pool = Pool(os.path.join(a.dir, SOCKET_NAME), a.python or sys.executable)
+
+    def stop(signum, frame):
+        pool.stopping = True
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        took = pool.preload([m for m in a.preload.split(",") if m])
+    except Exception as e:  # an import that fails: the supervisor launches cold and says why
+        _log(f"FAILED to preload: {type(e).__name__}: {e}")
+        return 1
+    _log(f"preloaded {a.preload} in {took:.2f}s; {sys.executable}")
+    pool.serve()
+    _log("stopped")
+    return 0
+
+
+# ---------------------------------------------------------------- the supervisor's side
+PROGRAM_TOKEN = "@RL_PROGRAM@"  # in a rendered launch argv: where the program's own argv starts
+POOL_BIN = ("-m", "restartlab.warm")
+BUNDLED_PRELOAD = "restartlab.trainer.warmup"
+READY_POLL_S = 0.05
+
+
+def program_at(argv) -> int:
+    """Where the program starts in a launch argv: after PROGRAM_TOKEN, else the first word that
+    names a python interpreter (-1: none)."""
+    if PROGRAM_TOKEN in argv:
+        return argv.index(PROGRAM_TOKEN) + 1
+    import re
+    return next((i for i, w in enumerate(argv) if re.fullmatch(r"python[0-9.]*", os.path.basename(w))), -1)
+
+
+def cold_argv(argv):
+    return [w for w in argv if w != PROGRAM_TOKEN]
+
+
+def stub_argv(argv, pool_dir: str):
+    """The launch argv with each rank's program started through the stub."""
+    i = program_at(argv)
+    launch, prog = [w for w in argv[:i] if w != PROGRAM_TOKEN], argv[i:]
+    return launch + [prog[0], *POOL_BIN, "stub", "--dir", pool_dir, "--"] + prog
+
+
+def default_preload(argv) -> str:
+    i = program_at(argv)
+    return BUNDLED_PRELOAD if argv[i + 1:i + 3] == ["-m", "restartlab.trainer"] else "torch"
+
+
+class Standby:
+    """The supervisor's handle on this node's pool: started once per phase, stopped at its end."""
+
+    def __init__(self, argv, tag: str, log_path: str, preload=None, env=None):
+        import subprocess
+        import tempfile
+
+        from . import private
+        i = program_at(argv)
+        if i < 0:
+            raise PoolError("no python interpreter in the launch command to preload for")
+        self.python = argv[i]
+        self.dir = private.make_dir(tempfile.gettempdir(), f"restartlab-warm-{tag}-")
+        self.preload = preload or default_preload(argv)
+        env = dict(os.environ if env is None else env, RESTARTLAB_JOB_TAG=tag)  # killer: found by the tag
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [self.python, *POOL_BIN, "serve", "--dir", self.dir, "--preload", self.preload, "--python",
+                 self.python, "--parent", str(os.getpid())],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        self.log_path = log_path
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until the pool serves; PoolError (why, from its log) when it died or took too long."""
+        sock = os.path.join(self.dir, SOCKET_NAME)
+        deadline = time.time() + timeout
+        while not os.path.exists(sock):
+            if self.proc.poll() is not None:
+                raise PoolError(f"the pool exited ({self.proc.returncode}): {self._last_line()}")
+            if time.time() > deadline:
+                raise PoolError(f"the pool did not finish its preload in {timeout:g}s")
+            time.sleep(READY_POLL_S)
+
+    def _last_line(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                lines = [x.strip() for x in f if x.strip()]
+            return lines[-1] if lines else "(no output)"
+        except OSError:
+            return "(no log)"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, grace: float = 5.0) -> None:
+        """TERM (it SIGKILLs its ranks and exits), KILL after `grace`; its directory removed."""
+        import subprocess
+
+        from . import private
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        try:
+            private.remove_tree(self.dir)
+        except (OSError, private.UnsafePath):
+            pass
+
+
+# ---------------------------------------------------------------- the stub (under the launcher)
+def stub_main(a) -> int:
+    """Hand this rank to the pool and stand in for it; the program cold (exec) when the pool
+    cannot take it."""
+    argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+    if not argv:
+        print("restartlab warm stub: error: no program (give it after --)", file=sys.stderr)
+        return 2
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    pending = []
+    rank = [0]
+
+    def forward(signum, frame):
+        if rank[0]:
+            try:
+                os.kill(rank[0], signum)
+            except ProcessLookupError:
+                pass
+        else:
+            pending.append(signum)
+    try:
+        sock.connect(os.path.join(a.dir, SOCKET_NAME))
+        for s in FORWARDED:  # from now on a signal is the rank's
+            signal.signal(s, forward)
+        send_msg(sock, {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "stub_pid": os.getpid()},
+                 fds=(0, 1, 2))
+        msg, _ = recv_msg(sock)
+        if msg is None or "pid" not in msg:
+            raise PoolError((msg or {}).get("error", "the pool hung up"))
+    except (OSError, PoolError) as e:
+        for s in FORWARDED:
+            signal.signal(s, signal.SIG_DFL)
+        print(f"restartlab warm stub: standby pool not usable ({e}): starting the program cold", file=sys.stderr,
+              flush=True)
+        sock.close()
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as e2:
+            print(f"restartlab warm stub: error: cannot run {argv[0]!r}: {e2.strerror}", file=sys.stderr)
+            return 127
+    rank[0] = msg["pid"]
+    for s in pending:
+        forward(s, None)
+    while True:
+        try:
+            msg, _ = recv_msg(sock)
+            break
+        except InterruptedError:
+            continue
+    if msg is None:  # the pool died (and its ranks with it)
+        print("restartlab warm stub: the standby pool died", file=sys.stderr, flush=True)
+        return 137
+    if msg.get("signal"):  # die as the rank died: the launcher reports the same
+        sig = msg["signal"]
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return int(msg.get("exit", 1))
+
+
+def main(argv=None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m restartlab.warm", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="verb", required=True)
+    s = sub.add_parser("serve", help="the node's standby pool: preload, then fork one rank per stub")
+    s.add_argument("--dir", required=True, help="the pool's private directory (its socket)")
+    s.add_argument("--preload", default="torch", help="modules to import before serving (comma-separated)")
+    s.add_argument("--python", default=None, help="the interpreter the programs name (default: this one)")
+    s.add_argument("--parent", type=int, default=0, help="exit with this process (the supervisor)")
+    t = sub.add_parser("stub", help="stand in for a rank under the launcher")
+    t.add_argument("--dir", required=True)
+    t.add_argument("argv", nargs=argparse.REMAINDER)
+    a = p.parse_args(argv)
+    return serve_main(a) if a.verb == "serve" else stub_main(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
