@@ -218,9 +218,13 @@ def targets(tag: str, roots: List[int] = None, unreadable: list = None, others: 
 
 
 def _rank_roots(tag: str, others: dict = None) -> List[int]:
-    """This user's tagged processes whose parent is untagged (the ranks, not their children)."""
+    """This user's tagged processes whose parent is untagged (the ranks, not their children).
+    Under warm restart those are the stubs and the ranks the pool forked: the forked ones, which
+    do the work (a SIGSTOP to a stub would stop nothing; the stub mirrors its rank's death)."""
     tagged = _scan(f"{TAG_VAR}={tag}", this_node=True, others=others)
-    return sorted(pid for pid, (_, ppid) in tagged.items() if ppid not in tagged)
+    roots = sorted(pid for pid, (_, ppid) in tagged.items() if ppid not in tagged)
+    forked = [pid for pid in roots if POOL_VAR in tagged[pid][0]]
+    return forked or roots
 
 
 def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = False, one: bool = False,

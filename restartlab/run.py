@@ -90,7 +90,7 @@ def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run") ->
     if tty:
         sys.stdout.write("\n")
     rc = proc.returncode
-    killer.kill_ranks(ctx["tag"])  # nothing of this job may outlive it
+    killer.kill_ranks(ctx["tag"], standby=True)  # nothing of this job may outlive it (a warm pool neither)
     why = {trainer_options.EXIT_PREEMPTED: " (stopped by the walltime warning: state saved, training "
            "not finished)"}.get(rc, "")
     print(f"restartlab {verb}: job script exited {rc} after {time.time() - t0:.0f}s{why}")
@@ -120,7 +120,7 @@ def stop(proc, tag):
         proc.wait(timeout=10)
     except ProcessLookupError:
         pass
-    killer.kill_ranks(tag)
+    killer.kill_ranks(tag, standby=True)
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the script's own session only
     except (ProcessLookupError, PermissionError):

@@ -245,11 +245,24 @@ def _threads() -> int:
         return threading.active_count()
 
 
+TESTPOINT_VAR = "RESTARTLAB_WARM_TESTPOINT"  # tests: "before_fork=S,before_reply=S" (seconds of delay)
+
+
+def _testpoints(text: str) -> dict:
+    out = {}
+    for part in filter(None, text.split(",")):
+        k, _, v = part.partition("=")
+        out[k.strip()] = float(v)
+    return out
+
+
 class Pool:
     def __init__(self, sock_path: str, python: str):
         self.path, self.python = sock_path, python
         self.children = {}  # pid -> (conn, pidfd)
         self.stopping = False
+        # fault points for the tests: widen the windows in which a stub can die or be signalled
+        self.delay = _testpoints(os.environ.get(TESTPOINT_VAR, ""))
 
     def preload(self, modules) -> float:
         import importlib
@@ -311,6 +324,8 @@ class Pool:
                 os.close(fd)
             return
         job = {"cwd": req["cwd"], "env": env, "run": run, "target": target, "args": args, "unbuffered": unbuffered}
+        _log(f"request from stub pid {req.get('stub_pid')}")
+        time.sleep(self.delay.get("before_fork", 0))
         sys.stdout.flush()
         sys.stderr.flush()
         close = [listener.fileno(), conn.fileno(), sel.fileno()] + \
@@ -324,11 +339,12 @@ class Pool:
         self.children[pid] = (conn, pidfd)
         sel.register(conn, selectors.EVENT_READ, ("stub", pid))
         sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
+        _log(f"rank pid {pid} for stub pid {req.get('stub_pid')}: {run} {target}")
+        time.sleep(self.delay.get("before_reply", 0))
         try:
             send_msg(conn, {"pid": pid})
-        except OSError:
-            _kill(pid)
-        _log(f"rank pid {pid} for stub pid {req.get('stub_pid')}: {run} {target}")
+        except OSError:  # the stub is gone: its EOF (next select) kills the rank
+            pass
 
     def _stub_gone(self, pid: int, sel) -> None:
         conn, _ = self.children[pid]

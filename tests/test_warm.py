@@ -1,0 +1,285 @@
+"""Warm standby restart (restartlab.warm): the pool and its stubs as real processes, real signals and
+a real Unix socket (the pool preloads `json` here: the mechanism, not the import time, is tested;
+the bundled trainer through the pool is in the multirank tests at the end). Fault points in the
+pool (RESTARTLAB_WARM_TESTPOINT) widen the windows where a stub can die or be signalled while its
+rank is being made, so those interleavings happen on purpose."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+from restartlab import killer, layout, warm
+
+PY = sys.executable
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _tag():
+    return f"rl-warmtest-{uuid.uuid4().hex[:8]}"
+
+
+def _wait(cond, timeout=30.0, what="condition"):
+    deadline = time.time() + timeout
+    while not cond():
+        if time.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def pool(tmp_path, request):
+    """A running pool for this test (its own tag); stopped, and nothing tagged left, at the end."""
+    tag = _tag()
+    points = getattr(request, "param", "")
+    env = dict(os.environ, **({warm.TESTPOINT_VAR: points} if points else {}))
+    sb = warm.Standby([PY, "-c", "pass"], tag, str(tmp_path / "pool.log"), preload="json", env=env)
+    sb.wait_ready(60)
+    yield sb, tag
+    sb.stop()
+    killer.kill_ranks(tag, standby=True)
+    assert killer.find_tagged(tag, standby=True) == []
+
+
+def stub(sb, tag, code, *args, cwd=None, env=None, **kw):
+    argv = [PY, "-m", "restartlab.warm", "stub", "--dir", sb.dir, "--", PY, "-c", code, *args]
+    return subprocess.Popen(argv, cwd=cwd, env=dict(os.environ, RESTARTLAB_JOB_TAG=tag, **(env or {})),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True, **kw)
+
+
+def _log_pid(sb, stub_pid, timeout=30.0) -> int:
+    """The rank pid the pool logged for this stub."""
+    found = []
+
+    def logged():
+        with open(sb.log_path) as f:
+            for line in f:
+                if f"for stub pid {stub_pid}:" in line:
+                    found.append(int(line.split("rank pid ")[1].split()[0]))
+                    return True
+        return False
+    _wait(logged, timeout, f"the pool to fork a rank for stub {stub_pid}")
+    return found[0]
+
+
+# ---------------------------------------------------------------- what the pool can run
+def test_split_python_takes_modules_scripts_code_and_refuses_the_rest():
+    assert warm.split_python([PY, "-m", "pkg.mod", "--x", "1"], PY) == ("-m", "pkg.mod", ["--x", "1"], False)
+    assert warm.split_python([PY, "-u", "train.py", "a"], PY) == ("script", "train.py", ["a"], True)
+    assert warm.split_python([PY, "-c", "print(1)", "z"], PY) == ("-c", "print(1)", ["z"], False)
+    for bad, why in (([PY, "-X", "dev", "t.py"], "-X"), (["/usr/bin/env", "t.py"], "not the pool's"),
+                     ([PY, "-"], "standard input"), ([PY, "-m"], "without")):
+        with pytest.raises(warm.PoolError, match=why):
+            warm.split_python(bad, PY)
+
+
+def test_the_stub_goes_where_the_program_starts():
+    argv = ["mpiexec", "-n", "2", "-genv", "PYTHONPATH", "/x/python3", warm.PROGRAM_TOKEN, PY, "-m",
+            "restartlab.trainer", "--model", "tiny"]
+    assert warm.cold_argv(argv) == [w for w in argv if w != warm.PROGRAM_TOKEN]
+    assert warm.stub_argv(argv, "/d") == ["mpiexec", "-n", "2", "-genv", "PYTHONPATH", "/x/python3", PY, "-m",
+                                          "restartlab.warm", "stub", "--dir", "/d", "--", PY, "-m",
+                                          "restartlab.trainer", "--model", "tiny"]
+    assert warm.default_preload(argv) == warm.BUNDLED_PRELOAD
+    hand = ["mpiexec", "-n", "2", "/usr/bin/python3.11", "train.py"]  # no token: the first python word
+    assert warm.program_at(hand) == 3 and warm.default_preload(hand) == "torch"
+    assert warm.program_at(["srun", "./a.out"]) == -1
+
+
+# ---------------------------------------------------------------- the hand-over
+def test_the_rank_gets_the_stubs_argv_env_cwd_streams_and_its_exit_status_comes_back(pool, tmp_path):
+    sb, tag = pool
+    code = ("import json, os, sys; line = sys.stdin.readline().strip(); "
+            "print(json.dumps({'argv': sys.argv, 'foo': os.environ.get('FOO'), 'cwd': os.getcwd(), "
+            "'warm': os.environ.get('RESTARTLAB_WARM'), 'ppid': os.getppid(), 'line': line})); "
+            "print('to stderr', file=sys.stderr); sys.exit(3)")
+    p = stub(sb, tag, code, "a", "b", cwd=str(tmp_path), env={"FOO": "bar"})
+    out, err = p.communicate("hello\n", timeout=60)
+    assert p.returncode == 3, err
+    got = json.loads(out)
+    assert got == {"argv": ["-c", "a", "b"], "foo": "bar", "cwd": str(tmp_path), "warm": "1",
+                   "ppid": sb.proc.pid, "line": "hello"}
+    assert "to stderr" in err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_death_by_a_signal_is_mirrored(pool, sig):
+    sb, tag = pool
+    p = stub(sb, tag, f"import os; os.kill(os.getpid(), {int(sig)})")
+    p.communicate(timeout=60)
+    assert p.returncode == -sig
+
+
+@pytest.mark.parametrize("pool", ["before_reply=3"], indirect=True)
+def test_a_signal_that_reaches_the_stub_before_it_knows_its_rank_is_forwarded(pool, tmp_path):
+    """The pool forks, logs the rank, then (fault point) waits 3 s before telling the stub its pid:
+    a TERM the launcher sends the stub in that window is held and forwarded once the pid is known."""
+    sb, tag = pool
+    code = ("import signal, sys, time\n"
+            "def h(s, f):\n    print('TERM', flush=True); sys.exit(7)\n"
+            "signal.signal(signal.SIGTERM, h)\n"
+            "time.sleep(120)")
+    p = stub(sb, tag, code)
+    _log_pid(sb, p.pid)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 7 and "TERM" in out, (out, err)
+
+
+def test_a_killed_stub_takes_its_rank_with_it(pool, tmp_path):
+    sb, tag = pool
+    p = stub(sb, tag, "import time; time.sleep(600)")
+    rank = _log_pid(sb, p.pid)
+    assert psutil.pid_exists(rank)
+    p.kill()
+    p.wait(timeout=30)
+    gone, alive = psutil.wait_procs([psutil.Process(rank)], timeout=30) if psutil.pid_exists(rank) else ([], [])
+    assert not alive
+    # and the pool serves the next stub
+    q = stub(sb, tag, "print('next')")
+    assert q.communicate(timeout=60)[0].strip() == "next" and q.returncode == 0
+
+
+@pytest.mark.parametrize("pool", ["before_fork=2"], indirect=True)
+def test_a_stub_that_dies_before_its_rank_is_forked_leaves_no_rank(pool, tmp_path):
+    """Fault point: the pool has read the request and waits 2 s before forking; the stub is killed
+    in that window. The rank the pool then forks must die at once (its stub's socket is closed)."""
+    sb, tag = pool
+    marker = tmp_path / "ran"
+    p = stub(sb, tag, f"import time; time.sleep(3); open({str(marker)!r}, 'w').close(); time.sleep(600)")
+    _wait(lambda: f"request from stub pid {p.pid}" in open(sb.log_path).read(), what="the request")
+    p.kill()
+    p.wait(timeout=30)
+    rank = _log_pid(sb, p.pid)
+    _wait(lambda: not psutil.pid_exists(rank) or psutil.Process(rank).status() == psutil.STATUS_ZOMBIE,
+          what="the orphan rank to die")
+    time.sleep(3.5)
+    assert not marker.exists()
+
+
+def test_the_pools_death_kills_its_ranks(pool, tmp_path):
+    sb, tag = pool
+    p = stub(sb, tag, "import time; time.sleep(600)")
+    rank = _log_pid(sb, p.pid)
+    sb.proc.kill()
+    _wait(lambda: not psutil.pid_exists(rank) or psutil.Process(rank).status() == psutil.STATUS_ZOMBIE,
+          what="the rank to die with the pool")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 137 and "standby pool died" in err
+
+
+# ---------------------------------------------------------------- the killer and teardown
+def test_the_killer_never_counts_the_idle_pool_and_the_pool_recovers_from_a_strike(pool):
+    sb, tag = pool
+    assert killer.kill_ranks(tag, dry_run=True)["pids"] == []
+    assert killer.kill_ranks(tag, dry_run=True, standby=True)["pids"] == [sb.proc.pid]
+    p = stub(sb, tag, "import time; time.sleep(600)")
+    rank = _log_pid(sb, p.pid)
+    # one rank (a hang, a single rank's death): the forked rank, which does the work, not its stub
+    r = killer.kill_ranks(tag, signal.SIGSTOP, one=True)
+    assert r["pids"] == [rank]
+    _wait(lambda: psutil.Process(rank).status() == psutil.STATUS_STOPPED, what="the rank to stop")
+    r = killer.kill_ranks(tag)  # a strike: the stub and its rank, never the pool
+    assert set(r["pids"]) == {p.pid, rank} and sb.alive()
+    p.wait(timeout=30)
+    assert p.returncode == -signal.SIGKILL
+    q = stub(sb, tag, "print('again')")
+    assert q.communicate(timeout=60)[0].strip() == "again"
+
+
+def test_the_teardown_verb_leaves_nothing_behind_the_pool_included(pool):
+    sb, tag = pool
+    p = stub(sb, tag, "import time; time.sleep(600)")
+    _log_pid(sb, p.pid)
+    r = subprocess.run([PY, "-m", "restartlab.cli", "teardown", "--tag", tag], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    sb.proc.wait(timeout=30)
+    p.wait(timeout=30)
+    assert killer.find_tagged(tag, standby=True) == []
+
+
+# ---------------------------------------------------------------- falling back to cold
+def test_a_pool_that_cannot_preload_says_why(tmp_path):
+    sb = warm.Standby([PY, "-c", "pass"], _tag(), str(tmp_path / "pool.log"), preload="json,no_such_module_xyz")
+    with pytest.raises(warm.PoolError, match="no_such_module_xyz"):
+        sb.wait_ready(60)
+    sb.stop()
+    assert not os.path.exists(sb.dir)
+
+
+def test_a_preload_that_starts_a_thread_is_refused(tmp_path):
+    (tmp_path / "threadmod.py").write_text("import threading, time\n"
+                                           "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}")
+    sb = warm.Standby([PY, "-c", "pass"], _tag(), str(tmp_path / "pool.log"), preload="threadmod", env=env)
+    with pytest.raises(warm.PoolError, match="2 threads"):
+        sb.wait_ready(60)
+    sb.stop()
+
+
+def test_a_stub_without_a_pool_or_with_a_program_the_pool_cannot_run_starts_it_cold(pool, tmp_path):
+    sb, tag = pool
+    argv = [PY, "-m", "restartlab.warm", "stub", "--dir", str(tmp_path / "none"), "--", PY, "-c",
+            "import os, sys; print(os.environ.get('RESTARTLAB_WARM')); sys.exit(4)"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 4 and r.stdout.strip() == "None" and "starting the program cold" in r.stderr
+    argv = [PY, "-m", "restartlab.warm", "stub", "--dir", sb.dir, "--", PY, "-X", "dev", "-c", "print('cold')"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "cold" and "interpreter option -X" in r.stderr
+
+
+# ---------------------------------------------------------------- the bundled trainer, warm
+def _run(expt, *sets, timeout=850):
+    argv = [PY, "-m", "restartlab.cli", "run", "--expt-dir", str(expt), "--plain",
+            "--set", "relaunch.warm=true", "--set", "collection.plots=false", *[x for s in sets for x in ("--set", s)]]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+@pytest.mark.multirank
+@pytest.mark.timeout(900)
+def test_warm_restarts_resume_bit_exact_sync_and_async(tmp_path):
+    """The local scenario with warm restart on: every relaunch forked from the pool (the report's
+    start column), each resumes from the newest complete checkpoint, the loss at every step and
+    the final parameters equal the baseline's, and nothing tagged outlives the run."""
+    from tests.helpers import job_tag
+    d = tmp_path / "expt"
+    r = _run(d, "trainer.train_iters=60", "failures.schedule.at_steps=[15, 35]")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    s = json.load(open(layout.Expt(d).summary))["phases"]
+    report = open(layout.Expt(d).report).read()
+    for ph in s[1:]:
+        assert ph["completed"] and ph["kills"] == 2, ph
+        assert all((e["startup"] or {}).get("startup/warm") == 1 for e in ph["failures"]), ph["failures"]
+        assert all(e["resumed_from"] is not None for e in ph["failures"])
+    assert report.count("| warm |") == 4 and report.count("final parameters identical (crc)") == 2, report
+    assert "warm restart: the standby pool serves" in open(layout.Expt(d).job_out).read()
+    assert killer.find_tagged(job_tag(d), standby=True) == []
+
+
+@pytest.mark.multirank
+@pytest.mark.timeout(900)
+def test_kill_anywhere_with_warm_restart_is_bit_exact(tmp_path):
+    """`restartlab fuzz` with warm restart: kills at random points (inside saves too), every
+    restart forked from the pool and bit-exact. A warm attempt reaches its first step in ~0.5 s:
+    the random kills strike within 1.5 s of a launch (the scenario's 4 s would let the phase end
+    first)."""
+    d = tmp_path / "expt"
+    r = subprocess.run([PY, "-m", "restartlab.cli", "fuzz", os.path.join(ROOT, "scenarios", "fuzz.yaml"),
+                        "--phase", "sync", "--kills", "4", "--seed", "2", "--after-complete", "--window", "1.5s",
+                        "--expt-dir", str(d),
+                        "--plain", "--set", "relaunch.warm=true", "--set", "launch.ranks_per_node=2",
+                        "--set", "trainer.train_iters=60"], capture_output=True, text=True, timeout=850, cwd=ROOT)
+    fz = layout.Expt(d).fuzz_summary
+    assert r.returncode == 0 and os.path.exists(fz), r.stdout[-3000:] + r.stderr[-3000:]
+    data = json.load(open(fz))
+    assert len(data["kills"]) >= 3 and data["verdict"]["survived"], data["verdict"]
+    assert "final parameters identical (crc)" in data["verdict"]["baseline"]
+    s = json.load(open(layout.Expt(d).summary))["phases"]
+    started = [e for ph in s for e in ph["failures"] if e["startup"]]  # (a kill in start-up: no first step)
+    assert len(started) >= 2 and all(e["startup"].get("startup/warm") == 1 for e in started), started
