@@ -11,7 +11,7 @@ ACCOUNT ?= datascience
 PYTEST_ARGS ?=
 N       ?= 100
 
-.PHONY: install demo demo-faults test bench fuzz fuzz-trainer render sunspot-expt clean test-fast docs
+.PHONY: install demo demo-warm demo-faults test bench fuzz fuzz-trainer render sunspot-expt clean test-fast docs
 
 install: $(STAMP)
 
@@ -27,6 +27,11 @@ $(STAMP): setup.cfg setup.py
 
 demo: $(STAMP)
 	$(BIN)/restartlab run $(SCEN)
+
+# cold and warm restart side by side (relaunch.warm: ranks forked from a standby pool that imported
+# torch and the trainer once): one report, a cold and a warm phase, both compared with the baseline
+demo-warm: $(STAMP)
+	$(BIN)/restartlab run scenarios/warm.yaml
 
 # one failure of each kind (kill, node, rank, hang, preempt) and the report's per-kind table
 demo-faults: $(STAMP)

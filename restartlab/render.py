@@ -115,7 +115,7 @@ def supervise_args(sc, tag, policy, node_check, expt: layout.Expt) -> List[str]:
     """The supervisor's flags that are the same for every phase (the job script adds --stop-at,
     --job and --nodefile at run time, and each phase its own)."""
     vals = options.from_scenario(tool_options.SUPERVISE, sc)
-    vals.update(tag=tag, node_policy=policy, program=program_json(sc))
+    vals.update(tag=tag, node_policy=policy, program=program_json(sc), warm=False)  # warm: per phase
     if node_check:
         vals.update(node_check=shlex.join(node_check_args(sc, policy, expt)), hosts_file=expt.hosts_attempt)
     return options.to_argv(tool_options.SUPERVISE, vals)
@@ -156,8 +156,10 @@ def context(sc, scheduler=None, expt_dir=None):
         phase = expt.phase(ph["name"])
         f = effective_failures(sc, ph)
         inject = inject_args(sc, f, phase, tag) if f else None
-        # relaunch.warm: the supervisor starts each rank's program through the standby pool's stub
-        at = launch + ([warm.PROGRAM_TOKEN] if rl["warm"] else [])
+        # warm standby restart (the phase's, else relaunch.warm): the supervisor starts each rank's
+        # program through the standby pool's stub
+        warm_on = rl["warm"] if ph["warm"] is None else ph["warm"]
+        at = launch + ([warm.PROGRAM_TOKEN] if warm_on else [])
         if sc["trainer"].get("program"):
             argv = at + [python] + program_argv(sc, ph, phase)
         else:
@@ -166,7 +168,7 @@ def context(sc, scheduler=None, expt_dir=None):
                 dp_global=sc["job"]["nodes"] * ln["ranks_per_node"] // sc["trainer"]["tp"] if policy == "shrink" else 0)
         phases.append({
             "name": ph["name"], "dir": phase.path, "checkpoint": ph["checkpoint"], "ckpts": phase.ckpts,
-            "argv": argv,
+            "argv": argv, "warm": warm_on,
             "inject": inject, "inject_text": shlex.join(inject) if inject else "",
         })
     return {

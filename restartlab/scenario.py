@@ -171,6 +171,8 @@ SCHEMA = {
         "failures": F("failures", None, "false/none: no injector; a mapping overrides the top-level failures"),
         "args": ListOf(F("str"), doc="trainer.program: arguments appended to its command in this phase "
                        "(its own checkpoint switches live here)"),
+        "warm": F("bool", None, "warm standby restart in this phase (default: relaunch.warm); a cold and a "
+                  "warm phase side by side compare the two in one report"),
     }),
     "collection": {
         "report": F("bool", True, "run `restartlab report` at the end of the job"),

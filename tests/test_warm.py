@@ -52,6 +52,10 @@ def stub(sb, tag, code, *args, cwd=None, env=None, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True, **kw)
 
 
+def _gone(pid) -> bool:
+    return killer.is_gone(pid)
+
+
 def _log_pid(sb, stub_pid, timeout=30.0) -> int:
     """The rank pid the pool logged for this stub."""
     found = []
@@ -138,8 +142,7 @@ def test_a_killed_stub_takes_its_rank_with_it(pool, tmp_path):
     assert psutil.pid_exists(rank)
     p.kill()
     p.wait(timeout=30)
-    gone, alive = psutil.wait_procs([psutil.Process(rank)], timeout=30) if psutil.pid_exists(rank) else ([], [])
-    assert not alive
+    _wait(lambda: _gone(rank), what="the rank to die with its stub")
     # and the pool serves the next stub
     q = stub(sb, tag, "print('next')")
     assert q.communicate(timeout=60)[0].strip() == "next" and q.returncode == 0
@@ -156,8 +159,7 @@ def test_a_stub_that_dies_before_its_rank_is_forked_leaves_no_rank(pool, tmp_pat
     p.kill()
     p.wait(timeout=30)
     rank = _log_pid(sb, p.pid)
-    _wait(lambda: not psutil.pid_exists(rank) or psutil.Process(rank).status() == psutil.STATUS_ZOMBIE,
-          what="the orphan rank to die")
+    _wait(lambda: _gone(rank), what="the orphan rank to die")
     time.sleep(3.5)
     assert not marker.exists()
 
@@ -167,8 +169,7 @@ def test_the_pools_death_kills_its_ranks(pool, tmp_path):
     p = stub(sb, tag, "import time; time.sleep(600)")
     rank = _log_pid(sb, p.pid)
     sb.proc.kill()
-    _wait(lambda: not psutil.pid_exists(rank) or psutil.Process(rank).status() == psutil.STATUS_ZOMBIE,
-          what="the rank to die with the pool")
+    _wait(lambda: _gone(rank), what="the rank to die with the pool")
     out, err = p.communicate(timeout=60)
     assert p.returncode == 137 and "standby pool died" in err
 
