@@ -75,14 +75,19 @@ def killer_argv(python, tag, sig, kind: failures.FailureKind):
             "--signal", sig, *kind.killer_args()]
 
 
+def fanout_cmds(fanout, hosts, indices, argv, slots=None, launcher="pals") -> List[List[str]]:
+    """The commands that run `argv` once on each node in `indices`: one per node through the
+    scheduler (pbsdsh, srun --overlap), or one launch over exactly those hosts (`mpiexec`, ALCF
+    style, in the job's launcher's syntax)."""
+    if fanout == "mpiexec":
+        return [launchers.get(launcher).fanout_argv([hosts[i] for i in indices], argv)]
+    sched = schedulers.get(fanout)
+    return [sched.fanout_cmd(i, hosts, argv, slots) for i in indices]
+
+
 def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals", timeout=FANOUT_TIMEOUT_S) -> List[dict]:
-    """Run `argv` once on each node in `indices` (in parallel); parse each JSON receipt.
-    `mpiexec`: one launch over exactly those hosts, in the job's launcher's syntax."""
-    if fanout == "mpiexec":  # ALCF style: one process per chosen node
-        cmds = [launchers.get(launcher).fanout_argv([hosts[i] for i in indices], argv)]
-    else:
-        sched = schedulers.get(fanout)
-        cmds = [sched.fanout_cmd(i, hosts, argv, slots) for i in indices]
+    """Run `argv` once on each node in `indices` (in parallel); parse each JSON receipt."""
+    cmds = fanout_cmds(fanout, hosts, indices, argv, slots, launcher)
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
     deadline = time.time() + timeout  # one deadline for all: they run in parallel
     receipts = []

@@ -30,7 +30,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import psutil
 
-from . import launchers, private, schedulers, usage
+from . import launchers, private, schedulers, usage, warm
 
 TAG_VAR = "RESTARTLAB_JOB_TAG"
 TOOL_VAR = "RESTARTLAB_TOOL"  # in the injector's environment (and its children's): never ranks
@@ -60,9 +60,7 @@ def parse_signal(name) -> int:
         raise ValueError(f"{name!r} is not a signal name (KILL, TERM, INT, STOP, USR1, ...) or number") from None
 
 
-def node_name() -> str:
-    """The scheduler's name for this node (several Slurm nodes can share one host in tests)."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+node_name = warm.node_name  # the scheduler's name for this node (Slurm's, or the host's)
 
 
 def _ours(p: psutil.Process) -> bool:

@@ -69,7 +69,8 @@ class Phase:
     node_checks = property(lambda self: self._f("nodes.jsonl"))      # one line per node per check
     injector_log = property(lambda self: self._f("injector.log"))
     node_check_log = property(lambda self: self._f("node-check.log"))
-    warm_log = property(lambda self: self._f("warm-pool.log"))      # the warm standby pool's log
+    warm_log = property(lambda self: self._f("warm-pool.log"))      # the warm standby pools' log
+    warm_ready = property(lambda self: self._f("warm-ready"))       # a file per node whose pool serves
     done = property(lambda self: self._f("done"))            # marker: this job's supervisor is finished
     completed = property(lambda self: self._f("completed"))  # marker: the phase reached its last step
 

@@ -212,13 +212,15 @@ class Procs:
         """Start this node's warm standby pool and wait until it serves: None, or why it cannot
         (the phase then launches cold)."""
         from . import warm
-        n = len(self.hosts())
-        if self.cfg.fanout != "local" or n > 1:
-            return (f"this version starts the standby pool on the supervisor's node only, and the job has "
-                    f"{n} node(s) (fanout {self.cfg.fanout})")
+        from .inject import job_nodes
+        cfg = self.cfg
+        hosts, slots = job_nodes(cfg.nodefile, cfg.fanout)
+        if cfg.fanout == "local" and len(hosts) > 1:
+            return f"fanout local reaches this node only, and the job has {len(hosts)} nodes"
         try:
-            self.pool = warm.Standby(self.cfg.argv, self.cfg.tag, phase.warm_log, self.cfg.warm_preload)
-            self.pool.wait_ready(self.cfg.startup_timeout)
+            self.pool = warm.Standby(cfg.argv, cfg.tag, phase.warm_log, cfg.warm_preload, fanout=cfg.fanout,
+                                     hosts=hosts, slots=slots, launcher=cfg.launcher, ready_dir=phase.warm_ready)
+            self.pool.wait_ready(cfg.startup_timeout)
         except (warm.PoolError, OSError) as e:
             self.stop_pool()
             return f"the standby pool did not start ({e}; see {phase.warm_log})"
@@ -231,7 +233,7 @@ class Procs:
         if self.pool is None:
             return warm.cold_argv(argv), None
         if not self.pool.alive():
-            why = f"the standby pool exited ({self.pool.proc.returncode}; see {self.pool.log_path})"
+            why = f"a standby pool exited (see {self.pool.log_path})"
             self.stop_pool()
             return warm.cold_argv(argv), why
         return warm.stub_argv(argv, self.pool.dir), None

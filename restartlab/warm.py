@@ -55,6 +55,18 @@ class PoolError(RuntimeError):
     """The pool cannot run this request (the stub starts the program cold)."""
 
 
+NODE_TOKEN = "{node}"  # in a pool directory's path: this node's name (one pool per node)
+
+
+def node_name() -> str:
+    """The scheduler's name for this node (several Slurm nodes can share one host in tests)."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def node_dir(path: str) -> str:
+    return path.replace(NODE_TOKEN, node_name())
+
+
 # ---------------------------------------------------------------- the wire: length-prefixed JSON
 def send_msg(sock: socket.socket, obj, fds=()) -> None:
     data = json.dumps(obj).encode()
@@ -275,9 +287,11 @@ class Pool:
                             f"library's thread count to 1 for the pool, or preload less)")
         return time.time() - t0
 
-    def serve(self) -> None:
+    def serve(self, on_ready=None) -> None:
         import selectors
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with _suppress():
+            os.unlink(self.path + ".new")  # a pool of this node that died before it served
         listener.bind(self.path + ".new")
         os.chmod(self.path + ".new", 0o600)
         listener.listen(256)
@@ -285,6 +299,8 @@ class Pool:
         sel = selectors.DefaultSelector()
         sel.register(listener, selectors.EVENT_READ, ("accept", None))
         _log(f"ready on {self.path}")
+        if on_ready:
+            on_ready()
         while not self.stopping:
             for key, _ in sel.select(timeout=1.0):
                 what, pid = key.data
@@ -391,12 +407,28 @@ def serve_main(a) -> int:
         _pdeathsig()
         if os.getppid() != a.parent:
             return 1
-    # our own pid in our environment block: the killer tells the pool from the ranks it forks
+    # our own pid in our environment block: the killer tells the pool from the ranks it forks;
+    # the job tag: the killer finds the ranks by it (a fan-out may not pass our environment on)
     if os.environ.get(SERVER_VAR) != str(os.getpid()):
         env = dict(os.environ, **{SERVER_VAR: str(os.getpid())})
+        if a.tag:
+            env["RESTARTLAB_JOB_TAG"] = a.tag
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         os.execve(sys.executable, [sys.executable, "-m", "restartlab.warm"] + sys.argv[1:], env)
-    pool = Pool(os.path.join(a.dir, SOCKET_NAME), a.python or sys.executable)
+    d, made = node_dir(a.dir), False
+    if a.ready_dir:  # one pool per node, started by the fan-out: its directory is its own to make
+        from . import private
+        try:
+            made = private.ensure_dir(d)
+        except OSError as e:
+            _log(f"FAILED: pool directory: {e}")
+            return 1
+    pool = Pool(os.path.join(d, SOCKET_NAME), a.python or sys.executable)
+
+    def ready():
+        if a.ready_dir:
+            with open(os.path.join(a.ready_dir, node_name()), "w") as f:
+                f.write(f"{os.getpid()}\n")
 
     def stop(signum, frame):
         pool.stopping = True
@@ -407,8 +439,14 @@ def serve_main(a) -> int:
     except Exception as e:  # an import that fails: the supervisor launches cold and says why
         _log(f"FAILED to preload: {type(e).__name__}: {e}")
         return 1
-    _log(f"preloaded {a.preload} in {took:.2f}s; {sys.executable}")
-    pool.serve()
+    _log(f"preloaded {a.preload} in {took:.2f}s; {sys.executable} on {node_name()}")
+    try:
+        pool.serve(ready)
+    finally:
+        if made:
+            from . import private
+            with _suppress():
+                private.remove_tree(d)
     _log("stopped")
     return 0
 
@@ -446,9 +484,14 @@ def default_preload(argv) -> str:
 
 
 class Standby:
-    """The supervisor's handle on this node's pool: started once per phase, stopped at its end."""
+    """The supervisor's handle on the standby pools: one on this node (fanout local), or one on
+    each of the job's nodes, started through the job's fan-out (srun --overlap, pbsdsh, mpiexec);
+    started once per phase, stopped at its end."""
 
-    def __init__(self, argv, tag: str, log_path: str, preload=None, env=None):
+    def __init__(self, argv, tag: str, log_path: str, preload=None, env=None, fanout: str = "local",
+                 hosts=None, slots=None, launcher: str = "hydra", ready_dir: str = None):
+        import secrets
+        import shutil
         import subprocess
         import tempfile
 
@@ -456,24 +499,39 @@ class Standby:
         i = program_at(argv)
         if i < 0:
             raise PoolError("no python interpreter in the launch command to preload for")
-        self.python = argv[i]
-        self.dir = private.make_dir(tempfile.gettempdir(), f"restartlab-warm-{tag}-")
+        self.python, self.log_path, self.ready_dir = argv[i], log_path, ready_dir
         self.preload = preload or default_preload(argv)
+        serve = [self.python, *POOL_BIN, "serve", "--preload", self.preload, "--python", self.python, "--tag", tag]
         env = dict(os.environ if env is None else env, RESTARTLAB_JOB_TAG=tag)  # killer: found by the tag
+        if fanout == "local":
+            self.dir = private.make_dir(tempfile.gettempdir(), f"restartlab-warm-{tag}-")
+            cmds, self.expect = [serve + ["--dir", self.dir, "--parent", str(os.getpid())]], 0
+        else:
+            from .inject import fanout_cmds
+            self.dir = os.path.join(tempfile.gettempdir(),
+                                    f"restartlab-warm-{tag}-{secrets.token_hex(4)}-{NODE_TOKEN}")
+            shutil.rmtree(ready_dir, ignore_errors=True)
+            os.makedirs(ready_dir)
+            cmds = fanout_cmds(fanout, hosts, range(len(hosts)), serve + ["--dir", self.dir, "--ready-dir", ready_dir],
+                               slots, launcher)
+            self.expect = len(hosts)
         with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [self.python, *POOL_BIN, "serve", "--dir", self.dir, "--preload", self.preload, "--python",
-                 self.python, "--parent", str(os.getpid())],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-        self.log_path = log_path
+            self.procs = [subprocess.Popen(c, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                          for c in cmds]
+        self.proc = self.procs[0]
+
+    def _serving(self) -> bool:
+        if not self.expect:
+            return os.path.exists(os.path.join(self.dir, SOCKET_NAME))
+        return len(os.listdir(self.ready_dir)) >= self.expect
 
     def wait_ready(self, timeout: float) -> None:
-        """Until the pool serves; PoolError (why, from its log) when it died or took too long."""
-        sock = os.path.join(self.dir, SOCKET_NAME)
+        """Until every pool serves; PoolError (why, from the log) when one died or took too long."""
         deadline = time.time() + timeout
-        while not os.path.exists(sock):
-            if self.proc.poll() is not None:
-                raise PoolError(f"the pool exited ({self.proc.returncode}): {self._last_line()}")
+        while not self._serving():
+            dead = next((p for p in self.procs if p.poll() is not None), None)
+            if dead is not None:
+                raise PoolError(f"the pool exited ({dead.returncode}): {self._last_line()}")
             if time.time() > deadline:
                 raise PoolError(f"the pool did not finish its preload in {timeout:g}s")
             time.sleep(READY_POLL_S)
@@ -487,24 +545,28 @@ class Standby:
             return "(no log)"
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return all(p.poll() is None for p in self.procs)
 
     def stop(self, grace: float = 5.0) -> None:
-        """TERM (it SIGKILLs its ranks and exits), KILL after `grace`; its directory removed."""
+        """TERM (a pool SIGKILLs its ranks, removes its directory and exits; a fan-out passes the
+        TERM on), KILL after `grace`; this node's directory removed."""
         import subprocess
 
         from . import private
-        if self.proc.poll() is None:
-            self.proc.terminate()
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
             try:
-                self.proc.wait(timeout=grace)
+                p.wait(timeout=grace)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        try:
-            private.remove_tree(self.dir)
-        except (OSError, private.UnsafePath):
-            pass
+                p.kill()
+                p.wait()
+        if not self.expect:
+            try:
+                private.remove_tree(self.dir)
+            except (OSError, private.UnsafePath):
+                pass
 
 
 # ---------------------------------------------------------------- the stub (under the launcher)
@@ -528,7 +590,7 @@ def stub_main(a) -> int:
         else:
             pending.append(signum)
     try:
-        sock.connect(os.path.join(a.dir, SOCKET_NAME))
+        sock.connect(os.path.join(node_dir(a.dir), SOCKET_NAME))
         for s in FORWARDED:  # from now on a signal is the rank's
             signal.signal(s, forward)
         send_msg(sock, {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "stub_pid": os.getpid()},
@@ -577,6 +639,9 @@ def main(argv=None) -> int:
     s.add_argument("--preload", default="torch", help="modules to import before serving (comma-separated)")
     s.add_argument("--python", default=None, help="the interpreter the programs name (default: this one)")
     s.add_argument("--parent", type=int, default=0, help="exit with this process (the supervisor)")
+    s.add_argument("--tag", default=None, help="the job tag (the ranks are found by it)")
+    s.add_argument("--ready-dir", default=None, help="a pool per node: make --dir ({node}: this node's "
+                   "name) and say it serves with a file named after the node here")
     t = sub.add_parser("stub", help="stand in for a rank under the launcher")
     t.add_argument("--dir", required=True)
     t.add_argument("argv", nargs=argparse.REMAINDER)

@@ -14,10 +14,15 @@ from tests.helpers import job_tag
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(900)]
 
 
-def test_rank_hang_preempt_in_one_run(tmp_path):
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_rank_hang_preempt_in_one_run(tmp_path, warm):
+    """Also with warm restart (relaunch.warm): the one-rank kinds strike a forked rank (never its
+    stub or the pool), the preemption's TERM reaches the ranks directly and through their stubs,
+    and the outcome is the same."""
     d = tmp_path / "expt"
     sched = "[{step: 10, kind: rank}, {step: 25, kind: hang}, {step: 40, kind: preempt}]"
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(d), "--plain",
+                        "--set", f"relaunch.warm={str(warm).lower()}",
                         "--set", "phases=[{name: sync, checkpoint: sync}]", "--set", "trainer.train_iters=60",
                         "--set", "trainer.save_interval=5", "--set", f"failures.schedule.at_steps={sched}",
                         "--set", "relaunch.hang_timeout=15s", "--set", "failures.grace=30s",
@@ -42,7 +47,8 @@ def test_rank_hang_preempt_in_one_run(tmp_path):
     assert [x["hang"] for x in a] == [False, True, False, False] and a[2]["preempted"] and a[3]["completed"]
     assert [x["injected"] for x in a] == [True, True, True, False]
     assert "By failure kind" in open(layout.Expt(d).report).read()
-    assert killer.find_tagged(job_tag(d)) == []
+    assert [(e["startup"] or {}).get("startup/warm") for e in s["failures"]] == ([1] * 3 if warm else [None] * 3)
+    assert killer.find_tagged(job_tag(d), standby=True) == []
 
 
 def test_walltime_warning_emergency_checkpoint_nothing_lost(tmp_path):

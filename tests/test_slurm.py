@@ -32,7 +32,8 @@ def rl(*args, env=None, timeout=120):
                           text=True, timeout=timeout, env=env)
 
 
-def scenario(tmp_path, system, name, nodes=2, ppn=2, iters=40, at_steps=(12, 24), phases=None, extra=""):
+def scenario(tmp_path, system, name, nodes=2, ppn=2, iters=40, at_steps=(12, 24), phases=None, extra="",
+             relaunch=""):
     phases = phases or [("baseline", "none"), ("sync", "sync")]
     text = f"""extends: systems/{system}.yaml
 name: {name}
@@ -40,7 +41,7 @@ expt_root: {tmp_path}/expt
 job: {{nodes: {nodes}, walltime: "00:15:00"}}
 launch: {{ranks_per_node: {ppn}}}
 trainer: {{model: tiny, train_iters: {iters}, save_interval: 5, device: cpu}}
-relaunch: {{max_attempts: 5, backoff: 0s, hang_timeout: 120s}}
+relaunch: {{max_attempts: 5, backoff: 0s, hang_timeout: 120s{relaunch}}}
 failures:
   kind: kill
   schedule: {{at_steps: [{", ".join(map(str, at_steps))}]}}
@@ -159,6 +160,36 @@ def test_slurm_backend_end_to_end(slurm, tmp_path):
     first = open(layout.Expt(expt).phase("sync").attempt(1).output).read()
     assert "launcher=srun threads=1" in first, first[-2000:]
     assert leftover_ranks(expt) == []
+
+
+def test_slurm_warm_restart_a_pool_on_each_node(slurm, tmp_path):
+    """relaunch.warm on 2 Slurm nodes: one standby pool per node, started through srun --overlap;
+    srun starts the stubs, each node's pool forks that node's ranks; the kills strike stubs and
+    ranks (never a pool); every relaunch is warm and bit-exact; nothing tagged is left, the pools
+    included."""
+    jid, expt = submit(scenario(tmp_path, "slurm", "slurm-warm", relaunch=", warm: true"))
+    seen = wait_state("slurm", jid, {"finished", "failed"}, 420)
+    out = open(os.path.join(expt, f"job-{jid}.out")).read()
+    assert seen[-1] == "finished", out[-3000:]
+    assert "warm restart: the standby pool serves" in out and "cold launches" not in out, out[-3000:]
+    with open(layout.Expt(expt).summary) as f:
+        phases = {p["phase"]: p for p in json.load(f)["phases"]}
+    sync = phases["sync"]
+    assert sync["completed"] and sync["kills"] == 2 and sync["attempts"] == 3, sync
+    crc = {ph: final_crc(layout.Expt(expt).phase(ph).attempt(phases[ph]["attempts"]).metrics(0))
+           for ph in ("baseline", "sync")}
+    assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
+    assert [e["startup"].get("startup/warm") for e in sync["failures"]] == [1, 1], sync["failures"]
+    log = open(layout.Expt(expt).phase("sync").warm_log).read()
+    nodes = job_nodes(expt, jid)
+    assert all(f"on {n}" in log for n in nodes), log[-3000:]  # a pool preloaded on each node
+    pools = {line.split("[")[1].split("]")[0] for line in log.splitlines() if "rank pid" in line and " for stub " in line}
+    assert len(pools) == 2, log[-3000:]  # and each forked ranks
+    assert sorted(os.listdir(layout.Expt(expt).phase("sync").warm_ready)) == sorted(nodes)
+    with open(layout.Expt(expt).phase("sync").injections) as f:
+        for r in map(json.loads, f):
+            assert r["killed"] >= 2 and not any(x.get("error") for x in r["receipts"]), r
+    assert killer.find_tagged(job_tag(expt), standby=True) == []
 
 
 def test_slurm_status_and_cancel_real_states(slurm, tmp_path):

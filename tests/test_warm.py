@@ -174,6 +174,24 @@ def test_the_pools_death_kills_its_ranks(pool, tmp_path):
     assert p.returncode == 137 and "standby pool died" in err
 
 
+def test_the_pool_dies_with_its_supervisor(tmp_path):
+    """The supervisor SIGKILLed (nothing of it runs its cleanup): the pool it started goes too
+    (PR_SET_PDEATHSIG, kept across the pool's re-exec), and so would its ranks."""
+    tag = _tag()
+    code = (f"import time\nfrom restartlab import warm\n"
+            f"sb = warm.Standby([{PY!r}, '-c', 'pass'], {tag!r}, {str(tmp_path / 'pool.log')!r}, preload='json')\n"
+            f"sb.wait_ready(60)\nprint(sb.proc.pid, sb.dir, flush=True)\ntime.sleep(600)\n")
+    p = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
+    pool_pid, pool_dir = p.stdout.readline().split()
+    assert killer.find_tagged(tag, standby=True) == [int(pool_pid)]
+    p.kill()
+    p.wait(timeout=30)
+    _wait(lambda: _gone(int(pool_pid)), what="the pool to die with its supervisor")
+    assert killer.find_tagged(tag, standby=True) == []
+    from restartlab import private
+    private.remove_tree(pool_dir)
+
+
 # ---------------------------------------------------------------- the killer and teardown
 def test_the_killer_never_counts_the_idle_pool_and_the_pool_recovers_from_a_strike(pool):
     sb, tag = pool
@@ -284,3 +302,19 @@ def test_kill_anywhere_with_warm_restart_is_bit_exact(tmp_path):
     s = json.load(open(layout.Expt(d).summary))["phases"]
     started = [e for ph in s for e in ph["failures"] if e["startup"]]  # (a kill in start-up: no first step)
     assert len(started) >= 2 and all(e["startup"].get("startup/warm") == 1 for e in started), started
+
+
+@pytest.mark.multirank
+@pytest.mark.timeout(900)
+def test_a_pool_that_cannot_start_falls_back_to_cold_and_says_so_once(tmp_path):
+    from tests.helpers import job_tag
+    d = tmp_path / "expt"
+    r = _run(d, "trainer.train_iters=30", "failures.schedule.at_steps=[15]", "relaunch.warm_preload=no_such_module_xyz",
+             "phases=[{name: sync, checkpoint: sync}]")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = open(layout.Expt(d).job_out).read()
+    assert out.count("warm restart: the standby pool did not start") == 1 and "no_such_module_xyz" in out, out
+    ph = json.load(open(layout.Expt(d).summary))["phases"][0]
+    assert ph["completed"] and ph["kills"] == 1 and (ph["failures"][0]["startup"] or {}).get("startup/warm") is None
+    assert "| cold |" in open(layout.Expt(d).report).read()
+    assert killer.find_tagged(job_tag(d), standby=True) == []
