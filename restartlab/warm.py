@@ -36,6 +36,7 @@ preload therefore only imports; torch's intra-op thread pool starts lazily in ea
 This module is torch-free and imports only the standard library at the top: the stub's start is
 a bare Python start."""
 import array
+import contextlib
 import json
 import os
 import signal
@@ -290,7 +291,7 @@ class Pool:
     def serve(self, on_ready=None) -> None:
         import selectors
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        with _suppress():
+        with contextlib.suppress(OSError, KeyError, ValueError):
             os.unlink(self.path + ".new")  # a pool of this node that died before it served
         listener.bind(self.path + ".new")
         os.chmod(self.path + ".new", 0o600)
@@ -302,7 +303,7 @@ class Pool:
         if on_ready:
             on_ready()
         while not self.stopping:
-            for key, _ in sel.select(timeout=1.0):
+            for key, _ in sel.select(timeout=0.2):  # (a TERM sets `stopping`: seen within 0.2 s)
                 what, pid = key.data
                 if what == "accept":
                     self._accept(listener, sel)
@@ -377,22 +378,14 @@ class Pool:
         _, status = os.waitpid(pid, 0)
         sel.unregister(pidfd)
         os.close(pidfd)
-        with _suppress():
+        with contextlib.suppress(OSError, KeyError, ValueError):
             sel.unregister(conn)
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
         msg = {"signal": sig} if sig else {"exit": os.WEXITSTATUS(status)}
-        with _suppress():
+        with contextlib.suppress(OSError, KeyError, ValueError):
             send_msg(conn, msg)
         conn.close()
         _log(f"rank pid {pid} ended: {msg}")
-
-
-class _suppress:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return exc[0] is not None and issubclass(exc[0], (OSError, KeyError, ValueError))
 
 
 def _kill(pid: int) -> None:
@@ -445,7 +438,7 @@ def serve_main(a) -> int:
     finally:
         if made:
             from . import private
-            with _suppress():
+            with contextlib.suppress(OSError, KeyError, ValueError):
                 private.remove_tree(d)
     _log("stopped")
     return 0
@@ -500,9 +493,12 @@ class Standby:
         if i < 0:
             raise PoolError("no python interpreter in the launch command to preload for")
         self.python, self.log_path, self.ready_dir = argv[i], log_path, ready_dir
+        self.tag, self.fanout, self.hosts, self.slots, self.launcher = tag, fanout, hosts, slots, launcher
         self.preload = preload or default_preload(argv)
         serve = [self.python, *POOL_BIN, "serve", "--preload", self.preload, "--python", self.python, "--tag", tag]
-        env = dict(os.environ if env is None else env, RESTARTLAB_JOB_TAG=tag)  # killer: found by the tag
+        # the tag reaches the pool as an argument (it puts it in its own environment): the fan-out's
+        # own processes (srun, pbsdsh, mpiexec) must not carry it, or a strike would kill them
+        env = {k: v for k, v in (os.environ if env is None else env).items() if k != "RESTARTLAB_JOB_TAG"}
         if fanout == "local":
             self.dir = private.make_dir(tempfile.gettempdir(), f"restartlab-warm-{tag}-")
             cmds, self.expect = [serve + ["--dir", self.dir, "--parent", str(os.getpid())]], 0
@@ -544,6 +540,12 @@ class Standby:
         except OSError:
             return "(no log)"
 
+    def _term_remote(self) -> None:
+        from . import failures
+        from .inject import fan_out, killer_argv
+        argv = killer_argv(sys.executable, self.tag, "TERM", failures.get("kill")) + ["--standby"]
+        fan_out(self.fanout, self.hosts, range(len(self.hosts)), argv, self.slots, self.launcher)
+
     def alive(self) -> bool:
         return all(p.poll() is None for p in self.procs)
 
@@ -553,6 +555,12 @@ class Standby:
         import subprocess
 
         from . import private
+        if self.expect:  # every node's pool, by the tag, as teardown reaches the ranks (a fan-out
+            self._term_remote()  # like pbsdsh may not pass a TERM on): each exits, and its fan-out
+            deadline = time.time() + grace
+            for p in self.procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=max(0.1, deadline - time.time()))
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()

@@ -185,6 +185,8 @@ def test_slurm_warm_restart_a_pool_on_each_node(slurm, tmp_path):
     assert all(f"on {n}" in log for n in nodes), log[-3000:]  # a pool preloaded on each node
     pools = {line.split("[")[1].split("]")[0] for line in log.splitlines() if "rank pid" in line and " for stub " in line}
     assert len(pools) == 2, log[-3000:]  # and each forked ranks
+    # each pool stopped at the phase's end (TERM by the tag on every node), not by the job's end
+    assert sum(1 for line in log.splitlines() if line.endswith(": stopped")) == 2, log[-3000:]
     assert sorted(os.listdir(layout.Expt(expt).phase("sync").warm_ready)) == sorted(nodes)
     with open(layout.Expt(expt).phase("sync").injections) as f:
         for r in map(json.loads, f):
