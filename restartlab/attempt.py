@@ -42,8 +42,10 @@ def injections_into(records: Iterable[dict], t0, t1, number=None):
 
 
 def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, end_ts: float, rc: int,
-           train_iters: int, launcher: str = "hydra", ranks: int = 0, job=None, out=None) -> bool:
-    """Write the attempt's record; True when the attempt completed the phase."""
+           train_iters: int, launcher: str = "hydra", ranks: int = 0, job=None, out=None,
+           warm_ranks: int = None) -> bool:
+    """Write the attempt's record; True when the attempt completed the phase. `warm_ranks`: in a
+    warm phase, how many of its ranks the standby pools forked (None: a cold phase)."""
     completed = reached_last_step(att, train_iters)
     hosts = None
     if os.path.exists(att.hosts):  # chosen by node-check for this attempt
@@ -55,7 +57,7 @@ def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, e
             "preempted": rc == EXIT_PREEMPTED,
             "walltime": os.path.exists(att.walltime),
             "injected": bool(injections_into(live.read_records(phase.injections), launch_ts, end_ts, k)),
-            "hosts": hosts, "ranks": ranks or None, "job": job}
+            "hosts": hosts, "ranks": ranks or None, "job": job, "warm_ranks": warm_ranks}
     with open(att.record, "w") as f:
         json.dump(info, f)
     print(f"restartlab: {phase.name} attempt {k}: rc={rc} completed={completed} injected={info['injected']} "

@@ -42,6 +42,7 @@ class Attempt:
     walltime: bool = False                # the job script's walltime warning stopped it
     hosts: Optional[List[str]] = None     # the nodes it ran on (node-check chose them), if known
     ranks: Optional[int] = None
+    warm_ranks: Optional[int] = None      # ranks forked by the warm standby pools (None: cold phase)
     job: Optional[str] = None             # the batch job it ran in (a chain has several)
     emergency_step: Optional[int] = None  # the step of its emergency checkpoint (train/preempted)
     resumed_from: int = 0
@@ -147,8 +148,9 @@ def _attempt_from_dir(a: Attempt, att: layout.Attempt, warnings) -> None:
         a.hosts = [str(h) for h in info["hosts"]]
     if isinstance(info.get("job"), str):
         a.job = info["job"]
-    if isinstance(info.get("ranks"), int) and not isinstance(info.get("ranks"), bool):
-        a.ranks = info["ranks"]
+    for key in ("ranks", "warm_ranks"):
+        if isinstance(info.get(key), int) and not isinstance(info.get(key), bool):
+            setattr(a, key, info[key])
     a.timed_out = _mentions(att.output, PG_TIMEOUT) if not a.completed else False
 
 
@@ -291,7 +293,7 @@ def failures(ph: Phase) -> List[dict]:
               "detection_s": (a.end_ts - kill_ts) if (a.end_ts and kill_ts) else None,
               "step_at_kill": a.last_iter, "resumed_from": b.resumed_from, "lost_steps": lost,
               "downtime_s": (b.first_ts - kill_ts - queued) if (b.first_ts and kill_ts) else None,
-              "recompute_s": 0.0, "restart_s": b.restart_seconds, "startup": b.startup,
+              "recompute_s": 0.0, "restart_s": b.restart_seconds, "startup": b.startup, "warm_ranks": b.warm_ranks,
               "launch_gap_s": (b.launch_ts - a.end_ts - queued) if (b.launch_ts and a.end_ts) else None,
               "queue_wait_s": queued}
         if lost > 1 and a.last_iter in b.ts_at and b.first_ts:

@@ -70,7 +70,8 @@ class Phase:
     injector_log = property(lambda self: self._f("injector.log"))
     node_check_log = property(lambda self: self._f("node-check.log"))
     warm_log = property(lambda self: self._f("warm-pool.log"))      # the warm standby pools' log
-    warm_ready = property(lambda self: self._f("warm-ready"))       # a file per node whose pool serves
+    # the pools' state: <node>.ready (it serves), <node>.served.jsonl (a line per rank it forked)
+    warm_dir = property(lambda self: self._f("warm"))
     done = property(lambda self: self._f("done"))            # marker: this job's supervisor is finished
     completed = property(lambda self: self._f("completed"))  # marker: the phase reached its last step
 

@@ -26,12 +26,13 @@ def add_args(p):
     p.add_argument("--wandb-mode", choices=("online", "offline", "disabled"))
 
 
-def _start_kind(startup: dict) -> str:
-    """warm: the rank was forked from the standby pool (its imports were done); cold: launched
-    afresh; -: the program reports no start-up breakdown."""
-    if not startup:
-        return "-"
-    return "warm" if startup.get("startup/warm") else "cold"
+def _start_kind(event: dict) -> str:
+    """How the restart's ranks started: warm (forked from the standby pools, their imports done:
+    the pools' own count in the attempt record, else the bundled trainer's startup row) or cold."""
+    n = event.get("warm_ranks")
+    if n is None:
+        n = (event.get("startup") or {}).get("startup/warm")
+    return "warm" if n else "cold"
 
 
 def _fmt(x, nd=2):
@@ -182,7 +183,7 @@ def markdown(summaries, missing, src, problems=()):
             L.append(f"| {s['phase']} | {e['attempt']} | {e['kind'] or 'not injected'} | "
                      f"{', '.join(e.get('bad_nodes') or []) or '-'} | {e.get('recovery', '-')} | {ranks} | {e['step_at_kill']} | "
                      f"{e['resumed_from']} | {e['lost_steps']} | {_fmt(e['downtime_s'])} | {_fmt(e['restart_s'])} | "
-                     f"{_start_kind(st)} | {_fmt(st.get('startup/import_s'))} | {_fmt(st.get('startup/dist_init_s'))} | "
+                     f"{_start_kind(e)} | {_fmt(st.get('startup/import_s'))} | {_fmt(st.get('startup/dist_init_s'))} | "
                      f"{_fmt(st.get('startup/build_s'))} | {_fmt(st.get('startup/load_s'))} | {_fmt(e['recompute_s'])} |")
     L += ["", "## By failure kind (medians)", "", "| phase | kind | failures | detection s (fault -> attempt end) | "
           "relaunch gap s | restart s | downtime s | lost steps | recompute s | detected by |", "|" + "---|" * 10]

@@ -219,7 +219,7 @@ class Procs:
             return f"fanout local reaches this node only, and the job has {len(hosts)} nodes"
         try:
             self.pool = warm.Standby(cfg.argv, cfg.tag, phase.warm_log, cfg.warm_preload, fanout=cfg.fanout,
-                                     hosts=hosts, slots=slots, launcher=cfg.launcher, ready_dir=phase.warm_ready)
+                                     hosts=hosts, slots=slots, launcher=cfg.launcher, state_dir=phase.warm_dir)
             self.pool.wait_ready(cfg.startup_timeout)
         except (warm.PoolError, OSError) as e:
             self.stop_pool()
@@ -237,6 +237,13 @@ class Procs:
             self.stop_pool()
             return warm.cold_argv(argv), why
         return warm.stub_argv(argv, self.pool.dir), None
+
+    def warm_ranks(self, k: int) -> Optional[int]:
+        """Ranks of attempt k the pools forked (None: not a warm phase; 0: all cold)."""
+        if not self.cfg.warm:
+            return None
+        from . import warm
+        return warm.served_in(layout.Phase(self.cfg.phase_dir).warm_dir, k)
 
     def stop_pool(self) -> None:
         if self.pool is not None:
@@ -431,7 +438,7 @@ class Supervisor:
     def _record(self, att, k, launch_ts, rc, ranks, end_ts=None) -> bool:
         return attempt_record.record(att, self.phase, k, launch_ts, end_ts or self.clock.time(), rc,
                                      self.cfg.train_iters, self.cfg.launcher, ranks, self.cfg.job,
-                                     out=self.out)
+                                     out=self.out, warm_ranks=self.procs.warm_ranks(k))
 
 
 def _touch(path: str) -> None:

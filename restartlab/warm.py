@@ -113,8 +113,12 @@ def split_python(argv, python: str):
     import shutil
     if not argv:
         raise PoolError("no program")
-    exe = argv[0] if os.sep in argv[0] else (shutil.which(argv[0]) or argv[0])
-    if os.path.abspath(exe) != os.path.abspath(python):
+    exe = os.path.abspath(argv[0] if os.sep in argv[0] else (shutil.which(argv[0]) or argv[0]))
+    mine = os.path.abspath(python)
+    # the same interpreter: the same path, or another name for the same binary in the same
+    # directory (a venv's python, python3, python3.11: its site-packages go with the directory)
+    if exe != mine and not (os.path.dirname(exe) == os.path.dirname(mine)
+                            and os.path.realpath(exe) == os.path.realpath(mine)):
         raise PoolError(f"{argv[0]} is not the pool's interpreter {python}")
     rest, unbuffered = list(argv[1:]), False
     while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c", "-"):
@@ -270,8 +274,8 @@ def _testpoints(text: str) -> dict:
 
 
 class Pool:
-    def __init__(self, sock_path: str, python: str):
-        self.path, self.python = sock_path, python
+    def __init__(self, sock_path: str, python: str, state_dir: str = None):
+        self.path, self.python, self.state_dir = sock_path, python, state_dir
         self.children = {}  # pid -> (conn, pidfd)
         self.stopping = False
         # fault points for the tests: widen the windows in which a stub can die or be signalled
@@ -357,11 +361,23 @@ class Pool:
         sel.register(conn, selectors.EVENT_READ, ("stub", pid))
         sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
         _log(f"rank pid {pid} for stub pid {req.get('stub_pid')}: {run} {target}")
+        self._served(pid, req.get("stub_pid"), env)
         time.sleep(self.delay.get("before_reply", 0))
         try:
             send_msg(conn, {"pid": pid})
         except OSError:  # the stub is gone: its EOF (next select) kills the rank
             pass
+
+    def _served(self, pid: int, stub_pid, env: dict) -> None:
+        """A line per rank forked, for the supervisor's attempt record (which attempt: from the
+        stub's environment, as the launcher passed it on)."""
+        if not self.state_dir:
+            return
+        rec = {"attempt": env.get("RESTARTLAB_ATTEMPT"), "phase": env.get("RESTARTLAB_PHASE"), "node": node_name(),
+               "rank_pid": pid, "stub_pid": stub_pid, "time": time.time()}
+        with contextlib.suppress(OSError):
+            with open(os.path.join(self.state_dir, f"{node_name()}.served.jsonl"), "a") as f:
+                f.write(json.dumps(rec) + "\n")
 
     def _stub_gone(self, pid: int, sel) -> None:
         conn, _ = self.children[pid]
@@ -409,18 +425,18 @@ def serve_main(a) -> int:
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         os.execve(sys.executable, [sys.executable, "-m", "restartlab.warm"] + sys.argv[1:], env)
     d, made = node_dir(a.dir), False
-    if a.ready_dir:  # one pool per node, started by the fan-out: its directory is its own to make
+    if a.make_dir:  # one pool per node, started by the fan-out: its directory is its own to make
         from . import private
         try:
             made = private.ensure_dir(d)
         except OSError as e:
             _log(f"FAILED: pool directory: {e}")
             return 1
-    pool = Pool(os.path.join(d, SOCKET_NAME), a.python or sys.executable)
+    pool = Pool(os.path.join(d, SOCKET_NAME), a.python or sys.executable, a.state_dir)
 
     def ready():
-        if a.ready_dir:
-            with open(os.path.join(a.ready_dir, node_name()), "w") as f:
+        if a.state_dir:
+            with open(os.path.join(a.state_dir, f"{node_name()}.ready"), "w") as f:
                 f.write(f"{os.getpid()}\n")
 
     def stop(signum, frame):
@@ -476,13 +492,30 @@ def default_preload(argv) -> str:
     return BUNDLED_PRELOAD if argv[i + 1:i + 3] == ["-m", "restartlab.trainer"] else "torch"
 
 
+def served_in(state_dir: str, attempt: int) -> int:
+    """How many ranks of `attempt` the pools forked, from their <node>.served.jsonl in
+    `state_dir` (0 when there is none: every rank started cold)."""
+    n = 0
+    try:
+        names = os.listdir(state_dir)
+    except OSError:
+        return 0
+    for name in names:
+        if name.endswith(".served.jsonl"):
+            with contextlib.suppress(OSError), open(os.path.join(state_dir, name)) as f:
+                for line in f:
+                    with contextlib.suppress(ValueError, AttributeError):
+                        n += json.loads(line).get("attempt") == str(attempt)
+    return n
+
+
 class Standby:
     """The supervisor's handle on the standby pools: one on this node (fanout local), or one on
     each of the job's nodes, started through the job's fan-out (srun --overlap, pbsdsh, mpiexec);
     started once per phase, stopped at its end."""
 
     def __init__(self, argv, tag: str, log_path: str, preload=None, env=None, fanout: str = "local",
-                 hosts=None, slots=None, launcher: str = "hydra", ready_dir: str = None):
+                 hosts=None, slots=None, launcher: str = "hydra", state_dir: str = None):
         import secrets
         import shutil
         import subprocess
@@ -492,34 +525,38 @@ class Standby:
         i = program_at(argv)
         if i < 0:
             raise PoolError("no python interpreter in the launch command to preload for")
-        self.python, self.log_path, self.ready_dir = argv[i], log_path, ready_dir
+        self.python, self.log_path = argv[i], log_path
+        # the pools' state: a private one when the caller keeps none (tests, benchmarks)
+        self.state_dir = state_dir or tempfile.mkdtemp(prefix="restartlab-warm-state-")
+        self.own_state = state_dir is None
+        shutil.rmtree(os.path.join(self.state_dir), ignore_errors=True)
+        os.makedirs(self.state_dir)
         self.tag, self.fanout, self.hosts, self.slots, self.launcher = tag, fanout, hosts, slots, launcher
         self.preload = preload or default_preload(argv)
-        serve = [self.python, *POOL_BIN, "serve", "--preload", self.preload, "--python", self.python, "--tag", tag]
+        serve = [self.python, *POOL_BIN, "serve", "--preload", self.preload, "--python", self.python, "--tag", tag,
+                 "--state-dir", self.state_dir]
         # the tag reaches the pool as an argument (it puts it in its own environment): the fan-out's
         # own processes (srun, pbsdsh, mpiexec) must not carry it, or a strike would kill them
         env = {k: v for k, v in (os.environ if env is None else env).items() if k != "RESTARTLAB_JOB_TAG"}
         if fanout == "local":
             self.dir = private.make_dir(tempfile.gettempdir(), f"restartlab-warm-{tag}-")
-            cmds, self.expect = [serve + ["--dir", self.dir, "--parent", str(os.getpid())]], 0
+            cmds, self.expect, self.remote = [serve + ["--dir", self.dir, "--parent", str(os.getpid())]], 1, False
         else:
             from .inject import fanout_cmds
             self.dir = os.path.join(tempfile.gettempdir(),
                                     f"restartlab-warm-{tag}-{secrets.token_hex(4)}-{NODE_TOKEN}")
-            shutil.rmtree(ready_dir, ignore_errors=True)
-            os.makedirs(ready_dir)
-            cmds = fanout_cmds(fanout, hosts, range(len(hosts)), serve + ["--dir", self.dir, "--ready-dir", ready_dir],
+            cmds = fanout_cmds(fanout, hosts, range(len(hosts)), serve + ["--dir", self.dir, "--make-dir"],
                                slots, launcher)
-            self.expect = len(hosts)
+            self.expect, self.remote = len(hosts), True
         with open(log_path, "ab") as log:
             self.procs = [subprocess.Popen(c, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
                           for c in cmds]
         self.proc = self.procs[0]
 
     def _serving(self) -> bool:
-        if not self.expect:
-            return os.path.exists(os.path.join(self.dir, SOCKET_NAME))
-        return len(os.listdir(self.ready_dir)) >= self.expect
+        return sum(1 for f in os.listdir(self.state_dir) if f.endswith(".ready")) >= self.expect
+
+
 
     def wait_ready(self, timeout: float) -> None:
         """Until every pool serves; PoolError (why, from the log) when one died or took too long."""
@@ -552,10 +589,11 @@ class Standby:
     def stop(self, grace: float = 5.0) -> None:
         """TERM (a pool SIGKILLs its ranks, removes its directory and exits; a fan-out passes the
         TERM on), KILL after `grace`; this node's directory removed."""
+        import shutil
         import subprocess
 
         from . import private
-        if self.expect:  # every node's pool, by the tag, as teardown reaches the ranks (a fan-out
+        if self.remote:  # every node's pool, by the tag, as teardown reaches the ranks (a fan-out
             self._term_remote()  # like pbsdsh may not pass a TERM on): each exits, and its fan-out
             deadline = time.time() + grace
             for p in self.procs:
@@ -570,11 +608,13 @@ class Standby:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        if not self.expect:
+        if not self.remote:
             try:
                 private.remove_tree(self.dir)
             except (OSError, private.UnsafePath):
                 pass
+        if self.own_state:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- the stub (under the launcher)
@@ -648,8 +688,10 @@ def main(argv=None) -> int:
     s.add_argument("--python", default=None, help="the interpreter the programs name (default: this one)")
     s.add_argument("--parent", type=int, default=0, help="exit with this process (the supervisor)")
     s.add_argument("--tag", default=None, help="the job tag (the ranks are found by it)")
-    s.add_argument("--ready-dir", default=None, help="a pool per node: make --dir ({node}: this node's "
-                   "name) and say it serves with a file named after the node here")
+    s.add_argument("--state-dir", default=None, help="where to say it serves (<node>.ready) and which "
+                   "ranks it forked (<node>.served.jsonl)")
+    s.add_argument("--make-dir", action="store_true", help="a pool per node: make --dir itself ({node}: "
+                   "this node's name)")
     t = sub.add_parser("stub", help="stand in for a rank under the launcher")
     t.add_argument("--dir", required=True)
     t.add_argument("argv", nargs=argparse.REMAINDER)

@@ -187,7 +187,10 @@ def test_slurm_warm_restart_a_pool_on_each_node(slurm, tmp_path):
     assert len(pools) == 2, log[-3000:]  # and each forked ranks
     # each pool stopped at the phase's end (TERM by the tag on every node), not by the job's end
     assert sum(1 for line in log.splitlines() if line.endswith(": stopped")) == 2, log[-3000:]
-    assert sorted(os.listdir(layout.Expt(expt).phase("sync").warm_ready)) == sorted(nodes)
+    state = layout.Expt(expt).phase("sync").warm_dir
+    assert sorted(f for f in os.listdir(state) if f.endswith(".ready")) == sorted(f"{n}.ready" for n in nodes)
+    recs = [json.load(open(layout.Expt(expt).phase("sync").attempt(k).record)) for k in (1, 2, 3)]
+    assert [r["warm_ranks"] for r in recs] == [4, 4, 4], recs  # every rank of every attempt, both nodes
     with open(layout.Expt(expt).phase("sync").injections) as f:
         for r in map(json.loads, f):
             assert r["killed"] >= 2 and not any(x.get("error") for x in r["receipts"]), r

@@ -118,6 +118,9 @@ class FakeProcs:
             return argv, why
         return argv, None
 
+    def warm_ranks(self, k):
+        return None
+
     def stop_pool(self):
         if ("start_pool",) in self.events:
             self.events.append(("stop_pool",))

@@ -76,6 +76,10 @@ def test_split_python_takes_modules_scripts_code_and_refuses_the_rest():
     assert warm.split_python([PY, "-m", "pkg.mod", "--x", "1"], PY) == ("-m", "pkg.mod", ["--x", "1"], False)
     assert warm.split_python([PY, "-u", "train.py", "a"], PY) == ("script", "train.py", ["a"], True)
     assert warm.split_python([PY, "-c", "print(1)", "z"], PY) == ("-c", "print(1)", ["z"], False)
+    # another name of the same binary in the same directory (a venv's python and python3)
+    twin = os.path.join(os.path.dirname(PY), "python3" if os.path.basename(PY) != "python3" else "python")
+    if os.path.exists(twin) and os.path.realpath(twin) == os.path.realpath(PY):
+        assert warm.split_python([twin, "t.py"], PY)[0] == "script"
     for bad, why in (([PY, "-X", "dev", "t.py"], "-X"), (["/usr/bin/env", "t.py"], "not the pool's"),
                      ([PY, "-"], "standard input"), ([PY, "-m"], "without")):
         with pytest.raises(warm.PoolError, match=why):
@@ -277,6 +281,9 @@ def test_warm_restarts_resume_bit_exact_sync_and_async(tmp_path):
         assert all((e["startup"] or {}).get("startup/warm") == 1 for e in ph["failures"]), ph["failures"]
         assert all(e["resumed_from"] is not None for e in ph["failures"])
     assert report.count("| warm |") == 4 and report.count("final parameters identical (crc)") == 2, report
+    for ph in ("sync", "async"):  # the pools' own count: every rank of every attempt forked
+        recs = [json.load(open(a.record)) for a in layout.Expt(d).phase(ph).attempts()]
+        assert [r["warm_ranks"] for r in recs] == [2, 2, 2], recs
     assert "warm restart: the standby pool serves" in open(layout.Expt(d).job_out).read()
     assert killer.find_tagged(job_tag(d), standby=True) == []
 
@@ -318,3 +325,22 @@ def test_a_pool_that_cannot_start_falls_back_to_cold_and_says_so_once(tmp_path):
     assert ph["completed"] and ph["kills"] == 1 and (ph["failures"][0]["startup"] or {}).get("startup/warm") is None
     assert "| cold |" in open(layout.Expt(d).report).read()
     assert killer.find_tagged(job_tag(d), standby=True) == []
+
+
+@pytest.mark.multirank
+@pytest.mark.timeout(900)
+def test_your_own_program_restarts_warm_through_rankenv(tmp_path):
+    """A program from trainer.program (`python train.py` under restartlab.rankenv, read by a tap,
+    no start-up row of its own): the pool takes `python` for its own interpreter (another name of
+    the same binary in the same directory), sets the torchrun variables as rankenv would, and the
+    report's start column comes from the pools' count in each attempt record."""
+    d = tmp_path / "expt"
+    r = subprocess.run([PY, "-m", "restartlab.cli", "run", os.path.join(ROOT, "scenarios", "examples", "plain.yaml"),
+                        "--expt-dir", str(d), "--plain", "--set", "relaunch.warm=true",
+                        "--set", "collection.plots=false"], capture_output=True, text=True, timeout=850, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    report = open(layout.Expt(d).report).read()
+    assert report.count("| warm |") == 2 and "loss identical to the baseline's" in report, report
+    recs = [json.load(open(a.record)) for a in layout.Expt(d).phase("restart").attempts()]
+    assert [x["warm_ranks"] for x in recs] == [2, 2, 2], recs
+    assert "starting the program cold" not in open(layout.Expt(d).phase("restart").attempt(1).output).read()
