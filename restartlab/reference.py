@@ -106,7 +106,7 @@ def adapters() -> str:
             out += [" ".join(ad.__doc__.split()), ""]
         out += ["| key | default |", "|---|---|"]
         out += [f"| `{k}` | `{_cell(v)}` |" for k, v in ad.defaults.items() if v is not None]
-        out.append("")
+        out += ["", f"Warm restart preloads `{ad.preload}` (`relaunch.warm_preload` overrides).", ""]
     return "\n".join(out)
 
 

@@ -218,7 +218,8 @@ class Procs:
         if cfg.fanout == "local" and len(hosts) > 1:
             return f"fanout local reaches this node only, and the job has {len(hosts)} nodes"
         try:
-            self.pool = warm.Standby(cfg.argv, cfg.tag, phase.warm_log, cfg.warm_preload, fanout=cfg.fanout,
+            preload = cfg.warm_preload or programs.ADAPTERS.get(self.spec["adapter"]).preload
+            self.pool = warm.Standby(cfg.argv, cfg.tag, phase.warm_log, preload, fanout=cfg.fanout,
                                      hosts=hosts, slots=slots, launcher=cfg.launcher, state_dir=phase.warm_dir)
             self.pool.wait_ready(cfg.startup_timeout)
         except (warm.PoolError, OSError) as e:

@@ -60,7 +60,8 @@ SUPERVISE = [
         "forks each attempt's ranks from it (restartlab.warm); falls back to cold launches, and says so, "
         "when the pool cannot start", scenario="relaunch.warm"),
     Opt("--warm-preload", "str", None, "the modules the standby pool imports (comma-separated; default: "
-        "the bundled trainer's restartlab.trainer.warmup, torch for a program)", scenario="relaunch.warm_preload"),
+        "the program adapter's: restartlab.trainer.warmup for the bundled trainer, torch,lightning.pytorch "
+        "for lightning, torch,accelerate for accelerate, torch for the others)", scenario="relaunch.warm_preload"),
     Opt("--tick", "float", 1.0, "seconds between the watchdog's looks", hidden=True),
 ]
 

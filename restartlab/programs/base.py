@@ -57,6 +57,9 @@ class Adapter:
     doc = ""
     defaults: Dict[str, Optional[str]] = {}
     tap = True  # progress comes from the program's output (read by the supervisor)
+    # what a warm standby pool imports before it forks this program's ranks (relaunch.warm;
+    # relaunch.warm_preload overrides): only imports that start no thread and open no device
+    preload = "torch"
 
 
 ADAPTERS: Registry[Adapter] = Registry("program adapter")
