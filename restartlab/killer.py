@@ -6,7 +6,9 @@ Two ways to find the ranks:
 - no tag: this batch job's ranks, whatever program they run. A rank is a process of this job
   (PBS_JOBID / SLURM_JOB_ID as in our own environment) that a launcher started: its environment
   holds a launcher's rank variable (PALS, Hydra/PMI, Open MPI, srun, torchrun: the launcher
-  registry) with a value its parent does not have. A process with a rank below it is a launcher
+  registry) with a value its parent does not have, or a warm standby pool's variable with another
+  pid than its own (a rank the pool forked: its environment is the pool's). A process with a rank
+  below it is a launcher
   (a Hydra proxy srun started, a torchrun agent) and is spared; so are the job script (on Slurm it
   has SLURM_PROCID but no step id), restartlab's own tools (RESTARTLAB_TOOL in their environment)
   and a parent whose environment we may not read.
@@ -186,6 +188,9 @@ def job_ranks(job: str, unreadable: list = None, others: dict = None) -> Dict[in
     for pid, (env, ppid) in procs.items():
         if TOOL_VAR in env:
             continue
+        if POOL_VAR in env:  # forked by a warm standby pool: a rank, with the pool's environment
+            ranks[pid] = f"{POOL_VAR}={env[POOL_VAR]}"  # (its stub, under the launcher, is one too)
+            continue
         inherited = _rank_entries(procs[ppid][0] if ppid in procs else _environ(ppid))
         new = [e for e in _rank_entries(env) if e not in inherited]
         if new:  # named by the launcher rank discovery would pick (a Hydra rank whose proxy already
@@ -238,7 +243,8 @@ def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = F
         if job is None:
             raise KillerError(no_job_error())
         ranks = job_ranks(job, unreadable, others)
-        roots = sorted(ranks)[:1] if one else sorted(ranks)
+        forked = [p for p in sorted(ranks) if ranks[p].startswith(POOL_VAR + "=")]
+        roots = (forked or sorted(ranks))[:1] if one else sorted(ranks)  # one: the rank that works
         procs = targets(tag, roots, others=others)
     elif one:  # one rank: the lowest-PID rank and its tree
         procs = targets(tag, [r for r in _rank_roots(tag, others) if r not in ancestors(os.getpid())][:1],

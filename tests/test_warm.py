@@ -215,6 +215,31 @@ def test_the_killer_never_counts_the_idle_pool_and_the_pool_recovers_from_a_stri
     assert q.communicate(timeout=60)[0].strip() == "again"
 
 
+def test_the_no_tag_killer_finds_a_warm_rank_and_its_stub_in_its_job(tmp_path):
+    """`restartlab inject` inside a batch job without --tag finds ranks by the job id and a
+    launcher's rank variable; a forked rank's /proc environment is its pool's (the job id, no rank
+    variable): it is found as the pool's, a one-rank strike picks it over its stub, and the pool
+    itself is never a rank."""
+    job = f"PBS_JOBID=warmtest-{uuid.uuid4().hex[:6]}.pbs"
+    name, _, jid = job.partition("=")
+    env = dict(os.environ, **{name: jid})
+    tag = _tag()
+    sb = warm.Standby([PY, "-c", "pass"], tag, str(tmp_path / "pool.log"), preload="json", env=env)
+    try:
+        sb.wait_ready(60)
+        rank_vars = {"PMI_RANK": "0", "PMI_SIZE": "1", "MPI_LOCALRANKID": "0", name: jid}
+        p = stub(sb, tag, "import time; time.sleep(600)", env=rank_vars)
+        rank = _log_pid(sb, p.pid)
+        one = killer.kill_ranks(None, signal.SIGSTOP, dry_run=True, one=True, job=job)
+        assert one["pids"] == [rank], one
+        every = killer.kill_ranks(None, signal.SIGKILL, job=job)
+        assert set(every["pids"]) == {p.pid, rank} and sb.alive(), every
+        p.wait(timeout=30)
+    finally:
+        sb.stop()
+        killer.kill_ranks(tag, standby=True)
+
+
 def test_the_teardown_verb_leaves_nothing_behind_the_pool_included(pool):
     sb, tag = pool
     p = stub(sb, tag, "import time; time.sleep(600)")
