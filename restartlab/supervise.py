@@ -209,8 +209,8 @@ class Procs:
         return read_nodefile(self.cfg.nodefile)[0]
 
     def start_pool(self, phase: layout.Phase) -> Optional[str]:
-        """Start this node's warm standby pool and wait until it serves: None, or why it cannot
-        (the phase then launches cold)."""
+        """Start the warm standby pools (one per node) without waiting for them: they preload
+        while the phase's first attempt starts cold. None, or why they cannot start."""
         from . import warm
         from .inject import job_nodes
         cfg = self.cfg
@@ -221,23 +221,37 @@ class Procs:
             preload = cfg.warm_preload or programs.ADAPTERS.get(self.spec["adapter"]).preload
             self.pool = warm.Standby(cfg.argv, cfg.tag, phase.warm_log, preload, fanout=cfg.fanout,
                                      hosts=hosts, slots=slots, launcher=cfg.launcher, state_dir=phase.warm_dir)
-            self.pool.wait_ready(cfg.startup_timeout)
         except (warm.PoolError, OSError) as e:
             self.stop_pool()
             return f"the standby pool did not start ({e}; see {phase.warm_log})"
+        self.pool_served = False
         return None
 
-    def launch_argv(self, argv: List[str]) -> Tuple[List[str], Optional[str]]:
-        """(the attempt's argv: through the pool's stubs while it serves, else cold; why it is
-        cold when the pool was there and is gone)."""
+    def launch_argv(self, argv: List[str], wait: bool = True) -> Tuple[List[str], Optional[Tuple[str, bool]]]:
+        """The attempt's argv, through the pools' stubs when they serve, else cold; and what to say
+        (text, is it a fall-back) the first time they serve, or when they cannot. A relaunch
+        (`wait`) waits for pools still preloading: they started before the attempt that failed, so
+        what is left of their preload is less than a cold start's imports. The phase's first
+        launch does not wait: it starts cold beside them."""
         from . import warm
         if self.pool is None:
             return warm.cold_argv(argv), None
-        if not self.pool.alive():
-            why = f"a standby pool exited (see {self.pool.log_path})"
+        pool = self.pool
+        try:
+            if wait:
+                pool.wait_ready(max(0.0, self.cfg.startup_timeout - (time.time() - pool.started)))
+            elif not pool.ready():
+                return warm.cold_argv(argv), None
+            if not pool.alive():
+                raise warm.PoolError(f"a pool exited ({pool.last_line()})")
+        except (warm.PoolError, OSError) as e:
             self.stop_pool()
-            return warm.cold_argv(argv), why
-        return warm.stub_argv(argv, self.pool.dir), None
+            return warm.cold_argv(argv), (f"the standby pool cannot serve ({e}; see {pool.log_path})", True)
+        note = None
+        if not self.pool_served:
+            self.pool_served = True
+            note = (f"the standby pool serves (preloaded in {pool.ready_after:.1f}s; see {pool.log_path})", False)
+        return warm.stub_argv(argv, pool.dir), note
 
     def warm_ranks(self, k: int) -> Optional[int]:
         """Ranks of attempt k the pools forked (None: not a warm phase; 0: all cold)."""
@@ -290,7 +304,7 @@ class Supervisor:
         return self.cfg.stop_at > 0 and self.clock.time() >= self.cfg.stop_at
 
     # -- one attempt
-    def _argv_and_env(self, k: int, att: layout.Attempt):
+    def _argv_and_env(self, k: int, att: layout.Attempt, relaunch: bool = True):
         """The attempt's argv (node and rank counts filled in), the variables the ranks get and
         the rank count when the node check chose it (0: the scenario's)."""
         cfg, ranks = self.cfg, 0
@@ -311,9 +325,11 @@ class Supervisor:
                 if first and hosts and first != hosts[0]:  # rank 0 runs on the first host
                     master = os.environ.get("MASTER_ADDR") or first
                 ranks = n * cfg.ranks_per_node
-        argv, why = self.procs.launch_argv(argv)
-        if why:
-            self.say(f"warm restart: {why}: cold launches from attempt {k}", err=True)
+        argv, note = self.procs.launch_argv(argv, wait=relaunch)
+        if note:
+            text, fallback = note
+            self.say(f"warm restart: {text}: {'cold' if fallback else 'warm'} launches from attempt {k}",
+                     err=fallback)
         env = {"RESTARTLAB_LAUNCH_TS": repr(self.clock.time()), "MASTER_ADDR": master,
                "MASTER_PORT": str(self.procs.free_port()),
                "RESTARTLAB_EXPT": os.path.basename(os.path.dirname(os.path.abspath(cfg.phase_dir))),
@@ -372,7 +388,8 @@ class Supervisor:
         if cfg.warm:
             why = self.procs.start_pool(phase)
             self.say(f"warm restart: {why}: cold launches" if why else
-                     f"warm restart: the standby pool serves (preload: see {phase.warm_log})", err=bool(why))
+                     "warm restart: the standby pool starts beside the first attempt (which starts cold)",
+                     err=bool(why))
         if cfg.inject is not None:
             self.procs.start_injector(phase)
         self.say(f"started {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
@@ -406,7 +423,7 @@ class Supervisor:
             k, tries = k + 1, tries + 1
             att = phase.attempt(k)
             os.makedirs(att.path, exist_ok=True)
-            argv, env, ranks = self._argv_and_env(k, att)
+            argv, env, ranks = self._argv_and_env(k, att, relaunch=tries > 1)
             if argv is None:
                 return "failed", k, tries
             launch_ts = float(env["RESTARTLAB_LAUNCH_TS"])

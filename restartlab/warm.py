@@ -548,28 +548,35 @@ class Standby:
             cmds = fanout_cmds(fanout, hosts, range(len(hosts)), serve + ["--dir", self.dir, "--make-dir"],
                                slots, launcher)
             self.expect, self.remote = len(hosts), True
+        self.started, self.ready_after = time.time(), None
         with open(log_path, "ab") as log:
             self.procs = [subprocess.Popen(c, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
                           for c in cmds]
         self.proc = self.procs[0]
 
-    def _serving(self) -> bool:
-        return sum(1 for f in os.listdir(self.state_dir) if f.endswith(".ready")) >= self.expect
+    def ready(self) -> bool:
+        """Every pool serves (a look, no wait); PoolError when one has exited first."""
+        if self.ready_after is not None:
+            return True
+        if sum(1 for f in os.listdir(self.state_dir) if f.endswith(".ready")) >= self.expect:
+            self.ready_after = time.time() - self.started
+            return True
+        dead = next((p for p in self.procs if p.poll() is not None), None)
+        if dead is not None:
+            raise PoolError(f"the pool exited ({dead.returncode}): {self.last_line()}")
+        return False
 
 
 
     def wait_ready(self, timeout: float) -> None:
         """Until every pool serves; PoolError (why, from the log) when one died or took too long."""
         deadline = time.time() + timeout
-        while not self._serving():
-            dead = next((p for p in self.procs if p.poll() is not None), None)
-            if dead is not None:
-                raise PoolError(f"the pool exited ({dead.returncode}): {self._last_line()}")
+        while not self.ready():
             if time.time() > deadline:
-                raise PoolError(f"the pool did not finish its preload in {timeout:g}s")
+                raise PoolError(f"the pool did not finish its preload in {time.time() - self.started:.0f}s")
             time.sleep(READY_POLL_S)
 
-    def _last_line(self) -> str:
+    def last_line(self) -> str:
         try:
             with open(self.log_path, errors="replace") as f:
                 lines = [x.strip() for x in f if x.strip()]

@@ -111,11 +111,12 @@ class FakeProcs:
         self.events.append(("start_pool",))
         return self.pool_why
 
-    def launch_argv(self, argv):
+    def launch_argv(self, argv, wait=True):
         k = len(self.launched) + 1
+        self.events.append(("launch_argv", k, wait))
         if self.pool_dies_at is not None and k >= self.pool_dies_at:
-            why, self.pool_dies_at = ("the standby pool exited" if k == self.pool_dies_at else None), 10**9
-            return argv, why
+            note, self.pool_dies_at = (("the standby pool exited", True) if k == self.pool_dies_at else None), 10**9
+            return argv, note
         return argv, None
 
     def warm_ranks(self, k):
@@ -341,6 +342,8 @@ def test_warm_pool_lost_mid_phase_is_said_once(tmp_path):
     with contextlib.redirect_stderr(err):
         assert sup.run() == supervise.EXIT_OK
     assert err.getvalue().count("standby pool exited") == 1 and "cold launches from attempt 2" in err.getvalue()
+    # the phase's first launch does not wait for the pool (it starts cold beside it); relaunches do
+    assert [e[2] for e in procs.events if e[0] == "launch_argv"] == [False, True, True]
 
 
 def test_node_check_before_each_attempt_shrinks_the_launch(tmp_path):
