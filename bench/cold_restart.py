@@ -90,7 +90,7 @@ def show(model: str, r: dict) -> None:
     print(f"  warm restart / floor {r['warm_ratio_to_floor']:.2f}x (target < 1.0x: "
           f"{'met' if r['warm_ratio_to_floor'] < 1.0 else 'MISSED'}); warm / cold {r['warm_ratio_to_cold']:.2f}x "
           f"(target <= 0.5x: {'met' if r['warm_ratio_to_cold'] <= 0.5 else 'MISSED'}); the pool's preload took "
-          f"{r['pool_preload_s']:.2f} s once per phase")
+          f"{r['pool_preload_s']:.2f} s alone, once per phase (beside its first attempt)")
 
 
 def main():
