@@ -205,6 +205,13 @@ def become(req: dict, fds, pool_pid: int, close) -> None:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
+    except KeyboardInterrupt:  # as Python does: the traceback, then death by SIGINT
+        import traceback
+        traceback.print_exc()
+        with contextlib.suppress(BaseException):
+            sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
     except BaseException:
         import traceback
         traceback.print_exc()
@@ -262,6 +269,7 @@ def _threads() -> int:
         return threading.active_count()
 
 
+REQUEST_TIMEOUT_S = 10.0  # a stub sends its request at once; the pool waits no longer for one
 TESTPOINT_VAR = "RESTARTLAB_WARM_TESTPOINT"  # tests: "before_fork=S,before_reply=S" (seconds of delay)
 
 
@@ -329,7 +337,9 @@ class Pool:
                 _log(f"refused a connection from uid {uid}")
                 conn.close()
                 return
+            conn.settimeout(REQUEST_TIMEOUT_S)  # a peer that connects and sends nothing cannot hold the pool
             req, fds = recv_msg(conn, want_fds=3)
+            conn.settimeout(None)
             if req is None or len(fds) != 3:
                 raise PoolError("a request without its argv or its three standard fds")
             env = dict(req["env"])
@@ -382,7 +392,7 @@ class Pool:
     def _stub_gone(self, pid: int, sel) -> None:
         conn, _ = self.children[pid]
         try:
-            data = conn.recv(1, socket.MSG_PEEK)
+            data = conn.recv(4096)  # a stub sends nothing after its request: anything else is dropped
         except OSError:
             data = b""
         if not data:  # EOF: the stub is dead

@@ -123,6 +123,27 @@ def test_death_by_a_signal_is_mirrored(pool, sig):
     assert p.returncode == -sig
 
 
+def test_a_silent_or_chatty_peer_cannot_hold_the_pool(pool):
+    """A connection that sends nothing is dropped after the request timeout (10 s), and the stub
+    queued behind it is served then: the pool does not hang on it."""
+    import socket as _socket
+    sb, tag = pool
+    silent = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    silent.connect(os.path.join(sb.dir, warm.SOCKET_NAME))
+    p = stub(sb, tag, "print('served')")
+    assert p.communicate(timeout=60)[0].strip() == "served" and p.returncode == 0
+    silent.settimeout(60)
+    assert silent.recv(4096)  # the pool's error reply, then its hang-up
+    silent.close()
+
+
+def test_an_interrupted_rank_dies_of_sigint_as_python_does(pool):
+    sb, tag = pool
+    p = stub(sb, tag, "raise KeyboardInterrupt")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGINT and "KeyboardInterrupt" in err
+
+
 @pytest.mark.parametrize("pool", ["before_reply=3"], indirect=True)
 def test_a_signal_that_reaches_the_stub_before_it_knows_its_rank_is_forwarded(pool, tmp_path):
     """The pool forks, logs the rank, then (fault point) waits 3 s before telling the stub its pid:
