@@ -204,7 +204,8 @@ def test_the_pool_dies_with_its_supervisor(tmp_path):
     (PR_SET_PDEATHSIG, kept across the pool's re-exec), and so would its ranks."""
     tag = _tag()
     code = (f"import time\nfrom restartlab import warm\n"
-            f"sb = warm.Standby([{PY!r}, '-c', 'pass'], {tag!r}, {str(tmp_path / 'pool.log')!r}, preload='json')\n"
+            f"sb = warm.Standby([{PY!r}, '-c', 'pass'], {tag!r}, {str(tmp_path / 'pool.log')!r}, preload='json', "
+            f"state_dir={str(tmp_path / 'state')!r})\n"
             f"sb.wait_ready(60)\nprint(sb.proc.pid, sb.dir, flush=True)\ntime.sleep(600)\n")
     p = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
     pool_pid, pool_dir = p.stdout.readline().split()
