@@ -34,9 +34,9 @@ import psutil
 
 from . import launchers, private, schedulers, usage, warm
 
-TAG_VAR = "RESTARTLAB_JOB_TAG"
+TAG_VAR = warm.TAG_VAR
 TOOL_VAR = "RESTARTLAB_TOOL"  # in the injector's environment (and its children's): never ranks
-POOL_VAR = "RESTARTLAB_WARM_SERVER"  # = restartlab.warm.SERVER_VAR: the warm standby pool's own pid
+POOL_VAR = warm.SERVER_VAR  # the warm standby pool's own pid, in its environment
 EXIT_KILLED, EXIT_ERROR, EXIT_USAGE, EXIT_NONE = 0, 1, 2, 10
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
 

@@ -96,7 +96,8 @@ class Procs:
         self.injector: Optional[subprocess.Popen] = None
         self.spec = programs.resolve(json.loads(cfg.program) if cfg.program else {"adapter": "restartlab"})
         self.taps = {}  # attempt path -> (Tap, Pump) of a program whose output is read
-        self.pool = None  # the warm standby pool (warm.Standby) while it serves
+        self.pool = None  # the warm standby pools (warm.Standby) of this phase
+        self.pool_served = False  # said that they serve
 
     def which(self, exe: str) -> bool:
         return shutil.which(exe) is not None

@@ -45,6 +45,7 @@ import struct
 import sys
 import time
 
+TAG_VAR = "RESTARTLAB_JOB_TAG"         # the job tag the killer finds ranks by (killer.TAG_VAR)
 SERVER_VAR = "RESTARTLAB_WARM_SERVER"  # the pool's own pid, in the pool's (and its ranks') environment
 WARM_VAR = "RESTARTLAB_WARM"           # "1" in a warm rank's os.environ (its startup row records it)
 SOCKET_NAME = "pool.sock"
@@ -431,7 +432,7 @@ def serve_main(a) -> int:
     if os.environ.get(SERVER_VAR) != str(os.getpid()):
         env = dict(os.environ, **{SERVER_VAR: str(os.getpid())})
         if a.tag:
-            env["RESTARTLAB_JOB_TAG"] = a.tag
+            env[TAG_VAR] = a.tag
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         os.execve(sys.executable, [sys.executable, "-m", "restartlab.warm"] + sys.argv[1:], env)
     d, made = node_dir(a.dir), False
@@ -537,17 +538,20 @@ class Standby:
             raise PoolError("no python interpreter in the launch command to preload for")
         self.python, self.log_path = argv[i], log_path
         # the pools' state: a private one when the caller keeps none (tests, benchmarks)
-        self.state_dir = state_dir or tempfile.mkdtemp(prefix="restartlab-warm-state-")
         self.own_state = state_dir is None
-        shutil.rmtree(os.path.join(self.state_dir), ignore_errors=True)
-        os.makedirs(self.state_dir)
+        if self.own_state:
+            self.state_dir = tempfile.mkdtemp(prefix="restartlab-warm-state-")
+        else:  # the phase's: this job's pools start afresh
+            self.state_dir = state_dir
+            shutil.rmtree(state_dir, ignore_errors=True)
+            os.makedirs(state_dir)
         self.tag, self.fanout, self.hosts, self.slots, self.launcher = tag, fanout, hosts, slots, launcher
         self.preload = preload or default_preload(argv)
         serve = [self.python, *POOL_BIN, "serve", "--preload", self.preload, "--python", self.python, "--tag", tag,
                  "--state-dir", self.state_dir]
         # the tag reaches the pool as an argument (it puts it in its own environment): the fan-out's
         # own processes (srun, pbsdsh, mpiexec) must not carry it, or a strike would kill them
-        env = {k: v for k, v in (os.environ if env is None else env).items() if k != "RESTARTLAB_JOB_TAG"}
+        env = {k: v for k, v in (os.environ if env is None else env).items() if k != TAG_VAR}
         if fanout == "local":
             self.dir = private.make_dir(tempfile.gettempdir(), f"restartlab-warm-{tag}-")
             cmds, self.expect, self.remote = [serve + ["--dir", self.dir, "--parent", str(os.getpid())]], 1, False

@@ -1,7 +1,7 @@
 """The built-in adapters. `restartlab`: the bundled trainer (it writes restartlab's metrics rows
 itself; its checkpoints follow ckptdir's contract). `generic`: any program, configured entirely by
 the scenario's `trainer.program` keys."""
-from .. import ckptdir
+from .. import ckptdir, warm
 from .base import ADAPTERS, Adapter
 
 
@@ -10,7 +10,7 @@ class Restartlab(Adapter):
     name = "restartlab"
     doc = "the bundled DCP trainer (restartlab.trainer): step-N/.complete, its own metrics rows"
     tap = False
-    preload = "restartlab.trainer.warmup"
+    preload = warm.BUNDLED_PRELOAD
     defaults = {"checkpoints": r"{ckpt_dir}/step-(?P<step>\d+)", "complete": "file:" + ckptdir.COMPLETE,
                 "selects": "newest_complete", "progress": None, "resumed": r"RESUMED from step=(?P<step>\d+)"}
 
