@@ -119,7 +119,8 @@ def _from_tool_tables(prefix):
     out = {}
     for table in (tool_options.SUPERVISE, tool_options.NODE_CHECK):
         for key, o in tool_options.schema_fields(table, prefix).items():
-            out[key] = F(o.type, o.default, o.help, choices=o.choices, min=o.min, positive=o.positive)
+            out[key] = F("bool" if o.type == "flag" else o.type, o.default, o.help, choices=o.choices, min=o.min,
+                         positive=o.positive)  # a tool's flag is a scenario's true/false
     return out
 
 

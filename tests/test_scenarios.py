@@ -49,6 +49,8 @@ BAD = [
      "trainer.dp_replicate: 4 replicas do not divide the data-parallel ranks of a job shrunk to 1 node"),
     ("name: t\nrelaunch:\n  max_attemps: 3\nphases: [{name: a}]\n", 3, "relaunch.max_attemps: unknown key (did you mean 'max_attempts'?)"),
     ("name: t\nfailures:\n  schedule:\n    at_steps: [5000]\nphases: [{name: a}]\n", 4, "beyond trainer.train_iters"),
+    ("name: t\nrelaunch:\n  warm: maybe\nphases: [{name: a}]\n", 3, "relaunch.warm: expected true or false"),
+    ("name: t\nphases:\n  - name: a\n    warm: 3\n", 4, "phases[0].warm: expected true or false"),
     ("name: t\nlaunch:\n  env: [A, B]\nphases: [{name: a}]\n", 3, "launch.env: expected a mapping"),
     ("name: t\njob:\n  account: \"a\\nb\"\nphases: [{name: a}]\n", 3, "job.account: a scheduler directive value cannot contain a newline"),
     ("name: t\nphases: [{name: a\n", 3, "invalid YAML"),
