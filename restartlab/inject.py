@@ -6,10 +6,12 @@ runs; see killer.py) and records the receipts."""
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Iterator, List, Optional, Tuple
 
@@ -85,29 +87,73 @@ def fanout_cmds(fanout, hosts, indices, argv, slots=None, launcher="pals") -> Li
     return [sched.fanout_cmd(i, hosts, argv, slots) for i in indices]
 
 
+# runs argv with its stdout, stderr and exit status in files named after $0 (the rc file last,
+# whole: written then renamed), for a fan-out that does not hand them back (pbsdsh)
+_RELAY_SH = '"$@" >"$0.out" 2>"$0.err"; echo $? >"$0.rc.tmp" && mv "$0.rc.tmp" "$0.rc"'
+
+
+def relay_dir() -> str:
+    """Where a fan-out's commands leave their output when the scheduler does not relay it: a
+    directory every node sees (the experiment's, else the job's submission directory, else here)."""
+    base = (os.environ.get("RESTARTLAB_FANOUT_DIR") or os.environ.get("RL_EXPT_DIR")
+            or os.environ.get("PBS_O_WORKDIR") or os.getcwd())
+    return tempfile.mkdtemp(prefix=".restartlab-fanout-", dir=base)
+
+
+def _relayed(path: str) -> Tuple[Optional[int], str, str]:
+    """(exit status or None when the command never finished there, stdout, stderr)."""
+    def read(suffix):
+        try:
+            with open(path + suffix, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return None
+    rc = read(".rc")
+    return (int(rc) if rc and rc.strip().isdigit() else None), read(".out") or "", read(".err") or ""
+
+
 def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals", timeout=FANOUT_TIMEOUT_S) -> List[dict]:
     """Run `argv` once on each node in `indices` (in parallel); parse each JSON receipt."""
-    cmds = fanout_cmds(fanout, hosts, indices, argv, slots, launcher)
+    indices = list(indices)
+    relay = None
+    if fanout != "mpiexec" and not schedulers.get(fanout).fanout_relays_output:
+        relay = relay_dir()
+        cmds = [schedulers.get(fanout).fanout_cmd(i, hosts, ["/bin/sh", "-c", _RELAY_SH, os.path.join(relay, str(i)),
+                                                              *argv], slots) for i in indices]
+    else:
+        cmds = fanout_cmds(fanout, hosts, indices, argv, slots, launcher)
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
     deadline = time.time() + timeout  # one deadline for all: they run in parallel
     receipts = []
-    for c, p in zip(cmds, procs):
-        try:
-            out, err = p.communicate(timeout=max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
-            receipts.append({"cmd": c, "error": f"timed out after {timeout:g}s"})
-            continue
-        parsed = False
-        for line in out.splitlines():
+    try:
+        for i, c, p in zip(indices, cmds, procs):
             try:
-                receipts.append(json.loads(line))
-                parsed = True
-            except ValueError:
-                pass
-        if not parsed:
-            receipts.append({"cmd": c, "error": f"rc={p.returncode}: {err.strip()[-300:]}"})
+                out, err = p.communicate(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+                receipts.append({"cmd": c, "error": f"timed out after {timeout:g}s"})
+                continue
+            rc = p.returncode
+            if relay is not None:
+                rc, out, task_err = _relayed(os.path.join(relay, str(i)))
+                if rc is None:
+                    receipts.append({"cmd": c, "error": f"the command did not run on node {hosts[i]} "
+                                     f"({c[0]} exited {p.returncode}: {err.strip()[-300:] or 'no message'})"})
+                    continue
+                err = task_err + err
+            parsed = False
+            for line in out.splitlines():
+                try:
+                    receipts.append(json.loads(line))
+                    parsed = True
+                except ValueError:
+                    pass
+            if not parsed:
+                receipts.append({"cmd": c, "error": f"rc={rc}: {err.strip()[-300:]}"})
+    finally:
+        if relay is not None:
+            shutil.rmtree(relay, ignore_errors=True)
     return receipts
 
 

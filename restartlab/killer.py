@@ -81,22 +81,46 @@ def is_pool(pid: int, env: Mapping[str, str]) -> bool:
     return env.get(POOL_VAR) == str(pid)
 
 
+def _host_ns() -> Optional[int]:
+    """The UTS namespace this process runs in (its host name's), where /proc shows it."""
+    try:
+        return os.stat("/proc/self/ns/uts").st_ino
+    except OSError:
+        return None
+
+
+def _other_host(pid: int, mine: Optional[int]) -> bool:
+    """True when `pid` runs as another host: its UTS namespace differs from ours. On a real
+    cluster every process we can see is on our host; where several hosts share one kernel (the
+    OpenPBS test cluster's network and UTS namespaces, containers) another host's ranks are visible
+    and signallable, and must be left to that host's killer. Unreadable: decided by the other rules."""
+    if mine is None:
+        return False
+    try:
+        return os.stat(f"/proc/{pid}/ns/uts").st_ino != mine
+    except OSError:
+        return False
+
+
 def _scan(entry: str, unreadable: list = None, this_node: bool = False,
           others: dict = None, standby: bool = False) -> Dict[int, Tuple[dict, int]]:
     """{pid: (environment, parent pid)} of this user's live processes whose environment holds
     the exact entry NAME=value, read once each (`unreadable` collects the PIDs whose environment
-    we may not read; `others` {pid: user} those of another user that match). `this_node`: under
-    Slurm, only this Slurm node's (several node daemons may share one host, as in the tests).
+    we may not read; `others` {pid: user} those of another user that match). `this_node`: only
+    this node's: under Slurm this Slurm node's (several node daemons may share one host, as in the
+    tests), and never a process of another host sharing our kernel (_other_host).
     An idle warm standby pool is never a rank: only `standby` includes it."""
     _check_environ_readable()
     name, _, value = entry.partition("=")
     node = os.environ.get("SLURMD_NODENAME") if this_node else None
+    host_ns = _host_ns() if this_node else None
     found = {}
     for p in psutil.process_iter():
         try:
             env = p.environ()
             if env.get(name) == value and p.status() != psutil.STATUS_ZOMBIE \
                     and not (node and env.get("SLURMD_NODENAME", node) != node) \
+                    and not _other_host(p.pid, host_ns) \
                     and (standby or not is_pool(p.pid, env)):
                 if _ours(p):
                     found[p.pid] = (env, p.ppid())

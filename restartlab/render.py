@@ -151,6 +151,8 @@ def context(sc, scheduler=None, expt_dir=None):
             forward=tuple(secrets))
     except ValueError as e:
         raise RenderError(f"{sc['source']}: {e}")
+    if launch and launch[0] == "mpiexec":  # launch.mpiexec and launch.launcher_args (MPI launchers)
+        launch = [ln["mpiexec"], *ln["launcher_args"], *launch[1:]]
     phases = []
     for ph in sc["phases"]:
         phase = expt.phase(ph["name"])

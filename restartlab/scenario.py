@@ -143,6 +143,11 @@ SCHEMA = {
     "launch": {
         "ranks_per_node": F("int", 4, "training ranks per node"),
         "launcher": F("str", "hydra", "the MPI launcher (restartlab.launchers registry)", choices=launchers.names),
+        "mpiexec": F("str", "mpiexec", "the launcher's command, found on the job's PATH unless it is a path; "
+                     "a PBS job's login shell resets PATH (and /opt/pbs/bin/mpiexec is PBS's own MPT "
+                     "wrapper): give MPICH's by its path there"),
+        "launcher_args": ListOf(F("str"), doc="flags right after the launcher's command, verbatim (e.g. Hydra's "
+                                "-launcher rsh -launcher-exec WRAPPER on a PBS cluster without ssh)"),
         "cpu_bind": F("str", None, "CPU binding (launcher syntax)"),
         "depth": F("int", None, "PALS --depth"),
         "env": F("strmap", {}, "environment for the training ranks"),

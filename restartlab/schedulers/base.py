@@ -97,6 +97,11 @@ class Scheduler:
         """Inside a job with no node file at hand: the job's hosts, in order (None: unknown)."""
         return None
 
+    # False where the fan-out's command does not hand back what it ran (PBS's pbsdsh: the task's
+    # output goes to the job's output file and pbsdsh exits 0 whatever the task did): the fan-out
+    # then has each command write its output and exit status to files on the shared file system
+    fanout_relays_output = True
+
     def fanout_cmd(self, node_index: int, hosts: List[str], argv: List[str],
                    slots: Optional[List[int]] = None) -> List[str]:
         """argv that runs `argv` once on node `node_index` of `hosts` (slots: each host's first

@@ -1,6 +1,8 @@
 """PBS Pro (ALCF Aurora / Sunspot / Polaris): #PBS header, qsub / qstat -f -F json -x / qdel,
 pbsdsh -n fan-out."""
 import json
+import os
+import shutil
 
 from ..units import hms
 from .base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, Scheduler, SchedulerError, register
@@ -23,6 +25,24 @@ def exit_detail(code):
     return "exit code 0" if code == 0 else f"exit code {code}"
 
 
+def tool(name, env=os.environ):
+    """A PBS command inside a job: on PATH, else under PBS_EXEC (from the environment or the job's
+    pbs.conf). A PBS job runs a login shell, whose profile may not put /opt/pbs/bin on PATH (seen on
+    OpenPBS 23.06 without /etc/profile.d/pbs.sh); PBS_CONF_FILE always reaches the job."""
+    found = shutil.which(name)
+    if found:
+        return found
+    home = env.get("PBS_EXEC")
+    if not home:
+        try:
+            with open(env.get("PBS_CONF_FILE") or "/etc/pbs.conf") as f:
+                home = next((ln.split("=", 1)[1].strip() for ln in f if ln.startswith("PBS_EXEC=")), None)
+        except OSError:
+            home = None
+    path = os.path.join(home or "/opt/pbs", "bin", name)
+    return path if os.access(path, os.X_OK) else name
+
+
 @register
 class PBS(Scheduler):
     name = "pbs"
@@ -31,6 +51,7 @@ class PBS(Scheduler):
     jobid_var = "PBS_JOBID"
     query_tool = "qstat"
     nodefile_var = "PBS_NODEFILE"
+    fanout_relays_output = False  # measured on OpenPBS 23.06: see docs/pbs.md
     nodefile_sh = 'RL_NODEFILE="${{PBS_NODEFILE:?PBS_NODEFILE is not set: is this running under PBS?}}"'
 
     def directives(self, sc):
@@ -104,4 +125,4 @@ class PBS(Scheduler):
         """Once on the node at `node_index` of the unique hosts. `pbsdsh -n` takes an index into the
         job's vnode list, one entry per MPI slot (PBS_NODEFILE's lines), so we pass the index of that
         host's first line (`slots`); plain pbsdsh would run once per slot."""
-        return ["pbsdsh", "-n", str(slots[node_index] if slots else node_index), "--", *argv]
+        return [tool("pbsdsh"), "-n", str(slots[node_index] if slots else node_index), "--", *argv]
