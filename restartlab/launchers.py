@@ -41,8 +41,8 @@ class Launcher:
 
     def signal_of(self, rc: int) -> int:
         """The signal that killed a rank, from the launcher's exit code (0: none). A shell
-        reports death by signal N as 128+N."""
-        return rc - 128 if rc > 128 else 0
+        reports death by signal N as 128+N (255 and above name no signal)."""
+        return rc - 128 if 128 < rc < 128 + 65 else 0
 
     def fanout_argv(self, hosts: List[str], argv: List[str]) -> List[str]:
         """argv that runs `argv` once on each of `hosts` (the injector's `--fanout mpiexec`)."""

@@ -96,3 +96,16 @@ def slurm():
             os.environ["SLURM_CONF"] = old
         assert r.returncode == 0, f"stop_slurm.sh: {r.stdout[-1500:]}"
         shutil.rmtree(prefix, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pbs():
+    """A real OpenPBS cluster for this test session (tests/pbs_cluster.py: three hosts, each a
+    network namespace; jobs as an ordinary user); stopped at the end, leaving nothing running.
+    Skips with the reason where it cannot start, fails instead under RESTARTLAB_REQUIRE_ALL=1."""
+    from tests import pbs_cluster
+    c = pbs_cluster.start(_missing)
+    try:
+        yield c
+    finally:
+        pbs_cluster.stop(c)

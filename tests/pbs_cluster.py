@@ -1,0 +1,145 @@
+"""A real OpenPBS 23.06 cluster for the tests (conftest `pbs`): the recipe in
+../shared/recipes/openpbs (RESTARTLAB_OPENPBS_RECIPE elsewhere) starts a server, scheduler, comm
+and three MoMs, each host a network namespace of its own on this machine (rlpbs-head, rlpbs-n1,
+rlpbs-n2; their traffic stays on the namespaces' own bridge). Jobs run as the recipe's ordinary
+user (pbsuser), as on a real cluster: PBS's MoM ignores root-owned processes (no SIGKILL after
+kill_delay, no accounting), so a root job would not show PBS's real kill semantics.
+
+The user submits from the head, like from a login node: `as_user` runs a command there as that
+user, with the PBS commands on PATH."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+RECIPE = os.environ.get("RESTARTLAB_OPENPBS_RECIPE") or os.path.join(REPO, "..", "shared", "recipes", "openpbs")
+HOW = ("an OpenPBS cluster: the recipe's start-cluster.sh (set RESTARTLAB_OPENPBS_RECIPE to its folder), "
+       "or run the PBS tier on a PBS login node")
+# the commands the recipe wraps (its bin/ holds them as links to rlpbs-exec, which a copy may flatten)
+TOOLS = ("qsub", "qstat", "qdel", "qmgr", "qalter", "qhold", "qrls", "qsig", "qselect", "qrerun", "qrun",
+         "pbsnodes", "pbsdsh", "pbs_tmrsh", "printjob", "tracejob")
+KILL_DELAY = 3  # s between PBS's SIGTERM and SIGKILL (qdel, walltime); PBS's default is 10
+
+
+class Cluster:
+    def __init__(self, recipe, bindir, workdir, user, env):
+        self.recipe, self.bindir, self.workdir, self.user, self.info = recipe, bindir, workdir, user, env
+        self.exec = os.path.join(recipe, "bin", "rlpbs-exec")
+        self.tmrsh = os.path.join(recipe, "bin", "rlpbs-tmrsh")
+        self.nodes = env.get("RLPBS_NODES", "").split()
+
+    def env(self, **kw):
+        """Our environment with the PBS commands first on PATH (they run on the head as root)."""
+        return dict(os.environ, PATH=self.bindir + os.pathsep + os.environ["PATH"], **kw)
+
+    def run(self, argv, timeout=60, **kw):
+        """A PBS command as root (the cluster's manager) -> CompletedProcess."""
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self.env(), **kw)
+
+    def as_user(self, argv, timeout=120, cwd=None, env=None):
+        """`argv` as the cluster's user on the head (a login node), PBS commands on PATH."""
+        path = os.pathsep.join([self.bindir, os.path.dirname(sys.executable), "/usr/bin", "/bin"])
+        extra = [f"{k}={v}" for k, v in (env or {}).items()]
+        return subprocess.run([self.exec, "-u", self.user, "env", f"PATH={path}", *extra, *argv],
+                              capture_output=True, text=True, timeout=timeout, cwd=cwd or self.workdir,
+                              env=self.env())
+
+    def qmgr(self, cmd):
+        r = self.run(["qmgr", "-c", cmd])
+        assert r.returncode == 0, f"qmgr -c {cmd!r}: {r.stderr}"
+        return r.stdout
+
+    def job(self, jid):
+        """qstat -f -F json -x of one job (history included), or None when unknown."""
+        r = self.run(["qstat", "-f", "-F", "json", "-x", jid])
+        if r.returncode or not r.stdout.strip():
+            return None
+        return next(iter(json.loads(r.stdout).get("Jobs", {}).values()), None)
+
+    def wait_job(self, jid, states, timeout):
+        end, rec = time.time() + timeout, None
+        while time.time() < end:
+            rec = self.job(jid)
+            if rec and rec.get("job_state") in states:
+                return rec
+            time.sleep(0.5)
+        raise AssertionError(f"job {jid} did not reach {states} in {timeout}s: {rec}")
+
+    def user_dir(self, name):
+        """A new directory the cluster's user owns, under the session's work dir."""
+        d = tempfile.mkdtemp(prefix=f"{name}-", dir=self.workdir)
+        os.chmod(d, 0o755)
+        shutil.chown(d, self.user, self.user)
+        return d
+
+    def write(self, path, text, mode=0o644):
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, mode)
+        shutil.chown(path, self.user, self.user)
+        return path
+
+    def hydra_launch(self):
+        """Scenario lines: MPICH's Hydra by its path (a PBS job's login shell resets PATH), reaching
+        the other hosts through PBS's TM interface (the recipe's rsh-like wrapper of pbs_tmrsh:
+        there is no sshd, and this Hydra has no -bootstrap pbs)."""
+        mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+        return (f"  mpiexec: {mpiexec}\n"
+                f"  launcher_args: [-launcher, rsh, -launcher-exec, {self.tmrsh}]\n")
+
+
+def start(missing):
+    """Start the recipe's cluster and return a Cluster; `missing(reason)` skips (or fails)."""
+    if os.geteuid() != 0:
+        missing("the OpenPBS test cluster needs root (network namespaces): " + HOW)
+    start_sh = os.path.join(RECIPE, "start-cluster.sh")
+    if not os.path.exists(start_sh):
+        missing(f"no OpenPBS recipe at {os.path.abspath(RECIPE)}: " + HOW)
+    r = subprocess.run(["bash", start_sh], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    if r.returncode:
+        stop()
+        missing(f"start-cluster.sh failed (rc {r.returncode}): {r.stdout[-1500:]}")
+    env = {}
+    root = os.environ.get("RLPBS_ROOT", "/var/spool/rlpbs")
+    with open(os.path.join(root, "cluster.env")) as f:
+        for line in f:
+            if "=" in line and not line.lstrip().startswith("#"):
+                k, v = line.strip().split("=", 1)
+                env[k] = v.strip('"')
+    bindir = tempfile.mkdtemp(prefix="rl-pbs-bin-", dir="/tmp")
+    os.chmod(bindir, 0o755)
+    for t in TOOLS:
+        os.symlink(os.path.join(os.path.abspath(RECIPE), "bin", "rlpbs-exec"), os.path.join(bindir, t))
+    user = env.get("RLPBS_TEST_USER", "pbsuser")
+    # not under pytest's tmp dirs: those are 0700 root's, and the jobs run as the user
+    workdir = tempfile.mkdtemp(prefix="rl-pbs-", dir="/tmp")
+    os.chmod(workdir, 0o755)
+    c = Cluster(os.path.abspath(RECIPE), bindir, workdir, user, env)
+    probe = c.as_user([sys.executable, "-c", "import restartlab.cli, mpi4py, torch"])
+    if probe.returncode:
+        stop(c)
+        missing(f"the PBS jobs run as {user} (as on a real cluster), who cannot run {sys.executable} "
+                f"({(probe.stderr or probe.stdout).strip()[-300:]}): make the venv from a Python every user "
+                f"can read, e.g. `make install PY=/usr/bin/python3` (.ci/run does)")
+    c.qmgr(f"set queue workq kill_delay = {KILL_DELAY}")
+    # what ALCF's servers define and the shipped PBS profiles ask for: the `filesystems` resource
+    # and the `prod` queue (their directives must reach a server that knows them)
+    if "filesystems" not in c.run(["qmgr", "-c", "list resource filesystems"]).stdout:
+        c.qmgr("create resource filesystems type=string")
+    if c.run(["qmgr", "-c", "list queue prod"]).returncode:
+        c.qmgr("create queue prod queue_type=execution")
+        c.qmgr("set queue prod enabled = True")
+        c.qmgr("set queue prod started = True")
+    return c
+
+
+def stop(c=None):
+    subprocess.run(["bash", os.path.join(RECIPE, "stop-cluster.sh")], capture_output=True, text=True, timeout=300)
+    if c:
+        shutil.rmtree(c.bindir, ignore_errors=True)
+        shutil.rmtree(c.workdir, ignore_errors=True)
