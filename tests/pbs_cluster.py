@@ -35,11 +35,13 @@ class Cluster:
 
     def env(self, **kw):
         """Our environment with the PBS commands first on PATH (they run on the head as root)."""
-        return dict(os.environ, PATH=self.bindir + os.pathsep + os.environ["PATH"], **kw)
+        env = dict(os.environ, PATH=self.bindir + os.pathsep + os.environ["PATH"])
+        env.update(kw)
+        return env
 
-    def run(self, argv, timeout=60, **kw):
+    def run(self, argv, timeout=60, env=None, **kw):
         """A PBS command as root (the cluster's manager) -> CompletedProcess."""
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self.env(), **kw)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env or self.env(), **kw)
 
     def as_user(self, argv, timeout=120, cwd=None, env=None):
         """`argv` as the cluster's user on the head (a login node), PBS commands on PATH."""
@@ -100,9 +102,17 @@ def start(missing):
     start_sh = os.path.join(RECIPE, "start-cluster.sh")
     if not os.path.exists(start_sh):
         missing(f"no OpenPBS recipe at {os.path.abspath(RECIPE)}: " + HOW)
-    r = subprocess.run(["bash", start_sh], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    was_up = os.path.exists("/run/netns/rlpbs-head")  # someone's cluster: left running at the end
+    if was_up:
+        purge_jobs()
+    r = _start(start_sh)
+    if r.returncode and not was_up:
+        # a server's datastore keeps jobs across restarts (and reruns them): start from nothing
+        _stop(purge=True)
+        r = _start(start_sh)
     if r.returncode:
-        stop()
+        if not was_up:
+            _stop(purge=True)
         missing(f"start-cluster.sh failed (rc {r.returncode}): {r.stdout[-1500:]}")
     env = {}
     root = os.environ.get("RLPBS_ROOT", "/var/spool/rlpbs")
@@ -120,6 +130,7 @@ def start(missing):
     workdir = tempfile.mkdtemp(prefix="rl-pbs-", dir="/tmp")
     os.chmod(workdir, 0o755)
     c = Cluster(os.path.abspath(RECIPE), bindir, workdir, user, env)
+    c.was_up = was_up
     probe = c.as_user([sys.executable, "-c", "import restartlab.cli, mpi4py, torch"])
     if probe.returncode:
         stop(c)
@@ -138,8 +149,35 @@ def start(missing):
     return c
 
 
-def stop(c=None):
-    subprocess.run(["bash", os.path.join(RECIPE, "stop-cluster.sh")], capture_output=True, text=True, timeout=300)
+def _start(start_sh):
+    return subprocess.run(["bash", start_sh], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=600)
+
+
+def _stop(purge):
+    subprocess.run(["bash", os.path.join(RECIPE, "stop-cluster.sh"), *(["--purge"] if purge else [])],
+                   capture_output=True, text=True, timeout=300)
+
+
+def _pbs(tool, *args):
+    exe = os.path.join(RECIPE, "bin", "rlpbs-exec")
+    return subprocess.run([exe, "/opt/pbs/bin/" + tool, *args], capture_output=True, text=True, timeout=60)
+
+
+def purge_jobs():
+    """Every job the server still has, deleted (forced): none outlives the session, and none of
+    a crashed session's is rerun into this one."""
+    ids = _pbs("qselect").stdout.split()
+    if ids:
+        _pbs("qdel", "-W", "force", *ids)
+
+
+def stop(c):
+    """The session's end: its jobs deleted, and the cluster stopped with its state (the server's
+    datastore) removed, unless the cluster was up before the session."""
+    purge_jobs()
+    if not c.was_up:
+        _stop(purge=True)
     if c:
         shutil.rmtree(c.bindir, ignore_errors=True)
         shutil.rmtree(c.workdir, ignore_errors=True)

@@ -120,3 +120,61 @@ def test_pbs_experiment_three_hosts_kills_through_pbsdsh(pbs):
     st = status(pbs, jid)[jid]
     assert st["state"] == "finished" and st["exit_status"] == 0, st
     assert left_running(expt) == []
+
+
+def counting(pbs, tool):
+    """A PATH whose `tool` logs each call, then runs PBS's: (env, log path)."""
+    d = pbs.user_dir("count")
+    log = os.path.join(d, f"{tool}.calls")
+    pbs.write(os.path.join(d, tool), f'#!/bin/sh\necho "$*" >> {log}\nexec {pbs.bindir}/{tool} "$@"\n', 0o755)
+    return pbs.env(PATH=os.pathsep.join([d, pbs.bindir, os.environ["PATH"]])), log
+
+
+def test_pbs_status_and_cancel_real_states(pbs):
+    """`restartlab status` of a finished, a running, a held (qsub -h) and an unknown job in one
+    `qstat -f -F json -x` call; `restartlab cancel` of the running one (its script traps SIGTERM and
+    goes on: PBS sends SIGKILL kill_delay later, Exit_status 271 = 256 + SIGTERM) and of the held
+    one; a job depending on the cancelled one with afterany then runs."""
+    d = pbs.user_dir("states")
+    done = pbs.write(os.path.join(d, "done.sh"), "#!/bin/bash\n#PBS -l walltime=60\ntrue\n")
+    stubborn = pbs.write(os.path.join(d, "stubborn.sh"), "#!/bin/bash\n#PBS -l walltime=300\n"
+                         f"trap 'echo got TERM >> {d}/stubborn.log' TERM\n"
+                         f"for i in $(seq 600); do sleep 0.5; done\n")
+    after = pbs.write(os.path.join(d, "after.sh"), f"#!/bin/bash\n#PBS -l walltime=60\ndate +%s.%N > {d}/after.ran\n")
+
+    def qsub(*args):
+        r = pbs.as_user(["qsub", *args], cwd=d)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+    j_done = qsub(done)
+    j_run = qsub(stubborn)
+    j_held = qsub("-h", done)
+    j_after = qsub("-W", f"depend=afterany:{j_run}", after)
+    pbs.wait_job(j_done, {"F"}, 60)
+    pbs.wait_job(j_run, {"R"}, 60)
+    env, log = counting(pbs, "qstat")
+    unknown = "999999.rlpbs-head"
+    r = pbs.run([sys.executable, "-m", "restartlab.cli", "status", "--scheduler", "pbs", "--json",
+                 j_done, j_run, j_held, unknown], env=env)
+    assert r.returncode == 0, r.stderr
+    st = {x["jobid"]: x for x in map(json.loads, r.stdout.splitlines())}
+    assert [st[j]["state"] for j in (j_done, j_run, j_held, unknown)] == \
+        ["finished", "running", "pending", "unknown"], st
+    assert st[j_done]["exit_status"] == 0
+    assert len(open(log).read().splitlines()) == 1  # one qstat for the four
+    assert status(pbs, j_after)[j_after]["state"] == "pending"  # held by its dependency
+    t0 = os.path.getmtime(log)
+    for j in (j_run, j_held):
+        r = pbs.run([sys.executable, "-m", "restartlab.cli", "cancel", "--scheduler", "pbs", j])
+        assert r.returncode == 0 and f"cancelled {j}" in r.stdout, r.stdout + r.stderr
+    rec = pbs.wait_job(j_run, {"F"}, 60)
+    assert rec["Exit_status"] == 271, rec
+    st = status(pbs, j_run, j_held)
+    assert st[j_run]["state"] == "failed" and "signal 15" in st[j_run]["detail"], st
+    assert st[j_held]["state"] in ("failed", "finished"), st
+    assert "got TERM" in open(os.path.join(d, "stubborn.log")).read()
+    pbs.wait_job(j_after, {"F"}, 60)
+    ran = float(open(os.path.join(d, "after.ran")).read())
+    assert ran >= t0, (ran, t0)  # the dependent ran only once its predecessor had ended
+    r = pbs.run([sys.executable, "-m", "restartlab.cli", "cancel", "--scheduler", "pbs", unknown])
+    assert r.returncode == 1 and unknown in r.stderr, r.stdout + r.stderr

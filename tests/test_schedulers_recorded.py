@@ -1,6 +1,6 @@
-"""PBS Pro cannot be installed here: these tests parse output *recorded from* the PBS Pro
-Reference Guide's formats (qsub's `seq.server` line, `qstat -f -F json -x`, Exit_status codes).
-They are recorded-output tests (a mock of PBS), not runs of the real thing."""
+"""The schedulers' parsers on output recorded from the real thing: PBS from OpenPBS 23.06 (the test
+cluster of tests/pbs_cluster.py; tests/data/pbs/record.sh re-records it), Slurm from 22.05.
+tests/test_pbs.py and tests/test_slurm.py run the same paths against the live servers."""
 import os
 
 import pytest
@@ -12,7 +12,7 @@ from restartlab.schedulers.base import FAILED, FINISHED, PENDING, RUNNING, UNKNO
 pbs, slurm = schedulers.get("pbs"), schedulers.get("slurm")
 
 pytestmark = pytest.mark.recorded
-DATA = os.path.join(os.path.dirname(__file__), "data", "pbs_qstat_f_F_json.json")
+DATA = os.path.join(os.path.dirname(__file__), "data", "pbs", "qstat-f-x.txt")
 
 
 def test_qsub_output():
@@ -21,23 +21,27 @@ def test_qsub_output():
         pbs.parse_submit("qsub: Unknown queue\n")
 
 
-def test_qstat_json_many_ids_in_one_query():
-    ids = ["1234567.polaris-pbs-01", "1234568", "1234569.polaris-pbs-01", "1234570.polaris-pbs-01",
-           "1234571.polaris-pbs-01", "999.polaris-pbs-01"]
-    assert pbs.status_cmd(ids) == ["qstat", "-f", "-F", "json", "-x", *ids]
+def test_qstat_f_many_ids_in_one_query():
+    # record.sh: running 17, held 18, finished 16, qdel while running 19, walltime 20, unknown 999999
+    ids = ["17.rlpbs-head", "18", "16.rlpbs-head", "19.rlpbs-head", "20.rlpbs-head", "999999.rlpbs-head"]
+    assert pbs.status_cmd(ids) == ["qstat", "-f", "-x", *ids]
     with open(DATA) as f:
-        st = pbs.parse_status(f.read(), ids, returncode=153)
+        text = f.read()
+    st = pbs.parse_status(text, ids, returncode=153)
     assert st[ids[0]].state == RUNNING
     assert st[ids[1]].state == PENDING          # short id matches seq.server
-    assert st[ids[2]].state == FINISHED
-    assert st[ids[3]].state == FAILED and st[ids[3]].detail == "killed by signal 9"
-    assert st[ids[4]].state == FAILED and "walltime" in st[ids[4]].detail
+    assert st[ids[2]].state == FINISHED and st[ids[2]].exit_status == 0
+    assert st[ids[3]].state == FAILED and st[ids[3]].detail == "killed by signal 15"
+    assert st[ids[4]].state == FAILED and st[ids[4]].exit_status == -29 and "walltime" in st[ids[4]].detail
     assert st[ids[5]].state == UNKNOWN
+    # a long value goes on in tab-indented lines: joined whole
+    env = pbs_module.parse_qstat_f(text)["17.rlpbs-head"]["Variable_List"]
+    assert "PBS_O_WORKDIR=" in env and "\t" not in env and env.split(",")[0] == "PBS_O_HOME=/home/pbsuser"
 
 
 def test_pbs_exit_codes_documented():
-    # qstat exits 153 for an unknown id and 35 for a finished job queried without -x (PBS Pro
-    # Reference Guide): neither is a failed query; 1 is
+    # qstat exits 153 for an unknown id and 35 for a finished job queried without -x (both seen on
+    # OpenPBS 23.06): neither is a failed query; 1 is
     assert pbs.parse_status("", ["7.srv"], 153, "qstat: Unknown Job Id 7.srv\n")["7.srv"].state == UNKNOWN
     assert pbs.parse_status("", ["7.srv"], 35, "qstat: 7.srv Job has finished, use -x\n")["7.srv"].state == UNKNOWN
     with pytest.raises(SchedulerError):

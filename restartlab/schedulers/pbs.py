@@ -1,6 +1,5 @@
-"""PBS Pro (ALCF Aurora / Sunspot / Polaris): #PBS header, qsub / qstat -f -F json -x / qdel,
-pbsdsh -n fan-out."""
-import json
+"""PBS Pro (ALCF Aurora / Sunspot / Polaris): #PBS header, qsub / qstat -f -x / qdel, pbsdsh -n
+fan-out. What each relies on, as measured on OpenPBS 23.06: docs/pbs.md."""
 import os
 import shutil
 
@@ -41,6 +40,21 @@ def tool(name, env=os.environ):
             home = None
     path = os.path.join(home or "/opt/pbs", "bin", name)
     return path if os.access(path, os.X_OK) else name
+
+
+def parse_qstat_f(text):
+    """`qstat -f` text -> {job id: {attribute: value}}: a job starts at `Job Id: ID`, each attribute
+    is `    name = value`, and a long value goes on in lines that start with a tab."""
+    jobs, cur, last = {}, None, None
+    for line in text.splitlines():
+        if line.startswith("Job Id:"):
+            cur, last = jobs.setdefault(line.split(":", 1)[1].strip(), {}), None
+        elif cur is not None and line.startswith("\t") and last:
+            cur[last] += line[1:]
+        elif cur is not None and " = " in line:
+            last, _, value = line.strip().partition(" = ")
+            cur[last] = value
+    return jobs
 
 
 @register
@@ -89,18 +103,17 @@ class PBS(Scheduler):
                 script]
 
     def status_cmd(self, ids):
-        return ["qstat", "-f", "-F", "json", "-x", *ids]
+        # the text form, not -F json: OpenPBS 23.06's `qstat -f -F json` given several ids prints
+        # the first job only (measured, docs/pbs.md); -x: finished jobs too (job_history_enable)
+        return ["qstat", "-f", "-x", *ids]
 
     def parse_status(self, stdout, ids, returncode=0, stderr=""):
-        """`qstat -f -F json -x` output -> {id: JobStatus}. Ids qstat does not know (it prints
-        'Unknown Job Id' and exits 153) are UNKNOWN."""
+        """`qstat -f -x` output -> {id: JobStatus}. Ids qstat does not know (it prints
+        'Unknown Job Id' and exits 153, after the jobs it knows) are UNKNOWN."""
         if returncode not in (0, EXIT_UNKNOWN_JOB, EXIT_JOB_FINISHED):
             # e.g. the server cannot be reached: never report every job as "unknown"
             raise SchedulerError(f"qstat failed (rc {returncode}): {stderr.strip() or stdout.strip()}")
-        try:
-            jobs = json.loads(stdout).get("Jobs", {}) if stdout.strip() else {}
-        except ValueError as e:
-            raise SchedulerError(f"qstat -F json: unparsable output ({e})")
+        jobs = parse_qstat_f(stdout)
         out = {}
         for jid in ids:
             rec = jobs.get(jid) or next((v for k, v in jobs.items() if k.split(".")[0] == jid.split(".")[0]), None)
@@ -108,7 +121,10 @@ class PBS(Scheduler):
                 out[jid] = JobStatus(jid, UNKNOWN, detail="unknown job id")
                 continue
             st = _STATE.get(rec.get("job_state"), UNKNOWN)
-            code = rec.get("Exit_status")
+            try:
+                code = int(rec["Exit_status"]) if "Exit_status" in rec else None
+            except ValueError:
+                raise SchedulerError(f"qstat: job {jid}: Exit_status {rec['Exit_status']!r} is not a number")
             if st == FINISHED and code not in (None, 0):
                 st = FAILED
             out[jid] = JobStatus(jid, st, code, exit_detail(code))
