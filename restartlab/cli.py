@@ -79,15 +79,28 @@ def cmd_submit(a):
               f"Use --dry-run to see the script, or `restartlab run` to run on this machine.", file=sys.stderr)
         return 3
     script, ctx = experiment.create(sc, name)
-    r = subprocess.run(sched.submit_cmd(script, sorted(secrets)), capture_output=True, text=True,
-                       cwd=ctx["expt_dir"], timeout=120, env=dict(os.environ, **secrets))
-    if r.returncode:
-        print(f"restartlab submit: {tool} failed (rc={r.returncode}): {r.stderr.strip()}\n"
-              f"  the experiment directory stays for inspection: {ctx['expt_dir']}", file=sys.stderr)
-        return 1
-    jid = sched.parse_submit(r.stdout)
     from . import layout
-    with open(layout.Expt(ctx["expt_dir"]).jobid, "w") as f:
+    expt = layout.Expt(ctx["expt_dir"])
+    try:
+        r = subprocess.run(sched.submit_cmd(script, sorted(secrets)), capture_output=True, text=True,
+                           cwd=ctx["expt_dir"], timeout=120, env=dict(os.environ, **secrets))
+        why = None if r.returncode else ""
+        if r.returncode:
+            why = " ".join((r.stderr.strip() or r.stdout.strip() or "no message").split())
+            why = f"{tool} refused the job (exit {r.returncode}): {why}"
+        else:
+            jid = sched.parse_submit(r.stdout)
+    except subprocess.TimeoutExpired:
+        why = f"{tool} did not answer in 120 s (is the server reachable?)"
+    except SchedulerError as e:
+        why = str(e)
+    if why:
+        # the directory stays for inspection, marked: nothing in it ever ran
+        with open(expt.not_submitted, "w") as f:
+            f.write(why + "\n")
+        print(f"restartlab submit: {why} (never submitted: {expt.not_submitted})", file=sys.stderr)
+        return 1
+    with open(expt.jobid, "w") as f:
         f.write(jid + "\n")
     print(f"job {jid}\nexperiment {ctx['expt_dir']}")
     return 0
@@ -109,13 +122,23 @@ def _chain_jobs(ids):
     from . import layout
     out = []
     for x in ids:
-        path = layout.Expt(x).jobs
+        expt = layout.Expt(x)
+        path = expt.jobs
         if not os.path.isdir(x):
             out.append(x)
             continue
+        if os.path.exists(expt.not_submitted):
+            with open(expt.not_submitted) as f:
+                print(f"restartlab status: {x}: never submitted: {f.read().strip()}", file=sys.stderr)
+            raise SystemExit(1)
+        if not os.path.exists(path) and os.path.exists(expt.jobid):
+            path = expt.jobid  # submitted, not started yet: its jobs log is written by the job
         try:
             with open(path) as f:
-                recs = [json.loads(line) for line in f if line.strip()]
+                if path == expt.jobid:
+                    recs = [{"job": line.strip()} for line in f if line.strip()]
+                else:
+                    recs = [json.loads(line) for line in f if line.strip()]
         except (OSError, ValueError) as e:
             print(f"restartlab status: {path}: cannot read the experiment's jobs ({e})", file=sys.stderr)
             raise SystemExit(2)

@@ -105,6 +105,7 @@ class Expt:
     scenario = property(lambda self: self._f("scenario.yaml"))  # the resolved scenario
     job_script = property(lambda self: self._f("job.sh"))
     jobid = property(lambda self: self._f("jobid"))             # written by `restartlab submit`
+    not_submitted = property(lambda self: self._f("NOT-SUBMITTED"))  # the scheduler refused it: why
     jobs = property(lambda self: self._f("jobs.jsonl"))         # every job that worked on it (chains)
     job_out = property(lambda self: self._f("job.out"))         # `restartlab run`: the script's output
     nodefile = property(lambda self: self._f("nodefile"))       # the local scheduler's node file

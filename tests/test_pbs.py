@@ -178,3 +178,74 @@ def test_pbs_status_and_cancel_real_states(pbs):
     assert ran >= t0, (ran, t0)  # the dependent ran only once its predecessor had ended
     r = pbs.run([sys.executable, "-m", "restartlab.cli", "cancel", "--scheduler", "pbs", unknown])
     assert r.returncode == 1 and unknown in r.stderr, r.stdout + r.stderr
+
+
+PBS_PROFILES = ("pbs", "sunspot", "aurora", "polaris")
+
+
+def shipped_pbs_scenarios():
+    """(label, scenario, overrides): every shipped scenario whose profile is a PBS one, and the
+    default scenario on each PBS profile (with an account, as `make sunspot-expt` submits it, and a
+    chain, which adds nothing to the header but is rendered for PBS)."""
+    from restartlab import scenario as scen
+    out = []
+    for path in sorted(glob.glob(os.path.join(REPO, "scenarios", "*.yaml")) +
+                       glob.glob(os.path.join(REPO, "scenarios", "examples", "*.yaml"))):
+        if scen.load(path, [])["scheduler"] == "pbs":
+            out.append((os.path.relpath(path, REPO), path, ["job.account=datascience"]))
+    for prof in PBS_PROFILES:
+        out.append((f"local.yaml on systems/{prof}.yaml", os.path.join(REPO, "scenarios", "local.yaml"),
+                    [f"extends=systems/{prof}.yaml", "job.account=datascience", "relaunch.chain=2"]))
+    return out
+
+
+def test_every_pbs_directive_is_accepted_by_qsub(pbs):
+    """Every #PBS line `restartlab render` writes for a PBS profile, submitted to the real qsub
+    (held with -h, so nothing runs, then deleted): a directive qsub refuses fails with its message.
+    The server knows what ALCF's define (the `filesystems` resource, a `prod` queue: see
+    tests/pbs_cluster.py)."""
+    d = pbs.user_dir("directives")
+    cases = shipped_pbs_scenarios()
+    assert len([c for c in cases if not c[0].startswith("local.yaml on")]) >= 3, cases
+    refused = []
+    for i, (label, path, sets) in enumerate(cases):
+        script = os.path.join(d, f"case{i}.pbs.sh")
+        r = pbs.run([sys.executable, "-m", "restartlab.cli", "render", path, "-o", script,
+                     *[a for s in sets for a in ("--set", s)]])
+        assert r.returncode == 0, (label, r.stderr)
+        assert sum(line.startswith("#PBS ") for line in open(script)) >= 5, open(script).read()[:800]
+        os.chmod(script, 0o755)
+        r = pbs.as_user(["qsub", "-h", script], cwd=d)
+        if r.returncode:
+            refused.append(f"{label}: {r.stderr.strip()}")
+            continue
+        jid = r.stdout.strip()
+        rec = pbs.job(jid)
+        assert rec["job_state"] == "H", rec
+        if "-l filesystems" in open(script).read():
+            assert rec["Resource_List"]["filesystems"], rec
+        pbs.run(["qdel", jid])
+    assert not refused, "\n".join(refused)
+
+
+def test_bad_submission_one_line_and_marked(pbs):
+    """A queue the server does not have, a directive PBS refuses, no server reachable: `restartlab
+    submit` says so in one line with PBS's own message, exits 1, and leaves the experiment
+    directory marked as never submitted (`restartlab status` of it says so)."""
+    d = pbs.user_dir("bad")
+    base = scenario(pbs, d, "bad", [("sync", "sync")])
+    cases = {"queue": (["--set", "job.queue=nosuchq"], "Unknown queue"),
+             "directive": (["--set", "job.directives=[-l nosuchres=1]"], "Unknown resource"),
+             # a destination on a server that does not exist: qsub cannot reach it
+             "server": (["--set", "job.queue=workq@nosuchhost.invalid"], "cannot connect to server")}
+    for what, (sets, msg) in cases.items():
+        r = pbs.as_user([sys.executable, "-m", "restartlab.cli", "submit", base, *sets])
+        assert r.returncode == 1 and r.stdout == "", (what, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "qsub refused the job" in lines[0], (what, r.stderr)
+        assert msg in lines[0], (what, lines)
+        marker = re.search(r"never submitted: (\S+)\)$", lines[0]).group(1)
+        expt = os.path.dirname(marker)
+        assert os.path.exists(layout.Expt(expt).job_script) and not os.path.exists(layout.Expt(expt).jobid)
+        s = pbs.run([sys.executable, "-m", "restartlab.cli", "status", "--scheduler", "pbs", expt])
+        assert s.returncode == 1 and "never submitted" in s.stderr, (what, s.stderr)
