@@ -3,6 +3,8 @@ the one definition of "completed" (reached the last step, not merely rc 0) and "
 injection record with a kill inside the attempt's window)."""
 import json
 import os
+import signal
+import time
 from typing import Iterable
 
 from . import launchers, layout, live
@@ -68,3 +70,41 @@ def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, e
 def is_over(att: layout.Attempt) -> bool:
     """The supervisor has recorded the attempt's end (its record is written after the launcher exited)."""
     return os.path.exists(att.record)
+
+
+# how a phase's supervisor ended (the `how` of its end record; "died": it left none)
+_ENDED = {"completed": "finished in attempt {k}",
+          "walltime": "stopped by the walltime margin in attempt {k} (its newest checkpoint is the emergency one)",
+          "budget": "relaunch budget used up after attempt {k}",
+          "failed": "failed in attempt {k} (relaunching could not help)",
+          "interrupted": "interrupted by {signal} in attempt {k}: the job was stopped (the scheduler's qdel, "
+                         "walltime or preemption, or by hand)"}
+
+
+def write_end(phase: layout.Phase, how: str, k: int, job=None, sig=None) -> None:
+    """The supervisor's last word on the phase in this job (appended: a chain's jobs each add one)."""
+    rec = {"time": time.time(), "how": how, "attempt": k, "job": job,
+           "signal": signal.Signals(sig).name if sig else None}
+    with open(phase.ended, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def phase_end(phase: layout.Phase) -> dict:
+    """How the phase's latest supervisor ended: {how, attempt, job, signal, text}, `how` one of
+    completed, walltime, budget, failed, interrupted, died (it left no end record after its last
+    attempt: SIGKILLed, or its node was lost) or not started."""
+    atts = phase.attempts()
+    k = int(os.path.basename(atts[-1].path)) if atts else 0
+    recs = live.read_records(phase.ended)
+    last = recs[-1] if recs else None
+    if last is not None and isinstance(last.get("attempt"), int) and last["attempt"] >= k and last.get("how") in _ENDED:
+        out = {key: last.get(key) for key in ("how", "attempt", "job", "signal")}
+        out["text"] = _ENDED[last["how"]].format(k=last["attempt"], signal=last.get("signal") or "a signal")
+        return out
+    if not k:
+        return {"how": "not started", "attempt": 0, "job": None, "signal": None, "text": "not started"}
+    rec = atts[-1].record
+    return {"how": "died", "attempt": k, "job": None, "signal": None,
+            "text": f"its supervisor ended without a word during attempt {k}"
+                    + ("" if os.path.exists(rec) else " (which has no record of its end)")
+                    + ": killed (SIGKILL), or its node was lost"}

@@ -448,6 +448,8 @@ def overhead(phase: dict, baseline: dict) -> Optional[dict]:
     here), so the residual is only what nothing explains."""
     if not baseline or phase["wall_s"] is None or baseline["wall_s"] is None:
         return None
+    if not (phase.get("completed") and baseline.get("completed")):
+        return None  # a phase that did not reach its last step has no wall time to compare
     first, base_first = phase.get("first_start_s") or 0.0, baseline.get("first_start_s") or 0.0
     diff = (phase["wall_s"] - first) - (baseline["wall_s"] - base_first)
     drift = None

@@ -74,6 +74,7 @@ class Phase:
     warm_dir = property(lambda self: self._f("warm"))
     done = property(lambda self: self._f("done"))            # marker: this job's supervisor is finished
     completed = property(lambda self: self._f("completed"))  # marker: the phase reached its last step
+    ended = property(lambda self: self._f("ended.jsonl"))    # a line each time a supervisor of it ended: how
 
     def attempt(self, k: int) -> Attempt:
         return Attempt(os.path.join(self.attempts_dir, str(k)))

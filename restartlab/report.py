@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from . import collect, layout, survival
+from . import attempt, collect, layout, survival
 from .live import Malformed
 from .scenario import parse_duration
 
@@ -122,7 +122,42 @@ def build(a):
             d = expt.phase(s["phase"]).path
             s["survival"] = survival.phase_verdict(d, base_dir if s is not base else None,
                                                    _tolerance(data)).as_dict()
+            s["ended"] = attempt.phase_end(expt.phase(s["phase"]))
     return phases, summaries, missing, problems, data
+
+
+def job_states(expt_dir, data):
+    """[{jobid, state, exit_status, detail}] of the experiment's jobs, as its scheduler reports them
+    now (one query), or [] where that cannot be asked (no queue, its tool not on PATH, an error:
+    then one entry saying why)."""
+    from . import schedulers
+    expt = layout.Expt(expt_dir)
+    recs = []
+    for path in (expt.jobs, expt.jobid):
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    line = line.strip()
+                    try:
+                        jid = json.loads(line).get("job") if line.startswith("{") else line
+                    except (ValueError, AttributeError):
+                        jid = None
+                    if jid and jid not in recs:
+                        recs.append(str(jid))
+            break
+    name = (data or {}).get("scheduler") if isinstance(data, dict) else None
+    if not recs or name not in schedulers.names(queued_only=True):
+        return []
+    sched = schedulers.get(name)
+    import shutil
+    if not shutil.which(sched.status_cmd(recs)[0]):
+        return []  # not where the scheduler can be asked (inside a job whose PATH lacks it, say)
+    from .cli import _run
+    try:
+        st = sched.status(recs, _run)
+    except (schedulers.SchedulerError, OSError) as e:
+        return [{"jobid": ",".join(recs), "state": "unknown", "exit_status": None, "detail": f"not asked: {e}"}]
+    return [st[j].as_dict() for j in recs]
 
 
 def _tolerance(data) -> float:
@@ -160,6 +195,9 @@ def markdown(summaries, missing, src, problems=()):
     if policies and policies != ["same"]:
         L += [f"Recovery from node loss (relaunch.on_node_loss): {', '.join(policies)}.", ""]
     for s in summaries:
+        e = s.get("ended")
+        if e and e["how"] not in ("completed", "walltime"):
+            L.append(f"- **{s['phase']} did not finish**: {e['text']}; no overhead is computed for it.")
         w = s.get("walltime_stop")
         if w:
             ck = w["emergency_checkpoint"]
@@ -171,7 +209,8 @@ def markdown(summaries, missing, src, problems=()):
             L.append(f"- **{s['phase']}: job {h['from_job']} -> job {h['to_job']}** (chained after attempt "
                      f"{h['attempt']}): {_fmt(h['queue_wait_s'])} s waiting in the queue (not in the wall "
                      f"time above), {h['lost_steps']} step(s) lost at the hand-over.")
-    if any(s.get("walltime_stop") or s.get("handovers") for s in summaries):
+    if any(s.get("walltime_stop") or s.get("handovers") or (s.get("ended") or {}).get("how") not in
+           (None, "completed", "walltime") for s in summaries):
         L.append("")
     L += ["## Failures", "", "| phase | attempt | kind | bad nodes | recovery | ranks | step at kill | resumed from | "
           "lost steps | downtime s | restart s (launch->first step) | start | import s | dist init s | build s | "
@@ -230,6 +269,16 @@ def _log_wandb(a, scenario, summaries, out) -> bool:
         return False
 
 
+def jobs_markdown(jobs) -> str:
+    if not jobs:
+        return ""
+    L = ["", "## The jobs", "", "As the scheduler reports them when this report was written:", ""]
+    for j in jobs:
+        code = "" if j["exit_status"] is None else f", exit status {j['exit_status']}"
+        L.append(f"- job {j['jobid']}: {j['state']}{code}" + (f" ({j['detail']})" if j.get("detail") else ""))
+    return "\n".join(L) + "\n"
+
+
 def main(a) -> int:
     """Exit 0; 2 when the input is not an experiment, or when some of it was malformed (then the
     report is still written from the rest, and each problem is named with its file and line)."""
@@ -250,11 +299,12 @@ def main(a) -> int:
     if missing:
         print(f"restartlab report: missing phases: {', '.join(missing)}", file=sys.stderr)
     files = layout.Expt(out)
+    jobs = job_states(a.expt_dir, scenario) if a.expt_dir else []
     with open(files.summary, "w") as f:
-        json.dump({"source": src, "missing": missing, "problems": problems, "phases": summaries}, f,
+        json.dump({"source": src, "missing": missing, "problems": problems, "jobs": jobs, "phases": summaries}, f,
                   indent=1, default=str)
     with open(files.report, "w") as f:
-        f.write(markdown(summaries, missing, src, problems))
+        f.write(markdown(summaries, missing, src, problems) + jobs_markdown(jobs))
     if not a.no_plots:
         from . import plot
         plot.all_plots(phases, summaries, out)

@@ -400,6 +400,7 @@ class Supervisor:
             _touch(phase.done)
             self.procs.stop_injector()
             self.procs.stop_pool()
+        attempt_record.write_end(phase, verdict, k, cfg.job or None)
         if verdict == "completed":
             _touch(phase.completed)
             self.say(f"finished after {k} attempt(s) {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
@@ -499,4 +500,6 @@ def main(a: argparse.Namespace) -> int:
         if sup.procs.injector is not None:
             sup.procs.injector.terminate()
             sup.procs.stop_injector()
+        if sup.phase.started():
+            attempt_record.write_end(sup.phase, "interrupted", len(sup.phase.attempts()), cfg.job or None, e.signum)
         return EXIT_INTERRUPTED

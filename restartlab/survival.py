@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from . import layout, live
-from .attempt import completed_row, injections_into
+from .attempt import completed_row, injections_into, phase_end
 from .collect import iter_rows
 
 CRASH_LOOP = 3
@@ -209,7 +209,8 @@ def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: flo
         if r.finding:
             v.findings.append(f"attempt {att.index}: {r.text}")
     if not v.finished:
-        v.findings.append("did not finish (no attempt reached the last step and exited 0)")
+        v.findings.append("did not finish (no attempt reached the last step and exited 0): "
+                          + phase_end(ph)["text"])
     if base_dir:
         finding, v.baseline = compare(phase_dir, base_dir, tolerance)
         if finding:

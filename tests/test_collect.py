@@ -75,12 +75,15 @@ def test_accounting_known_answers(tmp_path):
 
 
 def test_overhead_adds_up_with_residual():
-    base = {"wall_s": 20.0}
-    ph = {"wall_s": 50.0, "downtime_s": 14.0, "recompute_s": 3.0, "save_stall_s": 2.0}
+    base = {"wall_s": 20.0, "completed": True}
+    ph = {"wall_s": 50.0, "downtime_s": 14.0, "recompute_s": 3.0, "save_stall_s": 2.0, "completed": True}
     o = collect.overhead(ph, base)
     assert o["measured_s"] == 30.0 and o["residual_s"] == pytest.approx(11.0)
+    # a phase (or baseline) that did not reach its last step: its wall time compares with nothing
+    assert collect.overhead(dict(ph, completed=False), base) is None
+    assert collect.overhead(ph, dict(base, completed=False)) is None
     # background interference is a named part; each phase is taken net of its first start-up
-    base = {"wall_s": 20.0, "first_start_s": 4.0}  # a cold first launch
+    base = {"wall_s": 20.0, "first_start_s": 4.0, "completed": True}  # a cold first launch
     ph = dict(ph, interference_s=1.5, first_start_s=1.0)
     o = collect.overhead(ph, base)
     assert o["measured_s"] == pytest.approx((50.0 - 1.0) - (20.0 - 4.0))
@@ -91,9 +94,9 @@ def test_overhead_adds_up_with_residual():
 def test_step_time_drift_is_named_and_leaves_the_residual_alone():
     """A phase whose every step ran 10% slower (a noisy neighbour) than the baseline's: that
     time is the drift column, not the residual."""
-    base = {"wall_s": 100.0, "step_dt_s": 1.0, "steps": 100}
+    base = {"wall_s": 100.0, "step_dt_s": 1.0, "steps": 100, "completed": True}
     ph = {"wall_s": 125.0, "downtime_s": 10.0, "recompute_s": 3.0, "save_stall_s": 2.0, "interference_s": 0.0,
-          "step_dt_s": 1.1, "steps": 100}
+          "step_dt_s": 1.1, "steps": 100, "completed": True}
     o = collect.overhead(ph, base)
     assert o["drift_s"] == pytest.approx(10.0) and o["residual_s"] == pytest.approx(0.0)
 

@@ -249,3 +249,52 @@ def test_bad_submission_one_line_and_marked(pbs):
         assert os.path.exists(layout.Expt(expt).job_script) and not os.path.exists(layout.Expt(expt).jobid)
         s = pbs.run([sys.executable, "-m", "restartlab.cli", "status", "--scheduler", "pbs", expt])
         assert s.returncode == 1 and "never submitted" in s.stderr, (what, s.stderr)
+
+
+def report_of(pbs, expt):
+    """`restartlab report` afterwards, where the scheduler can be asked (qstat on PATH)."""
+    r = pbs.run([sys.executable, "-m", "restartlab.cli", "report", expt, "--no-plots"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    with open(layout.Expt(expt).summary) as f:
+        return json.load(f), open(layout.Expt(expt).report).read()
+
+
+def test_pbs_walltime_margin_and_walltime_kill(pbs):
+    """Two one-host jobs side by side. One has relaunch.walltime_margin 30s of a 60 s walltime:
+    restartlab stops it first (the ranks write an emergency checkpoint of their last step, exit 5,
+    nothing relaunched), so the job ends before PBS's limit with Exit_status 5. The other has no
+    margin: PBS kills it at its walltime (SIGTERM to every process of the job, SIGKILL kill_delay
+    later; Exit_status -29, `=>> PBS: job killed: walltime` in its output); the report names the
+    phase and attempt it ended in, how (interrupted by SIGTERM), and what PBS says of the job."""
+    d = pbs.user_dir("walltime")
+    one = dict(nodes=1, iters=1000000, phases=[("p", "async")], extra="")
+    margin = scenario(pbs, d, "margin", walltime="00:01:00", **one).replace(".yaml", "")
+    killed = scenario(pbs, d, "killed", walltime="00:00:30", **one).replace(".yaml", "")
+    for path, m in ((margin, "30s"), (killed, "0s")):
+        text = open(path + ".yaml").read().replace("hang_timeout: 120s}", f"hang_timeout: 120s, walltime_margin: {m}}}")
+        text = text.replace("phases:\n  - {name: p, checkpoint: async}", "phases:\n  - {name: p, checkpoint: async, failures: false}")
+        pbs.write(path + ".yaml", text)
+    jm, em = submit(pbs, margin + ".yaml")
+    jk, ek = submit(pbs, killed + ".yaml")
+    rm = pbs.wait_job(jm, {"F"}, 180)
+    rk = pbs.wait_job(jk, {"F"}, 180)
+    out_m, out_k = job_output(em, jm), job_output(ek, jk)
+    # restartlab's own stop, before PBS's
+    assert rm["Exit_status"] == 5, (rm, out_m[-3000:])
+    assert "walltime warning (30s left)" in out_m and "PBS: job killed" not in out_m, out_m[-3000:]
+    s, _ = report_of(pbs, em)
+    p = s["phases"][0]
+    w = p["walltime_stop"]
+    assert w and w["lost_steps"] == 0 and w["emergency_checkpoint"] == w["last_step"] > 5, p
+    assert p["ended"]["how"] == "walltime" and p["attempts"] == 1, p["ended"]
+    assert s["jobs"] == [{"jobid": jm, "state": "failed", "exit_status": 5, "detail": "exit code 5"}], s["jobs"]
+    # PBS's kill at walltime
+    assert rk["Exit_status"] == -29, (rk, out_k[-3000:])
+    assert re.search(r"=>> PBS: job killed: walltime \d+ exceeded limit 30", out_k), out_k[-3000:]
+    s, md = report_of(pbs, ek)
+    p = s["phases"][0]
+    assert not p["completed"] and p["overhead"] is None, p
+    assert p["ended"]["how"] == "interrupted" and p["ended"]["signal"] == "SIGTERM" and p["ended"]["attempt"] == 1, p["ended"]
+    assert s["jobs"][0]["exit_status"] == -29 and "walltime exceeded" in s["jobs"][0]["detail"], s["jobs"]
+    assert "interrupted by SIGTERM in attempt 1" in md and f"job {jk}: failed, exit status -29" in md, md
+    assert left_running(em) == [] and left_running(ek) == []
