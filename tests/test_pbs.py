@@ -298,3 +298,116 @@ def test_pbs_walltime_margin_and_walltime_kill(pbs):
     assert s["jobs"][0]["exit_status"] == -29 and "walltime exceeded" in s["jobs"][0]["detail"], s["jobs"]
     assert "interrupted by SIGTERM in attempt 1" in md and f"job {jk}: failed, exit status -29" in md, md
     assert left_running(em) == [] and left_running(ek) == []
+
+
+def test_pbs_supervisor_killed_is_named(pbs):
+    """The phase's supervisor SIGKILLed in the middle of a PBS job (found by the experiment in its
+    environment, killed by PID): it leaves no word on how the phase ended. The job script goes on
+    to its report and exits 1; when the job ends PBS ends what the supervisor left running (the
+    launcher and its ranks). The report says the phase did not finish, in which attempt its
+    supervisor died, computes no overhead for it, and gives PBS's exit status of the job."""
+    import psutil
+    from tests.helpers import rows, wait_for
+    d = pbs.user_dir("supkill")
+    path = scenario(pbs, d, "supkill", [("baseline", "none"), ("sync", "sync")], nodes=1, iters=400)
+    jid, expt = submit(pbs, path)
+    first = layout.Expt(expt).phase("sync").attempt(1).path
+    wait_for(lambda: any(m.get("train/iter", 0) >= 8 for m in rows(layout.Attempt(first).metrics(0))), 240,
+             "the sync phase's step 8")
+
+    def supervisors():
+        out = []
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if "supervise" in (p.info["cmdline"] or []) and p.environ().get("RL_EXPT_DIR") == expt:
+                    out.append(p)
+            except psutil.Error:
+                pass
+        return out
+    sup = supervisors()
+    assert len(sup) == 1, sup
+    sup[0].kill()
+    rec = pbs.wait_job(jid, {"F"}, 240)
+    out = job_output(expt, jid)
+    assert rec["Exit_status"] == 1, (rec, out[-3000:])
+    s, md = report_of(pbs, expt)
+    ph = {p["phase"]: p for p in s["phases"]}
+    assert ph["baseline"]["completed"] and ph["baseline"]["ended"]["how"] == "completed"
+    sync = ph["sync"]
+    assert not sync["completed"] and sync["overhead"] is None, sync
+    assert sync["ended"]["how"] == "died" and sync["ended"]["attempt"] == 1, sync["ended"]
+    assert "supervisor ended without a word during attempt 1" in md, md
+    assert s["jobs"] == [{"jobid": jid, "state": "failed", "exit_status": 1, "detail": "exit code 1"}], s["jobs"]
+    wait_for(lambda: left_running(expt) == [], 30, "PBS to end what the dead supervisor left")
+
+
+PLAIN = """import os, subprocess, sys, time
+d = sys.argv[1]
+rank = os.environ["PMI_RANK"]
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+with open(os.path.join(d, f"rank-{rank}.pid"), "w") as f:
+    f.write(f"{os.getpid()} {child.pid} {os.uname().nodename}")
+time.sleep(120)  # only the injector ends it early
+"""
+
+
+def test_inject_without_flags_in_a_pbs_job(pbs):
+    """`restartlab inject --every 10s`, no other flag, in a user's own PBS job beside a plain
+    program of 4 ranks on 2 hosts (2 per host: PBS_NODEFILE lists each host twice, and `pbsdsh -n`
+    must name each host's first line, or the second host's killer never runs). A strike reaches
+    both hosts, each host's killer takes only that program's ranks (and their children) on its own
+    host; the job script, a job process without a rank variable and the launcher survive."""
+    import signal as _signal
+    d = pbs.user_dir("plain")
+    pbs.write(os.path.join(d, "plain.py"), PLAIN)
+    bindir = os.path.dirname(sys.executable)
+    pbs.write(os.path.join(d, "plain.sh"), f"""#!/bin/bash
+#PBS -l select=2:ncpus=2:mpiprocs=2
+#PBS -l place=scatter
+#PBS -l walltime=00:04:00
+#PBS -j oe
+#PBS -o {d}/plain.out
+cd {d}
+export PATH={bindir}:$PATH
+restartlab inject --every 10s > inject.log 2>&1 &
+inj=$!
+sleep 300 &
+innocent=$!
+mpiexec -launcher rsh -launcher-exec {pbs.tmrsh} -n 4 -ppn 2 python plain.py {d}
+echo "mpiexec rc=$?"
+kill $inj; wait $inj
+kill -0 $innocent && echo "innocent alive"
+kill $innocent
+echo "script done"
+""", 0o755)
+    r = pbs.as_user(["qsub", os.path.join(d, "plain.sh")], cwd=d)
+    assert r.returncode == 0, r.stderr
+    jid = r.stdout.strip()
+    rec = pbs.wait_job(jid, {"F"}, 240)
+    out = open(os.path.join(d, "plain.out")).read()
+    assert "innocent alive" in out and "script done" in out and "mpiexec rc=0" not in out, (rec, out[-3000:])
+    ranks = {}
+    for f in glob.glob(os.path.join(d, "rank-*.pid")):
+        pid, child, host = open(f).read().split()
+        ranks[int(pid)] = (os.path.basename(f)[5:-4], int(child), host)
+    assert sorted(v[0] for v in ranks.values()) == ["0", "1", "2", "3"]
+    hosts = sorted({v[2] for v in ranks.values()})
+    assert len(hosts) == 2, ranks
+    log = open(os.path.join(d, "inject.log")).read()
+    recs = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    assert recs, log
+    first = recs[0]
+    assert sorted(first["hosts"]) == hosts and sorted(x.get("host") for x in first["receipts"]) == hosts, first
+    allowed = set(ranks) | {v[1] for v in ranks.values()}
+    struck = set()
+    for x in first["receipts"]:
+        assert x["job"] == f"PBS_JOBID={jid}" and not x["errors"], x
+        assert set(x["pids"]) <= allowed, (x, ranks)   # no launcher, proxy, script or bystander
+        for pid, what in x["ranks"].items():
+            name, _, host = ranks[int(pid)]
+            assert host == x["host"] and what == f"PMI_RANK={name}", (x, ranks)  # its own host's only
+            struck.add(host)
+    # each host's killer ran there (the receipts above); one of them may find nothing left: Hydra
+    # ends the other host's ranks 0.1-0.2 s after the first dies
+    assert struck, first
+    assert first["signal"] == _signal.Signals.SIGKILL.name.removeprefix("SIG"), first
