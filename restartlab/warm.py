@@ -70,6 +70,25 @@ def node_dir(path: str) -> str:
 
 
 # ---------------------------------------------------------------- the wire: length-prefixed JSON
+UNIX_PATH_MAX = 107  # sun_path: 108 bytes on Linux, the last one a NUL
+
+
+@contextlib.contextmanager
+def unix_path(path: str):
+    """`path` as an AF_UNIX address: itself when short enough, else through a descriptor of its
+    directory (/proc/self/fd/N/name: Linux). A batch job's TMPDIR can be long (PBS's is
+    /var/tmp/pbs.<jobid>, with the server's full name in the job id; the OpenPBS test cluster's
+    put the pools' sockets at 112 bytes): bind and connect would fail 'AF_UNIX path too long'."""
+    if len(os.fsencode(path)) <= UNIX_PATH_MAX or not os.path.isdir("/proc/self/fd"):
+        yield path
+        return
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{os.path.basename(path)}"
+    finally:
+        os.close(fd)
+
+
 def send_msg(sock: socket.socket, obj, fds=()) -> None:
     data = json.dumps(obj).encode()
     payload = _HDR.pack(len(data)) + data
@@ -306,7 +325,8 @@ class Pool:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with contextlib.suppress(OSError, KeyError, ValueError):
             os.unlink(self.path + ".new")  # a pool of this node that died before it served
-        listener.bind(self.path + ".new")
+        with unix_path(self.path + ".new") as addr:
+            listener.bind(addr)
         os.chmod(self.path + ".new", 0o600)
         listener.listen(256)
         os.rename(self.path + ".new", self.path)  # the socket appears only when the pool can serve
@@ -556,11 +576,16 @@ class Standby:
             self.dir = private.make_dir(tempfile.gettempdir(), f"restartlab-warm-{tag}-")
             cmds, self.expect, self.remote = [serve + ["--dir", self.dir, "--parent", str(os.getpid())]], 1, False
         else:
+            from . import schedulers
             from .inject import fanout_cmds
             self.dir = os.path.join(tempfile.gettempdir(),
                                     f"restartlab-warm-{tag}-{secrets.token_hex(4)}-{NODE_TOKEN}")
-            cmds = fanout_cmds(fanout, hosts, range(len(hosts)), serve + ["--dir", self.dir, "--make-dir"],
-                               slots, launcher)
+            argv_ = serve + ["--dir", self.dir, "--make-dir"]
+            if fanout in schedulers.names() and not schedulers.get(fanout).fanout_relays_output:
+                # pbsdsh hands no output back (it goes to the job's output file): each pool
+                # appends to the log itself (the phase dir is on the shared file system)
+                argv_ = ["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', os.path.abspath(log_path), *argv_]
+            cmds = fanout_cmds(fanout, hosts, range(len(hosts)), argv_, slots, launcher)
             self.expect, self.remote = len(hosts), True
         self.started, self.ready_after = time.time(), None
         with open(log_path, "ab") as log:
@@ -659,7 +684,8 @@ def stub_main(a) -> int:
         else:
             pending.append(signum)
     try:
-        sock.connect(os.path.join(node_dir(a.dir), SOCKET_NAME))
+        with unix_path(os.path.join(node_dir(a.dir), SOCKET_NAME)) as addr:
+            sock.connect(addr)
         for s in FORWARDED:  # from now on a signal is the rank's
             signal.signal(s, forward)
         send_msg(sock, {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "stub_pid": os.getpid()},

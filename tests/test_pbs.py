@@ -411,3 +411,31 @@ echo "script done"
     # ends the other host's ranks 0.1-0.2 s after the first dies
     assert struck, first
     assert first["signal"] == _signal.Signals.SIGKILL.name.removeprefix("SIG"), first
+
+
+def test_pbs_warm_restart_a_pool_on_each_host(pbs):
+    """relaunch.warm on the three PBS hosts: one standby pool per host, started through pbsdsh;
+    Hydra starts the stubs, each host's pool forks that host's rank; the kills strike stubs and
+    ranks (never a pool); every relaunch is warm and bit-exact; the pools stop at the phase's end
+    and nothing tagged is left."""
+    d = pbs.user_dir("warm")
+    path = scenario(pbs, d, "pbs-warm", [("baseline", "none"), ("sync", "sync")])
+    pbs.write(path, open(path).read().replace("hang_timeout: 120s}", "hang_timeout: 120s, warm: true}"))
+    jid, expt = submit(pbs, path)
+    rec = pbs.wait_job(jid, {"F"}, 600)
+    out = job_output(expt, jid)
+    assert rec["Exit_status"] == 0, (rec, out[-3000:])
+    assert "warm restart: the standby pool serves" in out and "cold launches" not in out, out[-3000:]
+    phases = summary(expt)
+    sync = phases["sync"]
+    assert sync["completed"] and sync["kills"] == 2 and sync["attempts"] == 3, sync
+    crc = {ph: final_crc(layout.Expt(expt).phase(ph).attempt(phases[ph]["attempts"]).metrics(0))
+           for ph in ("baseline", "sync")}
+    assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
+    recs = [json.load(open(layout.Expt(expt).phase("sync").attempt(k).record)) for k in (1, 2, 3)]
+    log = open(layout.Expt(expt).phase("sync").warm_log).read()
+    assert [r["warm_ranks"] for r in recs] == [0, 3, 3], (recs, log[-5000:])  # the first attempt starts cold
+    state = layout.Expt(expt).phase("sync").warm_dir
+    assert sorted(f for f in os.listdir(state) if f.endswith(".ready")) == sorted(f"{n}.ready" for n in pbs.nodes)
+    assert sum(1 for line in log.splitlines() if line.endswith(": stopped")) == 3, log[-3000:]
+    assert killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}") == []

@@ -4,9 +4,7 @@
   -> injector fan-out with `srun --overlap` to each node -> SIGKILLs -> relaunch -> report;
   `restartlab status` / `cancel` against the real scheduler for pending, running, finished and
   unknown jobs.
-- PBS tier: the rendered PBS Pro script runs, unmodified, under sbatch (which reads #PBS). The
-  TEST-ONLY PBS layer in tests/pbs_shim (a MOCK of qsub/qstat/qdel/pbsdsh over Slurm) fills
-  what Slurm lacks; restartlab's PBS backend and the whole script body run for real.
+(PBS meets a real OpenPBS server in tests/test_pbs.py.)
 
 What one machine cannot show: both "nodes" are the same host (each node's killer takes only the
 ranks whose SLURMD_NODENAME is its own, so a node's ranks can be struck alone), the ranks talk
@@ -24,7 +22,6 @@ from tests.helpers import final_crc, job_tag, losses, rows, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multirank, pytest.mark.timeout(900)]
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHIM = os.path.join(HERE, "pbs_shim")
 
 
 def rl(*args, env=None, timeout=120):
@@ -220,42 +217,6 @@ def test_slurm_status_and_cancel_real_states(slurm, tmp_path):
     assert all(s["state"] == "failed" and "CANCELLED" in s["detail"] for s in st.values()), st
     r = rl("cancel", "--scheduler", "slurm", "999999")
     assert r.returncode == 1 and "999999" in r.stderr
-
-
-def test_pbs_script_runs_under_slurm_with_mock_pbs_layer(slurm, tmp_path):
-    """The PBS Pro script, unmodified, under sbatch; qsub/qstat/qdel/pbsdsh are the TEST-ONLY
-    MOCK in tests/pbs_shim. pbsdsh -n must name each node's first slot in PBS_NODEFILE (2 lines
-    per node here), or the second node's killer would never run."""
-    env = dict(os.environ, PATH=SHIM + os.pathsep + os.environ["PATH"])
-    jid, expt = submit(scenario(tmp_path, "pbs", "pbs-tier"), env=env)
-    assert re.fullmatch(r"\d+\.rl-shim-pbs", jid), jid
-    seen = wait_state("pbs", jid, {"finished", "failed"}, 420, env=env)
-    outs = [f for f in os.listdir(expt) if f.startswith("slurm-")]
-    out = open(os.path.join(expt, outs[0])).read() if outs else ""
-    assert seen[-1] == "finished", out[-3000:]
-    assert f"job {jid} on 2 node(s)" in out, out[-2000:]
-    with open(layout.Expt(expt).phase("sync").injections) as f:
-        hosts = json.loads(f.readline())["hosts"]  # the unique hosts of the job's PBS_NODEFILE
-    assert len(hosts) == 2
-    check_experiment(expt, sorted(hosts))
-    assert leftover_ranks(expt) == []
-    # status through qstat -f -F json -x: finished, and an unknown id (qstat exits 153)
-    st = status("pbs", jid, "424242.rl-shim-pbs", env=env)
-    assert st[jid]["state"] == "finished" and st[jid]["exit_status"] == 0
-    assert st["424242.rl-shim-pbs"]["state"] == "unknown"
-    # cancel through qdel: PBS reports a job killed by SIGTERM as Exit_status 256+15
-    long = tmp_path / "long.sh"
-    long.write_text("#!/bin/bash\n#PBS -l select=1:mpiprocs=1\n#PBS -l walltime=00:05:00\nsleep 300\n")
-    r = subprocess.run(["qsub", str(long)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
-    lj = r.stdout.strip()
-    wait_state("pbs", lj, {"running"}, 60, env=env)
-    r = rl("cancel", "--scheduler", "pbs", lj, env=env)
-    assert r.returncode == 0, r.stderr
-    wait_state("pbs", lj, {"failed"}, 60, env=env)
-    assert status("pbs", lj, env=env)[lj]["exit_status"] == 271
-    # qstat without -x on a finished job: PBS Pro's exit code 35
-    r = subprocess.run(["qstat", "-f", "-F", "json", jid], capture_output=True, text=True, env=env)
-    assert r.returncode == 35 and "Job has finished" in r.stderr
 
 
 PLAIN = """import os, subprocess, sys, time
