@@ -696,8 +696,8 @@ def stub_main(a) -> int:
     except (OSError, PoolError) as e:
         for s in FORWARDED:
             signal.signal(s, signal.SIG_DFL)
-        print(f"restartlab warm stub: standby pool not usable ({e}): starting the program cold", file=sys.stderr,
-              flush=True)
+        print(f"restartlab warm stub: standby pool not usable ({e}; {os.path.join(node_dir(a.dir), SOCKET_NAME)} "
+              f"on {node_name()}): starting the program cold", file=sys.stderr, flush=True)
         sock.close()
         try:
             os.execvp(argv[0], argv)
