@@ -442,3 +442,53 @@ def test_pbs_warm_restart_a_pool_on_each_host(pbs):
     assert sorted(f for f in os.listdir(state) if f.endswith(".ready")) == sorted(f"{n}.ready" for n in pbs.nodes)
     assert sum(1 for line in log.splitlines() if line.endswith(": stopped")) == 3, log[-3000:]
     assert killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}") == []
+
+
+def test_pbs_chain_over_the_walltime_with_a_secret(pbs):
+    """relaunch.chain on PBS: a job whose walltime (60 s, margin 25 s) ends before the last step
+    stops with an emergency checkpoint and submits its continuation from inside the job (qsub -W
+    depend=afterany, found under PBS_EXEC: the job's PATH has no /opt/pbs/bin); the next job
+    resumes the same experiment and finishes; every step is trained once. A secret in launch.env
+    reaches both jobs by name through `qsub -v` (the job script stops at once without it) and is
+    written in no file. The trainer is slowed to 1 s a step (a test-only delay point)."""
+    from tests.helpers import losses, wait_for
+    d = pbs.user_dir("chain")
+    text = f"""extends: {REPO}/scenarios/systems/pbs.yaml
+name: pbs-chain
+expt_root: {d}/expt
+job: {{nodes: 1, walltime: "00:01:00"}}
+launch:
+  ranks_per_node: 1
+  env: {{RESTARTLAB_DELAY: "step:*:*:1.0", RL_TEST_TOKEN: "${{RL_TEST_TOKEN}}"}}
+{pbs.hydra_launch()}trainer: {{model: tiny, train_iters: 40, save_interval: 5, device: cpu}}
+relaunch: {{max_attempts: 3, backoff: 0s, hang_timeout: 120s, walltime_margin: 25s, chain: 2}}
+phases:
+  - {{name: sync, checkpoint: sync, failures: false}}
+"""
+    path = pbs.write(os.path.join(d, "chain.yaml"), text)
+    secret = "s3cr3t-value-for-the-pbs-chain"
+    r = pbs.as_user([sys.executable, "-m", "restartlab.cli", "submit", path], env={"RL_TEST_TOKEN": secret})
+    assert r.returncode == 0, r.stdout + r.stderr
+    jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
+    expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
+    wait_for(lambda: os.path.exists(layout.Expt(expt).phase("sync").completed), 400, "the chain to finish the phase")
+    with open(layout.Expt(expt).jobs) as f:
+        ids = list(dict.fromkeys(json.loads(x)["job"] for x in f))
+    assert ids[0] == jid and len(ids) >= 2, ids
+    recs = [pbs.wait_job(j, {"F"}, 120) for j in ids]
+    assert recs[0]["Exit_status"] == 5 and recs[-1]["Exit_status"] == 0, [(r["Exit_status"], r.get("depend")) for r in recs]
+    # (a finished job keeps no depend attribute: its submission says it)
+    assert f"-W depend=afterany:{ids[0]}" in recs[1]["Submit_arguments"], recs[1]["Submit_arguments"]
+    assert "RL_TEST_TOKEN" in recs[1]["Variable_List"]  # passed on by name to the continuation
+    st = status(pbs, *ids)
+    assert st[ids[-1]]["state"] == "finished", st
+    s, md = report_of(pbs, expt)
+    p = s["phases"][0]
+    assert p["completed"] and p["failures"] == [] and p["jobs"] == sorted(ids), p
+    assert len(p["handovers"]) == len(ids) - 1 and all(h["walltime_stop"] and h["lost_steps"] == 0 for h in p["handovers"])
+    seen = sorted(it for a in os.listdir(layout.Expt(expt).phase("sync").attempts_dir)
+                  for it, _ in losses(layout.Expt(expt).phase("sync").attempt(int(a)).metrics(0)))
+    assert seen == list(range(1, 41))  # every step trained, none twice across the jobs
+    for f in glob.glob(os.path.join(expt, "*")):
+        if os.path.isfile(f):
+            assert secret not in open(f, errors="replace").read(), f

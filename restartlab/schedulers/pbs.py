@@ -99,7 +99,8 @@ class PBS(Scheduler):
         return jid
 
     def chain_cmd(self, after_job, script, pass_env=()):
-        return ["qsub", "-W", f"depend=afterany:{after_job}", *(["-v", ",".join(pass_env)] if pass_env else []),
+        # run inside the job, whose login shell may not have /opt/pbs/bin on PATH
+        return [tool("qsub"), "-W", f"depend=afterany:{after_job}", *(["-v", ",".join(pass_env)] if pass_env else []),
                 script]
 
     def status_cmd(self, ids):
