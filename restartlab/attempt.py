@@ -59,12 +59,22 @@ def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, e
             "preempted": rc == EXIT_PREEMPTED,
             "walltime": os.path.exists(att.walltime),
             "injected": bool(injections_into(live.read_records(phase.injections), launch_ts, end_ts, k)),
-            "hosts": hosts, "ranks": ranks or None, "job": job, "warm_ranks": warm_ranks}
+            "hosts": hosts, "ranks": ranks or None, "job": job, "warm_ranks": warm_ranks,
+            "job_start": _job_start()}
     with open(att.record, "w") as f:
         json.dump(info, f)
     print(f"restartlab: {phase.name} attempt {k}: rc={rc} completed={completed} injected={info['injected']} "
           f"({end_ts - launch_ts:.1f}s)", file=out, flush=True)
     return completed
+
+
+def _job_start():
+    """When this run of the batch job started (the job script's RL_JOB_START): a job that PBS
+    requeues runs again under the same id, and its attempts are told apart by it."""
+    try:
+        return float(os.environ["RL_JOB_START"])
+    except (KeyError, ValueError):
+        return None
 
 
 def is_over(att: layout.Attempt) -> bool:

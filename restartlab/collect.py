@@ -44,6 +44,7 @@ class Attempt:
     ranks: Optional[int] = None
     warm_ranks: Optional[int] = None      # ranks forked by the warm standby pools (None: cold phase)
     job: Optional[str] = None             # the batch job it ran in (a chain has several)
+    job_start: Optional[float] = None     # when that run of the job began (a requeued job runs again)
     emergency_step: Optional[int] = None  # the step of its emergency checkpoint (train/preempted)
     resumed_from: int = 0
     first_ts: Optional[float] = None      # first step completed in this attempt
@@ -148,6 +149,7 @@ def _attempt_from_dir(a: Attempt, att: layout.Attempt, warnings) -> None:
         a.hosts = [str(h) for h in info["hosts"]]
     if isinstance(info.get("job"), str):
         a.job = info["job"]
+    a.job_start = _num(info.get("job_start"))
     for key in ("ranks", "warm_ranks"):
         if isinstance(info.get(key), int) and not isinstance(info.get(key), bool):
             setattr(a, key, info[key])
@@ -260,8 +262,10 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
 
 
 def _queue_wait(a: Attempt, b: Attempt) -> Optional[float]:
-    """Attempt a's end -> b's launch when they ran in different jobs of a chain (None: same job)."""
-    if not (a.job and b.job and a.job != b.job):
+    """Attempt a's end -> b's launch when they ran in different jobs of a chain, or in two runs of
+    one job (PBS requeued it: same id, another start) (None: the same run of the same job)."""
+    other_run = a.job_start is not None and b.job_start is not None and a.job_start != b.job_start
+    if not (a.job and b.job and (a.job != b.job or other_run)):
         return None
     return (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else 0.0
 
@@ -269,9 +273,18 @@ def _queue_wait(a: Attempt, b: Attempt) -> Optional[float]:
 def handovers(ph: Phase) -> List[dict]:
     """Where one job of a chain ended and the next took over (not failures): the queue wait
     between them and the steps the hand-over lost (0 after a walltime stop)."""
+    ran = _ran(ph)
     return [{"attempt": a.index, "from_job": a.job, "to_job": b.job, "queue_wait_s": _queue_wait(a, b),
-             "walltime_stop": a.walltime, "lost_steps": a.last_iter - b.resumed_from}
-            for a, b in zip(ph.attempts, ph.attempts[1:]) if _queue_wait(a, b) is not None]
+             "walltime_stop": a.walltime, "lost_steps": a.last_iter - b.resumed_from,
+             "rerun": a.job == b.job}
+            for a, b in zip(ran, ran[1:]) if _queue_wait(a, b) is not None]
+
+
+def _ran(ph: Phase) -> List[Attempt]:
+    """The attempts that left a record or a step. One with neither was cut short with its
+    supervisor (its job killed or requeued before it started training): the failure before it is
+    paired with the attempt that carried on (survival names the cut one)."""
+    return [a for a in ph.attempts if a.recorded or a.first_ts is not None]
 
 
 def failures(ph: Phase) -> List[dict]:
@@ -279,8 +292,9 @@ def failures(ph: Phase) -> List[dict]:
     hand-over after a walltime stop is not a failure: see handovers; after a failure that
     used up the relaunch budget it is one, and the queue wait is not in its downtime)."""
     out = []
-    for k in range(len(ph.attempts) - 1):
-        a, b = ph.attempts[k], ph.attempts[k + 1]
+    ran = _ran(ph)
+    for k in range(len(ran) - 1):
+        a, b = ran[k], ran[k + 1]
         queued = _queue_wait(a, b)
         if queued is not None and a.walltime:
             continue
@@ -304,9 +318,10 @@ def failures(ph: Phase) -> List[dict]:
 
 
 def node_recovery(a: Attempt, b: Attempt, checks: List[dict]) -> dict:
-    """Which nodes the health check before attempt b found bad, and how the relaunch recovered:
+    """Which nodes the health checks after attempt a, up to b's, found bad, and how the relaunch recovered:
     the same nodes, a spare in a bad node's place, or fewer nodes (ranks before -> after)."""
-    bad = [c.get("node") for c in checks if c.get("attempt") == b.index and c.get("ok") is False]
+    bad = [c.get("node") for c in checks if isinstance(c.get("attempt"), int)
+           and a.index < c["attempt"] <= b.index and c.get("ok") is False]  # (an attempt cut short between)
     ev = {"bad_nodes": bad, "ranks_before": a.ranks, "ranks_after": b.ranks,
           "hosts_before": a.hosts, "hosts_after": b.hosts, "recovery": "same nodes"}
     if a.hosts and b.hosts and a.hosts != b.hosts:

@@ -192,6 +192,11 @@ def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: flo
         if first is not None:
             r = _resume(att.index, first, snap)
             dead = 0
+        elif not rec and att.path != ph.attempts()[-1].path:
+            # no record and another attempt after it: its supervisor died with the job (killed,
+            # requeued by the scheduler, its node lost) and a later job carried on
+            r = Restart(att.index, "cut_short", "cut short before its first step with its job (no record of its "
+                        "end: the job was killed or requeued, or its node lost); a later job carried on")
         else:
             r = _no_step(att.index, rec, snap, struck)
             # a kill in start-up is neither a crash nor a recovery: the count goes on past it

@@ -86,6 +86,26 @@ class Cluster:
         shutil.chown(path, self.user, self.user)
         return path
 
+    def mom_pid(self, host):
+        """The pid of `host`'s pbs_mom (its lock file), or None."""
+        root = os.environ.get("RLPBS_ROOT", "/var/spool/rlpbs")
+        try:
+            with open(os.path.join(root, host, "home", "mom_priv", "mom.lock")) as f:
+                pid = int(f.read().split()[0])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return pid if b"pbs_mom" in f.read() else None
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def start_mom(self, host):
+        r = subprocess.run([self.exec, "-n", host, "/opt/pbs/libexec/pbs_init.d", "start"], capture_output=True,
+                           text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    def node_state(self, host):
+        r = self.run(["pbsnodes", "-v", host])
+        return next((ln.split("=", 1)[1].strip() for ln in r.stdout.splitlines() if ln.strip().startswith("state =")), None)
+
     def hydra_launch(self):
         """Scenario lines: MPICH's Hydra by its path (a PBS job's login shell resets PATH), reaching
         the other hosts through PBS's TM interface (the recipe's rsh-like wrapper of pbs_tmrsh:

@@ -492,3 +492,74 @@ phases:
     for f in glob.glob(os.path.join(expt, "*")):
         if os.path.isfile(f):
             assert secret not in open(f, errors="replace").read(), f
+
+
+def test_pbs_node_lost_mid_phase(pbs):
+    """A host lost in the middle of a phase, for real as far as one machine allows: the second
+    host's MoM and the job's processes there SIGKILLed (a crash; its kernel is this machine's).
+    Within the job, restartlab's node check finds that host bad (pbsdsh reaches no one there) and
+    relaunches on the spare; the server marks the node down at once, and once the MoM has been
+    unreachable for $max_poll_downtime it requeues the job (Exit_status -14, rerunnable by
+    default). When the MoM is back the job runs again and carries on the same experiment from its
+    newest checkpoint, to the baseline's parameters."""
+    import psutil
+    from tests.helpers import rows, wait_for
+    d = pbs.user_dir("nodeloss")
+    path = scenario(pbs, d, "nodeloss", [("baseline", "none"), ("sync", "sync")], nodes=2, iters=80)
+    text = open(path).read().replace("job: {nodes: 2,", "job: {nodes: 2, spare_nodes: 1,").replace(
+        "hang_timeout: 120s}", "hang_timeout: 120s, on_node_loss: spares, node_check_timeout: 20s}").replace(
+        "phases:\n  - {name: baseline, checkpoint: none}\n  - {name: sync, checkpoint: sync}",
+        "phases:\n  - {name: baseline, checkpoint: none}\n  - {name: sync, checkpoint: sync, failures: false}")
+    pbs.write(path, text)
+    jid, expt = submit(pbs, path)
+    first = layout.Expt(expt).phase("sync").attempt(1).path
+    wait_for(lambda: any(m.get("train/iter", 0) >= 12 for m in rows(layout.Attempt(first).metrics(0))), 300,
+             "the sync phase's step 12")
+    lost = pbs.nodes[1]
+    mom = pbs.mom_pid(lost)
+    assert mom, lost
+    tag = job_tag(expt)
+    host_ns = os.stat(f"/proc/{mom}/ns/uts").st_ino
+    os.kill(mom, 9)
+    for p in psutil.process_iter():  # the job's processes on that host die with it
+        try:
+            if os.stat(f"/proc/{p.pid}/ns/uts").st_ino == host_ns and p.environ().get(killer.TAG_VAR) == tag:
+                p.kill()
+        except (OSError, psutil.Error):
+            pass
+    try:
+        wait_for(lambda: pbs.node_state(lost) and "down" in pbs.node_state(lost), 30, f"{lost} down")
+        rec = pbs.wait_job(jid, {"Q", "F"}, 120)
+        history = [rec.get("job_state"), rec.get("Exit_status"), rec.get("comment")]
+    finally:
+        pbs.start_mom(lost)
+    rec = pbs.wait_job(jid, {"F"}, 400)
+    out = job_output(expt, jid)
+    assert rec["Exit_status"] == 0, (history, rec, out[-3000:])
+    phases = summary(expt)
+    sync = phases["sync"]
+    assert sync["completed"], sync
+    crc = {ph: final_crc(layout.Expt(expt).phase(ph).attempt(phases[ph]["attempts"]).metrics(0))
+           for ph in ("baseline", "sync")}
+    assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
+    # what PBS did: the node down at once, the job requeued (-14), then run again under its id
+    assert history[:2] == ["Q", -14], history
+    assert rec["run_count"] == 2, rec.get("run_count")
+    with open(layout.Expt(expt).jobs) as f:
+        assert [json.loads(x)["job"] for x in f] == [jid, jid]
+    # what restartlab did inside the first run: the node check found the host gone, the
+    # relaunch took the spare; the requeue cut that attempt short
+    with open(layout.Expt(expt).phase("sync").node_checks) as f:
+        checks = [json.loads(x) for x in f]
+    gone = [c for c in checks if c["attempt"] == 2 and not c["ok"]]
+    assert [c["node"] for c in gone] == [lost] and "did not run on node" in gone[0]["reason"], checks
+    with open(layout.Attempt(layout.Expt(expt).phase("sync").attempt(2).path).hosts) as f:
+        assert f.read().split() == [pbs.nodes[0], pbs.nodes[2]]
+    ev = sync["failures"]
+    assert len(ev) == 1 and ev[0]["attempt"] == 1 and ev[0]["bad_nodes"] == [lost], ev
+    assert ev[0]["recovery"] == f"spares: {pbs.nodes[2]} for {lost}" and ev[0]["lost_steps"] >= 0, ev
+    hand = sync["handovers"]
+    assert len(hand) == 1 and hand[0]["rerun"] and hand[0]["queue_wait_s"] > 0, hand
+    v = sync["survival"]
+    assert v["survived"] and [r["outcome"] for r in v["restarts"]][1] == "cut_short", v
+    assert left_running(expt) == []

@@ -26,7 +26,10 @@ scontrol show hostnames "${SLURM_JOB_NODELIST:?not running under Slurm}" > "$RL_
 export RL_NODEFILE
 RL_JOBID=${RESTARTLAB_LOCAL_JOBID:-${PBS_JOBID:-${SLURM_JOB_ID:-local}}}
 # every job that works on this experiment (a chain has several): restartlab status EXPT_DIR reads it
-printf '{"job": "%s", "start": %s}\n' "$RL_JOBID" "$(date +%s.%N)" >> /expt/x/jobs.jsonl
+# this run of the job (a requeued job runs again under the same id): its attempts carry it
+RL_JOB_START=$(date +%s.%N)
+export RL_JOB_START
+printf '{"job": "%s", "start": %s}\n' "$RL_JOBID" "$RL_JOB_START" >> /expt/x/jobs.jsonl
 echo "restartlab: job $RL_JOBID on $(sort -u "$RL_NODEFILE" | wc -l) node(s), experiment in $RL_EXPT_DIR"
 
 # ---- site setup (launch.setup: shell lines, verbatim)

@@ -21,7 +21,10 @@ RL_NODEFILE=${RESTARTLAB_LOCAL_NODEFILE:-}
 export RL_NODEFILE
 RL_JOBID=${RESTARTLAB_LOCAL_JOBID:-${PBS_JOBID:-${SLURM_JOB_ID:-local}}}
 # every job that works on this experiment (a chain has several): restartlab status EXPT_DIR reads it
-printf '{"job": "%s", "start": %s}\n' "$RL_JOBID" "$(date +%s.%N)" >> /expt/x/jobs.jsonl
+# this run of the job (a requeued job runs again under the same id): its attempts carry it
+RL_JOB_START=$(date +%s.%N)
+export RL_JOB_START
+printf '{"job": "%s", "start": %s}\n' "$RL_JOBID" "$RL_JOB_START" >> /expt/x/jobs.jsonl
 echo "restartlab: job $RL_JOBID on $(sort -u "$RL_NODEFILE" | wc -l) node(s), experiment in $RL_EXPT_DIR"
 
 # shellcheck disable=SC2317  # (invoked through the trap)
