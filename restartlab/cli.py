@@ -81,10 +81,10 @@ def cmd_submit(a):
     script, ctx = experiment.create(sc, name)
     from . import layout
     expt = layout.Expt(ctx["expt_dir"])
+    why = None
     try:
         r = subprocess.run(sched.submit_cmd(script, sorted(secrets)), capture_output=True, text=True,
                            cwd=ctx["expt_dir"], timeout=120, env=dict(os.environ, **secrets))
-        why = None if r.returncode else ""
         if r.returncode:
             why = " ".join((r.stderr.strip() or r.stdout.strip() or "no message").split())
             why = f"{tool} refused the job (exit {r.returncode}): {why}"
