@@ -120,6 +120,8 @@ def test_pbs_experiment_three_hosts_kills_through_pbsdsh(pbs):
     assert not glob.glob(os.path.join(expt, ".restartlab-fanout-*"))  # the relay files are cleaned up
     st = status(pbs, jid)[jid]
     assert st["state"] == "finished" and st["exit_status"] == 0, st
+    r = pbs.run([sys.executable, "-m", "restartlab.cli", "status", "--scheduler", "pbs", expt])
+    assert r.returncode == 0 and r.stdout.split()[:2] == [jid, "finished"], r.stdout + r.stderr
     assert left_running(expt) == []
 
 
