@@ -46,7 +46,7 @@ $(FRAMEWORKS): $(STAMP) setup.cfg
 	touch $(FRAMEWORKS)
 
 test: $(STAMP) $(FRAMEWORKS)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS) tests
 
 # the edit-test loop: unit, recorded-output and single-process tests (no ranks, no Slurm, no slow
 # job-script runs); make test stays the whole suite and is what CI runs
