@@ -110,7 +110,7 @@ class Expt:
     jobs = property(lambda self: self._f("jobs.jsonl"))         # every job that worked on it (chains)
     job_out = property(lambda self: self._f("job.out"))         # `restartlab run`: the script's output
     nodefile = property(lambda self: self._f("nodefile"))       # the local scheduler's node file
-    bad_nodes = property(lambda self: self._f("nodes.bad"))     # nodes excluded for the rest of the job
+    bad_nodes = property(lambda self: self._f("nodes.bad"))     # nodes excluded for the rest of this run of the job
     hosts_attempt = property(lambda self: self._f("hosts.attempt"))  # the next attempt's hosts
     summary = property(lambda self: self._f("summary.json"))
     report = property(lambda self: self._f("report.md"))

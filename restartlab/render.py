@@ -177,7 +177,7 @@ def context(sc, scheduler=None, expt_dir=None):
         "sc": sc, "scheduler": sched_name, "prefix": sched.prefix, "scheduler_title": sched.title,
         "header_template": sched.header_template, "launcher": ln["launcher"],
         "directives": sched.directives(sc), "nodefile_sh": sched.nodefile_sh.format(nodefile=sh(expt.nodefile)),
-        "jobid_sh": _jobid_sh(schedulers.jobid_vars()), "files": {"jobs": expt.jobs},
+        "jobid_sh": _jobid_sh(schedulers.jobid_vars()), "files": {"jobs": expt.jobs, "bad_nodes": expt.bad_nodes},
         "expt_dir": expt_dir, "python": python, "tag": tag, "phases": phases, "secrets": secrets,
         "train_iters": sc["trainer"]["train_iters"], "setup": ln["setup"],
         "supervise_args": supervise_args(sc, tag, policy, node_check, expt),

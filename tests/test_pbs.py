@@ -562,9 +562,13 @@ def test_pbs_node_lost_mid_phase(pbs):
     assert [c["node"] for c in gone] == [lost] and "did not run on node" in gone[0]["reason"], checks
     with open(layout.Attempt(layout.Expt(expt).phase("sync").attempt(2).path).hosts) as f:
         assert f.read().split() == [pbs.nodes[0], pbs.nodes[2]]
+    # the rerun has its nodes back: it checks all three again (the bad list was the first run's)
+    assert sorted(c["node"] for c in checks if c["attempt"] == 3 and c["ok"]) == sorted(pbs.nodes), checks
     ev = sync["failures"]
     assert len(ev) == 1 and ev[0]["attempt"] == 1 and ev[0]["bad_nodes"] == [lost], ev
-    assert ev[0]["recovery"] == f"spares: {pbs.nodes[2]} for {lost}" and ev[0]["lost_steps"] >= 0, ev
+    # the attempt that carried on (the rerun's) ran on the job's first two hosts again
+    assert ev[0]["hosts_after"] == pbs.nodes[:2] and ev[0]["recovery"] == "same nodes", ev
+    assert ev[0]["lost_steps"] == ev[0]["step_at_kill"] - ev[0]["resumed_from"] >= 0, ev
     hand = sync["handovers"]
     assert len(hand) == 1 and hand[0]["rerun"] and hand[0]["queue_wait_s"] > 0, hand
     v = sync["survival"]

@@ -30,6 +30,8 @@ RL_JOBID=${RESTARTLAB_LOCAL_JOBID:-${PBS_JOBID:-${SLURM_JOB_ID:-local}}}
 RL_JOB_START=$(date +%s.%N)
 export RL_JOB_START
 printf '{"job": "%s", "start": %s}\n' "$RL_JOBID" "$RL_JOB_START" >> /expt/x/jobs.jsonl
+# the nodes found bad belong to one run of one job: a continuation or a rerun has its own nodes
+rm -f /expt/x/nodes.bad
 echo "restartlab: job $RL_JOBID on $(sort -u "$RL_NODEFILE" | wc -l) node(s), experiment in $RL_EXPT_DIR"
 
 # ---- site setup (launch.setup: shell lines, verbatim)
