@@ -186,5 +186,8 @@ def test_scheduler_missing_or_failing(tmp_path, monkeypatch):
     # a scheduler that answers with an error: its message, exit 1, the experiment dir kept
     _stub(bindir, "qsub", "echo 'qsub: Unauthorized Request' >&2\nexit 159\n")
     rc, _, err = _run_cli(["submit", scen, "--set", f"expt_root={tmp_path / 'expt'}"])
-    assert rc == 1 and "qsub failed (rc=159): qsub: Unauthorized Request" in err, err
+    assert rc == 1 and "qsub refused the job (exit 159): qsub: Unauthorized Request" in err, err
+    assert len(err.strip().splitlines()) == 1, err  # one line, with qsub's own message
     assert len(os.listdir(tmp_path / "expt")) == 1
+    (expt,) = os.listdir(tmp_path / "expt")  # kept, and marked as never submitted
+    assert "Unauthorized Request" in open(tmp_path / "expt" / expt / "NOT-SUBMITTED").read()

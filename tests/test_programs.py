@@ -283,7 +283,7 @@ def test_crash_loop_unfinished_and_hung(tmp_path):
     _attempt(ph, 6, None, rc=9, hang=True, snap=_snap([]))
     v = survival.phase_verdict(ph.path)
     assert any(f.startswith("crash loop") and "attempt 5" in f for f in v.findings)
-    assert "did not finish (no attempt reached the last step and exited 0)" in v.findings
+    assert any(f.startswith("did not finish (no attempt reached the last step and exited 0)") for f in v.findings)
     assert v.restarts[-1].outcome == "hung" and "trainer.program.progress" in v.restarts[-1].text
 
 
