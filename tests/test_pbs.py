@@ -5,7 +5,11 @@ three hosts, each a network namespace of this machine with its own MoM; jobs as 
   three hosts, gated kills fanned out with `pbsdsh` (one killer per host), every restart bit-exact;
 - `status` of held, running, finished and unknown jobs in one qstat call; `cancel`; what qdel does;
 - every directive `restartlab render` writes for a PBS profile, accepted by the real qsub;
-- a bad submission: PBS's own message, a non-zero exit, the experiment marked as never submitted.
+- a bad submission: PBS's own message, a non-zero exit, the experiment marked as never submitted;
+- walltime (restartlab's margin first; PBS's own kill), a SIGKILLed supervisor, a chain over the
+  walltime with a secret through qsub -v, `restartlab inject` in a user's own job, warm pools
+  through pbsdsh, and a host lost in the middle of a phase (PBS requeues the job; its rerun
+  carries the experiment on).
 
 What this cluster cannot be: the hosts share one kernel (their processes are visible to each
 other: each host's killer leaves another host's alone by its UTS namespace), there is no PALS, and
