@@ -119,11 +119,10 @@ def _sched_for(a):
 def _chain_jobs(ids):
     """An experiment directory stands for every job that worked on it (its jobs log: the first
     job and each continuation a chain submitted)."""
-    from . import layout
+    from . import layout, live
     out = []
     for x in ids:
         expt = layout.Expt(x)
-        path = expt.jobs
         if not os.path.isdir(x):
             out.append(x)
             continue
@@ -131,20 +130,11 @@ def _chain_jobs(ids):
             with open(expt.not_submitted) as f:
                 print(f"restartlab status: {x}: never submitted: {f.read().strip()}", file=sys.stderr)
             raise SystemExit(1)
-        if not os.path.exists(path) and os.path.exists(expt.jobid):
-            path = expt.jobid  # submitted, not started yet: its jobs log is written by the job
         try:
-            with open(path) as f:
-                if path == expt.jobid:
-                    recs = [{"job": line.strip()} for line in f if line.strip()]
-                else:
-                    recs = [json.loads(line) for line in f if line.strip()]
+            out += [j for j in live.job_ids(x) if j not in out]
         except (OSError, ValueError) as e:
-            print(f"restartlab status: {path}: cannot read the experiment's jobs ({e})", file=sys.stderr)
+            print(f"restartlab status: {x}: cannot read the experiment's jobs ({e})", file=sys.stderr)
             raise SystemExit(2)
-        for r in recs:
-            if isinstance(r, dict) and r.get("job") and r["job"] not in out:
-                out.append(str(r["job"]))
     return out
 
 

@@ -130,21 +130,11 @@ def job_states(expt_dir, data):
     """[{jobid, state, exit_status, detail}] of the experiment's jobs, as its scheduler reports them
     now (one query), or [] where that cannot be asked (no queue, its tool not on PATH, an error:
     then one entry saying why)."""
-    from . import schedulers
-    expt = layout.Expt(expt_dir)
-    recs = []
-    for path in (expt.jobs, expt.jobid):
-        if os.path.exists(path):
-            with open(path) as f:
-                for line in f:
-                    line = line.strip()
-                    try:
-                        jid = json.loads(line).get("job") if line.startswith("{") else line
-                    except (ValueError, AttributeError):
-                        jid = None
-                    if jid and jid not in recs:
-                        recs.append(str(jid))
-            break
+    from . import live, schedulers
+    try:
+        recs = live.job_ids(expt_dir)
+    except (OSError, ValueError):
+        recs = []  # a local run, or a log we cannot read: nothing to ask about
     name = (data or {}).get("scheduler") if isinstance(data, dict) else None
     if not recs or name not in schedulers.names(queued_only=True):
         return []
