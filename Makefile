@@ -45,7 +45,19 @@ $(FRAMEWORKS): $(STAMP) setup.cfg
 	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[frameworks]'
 	touch $(FRAMEWORKS)
 
-test: $(STAMP) $(FRAMEWORKS)
+# ezpz 0.26.1 (saforem2/ezpz at 1229a17: the seed's own program) from the fixture's source
+# tarball, --no-deps (its own list wants a git URL), then what it needs (setup.cfg [ezpz]); without
+# the fixture this says so and the ezpz tests skip (fail under RESTARTLAB_REQUIRE_ALL=1)
+EZPZ_SRC ?= ../shared/fixtures/ezpz/ezpz-0.26.1-1229a17-src.tgz
+EZPZ     := $(VENV)/.ezpz
+$(EZPZ): $(FRAMEWORKS) setup.cfg
+	@if [ -f '$(EZPZ_SRC)' ]; then \
+	  rm -rf $(VENV)/src/ezpz && mkdir -p $(VENV)/src/ezpz && tar -xzf '$(EZPZ_SRC)' -C $(VENV)/src/ezpz && \
+	  $(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[ezpz]' && \
+	  $(BIN)/pip install -q --no-deps $(VENV)/src/ezpz/ezpz-* && touch $(EZPZ); \
+	else echo "make: no $(EZPZ_SRC): ezpz not installed (its tests skip)"; fi
+
+test: $(STAMP) $(FRAMEWORKS) $(EZPZ)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS) tests
 
 # the edit-test loop: unit, recorded-output and single-process tests (no ranks, no Slurm, no slow

@@ -87,14 +87,17 @@ _ENDED = {"completed": "finished in attempt {k}",
           "walltime": "stopped by the walltime margin in attempt {k} (its newest checkpoint is the emergency one)",
           "budget": "relaunch budget used up after attempt {k}",
           "failed": "failed in attempt {k} (relaunching could not help)",
+          "cannot_run": "not started: {why}",
           "interrupted": "interrupted by {signal} in attempt {k}: the job was stopped (the scheduler's qdel, "
                          "walltime or preemption, or by hand)"}
 
 
-def write_end(phase: layout.Phase, how: str, k: int, job=None, sig=None) -> None:
+def write_end(phase: layout.Phase, how: str, k: int, job=None, sig=None, why=None) -> None:
     """The supervisor's last word on the phase in this job (appended: a chain's jobs each add one)."""
     rec = {"time": time.time(), "how": how, "attempt": k, "job": job,
            "signal": signal.Signals(sig).name if sig else None}
+    if why:
+        rec["why"] = why
     with open(phase.ended, "a") as f:
         f.write(json.dumps(rec) + "\n")
 
@@ -109,7 +112,8 @@ def phase_end(phase: layout.Phase) -> dict:
     last = recs[-1] if recs else None
     if last is not None and isinstance(last.get("attempt"), int) and last["attempt"] >= k and last.get("how") in _ENDED:
         out = {key: last.get(key) for key in ("how", "attempt", "job", "signal")}
-        out["text"] = _ENDED[last["how"]].format(k=last["attempt"], signal=last.get("signal") or "a signal")
+        out["text"] = _ENDED[last["how"]].format(k=last["attempt"], signal=last.get("signal") or "a signal",
+                                                 why=last.get("why") or "the program cannot run here")
         return out
     if not k:
         return {"how": "not started", "attempt": 0, "job": None, "signal": None, "text": "not started"}

@@ -115,12 +115,16 @@ def _first_row(path, warnings):
 
 
 def _finalize_latencies(ckpt_dir, warnings) -> List[float]:
-    """save start -> .complete of every complete checkpoint (from the markers)."""
+    """save start -> .complete of every complete checkpoint (from the bundled trainer's markers;
+    an empty marker is another program's, ezpz's say, with nothing to time)."""
     out = []
     for c in ckptdir.complete_markers(ckpt_dir):
         try:
             with open(c) as f:
-                info = json.load(f)
+                text = f.read()
+            if not text:
+                continue
+            info = json.loads(text)
             out.append(float(info["complete_ts"]) - float(info["save_start"]))
         except OSError:
             warnings.append(f"{c}: unreadable marker")

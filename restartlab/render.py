@@ -76,6 +76,9 @@ def program_json(sc) -> Optional[str]:
     if not prog:
         return None
     spec = {k: prog[k] for k in ("adapter",) + programs.KEYS}
+    env = {k: v for k, v in sc["launch"]["env"].items() if k not in secret_names(sc)}
+    if env:  # what the program's ranks get besides the job's environment (the adapter's preflight reads it)
+        spec["env"] = env
     if spec["progress_file"]:  # the supervisor fills the attempt's, the phase's and the checkpoint dir
         spec["progress_file"] = spec["progress_file"].replace("{scenario_dir}", _scenario_dir(sc))
     return json.dumps(spec, separators=(",", ":"))

@@ -102,6 +102,10 @@ class Procs:
     def which(self, exe: str) -> bool:
         return shutil.which(exe) is not None
 
+    def preflight(self, argv) -> Optional[str]:
+        """Why the program cannot run here (its adapter's check), or None."""
+        return programs.preflight(self.spec, argv)
+
     def free_port(self) -> int:
         return int(os.environ.get("MASTER_PORT") or launchers.free_port())
 
@@ -385,6 +389,11 @@ class Supervisor:
         if not cfg.argv or not self.procs.which(cfg.argv[0]):
             self.say(f"FAILED: launcher '{cfg.argv[0] if cfg.argv else ''}' is not on PATH in the job "
                      f"(PATH={os.environ.get('PATH', '')})", err=True)
+            return EXIT_FAILED
+        problem = self.procs.preflight(cfg.argv)
+        if problem:  # one line, before an attempt is spent on it
+            self.say(f"FAILED: the program cannot run: {problem}", err=True)
+            attempt_record.write_end(phase, "cannot_run", 0, cfg.job or None, why=problem)
             return EXIT_FAILED
         if cfg.warm:
             why = self.procs.start_pool(phase)

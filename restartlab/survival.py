@@ -4,7 +4,9 @@ through, for any training program:
   per restart   resumed from the newest complete checkpoint | from an older one (steps lost beyond
                 necessity) | from one that was not complete | started over from step 0 | crashed
                 while loading (which checkpoint, and whether it was complete) | killed in start-up
-                (a new kill, not a verdict) | hung
+                (a new kill, not a verdict) | hung; and how it ended when nobody killed it: crashed
+                at step N (its exit or signal, the line of its output that names the cause) or
+                hung, with any save it began and left not complete
   per phase     finished | did not finish; a crash loop (CRASH_LOOP attempts in a row that died
                 before a step, none of them struck); against the baseline: the loss at every
                 step both logged identical (or within trainer.program.tolerance), or diverged
@@ -16,15 +18,18 @@ the program's own selection rule: a program whose rule picks something else is r
 excused. Reads only."""
 import json
 import math
+import re
+import signal
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from . import layout, live
 from .attempt import completed_row, injections_into, phase_end
 from .collect import iter_rows
+from .programs.base import clean_line
 
 CRASH_LOOP = 3
-FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung", "crash_loop",
+FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung", "crash", "crash_loop",
             "unfinished", "diverged", "params_differ", "lost")
 
 
@@ -32,7 +37,7 @@ FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung
 class Restart:
     attempt: int
     outcome: str               # newest | older | incomplete | fresh | first | load_crash | startup_crash
-    #                            | startup_kill | hung | lost | unjudged
+    #                            | startup_kill | hung | crash | lost | unjudged
     text: str
     resumed_from: Optional[int] = None
     expected: Optional[int] = None
@@ -65,14 +70,75 @@ def _read_json(path) -> dict:
         return {}
 
 
-def _first_row(att: layout.Attempt) -> Optional[dict]:
+def _steps(att: layout.Attempt) -> tuple:
+    """(the attempt's first row with a step and a loss, the last step it logged), in one pass."""
+    first, last = None, None
     try:
         for _, m, _ in iter_rows(att.metrics(0), []):
             if "train/iter" in m and "train/loss" in m:
-                return m
+                first = first or m
+                last = m["train/iter"]
     except OSError:
         pass
+    return first, last if isinstance(last, int) else None
+
+
+# a line of a crashed program's output that says why: an exception with its message, a C++
+# exception's what(), a fatal signal's line; the first of them is the cause, the rest its echo
+ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception|EnforceNotMet)\b.*?:\s*\S|\bwhat\(\):\s*\S|Segmentation fault|"
+                        r"\bFatal Python error\b")
+TAIL_BYTES = 256 * 1024
+
+
+def error_line(path: str, width: int = 300) -> Optional[str]:
+    """The first line in the tail of a program's output that names its crash, or None."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - TAIL_BYTES))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for raw in text.splitlines():
+        line = clean_line(raw)
+        if ERROR_LINE.search(line):
+            return line if len(line) <= width else line[:width - 3] + "..."
     return None
+
+
+def _how(rec: dict) -> str:
+    sig = rec.get("signal")
+    try:
+        return f"{signal.Signals(sig).name} (signal {sig})" if sig else f"exit {rec.get('exit_code')}"
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _unfinished_saves(resumed: int, last: Optional[int], after: dict) -> List[int]:
+    """The checkpoints this attempt began and left not complete, as the next launch found them:
+    steps above the one it resumed from, up to the last it logged."""
+    if last is None:
+        return []
+    return [int(s) for s, c in after.get("checkpoints") or [] if not c and resumed < int(s) <= last]
+
+
+def _ended_badly(att: layout.Attempt, rec: dict, last: Optional[int], resumed: int, after: dict,
+                 struck: bool) -> Optional[str]:
+    """How an attempt that took steps ended, when that is a finding: it crashed (a non-zero exit
+    nobody caused) or hung, with the save it left unfinished and the line its output names."""
+    if struck or rec.get("completed") is True or not rec or any(rec.get(k) for k in ("preempted", "walltime")):
+        return None
+    if rec.get("hang"):
+        what = "hung (the watchdog stopped it)"
+    elif rec.get("exit_code") not in (0, None):
+        what = f"crashed at step {last} ({_how(rec)}), not killed by restartlab"
+    else:
+        return None
+    saves = _unfinished_saves(resumed, last, after)
+    if saves:
+        what += f", the save of step {', '.join(map(str, saves))} left unfinished (not complete at the next launch)"
+    err = error_line(att.output)
+    return what + (f": {err}" if err and not rec.get("hang") else "")
 
 
 def _resume(k: int, first: dict, snap: dict) -> Restart:
@@ -99,8 +165,8 @@ def _resume(k: int, first: dict, snap: dict) -> Restart:
                    f"{expected - r} step(s) lost beyond necessity{how}", r, expected)
 
 
-def _no_step(k: int, rec: dict, snap: dict, struck: bool) -> Restart:
-    """An attempt that died before its first step."""
+def _no_step(k: int, rec: dict, snap: dict, struck: bool, output: str = "") -> Restart:
+    """An attempt that died before its first step (`output`: its launcher's output file)."""
     if struck:
         return Restart(k, "startup_kill", "killed in start-up (before its first step): a new kill, no verdict")
     if rec.get("hang"):
@@ -109,12 +175,14 @@ def _no_step(k: int, rec: dict, snap: dict, struck: bool) -> Restart:
     if rec.get("exit_code") == 0:
         return Restart(k, "startup_crash", "exited 0 without a progress line seen (check trainer.program.progress)")
     pick = snap.get("will_load")
+    err = error_line(output) if output else None
+    said = f"; its output: {err}" if err else ""
     if pick:
         state = "complete" if pick.get("complete") else "NOT complete: a save that did not finish"
-        return Restart(k, "load_crash", f"crashed before its first step, exit {rec.get('exit_code')}: the program "
-                       f"would load {pick.get('path')} (step {pick.get('step')}, {state})")
-    return Restart(k, "startup_crash", f"crashed before its first step, exit {rec.get('exit_code')} (no progress "
-                   "seen: a crash, or check trainer.program.progress)")
+        return Restart(k, "load_crash", f"crashed before its first step, {_how(rec)}: the program "
+                       f"would load {pick.get('path')} (step {pick.get('step')}, {state}){said}")
+    return Restart(k, "startup_crash", f"crashed before its first step, {_how(rec)} (no progress "
+                   f"seen: a crash, or check trainer.program.progress){said}")
 
 
 def _max(*xs):
@@ -180,32 +248,36 @@ def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: flo
     v = Verdict(ph.name)
     injections = live.read_injections(phase_dir)
     dead, best = 0, None  # best: the newest complete checkpoint known to have existed before
-    for att in ph.attempts():
+    attempts = ph.attempts()
+    for i, att in enumerate(attempts):
         rec, snap = _read_json(att.record), _read_json(att.at_launch)
+        after = _read_json(attempts[i + 1].at_launch) if i + 1 < len(attempts) else {}
         gone = _lost(att.index, snap, best)
         # a loss is told once: from here on, what is there now is what can be lost next
         best = _max(None if gone else best, snap.get("newest_complete"), *(r.get("newest_complete_seen") for r in injections
                                                          if r.get("killed") and r.get("attempt") == att.index))
         v.finished = v.finished or rec.get("completed") is True
-        first = _first_row(att)
+        first, last = _steps(att)
         struck = bool(injections_into(injections, rec.get("launch_ts"), rec.get("end_ts"), att.index))
         if first is not None:
             r = _resume(att.index, first, snap)
             dead = 0
-        elif not rec and att.path != ph.attempts()[-1].path:
+        elif not rec and i + 1 < len(attempts):
             # no record and another attempt after it: its supervisor died with the job (killed,
             # requeued by the scheduler, its node lost) and a later job carried on
             r = Restart(att.index, "cut_short", "cut short before its first step with its job (no record of its "
                         "end: the job was killed or requeued, or its node lost); a later job carried on")
         else:
-            r = _no_step(att.index, rec, snap, struck)
+            r = _no_step(att.index, rec, snap, struck, att.output)
             # a kill in start-up is neither a crash nor a recovery: the count goes on past it
             dead = dead + 1 if r.outcome in ("load_crash", "startup_crash") else dead if r.outcome == "startup_kill" else 0
             if dead == CRASH_LOOP:
                 v.findings.append(f"crash loop: {CRASH_LOOP} attempts in a row died before a step, none "
                                   f"of them killed (the last: attempt {att.index})")
-        if rec.get("hang") and first is not None and not struck:
-            r = Restart(att.index, "hung", r.text + "; then hung (the watchdog stopped it)", r.resumed_from, r.expected)
+        bad = _ended_badly(att, rec, last, r.resumed_from or 0, after, struck) if first is not None else None
+        if bad:
+            r = Restart(att.index, "hung" if rec.get("hang") else "crash", f"{r.text}; then {bad}", r.resumed_from,
+                        r.expected)
         if att.index == 1 and r.outcome == "first":
             r.text = "started from step 0"
         if gone:

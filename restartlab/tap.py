@@ -7,7 +7,7 @@ it as they read the bundled trainer's:
     {"timestamp": <when the line arrived>, "rank": 0, "metrics": {"train/iter": N, "train/loss": x,
      "train/dt": <since the previous progress line, or the program's own dt>, ...}}
 
-A save line (the adapter's `saved`) becomes a row {"train/iter": N, "train/ckpt_save_seconds": s}:
+A save line (the adapter's `saved`) becomes a row {"train/iter": N, "train/ckpt_<kind>_seconds": s}:
 the collector books it as a save stall. The first row of an attempt carries train/resumed_from (the program's resume line when the adapter
 has one, else the highest checkpoint present at launch below the first step logged) and
 train/restart_seconds (launch -> first progress line). When the launcher exits 0 after the last
@@ -60,7 +60,7 @@ class Tap:
                 saved = programs.parse_saved(self.spec, line)
                 if saved is not None and self.out is not None:  # a save before the first step: not booked
                     self._write(ts, {"train/iter": saved.get("step", self.last_step),
-                                     "train/ckpt_save_seconds": saved["seconds"]})
+                                     f"train/ckpt_{saved['kind']}_seconds": saved["seconds"]})
 
     def record(self, rec: dict, ts: float) -> None:
         """One record of the program's progress file (Follow)."""

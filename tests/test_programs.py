@@ -316,7 +316,7 @@ def test_torchtitan_adapter_on_recorded_lines_and_layout(tmp_path):
     assert programs.parse_progress(s, programs.clean_line(line)) == {"step": 7, "loss": 9.8765}
     assert programs.parse_resumed(s, "[titan] ... - root - INFO - Loading the checkpoint at step 20.") == 20
     assert programs.parse_saved(s, "[titan] ... - root - INFO - Finished saving the checkpoint (or staging if async "
-                                   "is enabled)in 1.23 seconds.") == {"seconds": 1.23}
+                                   "is enabled)in 1.23 seconds.") == {"seconds": 1.23, "kind": "save"}
     d = str(tmp_path)
     mk(f"{d}/step-10/.metadata")
     mk(f"{d}/step-10/__0_0.distcp")
@@ -411,9 +411,9 @@ def test_ezpz_adapter_on_recorded_lines_and_layout(tmp_path):
     assert nan["step"] == 7 and nan["loss"] != nan["loss"] and "dt" not in nan
     assert programs.parse_resumed(s, "[I] RESUMED from step=100 (epoch=0, batch_offset=100, tokens_seen=8192)") == 100
     assert programs.parse_saved(s, "[I] train/ckpt_save_seconds=2.5000 (sync save @ step 100)") == \
-        {"seconds": 2.5, "step": 100}
+        {"seconds": 2.5, "kind": "save", "step": 100}
     assert programs.parse_saved(s, "[I] train/ckpt_stage_seconds=0.2500 (async stage @ step 200)") == \
-        {"seconds": 0.25, "step": 200}
+        {"seconds": 0.25, "kind": "stage", "step": 200}
     assert programs.parse_saved(s, "iter=101 loss=6.1 ckpt_save_seconds=2.5") is None  # the metric echoed: not a save
     d = str(tmp_path)
     for n in (100, 200, 300):

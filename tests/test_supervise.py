@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from restartlab import layout, supervise
+from restartlab import attempt, layout, supervise
 from restartlab.supervise import Config, Supervisor
 from restartlab.trainer_options import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
 
@@ -103,6 +103,11 @@ class FakeProcs:
 
     def which(self, exe):
         return self.on_path
+
+    cannot_run = None  # preflight's answer (None: the program can run)
+
+    def preflight(self, argv):
+        return self.cannot_run
 
     pool_why = None      # start_pool's answer (None: the pool serves)
     pool_dies_at = None  # the attempt from which launch_argv finds the pool gone
@@ -314,6 +319,18 @@ def test_a_chained_job_goes_on_numbering(tmp_path):
 def test_launcher_not_on_path(tmp_path):
     sup, procs, clock, phase = make(tmp_path, [FakeAttempt()], on_path=False)
     assert sup.run() == supervise.EXIT_FAILED and procs.launched == []
+
+
+def test_a_program_that_cannot_run_spends_no_attempt_and_says_why_once(tmp_path, capsys):
+    """The adapter's preflight (ezpz's: not installed, a flag it does not take, a scheduler it
+    would mistake) answers before the first launch: no attempt, no injector, one line, and the
+    phase's end record carries the reason for the report."""
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt()], inject="--every 5s")
+    procs.cannot_run = "ezpz is not installed for /usr/bin/python3"
+    assert sup.run() == supervise.EXIT_FAILED and procs.launched == [] and procs.events == []
+    assert capsys.readouterr().err.count("ezpz is not installed") == 1 and phase.attempts() == []
+    end = attempt.phase_end(phase)
+    assert end["how"] == "cannot_run" and end["text"] == "not started: ezpz is not installed for /usr/bin/python3"
 
 
 def test_injector_lives_as_long_as_the_phase(tmp_path):

@@ -19,7 +19,9 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
   resumed      optional: a regex for the program's own resume line, with a `step` group, or a
                `path` group (the checkpoint it names: its step from the listing at the launch)
   saved        optional: a regex for the program's line after a save, with a `seconds` group (the
-               time the training loop was blocked) and optionally `step`: booked as a save stall
+               time the training loop was blocked) and optionally `step` and `kind` (save | stage |
+               drain: a sync save, an async save's staging, its drain; default save): booked as a
+               save stall of that kind
 """
 import math
 import os
@@ -60,6 +62,11 @@ class Adapter:
     # what a warm standby pool imports before it forks this program's ranks (relaunch.warm;
     # relaunch.warm_preload overrides): only imports that start no thread and open no device
     preload = "torch"
+
+    def preflight(self, argv: List[str], env: Dict[str, str]) -> Optional[str]:
+        """Why this program cannot run with this command in this environment (one line), or None:
+        checked in the job before a phase's first attempt, without starting the program."""
+        return None
 
 
 ADAPTERS: Registry[Adapter] = Registry("program adapter")
@@ -125,6 +132,20 @@ def resolve(program: dict) -> dict:
     return out
 
 
+RANKENV = ("-m", "restartlab.rankenv", "--")
+
+
+def preflight(spec: dict, launcher_argv: List[str]) -> Optional[str]:
+    """The adapter's preflight on the program's own argv (what follows restartlab.rankenv in the
+    launcher's line) and its environment (the job's, with the scenario's launch.env over it)."""
+    n = len(RANKENV)
+    at = next((i + n for i in range(len(launcher_argv) - n + 1) if tuple(launcher_argv[i:i + n]) == RANKENV), None)
+    if at is None:
+        return None
+    env = dict(os.environ, **(spec.get("env") or {}))
+    return ADAPTERS.get(spec.get("adapter") or "generic").preflight(list(launcher_argv[at:]), env)
+
+
 def clean_line(text: str) -> str:
     """A line of output as a person reads it: ANSI escapes and a rank prefix removed."""
     return RANK_PREFIX.sub("", ANSI.sub("", text), count=1).strip()
@@ -170,12 +191,16 @@ def parse_record(spec: dict, rec: dict) -> Optional[dict]:
     return out
 
 
+SAVE_KINDS = ("save", "stage", "drain")
+
+
 def parse_saved(spec: dict, line: str) -> Optional[dict]:
-    """{seconds, step?} when `line` is the program's line after a save."""
+    """{seconds, kind, step?} when `line` is the program's line after a save."""
     m = _compiled(spec["saved"]).search(line) if spec.get("saved") else None
     if not m or _num(m.group("seconds")) is None:
         return None
-    out = {"seconds": _num(m.group("seconds"))}
+    kind = m.group("kind") if "kind" in m.re.groupindex else None
+    out = {"seconds": _num(m.group("seconds")), "kind": kind if kind in SAVE_KINDS else "save"}
     if "step" in m.re.groupindex and (m.group("step") or "").isdigit():
         out["step"] = int(m.group("step"))
     return out

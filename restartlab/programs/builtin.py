@@ -2,6 +2,7 @@
 itself; its checkpoints follow ckptdir's contract). `generic`: any program, configured entirely by
 the scenario's `trainer.program` keys."""
 from .. import ckptdir, warm
+from . import ezpz_check
 from .base import ADAPTERS, Adapter
 
 
@@ -107,5 +108,8 @@ class Ezpz(Adapter):
                 "progress": r"\biter=(?P<step>\d+)\s.*?\bloss=(?P<loss>[-+0-9.eE]+|nan|inf)"
                             r"(?:.*?\bdt=(?P<dt>[0-9.eE+-]+))?",
                 "resumed": r"RESUMED from step=(?P<step>\d+)",
-                "saved": r"train/ckpt_(?:save|stage)_seconds=(?P<seconds>[0-9.]+) \((?:sync save|async stage) "
+                "saved": r"train/ckpt_(?P<kind>save|stage)_seconds=(?P<seconds>[0-9.]+) \((?:sync save|async stage) "
                          r"@ step (?P<step>\d+)\)"}
+
+    def preflight(self, argv, env):
+        return ezpz_check.problem(argv, env)
