@@ -5,8 +5,10 @@ import json
 import os
 import sys
 
-from . import attempt, collect, layout, survival
+from typing import Optional
+from . import attempt, collect, layout, own_metrics, programs, survival
 from .live import Malformed
+from .registry import RegistryError
 from .scenario import parse_duration
 
 
@@ -46,6 +48,15 @@ def find_phases(expt_dir, order=None):
     out = [p.name for p in layout.Expt(expt_dir).phases()]
     rank = {n: i for i, n in enumerate(order or [])}
     return sorted(out, key=lambda n: (rank.get(n, len(rank)), n))
+
+
+def _program(data) -> Optional[dict]:
+    """The experiment's trainer.program resolved through its adapter (None: the bundled trainer)."""
+    prog = ((data or {}).get("trainer") or {}).get("program") if isinstance(data, dict) else None
+    try:
+        return programs.resolve(prog) if isinstance(prog, dict) else None
+    except RegistryError:  # an adapter this restartlab does not know
+        return None
 
 
 def _scenario(scen, problems):
@@ -118,11 +129,13 @@ def build(a):
     if a.expt_dir:
         expt = layout.Expt(a.expt_dir)
         base_dir = expt.phase(base["phase"]).path if base else None
+        spec = _program(data)
         for s in summaries:
             d = expt.phase(s["phase"]).path
             s["survival"] = survival.phase_verdict(d, base_dir if s is not base else None,
                                                    _tolerance(data)).as_dict()
             s["ended"] = attempt.phase_end(expt.phase(s["phase"]))
+            s["own_metrics"] = own_metrics.phase(spec, d, s["failures"]) if spec else None
     return phases, summaries, missing, problems, data
 
 
@@ -233,7 +246,9 @@ def markdown(summaries, missing, src, problems=()):
             L.append(f"\n{s['phase']}: a step beside a background save takes {i['busy_dt_s']:.4f} s, "
                      f"without one {i['idle_dt_s']:.4f} s ({100 * i['slowdown']:+.1f}%; means over "
                      f"{i['busy_steps']} and {i['idle_steps']} steps)")
-    L += ["", "## Checkpoint interval (Young-Daly)", ""]
+    L += [""] + own_metrics.markdown(summaries, next((s["own_metrics"]["adapter"] for s in summaries
+                                                     if s.get("own_metrics")), ""))
+    L += ["## Checkpoint interval (Young-Daly)", ""]
     for s in summaries:
         yd = s["young_daly"]
         if yd["young_s"]:

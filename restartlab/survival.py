@@ -10,7 +10,7 @@ through, for any training program:
   per phase     finished | did not finish; a crash loop (CRASH_LOOP attempts in a row that died
                 before a step, none of them struck); against the baseline: the loss at every
                 step both logged identical (or within trainer.program.tolerance), or diverged
-                at step N; the bundled trainer's final parameters' checksum equal or not
+                at step N (or differed before any restart: a program that does not repeat itself); the bundled trainer's final parameters' checksum equal or not
 
 "The newest complete checkpoint" is judged by the adapter's completion rule over what the
 checkpoint dir held at the launch (the supervisor's snapshot, layout.Attempt.at_launch), not by
@@ -30,7 +30,7 @@ from .programs.base import clean_line
 
 CRASH_LOOP = 3
 FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung", "crash", "crash_loop",
-            "unfinished", "diverged", "params_differ", "lost")
+            "unfinished", "diverged", "unrepeatable", "params_differ", "lost")
 
 
 @dataclass
@@ -216,6 +216,20 @@ def trajectory(phase_dir: str) -> Dict[int, float]:
     return out
 
 
+def _first_run(phase_dir: str) -> set:
+    """The steps the phase's first attempt logged from a start at step 0, up to where a later
+    attempt took over (a resume recomputes from there): what ran before any restart."""
+    atts = layout.Phase(phase_dir).attempts()
+    steps, later = set(), []
+    for i, att in enumerate(atts[:2]):
+        try:
+            got = [m["train/iter"] for _, m, _ in iter_rows(att.metrics(0), []) if isinstance(m.get("train/iter"), int)]
+        except OSError:
+            got = []
+        (steps.update if i == 0 else later.extend)(got)
+    return {s for s in steps if not later or s <= min(later) - 1}
+
+
 def final_crc(phase_dir: str):
     atts = layout.Phase(phase_dir).attempts()
     m = live.last_row(atts[-1].metrics(0)) if atts else None
@@ -234,10 +248,15 @@ def compare(phase_dir: str, base_dir: str, tolerance: float = 0.0) -> tuple:
         crc_note = "; final parameters identical (crc)"
     if not both:
         return None, "no step logged in both this phase and the baseline: loss not compared" + crc_note
+    first = _first_run(phase_dir)
     for s in both:
         a, b = mine[s], base[s]
         off = (a != b) if tolerance == 0 else not (math.isclose(a, b, rel_tol=tolerance) or a == b)
         if off or math.isnan(a) != math.isnan(b):
+            if s in first:
+                return "unrepeatable", (f"differs from the baseline at step {s} (loss {a!r} vs {b!r}) before any "
+                                        "restart: the program does not repeat itself run to run (no fixed seed? "
+                                        "nondeterministic kernels?), so the loss cannot judge its restarts")
             return "diverged", f"diverged from the baseline at step {s} (loss {a!r} vs {b!r})"
     what = "identical" if tolerance == 0 else f"within {tolerance:g} (relative)"
     return None, f"loss {what} to the baseline's at all {len(both)} steps both logged" + crc_note

@@ -38,6 +38,8 @@ class Opt:
 
 OPTIONS: List[Opt] = [
     Opt("--model", "str", "tiny", "model preset", choices=MODELS),
+    Opt("--vocab", "int", 0, "vocabulary size (0: the model preset's; what ezpz's fsdp_tp calls --vocab-size)",
+        min=0),
     Opt("--train-iters", "int", 100, "optimizer steps in total", min=1),
     Opt("--save-interval", "int", 0, "save every N steps and at the last step (0: no checkpoints; "
         "phases with checkpoint: none never save)", scenario_default=10, min=0),

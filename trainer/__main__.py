@@ -4,6 +4,7 @@ import time
 _T_IMPORT0 = time.time()
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import gc  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -49,7 +50,7 @@ def check_args(a, world_size):
         from restartlab.trainer.data import DataError, check_file
         from restartlab.trainer.model import PRESETS
         try:
-            check_file(a.data, a.data_dtype, PRESETS[a.model].vocab, a.seq_len)
+            check_file(a.data, a.data_dtype, a.vocab or PRESETS[a.model].vocab, a.seq_len)
         except DataError as e:
             return str(e)
     if a.save_interval:
@@ -136,7 +137,7 @@ class Job:
         self.accum = (a.dp_global // (info.world_size // a.tp)) if a.dp_global else 1
         self.times["dist"] = time.time()
         self.log = (lambda msg: print(f"[rank0] {msg}", flush=True)) if info.rank == 0 else (lambda msg: None)
-        self.cfg = PRESETS[a.model]
+        self.cfg = dataclasses.replace(PRESETS[a.model], vocab=a.vocab) if a.vocab else PRESETS[a.model]
         from restartlab.trainer.data import source
         self.data = source(a.data, a.data_dtype, self.cfg.vocab, a.seq_len)
         self.meta = use_meta_init(a.meta_init, self.cfg)

@@ -62,6 +62,8 @@ class Adapter:
     # what a warm standby pool imports before it forks this program's ranks (relaunch.warm;
     # relaunch.warm_preload overrides): only imports that start no thread and open no device
     preload = "torch"
+    # the metrics file each launch of the program writes about itself, and its keys (own_metrics)
+    own_metrics: Optional[Dict[str, str]] = None
 
     def preflight(self, argv: List[str], env: Dict[str, str]) -> Optional[str]:
         """Why this program cannot run with this command in this environment (one line), or None:

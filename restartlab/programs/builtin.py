@@ -111,5 +111,10 @@ class Ezpz(Adapter):
                 "saved": r"train/ckpt_(?P<kind>save|stage)_seconds=(?P<seconds>[0-9.]+) \((?:sync save|async stage) "
                          r"@ step (?P<step>\d+)\)"}
 
+    # History's JSONL, rewritten per launch in the launch's directory (an attempt's: its cwd)
+    own_metrics = {"file": "outputs/ezpz.examples.fsdp_tp/*/metrics-0.jsonl", "restart": "train/restart_seconds",
+                   "save": "train/ckpt_save_seconds", "stage": "train/ckpt_stage_seconds",
+                   "drain": "train/ckpt_drain_seconds"}
+
     def preflight(self, argv, env):
         return ezpz_check.problem(argv, env)
