@@ -131,7 +131,7 @@ def _ended_badly(att: layout.Attempt, rec: dict, last: Optional[int], resumed: i
     if rec.get("hang"):
         what = "hung (the watchdog stopped it)"
     elif rec.get("exit_code") not in (0, None):
-        what = f"crashed at step {last} ({_how(rec)}), not killed by restartlab"
+        what = f"crashed at step {last}, {_how(rec)}, not killed by restartlab"
     else:
         return None
     saves = _unfinished_saves(resumed, last, after)
@@ -169,14 +169,14 @@ def _no_step(k: int, rec: dict, snap: dict, struck: bool, output: str = "") -> R
     """An attempt that died before its first step (`output`: its launcher's output file)."""
     if struck:
         return Restart(k, "startup_kill", "killed in start-up (before its first step): a new kill, no verdict")
+    err = error_line(output) if output else None
+    said = f"; its output: {err}" if err else ""
     if rec.get("hang"):
         return Restart(k, "hung", "no progress seen before the start-up watchdog stopped it (hung, or for your "
-                       "own program check trainer.program.progress)")
+                       f"own program check trainer.program.progress){said}")
     if rec.get("exit_code") == 0:
         return Restart(k, "startup_crash", "exited 0 without a progress line seen (check trainer.program.progress)")
     pick = snap.get("will_load")
-    err = error_line(output) if output else None
-    said = f"; its output: {err}" if err else ""
     if pick:
         state = "complete" if pick.get("complete") else "NOT complete: a save that did not finish"
         return Restart(k, "load_crash", f"crashed before its first step, {_how(rec)}: the program "
