@@ -98,11 +98,14 @@ class Ezpz(Adapter):
     progress line is History.log_metrics's "iter=N epoch=E bidx=B loss=X(±std) dt=Y(±std) ..."
     (train/ stripped), and after a save "train/ckpt_save_seconds=S (sync save @ step N)" or, with
     --async-ckpt, "train/ckpt_stage_seconds=S (async stage @ step N)" (the async drain is not
-    booked: it has no line of its own). Its metrics JSONL is rewritten per launch; the tap reads
-    the console instead. Tested from lines in the format its source prints and its layout (it
-    needs a GPU or XPU to run)."""
+    booked: it has no line of its own). Its History JSONL is rewritten per launch in the launch's
+    directory: the tap reads the console, and the report sets that file's own timers beside
+    restartlab's (own_metrics). Run here for real on CPU (scenarios/examples/ezpz-cpu.yaml,
+    tests/test_ezpz.py: ezpz 0.26.1's output is what the source suggested, in colour); the
+    preflight (programs/ezpz_check.py) refuses what would not start or would hang in start-up."""
     name = "ezpz"
-    doc = "ezpz's fsdp_tp example (--ckpt-dir {ckpt_dir}: step-<N>/.complete written last; 'iter=N ... loss=X' lines)"
+    doc = ("ezpz's fsdp_tp example (--ckpt-dir {ckpt_dir}: step-<N>/.complete written last; 'iter=N ... loss=X' "
+           "lines; its own timers from its History JSONL)")
     defaults = {"checkpoints": r"{ckpt_dir}/step-(?P<step>\d+)", "complete": "file:.complete",
                 "selects": "newest_complete",
                 "progress": r"\biter=(?P<step>\d+)\s.*?\bloss=(?P<loss>[-+0-9.eE]+|nan|inf)"
