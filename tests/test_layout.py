@@ -34,6 +34,8 @@ def test_names_are_spelled_in_layout_only():
         joined = JOINED if os.sep + "restartlab" + os.sep in path or os.sep + "templates" + os.sep in path else JOINED_OUTSIDE
         with open(path) as f:
             for n, line in enumerate(f, 1):
+                if "ezpz.examples." in line:  # a program's own output path (ezpz's History JSONL), not ours
+                    continue
                 if NAMES.search(line) or joined.search(line):
                     found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
     assert not found, "experiment-directory names outside restartlab/layout.py:\n" + "\n".join(found)

@@ -164,7 +164,7 @@ def test_every_trainer_option_reachable_from_a_scenario_and_back():
     scen_keys |= {f"{g}_{k}" for g in schema if isinstance(schema[g], dict) for k in schema[g]}
     assert scen_keys == {o.key for o in trainer_options.scenario_options()}
     # non-default values for every scenario option; render each phase; the trainer parses it back
-    sets = ["trainer.model=small", "trainer.train_iters=177", "trainer.save_interval=7", "trainer.keep=2",
+    sets = ["trainer.model=small", "trainer.vocab=20001", "trainer.train_iters=177", "trainer.save_interval=7", "trainer.keep=2",
             "trainer.tp=2", "trainer.seq_len=9", "trainer.batch_size=3", "trainer.lr=0.5",
             "trainer.seed=99", "trainer.meta_init=on", "trainer.device=cpu", "trainer.log_interval=3",
             "trainer.allow_fresh_start=true", "trainer.deterministic=true", "trainer.pg_timeout=77", "trainer.on_save_error=abort", "trainer.preempt_signal=USR2",
