@@ -11,8 +11,7 @@ from typing import List, Optional
 
 from . import layout, programs
 from .collect import quantiles
-
-KINDS = ("save", "stage", "drain")
+from .programs.base import SAVE_KINDS as KINDS
 
 
 def _rows(path: str):
@@ -65,14 +64,14 @@ def phase(spec: dict, phase_dir: str, failures: List[dict]) -> Optional[dict]:
     return out
 
 
-def markdown(summaries: List[dict], adapter: str) -> List[str]:
+def markdown(summaries: List[dict]) -> List[str]:
     said = [s for s in summaries if s.get("own_metrics") and (s["own_metrics"]["restarts"] or any(
         s["own_metrics"][k]["count"] for k in KINDS))]
     rows = [(s["phase"], s["own_metrics"]) for s in said]
     if not rows:
         return []
     L = ["## The program's own timers", "",
-         f"What {adapter} wrote about itself ({rows[0][1]['file']} in each attempt's directory) beside what "
+         f"What {rows[0][1]['adapter']} wrote about itself ({rows[0][1]['file']} in each attempt's directory) beside what "
          "restartlab measured. Its restart time starts inside the program, so it leaves out the launcher, "
          "the interpreter and the imports before its clock starts (the difference column); a save is written in "
          "the row after it, so the last save's time is never written.", "",

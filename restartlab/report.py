@@ -246,8 +246,7 @@ def markdown(summaries, missing, src, problems=()):
             L.append(f"\n{s['phase']}: a step beside a background save takes {i['busy_dt_s']:.4f} s, "
                      f"without one {i['idle_dt_s']:.4f} s ({100 * i['slowdown']:+.1f}%; means over "
                      f"{i['busy_steps']} and {i['idle_steps']} steps)")
-    L += [""] + own_metrics.markdown(summaries, next((s["own_metrics"]["adapter"] for s in summaries
-                                                     if s.get("own_metrics")), ""))
+    L += [""] + own_metrics.markdown(summaries)
     L += ["## Checkpoint interval (Young-Daly)", ""]
     for s in summaries:
         yd = s["young_daly"]

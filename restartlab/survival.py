@@ -137,8 +137,8 @@ def _ended_badly(att: layout.Attempt, rec: dict, last: Optional[int], resumed: i
     saves = _unfinished_saves(resumed, last, after)
     if saves:
         what += f", the save of step {', '.join(map(str, saves))} left unfinished (not complete at the next launch)"
-    err = error_line(att.output)
-    return what + (f": {err}" if err and not rec.get("hang") else "")
+    err = None if rec.get("hang") else error_line(att.output)
+    return what + (f": {err}" if err else "")
 
 
 def _resume(k: int, first: dict, snap: dict) -> Restart:
@@ -220,14 +220,12 @@ def _first_run(phase_dir: str) -> set:
     """The steps the phase's first attempt logged from a start at step 0, up to where a later
     attempt took over (a resume recomputes from there): what ran before any restart."""
     atts = layout.Phase(phase_dir).attempts()
-    steps, later = set(), []
-    for i, att in enumerate(atts[:2]):
-        try:
-            got = [m["train/iter"] for _, m, _ in iter_rows(att.metrics(0), []) if isinstance(m.get("train/iter"), int)]
-        except OSError:
-            got = []
-        (steps.update if i == 0 else later.extend)(got)
-    return {s for s in steps if not later or s <= min(later) - 1}
+    first, last = _steps(atts[0]) if atts else (None, None)
+    if first is None or last is None:
+        return set()
+    nxt = _steps(atts[1])[0] if len(atts) > 1 else None
+    end = min(last, nxt["train/iter"] - 1) if nxt is not None else last
+    return set(range(first["train/iter"], end + 1))
 
 
 def final_crc(phase_dir: str):

@@ -31,7 +31,7 @@ def package_dir(python: str, env: Dict[str, str]) -> Optional[str]:
         r = subprocess.run([python, "-c", FIND], env=env, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return None
-    return r.stdout.strip() or None if r.returncode == 0 else None
+    return (r.stdout.strip() or None) if r.returncode == 0 else None
 
 
 def problem(argv: List[str], env: Dict[str, str]) -> Optional[str]:
