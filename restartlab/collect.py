@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 from . import ckptdir, layout
 from .attempt import completed_row, injections_into
 from .failures import book as book_kind
-from .live import Malformed, read_injections, read_node_checks
+from .live import Malformed, bad_nodes_between, read_injections, read_node_checks
 
 TRACE_POINTS = 20000  # per phase (split over its attempts, at least 50 each), for the progress plot
 SAVE_KEYS = ("train/ckpt_save_seconds", "train/ckpt_stage_seconds", "train/ckpt_drain_seconds")
@@ -324,8 +324,7 @@ def failures(ph: Phase) -> List[dict]:
 def node_recovery(a: Attempt, b: Attempt, checks: List[dict]) -> dict:
     """Which nodes the health checks after attempt a, up to b's, found bad, and how the relaunch recovered:
     the same nodes, a spare in a bad node's place, or fewer nodes (ranks before -> after)."""
-    bad = [c.get("node") for c in checks if isinstance(c.get("attempt"), int)
-           and a.index < c["attempt"] <= b.index and c.get("ok") is False]  # (an attempt cut short between)
+    bad = bad_nodes_between(checks, a.index, b.index)
     ev = {"bad_nodes": bad, "ranks_before": a.ranks, "ranks_after": b.ranks,
           "hosts_before": a.hosts, "hosts_after": b.hosts, "recovery": "same nodes"}
     if a.hosts and b.hosts and a.hosts != b.hosts:

@@ -57,6 +57,13 @@ def read_node_checks(phase_dir, warnings=None) -> List[dict]:
     return read_records(layout.Phase(phase_dir).node_checks, warnings)
 
 
+def bad_nodes_between(checks: List[dict], after: int, upto: int) -> List[str]:
+    """The nodes the health checks found bad after attempt `after` ended, up to the launch of
+    attempt `upto` (attempts cut short in between included)."""
+    return [c.get("node") for c in checks if isinstance(c.get("attempt"), int)
+            and after < c["attempt"] <= upto and c.get("ok") is False]
+
+
 def read_records(path, warnings=None) -> List[dict]:
     """JSON lines with a numeric `time` where present; malformed lines are skipped and named."""
     out = []

@@ -292,8 +292,8 @@ def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Cos
 def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults, cold_start_s: float) -> dict:
     """The model run once, deterministically, with the failures a real phase had. `faults`:
     [(seconds from the end of that attempt's first step to the fault, kind, own)], where `own`
-    maps any of restart_s / detection_s / gap_s to that failure's own measured value (the
-    costs' medians stand in for those missing); the first attempt reaches the end of its first
+    maps any of restart_s / detection_s / gap_s / kept_steps to that failure's own measured value
+    (the costs' medians, and the model's own lost work, stand in for those missing); the first attempt reaches the end of its first
     step in `cold_start_s` (no checkpoint to load), every later one in its restart (both include
     that step, as the report's restart does, so one step moves from start-up to training: the
     save cycles of a resumed attempt start with its first step). Wall = each failed attempt
@@ -312,6 +312,8 @@ def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults,
             wall += costs.sync_stall_s if mode == "sync" else costs.async_durable_s
         else:
             k = float(_kept(ta, np.array([0]), None, run, w, L, B)[0])
+        if "kept_steps" in own:
+            k = own["kept_steps"] * costs.step_s
         kept = min(total, kept + k)
         wall += start + float(ta[0]) + detection + own.get("gap_s", costs.gap_s)
         start = own.get("restart_s", costs.restart_s) - costs.step_s
@@ -343,10 +345,13 @@ def replay(expt_dir: str, phase: str) -> dict:
     """Simulated vs measured ETTR of one phase of a finished experiment: its own measured costs
     (the report's summary: its step time, save cost, restarts, gaps and detections; its first
     attempt's cold start), its scenario's save interval and steps, its actual failure times.
-    Two runs of the model: `simulated_*` gives each failure its own measured restart, gap and
-    detection (it checks the model's accounting: lost work, saves, start-ups); `median_*` gives
-    every failure the medians, as a forecast from the report would (it adds the spread of the
-    restarts, which on a shared machine can move a few-failure phase by several percent)."""
+    Two runs of the model: `simulated_*` gives each failure its own measured restart, gap,
+    detection and steps kept (it checks the model's accounting of start-ups, saves and the
+    remaining work); `median_*` gives every failure the medians and the model's own lost work, as
+    a forecast from the report would. Its lost work is the model's from the failure's time: a
+    kill gated on a save's `.complete` lands at a cycle's edge, where a step-time spread of 1% can
+    move it a whole interval (10 steps, ~2% of a short phase), and the medians add the spread of
+    the restarts, which on a shared machine can move a few-failure phase by several percent."""
     import yaml
     from . import collect
     from . import layout
@@ -384,7 +389,9 @@ def replay(expt_dir: str, phase: str) -> dict:
     faults = []
     for e in ph.get("failures") or []:
         a = attempts[e["attempt"] - 1]
-        own = {"restart_s": e.get("restart_s"), "gap_s": e.get("launch_gap_s"), "detection_s": e.get("detection_s")}
+        own = {"restart_s": e.get("restart_s"), "gap_s": e.get("launch_gap_s"), "detection_s": e.get("detection_s"),
+               "kept_steps": (e["resumed_from"] - (a.resumed_from or 0))
+               if isinstance(e.get("resumed_from"), int) else None}
         # an attempt that died before its first step spent all of it starting up
         faults.append((e["kill_ts"] - a.first_ts if a.first_ts is not None else 0.0, e.get("kind") or "kill",
                        {k: v for k, v in own.items() if isinstance(v, (int, float))}))

@@ -123,10 +123,13 @@ def _unfinished_saves(resumed: int, last: Optional[int], after: dict) -> List[in
 
 
 def _ended_badly(att: layout.Attempt, rec: dict, last: Optional[int], resumed: int, after: dict,
-                 struck: bool) -> Optional[str]:
+                 struck: bool, lost_nodes: List[str] = ()) -> Optional[str]:
     """How an attempt that took steps ended, when that is a finding: it crashed (a non-zero exit
-    nobody caused) or hung, with the save it left unfinished and the line its output names."""
-    if struck or rec.get("completed") is True or not rec or any(rec.get(k) for k in ("preempted", "walltime")):
+    nobody caused) or hung, with the save it left unfinished and the line its output names. An
+    attempt whose nodes the next health check found bad died with its node: a failure to recover
+    from, like a kill, not a crash of the program."""
+    if struck or lost_nodes or rec.get("completed") is True or not rec \
+            or any(rec.get(k) for k in ("preempted", "walltime")):
         return None
     if rec.get("hang"):
         what = "hung (the watchdog stopped it)"
@@ -264,6 +267,7 @@ def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: flo
     ph = layout.Phase(phase_dir)
     v = Verdict(ph.name)
     injections = live.read_injections(phase_dir)
+    checks = live.read_node_checks(phase_dir)
     dead, best = 0, None  # best: the newest complete checkpoint known to have existed before
     attempts = ph.attempts()
     for i, att in enumerate(attempts):
@@ -291,12 +295,17 @@ def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: flo
             if dead == CRASH_LOOP:
                 v.findings.append(f"crash loop: {CRASH_LOOP} attempts in a row died before a step, none "
                                   f"of them killed (the last: attempt {att.index})")
-        bad = _ended_badly(att, rec, last, r.resumed_from or 0, after, struck) if first is not None else None
+        nxt = attempts[i + 1].index if i + 1 < len(attempts) else None
+        lost_nodes = live.bad_nodes_between(checks, att.index, nxt) if nxt is not None else []
+        bad = _ended_badly(att, rec, last, r.resumed_from or 0, after, struck, lost_nodes) \
+            if first is not None else None
         if bad:
             r = Restart(att.index, "hung" if rec.get("hang") else "crash", f"{r.text}; then {bad}", r.resumed_from,
                         r.expected)
         if att.index == 1 and r.outcome == "first":
             r.text = "started from step 0"
+        if lost_nodes and first is not None and not struck and rec.get("completed") is not True:
+            r.text += f"; then ended with its node ({', '.join(map(str, lost_nodes))} found bad at the next launch)"
         if gone:
             r = Restart(att.index, "lost", f"{gone}; then: {r.text}", r.resumed_from, r.expected)
         v.restarts.append(r)

@@ -287,6 +287,27 @@ def test_crash_loop_unfinished_and_hung(tmp_path):
     assert v.restarts[-1].outcome == "hung" and "trainer.program.progress" in v.restarts[-1].text
 
 
+def test_a_crash_is_a_finding_a_lost_node_is_not(tmp_path):
+    """An attempt that took steps and exited non-zero with nobody striking it crashed (a finding);
+    the same end with the next health check finding one of its nodes bad died with its node (a
+    failure restartlab recovers from, as PBS's node-loss test has it for real)."""
+    def phase(name, bad_node):
+        ph = layout.Phase(str(tmp_path / name))
+        _attempt(ph, 1, _steps(1, 12, 0), rc=255, snap=_snap([]))
+        _attempt(ph, 2, _steps(11, 20, 10), completed=True, snap=_snap([(10, True)]))
+        with open(ph.node_checks, "w") as f:
+            for node, ok in (("n0", True), ("n1", not bad_node)):
+                f.write(json.dumps({"attempt": 2, "node": node, "ok": ok}) + "\n")
+            f.write(json.dumps({"attempt": 1, "node": "n1", "ok": False}) + "\n")  # before attempt 1: not its
+        return survival.phase_verdict(ph.path)
+    crashed = phase("crashed", False)
+    assert [r.outcome for r in crashed.restarts] == ["crash", "newest"], crashed.restarts
+    assert "crashed at step 12, exit 255, not killed by restartlab" in crashed.findings[0], crashed.findings
+    lost = phase("lost", True)
+    assert [r.outcome for r in lost.restarts] == ["first", "newest"] and not lost.findings, lost
+    assert "ended with its node (n1 found bad at the next launch)" in lost.restarts[0].text
+
+
 def test_against_the_baseline_identical_within_tolerance_or_diverged(tmp_path):
     base, ph = layout.Phase(str(tmp_path / "base")), layout.Phase(str(tmp_path / "p"))
     _attempt(base, 1, _steps(1, 20, 0), completed=True)

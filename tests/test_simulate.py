@@ -1,6 +1,6 @@
 """restartlab simulate: known answers of the model, seeding, the command line's errors, and the
 model against a real `restartlab run` of the local scenario (its own measured costs and failure
-times must give its measured ETTR within 5%)."""
+times must give its measured ETTR within 3%)."""
 import json
 import math
 import pathlib
@@ -133,10 +133,13 @@ def test_simulate_is_fast():
 def test_replay_of_the_local_scenario_matches_its_measured_ettr(tmp_path):
     """A real `restartlab run` of the shipped local scenario (3 kills in sync, 3 in async); the
     model fed with each phase's own measured costs (each failure's own restart, gap and
-    detection) and actual failure times gives its measured ETTR within 5%. The numerator is the
-    phase's own productive time, so this checks the model's wall-clock accounting: start-ups,
-    lost work, detection, gaps, saves. The forecast with medians is printed, not asserted: with
-    3 failures one restart that ran 2 s slow on a loaded machine moved it by 6.6% (CI, 2026-12-01)."""
+    detection, steps kept) and actual failure times gives its measured ETTR within 3%. The
+    numerator is the phase's own productive time, so this checks the model's wall-clock
+    accounting: start-ups, detection, gaps, saves, the remaining work. The forecast with medians
+    and the model's own lost work is printed, not asserted: with 3 failures one restart that ran
+    2 s slow on a loaded machine moved it by 6.6% (CI, 2026-12-01), and a kill gated on a save's
+    marker lands on a cycle's edge, where the model may lose the whole interval (-5.5% with the
+    model's lost work in the own-cost replay, CI 2026-12-02)."""
     d = tmp_path / "expt"
     r = rl("run", "--expt-dir", str(d), "--plain", "--set", "collection.plots=false", timeout=560)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -146,7 +149,7 @@ def test_replay_of_the_local_scenario_matches_its_measured_ettr(tmp_path):
         rep = json.loads(r.stdout)
         assert rep["failures"] == 3 and rep["mode"] == phase, rep
         print(f"{phase}: own costs {rep['relative_error']:+.3f}, medians {rep['median_relative_error']:+.3f}")
-        assert abs(rep["relative_error"]) <= 0.05, rep
+        assert abs(rep["relative_error"]) <= 0.03, rep
         assert rep["median_ettr"] and rep["median_wall_s"] > 0, rep
         assert math.isclose(rep["costs"]["step_s"] * rep["steps"], rep["measured_ettr"] * rep["measured_wall_s"],
                             rel_tol=1e-6)
@@ -186,3 +189,13 @@ def test_replay_run_takes_each_failures_own_costs():
                                                (7.5, "kill", {"gap_s": 0.4})], 2.0)
     assert own["wall_s"] - med["wall_s"] == pytest.approx((5.0 - 3.0) + (0.2 - 0.5) + (0.4 - 0.1))
     assert own["failures"] == med["failures"] == 2
+    # its own steps kept replace the model's lost work: the remaining work grows by the difference
+    # (c.step_s a step), and with it the saves that work still needs
+    kept = sim.replay_run(c, "sync", 10, 200, [(25.0, "kill", {"kept_steps": 0}), (7.5, "kill", {})], 2.0)
+    model_kept = sim.replay_run(c, "sync", 10, 200, [(25.0, "kill", {}), (7.5, "kill", {})], 2.0)
+    assert kept["wall_s"] - model_kept["wall_s"] >= 10 * c.step_s  # the model kept a cycle there; this, nothing
+    none = sim.replay_run(c, "sync", 10, 200, [(25.0, "kill", {"kept_steps": 0}), (7.5, "kill", {"kept_steps": 0})], 2.0)
+    w, L, _ = sim._cycle(c, 10, "sync")
+    total = 200 * c.step_s  # nothing kept: the last attempt does all of it, with all its saves
+    failed = (2.0 + 25.0) + 0.5 + 0.1 + (3.0 + 7.5) + 0.5 + 0.1
+    assert none["wall_s"] == pytest.approx(failed + 3.0 - c.step_s + total + math.ceil(total / w - 1e-9) * (L - w))
