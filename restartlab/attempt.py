@@ -68,6 +68,16 @@ def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, e
     return completed
 
 
+def launched(att: layout.Attempt, k: int, launch_ts: float, job=None) -> None:
+    """What is known of an attempt at its launch (its number, launch time, job and that job's run),
+    written before the launcher starts: an attempt cut short with its job (killed, requeued, its
+    node lost) leaves no record, and this still tells which run of which job it was in."""
+    tmp = att.launched + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"attempt": k, "launch_ts": launch_ts, "job": job, "job_start": _job_start()}, f)
+    os.replace(tmp, att.launched)
+
+
 def _job_start():
     """When this run of the batch job started (the job script's RL_JOB_START): a job that PBS
     requeues runs again under the same id, and its attempts are told apart by it."""

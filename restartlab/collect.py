@@ -134,12 +134,25 @@ def _finalize_latencies(ckpt_dir, warnings) -> List[float]:
 
 
 def _attempt_from_dir(a: Attempt, att: layout.Attempt, warnings) -> None:
-    """Launch/end time, exit code and completion from the attempt's record (the supervisor's)."""
+    """Launch/end time, exit code and completion from the attempt's record (the supervisor's);
+    without one (cut short with its job), its launch, job and job run from its launch record."""
     try:
         with open(att.record) as f:
             info = json.load(f)
     except (OSError, ValueError):
         warnings.append(f"{att.path}: no readable attempt record")
+        try:
+            with open(att.launched) as f:
+                info = json.load(f)
+        except (OSError, ValueError):
+            return
+        if isinstance(info, dict):
+            a.launch_ts = _num(info.get("launch_ts"))
+            a.job = info["job"] if isinstance(info.get("job"), str) else None
+            a.job_start = _num(info.get("job_start"))
+        if os.path.exists(att.hosts):
+            with open(att.hosts) as f:
+                a.hosts = [h.strip() for h in f if h.strip()]
         return
     if not isinstance(info, dict):
         warnings.append(Malformed(f"{att.record}: malformed (a {type(info).__name__}, not a mapping)"))

@@ -36,6 +36,7 @@ class Attempt:
         return os.path.join(self.path, name)
 
     record = property(lambda self: self._f("attempt.json"))   # written by the supervisor at its end
+    launched = property(lambda self: self._f("launch.json"))  # written by the supervisor at its launch
     output = property(lambda self: self._f("output.log"))     # the launcher's stdout + stderr
     hosts = property(lambda self: self._f("hosts"))           # the nodes node-check chose for it
     hang = property(lambda self: self._f("hang"))             # marker: the watchdog stopped it

@@ -438,6 +438,7 @@ class Supervisor:
             if argv is None:
                 return "failed", k, tries
             launch_ts = float(env["RESTARTLAB_LAUNCH_TS"])
+            attempt_record.launched(att, k, launch_ts, cfg.job or None)
             self.current = self.procs.launch(argv, att, env)
             try:
                 rc = self.watch(self.current, att)

@@ -304,6 +304,8 @@ def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: flo
                         r.expected)
         if att.index == 1 and r.outcome == "first":
             r.text = "started from step 0"
+        if not rec and first is not None and i + 1 < len(attempts):
+            r.text += "; then cut short with its job (no record of its end: killed or requeued, or its node lost)"
         if lost_nodes and first is not None and not struck and rec.get("completed") is not True:
             r.text += f"; then ended with its node ({', '.join(map(str, lost_nodes))} found bad at the next launch)"
         if gone:

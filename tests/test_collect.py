@@ -74,6 +74,34 @@ def test_accounting_known_answers(tmp_path):
     assert any("skipped a malformed line" in w and ":8:" in w for w in p.warnings)
 
 
+def test_an_attempt_cut_short_with_its_job_is_placed_by_its_launch_record(tmp_path):
+    """PBS requeued the job while attempt 2 trained (its node lost, say): attempt 2 left steps and
+    its launch record, no attempt record. Its launch record says which run of the job it was in,
+    so the hand-over to the job's second run (attempt 3) is found, with its queue wait."""
+    ph = str(tmp_path / "sync")
+    write_attempt(ph, 1, 100.0, steps(1, 7, 100.0), 108.0, garbage=False)
+    write_attempt(ph, 2, 110.0, steps(1, 5, 112.0), 0.0, garbage=False)
+    write_attempt(ph, 3, 200.0, steps(1, 10, 202.0) + [(213.0, {"train/iter": 10, "train/params_crc": "x"})],
+                  213.0, completed=True, garbage=False)
+    for k, start in ((1, 90.0), (2, 90.0), (3, 190.0)):
+        att = layout.Phase(ph).attempt(k)
+        with open(att.record) as f:
+            rec = json.load(f)
+        rec.update(job="42.head", job_start=start)
+        with open(att.record, "w") as f:
+            json.dump(rec, f)
+        with open(att.launched, "w") as f:
+            json.dump({"attempt": k, "launch_ts": rec["launch_ts"], "job": "42.head", "job_start": start}, f)
+    os.remove(layout.Phase(ph).attempt(2).record)  # cut short with its job: no record of its end
+    p = collect.load_phase("sync", phase_dir=ph)
+    hand = collect.handovers(p)
+    assert [(h["attempt"], h["rerun"]) for h in hand] == [(2, True)], hand
+    assert hand[0]["queue_wait_s"] == pytest.approx(200.0 - 117.0)  # its last step to the rerun's launch
+    assert [e["attempt"] for e in collect.failures(p)] == [1, 2]
+    os.remove(layout.Phase(ph).attempt(2).launched)  # without it, nothing tells the runs apart
+    assert collect.handovers(collect.load_phase("sync", phase_dir=ph)) == []
+
+
 def test_overhead_adds_up_with_residual():
     base = {"wall_s": 20.0, "completed": True}
     ph = {"wall_s": 50.0, "downtime_s": 14.0, "recompute_s": 3.0, "save_stall_s": 2.0, "completed": True}

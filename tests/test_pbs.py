@@ -518,6 +518,12 @@ def test_pbs_node_lost_mid_phase(pbs):
         "phases:\n  - {name: baseline, checkpoint: none}\n  - {name: sync, checkpoint: sync}",
         "phases:\n  - {name: baseline, checkpoint: none}\n  - {name: sync, checkpoint: sync, failures: false}")
     pbs.write(path, text)
+    # pbs_mom never kills a job for a lost sister while its own comm link is younger than 60 s
+    # (COMM_MATURITY_TIME, compiled in): a cluster just started would keep the job running. The
+    # wait comes before the job (none in the suite, whose cluster is older), not at its step 12,
+    # where an idle machine finished the whole phase in it (2026-12-02)
+    age = time.time() - psutil.Process(pbs.mom_pid(pbs.nodes[0])).create_time()
+    time.sleep(max(0.0, 70 - age))
     jid, expt = submit(pbs, path)
     first = layout.Expt(expt).phase("sync").attempt(1).path
     wait_for(lambda: any(m.get("train/iter", 0) >= 12 for m in rows(layout.Attempt(first).metrics(0))), 300,
@@ -525,10 +531,6 @@ def test_pbs_node_lost_mid_phase(pbs):
     lost = pbs.nodes[1]
     mom = pbs.mom_pid(lost)
     assert mom, lost
-    # pbs_mom never kills a job for a lost sister while its own comm link is younger than 60 s
-    # (COMM_MATURITY_TIME, compiled in): a cluster just started would keep the job running
-    age = time.time() - psutil.Process(pbs.mom_pid(pbs.nodes[0])).create_time()
-    time.sleep(max(0.0, 70 - age))
     tag = job_tag(expt)
     host_ns = os.stat(f"/proc/{mom}/ns/uts").st_ino
     os.kill(mom, 9)
@@ -569,12 +571,22 @@ def test_pbs_node_lost_mid_phase(pbs):
     # the rerun has its nodes back: it checks all three again (the bad list was the first run's)
     assert sorted(c["node"] for c in checks if c["attempt"] == 3 and c["ok"]) == sorted(pbs.nodes), checks
     ev = sync["failures"]
-    assert len(ev) == 1 and ev[0]["attempt"] == 1 and ev[0]["bad_nodes"] == [lost], ev
-    # the attempt that carried on (the rerun's) ran on the job's first two hosts again
-    assert ev[0]["hosts_after"] == pbs.nodes[:2] and ev[0]["recovery"] == "same nodes", ev
+    assert ev[0]["attempt"] == 1 and ev[0]["bad_nodes"] == [lost], ev
     assert ev[0]["lost_steps"] == ev[0]["step_at_kill"] - ev[0]["resumed_from"] >= 0, ev
     hand = sync["handovers"]
     assert len(hand) == 1 and hand[0]["rerun"] and hand[0]["queue_wait_s"] > 0, hand
     v = sync["survival"]
-    assert v["survived"] and [r["outcome"] for r in v["restarts"]][1] == "cut_short", v
+    outcomes = [r["outcome"] for r in v["restarts"]]
+    assert v["survived"] and not v["findings"] and "ended with its node" in v["restarts"][0]["text"], v
+    # the requeue races the relaunch on the spare: seen both ways (CI 2026-12-02: attempt 2 cut
+    # before its first step; an idle machine the same day: it trained on the spare first)
+    if rows(layout.Attempt(layout.Expt(expt).phase("sync").attempt(2).path).metrics(0)):
+        # the spare took over, then the requeue ended that attempt: a second failure, no bad node
+        assert [e["attempt"] for e in ev] == [1, 2] and ev[1]["bad_nodes"] == [], ev
+        assert ev[0]["recovery"] == f"spares: {pbs.nodes[2]} for {lost}", ev
+        assert ev[1]["hosts_after"] == pbs.nodes[:2] and outcomes[1] in ("newest", "first"), (ev, v)
+    else:
+        # cut short: the attempt that carried on (the rerun's) ran on the job's first two hosts again
+        assert len(ev) == 1 and ev[0]["hosts_after"] == pbs.nodes[:2] and ev[0]["recovery"] == "same nodes", ev
+        assert outcomes[1] == "cut_short", v
     assert left_running(expt) == []
