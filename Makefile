@@ -57,8 +57,15 @@ $(EZPZ): $(FRAMEWORKS) setup.cfg
 	  $(BIN)/pip install -q --no-deps $(VENV)/src/ezpz/ezpz-* && touch $(EZPZ); \
 	else echo "make: no $(EZPZ_SRC): ezpz not installed (its tests skip)"; fi
 
+# the suite on WORKERS pytest-xdist workers (WORKERS=0: one process); what shares a cluster or a
+# module fixture stays on one worker (tests/conftest.py); tests marked `alone` run after, by
+# themselves; the 25 slowest tests are printed (--durations)
+WORKERS ?= 2
 test: $(STAMP) $(FRAMEWORKS) $(EZPZ)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS) tests
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup -m "not alone" \
+	  --durations=25 $(PYTEST_ARGS) tests
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m alone $(PYTEST_ARGS) tests; \
+	  rc=$$?; [ $$rc = 0 ] || [ $$rc = 5 ]  # 5: no test is marked alone
 
 # the edit-test loop: unit, recorded-output and single-process tests (no ranks, no Slurm, no slow
 # job-script runs); make test stays the whole suite and is what CI runs

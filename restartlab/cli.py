@@ -263,6 +263,9 @@ def build_parser():
     sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
     sp.add_argument("--expt-dir", help="default: <expt_root>/<name>-<time>")
     sp.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+    sp.add_argument("--baseline-from", metavar="EXPT_DIR",
+                    help="copy the baseline phase (checkpoint: none) of this earlier experiment instead of running "
+                    "it again; refused unless it ran the same command and finished")
     from . import fuzz, inject
     inject.add_args(sub.add_parser("inject", help="the failure injector"))
     fuzz.add_args(sub.add_parser("fuzz", help="kill anywhere: random SIGKILLs (many inside saves) into any "

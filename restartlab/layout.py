@@ -11,7 +11,7 @@ job script's template (through the render context) and the tests ask these class
 Pure paths: nothing here creates or reads a file except the listings."""
 import glob
 import os
-from typing import List
+from typing import List, Optional
 
 
 def metrics_name(rank: int) -> str:
@@ -76,6 +76,15 @@ class Phase:
     done = property(lambda self: self._f("done"))            # marker: this job's supervisor is finished
     completed = property(lambda self: self._f("completed"))  # marker: the phase reached its last step
     ended = property(lambda self: self._f("ended.jsonl"))    # a line each time a supervisor of it ended: how
+    reused = property(lambda self: self._f("reused-from"))   # copied from this experiment (run --baseline-from)
+
+    def reused_from(self) -> Optional[str]:
+        """The experiment this phase was copied from (restartlab run --baseline-from); None: it ran here."""
+        try:
+            with open(self.reused) as f:
+                return f.read().strip() or None
+        except OSError:
+            return None
 
     def attempt(self, k: int) -> Attempt:
         return Attempt(os.path.join(self.attempts_dir, str(k)))

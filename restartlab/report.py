@@ -136,6 +136,7 @@ def build(a):
                                                    _tolerance(data)).as_dict()
             s["ended"] = attempt.phase_end(expt.phase(s["phase"]))
             s["own_metrics"] = own_metrics.phase(spec, d, s["failures"]) if spec else None
+            s["reused_from"] = expt.phase(s["phase"]).reused_from()
     return phases, summaries, missing, problems, data
 
 
@@ -194,6 +195,10 @@ def markdown(summaries, missing, src, problems=()):
           "what the named parts do not explain. The baseline is the phase with checkpoint: none. Each phase is compared with the baseline net of its first "
           f"launch's start-up (launch -> first step: {starts}): whichever phase runs first pays the cold "
           "file cache, which is no failure's cost; relaunches' start-ups are in the downtime.", ""]
+    for s in summaries:
+        if s.get("reused_from"):
+            L += [f"Phase {s['phase']} was not run in this experiment: it is the baseline recorded in "
+                  f"{s['reused_from']} (restartlab run --baseline-from: the same command, finished there).", ""]
     policies = sorted({s["policy"] for s in summaries if s.get("policy")})
     if policies and policies != ["same"]:
         L += [f"Recovery from node loss (relaunch.on_node_loss): {', '.join(policies)}.", ""]

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from . import experiment, killer, layout, live, scenario, schedulers, trainer_options
+from . import experiment, killer, layout, live, reuse, scenario, schedulers, trainer_options
 from .resources import resource_dir
 
 
@@ -44,18 +44,31 @@ def progress(ctx, t0):
 def main(a) -> int:
     path = a.scenario or os.path.join(resource_dir("scenarios"), "local.yaml")
     sc = scenario.load(path, a.set)
-    return run_scenario(sc, path, a.expt_dir, a.plain)
+    return run_scenario(sc, path, a.expt_dir, a.plain, baseline_from=a.baseline_from)
 
 
-def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run") -> int:
-    """Run a loaded scenario's job script here; its exit status (130 on Ctrl-C, 2 on bad input)."""
+def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run", baseline_from=None) -> int:
+    """Run a loaded scenario's job script here; its exit status (130 on Ctrl-C, 2 on bad input).
+    baseline_from: an experiment whose baseline phase is copied in instead of run (reuse.py)."""
     try:
         secrets = scenario.secret_values(sc)  # the job script gets them by name from its environment
     except scenario.ScenarioError as e:
         print(f"restartlab {verb}: error: {e}", file=sys.stderr)
         return 2
+    if baseline_from:  # checked before the experiment exists: a refusal leaves nothing behind
+        _, probe, _ = experiment.render_script(sc, "local", expt_dir=os.path.abspath(expt_dir) if expt_dir else None)
+        try:
+            reuse.check(probe, baseline_from)
+        except reuse.ReuseError as e:
+            print(f"restartlab {verb}: error: --baseline-from {e}", file=sys.stderr)
+            return 2
+        expt_dir = probe["expt_dir"]
     _, ctx = experiment.create(sc, "local", expt_dir=os.path.abspath(expt_dir) if expt_dir else None)
     d = ctx["expt_dir"]
+    if baseline_from:
+        names = reuse.baselines(ctx, baseline_from)
+        print(f"restartlab {verb}: baseline {', '.join(names)} taken from {os.path.abspath(baseline_from)} "
+              "(the same command, finished there): not run again", flush=True)
     expt = layout.Expt(d)
     with open(expt.nodefile, "w") as f:
         f.write(socket.gethostname() + "\n")

@@ -624,13 +624,16 @@ def _resolve_data(sc, path, v: "_V"):
               f"restartlab.trainer.prepare_data writes one)")
 
 
-def load(path: str, overrides: List[str] = ()) -> dict:
-    """Load, extend, override and validate a scenario. Raises ScenarioError with every problem."""
+def load(path: str, overrides: List[str] = (), resolved: bool = False) -> dict:
+    """Load, extend, override and validate a scenario. Raises ScenarioError with every problem.
+    resolved: an experiment's own copy of its scenario (layout.Expt.scenario), which also names its expt_dir."""
     lines: Dict = {}
     files: List[str] = []
     # --set extends=FILE: the scenario's own `extends` (its site profile) is replaced by FILE
     swaps = [a.split("=", 1)[1] for a in overrides if a.startswith("extends=")]
     data = _load_file(path, lines, files=files, swap=swaps[-1] if swaps else None)
+    if resolved and isinstance(data, dict):
+        data.pop("expt_dir", None)
     for a in overrides:
         if not a.startswith("extends="):
             _apply_set(data, a, lines)

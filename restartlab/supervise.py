@@ -378,7 +378,9 @@ class Supervisor:
     def run(self) -> int:
         cfg, phase = self.cfg, self.phase
         if os.path.exists(phase.completed):
-            self.say("finished by an earlier job of this experiment")
+            src = phase.reused_from()
+            self.say(f"recorded in {src} (restartlab run --baseline-from): not run again" if src
+                     else "finished by an earlier job of this experiment")
             return EXIT_OK
         if self.past_stop():
             self.say("not started (walltime): the walltime margin is reached", err=True)

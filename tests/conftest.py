@@ -34,7 +34,31 @@ def wandb_offline(monkeypatch, tmp_path):
         monkeypatch.setenv(k, v)
 
 
+# ---------------------------------------------------------------- parallel runs (pytest-xdist)
+# make test runs the suite on 2 workers with --dist loadgroup: a test goes to any worker, except
+# that the tests sharing something that must exist once go to one worker together (the group
+# below). Each worker is its own pytest session: a session or module fixture is built once per
+# worker that needs it, so the Slurm and PBS clusters (one per machine: their ports, namespaces,
+# users) and every module fixture (an experiment several tests assert on) keep their tests on one
+# worker. A test that must have the machine to itself would say so with the `alone` marker
+# (make test runs those after the rest, on one worker); none needs it today.
+def _group(item) -> "str | None":
+    names = item.fixturenames
+    for shared in ("slurm", "pbs"):
+        if shared in names:
+            return shared
+    for name in names:
+        for d in item._fixtureinfo.name2fixturedefs.get(name, ()):
+            if d.scope != "function" and getattr(d.func, "__module__", "").startswith("tests"):
+                return item.nodeid.split("::")[0]  # a module (or wider) fixture of ours: its file
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = _group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
     if shutil.which("mpiexec"):
         return
     why = "no mpiexec on PATH (pip install mpich)"

@@ -215,7 +215,8 @@ def test_report_names_missing_phase_and_reads_ezpz_globs(tmp_path):
 @pytest.mark.multirank
 @pytest.mark.timeout(600)
 def test_real_restartlab_run(tmp_path):
-    """A minimal scenario end to end: real mpiexec ranks, real kills, relaunch loop, report."""
+    """A minimal scenario end to end: real mpiexec ranks, real kills, relaunch loop, report; then
+    a sync variant of it that reuses its baseline (run --baseline-from)."""
     d = tmp_path / "expt"
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(d), "--plain",
                         "--set", "trainer.train_iters=30", "--set", "failures.schedule.at_steps=[12]",
@@ -245,6 +246,40 @@ def test_real_restartlab_run(tmp_path):
     assert flagged and all(m["train/iter"] > 5 for m in flagged)  # none before the first save
     assert ph["baseline"]["interference"] is None
     assert killer.find_tagged(job_tag(d)) == []  # nothing of the job outlives it
+
+    # a sync variant of the same scenario takes that baseline instead of running it again
+    # (restartlab run --baseline-from): copied, not run, and the sync phase judged against it
+    common = ["--set", "trainer.train_iters=30", "--set", "failures.schedule.at_steps=[12]",
+              "--set", "phases=[{name: baseline, checkpoint: none}, {name: sync, checkpoint: sync}]",
+              "--set", "trainer.save_interval=5", "--set", "collection.plots=false"]
+
+    def run(expt, *more):
+        return subprocess.run([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(expt), "--plain",
+                               "--baseline-from", str(d), *common, *more], capture_output=True, text=True, timeout=560)
+    d2 = tmp_path / "sync-variant"
+    r = run(d2)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"baseline baseline taken from {d}" in r.stdout
+    with open(layout.Expt(d2).job_out) as f:
+        assert f"phase baseline: recorded in {d} (restartlab run --baseline-from): not run again" in f.read()
+    src, copy = layout.Expt(d).phase("baseline").attempt(1), layout.Expt(d2).phase("baseline").attempt(1)
+    for name in ("metrics", "output", "record"):  # the recorded attempt, byte for byte
+        path = (lambda a: a.metrics(0)) if name == "metrics" else (lambda a: getattr(a, name))
+        with open(path(src), "rb") as f1, open(path(copy), "rb") as f2:
+            assert f1.read() == f2.read(), name
+    s2 = {p["phase"]: p for p in json.load(open(layout.Expt(d2).summary))["phases"]}
+    assert s2["baseline"]["reused_from"] == str(d) and s2["sync"]["reused_from"] is None
+    v = s2["sync"]["survival"]
+    assert v["survived"] and "loss identical to the baseline's at all 30 steps" in v["baseline"], v
+    with open(layout.Expt(d2).report) as f:
+        assert f"Phase baseline was not run in this experiment: it is the baseline recorded in {d}" in f.read()
+    # refused, before anything exists: another command (the seed), and a baseline that did not finish
+    r = run(tmp_path / "other-seed", "--set", "trainer.seed=7")
+    assert r.returncode == 2 and "ran another command" in r.stderr and "(after --seed)" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "other-seed").exists()
+    os.remove(layout.Expt(d).phase("baseline").completed)
+    r = run(tmp_path / "unfinished")
+    assert r.returncode == 2 and "that baseline did not finish" in r.stderr and not (tmp_path / "unfinished").exists()
 
 
 def test_progress_trace_is_bounded_and_spans_the_attempt():

@@ -35,8 +35,8 @@ BASE_CMD = ["python", "-m", "ezpz.examples.fsdp_tp", "--model", "debug", "--data
             "--vocab-size", "1024", "--ckpt-dir", "{ckpt_dir}"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ezpz_installed():
+@pytest.fixture(autouse=True)
+def ezpz_installed():  # per test (it is cheap): only the tests sharing `expt` must share a worker
     if importlib.util.find_spec("ezpz") is None:
         _missing("ezpz is not installed (make test installs it from ../shared/fixtures/ezpz; see docs/your-trainer.md)")
 
