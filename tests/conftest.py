@@ -41,7 +41,7 @@ def wandb_offline(monkeypatch, tmp_path):
 # worker that needs it, so the Slurm and PBS clusters (one per machine: their ports, namespaces,
 # users) and every module fixture (an experiment several tests assert on) keep their tests on one
 # worker. A test that must have the machine to itself would say so with the `alone` marker
-# (make test runs those after the rest, on one worker); none needs it today.
+# (make test runs those after the rest, on one worker): three that failed beside a second worker.
 def _group(item) -> "str | None":
     names = item.fixturenames
     for shared in ("slurm", "pbs"):

@@ -420,6 +420,8 @@ echo "script done"
     assert first["signal"] == _signal.Signals.SIGKILL.name.removeprefix("SIG"), first
 
 
+# alone: under a second worker a host's pool forked 2 of its 3 ranks warm (make test, 2026-12-02)
+@pytest.mark.alone
 def test_pbs_warm_restart_a_pool_on_each_host(pbs):
     """relaunch.warm on the three PBS hosts: one standby pool per host, started through pbsdsh;
     Hydra starts the stubs, each host's pool forks that host's rank; the kills strike stubs and

@@ -45,6 +45,8 @@ def args(ckpt, out, iters, mode, extra=()):
     return a + (["--async-ckpt", "--ckpt-stage-dir", out + "-stage"] if mode == "async" else [])
 
 
+# alone: under a second worker one save failed with torch's "unexpected pos" instead of ENOSPC (make test, 2026-12-02)
+@pytest.mark.alone
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_disk_full_save_fails_cleanly_and_the_previous_checkpoint_loads(tmp_path, small_fs, mode):
     ref = str(tmp_path / "ref")
