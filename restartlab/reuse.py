@@ -54,10 +54,9 @@ def check(ctx: dict, other_dir: str) -> dict:
     return {p["name"]: by_name[p["name"]]["dir"] for p in mine}
 
 
-def baselines(ctx: dict, other_dir: str) -> List[str]:
-    """Copy each baseline phase of the experiment being made from other_dir (checked as `check`
-    does); the names copied."""
-    found = check(ctx, other_dir)
+def copy(ctx: dict, found: dict, other_dir: str) -> List[str]:
+    """Copy the baseline phases `check` found (its result) into the experiment just made (ctx);
+    the names copied."""
     dirs = {p["name"]: p["dir"] for p in ctx["phases"]}
     for name, src in found.items():
         shutil.copytree(src, dirs[name], dirs_exist_ok=True)

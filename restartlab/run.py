@@ -58,7 +58,7 @@ def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run", ba
     if baseline_from:  # checked before the experiment exists: a refusal leaves nothing behind
         _, probe, _ = experiment.render_script(sc, "local", expt_dir=os.path.abspath(expt_dir) if expt_dir else None)
         try:
-            reuse.check(probe, baseline_from)
+            found = reuse.check(probe, baseline_from)
         except reuse.ReuseError as e:
             print(f"restartlab {verb}: error: --baseline-from {e}", file=sys.stderr)
             return 2
@@ -66,7 +66,7 @@ def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run", ba
     _, ctx = experiment.create(sc, "local", expt_dir=os.path.abspath(expt_dir) if expt_dir else None)
     d = ctx["expt_dir"]
     if baseline_from:
-        names = reuse.baselines(ctx, baseline_from)
+        names = reuse.copy(ctx, found, baseline_from)
         print(f"restartlab {verb}: baseline {', '.join(names)} taken from {os.path.abspath(baseline_from)} "
               "(the same command, finished there): not run again", flush=True)
     expt = layout.Expt(d)
