@@ -173,6 +173,35 @@ def test_a_killed_stub_takes_its_rank_with_it(pool, tmp_path):
     assert q.communicate(timeout=60)[0].strip() == "next" and q.returncode == 0
 
 
+@pytest.mark.parametrize("first", ["rank", "stub"])
+def test_a_rank_and_its_stub_dying_in_one_wake_up_leave_the_pool_serving(pool, first):
+    """The bad interleaving of a strike (or a teardown) on a loaded machine, made on purpose: the
+    pool is SIGSTOPped, the rank and its stub are SIGKILLed one after the other while it cannot
+    look, then it is SIGCONTed, so that one select() hands it the rank's exit and the stub's hang-up
+    together, in either order. Seen in CI and under load before the fix: with the exit first, the
+    reap dropped the rank and the stale hang-up event then raised KeyError, the pool died, and every
+    later attempt of the phase started cold ('Connection reset by peer' / 'No such file')."""
+    sb, tag = pool
+    p = stub(sb, tag, "import time; time.sleep(600)")
+    rank = _log_pid(sb, p.pid)
+    os.kill(sb.proc.pid, signal.SIGSTOP)
+    try:
+        _wait(lambda: psutil.Process(sb.proc.pid).status() == psutil.STATUS_STOPPED, what="the pool to stop")
+        for pid in ([rank, p.pid] if first == "rank" else [p.pid, rank]):
+            os.kill(pid, signal.SIGKILL)
+            if pid == p.pid:
+                p.wait(timeout=30)
+            else:  # a zombie child of the stopped pool: its pidfd is readable
+                _wait(lambda: _gone(rank), what="the rank to die")
+    finally:
+        os.kill(sb.proc.pid, signal.SIGCONT)
+    _wait(lambda: f"rank pid {rank} ended" in open(sb.log_path).read(), what="the pool to reap the rank")
+    q = stub(sb, tag, "print('still serving')")
+    out, err = q.communicate(timeout=60)
+    assert (out.strip(), q.returncode) == ("still serving", 0) and "not usable" not in err, err
+    assert sb.alive() and "Traceback" not in open(sb.log_path).read()
+
+
 @pytest.mark.parametrize("pool", ["before_fork=2"], indirect=True)
 def test_a_stub_that_dies_before_its_rank_is_forked_leaves_no_rank(pool, tmp_path):
     """Fault point: the pool has read the request and waits 2 s before forking; the stub is killed
