@@ -399,7 +399,8 @@ class Pool:
         try:
             send_msg(conn, {"pid": pid})
         except OSError:  # the stub is gone: its EOF (next select) kills the rank
-            pass
+            return
+        _log(f"stub pid {req.get('stub_pid')} told its rank pid {pid}")  # (from here the stub is the rank's)
 
     def _served(self, pid: int, stub_pid, env: dict) -> None:
         """A line per rank forked, for the supervisor's attempt record (which attempt: from the

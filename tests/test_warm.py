@@ -56,14 +56,18 @@ def _gone(pid) -> bool:
     return killer.is_gone(pid)
 
 
-def _log_pid(sb, stub_pid, timeout=30.0) -> int:
-    """The rank pid the pool logged for this stub."""
+def _log_pid(sb, stub_pid, timeout=30.0, told=False) -> int:
+    """The rank pid the pool logged for this stub when it forked it (`told`: once it has told the
+    stub that pid, so that the stub stands in for the rank from then on)."""
     found = []
 
     def logged():
         with open(sb.log_path) as f:
             for line in f:
-                if f"for stub pid {stub_pid}:" in line:
+                if told and line.split(": ", 1)[-1].startswith(f"stub pid {stub_pid} told its rank pid "):
+                    found.append(int(line.split("told its rank pid ")[1].split()[0]))
+                    return True
+                if not told and f"for stub pid {stub_pid}:" in line:
                     found.append(int(line.split("rank pid ")[1].split()[0]))
                     return True
         return False
@@ -221,11 +225,29 @@ def test_a_stub_that_dies_before_its_rank_is_forked_leaves_no_rank(pool, tmp_pat
 def test_the_pools_death_kills_its_ranks(pool, tmp_path):
     sb, tag = pool
     p = stub(sb, tag, "import time; time.sleep(600)")
-    rank = _log_pid(sb, p.pid)
+    rank = _log_pid(sb, p.pid, told=True)  # (before that, see the next test)
     sb.proc.kill()
     _wait(lambda: _gone(rank), what="the rank to die with the pool")
     out, err = p.communicate(timeout=60)
     assert p.returncode == 137 and "standby pool died" in err
+
+
+@pytest.mark.parametrize("pool", ["before_reply=3"], indirect=True)
+def test_a_pool_that_dies_before_telling_the_stub_its_rank_leaves_the_program_to_start_cold(pool, tmp_path):
+    """Fault point: the pool has forked the rank and waits 3 s before telling the stub its pid; the
+    pool is SIGKILLed in that window. The forked rank dies with it (nothing of it runs on) and the
+    stub, never having stood in for a rank, starts the program cold and says so. (Under load the
+    pool-death test above once hit this window by chance, and timed out on the cold program.)"""
+    sb, tag = pool
+    marker = tmp_path / "runs"
+    p = stub(sb, tag, f"import os; open({str(marker)!r}, 'a').write(str(os.getpid()) + '\\n')")
+    rank = _log_pid(sb, p.pid)
+    sb.proc.kill()
+    _wait(lambda: _gone(rank), what="the forked rank to die with the pool")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and "the pool hung up" in err and "starting the program cold" in err, err
+    ran = marker.read_text().split() if marker.exists() else []
+    assert ran[-1:] == [str(p.pid)], ran  # the program, cold, in the stub's own process (exec)
 
 
 def test_the_pool_dies_with_its_supervisor(tmp_path):
