@@ -61,8 +61,6 @@ def pytest_collection_modifyitems(config, items):
         group = _group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
-        if group == "pbs":  # the PBS tier runs by itself: beside a second worker two of its jobs failed
-            item.add_marker(pytest.mark.alone)  # (exit 265, a chain of one job; .ci/run, 2026-12-02)
     if shutil.which("mpiexec"):
         return
     why = "no mpiexec on PATH (pip install mpich)"

@@ -420,8 +420,6 @@ echo "script done"
     assert first["signal"] == _signal.Signals.SIGKILL.name.removeprefix("SIG"), first
 
 
-# alone: under a second worker a host's pool forked 2 of its 3 ranks warm (make test, 2026-12-02)
-@pytest.mark.alone
 def test_pbs_warm_restart_a_pool_on_each_host(pbs):
     """relaunch.warm on the three PBS hosts: one standby pool per host, started through pbsdsh;
     Hydra starts the stubs, each host's pool forks that host's rank; the kills strike stubs and
@@ -443,9 +441,6 @@ def test_pbs_warm_restart_a_pool_on_each_host(pbs):
     assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
     recs = [json.load(open(layout.Expt(expt).phase("sync").attempt(k).record)) for k in (1, 2, 3)]
     log = open(layout.Expt(expt).phase("sync").warm_log).read()
-    if [r["warm_ranks"] for r in recs] != [0, 3, 3]:
-        open("/tmp/warm-fail.log", "w").write(log + "\n=====\n" + out + "\n=====\n" + "".join(
-            open(layout.Expt(expt).phase("sync").attempt(k).output).read() for k in (2, 3)))
     assert [r["warm_ranks"] for r in recs] == [0, 3, 3], (recs, log[-5000:])  # the first attempt starts cold
     state = layout.Expt(expt).phase("sync").warm_dir
     assert sorted(f for f in os.listdir(state) if f.endswith(".ready")) == sorted(f"{n}.ready" for n in pbs.nodes)
