@@ -337,9 +337,10 @@ class Pool:
             on_ready()
         while not self.stopping:
             for key, _ in sel.select(timeout=0.2):  # (a TERM sets `stopping`: seen within 0.2 s)
+                # a rank's exit and its stub's hang-up can come in one batch: the exit unregisters both
                 if sel.get_map().get(key.fd) is not key:
-                    continue  # unregistered by an earlier event of this batch: a rank's exit and its
-                what, pid = key.data  # stub's hang-up seen together (the exit reaps both)
+                    continue
+                what, pid = key.data
                 if what == "accept":
                     self._accept(listener, sel)
                 elif what == "stub":   # the stub hung up (or sent more): its rank goes with it

@@ -139,7 +139,6 @@ def pbs():
         pbs_cluster.stop(c)
 
 
-
 def pytest_runtest_setup(item):
     """In an xdist worker under --dist loadgroup a grouped test's id must carry its group
     (`id@group`): that is what the scheduler reads. pytest 9.2.0 keeps a node's id where

@@ -5,6 +5,7 @@ pool (RESTARTLAB_WARM_TESTPOINT) widen the windows where a stub can die or be si
 rank is being made, so those interleavings happen on purpose."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -59,18 +60,16 @@ def _gone(pid) -> bool:
 def _log_pid(sb, stub_pid, timeout=30.0, told=False) -> int:
     """The rank pid the pool logged for this stub when it forked it (`told`: once it has told the
     stub that pid, so that the stub stands in for the rank from then on)."""
+    line = re.compile(rf": stub pid {stub_pid} told its rank pid (\d+)$" if told
+                      else rf": rank pid (\d+) for stub pid {stub_pid}:", re.M)
     found = []
 
     def logged():
         with open(sb.log_path) as f:
-            for line in f:
-                if told and line.split(": ", 1)[-1].startswith(f"stub pid {stub_pid} told its rank pid "):
-                    found.append(int(line.split("told its rank pid ")[1].split()[0]))
-                    return True
-                if not told and f"for stub pid {stub_pid}:" in line:
-                    found.append(int(line.split("rank pid ")[1].split()[0]))
-                    return True
-        return False
+            m = line.search(f.read())
+        if m:
+            found.append(int(m.group(1)))
+        return bool(m)
     _wait(logged, timeout, f"the pool to fork a rank for stub {stub_pid}")
     return found[0]
 
