@@ -1,4 +1,5 @@
 """Shared test helpers: real mpiexec runs of the trainer, metrics reading, process cleanup."""
+import fcntl
 import json
 import os
 import re
@@ -33,6 +34,25 @@ def run_trainer(n, args, env=None, timeout=240, tag=None, rendezvous=True):
                               stderr=subprocess.STDOUT, text=True, timeout=timeout)
     finally:
         cleanup_tag(tag)
+
+
+def shared_run(tmp_path_factory, key, make):
+    """A directory that `make(path)` fills once per test session, whichever xdist worker asks
+    first (the others wait on its lock, then read it): for uninterrupted reference runs that
+    several tests compare against and none changes. make fails -> every caller fails."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's directory, above popen-gw0, popen-gw1
+    root = base / "shared-runs"
+    root.mkdir(exist_ok=True)
+    d, done = root / key, root / f"{key}.done"
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(d, ignore_errors=True)
+            make(str(d))
+            done.touch()
+    return str(d)
 
 
 def job_tag(expt_dir):

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from restartlab import ckptdir, layout
-from tests.helpers import final_crc, losses, rows, run_trainer, start_and_kill_at
+from tests.helpers import final_crc, losses, rows, run_trainer, shared_run, start_and_kill_at
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -23,6 +23,17 @@ LAYOUTS = {"fsdp4": (1, ()), "fsdp2xtp2": (2, ()), "hsdp2x2": (1, ("--dp-replica
            "hsdp2x1xtp2": (2, ("--dp-replicate", "2")), "fsdp2xtp2-raw": (2, ("--ckpt-format", "raw"))}
 
 
+def reference(tmp_path_factory, mesh):
+    """The uninterrupted 4-rank run of a layout, run once per session (tests/helpers.shared_run):
+    the kill test of that layout and the layout-change tests read the same one."""
+    tp, extra = LAYOUTS[mesh]
+
+    def make(d):
+        r = run_trainer(4, args_for(d, tp, extra))
+        assert r.returncode == 0, r.stdout[-3000:]
+    return shared_run(tmp_path_factory, f"trainer-resume-{mesh}", make)
+
+
 def check_same_as_reference(ref_dir, run_dir):
     ref = dict(losses(os.path.join(ref_dir, "out", layout.metrics_name(0))))
     got = losses(os.path.join(run_dir, "out", layout.metrics_name(0)))
@@ -35,11 +46,9 @@ def check_same_as_reference(ref_dir, run_dir):
 
 
 @pytest.mark.parametrize("mesh", list(LAYOUTS))
-def test_kill_between_saves_and_inside_save_resumes_bit_exact(tmp_path, mesh):
+def test_kill_between_saves_and_inside_save_resumes_bit_exact(tmp_path, tmp_path_factory, mesh):
     tp, extra = LAYOUTS[mesh]
-    ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
-    r = run_trainer(4, args_for(ref, tp, extra))
-    assert r.returncode == 0, r.stdout[-3000:]
+    ref, run = reference(tmp_path_factory, mesh), str(tmp_path / "run")
 
     metrics = os.path.join(run, "out", layout.metrics_name(0))
     # attempt 1: SIGKILL all ranks between the saves at 6 and 12
@@ -121,14 +130,12 @@ def test_kill_right_after_complete_keeps_the_steps_record(tmp_path):
     assert [it for it, _ in losses(layout.Attempt(d).metrics(0))] == list(range(1, 13))
 
 
-def test_shrink_resume_keeps_the_global_batch(tmp_path):
+def test_shrink_resume_keeps_the_global_batch(tmp_path, tmp_path_factory):
     """4 ranks killed after step 22; the resume runs on 2 ranks with --dp-global 4: each rank
     accumulates the micro-batches of a missing rank, so every loss matches the uninterrupted
     4-rank run within 1e-6 (relative; measured about 8e-8: the reduction order changes). The
     same resume without --dp-global trains on half the samples: losses differ by far more."""
-    ref, run, half = (str(tmp_path / x) for x in ("ref", "run", "half"))
-    r = run_trainer(4, args_for(ref))
-    assert r.returncode == 0, r.stdout[-3000:]
+    ref, run, half = reference(tmp_path_factory, "fsdp4"), str(tmp_path / "run"), str(tmp_path / "half")
     base = dict(losses(os.path.join(ref, "out", layout.metrics_name(0))))
     for d, extra in ((run, ["--dp-global", "4"]), (half, [])):
         metrics = os.path.join(d, "out", layout.metrics_name(0))
@@ -174,11 +181,9 @@ LAYOUT_CHANGE_TOL = 1e-6
 
 
 @pytest.mark.parametrize("n,extra", [(4, []), (2, ["--dp-global", "4"])], ids=["to-fsdp4", "to-fsdp2"])
-def test_hsdp_checkpoint_resumes_under_another_layout(tmp_path, n, extra):
-    ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
-    hsdp = ["--dp-replicate", "2"]
-    r = run_trainer(4, args_for(ref, extra=hsdp))
-    assert r.returncode == 0, r.stdout[-3000:]
+def test_hsdp_checkpoint_resumes_under_another_layout(tmp_path, tmp_path_factory, n, extra):
+    ref, run = reference(tmp_path_factory, "hsdp2x2"), str(tmp_path / "run")
+    hsdp = LAYOUTS["hsdp2x2"][1]
     base = dict(losses(os.path.join(ref, "out", layout.metrics_name(0))))
     metrics = os.path.join(run, "out", layout.metrics_name(0))
     receipt, rc, out = start_and_kill_at(4, args_for(run, extra=hsdp), metrics, 9)
@@ -192,15 +197,13 @@ def test_hsdp_checkpoint_resumes_under_another_layout(tmp_path, n, extra):
     assert worst <= LAYOUT_CHANGE_TOL
 
 
-def test_raw_checkpoint_resumes_under_another_layout_and_format(tmp_path):
+def test_raw_checkpoint_resumes_under_another_layout_and_format(tmp_path, tmp_path_factory):
     """A raw checkpoint of FSDP 2 x TP 2 (4 ranks), resumed on 2 ranks without TP (FSDP 2: the
     same data-parallel width, so the same samples) by a run that writes DCP's own format: every tensor item is narrowed across the TP cut
     (dim 1: targets that are not contiguous, read through a buffer), the format is taken from
     manifest.json, and the losses follow the uninterrupted run within LAYOUT_CHANGE_TOL."""
-    ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
-    raw = ["--ckpt-format", "raw"]
-    r = run_trainer(4, args_for(ref, tp=2, extra=raw))
-    assert r.returncode == 0, r.stdout[-3000:]
+    ref, run = reference(tmp_path_factory, "fsdp2xtp2-raw"), str(tmp_path / "run")
+    raw = LAYOUTS["fsdp2xtp2-raw"][1]
     base = dict(losses(os.path.join(ref, "out", layout.metrics_name(0))))
     metrics = os.path.join(run, "out", layout.metrics_name(0))
     receipt, rc, out = start_and_kill_at(4, args_for(run, tp=2, extra=raw), metrics, 9)
