@@ -29,7 +29,7 @@ from typing import Any, List, Optional, Tuple
 
 from . import attempt as attempt_record
 from . import launchers, layout, options, programs, tap, tool_options
-from .trainer_options import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
+from .trainer_options import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED, STACKS_SIGNAL
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_WALLTIME = EXIT_PREEMPTED   # stopped by the walltime margin: state saved, training not finished
@@ -37,6 +37,7 @@ EXIT_BUDGET = 6                  # max_attempts used up before the last step (a 
 EXIT_INTERRUPTED = 130
 STOP_GRACE_S = 5.0               # the launcher's time to end after a TERM before it gets a KILL
 INJECTOR_GRACE_S = 5.0           # the injector stops by itself once the done marker exists
+STACKS_WAIT_S = 2.0              # a hung attempt's ranks' time to write their stacks before the KILL
 
 
 # ---------------------------------------------------------------- the parts the tests replace
@@ -158,6 +159,15 @@ class Procs:
         from .teardown import teardown
         with open(att.teardown_log, "a") as log, contextlib.redirect_stdout(log):
             teardown(self.cfg.tag, sig, self.cfg.fanout, self.cfg.nodefile, self.cfg.launcher)
+
+    def dump_stacks(self, att: layout.Attempt) -> None:
+        """A hung attempt of the bundled trainer: each rank that can still run writes its threads'
+        Python stacks into the attempt's output (trainer_options.STACKS_SIGNAL) before the KILL,
+        so the hang says where it was. A program of the user's is left alone: its signals are its own."""
+        if self.cfg.program:
+            return
+        self.teardown(att, STACKS_SIGNAL)
+        time.sleep(STACKS_WAIT_S)
 
     def last_activity(self, att: layout.Attempt) -> Optional[float]:
         """When the attempt last wrote output or a metrics row (file times); a tapped program:
@@ -355,6 +365,7 @@ class Supervisor:
             if last is not None and self.clock.time() - last > limit:
                 self.say(f"no progress in {att.path} for {limit:g}s: stopping the attempt", err=True)
                 _touch(att.hang)
+                self.procs.dump_stacks(att)
                 self.procs.teardown(att)
                 return self.stop(run)
 

@@ -9,6 +9,11 @@ MODELS = ("tiny", "small", "debug", "agpt-2b", "agpt-20b")  # = trainer.model.PR
 # the trainer's exit codes (the relaunch loop and the collector read them)
 EXIT_OK, EXIT_USAGE, EXIT_NO_CHECKPOINT, EXIT_SAVE_FAILED, EXIT_PREEMPTED = 0, 2, 3, 4, 5
 
+# the relaunch loop sends this to a hung attempt's ranks before it kills them: each dumps every
+# thread's Python stack into the attempt's output (faulthandler). Its default action is to ignore
+# it, so a rank that has not registered yet loses nothing; never one of --preempt-signal's choices.
+STACKS_SIGNAL = "WINCH"
+
 # who sets an option: a scenario key under `trainer:`, or the renderer from the phase/experiment
 SCENARIO, PHASE = "scenario", "phase"
 

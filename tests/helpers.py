@@ -11,6 +11,7 @@ import time
 import uuid
 
 from restartlab import killer, launchers, layout
+from restartlab.trainer_options import STACKS_SIGNAL
 
 MPIEXEC = shutil.which("mpiexec")
 
@@ -27,13 +28,30 @@ def trainer_cmd(n, args, tag=None, env=None, rendezvous=True):
 
 
 def run_trainer(n, args, env=None, timeout=240, tag=None, rendezvous=True):
-    """Run one attempt to its end; returns CompletedProcess (stdout+stderr merged)."""
+    """Run one attempt to its end; returns CompletedProcess (stdout+stderr merged). Past
+    `timeout`, fails with the ranks' stacks (stacks_then_kill)."""
     tag = tag or f"test-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(trainer_cmd(n, args, tag, env, rendezvous), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     try:
-        return subprocess.run(trainer_cmd(n, args, tag, env, rendezvous), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        out, _ = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the trainer ran past {timeout}s: " + stacks_then_kill(proc, tag)) from None
     finally:
         cleanup_tag(tag)
+
+
+def stacks_then_kill(proc, tag):
+    """A hung trainer run of a test: its tagged ranks write their Python stacks (the trainer's
+    faulthandler, on trainer_options.STACKS_SIGNAL) before they and mpiexec are killed; the end
+    of what the run printed, those stacks included."""
+    killer.kill_ranks(tag, signal.Signals["SIG" + STACKS_SIGNAL])
+    time.sleep(2)
+    killer.kill_ranks(tag, signal.SIGKILL)
+    proc.kill()
+    out, _ = proc.communicate(timeout=60)
+    return f"its output and stacks:\n{out[-8000:]}"
 
 
 def shared_run(tmp_path_factory, key, make):
@@ -53,6 +71,18 @@ def shared_run(tmp_path_factory, key, make):
             make(str(d))
             done.touch()
     return str(d)
+
+
+def run_story(expt_dir, r=None):
+    """What a failed assertion on a `restartlab run` shows: the end of its stdout and stderr, and
+    the end of the output of every attempt the watchdog stopped (its ranks' stacks are there)."""
+    parts = [r.stdout[-3000:] + r.stderr[-3000:]] if r is not None else []
+    for phase in layout.Expt(expt_dir).phases():
+        for att in phase.attempts():
+            if os.path.exists(att.hang) and os.path.exists(att.output):
+                with open(att.output, errors="replace") as f:
+                    parts.append(f"--- hung {att.path}:\n{f.read()[-6000:]}")
+    return "\n".join(parts)
 
 
 def job_tag(expt_dir):
@@ -111,8 +141,11 @@ def start_and_kill_at(n, args, metrics_path, step, timeout=240, env=None):
     proc = subprocess.Popen(trainer_cmd(n, args, tag, env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: any(r.get("train/iter", 0) >= step for r in rows(metrics_path)) or
-                 proc.poll() is not None, timeout, f"step {step} in {metrics_path}", 0.01)
+        try:
+            wait_for(lambda: any(r.get("train/iter", 0) >= step for r in rows(metrics_path)) or
+                     proc.poll() is not None, timeout, f"step {step} in {metrics_path}", 0.01)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: " + stacks_then_kill(proc, tag)) from None
         receipt = killer.kill_ranks(tag, signal.SIGKILL)
         out, _ = proc.communicate(timeout=60)
         return receipt, proc.returncode, out

@@ -46,6 +46,10 @@ def test_rank_hang_preempt_in_one_run(tmp_path, warm):
     a = [json.load(open(layout.Expt(d).phase("sync").attempt(i).record)) for i in (1, 2, 3, 4)]
     assert [x["hang"] for x in a] == [False, True, False, False] and a[2]["preempted"] and a[3]["completed"]
     assert [x["injected"] for x in a] == [True, True, True, False]
+    # before the watchdog's KILL, the hung attempt's ranks that could still run wrote their stacks
+    # (trainer_options.STACKS_SIGNAL): the one not stopped, waiting in a collective for its peer
+    hung = open(layout.Expt(d).phase("sync").attempt(2).output).read()
+    assert "(most recent call first)" in hung and 'trainer/__main__.py", line' in hung, hung[-3000:]
     assert "By failure kind" in open(layout.Expt(d).report).read()
     assert [(e["startup"] or {}).get("startup/warm") for e in s["failures"]] == ([1] * 3 if warm else [None] * 3)
     assert killer.find_tagged(job_tag(d), standby=True) == []

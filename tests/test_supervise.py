@@ -149,6 +149,9 @@ class FakeProcs:
         if self.launched:
             self.launched[-1].ranks_signalled(sig)
 
+    def dump_stacks(self, att):
+        self.events.append(("stacks", att.index))
+
     def finish(self, att, rc):
         self.events.append(("finish", att.index, rc))
 
@@ -241,6 +244,9 @@ def test_watchdog_stops_a_hung_attempt(tmp_path):
     assert 90 <= first["end_ts"] - first["launch_ts"] <= 92.5  # 30 s of steps + 60 s of silence (+ a tick + TERM)
     assert procs.launched[0].signals == [signal.SIGTERM]
     assert (1, "KILL") in procs.teardowns
+    # first the ranks are asked for their stacks (into the attempt's output), then killed
+    ev = [e for e in procs.events if e[0] in ("stacks", "teardown")]
+    assert ev[:2] == [("stacks", 1), ("teardown", 1, "KILL")], ev
 
 
 def test_watchdog_kills_a_launcher_deaf_to_term(tmp_path):

@@ -3,6 +3,22 @@ import time
 
 _T_IMPORT0 = time.time()
 
+import faulthandler  # noqa: E402
+import signal  # noqa: E402
+
+from restartlab.trainer_options import STACKS_SIGNAL  # noqa: E402
+
+
+def stacks_on_signal():
+    """On STACKS_SIGNAL (sent to a hung attempt before the relaunch loop kills it) every thread's
+    Python stack goes to this process's stderr, the attempt's output. Registered before the heavy
+    imports, so a rank stuck in them answers too; again in main(): a warm restart's forked rank
+    writes to a stderr of its own."""
+    faulthandler.register(signal.Signals["SIG" + STACKS_SIGNAL], all_threads=True)
+
+
+stacks_on_signal()
+
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import gc  # noqa: E402
@@ -94,7 +110,6 @@ class StopRequest:
     handler only takes note; the training loop agrees on it across ranks after the current step."""
 
     def __init__(self, signame: str, rank: int):
-        import signal
         self.requested = False
         self.agreed = False
         self.signame = signame
@@ -303,6 +318,7 @@ def train(job: Job, metrics) -> None:
 
 
 def main(argv=None):
+    stacks_on_signal()
     a = parse_args(argv)
     info = rdist.discover_ranks()
     err = check_args(a, info.world_size)
