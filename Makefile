@@ -70,7 +70,8 @@ test: $(STAMP) $(FRAMEWORKS) $(EZPZ)
 # the edit-test loop: unit, recorded-output and single-process tests (no ranks, no Slurm, no slow
 # job-script runs); make test stays the whole suite and is what CI runs
 test-fast: $(STAMP)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m "not multirank and not slurm and not slow" $(PYTEST_ARGS) tests
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup \
+	  -m "not multirank and not slurm and not slow" $(PYTEST_ARGS) tests
 
 bench: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/run_all.py $(if $(PUBLISH),--publish)
