@@ -170,7 +170,8 @@ def test_without_a_seed_it_does_not_repeat_itself_and_the_verdict_says_so(tmp_pa
     assert "differs from the baseline at step 1" in v["baseline"]
 
 
-# alone: under a second worker the fuzz landed 1 of its 3 kills (the timing windows; make test, 2026-12-02)
+# alone: under a second worker the fuzz landed 1 of its 3 kills (make test, 2026-12-02); alone, with a 20 s
+# fuzz_window, too (.ci/run, 2026-12-03: idle, an attempt trains from +5 s to +8.5 s after its launch)
 @pytest.mark.alone
 def test_fuzz_of_the_sync_phase_every_kill_survived(tmp_path):
     d = str(tmp_path / "expt")
