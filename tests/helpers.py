@@ -11,6 +11,7 @@ import time
 import uuid
 
 from restartlab import killer, launchers, layout
+from restartlab.supervise import STACKS_WAIT_S
 from restartlab.trainer_options import STACKS_SIGNAL
 
 MPIEXEC = shutil.which("mpiexec")
@@ -46,8 +47,8 @@ def stacks_then_kill(proc, tag):
     """A hung trainer run of a test: its tagged ranks write their Python stacks (the trainer's
     faulthandler, on trainer_options.STACKS_SIGNAL) before they and mpiexec are killed; the end
     of what the run printed, those stacks included."""
-    killer.kill_ranks(tag, signal.Signals["SIG" + STACKS_SIGNAL])
-    time.sleep(2)
+    killer.kill_ranks(tag, killer.parse_signal(STACKS_SIGNAL))
+    time.sleep(STACKS_WAIT_S)
     killer.kill_ranks(tag, signal.SIGKILL)
     proc.kill()
     out, _ = proc.communicate(timeout=60)
