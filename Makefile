@@ -64,7 +64,7 @@ WORKERS ?= 2
 test: $(STAMP) $(FRAMEWORKS) $(EZPZ)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup -m "not alone" \
 	  --durations=25 $(PYTEST_ARGS) tests
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m alone $(PYTEST_ARGS) tests; \
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m alone --durations=10 $(PYTEST_ARGS) tests; \
 	  rc=$$?; [ $$rc = 0 ] || [ $$rc = 5 ]  # 5: no test is marked alone
 
 # the edit-test loop: unit, recorded-output and single-process tests (no ranks, no Slurm, no slow

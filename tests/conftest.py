@@ -61,8 +61,6 @@ def pytest_collection_modifyitems(config, items):
         group = _group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
-        if group == "pbs":  # the PBS tier runs by itself: beside a second worker a 4-rank trainer test
-            item.add_marker(pytest.mark.alone)  # hung before step 9 once (.ci/run, 2026-12-02, cause not found)
     if shutil.which("mpiexec"):
         return
     why = "no mpiexec on PATH (pip install mpich)"
