@@ -4,7 +4,8 @@ attempt, at random points reproducible from --seed: about half inside a save (a 
 written, seen in the checkpoint dir by the program's adapter), the rest anywhere from the launch on,
 start-up included. Each kill is followed by a relaunch; the next attempt's outcome is judged as the
 report's "Did it survive?" section judges it (survival.py), against the scenario's baseline phase,
-which runs first (--no-baseline: not).
+which runs first (--no-baseline: not; --baseline-from EXPT_DIR: copied from an earlier experiment
+that ran the same command, as `restartlab run --baseline-from`).
 
 Exit 0: every kill was survived as expected; 1: any finding (resumed from an incomplete or an
 older checkpoint, started over, crashed while loading, a crash loop, hung, did not finish, diverged
@@ -32,6 +33,8 @@ def add_args(p):
                    "while a complete checkpoint exists (what such a kill may lose)")
     p.add_argument("--no-baseline", action="store_true", help="do not run the baseline phase (the loss is "
                    "then not compared)")
+    p.add_argument("--baseline-from", metavar="EXPT_DIR", help="copy the baseline phase of this earlier "
+                   "experiment instead of running it again; refused unless it ran the same command and finished")
     p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
     p.add_argument("--expt-dir", help="default: <expt_root>/<name>-fuzz-<time>")
     p.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
@@ -48,6 +51,8 @@ def plan(sc: dict, a):
         raise FuzzInputError("--kills: must be >= 1")
     if not 0 <= a.save_share <= 1:
         raise FuzzInputError("--save-share: must be between 0 and 1")
+    if a.no_baseline and a.baseline_from:
+        raise FuzzInputError("--no-baseline and --baseline-from: choose one")
     phases = sc["phases"]
     if a.phase:
         target = next((p for p in phases if p["name"] == a.phase), None)
@@ -116,7 +121,7 @@ def main(a) -> int:
         return 2
     expt_dir = os.path.abspath(a.expt_dir) if a.expt_dir else os.path.join(
         os.path.abspath(sc["expt_root"]), f"{sc['name']}-fuzz-{time.strftime('%Y%m%d-%H%M%S')}")
-    rc = run.run_scenario(sc, a.scenario, expt_dir, a.plain, verb="fuzz")
+    rc = run.run_scenario(sc, a.scenario, expt_dir, a.plain, verb="fuzz", baseline_from=a.baseline_from)
     if rc in (2, 130):
         return rc
     expt = layout.Expt(expt_dir)

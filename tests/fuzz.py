@@ -1,7 +1,8 @@
 """Kill anywhere: SIGKILL all ranks of a training run at random times, again and again, across
 sync and async checkpointing, FSDP (4 ranks) and 2x2 FSDP+TP, then check that every relaunch
 resumed from the newest complete checkpoint, that `--keep` held, and that every step's loss and
-the final parameters equal a failure-free run.
+the final parameters equal a failure-free run (one per layout: sync and async checkpointing train
+alike, so the async configurations are held to the sync one's run).
 
     python -m tests.fuzz --kills 100 [--seed 1]        (make fuzz N=100)
 
@@ -103,6 +104,7 @@ def one_run(cfg, ref, rng, kills_left, stats, workdir, say):
     mode, tp = cfg
     d = tempfile.mkdtemp(prefix=f"fuzz-{mode}-tp{tp}-", dir=workdir)
     metrics = os.path.join(d, "out", layout.metrics_name(0))
+    trace, seen = os.path.join(d, "trace.txt"), []
     for attempt in range(1, MAX_ATTEMPTS + 1):
         expect = ckptdir.newest_complete_step(os.path.join(d, "ckpts"))
         tag = f"fuzz-{uuid.uuid4().hex[:8]}"
@@ -123,7 +125,7 @@ def one_run(cfg, ref, rng, kills_left, stats, workdir, say):
                     _sleep_until(p, t0 + ref["startup"] + rng.uniform(0, ref["train"]))
                 else:
                     _wait_for_save(p, os.path.join(d, "trace.txt"), t0, rng.choice(saves))
-                    _sleep_until(p, time.time() + rng.uniform(0, 1.2 * ref["save"]))
+                    _sleep_until(p, time.time() + rng.uniform(0, 1.2 * save_length(ref, trace, t0, seen)))
                 if p.poll() is None:
                     t_kill = time.time()
                     receipt = killer.kill_ranks(tag)
@@ -134,6 +136,7 @@ def one_run(cfg, ref, rng, kills_left, stats, workdir, say):
                 p.wait(timeout=600)
             finally:
                 killer.kill_ranks(tag)
+            seen += save_spans(trace, t0)
         out = open(logpath).read()
         resumed = [int(line.split("step=")[1]) for line in out.splitlines() if "RESUMED from step=" in line]
         if resumed and resumed[0] != expect or not resumed and expect is not None and "TRAINING DONE" in out:
@@ -169,6 +172,33 @@ def one_run(cfg, ref, rng, kills_left, stats, workdir, say):
     return kills_left
 
 
+def save_spans(trace_path, since=0.0):
+    """The length of each save a trace shows complete from `since` on (first to last point of
+    its step), sorted."""
+    points, complete = {}, set()
+    try:
+        with open(trace_path) as f:
+            for line in f:
+                t, point, step = line.split()
+                if float(t) >= since:
+                    points.setdefault(int(step), []).append(float(t))
+                    if point == "complete":
+                        complete.add(int(step))
+    except OSError:
+        pass
+    return sorted(max(points[s]) - min(points[s]) for s in complete)
+
+
+def save_length(ref, trace_path, t0, seen):
+    """How long a save of this configuration takes: its reference's median; a configuration
+    whose reference is shared (async beside sync) takes the median of the saves its own run has
+    completed so far (`seen`: earlier attempts; this attempt's from t0 on), its twin's before."""
+    if ref["save"] is not None:
+        return ref["save"]
+    own = sorted(seen + save_spans(trace_path, t0))
+    return own[len(own) // 2] if own else ref["twin_save"]
+
+
 def reference(cfg, workdir):
     mode, tp = cfg
     d = tempfile.mkdtemp(prefix=f"ref-{mode}-tp{tp}-", dir=workdir)
@@ -182,11 +212,7 @@ def reference(cfg, workdir):
     raw = [json.loads(line) for line in open(os.path.join(d, "out", layout.metrics_name(0)))]
     first = min(r["timestamp"] for r in raw if "train/loss" in r["metrics"])
     last = max(r["timestamp"] for r in raw)
-    spans = {}
-    for line in open(os.path.join(d, "trace.txt")):
-        t, point, step = line.split()
-        spans.setdefault(int(step), []).append(float(t))
-    durations = sorted(max(v) - min(v) for v in spans.values())
+    durations = save_spans(os.path.join(d, "trace.txt"))
     ref = {"save": durations[len(durations) // 2],
            "losses": dict(losses(os.path.join(d, "out", layout.metrics_name(0)))),
            "crc": final_crc(os.path.join(d, "out", layout.metrics_name(0))),
@@ -204,6 +230,13 @@ def run(kills: int, seed: int = 1, configs=CONFIGS, say=print) -> dict:
     try:
         refs = {}
         for cfg in configs:
+            # sync and async checkpointing of one layout train alike: one reference for both (its
+            # losses, parameters and timings; the save's length from the run itself, save_length)
+            twin = next((c for c in refs if c[1] == cfg[1] and refs[c]["save"] is not None), None)
+            if twin:
+                refs[cfg] = dict(refs[twin], save=None, twin_save=refs[twin]["save"])
+                say(f"reference {cfg[0]} tp{cfg[1]}: {twin[0]} tp{twin[1]}'s (the same training)")
+                continue
             refs[cfg] = reference(cfg, workdir)
             say(f"reference {cfg[0]} tp{cfg[1]}: start-up {refs[cfg]['startup']:.1f} s, training "
                 f"{refs[cfg]['train']:.1f} s, a save {refs[cfg]['save']:.2f} s")

@@ -12,7 +12,7 @@ import pytest
 
 from restartlab import ckptdir, layout
 from restartlab.trainer.checkpoint import STAGE_PARENT
-from tests.helpers import final_crc, losses, raw_rows, rows, run_trainer
+from tests.helpers import final_crc, losses, raw_rows, rows, run_trainer, shared_run
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -23,14 +23,21 @@ def args(d, iters=16, save=4, stage=None, fmt="dcp"):
             "--outdir", os.path.join(d, "out"), "--log-interval", "1000", "--ckpt-format", fmt]
 
 
+def reference(tmp_path_factory):
+    """The uninterrupted run the kill tests compare against, once per session (helpers.shared_run):
+    staged or direct, DCP's format or raw, the training is the same."""
+    def make(d):
+        r = run_trainer(2, args(d))
+        assert r.returncode == 0, r.stdout[-3000:]
+    return shared_run(tmp_path_factory, "async-ckpt-ref", make)
+
+
 @pytest.mark.parametrize("stage,fmt", [(None, "dcp"), ("none", "dcp"), (None, "raw"), ("none", "raw")],
                          ids=["staged", "direct", "staged-raw", "direct-raw"])
-def test_kills_inside_async_save_resume_exactly(tmp_path, stage, fmt):
+def test_kills_inside_async_save_resume_exactly(tmp_path, tmp_path_factory, stage, fmt):
     """Killed at each point of an async save (direct: straight into the durable dir, so its torn
     files lie where a checkpoint belongs and only the missing .complete keeps them from loading)."""
-    ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
-    r = run_trainer(2, args(ref, stage=stage))  # the reference in DCP's format: the same losses
-    assert r.returncode == 0, r.stdout[-3000:]
+    ref, run = reference(tmp_path_factory), str(tmp_path / "run")
     expect_resume = [None, 4, 4, 4, 4]
     points = ["stage:8", "write:8", "copy:8:1", "mark:8"] if stage is None else ["stage:8", "write:8", "mark:8"]
     for i, point in enumerate(points):

@@ -126,7 +126,9 @@ def test_ezpz_own_timers_beside_restartlabs(expt):
 
 def test_async_on_cpu_crashes_or_hangs_at_its_first_save(tmp_path):
     d = str(tmp_path / "expt")
-    _run(d, "relaunch.max_attempts=2", "relaunch.hang_timeout=20s", "trainer.program.steps=8",
+    # hang_timeout 10 s: past its first step ezpz logs a step every ~0.2 s here, and an attempt never
+    # reaches its ~12 s of plots at the end (it stops at the save of step 5); 20 s cost 20 s more
+    _run(d, "relaunch.max_attempts=2", "relaunch.hang_timeout=10s", "trainer.program.steps=8",
          f"trainer.program.command={_flow(BASE_CMD + ['--seed', '1', '--train-iters', '8'])}",
          'phases=[{name: async, checkpoint: async, failures: none, '
          'args: [--save-interval, "5", --async-ckpt, --ckpt-stage-dir, "{phase_dir}/stage"]}]')
@@ -150,7 +152,8 @@ def test_async_on_cpu_crashes_or_hangs_at_its_first_save(tmp_path):
 
 def test_a_mistaken_scheduler_hangs_in_start_up_and_the_watchdog_ends_it(tmp_path):
     d = str(tmp_path / "expt")
-    r = _run(d, "launch.env.EZPZ_SCHEDULER=SLURM", "relaunch.startup_timeout=30s", "relaunch.max_attempts=1",
+    # 20 s: rank 0 raises within its start-up (~5 s idle); rank 1 would wait in its barrier for ever
+    r = _run(d, "launch.env.EZPZ_SCHEDULER=SLURM", "relaunch.startup_timeout=20s", "relaunch.max_attempts=1",
              'phases=[{name: sync, checkpoint: sync, failures: none, args: [--save-interval, "5"]}]')
     assert r.returncode != 0
     [x] = _summary(d)["sync"]["survival"]["restarts"]

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from restartlab import ckptdir, killer, layout
-from tests.helpers import final_crc, losses, rows, run_trainer, trainer_cmd, wait_for
+from tests.helpers import final_crc, losses, rows, run_trainer, shared_run, trainer_cmd, wait_for
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -21,11 +21,18 @@ def args(d, mode):
     return a + (["--async-ckpt", "--ckpt-stage-dir", os.path.join(d, "stage")] if mode == "async" else [])
 
 
+def reference(tmp_path_factory):
+    """The uninterrupted run, once per session (helpers.shared_run): sync and async checkpointing
+    train alike, so both modes are held to the same one."""
+    def make(d):
+        r = run_trainer(4, args(d, "sync"))
+        assert r.returncode == 0, r.stdout[-3000:]
+    return shared_run(tmp_path_factory, "preempt-ref", make)
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_sigterm_emergency_checkpoint_zero_lost_steps(tmp_path, mode):
-    ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
-    r = run_trainer(4, args(ref, mode))
-    assert r.returncode == 0, r.stdout[-3000:]
+def test_sigterm_emergency_checkpoint_zero_lost_steps(tmp_path, tmp_path_factory, mode):
+    ref, run = reference(tmp_path_factory), str(tmp_path / "run")
     tag = f"t-{uuid.uuid4().hex[:8]}"
     metrics = os.path.join(run, "out", layout.metrics_name(0))
     p = subprocess.Popen(trainer_cmd(4, args(run, mode), tag), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

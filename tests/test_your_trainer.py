@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from restartlab import layout
-from tests.helpers import cleanup_tag, job_tag
+from tests.helpers import cleanup_tag, job_tag, shared_run
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,6 +32,21 @@ def expt(tmp_path):
         cleanup_tag(job_tag(d))
 
 
+def baseline_of(tmp_path_factory, scen):
+    """An experiment holding only `scen`'s baseline phase, run once per test session and taken by
+    the tests that compare against it (run/fuzz --baseline-from: the same command, so the same
+    baseline)."""
+    def make(d):
+        try:
+            r = restartlab("run", scen, "--expt-dir", d, "--plain",
+                           "--set", "phases=[{name: baseline, checkpoint: none}]")
+        finally:
+            if os.path.exists(layout.Expt(d).job_script):
+                cleanup_tag(job_tag(d))
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return shared_run(tmp_path_factory, "baseline-" + os.path.basename(scen).split(".")[0], make)
+
+
 def _summary(d):
     with open(layout.Expt(d).summary) as f:
         return {s["phase"]: s for s in json.load(f)["phases"]}
@@ -42,7 +57,7 @@ def _ckpts(d, phase):
 
 
 def test_a_plain_program_through_run(expt):
-    r = restartlab("run", PLAIN, "--expt-dir", expt, "--plain")
+    r = restartlab("run", PLAIN, "--expt-dir", expt, "--plain")  # its baseline too: the one test that runs it here
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     s = _summary(expt)
     assert s["baseline"]["completed"] and s["restart"]["completed"]
@@ -111,11 +126,14 @@ def _fuzz(expt, *more):
     return _fuzz_scenario(PLAIN, expt, *more)
 
 
-def test_fuzz_a_program_that_saves_atomically_survives(expt):
-    r, data = _fuzz(expt, "--kills", "4", "--seed", "3")
+def test_fuzz_a_program_that_saves_atomically_survives(expt, tmp_path_factory):
+    base = baseline_of(tmp_path_factory, PLAIN)
+    r, data = _fuzz(expt, "--kills", "4", "--seed", "3", "--baseline-from", base)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert data["verdict"]["survived"] and len(data["kills"]) >= 2
-    assert "identical" in data["verdict"]["baseline"]
+    assert "identical" in data["verdict"]["baseline"]  # against the baseline taken from `base`, not run here
+    assert f"baseline baseline taken from {base}" in r.stdout
+    assert layout.Expt(expt).phase("baseline").reused == base
     assert "survived every one" in r.stdout and "| kill | attempt | struck |" in r.stdout
 
 
@@ -149,6 +167,11 @@ def test_fuzz_bad_input_exits_2(tmp_path):
     assert r.returncode == 2 and "saves no checkpoints" in r.stderr
     r = restartlab("fuzz", PLAIN, "--kills", "0")
     assert r.returncode == 2 and "--kills: must be >= 1" in r.stderr
+    r = restartlab("fuzz", PLAIN, "--no-baseline", "--baseline-from", str(tmp_path))
+    assert r.returncode == 2 and "--no-baseline and --baseline-from: choose one" in r.stderr
+    r = restartlab("fuzz", PLAIN, "--baseline-from", str(tmp_path), "--expt-dir", str(tmp_path / "y"))
+    assert r.returncode == 2 and "not an experiment directory" in r.stderr and "Traceback" not in r.stderr
+    assert not os.path.exists(tmp_path / "y")  # refused before the experiment is made
 
 
 # ---------------------------------------------------------------- Hugging Face Accelerate (1.15.0)
@@ -235,7 +258,7 @@ def test_fuzz_kills_a_dcp_program_inside_its_saves(expt):
 LIGHTNING = os.path.join(ROOT, "scenarios", "examples", "lightning.yaml")
 
 
-def test_lightning_through_run_resumes_last_and_diverges_mid_epoch(expt):
+def test_lightning_through_run_resumes_last_and_diverges_mid_epoch(expt, tmp_path_factory):
     """ModelCheckpoint(save_last=True) + fit(ckpt_path="last") under mpiexec (DDP, gloo): every
     relaunch loads last.ckpt (its step read from inside it, the resume line naming its path): the
     newest complete checkpoint, or one save older when the kill fell between the step file and
@@ -244,7 +267,8 @@ def test_lightning_through_run_resumes_last_and_diverges_mid_epoch(expt):
     restore a plain DataLoader's position (it warns so): the loss after the resume is not the
     baseline's, and the report says where it diverged."""
     pytest.importorskip("lightning")  # make test installs it (setup.cfg [frameworks])
-    r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain")
+    r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain", "--baseline-from",
+                   baseline_of(tmp_path_factory, LIGHTNING))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     s = _summary(expt)
     v = s["restart"]["survival"]
@@ -263,7 +287,7 @@ def test_lightning_through_run_resumes_last_and_diverges_mid_epoch(expt):
     assert {e["resumed_from"] for e in s["restart"]["failures"]} <= {5 * k for k in range(1, 9)}
 
 
-def test_lightning_epoch_end_saves_diverge_after_the_second_resume(expt):
+def test_lightning_epoch_end_saves_diverge_after_the_second_resume(expt, tmp_path_factory):
     """Saves every 10 steps in 10-batch epochs: every checkpoint is at an epoch's last batch, and
     the first resume (from step 20) is exact. But the epoch Lightning 2.6.6 runs after that resume
     is not counted in its epoch_progress (ready = started = 2 while it trains epoch 2), so step30.ckpt
@@ -272,8 +296,10 @@ def test_lightning_epoch_end_saves_diverge_after_the_second_resume(expt):
     against 0.0599828213, is epoch 2's first batch under step 30's weights, computed apart). Kills on
     the step seen (25, 35), far from any save."""
     pytest.importorskip("lightning")
-    r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain", "--set", 'phases.1.args=[--save-every, "10"]',
-                   "--set", "failures.schedule.at_steps=[25, 35]", "--set", "failures.gate=none")
+    r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain",
+                   "--baseline-from", baseline_of(tmp_path_factory, LIGHTNING),
+                   "--set", 'phases.1.args=[--save-every, "10"]', "--set", "failures.schedule.at_steps=[25, 35]",
+                   "--set", "failures.gate=none")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     v = _summary(expt)["restart"]["survival"]
     assert [(x["outcome"], x["resumed_from"]) for x in v["restarts"]] == [("first", 0), ("newest", 20), ("newest", 30)]
