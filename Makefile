@@ -59,13 +59,17 @@ $(EZPZ): $(FRAMEWORKS) setup.cfg
 
 # the suite on WORKERS pytest-xdist workers (WORKERS=0: one process); what shares a cluster or a
 # module fixture stays on one worker (tests/conftest.py); tests marked `alone` run after, by
-# themselves; the 25 slowest tests are printed (--durations)
+# themselves; the slowest tests are printed (--durations), then the test time by file (tests/durations.py,
+# from the JUnit reports in build/test-times)
 WORKERS ?= 2
+TIMES   := build/test-times
 test: $(STAMP) $(FRAMEWORKS) $(EZPZ)
+	rm -rf $(TIMES)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup -m "not alone" \
-	  --durations=25 $(PYTEST_ARGS) tests
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m alone --durations=10 $(PYTEST_ARGS) tests; \
-	  rc=$$?; [ $$rc = 0 ] || [ $$rc = 5 ]  # 5: no test is marked alone
+	  --durations=25 --junitxml=$(TIMES)/parallel.xml $(PYTEST_ARGS) tests
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m alone --durations=10 --junitxml=$(TIMES)/alone.xml \
+	  $(PYTEST_ARGS) tests; rc=$$?; [ $$rc = 0 ] || [ $$rc = 5 ]  # 5: no test is marked alone
+	$(BIN)/python -m tests.durations $(TIMES)/*.xml
 
 # the edit-test loop: unit, recorded-output and single-process tests (no ranks, no Slurm, no slow
 # job-script runs); make test stays the whole suite and is what CI runs

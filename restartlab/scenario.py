@@ -626,14 +626,17 @@ def _resolve_data(sc, path, v: "_V"):
 
 def load(path: str, overrides: List[str] = (), resolved: bool = False) -> dict:
     """Load, extend, override and validate a scenario. Raises ScenarioError with every problem.
-    resolved: an experiment's own copy of its scenario (layout.Expt.scenario), which also names its expt_dir."""
+    resolved: an experiment's own copy of its scenario (layout.Expt.scenario), which also names its expt_dir
+    and the file it was made from (its `source`: where {scenario_dir} points)."""
     lines: Dict = {}
     files: List[str] = []
     # --set extends=FILE: the scenario's own `extends` (its site profile) is replaced by FILE
     swaps = [a.split("=", 1)[1] for a in overrides if a.startswith("extends=")]
     data = _load_file(path, lines, files=files, swap=swaps[-1] if swaps else None)
+    source = path
     if resolved and isinstance(data, dict):
         data.pop("expt_dir", None)
+        source = data.pop("source", None) or path  # the file it was made from: its {scenario_dir}
     for a in overrides:
         if not a.startswith("extends="):
             _apply_set(data, a, lines)
@@ -648,7 +651,7 @@ def load(path: str, overrides: List[str] = (), resolved: bool = False) -> dict:
         _resolve_data(sc, path, v)
     if v.errors:
         raise ScenarioError("\n".join(dict.fromkeys(v.errors)))  # each problem once
-    sc["source"] = os.path.abspath(path)
+    sc["source"] = os.path.abspath(source)
     return sc
 
 
@@ -689,8 +692,11 @@ def secret_values(sc: dict, environ=None) -> Dict[str, str]:
 
 
 def dump_resolved(sc: dict) -> str:
-    """The resolved scenario as YAML, each secret of launch.env as a reference, never its value."""
+    """The resolved scenario as YAML, each secret of launch.env as a reference, never its value;
+    `source` names the file it was loaded from (load(resolved=True) takes {scenario_dir} from it)."""
     out = {k: v for k, v in sc.items() if k != "source"}
+    if sc.get("source"):
+        out["source"] = sc["source"]
     out["launch"] = dict(out["launch"], env={k: reference(k) if is_secret(k) else v
                                             for k, v in out["launch"]["env"].items()})
     return yaml.safe_dump(out, sort_keys=False)

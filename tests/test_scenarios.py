@@ -129,3 +129,22 @@ def test_set_extends_swaps_the_site_profile():
     assert (local["scheduler"], local["launch"]["launcher"]) == ("local", "hydra")
     with pytest.raises(scenario.ScenarioError, match="--set: extends: 'systems/nope.yaml' not found"):
         scenario.load(os.path.join(SCEN, "local.yaml"), ["extends=systems/nope.yaml"])
+
+
+def test_an_experiments_copy_keeps_its_scenario_dir_for_baseline_reuse(tmp_path):
+    """run/fuzz --baseline-from render the other experiment's copy of its scenario again and compare
+    the baseline's command: a program found through {scenario_dir} (every shipped example) must
+    come out where it ran, not beside the copy (the copy names its source)."""
+    from restartlab import experiment, layout, reuse
+    plain = os.path.join(os.path.dirname(HERE), "scenarios", "examples", "plain.yaml")
+    sc = scenario.load(plain)
+    _, theirs = experiment.create(sc, "local", expt_dir=str(tmp_path / "a"))
+    os.makedirs(theirs["phases"][0]["dir"])
+    pathlib.Path(layout.Phase(theirs["phases"][0]["dir"]).completed).touch()  # as if it had finished
+    assert scenario.load(layout.Expt(str(tmp_path / "a")).scenario, resolved=True)["source"] == plain
+    _, mine, _ = experiment.render_script(scenario.load(plain), "local", str(tmp_path / "b"))
+    assert list(reuse.check(mine, str(tmp_path / "a"))) == ["baseline"]
+    _, other, _ = experiment.render_script(scenario.load(plain, ['phases.0.args=[--steps, "30"]']), "local",
+                                           str(tmp_path / "c"))
+    with pytest.raises(reuse.ReuseError, match="ran another command"):
+        reuse.check(other, str(tmp_path / "a"))

@@ -133,7 +133,7 @@ def test_fuzz_a_program_that_saves_atomically_survives(expt, tmp_path_factory):
     assert data["verdict"]["survived"] and len(data["kills"]) >= 2
     assert "identical" in data["verdict"]["baseline"]  # against the baseline taken from `base`, not run here
     assert f"baseline baseline taken from {base}" in r.stdout
-    assert layout.Expt(expt).phase("baseline").reused == base
+    assert layout.Expt(expt).phase("baseline").reused_from() == base
     assert "survived every one" in r.stdout and "| kill | attempt | struck |" in r.stdout
 
 
