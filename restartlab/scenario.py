@@ -636,7 +636,8 @@ def load(path: str, overrides: List[str] = (), resolved: bool = False) -> dict:
     source = path
     if resolved and isinstance(data, dict):
         data.pop("expt_dir", None)
-        source = data.pop("source", None) or path  # the file it was made from: its {scenario_dir}
+        made_from = data.pop("source", None)  # the file it was made from: its {scenario_dir}
+        source = made_from if isinstance(made_from, str) and made_from else path
     for a in overrides:
         if not a.startswith("extends="):
             _apply_set(data, a, lines)

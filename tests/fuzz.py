@@ -15,6 +15,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -124,12 +125,12 @@ def one_run(cfg, ref, rng, kills_left, stats, workdir, say):
                 elif u < 0.6 or not saves:
                     _sleep_until(p, t0 + ref["startup"] + rng.uniform(0, ref["train"]))
                 else:
-                    _wait_for_save(p, os.path.join(d, "trace.txt"), t0, rng.choice(saves))
+                    _wait_for_save(p, trace, t0, rng.choice(saves))
                     _sleep_until(p, time.time() + rng.uniform(0, 1.2 * save_length(ref, trace, t0, seen)))
                 if p.poll() is None:
                     t_kill = time.time()
                     receipt = killer.kill_ranks(tag)
-                    killed = where(os.path.join(d, "trace.txt"), t0, t_kill, len(rows(metrics)) > n_rows)
+                    killed = where(trace, t0, t_kill, len(rows(metrics)) > n_rows)
                     if not receipt["pids"]:
                         killed = None
             try:
@@ -174,7 +175,7 @@ def one_run(cfg, ref, rng, kills_left, stats, workdir, say):
 
 def save_spans(trace_path, since=0.0):
     """The length of each save a trace shows complete from `since` on (first to last point of
-    its step), sorted."""
+    its step)."""
     points, complete = {}, set()
     try:
         with open(trace_path) as f:
@@ -186,7 +187,7 @@ def save_spans(trace_path, since=0.0):
                         complete.add(int(step))
     except OSError:
         pass
-    return sorted(max(points[s]) - min(points[s]) for s in complete)
+    return [max(points[s]) - min(points[s]) for s in complete]
 
 
 def save_length(ref, trace_path, t0, seen):
@@ -195,8 +196,8 @@ def save_length(ref, trace_path, t0, seen):
     completed so far (`seen`: earlier attempts; this attempt's from t0 on), its twin's before."""
     if ref["save"] is not None:
         return ref["save"]
-    own = sorted(seen + save_spans(trace_path, t0))
-    return own[len(own) // 2] if own else ref["twin_save"]
+    own = seen + save_spans(trace_path, t0)
+    return statistics.median_high(own) if own else ref["twin_save"]
 
 
 def reference(cfg, workdir):
@@ -212,8 +213,7 @@ def reference(cfg, workdir):
     raw = [json.loads(line) for line in open(os.path.join(d, "out", layout.metrics_name(0)))]
     first = min(r["timestamp"] for r in raw if "train/loss" in r["metrics"])
     last = max(r["timestamp"] for r in raw)
-    durations = save_spans(os.path.join(d, "trace.txt"))
-    ref = {"save": durations[len(durations) // 2],
+    ref = {"save": statistics.median_high(save_spans(os.path.join(d, "trace.txt"))),
            "losses": dict(losses(os.path.join(d, "out", layout.metrics_name(0)))),
            "crc": final_crc(os.path.join(d, "out", layout.metrics_name(0))),
            "startup": first - t0, "train": max(0.2, last - first), "wall": wall}

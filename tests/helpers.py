@@ -74,6 +74,15 @@ def shared_run(tmp_path_factory, key, make):
     return str(d)
 
 
+def shared_trainer_run(tmp_path_factory, key, n, argv_for):
+    """shared_run of one uninterrupted n-rank trainer run, argv_for(its dir) its arguments: the
+    reference several tests compare their interrupted runs against."""
+    def make(d):
+        r = run_trainer(n, argv_for(d))
+        assert r.returncode == 0, r.stdout[-3000:]
+    return shared_run(tmp_path_factory, key, make)
+
+
 def run_story(expt_dir, r=None):
     """What a failed assertion on a `restartlab run` shows: the end of its stdout and stderr, and
     the end of the output of every attempt the watchdog stopped (its ranks' stacks are there)."""

@@ -12,7 +12,7 @@ import pytest
 
 from restartlab import ckptdir, layout
 from restartlab.trainer.checkpoint import STAGE_PARENT
-from tests.helpers import final_crc, losses, raw_rows, rows, run_trainer, shared_run
+from tests.helpers import final_crc, losses, raw_rows, rows, run_trainer, shared_trainer_run
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -26,10 +26,7 @@ def args(d, iters=16, save=4, stage=None, fmt="dcp"):
 def reference(tmp_path_factory):
     """The uninterrupted run the kill tests compare against, once per session (helpers.shared_run):
     staged or direct, DCP's format or raw, the training is the same."""
-    def make(d):
-        r = run_trainer(2, args(d))
-        assert r.returncode == 0, r.stdout[-3000:]
-    return shared_run(tmp_path_factory, "async-ckpt-ref", make)
+    return shared_trainer_run(tmp_path_factory, "async-ckpt-ref", 2, args)
 
 
 @pytest.mark.parametrize("stage,fmt", [(None, "dcp"), ("none", "dcp"), (None, "raw"), ("none", "raw")],

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from restartlab import ckptdir, killer, layout
-from tests.helpers import final_crc, losses, rows, run_trainer, shared_run, trainer_cmd, wait_for
+from tests.helpers import final_crc, losses, rows, run_trainer, shared_trainer_run, trainer_cmd, wait_for
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -24,10 +24,7 @@ def args(d, mode):
 def reference(tmp_path_factory):
     """The uninterrupted run, once per session (helpers.shared_run): sync and async checkpointing
     train alike, so both modes are held to the same one."""
-    def make(d):
-        r = run_trainer(4, args(d, "sync"))
-        assert r.returncode == 0, r.stdout[-3000:]
-    return shared_run(tmp_path_factory, "preempt-ref", make)
+    return shared_trainer_run(tmp_path_factory, "preempt-ref", 4, lambda d: args(d, "sync"))
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from restartlab import ckptdir, layout
-from tests.helpers import final_crc, losses, rows, run_trainer, shared_run, start_and_kill_at
+from tests.helpers import final_crc, losses, rows, run_trainer, shared_trainer_run, start_and_kill_at
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -27,11 +27,7 @@ def reference(tmp_path_factory, mesh):
     """The uninterrupted 4-rank run of a layout, run once per session (tests/helpers.shared_run):
     the kill test of that layout and the layout-change tests read the same one."""
     tp, extra = LAYOUTS[mesh]
-
-    def make(d):
-        r = run_trainer(4, args_for(d, tp, extra))
-        assert r.returncode == 0, r.stdout[-3000:]
-    return shared_run(tmp_path_factory, f"trainer-resume-{mesh}", make)
+    return shared_trainer_run(tmp_path_factory, f"trainer-resume-{mesh}", 4, lambda d: args_for(d, tp, extra))
 
 
 def check_same_as_reference(ref_dir, run_dir):
