@@ -141,10 +141,10 @@ def test_replay_of_the_local_scenario_matches_its_measured_ettr(tmp_path):
     marker lands on a cycle's edge, where the model may lose the whole interval (-5.5% with the
     model's lost work in the own-cost replay, CI 2026-12-02)."""
     d = tmp_path / "expt"
-    # warm restarts (relaunch.warm): the subject is the model's accounting of whatever the restarts
-    # cost, not the cold start (test_collect's run is cold); a phase imports torch once, not 8 times
-    r = rl("run", "--expt-dir", str(d), "--plain", "--set", "collection.plots=false", "--set", "relaunch.warm=true",
-           timeout=560)
+    # cold restarts, as the shipped scenario runs: with warm ones (relaunch.warm) a phase lasts about
+    # 9 s, so 3% is 0.27 s of the last attempt's saves and exit on a loaded machine (+3.2% in one CI
+    # run, 2026-12-03); at about 25 s a phase holds the same noise well inside it
+    r = rl("run", "--expt-dir", str(d), "--plain", "--set", "collection.plots=false", timeout=560)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     for phase in ("sync", "async"):
         r = rl("simulate", "--replay", str(d), "--phase", phase, "--json")
