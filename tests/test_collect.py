@@ -301,7 +301,10 @@ def test_ctrl_c_stops_everything_and_leaves_a_readable_experiment(tmp_path):
     A local run carries the local scheduler's job id, never a batch system's variables."""
     d = tmp_path / "expt"
     p = subprocess.Popen([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(d), "--plain",
-                          "--set", "trainer.train_iters=400", "--set", "failures.schedule.at_steps=[300]"],
+                          "--set", "trainer.train_iters=100", "--set", "failures.schedule.at_steps=[80]",
+                          # 0.1 s a step (a test-only delay point): the sync phase is still running at
+                          # the Ctrl-C, and its ranks (and the baseline's before) sleep instead of computing
+                          "--set", 'launch.env={RESTARTLAB_DELAY: "step:*:*:0.1"}'],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                          # a foreground job at a terminal: SIGINT as default. The suite may run as a
                          # background job of a shell without job control, whose children inherit

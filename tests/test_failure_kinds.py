@@ -66,6 +66,8 @@ def test_walltime_warning_emergency_checkpoint_nothing_lost(tmp_path):
                                  "{name: second, checkpoint: sync, failures: false}]",
                         "--set", "trainer.train_iters=100000", "--set", "trainer.save_interval=7",
                         "--set", "job.walltime=60s", "--set", "relaunch.walltime_margin=30s",
+                        # 0.2 s a step (a test-only delay point): the subject is the walltime's end
+                        "--set", 'launch.env={RESTARTLAB_DELAY: "step:*:*:0.2"}',
                         "--set", "collection.plots=false"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 5, r.stdout[-3000:] + r.stderr[-3000:]

@@ -280,6 +280,8 @@ def test_pbs_walltime_margin_and_walltime_kill(pbs):
     for path, m in ((margin, "30s"), (killed, "0s")):
         text = open(path + ".yaml").read().replace("hang_timeout: 120s}", f"hang_timeout: 120s, walltime_margin: {m}}}")
         text = text.replace("phases:\n  - {name: p, checkpoint: async}", "phases:\n  - {name: p, checkpoint: async, failures: false}")
+        # 0.2 s a step (a test-only delay point): the subject is the walltime, not the compute in it
+        text = text.replace("  ranks_per_node: 1\n", '  ranks_per_node: 1\n  env: {RESTARTLAB_DELAY: "step:*:*:0.2"}\n')
         pbs.write(path + ".yaml", text)
     jm, em = submit(pbs, margin + ".yaml")
     jk, ek = submit(pbs, killed + ".yaml")

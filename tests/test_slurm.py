@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from restartlab import killer, layout
+from restartlab import cli, killer, layout, schedulers
 from tests.helpers import final_crc, job_tag, losses, rows, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multirank, pytest.mark.timeout(900)]
@@ -64,15 +64,18 @@ def status(sched, *ids, env=None):
     return {d["jobid"]: d for d in map(json.loads, r.stdout.splitlines())}
 
 
-def wait_state(sched, jid, states, timeout, env=None):
-    seen = []
+def wait_state(sched, jid, states, timeout):
+    """The states a job went through until one of `states`: the scheduler's status asked in this
+    process, once a second (`restartlab status` itself is tested above; started anew every half
+    second it took ~10 s of CPU per test from the ranks beside it)."""
+    seen, backend = [], schedulers.get(sched)
 
     def pred():
-        st = status(sched, jid, env=env)[jid]["state"]
+        st = backend.status([jid], cli._run)[jid].state
         if not seen or seen[-1] != st:
             seen.append(st)
         return st in states
-    wait_for(pred, timeout, f"job {jid} to reach {states} (seen {seen})", interval=0.5)
+    wait_for(pred, timeout, f"job {jid} to reach {states} (seen {seen})", interval=1.0)
     return seen
 
 
@@ -294,12 +297,13 @@ def test_slurm_walltime_warning_nothing_lost(slurm, tmp_path):
     script sends SIGTERM (the trainer's preemption signal) to all 4 ranks on both nodes through
     srun --overlap; the async phase waits for its save in flight, writes an emergency checkpoint of
     its last step and exits 5; nothing is relaunched; the job ends (exit 5) before Slurm's limit
-    with its newest complete checkpoint = its last step."""
+    with its newest complete checkpoint = its last step. The trainer sleeps 0.2 s a step (a
+    test-only delay point): the subject is the minute's end, not what the ranks compute in it."""
     text = f"""extends: systems/slurm.yaml
 name: slurm-walltime
 expt_root: {tmp_path}/expt
 job: {{nodes: 2, walltime: "00:02:00"}}
-launch: {{ranks_per_node: 2}}
+launch: {{ranks_per_node: 2, env: {{RESTARTLAB_DELAY: "step:*:*:0.2"}}}}
 trainer: {{model: tiny, train_iters: 1000000, save_interval: 7, device: cpu}}
 relaunch: {{max_attempts: 5, backoff: 0s, hang_timeout: 120s, walltime_margin: 60s}}
 phases:
