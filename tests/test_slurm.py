@@ -6,6 +6,9 @@
   unknown jobs.
 (PBS meets a real OpenPBS server in tests/test_pbs.py.)
 
+The chain and walltime tests run one rank per node (their subject is the job's clock, not how
+srun places tasks; the end-to-end, node-loss and warm tests keep two per node).
+
 What one machine cannot show: both "nodes" are the same host (each node's killer takes only the
 ranks whose SLURMD_NODENAME is its own, so a node's ranks can be struck alone), the ranks talk
 over loopback, and a node cannot really go down."""
@@ -294,7 +297,7 @@ echo "script done"
 
 def test_slurm_walltime_warning_nothing_lost(slurm, tmp_path):
     """A job with a 2-minute walltime and relaunch.walltime_margin 60s: one minute in, the job
-    script sends SIGTERM (the trainer's preemption signal) to all 4 ranks on both nodes through
+    script sends SIGTERM (the trainer's preemption signal) to the ranks on both nodes (one each) through
     srun --overlap; the async phase waits for its save in flight, writes an emergency checkpoint of
     its last step and exits 5; nothing is relaunched; the job ends (exit 5) before Slurm's limit
     with its newest complete checkpoint = its last step. The trainer sleeps 0.2 s a step (a
@@ -303,7 +306,7 @@ def test_slurm_walltime_warning_nothing_lost(slurm, tmp_path):
 name: slurm-walltime
 expt_root: {tmp_path}/expt
 job: {{nodes: 2, walltime: "00:02:00"}}
-launch: {{ranks_per_node: 2, env: {{RESTARTLAB_DELAY: "step:*:*:0.2"}}}}
+launch: {{ranks_per_node: 1, env: {{RESTARTLAB_DELAY: "step:*:*:0.2"}}}}
 trainer: {{model: tiny, train_iters: 1000000, save_interval: 7, device: cpu}}
 relaunch: {{max_attempts: 5, backoff: 0s, hang_timeout: 120s, walltime_margin: 60s}}
 phases:
@@ -325,7 +328,7 @@ phases:
     assert a["walltime"] and a["preempted"] and a["exit_code"] == 5, a
     assert 55 <= a["end_ts"] - a["launch_ts"] < 115, a       # stopped after the warning, before the limit
     assert not os.path.exists(layout.Expt(expt).phase("async").attempt(2).path)
-    assert "4 process(es)" in open(layout.Attempt(adir).teardown_log).read().splitlines()[0]
+    assert "2 process(es)" in open(layout.Attempt(adir).teardown_log).read().splitlines()[0]
     with open(layout.Expt(expt).summary) as f:
         w = json.load(f)["phases"][0]["walltime_stop"]
     assert w["lost_steps"] == 0 and w["emergency_checkpoint"] == w["last_step"] > 7, w
@@ -435,7 +438,7 @@ def test_slurm_chained_jobs_report_as_one(slurm, tmp_path):
 name: slurm-chain
 expt_root: {tmp_path}/expt
 job: {{nodes: 2, walltime: "00:01:00"}}
-launch: {{ranks_per_node: 2, env: {{RESTARTLAB_DELAY: "step:*:*:1.0"}}}}
+launch: {{ranks_per_node: 1, env: {{RESTARTLAB_DELAY: "step:*:*:1.0"}}}}
 trainer: {{model: tiny, train_iters: 40, save_interval: 5, device: cpu}}
 relaunch: {{max_attempts: 3, backoff: 0s, hang_timeout: 120s, walltime_margin: 25s, chain: 3}}
 phases:
@@ -481,7 +484,7 @@ def test_slurm_chain_after_the_relaunch_budget_runs_out(slurm, tmp_path):
 name: slurm-chain-budget
 expt_root: {tmp_path}/expt
 job: {{nodes: 2, walltime: "00:15:00"}}
-launch: {{ranks_per_node: 2}}
+launch: {{ranks_per_node: 1}}
 trainer: {{model: tiny, train_iters: 60, save_interval: 5, device: cpu}}
 relaunch: {{max_attempts: 1, backoff: 0s, hang_timeout: 120s, chain: 1}}
 failures: {{kind: kill, schedule: {{at_steps: [20]}}, gate: complete}}
