@@ -63,13 +63,15 @@ def records(d):
 
 
 def kind(argv):
+    words = argv.split()
+    if words[:2] == ["-m", "restartlab.cli"] or words[:2] == ["-m", "restartlab.warm"]:
+        return "python -m " + " ".join(words[1:3])  # with its verb: the program's argv may follow
     if "--model " in argv or "--train-iters" in argv:
         return "training rank (the bundled trainer or a program)"
-    words = argv.split()
     if words[:2] == ["-m", "pytest"] or words[:1] == ["-c"]:  # xdist starts its workers with -c
         return "pytest and its workers"
-    if words[:1] == ["-m"] and len(words) > 1:  # restartlab.cli: with its verb (supervise, inject, ...)
-        return "python -m " + " ".join(words[1:3] if words[1] == "restartlab.cli" else words[1:2])
+    if words[:1] == ["-m"] and len(words) > 1:
+        return "python -m " + words[1]
     return "python " + (os.path.basename(words[0]) if words else "")
 
 
