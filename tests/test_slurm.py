@@ -6,8 +6,8 @@
   unknown jobs.
 (PBS meets a real OpenPBS server in tests/test_pbs.py.)
 
-The chain and walltime tests run one rank per node (their subject is the job's clock, not how
-srun places tasks; the end-to-end, node-loss and warm tests keep two per node).
+The chain, walltime and node-loss tests run one rank per node (their subject is the job's clock
+or its nodes, not how srun places tasks on one; the end-to-end and warm tests keep two per node).
 
 What one machine cannot show: both "nodes" are the same host (each node's killer takes only the
 ranks whose SLURMD_NODENAME is its own, so a node's ranks can be struck alone), the ranks talk
@@ -115,7 +115,7 @@ def test_slurm_node_loss_and_preemption(slurm, tmp_path):
     that node); srun --kill-on-bad-exit ends the other node's ranks; the relaunch resumes. kind
     preempt: SIGTERM to every rank through both nodes' killers; the emergency checkpoint makes the
     resume lose no step. Both phases end with the baseline's parameters."""
-    path = scenario(tmp_path, "slurm", "slurm-kinds", at_steps=("{step: 12, kind: node}", "{step: 24, kind: preempt}"),
+    path = scenario(tmp_path, "slurm", "slurm-kinds", ppn=1, at_steps=("{step: 12, kind: node}", "{step: 24, kind: preempt}"),
                     extra="  node: 1\n  grace: 60s\n")
     jid, expt = submit(path)
     seen = wait_state("slurm", jid, {"finished", "failed"}, 420)
@@ -130,8 +130,8 @@ def test_slurm_node_loss_and_preemption(slurm, tmp_path):
     node, pre = recs
     second = job_nodes(expt, jid)[1]
     assert node["kind"] == "node" and node["hosts"] == [second]
-    assert [x.get("node") for x in node["receipts"]] == [second] and node["killed"] == 2, node
-    assert pre["kind"] == "preempt" and pre["signal"] == "TERM" and pre["killed"] == 4, pre
+    assert [x.get("node") for x in node["receipts"]] == [second] and node["killed"] == 1, node
+    assert pre["kind"] == "preempt" and pre["signal"] == "TERM" and pre["killed"] == 2, pre
     ev = {e["kind"]: e for e in sync["failures"]}
     assert ev["node"]["detected_by"] == "launcher"
     assert ev["preempt"]["lost_steps"] == 0 and ev["preempt"]["detected_by"] == "trainer"
@@ -345,7 +345,7 @@ def node_loss_run(tmp_path, name, spares, policy):
 name: {name}
 expt_root: {tmp_path}/expt
 job: {{nodes: 2, spare_nodes: {spares}, walltime: "00:15:00"}}
-launch: {{ranks_per_node: 2}}
+launch: {{ranks_per_node: 1}}
 trainer: {{model: tiny, train_iters: 80, save_interval: 5, device: cpu}}
 relaunch: {{max_attempts: 4, backoff: 0s, hang_timeout: 120s, on_node_loss: {policy}, node_check_timeout: 20s}}
 phases:
@@ -386,14 +386,14 @@ def test_slurm_node_loss_spares_bit_exact(slurm, tmp_path):
     a = [json.load(open(layout.Expt(expt).phase("sync").attempt(i).record)) for i in (1, 2)]
     spare = [n for n in allocated if n not in a[0]["hosts"]][0]
     assert a[0]["hosts"][1] == lost and a[1]["hosts"] == [a[0]["hosts"][0], spare], a
-    assert a[0]["ranks"] == a[1]["ranks"] == 4 and a[1]["completed"]
+    assert a[0]["ranks"] == a[1]["ranks"] == 2 and a[1]["completed"]
     bad = [c for c in node_checks(expt) if not c["ok"]]
     assert [c["node"] for c in bad] == [lost] and bad[0]["attempt"] == 2 and bad[0]["reason"], bad
     assert open(layout.Expt(expt).bad_nodes).read().split() == [lost]
     with open(layout.Expt(expt).summary) as f:
         phases = {p["phase"]: p for p in json.load(f)["phases"]}
     ev = phases["sync"]["failures"][0]
-    assert ev["bad_nodes"] == [lost] and ev["ranks_before"] == ev["ranks_after"] == 4, ev
+    assert ev["bad_nodes"] == [lost] and ev["ranks_before"] == ev["ranks_after"] == 2, ev
     assert ev["recovery"] == f"spares: {spare} for {lost}", ev
     crc = {ph: final_crc(layout.Expt(expt).phase(ph).attempt(phases[ph]["attempts"]).metrics(0))
            for ph in ("baseline", "sync")}
@@ -402,18 +402,18 @@ def test_slurm_node_loss_spares_bit_exact(slurm, tmp_path):
 
 
 def test_slurm_node_loss_shrink_same_losses(slurm, tmp_path):
-    """relaunch.on_node_loss: shrink. No spare: the relaunch runs on the one healthy node with 2
-    ranks instead of 4; each rank accumulates gradients over two micro-batches (--dp-global 4),
-    so the global batch and its samples stay the same and the losses continue within 1e-6
-    (relative) of the 4-rank baseline: not bit-exact, the reduction order changes."""
+    """relaunch.on_node_loss: shrink. No spare: the relaunch runs on the one healthy node with 1
+    rank instead of 2; it accumulates gradients over two micro-batches (--dp-global 2), so the
+    global batch and its samples stay the same and the losses continue within 1e-6 (relative) of
+    the 2-rank baseline: not bit-exact, the reduction order changes."""
     expt, jid, lost = node_loss_run(tmp_path, "slurm-shrink", 0, "shrink")
     a = [json.load(open(layout.Expt(expt).phase("sync").attempt(i).record)) for i in (1, 2)]
-    assert a[0]["ranks"] == 4 and a[1]["ranks"] == 2 and a[1]["hosts"] == [a[0]["hosts"][0]], a
+    assert a[0]["ranks"] == 2 and a[1]["ranks"] == 1 and a[1]["hosts"] == [a[0]["hosts"][0]], a
     assert a[1]["completed"]
     with open(layout.Expt(expt).summary) as f:
         phases = {p["phase"]: p for p in json.load(f)["phases"]}
     ev = phases["sync"]["failures"][0]
-    assert ev["ranks_before"] == 4 and ev["ranks_after"] == 2 and ev["recovery"] == f"shrink: 2 -> 1 node(s), without {lost}", ev
+    assert ev["ranks_before"] == 2 and ev["ranks_after"] == 1 and ev["recovery"] == f"shrink: 2 -> 1 node(s), without {lost}", ev
     base = dict(losses(layout.Expt(expt).phase("baseline").attempt(1).metrics(0)))
     after = losses(layout.Expt(expt).phase("sync").attempt(2).metrics(0))
     assert len(after) >= 40
