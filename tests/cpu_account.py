@@ -1,6 +1,6 @@
-"""Where the suite's CPU goes, by test and by kind of process: the suite is CPU-bound on 2 cores,
-so its wall time follows its CPU time, and test time (tests/durations.py) cannot say which of two
-tests sharing the cores spent it. Needs root and the kernel's process accounting (Debian: `apt-get
+"""Where the suite's CPU goes, by test and by kind of process: on 2 cores the CPU bounds the
+suite's wall time (with the test time on its workers), and test time (tests/durations.py) cannot
+say which of two tests sharing the cores spent it. Needs root and the kernel's process accounting (Debian: `apt-get
 install acct`), which records every process that exits, SIGKILLed ranks included.
 
     python -m tests.cpu_account run DIR -- make test      # accounting on around the command

@@ -25,10 +25,15 @@ from tests.helpers import final_crc, job_tag, losses, rows, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multirank, pytest.mark.timeout(900)]
 HERE = os.path.dirname(os.path.abspath(__file__))
-# one rank per node: both nodes are this machine's 2 cores, so one thread per rank, as the trainer
-# picks with two per node (a rank alone on its node would take both: 4 threads on 2 cores, 1.2 s a
-# step under load, and oversubscription is what made parameters differ in their last bits)
-ONE_THREAD = 'OMP_NUM_THREADS: "1"'
+
+
+def launch_line(ppn, env=""):
+    """The scenario's `launch:` line. One rank per node gets one thread: both nodes are this
+    machine's 2 cores, and a rank alone on its node would take both (4 threads on 2 cores, 1.2 s
+    a step under load; oversubscription is what made parameters differ in their last bits), so
+    it runs as the trainer runs two per node."""
+    env = ", ".join(filter(None, [env, 'OMP_NUM_THREADS: "1"' if ppn == 1 else ""]))
+    return f"launch: {{ranks_per_node: {ppn}, env: {{{env}}}}}"
 
 
 def rl(*args, env=None, timeout=120):
@@ -43,7 +48,7 @@ def scenario(tmp_path, system, name, nodes=2, ppn=2, iters=40, at_steps=(12, 24)
 name: {name}
 expt_root: {tmp_path}/expt
 job: {{nodes: {nodes}, walltime: "00:15:00"}}
-launch: {{ranks_per_node: {ppn}, env: {{{", ".join(filter(None, [env, ONE_THREAD if ppn == 1 else ""]))}}}}}
+{launch_line(ppn, env)}
 trainer: {{model: tiny, train_iters: {iters}, save_interval: 5, device: cpu}}
 relaunch: {{max_attempts: 5, backoff: 0s, hang_timeout: 120s{relaunch}}}
 failures:
@@ -73,8 +78,8 @@ def status(sched, *ids, env=None):
 
 def wait_state(sched, jid, states, timeout):
     """The states a job went through until one of `states`: the scheduler's status asked in this
-    process, once a second (`restartlab status` itself is tested above; started anew every half
-    second it took ~10 s of CPU per test from the ranks beside it)."""
+    process, once a second (`restartlab status` itself: test_slurm_status_and_cancel_real_states;
+    started anew every half second it took ~10 s of CPU per test from the ranks beside it)."""
     seen, backend = [], schedulers.get(sched)
 
     def pred():
@@ -316,7 +321,7 @@ def test_slurm_walltime_warning_nothing_lost(slurm, tmp_path):
 name: slurm-walltime
 expt_root: {tmp_path}/expt
 job: {{nodes: 2, walltime: "00:02:00"}}
-launch: {{ranks_per_node: 1, env: {{RESTARTLAB_DELAY: "step:*:*:0.2", OMP_NUM_THREADS: "1"}}}}
+{launch_line(1, 'RESTARTLAB_DELAY: "step:*:*:0.2"')}
 trainer: {{model: tiny, train_iters: 1000000, save_interval: 7, device: cpu}}
 relaunch: {{max_attempts: 5, backoff: 0s, hang_timeout: 120s, walltime_margin: 60s}}
 phases:
@@ -355,7 +360,7 @@ def node_loss_run(tmp_path, name, spares, policy):
 name: {name}
 expt_root: {tmp_path}/expt
 job: {{nodes: 2, spare_nodes: {spares}, walltime: "00:15:00"}}
-launch: {{ranks_per_node: 1, env: {{{ONE_THREAD}}}}}
+{launch_line(1)}
 trainer: {{model: tiny, train_iters: 80, save_interval: 5, device: cpu}}
 relaunch: {{max_attempts: 4, backoff: 0s, hang_timeout: 120s, on_node_loss: {policy}, node_check_timeout: 20s}}
 phases:
@@ -448,7 +453,7 @@ def test_slurm_chained_jobs_report_as_one(slurm, tmp_path):
 name: slurm-chain
 expt_root: {tmp_path}/expt
 job: {{nodes: 2, walltime: "00:01:00"}}
-launch: {{ranks_per_node: 1, env: {{RESTARTLAB_DELAY: "step:*:*:1.0", OMP_NUM_THREADS: "1"}}}}
+{launch_line(1, 'RESTARTLAB_DELAY: "step:*:*:1.0"')}
 trainer: {{model: tiny, train_iters: 40, save_interval: 5, device: cpu}}
 relaunch: {{max_attempts: 3, backoff: 0s, hang_timeout: 120s, walltime_margin: 25s, chain: 3}}
 phases:
@@ -494,7 +499,7 @@ def test_slurm_chain_after_the_relaunch_budget_runs_out(slurm, tmp_path):
 name: slurm-chain-budget
 expt_root: {tmp_path}/expt
 job: {{nodes: 2, walltime: "00:15:00"}}
-launch: {{ranks_per_node: 1, env: {{{ONE_THREAD}}}}}
+{launch_line(1)}
 trainer: {{model: tiny, train_iters: 60, save_interval: 5, device: cpu}}
 relaunch: {{max_attempts: 1, backoff: 0s, hang_timeout: 120s, chain: 1}}
 failures: {{kind: kill, schedule: {{at_steps: [20]}}, gate: complete}}
