@@ -6,7 +6,7 @@ import tempfile
 
 import pytest
 
-from tests import helpers  # noqa: F401  (makes `tests` importable as a package)
+from tests import helpers  # (also makes `tests` importable as a package)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # CI sets this: a test that needs a part of the machine (mpiexec, the private Slurm) fails rather
@@ -19,6 +19,14 @@ def _missing(reason):
     if REQUIRE_ALL:
         pytest.fail(f"{reason} (RESTARTLAB_REQUIRE_ALL=1: not skipping)", pytrace=False)
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stop_trainer_pool():
+    """The warm pool the trainer tests fork their ranks from (helpers.trainer_pool) ends with the
+    session that started it."""
+    yield
+    helpers.stop_trainer_pool()
 
 
 @pytest.fixture

@@ -9,7 +9,12 @@ alike, so the async configurations are held to the sync one's run).
 Kill times: 20% uniform over an attempt's start-up (right after a relaunch: imports, rendezvous,
 the checkpoint load), 40% uniform over its training part, 40% aimed into a save (a random save of
 the attempt, a uniform delay within the save's length). Where each kill landed comes from rank
-0's trace of the save phases (RESTARTLAB_TRACE)."""
+0's trace of the save phases (RESTARTLAB_TRACE).
+
+--warm forks every rank from a standby pool (restartlab.warm, tests/helpers.trainer_pool): an
+attempt's start-up is then its rendezvous, model build and checkpoint load, without the ~2.5 s of
+imports, and a kill reaches a rank through its stub (the pool SIGKILLs the rank on the stub's
+death). make test's short run is warm; the cold start-up's kills stay in the default."""
 import argparse
 import json
 import os
@@ -24,7 +29,7 @@ import uuid
 from collections import Counter
 
 from restartlab import ckptdir, killer, layout
-from tests.helpers import final_crc, losses, rows, trainer_cmd
+from tests.helpers import check_warm, final_crc, losses, rows, stop_trainer_pool, trainer_cmd, trainer_pool
 
 RANKS, ITERS, SAVE_EVERY, KEEP = 4, 24, 3, 2
 CONFIGS = [("sync", 1), ("async", 1), ("sync", 2), ("async", 2)]  # (checkpointing, tp)
@@ -44,9 +49,9 @@ def trainer_args(d, mode, tp):
     return a + (["--async-ckpt", "--ckpt-stage-dir", stage] if stage else [])
 
 
-def launch(d, mode, tp, tag, log):
+def launch(d, mode, tp, tag, log, warm):
     env = {"RESTARTLAB_TRACE": os.path.join(d, "trace.txt")}
-    return subprocess.Popen(trainer_cmd(RANKS, trainer_args(d, mode, tp), tag, env), stdout=log,
+    return subprocess.Popen(trainer_cmd(RANKS, trainer_args(d, mode, tp), tag, env, warm_ranks=warm), stdout=log,
                             stderr=subprocess.STDOUT)
 
 
@@ -101,7 +106,7 @@ def check_keep(ckpt):
     return ckptdir.verify_manifest(ckptdir.step_path(ckpt, complete[-1]), checksums=True)
 
 
-def one_run(cfg, ref, rng, kills_left, stats, workdir, say):
+def one_run(cfg, ref, rng, kills_left, stats, workdir, say, warm):
     mode, tp = cfg
     d = tempfile.mkdtemp(prefix=f"fuzz-{mode}-tp{tp}-", dir=workdir)
     metrics = os.path.join(d, "out", layout.metrics_name(0))
@@ -113,7 +118,7 @@ def one_run(cfg, ref, rng, kills_left, stats, workdir, say):
         n_rows = len(rows(metrics))
         with open(logpath, "w") as log:
             t0 = time.time()
-            p = launch(d, mode, tp, tag, log)
+            p = launch(d, mode, tp, tag, log, warm)
             killed = None
             if kills_left > 0:
                 u = rng.random()
@@ -139,6 +144,7 @@ def one_run(cfg, ref, rng, kills_left, stats, workdir, say):
                 killer.kill_ranks(tag)
             seen += save_spans(trace, t0)
         out = open(logpath).read()
+        check_warm(out, warm)
         resumed = [int(line.split("step=")[1]) for line in out.splitlines() if "RESUMED from step=" in line]
         if resumed and resumed[0] != expect or not resumed and expect is not None and "TRAINING DONE" in out:
             stats["bad_resume"].append(f"{d} attempt {attempt}: resumed {resumed} but newest complete was {expect}")
@@ -200,13 +206,13 @@ def save_length(ref, trace_path, t0, seen):
     return statistics.median_high(own) if own else ref["twin_save"]
 
 
-def reference(cfg, workdir):
+def reference(cfg, workdir, warm):
     mode, tp = cfg
     d = tempfile.mkdtemp(prefix=f"ref-{mode}-tp{tp}-", dir=workdir)
     tag = f"fuzz-ref-{uuid.uuid4().hex[:6]}"
     t0 = time.time()
     with open(os.path.join(d, "ref.log"), "w") as log:
-        p = launch(d, mode, tp, tag, log)
+        p = launch(d, mode, tp, tag, log, warm)
         p.wait(timeout=600)
     killer.kill_ranks(tag)
     wall = time.time() - t0
@@ -217,16 +223,20 @@ def reference(cfg, workdir):
            "losses": dict(losses(os.path.join(d, "out", layout.metrics_name(0)))),
            "crc": final_crc(os.path.join(d, "out", layout.metrics_name(0))),
            "startup": first - t0, "train": max(0.2, last - first), "wall": wall}
-    assert p.returncode == 0 and ref["crc"], open(os.path.join(d, "ref.log")).read()[-2000:]
+    out = open(os.path.join(d, "ref.log")).read()
+    check_warm(out, warm)
+    assert p.returncode == 0 and ref["crc"], out[-2000:]
     shutil.rmtree(d, ignore_errors=True)
     return ref
 
 
-def run(kills: int, seed: int = 1, configs=CONFIGS, say=print) -> dict:
+def run(kills: int, seed: int = 1, configs=CONFIGS, say=print, warm=False) -> dict:
     rng = random.Random(seed)
     stats = {"kills": 0, "resumes": 0, "where": Counter(), "crashes": [], "bad_resume": [], "keep": [],
              "runs": [], "not_exact": []}
     workdir = tempfile.mkdtemp(prefix="rl-fuzz-")
+    if warm:
+        trainer_pool()  # ready before the first reference's clock starts (its start-up sets the kill windows)
     try:
         refs = {}
         for cfg in configs:
@@ -237,7 +247,7 @@ def run(kills: int, seed: int = 1, configs=CONFIGS, say=print) -> dict:
                 refs[cfg] = dict(refs[twin], save=None, twin_save=refs[twin]["save"])
                 say(f"reference {cfg[0]} tp{cfg[1]}: {twin[0]} tp{twin[1]}'s (the same training)")
                 continue
-            refs[cfg] = reference(cfg, workdir)
+            refs[cfg] = reference(cfg, workdir, warm)
             say(f"reference {cfg[0]} tp{cfg[1]}: start-up {refs[cfg]['startup']:.1f} s, training "
                 f"{refs[cfg]['train']:.1f} s, a save {refs[cfg]['save']:.2f} s")
         i = 0
@@ -247,7 +257,7 @@ def run(kills: int, seed: int = 1, configs=CONFIGS, say=print) -> dict:
             cfg = configs[i % len(configs)]
             i += 1
             per_run = rng.randint(1, 4)  # kills in this run before it may finish
-            one_run(cfg, refs[cfg], rng, max(1, min(per_run, kills - stats["kills"])), stats, workdir, say)
+            one_run(cfg, refs[cfg], rng, max(1, min(per_run, kills - stats["kills"])), stats, workdir, say, warm)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     stats["bit_exact"] = all(r["bit_exact"] for r in stats["runs"])
@@ -275,10 +285,14 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--config", action="append", choices=[f"{m}:{t}" for m, t in CONFIGS + MORE_CONFIGS],
                    help="only these (checkpointing:tp), e.g. sync:1; default: all four")
+    p.add_argument("--warm", action="store_true", help="fork the ranks from a standby pool (no imports)")
     a = p.parse_args(argv)
     t0 = time.time()
     configs = [(c.split(":")[0], int(c.split(":")[1])) for c in a.config] if a.config else CONFIGS
-    stats = run(a.kills, a.seed, configs)
+    try:
+        stats = run(a.kills, a.seed, configs, warm=a.warm)
+    finally:
+        stop_trainer_pool()
     print(summary(stats))
     print(f"({time.time() - t0:.0f} s, {RANKS} ranks, seed {a.seed})")
     ok = stats["bit_exact"] and not (stats["crashes"] or stats["bad_resume"] or stats["keep"])

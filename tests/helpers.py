@@ -7,35 +7,90 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
-from restartlab import killer, launchers, layout
+from restartlab import killer, launchers, layout, warm
 from restartlab.supervise import STACKS_WAIT_S
 from restartlab.trainer_options import STACKS_SIGNAL
 
 MPIEXEC = shutil.which("mpiexec")
 
 
-def trainer_cmd(n, args, tag=None, env=None, rendezvous=True):
+# ---------------------------------------------------------------- warm ranks for the tests
+# A trainer rank started cold spends ~2.5 of its ~3 CPU-s importing torch (tests/cpu_account).
+# The tests whose subject is not the cold start (resume, integrity, async saves, preemption) run
+# the trainer warm instead: one standby pool per test process (restartlab.warm, the product's own
+# warm restart: the launcher starts a stub per rank, the pool forks the rank from its imports). A
+# warm rank has its attempt's environment in os.environ, its stub's fds and the stub's tag; killing
+# the stub (by the run's tag) kills the rank (the pool, on the stub's hang-up). The cold start
+# stays the subject of its own tests: rendezvous through mpi4py (the rank needs the launcher's
+# PMI fd, which a fork from the pool does not have), the fuzzer, the supervisor's cold path.
+_POOL = {}  # this process's pool, by pid (an xdist worker is its own process; a fork is not)
+POOL_READY_S = 180
+COLD_FALLBACK = "standby pool not usable"  # what a stub prints when it starts its program cold
+
+
+def trainer_pool() -> warm.Standby:
+    """This test process's standby pool of the bundled trainer, started on first use; it ends
+    with the session (conftest.stop_trainer_pool) or with this process (the pool's PDEATHSIG)."""
+    pool = _POOL.get(os.getpid())
+    if pool is None or not pool.alive():
+        tag = f"rl-testpool-{uuid.uuid4().hex[:8]}"
+        log = os.path.join(tempfile.mkdtemp(prefix="restartlab-testpool-"), "pool.log")  # 0700
+        pool = warm.Standby([sys.executable, "-m", "restartlab.trainer"], tag, log)
+        try:
+            pool.wait_ready(POOL_READY_S)
+        except warm.PoolError:
+            pool.stop()
+            raise
+        _POOL[os.getpid()] = pool
+    return pool
+
+
+def stop_trainer_pool():
+    pool = _POOL.pop(os.getpid(), None)
+    if pool is not None:
+        pool.stop()
+        shutil.rmtree(os.path.dirname(pool.log_path), ignore_errors=True)
+
+
+def trainer_cmd(n, args, tag=None, env=None, rendezvous=True, warm_ranks=False):
     """mpiexec argv for n ranks of the trainer. rendezvous=False leaves MASTER_ADDR/PORT unset,
-    so the ranks agree on them through mpi4py (the trainer's fallback)."""
+    so the ranks agree on them through mpi4py (the trainer's fallback). warm_ranks: each rank
+    through a stub, forked by this process's pool (trainer_pool)."""
     rank_env = launchers.local_rendezvous_env() if rendezvous else {}
     rank_env.update({k: str(v) for k, v in (env or {}).items()})
     if tag:
         rank_env[killer.TAG_VAR] = tag
     cmd = launchers.build("hydra", nodes=1, ppn=n, rank_env=rank_env)
-    return [MPIEXEC] + cmd[1:] + [sys.executable, "-m", "restartlab.trainer"] + list(args)
+    cmd = [MPIEXEC] + cmd[1:] + [sys.executable, "-m", "restartlab.trainer"] + list(args)
+    if warm_ranks:
+        if not rendezvous:
+            raise ValueError("warm ranks rendezvous through MASTER_ADDR/PORT (no PMI fd in a fork)")
+        cmd = warm.stub_argv(cmd, trainer_pool().dir)
+    return cmd
 
 
-def run_trainer(n, args, env=None, timeout=240, tag=None, rendezvous=True):
+def check_warm(out, warm_ranks):
+    """A run meant to be warm that started cold (the pool refused it) fails its test: it would
+    pass, only slower, and nobody would see why the suite got slow."""
+    if warm_ranks and COLD_FALLBACK in out:
+        raise AssertionError(f"a warm run started cold:\n{out[-3000:]}")
+
+
+def run_trainer(n, args, env=None, timeout=240, tag=None, rendezvous=True, warm_ranks=None):
     """Run one attempt to its end; returns CompletedProcess (stdout+stderr merged). Past
-    `timeout`, fails with the ranks' stacks (stacks_then_kill)."""
+    `timeout`, fails with the ranks' stacks (stacks_then_kill). Warm (trainer_pool) unless told
+    otherwise or rendezvous=False."""
     tag = tag or f"test-{uuid.uuid4().hex[:8]}"
-    proc = subprocess.Popen(trainer_cmd(n, args, tag, env, rendezvous), stdout=subprocess.PIPE,
+    warm_ranks = rendezvous if warm_ranks is None else warm_ranks
+    proc = subprocess.Popen(trainer_cmd(n, args, tag, env, rendezvous, warm_ranks), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
+        check_warm(out, warm_ranks)
         return subprocess.CompletedProcess(proc.args, proc.returncode, out)
     except subprocess.TimeoutExpired:
         raise AssertionError(f"the trainer ran past {timeout}s: " + stacks_then_kill(proc, tag)) from None
@@ -74,11 +129,11 @@ def shared_run(tmp_path_factory, key, make):
     return str(d)
 
 
-def shared_trainer_run(tmp_path_factory, key, n, argv_for):
+def shared_trainer_run(tmp_path_factory, key, n, argv_for, warm_ranks=True):
     """shared_run of one uninterrupted n-rank trainer run, argv_for(its dir) its arguments: the
     reference several tests compare their interrupted runs against."""
     def make(d):
-        r = run_trainer(n, argv_for(d))
+        r = run_trainer(n, argv_for(d), warm_ranks=warm_ranks)
         assert r.returncode == 0, r.stdout[-3000:]
     return shared_run(tmp_path_factory, key, make)
 
@@ -145,10 +200,11 @@ def wait_for(pred, timeout, what, interval=0.05):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def start_and_kill_at(n, args, metrics_path, step, timeout=240, env=None):
-    """Start an attempt, SIGKILL its tagged ranks once rank 0 logged `step`; returns the receipt."""
+def start_and_kill_at(n, args, metrics_path, step, timeout=240, env=None, warm_ranks=True):
+    """Start an attempt, SIGKILL its tagged ranks once rank 0 logged `step`; returns the receipt
+    (warm ranks: their stubs, whose hang-up makes the pool SIGKILL the ranks at once)."""
     tag = f"test-{uuid.uuid4().hex[:8]}"
-    proc = subprocess.Popen(trainer_cmd(n, args, tag, env), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(trainer_cmd(n, args, tag, env, warm_ranks=warm_ranks), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
         try:
@@ -158,6 +214,7 @@ def start_and_kill_at(n, args, metrics_path, step, timeout=240, env=None):
             raise AssertionError(f"{e}: " + stacks_then_kill(proc, tag)) from None
         receipt = killer.kill_ranks(tag, signal.SIGKILL)
         out, _ = proc.communicate(timeout=60)
+        check_warm(out, warm_ranks)
         return receipt, proc.returncode, out
     finally:
         if proc.poll() is None:

@@ -56,6 +56,18 @@ def test_kills_inside_async_save_resume_exactly(tmp_path, tmp_path_factory, stag
     assert ckptdir.newest_complete_step(os.path.join(run, "ckpts"), checksums=True) == 16
 
 
+def test_a_save_past_its_timeout_stops_the_run_and_a_warm_rank_reads_the_timeout_of_its_attempt(tmp_path):
+    """RESTARTLAB_CKPT_TIMEOUT bounds the wait for the save in flight. The ranks are warm (forked
+    from a pool that imported the trainer before this attempt's environment existed): the
+    timeout is read when it is used, not when the module was imported (it was, and a warm rank
+    waited 600 s)."""
+    d = str(tmp_path)
+    r = run_trainer(2, args(d, iters=6, save=2), env={"RESTARTLAB_CKPT_TIMEOUT": "0.5",
+                                                     "RESTARTLAB_DELAY": "staged:2:*:4"})
+    assert r.returncode != 0 and "TimeoutError" in r.stdout, r.stdout[-3000:]
+    assert ckptdir.newest_complete_step(os.path.join(d, "ckpts")) in (None, 2)
+
+
 @pytest.mark.parametrize("n", [2, 4])
 def test_fifty_consecutive_async_saves_no_hang(tmp_path, n):
     d = str(tmp_path)

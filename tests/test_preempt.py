@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from restartlab import ckptdir, killer, layout
-from tests.helpers import final_crc, losses, rows, run_trainer, shared_trainer_run, trainer_cmd, wait_for
+from tests.helpers import check_warm, final_crc, losses, rows, run_trainer, shared_trainer_run, trainer_cmd, wait_for
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -32,12 +32,15 @@ def test_sigterm_emergency_checkpoint_zero_lost_steps(tmp_path, tmp_path_factory
     ref, run = reference(tmp_path_factory), str(tmp_path / "run")
     tag = f"t-{uuid.uuid4().hex[:8]}"
     metrics = os.path.join(run, "out", layout.metrics_name(0))
-    p = subprocess.Popen(trainer_cmd(4, args(run, mode), tag), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # warm ranks (helpers.trainer_pool): the TERM reaches each stub, which passes it to its rank
+    p = subprocess.Popen(trainer_cmd(4, args(run, mode), tag, warm_ranks=True), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: any(m.get("train/iter", 0) >= 13 for m in rows(metrics)), 120, "step 13")
         receipt = killer.kill_ranks(tag, signal.SIGTERM)
         assert len(receipt["pids"]) >= 4
         out, _ = p.communicate(timeout=120)
+        check_warm(out, True)
     finally:
         if p.poll() is None:
             p.kill()

@@ -38,7 +38,14 @@ from restartlab.trainer.ckpt_io import (ChecksumError, VerifyingReader, copy_dur
                                         writer)
 from restartlab.trainer.testpoints import delay, fault, trace
 
-WAIT_TIMEOUT_S = float(os.environ.get("RESTARTLAB_CKPT_TIMEOUT", "600"))
+
+
+def wait_timeout_s() -> float:
+    """How long a save in flight may take before the wait for it fails (RESTARTLAB_CKPT_TIMEOUT,
+    600 s). Read at each use: a warm rank imported this module in its pool, before its attempt's
+    environment reached os.environ."""
+    return float(os.environ.get("RESTARTLAB_CKPT_TIMEOUT", "600"))
+
 STAGE_MARKER = ".restartlab-stage"  # in a stage dir restartlab created (and so may remove)
 STAGE_PARENT = "/tmp"  # node-local: where the default stage dirs are made
 
@@ -292,7 +299,7 @@ class Checkpointer:
         if self._stage_refused and self.on_save_error == "abort":  # every rank knows: every rank stops
             raise SaveError(f"save at step {step} failed: {self._stage_refused}")
         t0 = time.time()
-        drain = self.wait(timeout=WAIT_TIMEOUT_S)  # at most one save in flight
+        drain = self.wait(timeout=wait_timeout_s())  # at most one save in flight
         t1 = time.time()
         staged = {}
         with self._staging_stream():
@@ -453,8 +460,9 @@ class Checkpointer:
             return {"train/ckpt_failed_step": step, "train/ckpt_error": errs[0][:300]}
         return {"train/ckpt_finalized_step": step, "train/ckpt_finalize_seconds": latency}
 
-    def wait(self, timeout=WAIT_TIMEOUT_S) -> float:
+    def wait(self, timeout=None) -> float:
         """Block until the in-flight save (if any) is durable; returns the seconds waited."""
+        timeout = wait_timeout_s() if timeout is None else timeout
         self.last_finalized = {}
         if self._future is None:
             return 0.0
@@ -468,7 +476,7 @@ class Checkpointer:
         stage dir this run created."""
         self.wait()
         if self._pool:
-            self._pool.submit(self._remove_stage_dir).result(timeout=WAIT_TIMEOUT_S)
+            self._pool.submit(self._remove_stage_dir).result(timeout=wait_timeout_s())
             self._pool.shutdown(wait=True)
         return self.last_finalized
 

@@ -37,12 +37,12 @@ def delay(point: str, step: int, rank: int):
             time.sleep(float(secs))
 
 
-_TRACE = os.environ.get("RESTARTLAB_TRACE")
-
-
 def trace(point: str, step: int, rank: int):
     """Test-only: with RESTARTLAB_TRACE=FILE, rank 0 appends "<time> <point> <step>" at each
-    phase of a save (the kill-anywhere fuzzer tells from it where each kill landed)."""
-    if _TRACE and rank == 0:
-        with open(_TRACE, "a") as f:
+    phase of a save (the kill-anywhere fuzzer tells from it where each kill landed). Read at each
+    call, like the others: a warm rank (forked from a pool that imported this module) has its
+    attempt's environment only in os.environ."""
+    path = os.environ.get("RESTARTLAB_TRACE")
+    if path and rank == 0:
+        with open(path, "a") as f:
             f.write(f"{time.time():.6f} {point} {step}\n")
