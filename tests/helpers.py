@@ -24,9 +24,11 @@ MPIEXEC = shutil.which("mpiexec")
 # the trainer warm instead: one standby pool per test process (restartlab.warm, the product's own
 # warm restart: the launcher starts a stub per rank, the pool forks the rank from its imports). A
 # warm rank has its attempt's environment in os.environ, its stub's fds and the stub's tag; killing
-# the stub (by the run's tag) kills the rank (the pool, on the stub's hang-up). The cold start
-# stays the subject of its own tests: rendezvous through mpi4py (the rank needs the launcher's
-# PMI fd, which a fork from the pool does not have), the fuzzer, the supervisor's cold path.
+# the stub (by the run's tag) kills the rank (the pool, on the stub's hang-up). Cold stay: the
+# rendezvous through mpi4py (the rank needs the launcher's PMI fd, which a fork from the pool does
+# not have), the stopped-peer and wandb tests (they look for the ranks by the run's tag, which a
+# forked rank's /proc environment does not hold), every experiment through the supervisor
+# (relaunch.warm decides there), `make fuzz-trainer` and the product's fuzzer.
 _POOL = {}  # this process's pool, by pid (an xdist worker is its own process; a fork is not)
 POOL_READY_S = 180
 COLD_FALLBACK = "standby pool not usable"  # what a stub prints when it starts its program cold
@@ -36,7 +38,10 @@ def trainer_pool() -> warm.Standby:
     """This test process's standby pool of the bundled trainer, started on first use; it ends
     with the session (conftest.stop_trainer_pool) or with this process (the pool's PDEATHSIG)."""
     pool = _POOL.get(os.getpid())
-    if pool is None or not pool.alive():
+    if pool is not None and not pool.alive():  # it died (its log says why): a new one
+        stop_trainer_pool()
+        pool = None
+    if pool is None:
         tag = f"rl-testpool-{uuid.uuid4().hex[:8]}"
         log = os.path.join(tempfile.mkdtemp(prefix="restartlab-testpool-"), "pool.log")  # 0700
         pool = warm.Standby([sys.executable, "-m", "restartlab.trainer"], tag, log)
