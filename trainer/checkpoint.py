@@ -38,6 +38,8 @@ from restartlab.trainer.ckpt_io import (ChecksumError, VerifyingReader, copy_dur
                                         writer)
 from restartlab.trainer.testpoints import delay, fault, trace
 
+STAGE_MARKER = ".restartlab-stage"  # in a stage dir restartlab created (and so may remove)
+STAGE_PARENT = "/tmp"  # node-local: where the default stage dirs are made
 
 
 def wait_timeout_s() -> float:
@@ -45,9 +47,6 @@ def wait_timeout_s() -> float:
     600 s). Read at each use: a warm rank imported this module in its pool, before its attempt's
     environment reached os.environ."""
     return float(os.environ.get("RESTARTLAB_CKPT_TIMEOUT", "600"))
-
-STAGE_MARKER = ".restartlab-stage"  # in a stage dir restartlab created (and so may remove)
-STAGE_PARENT = "/tmp"  # node-local: where the default stage dirs are made
 
 
 def stage_prefix() -> str:
@@ -299,7 +298,7 @@ class Checkpointer:
         if self._stage_refused and self.on_save_error == "abort":  # every rank knows: every rank stops
             raise SaveError(f"save at step {step} failed: {self._stage_refused}")
         t0 = time.time()
-        drain = self.wait(timeout=wait_timeout_s())  # at most one save in flight
+        drain = self.wait()  # at most one save in flight
         t1 = time.time()
         staged = {}
         with self._staging_stream():
