@@ -187,13 +187,16 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """tmp file, fsync, rename, fsync the directory: readers see all of `data` or nothing."""
+def write_atomic(path: str, data: bytes, mode: Optional[int] = None) -> None:
+    """tmp file, fsync, rename, fsync the directory: readers see all of `data` or nothing (and the
+    file has `mode`, when given, from the moment it is visible)."""
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+    if mode is not None:
+        os.chmod(tmp, mode)
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 

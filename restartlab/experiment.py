@@ -4,7 +4,7 @@ the same pair next to a chosen path."""
 import os
 from typing import Optional, Tuple
 
-from . import layout, render
+from . import ckptdir, layout, render
 from .scenario import dump_resolved
 
 
@@ -16,12 +16,12 @@ def render_script(sc: dict, scheduler: Optional[str] = None,
 
 
 def write_script(path: str, text: str, resolved: str, resolved_path: str) -> None:
+    """Each file whole or not at all (a reader that polls for the job script, a watcher, a render
+    cut short never sees half of one), the resolved scenario first: a job script that exists has
+    its scenario beside it."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-    os.chmod(path, 0o755)
-    with open(resolved_path, "w") as f:
-        f.write(resolved)
+    ckptdir.write_atomic(resolved_path, resolved.encode())
+    ckptdir.write_atomic(path, text.encode(), mode=0o755)
 
 
 def create(sc: dict, scheduler: Optional[str] = None, expt_dir: Optional[str] = None) -> Tuple[str, dict]:

@@ -27,7 +27,8 @@ def add_args(p):
     p.add_argument("--kills", type=int, default=5, help="SIGKILLs, one per attempt (default 5)")
     p.add_argument("--seed", type=int, default=0, help="the kills' random choices (default 0)")
     p.add_argument("--window", type=parse_duration, default=None, help="a kill not aimed at a save strikes "
-                   "within this long of its attempt's launch (default: the scenario's failures.fuzz_window)")
+                   "within this long of its attempt's launch; one aimed at a save that sees none within twice "
+                   "this long strikes then (default: the scenario's failures.fuzz_window)")
     p.add_argument("--save-share", type=float, default=0.5, help="the share of kills aimed inside a save")
     p.add_argument("--after-complete", action="store_true", help="a kill aimed at a save waits for a save made "
                    "while a complete checkpoint exists (what such a kill may lose)")

@@ -57,7 +57,8 @@ FAILURES = {
     "wait_first_complete": F("bool", False, "timed schedules: start the clock at the first complete checkpoint"),
     "max_kills": F("int", None, "stop after N kills", positive=True),
     "fuzz_window": F("duration", 10, "schedule.fuzz: a kill not aimed at a save strikes at most this long "
-                     "after its attempt's launch", positive=True),
+                     "after its attempt's launch; one aimed at a save that sees none within twice this long "
+                     "strikes then", positive=True),
     "fuzz_save_share": F("float", 0.5, "schedule.fuzz: the share of kills aimed inside a save", min=0),
     "fuzz_after_complete": F("bool", False, "schedule.fuzz: a kill aimed at a save waits for a save made while "
                              "a complete checkpoint exists"),

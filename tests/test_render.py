@@ -175,3 +175,54 @@ def test_rendered_script_golden(name, sched):
             f.write(text)
     with open(path) as f:
         assert text == f.read(), f"{path} differs from the rendered script (regenerate if the change is meant)"
+
+
+def test_a_job_script_is_visible_whole_or_not_at_all(tmp_path, monkeypatch):
+    """Whoever polls for an experiment's job script (a test waiting for its tag, a watcher, `run`
+    itself) must never read half of one. Every write the creation makes is stopped at, and at each
+    the job script is either absent or whole, executable, with its resolved scenario whole beside
+    it. The bad interleaving (the file made empty, then filled) is at a write, so it is checked
+    there, on purpose, not left to a poller's luck."""
+    import builtins
+    from restartlab import experiment
+    expt = layout.Expt(str(tmp_path / "expt"))
+    sc = scenario.load(os.path.join(SCEN, "local.yaml"))
+    seen, real_open = [], builtins.open
+
+    def look():
+        if os.path.exists(expt.job_script):
+            with real_open(expt.job_script) as f:
+                script = f.read()
+            beside = pathlib.Path(expt.scenario).read_text() if os.path.exists(expt.scenario) else None
+            seen.append((script, os.access(expt.job_script, os.X_OK), beside))
+
+    class Watched:
+        def __init__(self, f):
+            self._f = f
+
+        def write(self, data):
+            look()
+            return self._f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self._f, name)
+
+        def __enter__(self):
+            self._f.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self._f.__exit__(*exc)
+
+    def watched_open(path, mode="r", *args, **kw):
+        f = real_open(path, mode, *args, **kw)
+        return Watched(f) if str(path).startswith(expt.root) and set(mode) & set("wa") else f
+
+    monkeypatch.setattr(builtins, "open", watched_open)
+    experiment.create(sc, "local", expt_dir=expt.root)
+    look()
+    monkeypatch.undo()
+    whole = seen[-1]  # what creation left (its job tag is new each time: compared with itself)
+    assert "#!" in whole[0] and whole[1] and "phases" in whole[2], whole
+    assert all(s == whole for s in seen), [(len(s[0]), s[1], s[2] and len(s[2])) for s in seen]
+    assert not [p for p in os.listdir(expt.root) if ".tmp" in p]
