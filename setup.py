@@ -1,7 +1,7 @@
 """setuptools shim: templates/ and scenarios/ live at the top level of the repository and are
 shipped inside the `restartlab` package (as restartlab/templates, restartlab/scenarios) by copying
 them in at build time; an editable install finds them at the top level instead (see
-restartlab/resources.py)."""
+restartlab/contracts/resources.py)."""
 import os
 import shutil
 

@@ -5,7 +5,7 @@ same checkpoint:
 - the floor: a bare `import torch` under the same launcher and ranks (launch -> every rank has
   imported) + one training step: what a cold restart cannot get under;
 - cold: today's relaunch (every rank starts Python and imports torch and the trainer);
-- warm: through restartlab.warm's standby pool (relaunch.warm): the launcher starts stubs, the
+- warm: through restartlab.runtime.warm's standby pool (relaunch.warm): the launcher starts stubs, the
   pool forks each rank from its preloaded imports.
 
 For the `tiny` preset (~1 MB checkpoint: the restart is all start-up) and the `small` one
@@ -21,7 +21,10 @@ import sys
 import tempfile
 import time
 
-from restartlab import launchers, layout, warm
+from restartlab import launchers
+from restartlab.contracts import layout
+from restartlab.contracts.placeholders import PROGRAM_TOKEN
+from restartlab.runtime.warm import standby
 
 KEYS = ["train/restart_seconds", "startup/import_s", "startup/dist_init_s", "startup/build_s",
         "startup/load_s", "startup/first_step_s"]
@@ -34,8 +37,8 @@ def measure(model: str, ranks: int, repeats: int, d: str) -> dict:
 
     def launch(extra, out, pool=None):  # a fresh rendezvous port per attempt, as the relaunch loop does
         argv = launchers.build("hydra", nodes=1, ppn=ranks, rank_env=launchers.local_rendezvous_env())
-        argv = argv + [warm.PROGRAM_TOKEN] + trainer + extra + ["--outdir", out]
-        argv = warm.stub_argv(argv, pool.dir) if pool else warm.cold_argv(argv)
+        argv = argv + [PROGRAM_TOKEN] + trainer + extra + ["--outdir", out]
+        argv = standby.stub_argv(argv, pool.dir) if pool else standby.cold_argv(argv)
         env = dict(os.environ, RESTARTLAB_LAUNCH_TS=f"{time.time():.6f}")
         subprocess.run(argv, check=True, capture_output=True, env=env)
         shutil.rmtree(os.path.join(ck, "step-00000006"), ignore_errors=True)  # the next one resumes from 5 again
@@ -46,7 +49,7 @@ def measure(model: str, ranks: int, repeats: int, d: str) -> dict:
     launch(["--train-iters", "5"], os.path.join(d, f"o-{model}-0"))
     ckpt_bytes = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(ck) for f in fs)
     cold, warm_rows = [], []
-    pool = warm.Standby([sys.executable, "-m", "restartlab.trainer"], f"rl-bench-{os.getpid()}",
+    pool = standby.Standby([sys.executable, "-m", "restartlab.trainer"], f"rl-bench-{os.getpid()}",
                         os.path.join(d, "pool.log"))
     try:
         t0 = time.time()

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from restartlab import layout
+from restartlab.contracts import layout
 
 TARGET_S = 10.0
 

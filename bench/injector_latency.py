@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from restartlab import ckptdir, layout
+from restartlab.contracts import ckptdir, layout
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET_S = 0.5

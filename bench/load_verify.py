@@ -22,7 +22,7 @@ def worker(a):
 
     from async_ckpt import _build, _slowest
 
-    from restartlab import ckptdir
+    from restartlab.contracts import ckptdir
     from restartlab.trainer import dist as rdist
     from restartlab.trainer.checkpoint import Checkpointer
     from restartlab.trainer.ckpt_io import VerifyingReader

@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from restartlab import layout  # noqa: E402
+from restartlab.contracts import layout  # noqa: E402
 from tests.helpers import rows  # noqa: E402
 
 

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from restartlab import simulate as sim
+from restartlab.analysis import simulate as sim
 
 
 def best_of(fn, repeats):

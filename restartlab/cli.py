@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from .scenario import ScenarioError
-from .schedulers.base import SchedulerError
+from .schedulers.base import SchedulerError, run_tool
 
 
 def _load(path, sets):
@@ -30,11 +30,11 @@ def cmd_validate(a):
 
 
 def cmd_render(a):
-    from . import experiment
+    from .job import experiment
     sc = _load(a.scenario, a.set)
     text, ctx, resolved = experiment.render_script(sc, a.scheduler, expt_dir=a.expt_dir)
     if a.output and a.output != "-":
-        from . import layout
+        from .contracts import layout
         side = layout.sidecar_scenario(a.output)
         experiment.write_script(a.output, text, resolved, side)
         print(f"wrote {a.output} (resolved scenario: {side})", file=sys.stderr)
@@ -43,19 +43,9 @@ def cmd_render(a):
     return 0
 
 
-def _run(argv):
-    """(rc, stdout, stderr) of a scheduler command; a missing tool is a SchedulerError."""
-    try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    except FileNotFoundError:
-        raise SchedulerError(f"`{argv[0]}` is not on PATH")
-    except subprocess.TimeoutExpired:
-        raise SchedulerError(f"`{' '.join(argv)}` did not answer in 120 s")
-    return r.returncode, r.stdout, r.stderr
-
-
 def cmd_submit(a):
-    from . import experiment, schedulers
+    from .job import experiment
+    from . import schedulers
     sc = _load(a.scenario, a.set)
     name = a.scheduler or sc["scheduler"]
     if a.dry_run:
@@ -79,7 +69,7 @@ def cmd_submit(a):
               f"Use --dry-run to see the script, or `restartlab run` to run on this machine.", file=sys.stderr)
         return 3
     script, ctx = experiment.create(sc, name)
-    from . import layout
+    from .contracts import layout
     expt = layout.Expt(ctx["expt_dir"])
     why = None
     try:
@@ -119,7 +109,7 @@ def _sched_for(a):
 def _chain_jobs(ids):
     """An experiment directory stands for every job that worked on it (its jobs log: the first
     job and each continuation a chain submitted)."""
-    from . import layout, live
+    from .contracts import layout, live
     out = []
     for x in ids:
         expt = layout.Expt(x)
@@ -144,7 +134,7 @@ def cmd_status(a):
     if not a.jobids:
         print("restartlab status: no jobs (an experiment directory without its jobs log?)", file=sys.stderr)
         return 2
-    st = sched.status(a.jobids, _run)
+    st = sched.status(a.jobids, run_tool)
     for jid in a.jobids:
         s = st[jid]
         print(json.dumps(s.as_dict()) if a.json else f"{jid}\t{s.state}\t{s.detail}")
@@ -153,7 +143,7 @@ def cmd_status(a):
 
 def cmd_cancel(a):
     sched = _sched_for(a)
-    err = sched.cancel_error(*_run(sched.cancel_cmd(a.jobid)))
+    err = sched.cancel_error(*run_tool(sched.cancel_cmd(a.jobid)))
     if err:
         print(f"restartlab cancel: {a.jobid}: {err}", file=sys.stderr)
         return 1
@@ -162,24 +152,24 @@ def cmd_cancel(a):
 
 
 def cmd_run(a):
-    from . import run
+    from .job import run
     return run.main(a)
 
 
 def cmd_inject(a):
-    from . import inject
+    from .runtime import inject
     return inject.main(a)
 
 
 def cmd_kill_ranks(argv):
-    from . import killer
+    from .runtime import killer
     return killer.main(argv)
 
 
 def cmd_teardown(a):
     """Signal this job's ranks on every node (found by tag): SIGKILL by default, or the trainer's
     preemption signal (the walltime warning)."""
-    from . import killer, teardown, tool_options
+    from .runtime import killer, teardown, tool_options
     try:
         killer.parse_signal(a.signal)
     except ValueError as e:
@@ -191,12 +181,12 @@ def cmd_teardown(a):
 
 
 def cmd_supervise(a):
-    from . import supervise
+    from .runtime import supervise
     return supervise.main(a)
 
 
 def cmd_chain(a):
-    from . import chain
+    from .job import chain
     return chain.main(a)
 
 
@@ -206,14 +196,15 @@ def cmd_fuzz(a):
 
 
 def cmd_report(a):
-    from . import report
+    from .analysis import report
     return report.main(a)
 
 
 def cmd_render_all(a):
     """make render: every example scenario x every scheduler into one directory."""
-    from . import experiment, schedulers
-    from .resources import resource_dir
+    from .job import experiment
+    from . import schedulers
+    from .contracts.resources import resource_dir
     d = resource_dir("scenarios")
     os.makedirs(a.outdir, exist_ok=True)
     for fn in sorted(os.listdir(d)):
@@ -266,28 +257,30 @@ def build_parser():
     sp.add_argument("--baseline-from", metavar="EXPT_DIR",
                     help="copy the baseline phase (checkpoint: none) of this earlier experiment instead of running "
                     "it again; refused unless it ran the same command and finished")
-    from . import fuzz, inject
+    from . import fuzz
+    from .runtime import inject
     inject.add_args(sub.add_parser("inject", help="the failure injector"))
     fuzz.add_args(sub.add_parser("fuzz", help="kill anywhere: random SIGKILLs (many inside saves) into any "
                                  "program, and whether each restart really survived (exit 1 on a finding)"))
     sub.add_parser("kill-ranks", help="node-local: kill the job's ranks by env tag", add_help=False)
     sub.add_parser("node-check", help="health of every node of the job; the hosts of the next attempt",
                    add_help=False)
-    from . import report
+    from .analysis import report
     report.add_args(sub.add_parser("report", help="tables, plots and goodput for an experiment"))
     sub.add_parser("simulate", help="goodput and the best checkpoint interval at scale, from measured costs",
                    add_help=False)
-    from . import options, supervise, tool_options
+    from .contracts import options
+    from .runtime import supervise, tool_options
     supervise.build_parser(sub.add_parser(
         "supervise", help="the relaunch loop of one phase (the job script runs it)",
         description=supervise.__doc__.split("\n\n")[0]))
     options.add_to_parser(sub.add_parser("teardown", help="signal a job's ranks on every node (by tag)"),
                           tool_options.TEARDOWN)
-    from . import chain
+    from .job import chain
     chain.add_args(sub.add_parser("chain", help="submit the continuation job of a chained experiment"))
     sp = sub.add_parser("render-all", help=argparse.SUPPRESS)
     sp.add_argument("outdir")
-    from . import usage
+    from .contracts import usage
     for verb, sp in sub.choices.items():  # an example line at the end of every verb's --help
         if verb in usage.EXAMPLES:
             sp.epilog, sp.formatter_class = usage.epilog(verb), argparse.RawDescriptionHelpFormatter
@@ -299,7 +292,7 @@ def _mark_as_tool(argv):
     it for a rank (an injector run as its own srun task has a rank variable) and its fan-outs
     inherit it. A killer reads /proc/PID/environ, which only shows what a process started with:
     hence a re-exec, once."""
-    from .killer import TOOL_VAR
+    from .contracts.envvars import TOOL_VAR
     if TOOL_VAR not in os.environ:
         os.execve(sys.executable, [sys.executable, "-m", "restartlab.cli", *argv],
                   dict(os.environ, **{TOOL_VAR: argv[0]}))
@@ -309,13 +302,13 @@ def verb_parser(verb: str) -> argparse.ArgumentParser:
     """The parser of one verb: kill-ranks, node-check and simulate have their own (main() hands
     them their arguments unparsed); the rest are build_parser()'s sub-parsers."""
     if verb == "kill-ranks":
-        from . import killer
+        from .runtime import killer
         return killer.build_parser()
     if verb == "node-check":
-        from . import nodes
+        from .runtime import nodes
         return nodes.build_parser()
     if verb == "simulate":
-        from . import simulate_cli
+        from .analysis import simulate_cli
         return simulate_cli.build_parser()
     sub = next(a for a in build_parser()._actions if a.dest == "verb")
     return sub.choices[verb]
@@ -334,10 +327,10 @@ def main(argv=None):
     if argv[:1] == ["kill-ranks"]:
         return cmd_kill_ranks(argv[1:])
     if argv[:1] == ["node-check"]:
-        from . import nodes
+        from .runtime import nodes
         return nodes.main(argv[1:])
     if argv[:1] == ["simulate"]:  # its own parser: numpy only when it runs
-        from . import simulate_cli
+        from .analysis import simulate_cli
         return simulate_cli.main(argv[1:])
     a = build_parser().parse_args(argv)
     try:

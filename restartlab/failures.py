@@ -6,7 +6,7 @@ import random
 import time
 from typing import Callable, List, Optional
 
-from .registry import Registry
+from .contracts.registry import Registry
 
 
 class FailureKind:

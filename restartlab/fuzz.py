@@ -16,9 +16,12 @@ import os
 import sys
 import time
 
-from . import layout, live, run, scenario, survival
-from .collect import is_baseline
-from .units import parse_duration
+from .contracts import layout, live
+from .job import run
+from . import scenario
+from .analysis import survival
+from .analysis.collect import is_baseline
+from .contracts.units import parse_duration
 
 
 def add_args(p):

@@ -11,7 +11,7 @@ and srun (--export=ALL) pass the launcher's environment on; Open MPI needs `-x N
 import socket
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from .registry import Registry
+from .contracts.registry import Registry
 
 FORWARD = ("RESTARTLAB_LAUNCH_TS", "MASTER_ADDR", "MASTER_PORT")
 # a job that recovers from node loss learns its node count only at run time: the job script

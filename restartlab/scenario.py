@@ -11,10 +11,12 @@ from typing import Dict, List, Optional
 
 import yaml
 
-from . import failures, launchers, programs, schedulers, tool_options, trainer_options
-from .killer import parse_signal
-from .resources import resource_dir
-from .units import parse_duration  # noqa: F401  (re-exported: scenario.parse_duration)
+from . import failures, launchers, programs, schedulers
+from .runtime import tool_options
+from .contracts import trainer_options
+from .runtime.killer import parse_signal
+from .contracts.resources import resource_dir
+from .contracts.units import parse_duration  # noqa: F401  (re-exported: scenario.parse_duration)
 
 class ScenarioError(Exception):
     exit_code = 2
@@ -118,7 +120,7 @@ def _trainer_schema():
 def _from_tool_tables(prefix):
     """Schema fields of the scenario keys under `prefix` that a tool's option table owns."""
     out = {}
-    for table in (tool_options.SUPERVISE, tool_options.NODE_CHECK):
+    for table in (tool_options.SUPERVISE, tool_options.NODE_CHECK, tool_options.REPORT):
         for key, o in tool_options.schema_fields(table, prefix).items():
             out[key] = F("bool" if o.type == "flag" else o.type, o.default, o.help, choices=o.choices, min=o.min,
                          positive=o.positive)  # a tool's flag is a scenario's true/false
@@ -184,7 +186,7 @@ SCHEMA = {
     "collection": {
         "report": F("bool", True, "run `restartlab report` at the end of the job"),
         "plots": F("bool", True, "write PNG plots"),
-        "mtbf": F("duration", 3600, "MTBF for the Young-Daly interval in the report", positive=True),
+        **_from_tool_tables("collection"),
     },
 }
 TOP_ONLY = {"extends"}

@@ -64,7 +64,7 @@ def records(d):
 
 def kind(argv):
     words = argv.split()
-    if words[:2] == ["-m", "restartlab.cli"] or words[:2] == ["-m", "restartlab.warm"]:
+    if words[:2] == ["-m", "restartlab.cli"] or words[:2] == ["-m", "restartlab.runtime.warm"]:
         return "python -m " + " ".join(words[1:3])  # with its verb: the program's argv may follow
     if "--model " in argv or "--train-iters" in argv:
         return "training rank (the bundled trainer or a program)"

@@ -11,7 +11,7 @@ the checkpoint load), 40% uniform over its training part, 40% aimed into a save 
 the attempt, a uniform delay within the save's length). Where each kill landed comes from rank
 0's trace of the save phases (RESTARTLAB_TRACE).
 
---warm forks every rank from a standby pool (restartlab.warm, tests/helpers.trainer_pool): an
+--warm forks every rank from a standby pool (restartlab.runtime.warm, tests/helpers.trainer_pool): an
 attempt's start-up is then its rendezvous, model build and checkpoint load, without the ~2.5 s of
 imports, and a kill reaches a rank through its stub (the pool SIGKILLs the rank on the stub's
 death). make test's short run is warm; the cold start-up's kills stay in the default."""
@@ -28,7 +28,8 @@ import time
 import uuid
 from collections import Counter
 
-from restartlab import ckptdir, killer, layout
+from restartlab.contracts import ckptdir, layout
+from restartlab.runtime import killer
 from tests.helpers import check_warm, final_crc, losses, rows, stop_trainer_pool, trainer_cmd, trainer_pool
 
 RANKS, ITERS, SAVE_EVERY, KEEP = 4, 24, 3, 2

@@ -11,9 +11,12 @@ import tempfile
 import time
 import uuid
 
-from restartlab import killer, launchers, layout, warm
-from restartlab.supervise import STACKS_WAIT_S
-from restartlab.trainer_options import STACKS_SIGNAL
+from restartlab.runtime import killer
+from restartlab.runtime.warm import standby, wire
+from restartlab import launchers
+from restartlab.contracts import layout
+from restartlab.runtime.supervise import STACKS_WAIT_S
+from restartlab.contracts.trainer_options import STACKS_SIGNAL
 
 MPIEXEC = shutil.which("mpiexec")
 
@@ -21,7 +24,7 @@ MPIEXEC = shutil.which("mpiexec")
 # ---------------------------------------------------------------- warm ranks for the tests
 # A trainer rank started cold spends ~2.5 of its ~3 CPU-s importing torch (tests/cpu_account).
 # The tests whose subject is not the cold start (resume, integrity, async saves, preemption) run
-# the trainer warm instead: one standby pool per test process (restartlab.warm, the product's own
+# the trainer warm instead: one standby pool per test process (restartlab.runtime.warm, the product's own
 # warm restart: the launcher starts a stub per rank, the pool forks the rank from its imports). A
 # warm rank has its attempt's environment in os.environ, its stub's fds and the stub's tag; killing
 # the stub (by the run's tag) kills the rank (the pool, on the stub's hang-up). Cold stay: the
@@ -34,7 +37,7 @@ POOL_READY_S = 180
 COLD_FALLBACK = "standby pool not usable"  # what a stub prints when it starts its program cold
 
 
-def trainer_pool() -> warm.Standby:
+def trainer_pool() -> standby.Standby:
     """This test process's standby pool of the bundled trainer, started on first use; it ends
     with the session (conftest.stop_trainer_pool) or with this process (the pool's PDEATHSIG)."""
     pool = _POOL.get(os.getpid())
@@ -44,10 +47,10 @@ def trainer_pool() -> warm.Standby:
     if pool is None:
         tag = f"rl-testpool-{uuid.uuid4().hex[:8]}"
         log = os.path.join(tempfile.mkdtemp(prefix="restartlab-testpool-"), "pool.log")  # 0700
-        pool = warm.Standby([sys.executable, "-m", "restartlab.trainer"], tag, log)
+        pool = standby.Standby([sys.executable, "-m", "restartlab.trainer"], tag, log)
         try:
             pool.wait_ready(POOL_READY_S)
-        except warm.PoolError:
+        except wire.PoolError:
             pool.stop()
             raise
         _POOL[os.getpid()] = pool
@@ -74,7 +77,7 @@ def trainer_cmd(n, args, tag=None, env=None, rendezvous=True, warm_ranks=False):
     if warm_ranks:
         if not rendezvous:
             raise ValueError("warm ranks rendezvous through MASTER_ADDR/PORT (no PMI fd in a fork)")
-        cmd = warm.stub_argv(cmd, trainer_pool().dir)
+        cmd = standby.stub_argv(cmd, trainer_pool().dir)
     return cmd
 
 

@@ -2,14 +2,14 @@
 
     python -m tests.mutate_supervise        # prints one line per mutation; exit 1 if one survives
 
-It edits restartlab/supervise.py in place (one mutation at a time, always restored), so run it
+It edits restartlab/runtime/supervise.py in place (one mutation at a time, always restored), so run it
 alone, never beside the test suite."""
 import os
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET = os.path.join(ROOT, "restartlab", "supervise.py")
+TARGET = os.path.join(ROOT, "restartlab", "runtime", "supervise.py")
 
 # (decision, the code as written, the code broken)
 MUTATIONS = [

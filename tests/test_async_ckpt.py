@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from restartlab import ckptdir, layout
+from restartlab.contracts import ckptdir, layout
 from restartlab.trainer.checkpoint import STAGE_PARENT
 from tests.helpers import final_crc, losses, raw_rows, rows, run_trainer, shared_trainer_run
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as tdist
 
-from restartlab import layout
+from restartlab.contracts import layout
 from restartlab.trainer import dist as rdist
 from tests.helpers import run_trainer
 

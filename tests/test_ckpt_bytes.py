@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from restartlab import ckptdir
+from restartlab.contracts import ckptdir
 from tests.helpers import run_trainer
 
 
@@ -86,7 +86,7 @@ def test_without_the_isal_wheel_zlibs_crc32_is_used():
     import subprocess
     import sys
     code = ("import sys, zlib; sys.modules['isal'] = None; sys.modules['isal.isal_zlib'] = None\n"
-            "from restartlab import ckptdir\n"
+            "from restartlab.contracts import ckptdir\n"
             "assert ckptdir.crc32 is zlib.crc32\n"
             "print(ckptdir.crc32(b'restartlab'))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -1,7 +1,7 @@
 """The checkpoint-directory contract without torch: retention (`--keep`) under kills."""
 import os
 
-from restartlab import ckptdir
+from restartlab.contracts import ckptdir
 
 
 def _fake(ckpt, step, complete=True):

@@ -1,4 +1,4 @@
-"""Every verb's --help ends with an example line (restartlab/usage.py), and the example parses
+"""Every verb's --help ends with an example line (restartlab/contracts/usage.py), and the example parses
 with the verb's own parser; restartlab --version."""
 import shlex
 import subprocess
@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from restartlab import __version__, cli, usage
+from restartlab import __version__, cli
+from restartlab.contracts import usage
 
 OWN = ("kill-ranks", "node-check", "simulate")  # verbs main() hands to their own parser
 

@@ -11,7 +11,9 @@ import sys
 import psutil
 import pytest
 
-from restartlab import collect, killer, layout, live
+from restartlab.analysis import collect
+from restartlab.runtime import killer
+from restartlab.contracts import layout, live
 from tests.helpers import job_tag, run_story, wait_for
 
 
@@ -131,7 +133,7 @@ def test_step_time_drift_is_named_and_leaves_the_residual_alone():
 
 def test_baseline_is_the_phase_without_checkpoints_whatever_its_name(tmp_path):
     """Rename the baseline: the overhead column still finds it (by checkpoint: none)."""
-    from restartlab import report
+    from restartlab.analysis import report
     d = tmp_path / "expt"
     for name, t0 in (("ref", 100.0), ("sync", 300.0)):
         write_attempt(str(d / name), 1, t0, steps(1, 10, t0), t0 + 11, completed=True)
@@ -147,7 +149,7 @@ def test_baseline_is_the_phase_without_checkpoints_whatever_its_name(tmp_path):
 def test_report_and_simulate_share_the_restart_cost(tmp_path):
     """One R (detection + relaunch gap + restart) and one Young-Daly for the report and
     `simulate --from`: the same run gets the same interval from both."""
-    from restartlab import simulate
+    from restartlab.analysis import simulate
     ev = [{"restart_s": 4.0, "launch_gap_s": 0.01, "detection_s": 0.3, "kind": "kill"},
           {"restart_s": 6.0, "launch_gap_s": 0.03, "detection_s": 0.5, "kind": "kill"}]
     summary = {"phases": [

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from restartlab import ckptdir, layout
+from restartlab.contracts import ckptdir, layout
 from restartlab.trainer import data
 from restartlab.trainer import prepare_data
 from tests.helpers import final_crc, losses, run_trainer, start_and_kill_at

@@ -24,7 +24,8 @@ import sys
 
 import pytest
 
-from restartlab import layout, programs
+from restartlab.contracts import layout
+from restartlab import programs
 from tests.conftest import _missing
 from tests.helpers import cleanup_tag, job_tag
 

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from restartlab import ckptdir, killer, layout
+from restartlab.contracts import ckptdir, layout
+from restartlab.runtime import killer
 from tests.helpers import job_tag
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(900)]

@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from restartlab import ckptdir, killer, layout
+from restartlab.contracts import ckptdir, layout
+from restartlab.runtime import killer
 from tests.helpers import final_crc, losses, rows, wait_for
 
 torch = pytest.importorskip("torch")

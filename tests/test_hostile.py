@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from restartlab import cli, layout
+from restartlab import cli
+from restartlab.contracts import layout
 
 pytestmark = pytest.mark.timeout(120)
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -12,7 +12,9 @@ import subprocess
 
 import pytest
 
-from restartlab import ckptdir, layout, render, scenario
+from restartlab.contracts import ckptdir, layout
+from restartlab.job import render
+from restartlab import scenario
 from tests.helpers import final_crc, losses, run_trainer
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]

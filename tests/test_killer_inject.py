@@ -13,7 +13,9 @@ import uuid
 import psutil
 import pytest
 
-from restartlab import ckptdir, inject, killer, launchers, layout, tool_options
+from restartlab.contracts import ckptdir, layout
+from restartlab.runtime import fanout, inject, killer, tool_options
+from restartlab import launchers
 from tests.helpers import MPIEXEC, wait_for
 
 SLEEPER = [sys.executable, "-c", "import sys,time; time.sleep(300)", "rank-like"]
@@ -176,7 +178,7 @@ def test_mpiexec_fanout_reaches_only_the_chosen_nodes():
     exactly the chosen hosts. Node 0 is a host that does not exist, so reaching it would fail."""
     me = socket.gethostname()
     argv = [sys.executable, "-c", "import json, socket; print(json.dumps({'host': socket.gethostname(), 'pids': []}))"]
-    receipts = inject.fan_out("mpiexec", ["no-such-host.invalid", me], [1], argv, launcher="hydra")
+    receipts = fanout.fan_out("mpiexec", ["no-such-host.invalid", me], [1], argv, launcher="hydra")
     assert receipts == [{"host": me, "pids": []}], receipts
     assert launchers.get("hydra").fanout_argv(["a", "b"], ["x"]) == ["mpiexec", "-n", "2", "-ppn", "1", "-hosts", "a,b", "x"]
     assert launchers.get("pals").fanout_argv(["a"], ["x"]) == ["mpiexec", "-n", "1", "--ppn", "1", "--hosts", "a", "x"]

@@ -1,4 +1,4 @@
-"""The experiment directory's names are spelled in restartlab/layout.py only: every other module,
+"""The experiment directory's names are spelled in restartlab/contracts/layout.py only: every other module,
 the templates, the trainer, the tests and the benchmarks ask it (a name typed twice drifts, as
 "attempt.json exists" once meant "the attempt is over" in one module and nothing in another).
 Only this file spells them, to look for them."""
@@ -6,7 +6,7 @@ import glob
 import os
 import re
 
-from restartlab import layout
+from restartlab.contracts import layout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = re.compile(r"attempt\.json|injections\.jsonl|jobs\.jsonl|summary\.json|report\.md|metrics-[\w<>{}]*\.jsonl"
@@ -20,7 +20,7 @@ def _sources():
     me = os.path.abspath(__file__)
     for pattern in ("restartlab/**/*.py", "trainer/*.py", "templates/*", "tests/*.py", "bench/*.py"):
         for path in glob.glob(os.path.join(ROOT, pattern), recursive=True):
-            if not path.endswith(os.path.join("restartlab", "layout.py")) and os.path.abspath(path) != me:
+            if not path.endswith(os.path.join("restartlab", "contracts", "layout.py")) and os.path.abspath(path) != me:
                 yield path
 
 
@@ -38,7 +38,7 @@ def test_names_are_spelled_in_layout_only():
                     continue
                 if NAMES.search(line) or joined.search(line):
                     found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
-    assert not found, "experiment-directory names outside restartlab/layout.py:\n" + "\n".join(found)
+    assert not found, "experiment-directory names outside restartlab/contracts/layout.py:\n" + "\n".join(found)
 
 
 def test_the_check_above_can_fail():

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 
-from restartlab import nodes
+from restartlab.runtime import nodes
 
 
 def rl(*args, env=None, timeout=60):

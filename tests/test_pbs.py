@@ -23,7 +23,8 @@ import time
 
 import pytest
 
-from restartlab import killer, layout
+from restartlab.runtime import killer
+from restartlab.contracts import layout
 from tests.helpers import final_crc, job_tag
 
 pytestmark = [pytest.mark.pbs, pytest.mark.multirank, pytest.mark.timeout(900)]

@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from restartlab import ckptdir, killer, layout
+from restartlab.contracts import ckptdir, layout
+from restartlab.runtime import killer
 from tests.helpers import check_warm, final_crc, losses, rows, run_trainer, shared_trainer_run, trainer_cmd, wait_for
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]

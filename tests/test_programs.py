@@ -9,7 +9,10 @@ import time
 
 import pytest
 
-from restartlab import layout, programs, survival, tap
+from restartlab.contracts import layout
+from restartlab import programs
+from restartlab.analysis import survival
+from restartlab.runtime import tap
 
 GEN = {"adapter": "generic", "progress": r"step (?P<step>\d+) loss (?P<loss>\S+)",
        "checkpoints": r"{ckpt_dir}/ckpt-(?P<step>\d+)", "resumed": r"resumed from step (?P<step>\d+)"}
@@ -192,7 +195,7 @@ def test_pump_copies_a_pipe_to_the_output_and_the_tap(tmp_path):
 
 
 def test_rankenv_maps_launcher_variables_and_keeps_what_is_set():
-    from restartlab import rankenv
+    from restartlab.runtime import rankenv
     hydra = {"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
     got = rankenv.torchrun_env(dict(hydra, RESTARTLAB_ATTEMPT="3", RESTARTLAB_JOB_TAG="rl-x"))
     assert got == {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
@@ -202,11 +205,11 @@ def test_rankenv_maps_launcher_variables_and_keeps_what_is_set():
     assert rankenv.torchrun_env({}) == {}
     env = dict(os.environ, PMI_RANK="1", PMI_SIZE="2", MPI_LOCALRANKID="1", RANK="7")
     env.pop("PYTHONUNBUFFERED", None)
-    out = subprocess.run([sys.executable, "-m", "restartlab.rankenv", "--", "sh", "-c",
+    out = subprocess.run([sys.executable, "-m", "restartlab.runtime.rankenv", "--", "sh", "-c",
                           "echo $RANK $WORLD_SIZE $LOCAL_RANK $PYTHONUNBUFFERED $$"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.split()[:4] == ["7", "2", "1", "1"]  # RANK was set: kept
-    bad = subprocess.run([sys.executable, "-m", "restartlab.rankenv", "--", "/no/such/program"],
+    bad = subprocess.run([sys.executable, "-m", "restartlab.runtime.rankenv", "--", "/no/such/program"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 127 and "cannot run '/no/such/program'" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -12,8 +12,10 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from restartlab import cli, failures, launchers, layout, render, scenario, schedulers, trainer_options
-from restartlab.registry import RegistryError
+from restartlab import cli, failures, launchers, scenario, schedulers
+from restartlab.contracts import layout, trainer_options
+from restartlab.job import render
+from restartlab.contracts.registry import RegistryError
 from restartlab.schedulers.base import Scheduler
 
 HERE = os.path.dirname(os.path.abspath(__file__))

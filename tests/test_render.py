@@ -10,8 +10,10 @@ import sys
 
 import pytest
 
-from restartlab import layout, render, scenario
-from restartlab.render import RenderError
+from restartlab.contracts import layout
+from restartlab.job import render
+from restartlab import scenario
+from restartlab.job.render import RenderError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCEN = os.path.join(os.path.dirname(HERE), "scenarios")
@@ -184,7 +186,7 @@ def test_a_job_script_is_visible_whole_or_not_at_all(tmp_path, monkeypatch):
     it. The bad interleaving (the file made empty, then filled) is at a write, so it is checked
     there, on purpose, not left to a poller's luck."""
     import builtins
-    from restartlab import experiment
+    from restartlab.job import experiment
     expt = layout.Expt(str(tmp_path / "expt"))
     sc = scenario.load(os.path.join(SCEN, "local.yaml"))
     seen, real_open = [], builtins.open

@@ -135,7 +135,8 @@ def test_an_experiments_copy_keeps_its_scenario_dir_for_baseline_reuse(tmp_path)
     """run/fuzz --baseline-from render the other experiment's copy of its scenario again and compare
     the baseline's command: a program found through {scenario_dir} (every shipped example) must
     come out where it ran, not beside the copy (the copy names its source)."""
-    from restartlab import experiment, layout, reuse
+    from restartlab.job import experiment, reuse
+    from restartlab.contracts import layout
     plain = os.path.join(os.path.dirname(HERE), "scenarios", "examples", "plain.yaml")
     sc = scenario.load(plain)
     _, theirs = experiment.create(sc, "local", expt_dir=str(tmp_path / "a"))

@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from restartlab import inject, schedulers
+from restartlab.runtime import fanout
+from restartlab import schedulers
 from restartlab.schedulers import pbs as pbs_module
 from restartlab.schedulers.base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, SchedulerError
 
@@ -60,7 +61,7 @@ def test_pbsdsh_once_per_node_index():
 def test_nodefile_slots(tmp_path):
     nf = tmp_path / "nodefile"
     nf.write_text("a\na\na\nb\nb\nb\n")
-    assert inject.read_nodefile(str(nf)) == (["a", "b"], [0, 3])
+    assert fanout.read_nodefile(str(nf)) == (["a", "b"], [0, 3])
 
 
 def test_sacct_parser_and_fallback():

@@ -14,7 +14,8 @@ import uuid
 import psutil
 import pytest
 
-from restartlab import ckptdir, killer, layout, private
+from restartlab.contracts import ckptdir, layout, private
+from restartlab.runtime import killer
 from restartlab.trainer.checkpoint import STAGE_MARKER, STAGE_PARENT
 from tests.helpers import run_trainer, wait_for
 

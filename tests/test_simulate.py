@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from restartlab import layout, simulate as sim
+from restartlab.contracts import layout
+from restartlab.analysis import simulate as sim
 
 COSTS = dict(step_s=1.0, sync_stall_s=10.0, async_stall_s=1.0, async_durable_s=20.0, restart_s=300.0,
              gap_s=5.0, detection_s={"kill": 30.0})

@@ -20,7 +20,9 @@ import sys
 
 import pytest
 
-from restartlab import cli, killer, layout, schedulers
+from restartlab import schedulers
+from restartlab.runtime import killer
+from restartlab.contracts import layout
 from tests.helpers import final_crc, job_tag, losses, rows, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multirank, pytest.mark.timeout(900)]
@@ -83,7 +85,7 @@ def wait_state(sched, jid, states, timeout):
     seen, backend = [], schedulers.get(sched)
 
     def pred():
-        st = backend.status([jid], cli._run)[jid].state
+        st = backend.status([jid], schedulers.run_tool)[jid].state
         if not seen or seen[-1] != st:
             seen.append(st)
         return st in states
@@ -347,7 +349,7 @@ phases:
     with open(layout.Expt(expt).summary) as f:
         w = json.load(f)["phases"][0]["walltime_stop"]
     assert w["lost_steps"] == 0 and w["emergency_checkpoint"] == w["last_step"] > 7, w
-    from restartlab import ckptdir
+    from restartlab.contracts import ckptdir
     assert ckptdir.newest_complete_step(layout.Expt(expt).phase("async").ckpts) == w["last_step"]
     assert leftover_ranks(expt) == []
 

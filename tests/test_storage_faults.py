@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from restartlab import ckptdir, layout
+from restartlab.contracts import ckptdir, layout
 from tests.conftest import REQUIRE_ALL
 from tests.helpers import cleanup_tag, final_crc, losses, rows, run_trainer, trainer_cmd, wait_for
 

@@ -11,9 +11,10 @@ import signal
 
 import pytest
 
-from restartlab import attempt, layout, supervise
-from restartlab.supervise import Config, Supervisor
-from restartlab.trainer_options import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
+from restartlab.runtime import attempt, supervise
+from restartlab.contracts import layout
+from restartlab.runtime.supervise import Config, Supervisor
+from restartlab.contracts.exits import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
 
 ITERS = 20
 
@@ -428,7 +429,7 @@ def test_real_supervisor_sigterm_leaves_nothing_running(tmp_path):
 
     import psutil
 
-    from restartlab import killer
+    from restartlab.runtime import killer
     from tests.helpers import MPIEXEC, wait_for
     tag = f"test-sup-{uuid.uuid4().hex[:8]}"
     phase = layout.Phase(str(tmp_path / "p"))

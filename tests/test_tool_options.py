@@ -1,16 +1,20 @@
-"""One option table per tool (supervise, node-check, teardown, inject): the argparse, the argv the
-job script passes and the scenario schema all come from it. Round trips and one default each."""
+"""One option table per tool (supervise, node-check, teardown, inject; report and chain as the job
+script runs them): the argparse, the argv the job script passes and the scenario schema all come
+from it. Round trips and one default each."""
 import argparse
 import os
 import shlex
 
 import pytest
 
-from restartlab import options, render, scenario, tool_options
+from restartlab.contracts import options
+from restartlab.job import render
+from restartlab import scenario
+from restartlab.runtime import tool_options
 
 SCEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios")
 TABLES = {"supervise": tool_options.SUPERVISE, "node-check": tool_options.NODE_CHECK,
-          "teardown": tool_options.TEARDOWN}
+          "teardown": tool_options.TEARDOWN, "report": tool_options.REPORT, "chain": tool_options.CHAIN}
 
 
 def _parser(table):
@@ -22,7 +26,8 @@ def _parser(table):
 @pytest.mark.parametrize("name", sorted(TABLES))
 def test_argparse_defaults_are_the_tables(name):
     table = TABLES[name]
-    req = [w for o in table if o.required for w in (o.flag, "x")]
+    req = [w for o in table if o.required
+           for w in (o.flag, (o.choices() if callable(o.choices) else o.choices or ["1"])[0])]
     a = _parser(table).parse_args(req)
     for o in table:
         if not o.required:
@@ -30,10 +35,41 @@ def test_argparse_defaults_are_the_tables(name):
 
 
 def test_scenario_defaults_are_the_tables():
-    sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["relaunch={}"])
-    for table in (tool_options.SUPERVISE, tool_options.NODE_CHECK):
-        for key, o in tool_options.schema_fields(table, "relaunch").items():
-            assert sc["relaunch"][key] == o.default, key
+    sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["relaunch={}", "collection={}"])
+    for table, prefix in ((tool_options.SUPERVISE, "relaunch"), (tool_options.NODE_CHECK, "relaunch"),
+                          (tool_options.REPORT, "collection")):
+        for key, o in tool_options.schema_fields(table, prefix).items():
+            assert sc[prefix][key] == o.default, key
+    assert tool_options.schema_fields(tool_options.REPORT, "collection")  # collection.mtbf: from the table
+
+
+def test_the_supervisors_config_is_its_table():
+    """supervise.Config, an explicit dataclass: the launch argv, then one field per option of the
+    table in the table's order, required ones without a default, the others with the table's."""
+    import dataclasses
+    from restartlab.runtime.supervise import Config
+    fs = dataclasses.fields(Config)
+    assert [f.name for f in fs] == ["argv"] + [o.key for o in sorted(tool_options.SUPERVISE, key=lambda o: not o.required)]
+    for f, o in zip(fs[1:], sorted(tool_options.SUPERVISE, key=lambda o: not o.required)):
+        assert (f.default is dataclasses.MISSING) if o.required else f.default == o.default, o.flag
+
+
+def test_report_and_chain_round_trip_through_the_verbs_own_parsers():
+    """scenario -> the job script's report and chain lines -> `restartlab report` / `restartlab
+    chain`'s argparse -> the scenario's values (the template types no flag of its own)."""
+    from restartlab import cli
+    sc = scenario.load(os.path.join(SCEN, "local.yaml"), [
+        "collection.mtbf=2h", "collection.plots=false", "relaunch.chain=3", "launch.env.MY_TOKEN=${MY_TOKEN}"])
+    ctx = render.context(sc, "pbs", "/expt/x")
+    p = cli.build_parser()
+    r = p.parse_args(["report", "/expt/x", *ctx["report_args"]])
+    assert (r.mtbf, r.no_plots) == (7200, True)
+    c = p.parse_args(["chain", "/expt/x", *ctx["chain_args"], "--job", "1.pbs"])
+    assert (c.scheduler, c.max, c.pass_env, c.job) == ("pbs", 3, "MY_TOKEN", "1.pbs")
+    text, _ = render.render(sc, "pbs", "/expt/x")
+    assert "--mtbf 7200s --no-plots" in text and "--scheduler pbs --max 3 --pass-env MY_TOKEN --job" in text
+    plain = render.context(scenario.load(os.path.join(SCEN, "local.yaml")), "local", "/expt/y")
+    assert plain["report_args"] == [] and plain["chain_args"] == []  # the defaults: nothing to pass
 
 
 @pytest.mark.parametrize("name", ["local", "agpt2b", "debug"])

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from restartlab import layout
+from restartlab.contracts import layout
 from restartlab.trainer.dist import discover_ranks, intra_op_threads
 from tests.helpers import final_crc, run_trainer
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from restartlab import ckptdir, layout
+from restartlab.contracts import ckptdir, layout
 from tests.helpers import final_crc, losses, rows, run_trainer, shared_trainer_run, start_and_kill_at
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]

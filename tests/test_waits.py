@@ -12,7 +12,8 @@ import uuid
 import psutil
 import pytest
 
-from restartlab import killer, layout
+from restartlab.runtime import killer
+from restartlab.contracts import layout
 from tests.helpers import job_tag, rows, trainer_cmd, wait_for
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]

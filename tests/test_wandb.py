@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from restartlab import killer, layout
+from restartlab.runtime import killer
+from restartlab.contracts import layout
 from tests.helpers import cleanup_tag, raw_rows, trainer_cmd
 from tests.wandb_records import offline_runs
 
@@ -90,7 +91,8 @@ def test_off_means_no_wandb_import(tmp_path):
 
 
 def test_scenario_wandb_mapping_renders_flags(tmp_path):
-    from restartlab import render, scenario
+    from restartlab.job import render
+    from restartlab import scenario
     p = tmp_path / "s.yaml"
     p.write_text("name: t\ntrainer:\n  wandb:\n    project: agpt\n    mode: offline\nphases: [{name: a}]\n")
     sc = scenario.load(str(p))

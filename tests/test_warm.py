@@ -1,4 +1,4 @@
-"""Warm standby restart (restartlab.warm): the pool and its stubs as real processes, real signals and
+"""Warm standby restart (restartlab.runtime.warm): the pool and its stubs as real processes, real signals and
 a real Unix socket (the pool preloads `json` here: the mechanism, not the import time, is tested;
 the bundled trainer through the pool is in the multirank tests at the end). Fault points in the
 pool (RESTARTLAB_WARM_TESTPOINT) widen the windows where a stub can die or be signalled while its
@@ -15,7 +15,11 @@ import uuid
 import psutil
 import pytest
 
-from restartlab import killer, layout, warm
+from restartlab.contracts import layout
+from restartlab.contracts.placeholders import PROGRAM_TOKEN
+from restartlab.contracts.trainer_options import WARM_PRELOAD
+from restartlab.runtime import killer
+from restartlab.runtime.warm import pool as warm_pool, standby, wire
 
 PY = sys.executable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,8 +42,8 @@ def pool(tmp_path, request):
     """A running pool for this test (its own tag); stopped, and nothing tagged left, at the end."""
     tag = _tag()
     points = getattr(request, "param", "")
-    env = dict(os.environ, **({warm.TESTPOINT_VAR: points} if points else {}))
-    sb = warm.Standby([PY, "-c", "pass"], tag, str(tmp_path / "pool.log"), preload="json", env=env)
+    env = dict(os.environ, **({warm_pool.TESTPOINT_VAR: points} if points else {}))
+    sb = standby.Standby([PY, "-c", "pass"], tag, str(tmp_path / "pool.log"), preload="json", env=env)
     sb.wait_ready(60)
     yield sb, tag
     sb.stop()
@@ -48,7 +52,7 @@ def pool(tmp_path, request):
 
 
 def stub(sb, tag, code, *args, cwd=None, env=None, **kw):
-    argv = [PY, "-m", "restartlab.warm", "stub", "--dir", sb.dir, "--", PY, "-c", code, *args]
+    argv = [PY, "-m", "restartlab.runtime.warm", "stub", "--dir", sb.dir, "--", PY, "-c", code, *args]
     return subprocess.Popen(argv, cwd=cwd, env=dict(os.environ, RESTARTLAB_JOB_TAG=tag, **(env or {})),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True, **kw)
 
@@ -76,30 +80,30 @@ def _log_pid(sb, stub_pid, timeout=30.0, told=False) -> int:
 
 # ---------------------------------------------------------------- what the pool can run
 def test_split_python_takes_modules_scripts_code_and_refuses_the_rest():
-    assert warm.split_python([PY, "-m", "pkg.mod", "--x", "1"], PY) == ("-m", "pkg.mod", ["--x", "1"], False)
-    assert warm.split_python([PY, "-u", "train.py", "a"], PY) == ("script", "train.py", ["a"], True)
-    assert warm.split_python([PY, "-c", "print(1)", "z"], PY) == ("-c", "print(1)", ["z"], False)
+    assert warm_pool.split_python([PY, "-m", "pkg.mod", "--x", "1"], PY) == ("-m", "pkg.mod", ["--x", "1"], False)
+    assert warm_pool.split_python([PY, "-u", "train.py", "a"], PY) == ("script", "train.py", ["a"], True)
+    assert warm_pool.split_python([PY, "-c", "print(1)", "z"], PY) == ("-c", "print(1)", ["z"], False)
     # another name of the same binary in the same directory (a venv's python and python3)
     twin = os.path.join(os.path.dirname(PY), "python3" if os.path.basename(PY) != "python3" else "python")
     if os.path.exists(twin) and os.path.realpath(twin) == os.path.realpath(PY):
-        assert warm.split_python([twin, "t.py"], PY)[0] == "script"
+        assert warm_pool.split_python([twin, "t.py"], PY)[0] == "script"
     for bad, why in (([PY, "-X", "dev", "t.py"], "-X"), (["/usr/bin/env", "t.py"], "not the pool's"),
                      ([PY, "-"], "standard input"), ([PY, "-m"], "without")):
-        with pytest.raises(warm.PoolError, match=why):
-            warm.split_python(bad, PY)
+        with pytest.raises(wire.PoolError, match=why):
+            warm_pool.split_python(bad, PY)
 
 
 def test_the_stub_goes_where_the_program_starts():
-    argv = ["mpiexec", "-n", "2", "-genv", "PYTHONPATH", "/x/python3", warm.PROGRAM_TOKEN, PY, "-m",
+    argv = ["mpiexec", "-n", "2", "-genv", "PYTHONPATH", "/x/python3", PROGRAM_TOKEN, PY, "-m",
             "restartlab.trainer", "--model", "tiny"]
-    assert warm.cold_argv(argv) == [w for w in argv if w != warm.PROGRAM_TOKEN]
-    assert warm.stub_argv(argv, "/d") == ["mpiexec", "-n", "2", "-genv", "PYTHONPATH", "/x/python3", PY, "-m",
-                                          "restartlab.warm", "stub", "--dir", "/d", "--", PY, "-m",
+    assert standby.cold_argv(argv) == [w for w in argv if w != PROGRAM_TOKEN]
+    assert standby.stub_argv(argv, "/d") == ["mpiexec", "-n", "2", "-genv", "PYTHONPATH", "/x/python3", PY, "-m",
+                                          "restartlab.runtime.warm", "stub", "--dir", "/d", "--", PY, "-m",
                                           "restartlab.trainer", "--model", "tiny"]
-    assert warm.default_preload(argv) == warm.BUNDLED_PRELOAD
+    assert standby.default_preload(argv) == WARM_PRELOAD
     hand = ["mpiexec", "-n", "2", "/usr/bin/python3.11", "train.py"]  # no token: the first python word
-    assert warm.program_at(hand) == 3 and warm.default_preload(hand) == "torch"
-    assert warm.program_at(["srun", "./a.out"]) == -1
+    assert standby.program_at(hand) == 3 and standby.default_preload(hand) == "torch"
+    assert standby.program_at(["srun", "./a.out"]) == -1
 
 
 # ---------------------------------------------------------------- the hand-over
@@ -132,7 +136,7 @@ def test_a_silent_or_chatty_peer_cannot_hold_the_pool(pool):
     import socket as _socket
     sb, tag = pool
     silent = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    silent.connect(os.path.join(sb.dir, warm.SOCKET_NAME))
+    silent.connect(os.path.join(sb.dir, wire.SOCKET_NAME))
     p = stub(sb, tag, "print('served')")
     assert p.communicate(timeout=60)[0].strip() == "served" and p.returncode == 0
     silent.settimeout(60)
@@ -253,8 +257,8 @@ def test_the_pool_dies_with_its_supervisor(tmp_path):
     """The supervisor SIGKILLed (nothing of it runs its cleanup): the pool it started goes too
     (PR_SET_PDEATHSIG, kept across the pool's re-exec), and so would its ranks."""
     tag = _tag()
-    code = (f"import time\nfrom restartlab import warm\n"
-            f"sb = warm.Standby([{PY!r}, '-c', 'pass'], {tag!r}, {str(tmp_path / 'pool.log')!r}, preload='json', "
+    code = (f"import time\nfrom restartlab.runtime.warm.standby import Standby\n"
+            f"sb = Standby([{PY!r}, '-c', 'pass'], {tag!r}, {str(tmp_path / 'pool.log')!r}, preload='json', "
             f"state_dir={str(tmp_path / 'state')!r})\n"
             f"sb.wait_ready(60)\nprint(sb.proc.pid, sb.dir, flush=True)\ntime.sleep(600)\n")
     p = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -264,7 +268,7 @@ def test_the_pool_dies_with_its_supervisor(tmp_path):
     p.wait(timeout=30)
     _wait(lambda: _gone(int(pool_pid)), what="the pool to die with its supervisor")
     assert killer.find_tagged(tag, standby=True) == []
-    from restartlab import private
+    from restartlab.contracts import private
     private.remove_tree(pool_dir)
 
 
@@ -296,7 +300,7 @@ def test_the_no_tag_killer_finds_a_warm_rank_and_its_stub_in_its_job(tmp_path):
     name, _, jid = job.partition("=")
     env = dict(os.environ, **{name: jid})
     tag = _tag()
-    sb = warm.Standby([PY, "-c", "pass"], tag, str(tmp_path / "pool.log"), preload="json", env=env)
+    sb = standby.Standby([PY, "-c", "pass"], tag, str(tmp_path / "pool.log"), preload="json", env=env)
     try:
         sb.wait_ready(60)
         rank_vars = {"PMI_RANK": "0", "PMI_SIZE": "1", "MPI_LOCALRANKID": "0", name: jid}
@@ -326,8 +330,8 @@ def test_the_teardown_verb_leaves_nothing_behind_the_pool_included(pool):
 
 # ---------------------------------------------------------------- falling back to cold
 def test_a_pool_that_cannot_preload_says_why(tmp_path):
-    sb = warm.Standby([PY, "-c", "pass"], _tag(), str(tmp_path / "pool.log"), preload="json,no_such_module_xyz")
-    with pytest.raises(warm.PoolError, match="no_such_module_xyz"):
+    sb = standby.Standby([PY, "-c", "pass"], _tag(), str(tmp_path / "pool.log"), preload="json,no_such_module_xyz")
+    with pytest.raises(wire.PoolError, match="no_such_module_xyz"):
         sb.wait_ready(60)
     sb.stop()
     assert not os.path.exists(sb.dir)
@@ -337,19 +341,19 @@ def test_a_preload_that_starts_a_thread_is_refused(tmp_path):
     (tmp_path / "threadmod.py").write_text("import threading, time\n"
                                            "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}")
-    sb = warm.Standby([PY, "-c", "pass"], _tag(), str(tmp_path / "pool.log"), preload="threadmod", env=env)
-    with pytest.raises(warm.PoolError, match="2 threads"):
+    sb = standby.Standby([PY, "-c", "pass"], _tag(), str(tmp_path / "pool.log"), preload="threadmod", env=env)
+    with pytest.raises(wire.PoolError, match="2 threads"):
         sb.wait_ready(60)
     sb.stop()
 
 
 def test_a_stub_without_a_pool_or_with_a_program_the_pool_cannot_run_starts_it_cold(pool, tmp_path):
     sb, tag = pool
-    argv = [PY, "-m", "restartlab.warm", "stub", "--dir", str(tmp_path / "none"), "--", PY, "-c",
+    argv = [PY, "-m", "restartlab.runtime.warm", "stub", "--dir", str(tmp_path / "none"), "--", PY, "-c",
             "import os, sys; print(os.environ.get('RESTARTLAB_WARM')); sys.exit(4)"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert r.returncode == 4 and r.stdout.strip() == "None" and "starting the program cold" in r.stderr
-    argv = [PY, "-m", "restartlab.warm", "stub", "--dir", sb.dir, "--", PY, "-X", "dev", "-c", "print('cold')"]
+    argv = [PY, "-m", "restartlab.runtime.warm", "stub", "--dir", sb.dir, "--", PY, "-X", "dev", "-c", "print('cold')"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "cold" and "interpreter option -X" in r.stderr
 
@@ -429,7 +433,7 @@ def test_a_pool_that_cannot_start_falls_back_to_cold_and_says_so_once(tmp_path):
 @pytest.mark.multirank
 @pytest.mark.timeout(900)
 def test_your_own_program_restarts_warm_through_rankenv(tmp_path):
-    """A program from trainer.program (`python train.py` under restartlab.rankenv, read by a tap,
+    """A program from trainer.program (`python train.py` under restartlab.runtime.rankenv, read by a tap,
     no start-up row of its own): the pool takes `python` for its own interpreter (another name of
     the same binary in the same directory), sets the torchrun variables as rankenv would, and the
     report's start column comes from the pools' count in each attempt record."""

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from restartlab import layout
+from restartlab.contracts import layout
 from tests.helpers import cleanup_tag, job_tag, shared_run
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]

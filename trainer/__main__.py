@@ -6,7 +6,7 @@ _T_IMPORT0 = time.time()
 import faulthandler  # noqa: E402
 import signal  # noqa: E402
 
-from restartlab.trainer_options import STACKS_SIGNAL  # noqa: E402
+from restartlab.contracts.trainer_options import STACKS_SIGNAL  # noqa: E402
 
 
 def stacks_on_signal():
@@ -28,12 +28,11 @@ import sys  # noqa: E402
 from restartlab.trainer import dist as rdist  # noqa: E402
 from restartlab.trainer import testpoints  # noqa: E402
 
-from restartlab import trainer_options  # noqa: E402
-from restartlab import ckptdir  # noqa: E402
-from restartlab.ckptdir import step_dirname as ckptdir_name  # noqa: E402
+from restartlab.contracts import trainer_options  # noqa: E402
+from restartlab.contracts import ckptdir  # noqa: E402
+from restartlab.contracts.ckptdir import step_dirname as ckptdir_name  # noqa: E402
 
-from restartlab.trainer_options import (EXIT_NO_CHECKPOINT, EXIT_PREEMPTED, EXIT_SAVE_FAILED,  # noqa: E402
-                                        EXIT_USAGE)
+from restartlab.contracts.exits import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED, EXIT_SAVE_FAILED, EXIT_USAGE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -203,7 +202,7 @@ class Job:
         """(where, fresh) for the async save's stage, or (None, False) to write straight to the
         checkpoint dir: a given path is the stage dir (private to this user, or refused); `none`
         means none; by default a fresh private directory with an unguessable name under /tmp
-        (restartlab.private), unless /tmp is on the checkpoint dir's own file system, where
+        (restartlab.contracts.private), unless /tmp is on the checkpoint dir's own file system, where
         staging adds a second full write and nothing else (bench/async_ckpt.py: save ->
         .complete about 1.7x vanilla dcp.async_save staged, 1.1x direct)."""
         from restartlab.trainer.checkpoint import STAGE_PARENT
@@ -261,7 +260,7 @@ class Job:
         row = {"startup/import_s": t["imported"] - t["launch"], "startup/dist_init_s": t["dist"] - t["imported"],
                "startup/build_s": t["built"] - t["dist"], "startup/load_s": t["loaded"] - t["built"],
                "startup/first_step_s": t_first_step - t["loaded"], "startup/launch_ts": t["launch"]}
-        if os.environ.get("RESTARTLAB_WARM") == "1":  # forked from the warm standby pool (restartlab.warm)
+        if os.environ.get("RESTARTLAB_WARM") == "1":  # forked from the warm standby pool (restartlab.runtime.warm)
             row["startup/warm"] = 1
         if self.start > 0:
             row.update({"train/restart_seconds": t_first_step - t["launch"], "train/resumed_from": self.start})

@@ -1,6 +1,6 @@
 """Checkpointer: save / poll / load_newest / close, sync or async, over PyTorch DCP.
 
-Layout and marker protocol are `restartlab.ckptdir`'s: shards + .metadata + manifest.json, then
+Layout and marker protocol are `restartlab.contracts.ckptdir`'s: shards + .metadata + manifest.json, then
 `.complete` last and atomically. Only the newest directory with `.complete` is ever loaded.
 
 sync   dcp.save on the training group straight into <ckpt>/step-N; per-file crc32 is computed
@@ -32,8 +32,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.tensor import DTensor
 
-from restartlab import ckptdir, private
-from restartlab.killer import node_name
+from restartlab.contracts import ckptdir, private
+from restartlab.contracts.envvars import node_name
 from restartlab.trainer.ckpt_io import (ChecksumError, VerifyingReader, copy_durable, describe_error,
                                         writer)
 from restartlab.trainer.testpoints import delay, fault, trace
@@ -98,7 +98,7 @@ class Checkpointer:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt")
 
     def _open_stage_dir(self, where, fresh):
-        """The node's private stage dir (restartlab.private: this user's, 0700, never through a
+        """The node's private stage dir (restartlab.contracts.private: this user's, 0700, never through a
         symlink), agreed by every rank. Local rank 0 of each node owns it: `fresh`, it removes the
         stage dirs of this job's dead attempts on its node and makes a new one with an unguessable
         name under `where`; else `where` is the stage dir itself, created if absent, refused if

@@ -17,7 +17,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
-from restartlab import ckptdir, private as private_io
+from restartlab.contracts import ckptdir, private as private_io
 from restartlab.trainer.testpoints import delay
 
 

@@ -5,7 +5,7 @@ import json
 import os
 import time
 
-from restartlab.layout import metrics_name  # torch-free: the experiment directory's names
+from restartlab.contracts.layout import metrics_name  # torch-free: the experiment directory's names
 
 
 class MetricsWriter:

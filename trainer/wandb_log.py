@@ -10,7 +10,7 @@ import os
 import queue
 import threading
 
-from restartlab.trainer_options import EXIT_PREEMPTED
+from restartlab.contracts.exits import EXIT_PREEMPTED
 
 STOP = object()
 FINISH_TIMEOUT_S = 30.0    # the run's last rows and its end, at a normal exit

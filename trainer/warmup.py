@@ -1,4 +1,4 @@
-"""What a warm standby pool (restartlab.warm) imports before it forks ranks of the bundled trainer:
+"""What a warm standby pool (restartlab.runtime.warm) imports before it forks ranks of the bundled trainer:
 every module the trainer imports, and nothing that runs a torch op, opens a device, starts a
 thread or initialises a process group (a forked child could not use any of those). Importing this
 module has no other effect."""
@@ -20,7 +20,7 @@ MODULES = (
     "restartlab.trainer.checkpoint", "restartlab.trainer.ckpt_io", "restartlab.trainer.data",
     "restartlab.trainer.dist", "restartlab.trainer.metrics", "restartlab.trainer.model",
     "restartlab.trainer.parallel", "restartlab.trainer.state", "restartlab.trainer.testpoints",
-    "restartlab.ckptdir", "restartlab.trainer_options",
+    "restartlab.contracts.ckptdir", "restartlab.contracts.trainer_options",
 )
 
 for _name in MODULES:

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional
 
-from ..registry import Registry
+from ..contracts.registry import Registry
 from . import torchzip
 
 COMPLETE_RULES = ("exists", "dcp", "torchzip", "file:NAME[,NAME...]", "pointer:FILE")
@@ -134,11 +134,11 @@ def resolve(program: dict) -> dict:
     return out
 
 
-RANKENV = ("-m", "restartlab.rankenv", "--")
+RANKENV = ("-m", "restartlab.runtime.rankenv", "--")
 
 
 def preflight(spec: dict, launcher_argv: List[str]) -> Optional[str]:
-    """The adapter's preflight on the program's own argv (what follows restartlab.rankenv in the
+    """The adapter's preflight on the program's own argv (what follows restartlab.runtime.rankenv in the
     launcher's line) and its environment (the job's, with the scenario's launch.env over it)."""
     n = len(RANKENV)
     at = next((i + n for i in range(len(launcher_argv) - n + 1) if tuple(launcher_argv[i:i + n]) == RANKENV), None)

@@ -1,7 +1,8 @@
 """The built-in adapters. `restartlab`: the bundled trainer (it writes restartlab's metrics rows
 itself; its checkpoints follow ckptdir's contract). `generic`: any program, configured entirely by
 the scenario's `trainer.program` keys."""
-from .. import ckptdir, warm
+from ..contracts import ckptdir
+from ..contracts.trainer_options import WARM_PRELOAD
 from . import ezpz_check
 from .base import ADAPTERS, Adapter
 
@@ -11,7 +12,7 @@ class Restartlab(Adapter):
     name = "restartlab"
     doc = "the bundled DCP trainer (restartlab.trainer): step-N/.complete, its own metrics rows"
     tap = False
-    preload = warm.BUNDLED_PRELOAD
+    preload = WARM_PRELOAD
     defaults = {"checkpoints": r"{ckpt_dir}/step-(?P<step>\d+)", "complete": "file:" + ckptdir.COMPLETE,
                 "selects": "newest_complete", "progress": None, "resumed": r"RESUMED from step=(?P<step>\d+)"}
 

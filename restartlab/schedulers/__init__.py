@@ -6,7 +6,7 @@ import pkgutil
 import shutil
 from typing import List, Mapping, Optional
 
-from .base import SCHEDULERS, Scheduler, SchedulerError, register  # noqa: F401
+from .base import SCHEDULERS, Scheduler, SchedulerError, register, run_tool  # noqa: F401
 
 for _m in pkgutil.iter_modules([os.path.dirname(__file__)]):
     if _m.name != "base":

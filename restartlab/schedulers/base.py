@@ -4,10 +4,11 @@ in this package (found automatically) and, only if the shared `header.j2` does n
 template; see README, "Extending restartlab".
 
 Command hooks return argv lists and parsers take recorded output, so each is testable alone."""
+import subprocess
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..registry import Registry
+from ..contracts.registry import Registry
 
 # states, common to all schedulers
 PENDING, RUNNING, FINISHED, FAILED, UNKNOWN = "pending", "running", "finished", "failed", "unknown"
@@ -111,3 +112,15 @@ class Scheduler:
 
 SCHEDULERS: Registry[Scheduler] = Registry("scheduler")
 register = SCHEDULERS.register
+
+
+def run_tool(argv: List[str]) -> Tuple[int, str, str]:
+    """(rc, stdout, stderr) of a scheduler command (qstat, sacct, qdel, ...); a missing tool or one
+    that does not answer in 120 s is a SchedulerError."""
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        raise SchedulerError(f"`{argv[0]}` is not on PATH")
+    except subprocess.TimeoutExpired:
+        raise SchedulerError(f"`{' '.join(argv)}` did not answer in 120 s")
+    return r.returncode, r.stdout, r.stderr

@@ -3,7 +3,7 @@ fan-out. What each relies on, as measured on OpenPBS 23.06: docs/pbs.md."""
 import os
 import shutil
 
-from ..units import hms
+from ..contracts.units import hms
 from .base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, Scheduler, SchedulerError, register
 
 EXIT_UNKNOWN_JOB, EXIT_JOB_FINISHED = 153, 35

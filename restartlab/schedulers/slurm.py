@@ -3,7 +3,7 @@ srun --overlap fan-out."""
 import os
 import subprocess
 
-from ..units import hms
+from ..contracts.units import hms
 from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, Scheduler,
                    SchedulerError, register)
 

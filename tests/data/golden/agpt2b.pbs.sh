@@ -85,7 +85,7 @@ rl_phase --phase async --phase-dir /expt/x/async --ckpt-dir /expt/x/async/ckpts 
   -- mpiexec -n 24 --ppn 12 --cpu-bind list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --env CCL_PROCESS_LAUNCHER=pmix --env FI_PROVIDER=cxi --env RESTARTLAB_JOB_TAG=TAG PYTHON -m restartlab.trainer --model agpt-2b --vocab 0 --train-iters 2000 --save-interval 100 --keep 0 --tp 1 --dp-replicate 1 --seq-len 2048 --batch-size 1 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device xpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/async/ckpts --async-ckpt --outdir .
 
 # ---- collector
-"$RL_PY" -m restartlab.cli report "$RL_EXPT_DIR" --mtbf 3600s || RL_FAILED=1
+"$RL_PY" -m restartlab.cli report "$RL_EXPT_DIR" || RL_FAILED=1
 if (( RL_FAILED )); then exit 1; fi
 if (( RL_WALLTIME_STOP )); then exit 5; fi  # state saved, training not finished
 exit 0

@@ -76,7 +76,7 @@ rl_phase --phase async --phase-dir /expt/x/async --ckpt-dir /expt/x/async/ckpts 
   -- mpiexec -n 2 -ppn 2 -genv RESTARTLAB_JOB_TAG TAG PYTHON -m restartlab.trainer --model tiny --vocab 0 --train-iters 120 --save-interval 10 --keep 0 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/async/ckpts --async-ckpt --outdir .
 
 # ---- collector
-"$RL_PY" -m restartlab.cli report "$RL_EXPT_DIR" --mtbf 3600s || RL_FAILED=1
+"$RL_PY" -m restartlab.cli report "$RL_EXPT_DIR" || RL_FAILED=1
 if (( RL_FAILED )); then exit 1; fi
 if (( RL_WALLTIME_STOP )); then exit 5; fi  # state saved, training not finished
 exit 0

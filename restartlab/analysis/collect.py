@@ -1,0 +1,519 @@
+"""Stream an experiment's metrics into attempts, failure events and accounting (pure numbers).
+
+Definitions (docs/design.md):
+  lost steps  = last step completed before the kill - step of the checkpoint resumed from
+  downtime    = first step completed after the resume - kill time
+  recompute   = time from that first step to the step that equals the last step before the kill
+                (the rest of the steps computed twice; the first one is inside downtime)
+  overhead    = wall(phase) - wall(baseline) = downtime + recompute + save stalls + residual
+  ETTR        = productive time / wall time; productive = train/dt of every step that was kept
+Streams each metrics file once with constant memory per row (kept: one number per save and a
+bounded, thinned (time, step) trace per attempt for the plots)."""
+import json
+import math
+import os
+import statistics
+from array import array
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from ..contracts import ckptdir, layout
+from ..runtime.attempt import completed_row, injections_into
+from ..failures import book as book_kind
+from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks
+
+TRACE_POINTS = 20000  # per phase (split over its attempts, at least 50 each), for the progress plot
+SAVE_KEYS = ("train/ckpt_save_seconds", "train/ckpt_stage_seconds", "train/ckpt_drain_seconds")
+
+
+@dataclass
+class Attempt:
+    index: int
+    path: str
+    number: Optional[int] = None          # its directory's number (attempts/<k>), when read from one
+    launch_ts: Optional[float] = None
+    end_ts: Optional[float] = None
+    exit_code: Optional[int] = None
+    recorded: bool = False                # the supervisor's record was read (its verdict stands)
+    completed: bool = False
+    hang: bool = False                    # the relaunch loop's watchdog stopped it
+    preempted: bool = False               # the trainer stopped on the preemption signal (exit 5)
+    timed_out: bool = False               # a rank's process-group timeout fired
+    walltime: bool = False                # the job script's walltime warning stopped it
+    hosts: Optional[List[str]] = None     # the nodes it ran on (node-check chose them), if known
+    ranks: Optional[int] = None
+    warm_ranks: Optional[int] = None      # ranks forked by the warm standby pools (None: cold phase)
+    job: Optional[str] = None             # the batch job it ran in (a chain has several)
+    job_start: Optional[float] = None     # when that run of the job began (a requeued job runs again)
+    emergency_step: Optional[int] = None  # the step of its emergency checkpoint (train/preempted)
+    resumed_from: int = 0
+    first_ts: Optional[float] = None      # first step completed in this attempt
+    first_iter: Optional[int] = None
+    last_iter: int = 0                    # last step completed (logged by rank 0)
+    last_ts: Optional[float] = None
+    restart_seconds: Optional[float] = None
+    startup: Dict[str, float] = field(default_factory=dict)
+    kept_dt: float = 0.0                  # sum of train/dt of steps that were not recomputed later
+    ts_at: Dict[int, float] = field(default_factory=dict)  # ts of requested iters only
+    trace: List[tuple] = field(default_factory=list)       # (ts, iter), thinned to < 2*trace_cap
+    trace_cap: int = 1000
+    trace_stride: int = 1
+    trace_seen: int = 0
+
+    def add_trace(self, ts, it):
+        """Keep every trace_stride-th step; when the buffer fills, drop every other point and
+        double the stride. Memory stays bounded however long the attempt is."""
+        if self.trace_seen % self.trace_stride == 0:
+            self.trace.append((ts, it))
+            if len(self.trace) >= 2 * self.trace_cap:
+                self.trace = self.trace[::2]
+                self.trace_stride *= 2
+        self.trace_seen += 1
+
+
+@dataclass
+class Phase:
+    name: str
+    attempts: List[Attempt] = field(default_factory=list)
+    injections: List[dict] = field(default_factory=list)
+    # one 8-byte double per save (exact median/p90); saves are a small fraction of rows
+    saves: Dict[str, "array"] = field(default_factory=lambda: {k: array("d") for k in SAVE_KEYS})
+    finalize: List[float] = field(default_factory=list)
+    node_checks: List[dict] = field(default_factory=list)
+    # step time beside a background save vs without one: [count, sum] each (first steps left out)
+    dt_busy: List[float] = field(default_factory=lambda: [0, 0.0])
+    dt_idle: List[float] = field(default_factory=lambda: [0, 0.0])
+    warnings: List[str] = field(default_factory=list)
+
+
+def iter_rows(path, warnings):
+    """(line number, metrics dict, timestamp) for each good line; garbage is reported and skipped.
+    A last line without its newline is an attempt killed mid-write: named, not called malformed."""
+    with open(path, errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                m = row["metrics"]
+                ts = _num(row["timestamp"])
+                if not isinstance(m, dict) or ts is None:
+                    raise TypeError("metrics is not a mapping" if ts is not None else "timestamp is not a number")
+            except (ValueError, KeyError, TypeError) as e:
+                torn = not line.endswith("\n")
+                warnings.append(f"{path}:{n}: skipped a torn last line (killed mid-write)" if torn else
+                                Malformed(f"{path}:{n}: skipped a malformed line ({type(e).__name__}: {str(e)[:80]})"))
+                continue
+            yield n, m, ts
+
+
+def _first_row(path, warnings):
+    for _, m, ts in iter_rows(path, warnings):
+        if "train/iter" in m and "train/loss" in m:
+            return m, ts
+    return None, None
+
+
+def _finalize_latencies(ckpt_dir, warnings) -> List[float]:
+    """save start -> .complete of every complete checkpoint (from the bundled trainer's markers;
+    an empty marker is another program's, ezpz's say, with nothing to time)."""
+    out = []
+    for c in ckptdir.complete_markers(ckpt_dir):
+        try:
+            with open(c) as f:
+                text = f.read()
+            if not text:
+                continue
+            info = json.loads(text)
+            out.append(float(info["complete_ts"]) - float(info["save_start"]))
+        except OSError:
+            warnings.append(f"{c}: unreadable marker")
+        except (ValueError, KeyError, TypeError):
+            warnings.append(Malformed(f"{c}: malformed marker (no complete_ts/save_start numbers)"))
+    return out
+
+
+def _attempt_from_dir(a: Attempt, att: layout.Attempt, warnings) -> None:
+    """Launch/end time, exit code and completion from the attempt's record (the supervisor's);
+    without one (cut short with its job), its launch, job and job run from its launch record."""
+    try:
+        with open(att.record) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        warnings.append(f"{att.path}: no readable attempt record")
+        try:
+            with open(att.launched) as f:
+                info = json.load(f)
+        except (OSError, ValueError):
+            return
+        if isinstance(info, dict):
+            a.launch_ts = _num(info.get("launch_ts"))
+            a.job = info["job"] if isinstance(info.get("job"), str) else None
+            a.job_start = _num(info.get("job_start"))
+        if os.path.exists(att.hosts):
+            with open(att.hosts) as f:
+                a.hosts = [h.strip() for h in f if h.strip()]
+        return
+    if not isinstance(info, dict):
+        warnings.append(Malformed(f"{att.record}: malformed (a {type(info).__name__}, not a mapping)"))
+        return
+    a.recorded = True
+    a.launch_ts, a.end_ts = _num(info.get("launch_ts")), _num(info.get("end_ts"))
+    a.exit_code, a.completed = info.get("exit_code"), info.get("completed") is True
+    a.hang, a.preempted = info.get("hang") is True, info.get("preempted") is True
+    a.walltime = info.get("walltime") is True
+    if isinstance(info.get("hosts"), list):
+        a.hosts = [str(h) for h in info["hosts"]]
+    if isinstance(info.get("job"), str):
+        a.job = info["job"]
+    a.job_start = _num(info.get("job_start"))
+    for key in ("ranks", "warm_ranks"):
+        if isinstance(info.get(key), int) and not isinstance(info.get(key), bool):
+            setattr(a, key, info[key])
+    a.timed_out = _mentions(att.output, PG_TIMEOUT) if not a.completed else False
+
+
+PG_TIMEOUT = b"Timed out waiting"  # what gloo says when a collective's peer never came
+
+
+def _mentions(path, needle: bytes, chunk: int = 1 << 20) -> bool:
+    """Whether a (possibly large) log contains `needle`, read in chunks."""
+    try:
+        with open(path, "rb") as f:
+            tail = b""
+            while True:
+                b = f.read(chunk)
+                if not b:
+                    return False
+                if needle in tail + b:
+                    return True
+                tail = b[-len(needle):]
+    except OSError:
+        return False
+
+
+def _num(x) -> Optional[float]:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _stream_attempt(a: Attempt, keep_upto, want, ph: Phase) -> None:
+    """One pass over an attempt's rank-0 metrics: first/last step, kept step time, save costs."""
+    for n, m, ts in iter_rows(a.path, ph.warnings):
+        it = m.get("train/iter")
+        if isinstance(it, float) and it.is_integer():
+            it = int(it)
+        if not isinstance(it, int) or isinstance(it, bool):
+            if it is not None:
+                ph.warnings.append(Malformed(f"{a.path}:{n}: malformed train/iter {str(it)[:40]!r}: line skipped"))
+            continue
+        if "train/loss" in m:
+            if a.first_ts is None:
+                a.first_ts, a.first_iter = ts, it
+                a.restart_seconds = _num(m.get("train/restart_seconds"))
+                a.startup = {k: v for k, v in m.items() if k.startswith("startup/") and _num(v) is not None}
+                if a.launch_ts is None:
+                    a.launch_ts = _num(m.get("startup/launch_ts"))
+            a.last_iter, a.last_ts = it, ts
+            a.add_trace(ts, it)
+            dt = _num(m.get("train/dt", 0.0))
+            if dt is None:
+                ph.warnings.append(Malformed(f"{a.path}:{n}: malformed train/dt {str(m.get('train/dt'))[:40]!r}: counted as 0"))
+            else:
+                if it <= keep_upto:
+                    a.kept_dt += dt
+                if it != a.first_iter:  # an attempt's first step carries its warm-up
+                    acc = ph.dt_busy if m.get("train/ckpt_inflight") else ph.dt_idle
+                    acc[0] += 1
+                    acc[1] += dt
+            if it in want:
+                a.ts_at[it] = ts
+        if _num(m.get("train/preempted")) is not None:
+            a.emergency_step = int(m["train/preempted"])
+        for key in SAVE_KEYS:
+            if _num(m.get(key)) is not None:
+                ph.saves[key].append(float(m[key]))
+        if completed_row(m) and not a.recorded:  # ezpz files: no record, the final row decides
+            a.completed = True
+    if a.last_ts is not None and (not a.trace or a.trace[-1][1] != a.last_iter):
+        a.trace.append((a.last_ts, a.last_iter))  # the plot ends where the attempt did
+    if a.end_ts is None:
+        a.end_ts = a.last_ts
+    if a.launch_ts is None:
+        a.launch_ts = a.first_ts
+
+
+def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> Phase:
+    """Either an experiment phase directory (attempts/<k>/...) or a list of ezpz JSONL files
+    (one attempt each, in name order)."""
+    ph = Phase(name)
+    if phase_dir:
+        lp = layout.Phase(phase_dir)
+        attempt_dirs = lp.attempts()
+        for x in lp.stray_entries():
+            ph.warnings.append(Malformed(f"{x}: malformed attempts entry (not a numbered directory): ignored"))
+        ph.injections = read_injections(phase_dir, ph.warnings)
+        ph.node_checks = read_node_checks(phase_dir, ph.warnings)
+        ph.finalize = _finalize_latencies(lp.ckpts, ph.warnings)
+    elif attempt_dirs:
+        attempt_dirs = [layout.Attempt(d) for d in attempt_dirs]
+    paths = [d.metrics(0) for d in attempt_dirs] if attempt_dirs else list(metrics_files or [])
+    cap = max(50, TRACE_POINTS // max(1, len(paths)))
+    atts = [Attempt(i, p, trace_cap=cap) for i, p in enumerate(paths, 1)]
+    for a in atts:  # pass 1: where each attempt resumed from (its first row)
+        if attempt_dirs:
+            a.number = attempt_dirs[a.index - 1].index
+            _attempt_from_dir(a, attempt_dirs[a.index - 1], ph.warnings)
+        if os.path.isfile(a.path):
+            m, _ = _first_row(a.path, [])
+            a.resumed_from = int(_num(m.get("train/resumed_from")) or 0) if m else 0
+    # pass 2: stream each attempt once; we know which steps the next attempt recomputes
+    for k, a in enumerate(atts):
+        if not os.path.isfile(a.path):
+            ph.warnings.append(Malformed(f"{a.path}: malformed: not a file") if os.path.exists(a.path) else
+                               f"{a.path}: missing (the attempt died before its first step?)")
+            continue
+        keep_upto = atts[k + 1].resumed_from if k + 1 < len(atts) else math.inf
+        _stream_attempt(a, keep_upto, {atts[k - 1].last_iter} if k > 0 else set(), ph)
+    ph.attempts = atts
+    return ph
+
+
+def _queue_wait(a: Attempt, b: Attempt) -> Optional[float]:
+    """Attempt a's end -> b's launch when they ran in different jobs of a chain, or in two runs of
+    one job (PBS requeued it: same id, another start) (None: the same run of the same job)."""
+    other_run = a.job_start is not None and b.job_start is not None and a.job_start != b.job_start
+    if not (a.job and b.job and (a.job != b.job or other_run)):
+        return None
+    return (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else 0.0
+
+
+def handovers(ph: Phase) -> List[dict]:
+    """Where one job of a chain ended and the next took over (not failures): the queue wait
+    between them and the steps the hand-over lost (0 after a walltime stop)."""
+    ran = _ran(ph)
+    return [{"attempt": a.index, "from_job": a.job, "to_job": b.job, "queue_wait_s": _queue_wait(a, b),
+             "walltime_stop": a.walltime, "lost_steps": a.last_iter - b.resumed_from,
+             "rerun": a.job == b.job}
+            for a, b in zip(ran, ran[1:]) if _queue_wait(a, b) is not None]
+
+
+def _ran(ph: Phase) -> List[Attempt]:
+    """The attempts that left a record or a step. One with neither was cut short with its
+    supervisor (its job killed or requeued before it started training): the failure before it is
+    paired with the attempt that carried on (survival names the cut one)."""
+    return [a for a in ph.attempts if a.recorded or a.first_ts is not None]
+
+
+def failures(ph: Phase) -> List[dict]:
+    """One event per attempt that ended without finishing and was followed by another (a chain's
+    hand-over after a walltime stop is not a failure: see handovers; after a failure that
+    used up the relaunch budget it is one, and the queue wait is not in its downtime)."""
+    out = []
+    ran = _ran(ph)
+    for k in range(len(ran) - 1):
+        a, b = ran[k], ran[k + 1]
+        queued = _queue_wait(a, b)
+        if queued is not None and a.walltime:
+            continue
+        queued = queued or 0.0
+        kills = injections_into(ph.injections, a.launch_ts, a.end_ts, a.number)
+        kill_ts = kills[0]["time"] if kills else a.end_ts
+        lost = a.last_iter - b.resumed_from
+        ev = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),
+              "kind": book_kind(kills[0]) if kills else None, "detected_by": detected_by(a),
+              "detection_s": (a.end_ts - kill_ts) if (a.end_ts and kill_ts) else None,
+              "step_at_kill": a.last_iter, "resumed_from": b.resumed_from, "lost_steps": lost,
+              "downtime_s": (b.first_ts - kill_ts - queued) if (b.first_ts and kill_ts) else None,
+              "recompute_s": 0.0, "restart_s": b.restart_seconds, "startup": b.startup, "warm_ranks": b.warm_ranks,
+              "launch_gap_s": (b.launch_ts - a.end_ts - queued) if (b.launch_ts and a.end_ts) else None,
+              "queue_wait_s": queued}
+        if lost > 1 and a.last_iter in b.ts_at and b.first_ts:
+            ev["recompute_s"] = b.ts_at[a.last_iter] - b.first_ts
+        ev.update(node_recovery(a, b, ph.node_checks))
+        out.append(ev)
+    return out
+
+
+def node_recovery(a: Attempt, b: Attempt, checks: List[dict]) -> dict:
+    """Which nodes the health checks after attempt a, up to b's, found bad, and how the relaunch recovered:
+    the same nodes, a spare in a bad node's place, or fewer nodes (ranks before -> after)."""
+    bad = bad_nodes_between(checks, a.index, b.index)
+    ev = {"bad_nodes": bad, "ranks_before": a.ranks, "ranks_after": b.ranks,
+          "hosts_before": a.hosts, "hosts_after": b.hosts, "recovery": "same nodes"}
+    if a.hosts and b.hosts and a.hosts != b.hosts:
+        gone = [h for h in a.hosts if h not in b.hosts]
+        new = [h for h in b.hosts if h not in a.hosts]
+        if len(b.hosts) == len(a.hosts):
+            ev["recovery"] = f"spares: {', '.join(new)} for {', '.join(gone)}"
+        else:
+            ev["recovery"] = f"shrink: {len(a.hosts)} -> {len(b.hosts)} node(s), without {', '.join(gone)}"
+    return ev
+
+
+@dataclass(frozen=True)
+class Detection:
+    """What noticed a failure and ended its attempt: the report's summary carries the key; the text is
+    for people."""
+    key: str
+    text: str
+
+
+DETECTIONS = {d.key: d for d in (
+    Detection("trainer", "trainer (preemption signal: emergency checkpoint, exit 5)"),
+    Detection("watchdog", "watchdog (no progress for relaunch.hang_timeout)"),
+    Detection("pg_timeout", "process-group timeout (a peer never came)"),
+    Detection("launcher", "launcher (a rank died: the launcher ended the rest)"),
+)}
+
+
+def detected_by(a: Attempt) -> str:
+    """Which mechanism ended a failed attempt: a key of DETECTIONS."""
+    if a.preempted:
+        return "trainer"
+    if a.hang:
+        return "watchdog"
+    if a.timed_out:
+        return "pg_timeout"
+    return "launcher"
+
+
+KIND_FIGURES = ("detection_s", "launch_gap_s", "restart_s", "lost_steps", "recompute_s", "downtime_s")
+
+
+def by_kind(events: List[dict]) -> Dict[str, dict]:
+    """Per failure kind: how many, and the median of each figure (detection: fault -> attempt
+    end; relaunch gap: attempt end -> next launch; restart: launch -> first step)."""
+    out = {}
+    for kind in sorted({e["kind"] or "not injected" for e in events}):
+        evs = [e for e in events if (e["kind"] or "not injected") == kind]
+        row = {"failures": len(evs), "detected_by": sorted({e["detected_by"] for e in evs})}
+        for key in KIND_FIGURES:
+            xs = [e[key] for e in evs if e.get(key) is not None]
+            row[key] = statistics.median(xs) if xs else None
+        out[kind] = row
+    return out
+
+
+def quantiles(xs: List[float]) -> dict:
+    if not xs:
+        return {"count": 0, "median": None, "p90": None, "total": 0.0}
+    s = sorted(xs)
+    p90 = s[min(len(s) - 1, int(math.ceil(0.9 * len(s))) - 1)]
+    return {"count": len(s), "median": statistics.median(s), "p90": p90, "total": sum(s)}
+
+
+def summarize_phase(ph: Phase) -> dict:
+    atts = [a for a in ph.attempts if a.launch_ts is not None]
+    wall = (max(a.end_ts for a in atts if a.end_ts) - min(a.launch_ts for a in atts)) if atts else None
+    hand = handovers(ph)
+    queued = sum(h["queue_wait_s"] or 0 for h in hand)
+    if wall is not None:
+        wall -= queued  # waiting in the queue between jobs of a chain is not the job's wall time
+    ev = failures(ph)
+    productive = sum(a.kept_dt for a in ph.attempts)
+    stalls = sum(sum(ph.saves[k]) for k in SAVE_KEYS)
+    first = min(atts, key=lambda a: a.launch_ts) if atts else None
+    inter = interference(ph)
+    inter_s = inter["busy_steps"] * (inter["busy_dt_s"] - inter["idle_dt_s"]) if inter else 0.0
+    return {
+        "phase": ph.name, "wall_s": wall, "attempts": len(ph.attempts),
+        "kills": sum(1 for r in ph.injections if r.get("killed")),
+        "steps": max((a.last_iter for a in ph.attempts), default=0),
+        "completed": any(a.completed for a in ph.attempts),
+        "failures": ev,
+        "by_kind": by_kind(ev),
+        "lost_steps": sum(e["lost_steps"] for e in ev),
+        "downtime_s": sum(e["downtime_s"] or 0 for e in ev),
+        "recompute_s": sum(e["recompute_s"] or 0 for e in ev),
+        "save_stall_s": stalls,
+        "save": {k.split("/")[-1]: quantiles(v) for k, v in ph.saves.items()},
+        "finalize": quantiles(ph.finalize),
+        "productive_s": productive,
+        "ettr": (productive / wall) if wall else None,
+        "walltime_stop": walltime_stop(ph),
+        "interference": inter,
+        # the seconds the steps beside a background save took beyond the same steps without one
+        "interference_s": inter_s,
+        # mean time of a step with no save in flight and not an attempt's first (its warm-up is in
+        # the start-up or the downtime): the phase's own step time, which step-time drift compares
+        "step_dt_s": (ph.dt_idle[1] / ph.dt_idle[0]) if ph.dt_idle[0] else None,
+        "first_start_s": (first.first_ts - first.launch_ts) if first and first.first_ts else None,
+        "jobs": sorted({a.job for a in ph.attempts if a.job}),
+        "handovers": hand, "queue_wait_s": queued,
+    }
+
+
+def interference(ph: Phase) -> Optional[dict]:
+    """How much slower a step is while an async save runs in the background (mean step time
+    beside a save / without one - 1); None without steps of both kinds."""
+    (nb, sb), (ni, si) = ph.dt_busy, ph.dt_idle
+    if not nb or not ni or not si:
+        return None
+    return {"busy_steps": nb, "idle_steps": ni, "busy_dt_s": sb / nb, "idle_dt_s": si / ni,
+            "slowdown": (sb / nb) / (si / ni) - 1.0}
+
+
+def walltime_stop(ph: Phase) -> Optional[dict]:
+    """The phase's last attempt, when the walltime warning ended it: its last step, the step of
+    its emergency checkpoint and the steps that checkpoint does not hold (0 when it landed)."""
+    a = ph.attempts[-1] if ph.attempts else None
+    if a is None or not a.walltime:
+        return None
+    return {"attempt": a.index, "last_step": a.last_iter, "emergency_checkpoint": a.emergency_step,
+            "lost_steps": (a.last_iter - a.emergency_step) if a.emergency_step is not None else None}
+
+
+def is_baseline(phase_checkpoint: Optional[str]) -> bool:
+    """The baseline is the phase that saves no checkpoints (checkpoint: none), whatever its name."""
+    return phase_checkpoint == "none"
+
+
+def overhead(phase: dict, baseline: dict) -> Optional[dict]:
+    """What a phase costs beyond the baseline, and what explains it: overhead = downtime +
+    recompute + save stalls + background interference + step-time drift + residual. Both phases
+    are taken net of their first launch's start-up (launch -> first step), so that a cold first
+    launch (the file cache, imports: whichever phase runs first pays it) is not booked as a
+    failure's cost; the start-ups of relaunches are in the downtime. Step-time drift: the phase's
+    steps (those without a save in flight, first steps left out) against the baseline's, times the
+    phase's steps (a shared node's noise moves every step of a phase: +-10-30% per phase measured
+    here), so the residual is only what nothing explains."""
+    if not baseline or phase["wall_s"] is None or baseline["wall_s"] is None:
+        return None
+    if not (phase.get("completed") and baseline.get("completed")):
+        return None  # a phase that did not reach its last step has no wall time to compare
+    first, base_first = phase.get("first_start_s") or 0.0, baseline.get("first_start_s") or 0.0
+    diff = (phase["wall_s"] - first) - (baseline["wall_s"] - base_first)
+    drift = None
+    if phase.get("step_dt_s") is not None and baseline.get("step_dt_s") is not None:
+        drift = (phase["step_dt_s"] - baseline["step_dt_s"]) * (phase.get("steps") or 0)
+    parts = {"downtime_s": phase["downtime_s"], "recompute_s": phase["recompute_s"],
+             "save_stall_s": phase["save_stall_s"], "interference_s": phase.get("interference_s") or 0.0,
+             "drift_s": drift or 0.0}
+    return dict(parts, measured_s=diff, residual_s=diff - sum(parts.values()), first_start_s=first,
+                baseline_first_start_s=base_first)
+
+
+def restart_cost(restart_s, gap_s, detection_s) -> float:
+    """R of Young-Daly: what a failure costs beyond the lost work (fault -> attempt end, the
+    relaunch gap, launch -> first step). One definition for the report and `simulate`."""
+    return (restart_s or 0.0) + (gap_s or 0.0) + (detection_s or 0.0)
+
+
+def phase_restart_cost(events: List[dict]) -> Optional[float]:
+    """R from a phase's failures: the medians of restart, relaunch gap and detection."""
+    def med(key):
+        xs = [e[key] for e in events if e.get(key) is not None]
+        return statistics.median(xs) if xs else None
+    parts = [med("restart_s"), med("launch_gap_s"), med("detection_s")]
+    return None if all(x is None for x in parts) else restart_cost(*parts)
+
+
+def young_daly(save_cost_s, restart_cost_s, mtbf_s) -> dict:
+    """Young: sqrt(2 C M); Daly (first order): sqrt(2 C (M + R)) - C, for C < 2M (C the save's
+    stall, R = restart_cost(), M the MTBF)."""
+    if not save_cost_s or save_cost_s <= 0 or not mtbf_s:
+        return {"young_s": None, "daly_s": None}
+    young = math.sqrt(2 * save_cost_s * mtbf_s)
+    daly = math.sqrt(2 * save_cost_s * (mtbf_s + (restart_cost_s or 0))) - save_cost_s \
+        if save_cost_s < 2 * mtbf_s else mtbf_s
+    return {"young_s": young, "daly_s": daly}

@@ -1,0 +1,329 @@
+"""restartlab report: the report, its summary (+ PNG plots) for an experiment directory, or for
+ezpz-format JSONL files given with --baseline/--sync/--async globs."""
+import glob
+import json
+import os
+import sys
+from typing import Optional
+
+from .. import programs
+from ..contracts import layout, options
+from ..contracts.live import Malformed
+from ..contracts.registry import RegistryError
+from ..runtime import attempt, tool_options
+from . import collect, own_metrics, survival
+
+
+def add_args(p):
+    p.add_argument("expt_dir", nargs="?", help="experiment directory (phases as subdirectories)")
+    p.add_argument("--baseline", help="glob of ezpz metrics JSONL files (no-failure run)")
+    p.add_argument("--sync", help="glob of ezpz metrics JSONL files (sync checkpoint run)")
+    p.add_argument("--async", dest="async_", help="glob of ezpz metrics JSONL files (async run)")
+    p.add_argument("--out", help="output directory (default: the experiment directory)")
+    options.add_to_parser(p, tool_options.REPORT)
+    p.add_argument("--expect", nargs="*", default=None, help="phase names that must be present")
+    p.add_argument("--wandb", action="store_true", help="also log the tables, figures and plots as a W&B run "
+                   "(project/entity/mode from the scenario's trainer.wandb unless given below)")
+    p.add_argument("--wandb-project")
+    p.add_argument("--wandb-entity")
+    p.add_argument("--wandb-mode", choices=("online", "offline", "disabled"))
+
+
+def _start_kind(event: dict) -> str:
+    """How the restart's ranks started: warm (forked from the standby pools, their imports done:
+    the pools' own count in the attempt record, else the bundled trainer's startup row) or cold."""
+    n = event.get("warm_ranks")
+    if n is None:
+        n = (event.get("startup") or {}).get("startup/warm")
+    return "warm" if n else "cold"
+
+
+def _fmt(x, nd=2):
+    return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
+
+
+def find_phases(expt_dir, order=None):
+    """The experiment's phase directories, in the scenario's order (`order`), the rest by name."""
+    if not os.path.isdir(expt_dir):
+        raise FileNotFoundError(f"{expt_dir}: not an experiment directory (no such directory)")
+    out = [p.name for p in layout.Expt(expt_dir).phases()]
+    rank = {n: i for i, n in enumerate(order or [])}
+    return sorted(out, key=lambda n: (rank.get(n, len(rank)), n))
+
+
+def _program(data) -> Optional[dict]:
+    """The experiment's trainer.program resolved through its adapter (None: the bundled trainer)."""
+    prog = ((data or {}).get("trainer") or {}).get("program") if isinstance(data, dict) else None
+    try:
+        return programs.resolve(prog) if isinstance(prog, dict) else None
+    except RegistryError:  # an adapter this restartlab does not know
+        return None
+
+
+def _scenario(scen, problems):
+    """The experiment's resolved scenario as a mapping (None if absent or malformed)."""
+    if not os.path.exists(scen):
+        return None
+    import yaml
+    try:
+        with open(scen, errors="replace") as f:
+            data = yaml.safe_load(f)
+        [str(p["name"]) for p in data["phases"]]
+        return data
+    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError) as e:
+        problems.append(Malformed(f"{scen}: malformed {os.path.basename(scen)}, phases taken from the directories "
+                                  f"({type(e).__name__}: {str(e).splitlines()[0][:100]})"))
+        return None
+
+
+def _expected_phases(data):
+    """Phase names from the resolved scenario (None if it cannot tell)."""
+    return [str(p["name"]) for p in data["phases"]] if data else None
+
+
+def _checkpoint_modes(data):
+    """{phase name: checkpoint mode} from the resolved scenario ({} if it cannot tell)."""
+    try:
+        return {str(p["name"]): str(p.get("checkpoint", "sync")) for p in data["phases"]}
+    except (TypeError, KeyError, AttributeError):
+        return {}
+
+
+def _policy(data):
+    try:
+        return str(data["relaunch"]["on_node_loss"])
+    except (TypeError, KeyError):
+        return None
+
+
+def build(a):
+    """-> (phases, summaries, missing phase names, problems outside any phase, the experiment's
+    resolved scenario or None)."""
+    phases, missing, problems, policy, data, modes = [], [], [], None, None, {}
+    if a.expt_dir:
+        expt = layout.Expt(a.expt_dir)
+        data = _scenario(expt.scenario, problems) if os.path.isdir(a.expt_dir) else None
+        names = find_phases(a.expt_dir, _expected_phases(data))
+        expected = a.expect if a.expect is not None else _expected_phases(data)
+        policy, modes = _policy(data), _checkpoint_modes(data)
+        missing = [n for n in (expected or []) if n not in names]
+        for n in names:
+            phases.append(collect.load_phase(n, phase_dir=expt.phase(n).path))
+    for name, pattern, mode in (("baseline", a.baseline, "none"), ("sync", a.sync, "sync"),
+                                ("async", a.async_, "async")):
+        if pattern:
+            files = sorted(glob.glob(pattern))
+            if not files:
+                missing.append(f"{name} (no file matches {pattern})")
+            else:
+                phases.append(collect.load_phase(name, metrics_files=files))
+                modes[name] = mode
+    summaries = [dict(collect.summarize_phase(p), checkpoint=modes.get(p.name), warnings=p.warnings) for p in phases]
+    base = next((s for s in summaries if collect.is_baseline(s["checkpoint"])), None)
+    for s in summaries:
+        s["overhead"] = collect.overhead(s, base) if s is not base else None
+        cost = s["save"]["ckpt_save_seconds"]["median"] or s["save"]["ckpt_stage_seconds"]["median"]
+        r = collect.phase_restart_cost(s["failures"])
+        s["young_daly"] = dict(collect.young_daly(cost, r, a.mtbf), mtbf_s=a.mtbf, save_cost_s=cost,
+                               restart_cost_s=r)
+        s["policy"] = policy  # relaunch.on_node_loss: what its ETTR was measured under
+    if a.expt_dir:
+        expt = layout.Expt(a.expt_dir)
+        base_dir = expt.phase(base["phase"]).path if base else None
+        spec = _program(data)
+        for s in summaries:
+            d = expt.phase(s["phase"]).path
+            s["survival"] = survival.phase_verdict(d, base_dir if s is not base else None,
+                                                   _tolerance(data)).as_dict()
+            s["ended"] = attempt.phase_end(expt.phase(s["phase"]))
+            s["own_metrics"] = own_metrics.phase(spec, d, s["failures"]) if spec else None
+            s["reused_from"] = expt.phase(s["phase"]).reused_from()
+    return phases, summaries, missing, problems, data
+
+
+def job_states(expt_dir, data):
+    """[{jobid, state, exit_status, detail}] of the experiment's jobs, as its scheduler reports them
+    now (one query), or [] where that cannot be asked (no queue, its tool not on PATH, an error:
+    then one entry saying why)."""
+    from ..contracts import live
+    from .. import schedulers
+    try:
+        recs = live.job_ids(expt_dir)
+    except (OSError, ValueError):
+        recs = []  # a local run, or a log we cannot read: nothing to ask about
+    name = (data or {}).get("scheduler") if isinstance(data, dict) else None
+    if not recs or name not in schedulers.names(queued_only=True):
+        return []
+    sched = schedulers.get(name)
+    import shutil
+    if not shutil.which(sched.status_cmd(recs)[0]):
+        return []  # not where the scheduler can be asked (inside a job whose PATH lacks it, say)
+    try:
+        st = sched.status(recs, schedulers.run_tool)
+    except (schedulers.SchedulerError, OSError) as e:
+        return [{"jobid": ",".join(recs), "state": "unknown", "exit_status": None, "detail": f"not asked: {e}"}]
+    return [st[j].as_dict() for j in recs]
+
+
+def _tolerance(data) -> float:
+    try:
+        return float((data["trainer"].get("program") or {}).get("tolerance") or 0.0)
+    except (TypeError, KeyError, AttributeError, ValueError):
+        return 0.0
+
+
+def markdown(summaries, missing, src, problems=()):
+    L = [f"# restartlab report: {src}", ""]
+    if missing:
+        L += [f"**Missing phases:** {', '.join(missing)}", ""]
+    verdicts = [s["survival"] for s in summaries if s.get("survival")]
+    if verdicts:
+        L += survival.markdown(verdicts)
+    L += ["## Phases", "", "| phase | wall s | steps | attempts | kills | lost steps | downtime s | "
+          "recompute s | save stall s | interference s | step-time drift s | ETTR | overhead vs baseline s | "
+          "residual s |", "|" + "---|" * 14]
+    for s in summaries:
+        o = s["overhead"] or {}
+        L.append(f"| {s['phase']} | {_fmt(s['wall_s'], 1)} | {s['steps']} | {s['attempts']} | {s['kills']} | "
+                 f"{s['lost_steps']} | {_fmt(s['downtime_s'])} | {_fmt(s['recompute_s'])} | "
+                 f"{_fmt(s['save_stall_s'])} | {_fmt(s.get('interference_s'))} | {_fmt(o.get('drift_s'))} | "
+                 f"{_fmt(s['ettr'], 3)} | {_fmt(o.get('measured_s'))} | {_fmt(o.get('residual_s'))} |")
+    starts = ", ".join(f"{s['phase']} {_fmt(s.get('first_start_s'))} s" for s in summaries)
+    L += ["", "Overhead = downtime + recompute + save stalls + background interference + step-time drift + "
+          "residual. Background interference: the steps that ran beside an async save, times how much longer "
+          "such a step took than one without. Step-time drift: (the phase's mean step time - the "
+          "baseline's) x its steps, over steps without a save in flight: the machine's noise moves whole phases. The residual is "
+          "what the named parts do not explain. The baseline is the phase with checkpoint: none. Each phase is compared with the baseline net of its first "
+          f"launch's start-up (launch -> first step: {starts}): whichever phase runs first pays the cold "
+          "file cache, which is no failure's cost; relaunches' start-ups are in the downtime.", ""]
+    for s in summaries:
+        if s.get("reused_from"):
+            L += [f"Phase {s['phase']} was not run in this experiment: it is the baseline recorded in "
+                  f"{s['reused_from']} (restartlab run --baseline-from: the same command, finished there).", ""]
+    policies = sorted({s["policy"] for s in summaries if s.get("policy")})
+    if policies and policies != ["same"]:
+        L += [f"Recovery from node loss (relaunch.on_node_loss): {', '.join(policies)}.", ""]
+    for s in summaries:
+        e = s.get("ended")
+        if e and e["how"] not in ("completed", "walltime"):
+            L.append(f"- **{s['phase']} did not finish**: {e['text']}; no overhead is computed for it.")
+        w = s.get("walltime_stop")
+        if w:
+            ck = w["emergency_checkpoint"]
+            L.append(f"- **{s['phase']} stopped by the walltime warning** (attempt {w['attempt']}): last step "
+                     f"{w['last_step']}, " + (f"emergency checkpoint of step {ck}: {w['lost_steps']} step(s) "
+                                              f"not in a checkpoint" if ck is not None else
+                                              "no emergency checkpoint was written") + ".")
+        for h in s.get("handovers") or []:
+            L.append(f"- **{s['phase']}: job {h['from_job']} -> job {h['to_job']}** (chained after attempt "
+                     f"{h['attempt']}): {_fmt(h['queue_wait_s'])} s waiting in the queue (not in the wall "
+                     f"time above), {h['lost_steps']} step(s) lost at the hand-over.")
+    if any(s.get("walltime_stop") or s.get("handovers") or (s.get("ended") or {}).get("how") not in
+           (None, "completed", "walltime") for s in summaries):
+        L.append("")
+    L += ["## Failures", "", "| phase | attempt | kind | bad nodes | recovery | ranks | step at kill | resumed from | "
+          "lost steps | downtime s | restart s (launch->first step) | start | import s | dist init s | build s | "
+          "load s | recompute s |", "|" + "---|" * 17]
+    for s in summaries:
+        for e in s["failures"]:
+            st = e["startup"] or {}
+            ranks = (f"{e.get('ranks_before')} -> {e.get('ranks_after')}" if e.get("ranks_before") else "-")
+            L.append(f"| {s['phase']} | {e['attempt']} | {e['kind'] or 'not injected'} | "
+                     f"{', '.join(e.get('bad_nodes') or []) or '-'} | {e.get('recovery', '-')} | {ranks} | {e['step_at_kill']} | "
+                     f"{e['resumed_from']} | {e['lost_steps']} | {_fmt(e['downtime_s'])} | {_fmt(e['restart_s'])} | "
+                     f"{_start_kind(e)} | {_fmt(st.get('startup/import_s'))} | {_fmt(st.get('startup/dist_init_s'))} | "
+                     f"{_fmt(st.get('startup/build_s'))} | {_fmt(st.get('startup/load_s'))} | {_fmt(e['recompute_s'])} |")
+    L += ["", "## By failure kind (medians)", "", "| phase | kind | failures | detection s (fault -> attempt end) | "
+          "relaunch gap s | restart s | downtime s | lost steps | recompute s | detected by |", "|" + "---|" * 10]
+    for s in summaries:
+        for kind, k in s["by_kind"].items():
+            L.append(f"| {s['phase']} | {kind} | {k['failures']} | {_fmt(k['detection_s'])} | {_fmt(k['launch_gap_s'])} | "
+                     f"{_fmt(k['restart_s'])} | {_fmt(k['downtime_s'])} | {_fmt(k['lost_steps'])} | "
+                     f"{_fmt(k['recompute_s'])} | {'; '.join(collect.DETECTIONS[d].text for d in k['detected_by'])} |")
+    L += ["", "## Save cost (seconds the training loop was blocked)", "",
+          "| phase | kind | count | median | p90 |", "|---|---|---|---|---|"]
+    for s in summaries:
+        for kind, q in list(s["save"].items()) + [("finalize (save -> .complete)", s["finalize"])]:
+            if q["count"]:
+                L.append(f"| {s['phase']} | {kind} | {q['count']} | {_fmt(q['median'], 4)} | {_fmt(q['p90'], 4)} |")
+    for s in summaries:
+        i = s.get("interference")
+        if i:
+            L.append(f"\n{s['phase']}: a step beside a background save takes {i['busy_dt_s']:.4f} s, "
+                     f"without one {i['idle_dt_s']:.4f} s ({100 * i['slowdown']:+.1f}%; means over "
+                     f"{i['busy_steps']} and {i['idle_steps']} steps)")
+    L += [""] + own_metrics.markdown(summaries)
+    L += ["## Checkpoint interval (Young-Daly)", ""]
+    for s in summaries:
+        yd = s["young_daly"]
+        if yd["young_s"]:
+            L.append(f"- {s['phase']}: save cost {yd['save_cost_s']:.4f} s, restart cost R (detection + gap + "
+                     f"restart) {_fmt(yd['restart_cost_s'])} s, MTBF {yd['mtbf_s']:.0f} s -> "
+                     f"Young {yd['young_s']:.1f} s, Daly {yd['daly_s']:.1f} s between checkpoints")
+    warn = list(problems) + [w for s in summaries for w in s["warnings"]]
+    if warn:
+        L += ["", "## Warnings", ""] + [f"- {w}" for w in warn[:50]]
+    return "\n".join(L) + "\n"
+
+
+def _log_wandb(a, scenario, summaries, out) -> bool:
+    """`--wandb`: the report as a W&B run; False (after one line) when it could not be logged."""
+    from . import report_wandb
+    try:
+        cfg = report_wandb.settings(scenario, a.wandb_project, a.wandb_entity, a.wandb_mode)
+        name = os.path.basename(os.path.abspath(a.expt_dir)) if a.expt_dir else "restartlab"
+        print(f"restartlab report: W&B run in {report_wandb.log(summaries, out, name, cfg)}")
+        return True
+    except report_wandb.WandbReportError as e:
+        print(f"restartlab report: {e}", file=sys.stderr)
+        return False
+
+
+def jobs_markdown(jobs) -> str:
+    if not jobs:
+        return ""
+    L = ["", "## The jobs", "", "As the scheduler reports them when this report was written:", ""]
+    for j in jobs:
+        code = "" if j["exit_status"] is None else f", exit status {j['exit_status']}"
+        L.append(f"- job {j['jobid']}: {j['state']}{code}" + (f" ({j['detail']})" if j.get("detail") else ""))
+    return "\n".join(L) + "\n"
+
+
+def main(a) -> int:
+    """Exit 0; 2 when the input is not an experiment, or when some of it was malformed (then the
+    report is still written from the rest, and each problem is named with its file and line)."""
+    if not a.expt_dir and not (a.baseline or a.sync or a.async_):
+        print("restartlab report: give an experiment directory or --baseline/--sync/--async globs", file=sys.stderr)
+        return 2
+    try:
+        phases, summaries, missing, problems, scenario = build(a)
+    except (FileNotFoundError, NotADirectoryError) as e:
+        print(f"restartlab report: {e}", file=sys.stderr)
+        return 2
+    out = a.out or a.expt_dir or "."
+    os.makedirs(out, exist_ok=True)
+    src = a.expt_dir or "ezpz metrics"
+    warnings = list(problems) + [w for s in summaries for w in s["warnings"]]
+    for w in warnings:
+        print(f"restartlab report: warning: {w}", file=sys.stderr)
+    if missing:
+        print(f"restartlab report: missing phases: {', '.join(missing)}", file=sys.stderr)
+    files = layout.Expt(out)
+    jobs = job_states(a.expt_dir, scenario) if a.expt_dir else []
+    with open(files.summary, "w") as f:
+        json.dump({"source": src, "missing": missing, "problems": problems, "jobs": jobs, "phases": summaries}, f,
+                  indent=1, default=str)
+    with open(files.report, "w") as f:
+        f.write(markdown(summaries, missing, src, problems) + jobs_markdown(jobs))
+    if not a.no_plots:
+        from . import plot
+        plot.all_plots(phases, summaries, out)
+    print(f"restartlab report: {files.report}")
+    if a.wandb and not _log_wandb(a, scenario, summaries, out):
+        return 2
+    bad = [w for w in warnings if isinstance(w, Malformed)]
+    if bad:
+        print(f"restartlab report: {len(bad)} malformed input(s) skipped (named above); the report "
+              f"covers the rest", file=sys.stderr)
+        return 2
+    return 0

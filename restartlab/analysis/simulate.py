@@ -1,0 +1,409 @@
+"""restartlab simulate: goodput (ETTR) and the best checkpoint interval of a long training run at
+any scale, from costs measured on a few nodes (a report's summary, or flags) and a failure
+model, by a seeded Monte Carlo.
+
+The model (one attempt = one *segment*, from its launch to the next launch):
+- launch -> first productive step: `restart_s` (imports, rendezvous, checkpoint load);
+- then cycles of `interval` steps of work and one save. Sync: the loop blocks `sync_stall_s`, the
+  checkpoint is durable when the save returns. Async: the loop blocks `async_stall_s` (stage and
+  drain); the checkpoint is durable `async_durable_s` after the save began; steps that run while
+  a save is in the background are slower by `interference` (a fraction); at most one save is in
+  flight, so a background longer than a cycle stalls the loop;
+- a failure at time T after the launch keeps the work of every checkpoint durable before T and
+  loses the rest (a `preempt` keeps all of it and pays one emergency save); the segment ends
+  `detection_s[kind]` (fault -> attempt end) + `gap_s` (attempt end -> next launch) after T.
+Failures arrive as a Poisson process (exponential times to failure, the job MTBF), so segments
+are independent: each replica draws them all at once and the run is the cumulative sum (numpy;
+no per-step loop). The same draws serve every interval and both modes (common random numbers:
+the curves are smooth and their differences are not noise). ETTR = useful compute seconds /
+wall seconds; the run's end keeps all work done (the job ends with a save)."""
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from .collect import restart_cost
+from .collect import young_daly as collect_young_daly  # the report's: one definition of C, R and M
+
+
+PREEMPT = "preempt"
+MAX_FAILURES = 5_000_000  # per replica: ~120 MB of draws
+
+
+class SimulateError(ValueError):
+    pass
+
+
+@dataclass
+class Costs:
+    step_s: float
+    sync_stall_s: float = 0.0
+    async_stall_s: float = 0.0
+    async_durable_s: float = 0.0
+    interference: float = 0.0
+    restart_s: float = 0.0
+    gap_s: float = 0.0
+    detection_s: Dict[str, float] = field(default_factory=lambda: {"kill": 0.0})
+    sources: Dict[str, str] = field(default_factory=dict)  # figure -> where it came from
+
+    def save_cost(self, mode: str) -> float:
+        return self.sync_stall_s if mode == "sync" else self.async_stall_s
+
+
+@dataclass
+class Failures:
+    mtbf_s: float                      # the job's mean time between interruptions
+    kinds: Dict[str, float] = field(default_factory=lambda: {"kill": 1.0})  # weights
+
+    @staticmethod
+    def at_scale(node_mtbf_s: float, nodes: int, kinds=None, correlated: float = 0.0, burst: int = 1):
+        """Per-node MTBF x node count: the job sees nodes/node_mtbf node failures per second;
+        a fraction `correlated` of interruptions take `burst` nodes at once (one interruption
+        for several node failures)."""
+        per_event = 1.0 + correlated * (burst - 1)
+        return Failures(node_mtbf_s * per_event / nodes, dict(kinds or {"kill": 1.0}))
+
+
+# ---------------------------------------------------------------- one segment, vectorized
+def _cycle(costs: Costs, interval: int, mode: str):
+    """(work per cycle W, cycle wall length L, durable offset B after the stage ends)."""
+    w = interval * costs.step_s
+    if mode == "sync":
+        return w, w + costs.sync_stall_s, 0.0
+    bg = max(costs.async_durable_s - costs.async_stall_s, 0.0)
+    work_wall = w + min(bg, w) * costs.interference
+    return w, costs.async_stall_s + max(work_wall, bg), bg
+
+
+def _work_done(t, costs, w, L):
+    """Work (compute seconds) done by time t after a launch, saved or not."""
+    x = np.maximum(t - costs.restart_s, 0.0)
+    full = np.floor(x / L)
+    return full * w + np.minimum(x - full * L, w)
+
+
+def _kept(t, kinds_idx, preempt_idx, costs, w, L, B):
+    """Work that survives a failure at t: that of the checkpoints durable before t (a preempt's
+    emergency checkpoint keeps everything done)."""
+    n = np.floor(np.maximum(t - costs.restart_s - B, 0.0) / L)
+    kept = n * w
+    if preempt_idx is not None:
+        pre = kinds_idx == preempt_idx
+        kept = np.where(pre, _work_done(t, costs, w, L), kept)
+    return kept
+
+
+def simulate_run(costs: Costs, fail: Failures, interval: int, mode: str, hours: float,
+                 draws: "Draws") -> dict:
+    """One replica (its `draws`) of a run of `hours` wall hours at this interval and mode."""
+    horizon = hours * 3600.0
+    w, L, B = _cycle(costs, interval, mode)
+    t, k = draws.t, draws.kind
+    det = draws.detection
+    pre = draws.preempt_idx
+    extra = np.where(k == pre, costs.sync_stall_s if mode == "sync" else costs.async_durable_s, 0.0) \
+        if pre is not None else 0.0
+    seg = t + det + costs.gap_s + extra               # wall of each failed segment
+    ends = np.cumsum(seg)
+    m = int(np.searchsorted(ends, horizon, side="right"))  # failures that fit in the run
+    if m == len(t):
+        raise SimulateError("internal: too few failure draws for the horizon")
+    kept = _kept(t[:m], k[:m], pre, costs, w, L, B)
+    done = _work_done(t[:m], costs, w, L)
+    start_last = ends[m - 1] if m else 0.0
+    last = float(_work_done(np.array([horizon - start_last]), costs, w, L)[0])
+    useful = float(kept.sum()) + last
+    down = float((np.minimum(t[:m], costs.restart_s) + det[:m] + costs.gap_s).sum()) + \
+        min(horizon - start_last, costs.restart_s)
+    return {"ettr": useful / horizon, "failures": m, "lost_s": float((done - kept).sum()),
+            "downtime_s": down, "useful_s": useful}
+
+
+@dataclass
+class Draws:
+    t: np.ndarray
+    kind: np.ndarray
+    detection: np.ndarray
+    preempt_idx: Optional[int]
+
+
+def draw(costs: Costs, fail: Failures, hours: float, rng: np.random.Generator) -> Draws:
+    """Enough exponential times to failure (and kinds) to cover `hours` with room to spare."""
+    names = list(fail.kinds)
+    p = np.array([fail.kinds[n] for n in names], dtype=float)
+    p /= p.sum()
+    expect = hours * 3600.0 / fail.mtbf_s
+    if expect > MAX_FAILURES:
+        raise SimulateError(f"{expect:,.0f} failures per replica (a {fail.mtbf_s:g} s MTBF over {hours / 24:g} "
+                            f"days): more than {MAX_FAILURES:,}; shorten --days or check the MTBF")
+    n = int(expect + 10 * math.sqrt(expect + 1) + 20)
+    t = rng.exponential(fail.mtbf_s, n)
+    kind = rng.choice(len(names), size=n, p=p)
+    missing = [x for x in names if x not in costs.detection_s]
+    if missing:
+        raise SimulateError(f"no detection time for failure kind(s) {', '.join(missing)}: give "
+                            f"--detection {missing[0]}=SECONDS")
+    det = np.array([costs.detection_s[x] for x in names])[kind]
+    return Draws(t, kind, det, names.index(PREEMPT) if PREEMPT in names else None)
+
+
+def sweep(costs: Costs, fail: Failures, intervals: Sequence[int], modes=("sync", "async"),
+          days: float = 30.0, replicas: int = 20, seed: int = 0) -> dict:
+    """ETTR per (mode, interval): mean over replicas and a 95% confidence half-width."""
+    rng = np.random.default_rng(seed)
+    hours = days * 24.0
+    reps = [draw(costs, fail, hours, rng) for _ in range(replicas)]
+    out = {}
+    for mode in modes:
+        rows = []
+        for iv in intervals:
+            runs = [simulate_run(costs, fail, iv, mode, hours, d) for d in reps]
+            e = np.array([r["ettr"] for r in runs])
+            half = 1.96 * e.std(ddof=1) / math.sqrt(len(e)) if len(e) > 1 else float("nan")
+            rows.append({"interval_steps": iv, "interval_s": iv * costs.step_s, "ettr": float(e.mean()),
+                         "ci95": float(half),
+                         "failures_per_day": float(np.mean([r["failures"] for r in runs])) / days,
+                         "lost_h_per_day": float(np.mean([r["lost_s"] for r in runs])) / 3600 / days,
+                         "downtime_h_per_day": float(np.mean([r["downtime_s"] for r in runs])) / 3600 / days})
+        best = max(rows, key=lambda r: r["ettr"])
+        out[mode] = {"rows": rows, "best": best, **young_daly(costs, fail, mode)}
+    return out
+
+
+# ---------------------------------------------------------------- analytic references
+def young_daly(costs: Costs, fail: Failures, mode: str) -> dict:
+    """Young: sqrt(2 C M); Daly's first-order refinement: sqrt(2 C (M + R)) - C (seconds of work
+    between saves; C the loop's stall per save, R the downtime per failure)."""
+    r = restart_cost(costs.restart_s, costs.gap_s, _mean_detection(costs, fail))
+    return collect_young_daly(costs.save_cost(mode), r, fail.mtbf_s)
+
+
+def _mean_detection(costs: Costs, fail: Failures) -> float:
+    tot = sum(fail.kinds.values())
+    return sum(w / tot * costs.detection_s.get(k, 0.0) for k, w in fail.kinds.items())
+
+
+def renewal_ettr(costs: Costs, fail: Failures, interval: int, mode: str = "sync") -> float:
+    """Exact long-run ETTR of the model for exponential failures and kill-like kinds (renewal-
+    reward: expected kept work per segment / expected segment length)."""
+    w, L, B = _cycle(costs, interval, mode)
+    lam = 1.0 / fail.mtbf_s
+    q = math.exp(-lam * L)
+    kept = w * math.exp(-lam * (costs.restart_s + B)) * q / (1.0 - q)
+    return kept / (fail.mtbf_s + _mean_detection(costs, fail) + costs.gap_s)
+
+
+def first_order_ettr(costs: Costs, fail: Failures, interval: int, mode: str = "sync") -> float:
+    """The textbook first-order model: (W / L) x (1 - (R + D + G + B + L/2) / M). Its error is of
+    order ((R + L) / M)^2."""
+    w, L, B = _cycle(costs, interval, mode)
+    down = costs.restart_s + _mean_detection(costs, fail) + costs.gap_s + B + L / 2
+    return (w / L) * (1.0 - down / fail.mtbf_s)
+
+
+def default_intervals(costs: Costs, fail: Failures, n: int = 20) -> List[int]:
+    """n intervals (in steps), log-spaced from a tenth to ten times Young's, whole and distinct."""
+    ys = [y for y in (young_daly(costs, fail, m)["young_s"] for m in ("sync", "async")) if y]
+    y = min(ys) if ys else 100 * costs.step_s
+    lo, hi = max(costs.step_s, y / 10), max(costs.step_s, y * 10)
+    steps = sorted({max(1, round(x / costs.step_s)) for x in np.geomspace(lo, hi, n)})
+    return steps
+
+
+# ---------------------------------------------------------------- measured costs
+def load_summary(path: str) -> Dict[str, dict]:
+    """{phase name: phase summary} from a report's summary; a clear error otherwise."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        phases = {p["phase"]: p for p in data["phases"]}
+    except OSError as e:
+        raise SimulateError(f"{path}: {e.strerror}") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise SimulateError(f"{path}: not a restartlab report summary ({type(e).__name__}: {e})") from None
+    return phases
+
+
+def _median(xs):
+    """The median of the numbers among xs (None if there are none)."""
+    xs = [x for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)]
+    return statistics.median(xs) if xs else None
+
+
+def _save_median(ph, key):
+    v = ((ph.get("save") or {}).get(key) or {}).get("median")
+    return v if isinstance(v, (int, float)) else None
+
+
+def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Costs:
+    """Costs from a report's summary (only the phases named, if given): step time from the
+    baseline (else the first phase with steps); the sync stall from a phase with sync saves; the
+    async stall (stage + drain) and durability (save -> .complete) from a phase with async
+    saves; restart, relaunch gap and detection per kind as medians over the phases' failures."""
+    allp = load_summary(path)
+    use = {n: p for n, p in allp.items() if not phases or n in phases}
+    if phases and not use:
+        raise SimulateError(f"{path}: no phase named {', '.join(phases)} (has: {', '.join(allp)})")
+    src = {}
+    with_steps = [(n, p) for n, p in allp.items() if p.get("steps") and p.get("productive_s")]
+    # the baseline: the phase with checkpoint: none (the report records each phase's mode)
+    name, p = next(((n, q) for n, q in with_steps if q.get("checkpoint") == "none"),
+                   with_steps[0] if with_steps else (None, None))
+    if p is None:
+        raise SimulateError(f"{path}: no phase with steps and productive_s: cannot tell the step time")
+    c = Costs(step_s=p["productive_s"] / p["steps"], sources=src)
+    src["step_s"] = f"{path}: {name} productive_s / steps"
+    for n, ph in use.items():
+        s = _save_median(ph, "ckpt_save_seconds")
+        if s is not None and "sync_stall_s" not in src:
+            c.sync_stall_s, src["sync_stall_s"] = s, f"{path}: {n} save.ckpt_save_seconds median"
+        st = _save_median(ph, "ckpt_stage_seconds")
+        if st is not None and "async_stall_s" not in src:
+            c.async_stall_s = st + (_save_median(ph, "ckpt_drain_seconds") or 0.0)
+            src["async_stall_s"] = f"{path}: {n} save stage + drain medians"
+            fin = (ph.get("finalize") or {}).get("median")
+            if isinstance(fin, (int, float)):
+                c.async_durable_s = fin
+                src["async_durable_s"] = f"{path}: {n} finalize (save -> .complete) median"
+            slow = (ph.get("interference") or {}).get("slowdown")
+            if isinstance(slow, (int, float)):
+                c.interference = max(0.0, slow)
+                src["interference"] = (f"{path}: {n} mean step time beside a background save / "
+                                       f"without one - 1 ({slow:+.3f})")
+    evs = [e for ph in use.values() for e in ph.get("failures") or [] if isinstance(e, dict)]
+    for key, attr in (("restart_s", "restart_s"), ("launch_gap_s", "gap_s")):
+        v = _median(e.get(key) for e in evs)
+        if v is not None:
+            setattr(c, attr, v)
+            src[attr] = f"{path}: median {key} over {len(evs)} failure(s)"
+    kinds = {e.get("kind") or "kill" for e in evs}
+    det = {k: _median(e.get("detection_s") for e in evs if (e.get("kind") or "kill") == k) for k in kinds}
+    det = {k: v for k, v in det.items() if v is not None}
+    if det:
+        c.detection_s = det
+        src["detection_s"] = f"{path}: median detection_s per kind"
+    return c
+
+
+# ---------------------------------------------------------------- replay of a measured phase
+def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults, cold_start_s: float) -> dict:
+    """The model run once, deterministically, with the failures a real phase had. `faults`:
+    [(seconds from the end of that attempt's first step to the fault, kind, own)], where `own`
+    maps any of restart_s / detection_s / gap_s / kept_steps to that failure's own measured value
+    (the costs' medians, and the model's own lost work, stand in for those missing); the first attempt reaches the end of its first
+    step in `cold_start_s` (no checkpoint to load), every later one in its restart (both include
+    that step, as the report's restart does, so one step moves from start-up to training: the
+    save cycles of a resumed attempt start with its first step). Wall = each failed attempt
+    (start-up, training until the fault, detection) and gap, plus the last attempt (start-up,
+    the remaining steps and their saves; async: the last save's background before exit)."""
+    w, L, B = _cycle(costs, interval, mode)
+    total = total_steps * costs.step_s
+    kept = wall = 0.0
+    start = cold_start_s - costs.step_s
+    run = Costs(**dict(asdict(costs), restart_s=0.0))  # times below are from the first step
+    for t, kind, own in faults:
+        ta = np.array([max(float(t) + costs.step_s, 0.0)])
+        detection = own.get("detection_s", costs.detection_s.get(kind, costs.detection_s.get("kill", 0.0)))
+        if kind == PREEMPT:
+            k = float(_work_done(ta, run, w, L)[0])
+            wall += costs.sync_stall_s if mode == "sync" else costs.async_durable_s
+        else:
+            k = float(_kept(ta, np.array([0]), None, run, w, L, B)[0])
+        if "kept_steps" in own:
+            k = own["kept_steps"] * costs.step_s
+        kept = min(total, kept + k)
+        wall += start + float(ta[0]) + detection + own.get("gap_s", costs.gap_s)
+        start = own.get("restart_s", costs.restart_s) - costs.step_s
+    rest = total - kept
+    saves = math.ceil(rest / w - 1e-9) if rest > 0 else 0
+    wall += start + rest + saves * (L - w) + (B if saves else 0.0)
+    return {"wall_s": wall, "ettr": total / wall if wall else None, "failures": len(faults)}
+
+
+def _program_interval(expt, phase: str, program: dict) -> int:
+    """A program's save interval (its own arguments set it, which restartlab does not parse): the
+    steps of the checkpoints in the phase's checkpoint dir (the one its launches recorded)."""
+    from .. import programs
+    ph = expt.phase(phase)
+    ckpt_dir = ph.ckpts  # unless its first launch recorded another (every launch records the same)
+    try:
+        with open(ph.attempt(1).at_launch) as f:
+            ckpt_dir = json.load(f).get("ckpt_dir") or ckpt_dir
+    except (OSError, ValueError, AttributeError):
+        pass
+    interval = programs.save_interval(programs.list_ckpts(programs.resolve(program), ckpt_dir))
+    if not interval:
+        raise SimulateError(f"{ckpt_dir}: no checkpoint of phase {phase} whose step is known, to read the "
+                            f"program's save interval from (trainer.program.checkpoints)")
+    return interval
+
+
+def replay(expt_dir: str, phase: str) -> dict:
+    """Simulated vs measured ETTR of one phase of a finished experiment: its own measured costs
+    (the report's summary: its step time, save cost, restarts, gaps and detections; its first
+    attempt's cold start), its scenario's save interval and steps, its actual failure times.
+    Two runs of the model: `simulated_*` gives each failure its own measured restart, gap,
+    detection and steps kept (it checks the model's accounting of start-ups, saves and the
+    remaining work); `median_*` gives every failure the medians and the model's own lost work, as
+    a forecast from the report would. Its lost work is the model's from the failure's time: a
+    kill gated on a save's `.complete` lands at a cycle's edge, where a step-time spread of 1% can
+    move it a whole interval (10 steps, ~2% of a short phase), and the medians add the spread of
+    the restarts, which on a shared machine can move a few-failure phase by several percent."""
+    import yaml
+    from . import collect
+    from ..contracts import layout
+    expt = layout.Expt(expt_dir)
+    summary = expt.summary
+    phases = load_summary(summary)
+    if phase not in phases:
+        raise SimulateError(f"{summary}: no phase {phase!r} (has: {', '.join(phases)})")
+    ph = phases[phase]
+    try:
+        with open(expt.scenario) as f:
+            sc = yaml.safe_load(f)
+        mode = next(p["checkpoint"] for p in sc["phases"] if p["name"] == phase)
+        program = (sc.get("trainer") or {}).get("program")
+        interval, steps = (None, int(program["steps"])) if program else \
+            (int(sc["trainer"]["save_interval"]), int(sc["trainer"]["train_iters"]))
+    except (OSError, ValueError, KeyError, TypeError, StopIteration, yaml.YAMLError) as e:
+        raise SimulateError(f"{expt.scenario}: cannot read phase {phase}'s checkpoint mode, "
+                            f"trainer.save_interval and trainer.train_iters ({type(e).__name__}: {e})") from None
+    if mode not in ("sync", "async"):
+        raise SimulateError(f"phase {phase} saves no checkpoints (checkpoint: {mode}): nothing to replay")
+    if program:  # its own program's saves: the interval its checkpoints show
+        interval = _program_interval(expt, phase, program)
+    if not ph.get("steps") or not ph.get("productive_s"):
+        raise SimulateError(f"{summary}: phase {phase} has no productive steps to replay")
+    costs = costs_from_summary(summary, [phase])
+    costs.step_s = ph["productive_s"] / ph["steps"]  # its own step time
+    costs.sources["step_s"] = f"{summary}: {phase} productive_s / steps"
+    # that mean already holds the slowdown of the steps beside a save: not a second time
+    costs.interference, costs.sources["interference"] = 0.0, "in the phase's own mean step time"
+    attempts = collect.load_phase(phase, phase_dir=expt.phase(phase).path).attempts
+    first = attempts[0] if attempts else None
+    if first is None or first.first_ts is None or first.launch_ts is None:
+        raise SimulateError(f"{expt_dir}/{phase}: its first attempt has no launch time or first step")
+    faults = []
+    for e in ph.get("failures") or []:
+        a = attempts[e["attempt"] - 1]
+        own = {"restart_s": e.get("restart_s"), "gap_s": e.get("launch_gap_s"), "detection_s": e.get("detection_s"),
+               "kept_steps": (e["resumed_from"] - (a.resumed_from or 0))
+               if isinstance(e.get("resumed_from"), int) else None}
+        # an attempt that died before its first step spent all of it starting up
+        faults.append((e["kill_ts"] - a.first_ts if a.first_ts is not None else 0.0, e.get("kind") or "kill",
+                       {k: v for k, v in own.items() if isinstance(v, (int, float))}))
+    cold = first.first_ts - first.launch_ts
+    sim = replay_run(costs, mode, interval, steps, faults, cold)
+    med = replay_run(costs, mode, interval, steps, [(t, kind, {}) for t, kind, _ in faults], cold)
+    measured = ph.get("ettr")
+
+    def err(x):
+        return (x / measured - 1) if measured and x else None
+    return {"phase": phase, "mode": mode, "interval_steps": interval, "steps": steps,
+            "failures": len(faults), "simulated_ettr": sim["ettr"], "simulated_wall_s": sim["wall_s"],
+            "measured_ettr": measured, "measured_wall_s": ph.get("wall_s"), "relative_error": err(sim["ettr"]),
+            "median_ettr": med["ettr"], "median_wall_s": med["wall_s"], "median_relative_error": err(med["ettr"]),
+            "costs": asdict(costs)}

@@ -1,0 +1,338 @@
+"""Did it survive? For each phase of an experiment, what every restart did and whether the job came
+through, for any training program:
+
+  per restart   resumed from the newest complete checkpoint | from an older one (steps lost beyond
+                necessity) | from one that was not complete | started over from step 0 | crashed
+                while loading (which checkpoint, and whether it was complete) | killed in start-up
+                (a new kill, not a verdict) | hung; and how it ended when nobody killed it: crashed
+                at step N (its exit or signal, the line of its output that names the cause) or
+                hung, with any save it began and left not complete
+  per phase     finished | did not finish; a crash loop (CRASH_LOOP attempts in a row that died
+                before a step, none of them struck); against the baseline: the loss at every
+                step both logged identical (or within trainer.program.tolerance), or diverged
+                at step N (or differed before any restart: a program that does not repeat itself); the bundled trainer's final parameters' checksum equal or not
+
+"The newest complete checkpoint" is judged by the adapter's completion rule over what the
+checkpoint dir held at the launch (the supervisor's snapshot, layout.Attempt.at_launch), not by
+the program's own selection rule: a program whose rule picks something else is reported, not
+excused. Reads only."""
+import json
+import math
+import re
+import signal
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from ..contracts import layout, live
+from ..runtime.attempt import completed_row, injections_into, phase_end
+from .collect import iter_rows
+from ..programs.base import clean_line
+
+CRASH_LOOP = 3
+FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung", "crash", "crash_loop",
+            "unfinished", "diverged", "unrepeatable", "params_differ", "lost")
+
+
+@dataclass
+class Restart:
+    attempt: int
+    outcome: str               # newest | older | incomplete | fresh | first | load_crash | startup_crash
+    #                            | startup_kill | hung | crash | lost | unjudged
+    text: str
+    resumed_from: Optional[int] = None
+    expected: Optional[int] = None
+
+    @property
+    def finding(self) -> bool:
+        return self.outcome in FINDINGS
+
+
+@dataclass
+class Verdict:
+    phase: str
+    restarts: List[Restart] = field(default_factory=list)
+    finished: bool = False
+    findings: List[str] = field(default_factory=list)
+    baseline: Optional[str] = None  # the comparison with the baseline, one sentence
+
+    def as_dict(self) -> dict:
+        return {"phase": self.phase, "finished": self.finished, "survived": not self.findings,
+                "findings": self.findings, "baseline": self.baseline,
+                "restarts": [dict(vars(r), finding=r.finding) for r in self.restarts]}
+
+
+def _read_json(path) -> dict:
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _steps(att: layout.Attempt) -> tuple:
+    """(the attempt's first row with a step and a loss, the last step it logged), in one pass."""
+    first, last = None, None
+    try:
+        for _, m, _ in iter_rows(att.metrics(0), []):
+            if "train/iter" in m and "train/loss" in m:
+                first = first or m
+                last = m["train/iter"]
+    except OSError:
+        pass
+    return first, last if isinstance(last, int) else None
+
+
+# a line of a crashed program's output that says why: an exception with its message, a C++
+# exception's what(), a fatal signal's line; the first of them is the cause, the rest its echo
+ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception|EnforceNotMet)\b.*?:\s*\S|\bwhat\(\):\s*\S|Segmentation fault|"
+                        r"\bFatal Python error\b")
+TAIL_BYTES = 256 * 1024
+
+
+def error_line(path: str, width: int = 300) -> Optional[str]:
+    """The first line in the tail of a program's output that names its crash, or None."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - TAIL_BYTES))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for raw in text.splitlines():
+        line = clean_line(raw)
+        if ERROR_LINE.search(line):
+            return line if len(line) <= width else line[:width - 3] + "..."
+    return None
+
+
+def _how(rec: dict) -> str:
+    sig = rec.get("signal")
+    try:
+        return f"{signal.Signals(sig).name} (signal {sig})" if sig else f"exit {rec.get('exit_code')}"
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _unfinished_saves(resumed: int, last: Optional[int], after: dict) -> List[int]:
+    """The checkpoints this attempt began and left not complete, as the next launch found them:
+    steps above the one it resumed from, up to the last it logged."""
+    if last is None:
+        return []
+    return [int(s) for s, c in after.get("checkpoints") or [] if not c and resumed < int(s) <= last]
+
+
+def _ended_badly(att: layout.Attempt, rec: dict, last: Optional[int], resumed: int, after: dict,
+                 struck: bool, lost_nodes: List[str] = ()) -> Optional[str]:
+    """How an attempt that took steps ended, when that is a finding: it crashed (a non-zero exit
+    nobody caused) or hung, with the save it left unfinished and the line its output names. An
+    attempt whose nodes the next health check found bad died with its node: a failure to recover
+    from, like a kill, not a crash of the program."""
+    if struck or lost_nodes or rec.get("completed") is True or not rec \
+            or any(rec.get(k) for k in ("preempted", "walltime")):
+        return None
+    if rec.get("hang"):
+        what = "hung (the watchdog stopped it)"
+    elif rec.get("exit_code") not in (0, None):
+        what = f"crashed at step {last}, {_how(rec)}, not killed by restartlab"
+    else:
+        return None
+    saves = _unfinished_saves(resumed, last, after)
+    if saves:
+        what += f", the save of step {', '.join(map(str, saves))} left unfinished (not complete at the next launch)"
+    err = None if rec.get("hang") else error_line(att.output)
+    return what + (f": {err}" if err else "")
+
+
+def _resume(k: int, first: dict, snap: dict) -> Restart:
+    """What an attempt that took a step resumed from, against what it should have."""
+    r = int(first.get("train/resumed_from") or 0)
+    expected = snap.get("newest_complete")
+    states = {int(s): bool(c) for s, c in snap.get("checkpoints") or []}
+    how = " (inferred: the program printed no resume line)" if first.get("program/resume_evidence") == "inferred" else ""
+    if r and snap and not states:
+        return Restart(k, "unjudged", f"resumed from step {r}; no checkpoint was seen at the launch (check "
+                       "trainer.program.checkpoints): not judged", r, expected)
+    if r and (states.get(r) is False or (expected is not None and r > expected) or (expected is None and snap)):
+        return Restart(k, "incomplete", f"resumed from step {r}, whose checkpoint was not complete at the launch"
+                       + how, r, expected)
+    if expected is None:
+        return Restart(k, "first", "started from step 0 (no complete checkpoint yet)", r, expected)
+    if r == expected:
+        return Restart(k, "newest", f"resumed from the newest complete checkpoint (step {r}){how}", r, expected)
+    if r == 0:
+        why = f" (its own rule, selects: {snap['selects']}, found nothing to load)" \
+            if snap.get("selects") and not snap.get("will_load") else ""
+        return Restart(k, "fresh", f"started over from step 0 although step {expected} was complete{why}", r, expected)
+    return Restart(k, "older", f"resumed from step {r}, older than the newest complete (step {expected}): "
+                   f"{expected - r} step(s) lost beyond necessity{how}", r, expected)
+
+
+def _no_step(k: int, rec: dict, snap: dict, struck: bool, output: str = "") -> Restart:
+    """An attempt that died before its first step (`output`: its launcher's output file)."""
+    if struck:
+        return Restart(k, "startup_kill", "killed in start-up (before its first step): a new kill, no verdict")
+    err = error_line(output) if output else None
+    said = f"; its output: {err}" if err else ""
+    if rec.get("hang"):
+        return Restart(k, "hung", "no progress seen before the start-up watchdog stopped it (hung, or for your "
+                       f"own program check trainer.program.progress){said}")
+    if rec.get("exit_code") == 0:
+        return Restart(k, "startup_crash", "exited 0 without a progress line seen (check trainer.program.progress)")
+    pick = snap.get("will_load")
+    if pick:
+        state = "complete" if pick.get("complete") else "NOT complete: a save that did not finish"
+        return Restart(k, "load_crash", f"crashed before its first step, {_how(rec)}: the program "
+                       f"would load {pick.get('path')} (step {pick.get('step')}, {state}){said}")
+    return Restart(k, "startup_crash", f"crashed before its first step, {_how(rec)} (no progress "
+                   f"seen: a crash, or check trainer.program.progress){said}")
+
+
+def _max(*xs):
+    xs = [x for x in xs if isinstance(x, int) and not isinstance(x, bool)]
+    return max(xs) if xs else None
+
+
+def _lost(k: int, snap: dict, best: Optional[int]) -> Optional[str]:
+    """Saved work lost: a complete checkpoint known to have existed (at an earlier launch, or seen
+    by the injector) is gone at this launch, with nothing as new in its place."""
+    if best is None or not snap:
+        return None
+    now = snap.get("newest_complete")
+    if now is not None and now >= best:
+        return None
+    return (f"saved work lost: the complete checkpoint of step {best} is gone at this launch (the program deleted "
+            f"it before its next save was complete); newest complete now: {now if now is not None else 'none'}")
+
+
+def trajectory(phase_dir: str) -> Dict[int, float]:
+    """{step: loss} of the steps the phase kept (a recomputed step: its last value)."""
+    out: Dict[int, float] = {}
+    for att in layout.Phase(phase_dir).attempts():
+        try:
+            for _, m, _ in iter_rows(att.metrics(0), []):
+                it, loss = m.get("train/iter"), m.get("train/loss")
+                if isinstance(it, int) and isinstance(loss, (int, float)) and not isinstance(loss, bool):
+                    out[it] = float(loss)
+        except OSError:
+            continue
+    return out
+
+
+def _first_run(phase_dir: str) -> set:
+    """The steps the phase's first attempt logged from a start at step 0, up to where a later
+    attempt took over (a resume recomputes from there): what ran before any restart."""
+    atts = layout.Phase(phase_dir).attempts()
+    first, last = _steps(atts[0]) if atts else (None, None)
+    if first is None or last is None:
+        return set()
+    nxt = _steps(atts[1])[0] if len(atts) > 1 else None
+    end = min(last, nxt["train/iter"] - 1) if nxt is not None else last
+    return set(range(first["train/iter"], end + 1))
+
+
+def final_crc(phase_dir: str):
+    atts = layout.Phase(phase_dir).attempts()
+    m = live.last_row(atts[-1].metrics(0)) if atts else None
+    return m.get("train/params_crc") if completed_row(m) else None
+
+
+def compare(phase_dir: str, base_dir: str, tolerance: float = 0.0) -> tuple:
+    """(finding or None, one sentence) for a phase against the baseline."""
+    mine, base = trajectory(phase_dir), trajectory(base_dir)
+    both = sorted(set(mine) & set(base))
+    crc, base_crc = final_crc(phase_dir), final_crc(base_dir)
+    crc_note = ""
+    if crc is not None and base_crc is not None:
+        if crc != base_crc:
+            return "params_differ", f"final parameters differ from the baseline's (crc {crc} vs {base_crc})"
+        crc_note = "; final parameters identical (crc)"
+    if not both:
+        return None, "no step logged in both this phase and the baseline: loss not compared" + crc_note
+    first = _first_run(phase_dir)
+    for s in both:
+        a, b = mine[s], base[s]
+        off = (a != b) if tolerance == 0 else not (math.isclose(a, b, rel_tol=tolerance) or a == b)
+        if off or math.isnan(a) != math.isnan(b):
+            if s in first:
+                return "unrepeatable", (f"differs from the baseline at step {s} (loss {a!r} vs {b!r}) before any "
+                                        "restart: the program does not repeat itself run to run (no fixed seed? "
+                                        "nondeterministic kernels?), so the loss cannot judge its restarts")
+            return "diverged", f"diverged from the baseline at step {s} (loss {a!r} vs {b!r})"
+    what = "identical" if tolerance == 0 else f"within {tolerance:g} (relative)"
+    return None, f"loss {what} to the baseline's at all {len(both)} steps both logged" + crc_note
+
+
+def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: float = 0.0) -> Verdict:
+    ph = layout.Phase(phase_dir)
+    v = Verdict(ph.name)
+    injections = live.read_injections(phase_dir)
+    checks = live.read_node_checks(phase_dir)
+    dead, best = 0, None  # best: the newest complete checkpoint known to have existed before
+    attempts = ph.attempts()
+    for i, att in enumerate(attempts):
+        rec, snap = _read_json(att.record), _read_json(att.at_launch)
+        after = _read_json(attempts[i + 1].at_launch) if i + 1 < len(attempts) else {}
+        gone = _lost(att.index, snap, best)
+        # a loss is told once: from here on, what is there now is what can be lost next
+        best = _max(None if gone else best, snap.get("newest_complete"), *(r.get("newest_complete_seen") for r in injections
+                                                         if r.get("killed") and r.get("attempt") == att.index))
+        v.finished = v.finished or rec.get("completed") is True
+        first, last = _steps(att)
+        struck = bool(injections_into(injections, rec.get("launch_ts"), rec.get("end_ts"), att.index))
+        if first is not None:
+            r = _resume(att.index, first, snap)
+            dead = 0
+        elif not rec and i + 1 < len(attempts):
+            # no record and another attempt after it: its supervisor died with the job (killed,
+            # requeued by the scheduler, its node lost) and a later job carried on
+            r = Restart(att.index, "cut_short", "cut short before its first step with its job (no record of its "
+                        "end: the job was killed or requeued, or its node lost); a later job carried on")
+        else:
+            r = _no_step(att.index, rec, snap, struck, att.output)
+            # a kill in start-up is neither a crash nor a recovery: the count goes on past it
+            dead = dead + 1 if r.outcome in ("load_crash", "startup_crash") else dead if r.outcome == "startup_kill" else 0
+            if dead == CRASH_LOOP:
+                v.findings.append(f"crash loop: {CRASH_LOOP} attempts in a row died before a step, none "
+                                  f"of them killed (the last: attempt {att.index})")
+        nxt = attempts[i + 1].index if i + 1 < len(attempts) else None
+        lost_nodes = live.bad_nodes_between(checks, att.index, nxt) if nxt is not None else []
+        bad = _ended_badly(att, rec, last, r.resumed_from or 0, after, struck, lost_nodes) \
+            if first is not None else None
+        if bad:
+            r = Restart(att.index, "hung" if rec.get("hang") else "crash", f"{r.text}; then {bad}", r.resumed_from,
+                        r.expected)
+        if att.index == 1 and r.outcome == "first":
+            r.text = "started from step 0"
+        if not rec and first is not None and i + 1 < len(attempts):
+            r.text += "; then cut short with its job (no record of its end: killed or requeued, or its node lost)"
+        if lost_nodes and first is not None and not struck and rec.get("completed") is not True:
+            r.text += f"; then ended with its node ({', '.join(map(str, lost_nodes))} found bad at the next launch)"
+        if gone:
+            r = Restart(att.index, "lost", f"{gone}; then: {r.text}", r.resumed_from, r.expected)
+        v.restarts.append(r)
+        if r.finding:
+            v.findings.append(f"attempt {att.index}: {r.text}")
+    if not v.finished:
+        v.findings.append("did not finish (no attempt reached the last step and exited 0): "
+                          + phase_end(ph)["text"])
+    if base_dir:
+        finding, v.baseline = compare(phase_dir, base_dir, tolerance)
+        if finding:
+            v.findings.append(v.baseline)
+    return v
+
+
+def markdown(verdicts: List[dict]) -> List[str]:
+    """The report's first section, from Verdict.as_dict() of each phase."""
+    L = ["## Did it survive?", ""]
+    for v in verdicts:
+        head = "survived" if v["survived"] else f"**{len(v['findings'])} finding(s)**"
+        L.append(f"- **{v['phase']}**: {'finished' if v['finished'] else 'did not finish'}; {head}"
+                 + (f"; {v['baseline']}" if v["baseline"] else ""))
+        for r in v["restarts"]:
+            L.append(f"  - attempt {r['attempt']}: {r['text']}" + (" **(finding)**" if r["finding"] else ""))
+        for f in v["findings"]:
+            if not f.startswith("attempt "):
+                L.append(f"  - **{f}**")
+    return L + [""]

@@ -1,0 +1,155 @@
+"""The one table of the bundled trainer's options. The trainer's argparse, the scenario schema
+(`trainer:` keys) and the renderer's trainer argv are all generated from it, so they cannot drift.
+Torch-free: the orchestration side reads it on a login node."""
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
+
+MODELS = ("tiny", "small", "debug", "agpt-2b", "agpt-20b")  # = trainer.model.PRESETS (tested)
+
+# the relaunch loop sends this to a hung attempt's ranks before it kills them: each dumps every
+# thread's Python stack into the attempt's output (faulthandler). Its default action is to ignore
+# it, so a rank that has not registered yet loses nothing; never one of --preempt-signal's choices.
+STACKS_SIGNAL = "WINCH"
+
+# what a warm standby pool imports for the bundled trainer (torch, the trainer; no process group)
+WARM_PRELOAD = "restartlab.trainer.warmup"
+
+# who sets an option: a scenario key under `trainer:`, or the renderer from the phase/experiment
+SCENARIO, PHASE = "scenario", "phase"
+
+
+@dataclass(frozen=True)
+class Opt:
+    flag: str                      # --train-iters
+    type: str                      # int | float | str | flag (store_true; a bool in a scenario)
+    default: Any
+    help: str
+    choices: Optional[Sequence[str]] = None
+    source: str = SCENARIO
+    scenario_default: Any = None   # a scenario's default when it differs from the trainer's
+    min: Optional[float] = None    # smallest accepted value (scenario validation and the trainer)
+    group: Optional[str] = None    # a scenario sub-mapping: --wandb-project is trainer.wandb.project
+
+    @property
+    def key(self) -> str:
+        """The argparse dest, and the scenario key (trainer.<key>) of an option in no group."""
+        return self.flag[2:].replace("-", "_")
+
+    @property
+    def subkey(self) -> str:
+        """An option's key inside its group's mapping (trainer.<group>.<subkey>)."""
+        return self.key[len(self.group) + 1:] if self.group else self.key
+
+
+OPTIONS: List[Opt] = [
+    Opt("--model", "str", "tiny", "model preset", choices=MODELS),
+    Opt("--vocab", "int", 0, "vocabulary size (0: the model preset's; what ezpz's fsdp_tp calls --vocab-size)",
+        min=0),
+    Opt("--train-iters", "int", 100, "optimizer steps in total", min=1),
+    Opt("--save-interval", "int", 0, "save every N steps and at the last step (0: no checkpoints; "
+        "phases with checkpoint: none never save)", scenario_default=10, min=0),
+    Opt("--keep", "int", 0, "keep the newest N complete checkpoints (0: keep all)", min=0),
+    Opt("--tp", "int", 1, "tensor-parallel degree (2-D mesh dp x tp)", min=1),
+    Opt("--dp-replicate", "int", 1, "HSDP: replicas of the data-parallel group (a replicate x shard "
+        "mesh: parameters sharded within a replica, gradients all-reduced across replicas; 1: FSDP)",
+        min=1),
+    Opt("--seq-len", "int", 32, "tokens per sequence", min=1),
+    Opt("--batch-size", "int", 4, "sequences per data-parallel rank", min=1),
+    Opt("--data", "str", None, "train on this flat binary file of token ids (uint16/uint32, "
+        "memory-mapped; `python -m restartlab.trainer.prepare_data` writes one) instead of synthetic "
+        "tokens; the sample order stays a pure function of (seed, step, data-parallel rank). A "
+        "scenario's relative path is relative to the scenario file"),
+    Opt("--data-dtype", "str", "auto", "token width of --data (auto: the .json beside it, else uint16)",
+        choices=("auto", "uint16", "uint32")),
+    Opt("--lr", "float", 1e-3, "AdamW learning rate", min=0.0),
+    Opt("--seed", "int", 1234, "seed for the weights and the data"),
+    Opt("--meta-init", "str", "auto", "build on the meta device (auto: above 1B parameters)",
+        choices=("auto", "on", "off")),
+    Opt("--device", "str", "auto", "auto: xpu, else cuda, else cpu", choices=("auto", "cpu", "cuda", "xpu")),
+    Opt("--deterministic", "flag", False, "deterministic kernels (torch.use_deterministic_algorithms, "
+        "CUBLAS_WORKSPACE_CONFIG): on GPUs a resumed run then repeats the uninterrupted one bit for bit, "
+        "at some speed cost; CPU runs are deterministic without it"),
+    Opt("--log-interval", "int", 10, "print a line every N steps", min=1),
+    Opt("--ckpt-format", "str", "dcp", "how tensors lie in the checkpoint's shard files: dcp (DCP's "
+        "own, each tensor a torch.save record: plain dcp.load and torch's format tools read it) or raw "
+        "(each tensor its bytes, DCP's planning and metadata unchanged: no per-tensor torch.save/"
+        "torch.load, so cheaper saves and loads; only restartlab reads it). A resume reads either, "
+        "from manifest.json", choices=("dcp", "raw")),
+    Opt("--on-save-error", "str", "continue", "a save that fails (disk full, I/O error, read-only): "
+        "log it, record train/ckpt_failed and train on (continue), or stop (abort, exit 4)",
+        choices=("continue", "abort")),
+    Opt("--preempt-signal", "str", "TERM", "on this signal (a scheduler's preemption or walltime "
+        "warning): finish the step, write an emergency checkpoint, exit 5", choices=("TERM", "INT", "USR2", "URG")),
+    Opt("--pg-timeout", "int", 600, "seconds a collective waits for a peer before this rank fails "
+        "(a stopped or dead peer never blocks the job forever)", min=1),
+    Opt("--allow-fresh-start", "flag", False, "when complete checkpoints exist but none loads, start "
+        "from step 0 instead of stopping with exit 3"),
+    # Weights & Biases (optional: pip install restartlab[wandb]); a scenario's trainer.wandb mapping
+    Opt("--wandb-project", "str", None, "log rank 0's metrics to this W&B project too (one run per "
+        "attempt, grouped by experiment and phase; the JSONL stays the collector's input)", group="wandb"),
+    Opt("--wandb-entity", "str", None, "W&B entity (team or user; default: yours)", group="wandb"),
+    Opt("--wandb-mode", "str", None, "online, offline (a run directory to `wandb sync` later: compute "
+        "nodes without internet) or disabled; default: WANDB_MODE, else online",
+        choices=("online", "offline", "disabled"), group="wandb"),
+    # set by the renderer from the phase and the experiment layout, not by a scenario key
+    Opt("--ckpt-dir", "str", "ckpts", "checkpoint directory (in an experiment: the phase's)", source=PHASE),
+    Opt("--async-ckpt", "flag", False, "asynchronous checkpointing (phase checkpoint: async)", source=PHASE),
+    Opt("--ckpt-stage-dir", "str", None, "node-local stage dir for --async-ckpt (phase stage_dir; "
+        "private to this user (0700, never through a symlink) or refused; default: a fresh private dir "
+        "/tmp/restartlab-<jobid>-<node>-<random>, or none when /tmp is on --ckpt-dir's file system); none: the "
+        "background save writes straight to --ckpt-dir (one write instead of two)", source=PHASE),
+    Opt("--no-resume", "flag", False, "start fresh even if a checkpoint exists (phase checkpoint: none)",
+        source=PHASE),
+    Opt("--outdir", "str", ".", "each rank appends its metrics file here (in an experiment: the attempt's directory)", source=PHASE),
+    Opt("--dp-global", "int", 0, "the data-parallel width the global batch is defined for: with fewer "
+        "data-parallel ranks (a job shrunk after a node loss) each rank accumulates gradients over "
+        "dp-global/dp micro-batches, those the missing ranks would have taken, so the global batch "
+        "and its samples stay the same (0: the current width)", source=PHASE, min=0),
+]
+
+
+def scenario_options() -> List[Opt]:
+    return [o for o in OPTIONS if o.source == SCENARIO]
+
+
+def add_to_parser(parser) -> None:
+    """The trainer's argparse arguments, from the table."""
+    types = {"int": int, "float": float, "str": str}
+    for o in OPTIONS:
+        if o.type == "flag":
+            parser.add_argument(o.flag, action="store_true", help=o.help)
+        else:
+            parser.add_argument(o.flag, type=types[o.type], default=o.default, choices=o.choices, help=o.help)
+
+
+def check(values: Dict[str, Any]) -> Optional[str]:
+    """The first value below its minimum, as one line for the trainer (None: all fine)."""
+    for o in OPTIONS:
+        v = values.get(o.key)
+        if o.min is not None and v is not None and not v >= o.min:  # `not >=` also catches NaN
+            return f"{o.flag} {v}: must be >= {o.min:g}"
+    return None
+
+
+def scenario_value(trainer: Dict[str, Any], o: Opt) -> Any:
+    """An option's value in a loaded scenario's `trainer:` mapping (in its group's, if it has one)."""
+    return (trainer.get(o.group) or {}).get(o.subkey) if o.group else trainer[o.key]
+
+
+def trainer_argv(trainer: Dict[str, Any], checkpoint: str, ckpt_dir: str,
+                 stage_dir: Optional[str] = None, outdir: str = ".", dp_global: int = 0) -> List[str]:
+    """The trainer's arguments for one phase: every scenario option, then the phase's own."""
+    vals = {o.key: scenario_value(trainer, o) for o in scenario_options()}
+    vals.update(ckpt_dir=ckpt_dir, outdir=outdir, dp_global=dp_global or None)
+    if checkpoint == "none":
+        vals.update(save_interval=0, no_resume=True)
+    elif checkpoint == "async":
+        vals.update(async_ckpt=True, ckpt_stage_dir=stage_dir)
+    argv = []
+    for o in OPTIONS:
+        v = vals.get(o.key)
+        if o.type == "flag":
+            argv += [o.flag] if v else []
+        elif v is not None:
+            argv += [o.flag, str(v)]
+    return argv + list(trainer.get("extra_args") or [])

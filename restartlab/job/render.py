@@ -1,0 +1,215 @@
+"""Scenario -> job script text, through Jinja with StrictUndefined.
+
+One filter owns shell quoting: `sh` with a context: 'arg' (one word, single-quoted as needed),
+'env' (the value of NAME=value), 'directive' (a #PBS/#SBATCH line: never a newline), and
+`sh_argv` for a list of words. Templates never put quotes around a filtered value."""
+import json
+import os
+import shlex
+import sys
+import time
+import uuid
+from typing import List, Optional
+
+import jinja2
+
+from .. import launchers, programs, schedulers
+from ..contracts import layout, options, trainer_options
+from ..contracts.envvars import TAG_VAR
+from ..contracts.exits import EXIT_BUDGET, EXIT_WALLTIME
+from ..contracts.placeholders import PROGRAM_TOKEN
+from ..contracts.resources import resource_dir
+from ..runtime import tool_options
+from ..scenario import ScenarioError, effective_failures, secret_names
+
+
+class RenderError(ScenarioError):
+    pass
+
+
+def sh(value, ctx="arg"):
+    if value is None:
+        raise RenderError("internal: a None value reached the shell-quoting filter")
+    s = str(value)
+    if ctx == "directive":
+        if any(c in s for c in "\n\r\0"):
+            raise RenderError(f"directive value {s!r} contains a newline")
+        return s
+    if ctx in ("arg", "env"):
+        if "\0" in s:
+            raise RenderError(f"value {s!r} contains a NUL byte")
+        q = shlex.quote(s)
+        if q == s and "," in s:  # safe to bash, but quoted so shellcheck does not read an array typo
+            q = f"'{s}'"
+        return q
+    raise RenderError(f"internal: unknown quoting context {ctx!r}")
+
+
+def sh_argv(words):
+    return " ".join(sh(w) for w in words)
+
+
+def _env():
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(resource_dir("templates")),
+                             undefined=jinja2.StrictUndefined, autoescape=False,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters["sh"] = sh
+    env.filters["sh_argv"] = sh_argv
+    return env
+
+
+def inject_args(sc, f, phase: layout.Phase, tag) -> List[str]:
+    """`restartlab inject` flags for one phase's failure settings (the injector's option table)."""
+    s = f["schedule"]
+    at = ",".join(str(x) if isinstance(x, int) else f"{x['step']}:{x['kind']}" for x in s.get("at_steps") or [])
+    sched = ({"every": s["every"]} if s.get("every") is not None else {"at_steps": at} if at else
+             {"every_steps": s["every_steps"]} if s.get("every_steps") else
+             {"fuzz": s["fuzz"], "fuzz_window": f["fuzz_window"], "fuzz_save_share": f["fuzz_save_share"],
+              "fuzz_after_complete": f["fuzz_after_complete"]} if s.get("fuzz") else {"mtbf": s.get("mtbf")})
+    return options.to_argv(tool_options.INJECT, dict(
+        sched, phase_dir=phase.path, ckpt_dir=phase.ckpts, tag=tag, until=phase.done, kind=f["kind"],
+        grace=f["grace"], fanout=sc["scheduler"], launcher=sc["launch"]["launcher"],
+        train_iters=sc["trainer"]["train_iters"], seed=s.get("seed") or 0, signal=f.get("signal"),
+        gate=f.get("gate"), wait_first_complete=f.get("wait_first_complete"), max_kills=f.get("max_kills"),
+        node=f.get("node"), program=program_json(sc)))
+
+
+def program_json(sc) -> Optional[str]:
+    """trainer.program's adapter spec for the supervisor and the injector (None: the bundled trainer)."""
+    prog = sc["trainer"].get("program")
+    if not prog:
+        return None
+    spec = {k: prog[k] for k in ("adapter",) + programs.KEYS}
+    env = {k: v for k, v in sc["launch"]["env"].items() if k not in secret_names(sc)}
+    if env:  # what the program's ranks get besides the job's environment (the adapter's preflight reads it)
+        spec["env"] = env
+    if spec["progress_file"]:  # the supervisor fills the attempt's, the phase's and the checkpoint dir
+        spec["progress_file"] = spec["progress_file"].replace("{scenario_dir}", _scenario_dir(sc))
+    return json.dumps(spec, separators=(",", ":"))
+
+
+def _scenario_dir(sc) -> str:
+    return os.path.dirname(os.path.abspath(sc["source"]))
+
+
+def program_argv(sc, ph, phase: layout.Phase) -> List[str]:
+    """rankenv (torchrun-style variables) + the program's command and the phase's args, with
+    {ckpt_dir}, {phase_dir} and {scenario_dir} filled in ({attempt_dir}: the supervisor's, per attempt)."""
+    prog = sc["trainer"]["program"]
+    where = {"{ckpt_dir}": phase.ckpts, "{phase_dir}": phase.path,
+             "{scenario_dir}": _scenario_dir(sc)}
+    out = []
+    for w in prog["command"] + ph["args"]:
+        for k, v in where.items():
+            w = w.replace(k, v)
+        out.append(w)
+    return ["-m", "restartlab.runtime.rankenv", "--"] + out
+
+
+def node_check_args(sc, policy, expt: layout.Expt) -> List[str]:
+    """`restartlab node-check` flags from the scenario (the supervisor adds the per-attempt ones)."""
+    rl, tr = sc["relaunch"], sc["trainer"]
+    vals = options.from_scenario(tool_options.NODE_CHECK, sc)
+    stage = next((p["stage_dir"] for p in sc["phases"] if p["checkpoint"] == "async" and p["stage_dir"]
+                  and p["stage_dir"] != "none"), None)
+    vals.update(policy=policy, need=sc["job"]["nodes"], launcher=sc["launch"]["launcher"],
+                min_free=rl["node_check_min_free_mb"] * 2**20, bad_file=expt.bad_nodes, stage_dir=stage,
+                device=tr["device"] if rl["node_check_gpus"] else None)
+    return options.to_argv(tool_options.NODE_CHECK, vals)
+
+
+def supervise_args(sc, tag, policy, node_check, expt: layout.Expt) -> List[str]:
+    """The supervisor's flags that are the same for every phase (the job script adds --stop-at,
+    --job and --nodefile at run time, and each phase its own)."""
+    vals = options.from_scenario(tool_options.SUPERVISE, sc)
+    vals.update(tag=tag, node_policy=policy, program=program_json(sc), warm=False)  # warm: per phase
+    if node_check:
+        vals.update(node_check=shlex.join(node_check_args(sc, policy, expt)), hosts_file=expt.hosts_attempt)
+    return options.to_argv(tool_options.SUPERVISE, vals)
+
+
+def context(sc, scheduler=None, expt_dir=None):
+    sched_name = scheduler or sc["scheduler"]
+    sc = dict(sc, scheduler=sched_name)
+    if expt_dir is None:
+        expt_dir = os.path.join(os.path.abspath(sc["expt_root"]),
+                                f"{sc['name']}-{time.strftime('%Y%m%d-%H%M%S')}")
+    sc["expt_dir"] = expt_dir
+    sched = schedulers.get(sched_name)
+    tag = f"rl-{sc['name']}-{uuid.uuid4().hex[:10]}"
+    python = sc["launch"]["python"] or sys.executable
+    ln = sc["launch"]
+    secrets = secret_names(sc)  # by name from the job's environment: never written here
+    rank_env = {k: v for k, v in ln["env"].items() if k not in secrets}
+    rank_env[TAG_VAR] = tag
+    rl = sc["relaunch"]
+    if rl["chain"] and not sched.can_chain:
+        raise RenderError(f"{sc['source']}: relaunch.chain: the {sched_name} scheduler cannot submit a "
+                          f"continuation job (no queue)")
+    policy = rl["on_node_loss"]
+    node_check = rl["node_check"] if rl["node_check"] is not None else policy != "same"
+    expt = layout.Expt(expt_dir)
+    hosts_file = expt.hosts_attempt if policy != "same" else None
+    try:
+        # recovering from node loss: the node count and the hosts are decided before each attempt
+        launch = launchers.get(ln["launcher"]).argv(
+            nodes=launchers.NODES_TOKEN if policy != "same" else sc["job"]["nodes"], ppn=ln["ranks_per_node"],
+            rank_env=rank_env, cpu_bind=ln["cpu_bind"], depth=ln["depth"], hostfile=hosts_file,
+            forward=tuple(secrets))
+    except ValueError as e:
+        raise RenderError(f"{sc['source']}: {e}")
+    if launch and launch[0] == "mpiexec":  # launch.mpiexec and launch.launcher_args (MPI launchers)
+        launch = [ln["mpiexec"], *ln["launcher_args"], *launch[1:]]
+    phases = []
+    for ph in sc["phases"]:
+        phase = expt.phase(ph["name"])
+        f = effective_failures(sc, ph)
+        inject = inject_args(sc, f, phase, tag) if f else None
+        # warm standby restart (the phase's, else relaunch.warm): the supervisor starts each rank's
+        # program through the standby pool's stub
+        warm_on = rl["warm"] if ph["warm"] is None else ph["warm"]
+        at = launch + ([PROGRAM_TOKEN] if warm_on else [])
+        if sc["trainer"].get("program"):
+            argv = at + [python] + program_argv(sc, ph, phase)
+        else:
+            argv = at + [python, "-m", "restartlab.trainer"] + trainer_options.trainer_argv(
+                sc["trainer"], ph["checkpoint"], phase.ckpts, ph["stage_dir"],
+                dp_global=sc["job"]["nodes"] * ln["ranks_per_node"] // sc["trainer"]["tp"] if policy == "shrink" else 0)
+        phases.append({
+            "name": ph["name"], "dir": phase.path, "checkpoint": ph["checkpoint"], "ckpts": phase.ckpts,
+            "argv": argv, "warm": warm_on,
+            "inject": inject, "inject_text": shlex.join(inject) if inject else "",
+        })
+    return {
+        "sc": sc, "scheduler": sched_name, "prefix": sched.prefix, "scheduler_title": sched.title,
+        "header_template": sched.header_template, "launcher": ln["launcher"],
+        "directives": sched.directives(sc), "nodefile_sh": sched.nodefile_sh.format(nodefile=sh(expt.nodefile)),
+        "jobid_sh": _jobid_sh(schedulers.jobid_vars()), "files": {"jobs": expt.jobs, "bad_nodes": expt.bad_nodes},
+        "expt_dir": expt_dir, "python": python, "tag": tag, "phases": phases, "secrets": secrets,
+        "train_iters": sc["trainer"]["train_iters"], "setup": ln["setup"],
+        "supervise_args": supervise_args(sc, tag, policy, node_check, expt),
+        # the walltime margin's stop, in seconds from the script's start (0: off)
+        "stop_after": int(sc["job"]["walltime"]) - int(rl["walltime_margin"]) if rl["walltime_margin"] else 0,
+        "chain": rl["chain"], "exit_walltime": EXIT_WALLTIME, "exit_budget": EXIT_BUDGET,
+        "report": sc["collection"]["report"], "source": sc["source"],
+        "report_args": options.to_argv(tool_options.REPORT, {"mtbf": sc["collection"]["mtbf"],
+                                                             "no_plots": not sc["collection"]["plots"]}),
+        "chain_args": options.to_argv(tool_options.CHAIN, {"scheduler": sched_name, "max": rl["chain"],
+                                                           "pass_env": ",".join(secrets)}) if rl["chain"] else [],
+    }
+
+
+def _jobid_sh(names):
+    """${PBS_JOBID:-${SLURM_JOB_ID:-local}} from every registered scheduler's job-id variable."""
+    out = "local"
+    for n in reversed(names):
+        out = f"${{{n}:-{out}}}"
+    return out
+
+
+def render(sc, scheduler=None, expt_dir=None):
+    """-> (script text, context). Deterministic for a given context except the tag and time."""
+    ctx = context(sc, scheduler, expt_dir)
+    env = _env()
+    text = env.get_template(ctx["header_template"]).render(**ctx) + env.get_template("body.j2").render(**ctx)
+    return text, ctx

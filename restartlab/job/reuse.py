@@ -1,0 +1,67 @@
+"""restartlab run --baseline-from EXPT_DIR: an earlier experiment's baseline phase (checkpoint:
+none) copied into this one instead of run again. The baseline is the same for every sync/async
+variant of a scenario, so a user comparing several pays for it once. It is taken only when it ran
+the same command: the same argv but for each experiment's own paths and job tag (the launcher and
+its ranks, the program, every argument, the environment the launcher passes to the ranks), and
+only when it finished. Its attempts keep their recorded times; the phase holds a `reused-from`
+file naming the experiment (layout.Phase.reused), which the supervisor and the report show."""
+import os
+import shutil
+from typing import List
+
+from . import experiment
+from ..contracts import layout
+from .. import scenario
+
+
+class ReuseError(Exception):
+    """A baseline that cannot be reused, with the reason (one line)."""
+
+
+def _normal(ctx: dict, argv: List[str]) -> List[str]:
+    return [a.replace(ctx["expt_dir"], "{expt_dir}").replace(ctx["tag"], "{tag}") for a in argv]
+
+
+def check(ctx: dict, other_dir: str) -> dict:
+    """{phase name: the other experiment's phase dir} for each baseline phase of the experiment
+    being made (ctx: its render context), or ReuseError: other_dir is no experiment, has no
+    such baseline, its baseline did not finish or ran another command."""
+    other = layout.Expt(os.path.abspath(other_dir))
+    if not os.path.isfile(other.scenario):
+        raise ReuseError(f"{other_dir}: not an experiment directory (no {os.path.basename(other.scenario)})")
+    mine = [p for p in ctx["phases"] if p["checkpoint"] == "none"]
+    if not mine:
+        raise ReuseError("this scenario has no baseline phase (checkpoint: none) to take from another experiment")
+    try:
+        sc = scenario.load(other.scenario, [], resolved=True)
+    except scenario.ScenarioError as e:
+        raise ReuseError(f"{other_dir}: its scenario does not load: {e}") from None
+    _, theirs, _ = experiment.render_script(sc, "local", other.root)
+    by_name = {p["name"]: p for p in theirs["phases"] if p["checkpoint"] == "none"}
+    for p in mine:
+        q = by_name.get(p["name"])
+        if q is None:
+            raise ReuseError(f"{other.scenario}: no baseline phase named {p['name']!r} (its baselines: "
+                             f"{', '.join(by_name) or 'none'})")
+        src = layout.Phase(q["dir"])
+        if not os.path.exists(src.completed):
+            raise ReuseError(f"{src.path}: that baseline did not finish (no `completed` marker): nothing to reuse")
+        a, b = _normal(ctx, p["argv"]), _normal(theirs, q["argv"])
+        if a != b:
+            i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            flag = f" (after {a[i - 1]})" if 0 < i <= len(a) and a[i - 1].startswith("-") else ""
+            raise ReuseError(f"{other_dir}: its baseline {p['name']!r} ran another command, so it is not this "
+                             f"scenario's: argument {i + 1}{flag} is {b[i] if i < len(b) else '(none)'!r} there, "
+                             f"{a[i] if i < len(a) else '(none)'!r} here")
+    return {p["name"]: by_name[p["name"]]["dir"] for p in mine}
+
+
+def copy(ctx: dict, found: dict, other_dir: str) -> List[str]:
+    """Copy the baseline phases `check` found (its result) into the experiment just made (ctx);
+    the names copied."""
+    dirs = {p["name"]: p["dir"] for p in ctx["phases"]}
+    for name, src in found.items():
+        shutil.copytree(src, dirs[name], dirs_exist_ok=True)
+        with open(layout.Phase(dirs[name]).reused, "w") as f:
+            f.write(os.path.abspath(other_dir) + "\n")
+    return list(found)

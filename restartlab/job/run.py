@@ -1,0 +1,143 @@
+"""restartlab run: the whole experiment on this machine. Renders the scenario for the local
+scheduler, runs the same job script under bash with the local scheduler's own job id and node
+file (never a batch system's variables), shows progress, and leaves a readable experiment
+directory even on Ctrl-C."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from . import experiment, reuse
+from ..runtime import killer
+from ..contracts import exits, layout, live
+from .. import scenario, schedulers
+from ..contracts.resources import resource_dir
+
+
+def progress(ctx, t0):
+    """(text, phase index) describing where the experiment is."""
+    phases = ctx["phases"]
+    iters = ctx["train_iters"]
+    done_steps, cur, line = 0, None, None
+    for i, p in enumerate(phases):
+        phase = layout.Phase(p["dir"])
+        if os.path.exists(phase.done):
+            done_steps += iters
+            continue
+        if phase.started():
+            cur = i
+            step = live.newest_step_seen(p["dir"])
+            attempts = len(phase.attempts())
+            kills = sum(1 for r in live.read_injections(p["dir"]) if r.get("killed"))
+            done_steps += step
+            where = f"step {step}/{iters}" if step or attempts <= 1 else f"relaunching (attempt {attempts})"
+            line = (f"phase {i + 1}/{len(phases)} {p['name']}: {where}, "
+                    f"kills {kills}, restarts {max(0, attempts - 1)}")
+        break
+    elapsed = time.time() - t0
+    total = iters * len(phases)
+    eta = (elapsed / done_steps * (total - done_steps)) if done_steps > 0 else None
+    line = line or ("collecting the report" if done_steps >= total else "starting")
+    return f"{line} | elapsed {elapsed:5.0f}s | ETA {'?' if eta is None else f'{eta:4.0f}s'}", cur
+
+
+def main(a) -> int:
+    path = a.scenario or os.path.join(resource_dir("scenarios"), "local.yaml")
+    sc = scenario.load(path, a.set)
+    return run_scenario(sc, path, a.expt_dir, a.plain, baseline_from=a.baseline_from)
+
+
+def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run", baseline_from=None) -> int:
+    """Run a loaded scenario's job script here; its exit status (130 on Ctrl-C, 2 on bad input).
+    baseline_from: an experiment whose baseline phase is copied in instead of run (reuse.py)."""
+    try:
+        secrets = scenario.secret_values(sc)  # the job script gets them by name from its environment
+    except scenario.ScenarioError as e:
+        print(f"restartlab {verb}: error: {e}", file=sys.stderr)
+        return 2
+    if baseline_from:  # checked before the experiment exists: a refusal leaves nothing behind
+        _, probe, _ = experiment.render_script(sc, "local", expt_dir=os.path.abspath(expt_dir) if expt_dir else None)
+        try:
+            found = reuse.check(probe, baseline_from)
+        except reuse.ReuseError as e:
+            print(f"restartlab {verb}: error: --baseline-from {e}", file=sys.stderr)
+            return 2
+        expt_dir = probe["expt_dir"]
+    _, ctx = experiment.create(sc, "local", expt_dir=os.path.abspath(expt_dir) if expt_dir else None)
+    d = ctx["expt_dir"]
+    if baseline_from:
+        names = reuse.copy(ctx, found, baseline_from)
+        print(f"restartlab {verb}: baseline {', '.join(names)} taken from {os.path.abspath(baseline_from)} "
+              "(the same command, finished there): not run again", flush=True)
+    expt = layout.Expt(d)
+    with open(expt.nodefile, "w") as f:
+        f.write(socket.gethostname() + "\n")
+    local = schedulers.get("local")
+    env = {k: v for k, v in os.environ.items() if not any(k == s.jobid_var or k == s.nodefile_var
+                                                          for s in schedulers.SCHEDULERS.all())}
+    env.update({local.jobid_var: f"{os.getpid()}.local", local.nodefile_var: expt.nodefile}, **secrets)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    print(f"restartlab {verb}: {path}\nexperiment: {d}\nlog: {expt.job_out}", flush=True)
+    t0 = time.time()
+    tty = sys.stdout.isatty() and not plain
+    with open(expt.job_out, "w") as out:
+        proc = subprocess.Popen(["bash", expt.job_script], stdout=out, stderr=subprocess.STDOUT,
+                                env=env, cwd=d, start_new_session=True)
+        last_plain, last_text = 0.0, None
+        try:
+            while proc.poll() is None:
+                text, _ = progress(ctx, t0)
+                if tty:
+                    sys.stdout.write("\r\033[K" + text)
+                    sys.stdout.flush()
+                elif text.split("|")[0] != (last_text or "").split("|")[0] and time.time() - last_plain > 5 \
+                        or time.time() - last_plain > 30:
+                    print(text, flush=True)
+                    last_plain, last_text = time.time(), text
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            print(f"\nrestartlab {verb}: interrupted; stopping the job script, the ranks and the injector", flush=True)
+            stop(proc, ctx["tag"])
+            print(f"restartlab {verb}: stopped; partial results stay in {d}")
+            return 130
+    if tty:
+        sys.stdout.write("\n")
+    rc = proc.returncode
+    killer.kill_ranks(ctx["tag"], standby=True)  # nothing of this job may outlive it (a warm pool neither)
+    why = {exits.EXIT_PREEMPTED: " (stopped by the walltime warning: state saved, training "
+           "not finished)"}.get(rc, "")
+    print(f"restartlab {verb}: job script exited {rc} after {time.time() - t0:.0f}s{why}")
+    if os.path.exists(expt.report):
+        print(f"report: {expt.report}")
+        try:
+            with open(expt.summary) as f:
+                for s in json.load(f)["phases"]:
+                    w = s.get("walltime_stop")
+                    print(f"  {s['phase']:>10}: wall {s['wall_s'] or 0:6.1f}s  kills {s['kills']}  "
+                          f"lost steps {s['lost_steps']}  ETTR {s['ettr'] or 0:.3f}"
+                          + (f"  walltime stop at step {w['last_step']} (emergency checkpoint "
+                             f"{w['emergency_checkpoint']})" if w else ""))
+        except (OSError, ValueError, KeyError):
+            pass
+    return rc
+
+
+def stop(proc, tag):
+    """TERM to the job script (its trap stops the supervisor, which stops its children by PID),
+    then KILL its session."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    except ProcessLookupError:
+        pass
+    killer.kill_ranks(tag, standby=True)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the script's own session only
+    except (ProcessLookupError, PermissionError):
+        pass

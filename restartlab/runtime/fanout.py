@@ -1,0 +1,137 @@
+"""Fan-out: one command on each of the job's nodes, in parallel, through the scheduler (pbsdsh,
+srun --overlap) or one launch over exactly those hosts (mpiexec), with each node's JSON receipt
+parsed. The injector, the node check, teardown and the warm pools' stop all reach the nodes here;
+the job's nodes come from its node file (PBS Pro: one line per MPI slot) or the scheduler."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from typing import List, Optional, Tuple
+
+from .. import failures, launchers, schedulers
+
+FANOUT_TIMEOUT_S = 60
+
+
+# ---------------------------------------------------------------- the job's nodes
+def read_nodefile(nodefile: Optional[str]) -> Tuple[List[str], List[int]]:
+    """(unique hosts in order, line index of each host's first line). PBS Pro writes a host once
+    per MPI slot (mpiprocs), and `pbsdsh -n` indexes those slots, not the unique hosts."""
+    if not nodefile or not os.path.exists(nodefile):
+        return [socket.gethostname()], [0]
+    hosts, slots = [], []
+    with open(nodefile) as f:
+        for i, h in enumerate(line.strip() for line in f if line.strip()):
+            if h not in hosts:
+                hosts.append(h)
+                slots.append(i)
+    return (hosts, slots) if hosts else ([socket.gethostname()], [0])
+
+
+def job_nodes(nodefile: Optional[str], fanout: str) -> Tuple[List[str], Optional[List[int]]]:
+    """read_nodefile; without a node file (a user's own job), the hosts the scheduler gave it."""
+    hosts, slots = read_nodefile(nodefile)
+    if not nodefile and fanout in schedulers.names():
+        asked = schedulers.get(fanout).job_hosts(os.environ)
+        if asked:
+            return asked, None
+    return hosts, slots
+
+
+# ---------------------------------------------------------------- fan-out
+def killer_argv(python, tag, sig, kind: failures.FailureKind):
+    """kill-ranks on one node; tag None: every rank of the batch job it runs in."""
+    return [python, "-m", "restartlab.cli", "kill-ranks", *(["--tag", tag] if tag else []),
+            "--signal", sig, *kind.killer_args()]
+
+
+def fanout_cmds(fanout, hosts, indices, argv, slots=None, launcher="pals") -> List[List[str]]:
+    """The commands that run `argv` once on each node in `indices`: one per node through the
+    scheduler (pbsdsh, srun --overlap), or one launch over exactly those hosts (`mpiexec`, ALCF
+    style, in the job's launcher's syntax)."""
+    if fanout == "mpiexec":
+        return [launchers.get(launcher).fanout_argv([hosts[i] for i in indices], argv)]
+    sched = schedulers.get(fanout)
+    return [sched.fanout_cmd(i, hosts, argv, slots) for i in indices]
+
+
+# runs argv with its stdout, stderr and exit status in files named after $0 (the rc file last,
+# whole: written then renamed), for a fan-out that does not hand them back (pbsdsh)
+_RELAY_SH = '"$@" >"$0.out" 2>"$0.err"; echo $? >"$0.rc.tmp" && mv "$0.rc.tmp" "$0.rc"'
+
+
+def relay_dir() -> str:
+    """Where a fan-out's commands leave their output when the scheduler does not relay it: a
+    directory every node sees (the experiment's, else the job's submission directory, else here)."""
+    base = (os.environ.get("RESTARTLAB_FANOUT_DIR") or os.environ.get("RL_EXPT_DIR")
+            or os.environ.get("PBS_O_WORKDIR") or os.getcwd())
+    return tempfile.mkdtemp(prefix=".restartlab-fanout-", dir=base)
+
+
+def _relayed(path: str) -> Tuple[Optional[int], str, str]:
+    """(exit status or None when the command never finished there, stdout, stderr)."""
+    def read(suffix):
+        try:
+            with open(path + suffix, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return None
+    rc = read(".rc")
+    return (int(rc) if rc and rc.strip().isdigit() else None), read(".out") or "", read(".err") or ""
+
+
+def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals", timeout=FANOUT_TIMEOUT_S) -> List[dict]:
+    """Run `argv` once on each node in `indices` (in parallel); parse each JSON receipt."""
+    indices = list(indices)
+    relay = None
+    if fanout != "mpiexec" and not schedulers.get(fanout).fanout_relays_output:
+        relay = relay_dir()
+        cmds = [schedulers.get(fanout).fanout_cmd(i, hosts, ["/bin/sh", "-c", _RELAY_SH, os.path.join(relay, str(i)),
+                                                              *argv], slots) for i in indices]
+    else:
+        cmds = fanout_cmds(fanout, hosts, indices, argv, slots, launcher)
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
+    deadline = time.time() + timeout  # one deadline for all: they run in parallel
+    receipts = []
+    try:
+        for i, c, p in zip(indices, cmds, procs):
+            try:
+                out, err = p.communicate(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+                receipts.append({"cmd": c, "error": f"timed out after {timeout:g}s"})
+                continue
+            rc = p.returncode
+            if relay is not None:
+                rc, out, task_err = _relayed(os.path.join(relay, str(i)))
+                if rc is None:
+                    receipts.append({"cmd": c, "error": f"the command did not run on node {hosts[i]} "
+                                     f"({c[0]} exited {p.returncode}: {err.strip()[-300:] or 'no message'})"})
+                    continue
+                err = task_err + err
+            parsed = False
+            for line in out.splitlines():
+                try:
+                    receipts.append(json.loads(line))
+                    parsed = True
+                except ValueError:
+                    pass
+            if not parsed:
+                receipts.append({"cmd": c, "error": f"rc={rc}: {err.strip()[-300:]}"})
+    finally:
+        if relay is not None:
+            shutil.rmtree(relay, ignore_errors=True)
+    return receipts
+
+
+def describe_receipt(r: dict) -> str:
+    """One line per node: what was signalled there, and which ranks."""
+    if r.get("error"):
+        return f"{r.get('node') or r.get('host') or r.get('cmd')}: error: {r['error']}"
+    ranks = r.get("ranks") or {}
+    what = ", ".join(f"{p}" + (f" ({ranks[str(p)]})" if str(p) in ranks else "") for p in r.get("pids", []))
+    return f"{r.get('node')}: {r.get('signal')} {'would reach' if r.get('dry_run') else '->'} {what or 'nothing'}"

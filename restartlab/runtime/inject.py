@@ -1,0 +1,354 @@
+"""The failure injector: schedules, gating on `.complete`, fan-out to the job's nodes, and one
+line per kill in the phase's injection records (layout; on stdout without --phase-dir). It never matches
+processes itself: on each node the failure kind strikes it runs `restartlab kill-ranks` (with
+--tag: one restartlab run's ranks; without: every rank of this batch job, whatever program it
+runs; see killer.py) and records the receipts."""
+import json
+import os
+import random
+import signal
+import socket
+import sys
+import time
+from typing import Iterator, List, Optional, Tuple
+
+from . import attempt, killer, tool_options
+from .fanout import describe_receipt, fan_out, job_nodes, killer_argv
+from .. import failures, programs, schedulers
+from ..contracts import layout, live
+from ..contracts.live import newest_step_seen
+
+POLL_S = 0.1
+SAVE_POLL_S = 0.005   # --fuzz: how often a save window is looked for (a listing of the checkpoint dir)
+SAVE_WAIT_WINDOWS = 2  # --fuzz: a kill aimed at a save waits this many --fuzz-window after the launch
+
+
+# ---------------------------------------------------------------- schedules (pure)
+def step_targets(at_steps=None, every_steps=None, train_iters=None) -> List[Tuple[int, Optional[str]]]:
+    """[(step, failure kind or None for the default)], in step order."""
+    if at_steps:
+        return sorted(set((s, None) if isinstance(s, int) else tuple(s) for s in at_steps),
+                      key=lambda t: t[0])
+    if every_steps:
+        end = train_iters or 10 ** 9
+        return [(s, None) for s in range(every_steps, end, every_steps)]
+    return []
+
+
+def timed_offsets(every=None, mtbf=None, seed=0) -> Iterator[float]:
+    """Seconds from the clock start at which timed kills fire (exponential gaps for mtbf)."""
+    t = 0.0
+    rng = random.Random(seed)
+    while True:
+        t += every if every else rng.expovariate(1.0 / mtbf)
+        yield t
+
+
+# ---------------------------------------------------------------- the loop
+class Injector:
+    def __init__(self, a):
+        self.a = a
+        self.kills = 0
+        self.log_path = layout.Phase(a.phase_dir).injections if a.phase_dir else None
+        self.kind = failures.get(a.kind)
+        self.hosts, self.slots = job_nodes(a.nodefile, a.fanout)
+        self.rng = random.Random(a.seed)
+        self.striking = False   # between the first signal of a strike and its record
+        self.terminated = None  # the signal that asked us to stop
+        self.spec = programs.resolve(json.loads(a.program) if a.program else {"adapter": "restartlab"})
+        self.seen_complete: Optional[int] = None  # the newest complete checkpoint ever seen here
+
+    def ckpts(self):
+        return programs.list_ckpts(self.spec, self.a.ckpt_dir) if self.a.ckpt_dir else []
+
+    def newest_complete(self) -> Optional[int]:
+        """The newest complete checkpoint's step, by the program's completion rule (and the newest
+        ever seen: a program may delete its last good one before it writes the next)."""
+        c = programs.newest_complete(self.ckpts())
+        if c is not None and (self.seen_complete is None or c.step > self.seen_complete):
+            self.seen_complete = c.step
+        return c.step if c else None
+
+    def target(self) -> Optional[layout.Attempt]:
+        """The attempt a strike made now hits: the newest one, or the one after it when it is over
+        (the strike retries until the relaunched ranks are there)."""
+        atts = layout.Phase(self.a.phase_dir).attempts() if self.a.phase_dir else []
+        if not atts:
+            return None
+        return layout.Phase(self.a.phase_dir).attempt(atts[-1].index + 1) if attempt.is_over(atts[-1]) else atts[-1]
+
+    def unmatched(self) -> bool:
+        """The checkpoint dir holds something, and the checkpoint pattern matches none of it."""
+        try:
+            return bool(self.a.ckpt_dir and os.listdir(self.a.ckpt_dir)) and not self.ckpts()
+        except OSError:
+            return False
+
+    def where(self, att: Optional[layout.Attempt]) -> dict:
+        """Where a strike landed in attempt `att`, looked at once its ranks are dead (the fan-out
+        takes a while, the program went on meanwhile): start-up (no step logged), save (something
+        in the checkpoint dir that is not a complete checkpoint was written to since the launch:
+        `saving` names it), or between saves."""
+        if att is None:
+            return {"where": None}
+        try:
+            launched = os.stat(att.at_launch).st_mtime
+        except OSError:
+            launched = None
+        torn = programs.in_flight(self.spec, self.a.ckpt_dir, launched) if launched and self.a.ckpt_dir else []
+        where = "start-up" if not os.path.exists(att.metrics(0)) else "save" if torn else "between saves"
+        return {"where": where, "attempt": att.index, "saving": torn}
+
+    def on_terminate(self, signum, _frame):
+        """SIGTERM/SIGINT: stop now, except in the middle of a strike, which is finished and
+        recorded first (a strike without its record would be booked as an uninjected crash)."""
+        self.terminated = signal.Signals(signum).name
+        if not self.striking:
+            raise SystemExit(self.done())
+
+    def say(self, msg):
+        print(f"[inject {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    def stop_reason(self) -> Optional[str]:
+        a = self.a
+        if self.terminated:
+            return f"{self.terminated} received"
+        if a.until and os.path.exists(a.until):
+            return f"{a.until} exists"
+        if a.max_kills is not None and self.kills >= a.max_kills:
+            return f"{self.kills} kill(s) made (--max-kills)"
+        if a.train_iters and a.ckpt_dir:
+            newest = self.newest_complete()
+            if newest is not None and newest >= a.train_iters:
+                return "training finished"
+        return None
+
+    def sleep_until(self, pred, deadline=None) -> bool:
+        """Poll pred() every POLL_S; False if we must stop (or the deadline passed) first."""
+        while True:
+            if pred():
+                return True
+            if self.stop_reason() or (deadline is not None and time.time() >= deadline):
+                return False
+            time.sleep(POLL_S)
+
+    def strike(self, kind, idx, sig):
+        """Fan `sig` out to the nodes `idx`; (distinct processes reached, receipts). On the local
+        scheduler every node is this host: the killer runs in this process (a `kill-ranks`
+        process would first spend ~0.15 s starting Python, while the program goes on)."""
+        if self.a.fanout == "local":
+            receipts = [self.strike_here(kind, sig) for _ in idx]
+        else:
+            receipts = fan_out(self.a.fanout, self.hosts, idx, killer_argv(self.a.python, self.a.tag, sig, kind),
+                               self.slots, self.a.launcher)
+        # distinct (host, pid): two scheduler nodes on one host may both see the same rank
+        return len({(r.get("host"), p) for r in receipts if not r.get("dry_run") for p in r.get("pids", [])}), receipts
+
+    def strike_here(self, kind, sig) -> dict:
+        """`restartlab kill-ranks` on this host, in this process: the same receipt."""
+        try:
+            return killer.kill_ranks(self.a.tag, killer.parse_signal(sig), one="--one" in kind.killer_args())
+        except (OSError, killer.KillerError) as e:
+            return {"host": socket.gethostname(), "error": str(e)}
+
+    def kill(self, reason, target_step=None, kind_name=None):
+        a = self.a
+        kind = failures.get(kind_name) if kind_name else self.kind
+        sig = a.signal or kind.signal
+        idx = kind.nodes(len(self.hosts), a.node, self.rng)
+        t_kill = time.time()
+        newest = self.newest_complete()
+        struck = self.target()
+        attempts = layout.Phase(a.phase_dir).attempts() if a.phase_dir else []
+        deadline = t_kill + 10
+        self.striking = True
+        while True:  # nothing found (between attempts): retry briefly, the target has not died
+            killed, receipts = self.strike(kind, idx, sig)
+            if killed or time.time() > deadline or self.stop_reason():
+                break
+            time.sleep(0.2)
+        rec = {"time": t_kill, "reason": reason, "target_step": target_step,
+               "step_seen": newest_step_seen(a.phase_dir) if a.phase_dir else None,
+               "newest_complete": newest, "signal": sig, "kind": kind.name,
+               "newest_complete_seen": self.seen_complete,
+               "hosts": [self.hosts[i] for i in idx], "killed": killed, "receipts": receipts,
+               **self.where(struck)}
+        self.record(rec)  # now: the relaunch loop books the attempt as injected when it ends
+        self.striking = False
+        self.kills += 1
+        self.say(f"kill #{self.kills} ({reason}): {killed} process(es) on {len(idx)} node(s), "
+                 f"newest complete step {newest}")
+        for r in receipts:
+            self.say("  " + describe_receipt(r))
+        if self.terminated:
+            raise SystemExit(self.done())
+        if killed:
+            struck = attempts[-1] if attempts else None
+            more = kind.follow_up(a.grace, lambda: struck is not None and attempt.is_over(struck),
+                                  lambda s: self.strike(kind, idx, s)[0])
+            if more:  # a second line, "killed": 0 so that nobody counts it as another failure
+                self.record(dict(more, time=time.time(), follow_up_of=t_kill, kind=kind.name, killed=0))
+                self.say(f"  follow-up: {more}")
+        return rec
+
+    def record(self, rec):
+        if self.log_path:
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+        else:  # the record is the receipt: without a phase dir it goes to stdout
+            print(json.dumps(rec), flush=True)
+
+    def live_attempt(self, after: int) -> Optional[layout.Attempt]:
+        """The newest attempt, once one numbered above `after` is launched and not over (None: we
+        must stop first)."""
+        found = []
+
+        def launched():
+            atts = layout.Phase(self.a.phase_dir).attempts()
+            if atts and atts[-1].index > after and os.path.exists(atts[-1].at_launch) \
+                    and not attempt.is_over(atts[-1]):
+                found[:] = [atts[-1]]
+                return True
+            return False
+        return found[0] if self.sleep_until(launched) else None
+
+    def fuzz(self):
+        """One kill per attempt at a random point: inside a save (the moment a checkpoint being
+        written shows up, plus up to 20 ms) or anywhere from the launch on (uniformly within
+        --fuzz-window). A kill aimed at a save that sees none within SAVE_WAIT_WINDOWS windows of the
+        launch strikes then. A checkpoint that becomes complete without having been seen in flight
+        (a program that writes it elsewhere and renames it in, as Lightning does) makes the kills
+        from then on strike anywhere, said once. The choices come from --seed; what happened is in
+        each record."""
+        a, last = self.a, 0
+        told, window = False, a.fuzz_window
+        while self.kills < a.fuzz:
+            att = self.live_attempt(last)
+            if att is None:
+                break
+            t0 = os.stat(att.at_launch).st_mtime
+            # once an attempt showed no save, later kills aimed at one strike anywhere instead
+            in_save = self.rng.random() < a.fuzz_save_share and not told
+            delay, jitter = self.rng.uniform(0, window), self.rng.uniform(0, 0.02)
+            if in_save:
+                deadline = t0 + SAVE_WAIT_WINDOWS * window
+                before = self.newest_complete()
+                unseen = False  # a checkpoint became complete without ever being seen in flight
+                # --fuzz-after-complete: only a save made while a complete checkpoint exists (or
+                # existed: one deleted before the next is written counts) is struck
+                while True:
+                    ready = not a.fuzz_after_complete or self.seen_complete is not None
+                    if ready and programs.in_flight(self.spec, a.ckpt_dir, t0):
+                        break
+                    now = self.newest_complete()
+                    unseen = now is not None and (before is None or now > before) and not a.fuzz_after_complete
+                    if unseen or attempt.is_over(att) or time.time() > deadline or self.stop_reason():
+                        break
+                    before = now if a.fuzz_after_complete else before
+                    time.sleep(SAVE_POLL_S)
+                if attempt.is_over(att) or self.stop_reason():
+                    continue
+                if unseen and not told:
+                    self.say(f"a checkpoint in {a.ckpt_dir} became complete in attempt {att.index} without being "
+                             f"seen in flight (a program that writes its checkpoint elsewhere and renames it in "
+                             f"shows none; else check trainer.program.checkpoints): striking now, and anywhere "
+                             f"from here on")
+                    told = True
+                if unseen or time.time() > deadline:  # no save to aim at in time: strike now
+                    in_save, delay = False, time.time() - t0
+                else:
+                    time.sleep(jitter)
+            else:
+                if self.sleep_until(lambda: attempt.is_over(att), deadline=t0 + delay):
+                    window = max(0.1, min(window, time.time() - t0) / 2)  # the next one, sooner
+                    self.say(f"attempt {att.index} ended before the kill at launch +{delay:.2f}s: the next "
+                             f"attempt is struck within {window:.2f}s of its launch")
+                    continue
+                if self.stop_reason():
+                    break
+            last = att.index
+            self.kill(f"fuzz #{self.kills + 1}: {'inside a save' if in_save else f'launch +{delay:.2f}s'}")
+        return self.done()
+
+    def run(self):
+        a = self.a
+        if a.fuzz:
+            return self.fuzz()
+        targets = step_targets(a.at_steps, a.every_steps, a.train_iters)
+        if targets:
+            gate = tool_options.gate_of(a.gate, step_schedule=True)
+            # a chained job's injector: the steps an earlier job's injector struck are done
+            done = {r.get("target_step") for r in live.read_injections(a.phase_dir) if r.get("killed")} \
+                if a.phase_dir else set()
+            for s, kind in targets:
+                if s in done:
+                    self.say(f"step {s}: struck by an earlier job of this experiment")
+                    continue
+                if gate == "complete":
+                    ok = self.sleep_until(lambda: (self.newest_complete() or -1) >= s or self.unmatched())
+                    if ok and self.unmatched():
+                        gate = "none"
+                        self.say(f"the checkpoint dir {a.ckpt_dir} holds files but nothing matches the "
+                                 f"checkpoint pattern {self.spec.get('checkpoints')!r} (check "
+                                 f"trainer.program.checkpoints): step-aimed kills fire when the step is seen")
+                        ok = self.sleep_until(lambda: newest_step_seen(a.phase_dir) >= s)
+                else:
+                    ok = self.sleep_until(lambda: newest_step_seen(a.phase_dir) >= s)
+                if not ok:
+                    break
+                self.kill(f"step {s} ({'after .complete' if gate == 'complete' else 'step seen'})", s, kind)
+        else:
+            if a.wait_first_complete and not self.sleep_until(lambda: self.newest_complete() is not None):
+                return self.done()
+            t0 = time.time()
+            for off in timed_offsets(a.every, a.mtbf, a.seed):
+                if self.sleep_until(lambda: False, deadline=t0 + off) is False and self.stop_reason():
+                    break
+                if tool_options.gate_of(a.gate, step_schedule=False) == "complete" and not self.sleep_until(
+                        lambda: self.newest_complete() is not None):
+                    break
+                self.kill(f"timed +{off:.1f}s ({'every' if a.every else 'mtbf'})")
+        return self.done()
+
+    def done(self):
+        self.say(f"stopping: {self.stop_reason() or 'schedule exhausted'}; {self.kills} kill(s)")
+        return 0
+
+
+def add_args(p):
+    tool_options.add_inject_args(p)
+
+
+def main(a) -> int:
+    if not a.tag and killer.job_id_entry() is None:
+        print(f"restartlab inject: error: {killer.no_job_error()}", file=sys.stderr)
+        return 2
+    if a.fuzz and not (a.ckpt_dir and a.phase_dir):
+        print("restartlab inject: error: --fuzz needs --ckpt-dir and --phase-dir", file=sys.stderr)
+        return 2
+    if a.program:
+        try:
+            bad = programs.spec_errors(programs.resolve(json.loads(a.program)))
+        except (ValueError, AttributeError, KeyError) as e:
+            bad = [("program", str(e))]
+        if bad:
+            print(f"restartlab inject: error: --program: {bad[0][0]}: {bad[0][1]}", file=sys.stderr)
+            return 2
+    if a.wait_first_complete and not a.ckpt_dir:
+        print("restartlab inject: error: --wait-first-complete needs --ckpt-dir", file=sys.stderr)
+        return 2
+    step_schedule = bool(a.at_steps or a.every_steps)
+    if tool_options.gate_of(a.gate, step_schedule) == "complete" and step_schedule and not a.ckpt_dir:
+        print("restartlab inject: error: gated step schedules need --ckpt-dir", file=sys.stderr)
+        return 2
+    a.python = a.python or sys.executable
+    a.nodefile = tool_options.nodefile_default(a.nodefile)
+    if a.fanout is None:
+        sched = schedulers.from_env(os.environ)
+        a.fanout = sched.name if sched else "local"
+    if a.phase_dir:
+        os.makedirs(a.phase_dir, exist_ok=True)
+    inj = Injector(a)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, inj.on_terminate)
+    return inj.run()

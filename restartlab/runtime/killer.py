@@ -1,0 +1,335 @@
+"""Node-local rank killer: find the job's training ranks by their environment (never by command
+line), kill each rank's whole process tree, print a JSON receipt.
+
+Two ways to find the ranks:
+- `--tag T`: the processes whose environment holds RESTARTLAB_JOB_TAG=T (one restartlab run);
+- no tag: this batch job's ranks, whatever program they run. A rank is a process of this job
+  (PBS_JOBID / SLURM_JOB_ID as in our own environment) that a launcher started: its environment
+  holds a launcher's rank variable (PALS, Hydra/PMI, Open MPI, srun, torchrun: the launcher
+  registry) with a value its parent does not have, or a warm standby pool's variable with another
+  pid than its own (a rank the pool forked: its environment is the pool's). A process with a rank
+  below it is a launcher
+  (a Hydra proxy srun started, a torchrun agent) and is spared; so are the job script (on Slurm it
+  has SLURM_PROCID but no step id), restartlab's own tools (RESTARTLAB_TOOL in their environment)
+  and a parent whose environment we may not read.
+
+Only processes of the user running it (real and effective uid, from psutil): a process of
+another user that carries the same tag or job id is skipped and listed in the receipt
+(`skipped_other_user`), root included: root gets no exception.
+
+Never touches this process, its ancestors (the injector, pbsdsh/srun, the launcher that started
+us) or any process that is not a rank or a rank's descendant. Processes are read
+through psutil, so this works wherever psutil can read another process's environment (Linux,
+macOS); where it cannot, the receipt says how many processes could not be read, and a platform
+where even our own environment is unreadable is an error, never a silent "nothing found"."""
+import json
+import os
+import signal as _signal
+import socket
+import sys
+import time
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import psutil
+
+from .. import launchers, schedulers
+from ..contracts import private, usage
+from ..contracts.envvars import SERVER_VAR, TAG_VAR, TOOL_VAR, node_name
+
+EXIT_KILLED, EXIT_ERROR, EXIT_USAGE, EXIT_NONE = 0, 1, 2, 10
+_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
+
+
+class KillerError(OSError):
+    pass
+
+
+def _check_environ_readable() -> None:
+    try:
+        psutil.Process().environ()
+    except (psutil.AccessDenied, NotImplementedError, OSError) as e:
+        raise KillerError(f"psutil cannot read process environments on this platform ({e!r}): "
+                          f"ranks cannot be found by their {TAG_VAR}") from None
+
+
+def parse_signal(name) -> int:
+    """'KILL', 'SIGTERM', '9' -> the signal's number; ValueError for anything else."""
+    s = str(name).strip().upper()
+    try:
+        return int(_signal.Signals(int(s))) if s.isdigit() else int(_signal.Signals["SIG" + s.removeprefix("SIG")])
+    except (KeyError, ValueError):
+        raise ValueError(f"{name!r} is not a signal name (KILL, TERM, INT, STOP, USR1, ...) or number") from None
+
+
+
+
+def _ours(p: psutil.Process) -> bool:
+    """The process runs as the user running us (real and effective uid)."""
+    u = p.uids()
+    return u.real == os.getuid() and u.effective == os.getuid()
+
+
+def _owner(p: psutil.Process) -> str:
+    return private.owner_name(p.uids().real)
+
+
+def is_pool(pid: int, env: Mapping[str, str]) -> bool:
+    """The warm standby pool itself (restartlab.runtime.warm): its environment names its own pid. The
+    ranks it forks carry its environment (and the tag) with another pid: they are ranks."""
+    return env.get(SERVER_VAR) == str(pid)
+
+
+def _host_ns() -> Optional[int]:
+    """The UTS namespace this process runs in (its host name's), where /proc shows it."""
+    try:
+        return os.stat("/proc/self/ns/uts").st_ino
+    except OSError:
+        return None
+
+
+def _other_host(pid: int, mine: Optional[int]) -> bool:
+    """True when `pid` runs as another host: its UTS namespace differs from ours. On a real
+    cluster every process we can see is on our host; where several hosts share one kernel (the
+    OpenPBS test cluster's network and UTS namespaces, containers) another host's ranks are visible
+    and signallable, and must be left to that host's killer. Unreadable: decided by the other rules."""
+    if mine is None:
+        return False
+    try:
+        return os.stat(f"/proc/{pid}/ns/uts").st_ino != mine
+    except OSError:
+        return False
+
+
+def _scan(entry: str, unreadable: list = None, this_node: bool = False,
+          others: dict = None, standby: bool = False) -> Dict[int, Tuple[dict, int]]:
+    """{pid: (environment, parent pid)} of this user's live processes whose environment holds
+    the exact entry NAME=value, read once each (`unreadable` collects the PIDs whose environment
+    we may not read; `others` {pid: user} those of another user that match). `this_node`: only
+    this node's: under Slurm this Slurm node's (several node daemons may share one host, as in the
+    tests), and never a process of another host sharing our kernel (_other_host).
+    An idle warm standby pool is never a rank: only `standby` includes it."""
+    _check_environ_readable()
+    name, _, value = entry.partition("=")
+    node = os.environ.get("SLURMD_NODENAME") if this_node else None
+    host_ns = _host_ns() if this_node else None
+    found = {}
+    for p in psutil.process_iter():
+        try:
+            env = p.environ()
+            if env.get(name) == value and p.status() != psutil.STATUS_ZOMBIE \
+                    and not (node and env.get("SLURMD_NODENAME", node) != node) \
+                    and not _other_host(p.pid, host_ns) \
+                    and (standby or not is_pool(p.pid, env)):
+                if _ours(p):
+                    found[p.pid] = (env, p.ppid())
+                elif others is not None:
+                    others[p.pid] = _owner(p)
+        except _GONE:
+            pass
+        except psutil.AccessDenied:
+            if unreadable is not None:
+                unreadable.append(p.pid)
+    return found
+
+
+def find_by_env(entry: str, unreadable: list = None) -> List[int]:
+    """Live PIDs whose environment holds the exact entry NAME=value."""
+    return sorted(_scan(entry, unreadable))
+
+
+def find_tagged(tag: str, unreadable: list = None, others: dict = None, standby: bool = False) -> List[int]:
+    """This user's PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly; under Slurm,
+    only those of this Slurm node (`standby`: the warm standby pool too)."""
+    return sorted(_scan(f"{TAG_VAR}={tag}", unreadable, this_node=True, others=others, standby=standby))
+
+
+def _environ(pid: int) -> dict:
+    try:
+        return psutil.Process(pid).environ()
+    except (psutil.Error, OSError):
+        return {}
+
+
+def ancestors(pid: int) -> set:
+    try:
+        return {pid} | {p.pid for p in psutil.Process(pid).parents()}
+    except _GONE:
+        return {pid}
+
+
+def _tree(pid: int, others: dict = None) -> List[psutil.Process]:
+    """The process and its descendants that are this user's (`others` {pid: user}: the rest)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except _GONE:
+        return []
+    mine = []
+    for p in procs:
+        try:
+            if _ours(p):
+                mine.append(p)
+            elif others is not None:
+                others[p.pid] = _owner(p)
+        except _GONE:
+            pass
+    return mine
+
+
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except (psutil.Error, OSError):
+        return ""
+
+
+def no_job_error() -> str:
+    return (f"no --tag and not inside a batch job (none of {', '.join(schedulers.jobid_vars())} is set): "
+            f"give the run's --tag")
+
+
+def job_id_entry(env: Mapping[str, str] = None) -> Optional[str]:
+    """'SLURM_JOB_ID=123' / 'PBS_JOBID=4.server': this batch job's id, from the first scheduler
+    whose id variable is in `env` (default: ours); None outside a batch job."""
+    env = os.environ if env is None else env
+    s = schedulers.from_env(env)
+    return f"{s.jobid_var}={env[s.jobid_var]}" if s else None
+
+
+def _rank_entries(env: Mapping[str, str]) -> List[str]:
+    """['PMI_RANK=3', 'SLURM_PROCID=1']: the rank variables of every launcher that matches, in
+    the registry's order (the order rank discovery tries them)."""
+    return [f"{ln.rank_var}={env[ln.rank_var]}" for ln in launchers.LAUNCHERS.all() if ln.matches(env)]
+
+
+def job_ranks(job: str, unreadable: list = None, others: dict = None) -> Dict[int, str]:
+    """{pid: 'PMI_RANK=3'}: this node's ranks of the job `job` ('VAR=id'), by the rules in the
+    module's docstring."""
+    procs = _scan(job, unreadable, this_node=True, others=others)
+    ranks = {}
+    for pid, (env, ppid) in procs.items():
+        if TOOL_VAR in env:
+            continue
+        if SERVER_VAR in env:  # forked by a warm standby pool: a rank, with the pool's environment
+            ranks[pid] = f"{SERVER_VAR}={env[SERVER_VAR]}"  # (its stub, under the launcher, is one too)
+            continue
+        inherited = _rank_entries(procs[ppid][0] if ppid in procs else _environ(ppid))
+        new = [e for e in _rank_entries(env) if e not in inherited]
+        if new:  # named by the launcher rank discovery would pick (a Hydra rank whose proxy already
+            ranks[pid] = new[0]  # died also shows srun's variable as new)
+    launchers_ = set()  # a rank with another rank above it in the tree: that one is a launcher
+    for pid in ranks:
+        up = procs[pid][1]
+        while up in procs:
+            if up in ranks:
+                launchers_.add(up)
+            up = procs[up][1]
+    protected = ancestors(os.getpid())
+    return {pid: what for pid, what in ranks.items() if pid not in launchers_ and pid not in protected}
+
+
+def targets(tag: str, roots: List[int] = None, unreadable: list = None, others: dict = None,
+            standby: bool = False) -> Dict[int, str]:
+    """This user's tagged processes (or `roots`) and their descendants, minus ourselves and our
+    ancestors (`others` {pid: user}: the matching processes of another user, left alone;
+    `standby`: the warm standby pool too)."""
+    protected = ancestors(os.getpid())
+    found = {}
+    for root in (find_tagged(tag, unreadable, others, standby) if roots is None else roots):
+        for p in _tree(root, others):
+            if p.pid not in protected and p.pid not in found:
+                found[p.pid] = _cmdline(p)
+    return found
+
+
+def _rank_roots(tag: str, others: dict = None) -> List[int]:
+    """This user's tagged processes whose parent is untagged (the ranks, not their children).
+    Under warm restart those are the stubs and the ranks the pool forked: the forked ones, which
+    do the work (a SIGSTOP to a stub would stop nothing; the stub mirrors its rank's death)."""
+    tagged = _scan(f"{TAG_VAR}={tag}", this_node=True, others=others)
+    roots = sorted(pid for pid, (_, ppid) in tagged.items() if ppid not in tagged)
+    forked = [pid for pid in roots if SERVER_VAR in tagged[pid][0]]
+    return forked or roots
+
+
+def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = False, one: bool = False,
+               job: Optional[str] = None, standby: bool = False) -> dict:
+    """Signal this node's ranks (by `tag`, else of the batch job `job`, default this one) and
+    their process trees; `one`: only the lowest-PID rank; `standby`: the run's warm standby pool
+    too (teardown at the end). Returns the receipt."""
+    unreadable: list = []
+    others: Dict[int, str] = {}
+    ranks: Dict[int, str] = {}
+    if tag is None:
+        job = job or job_id_entry()
+        if job is None:
+            raise KillerError(no_job_error())
+        ranks = job_ranks(job, unreadable, others)
+        forked = [p for p in sorted(ranks) if ranks[p].startswith(SERVER_VAR + "=")]
+        roots = (forked or sorted(ranks))[:1] if one else sorted(ranks)  # one: the rank that works
+        procs = targets(tag, roots, others=others)
+    elif one:  # one rank: the lowest-PID rank and its tree
+        procs = targets(tag, [r for r in _rank_roots(tag, others) if r not in ancestors(os.getpid())][:1],
+                        others=others)
+    else:
+        procs = targets(tag, unreadable=unreadable, others=others, standby=standby)
+    receipt = {"host": socket.gethostname(), "node": node_name(), "time": time.time(), "tag": tag,
+               "job": job if tag is None else None,
+               "signal": _signal.Signals(sig).name, "dry_run": dry_run,
+               "pids": sorted(procs), "cmdlines": {str(p): c for p, c in sorted(procs.items())},
+               "ranks": {str(p): ranks[p] for p in sorted(procs) if p in ranks},
+               "unreadable": len(unreadable),
+               "skipped_other_user": {str(p): u for p, u in sorted(others.items())}, "errors": {}}
+    if not dry_run:
+        for pid in procs:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+            except OSError as e:
+                receipt["errors"][str(pid)] = str(e)
+    return receipt
+
+
+def is_gone(pid: int) -> bool:
+    """Exited (or a zombie waiting to be reaped)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except _GONE:
+        return True
+
+
+def build_parser():
+    import argparse
+    p = argparse.ArgumentParser(prog="restartlab kill-ranks",
+                                description="kill this node's training ranks of one job (found by their environment)",
+                                epilog=usage.epilog("kill-ranks"), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tag", help=f"only the ranks of one restartlab run ({TAG_VAR}); default: every "
+                   "rank of this batch job (PBS_JOBID / SLURM_JOB_ID and a launcher's rank variable)")
+    p.add_argument("--signal", default="KILL", help="signal name or number (default KILL)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be killed")
+    p.add_argument("--one", action="store_true", help="only one rank (lowest PID) and its process tree")
+    p.add_argument("--standby", action="store_true", help="with --tag: the run's warm standby pool too "
+                   "(never counted as a rank otherwise)")
+    return p
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
+    if a.tag is None and job_id_entry() is None:
+        print(f"restartlab kill-ranks: error: {no_job_error()}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        sig = _signal.Signals(parse_signal(a.signal))
+    except ValueError as e:
+        print(f"restartlab kill-ranks: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        receipt = kill_ranks(a.tag, sig, a.dry_run, a.one, standby=a.standby)
+    except OSError as e:
+        print(json.dumps({"host": socket.gethostname(), "error": str(e)}))
+        return EXIT_ERROR
+    print(json.dumps(receipt), flush=True)
+    if receipt["errors"]:
+        return EXIT_ERROR
+    return EXIT_KILLED if receipt["pids"] else EXIT_NONE

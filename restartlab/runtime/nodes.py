@@ -1,0 +1,179 @@
+"""Node health: `restartlab node-check`. On each node (`--local`): Python and restartlab start
+(this process is the proof), the expected accelerators are visible, the stage dir is writable
+with room for a checkpoint shard, and an optional site command succeeds. Across the job: the
+check is fanned out once to every node not yet known bad, each with a timeout (a node that does
+not answer in time is bad); results are appended to the phase's node-check records (layout); a bad node is added to
+the job's bad-node file and stays excluded for the rest of the job; the hosts of the next
+attempt are written to a private host file (the first `--need` healthy nodes in node-file
+order), and the number of nodes chosen is printed.
+
+Recovery policies (relaunch.on_node_loss): `same` never excludes (the check only reports);
+`spares` needs exactly `--need` healthy nodes (the job asked for spares); `shrink` takes the
+largest number of healthy nodes that divides `--need` (each remaining rank then takes a whole
+number of the missing ranks' micro-batches), no fewer than `--min-nodes`. Exit 3 when too few
+nodes are healthy."""
+import argparse
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import List, Optional
+
+from ..contracts import options, usage
+from . import tool_options
+from ..contracts.envvars import node_name
+
+EXIT_OK, EXIT_USAGE, EXIT_TOO_FEW = 0, 2, 3
+POLICIES = tool_options.POLICIES
+# device nodes by accelerator kind: counted without importing torch (orchestration never does)
+DEVICE_GLOBS = {"cuda": "/dev/nvidia[0-9]*", "xpu": "/dev/dri/renderD*"}
+
+
+# ---------------------------------------------------------------- on one node
+def check_here(stage_dir: Optional[str], min_free: int, device: str, gpus: int,
+               site_cmd: Optional[str], timeout: float) -> dict:
+    t0 = time.time()
+    problems = []
+    if device in DEVICE_GLOBS and gpus:
+        seen = len(glob.glob(DEVICE_GLOBS[device]))
+        if seen < gpus:
+            problems.append(f"{seen} {device} device(s) visible, {gpus} expected")
+    if stage_dir:
+        problems += _check_dir(stage_dir, min_free)
+    if site_cmd:
+        try:
+            r = subprocess.run(site_cmd, shell=True, capture_output=True, text=True, timeout=timeout)
+            if r.returncode:
+                problems.append(f"site check exited {r.returncode}: {(r.stderr or r.stdout).strip()[-200:]}")
+        except subprocess.TimeoutExpired:
+            problems.append(f"site check did not finish in {timeout:g}s")
+    return {"node": node_name(), "host": socket.gethostname(), "ok": not problems,
+            "reason": "; ".join(problems), "seconds": round(time.time() - t0, 3)}
+
+
+def _check_dir(path: str, min_free: int) -> List[str]:
+    """The stage dir, or the nearest existing directory above it, takes a small fsync'ed write
+    and has room. Nothing is created: the trainer's owner creates (and marks, and later removes)
+    the stage dir it makes."""
+    where = path
+    while not os.path.exists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    if not os.path.isdir(where):
+        return [f"stage dir {path}: not writable ({where} is not a directory)"]
+    try:  # an unguessable name, created exclusively, 0600: nothing planted there is followed
+        fd, probe = tempfile.mkstemp(prefix=".restartlab-node-check-", dir=where)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(b"x" * 4096)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            os.unlink(probe)
+        free = shutil.disk_usage(where).free
+    except OSError as e:
+        return [f"stage dir {path}: not writable ({e.strerror or e})"]
+    if free < min_free:
+        return [f"stage dir {path}: {free / 2**20:.0f} MiB free, a shard needs {min_free / 2**20:.0f} MiB"]
+    return []
+
+
+# ---------------------------------------------------------------- across the job
+def read_bad(path: Optional[str]) -> List[str]:
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [x.strip() for x in f if x.strip()]
+
+
+def choose(hosts: List[str], bad: List[str], policy: str, need: int, min_nodes: int):
+    """(hosts for the next attempt, error or None)."""
+    if policy == "same":
+        return hosts[:need], None
+    good = [h for h in hosts if h not in bad]
+    if policy == "spares":
+        if len(good) < need:
+            return None, f"{len(good)} healthy node(s) left, {need} needed (no spare left)"
+        return good[:need], None
+    # shrink: the largest node count that divides the original, so that each remaining rank
+    # takes a whole number of the missing ranks' micro-batches (the global batch stays the same)
+    k = next((k for k in range(min(len(good), need), 0, -1) if need % k == 0), 0)
+    if k < min_nodes:
+        return None, f"{len(good)} healthy node(s) left, relaunch.min_nodes is {min_nodes}"
+    return good[:k], None
+
+
+def check_all(a) -> Optional[int]:
+    """Check every node not yet known bad; the number of nodes chosen for the next attempt
+    (their names in --hosts-out), or None when too few are healthy (said on stderr)."""
+    from . import fanout
+    hosts, slots = fanout.job_nodes(a.nodefile, a.fanout)
+    bad = read_bad(a.bad_file)
+    todo = [i for i, h in enumerate(hosts) if h not in bad]
+    argv = [sys.executable, "-m", "restartlab.cli", "node-check", *options.to_argv(tool_options.NODE_CHECK, {
+        "local": True, "timeout": a.timeout, "min_free": a.min_free, "device": a.device, "gpus": a.gpus,
+        "stage_dir": a.stage_dir, "site_cmd": a.site_cmd})]
+    t0 = time.time()
+    receipts = fanout.fan_out(a.fanout, hosts, todo, argv, slots, a.launcher, timeout=a.timeout) if todo else []
+    results = []
+    for i, r in zip(todo, _by_node(receipts, [hosts[i] for i in todo])):
+        if r is None or "ok" not in r:
+            err = (r or {}).get("error", "no answer")
+            r = {"node": hosts[i], "ok": False, "reason": f"no healthy answer: {err}",
+                 "seconds": round(time.time() - t0, 3)}
+        r["node"] = hosts[i]  # the node file's name for it (what the launcher is given)
+        results.append(r)
+    newly_bad = [r["node"] for r in results if not r["ok"]]
+    if newly_bad and a.policy != "same":
+        bad += newly_bad
+        if a.bad_file:
+            with open(a.bad_file, "a") as f:
+                f.writelines(n + "\n" for n in newly_bad)
+    if a.log:
+        with open(a.log, "a") as f:
+            for r in results:
+                f.write(json.dumps(dict(r, time=time.time(), attempt=a.attempt, policy=a.policy)) + "\n")
+    for r in results:
+        if not r["ok"]:
+            print(f"restartlab node-check: {r['node']}: BAD: {r['reason']}", file=sys.stderr)
+    chosen, err = choose(hosts, bad, a.policy, a.need or len(hosts), a.min_nodes)
+    if err:
+        print(f"restartlab node-check: {err}", file=sys.stderr)
+        return None
+    if a.hosts_out:
+        with open(a.hosts_out, "w") as f:
+            f.writelines(h + "\n" for h in chosen)
+    return len(chosen)
+
+
+def _by_node(receipts: List[dict], names: List[str]) -> List[Optional[dict]]:
+    """Receipts in the order of `names` (fan_out keeps the order of its commands; a receipt
+    that names its node is matched by name, as two scheduler nodes may share one host)."""
+    if len(receipts) == len(names):
+        return receipts
+    by = {r.get("node"): r for r in receipts if r.get("node")}
+    return [by.get(n) for n in names]
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="restartlab node-check", description=__doc__.split("\n\n")[0],
+                                epilog=usage.epilog("node-check"), formatter_class=argparse.RawDescriptionHelpFormatter)
+    options.add_to_parser(p, tool_options.NODE_CHECK)
+    return p
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
+    a.nodefile = tool_options.nodefile_default(a.nodefile)
+    if a.local:
+        print(json.dumps(check_here(a.stage_dir, a.min_free, a.device, a.gpus, a.site_cmd, a.timeout)), flush=True)
+        return EXIT_OK
+    n = check_all(a)
+    if n is None:
+        return EXIT_TOO_FEW
+    print(n)
+    return EXIT_OK

@@ -1,0 +1,557 @@
+"""restartlab supervise: the relaunch loop of one phase, run by the job script once per phase:
+
+    restartlab supervise --phase sync --phase-dir EXPT/sync --tag T ... -- mpiexec ... python -m restartlab.trainer ...
+
+It launches each attempt (its own directory, a fresh rendezvous port, the launch timestamp),
+keeps the injector running for the phase, watches each attempt (no progress for hang_timeout, or
+startup_timeout before the first step: stopped), sends the ranks the trainer's preemption signal
+once the walltime margin is reached and launches nothing after it, tears down whatever of a failed
+attempt is left, runs the node check before each launch when a policy needs it, records each
+attempt, and decides: relaunch (after the backoff, within the budget), or stop. The phase's
+verdict is its exit status (EXIT_*), its `completed` marker and each attempt's record (layout.py names them).
+
+The decisions live in `Supervisor`; the side effects (processes, signals, the node check, the
+injector) in `Procs`, and time in `Clock`: the tests replace both (a fake clock, fake attempts)."""
+import argparse
+import contextlib
+import json
+import os
+import select
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+from . import attempt as attempt_record
+from .. import launchers, programs
+from ..contracts import layout, options
+from . import tap, tool_options
+from ..contracts.exits import (EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_USAGE,
+                               EXIT_WALLTIME)
+from ..contracts.trainer_options import STACKS_SIGNAL
+STOP_GRACE_S = 5.0               # the launcher's time to end after a TERM before it gets a KILL
+INJECTOR_GRACE_S = 5.0           # the injector stops by itself once the done marker exists
+STACKS_WAIT_S = 2.0              # a hung attempt's ranks' time to write their stacks before the KILL
+
+
+# ---------------------------------------------------------------- the parts the tests replace
+class Clock:
+    def time(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+class Launched:
+    """One attempt's launcher process."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.pid = proc.pid
+        try:  # a pidfd wakes us the moment the launcher exits (Popen.wait polls in 50 ms steps)
+            self._fd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self._fd = None
+
+    def wait(self, timeout: Optional[float]) -> Optional[int]:
+        """The exit status once the launcher has ended, None if it still runs after `timeout`.
+        Death by signal N is 128+N, as a shell reports it (launchers.signal_of reads that)."""
+        if self._fd is not None and self.proc.poll() is None and timeout:
+            p = select.poll()
+            p.register(self._fd, select.POLLIN)
+            p.poll(max(0, timeout) * 1000)
+        try:
+            rc = self.proc.wait(timeout=0 if self._fd is not None else timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        return 128 - rc if rc < 0 else rc
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+
+ATTEMPT_DIR_TOKEN = "{attempt_dir}"  # in a program's command: the attempt's directory
+PUMP_DRAIN_S = 5.0  # after the launcher ended: how long the tap may still read what it wrote
+
+
+class Procs:
+    """The supervisor's side effects on real processes and files."""
+
+    def __init__(self, cfg: "Config"):
+        self.cfg = cfg
+        self.injector: Optional[subprocess.Popen] = None
+        self.spec = programs.resolve(json.loads(cfg.program) if cfg.program else {"adapter": "restartlab"})
+        self.taps = {}  # attempt path -> (Tap, Pump) of a program whose output is read
+        self.pool = None  # the warm standby pools (warm.standby.Standby) of this phase
+        self.pool_served = False  # said that they serve
+
+    def which(self, exe: str) -> bool:
+        return shutil.which(exe) is not None
+
+    def preflight(self, argv) -> Optional[str]:
+        """Why the program cannot run here (its adapter's check), or None."""
+        return programs.preflight(self.spec, argv)
+
+    def free_port(self) -> int:
+        return int(os.environ.get("MASTER_PORT") or launchers.free_port())
+
+    def launch(self, argv: List[str], att: layout.Attempt, env: dict) -> Launched:
+        """Start the attempt; first, what the checkpoint dir holds (which checkpoint a correct
+        resume loads, which one the program's own rule picks). A program that does not write
+        restartlab's metrics rows has its output read by a tap (tap.py)."""
+        ckpts = []
+        if self.cfg.ckpt_dir:
+            ckpts = programs.list_ckpts(self.spec, self.cfg.ckpt_dir)
+            tap.write_snapshot(att, tap.snapshot(self.spec, self.cfg.ckpt_dir, ckpts))
+        env = dict(os.environ, **env)
+        if not self.spec["tap"]:
+            with open(att.output, "ab") as out:
+                return Launched(subprocess.Popen(argv, cwd=att.path, env=env, stdout=out,
+                                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        env.setdefault("PYTHONUNBUFFERED", "1")  # a Python program's progress lines as they happen
+        proc = subprocess.Popen(argv, cwd=att.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        t = tap.Tap(self.spec, att, float(env["RESTARTLAB_LAUNCH_TS"]), ckpts)
+        pump = tap.Pump(proc.stdout, att, t)
+        pump.start()
+        follow = None
+        if self.spec.get("progress_file"):  # progress from a file the program appends to
+            follow = tap.Follow(self.placeholders(self.spec["progress_file"], att), t)
+            follow.start()
+        self.taps[att.path] = (t, pump, follow)
+        return Launched(proc)
+
+    def placeholders(self, text: str, att: layout.Attempt) -> str:
+        """{attempt_dir}, {phase_dir} and {ckpt_dir} of a program's path, filled for this attempt."""
+        for k, v in ((ATTEMPT_DIR_TOKEN, att.path), ("{phase_dir}", self.cfg.phase_dir),
+                     ("{ckpt_dir}", self.cfg.ckpt_dir or "")):
+            text = text.replace(k, v)
+        return text
+
+    def finish(self, att: layout.Attempt, rc: int) -> Optional[str]:
+        """After the launcher ended: the tap reads the rest and writes the final row; a warning
+        when the program showed no progress at all."""
+        t, pump, follow = self.taps.pop(att.path, (None, None, None))
+        if t is None:
+            return None
+        pump.join(PUMP_DRAIN_S)  # a rank that outlived its launcher may hold the pipe: not waited for
+        if follow is not None:
+            follow.stop()         # and the progress file's last records
+        return t.finish(rc, self.cfg.train_iters)
+
+    def teardown(self, att: layout.Attempt, sig: str = "KILL") -> None:
+        """`sig` to whatever of this job's ranks is left, on every node (found by the tag)."""
+        from .teardown import teardown
+        with open(att.teardown_log, "a") as log, contextlib.redirect_stdout(log):
+            teardown(self.cfg.tag, sig, self.cfg.fanout, self.cfg.nodefile, self.cfg.launcher)
+
+    def dump_stacks(self, att: layout.Attempt) -> None:
+        """A hung attempt of the bundled trainer: each rank that can still run writes its threads'
+        Python stacks into the attempt's output (trainer_options.STACKS_SIGNAL) before the KILL,
+        so the hang says where it was. A program of the user's is left alone: its signals are its own."""
+        if self.cfg.program:
+            return
+        self.teardown(att, STACKS_SIGNAL)
+        time.sleep(STACKS_WAIT_S)
+
+    def last_activity(self, att: layout.Attempt) -> Optional[float]:
+        """When the attempt last wrote output or a metrics row (file times); a tapped program:
+        its last progress line (the launch before the first), whatever else it prints."""
+        if att.path in self.taps:
+            return self.taps[att.path][0].last_progress
+        times = []
+        for p in [att.output] + att.metrics_files():
+            try:
+                times.append(os.stat(p).st_mtime)
+            except OSError:
+                pass
+        return max(times) if times else None
+
+    def has_stepped(self, att: layout.Attempt) -> bool:
+        if att.path in self.taps:
+            return self.taps[att.path][0].stepped
+        return bool(att.metrics_files())
+
+    def node_check(self, phase: layout.Phase, k: int) -> Optional[int]:
+        """Nodes the next attempt gets (its hosts in --hosts-file); None: too few healthy ones."""
+        from . import nodes
+        p = argparse.ArgumentParser(prog="restartlab node-check")
+        options.add_to_parser(p, tool_options.NODE_CHECK)
+        a = p.parse_args(shlex.split(self.cfg.node_check) + [
+            "--fanout", self.cfg.fanout, "--log", phase.node_checks, "--attempt", str(k),
+            "--hosts-out", self.cfg.hosts_file])
+        if self.cfg.nodefile:
+            a.nodefile = self.cfg.nodefile
+        with open(phase.node_check_log, "a") as log, contextlib.redirect_stderr(log):
+            return nodes.check_all(a)
+
+    def start_injector(self, phase: layout.Phase) -> None:
+        argv = [sys.executable, "-m", "restartlab.cli", "inject", *shlex.split(self.cfg.inject)]
+        with open(phase.injector_log, "ab") as log:
+            self.injector = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def stop_injector(self, grace: float = INJECTOR_GRACE_S) -> None:
+        if self.injector is None:
+            return
+        try:
+            self.injector.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.injector.terminate()
+            try:
+                self.injector.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.injector.kill()
+                self.injector.wait()
+        self.injector = None
+
+    def hosts(self) -> List[str]:
+        from .fanout import read_nodefile
+        return read_nodefile(self.cfg.nodefile)[0]
+
+    def start_pool(self, phase: layout.Phase) -> Optional[str]:
+        """Start the warm standby pools (one per node) without waiting for them: they preload
+        while the phase's first attempt starts cold. None, or why they cannot start."""
+        from .fanout import job_nodes
+        from .warm.standby import Standby
+        from .warm.wire import PoolError
+        cfg = self.cfg
+        hosts, slots = job_nodes(cfg.nodefile, cfg.fanout)
+        if cfg.fanout == "local" and len(hosts) > 1:
+            return f"fanout local reaches this node only, and the job has {len(hosts)} nodes"
+        try:
+            preload = cfg.warm_preload or programs.ADAPTERS.get(self.spec["adapter"]).preload
+            self.pool = Standby(cfg.argv, cfg.tag, phase.warm_log, preload, fanout=cfg.fanout,
+                                hosts=hosts, slots=slots, launcher=cfg.launcher, state_dir=phase.warm_dir)
+        except (PoolError, OSError) as e:
+            self.stop_pool()
+            return f"the standby pool did not start ({e}; see {phase.warm_log})"
+        self.pool_served = False
+        return None
+
+    def launch_argv(self, argv: List[str], wait: bool = True) -> Tuple[List[str], Optional[Tuple[str, bool]]]:
+        """The attempt's argv, through the pools' stubs when they serve, else cold; and what to say
+        (text, is it a fall-back) the first time they serve, or when they cannot. A relaunch
+        (`wait`) waits for pools still preloading: they started before the attempt that failed, so
+        what is left of their preload is less than a cold start's imports. The phase's first
+        launch does not wait: it starts cold beside them."""
+        from .warm.standby import cold_argv, stub_argv
+        from .warm.wire import PoolError
+        if self.pool is None:
+            return cold_argv(argv), None
+        pool = self.pool
+        try:
+            if wait:
+                pool.wait_ready(max(0.0, self.cfg.startup_timeout - (time.time() - pool.started)))
+            elif not pool.ready():
+                return cold_argv(argv), None
+            if not pool.alive():
+                raise PoolError(f"a pool exited ({pool.last_line()})")
+        except (PoolError, OSError) as e:
+            self.stop_pool()
+            return cold_argv(argv), (f"the standby pool cannot serve ({e}; see {pool.log_path})", True)
+        note = None
+        if not self.pool_served:
+            self.pool_served = True
+            note = (f"the standby pool serves (preloaded in {pool.ready_after:.1f}s; see {pool.log_path})", False)
+        return stub_argv(argv, pool.dir), note
+
+    def warm_ranks(self, k: int) -> Optional[int]:
+        """Ranks of attempt k the pools forked (None: not a warm phase; 0: all cold)."""
+        if not self.cfg.warm:
+            return None
+        from .warm.standby import served_in
+        return served_in(layout.Phase(self.cfg.phase_dir).warm_dir, k)
+
+    def stop_pool(self) -> None:
+        if self.pool is not None:
+            self.pool.stop()
+            self.pool = None
+
+
+# ---------------------------------------------------------------- configuration
+_DEFAULT = {o.key: o.default for o in tool_options.SUPERVISE}  # one default per option: the table's
+
+
+@dataclass
+class Config:
+    """The supervisor's settings: the launch argv, then one field per option of
+    tool_options.SUPERVISE (its required ones first), each default taken from the table
+    (tests/test_tool_options.py keeps the fields and the table equal)."""
+    argv: List[str]
+    phase: str
+    phase_dir: str
+    tag: str
+    train_iters: int = _DEFAULT["train_iters"]
+    launcher: str = _DEFAULT["launcher"]
+    max_attempts: int = _DEFAULT["max_attempts"]
+    backoff: float = _DEFAULT["backoff"]
+    hang_timeout: float = _DEFAULT["hang_timeout"]
+    startup_timeout: float = _DEFAULT["startup_timeout"]
+    walltime_margin: float = _DEFAULT["walltime_margin"]
+    stop_at: float = _DEFAULT["stop_at"]
+    preempt_signal: str = _DEFAULT["preempt_signal"]
+    fanout: str = _DEFAULT["fanout"]
+    nodefile: Optional[str] = _DEFAULT["nodefile"]
+    job: str = _DEFAULT["job"]
+    node_policy: str = _DEFAULT["node_policy"]
+    ranks_per_node: int = _DEFAULT["ranks_per_node"]
+    node_check: Optional[str] = _DEFAULT["node_check"]
+    hosts_file: Optional[str] = _DEFAULT["hosts_file"]
+    inject: Optional[str] = _DEFAULT["inject"]
+    ckpt_dir: Optional[str] = _DEFAULT["ckpt_dir"]
+    program: Optional[str] = _DEFAULT["program"]
+    warm: bool = _DEFAULT["warm"]
+    warm_preload: Optional[str] = _DEFAULT["warm_preload"]
+    tick: float = _DEFAULT["tick"]
+
+    @classmethod
+    def from_args(cls, a: argparse.Namespace, argv: List[str]) -> "Config":
+        vals = {o.key: getattr(a, o.key) for o in tool_options.SUPERVISE}
+        vals["nodefile"] = tool_options.nodefile_default(vals["nodefile"])
+        return cls(argv=list(argv), **vals)
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+# ---------------------------------------------------------------- the loop
+class Supervisor:
+    def __init__(self, cfg: "Config", clock: Clock = None, procs: Procs = None, out=None):
+        self.cfg = cfg
+        self.clock = clock or Clock()
+        self.procs = procs or Procs(cfg)
+        self.phase = layout.Phase(cfg.phase_dir)
+        self.out = out or sys.stdout
+        self.current: Optional[Launched] = None
+
+    def say(self, msg: str, err: bool = False) -> None:
+        print(f"restartlab: phase {self.cfg.phase}: {msg}", file=sys.stderr if err else self.out, flush=True)
+
+    def past_stop(self) -> bool:
+        return self.cfg.stop_at > 0 and self.clock.time() >= self.cfg.stop_at
+
+    # -- one attempt
+    def _argv_and_env(self, k: int, att: layout.Attempt, relaunch: bool = True):
+        """The attempt's argv (node and rank counts filled in), the variables the ranks get and
+        the rank count when the node check chose it (0: the scenario's)."""
+        cfg, ranks = self.cfg, 0
+        argv = [w.replace(ATTEMPT_DIR_TOKEN, att.path) for w in cfg.argv]
+        master = os.environ.get("MASTER_ADDR") or socket.gethostname()
+        if cfg.node_check is not None:
+            n = self.procs.node_check(self.phase, k)
+            if n is None:
+                self.say(f"too few healthy nodes to launch attempt {k} (see {self.phase.node_checks})", err=True)
+                return None, None, 0
+            if cfg.node_policy != "same":
+                argv = [w.replace(launchers.NODES_TOKEN, str(n)).replace(launchers.RANKS_TOKEN,
+                                                                           str(n * cfg.ranks_per_node)) for w in argv]
+                shutil.copyfile(cfg.hosts_file, att.hosts)
+                with open(cfg.hosts_file) as f:
+                    first = next((h.strip() for h in f if h.strip()), None)
+                hosts = self.procs.hosts()
+                if first and hosts and first != hosts[0]:  # rank 0 runs on the first host
+                    master = os.environ.get("MASTER_ADDR") or first
+                ranks = n * cfg.ranks_per_node
+        argv, note = self.procs.launch_argv(argv, wait=relaunch)
+        if note:
+            text, fallback = note
+            self.say(f"warm restart: {text}: {'cold' if fallback else 'warm'} launches from attempt {k}",
+                     err=fallback)
+        env = {"RESTARTLAB_LAUNCH_TS": repr(self.clock.time()), "MASTER_ADDR": master,
+               "MASTER_PORT": str(self.procs.free_port()),
+               "RESTARTLAB_EXPT": os.path.basename(os.path.dirname(os.path.abspath(cfg.phase_dir))),
+               "RESTARTLAB_PHASE": cfg.phase, "RESTARTLAB_ATTEMPT": str(k)}
+        return argv, env, ranks
+
+    def watch(self, run: Launched, att: layout.Attempt) -> int:
+        """Wait for the attempt to end; the walltime warning and the watchdog meanwhile."""
+        cfg = self.cfg
+        while True:
+            rc = run.wait(cfg.tick)
+            if rc is not None:
+                return rc
+            if not os.path.exists(att.walltime) and self.past_stop():
+                self.walltime_warning(att)
+            last = self.procs.last_activity(att)
+            limit = cfg.hang_timeout if self.procs.has_stepped(att) else cfg.startup_timeout
+            if last is not None and self.clock.time() - last > limit:
+                self.say(f"no progress in {att.path} for {limit:g}s: stopping the attempt", err=True)
+                _touch(att.hang)
+                self.procs.dump_stacks(att)
+                self.procs.teardown(att)
+                return self.stop(run)
+
+    def stop(self, run: Launched) -> int:
+        """TERM to the launcher, KILL after STOP_GRACE_S; its exit status."""
+        run.signal(signal.SIGTERM)
+        rc = run.wait(STOP_GRACE_S)
+        if rc is None:
+            run.signal(signal.SIGKILL)
+            rc = run.wait(None)
+        return rc
+
+    def walltime_warning(self, att: layout.Attempt) -> None:
+        """The ranks write an emergency checkpoint and exit; the marker says: do not relaunch."""
+        _touch(att.walltime)
+        self.say(f"walltime warning ({self.cfg.walltime_margin:g}s left): SIG{self.cfg.preempt_signal} to "
+                 f"the ranks for an emergency checkpoint", err=True)
+        self.procs.teardown(att, self.cfg.preempt_signal)
+
+    # -- the phase
+    def run(self) -> int:
+        cfg, phase = self.cfg, self.phase
+        if os.path.exists(phase.completed):
+            src = phase.reused_from()
+            self.say(f"recorded in {src} (restartlab run --baseline-from): not run again" if src
+                     else "finished by an earlier job of this experiment")
+            return EXIT_OK
+        if self.past_stop():
+            self.say("not started (walltime): the walltime margin is reached", err=True)
+            return EXIT_WALLTIME
+        os.makedirs(phase.attempts_dir, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(phase.done)
+        if not cfg.argv or not self.procs.which(cfg.argv[0]):
+            self.say(f"FAILED: launcher '{cfg.argv[0] if cfg.argv else ''}' is not on PATH in the job "
+                     f"(PATH={os.environ.get('PATH', '')})", err=True)
+            return EXIT_FAILED
+        problem = self.procs.preflight(cfg.argv)
+        if problem:  # one line, before an attempt is spent on it
+            self.say(f"FAILED: the program cannot run: {problem}", err=True)
+            attempt_record.write_end(phase, "cannot_run", 0, cfg.job or None, why=problem)
+            return EXIT_FAILED
+        if cfg.warm:
+            why = self.procs.start_pool(phase)
+            self.say(f"warm restart: {why}: cold launches" if why else
+                     "warm restart: the standby pool starts beside the first attempt (which starts cold)",
+                     err=bool(why))
+        if cfg.inject is not None:
+            self.procs.start_injector(phase)
+        self.say(f"started {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
+        try:
+            verdict, k, tries = self._attempts()
+        finally:
+            _touch(phase.done)
+            self.procs.stop_injector()
+            self.procs.stop_pool()
+        attempt_record.write_end(phase, verdict, k, cfg.job or None)
+        if verdict == "completed":
+            _touch(phase.completed)
+            self.say(f"finished after {k} attempt(s) {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
+            return EXIT_OK
+        if verdict == "walltime":
+            self.say("stopped by the walltime warning; its newest checkpoint is the emergency one", err=True)
+            return EXIT_WALLTIME
+        self.say(f"FAILED: {tries} attempt(s) in this job did not reach the last step", err=True)
+        return EXIT_BUDGET if verdict == "budget" else EXIT_FAILED
+
+    def _attempts(self):
+        """(verdict, last attempt number, attempts made in this job); verdict is completed,
+        walltime, budget (max_attempts used up), or failed (relaunching cannot help)."""
+        cfg, phase = self.cfg, self.phase
+        done = phase.attempts()
+        k = done[-1].index if done else 0  # a chained job goes on numbering the attempts before it
+        tries = 0
+        while tries < cfg.max_attempts:
+            if self.past_stop():
+                self.say(f"walltime margin reached: no attempt launched after attempt {k}", err=True)
+                return "walltime", k, tries
+            k, tries = k + 1, tries + 1
+            att = phase.attempt(k)
+            os.makedirs(att.path, exist_ok=True)
+            argv, env, ranks = self._argv_and_env(k, att, relaunch=tries > 1)
+            if argv is None:
+                return "failed", k, tries
+            launch_ts = float(env["RESTARTLAB_LAUNCH_TS"])
+            attempt_record.launched(att, k, launch_ts, cfg.job or None)
+            self.current = self.procs.launch(argv, att, env)
+            try:
+                rc = self.watch(self.current, att)
+            except Interrupted:
+                rc = self.stop(self.current)
+                self.procs.finish(att, rc)
+                self._record(att, k, launch_ts, rc, ranks)
+                raise
+            end_ts = self.clock.time()
+            self.current = None
+            if rc != 0:  # nothing of a failed attempt outlives it
+                self.procs.teardown(att)
+            warning = self.procs.finish(att, rc)
+            if warning:
+                self.say(f"attempt {k}: {warning}", err=True)
+            if self._record(att, k, launch_ts, rc, ranks, end_ts):
+                return "completed", k, tries
+            if os.path.exists(att.walltime):
+                return "walltime", k, tries
+            if rc == EXIT_NO_CHECKPOINT:  # complete checkpoints exist, none loads: relaunching cannot help
+                self.say(f"no complete checkpoint loads (see {att.output}): not relaunching", err=True)
+                return "failed", k, tries
+            if tries < cfg.max_attempts:
+                self.clock.sleep(cfg.backoff)
+        return "budget", k, tries
+
+    def _record(self, att, k, launch_ts, rc, ranks, end_ts=None) -> bool:
+        return attempt_record.record(att, self.phase, k, launch_ts, end_ts or self.clock.time(), rc,
+                                     self.cfg.train_iters, self.cfg.launcher, ranks, self.cfg.job,
+                                     out=self.out, warm_ranks=self.procs.warm_ranks(k))
+
+
+def _touch(path: str) -> None:
+    with open(path, "a"):
+        pass
+
+
+# ---------------------------------------------------------------- the verb
+def build_parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    options.add_to_parser(p, tool_options.SUPERVISE)
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="-- the launch command of every attempt")
+    return p
+
+
+def main(a: argparse.Namespace) -> int:
+    argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+    if not argv:
+        print("restartlab supervise: error: no launch command (give it after --)", file=sys.stderr)
+        return EXIT_USAGE
+    cfg = Config.from_args(a, argv)
+    if cfg.node_check is not None and not cfg.hosts_file:
+        print("restartlab supervise: error: --node-check needs --hosts-file", file=sys.stderr)
+        return EXIT_USAGE
+    sup = Supervisor(cfg)
+
+    def on_signal(signum, _frame):
+        raise Interrupted(signum)
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, on_signal)
+    try:
+        return sup.run()
+    except Interrupted as e:
+        print(f"restartlab: phase {cfg.phase}: interrupted ({e}): the attempt and the injector are stopped",
+              file=sys.stderr, flush=True)
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)  # finish stopping what we started
+        if sup.current is not None:
+            sup.stop(sup.current)
+        if sup.procs.injector is not None:
+            sup.procs.injector.terminate()
+            sup.procs.stop_injector()
+        if sup.phase.started():
+            attempt_record.write_end(sup.phase, "interrupted", len(sup.phase.attempts()), cfg.job or None, e.signum)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,220 @@
+"""The progress tap: a program that does not write restartlab's metrics rows (any program but the
+bundled trainer) has its launcher's output read line by line as it arrives; each line goes to the
+attempt's output (layout.Attempt.output) unchanged, and each progress line the adapter recognises becomes a metrics row
+of rank 0 (layout.metrics_name(0)), so the collector, the report, the plots and `simulate` read
+it as they read the bundled trainer's:
+
+    {"timestamp": <when the line arrived>, "rank": 0, "metrics": {"train/iter": N, "train/loss": x,
+     "train/dt": <since the previous progress line, or the program's own dt>, ...}}
+
+A save line (the adapter's `saved`) becomes a row {"train/iter": N, "train/ckpt_<kind>_seconds": s}:
+the collector books it as a save stall. The first row of an attempt carries train/resumed_from (the program's resume line when the adapter
+has one, else the highest checkpoint present at launch below the first step logged) and
+train/restart_seconds (launch -> first progress line). When the launcher exits 0 after the last
+step, a final row {"train/iter": N, "train/finished": true} marks the phase completed (the bundled
+trainer's final row carries its parameters' checksum instead). The first step logged in an attempt
+counts no step time unless the program's progress line gives its own `dt`."""
+import csv
+import json
+import os
+import threading
+import time
+from typing import List, Optional
+
+from ..contracts import layout
+from .. import programs
+
+TAIL_LINES = 5  # output lines quoted when an attempt showed no progress
+
+
+class Tap:
+    def __init__(self, spec: dict, att: layout.Attempt, launch_ts: float, at_launch: List[programs.Ckpt]):
+        self.spec, self.att, self.launch_ts = spec, att, launch_ts
+        self.at_launch = at_launch
+        self.lock = threading.Lock()
+        self.out = None                    # the metrics file, opened at the first progress line
+        self.last_step: Optional[int] = None
+        self.last_ts: Optional[float] = None
+        self.last_progress = launch_ts     # the watchdog's clock: the last progress line (or the launch)
+        self.resumed: Optional[int] = None  # the program's own resume line
+        self.tail: List[str] = []
+        self.rows = 0
+
+    @property
+    def stepped(self) -> bool:
+        return self.rows > 0
+
+    def feed(self, raw: bytes, ts: float) -> None:
+        text = raw.decode("utf-8", errors="replace")
+        with self.lock:
+            for part in text.splitlines():  # \n, and \r: a progress bar redraws with it
+                line = programs.clean_line(part)
+                if not line:
+                    continue
+                self.tail = (self.tail + [line])[-TAIL_LINES:]
+                if self.resumed is None and self.rows == 0:
+                    self.resumed = programs.parse_resumed(self.spec, line, self.at_launch)
+                p = None if self.spec.get("progress_file") else programs.parse_progress(self.spec, line)
+                if p is not None:
+                    self._row(p, ts)
+                    continue
+                saved = programs.parse_saved(self.spec, line)
+                if saved is not None and self.out is not None:  # a save before the first step: not booked
+                    self._write(ts, {"train/iter": saved.get("step", self.last_step),
+                                     f"train/ckpt_{saved['kind']}_seconds": saved["seconds"]})
+
+    def record(self, rec: dict, ts: float) -> None:
+        """One record of the program's progress file (Follow)."""
+        p = programs.parse_record(self.spec, rec)
+        if p is not None:
+            with self.lock:
+                self._row(p, ts)
+
+    def _row(self, p: dict, ts: float) -> None:
+        step = p["step"]
+        if self.last_step is not None and step <= self.last_step:
+            return  # another rank's copy of a line already booked, or a repeated line
+        m = {"train/iter": step, "train/loss": p.get("loss")}
+        if "dt" in p:
+            m["train/dt"] = p["dt"]
+        elif self.last_ts is not None:
+            m["train/dt"] = ts - self.last_ts
+        if self.rows == 0:
+            evidence = self.resumed is not None
+            below = [c.step for c in self.at_launch if c.step < step]
+            m.update({"train/resumed_from": self.resumed if evidence else max(below, default=0),
+                      "program/resume_evidence": "line" if evidence else "inferred",
+                      "train/restart_seconds": ts - self.launch_ts, "startup/launch_ts": self.launch_ts})
+            self.out = open(self.att.metrics(0), "a")
+        self._write(ts, m)
+        self.last_step, self.last_ts, self.last_progress = step, ts, ts
+
+    def _write(self, ts, m) -> None:
+        self.out.write(json.dumps({"timestamp": ts, "rank": 0, "metrics": m}) + "\n")
+        self.out.flush()
+        self.rows += 1
+
+    def finish(self, rc: int, last_step: int) -> Optional[str]:
+        """After the launcher exited: the final row when the program reached its last step and
+        exited 0; a warning (one sentence) when no progress line was seen at all."""
+        with self.lock:
+            if rc == 0 and self.last_step is not None and self.last_step >= last_step:
+                self._write(time.time(), {"train/iter": self.last_step, "train/finished": True})
+            if self.out is not None:
+                self.out.close()
+                self.out = None
+            if self.rows == 0:
+                shown = " | ".join(self.tail) or "(no output)"
+                where = (f"its progress file (check trainer.program.progress_file: {self.spec['progress_file']!r} "
+                         f"and progress_fields)") if self.spec.get("progress_file") else \
+                    f"{self.att.output} (check trainer.program.progress: {self.spec.get('progress')!r})"
+                return f"no progress seen in {where}; its last lines: {shown[-600:]}"
+        return None
+
+
+class Follow(threading.Thread):
+    """Reads the records a program appends to its progress file (trainer.program.progress_file:
+    JSONL, or CSV with a header row) as they arrive, into the tap, polling every POLL_S. What the
+    file held at the launch is an earlier attempt's: reading starts at its end then, and from the
+    start again when the file shrinks or is replaced (a program that rewrites it per launch). A
+    line is read once it ends with a newline; stop() reads what is left."""
+    POLL_S = 0.1
+
+    def __init__(self, path: str, tap: Tap):
+        super().__init__(daemon=True, name="restartlab-follow")
+        self.path, self.tap = path, tap
+        self.csv = path.endswith(".csv")
+        self.halt = threading.Event()
+        self.ino, self.pos, self.header, self.rest = None, 0, None, b""
+        st = self._stat()
+        if st is not None:  # an earlier attempt's records: skipped
+            self.ino, self.pos = st.st_ino, st.st_size
+
+    def _stat(self):
+        try:
+            return os.stat(self.path)
+        except OSError:
+            return None
+
+    def run(self):
+        while not self.halt.wait(self.POLL_S):
+            self.poll()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self.halt.set()
+        if self.ident is not None:  # started
+            self.join(timeout)
+        self.poll()
+
+    def poll(self) -> None:
+        st = self._stat()
+        if st is None:
+            return
+        if st.st_ino != self.ino or st.st_size < self.pos:  # new, replaced or rewritten: from its start
+            self.ino, self.pos, self.header, self.rest = st.st_ino, 0, None, b""
+        if st.st_size == self.pos:
+            return
+        try:
+            with open(self.path, "rb") as f:
+                if self.csv and self.header is None and self.pos > 0:
+                    self.header = next(csv.reader([f.readline().decode("utf-8", "replace")]), None)
+                f.seek(self.pos)
+                data = f.read()
+        except OSError:
+            return
+        self.pos += len(data)
+        *lines, self.rest = (self.rest + data).split(b"\n")
+        ts = time.time()
+        for raw in lines:
+            text = raw.decode("utf-8", "replace").strip()
+            if text:
+                self._line(text, ts)
+
+    def _line(self, text: str, ts: float) -> None:
+        if not self.csv:
+            try:
+                rec = json.loads(text)
+            except ValueError:
+                return
+        else:
+            row = next(csv.reader([text]), [])
+            if self.header is None:
+                self.header = row
+                return
+            rec = dict(zip(self.header, row))
+        self.tap.record(rec, ts)
+
+
+class Pump(threading.Thread):
+    """Copies a pipe to the attempt's output file and the tap, line by line, as it arrives."""
+
+    def __init__(self, pipe, att: layout.Attempt, tap: Tap):
+        super().__init__(daemon=True, name="restartlab-tap")
+        self.pipe, self.tap = pipe, tap
+        self.log = open(att.output, "ab", buffering=0)
+
+    def run(self):
+        try:
+            for raw in iter(self.pipe.readline, b""):
+                self.log.write(raw)
+                self.tap.feed(raw, time.time())
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.log.close()
+
+
+def snapshot(spec: dict, ckpt_dir: str, ckpts: List[programs.Ckpt]) -> dict:
+    """What the checkpoint dir holds at a launch: every checkpoint (step, complete), the newest
+    complete one (what a correct resume loads) and the one the program's own rule picks."""
+    good, pick = programs.newest_complete(ckpts), programs.will_load(spec, ckpts, ckpt_dir)
+    return {"ckpt_dir": ckpt_dir, "selects": spec.get("selects"), "checkpoints": [[c.step, c.complete] for c in ckpts],
+            "newest_complete": good.step if good else None,
+            "will_load": {"step": pick.step, "path": pick.path, "complete": pick.complete} if pick else None}
+
+
+def write_snapshot(att: layout.Attempt, snap: dict) -> None:
+    tmp = att.at_launch + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(snap, f)
+    os.replace(tmp, att.at_launch)

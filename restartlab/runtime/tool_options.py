@@ -1,0 +1,217 @@
+"""The option tables of restartlab's own tools: `supervise` (the relaunch loop), `node-check`,
+`teardown` and `inject`. Each table feeds the tool's argparse, the argv the job script passes, and
+(for options that come from a scenario key) the scenario schema's field: one default per option.
+Torch-free and light: the scenario loader and the renderer import it on a login node."""
+import argparse
+import os
+
+from .. import failures, launchers, schedulers
+from .killer import parse_signal
+from ..contracts.options import Opt
+
+FANOUTS = lambda: schedulers.names() + ["mpiexec"]  # noqa: E731  (the registries fill in at import)
+POLICIES = ("same", "spares", "shrink")
+LAUNCHER_DEFAULT = "hydra"  # the scenario's launch.launcher default, and every tool's --launcher
+
+
+SUPERVISE = [
+    Opt("--phase", "str", None, "the phase's name", required=True),
+    Opt("--phase-dir", "str", None, "the phase's directory (attempts/<k> are made in it)", required=True),
+    Opt("--tag", "str", None, "the job tag the ranks carry (teardown finds them by it)", required=True),
+    Opt("--train-iters", "int", 100, "the phase is completed when rank 0 logs this step's final row",
+        scenario="trainer.train_iters"),
+    Opt("--launcher", "str", LAUNCHER_DEFAULT, "the launcher in the argv (how it reports a signal death)",
+        choices=launchers.names, scenario="launch.launcher"),
+    Opt("--max-attempts", "int", 10, "launches per phase in this job before the phase fails",
+        scenario="relaunch.max_attempts", min=1),
+    Opt("--backoff", "duration", 0.0, "pause between attempts", scenario="relaunch.backoff"),
+    Opt("--hang-timeout", "duration", 600.0, "stop an attempt whose output has not changed for this "
+        "long (once it has taken a step)", scenario="relaunch.hang_timeout", positive=True),
+    Opt("--startup-timeout", "duration", 1200.0, "the same, before the attempt's first step (imports, "
+        "rendezvous and the checkpoint load may take minutes at scale)", scenario="relaunch.startup_timeout",
+        positive=True),
+    Opt("--walltime-margin", "duration", 120.0, "this long before job.walltime, the ranks get the "
+        "trainer's preempt_signal: an emergency checkpoint lands before the scheduler kills the job, and "
+        "no attempt is launched after it (0: off)", scenario="relaunch.walltime_margin"),
+    Opt("--stop-at", "float", 0.0, "epoch seconds at which the walltime margin starts (the job script "
+        "computes it from its start; 0: never)"),
+    Opt("--preempt-signal", "str", "TERM", "the trainer's preemption signal (the walltime warning)",
+        scenario="trainer.preempt_signal"),
+    Opt("--fanout", "str", "local", "how teardown and the node check reach the job's nodes",
+        choices=FANOUTS, scenario="scheduler"),
+    Opt("--nodefile", "str", None, "the job's node file (default: $RL_NODEFILE)"),
+    Opt("--job", "str", "local", "the batch job id (recorded with each attempt)"),
+    Opt("--node-policy", "str", "same", "same: relaunch on every node; spares: swap a spare in for each "
+        "node the health check finds bad (job.spare_nodes); shrink: relaunch on the healthy nodes only, "
+        "fewer ranks, the same global batch", choices=POLICIES, scenario="relaunch.on_node_loss"),
+    Opt("--ranks-per-node", "int", 1, "ranks per node (the rank count of a shrunk attempt)",
+        scenario="launch.ranks_per_node"),
+    Opt("--node-check", "str", None, "run `restartlab node-check` with these flags before every attempt "
+        "(one string); absent: no check"),
+    Opt("--hosts-file", "str", None, "where the node check writes the next attempt's hosts (the "
+        "launcher's host file)"),
+    Opt("--inject", "str", None, "run `restartlab inject` with these flags (one string) for the phase's "
+        "lifetime; absent: no injector"),
+    Opt("--ckpt-dir", "str", None, "the phase's checkpoint directory: each attempt records what it holds "
+        "at launch (which checkpoint a correct resume loads, which one the program picks)"),
+    Opt("--program", "str", None, "the training program's adapter spec (JSON, from trainer.program); "
+        "absent: the bundled trainer"),
+    Opt("--warm", "flag", False, "warm standby restart: a pool on the node imports the program once and "
+        "forks each attempt's ranks from it (restartlab.runtime.warm); falls back to cold launches, and says so, "
+        "when the pool cannot start", scenario="relaunch.warm"),
+    Opt("--warm-preload", "str", None, "the modules the standby pool imports (comma-separated; default: "
+        "the program adapter's: restartlab.trainer.warmup for the bundled trainer, torch,lightning.pytorch "
+        "for lightning, torch,accelerate for accelerate, torch for the others)", scenario="relaunch.warm_preload"),
+    Opt("--tick", "float", 1.0, "seconds between the watchdog's looks", hidden=True),
+]
+
+NODE_CHECK = [
+    Opt("--local", "flag", False, "check this node only; print one JSON line"),
+    Opt("--stage-dir", "str", None, "must be writable with --min-free bytes free"),
+    Opt("--min-free", "int", 0, "bytes a checkpoint shard needs in the stage dir"),
+    Opt("--device", "str", "cpu", "cpu, cuda or xpu: which accelerators to count", choices=("auto", "cpu", "cuda", "xpu")),
+    Opt("--gpus", "int", 0, "accelerators each node must show (cuda/xpu device nodes; 0: none checked)",
+        scenario="relaunch.node_check_gpus", min=0),
+    Opt("--site-cmd", "str", None, "a site's own health check (shell, run on each node), must exit 0",
+        scenario="relaunch.node_check_cmd"),
+    Opt("--timeout", "duration", 60.0, "seconds each node has to answer the health check",
+        scenario="relaunch.node_check_timeout", positive=True),
+    Opt("--fanout", "str", "local", "how to reach the nodes", choices=FANOUTS),
+    Opt("--launcher", "str", LAUNCHER_DEFAULT, "--fanout mpiexec: the job's launcher", choices=launchers.names),
+    Opt("--nodefile", "str", None, "the job's node file (default: $RL_NODEFILE)"),
+    Opt("--bad-file", "str", None, "the job's bad nodes, one per line (read, and appended to)"),
+    Opt("--log", "str", None, "append one JSON line per node checked (the phase's node-check log)"),
+    Opt("--attempt", "int", 0, "the attempt about to launch (for the log)"),
+    Opt("--policy", "str", "same", "the recovery policy (relaunch.on_node_loss)", choices=POLICIES),
+    Opt("--need", "int", 0, "nodes the next attempt wants (default all)"),
+    Opt("--min-nodes", "int", 1, "shrink: never relaunch on fewer nodes than this", scenario="relaunch.min_nodes",
+        min=1),
+    Opt("--hosts-out", "str", None, "write the next attempt's hosts here, one per line"),
+]
+
+TEARDOWN = [
+    Opt("--tag", "str", None, "the job tag of the ranks", required=True),
+    Opt("--signal", "str", "KILL", "signal name or number"),
+    Opt("--fanout", "str", "local", "how to reach the nodes", choices=FANOUTS),
+    Opt("--launcher", "str", LAUNCHER_DEFAULT, "--fanout mpiexec: the job's launcher", choices=launchers.names),
+    Opt("--nodefile", "str", None, "the job's node file (default: $RL_NODEFILE)"),
+]
+
+
+# restartlab report, as the job script runs it at its end (its other flags are for a user's own use)
+REPORT = [
+    Opt("--mtbf", "duration", 3600, "MTBF for the Young-Daly interval in the report", scenario="collection.mtbf",
+        positive=True),
+    Opt("--no-plots", "flag", False, "no PNG plots (collection.plots: false)"),
+]
+
+# restartlab chain, as the job script runs it when the walltime margin or the relaunch budget ended
+# the job before the last step (relaunch.chain); the script adds --job, this job's id, itself
+CHAIN = [
+    Opt("--scheduler", "str", None, "the scheduler the continuation job goes to",
+        choices=lambda: [s for s in schedulers.names() if schedulers.get(s).can_chain], required=True),
+    Opt("--max", "int", None, "continuation jobs the chain may submit in all", required=True),
+    Opt("--job", "str", None, "this job's id (the continuation starts after it)", required=True),
+    Opt("--pass-env", "str", "", "names of variables (the scenario's secrets) the continuation job gets "
+        "from this job's environment, comma-separated"),
+]
+
+
+def signal_name(v):
+    try:
+        parse_signal(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+    return v
+
+
+def parse_at_steps(text: str):
+    """'500,1000:hang,1500:preempt' -> [(500, None), (1000, 'hang'), (1500, 'preempt')]."""
+    out = []
+    for item in filter(None, (x.strip() for x in str(text).split(","))):
+        step, _, kind = item.partition(":")
+        if not step.isdigit() or int(step) < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected STEP or STEP:KIND with STEP >= 1")
+        if kind and kind not in failures.KINDS:
+            raise argparse.ArgumentTypeError(f"{item!r}: unknown failure kind {kind!r} "
+                                             f"(known: {', '.join(failures.KINDS.names())})")
+        out.append((int(step), kind or None))
+    if not out:
+        raise argparse.ArgumentTypeError("no steps given")
+    return out
+
+
+def gate_of(gate, step_schedule: bool) -> str:
+    """The injector's gate, decided once: as given, else `complete` for step-aimed schedules
+    (a kill waits for step-S/.complete) and `none` for timed ones."""
+    return gate or ("complete" if step_schedule else "none")
+
+
+SCHEDULE_FLAGS = ("--every", "--at-steps", "--every-steps", "--mtbf", "--fuzz")  # exactly one (a required group)
+INJECT = [
+    Opt("--every", "duration", None, "timed kills, e.g. 90s, 5m", positive=True),
+    Opt("--at-steps", "str", None, "kills aimed at these steps, each with its own kind if given: "
+        "500,1000:hang,1500:preempt"),
+    Opt("--every-steps", "int", None, "a kill aimed at every N-th step", positive=True),
+    Opt("--mtbf", "duration", None, "Poisson failures with this MTBF (use --seed)", positive=True),
+    Opt("--fuzz", "int", None, "kill anywhere: N kills, one per attempt, each at a random point from the "
+        "attempt's launch on, about half of them inside a save (a checkpoint being written, seen in "
+        "--ckpt-dir); reproducible from --seed", positive=True),
+    Opt("--fuzz-window", "duration", 10.0, "--fuzz: a kill that is not aimed at a save strikes this long "
+        "after the launch at most (uniformly)", positive=True),
+    Opt("--fuzz-save-share", "float", 0.5, "--fuzz: the share of kills aimed inside a save", min=0),
+    Opt("--fuzz-after-complete", "flag", False, "--fuzz: a kill aimed at a save waits for a save made while a "
+        "complete checkpoint exists (what a kill there may lose)"),
+    Opt("--seed", "int", 0, "seed for mtbf inter-arrival times and the one-node target choice"),
+    Opt("--gate", "str", None, "complete (default for step schedules): wait for step-S/.complete; "
+        "none: fire on time", choices=("complete", "none")),
+    Opt("--wait-first-complete", "flag", False, "timed schedules: start the clock at the first complete "
+        "checkpoint"),
+    Opt("--max-kills", "int", None, "stop after N kills", positive=True),
+    Opt("--until", "str", None, "stop when this file exists (the phase's done flag)"),
+    Opt("--ckpt-dir", "str", None, "the phase's checkpoint directory (gating, finish detection)"),
+    Opt("--program", "str", None, "the training program's adapter spec (JSON, from trainer.program): "
+        "which checkpoints are complete; absent: the bundled trainer's step-N/.complete"),
+    Opt("--phase-dir", "str", None, "write the phase's injection records; read progress from its attempts"),
+    Opt("--train-iters", "int", None, "stop once a complete checkpoint reaches this step"),
+    Opt("--tag", "str", None, "only one restartlab run's ranks (their RESTARTLAB_JOB_TAG); default: "
+        "every rank of this batch job, whatever program it runs"),
+    Opt("--signal", "str", None, "signal name or number (default: the failure kind's: KILL, STOP for "
+        "hang, TERM for preempt)"),
+    Opt("--grace", "duration", 60.0, "preempt: SIGKILL what is left this long after the SIGTERM"),
+    Opt("--kind", "str", "kill", "; ".join(f"{k.name}: {k.doc}" for k in failures.KINDS.all()),
+        choices=failures.KINDS.names),
+    Opt("--node", "int", None, "node index for kinds node and rank (default: node from --seed; rank: node 0)"),
+    Opt("--fanout", "str", None, "how to reach the nodes (default: the scheduler this job runs under, "
+        "else local)", choices=FANOUTS),
+    Opt("--nodefile", "str", None, "the job's node file (default: $RL_NODEFILE)"),
+    Opt("--launcher", "str", LAUNCHER_DEFAULT, "the job's launcher: how --fanout mpiexec names hosts",
+        choices=launchers.names),
+]
+# the injector's flags that need a parser of their own (the table's type is how they are written)
+INJECT_PARSERS = {"--at-steps": parse_at_steps, "--signal": signal_name}
+
+
+def add_inject_args(p) -> None:
+    """The injector's argparse: the table, with the schedule flags as one required group."""
+    from ..contracts.options import add_to_parser
+    g = p.add_mutually_exclusive_group(required=True)
+    add_to_parser(g, [o for o in INJECT if o.flag in SCHEDULE_FLAGS], INJECT_PARSERS)
+    add_to_parser(p, [o for o in INJECT if o.flag not in SCHEDULE_FLAGS], INJECT_PARSERS)
+    p.add_argument("--python", default=None, help=argparse.SUPPRESS)
+
+
+def nodefile_default(value, env=None):
+    """A tool's --nodefile, else the job script's $RL_NODEFILE, else the node file of the batch
+    job we run in (PBS_NODEFILE; the local scheduler's own), else None (this host)."""
+    env = os.environ if env is None else env
+    if value or env.get("RL_NODEFILE"):
+        return value or env["RL_NODEFILE"]
+    return next((env[s.nodefile_var] for s in schedulers.SCHEDULERS.all()
+                 if s.nodefile_var and env.get(s.nodefile_var)), None)
+
+
+def schema_fields(table, prefix: str):
+    """{key: option} of the options that come from the scenario key `prefix`.<key>."""
+    return {o.scenario.split(".", 1)[1]: o for o in table if o.scenario and o.scenario.startswith(prefix + ".")}
+

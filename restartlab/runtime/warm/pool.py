@@ -1,0 +1,383 @@
+"""The standby pool (`python -m restartlab.runtime.warm serve`): it preloads the program's modules,
+then forks one rank per stub that connects, and the forked child becomes that rank (`become`)."""
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+
+from ...contracts.envvars import SERVER_VAR, TAG_VAR, WARM_VAR, node_name
+from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_msg, unix_path
+
+
+# ---------------------------------------------------------------- what the pool can run
+def split_python(argv, python: str):
+    """(run, target, args, unbuffered) for `python [-u] (-m MOD | SCRIPT | -c CODE) ARGS`, where
+    python is the pool's own interpreter (its path, or a name PATH resolves to that path; a
+    `restartlab.runtime.rankenv` wrapper is looked through by the caller). PoolError otherwise."""
+    import shutil
+    if not argv:
+        raise PoolError("no program")
+    exe = os.path.abspath(argv[0] if os.sep in argv[0] else (shutil.which(argv[0]) or argv[0]))
+    mine = os.path.abspath(python)
+    # the same interpreter: the same path, or another name for the same binary in the same
+    # directory (a venv's python, python3, python3.11: its site-packages go with the directory)
+    if exe != mine and not (os.path.dirname(exe) == os.path.dirname(mine)
+                            and os.path.realpath(exe) == os.path.realpath(mine)):
+        raise PoolError(f"{argv[0]} is not the pool's interpreter {python}")
+    rest, unbuffered = list(argv[1:]), False
+    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c", "-"):
+        if rest[0] != "-u":
+            raise PoolError(f"interpreter option {rest[0]} is not supported warm")
+        unbuffered = True
+        rest.pop(0)
+    if not rest:
+        raise PoolError("no module or script")
+    if rest[0] in ("-m", "-c"):
+        if len(rest) < 2:
+            raise PoolError(f"{rest[0]} without an argument")
+        return rest[0], rest[1], rest[2:], unbuffered
+    if rest[0] == "-":
+        raise PoolError("a program on standard input is not supported warm")
+    return "script", rest[0], rest[1:], unbuffered
+
+
+def unwrap_rankenv(argv, env: dict, python: str):
+    """`python -m restartlab.runtime.rankenv -- PROGRAM...`: its variables added to env (as rankenv does
+    before its exec), PROGRAM returned; any other argv unchanged."""
+    run, target, args, _ = split_python(argv, python)
+    if (run, target) != ("-m", "restartlab.runtime.rankenv"):
+        return argv
+    from ..rankenv import torchrun_env
+    for k, v in torchrun_env(env).items():
+        env.setdefault(k, v)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return args[1:] if args[:1] == ["--"] else args
+
+
+# ---------------------------------------------------------------- the rank (in the forked child)
+def _pdeathsig() -> None:
+    """Die with the pool (Linux prctl PR_SET_PDEATHSIG); a no-op where it does not exist."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _std_streams(unbuffered: bool) -> None:
+    """sys.std* rebuilt on the received fds 0-2 (the pool's own were its log)."""
+    import io
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    line = unbuffered or os.isatty(1)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=line,
+                                                   write_through=unbuffered)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True,
+                                                   errors="backslashreplace")
+
+
+def become(req: dict, fds, pool_pid: int, close) -> None:
+    """In the forked child: become the rank the stub asked for; never returns."""
+    code = 1
+    try:
+        _pdeathsig()
+        if os.getppid() != pool_pid:  # the pool died between the fork and the prctl
+            os._exit(137)
+        os.setsid()
+        for s in FORWARDED + (signal.SIGCHLD,):
+            signal.signal(s, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as a fresh interpreter has it
+        for fd in close:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        for i, fd in enumerate(fds[:3]):
+            os.dup2(fd, i)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        os.environ[WARM_VAR] = "1"
+        run, target, args, unbuffered = req["run"], req["target"], req["args"], req["unbuffered"]
+        unbuffered = unbuffered or bool(os.environ.get("PYTHONUNBUFFERED"))
+        _std_streams(unbuffered)
+        code = _run_main(run, target, args)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+    except KeyboardInterrupt:  # as Python does: the traceback, then death by SIGINT
+        import traceback
+        traceback.print_exc()
+        with contextlib.suppress(BaseException):
+            sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        code = 1
+    _exit_like_python(code)
+
+
+def _run_main(run: str, target: str, args) -> int:
+    import runpy
+    if run == "-m":
+        sys.argv = [target] + list(args)  # runpy puts the module's path in argv[0]
+        # a preloaded module runs afresh as __main__ (a package stays: its __main__ runs)
+        sys.modules.pop(target + ".__main__", None)
+        if not hasattr(sys.modules.get(target), "__path__"):
+            sys.modules.pop(target, None)
+        sys.path[0:0] = [os.getcwd()]
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    elif run == "-c":
+        sys.argv = ["-c"] + list(args)
+        sys.path[0:0] = [""]
+        exec(compile(target, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    else:
+        sys.argv = [target] + list(args)
+        sys.path[0:0] = [os.path.dirname(os.path.abspath(target))]
+        runpy.run_path(target, run_name="__main__")
+    return 0
+
+
+def _exit_like_python(code: int) -> None:
+    """What an interpreter does at its end: atexit handlers, flushed streams; then _exit (the
+    pool's other state is not this process's to finalise)."""
+    try:
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except BaseException:
+            pass
+    os._exit(code & 0xFF if isinstance(code, int) else 1)
+
+
+# ---------------------------------------------------------------- the pool
+def _log(msg: str) -> None:
+    print(f"restartlab warm pool [{os.getpid()}] {time.strftime('%H:%M:%S')}: {msg}", flush=True)
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+        return threading.active_count()
+
+
+REQUEST_TIMEOUT_S = 10.0  # a stub sends its request at once; the pool waits no longer for one
+TESTPOINT_VAR = "RESTARTLAB_WARM_TESTPOINT"  # tests: "before_fork=S,before_reply=S" (seconds of delay)
+
+
+def _testpoints(text: str) -> dict:
+    out = {}
+    for part in filter(None, text.split(",")):
+        k, _, v = part.partition("=")
+        out[k.strip()] = float(v)
+    return out
+
+
+class Pool:
+    def __init__(self, sock_path: str, python: str, state_dir: str = None):
+        self.path, self.python, self.state_dir = sock_path, python, state_dir
+        self.children = {}  # pid -> (conn, pidfd)
+        self.stopping = False
+        # fault points for the tests: widen the windows in which a stub can die or be signalled
+        self.delay = _testpoints(os.environ.get(TESTPOINT_VAR, ""))
+
+    def preload(self, modules) -> float:
+        import importlib
+        t0 = time.time()
+        for m in modules:
+            importlib.import_module(m)
+        n = _threads()
+        if n > 1:
+            raise PoolError(f"the preload left {n} threads running; a fork copies only one (set the "
+                            f"library's thread count to 1 for the pool, or preload less)")
+        return time.time() - t0
+
+    def serve(self, on_ready=None) -> None:
+        import selectors
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            os.unlink(self.path + ".new")  # a pool of this node that died before it served
+        with unix_path(self.path + ".new") as addr:
+            listener.bind(addr)
+        os.chmod(self.path + ".new", 0o600)
+        listener.listen(256)
+        os.rename(self.path + ".new", self.path)  # the socket appears only when the pool can serve
+        sel = selectors.DefaultSelector()
+        sel.register(listener, selectors.EVENT_READ, ("accept", None))
+        _log(f"ready on {self.path}")
+        if on_ready:
+            on_ready()
+        while not self.stopping:
+            for key, _ in sel.select(timeout=0.2):  # (a TERM sets `stopping`: seen within 0.2 s)
+                # a rank's exit and its stub's hang-up can come in one batch: the exit unregisters both
+                if sel.get_map().get(key.fd) is not key:
+                    continue
+                what, pid = key.data
+                if what == "accept":
+                    self._accept(listener, sel)
+                elif what == "stub":   # the stub hung up (or sent more): its rank goes with it
+                    self._stub_gone(pid, sel)
+                elif what == "exit":
+                    self._reap(pid, sel)
+        for pid in list(self.children):
+            _kill(pid)
+
+    def _accept(self, listener, sel) -> None:
+        import selectors
+        conn, _ = listener.accept()
+        fds = []
+        try:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            uid = struct.unpack("3i", creds)[1]
+            if uid != os.getuid():
+                _log(f"refused a connection from uid {uid}")
+                conn.close()
+                return
+            conn.settimeout(REQUEST_TIMEOUT_S)  # a peer that connects and sends nothing cannot hold the pool
+            req, fds = recv_msg(conn, want_fds=3)
+            conn.settimeout(None)
+            if req is None or len(fds) != 3:
+                raise PoolError("a request without its argv or its three standard fds")
+            env = dict(req["env"])
+            argv = unwrap_rankenv(req["argv"], env, self.python)
+            run, target, args, unbuffered = split_python(argv, self.python)
+        except (PoolError, ValueError, KeyError, OSError) as e:
+            try:
+                send_msg(conn, {"error": str(e)})
+            except OSError:
+                pass
+            conn.close()
+            for fd in fds:
+                os.close(fd)
+            return
+        job = {"cwd": req["cwd"], "env": env, "run": run, "target": target, "args": args, "unbuffered": unbuffered}
+        _log(f"request from stub pid {req.get('stub_pid')}")
+        time.sleep(self.delay.get("before_fork", 0))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        close = [listener.fileno(), conn.fileno(), sel.fileno()] + \
+                [fd for c, p in self.children.values() for fd in (c.fileno(), p)]
+        pid = os.fork()
+        if pid == 0:
+            become(job, fds, os.getppid(), close)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        self.children[pid] = (conn, pidfd)
+        sel.register(conn, selectors.EVENT_READ, ("stub", pid))
+        sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
+        _log(f"rank pid {pid} for stub pid {req.get('stub_pid')}: {run} {target}")
+        self._served(pid, req.get("stub_pid"), env)
+        time.sleep(self.delay.get("before_reply", 0))
+        try:
+            send_msg(conn, {"pid": pid})
+        except OSError:  # the stub is gone: its EOF (next select) kills the rank
+            return
+        _log(f"stub pid {req.get('stub_pid')} told its rank pid {pid}")  # (from here the stub is the rank's)
+
+    def _served(self, pid: int, stub_pid, env: dict) -> None:
+        """A line per rank forked, for the supervisor's attempt record (which attempt: from the
+        stub's environment, as the launcher passed it on)."""
+        if not self.state_dir:
+            return
+        rec = {"attempt": env.get("RESTARTLAB_ATTEMPT"), "phase": env.get("RESTARTLAB_PHASE"), "node": node_name(),
+               "rank_pid": pid, "stub_pid": stub_pid, "time": time.time()}
+        with contextlib.suppress(OSError):
+            with open(os.path.join(self.state_dir, f"{node_name()}.served.jsonl"), "a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+    def _stub_gone(self, pid: int, sel) -> None:
+        conn, _ = self.children[pid]
+        try:
+            data = conn.recv(4096)  # a stub sends nothing after its request: anything else is dropped
+        except OSError:
+            data = b""
+        if not data:  # EOF: the stub is dead
+            _kill(pid)
+            sel.unregister(conn)
+
+    def _reap(self, pid: int, sel) -> None:
+        conn, pidfd = self.children.pop(pid)
+        _, status = os.waitpid(pid, 0)
+        sel.unregister(pidfd)
+        os.close(pidfd)
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            sel.unregister(conn)
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+        msg = {"signal": sig} if sig else {"exit": os.WEXITSTATUS(status)}
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            send_msg(conn, msg)
+        conn.close()
+        _log(f"rank pid {pid} ended: {msg}")
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def serve_main(a) -> int:
+    if a.parent:  # the pool dies with its supervisor (and its ranks with it: their own PDEATHSIG)
+        _pdeathsig()
+        if os.getppid() != a.parent:
+            return 1
+    # our own pid in our environment block: the killer tells the pool from the ranks it forks;
+    # the job tag: the killer finds the ranks by it (a fan-out may not pass our environment on)
+    if os.environ.get(SERVER_VAR) != str(os.getpid()):
+        env = dict(os.environ, **{SERVER_VAR: str(os.getpid())})
+        if a.tag:
+            env[TAG_VAR] = a.tag
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        os.execve(sys.executable, [sys.executable, "-m", "restartlab.runtime.warm"] + sys.argv[1:], env)
+    d, made = node_dir(a.dir), False
+    if a.make_dir:  # one pool per node, started by the fan-out: its directory is its own to make
+        from ...contracts import private
+        try:
+            made = private.ensure_dir(d)
+        except OSError as e:
+            _log(f"FAILED: pool directory: {e}")
+            return 1
+    pool = Pool(os.path.join(d, SOCKET_NAME), a.python or sys.executable, a.state_dir)
+
+    def ready():
+        if a.state_dir:
+            with open(os.path.join(a.state_dir, f"{node_name()}.ready"), "w") as f:
+                f.write(f"{os.getpid()}\n")
+
+    def stop(signum, frame):
+        pool.stopping = True
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        took = pool.preload([m for m in a.preload.split(",") if m])
+    except Exception as e:  # an import that fails: the supervisor launches cold and says why
+        _log(f"FAILED to preload: {type(e).__name__}: {e}")
+        return 1
+    _log(f"preloaded {a.preload} in {took:.2f}s; {sys.executable} on {node_name()}")
+    try:
+        pool.serve(ready)
+    finally:
+        if made:
+            from ...contracts import private
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                private.remove_tree(d)
+    _log("stopped")
+    return 0

@@ -1,0 +1,182 @@
+"""The supervisor's side of a warm restart: the standby pools started (one here, or one on each of
+the job's nodes through its fan-out), waited for and stopped; a launch argv turned into one that
+starts each rank through a stub; how many ranks of an attempt the pools forked."""
+import contextlib
+import json
+import os
+import sys
+import time
+
+from ...contracts.envvars import TAG_VAR
+from ...contracts.placeholders import NODE_TOKEN, PROGRAM_TOKEN
+from ...contracts.trainer_options import WARM_PRELOAD
+from .wire import PoolError
+
+
+POOL_BIN = ("-m", "restartlab.runtime.warm")
+READY_POLL_S = 0.05
+
+
+def program_at(argv) -> int:
+    """Where the program starts in a launch argv: after PROGRAM_TOKEN, else the first word that
+    names a python interpreter (-1: none)."""
+    if PROGRAM_TOKEN in argv:
+        return argv.index(PROGRAM_TOKEN) + 1
+    import re
+    return next((i for i, w in enumerate(argv) if re.fullmatch(r"python[0-9.]*", os.path.basename(w))), -1)
+
+
+def cold_argv(argv):
+    return [w for w in argv if w != PROGRAM_TOKEN]
+
+
+def stub_argv(argv, pool_dir: str):
+    """The launch argv with each rank's program started through the stub."""
+    i = program_at(argv)
+    launch, prog = [w for w in argv[:i] if w != PROGRAM_TOKEN], argv[i:]
+    return launch + [prog[0], *POOL_BIN, "stub", "--dir", pool_dir, "--"] + prog
+
+
+def default_preload(argv) -> str:
+    i = program_at(argv)
+    return WARM_PRELOAD if argv[i + 1:i + 3] == ["-m", "restartlab.trainer"] else "torch"
+
+
+def served_in(state_dir: str, attempt: int) -> int:
+    """How many ranks of `attempt` the pools forked, from their <node>.served.jsonl in
+    `state_dir` (0 when there is none: every rank started cold)."""
+    n = 0
+    try:
+        names = os.listdir(state_dir)
+    except OSError:
+        return 0
+    for name in names:
+        if name.endswith(".served.jsonl"):
+            with contextlib.suppress(OSError), open(os.path.join(state_dir, name)) as f:
+                for line in f:
+                    with contextlib.suppress(ValueError, AttributeError):
+                        n += json.loads(line).get("attempt") == str(attempt)
+    return n
+
+
+class Standby:
+    """The supervisor's handle on the standby pools: one on this node (fanout local), or one on
+    each of the job's nodes, started through the job's fan-out (srun --overlap, pbsdsh, mpiexec);
+    started once per phase, stopped at its end."""
+
+    def __init__(self, argv, tag: str, log_path: str, preload=None, env=None, fanout: str = "local",
+                 hosts=None, slots=None, launcher: str = "hydra", state_dir: str = None):
+        import secrets
+        import shutil
+        import subprocess
+        import tempfile
+
+        from ...contracts import private
+        i = program_at(argv)
+        if i < 0:
+            raise PoolError("no python interpreter in the launch command to preload for")
+        self.python, self.log_path = argv[i], log_path
+        # the pools' state: a private one when the caller keeps none (tests, benchmarks)
+        self.own_state = state_dir is None
+        if self.own_state:
+            self.state_dir = tempfile.mkdtemp(prefix="restartlab-warm-state-")
+        else:  # the phase's: this job's pools start afresh
+            self.state_dir = state_dir
+            shutil.rmtree(state_dir, ignore_errors=True)
+            os.makedirs(state_dir)
+        self.tag, self.fanout, self.hosts, self.slots, self.launcher = tag, fanout, hosts, slots, launcher
+        self.preload = preload or default_preload(argv)
+        serve = [self.python, *POOL_BIN, "serve", "--preload", self.preload, "--python", self.python, "--tag", tag,
+                 "--state-dir", self.state_dir]
+        # the tag reaches the pool as an argument (it puts it in its own environment): the fan-out's
+        # own processes (srun, pbsdsh, mpiexec) must not carry it, or a strike would kill them
+        env = {k: v for k, v in (os.environ if env is None else env).items() if k != TAG_VAR}
+        if fanout == "local":
+            self.dir = private.make_dir(tempfile.gettempdir(), f"restartlab-warm-{tag}-")
+            cmds, self.expect, self.remote = [serve + ["--dir", self.dir, "--parent", str(os.getpid())]], 1, False
+        else:
+            from ... import schedulers
+            from ..fanout import fanout_cmds
+            self.dir = os.path.join(tempfile.gettempdir(),
+                                    f"restartlab-warm-{tag}-{secrets.token_hex(4)}-{NODE_TOKEN}")
+            argv_ = serve + ["--dir", self.dir, "--make-dir"]
+            if fanout in schedulers.names() and not schedulers.get(fanout).fanout_relays_output:
+                # pbsdsh hands no output back (it goes to the job's output file): each pool
+                # appends to the log itself (the phase dir is on the shared file system)
+                argv_ = ["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', os.path.abspath(log_path), *argv_]
+            cmds = fanout_cmds(fanout, hosts, range(len(hosts)), argv_, slots, launcher)
+            self.expect, self.remote = len(hosts), True
+        self.started, self.ready_after = time.time(), None
+        with open(log_path, "ab") as log:
+            self.procs = [subprocess.Popen(c, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                          for c in cmds]
+        self.proc = self.procs[0]
+
+    def ready(self) -> bool:
+        """Every pool serves (a look, no wait); PoolError when one has exited first."""
+        if self.ready_after is not None:
+            return True
+        if sum(1 for f in os.listdir(self.state_dir) if f.endswith(".ready")) >= self.expect:
+            self.ready_after = time.time() - self.started
+            return True
+        dead = next((p for p in self.procs if p.poll() is not None), None)
+        if dead is not None:
+            raise PoolError(f"the pool exited ({dead.returncode}): {self.last_line()}")
+        return False
+
+
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until every pool serves; PoolError (why, from the log) when one died or took too long."""
+        deadline = time.time() + timeout
+        while not self.ready():
+            if time.time() > deadline:
+                raise PoolError(f"the pool did not finish its preload in {time.time() - self.started:.0f}s")
+            time.sleep(READY_POLL_S)
+
+    def last_line(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                lines = [x.strip() for x in f if x.strip()]
+            return lines[-1] if lines else "(no output)"
+        except OSError:
+            return "(no log)"
+
+    def _term_remote(self) -> None:
+        from ... import failures
+        from ..fanout import fan_out, killer_argv
+        argv = killer_argv(sys.executable, self.tag, "TERM", failures.get("kill")) + ["--standby"]
+        fan_out(self.fanout, self.hosts, range(len(self.hosts)), argv, self.slots, self.launcher)
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.procs)
+
+    def stop(self, grace: float = 5.0) -> None:
+        """TERM (a pool SIGKILLs its ranks, removes its directory and exits; a fan-out passes the
+        TERM on), KILL after `grace`; this node's directory removed."""
+        import shutil
+        import subprocess
+
+        from ...contracts import private
+        if self.remote:  # every node's pool, by the tag, as teardown reaches the ranks (a fan-out
+            self._term_remote()  # like pbsdsh may not pass a TERM on): each exits, and its fan-out
+            deadline = time.time() + grace
+            for p in self.procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=max(0.1, deadline - time.time()))
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if not self.remote:
+            try:
+                private.remove_tree(self.dir)
+            except (OSError, private.UnsafePath):
+                pass
+        if self.own_state:
+            shutil.rmtree(self.state_dir, ignore_errors=True)

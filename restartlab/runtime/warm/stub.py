@@ -1,0 +1,72 @@
+"""The stub (`python -m restartlab.runtime.warm stub --dir D -- PROGRAM...`), which the launcher
+starts in a rank's place: it hands its argv, environment, working directory and standard fds to
+the node's pool, stands in for the rank it forks (signals forwarded, its exit status mirrored), and
+starts the program cold itself (exec) when no pool can take it. Standard library and `wire` only."""
+import os
+import signal
+import socket
+import sys
+
+from ...contracts.envvars import node_name
+from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_msg, unix_path
+
+
+def stub_main(a) -> int:
+    """Hand this rank to the pool and stand in for it; the program cold (exec) when the pool
+    cannot take it."""
+    argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+    if not argv:
+        print("restartlab warm stub: error: no program (give it after --)", file=sys.stderr)
+        return 2
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    pending = []
+    rank = [0]
+
+    def forward(signum, frame):
+        if rank[0]:
+            try:
+                os.kill(rank[0], signum)
+            except ProcessLookupError:
+                pass
+        else:
+            pending.append(signum)
+    try:
+        with unix_path(os.path.join(node_dir(a.dir), SOCKET_NAME)) as addr:
+            sock.connect(addr)
+        for s in FORWARDED:  # from now on a signal is the rank's
+            signal.signal(s, forward)
+        send_msg(sock, {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "stub_pid": os.getpid()},
+                 fds=(0, 1, 2))
+        msg, _ = recv_msg(sock)
+        if msg is None or "pid" not in msg:
+            raise PoolError((msg or {}).get("error", "the pool hung up"))
+    except (OSError, PoolError) as e:
+        for s in FORWARDED:
+            signal.signal(s, signal.SIG_DFL)
+        print(f"restartlab warm stub: standby pool not usable ({e}; {os.path.join(node_dir(a.dir), SOCKET_NAME)} "
+              f"on {node_name()}): starting the program cold", file=sys.stderr, flush=True)
+        sock.close()
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as e2:
+            print(f"restartlab warm stub: error: cannot run {argv[0]!r}: {e2.strerror}", file=sys.stderr)
+            return 127
+    rank[0] = msg["pid"]
+    for s in pending:
+        forward(s, None)
+    while True:
+        try:
+            msg, _ = recv_msg(sock)
+            break
+        except InterruptedError:
+            continue
+    if msg is None:  # the pool died (and its ranks with it)
+        print("restartlab warm stub: the standby pool died", file=sys.stderr, flush=True)
+        return 137
+    if msg.get("signal"):  # die as the rank died: the launcher reports the same
+        sig = msg["signal"]
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return int(msg.get("exit", 1))

@@ -1,0 +1,76 @@
+"""The package's import structure (setup.cfg's import contracts, checked by import-linter): the
+layers by where code runs, no import cycle, the trainer importing only what a rank needs,
+orchestration never importing torch; and the warm stub's start a bare Python start. Each contract
+is shown to fail on a copy of the tree with one import planted that breaks it."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LINT = os.path.join(os.path.dirname(sys.executable), "lint-imports")
+
+
+def lint(cwd):
+    return subprocess.run([LINT, "--no-cache", "--config", "setup.cfg"], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_tree_keeps_its_import_contracts():
+    r = lint(ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "4 kept, 0 broken" in r.stdout, r.stdout[-2000:]
+
+
+# (file, line planted at its top, the contract that must break)
+PLANTED = [
+    ("restartlab/runtime/inject.py", "from ..job import render", "layers"),            # runtime -> job: upward
+    ("restartlab/contracts/layout.py", "from ..runtime import killer", "layers"),      # contracts -> runtime
+    ("restartlab/analysis/report.py", "from ..job import run", "layers"),              # analysis | job: independent
+    ("restartlab/runtime/killer.py", "from .supervise import Supervisor", "cycle"),    # supervise -> ... -> killer
+    ("trainer/checkpoint.py", "from restartlab.runtime import killer", "trainer"),     # a rank needs no runtime
+    ("restartlab/job/render.py", "import torch", "torch"),
+]
+NAMES = {"layers": "layers: ", "cycle": "no import cycle", "trainer": "the bundled trainer imports only",
+         "torch": "orchestration never imports torch"}
+
+
+@pytest.mark.parametrize("path,line,contract", PLANTED, ids=[f"{c}:{p}" for p, _, c in PLANTED])
+def test_a_planted_import_breaks_its_contract(tmp_path, path, line, contract):
+    for d in ("restartlab", "trainer"):
+        shutil.copytree(os.path.join(ROOT, d), tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(ROOT, "setup.cfg"), tmp_path)
+    f = tmp_path / path
+    text = f.read_text()
+    # after the module's docstring and its __future__ imports, before its code
+    at = text.index('"""', text.index('"""') + 3) + 3 if text.lstrip().startswith('"""') else 0
+    f.write_text(text[:at] + "\n" + line + "  # planted\n" + text[at:])
+    r = lint(str(tmp_path))
+    assert r.returncode != 0, r.stdout[-3000:]
+    # (an upward import usually closes a cycle too: that contract may break beside it)
+    assert NAMES[contract] in " ".join(r.stdout.split()).split("Broken contracts", 1)[-1], r.stdout[-3000:]
+
+
+def _imports(argv, **kw):
+    r = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, timeout=60, **kw)
+    mods = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    return r, mods - {"imported package"}  # importtime's header line
+
+
+def test_the_warm_stub_starts_on_the_standard_library_alone(tmp_path):
+    """The stub a launcher starts per rank (python -m restartlab.runtime.warm stub): no pool here,
+    so it starts the program cold, having imported, beyond what a bare `python -c pass` imports
+    on this machine (site and its .pth files), only the standard library and its own wire:
+    restartlab's package inits, the wire and the two contracts it reads (`-X importtime`)."""
+    _, bare = _imports(["-c", "pass"])
+    r, imported = _imports(["-m", "restartlab.runtime.warm", "stub", "--dir", str(tmp_path / "none"), "--",
+                            sys.executable, "-c", "print('cold')"])
+    assert r.returncode == 0 and r.stdout.strip() == "cold", r.stdout + r.stderr[-2000:]
+    ours = {m for m in imported if m.split(".")[0] == "restartlab"}
+    assert ours == {"restartlab", "restartlab.runtime", "restartlab.runtime.warm", "restartlab.runtime.warm.stub",
+                    "restartlab.runtime.warm.wire", "restartlab.contracts", "restartlab.contracts.envvars",
+                    "restartlab.contracts.placeholders"}, sorted(ours)
+    others = sorted(m for m in imported - bare - ours if m.split(".")[0] not in sys.stdlib_module_names)
+    assert others == [], others
