@@ -1,10 +1,14 @@
 """Collector streaming benchmark: `restartlab report --no-plots` over a synthetic experiment of
 A attempts x R metric rows (trainer-shaped rows, a save every 10 steps, an injection per attempt),
 at two sizes in one run (same attempts, 10x fewer rows each in the small one). Prints wall seconds, rows/s and peak RSS of the report process for each,
-and the ratio of peak RSS between the sizes: a streaming collector keeps it near 1.
+and the ratio of peak RSS between the sizes: a streaming collector keeps it near 1. Then the big
+size again under the collector of --against (a git revision, default the tree before the read
+model of issue 35: each file read several times), on the same files in the same run: the speed-up
+is the result, the machine being shared and noisy.
 
-Target (issue 6): 1,000 attempts / 1M rows in <= 10 s, memory that does not grow with rows.
+Target (issue 35): 1,000 attempts / 1M rows in <= 5 s, memory that does not grow with rows.
 Usage: python bench/collect_stream.py [--attempts 1000] [--rows-per-attempt 1000] [--small 0.1]
+                                      [--against REV | --against none]
 """
 import argparse
 import json
@@ -17,7 +21,9 @@ import time
 
 from restartlab.contracts import layout
 
-TARGET_S = 10.0
+TARGET_S = 5.0
+BEFORE = "5e3857e"  # the last commit before the read model (issue 35)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_expt(root, attempts, rows_per_attempt):
@@ -62,12 +68,14 @@ def make_expt(root, attempts, rows_per_attempt):
     return attempts * rows_per_attempt
 
 
-def measure(expt):
-    """Run the report in a child; (wall s, peak RSS MiB) of that child alone."""
+def measure(expt, code=ROOT):
+    """Run the report of the restartlab in `code` (a directory holding its package) in a child;
+    (wall s, peak RSS MiB) of that child alone."""
     cmd = [sys.executable, "-m", "restartlab.cli", "report", expt, "--no-plots", "--expect", "sync"]
     with tempfile.TemporaryFile() as err:  # a file, not a pipe: the child never blocks on it
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        # -m puts the working directory first on sys.path: `code`'s restartlab is the one imported
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=code)
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
         rc = p.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4, tell Popen
@@ -77,11 +85,26 @@ def measure(expt):
     return wall, ru.ru_maxrss / 1024.0
 
 
+def checkout(rev, into) -> bool:
+    """The restartlab package of git revision `rev` under `into` (False: no git, or no such revision)."""
+    try:
+        tar = subprocess.run(["git", "-C", ROOT, "archive", rev, "restartlab"], capture_output=True, timeout=120)
+    except OSError:
+        return False
+    if tar.returncode != 0:
+        print(f"  --against {rev}: {tar.stderr.decode().strip()[:200]}: not measured", flush=True)
+        return False
+    subprocess.run(["tar", "-x", "-C", into], input=tar.stdout, check=True)
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--attempts", type=int, default=1000)
     ap.add_argument("--rows-per-attempt", type=int, default=1000)
     ap.add_argument("--small", type=float, default=0.1, help="rows per attempt of the small size, as a fraction of the big one")
+    ap.add_argument("--against", default=BEFORE, help="a git revision whose collector reads the big size too "
+                    f"(default {BEFORE}: the code before the read model); none: skip")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     root = tempfile.mkdtemp(prefix="rl-bench-collect-")
@@ -104,6 +127,13 @@ def main():
             print(f"  {name:5s} {att:5d} attempts {n:9,d} rows  report {wall:6.2f} s "
                   f"({n / wall:,.0f} rows/s)  peak RSS {rss:6.1f} MiB   (generated in {gen:.1f} s)",
                   flush=True)
+            old = os.path.join(root, "against")
+            if name == "big" and a.against != "none" and os.makedirs(old) is None and checkout(a.against, old):
+                wall_b, rss_b = measure(d, code=old)
+                out["before"] = {"rev": a.against, "rows": n, "wall_s": wall_b, "peak_rss_mib": rss_b}
+                out["speedup"] = wall_b / wall
+                print(f"  big under {a.against}: report {wall_b:6.2f} s  peak RSS {rss_b:6.1f} MiB: "
+                      f"{wall_b / wall:.2f}x the time of this tree's", flush=True)
             shutil.rmtree(d, ignore_errors=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -4,7 +4,9 @@ within one run are the results; absolute seconds depend on the machine's load.
 
 A run writes build/bench/results.json and leaves the tree alone; `make bench PUBLISH=1`
 (--publish) writes the committed bench/results.json and regenerates the page of figures made
-from it (docs/reference/benchmarks.md)."""
+from it (docs/reference/benchmarks.md). `--only NAME...` runs those benchmarks alone; published, their
+entries replace the committed ones, each stamped with the date it was re-run (the page says so),
+and the rest stay as their run left them."""
 import datetime
 import json
 import os
@@ -36,13 +38,16 @@ def main(argv=None):
     import argparse
     p = argparse.ArgumentParser(prog="bench/run_all.py")
     p.add_argument("--publish", action="store_true", help="write bench/results.json and its docs page")
+    p.add_argument("--only", nargs="+", metavar="NAME", choices=[b[1][0][:-3] for b in BENCHES],
+                   help="run only these benchmarks (file names without .py); their entries replace those of "
+                        "the results file, dated, the rest are kept")
     a = p.parse_args(argv)
     root = os.path.dirname(HERE)
     dest = os.path.join(HERE, "results.json") if a.publish else os.path.join(root, "build", "bench", "results.json")
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     failed, results = [], {}
     tmp = tempfile.mkdtemp(prefix="rl-bench-json-")
-    for title, argv in BENCHES:
+    for title, argv in [b for b in BENCHES if not a.only or b[1][0][:-3] in a.only]:
         print(f"== {title}\n   python bench/{' '.join(argv)}", flush=True)
         out = os.path.join(tmp, argv[0] + ".json")
         r = subprocess.run([sys.executable, os.path.join(HERE, argv[0])] + argv[1:] + ["--json", out])
@@ -52,11 +57,18 @@ def main(argv=None):
             with open(out) as f:
                 results[argv[0][:-3]] = dict(json.load(f), command="python bench/" + " ".join(argv))
         print(flush=True)
+    now = datetime.datetime.now().isoformat(timespec="seconds")
+    run = {"date": now, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                    "python": platform.python_version()},
+           "failed": failed, "benchmarks": results}
+    if a.only and os.path.exists(dest):
+        with open(dest) as f:
+            kept = json.load(f)
+        for name, b in results.items():
+            kept["benchmarks"][name] = dict(b, date=now)
+        run = kept
     with open(dest, "w") as f:
-        json.dump({"date": datetime.datetime.now().isoformat(timespec="seconds"),
-                   "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                               "python": platform.python_version()},
-                   "failed": failed, "benchmarks": results}, f, indent=1)
+        json.dump(run, f, indent=1)
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"bench: figures in {dest}")
     if a.publish:

@@ -37,34 +37,6 @@ class ListOf:
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
-SCHEDULE = {
-    "every": F("duration", None, "timed kills: one every DURATION", positive=True),
-    "at_steps": F("intlist", None, "kills aimed at these steps; an item may be {step: N, kind: K} "
-                  "to mix failure kinds in one schedule"),
-    "every_steps": F("int", None, "a kill aimed at every N-th step", positive=True),
-    "mtbf": F("duration", None, "Poisson failures with this mean time between failures", positive=True),
-    "fuzz": F("int", None, "kill anywhere (`restartlab fuzz`): N kills, one per attempt, at random points, "
-              "about half inside a save", positive=True),
-    "seed": F("int", 0, "seed for mtbf inter-arrival times, fuzz choices and one-node target choice"),
-}
-FAILURES = {
-    "kind": F("str", None, "what fails (default kill): " + "; ".join(f"{k.name}: {k.doc}" for k in failures.KINDS.all()),
-              choices=failures.KINDS.names),
-    "signal": F("str", None, "signal sent to every struck rank's process tree (default: the kind's)"),
-    "grace": F("duration", 60, "preempt: SIGKILL what is left this long after the SIGTERM", positive=True),
-    "node": F("int", None, "node index for kinds node and rank (default: node from the seed; rank: node 0)"),
-    "schedule": SCHEDULE,
-    "gate": F("str", None, "complete: step-aimed kills wait for step-S/.complete (default for step "
-              "schedules); none: fire on time", choices=["complete", "none"]),
-    "wait_first_complete": F("bool", False, "timed schedules: start the clock at the first complete checkpoint"),
-    "max_kills": F("int", None, "stop after N kills", positive=True),
-    "fuzz_window": F("duration", 10, "schedule.fuzz: a kill not aimed at a save strikes at most this long "
-                     "after its attempt's launch; one aimed at a save that sees none within twice this long "
-                     "strikes then", positive=True),
-    "fuzz_save_share": F("float", 0.5, "schedule.fuzz: the share of kills aimed inside a save", min=0),
-    "fuzz_after_complete": F("bool", False, "schedule.fuzz: a kill aimed at a save waits for a save made while "
-                             "a complete checkpoint exists"),
-}
 PROGRAM = {
     "command": ListOf(F("str"), doc="the program's argv on every rank (the launcher line runs it); "
                       "{ckpt_dir}, {phase_dir}, {attempt_dir} and {scenario_dir} are replaced"),
@@ -120,11 +92,19 @@ def _trainer_schema():
 def _from_tool_tables(prefix):
     """Schema fields of the scenario keys under `prefix` that a tool's option table owns."""
     out = {}
-    for table in (tool_options.SUPERVISE, tool_options.NODE_CHECK, tool_options.REPORT):
+    for table in (tool_options.SUPERVISE, tool_options.NODE_CHECK, tool_options.REPORT, tool_options.INJECT):
         for key, o in tool_options.schema_fields(table, prefix).items():
-            out[key] = F("bool" if o.type == "flag" else o.type, o.default, o.help, choices=o.choices, min=o.min,
-                         positive=o.positive)  # a tool's flag is a scenario's true/false
+            head, _, sub = key.rpartition(".")  # failures.schedule.every: a key of a nested mapping
+            (out.setdefault(head, {}) if head else out)[sub] = F(
+                "bool" if o.type == "flag" else o.type, o.default, o.help, choices=o.choices, min=o.min,
+                positive=o.positive)  # a tool's flag is a scenario's true/false
     return out
+
+
+# failures: the injector's table (tool_options.INJECT), but for at_steps, a list here and a string there
+FAILURES = _from_tool_tables("failures")
+FAILURES["schedule"] = {"at_steps": F("intlist", None, "kills aimed at these steps; an item may be {step: N, kind: K} "
+                                      "to mix failure kinds in one schedule"), **FAILURES["schedule"]}
 
 
 SCHEMA = {
@@ -500,9 +480,9 @@ def step_of(x) -> int:
 
 
 def _resolve_kind(f):
-    """failures.kind: kill when not given."""
+    """failures.kind: the injector's default (kill) when given as null."""
     if isinstance(f, dict):
-        f["kind"] = f.get("kind") or "kill"
+        f["kind"] = f.get("kind") or FAILURES["kind"].default
 
 
 def _program_checks(sc, v: _V) -> None:

@@ -1,5 +1,9 @@
 """Shared test helpers: real mpiexec runs of the trainer, metrics reading, process cleanup."""
+import argparse
+import builtins
+import collections
 import fcntl
+import io
 import json
 import os
 import re
@@ -10,6 +14,7 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 
 from restartlab.runtime import killer
 from restartlab.runtime.warm import standby, wire
@@ -228,3 +233,39 @@ def start_and_kill_at(n, args, metrics_path, step, timeout=240, env=None, warm_r
         if proc.poll() is None:
             proc.kill()
         cleanup_tag(tag)
+
+
+# ---------------------------------------------------------------- the report's reads (issue 35)
+@contextmanager
+def counted_opens():
+    """{path: times opened for reading} of every open() in this process while inside."""
+    seen = collections.Counter()
+    real_open, real_io_open = builtins.open, io.open
+
+    def counting(file, mode="r", *args, **kwargs):
+        if isinstance(file, (str, bytes, os.PathLike)) and not any(c in mode for c in "wax+"):
+            seen[os.path.realpath(file)] += 1
+        return real_open(file, mode, *args, **kwargs)
+    builtins.open = io.open = counting
+    try:
+        yield seen
+    finally:
+        builtins.open, io.open = real_open, real_io_open
+
+
+def report_args(expt, *more):
+    """`restartlab report EXPT --no-plots ...` as the CLI parses it."""
+    from restartlab.analysis import report
+    p = argparse.ArgumentParser()
+    report.add_args(p)
+    return p.parse_args([str(expt), "--no-plots", *more])
+
+
+def assert_each_file_read_once(expt, opens, must):
+    """Every file of the experiment opened at most once, and each of `must` (the inputs the report cannot do without)
+    exactly once."""
+    root = os.path.realpath(expt) + os.sep
+    twice = {p: n for p, n in opens.items() if n > 1 and p.startswith(root)}
+    assert not twice, f"read more than once by one report: {twice}"
+    for p in must:
+        assert opens.get(os.path.realpath(p)) == 1, (p, sorted(opens))

@@ -11,10 +11,10 @@ import sys
 import psutil
 import pytest
 
-from restartlab.analysis import collect
+from restartlab.analysis import collect, report
 from restartlab.runtime import killer
 from restartlab.contracts import layout, live
-from tests.helpers import job_tag, run_story, wait_for
+from tests.helpers import assert_each_file_read_once, counted_opens, job_tag, report_args, run_story, wait_for
 
 
 def write_attempt(phase_dir, k, launch, rows, end, completed=False, garbage=True):
@@ -250,6 +250,12 @@ def test_real_restartlab_run(tmp_path):
     assert flagged and all(m["train/iter"] > 5 for m in flagged)  # none before the first save
     assert ph["baseline"]["interference"] is None
     assert killer.find_tagged(job_tag(d)) == []  # nothing of the job outlives it
+    # one report of a real experiment opens each of its files once (issue 35: the read model)
+    with counted_opens() as opens:
+        again = report.build(report_args(d))[1]
+    assert_each_file_read_once(str(d), opens, [layout.Expt(d).phase(p).attempt(k).metrics(0)
+                                               for p, k in (("baseline", 1), ("async", 1), ("async", 2))])
+    assert [x["survival"] for x in again] == [x["survival"] for x in s["phases"]]
 
     # a sync variant of the same scenario takes that baseline instead of running it again
     # (restartlab run --baseline-from): copied, not run, and the sync phase judged against it

@@ -11,7 +11,7 @@ import pytest
 
 from restartlab.contracts import layout
 from restartlab import programs
-from restartlab.analysis import survival
+from restartlab.analysis import collect, survival
 from restartlab.runtime import tap
 
 GEN = {"adapter": "generic", "progress": r"step (?P<step>\d+) loss (?P<loss>\S+)",
@@ -244,6 +244,10 @@ def _steps(a, b, first=None, loss=lambda s: 1.0 / s):
     return rows
 
 
+def _read(phase):
+    return collect.load_phase(phase.name, phase_dir=phase.path, losses=True)
+
+
 def _kill(phase, k):
     with open(phase.injections, "a") as f:
         f.write(json.dumps({"time": 100.0 * k + 1, "killed": 2, "attempt": k}) + "\n")
@@ -316,18 +320,18 @@ def test_against_the_baseline_identical_within_tolerance_or_diverged(tmp_path):
     _attempt(base, 1, _steps(1, 20, 0), completed=True)
     _attempt(ph, 1, _steps(1, 12, 0), rc=9)
     _attempt(ph, 2, _steps(11, 20, 10), completed=True)
-    assert survival.compare(ph.path, base.path) == (None, "loss identical to the baseline's at all 20 steps both logged")
+    assert survival.compare(_read(ph), _read(base)) == (None, "loss identical to the baseline's at all 20 steps both logged")
     ph2 = layout.Phase(str(tmp_path / "p2"))
     _attempt(ph2, 1, _steps(1, 12, 0), rc=9)
     _attempt(ph2, 2, _steps(11, 20, 10, loss=lambda s: 1.0 / s * (1 + 1e-9 * (s >= 15))), completed=True)
-    finding, text = survival.compare(ph2.path, base.path)
+    finding, text = survival.compare(_read(ph2), _read(base))
     assert finding == "diverged" and "at step 15" in text
-    assert survival.compare(ph2.path, base.path, tolerance=1e-6)[0] is None
+    assert survival.compare(_read(ph2), _read(base), tolerance=1e-6)[0] is None
     # a recomputed step counts with its last value: the first attempt's steps 11-12 are replaced
     ph3 = layout.Phase(str(tmp_path / "p3"))
     _attempt(ph3, 1, _steps(1, 12, 0, loss=lambda s: 9.0 if s > 10 else 1.0 / s), rc=9)
     _attempt(ph3, 2, _steps(11, 20, 10), completed=True)
-    assert survival.compare(ph3.path, base.path)[0] is None
+    assert survival.compare(_read(ph3), _read(base))[0] is None
 
 
 def test_torchtitan_adapter_on_recorded_lines_and_layout(tmp_path):

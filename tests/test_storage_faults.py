@@ -4,6 +4,7 @@ logged with errno and path and recorded in the metrics; no `.complete` is writte
 partial directory is removed; the previous complete checkpoint stays intact and loadable; the
 run goes on (--on-save-error continue) or stops with exit 4 (abort)."""
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -72,11 +73,17 @@ def test_disk_full_save_fails_cleanly_and_the_previous_checkpoint_loads(tmp_path
     assert final_crc(layout.Attempt(out).metrics(0)) == final_crc(layout.Attempt(ref).metrics(0))
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", "async", "async-skewed"])
 def test_file_system_turns_read_only_mid_run_abort(tmp_path, small_fs, mode):
+    """async-skewed: rank 1's save thread ends 3 s after rank 0's (CI, 2026-12-03: rank 0 took the failed
+    save's result a step before rank 1, left with 4, and rank 1 died in the next collective: Hydra's
+    exit 4 | 1 = 5). The ranks take the result after the same step, so both abort together."""
     ckpt, out = os.path.join(small_fs, "ckpts"), str(tmp_path / "out")
     # both ranks pause 3 s before the save at step 6: the test makes the file system read-only then
-    env = {"RESTARTLAB_DELAY": "save:6:0:3,save:6:1:3"}
+    # (skewed: steps of 0.3 s, so that rank 0's thread is done inside step 7, rank 1's in step 8's save)
+    env = {"RESTARTLAB_DELAY": "save:6:0:3,save:6:1:3" + (",saved:6:1:3,step:*:*:0.3" if mode == "async-skewed"
+                                                          else "")}
+    mode = mode.split("-")[0]
     p = subprocess.Popen(trainer_cmd(2, args(ckpt, out, 10, mode, ["--on-save-error", "abort"]), "ro-" + mode, env),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -90,6 +97,10 @@ def test_file_system_turns_read_only_mid_run_abort(tmp_path, small_fs, mode):
             p.kill()
         cleanup_tag("ro-" + mode)
     assert p.returncode == 4, out_text[-3000:]
+    # every rank took the failed save's result and stopped on it in the same step (none left the
+    # others in a collective)
+    stopped = dict(re.findall(r"rank (\d): stopping in step (\d+) after the failed save", out_text))
+    assert set(stopped) == {"0", "1"} and len(set(stopped.values())) == 1, (stopped, out_text[-3000:])
     assert "EROFS (Read-only file system)" in out_text and "--on-save-error abort" in out_text, out_text[-3000:]
     assert ckptdir.complete_steps(ckpt) == [2, 4]
     assert ckptdir.verify_manifest(ckptdir.step_path(ckpt, 4), checksums=True) is None

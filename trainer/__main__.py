@@ -136,6 +136,7 @@ class Job:
         from restartlab.trainer.parallel import build_mesh, dp_rank_of, use_meta_init
         self.a, self.info, self.times = a, info, {"launch": t_launch}
         self.stop = StopRequest(a.preempt_signal, info.rank)
+        self.save_done = False  # every rank's background save has finished (agreed in step())
         threads = rdist.intra_op_threads()
         if threads:
             torch.set_num_threads(threads)
@@ -159,6 +160,7 @@ class Job:
         self.times["built"] = time.time()
         self.ckpt = self._checkpointer() if a.save_interval or not a.no_resume else None
         self.start = 0
+        self.at = 0  # the step the loop is in
         if self.ckpt and not a.no_resume:
             self._resume()
         self.times["loaded"] = time.time()
@@ -246,13 +248,18 @@ class Job:
             self.ckpt.before_param_update()  # GPU: a save's staging copies have read the parameters
         self.optim.step()
         self.optim.zero_grad(set_to_none=True)
-        # one collective carries the loss and whether any rank was asked to stop (a preemption
+        # one collective carries the loss, whether any rank was asked to stop (a preemption
         # signal reaches the ranks at slightly different times: they must stop after the same step)
-        both = torch.stack([loss.detach(), torch.tensor(float(self.stop.requested), device=loss.device)])
+        # and whether every rank's background save has finished (each rank's thread finishes at its
+        # own time: they take its result, and an abort, after the same step)
+        done = float(bool(self.ckpt and self.ckpt.save_done()))
+        both = torch.stack([loss.detach(), torch.tensor(float(self.stop.requested), device=loss.device),
+                            torch.tensor(done, device=loss.device)])
         dist.all_reduce(both, op=dist.ReduceOp.SUM)  # SUM, then divide: gloo (and not every ccl) has AVG
         both /= self.info.world_size
-        loss_avg, stop = both.tolist()
+        loss_avg, stop, done = both.tolist()
         self.stop.agreed = stop > 0
+        self.save_done = done == 1.0  # n / n: every rank's
         return {"train/iter": step, "train/loss": loss_avg, "train/dt": time.time() - t0}
 
     def startup_row(self, t_first_step: float) -> dict:
@@ -291,6 +298,7 @@ def train(job: Job, metrics) -> None:
     second row of the same step."""
     a = job.a
     for step in range(job.start + 1, a.train_iters + 1):
+        job.at = step
         busy = bool(job.ckpt and job.ckpt.mode == "async" and job.ckpt.in_flight())
         row = job.step(step)
         if busy:  # this step ran beside a background save (the report's interference figure)
@@ -301,7 +309,7 @@ def train(job: Job, metrics) -> None:
             # the collector's sight, so that a full collection (0.17 s with them, measured on
             # rank 0 inside a save, every rank waiting at the next collective) never scans them
             gc.freeze()
-        if job.ckpt:
+        if job.ckpt and job.save_done:  # every rank's: they all take the result now
             row.update(job.ckpt.poll())
         if metrics:
             metrics.write(row, ts=time.time())
@@ -338,17 +346,19 @@ def main(argv=None):
     from restartlab.trainer.data import DataError
     metrics = MetricsWriter(a.outdir, info.rank, sink=wandb_sink(a, job)) if info.rank == 0 else None
 
-    def leave(code):
+    def leave(code, together=False):
         if metrics:
             metrics.close(code)
-        rdist.clean_exit(code)
+        rdist.clean_exit(code, barrier=together)
     try:
         train(job, metrics)
         final = job.ckpt.close() if job.ckpt else None
-    except SaveError as e:
+    except SaveError as e:  # raised on every rank after the same step: they stop together
         if info.rank == 0:
             print(f"restartlab.trainer: error: {e} (--on-save-error abort)", file=sys.stderr, flush=True)
-        leave(EXIT_SAVE_FAILED)
+        print(f"restartlab.trainer: rank {info.rank}: stopping in step {job.at} after the failed save "
+              "(--on-save-error abort)", file=sys.stderr, flush=True)
+        leave(EXIT_SAVE_FAILED, together=True)
     except DataError as e:  # a token outside the vocabulary: every rank reading it stops here
         print(f"restartlab.trainer: error: rank {info.rank}: {e}", file=sys.stderr, flush=True)
         leave(EXIT_USAGE)

@@ -374,6 +374,7 @@ class Checkpointer:
         if errs and self.rank == 0:
             self.log(f"SAVE FAILED at step={step} ({dst}): {'; '.join(errs[:4])}")
             shutil.rmtree(dst, ignore_errors=True)
+        delay("saved", step, self.rank)  # a rank whose save thread finishes later than the others'
         return latency, errs
 
     def _write_and_copy(self, step, staged, stage_path, dst, t0):
@@ -443,8 +444,14 @@ class Checkpointer:
         """An async save is running in the background right now."""
         return self._future is not None and not self._future.done()
 
+    def save_done(self) -> bool:
+        """This rank's background save has finished and its result is not taken yet."""
+        return self._future is not None and self._future.done()
+
     def poll(self) -> dict:
-        """Non-blocking: metrics for a save that finished since the last poll (no collectives)."""
+        """Non-blocking: metrics for a save that finished since the last poll (no collectives). With
+        --on-save-error abort it raises SaveError for a failed one: call it on every rank after the
+        same step (the trainer does once every rank's save_done() agreed), or the ranks part."""
         if self._future is not None and self._future.done():
             return self._collect()
         return {}

@@ -163,13 +163,15 @@ def wait_for_listener(addr, port, timeout=600.0, interval=0.02):
             time.sleep(interval)
 
 
-def clean_exit(code: int = 0):
+def clean_exit(code: int = 0, barrier: bool = False):
     """Flush, barrier, os._exit: tearing the gloo group down at interpreter exit aborted about
-    one run in seven on CPU, so we never reach it."""
+    one run in seven on CPU, so we never reach it. The barrier: on success, and on a failure every
+    rank meets at the same point (barrier=True), so that none is torn down by the launcher before
+    it has said why it stops."""
     import torch.distributed as dist
     sys.stdout.flush()
     sys.stderr.flush()
-    if dist.is_initialized() and code == 0:
+    if dist.is_initialized() and (code == 0 or barrier):
         dist.barrier()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -27,7 +27,8 @@ def delay(point: str, step: int, rank: int):
     before the stage directory is cleaned; stage-open (step 0): before a node's owner opens its
     stage dir at start-up; staged: after the write into the stage dir, before
     the copy to the checkpoint dir; mkdir: before a rank creates a checkpoint directory;
-    mkdir-exists: after it found the directory already there, before it checks it again; step:
+    mkdir-exists: after it found the directory already there, before it checks it again; saved:
+    at the end of an async save's background thread, its result ready; step:
     every training step, e.g. step:*:*:0.2 for a slower model). `*` matches any step or rank."""
     for spec in filter(None, os.environ.get("RESTARTLAB_DELAY", "").split(",")):
         p, s, r, secs = spec.split(":")

@@ -1,4 +1,9 @@
-"""Stream an experiment's metrics into attempts, failure events and accounting (pure numbers).
+"""Read an experiment once into attempt records, then account for it (pure numbers).
+
+The read model: `load_phase` opens every file of a phase once (each attempt's record, launch
+record, launch snapshot, output and rank 0's metrics stream; the phase's injections, node checks,
+end records and checkpoint markers) and keeps what any judge needs in one `Attempt` per launch and
+one `Phase`; `survival` and `report` judge those records without opening a file.
 
 Definitions (docs/design.md):
   lost steps  = last step completed before the kill - step of the checkpoint resumed from
@@ -7,19 +12,24 @@ Definitions (docs/design.md):
                 (the rest of the steps computed twice; the first one is inside downtime)
   overhead    = wall(phase) - wall(baseline) = downtime + recompute + save stalls + residual
   ETTR        = productive time / wall time; productive = train/dt of every step that was kept
-Streams each metrics file once with constant memory per row (kept: one number per save and a
-bounded, thinned (time, step) trace per attempt for the plots)."""
+Streams each metrics file once with constant memory per row (kept: one number per save, a
+bounded, thinned (time, step) trace per attempt for the plots and, only for a comparison with the
+baseline, the loss of each step)."""
 import json
 import math
 import os
+import re
 import statistics
 from array import array
+from bisect import bisect_left, bisect_right
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ..contracts import ckptdir, layout
-from ..runtime.attempt import completed_row, injections_into
+from ..runtime.attempt import INJECTION_SLACK_S, completed_row, injected, injections_into, phase_end
 from ..failures import book as book_kind
+from ..programs.base import clean_line
 from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks
 
 TRACE_POINTS = 20000  # per phase (split over its attempts, at least 50 each), for the progress plot
@@ -28,9 +38,15 @@ SAVE_KEYS = ("train/ckpt_save_seconds", "train/ckpt_stage_seconds", "train/ckpt_
 
 @dataclass
 class Attempt:
+    """One launch, as the analysis knows it: everything its files say, read once."""
     index: int
-    path: str
+    path: str                             # rank 0's metrics file
     number: Optional[int] = None          # its directory's number (attempts/<k>), when read from one
+    record: dict = field(default_factory=dict)     # the supervisor's record of it, as written ({}: none)
+    at_launch: dict = field(default_factory=dict)  # the checkpoints its launch found (layout.Attempt.at_launch)
+    first_row: Optional[dict] = None      # the first metrics row with a step and a loss
+    last_row: Optional[dict] = None       # the last good metrics row (the final one: a checksum)
+    error: Optional[str] = None           # the line of its output naming a crash (not completed)
     launch_ts: Optional[float] = None
     end_ts: Optional[float] = None
     exit_code: Optional[int] = None
@@ -60,6 +76,11 @@ class Attempt:
     trace_stride: int = 1
     trace_seen: int = 0
 
+    @property
+    def last_step(self) -> Optional[int]:
+        """The last step it completed, None if it completed none."""
+        return self.last_iter if self.first_ts is not None else None
+
     def add_trace(self, ts, it):
         """Keep every trace_stride-th step; when the buffer fills, drop every other point and
         double the stride. Memory stays bounded however long the attempt is."""
@@ -84,6 +105,38 @@ class Phase:
     dt_busy: List[float] = field(default_factory=lambda: [0, 0.0])
     dt_idle: List[float] = field(default_factory=lambda: [0, 0.0])
     warnings: List[str] = field(default_factory=list)
+    ended: Optional[dict] = None          # how its latest supervisor ended (attempt.phase_end)
+    losses: Optional[Dict[int, float]] = None  # {step: loss} of the steps it kept (losses=True)
+    _kill_index: Optional[tuple] = field(default=None, repr=False)
+
+    def kills(self, t0, t1, number=None) -> List[dict]:
+        """The injections that struck attempt `number`, which ran from t0 to t1 (attempt.injected's
+        rule: by the attempt a record names, else by its time), in the injector's order: from an
+        index built once (by attempt; the others by time), not a scan of every record per attempt."""
+        if number is None:
+            return injections_into(self.injections, t0, t1)
+        if self._kill_index is None:
+            tagged: Dict[int, list] = {}
+            timed = []
+            for i, r in enumerate(self.injections):
+                if not r.get("killed"):
+                    continue
+                if isinstance(r.get("attempt"), int):
+                    tagged.setdefault(r["attempt"], []).append((i, r))
+                elif _num(r.get("time")) is not None:
+                    timed.append((r["time"], i, r))
+            timed.sort(key=lambda x: (x[0], x[1]))
+            self._kill_index = (tagged, [t for t, _, _ in timed], [(i, r) for _, i, r in timed])
+        tagged, times, timed = self._kill_index
+        hits = list(tagged.get(number, []))
+        if t0 is not None and t1 is not None:
+            lo, hi = bisect_left(times, t0), bisect_right(times, t1 + INJECTION_SLACK_S)
+            hits += [x for x in timed[lo:hi] if injected(x[1], t0, t1, number)]
+        return [r for _, r in sorted(hits, key=lambda x: x[0])]
+
+
+_DECODE = json.JSONDecoder().raw_decode
+_WS = re.compile(r"[ \t\n\r]*")  # JSON's whitespace, as json.loads skips it
 
 
 def iter_rows(path, warnings):
@@ -91,15 +144,20 @@ def iter_rows(path, warnings):
     A last line without its newline is an attempt killed mid-write: named, not called malformed."""
     with open(path, errors="replace") as f:
         for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
             try:
-                row = json.loads(line)
+                # json.loads without its wrapper: a row is a JSON object alone on its line
+                row, end = _DECODE(line, 0 if line[:1] == "{" else _WS.match(line).end())
+                if not (end == len(line) - 1 and line[end] == "\n") and _WS.match(line, end).end() != len(line):
+                    raise json.JSONDecodeError("Extra data", line, end)
                 m = row["metrics"]
-                ts = _num(row["timestamp"])
-                if not isinstance(m, dict) or ts is None:
+                ts = row["timestamp"]
+                if ts.__class__ is not float:
+                    ts = _num(ts)
+                if m.__class__ is not dict or ts is None:
                     raise TypeError("metrics is not a mapping" if ts is not None else "timestamp is not a number")
             except (ValueError, KeyError, TypeError) as e:
+                if not line.strip():
+                    continue
                 torn = not line.endswith("\n")
                 warnings.append(f"{path}:{n}: skipped a torn last line (killed mid-write)" if torn else
                                 Malformed(f"{path}:{n}: skipped a malformed line ({type(e).__name__}: {str(e)[:80]})"))
@@ -107,11 +165,33 @@ def iter_rows(path, warnings):
             yield n, m, ts
 
 
-def _first_row(path, warnings):
-    for _, m, ts in iter_rows(path, warnings):
-        if "train/iter" in m and "train/loss" in m:
-            return m, ts
-    return None, None
+class _Rows:
+    """One attempt's rank-0 metrics, opened once: its first training row can be looked at (where the
+    attempt resumed from, which the attempt before it needs) before the rest is streamed. What the
+    look ahead finds wrong is told when the stream reaches it, in the file's order."""
+
+    def __init__(self, path):
+        self._said: list = []          # warnings until the stream starts
+        self._to = self._said
+        self._rows = iter_rows(path, self)
+        self._seen: list = []
+
+    def append(self, warning) -> None:
+        self._to.append(warning)
+
+    def stream(self, warnings: list):
+        """Every row, the looked-at ones first; warnings into `warnings` from here on."""
+        warnings.extend(self._said)
+        self._to = warnings
+        seen, self._seen = self._seen, []
+        return chain(seen, self._rows)
+
+    def first(self) -> Optional[dict]:
+        for row in self._rows:
+            self._seen.append(row)
+            if "train/iter" in row[1] and "train/loss" in row[1]:
+                return row[1]
+        return None
 
 
 def _finalize_latencies(ckpt_dir, warnings) -> List[float]:
@@ -133,30 +213,42 @@ def _finalize_latencies(ckpt_dir, warnings) -> List[float]:
     return out
 
 
+def _json_mapping(path) -> Optional[dict]:
+    """A JSON file's mapping; {} when it holds something else; None when it is missing or not JSON."""
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) else {}
+
+
 def _attempt_from_dir(a: Attempt, att: layout.Attempt, warnings) -> None:
     """Launch/end time, exit code and completion from the attempt's record (the supervisor's);
-    without one (cut short with its job), its launch, job and job run from its launch record."""
+    without one (cut short with its job), its launch, job and job run from its launch record. Its
+    launch snapshot, and for an attempt that did not complete, what its output says."""
+    a.at_launch = _json_mapping(att.at_launch) or {}
     try:
         with open(att.record) as f:
             info = json.load(f)
     except (OSError, ValueError):
         warnings.append(f"{att.path}: no readable attempt record")
-        try:
-            with open(att.launched) as f:
-                info = json.load(f)
-        except (OSError, ValueError):
+        a.error = _read_output(att.output)[1]
+        info = _json_mapping(att.launched)
+        if info is None:
             return
-        if isinstance(info, dict):
-            a.launch_ts = _num(info.get("launch_ts"))
-            a.job = info["job"] if isinstance(info.get("job"), str) else None
-            a.job_start = _num(info.get("job_start"))
+        a.launch_ts = _num(info.get("launch_ts"))
+        a.job = info["job"] if isinstance(info.get("job"), str) else None
+        a.job_start = _num(info.get("job_start"))
         if os.path.exists(att.hosts):
             with open(att.hosts) as f:
                 a.hosts = [h.strip() for h in f if h.strip()]
         return
     if not isinstance(info, dict):
         warnings.append(Malformed(f"{att.record}: malformed (a {type(info).__name__}, not a mapping)"))
+        a.error = _read_output(att.output)[1]
         return
+    a.record = info
     a.recorded = True
     a.launch_ts, a.end_ts = _num(info.get("launch_ts")), _num(info.get("end_ts"))
     a.exit_code, a.completed = info.get("exit_code"), info.get("completed") is True
@@ -170,42 +262,63 @@ def _attempt_from_dir(a: Attempt, att: layout.Attempt, warnings) -> None:
     for key in ("ranks", "warm_ranks"):
         if isinstance(info.get(key), int) and not isinstance(info.get(key), bool):
             setattr(a, key, info[key])
-    a.timed_out = _mentions(att.output, PG_TIMEOUT) if not a.completed else False
+    if not a.completed:
+        a.timed_out, a.error = _read_output(att.output)
 
 
 PG_TIMEOUT = b"Timed out waiting"  # what gloo says when a collective's peer never came
+# a line of a crashed program's output that says why: an exception with its message, a C++
+# exception's what(), a fatal signal's line; the first of them is the cause, the rest its echo
+ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception|EnforceNotMet)\b.*?:\s*\S|\bwhat\(\):\s*\S|Segmentation fault|"
+                        r"\bFatal Python error\b")
+TAIL_BYTES = 256 * 1024
 
 
-def _mentions(path, needle: bytes, chunk: int = 1 << 20) -> bool:
-    """Whether a (possibly large) log contains `needle`, read in chunks."""
+def _read_output(path, chunk: int = 1 << 20) -> tuple:
+    """One pass over a (possibly large) launcher output: (whether it mentions PG_TIMEOUT, the first
+    line in its last TAIL_BYTES that names a crash, or None)."""
+    seen, tail = False, b""
     try:
         with open(path, "rb") as f:
-            tail = b""
             while True:
                 b = f.read(chunk)
                 if not b:
-                    return False
-                if needle in tail + b:
-                    return True
-                tail = b[-len(needle):]
+                    break
+                buf = tail + b
+                seen = seen or PG_TIMEOUT in buf
+                tail = buf[-TAIL_BYTES:]
     except OSError:
-        return False
+        return False, None
+    return seen, error_line(tail.decode("utf-8", "replace"))
+
+
+def error_line(text: str, width: int = 300) -> Optional[str]:
+    """The first line of `text` (an output's tail) that names a crash, cut to `width`, or None."""
+    for raw in text.splitlines():
+        line = clean_line(raw)
+        if ERROR_LINE.search(line):
+            return line if len(line) <= width else line[:width - 3] + "..."
+    return None
 
 
 def _num(x) -> Optional[float]:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def _stream_attempt(a: Attempt, keep_upto, want, ph: Phase) -> None:
-    """One pass over an attempt's rank-0 metrics: first/last step, kept step time, save costs."""
-    for n, m, ts in iter_rows(a.path, ph.warnings):
+def _stream_attempt(a: Attempt, rows, keep_upto, want, ph: Phase) -> None:
+    """One pass over an attempt's rank-0 metrics: first/last step, kept step time, save costs (and
+    each step's loss, when the phase keeps them)."""
+    losses, busy, idle, saves = ph.losses, ph.dt_busy, ph.dt_idle, ph.saves
+    m = None
+    for n, m, ts in rows:
         it = m.get("train/iter")
-        if isinstance(it, float) and it.is_integer():
-            it = int(it)
-        if not isinstance(it, int) or isinstance(it, bool):
-            if it is not None:
-                ph.warnings.append(Malformed(f"{a.path}:{n}: malformed train/iter {str(it)[:40]!r}: line skipped"))
-            continue
+        if it.__class__ is not int:
+            if isinstance(it, float) and it.is_integer():
+                it = int(it)
+            if not isinstance(it, int) or isinstance(it, bool):
+                if it is not None:
+                    ph.warnings.append(Malformed(f"{a.path}:{n}: malformed train/iter {str(it)[:40]!r}: line skipped"))
+                continue
         if "train/loss" in m:
             if a.first_ts is None:
                 a.first_ts, a.first_iter = ts, it
@@ -215,25 +328,32 @@ def _stream_attempt(a: Attempt, keep_upto, want, ph: Phase) -> None:
                     a.launch_ts = _num(m.get("startup/launch_ts"))
             a.last_iter, a.last_ts = it, ts
             a.add_trace(ts, it)
-            dt = _num(m.get("train/dt", 0.0))
+            dt = m.get("train/dt", 0.0)
+            if dt.__class__ is not float:
+                dt = _num(dt)
             if dt is None:
                 ph.warnings.append(Malformed(f"{a.path}:{n}: malformed train/dt {str(m.get('train/dt'))[:40]!r}: counted as 0"))
             else:
                 if it <= keep_upto:
                     a.kept_dt += dt
                 if it != a.first_iter:  # an attempt's first step carries its warm-up
-                    acc = ph.dt_busy if m.get("train/ckpt_inflight") else ph.dt_idle
+                    acc = busy if m.get("train/ckpt_inflight") else idle
                     acc[0] += 1
                     acc[1] += dt
             if it in want:
                 a.ts_at[it] = ts
-        if _num(m.get("train/preempted")) is not None:
+            if losses is not None:
+                loss = m["train/loss"]
+                if isinstance(loss, (int, float)) and not isinstance(loss, bool):
+                    losses[it] = float(loss)
+        if "train/preempted" in m and _num(m["train/preempted"]) is not None:
             a.emergency_step = int(m["train/preempted"])
         for key in SAVE_KEYS:
-            if _num(m.get(key)) is not None:
-                ph.saves[key].append(float(m[key]))
-        if completed_row(m) and not a.recorded:  # ezpz files: no record, the final row decides
+            if key in m and _num(m[key]) is not None:
+                saves[key].append(float(m[key]))
+        if not a.recorded and completed_row(m):  # ezpz files: no record, the final row decides
             a.completed = True
+    a.last_row = m
     if a.last_ts is not None and (not a.trace or a.trace[-1][1] != a.last_iter):
         a.trace.append((a.last_ts, a.last_iter))  # the plot ends where the attempt did
     if a.end_ts is None:
@@ -242,10 +362,11 @@ def _stream_attempt(a: Attempt, keep_upto, want, ph: Phase) -> None:
         a.launch_ts = a.first_ts
 
 
-def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> Phase:
+def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, losses=False) -> Phase:
     """Either an experiment phase directory (attempts/<k>/...) or a list of ezpz JSONL files
-    (one attempt each, in name order)."""
-    ph = Phase(name)
+    (one attempt each, in name order). Every file is opened once. `losses`: keep each kept step's
+    loss (Phase.losses), for a comparison with the baseline."""
+    ph = Phase(name, losses={} if losses else None)
     if phase_dir:
         lp = layout.Phase(phase_dir)
         attempt_dirs = lp.attempts()
@@ -254,26 +375,40 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None) -> P
         ph.injections = read_injections(phase_dir, ph.warnings)
         ph.node_checks = read_node_checks(phase_dir, ph.warnings)
         ph.finalize = _finalize_latencies(lp.ckpts, ph.warnings)
+        ph.ended = phase_end(lp)
     elif attempt_dirs:
         attempt_dirs = [layout.Attempt(d) for d in attempt_dirs]
     paths = [d.metrics(0) for d in attempt_dirs] if attempt_dirs else list(metrics_files or [])
     cap = max(50, TRACE_POINTS // max(1, len(paths)))
     atts = [Attempt(i, p, trace_cap=cap) for i, p in enumerate(paths, 1)]
-    for a in atts:  # pass 1: where each attempt resumed from (its first row)
+    for a in atts:
         if attempt_dirs:
             a.number = attempt_dirs[a.index - 1].index
             _attempt_from_dir(a, attempt_dirs[a.index - 1], ph.warnings)
-        if os.path.isfile(a.path):
-            m, _ = _first_row(a.path, [])
-            a.resumed_from = int(_num(m.get("train/resumed_from")) or 0) if m else 0
-    # pass 2: stream each attempt once; we know which steps the next attempt recomputes
+    rows: List[Optional[_Rows]] = [None] * len(atts)
+
+    def opened(k) -> Optional[_Rows]:
+        """Attempt k's metrics, opened (at most two files at a time) and its first row read."""
+        a = atts[k]
+        if rows[k] is None and os.path.isfile(a.path):
+            rows[k] = _Rows(a.path)
+            a.first_row = rows[k].first()
+            if a.first_row is not None:
+                a.resumed_from = int(_num(a.first_row.get("train/resumed_from")) or 0)
+        return rows[k]
+
+    # one pass over each attempt, in order; the next one's first row says which steps it recomputes
     for k, a in enumerate(atts):
-        if not os.path.isfile(a.path):
+        mine = opened(k)
+        if k + 1 < len(atts):
+            opened(k + 1)
+        if mine is None:
             ph.warnings.append(Malformed(f"{a.path}: malformed: not a file") if os.path.exists(a.path) else
                                f"{a.path}: missing (the attempt died before its first step?)")
             continue
         keep_upto = atts[k + 1].resumed_from if k + 1 < len(atts) else math.inf
-        _stream_attempt(a, keep_upto, {atts[k - 1].last_iter} if k > 0 else set(), ph)
+        _stream_attempt(a, mine.stream(ph.warnings), keep_upto, {atts[k - 1].last_iter} if k > 0 else set(), ph)
+        rows[k] = None
     ph.attempts = atts
     return ph
 
@@ -316,7 +451,7 @@ def failures(ph: Phase) -> List[dict]:
         if queued is not None and a.walltime:
             continue
         queued = queued or 0.0
-        kills = injections_into(ph.injections, a.launch_ts, a.end_ts, a.number)
+        kills = ph.kills(a.launch_ts, a.end_ts, a.number)
         kill_ts = kills[0]["time"] if kills else a.end_ts
         lost = a.last_iter - b.resumed_from
         ev = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),

@@ -10,7 +10,7 @@ from .. import programs
 from ..contracts import layout, options
 from ..contracts.live import Malformed
 from ..contracts.registry import RegistryError
-from ..runtime import attempt, tool_options
+from ..runtime import tool_options
 from . import collect, own_metrics, survival
 
 
@@ -100,6 +100,7 @@ def build(a):
     """-> (phases, summaries, missing phase names, problems outside any phase, the experiment's
     resolved scenario or None)."""
     phases, missing, problems, policy, data, modes = [], [], [], None, None, {}
+    losses = False  # each step's loss is kept only where survival compares it with the baseline's
     if a.expt_dir:
         expt = layout.Expt(a.expt_dir)
         data = _scenario(expt.scenario, problems) if os.path.isdir(a.expt_dir) else None
@@ -107,8 +108,9 @@ def build(a):
         expected = a.expect if a.expect is not None else _expected_phases(data)
         policy, modes = _policy(data), _checkpoint_modes(data)
         missing = [n for n in (expected or []) if n not in names]
+        losses = bool(a.baseline) or any(collect.is_baseline(m) for m in modes.values())
         for n in names:
-            phases.append(collect.load_phase(n, phase_dir=expt.phase(n).path))
+            phases.append(collect.load_phase(n, phase_dir=expt.phase(n).path, losses=losses))
     for name, pattern, mode in (("baseline", a.baseline, "none"), ("sync", a.sync, "sync"),
                                 ("async", a.async_, "async")):
         if pattern:
@@ -116,7 +118,7 @@ def build(a):
             if not files:
                 missing.append(f"{name} (no file matches {pattern})")
             else:
-                phases.append(collect.load_phase(name, metrics_files=files))
+                phases.append(collect.load_phase(name, metrics_files=files, losses=losses))
                 modes[name] = mode
     summaries = [dict(collect.summarize_phase(p), checkpoint=modes.get(p.name), warnings=p.warnings) for p in phases]
     base = next((s for s in summaries if collect.is_baseline(s["checkpoint"])), None)
@@ -129,13 +131,12 @@ def build(a):
         s["policy"] = policy  # relaunch.on_node_loss: what its ETTR was measured under
     if a.expt_dir:
         expt = layout.Expt(a.expt_dir)
-        base_dir = expt.phase(base["phase"]).path if base else None
+        base_ph = next((p for p, s in zip(phases, summaries) if s is base), None)
         spec = _program(data)
-        for s in summaries:
+        for s, ph in zip(summaries, phases):
             d = expt.phase(s["phase"]).path
-            s["survival"] = survival.phase_verdict(d, base_dir if s is not base else None,
-                                                   _tolerance(data)).as_dict()
-            s["ended"] = attempt.phase_end(expt.phase(s["phase"]))
+            s["survival"] = survival.judge(ph, base_ph if s is not base else None, _tolerance(data)).as_dict()
+            s["ended"] = ph.ended
             s["own_metrics"] = own_metrics.phase(spec, d, s["failures"]) if spec else None
             s["reused_from"] = expt.phase(s["phase"]).reused_from()
     return phases, summaries, missing, problems, data

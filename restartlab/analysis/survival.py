@@ -15,18 +15,17 @@ through, for any training program:
 "The newest complete checkpoint" is judged by the adapter's completion rule over what the
 checkpoint dir held at the launch (the supervisor's snapshot, layout.Attempt.at_launch), not by
 the program's own selection rule: a program whose rule picks something else is reported, not
-excused. Reads only."""
-import json
+excused. Opens no file: it judges the records collect.load_phase read (phase_verdict loads them for a
+caller that has only the directories)."""
 import math
-import re
+import os
 import signal
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-from ..contracts import layout, live
-from ..runtime.attempt import completed_row, injections_into, phase_end
-from .collect import iter_rows
-from ..programs.base import clean_line
+from ..contracts import live
+from ..runtime.attempt import completed_row
+from . import collect
 
 CRASH_LOOP = 3
 FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung", "crash", "crash_loop",
@@ -61,51 +60,6 @@ class Verdict:
                 "restarts": [dict(vars(r), finding=r.finding) for r in self.restarts]}
 
 
-def _read_json(path) -> dict:
-    try:
-        with open(path) as f:
-            d = json.load(f)
-        return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _steps(att: layout.Attempt) -> tuple:
-    """(the attempt's first row with a step and a loss, the last step it logged), in one pass."""
-    first, last = None, None
-    try:
-        for _, m, _ in iter_rows(att.metrics(0), []):
-            if "train/iter" in m and "train/loss" in m:
-                first = first or m
-                last = m["train/iter"]
-    except OSError:
-        pass
-    return first, last if isinstance(last, int) else None
-
-
-# a line of a crashed program's output that says why: an exception with its message, a C++
-# exception's what(), a fatal signal's line; the first of them is the cause, the rest its echo
-ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception|EnforceNotMet)\b.*?:\s*\S|\bwhat\(\):\s*\S|Segmentation fault|"
-                        r"\bFatal Python error\b")
-TAIL_BYTES = 256 * 1024
-
-
-def error_line(path: str, width: int = 300) -> Optional[str]:
-    """The first line in the tail of a program's output that names its crash, or None."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - TAIL_BYTES))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    for raw in text.splitlines():
-        line = clean_line(raw)
-        if ERROR_LINE.search(line):
-            return line if len(line) <= width else line[:width - 3] + "..."
-    return None
-
-
 def _how(rec: dict) -> str:
     sig = rec.get("signal")
     try:
@@ -122,12 +76,13 @@ def _unfinished_saves(resumed: int, last: Optional[int], after: dict) -> List[in
     return [int(s) for s, c in after.get("checkpoints") or [] if not c and resumed < int(s) <= last]
 
 
-def _ended_badly(att: layout.Attempt, rec: dict, last: Optional[int], resumed: int, after: dict,
+def _ended_badly(a: collect.Attempt, last: Optional[int], resumed: int, after: dict,
                  struck: bool, lost_nodes: List[str] = ()) -> Optional[str]:
     """How an attempt that took steps ended, when that is a finding: it crashed (a non-zero exit
     nobody caused) or hung, with the save it left unfinished and the line its output names. An
     attempt whose nodes the next health check found bad died with its node: a failure to recover
     from, like a kill, not a crash of the program."""
+    rec = a.record
     if struck or lost_nodes or rec.get("completed") is True or not rec \
             or any(rec.get(k) for k in ("preempted", "walltime")):
         return None
@@ -140,7 +95,7 @@ def _ended_badly(att: layout.Attempt, rec: dict, last: Optional[int], resumed: i
     saves = _unfinished_saves(resumed, last, after)
     if saves:
         what += f", the save of step {', '.join(map(str, saves))} left unfinished (not complete at the next launch)"
-    err = None if rec.get("hang") else error_line(att.output)
+    err = None if rec.get("hang") else a.error
     return what + (f": {err}" if err else "")
 
 
@@ -168,11 +123,10 @@ def _resume(k: int, first: dict, snap: dict) -> Restart:
                    f"{expected - r} step(s) lost beyond necessity{how}", r, expected)
 
 
-def _no_step(k: int, rec: dict, snap: dict, struck: bool, output: str = "") -> Restart:
-    """An attempt that died before its first step (`output`: its launcher's output file)."""
+def _no_step(k: int, rec: dict, snap: dict, struck: bool, err: Optional[str] = None) -> Restart:
+    """An attempt that died before its first step (`err`: the line of its output naming a crash)."""
     if struck:
         return Restart(k, "startup_kill", "killed in start-up (before its first step): a new kill, no verdict")
-    err = error_line(output) if output else None
     said = f"; its output: {err}" if err else ""
     if rec.get("hang"):
         return Restart(k, "hung", "no progress seen before the start-up watchdog stopped it (hung, or for your "
@@ -205,43 +159,31 @@ def _lost(k: int, snap: dict, best: Optional[int]) -> Optional[str]:
             f"it before its next save was complete); newest complete now: {now if now is not None else 'none'}")
 
 
-def trajectory(phase_dir: str) -> Dict[int, float]:
-    """{step: loss} of the steps the phase kept (a recomputed step: its last value)."""
-    out: Dict[int, float] = {}
-    for att in layout.Phase(phase_dir).attempts():
-        try:
-            for _, m, _ in iter_rows(att.metrics(0), []):
-                it, loss = m.get("train/iter"), m.get("train/loss")
-                if isinstance(it, int) and isinstance(loss, (int, float)) and not isinstance(loss, bool):
-                    out[it] = float(loss)
-        except OSError:
-            continue
-    return out
-
-
-def _first_run(phase_dir: str) -> set:
+def _first_run(ph: collect.Phase) -> set:
     """The steps the phase's first attempt logged from a start at step 0, up to where a later
     attempt took over (a resume recomputes from there): what ran before any restart."""
-    atts = layout.Phase(phase_dir).attempts()
-    first, last = _steps(atts[0]) if atts else (None, None)
+    atts = ph.attempts
+    first, last = (atts[0].first_row, atts[0].last_step) if atts else (None, None)
     if first is None or last is None:
         return set()
-    nxt = _steps(atts[1])[0] if len(atts) > 1 else None
+    nxt = atts[1].first_row if len(atts) > 1 else None
     end = min(last, nxt["train/iter"] - 1) if nxt is not None else last
     return set(range(first["train/iter"], end + 1))
 
 
-def final_crc(phase_dir: str):
-    atts = layout.Phase(phase_dir).attempts()
-    m = live.last_row(atts[-1].metrics(0)) if atts else None
+def final_crc(ph: collect.Phase):
+    """The bundled trainer's checksum of the final parameters (its last attempt's final row), or None."""
+    m = ph.attempts[-1].last_row if ph.attempts else None
     return m.get("train/params_crc") if completed_row(m) else None
 
 
-def compare(phase_dir: str, base_dir: str, tolerance: float = 0.0) -> tuple:
-    """(finding or None, one sentence) for a phase against the baseline."""
-    mine, base = trajectory(phase_dir), trajectory(base_dir)
-    both = sorted(set(mine) & set(base))
-    crc, base_crc = final_crc(phase_dir), final_crc(base_dir)
+def compare(ph: collect.Phase, base: collect.Phase, tolerance: float = 0.0) -> tuple:
+    """(finding or None, one sentence) for a phase against the baseline (both loaded with losses)."""
+    if ph.losses is None or base.losses is None:
+        raise ValueError("compare: load both phases with collect.load_phase(..., losses=True)")
+    mine, theirs = ph.losses, base.losses
+    both = sorted(set(mine) & set(theirs))
+    crc, base_crc = final_crc(ph), final_crc(base)
     crc_note = ""
     if crc is not None and base_crc is not None:
         if crc != base_crc:
@@ -249,9 +191,9 @@ def compare(phase_dir: str, base_dir: str, tolerance: float = 0.0) -> tuple:
         crc_note = "; final parameters identical (crc)"
     if not both:
         return None, "no step logged in both this phase and the baseline: loss not compared" + crc_note
-    first = _first_run(phase_dir)
+    first = _first_run(ph)
     for s in both:
-        a, b = mine[s], base[s]
+        a, b = mine[s], theirs[s]
         off = (a != b) if tolerance == 0 else not (math.isclose(a, b, rel_tol=tolerance) or a == b)
         if off or math.isnan(a) != math.isnan(b):
             if s in first:
@@ -264,60 +206,66 @@ def compare(phase_dir: str, base_dir: str, tolerance: float = 0.0) -> tuple:
 
 
 def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: float = 0.0) -> Verdict:
-    ph = layout.Phase(phase_dir)
+    """judge() for a caller that has the directories: loads the phase (and the baseline) first."""
+    ph = collect.load_phase(os.path.basename(os.path.normpath(phase_dir)), phase_dir=phase_dir,
+                            losses=bool(base_dir))
+    base = collect.load_phase("baseline", phase_dir=base_dir, losses=True) if base_dir else None
+    return judge(ph, base, tolerance)
+
+
+def judge(ph: collect.Phase, base: Optional[collect.Phase] = None, tolerance: float = 0.0) -> Verdict:
+    """The verdict on a phase read by collect.load_phase (against the baseline's, if given)."""
     v = Verdict(ph.name)
-    injections = live.read_injections(phase_dir)
-    checks = live.read_node_checks(phase_dir)
     dead, best = 0, None  # best: the newest complete checkpoint known to have existed before
-    attempts = ph.attempts()
-    for i, att in enumerate(attempts):
-        rec, snap = _read_json(att.record), _read_json(att.at_launch)
-        after = _read_json(attempts[i + 1].at_launch) if i + 1 < len(attempts) else {}
-        gone = _lost(att.index, snap, best)
+    attempts = ph.attempts
+    for i, a in enumerate(attempts):
+        k, rec, snap = a.number, a.record, a.at_launch
+        after = attempts[i + 1].at_launch if i + 1 < len(attempts) else {}
+        gone = _lost(k, snap, best)
         # a loss is told once: from here on, what is there now is what can be lost next
-        best = _max(None if gone else best, snap.get("newest_complete"), *(r.get("newest_complete_seen") for r in injections
-                                                         if r.get("killed") and r.get("attempt") == att.index))
+        best = _max(None if gone else best, snap.get("newest_complete"),
+                    *(r.get("newest_complete_seen") for r in ph.kills(None, None, k)))
         v.finished = v.finished or rec.get("completed") is True
-        first, last = _steps(att)
-        struck = bool(injections_into(injections, rec.get("launch_ts"), rec.get("end_ts"), att.index))
+        first, last = a.first_row, a.last_step
+        struck = bool(ph.kills(rec.get("launch_ts"), rec.get("end_ts"), k))
         if first is not None:
-            r = _resume(att.index, first, snap)
+            r = _resume(k, first, snap)
             dead = 0
         elif not rec and i + 1 < len(attempts):
             # no record and another attempt after it: its supervisor died with the job (killed,
             # requeued by the scheduler, its node lost) and a later job carried on
-            r = Restart(att.index, "cut_short", "cut short before its first step with its job (no record of its "
+            r = Restart(k, "cut_short", "cut short before its first step with its job (no record of its "
                         "end: the job was killed or requeued, or its node lost); a later job carried on")
         else:
-            r = _no_step(att.index, rec, snap, struck, att.output)
+            r = _no_step(k, rec, snap, struck, a.error)
             # a kill in start-up is neither a crash nor a recovery: the count goes on past it
             dead = dead + 1 if r.outcome in ("load_crash", "startup_crash") else dead if r.outcome == "startup_kill" else 0
             if dead == CRASH_LOOP:
                 v.findings.append(f"crash loop: {CRASH_LOOP} attempts in a row died before a step, none "
-                                  f"of them killed (the last: attempt {att.index})")
-        nxt = attempts[i + 1].index if i + 1 < len(attempts) else None
-        lost_nodes = live.bad_nodes_between(checks, att.index, nxt) if nxt is not None else []
-        bad = _ended_badly(att, rec, last, r.resumed_from or 0, after, struck, lost_nodes) \
+                                  f"of them killed (the last: attempt {k})")
+        nxt = attempts[i + 1].number if i + 1 < len(attempts) else None
+        lost_nodes = live.bad_nodes_between(ph.node_checks, k, nxt) if nxt is not None else []
+        bad = _ended_badly(a, last, r.resumed_from or 0, after, struck, lost_nodes) \
             if first is not None else None
         if bad:
-            r = Restart(att.index, "hung" if rec.get("hang") else "crash", f"{r.text}; then {bad}", r.resumed_from,
+            r = Restart(k, "hung" if rec.get("hang") else "crash", f"{r.text}; then {bad}", r.resumed_from,
                         r.expected)
-        if att.index == 1 and r.outcome == "first":
+        if k == 1 and r.outcome == "first":
             r.text = "started from step 0"
         if not rec and first is not None and i + 1 < len(attempts):
             r.text += "; then cut short with its job (no record of its end: killed or requeued, or its node lost)"
         if lost_nodes and first is not None and not struck and rec.get("completed") is not True:
             r.text += f"; then ended with its node ({', '.join(map(str, lost_nodes))} found bad at the next launch)"
         if gone:
-            r = Restart(att.index, "lost", f"{gone}; then: {r.text}", r.resumed_from, r.expected)
+            r = Restart(k, "lost", f"{gone}; then: {r.text}", r.resumed_from, r.expected)
         v.restarts.append(r)
         if r.finding:
-            v.findings.append(f"attempt {att.index}: {r.text}")
+            v.findings.append(f"attempt {k}: {r.text}")
     if not v.finished:
         v.findings.append("did not finish (no attempt reached the last step and exited 0): "
-                          + phase_end(ph)["text"])
-    if base_dir:
-        finding, v.baseline = compare(phase_dir, base_dir, tolerance)
+                          + (ph.ended or {}).get("text", "not started"))
+    if base is not None:
+        finding, v.baseline = compare(ph, base, tolerance)
         if finding:
             v.findings.append(v.baseline)
     return v

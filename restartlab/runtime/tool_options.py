@@ -149,25 +149,40 @@ def gate_of(gate, step_schedule: bool) -> str:
 
 SCHEDULE_FLAGS = ("--every", "--at-steps", "--every-steps", "--mtbf", "--fuzz")  # exactly one (a required group)
 INJECT = [
-    Opt("--every", "duration", None, "timed kills, e.g. 90s, 5m", positive=True),
+    Opt("--kind", "str", "kill", "what fails: " + "; ".join(f"{k.name}: {k.doc}" for k in failures.KINDS.all()),
+        choices=failures.KINDS.names, scenario="failures.kind"),
+    Opt("--signal", "str", None, "signal sent to every struck rank's process tree, a name or number (default: "
+        "the failure kind's: KILL, STOP for hang, TERM for preempt)", scenario="failures.signal"),
+    Opt("--grace", "duration", 60.0, "preempt: SIGKILL what is left this long after the SIGTERM", positive=True,
+        scenario="failures.grace"),
+    Opt("--node", "int", None, "node index for kinds node and rank (default: node from the seed; rank: node 0)",
+        scenario="failures.node"),
+    Opt("--every", "duration", None, "timed kills: one every DURATION (90s, 5m)", positive=True,
+        scenario="failures.schedule.every"),
     Opt("--at-steps", "str", None, "kills aimed at these steps, each with its own kind if given: "
-        "500,1000:hang,1500:preempt"),
-    Opt("--every-steps", "int", None, "a kill aimed at every N-th step", positive=True),
-    Opt("--mtbf", "duration", None, "Poisson failures with this MTBF (use --seed)", positive=True),
-    Opt("--fuzz", "int", None, "kill anywhere: N kills, one per attempt, each at a random point from the "
-        "attempt's launch on, about half of them inside a save (a checkpoint being written, seen in "
-        "--ckpt-dir); reproducible from --seed", positive=True),
-    Opt("--fuzz-window", "duration", 10.0, "--fuzz: a kill that is not aimed at a save strikes this long "
-        "after the launch at most (uniformly)", positive=True),
-    Opt("--fuzz-save-share", "float", 0.5, "--fuzz: the share of kills aimed inside a save", min=0),
-    Opt("--fuzz-after-complete", "flag", False, "--fuzz: a kill aimed at a save waits for a save made while a "
-        "complete checkpoint exists (what a kill there may lose)"),
-    Opt("--seed", "int", 0, "seed for mtbf inter-arrival times and the one-node target choice"),
-    Opt("--gate", "str", None, "complete (default for step schedules): wait for step-S/.complete; "
-        "none: fire on time", choices=("complete", "none")),
+        "500,1000:hang,1500:preempt"),  # the scenario's failures.schedule.at_steps is a list (scenario.py)
+    Opt("--every-steps", "int", None, "a kill aimed at every N-th step", positive=True,
+        scenario="failures.schedule.every_steps"),
+    Opt("--mtbf", "duration", None, "Poisson failures with this mean time between failures (reproducible from "
+        "the seed)", positive=True, scenario="failures.schedule.mtbf"),
+    Opt("--fuzz", "int", None, "kill anywhere (`restartlab fuzz`): N kills, one per attempt, each at a random "
+        "point from the attempt's launch on, about half of them inside a save (a checkpoint being written, "
+        "seen in the checkpoint dir); reproducible from the seed", positive=True,
+        scenario="failures.schedule.fuzz"),
+    Opt("--seed", "int", 0, "seed for mtbf inter-arrival times, fuzz choices and the one-node target choice",
+        scenario="failures.schedule.seed"),
+    Opt("--gate", "str", None, "complete: step-aimed kills wait for step-S/.complete (the default for step "
+        "schedules); none: fire on time", choices=("complete", "none"), scenario="failures.gate"),
     Opt("--wait-first-complete", "flag", False, "timed schedules: start the clock at the first complete "
-        "checkpoint"),
-    Opt("--max-kills", "int", None, "stop after N kills", positive=True),
+        "checkpoint", scenario="failures.wait_first_complete"),
+    Opt("--max-kills", "int", None, "stop after N kills", positive=True, scenario="failures.max_kills"),
+    Opt("--fuzz-window", "duration", 10.0, "fuzz: a kill not aimed at a save strikes at most this long after "
+        "its attempt's launch (uniformly); one aimed at a save that sees none within twice this long strikes "
+        "then", positive=True, scenario="failures.fuzz_window"),
+    Opt("--fuzz-save-share", "float", 0.5, "fuzz: the share of kills aimed inside a save", min=0,
+        scenario="failures.fuzz_save_share"),
+    Opt("--fuzz-after-complete", "flag", False, "fuzz: a kill aimed at a save waits for a save made while a "
+        "complete checkpoint exists (what a kill there may lose)", scenario="failures.fuzz_after_complete"),
     Opt("--until", "str", None, "stop when this file exists (the phase's done flag)"),
     Opt("--ckpt-dir", "str", None, "the phase's checkpoint directory (gating, finish detection)"),
     Opt("--program", "str", None, "the training program's adapter spec (JSON, from trainer.program): "
@@ -176,12 +191,6 @@ INJECT = [
     Opt("--train-iters", "int", None, "stop once a complete checkpoint reaches this step"),
     Opt("--tag", "str", None, "only one restartlab run's ranks (their RESTARTLAB_JOB_TAG); default: "
         "every rank of this batch job, whatever program it runs"),
-    Opt("--signal", "str", None, "signal name or number (default: the failure kind's: KILL, STOP for "
-        "hang, TERM for preempt)"),
-    Opt("--grace", "duration", 60.0, "preempt: SIGKILL what is left this long after the SIGTERM"),
-    Opt("--kind", "str", "kill", "; ".join(f"{k.name}: {k.doc}" for k in failures.KINDS.all()),
-        choices=failures.KINDS.names),
-    Opt("--node", "int", None, "node index for kinds node and rank (default: node from --seed; rank: node 0)"),
     Opt("--fanout", "str", None, "how to reach the nodes (default: the scheduler this job runs under, "
         "else local)", choices=FANOUTS),
     Opt("--nodefile", "str", None, "the job's node file (default: $RL_NODEFILE)"),
