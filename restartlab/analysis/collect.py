@@ -224,16 +224,23 @@ def _json_mapping(path) -> Optional[dict]:
 
 
 def _attempt_from_dir(a: Attempt, att: layout.Attempt, warnings) -> None:
-    """Launch/end time, exit code and completion from the attempt's record (the supervisor's);
-    without one (cut short with its job), its launch, job and job run from its launch record. Its
-    launch snapshot, and for an attempt that did not complete, what its output says."""
+    """The attempt's record (the supervisor's), or without one its launch record; its launch
+    snapshot; and for an attempt that did not complete, what its output says (one read)."""
     a.at_launch = _json_mapping(att.at_launch) or {}
+    _read_record(a, att, warnings)
+    if not a.completed:
+        seen, a.error = _read_output(att.output)
+        a.timed_out = seen and a.recorded
+
+
+def _read_record(a: Attempt, att: layout.Attempt, warnings) -> None:
+    """Launch/end time, exit code and completion from the attempt's record; without one (cut short
+    with its job), its launch, job and job run from its launch record."""
     try:
         with open(att.record) as f:
             info = json.load(f)
     except (OSError, ValueError):
         warnings.append(f"{att.path}: no readable attempt record")
-        a.error = _read_output(att.output)[1]
         info = _json_mapping(att.launched)
         if info is None:
             return
@@ -246,7 +253,6 @@ def _attempt_from_dir(a: Attempt, att: layout.Attempt, warnings) -> None:
         return
     if not isinstance(info, dict):
         warnings.append(Malformed(f"{att.record}: malformed (a {type(info).__name__}, not a mapping)"))
-        a.error = _read_output(att.output)[1]
         return
     a.record = info
     a.recorded = True
@@ -262,8 +268,6 @@ def _attempt_from_dir(a: Attempt, att: layout.Attempt, warnings) -> None:
     for key in ("ranks", "warm_ranks"):
         if isinstance(info.get(key), int) and not isinstance(info.get(key), bool):
             setattr(a, key, info[key])
-    if not a.completed:
-        a.timed_out, a.error = _read_output(att.output)
 
 
 PG_TIMEOUT = b"Timed out waiting"  # what gloo says when a collective's peer never came
