@@ -13,7 +13,7 @@ import yaml
 
 from . import failures, launchers, programs, schedulers
 from .runtime import tool_options
-from .contracts import trainer_options
+from .contracts import options, trainer_options
 from .runtime.killer import parse_signal
 from .contracts.resources import resource_dir
 from .contracts.units import parse_duration  # noqa: F401  (re-exported: scenario.parse_duration)
@@ -72,16 +72,28 @@ PROGRAM = {
 }
 
 
+def _fields(tables, prefix):
+    """Schema fields of the scenario keys under `prefix` that an option table owns (a key with
+    more dots is a field of a nested mapping: failures.schedule.every, trainer.wandb.project):
+    the option's type (a flag is true/false), default, help and bounds."""
+    out = {}
+    for table in tables:
+        for o in table:
+            if not (o.scenario and o.scenario.startswith(prefix + ".")):
+                continue
+            *heads, sub = o.scenario[len(prefix) + 1:].split(".")
+            where = out
+            for h in heads:
+                where = where.setdefault(h, {})
+            where[sub] = F("bool" if o.type == "flag" else o.type,
+                           o.default if o.scenario_default is None else o.scenario_default, o.help,
+                           choices=o.choices, min=o.min, positive=o.positive)
+    return out
+
+
 def _trainer_schema():
     """`trainer:` keys from the trainer's option table (grouped options as sub-mappings)."""
-    out = {}
-    for o in trainer_options.scenario_options():
-        f = F("bool" if o.type == "flag" else o.type, o.default if o.scenario_default is None else o.scenario_default,
-              o.help, choices=o.choices, min=o.min)
-        if o.group:
-            out.setdefault(o.group, {})[o.subkey] = f
-        else:
-            out[o.key] = f
+    out = _fields([trainer_options.OPTIONS], "trainer")
     out["extra_args"] = ListOf(F("str"), doc="more trainer flags, passed as arguments")
     out["program"] = F("program", None, "your own training program instead of the bundled trainer: "
                        "its command and how to read its progress and checkpoints (keys: "
@@ -90,15 +102,7 @@ def _trainer_schema():
 
 
 def _from_tool_tables(prefix):
-    """Schema fields of the scenario keys under `prefix` that a tool's option table owns."""
-    out = {}
-    for table in (tool_options.SUPERVISE, tool_options.NODE_CHECK, tool_options.REPORT, tool_options.INJECT):
-        for key, o in tool_options.schema_fields(table, prefix).items():
-            head, _, sub = key.rpartition(".")  # failures.schedule.every: a key of a nested mapping
-            (out.setdefault(head, {}) if head else out)[sub] = F(
-                "bool" if o.type == "flag" else o.type, o.default, o.help, choices=o.choices, min=o.min,
-                positive=o.positive)  # a tool's flag is a scenario's true/false
-    return out
+    return _fields([tool_options.SUPERVISE, tool_options.NODE_CHECK, tool_options.REPORT, tool_options.INJECT], prefix)
 
 
 # failures: the injector's table (tool_options.INJECT), but for at_steps, a list here and a string there
@@ -454,15 +458,13 @@ class _V:
                         raise ValueError(f"expected a string, got {str(v).lower()} (quote the value)")
                     v = "on" if v else "off"
                 v = str(v)
-            if spec.min is not None and not v >= spec.min:
-                raise ValueError(f"must be >= {spec.min:g}, got {v}")
-            if spec.positive and not v > 0:
-                raise ValueError(f"must be > 0, got {v}")
+            why = options.problem(spec, v)  # the tools' and the trainer's own check
             choices = spec.choices() if callable(spec.choices) else spec.choices
-            if choices and v not in choices:
+            if why and choices and v not in choices:
                 close = difflib.get_close_matches(str(v), choices, n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise ValueError(f"{v!r} is not one of {', '.join(choices)}{hint}")
+                raise ValueError(why + (f" (did you mean '{close[0]}'?)" if close else ""))
+            if why:
+                raise ValueError(f"{why}, got {v}")
         except ValueError as e:
             self.err(path, str(e))
         return v

@@ -57,7 +57,7 @@ def test_accounting_known_answers(tmp_path):
         for t in (107.5, 122.5, 130.5):
             f.write(json.dumps({"time": t, "killed": 2}) + "\n")
     p = collect.load_phase("sync", phase_dir=ph)
-    ev = collect.failures(p)
+    ev = collect.failure_events(p)
     assert [(e["step_at_kill"], e["resumed_from"], e["lost_steps"]) for e in ev] == [(7, 0, 7), (10, 10, 0), (14, 10, 4)]
     # kill right after the save at 10: attempt 3 resumes at 10 -> the save is not lost
     assert list(p.saves["train/ckpt_save_seconds"]) == [2.0]
@@ -99,7 +99,7 @@ def test_an_attempt_cut_short_with_its_job_is_placed_by_its_launch_record(tmp_pa
     hand = collect.handovers(p)
     assert [(h["attempt"], h["rerun"]) for h in hand] == [(2, True)], hand
     assert hand[0]["queue_wait_s"] == pytest.approx(200.0 - 117.0)  # its last step to the rerun's launch
-    assert [e["attempt"] for e in collect.failures(p)] == [1, 2]
+    assert [e["attempt"] for e in collect.failure_events(p)] == [1, 2]
     os.remove(layout.Phase(ph).attempt(2).launched)  # without it, nothing tells the runs apart
     assert collect.handovers(collect.load_phase("sync", phase_dir=ph)) == []
 
@@ -170,7 +170,7 @@ def test_report_and_simulate_share_the_restart_cost(tmp_path):
 
 
 def test_detection_is_a_registry_key():
-    a = collect.Attempt(1, "x")
+    a = collect.AttemptData(1, "x")
     assert collect.detected_by(a) == "launcher"
     a.hang = True
     assert collect.detected_by(a) == "watchdog" and "hang_timeout" in collect.DETECTIONS["watchdog"].text
@@ -293,7 +293,7 @@ def test_real_restartlab_run(tmp_path):
 
 
 def test_progress_trace_is_bounded_and_spans_the_attempt():
-    a = collect.Attempt(1, "unused", trace_cap=500)
+    a = collect.AttemptData(1, "unused", trace_cap=500)
     for it in range(1, 100_001):
         a.add_trace(float(it), it)
     assert 500 <= len(a.trace) < 2 * 500

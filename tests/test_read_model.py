@@ -13,7 +13,7 @@ import yaml
 
 from restartlab.analysis import collect, report, survival
 from restartlab.contracts import ckptdir, layout, live
-from restartlab.runtime.attempt import injections_into
+from restartlab.runtime.attempt_record import injections_into
 from tests.helpers import assert_each_file_read_once, counted_opens, report_args
 
 
@@ -174,7 +174,7 @@ def test_the_kill_index_finds_what_a_scan_of_every_injection_finds():
             if rnd.random() < 0.9:
                 r["time"] = rnd.choice([rnd.uniform(0, 40), rnd.randint(0, 40), None, "5", False])
             recs.append(r)
-        ph = collect.Phase("p", injections=recs)
+        ph = collect.PhaseData("p", injections=recs)
         for _ in range(10):
             t0 = rnd.choice([None, rnd.uniform(0, 30)])
             t1 = rnd.choice([None, (t0 or 0) + rnd.uniform(0, 15)])

@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from restartlab.runtime import attempt, supervise
+from restartlab.runtime import attempt_record as attempt, supervise, tool_options
 from restartlab.contracts import layout
 from restartlab.runtime.supervise import Config, Supervisor
 from restartlab.contracts.exits import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
@@ -332,7 +332,7 @@ def test_a_program_that_cannot_run_spends_no_attempt_and_says_why_once(tmp_path,
     """The adapter's preflight (ezpz's: not installed, a flag it does not take, a scheduler it
     would mistake) answers before the first launch: no attempt, no injector, one line, and the
     phase's end record carries the reason for the report."""
-    sup, procs, clock, phase = make(tmp_path, [FakeAttempt()], inject="--every 5s")
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt()], inject={"every": 5.0})
     procs.cannot_run = "ezpz is not installed for /usr/bin/python3"
     assert sup.run() == supervise.EXIT_FAILED and procs.launched == [] and procs.events == []
     assert capsys.readouterr().err.count("ezpz is not installed") == 1 and phase.attempts() == []
@@ -341,7 +341,7 @@ def test_a_program_that_cannot_run_spends_no_attempt_and_says_why_once(tmp_path,
 
 
 def test_injector_lives_as_long_as_the_phase(tmp_path):
-    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=3), FakeAttempt(runs=3)], inject="--every 5s")
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=3), FakeAttempt(runs=3)], inject={"every": 5.0})
     assert sup.run() == supervise.EXIT_OK
     kinds = [e[0] for e in procs.events]
     assert kinds[0] == "injector_start" and kinds[-1] == "injector_stop"
@@ -373,7 +373,7 @@ def test_warm_pool_lost_mid_phase_is_said_once(tmp_path):
 def test_node_check_before_each_attempt_shrinks_the_launch(tmp_path):
     hosts = layout.Expt(str(tmp_path / "expt")).hosts_attempt
     sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=3), FakeAttempt(runs=3)], nodes=[3, 2],
-                                    node_check="--policy shrink", node_policy="shrink", hosts_file=hosts,
+                                    node_check={}, node_policy="shrink", hosts_file=hosts,
                                     ranks_per_node=4)
     assert sup.run() == supervise.EXIT_OK
     assert [a[2] for a in procs.argvs] == ["12", "8"]  # @RL_NRANKS@ from the nodes chosen
@@ -384,7 +384,7 @@ def test_node_check_before_each_attempt_shrinks_the_launch(tmp_path):
 def test_too_few_healthy_nodes_fails_the_phase(tmp_path):
     hosts = layout.Expt(str(tmp_path / "expt")).hosts_attempt
     sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=3), FakeAttempt()], nodes=[2, None],
-                                    node_check="--policy spares", node_policy="spares", hosts_file=hosts)
+                                    node_check={}, node_policy="spares", hosts_file=hosts)
     assert sup.run() == supervise.EXIT_FAILED
     assert len(procs.launched) == 1
 
@@ -395,13 +395,50 @@ def test_config_comes_from_the_option_table():
     a = p.parse_args(["--phase", "p", "--phase-dir", "d", "--tag", "t", "--hang-timeout", "5m", "--", "mpiexec", "x"])
     cfg = Config.from_args(a, ["mpiexec", "x"])
     assert cfg.hang_timeout == 300 and cfg.max_attempts == 10 and cfg.argv == ["mpiexec", "x"]
+    assert cfg.inject is None and cfg.node_check is None
+
+
+def test_the_injector_and_node_check_flags_are_their_tools_own(tmp_path, capsys):
+    """--inject-* and --node-check-* are the injector's and node-check's options under the
+    supervisor's name: parsed and checked by their tables when the supervisor starts, passed on as
+    a list (never one string parsed again), the supervisor adding where the phase and its ranks are."""
+    import argparse
+    p = supervise.build_parser(argparse.ArgumentParser())
+    a = p.parse_args(["--phase", "p", "--phase-dir", str(tmp_path), "--tag", "t", "--ckpt-dir", "c",
+                      "--inject", "--inject-at-steps", "5,9:hang", "--inject-grace", "2m", "--inject-signal", "USR1",
+                      "--node-check", "--node-check-timeout", "45s", "--node-check-need", "3", "--hosts-file", "h",
+                      "--", "mpiexec", "x"])
+    cfg = Config.from_args(a, ["mpiexec", "x"])
+    assert cfg.node_check["timeout"] == 45 and cfg.node_check["need"] == 3 and "policy" not in cfg.node_check
+    argv = supervise.inject_argv(cfg, layout.Phase(str(tmp_path)))
+    inj = argparse.ArgumentParser()
+    tool_options.add_inject_args(inj)
+    i = inj.parse_args(argv)
+    assert (i.at_steps, i.grace, i.signal, i.tag, i.ckpt_dir) == ([(5, None), (9, "hang")], 120, "USR1", "t", "c")
+    assert i.until == layout.Phase(str(tmp_path)).done and i.phase_dir == str(tmp_path)
+    for bad, why in ((["--inject-at-steps", "0"], "expected STEP"), (["--inject-grace", "0s"], "must be > 0"),
+                     (["--node-check-timeout", "0s"], "must be > 0")):
+        with pytest.raises(SystemExit):
+            p.parse_args(["--phase", "p", "--phase-dir", "d", "--tag", "t", *bad, "--", "x"])
+        assert why in capsys.readouterr().err, bad
+
+
+def test_an_inject_without_a_schedule_is_refused_before_the_phase(tmp_path, capsys):
+    import argparse
+    p = supervise.build_parser(argparse.ArgumentParser())
+    a = p.parse_args(["--phase", "p", "--phase-dir", str(tmp_path), "--tag", "t", "--inject", "--inject-grace", "5s",
+                      "--", "mpiexec", "x"])
+    assert supervise.main(a) == supervise.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--inject: one of the arguments --every --at-steps --every-steps --mtbf --fuzz is required" in err, err
+    assert not os.listdir(tmp_path)  # no attempt, no injector
 
 
 def test_a_signal_mid_attempt_stops_it_records_it_and_stops_the_injector(tmp_path):
     """SIGTERM from the scheduler while an attempt runs (forced here from inside the watchdog's
     look): the launcher gets TERM, the attempt is recorded with its exit status, the done marker
     is written and the injector stopped, and the signal goes on up to the verb (exit 130)."""
-    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(runs=None)], inject="--every 5s", tick=1.0)
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(runs=None)], inject={"every": 5.0}, tick=1.0)
     real = procs.last_activity
 
     def interrupted(att):
@@ -434,7 +471,7 @@ def test_real_supervisor_sigterm_leaves_nothing_running(tmp_path):
     tag = f"test-sup-{uuid.uuid4().hex[:8]}"
     phase = layout.Phase(str(tmp_path / "p"))
     argv = [sys.executable, "-m", "restartlab.cli", "supervise", "--phase", "p", "--phase-dir", phase.path,
-            "--tag", tag, "--inject", f"--every 300s --tag {tag} --phase-dir {phase.path} --fanout local",
+            "--tag", tag, "--inject", "--inject-every", "300s",
             "--", MPIEXEC, "-n", "2", "-genv", killer.TAG_VAR, tag, sys.executable, "-c", "import time; time.sleep(300)"]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

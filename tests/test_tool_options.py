@@ -2,12 +2,13 @@
 script runs them): the argparse, the argv the job script passes and the scenario schema all come
 from it. Round trips and one default each."""
 import argparse
+import dataclasses
 import os
 import shlex
 
 import pytest
 
-from restartlab.contracts import options
+from restartlab.contracts import layout, options
 from restartlab.job import render
 from restartlab import scenario
 from restartlab.runtime import tool_options
@@ -51,6 +52,9 @@ def test_the_supervisors_config_is_its_table():
     fs = dataclasses.fields(Config)
     assert [f.name for f in fs] == ["argv"] + [o.key for o in sorted(tool_options.SUPERVISE, key=lambda o: not o.required)]
     for f, o in zip(fs[1:], sorted(tool_options.SUPERVISE, key=lambda o: not o.required)):
+        if o.flag in ("--inject", "--node-check"):  # on: the embedded tool's values (--inject-*, ...); off: None
+            assert o.type == "flag" and f.default is None, o.flag
+            continue
         assert (f.default is dataclasses.MISSING) if o.required else f.default == o.default, o.flag
 
 
@@ -87,20 +91,38 @@ def test_supervise_round_trip_from_a_scenario(name):
 
 
 def test_node_check_and_inject_round_trip():
+    """scenario -> the job script's supervise flags (--node-check-*, and each phase's --inject-*)
+    -> the supervisor's argparse and Config -> the node check's values and the injector's argv,
+    which the injector's own parser takes, and which is the injection plan the script shows."""
+    from restartlab.runtime import supervise
     sc = scenario.load(os.path.join(SCEN, "local.yaml"), [
         "relaunch.on_node_loss=shrink", "relaunch.node_check_timeout=45s", "relaunch.min_nodes=1",
         "failures.kind=node", "failures.node=0", "failures.grace=20s", "failures.schedule={every: 30s}"])
     ctx = render.context(sc, "slurm", "/expt/x")
-    a = _parser(tool_options.SUPERVISE).parse_args(ctx["supervise_args"] + ["--phase", "p", "--phase-dir", "d"])
-    nc = _parser(tool_options.NODE_CHECK).parse_args(shlex.split(a.node_check))
-    assert nc.policy == "shrink" and nc.timeout == 45 and nc.need == 1 and nc.bad_file.startswith("/expt/x/")
+    sync = next(p for p in ctx["phases"] if p["inject"])
+    p = supervise.build_parser(argparse.ArgumentParser())
+    a = p.parse_args(ctx["supervise_args"] + ["--phase", "p", "--phase-dir", sync["dir"], "--ckpt-dir", sync["ckpts"],
+                                              *sync["inject"], "--", "mpiexec"])
+    cfg = supervise.Config.from_args(a, ["mpiexec"])
+    nc = cfg.node_check
+    assert cfg.node_policy == "shrink" and nc["timeout"] == 45 and nc["need"] == 1 and nc["bad_file"].startswith("/expt/x/")
     assert a.hosts_file.startswith("/expt/x/")
+    argv = supervise.inject_argv(dataclasses.replace(cfg, nodefile=None), layout.Phase(sync["dir"]))
+    assert shlex.join(argv) == sync["inject_plan"]  # the plan the script shows is what the injector runs
     inj_p = argparse.ArgumentParser()
     tool_options.add_inject_args(inj_p)
-    sync = next(p for p in ctx["phases"] if p["inject"])
-    i = inj_p.parse_args(sync["inject"])
+    i = inj_p.parse_args(argv)
     assert (i.every, i.kind, i.node, i.grace, i.fanout) == (30, "node", 0, 20, "slurm")
     assert i.until == os.path.join(sync["dir"], os.path.basename(i.until)) and i.tag == ctx["tag"]
+
+
+def test_no_tool_flag_travels_as_one_string():
+    """Every value a rendered script passes the supervisor is one word of its own (a flag's value
+    never holds another tool's flags to be split again)."""
+    sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["relaunch.on_node_loss=spares", "job.spare_nodes=1"])
+    ctx = render.context(sc, "pbs", "/expt/x")
+    words = ctx["supervise_args"] + [w for p in ctx["phases"] for w in (p["inject"] or [])]
+    assert not [w for w in words if not w.startswith("--") and " --" in w], words
 
 
 def test_one_launcher_default_for_every_tool():

@@ -12,7 +12,8 @@ from tests.helpers import final_crc, run_trainer
 @pytest.mark.parametrize("args,needle", [
     (["--model", "gpt5"], "argument --model: invalid choice: 'gpt5'"),
     (["--tp", "3"], "--tp 3 does not divide the world size 1"),
-    (["--save-interval", "-1"], "--save-interval -1"),
+    (["--save-interval", "-1"], "argument --save-interval: '-1': must be >= 0"),  # the options' one check
+    (["--lr", "nan"], "argument --lr: 'nan': must be >= 0"),
     (["--save-interval", "5", "--ckpt-dir", "/proc/restartlab-nope"], "--ckpt-dir /proc/restartlab-nope: not writable"),
 ])
 def test_bad_input_one_line_exit_2(args, needle):

@@ -2,8 +2,9 @@
 
 The read model: `load_phase` opens every file of a phase once (each attempt's record, launch
 record, launch snapshot, output and rank 0's metrics stream; the phase's injections, node checks,
-end records and checkpoint markers) and keeps what any judge needs in one `Attempt` per launch and
-one `Phase`; `survival` and `report` judge those records without opening a file.
+end records and checkpoint markers) and keeps what any judge needs in one `AttemptData` per launch and
+one `PhaseData` (what was measured; `contracts.layout.Attempt` and `Phase` are where its files
+lie); `survival` and `report` judge those records without opening a file.
 
 Definitions (docs/design.md):
   lost steps  = last step completed before the kill - step of the checkpoint resumed from
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ..contracts import ckptdir, layout
-from ..runtime.attempt import INJECTION_SLACK_S, completed_row, injected, injections_into, phase_end
+from ..runtime.attempt_record import INJECTION_SLACK_S, completed_row, injected, injections_into, phase_end
 from ..failures import book as book_kind
 from ..programs.base import clean_line
 from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks
@@ -37,7 +38,7 @@ SAVE_KEYS = ("train/ckpt_save_seconds", "train/ckpt_stage_seconds", "train/ckpt_
 
 
 @dataclass
-class Attempt:
+class AttemptData:
     """One launch, as the analysis knows it: everything its files say, read once."""
     index: int
     path: str                             # rank 0's metrics file
@@ -93,9 +94,9 @@ class Attempt:
 
 
 @dataclass
-class Phase:
+class PhaseData:
     name: str
-    attempts: List[Attempt] = field(default_factory=list)
+    attempts: List[AttemptData] = field(default_factory=list)
     injections: List[dict] = field(default_factory=list)
     # one 8-byte double per save (exact median/p90); saves are a small fraction of rows
     saves: Dict[str, "array"] = field(default_factory=lambda: {k: array("d") for k in SAVE_KEYS})
@@ -223,7 +224,7 @@ def _json_mapping(path) -> Optional[dict]:
     return d if isinstance(d, dict) else {}
 
 
-def _attempt_from_dir(a: Attempt, att: layout.Attempt, warnings) -> None:
+def _attempt_from_dir(a: AttemptData, att: layout.Attempt, warnings) -> None:
     """The attempt's record (the supervisor's), or without one its launch record; its launch
     snapshot; and for an attempt that did not complete, what its output says (one read)."""
     a.at_launch = _json_mapping(att.at_launch) or {}
@@ -233,7 +234,7 @@ def _attempt_from_dir(a: Attempt, att: layout.Attempt, warnings) -> None:
         a.timed_out = seen and a.recorded
 
 
-def _read_record(a: Attempt, att: layout.Attempt, warnings) -> None:
+def _read_record(a: AttemptData, att: layout.Attempt, warnings) -> None:
     """Launch/end time, exit code and completion from the attempt's record; without one (cut short
     with its job), its launch, job and job run from its launch record."""
     try:
@@ -309,7 +310,7 @@ def _num(x) -> Optional[float]:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def _stream_attempt(a: Attempt, rows, keep_upto, want, ph: Phase) -> None:
+def _stream_attempt(a: AttemptData, rows, keep_upto, want, ph: PhaseData) -> None:
     """One pass over an attempt's rank-0 metrics: first/last step, kept step time, save costs (and
     each step's loss, when the phase keeps them)."""
     losses, busy, idle, saves = ph.losses, ph.dt_busy, ph.dt_idle, ph.saves
@@ -366,11 +367,11 @@ def _stream_attempt(a: Attempt, rows, keep_upto, want, ph: Phase) -> None:
         a.launch_ts = a.first_ts
 
 
-def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, losses=False) -> Phase:
+def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, losses=False) -> PhaseData:
     """Either an experiment phase directory (attempts/<k>/...) or a list of ezpz JSONL files
     (one attempt each, in name order). Every file is opened once. `losses`: keep each kept step's
-    loss (Phase.losses), for a comparison with the baseline."""
-    ph = Phase(name, losses={} if losses else None)
+    loss (PhaseData.losses), for a comparison with the baseline."""
+    ph = PhaseData(name, losses={} if losses else None)
     if phase_dir:
         lp = layout.Phase(phase_dir)
         attempt_dirs = lp.attempts()
@@ -384,7 +385,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, loss
         attempt_dirs = [layout.Attempt(d) for d in attempt_dirs]
     paths = [d.metrics(0) for d in attempt_dirs] if attempt_dirs else list(metrics_files or [])
     cap = max(50, TRACE_POINTS // max(1, len(paths)))
-    atts = [Attempt(i, p, trace_cap=cap) for i, p in enumerate(paths, 1)]
+    atts = [AttemptData(i, p, trace_cap=cap) for i, p in enumerate(paths, 1)]
     for a in atts:
         if attempt_dirs:
             a.number = attempt_dirs[a.index - 1].index
@@ -417,7 +418,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, loss
     return ph
 
 
-def _queue_wait(a: Attempt, b: Attempt) -> Optional[float]:
+def _queue_wait(a: AttemptData, b: AttemptData) -> Optional[float]:
     """Attempt a's end -> b's launch when they ran in different jobs of a chain, or in two runs of
     one job (PBS requeued it: same id, another start) (None: the same run of the same job)."""
     other_run = a.job_start is not None and b.job_start is not None and a.job_start != b.job_start
@@ -426,7 +427,7 @@ def _queue_wait(a: Attempt, b: Attempt) -> Optional[float]:
     return (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else 0.0
 
 
-def handovers(ph: Phase) -> List[dict]:
+def handovers(ph: PhaseData) -> List[dict]:
     """Where one job of a chain ended and the next took over (not failures): the queue wait
     between them and the steps the hand-over lost (0 after a walltime stop)."""
     ran = _ran(ph)
@@ -436,14 +437,14 @@ def handovers(ph: Phase) -> List[dict]:
             for a, b in zip(ran, ran[1:]) if _queue_wait(a, b) is not None]
 
 
-def _ran(ph: Phase) -> List[Attempt]:
+def _ran(ph: PhaseData) -> List[AttemptData]:
     """The attempts that left a record or a step. One with neither was cut short with its
     supervisor (its job killed or requeued before it started training): the failure before it is
     paired with the attempt that carried on (survival names the cut one)."""
     return [a for a in ph.attempts if a.recorded or a.first_ts is not None]
 
 
-def failures(ph: Phase) -> List[dict]:
+def failure_events(ph: PhaseData) -> List[dict]:
     """One event per attempt that ended without finishing and was followed by another (a chain's
     hand-over after a walltime stop is not a failure: see handovers; after a failure that
     used up the relaunch budget it is one, and the queue wait is not in its downtime)."""
@@ -473,7 +474,7 @@ def failures(ph: Phase) -> List[dict]:
     return out
 
 
-def node_recovery(a: Attempt, b: Attempt, checks: List[dict]) -> dict:
+def node_recovery(a: AttemptData, b: AttemptData, checks: List[dict]) -> dict:
     """Which nodes the health checks after attempt a, up to b's, found bad, and how the relaunch recovered:
     the same nodes, a spare in a bad node's place, or fewer nodes (ranks before -> after)."""
     bad = bad_nodes_between(checks, a.index, b.index)
@@ -505,7 +506,7 @@ DETECTIONS = {d.key: d for d in (
 )}
 
 
-def detected_by(a: Attempt) -> str:
+def detected_by(a: AttemptData) -> str:
     """Which mechanism ended a failed attempt: a key of DETECTIONS."""
     if a.preempted:
         return "trainer"
@@ -541,14 +542,14 @@ def quantiles(xs: List[float]) -> dict:
     return {"count": len(s), "median": statistics.median(s), "p90": p90, "total": sum(s)}
 
 
-def summarize_phase(ph: Phase) -> dict:
+def summarize_phase(ph: PhaseData) -> dict:
     atts = [a for a in ph.attempts if a.launch_ts is not None]
     wall = (max(a.end_ts for a in atts if a.end_ts) - min(a.launch_ts for a in atts)) if atts else None
     hand = handovers(ph)
     queued = sum(h["queue_wait_s"] or 0 for h in hand)
     if wall is not None:
         wall -= queued  # waiting in the queue between jobs of a chain is not the job's wall time
-    ev = failures(ph)
+    ev = failure_events(ph)
     productive = sum(a.kept_dt for a in ph.attempts)
     stalls = sum(sum(ph.saves[k]) for k in SAVE_KEYS)
     first = min(atts, key=lambda a: a.launch_ts) if atts else None
@@ -582,7 +583,7 @@ def summarize_phase(ph: Phase) -> dict:
     }
 
 
-def interference(ph: Phase) -> Optional[dict]:
+def interference(ph: PhaseData) -> Optional[dict]:
     """How much slower a step is while an async save runs in the background (mean step time
     beside a save / without one - 1); None without steps of both kinds."""
     (nb, sb), (ni, si) = ph.dt_busy, ph.dt_idle
@@ -592,7 +593,7 @@ def interference(ph: Phase) -> Optional[dict]:
             "slowdown": (sb / nb) / (si / ni) - 1.0}
 
 
-def walltime_stop(ph: Phase) -> Optional[dict]:
+def walltime_stop(ph: PhaseData) -> Optional[dict]:
     """The phase's last attempt, when the walltime warning ended it: its last step, the step of
     its emergency checkpoint and the steps that checkpoint does not hold (0 when it landed)."""
     a = ph.attempts[-1] if ph.attempts else None

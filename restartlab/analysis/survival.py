@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from ..contracts import live
-from ..runtime.attempt import completed_row
+from ..runtime.attempt_record import completed_row
 from . import collect
 
 CRASH_LOOP = 3
@@ -76,7 +76,7 @@ def _unfinished_saves(resumed: int, last: Optional[int], after: dict) -> List[in
     return [int(s) for s, c in after.get("checkpoints") or [] if not c and resumed < int(s) <= last]
 
 
-def _ended_badly(a: collect.Attempt, last: Optional[int], resumed: int, after: dict,
+def _ended_badly(a: collect.AttemptData, last: Optional[int], resumed: int, after: dict,
                  struck: bool, lost_nodes: List[str] = ()) -> Optional[str]:
     """How an attempt that took steps ended, when that is a finding: it crashed (a non-zero exit
     nobody caused) or hung, with the save it left unfinished and the line its output names. An
@@ -159,7 +159,7 @@ def _lost(k: int, snap: dict, best: Optional[int]) -> Optional[str]:
             f"it before its next save was complete); newest complete now: {now if now is not None else 'none'}")
 
 
-def _first_run(ph: collect.Phase) -> set:
+def _first_run(ph: collect.PhaseData) -> set:
     """The steps the phase's first attempt logged from a start at step 0, up to where a later
     attempt took over (a resume recomputes from there): what ran before any restart."""
     atts = ph.attempts
@@ -171,13 +171,13 @@ def _first_run(ph: collect.Phase) -> set:
     return set(range(first["train/iter"], end + 1))
 
 
-def final_crc(ph: collect.Phase):
+def final_crc(ph: collect.PhaseData):
     """The bundled trainer's checksum of the final parameters (its last attempt's final row), or None."""
     m = ph.attempts[-1].last_row if ph.attempts else None
     return m.get("train/params_crc") if completed_row(m) else None
 
 
-def compare(ph: collect.Phase, base: collect.Phase, tolerance: float = 0.0) -> tuple:
+def compare(ph: collect.PhaseData, base: collect.PhaseData, tolerance: float = 0.0) -> tuple:
     """(finding or None, one sentence) for a phase against the baseline (both loaded with losses)."""
     if ph.losses is None or base.losses is None:
         raise ValueError("compare: load both phases with collect.load_phase(..., losses=True)")
@@ -213,7 +213,7 @@ def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: flo
     return judge(ph, base, tolerance)
 
 
-def judge(ph: collect.Phase, base: Optional[collect.Phase] = None, tolerance: float = 0.0) -> Verdict:
+def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, tolerance: float = 0.0) -> Verdict:
     """The verdict on a phase read by collect.load_phase (against the baseline's, if given)."""
     v = Verdict(ph.name)
     dead, best = 0, None  # best: the newest complete checkpoint known to have existed before

@@ -1,8 +1,11 @@
-"""Option tables for restartlab's own tools (supervise, inject, node-check, teardown), as
-trainer_options.py is for the trainer: one table per tool feeds its argparse, the argv the job
-script passes (`to_argv`) and, where an option comes from a scenario key, the value read from the
-scenario (`from_scenario`). One default per option; a round-trip test keeps them in step."""
+"""The one option model: an `Opt` per flag, in one table per tool (restartlab's own tools in
+runtime/tool_options.py, the bundled trainer in trainer_options.py). A table feeds the tool's
+argparse (`add_to_parser`), the argv a job script passes (`to_argv`), where an option comes from a
+scenario key the value read from the scenario (`from_scenario`) and the schema's field
+(scenario.py), and every side checks a value with the same `problem`. One default per option; round
+-trip tests keep them in step."""
 import argparse
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -17,6 +20,7 @@ class Opt:
     help: str
     choices: Optional[Sequence[str]] = None
     scenario: Optional[str] = None    # the scenario key it comes from (relaunch.max_attempts)
+    scenario_default: Any = None      # the schema's default when it differs from the tool's
     required: bool = False
     positive: bool = False            # > 0 (a duration of 0 would make no sense)
     min: Optional[float] = None       # smallest accepted value (scenario validation)
@@ -27,23 +31,29 @@ class Opt:
         return self.flag[2:].replace("-", "_")
 
 
-def _positive(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+def problem(o, v) -> Optional[str]:
+    """What is wrong with the value `v` of option (or schema field) `o` against its bounds: its
+    minimum, > 0, its choices; None: nothing. The one check of the tools' argparse, the trainer and
+    the scenario's validation."""
+    if o.min is not None and not v >= o.min:  # `not >=` also catches NaN
+        return f"must be >= {o.min:g}"
+    if o.positive and not v > 0:
+        return "must be > 0"
+    choices = o.choices() if callable(o.choices) else o.choices
+    if choices and v not in choices:
+        return f"{v!r} is not one of {', '.join(choices)}"
+    return None
+
+
+def _checked(parse: Callable[[str], Any], o: Opt) -> Callable[[str], Any]:
     def check(v):
         try:
             x = parse(v)
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e))
-        if not x > 0:
-            raise argparse.ArgumentTypeError(f"{v!r}: must be > 0")
-        return x
-    return check
-
-
-def _at_least(parse: Callable[[str], Any], low: float) -> Callable[[str], Any]:
-    def check(v):
-        x = parse(v)
-        if not x >= low:
-            raise argparse.ArgumentTypeError(f"{v!r}: must be >= {low:g}")
+        why = problem(dataclasses.replace(o, choices=None), x)  # argparse words a bad choice itself
+        if why:
+            raise argparse.ArgumentTypeError(f"{v!r}: {why}")
         return x
     return check
 
@@ -59,8 +69,7 @@ def add_to_parser(parser, table: List[Opt], parsers: Optional[Dict[str, Callable
             parser.add_argument(o.flag, action="store_true", help=hlp)
             continue
         conv = (parsers or {}).get(o.flag) or PARSE[o.type]
-        conv = _positive(conv) if o.positive else conv
-        conv = _at_least(conv, o.min) if o.min is not None else conv
+        conv = _checked(conv, o) if o.positive or o.min is not None else conv
         choices = list(o.choices() if callable(o.choices) else o.choices) if o.choices else None
         parser.add_argument(o.flag, type=conv, default=o.default, choices=choices, required=o.required, help=hlp)
 
@@ -71,9 +80,10 @@ def _word(o: Opt, v) -> str:
     return str(v)
 
 
-def to_argv(table: List[Opt], values: Dict[str, Any]) -> List[str]:
+def to_argv(table: List[Opt], values: Dict[str, Any], defaults: bool = False) -> List[str]:
     """The flags for `values` (by key), in table order; a value equal to the default is left out
-    (the tool's argparse gives it back), so a script shows only what a scenario decided."""
+    (the tool's argparse gives it back), so a script shows only what a scenario decided, unless
+    `defaults` (the trainer's line shows every setting it trains with)."""
     known = {o.key for o in table}
     unknown = set(values) - known
     if unknown:
@@ -83,15 +93,16 @@ def to_argv(table: List[Opt], values: Dict[str, Any]) -> List[str]:
         v = values.get(o.key)
         if o.type == "flag":
             argv += [o.flag] if v else []
-        elif v is not None and (o.required or v != o.default):
+        elif v is not None and (defaults or o.required or v != o.default):
             argv += [o.flag, _word(o, v)]
     return argv
 
 
 def scenario_value(sc: dict, dotted: str):
+    """The value at `dotted` in a loaded scenario (None where a mapping on the way is absent)."""
     cur = sc
     for part in dotted.split("."):
-        cur = cur[part]
+        cur = (cur or {}).get(part)
     return cur
 
 

@@ -1,8 +1,12 @@
-"""The one table of the bundled trainer's options. The trainer's argparse, the scenario schema
-(`trainer:` keys) and the renderer's trainer argv are all generated from it, so they cannot drift.
-Torch-free: the orchestration side reads it on a login node."""
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+"""The one table of the bundled trainer's options (contracts.options' model, as the tools' are).
+The trainer's argparse, the scenario schema (`trainer:` keys) and the renderer's trainer argv are
+all generated from it, so they cannot drift. Torch-free: the orchestration side reads it on a
+login node."""
+import dataclasses
+from typing import Any, Dict, List, Optional
+
+from . import options
+from .options import Opt
 
 MODELS = ("tiny", "small", "debug", "agpt-2b", "agpt-20b")  # = trainer.model.PRESETS (tested)
 
@@ -14,34 +18,20 @@ STACKS_SIGNAL = "WINCH"
 # what a warm standby pool imports for the bundled trainer (torch, the trainer; no process group)
 WARM_PRELOAD = "restartlab.trainer.warmup"
 
-# who sets an option: a scenario key under `trainer:`, or the renderer from the phase/experiment
-SCENARIO, PHASE = "scenario", "phase"
+# the options the renderer sets from the phase and the experiment layout; every other one is the
+# scenario key trainer.<key>, or trainer.<group>.<rest> for a group's (--wandb-project: trainer.wandb.project)
+PHASE_SET = ("--ckpt-dir", "--async-ckpt", "--ckpt-stage-dir", "--no-resume", "--outdir", "--dp-global")
+GROUPS = ("wandb",)
 
 
-@dataclass(frozen=True)
-class Opt:
-    flag: str                      # --train-iters
-    type: str                      # int | float | str | flag (store_true; a bool in a scenario)
-    default: Any
-    help: str
-    choices: Optional[Sequence[str]] = None
-    source: str = SCENARIO
-    scenario_default: Any = None   # a scenario's default when it differs from the trainer's
-    min: Optional[float] = None    # smallest accepted value (scenario validation and the trainer)
-    group: Optional[str] = None    # a scenario sub-mapping: --wandb-project is trainer.wandb.project
-
-    @property
-    def key(self) -> str:
-        """The argparse dest, and the scenario key (trainer.<key>) of an option in no group."""
-        return self.flag[2:].replace("-", "_")
-
-    @property
-    def subkey(self) -> str:
-        """An option's key inside its group's mapping (trainer.<group>.<subkey>)."""
-        return self.key[len(self.group) + 1:] if self.group else self.key
+def _scenario_key(o: Opt) -> Optional[str]:
+    if o.flag in PHASE_SET:
+        return None
+    group = next((g for g in GROUPS if o.key.startswith(g + "_")), None)
+    return f"trainer.{group}.{o.key[len(group) + 1:]}" if group else f"trainer.{o.key}"
 
 
-OPTIONS: List[Opt] = [
+_TABLE: List[Opt] = [
     Opt("--model", "str", "tiny", "model preset", choices=MODELS),
     Opt("--vocab", "int", 0, "vocabulary size (0: the model preset's; what ezpz's fsdp_tp calls --vocab-size)",
         min=0),
@@ -86,70 +76,52 @@ OPTIONS: List[Opt] = [
         "from step 0 instead of stopping with exit 3"),
     # Weights & Biases (optional: pip install restartlab[wandb]); a scenario's trainer.wandb mapping
     Opt("--wandb-project", "str", None, "log rank 0's metrics to this W&B project too (one run per "
-        "attempt, grouped by experiment and phase; the JSONL stays the collector's input)", group="wandb"),
-    Opt("--wandb-entity", "str", None, "W&B entity (team or user; default: yours)", group="wandb"),
+        "attempt, grouped by experiment and phase; the JSONL stays the collector's input)"),
+    Opt("--wandb-entity", "str", None, "W&B entity (team or user; default: yours)"),
     Opt("--wandb-mode", "str", None, "online, offline (a run directory to `wandb sync` later: compute "
         "nodes without internet) or disabled; default: WANDB_MODE, else online",
-        choices=("online", "offline", "disabled"), group="wandb"),
-    # set by the renderer from the phase and the experiment layout, not by a scenario key
-    Opt("--ckpt-dir", "str", "ckpts", "checkpoint directory (in an experiment: the phase's)", source=PHASE),
-    Opt("--async-ckpt", "flag", False, "asynchronous checkpointing (phase checkpoint: async)", source=PHASE),
+        choices=("online", "offline", "disabled")),
+    # set by the renderer from the phase and the experiment layout, not by a scenario key (PHASE_SET)
+    Opt("--ckpt-dir", "str", "ckpts", "checkpoint directory (in an experiment: the phase's)"),
+    Opt("--async-ckpt", "flag", False, "asynchronous checkpointing (phase checkpoint: async)"),
     Opt("--ckpt-stage-dir", "str", None, "node-local stage dir for --async-ckpt (phase stage_dir; "
         "private to this user (0700, never through a symlink) or refused; default: a fresh private dir "
         "/tmp/restartlab-<jobid>-<node>-<random>, or none when /tmp is on --ckpt-dir's file system); none: the "
-        "background save writes straight to --ckpt-dir (one write instead of two)", source=PHASE),
-    Opt("--no-resume", "flag", False, "start fresh even if a checkpoint exists (phase checkpoint: none)",
-        source=PHASE),
-    Opt("--outdir", "str", ".", "each rank appends its metrics file here (in an experiment: the attempt's directory)", source=PHASE),
+        "background save writes straight to --ckpt-dir (one write instead of two)"),
+    Opt("--no-resume", "flag", False, "start fresh even if a checkpoint exists (phase checkpoint: none)"),
+    Opt("--outdir", "str", ".", "each rank appends its metrics file here (in an experiment: the attempt's directory)"),
     Opt("--dp-global", "int", 0, "the data-parallel width the global batch is defined for: with fewer "
         "data-parallel ranks (a job shrunk after a node loss) each rank accumulates gradients over "
         "dp-global/dp micro-batches, those the missing ranks would have taken, so the global batch "
-        "and its samples stay the same (0: the current width)", source=PHASE, min=0),
+        "and its samples stay the same (0: the current width)", min=0),
 ]
 
 
+OPTIONS: List[Opt] = [dataclasses.replace(o, scenario=_scenario_key(o)) for o in _TABLE]
+
+
 def scenario_options() -> List[Opt]:
-    return [o for o in OPTIONS if o.source == SCENARIO]
+    return [o for o in OPTIONS if o.scenario]
 
 
 def add_to_parser(parser) -> None:
-    """The trainer's argparse arguments, from the table."""
-    types = {"int": int, "float": float, "str": str}
-    for o in OPTIONS:
-        if o.type == "flag":
-            parser.add_argument(o.flag, action="store_true", help=o.help)
-        else:
-            parser.add_argument(o.flag, type=types[o.type], default=o.default, choices=o.choices, help=o.help)
-
-
-def check(values: Dict[str, Any]) -> Optional[str]:
-    """The first value below its minimum, as one line for the trainer (None: all fine)."""
-    for o in OPTIONS:
-        v = values.get(o.key)
-        if o.min is not None and v is not None and not v >= o.min:  # `not >=` also catches NaN
-            return f"{o.flag} {v}: must be >= {o.min:g}"
-    return None
+    """The trainer's argparse arguments, from the table (a value below its minimum: an argparse
+    error, one line)."""
+    options.add_to_parser(parser, OPTIONS)
 
 
 def scenario_value(trainer: Dict[str, Any], o: Opt) -> Any:
-    """An option's value in a loaded scenario's `trainer:` mapping (in its group's, if it has one)."""
-    return (trainer.get(o.group) or {}).get(o.subkey) if o.group else trainer[o.key]
+    """An option's value in a loaded scenario's `trainer:` mapping."""
+    return options.scenario_value({"trainer": trainer}, o.scenario)
 
 
 def trainer_argv(trainer: Dict[str, Any], checkpoint: str, ckpt_dir: str,
                  stage_dir: Optional[str] = None, outdir: str = ".", dp_global: int = 0) -> List[str]:
     """The trainer's arguments for one phase: every scenario option, then the phase's own."""
-    vals = {o.key: scenario_value(trainer, o) for o in scenario_options()}
+    vals = options.from_scenario(OPTIONS, {"trainer": trainer})
     vals.update(ckpt_dir=ckpt_dir, outdir=outdir, dp_global=dp_global or None)
     if checkpoint == "none":
         vals.update(save_interval=0, no_resume=True)
     elif checkpoint == "async":
         vals.update(async_ckpt=True, ckpt_stage_dir=stage_dir)
-    argv = []
-    for o in OPTIONS:
-        v = vals.get(o.key)
-        if o.type == "flag":
-            argv += [o.flag] if v else []
-        elif v is not None:
-            argv += [o.flag, str(v)]
-    return argv + list(trainer.get("extra_args") or [])
+    return options.to_argv(OPTIONS, vals, defaults=True) + list(trainer.get("extra_args") or [])

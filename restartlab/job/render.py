@@ -9,7 +9,7 @@ import shlex
 import sys
 import time
 import uuid
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import jinja2
 
@@ -17,6 +17,7 @@ from .. import launchers, programs, schedulers
 from ..contracts import layout, options, trainer_options
 from ..contracts.envvars import TAG_VAR
 from ..contracts.exits import EXIT_BUDGET, EXIT_WALLTIME
+from ..contracts import placeholders
 from ..contracts.placeholders import PROGRAM_TOKEN
 from ..contracts.resources import resource_dir
 from ..runtime import tool_options
@@ -58,20 +59,27 @@ def _env():
     return env
 
 
-def inject_args(sc, f, phase: layout.Phase, tag) -> List[str]:
-    """`restartlab inject` flags for one phase's failure settings (the injector's option table)."""
+def inject_settings(sc, f) -> Dict[str, Any]:
+    """`restartlab inject`'s values (the injector's option table) for one phase's failure settings;
+    the supervisor adds where the phase, its ranks and its nodes are (supervise.inject_argv)."""
     s = f["schedule"]
     at = ",".join(str(x) if isinstance(x, int) else f"{x['step']}:{x['kind']}" for x in s.get("at_steps") or [])
     sched = ({"every": s["every"]} if s.get("every") is not None else {"at_steps": at} if at else
              {"every_steps": s["every_steps"]} if s.get("every_steps") else
              {"fuzz": s["fuzz"], "fuzz_window": f["fuzz_window"], "fuzz_save_share": f["fuzz_save_share"],
               "fuzz_after_complete": f["fuzz_after_complete"]} if s.get("fuzz") else {"mtbf": s.get("mtbf")})
+    return dict(sched, kind=f["kind"], grace=f["grace"], seed=s.get("seed") or 0, signal=f.get("signal"),
+                gate=f.get("gate"), wait_first_complete=f.get("wait_first_complete"), max_kills=f.get("max_kills"),
+                node=f.get("node"))
+
+
+def inject_plan(sc, f, phase: layout.Phase, tag) -> List[str]:
+    """The injector's whole command line as the phase's supervisor will run it (the script's
+    comment; tests/test_tool_options.py holds the supervisor to it)."""
     return options.to_argv(tool_options.INJECT, dict(
-        sched, phase_dir=phase.path, ckpt_dir=phase.ckpts, tag=tag, until=phase.done, kind=f["kind"],
-        grace=f["grace"], fanout=sc["scheduler"], launcher=sc["launch"]["launcher"],
-        train_iters=sc["trainer"]["train_iters"], seed=s.get("seed") or 0, signal=f.get("signal"),
-        gate=f.get("gate"), wait_first_complete=f.get("wait_first_complete"), max_kills=f.get("max_kills"),
-        node=f.get("node"), program=program_json(sc)))
+        inject_settings(sc, f), until=phase.done, ckpt_dir=phase.ckpts, program=program_json(sc),
+        phase_dir=phase.path, train_iters=sc["trainer"]["train_iters"], tag=tag, fanout=sc["scheduler"],
+        launcher=sc["launch"]["launcher"]))
 
 
 def program_json(sc) -> Optional[str]:
@@ -84,7 +92,7 @@ def program_json(sc) -> Optional[str]:
     if env:  # what the program's ranks get besides the job's environment (the adapter's preflight reads it)
         spec["env"] = env
     if spec["progress_file"]:  # the supervisor fills the attempt's, the phase's and the checkpoint dir
-        spec["progress_file"] = spec["progress_file"].replace("{scenario_dir}", _scenario_dir(sc))
+        spec["progress_file"] = placeholders.fill(spec["progress_file"], {placeholders.SCENARIO_DIR: _scenario_dir(sc)})
     return json.dumps(spec, separators=(",", ":"))
 
 
@@ -96,26 +104,22 @@ def program_argv(sc, ph, phase: layout.Phase) -> List[str]:
     """rankenv (torchrun-style variables) + the program's command and the phase's args, with
     {ckpt_dir}, {phase_dir} and {scenario_dir} filled in ({attempt_dir}: the supervisor's, per attempt)."""
     prog = sc["trainer"]["program"]
-    where = {"{ckpt_dir}": phase.ckpts, "{phase_dir}": phase.path,
-             "{scenario_dir}": _scenario_dir(sc)}
-    out = []
-    for w in prog["command"] + ph["args"]:
-        for k, v in where.items():
-            w = w.replace(k, v)
-        out.append(w)
+    where = {placeholders.CKPT_DIR: phase.ckpts, placeholders.PHASE_DIR: phase.path,
+             placeholders.SCENARIO_DIR: _scenario_dir(sc)}
+    out = [placeholders.fill(w, where) for w in prog["command"] + ph["args"]]
     return ["-m", "restartlab.runtime.rankenv", "--"] + out
 
 
-def node_check_args(sc, policy, expt: layout.Expt) -> List[str]:
-    """`restartlab node-check` flags from the scenario (the supervisor adds the per-attempt ones)."""
+def node_check_settings(sc, expt: layout.Expt) -> Dict[str, Any]:
+    """`restartlab node-check`'s values from the scenario (the supervisor adds its own and the
+    per-attempt ones)."""
     rl, tr = sc["relaunch"], sc["trainer"]
     vals = options.from_scenario(tool_options.NODE_CHECK, sc)
     stage = next((p["stage_dir"] for p in sc["phases"] if p["checkpoint"] == "async" and p["stage_dir"]
                   and p["stage_dir"] != "none"), None)
-    vals.update(policy=policy, need=sc["job"]["nodes"], launcher=sc["launch"]["launcher"],
-                min_free=rl["node_check_min_free_mb"] * 2**20, bad_file=expt.bad_nodes, stage_dir=stage,
-                device=tr["device"] if rl["node_check_gpus"] else None)
-    return options.to_argv(tool_options.NODE_CHECK, vals)
+    vals.update(need=sc["job"]["nodes"], min_free=rl["node_check_min_free_mb"] * 2**20, bad_file=expt.bad_nodes,
+                stage_dir=stage, device=tr["device"] if rl["node_check_gpus"] else None)
+    return vals
 
 
 def supervise_args(sc, tag, policy, node_check, expt: layout.Expt) -> List[str]:
@@ -123,9 +127,11 @@ def supervise_args(sc, tag, policy, node_check, expt: layout.Expt) -> List[str]:
     --job and --nodefile at run time, and each phase its own)."""
     vals = options.from_scenario(tool_options.SUPERVISE, sc)
     vals.update(tag=tag, node_policy=policy, program=program_json(sc), warm=False)  # warm: per phase
-    if node_check:
-        vals.update(node_check=shlex.join(node_check_args(sc, policy, expt)), hosts_file=expt.hosts_attempt)
-    return options.to_argv(tool_options.SUPERVISE, vals)
+    if not node_check:
+        return options.to_argv(tool_options.SUPERVISE, vals)
+    vals.update(node_check=True, hosts_file=expt.hosts_attempt)
+    return (options.to_argv(tool_options.SUPERVISE, vals) +
+            tool_options.SUPERVISE_NODE_CHECK.argv(node_check_settings(sc, expt)))
 
 
 def context(sc, scheduler=None, expt_dir=None):
@@ -164,7 +170,7 @@ def context(sc, scheduler=None, expt_dir=None):
     for ph in sc["phases"]:
         phase = expt.phase(ph["name"])
         f = effective_failures(sc, ph)
-        inject = inject_args(sc, f, phase, tag) if f else None
+        inject = ["--inject"] + tool_options.SUPERVISE_INJECT.argv(inject_settings(sc, f)) if f else None
         # warm standby restart (the phase's, else relaunch.warm): the supervisor starts each rank's
         # program through the standby pool's stub
         warm_on = rl["warm"] if ph["warm"] is None else ph["warm"]
@@ -178,7 +184,7 @@ def context(sc, scheduler=None, expt_dir=None):
         phases.append({
             "name": ph["name"], "dir": phase.path, "checkpoint": ph["checkpoint"], "ckpts": phase.ckpts,
             "argv": argv, "warm": warm_on,
-            "inject": inject, "inject_text": shlex.join(inject) if inject else "",
+            "inject": inject, "inject_plan": shlex.join(inject_plan(sc, f, phase, tag)) if f else "",
         })
     return {
         "sc": sc, "scheduler": sched_name, "prefix": sched.prefix, "scheduler_title": sched.title,

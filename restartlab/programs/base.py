@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional
 
+from ..contracts import placeholders
 from ..contracts.registry import Registry
 from . import torchzip
 
@@ -233,7 +234,7 @@ def _compiled(rx: str):
 
 
 def _path_regex(spec: dict, ckpt_dir: str):
-    return re.compile(spec["checkpoints"].replace("{ckpt_dir}", re.escape(ckpt_dir.rstrip("/"))))
+    return re.compile(placeholders.fill(spec["checkpoints"], {placeholders.CKPT_DIR: re.escape(ckpt_dir.rstrip("/"))}))
 
 
 def _mtime(path: str) -> float:

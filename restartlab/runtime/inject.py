@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Iterator, List, Optional, Tuple
 
-from . import attempt, killer, tool_options
+from . import attempt_record, killer, tool_options
 from .fanout import describe_receipt, fan_out, job_nodes, killer_argv
 from .. import failures, programs, schedulers
 from ..contracts import layout, live
@@ -75,7 +75,7 @@ class Injector:
         atts = layout.Phase(self.a.phase_dir).attempts() if self.a.phase_dir else []
         if not atts:
             return None
-        return layout.Phase(self.a.phase_dir).attempt(atts[-1].index + 1) if attempt.is_over(atts[-1]) else atts[-1]
+        return layout.Phase(self.a.phase_dir).attempt(atts[-1].index + 1) if attempt_record.is_over(atts[-1]) else atts[-1]
 
     def unmatched(self) -> bool:
         """The checkpoint dir holds something, and the checkpoint pattern matches none of it."""
@@ -184,7 +184,7 @@ class Injector:
             raise SystemExit(self.done())
         if killed:
             struck = attempts[-1] if attempts else None
-            more = kind.follow_up(a.grace, lambda: struck is not None and attempt.is_over(struck),
+            more = kind.follow_up(a.grace, lambda: struck is not None and attempt_record.is_over(struck),
                                   lambda s: self.strike(kind, idx, s)[0])
             if more:  # a second line, "killed": 0 so that nobody counts it as another failure
                 self.record(dict(more, time=time.time(), follow_up_of=t_kill, kind=kind.name, killed=0))
@@ -206,7 +206,7 @@ class Injector:
         def launched():
             atts = layout.Phase(self.a.phase_dir).attempts()
             if atts and atts[-1].index > after and os.path.exists(atts[-1].at_launch) \
-                    and not attempt.is_over(atts[-1]):
+                    and not attempt_record.is_over(atts[-1]):
                 found[:] = [atts[-1]]
                 return True
             return False
@@ -242,11 +242,11 @@ class Injector:
                         break
                     now = self.newest_complete()
                     unseen = now is not None and (before is None or now > before) and not a.fuzz_after_complete
-                    if unseen or attempt.is_over(att) or time.time() > deadline or self.stop_reason():
+                    if unseen or attempt_record.is_over(att) or time.time() > deadline or self.stop_reason():
                         break
                     before = now if a.fuzz_after_complete else before
                     time.sleep(SAVE_POLL_S)
-                if attempt.is_over(att) or self.stop_reason():
+                if attempt_record.is_over(att) or self.stop_reason():
                     continue
                 if unseen and not told:
                     self.say(f"a checkpoint in {a.ckpt_dir} became complete in attempt {att.index} without being "
@@ -259,7 +259,7 @@ class Injector:
                 else:
                     time.sleep(jitter)
             else:
-                if self.sleep_until(lambda: attempt.is_over(att), deadline=t0 + delay):
+                if self.sleep_until(lambda: attempt_record.is_over(att), deadline=t0 + delay):
                     window = max(0.1, min(window, time.time() - t0) / 2)  # the next one, sooner
                     self.say(f"attempt {att.index} ended before the kill at launch +{delay:.2f}s: the next "
                              f"attempt is struck within {window:.2f}s of its launch")

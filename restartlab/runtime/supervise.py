@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import select
-import shlex
 import shutil
 import signal
 import socket
@@ -25,11 +24,11 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from . import attempt as attempt_record
+from . import attempt_record
 from .. import launchers, programs
-from ..contracts import layout, options
+from ..contracts import layout, options, placeholders
 from . import tap, tool_options
 from ..contracts.exits import (EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_USAGE,
                                EXIT_WALLTIME)
@@ -84,7 +83,6 @@ class Launched:
                 pass
 
 
-ATTEMPT_DIR_TOKEN = "{attempt_dir}"  # in a program's command: the attempt's directory
 PUMP_DRAIN_S = 5.0  # after the launcher ended: how long the tap may still read what it wrote
 
 
@@ -137,10 +135,8 @@ class Procs:
 
     def placeholders(self, text: str, att: layout.Attempt) -> str:
         """{attempt_dir}, {phase_dir} and {ckpt_dir} of a program's path, filled for this attempt."""
-        for k, v in ((ATTEMPT_DIR_TOKEN, att.path), ("{phase_dir}", self.cfg.phase_dir),
-                     ("{ckpt_dir}", self.cfg.ckpt_dir or "")):
-            text = text.replace(k, v)
-        return text
+        return placeholders.fill(text, {placeholders.ATTEMPT_DIR: att.path, placeholders.PHASE_DIR: self.cfg.phase_dir,
+                                        placeholders.CKPT_DIR: self.cfg.ckpt_dir})
 
     def finish(self, att: layout.Attempt, rc: int) -> Optional[str]:
         """After the launcher ended: the tap reads the rest and writes the final row; a warning
@@ -189,18 +185,15 @@ class Procs:
     def node_check(self, phase: layout.Phase, k: int) -> Optional[int]:
         """Nodes the next attempt gets (its hosts in --hosts-file); None: too few healthy ones."""
         from . import nodes
-        p = argparse.ArgumentParser(prog="restartlab node-check")
-        options.add_to_parser(p, tool_options.NODE_CHECK)
-        a = p.parse_args(shlex.split(self.cfg.node_check) + [
-            "--fanout", self.cfg.fanout, "--log", phase.node_checks, "--attempt", str(k),
-            "--hosts-out", self.cfg.hosts_file])
-        if self.cfg.nodefile:
-            a.nodefile = self.cfg.nodefile
+        vals = {o.key: o.default for o in tool_options.NODE_CHECK}
+        vals.update(self.cfg.node_check or {}, fanout=self.cfg.fanout, launcher=self.cfg.launcher,
+                    nodefile=self.cfg.nodefile, policy=self.cfg.node_policy, log=phase.node_checks, attempt=k,
+                    hosts_out=self.cfg.hosts_file)
         with open(phase.node_check_log, "a") as log, contextlib.redirect_stderr(log):
-            return nodes.check_all(a)
+            return nodes.check_all(argparse.Namespace(**vals))
 
     def start_injector(self, phase: layout.Phase) -> None:
-        argv = [sys.executable, "-m", "restartlab.cli", "inject", *shlex.split(self.cfg.inject)]
+        argv = [sys.executable, "-m", "restartlab.cli", "inject", *inject_argv(self.cfg, phase)]
         with open(phase.injector_log, "ab") as log:
             self.injector = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
@@ -309,9 +302,9 @@ class Config:
     job: str = _DEFAULT["job"]
     node_policy: str = _DEFAULT["node_policy"]
     ranks_per_node: int = _DEFAULT["ranks_per_node"]
-    node_check: Optional[str] = _DEFAULT["node_check"]
+    node_check: Optional[Dict[str, Any]] = None  # --node-check: node-check's values; None: no check
     hosts_file: Optional[str] = _DEFAULT["hosts_file"]
-    inject: Optional[str] = _DEFAULT["inject"]
+    inject: Optional[Dict[str, Any]] = None      # --inject: the injector's values; None: no injector
     ckpt_dir: Optional[str] = _DEFAULT["ckpt_dir"]
     program: Optional[str] = _DEFAULT["program"]
     warm: bool = _DEFAULT["warm"]
@@ -322,6 +315,8 @@ class Config:
     def from_args(cls, a: argparse.Namespace, argv: List[str]) -> "Config":
         vals = {o.key: getattr(a, o.key) for o in tool_options.SUPERVISE}
         vals["nodefile"] = tool_options.nodefile_default(vals["nodefile"])
+        vals["node_check"] = tool_options.SUPERVISE_NODE_CHECK.values(a) if a.node_check else None
+        vals["inject"] = tool_options.SUPERVISE_INJECT.values(a) if a.inject else None
         return cls(argv=list(argv), **vals)
 
 
@@ -352,7 +347,7 @@ class Supervisor:
         """The attempt's argv (node and rank counts filled in), the variables the ranks get and
         the rank count when the node check chose it (0: the scenario's)."""
         cfg, ranks = self.cfg, 0
-        argv = [w.replace(ATTEMPT_DIR_TOKEN, att.path) for w in cfg.argv]
+        argv = [placeholders.fill(w, {placeholders.ATTEMPT_DIR: att.path}) for w in cfg.argv]
         master = os.environ.get("MASTER_ADDR") or socket.gethostname()
         if cfg.node_check is not None:
             n = self.procs.node_check(self.phase, k)
@@ -519,10 +514,40 @@ def _touch(path: str) -> None:
 
 
 # ---------------------------------------------------------------- the verb
+def inject_argv(cfg: Config, phase: layout.Phase) -> List[str]:
+    """`restartlab inject`'s flags: the phase's failure settings (--inject-*), and where to find the
+    phase, its ranks and its nodes from the supervisor's own."""
+    vals = dict(cfg.inject or {}, until=phase.done, ckpt_dir=cfg.ckpt_dir, program=cfg.program,
+                phase_dir=phase.path, train_iters=cfg.train_iters, tag=cfg.tag, fanout=cfg.fanout,
+                nodefile=cfg.nodefile, launcher=cfg.launcher)
+    return options.to_argv(tool_options.INJECT, vals)
+
+
 def build_parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     options.add_to_parser(p, tool_options.SUPERVISE)
+    tool_options.SUPERVISE_NODE_CHECK.add_to_parser(p)
+    tool_options.SUPERVISE_INJECT.add_to_parser(p)
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- the launch command of every attempt")
     return p
+
+
+class _ParseError(Exception):
+    pass
+
+
+class _Quiet(argparse.ArgumentParser):
+    def error(self, message):
+        raise _ParseError(message)
+
+
+def _inject_problem(argv: List[str]) -> Optional[str]:
+    p = _Quiet(prog="restartlab inject")
+    tool_options.add_inject_args(p)
+    try:
+        p.parse_args(argv)
+    except _ParseError as e:
+        return str(e)
+    return None
 
 
 def main(a: argparse.Namespace) -> int:
@@ -534,6 +559,11 @@ def main(a: argparse.Namespace) -> int:
     if cfg.node_check is not None and not cfg.hosts_file:
         print("restartlab supervise: error: --node-check needs --hosts-file", file=sys.stderr)
         return EXIT_USAGE
+    if cfg.inject is not None:  # checked by the injector's own parser now, not when the phase starts it
+        problem = _inject_problem(inject_argv(cfg, layout.Phase(cfg.phase_dir)))
+        if problem:
+            print(f"restartlab supervise: error: --inject: {problem}", file=sys.stderr)
+            return EXIT_USAGE
     sup = Supervisor(cfg)
 
     def on_signal(signum, _frame):

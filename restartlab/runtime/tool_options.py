@@ -3,11 +3,13 @@
 (for options that come from a scenario key) the scenario schema's field: one default per option.
 Torch-free and light: the scenario loader and the renderer import it on a login node."""
 import argparse
+import dataclasses
 import os
+from typing import Any, Callable, Dict, List, Tuple
 
 from .. import failures, launchers, schedulers
 from .killer import parse_signal
-from ..contracts.options import Opt
+from ..contracts.options import Opt, add_to_parser, to_argv
 
 FANOUTS = lambda: schedulers.names() + ["mpiexec"]  # noqa: E731  (the registries fill in at import)
 POLICIES = ("same", "spares", "shrink")
@@ -46,12 +48,14 @@ SUPERVISE = [
         "fewer ranks, the same global batch", choices=POLICIES, scenario="relaunch.on_node_loss"),
     Opt("--ranks-per-node", "int", 1, "ranks per node (the rank count of a shrunk attempt)",
         scenario="launch.ranks_per_node"),
-    Opt("--node-check", "str", None, "run `restartlab node-check` with these flags before every attempt "
-        "(one string); absent: no check"),
+    Opt("--node-check", "flag", False, "run `restartlab node-check` before every attempt, with the "
+        "--node-check-* flags (node-check's own under this prefix, not listed here: `restartlab node-check --help`; "
+        "the supervisor adds the per-attempt ones); absent: no check"),
     Opt("--hosts-file", "str", None, "where the node check writes the next attempt's hosts (the "
         "launcher's host file)"),
-    Opt("--inject", "str", None, "run `restartlab inject` with these flags (one string) for the phase's "
-        "lifetime; absent: no injector"),
+    Opt("--inject", "flag", False, "run `restartlab inject` for the phase's lifetime, with the --inject-* "
+        "flags (the injector's own under this prefix, not listed here: `restartlab inject --help`; the supervisor "
+        "adds where the phase and its ranks are); absent: no injector"),
     Opt("--ckpt-dir", "str", None, "the phase's checkpoint directory: each attempt records what it holds "
         "at launch (which checkpoint a correct resume loads, which one the program picks)"),
     Opt("--program", "str", None, "the training program's adapter spec (JSON, from trainer.program); "
@@ -203,11 +207,70 @@ INJECT_PARSERS = {"--at-steps": parse_at_steps, "--signal": signal_name}
 
 def add_inject_args(p) -> None:
     """The injector's argparse: the table, with the schedule flags as one required group."""
-    from ..contracts.options import add_to_parser
     g = p.add_mutually_exclusive_group(required=True)
     add_to_parser(g, [o for o in INJECT if o.flag in SCHEDULE_FLAGS], INJECT_PARSERS)
     add_to_parser(p, [o for o in INJECT if o.flag not in SCHEDULE_FLAGS], INJECT_PARSERS)
     p.add_argument("--python", default=None, help=argparse.SUPPRESS)
+
+
+# A tool that runs another one takes that tool's flags as its own, each under the other's name
+# (`supervise --inject-every 90s`, `--node-check-timeout 60s`), parsed and checked by the same table
+# when the job script starts it, and passes them on as a list: no flag travels as one joined string.
+# what the supervisor gives each from its own settings (the phase, the job, the attempt)
+NODE_CHECK_FROM_SUPERVISOR = ("--local", "--fanout", "--launcher", "--nodefile", "--policy", "--log", "--attempt",
+                              "--hosts-out")
+INJECT_FROM_SUPERVISOR = ("--until", "--ckpt-dir", "--program", "--phase-dir", "--train-iters", "--tag", "--fanout",
+                          "--nodefile", "--launcher")
+
+
+@dataclasses.dataclass(frozen=True)
+class Embedded:
+    """`table`'s options inside another tool's argparse, as --<prefix>-<flag> (hidden: restartlab
+    passes them itself), each with the table's type, default and check; `drop`: the ones the
+    embedding tool decides itself."""
+    prefix: str
+    table: List[Opt]
+    drop: Tuple[str, ...] = ()
+    parsers: Dict[str, Callable] = dataclasses.field(default_factory=dict)
+
+    def _pairs(self):
+        for o in self.table:
+            if o.flag not in self.drop:
+                yield o, dataclasses.replace(o, flag=f"--{self.prefix}-{o.flag[2:]}", scenario=None,
+                                             required=False, hidden=True)
+
+    @property
+    def options(self) -> List[Opt]:
+        return [e for _, e in self._pairs()]
+
+    def add_to_parser(self, parser) -> None:
+        add_to_parser(parser, self.options, {e.flag: self.parsers[o.flag] for o, e in self._pairs()
+                                             if o.flag in self.parsers})
+
+    def argv(self, values: Dict[str, Any]) -> List[str]:
+        """The embedding tool's flags for the table's `values` (by the table's keys)."""
+        ours = {o.key: e.key for o, e in self._pairs()}
+        unknown = set(values) - set(ours)
+        if unknown:
+            raise KeyError(f"not passed through --{self.prefix}-*: {', '.join(sorted(unknown))}")
+        return to_argv(self.options, {ours[k]: v for k, v in values.items()})
+
+    def values(self, a: argparse.Namespace) -> Dict[str, Any]:
+        """The table's values (by its keys) from the embedding tool's parsed arguments."""
+        return {o.key: getattr(a, e.key) for o, e in self._pairs()}
+
+
+def _as_written(parse: Callable[[str], Any]) -> Callable[[str], str]:
+    """`parse`'s check, keeping the text (a value passed on to the tool that parses it)."""
+    def check(v: str) -> str:
+        parse(v)
+        return v
+    return check
+
+
+SUPERVISE_NODE_CHECK = Embedded("node-check", NODE_CHECK, drop=NODE_CHECK_FROM_SUPERVISOR)
+SUPERVISE_INJECT = Embedded("inject", INJECT, drop=INJECT_FROM_SUPERVISOR,
+                            parsers={f: _as_written(p) for f, p in INJECT_PARSERS.items()})
 
 
 def nodefile_default(value, env=None):

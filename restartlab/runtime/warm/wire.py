@@ -10,7 +10,7 @@ import socket
 import struct
 
 from ...contracts.envvars import node_name
-from ...contracts.placeholders import NODE_TOKEN
+from ...contracts.placeholders import NODE_TOKEN, fill
 
 SOCKET_NAME = "pool.sock"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
@@ -22,7 +22,7 @@ class PoolError(RuntimeError):
 
 
 def node_dir(path: str) -> str:
-    return path.replace(NODE_TOKEN, node_name())
+    return fill(path, {NODE_TOKEN: node_name()})
 
 
 UNIX_PATH_MAX = 107  # sun_path: 108 bytes on Linux, the last one a NUL
