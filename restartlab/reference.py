@@ -1,5 +1,5 @@
 """Reference pages generated from the code, never copied by hand: the scenario keys from the
-schema (scenario.py), the command line from the verbs' argparse parsers, the adapters and the
+schema (scenario/schema.py), the command line from the verbs' argparse parsers, the adapters and the
 failure kinds from their registries, the experiment directory from layout.py.
 
     python -m restartlab.reference docs/reference           # (re)write the pages
@@ -56,7 +56,7 @@ def scenario_keys() -> str:
     rows: List[tuple] = []
     _walk(scenario.SCHEMA, [], rows)
     out = ["# Scenario keys", "",
-           "Every key a scenario may set, from the schema in `restartlab/scenario.py`: its type, its "
+           "Every key a scenario may set, from the schema in `restartlab/scenario/schema.py`: its type, its "
            "default (blank: none, or the site profile's), and what it does. `extends: FILE` names a "
            "scenario to start from; `--set KEY.PATH=VALUE` overrides one on the command line.", "",
            "| key | type | default | what it does |", "|---|---|---|---|"]

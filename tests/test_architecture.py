@@ -74,3 +74,17 @@ def test_the_warm_stub_starts_on_the_standard_library_alone(tmp_path):
                     "restartlab.contracts.placeholders"}, sorted(ours)
     others = sorted(m for m in imported - bare - ours if m.split(".")[0] not in sys.stdlib_module_names)
     assert others == [], others
+
+
+def test_every_package_is_installed():
+    """setup.cfg lists packages by hand: a folder with an __init__.py missing from the list would
+    be left out of an installed (non-editable) restartlab. restartlab.runtime.warm was, until this test."""
+    import configparser
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    listed = set(cfg["options"]["packages"].split())
+    found = {"restartlab.trainer"}
+    for d, _, files in os.walk(os.path.join(ROOT, "restartlab")):
+        if "__init__.py" in files and "__pycache__" not in d:
+            found.add(os.path.relpath(d, ROOT).replace(os.sep, "."))
+    assert listed == found, (sorted(found - listed), sorted(listed - found))

@@ -14,7 +14,7 @@ from restartlab.trainer import prepare_data
 from tests.helpers import final_crc, losses, run_trainer, start_and_kill_at
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEXTS = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "restartlab", "scenario.py")]
+TEXTS = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "restartlab", "scenario", "validate.py")]
 
 
 @pytest.fixture

@@ -58,6 +58,20 @@ def test_the_supervisors_config_is_its_table():
         assert (f.default is dataclasses.MISSING) if o.required else f.default == o.default, o.flag
 
 
+@pytest.mark.parametrize("tool", ["node-check", "inject"])
+def test_each_tools_config_is_its_table(tool):
+    """nodes.Config and inject.Config, explicit dataclasses: one field per option of the tool's table
+    in its order (inject's then the Python its killers run with), each default the table's."""
+    import dataclasses
+    from restartlab.runtime import inject, nodes
+    cls, table = {"node-check": (nodes.Config, tool_options.NODE_CHECK), "inject": (inject.Config, tool_options.INJECT)}[tool]
+    fs = dataclasses.fields(cls)
+    assert [f.name for f in fs][:len(table)] == [o.key for o in table]
+    assert [f.name for f in fs][len(table):] == (["python"] if tool == "inject" else [])
+    for f, o in zip(fs, table):
+        assert f.default == o.default, o.flag
+
+
 def test_report_and_chain_round_trip_through_the_verbs_own_parsers():
     """scenario -> the job script's report and chain lines -> `restartlab report` / `restartlab
     chain`'s argparse -> the scenario's values (the template types no flag of its own)."""

@@ -3,6 +3,7 @@ line per kill in the phase's injection records (layout; on stdout without --phas
 processes itself: on each node the failure kind strikes it runs `restartlab kill-ranks` (with
 --tag: one restartlab run's ranks; without: every rank of this batch job, whatever program it
 runs; see killer.py) and records the receipts."""
+import argparse
 import json
 import os
 import random
@@ -10,6 +11,7 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
 from . import attempt_record, killer, tool_options
@@ -45,8 +47,48 @@ def timed_offsets(every=None, mtbf=None, seed=0) -> Iterator[float]:
 
 
 # ---------------------------------------------------------------- the loop
+_DEFAULT = {o.key: o.default for o in tool_options.INJECT}  # one default per option: the table's
+
+
+@dataclass
+class Config:
+    """The injector's settings: one field per option of tool_options.INJECT, in its order, each
+    default the table's (tests/test_tool_options.py keeps them equal); then the Python its killers
+    run with."""
+    kind: str = _DEFAULT["kind"]
+    signal: Optional[str] = _DEFAULT["signal"]
+    grace: float = _DEFAULT["grace"]
+    node: Optional[int] = _DEFAULT["node"]
+    every: Optional[float] = _DEFAULT["every"]
+    at_steps: Optional[List[Tuple[int, Optional[str]]]] = _DEFAULT["at_steps"]  # parsed (tool_options.parse_at_steps)
+    every_steps: Optional[int] = _DEFAULT["every_steps"]
+    mtbf: Optional[float] = _DEFAULT["mtbf"]
+    fuzz: Optional[int] = _DEFAULT["fuzz"]
+    seed: int = _DEFAULT["seed"]
+    gate: Optional[str] = _DEFAULT["gate"]
+    wait_first_complete: bool = _DEFAULT["wait_first_complete"]
+    max_kills: Optional[int] = _DEFAULT["max_kills"]
+    fuzz_window: float = _DEFAULT["fuzz_window"]
+    fuzz_save_share: float = _DEFAULT["fuzz_save_share"]
+    fuzz_after_complete: bool = _DEFAULT["fuzz_after_complete"]
+    until: Optional[str] = _DEFAULT["until"]
+    ckpt_dir: Optional[str] = _DEFAULT["ckpt_dir"]
+    program: Optional[str] = _DEFAULT["program"]
+    phase_dir: Optional[str] = _DEFAULT["phase_dir"]
+    train_iters: Optional[int] = _DEFAULT["train_iters"]
+    tag: Optional[str] = _DEFAULT["tag"]
+    fanout: Optional[str] = _DEFAULT["fanout"]
+    nodefile: Optional[str] = _DEFAULT["nodefile"]
+    launcher: str = _DEFAULT["launcher"]
+    python: Optional[str] = None
+
+    @classmethod
+    def from_args(cls, a: argparse.Namespace) -> "Config":
+        return cls(python=a.python, **{o.key: getattr(a, o.key) for o in tool_options.INJECT})
+
+
 class Injector:
-    def __init__(self, a):
+    def __init__(self, a: Config):
         self.a = a
         self.kills = 0
         self.log_path = layout.Phase(a.phase_dir).injections if a.phase_dir else None
@@ -319,7 +361,8 @@ def add_args(p):
     tool_options.add_inject_args(p)
 
 
-def main(a) -> int:
+def main(args: argparse.Namespace) -> int:
+    a = Config.from_args(args)
     if not a.tag and killer.job_id_entry() is None:
         print(f"restartlab inject: error: {killer.no_job_error()}", file=sys.stderr)
         return 2

@@ -185,12 +185,11 @@ class Procs:
     def node_check(self, phase: layout.Phase, k: int) -> Optional[int]:
         """Nodes the next attempt gets (its hosts in --hosts-file); None: too few healthy ones."""
         from . import nodes
-        vals = {o.key: o.default for o in tool_options.NODE_CHECK}
-        vals.update(self.cfg.node_check or {}, fanout=self.cfg.fanout, launcher=self.cfg.launcher,
-                    nodefile=self.cfg.nodefile, policy=self.cfg.node_policy, log=phase.node_checks, attempt=k,
-                    hosts_out=self.cfg.hosts_file)
+        cfg = nodes.Config(**(self.cfg.node_check or {}), fanout=self.cfg.fanout, launcher=self.cfg.launcher,
+                           nodefile=self.cfg.nodefile, policy=self.cfg.node_policy, log=phase.node_checks,
+                           attempt=k, hosts_out=self.cfg.hosts_file)
         with open(phase.node_check_log, "a") as log, contextlib.redirect_stderr(log):
-            return nodes.check_all(argparse.Namespace(**vals))
+            return nodes.check_all(cfg)
 
     def start_injector(self, phase: layout.Phase) -> None:
         argv = [sys.executable, "-m", "restartlab.cli", "inject", *inject_argv(self.cfg, phase)]

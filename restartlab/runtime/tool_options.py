@@ -164,7 +164,7 @@ INJECT = [
     Opt("--every", "duration", None, "timed kills: one every DURATION (90s, 5m)", positive=True,
         scenario="failures.schedule.every"),
     Opt("--at-steps", "str", None, "kills aimed at these steps, each with its own kind if given: "
-        "500,1000:hang,1500:preempt"),  # the scenario's failures.schedule.at_steps is a list (scenario.py)
+        "500,1000:hang,1500:preempt"),  # the scenario's failures.schedule.at_steps is a list (scenario/schema.py)
     Opt("--every-steps", "int", None, "a kill aimed at every N-th step", positive=True,
         scenario="failures.schedule.every_steps"),
     Opt("--mtbf", "duration", None, "Poisson failures with this mean time between failures (reproducible from "

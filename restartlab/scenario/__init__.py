@@ -1,0 +1,59 @@
+"""Scenarios: load YAML (with `extends:` and `--set`), validate against the schema, resolve.
+
+Every error names the file, the line and the key path, suggests the nearest valid key for a
+misspelling, and the CLI exits 2 (ScenarioError.exit_code). The package: `source` (the files, their
+lines, extends and --set), `schema` (the keys, generated from the option tables where a tool owns
+them), `validate` (types, bounds, cross-key checks), `secrets` (credentials in launch.env)."""
+import os
+from typing import Dict, List
+
+import yaml
+
+from ..contracts.units import parse_duration  # noqa: F401  (re-exported: scenario.parse_duration)
+from .schema import F, ListOf, PROGRAM, SCHEMA  # noqa: F401  (the reference pages and tests read them)
+from .secrets import is_secret, reference, secret_names, secret_values  # noqa: F401
+from .source import ScenarioError, apply_set, load_file
+from .validate import Validator, cross_checks, resolve_data, resolve_kind, effective_failures, step_of  # noqa: F401
+
+
+def load(path: str, overrides: List[str] = (), resolved: bool = False) -> dict:
+    """Load, extend, override and validate a scenario. Raises ScenarioError with every problem.
+    resolved: an experiment's own copy of its scenario (layout.Expt.scenario), which also names its expt_dir
+    and the file it was made from (its `source`: where {scenario_dir} points)."""
+    lines: Dict = {}
+    files: List[str] = []
+    # --set extends=FILE: the scenario's own `extends` (its site profile) is replaced by FILE
+    swaps = [a.split("=", 1)[1] for a in overrides if a.startswith("extends=")]
+    data = load_file(path, lines, files=files, swap=swaps[-1] if swaps else None)
+    source = path
+    if resolved and isinstance(data, dict):
+        data.pop("expt_dir", None)
+        made_from = data.pop("source", None)  # the file it was made from: its {scenario_dir}
+        source = made_from if isinstance(made_from, str) and made_from else path
+    for a in overrides:
+        if not a.startswith("extends="):
+            apply_set(data, a, lines)
+    v = Validator(lines, path, files)
+    sc = v.mapping(SCHEMA, data, ())
+    if not v.errors:
+        resolve_kind(sc["failures"])
+        for ph in sc["phases"]:
+            resolve_kind(ph["failures"])
+    if not v.errors:
+        cross_checks(sc, v)
+        resolve_data(sc, path, v)
+    if v.errors:
+        raise ScenarioError("\n".join(dict.fromkeys(v.errors)))  # each problem once
+    sc["source"] = os.path.abspath(source)
+    return sc
+
+
+def dump_resolved(sc: dict) -> str:
+    """The resolved scenario as YAML, each secret of launch.env as a reference, never its value;
+    `source` names the file it was loaded from (load(resolved=True) takes {scenario_dir} from it)."""
+    out = {k: v for k, v in sc.items() if k != "source"}
+    if sc.get("source"):
+        out["source"] = sc["source"]
+    out["launch"] = dict(out["launch"], env={k: reference(k) if is_secret(k) else v
+                                            for k, v in out["launch"]["env"].items()})
+    return yaml.safe_dump(out, sort_keys=False)

@@ -1,0 +1,286 @@
+"""Validating a scenario against the schema and across keys: every problem collected with its
+file, line and key path (the nearest valid key suggested for a misspelling), each value checked
+by the same bounds check as the tool or trainer option it feeds (contracts.options.problem)."""
+import copy
+import difflib
+import math
+import os
+import re
+from typing import Optional
+
+from .. import failures, programs
+from ..contracts import options
+from ..contracts.units import parse_duration
+from ..runtime import tool_options
+from ..runtime.killer import parse_signal
+from .schema import FAILURES, MAX_INT, PROGRAM, SAFE_NAME, TOP_ONLY, ListOf
+from .source import fmt_path
+
+
+class Validator:
+    def __init__(self, lines, fname, files=()):
+        self.lines, self.fname, self.errors = lines, fname, []
+        self.files = list(files)  # the files read, each before the files that extend it
+
+    def line(self, path) -> int:
+        return self.lines.get(tuple(path), (self.fname, 0))[1]
+
+    def order(self, path) -> int:
+        """How late the value at `path` came: its file's place in the extends chain (--set last)."""
+        p = tuple(path)
+        while p and p not in self.lines:
+            p = p[:-1]
+        f = self.lines.get(p, (self.fname, 1))[0]
+        return len(self.files) if f == "--set" else (self.files.index(f) if f in self.files else -1)
+
+    def where(self, path):
+        p = tuple(path)
+        while p and p not in self.lines:
+            p = p[:-1]
+        f, line = self.lines.get(p, (self.fname, 1))
+        return f"{f}:{line}" if f != "--set" else f"--set {fmt_path(path)}"
+
+    def err(self, path, msg):
+        self.errors.append(f"{self.where(path)}: {fmt_path(path)}: {msg}")
+
+    def mapping(self, spec, data, path):
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            self.err(path, f"expected a mapping, got {type(data).__name__}")
+            return {}
+        out = {}
+        for k in data:
+            if k not in spec and not (path == () and k in TOP_ONLY):
+                close = difflib.get_close_matches(str(k), list(spec), n=1, cutoff=0.6)
+                hint = f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(spec)})"
+                self.err(path + (k,), f"unknown key{hint}")
+        for k, sub in spec.items():
+            out[k] = self.value(sub, data.get(k), path + (k,), present=k in data)
+        return out
+
+    def value(self, spec, v, path, present=True):
+        if isinstance(spec, dict):
+            return self.mapping(spec, v, path)
+        if isinstance(spec, ListOf):
+            if v is None:
+                return copy.deepcopy(spec.default)
+            if not isinstance(v, list):
+                self.err(path, f"expected a list, got {type(v).__name__}")
+                return []
+            return [self.value(spec.item, x, path + (i,)) for i, x in enumerate(v)]
+        if v is None:
+            if spec.required:
+                self.err(path, "required key is missing")
+            if spec.kind == "duration" and spec.default is not None:
+                return parse_duration(spec.default)
+            return copy.deepcopy(spec.default)
+        return self.scalar(spec, v, path)
+
+    def scalar(self, spec, v, path):
+        k = spec.kind
+        try:
+            if k == "int":
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ValueError(f"expected an integer, got {v!r}")
+                if v < 0:
+                    raise ValueError(f"must be >= 0, got {v}")
+                if v > MAX_INT:
+                    raise ValueError(f"{v} is too large (at most {MAX_INT})")
+            elif k == "float":
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise ValueError(f"expected a finite number, got {v!r}")
+                v = float(v)
+            elif k == "bool":
+                if not isinstance(v, bool):
+                    raise ValueError(f"expected true or false, got {v!r}")
+            elif k == "duration":
+                v = parse_duration(v)
+            elif k == "intlist":
+                if not isinstance(v, list) or not all(_step_item(x) for x in v):
+                    raise ValueError(f"expected a list of positive step numbers (or {{step: N, kind: K}}), got {v!r}")
+                v = [x if isinstance(x, int) else {"step": x["step"], "kind": failures.get(x["kind"]).name} for x in v]
+                if not v:
+                    raise ValueError("an empty list would make no kill: give at least one step")
+            elif k == "path":
+                if isinstance(v, (dict, list, bool)) or str(v).strip() == "" or "\0" in str(v):
+                    raise ValueError(f"expected a non-empty path, got {v!r}")
+                v = str(v)
+            elif k == "strmap":
+                if not isinstance(v, dict) or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(x)) for x in v):
+                    raise ValueError("expected a mapping of VARIABLE_NAME: value")
+                v = {str(a): str(b) for a, b in v.items()}
+            elif k == "name":
+                v = str(v)
+                if not SAFE_NAME.match(v):
+                    raise ValueError(f"{v!r}: use letters, digits, '_', '.', '-' only (it names directories and jobs)")
+            elif k == "directive":
+                v = str(v)
+                if "\n" in v or "\r" in v:
+                    raise ValueError("a scheduler directive value cannot contain a newline")
+            elif k == "failures":
+                if v is False or v == "none":
+                    return False
+                return self.mapping(FAILURES, v, path)
+            elif k == "program":
+                if not isinstance(v, dict):
+                    raise ValueError(f"expected a mapping (command, adapter, progress, ...), got {type(v).__name__}")
+                return self.mapping(PROGRAM, v, path)
+            elif k == "str":
+                if isinstance(v, (dict, list)):
+                    raise ValueError(f"expected a string, got a {type(v).__name__}")
+                if isinstance(v, bool):  # YAML 1.1 reads unquoted on/off/yes/no as booleans
+                    choices = spec.choices() if callable(spec.choices) else (spec.choices or ())
+                    if "on" not in choices:
+                        raise ValueError(f"expected a string, got {str(v).lower()} (quote the value)")
+                    v = "on" if v else "off"
+                v = str(v)
+            why = options.problem(spec, v)  # the tools' and the trainer's own check
+            choices = spec.choices() if callable(spec.choices) else spec.choices
+            if why and choices and v not in choices:
+                close = difflib.get_close_matches(str(v), choices, n=1)
+                raise ValueError(why + (f" (did you mean '{close[0]}'?)" if close else ""))
+            if why:
+                raise ValueError(f"{why}, got {v}")
+        except ValueError as e:
+            self.err(path, str(e))
+        return v
+
+
+def _step_item(x) -> bool:
+    if isinstance(x, dict):
+        return set(x) == {"step", "kind"} and _step_item(x["step"]) and isinstance(x["kind"], str) \
+            and x["kind"] in failures.KINDS
+    return isinstance(x, int) and not isinstance(x, bool) and 0 < x <= MAX_INT
+
+
+def step_of(x) -> int:
+    return x["step"] if isinstance(x, dict) else x
+
+
+def resolve_kind(f):
+    """failures.kind: the injector's default (kill) when given as null."""
+    if isinstance(f, dict):
+        f["kind"] = f.get("kind") or FAILURES["kind"].default
+
+
+def _program_checks(sc, v: Validator) -> None:
+    """trainer.program: a command, patterns that compile with a step group, known rules; its
+    `steps` is the phase's last step (trainer.train_iters for everything that reads it)."""
+    prog = sc["trainer"]["program"]
+    for i, ph in enumerate(sc["phases"]):
+        if ph["args"] and not prog:
+            v.err(("phases", i, "args"), "only for trainer.program (the bundled trainer takes trainer.extra_args)")
+    if not prog:
+        return
+    if not prog["command"]:
+        v.err(("trainer", "program", "command"), "required: the program's argv, e.g. [python, train.py]")
+    for key, msg in programs.spec_errors(programs.resolve(prog)):
+        v.err(("trainer", "program", key), msg)
+    sc["trainer"]["train_iters"] = prog["steps"]
+
+
+def cross_checks(sc, v: Validator):
+    _program_checks(sc, v)
+    tr, ln = sc["trainer"], sc["launch"]
+    nranks = sc["job"]["nodes"] * ln["ranks_per_node"]
+    if sc["job"]["nodes"] < 1:
+        v.err(("job", "nodes"), "must be >= 1")
+    if ln["ranks_per_node"] < 1:
+        v.err(("launch", "ranks_per_node"), "must be >= 1")
+    elif tr["tp"] < 1 or nranks % tr["tp"]:
+        v.err(("trainer", "tp"), f"{tr['tp']} does not divide the {nranks} ranks "
+              f"({sc['job']['nodes']} nodes x {ln['ranks_per_node']})")
+    elif tr["dp_replicate"] >= 1 and (nranks // tr["tp"]) % tr["dp_replicate"]:
+        v.err(("trainer", "dp_replicate"), f"{tr['dp_replicate']} does not divide the "
+              f"{nranks // tr['tp']} data-parallel ranks ({nranks} ranks / tp {tr['tp']})")
+    if tr["train_iters"] < 1:
+        v.err(("trainer", "train_iters"), "must be >= 1")
+    if sc["relaunch"]["max_attempts"] < 1:
+        v.err(("relaunch", "max_attempts"), "must be >= 1")
+    rl = sc["relaunch"]
+    if rl["on_node_loss"] == "spares" and sc["job"]["spare_nodes"] < 1:
+        v.err(("relaunch", "on_node_loss"), "spares needs job.spare_nodes >= 1")
+    if rl["on_node_loss"] == "shrink":
+        if rl["min_nodes"] > sc["job"]["nodes"]:
+            v.err(("relaunch", "min_nodes"), f"{rl['min_nodes']} is more than job.nodes ({sc['job']['nodes']})")
+        if ln["ranks_per_node"] % max(1, tr["tp"]):
+            v.err(("relaunch", "on_node_loss"), f"shrink drops whole nodes: trainer.tp ({tr['tp']}) must "
+                  f"divide launch.ranks_per_node ({ln['ranks_per_node']})")
+        else:
+            n = sc["job"]["nodes"]
+            bad = [d for d in range(max(1, rl["min_nodes"]), n + 1) if not n % d
+                   and (d * ln["ranks_per_node"] // max(1, tr["tp"])) % max(1, tr["dp_replicate"])]
+            if bad:
+                v.err(("trainer", "dp_replicate"), f"{tr['dp_replicate']} replicas do not divide the "
+                      f"data-parallel ranks of a job shrunk to {bad[0]} node(s) (relaunch.on_node_loss: "
+                      f"shrink); raise relaunch.min_nodes or use a replica count that divides them")
+    if sc["relaunch"]["walltime_margin"] >= sc["job"]["walltime"]:
+        v.err(("relaunch", "walltime_margin"), f"must be shorter than job.walltime "
+              f"({sc['relaunch']['walltime_margin']:g}s >= {sc['job']['walltime']:g}s): nothing would train")
+    if not sc["phases"]:
+        v.err(("phases",), "at least one phase is needed")
+    saving = [p for p in sc["phases"] if p["checkpoint"] != "none"]
+    if saving and tr["save_interval"] < 1 and not tr["program"]:
+        v.err(("trainer", "save_interval"), f"{tr['save_interval']} saves no checkpoint, but phase "
+              f"{saving[0]['name']!r} checkpoints ({saving[0]['checkpoint']}): every kill would restart "
+              "it from step 0; give an interval >= 1, or checkpoint: none")
+    names = [p["name"] for p in sc["phases"]]
+    for i, n in enumerate(names):
+        if n in names[:i]:
+            v.err(("phases", i, "name"), f"duplicate phase name {n!r}")
+    for i, ph in enumerate(sc["phases"]):
+        f = effective_failures(sc, ph)
+        if not f:
+            continue
+        sched = {k: x for k, x in f["schedule"].items() if x is not None and k != "seed"}
+        base = ("phases", i, "failures") if ph["failures"] else ("failures",)
+        if len(sched) != 1:
+            # the key that came last (a file that extends another, or --set) made the conflict
+            keys = sorted(sched, key=lambda k: (v.order(base + ("schedule", k)), v.line(base + ("schedule", k))))
+            got = ", ".join(f"{k} from {v.where(base + ('schedule', k))}" for k in keys) or "none"
+            v.err(base + ("schedule",) + tuple(keys[-1:]),
+                  f"give exactly one of every, at_steps, every_steps, mtbf, fuzz (got {got})")
+        step_schedule = "at_steps" in sched or "every_steps" in sched
+        gated = tool_options.gate_of(f.get("gate"), step_schedule) == "complete" or f.get("wait_first_complete")
+        if gated and ph["checkpoint"] == "none":
+            v.err(base + ("gate",), f"phase {ph['name']!r} saves no checkpoints, so a kill gated on .complete "
+                  "would never fire: set gate: none (and no wait_first_complete), or save checkpoints")
+        try:
+            if f["signal"] is not None:
+                parse_signal(f["signal"])
+        except ValueError as e:
+            v.err(base + ("signal",), str(e))
+        for s in map(step_of, sched.get("at_steps") or []):
+            if s > tr["train_iters"]:
+                v.err(base + ("schedule", "at_steps"), f"step {s} is beyond trainer.train_iters={tr['train_iters']}")
+        if f["node"] is not None and f["node"] >= sc["job"]["nodes"]:
+            v.err(base + ("node",), f"node {f['node']} is out of range for {sc['job']['nodes']} nodes")
+
+
+def effective_failures(sc, phase) -> Optional[dict]:
+    """The failure settings of a phase (False/None: no injector). Phases without a `failures`
+    key inherit the top-level one, except checkpoint-less phases (the baseline)."""
+    f = phase.get("failures")
+    if f is False:
+        return None
+    if f is None:
+        if phase["checkpoint"] == "none":
+            return None
+        f = sc["failures"]
+    sched = {k: x for k, x in f["schedule"].items() if x is not None and k != "seed"}
+    if not sched:
+        return None
+    return f
+
+
+def resolve_data(sc, path, v: "Validator"):
+    """trainer.data: relative to the scenario file; it must exist where the job is submitted
+    (a missing token file found before the job is queued, not after it started)."""
+    tr = sc["trainer"]
+    if not tr.get("data"):
+        return
+    tr["data"] = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.expanduser(tr["data"]))
+    if not os.path.isfile(tr["data"]):
+        v.err(("trainer", "data"), f"{tr['data']}: no such file (a token file: python -m "
+              f"restartlab.trainer.prepare_data writes one)")
