@@ -64,15 +64,11 @@ def _scenario(scen, problems):
     """The experiment's resolved scenario as a mapping (None if absent or malformed)."""
     if not os.path.exists(scen):
         return None
-    import yaml
+    from .. import scenario
     try:
-        with open(scen, errors="replace") as f:
-            data = yaml.safe_load(f)
-        [str(p["name"]) for p in data["phases"]]
-        return data
-    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError) as e:
-        problems.append(Malformed(f"{scen}: malformed {os.path.basename(scen)}, phases taken from the directories "
-                                  f"({type(e).__name__}: {str(e).splitlines()[0][:100]})"))
+        return scenario.read_resolved(scen)
+    except scenario.ScenarioError as e:
+        problems.append(Malformed(f"{e}, phases taken from the directories"))
         return None
 
 

@@ -352,8 +352,8 @@ def replay(expt_dir: str, phase: str) -> dict:
     kill gated on a save's `.complete` lands at a cycle's edge, where a step-time spread of 1% can
     move it a whole interval (10 steps, ~2% of a short phase), and the medians add the spread of
     the restarts, which on a shared machine can move a few-failure phase by several percent."""
-    import yaml
     from . import collect
+    from .. import scenario
     from ..contracts import layout
     expt = layout.Expt(expt_dir)
     summary = expt.summary
@@ -362,13 +362,12 @@ def replay(expt_dir: str, phase: str) -> dict:
         raise SimulateError(f"{summary}: no phase {phase!r} (has: {', '.join(phases)})")
     ph = phases[phase]
     try:
-        with open(expt.scenario) as f:
-            sc = yaml.safe_load(f)
+        sc = scenario.read_resolved(expt.scenario)
         mode = next(p["checkpoint"] for p in sc["phases"] if p["name"] == phase)
         program = (sc.get("trainer") or {}).get("program")
         interval, steps = (None, int(program["steps"])) if program else \
             (int(sc["trainer"]["save_interval"]), int(sc["trainer"]["train_iters"]))
-    except (OSError, ValueError, KeyError, TypeError, StopIteration, yaml.YAMLError) as e:
+    except (scenario.ScenarioError, ValueError, KeyError, TypeError, StopIteration) as e:
         raise SimulateError(f"{expt.scenario}: cannot read phase {phase}'s checkpoint mode, "
                             f"trainer.save_interval and trainer.train_iters ({type(e).__name__}: {e})") from None
     if mode not in ("sync", "async"):

@@ -57,3 +57,18 @@ def dump_resolved(sc: dict) -> str:
     out["launch"] = dict(out["launch"], env={k: reference(k) if is_secret(k) else v
                                             for k, v in out["launch"]["env"].items()})
     return yaml.safe_dump(out, sort_keys=False)
+
+
+def read_resolved(path: str) -> dict:
+    """An experiment's own copy of its scenario (layout.Expt.scenario) as data, for the analysis:
+    not validated again (the experiment may have moved to a machine without its files), only
+    checked to be a mapping with named phases. ScenarioError when it is absent or malformed."""
+    try:
+        with open(path, errors="replace") as f:
+            data = yaml.safe_load(f)
+        [str(p["name"]) for p in data["phases"]]
+    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError) as e:
+        raise ScenarioError(f"{path}: malformed {os.path.basename(path)} ({type(e).__name__}: "
+                            f"{(str(e).splitlines() or [''])[0][:100]})") from None
+    return data
+
