@@ -32,7 +32,6 @@ def _build(a):
 
     from restartlab.trainer import dist as rdist
     from restartlab.trainer.data import Synthetic
-    from restartlab.trainer.model import PRESETS
     from restartlab.trainer.parallel import build_mesh, build_model
     info = rdist.discover_ranks()
     device_type, backend = rdist.pick_device("auto")
@@ -40,7 +39,7 @@ def _build(a):
         backend = "cpu:gloo,cuda:nccl"
     device = rdist.init(info, device_type, backend)
     mesh = build_mesh(device_type, info.world_size, 1)
-    cfg = PRESETS[a.model]
+    cfg = mpibench.model_config(a.model)  # a preset, or `small:width=4` (the size sweep's)
     model = build_model(cfg, mesh, device, 1234, False, info.rank)
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = Synthetic(cfg.vocab).batch(1234, 1, info.rank, 2, 16)

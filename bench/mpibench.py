@@ -22,6 +22,26 @@ def parser(doc: str, repeats: int) -> argparse.ArgumentParser:
     return p
 
 
+def model_config(name: str):
+    """A model preset by name, or a preset grown for the size sweep: `small:layers=K` has K x its
+    layers (more tensors, each the same size), `small:width=K` K x its width and FFN width (the
+    same tensors, each larger: the per-byte cost apart from the per-tensor one)."""
+    import dataclasses
+
+    from restartlab.trainer.model import PRESETS
+    base, _, grow = name.partition(":")
+    cfg = PRESETS[base]
+    if not grow:
+        return cfg
+    how, _, k = grow.partition("=")
+    k = int(k)
+    if how == "layers":
+        return dataclasses.replace(cfg, n_layers=cfg.n_layers * k)
+    if how == "width":
+        return dataclasses.replace(cfg, dim=cfg.dim * k, ffn_dim=cfg.ffn_dim * k)
+    raise ValueError(f"{name}: grow by layers=K or width=K")
+
+
 def emit(result: dict) -> None:
     """Rank 0 of a worker: hand the figures back to the driver."""
     print("BENCH " + json.dumps(result), flush=True)

@@ -25,6 +25,8 @@ BENCHES = [
     ("injector latencies (a real restartlab run, gated kills)", ["injector_latency.py"]),
     ("scaling: sync save and verified load against checkpoint size and 1, 2, 4 ranks",
      ["scaling.py", "--repeats", "3"]),
+    ("checkpoint I/O by size: per-byte and fixed cost against the floors (width sweep), per-tensor cost "
+     "(layers sweep), up to 2.6 GB", ["ckpt_sizes.py", "--repeats", "2"]),
     ("async save's whole cost: stall + background interference, thread vs process",
      ["interference.py", "--ranks", "4", "--repeats", "3"]),
     ("collector streaming: 1,000 attempts / 1M rows", ["collect_stream.py"]),

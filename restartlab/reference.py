@@ -271,6 +271,25 @@ def scaling_table(data: dict) -> List[str]:
     return out
 
 
+def ckpt_sizes_table(data: dict) -> List[str]:
+    """bench/ckpt_sizes.py: each series' fit over the width sweep (fixed cost, per-byte bandwidth,
+    its ratio to the floor's) and its per-tensor cost over the layers sweep."""
+    b = (data.get("benchmarks") or {}).get("ckpt_sizes") or {}
+    fits, per_tensor, points = b.get("fits") or {}, b.get("per_tensor") or {}, b.get("points") or {}
+    if not fits:
+        return ["No ckpt_sizes entry: `python bench/run_all.py --only ckpt_sizes --publish`."]
+    sizes = ", ".join(f"{k} {p['bytes'] / 1e9:.2f} GB ({p['tensors']} tensors)" for k, p in points.items())
+    out = [f"`{b.get('command', '')}`" + (f" ({b['date']})" if b.get("date") else "") + f": {sizes}.", "",
+           "| series | fixed (s) | per-byte bandwidth (MB/s) | per byte vs its floor | worst residual of the fit | "
+           "beyond the fit, per tensor (ms), by tensors |", "|---|---|---|---|---|---|"]
+    for key, f in fits.items():
+        ratio = f"{f['per_byte_ratio']:.2f}" if "per_byte_ratio" in f else "floor"
+        extra = ", ".join(f"{r['tensors']}: {r['ms_per_tensor']:+.2f}" for r in per_tensor.get(key, []))
+        out.append(f"| {_cell(f['label'])} | {f['fixed_s']:.3f} | {f['MB_per_s']:,.0f} | {ratio} | "
+                   f"{f['worst_residual']:.0%} | {extra} |")
+    return out
+
+
 def benchmark_results(path: str = None) -> str:
     """The committed bench/results.json (written by `make bench`): every figure of every benchmark."""
     import json
@@ -293,7 +312,12 @@ def benchmark_results(path: str = None) -> str:
     out += ["## Against floors and targets", ""] + targets_table(data) + [""]
     out += ["## Scaling", "", "Sync save / verified warm load (DCP's format), seconds (MB/s), slowest rank, "
             "median of the repeats:", ""] + scaling_table(data) + [""]
+    out += ["## Checkpoint I/O by size", "", "Fitted seconds = fixed + bytes / bandwidth over the width sweep "
+            "(the same tensors, each larger); then what the layers sweep (more tensors, each the same size) costs "
+            "beyond that fit, per model tensor:", ""] + ckpt_sizes_table(data) + [""]
     for name, b in (data.get("benchmarks") or {}).items():
+        if name == "ckpt_sizes":  # its table above (its points: bench/results.json)
+            continue
         rows: List[tuple] = []
         _flat("", {k: v for k, v in b.items() if k not in ("command", "date")}, rows)
         out += [f"## {name}", "", f"`{b.get('command', '')}`" + (f" (re-run alone: {b['date']})" if b.get("date")
