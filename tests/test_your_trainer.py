@@ -52,6 +52,15 @@ def _summary(d):
         return {s["phase"]: s for s in json.load(f)["phases"]}
 
 
+# the restart phase relaunches warm (its subject is the framework's resume, not the cold start; the
+# pool imports torch and the framework once): the relaunches are forks of the pool, and still exact
+WARM = ("--set", "phases.1.warm=true")
+
+
+def _warm_ranks(d, phase="restart"):
+    return [json.load(open(a.record))["warm_ranks"] for a in layout.Expt(d).phase(phase).attempts()]
+
+
 def _ckpts(d, phase):
     return sorted(os.listdir(layout.Expt(d).phase(phase).ckpts))
 
@@ -180,11 +189,12 @@ ACCEL = os.path.join(ROOT, "scenarios", "examples", "accelerate.yaml")
 
 def test_accelerate_through_run(expt):
     pytest.importorskip("accelerate")  # make test installs it (setup.cfg [frameworks])
-    r = restartlab("run", ACCEL, "--expt-dir", expt, "--plain")
+    r = restartlab("run", ACCEL, "--expt-dir", expt, "--plain", *WARM)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     s = _summary(expt)
     v = s["restart"]["survival"]
     assert v["survived"] and "loss identical to the baseline's at all 40 steps" in v["baseline"], v
+    assert _warm_ranks(expt) == [0, 2, 2]  # Accelerate 1.15 restarts warm (forked from the pool), exactly
     assert [x["outcome"] for x in v["restarts"]] == ["first", "newest", "newest"]
     for e in s["restart"]["failures"]:
         assert e["resumed_from"] % 5 == 0 and e["lost_steps"] == e["step_at_kill"] - e["resumed_from"] >= 0
@@ -221,11 +231,12 @@ def test_a_plain_dcp_program_through_run_is_exact(expt):
     """dcp.save into step-N (.metadata last), the highest step-N holding .metadata loaded, through
     the generic adapter with the dcp completion rule: both kills resumed from the newest complete
     checkpoint, and the losses equal the baseline's bit for bit."""
-    r = restartlab("run", DCP, "--expt-dir", expt, "--plain")
+    r = restartlab("run", DCP, "--expt-dir", expt, "--plain", *WARM)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     v = _summary(expt)["restart"]["survival"]
     assert [x["outcome"] for x in v["restarts"]] == ["first", "newest", "newest"], v
     assert v["survived"] and v["baseline"] == "loss identical to the baseline's at all 40 steps both logged", v
+    assert _warm_ranks(expt) == [0, 2, 2]
     # simulate --replay takes the program's save interval from its checkpoints (its own --save-every 5)
     r = restartlab("simulate", "--replay", expt, "--phase", "restart", "--no-plot", "--json")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -270,11 +281,12 @@ def test_lightning_through_run_resumes_last_and_diverges_mid_epoch(expt, tmp_pat
     restore a plain DataLoader's position (it warns so): the loss after the resume is not the
     baseline's, and the report says where it diverged."""
     pytest.importorskip("lightning")  # make test installs it (setup.cfg [frameworks])
-    r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain", "--baseline-from",
+    r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain", *WARM, "--baseline-from",
                    baseline_of(tmp_path_factory, LIGHTNING))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     s = _summary(expt)
     v = s["restart"]["survival"]
+    assert _warm_ranks(expt)[1:] and set(_warm_ranks(expt)[1:]) == {2}  # Lightning 2.6 restarts warm
     outcomes = [x["outcome"] for x in v["restarts"]]
     assert v["finished"] and outcomes[0] == "first" and set(outcomes[1:]) <= {"newest", "older"}, v
     assert all("5 step(s) lost beyond necessity" in x["text"] for x in v["restarts"] if x["outcome"] == "older")
