@@ -76,10 +76,8 @@ def inject_settings(sc, f) -> Dict[str, Any]:
 def inject_plan(sc, f, phase: layout.Phase, tag) -> List[str]:
     """The injector's whole command line as the phase's supervisor will run it (the script's
     comment; tests/test_tool_options.py holds the supervisor to it)."""
-    return options.to_argv(tool_options.INJECT, dict(
-        inject_settings(sc, f), until=phase.done, ckpt_dir=phase.ckpts, program=program_json(sc),
-        phase_dir=phase.path, train_iters=sc["trainer"]["train_iters"], tag=tag, fanout=sc["scheduler"],
-        launcher=sc["launch"]["launcher"]))
+    return tool_options.injector_argv(inject_settings(sc, f), phase.path, phase.ckpts, program_json(sc),
+                                      sc["trainer"]["train_iters"], tag, sc["scheduler"], sc["launch"]["launcher"])
 
 
 def program_json(sc) -> Optional[str]:

@@ -516,10 +516,8 @@ def _touch(path: str) -> None:
 def inject_argv(cfg: Config, phase: layout.Phase) -> List[str]:
     """`restartlab inject`'s flags: the phase's failure settings (--inject-*), and where to find the
     phase, its ranks and its nodes from the supervisor's own."""
-    vals = dict(cfg.inject or {}, until=phase.done, ckpt_dir=cfg.ckpt_dir, program=cfg.program,
-                phase_dir=phase.path, train_iters=cfg.train_iters, tag=cfg.tag, fanout=cfg.fanout,
-                nodefile=cfg.nodefile, launcher=cfg.launcher)
-    return options.to_argv(tool_options.INJECT, vals)
+    return tool_options.injector_argv(cfg.inject or {}, phase.path, cfg.ckpt_dir, cfg.program, cfg.train_iters,
+                                      cfg.tag, cfg.fanout, cfg.launcher, cfg.nodefile)
 
 
 def build_parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

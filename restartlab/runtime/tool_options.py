@@ -5,10 +5,11 @@ Torch-free and light: the scenario loader and the renderer import it on a login 
 import argparse
 import dataclasses
 import os
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import failures, launchers, schedulers
 from .killer import parse_signal
+from ..contracts import layout
 from ..contracts.options import Opt, add_to_parser, to_argv
 
 FANOUTS = lambda: schedulers.names() + ["mpiexec"]  # noqa: E731  (the registries fill in at import)
@@ -266,6 +267,16 @@ def _as_written(parse: Callable[[str], Any]) -> Callable[[str], str]:
         parse(v)
         return v
     return check
+
+
+def injector_argv(settings: Dict[str, Any], phase_dir: str, ckpt_dir: Optional[str], program: Optional[str],
+                  train_iters: int, tag: str, fanout: str, launcher: str, nodefile: Optional[str] = None) -> List[str]:
+    """`restartlab inject`'s whole line as a phase's supervisor runs it: the phase's failure
+    settings (the --inject-* values) and where the phase, its ranks and its nodes are (the
+    INJECT_FROM_SUPERVISOR options). The job script's injection plan is the same call."""
+    return to_argv(INJECT, dict(settings, until=layout.Phase(phase_dir).done, ckpt_dir=ckpt_dir, program=program,
+                                phase_dir=phase_dir, train_iters=train_iters, tag=tag, fanout=fanout,
+                                nodefile=nodefile, launcher=launcher))
 
 
 SUPERVISE_NODE_CHECK = Embedded("node-check", NODE_CHECK, drop=NODE_CHECK_FROM_SUPERVISOR)

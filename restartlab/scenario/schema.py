@@ -65,10 +65,8 @@ def _fields(tables, prefix):
     the option's type (a flag is true/false), default, help and bounds."""
     out = {}
     for table in tables:
-        for o in table:
-            if not (o.scenario and o.scenario.startswith(prefix + ".")):
-                continue
-            *heads, sub = o.scenario[len(prefix) + 1:].split(".")
+        for key, o in tool_options.schema_fields(table, prefix).items():
+            *heads, sub = key.split(".")
             where = out
             for h in heads:
                 where = where.setdefault(h, {})
