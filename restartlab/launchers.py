@@ -8,6 +8,7 @@ the job tag stays off the launcher and the injector. Variables already in the la
 environment (RESTARTLAB_LAUNCH_TS, MASTER_ADDR/PORT, and `forward`: the scenario's secrets, which
 are never written on a command line) are forwarded by each launcher's own mechanism: Hydra, PALS
 and srun (--export=ALL) pass the launcher's environment on; Open MPI needs `-x NAME`."""
+import random
 import socket
 from typing import Dict, List, Mapping, Optional, Tuple
 
@@ -201,9 +202,53 @@ def build(name, **kw) -> List[str]:
     return get(name).argv(**kw)
 
 
-def free_port(host: str = "") -> int:
-    """A TCP port free right now on this host (for a rendezvous store)."""
-    with socket.socket() as s:
+# where a rendezvous port is drawn: below the kernel's ephemeral range, which every bind to port 0
+# (gloo's pair listeners, a TCPStore on port 0, this very check) and every outgoing connection takes
+# its ports from. A port picked from that range may be taken by any of them in the seconds between
+# the pick and rank 0's bind (seen in CI, 2026-12-04: rank 0 failed with EADDRINUSE, the other rank
+# connected to a stranger's listener and waited 15 minutes); below it, only another explicit pick
+# can collide.
+PORT_FLOOR = 20000
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+def ephemeral_range(path: str = EPHEMERAL_RANGE) -> Tuple[int, int]:
+    """The kernel's ephemeral port range (Linux; 32768-60999 by default, and where it cannot be read)."""
+    try:
+        with open(path) as f:
+            lo, hi = (int(x) for x in f.read().split()[:2])
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def port_pool(path: str = EPHEMERAL_RANGE) -> Tuple[int, int]:
+    """The ports free_port draws from: [PORT_FLOOR, the ephemeral range's start), or above its end
+    when a site's range starts so low that too few are left below it."""
+    lo, hi = ephemeral_range(path)
+    if lo - PORT_FLOOR >= 1000:
+        return PORT_FLOOR, lo - 1
+    if 65535 - hi >= 1000:
+        return hi + 1, 65535
+    return PORT_FLOOR, 65535  # the range covers nearly everything: draw anywhere, checked below
+
+
+def free_port(host: str = "", rng=None, pool: Optional[Tuple[int, int]] = None, tries: int = 100) -> int:
+    """A TCP port free right now on this host, for a rendezvous store, drawn at random from
+    port_pool() (outside the ephemeral range) and checked by binding it. Still a pick, not a
+    reservation: the trainer's rank 0 reports a port taken before its bind, and its peers refuse a
+    listener that is not rank 0's store (trainer/dist.py)."""
+    rng = rng or random.SystemRandom()
+    lo, hi = pool or port_pool()
+    for _ in range(tries):
+        port = rng.randint(lo, hi)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a crowded host: let the kernel choose
         s.bind((host, 0))
         return s.getsockname()[1]
 

@@ -32,7 +32,7 @@ from restartlab.contracts import trainer_options  # noqa: E402
 from restartlab.contracts import ckptdir  # noqa: E402
 from restartlab.contracts.ckptdir import step_dirname as ckptdir_name  # noqa: E402
 
-from restartlab.contracts.exits import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED, EXIT_SAVE_FAILED, EXIT_USAGE
+from restartlab.contracts.exits import EXIT_FAILED, EXIT_NO_CHECKPOINT, EXIT_PREEMPTED, EXIT_SAVE_FAILED, EXIT_USAGE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -337,6 +337,9 @@ def main(argv=None):
         if info.rank == 0:
             print(f"restartlab.trainer: error: {e}", file=sys.stderr, flush=True)
         os._exit(EXIT_USAGE)
+    except rdist.RendezvousError as e:  # this rank only: its peers fail on their own, in seconds
+        print(f"restartlab.trainer: error: rank {info.rank}: {e}", file=sys.stderr, flush=True)
+        os._exit(EXIT_FAILED)
     import torch.distributed as dist
 
     from restartlab.trainer.metrics import MetricsWriter

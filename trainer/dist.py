@@ -133,7 +133,17 @@ def pick_device(requested: str, find_spec=importlib.util.find_spec, import_modul
     return "xpu", xpu_backend(tdist, import_module)
 
 
-def init(info: RankInfo, device_type: str, backend: str, timeout_s: float = 600.0):
+class RendezvousError(RuntimeError):
+    """The ranks could not form their group (one line: the store's address and what went wrong)."""
+
+
+# a real store answers a client's connect and ping in milliseconds; past this, whatever listens on
+# MASTER_PORT is not rank 0's store (a process that took the port between the pick and rank 0's bind)
+STORE_CONNECT_S = 30.0
+
+
+def init(info: RankInfo, device_type: str, backend: str, timeout_s: float = 600.0,
+         connect_s: float = STORE_CONNECT_S):
     import torch
     import torch.distributed as dist
     addr, port = rendezvous(info)
@@ -142,25 +152,58 @@ def init(info: RankInfo, device_type: str, backend: str, timeout_s: float = 600.
         device = torch.device(device_type, info.local_rank)
     else:
         device = torch.device("cpu")
-    if info.rank != 0:
-        wait_for_listener(addr, port)
-    dist.init_process_group(backend=backend, init_method=f"tcp://{addr}:{port}",
-                            rank=info.rank, world_size=info.world_size,
+    store = create_store(info, addr, port, timeout_s, connect_s)
+    dist.init_process_group(backend=backend, store=store, rank=info.rank, world_size=info.world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
     return device
 
 
-def wait_for_listener(addr, port, timeout=600.0, interval=0.02):
-    """Poll until rank 0's store accepts connections. torch's own client retries with a backoff
-    that cost up to ~1 s per restart here (measured: rank 0 1.0 s late -> others joined after
-    2.3 s; with this poll, after 1.0 s). On timeout we fall through to torch's own error."""
+def create_store(info: RankInfo, addr: str, port: int, timeout_s: float, connect_s: float):
+    """Rank 0 listens on addr:port; the others wait for a listener there, then connect with a
+    short timeout before taking the collective one. Both ways a port that someone else took
+    ends this rank in seconds with one line, instead of a rank 0 dead on EADDRINUSE and peers
+    talking to a stranger's socket until the group's timeout (torch's own tcp:// rendezvous
+    retries that connection for the whole timeout). Every rank that fails exits; the supervisor
+    relaunches with a new port."""
+    import torch.distributed as dist
+    where = f"{addr}:{port}"
+    if info.rank == 0:
+        try:
+            return dist.TCPStore(addr, port, info.world_size, is_master=True, wait_for_workers=False,
+                                 timeout=datetime.timedelta(seconds=timeout_s))
+        except (RuntimeError, OSError) as e:
+            in_use = "EADDRINUSE" in str(e) or "address already in use" in str(e).lower()
+            raise RendezvousError(
+                f"rank 0 cannot listen on {where} (MASTER_ADDR:MASTER_PORT): "
+                + ("the port is in use: another process took it after it was picked" if in_use
+                   else " ".join(str(e).split())[:300])) from None
+    if not wait_for_listener(addr, port, timeout=timeout_s):
+        raise RendezvousError(f"nothing listens on {where} (MASTER_ADDR:MASTER_PORT) after {timeout_s:.0f} s: "
+                              "rank 0 did not start its store (see its output)")
+    try:
+        store = dist.TCPStore(addr, port, info.world_size, is_master=False,
+                              timeout=datetime.timedelta(seconds=min(connect_s, timeout_s)))
+    except (RuntimeError, OSError) as e:
+        raise RendezvousError(
+            f"{where} (MASTER_ADDR:MASTER_PORT) accepts connections but is not rank 0's store "
+            f"(no answer to torch's store handshake in {min(connect_s, timeout_s):.0f} s: "
+            f"{' '.join(str(e).split())[:200]}); another process holds the port") from None
+    store.set_timeout(datetime.timedelta(seconds=timeout_s))
+    return store
+
+
+def wait_for_listener(addr, port, timeout=600.0, interval=0.02) -> bool:
+    """Poll until something accepts connections on addr:port (True), or timeout (False). torch's
+    own client retries with a backoff that cost up to ~1 s per restart here (measured: rank 0 1.0 s
+    late -> others joined after 2.3 s; with this poll, after 1.0 s)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
             socket.create_connection((addr, port), timeout=1.0).close()
-            return
+            return True
         except OSError:
             time.sleep(interval)
+    return False
 
 
 def clean_exit(code: int = 0, barrier: bool = False):

@@ -16,7 +16,7 @@ EXIT_INTERRUPTED = 130
 
 # which tool returns which (the reference page of exit statuses is made from these)
 BY_TOOL = {
-    "trainer (python -m restartlab.trainer)": ("EXIT_OK", "EXIT_USAGE", "EXIT_NO_CHECKPOINT", "EXIT_SAVE_FAILED",
+    "trainer (python -m restartlab.trainer)": ("EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_NO_CHECKPOINT", "EXIT_SAVE_FAILED",
                                                "EXIT_PREEMPTED"),
     "supervise": ("EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_WALLTIME", "EXIT_BUDGET", "EXIT_INTERRUPTED"),
 }
