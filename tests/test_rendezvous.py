@@ -9,6 +9,7 @@ import pytest
 
 from restartlab import launchers
 from tests.helpers import run_trainer
+from restartlab.trainer.dist import STORE_CONNECT_VAR
 
 
 def test_the_pool_lies_below_the_ephemeral_range(tmp_path):
@@ -70,14 +71,14 @@ class Stranger:
 def test_a_stranger_on_the_rendezvous_port_ends_every_rank_with_one_line(tmp_path):
     """The bad interleaving on purpose: the port given to the ranks is held by another process.
     Rank 0 cannot listen (one line, exit 1); rank 1 reaches the stranger, which fails torch's store
-    handshake, and gives up after trainer.dist.STORE_CONNECT_S instead of the group's 600 s. Both
+    handshake, and gives up after its bound (30 s, 5 s here: STORE_CONNECT_VAR) instead of the group's 600 s. Both
     exit 1 (a failure the relaunch loop retries with a new port), nothing hangs past the test's
     bound (run_trainer fails with the ranks' stacks at 240 s)."""
     stranger = Stranger()
     try:
         r = run_trainer(2, ["--model", "tiny", "--train-iters", "4", "--save-interval", "0",
                             "--ckpt-dir", str(tmp_path / "ckpt"), "--outdir", str(tmp_path)],
-                        env={"MASTER_PORT": str(stranger.port)})
+                        env={"MASTER_PORT": str(stranger.port), STORE_CONNECT_VAR: "5"})
     finally:
         stranger.close()
     where = f"127.0.0.1:{stranger.port}"

@@ -138,14 +138,18 @@ class RendezvousError(RuntimeError):
 
 
 # a real store answers a client's connect and ping in milliseconds; past this, whatever listens on
-# MASTER_PORT is not rank 0's store (a process that took the port between the pick and rank 0's bind)
+# MASTER_PORT is not rank 0's store (a process that took the port between the pick and rank 0's bind).
+# RESTARTLAB_STORE_CONNECT_S overrides it (the test that puts a stranger on the port sets 5 s).
 STORE_CONNECT_S = 30.0
+STORE_CONNECT_VAR = "RESTARTLAB_STORE_CONNECT_S"
 
 
 def init(info: RankInfo, device_type: str, backend: str, timeout_s: float = 600.0,
-         connect_s: float = STORE_CONNECT_S):
+         connect_s: Optional[float] = None):
     import torch
     import torch.distributed as dist
+    if connect_s is None:
+        connect_s = float(os.environ.get(STORE_CONNECT_VAR) or STORE_CONNECT_S)
     addr, port = rendezvous(info)
     if device_type != "cpu":
         getattr(torch, device_type).set_device(info.local_rank)
