@@ -9,7 +9,9 @@ two sweeps of the `small` model with its AdamW state:
 - width: 1, 2, 3, 4 x its width and FFN width (~0.3, 0.8, 1.6, 2.6 GB; the same 57 tensors, each
   larger). Each series is fitted with least squares, seconds = fixed + bytes / bandwidth, and
   reported as its fixed cost, its per-byte bandwidth and that bandwidth's ratio to its floor's
-  (dd conv=fdatasync for the saves, dd reads warm and cold for the loads), with the largest residual.
+  (dd conv=fdatasync for the saves, dd reads warm and cold for the loads), with the largest residual;
+  and to the memory floor's (the same tensors written from the model's memory and read back into
+  memory, with plain writes and reads: what a save or load cannot do without).
 - layers: 1, 4, 8, 17 x its layers (~0.3, 0.6, 1.1, 2.1 GB; 57 to 921 tensors, each the same size):
   what each point costs beyond the width fit (fixed + bytes / bandwidth), per model tensor (each
   with its AdamW state): the per-tensor cost.
@@ -41,7 +43,12 @@ SERIES = [
     ("restartlab load, raw, cold", "rawload_cold", "raw_bytes", "read_cold"),
 ]
 FLOORS = {"dd": "write floor (dd conv=fdatasync)", "read": "read floor, warm (dd)",
-          "read_cold": "read floor, cold (dd)"}
+          "read_cold": "read floor, cold (dd)",
+          "mem": "write floor from memory (the tensors, fsync)", "readmem": "read floor into memory, warm",
+          "readmem_cold": "read floor into memory, cold"}
+FLOOR_BYTES = {"dd": "dd_bytes", "read": "dd_bytes", "read_cold": "dd_bytes",
+               "mem": "mem_bytes", "readmem": "mem_bytes", "readmem_cold": "mem_bytes"}
+MEMORY_FLOOR = {"dd": "mem", "read": "readmem", "read_cold": "readmem_cold"}  # a series' second floor
 
 
 def fit(points):
@@ -80,7 +87,7 @@ def main(argv=None):
         if res is None:
             return 1
         m = res["medians"]
-        keep = {"bytes", "raw_bytes", "dd_bytes"} | {k for _, k, _, _ in SERIES} | set(FLOORS)
+        keep = {"bytes", "raw_bytes", "dd_bytes", "mem_bytes"} | {k for _, k, _, _ in SERIES} | set(FLOORS)
         points[spec] = dict({k: v for k, v in m.items() if k in keep}, tensors=_tensors(spec))
         print(f"  {spec}: {m['bytes'] / 1e9:.2f} GB, {points[spec]['tensors']} tensors: save {m['restartlab']:.2f} s, "
               f"dcp.save {m['dcp']:.2f} s, dd {m['dd']:.2f} s; load warm {m['load']:.2f} s, cold {m['load_cold']:.2f} s",
@@ -88,19 +95,22 @@ def main(argv=None):
     width = [points[s] for s in a.width]
     fits = {}
     for key, what in FLOORS.items():
-        f0, bw, worst = fit([(pt["dd_bytes"], pt[key]) for pt in width])
+        f0, bw, worst = fit([(pt[FLOOR_BYTES[key]], pt[key]) for pt in width])
         fits[key] = {"label": what, "fixed_s": f0, "MB_per_s": bw / 1e6, "worst_residual": worst}
     for label, key, nbytes, floor in SERIES:
         f0, bw, worst = fit([(pt[nbytes], pt[key]) for pt in width])
         fits[key] = {"label": label, "fixed_s": f0, "MB_per_s": bw / 1e6, "worst_residual": worst,
-                     "floor": floor, "per_byte_ratio": (bw / 1e6) / fits[floor]["MB_per_s"]}
+                     "floor": floor, "per_byte_ratio": (bw / 1e6) / fits[floor]["MB_per_s"],
+                     "per_byte_vs_memory": (bw / 1e6) / fits[MEMORY_FLOOR[floor]]["MB_per_s"]}
     gb = ", ".join(f"{pt['bytes'] / 1e9:.2f}" for pt in width)
     print(f"\nwidth sweep ({gb} GB, {width[0]['tensors']} tensors), "
           f"{a.ranks} ranks, slowest rank, median of {a.repeats}: seconds = fixed + bytes / bandwidth")
-    print(f"  {'series':34s} {'fixed':>8s} {'bandwidth':>12s} {'per byte vs floor':>18s} {'worst residual':>15s}")
+    print(f"  {'series':44s} {'fixed':>8s} {'bandwidth':>12s} {'per byte vs dd':>15s} {'vs memory':>10s} "
+          f"{'worst residual':>15s}")
     for key, f in fits.items():
         ratio = f"{f['per_byte_ratio']:5.2f}" if "per_byte_ratio" in f else "floor"
-        print(f"  {f['label']:34s} {f['fixed_s']:7.3f}s {f['MB_per_s']:8.0f} MB/s {ratio:>18s} "
+        vs_mem = f"{f['per_byte_vs_memory']:5.2f}" if "per_byte_vs_memory" in f else "floor"
+        print(f"  {f['label']:44s} {f['fixed_s']:7.3f}s {f['MB_per_s']:8.0f} MB/s {ratio:>15s} {vs_mem:>10s} "
               f"{f['worst_residual']:14.1%}")
     per_tensor = {}
     if a.layers:

@@ -280,12 +280,14 @@ def ckpt_sizes_table(data: dict) -> List[str]:
         return ["No ckpt_sizes entry: `python bench/run_all.py --only ckpt_sizes --publish`."]
     sizes = ", ".join(f"{k} {p['bytes'] / 1e9:.2f} GB ({p['tensors']} tensors)" for k, p in points.items())
     out = [f"`{b.get('command', '')}`" + (f" ({b['date']})" if b.get("date") else "") + f": {sizes}.", "",
-           "| series | fixed (s) | per-byte bandwidth (MB/s) | per byte vs its floor | worst residual of the fit | "
-           "beyond the fit, per tensor (ms), by tensors |", "|---|---|---|---|---|---|"]
+           "| series | fixed (s) | per-byte bandwidth (MB/s) | per byte vs its dd floor | per byte vs the memory "
+           "floor | worst residual of the fit | beyond the fit, per tensor (ms), by tensors |",
+           "|---|---|---|---|---|---|---|"]
     for key, f in fits.items():
         ratio = f"{f['per_byte_ratio']:.2f}" if "per_byte_ratio" in f else "floor"
+        vs_mem = f"{f['per_byte_vs_memory']:.2f}" if "per_byte_vs_memory" in f else "floor" if "per_byte_ratio" not in f else ""
         extra = ", ".join(f"{r['tensors']}: {r['ms_per_tensor']:+.2f}" for r in per_tensor.get(key, []))
-        out.append(f"| {_cell(f['label'])} | {f['fixed_s']:.3f} | {f['MB_per_s']:,.0f} | {ratio} | "
+        out.append(f"| {_cell(f['label'])} | {f['fixed_s']:.3f} | {f['MB_per_s']:,.0f} | {ratio} | {vs_mem} | "
                    f"{f['worst_residual']:.0%} | {extra} |")
     return out
 
