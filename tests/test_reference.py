@@ -47,3 +47,31 @@ def test_the_benchmark_tables_read_every_figure_they_name():
     rows = reference.targets_table(data)[2:]
     assert len(rows) == len(reference.TARGETS) and not [r for r in rows if "not in this run" in r], rows
     assert len(reference.scaling_table(data)) == 2 + 3   # tiny, debug, small
+
+
+def test_the_size_sweep_table_has_both_floors_for_every_series():
+    """bench/ckpt_sizes.py's table: each series' per-byte ratio to its dd floor and to the memory
+    floor (the same tensors written from and read into memory), each floor a row of its own."""
+    import json
+    with open(os.path.join(ROOT, "bench", "results.json")) as f:
+        data = json.load(f)
+    rows = [r for r in reference.ckpt_sizes_table(data) if r.startswith("| ") and not r.startswith("| series")]
+    cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows]
+    floors = [c[0] for c in cells if c[3] == "floor"]
+    series = [c for c in cells if c[3] != "floor"]
+    assert "write floor from memory (the tensors, fsync)" in floors and len(floors) == 6, floors
+    assert series and all(float(c[3]) > 0 and float(c[4]) > 0 for c in series), series
+
+
+def test_the_size_fit_recovers_a_line():
+    import importlib.util
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("ckpt_sizes", os.path.join(ROOT, "bench", "ckpt_sizes.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(os.path.join(ROOT, "bench"))
+    fixed, bw, worst = mod.fit([(n, 0.25 + n / 2e9) for n in (3e8, 8e8, 1.6e9, 2.6e9)])
+    assert abs(fixed - 0.25) < 1e-9 and abs(bw - 2e9) < 1 and worst < 1e-9
