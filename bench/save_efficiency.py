@@ -22,7 +22,9 @@ sync save and for the warm load (cold stated beside it). Slowest rank, median ov
 Where the seconds go: restartlab's save and load are also timed in their data phase alone (the
 storage writer's write_data: serialization, checksums, writes, fsync; the reader's read_data:
 reads, checksums, torch.load, copies into the model), slowest rank. The rest of each is
-coordination: DCP's planning rounds, .metadata, and restartlab's manifest, .complete and agreement.
+coordination: DCP's planning rounds, .metadata, and restartlab's manifest, .complete and agreement;
+for a save it is split (each part the slowest rank's own) into what dcp.save spends beyond its
+data phase, torch's get_state_dict, and restartlab's own work around them.
 
 Usage: python bench/save_efficiency.py [--ranks 4] [--repeats 3] [--model small] [--json F]
 """
@@ -62,6 +64,15 @@ def worker(a):
                               mesh_info=mesh_info, log=lambda m: None, ckpt_format=fmt)
            for kind, fmt in (("restartlab", "dcp"), ("raw", "raw"))}
     state = TrainState(model, optim, rank, 1)
+    inner_sd = state.state_dict
+
+    def timed_state_dict():  # torch's get_state_dict: counted apart from restartlab's own work
+        t0 = time.perf_counter()
+        try:
+            return inner_sd()
+        finally:
+            phase["state_dict"] += time.perf_counter() - t0
+    state.state_dict = timed_state_dict
     res = {}
     nbytes = None
     for rep in range(a.repeats + 1):  # rep 0: warm-up (allocations, page cache, file system)
@@ -81,9 +92,13 @@ def worker(a):
             else:
                 share = max(1, (nbytes or 300 << 20) // world // (4 << 20))
                 _dd(["if=/dev/zero", f"of={os.path.join(a.dir, f'dd-{rank}')}", f"count={share}", "conv=fdatasync"])
-            got[kind] = _slowest(time.perf_counter() - t0)
-            if kind in cks:
+            spent = time.perf_counter() - t0
+            got[kind] = _slowest(spent)
+            if kind in cks:  # each the slowest rank's own: the parts need not add up to the whole
                 got[f"{kind}_write"] = _slowest(phase["write"])
+                got[f"{kind}_dcp"] = _slowest(phase["dcp_save"] - phase["write"])
+                got[f"{kind}_own"] = _slowest(spent - phase["dcp_save"] - phase["state_dict"])
+                got[f"{kind}_state_dict"] = _slowest(phase["state_dict"])
             dist.barrier()
             if kind == "dd":
                 got["dd_bytes"] = float(share * (4 << 20) * world)
@@ -228,6 +243,8 @@ def _time_data_phases():
         setattr(cls, name, wrapper)
     timed(ckpt_io.ChecksummingWriter, "write_data", "write")
     timed(ckpt_io.VerifyingReader, "read_data", "read")
+    import torch.distributed.checkpoint as dcp
+    timed(dcp, "save", "dcp_save")  # the rest of dcp.save beyond write_data: DCP's own coordination
     return spent
 
 
@@ -269,6 +286,13 @@ def report(a, res):
             print(f"    data phase {data:6.3f} s (efficiency {deff:4.2f}); coordination {secs - data:6.3f} s "
                   f"({(secs - data) / secs:4.0%})")
             out[name].update(data_phase_seconds=data, data_phase_efficiency=deff, coordination_seconds=secs - data)
+            own = {"restartlab sync save": "restartlab", "restartlab sync save, --ckpt-format raw": "raw"}.get(name)
+            if own and f"{own}_dcp" in m:  # the coordination split: inside dcp.save, and restartlab's around it
+                d, r, sd = m[f"{own}_dcp"], m[f"{own}_own"], m[f"{own}_state_dict"]
+                print(f"      slowest rank's: in dcp.save beyond the data (planning, .metadata) {d:6.3f} s; "
+                      f"get_state_dict {sd:6.3f} s; restartlab's own (agreement, file lists, manifest, .complete) "
+                      f"{r:6.3f} s")
+                out[name].update(dcp_coordination_seconds=d, state_dict_seconds=sd, restartlab_coordination_seconds=r)
     mpibench.write_json(a, dict(res, efficiency=out))
     return 0
 
