@@ -70,12 +70,17 @@ def _coll_device():
     return torch.device("cuda", torch.cuda.current_device()) if "nccl" in dist.get_backend() else torch.device("cpu")
 
 
-def _slowest(v):
+def _reduce(v, op: str = "MAX"):
+    """One number from every rank, reduced (MAX: the slowest rank's; SUM: the total)."""
     import torch
     import torch.distributed as dist
     t = torch.tensor([v], dtype=torch.float64, device=_coll_device())
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
     return float(t.item())
+
+
+def _slowest(v):
+    return _reduce(v, "MAX")
 
 
 def _one_round(a, step, sync, asyn, direct, train_state, floor_bufs, srcs, device_type, rank):

@@ -11,11 +11,11 @@ model (~300 MB checkpoint with AdamW state):
                   buffer in memory (what no load can skip: dd's reads stay in a cache-sized buffer)
   read floor      every rank reads its share of the same bytes back with `dd bs=4M` (warm cache)
   restartlab load restartlab's verifying load of the checkpoint just written (warm cache)
-Every variant starts from the same page cache: what a save wrote is dropped from it once timed
-(fsynced, so clean: no root needed, nobody else's cache), and a warm read first reads its files in.
   cold            the read floor and the loads again, each after every rank dropped the files it
                   reads from the page cache (posix_fadvise DONTNEED: only these files, no root,
                   nobody else's cache): the file system's own read bandwidth
+Every variant starts from the same page cache: what a save wrote is dropped from it once timed
+(fsynced, so clean: no root needed, nobody else's cache), and a warm read first reads its files in.
 Efficiency = (checkpoint bytes / seconds) / (floor bytes / floor seconds); target >= 0.8 for the
 sync save and for the warm load (cold stated beside it). Slowest rank, median over repeats.
 
@@ -49,7 +49,7 @@ def worker(a):
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    from async_ckpt import _build, _slowest
+    from async_ckpt import _build, _reduce, _slowest
 
     from restartlab.contracts import ckptdir
     from restartlab.trainer import dist as rdist
@@ -103,13 +103,12 @@ def worker(a):
             if kind == "dd":
                 got["dd_bytes"] = float(share * (4 << 20) * world)
             if kind == "mem":
-                got["mem_bytes"] = _total(mem_bytes)
+                got["mem_bytes"] = _reduce(float(mem_bytes), "SUM")
             # what was just written leaves the page cache (it is fsynced: clean, dropped at once), so
             # that every variant writes into the same free memory: left there, 2.5 GB a variant
             # filled this 24 GB machine's cache within a repeat and whichever variant came later
             # paid the kernel's reclaim (measured: the same save 0.48 or 0.79 of dd by its turn)
-            _evict(_written(a.dir, kind, rank, step))
-            dist.barrier()
+            _evict(_written(a.dir, kind, rank, step))  # (the next variant starts on a barrier)
         manifests = {}
         for kind in cks:
             with open(os.path.join(ckptdir.step_path(os.path.join(a.dir, kind), step), ckptdir.MANIFEST)) as f:
@@ -128,7 +127,6 @@ def worker(a):
                     _evict(files)
                 else:  # warm: read into the page cache first (the ranks share the files out)
                     _warm(files[rank::world] if ckpt else files)
-                    dist.barrier()
                 phase.clear()
                 dist.barrier()
                 t0 = time.perf_counter()
@@ -187,14 +185,6 @@ def _read_into(path, buf):
             if not n:
                 break
             got += n
-
-
-def _total(n) -> float:
-    import torch
-    import torch.distributed as dist
-    t = torch.tensor([float(n)], dtype=torch.float64)
-    dist.all_reduce(t)
-    return float(t.item())
 
 
 def _written(d, kind, rank, step):

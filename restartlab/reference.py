@@ -283,9 +283,10 @@ def ckpt_sizes_table(data: dict) -> List[str]:
            "| series | fixed (s) | per-byte bandwidth (MB/s) | per byte vs its dd floor | per byte vs the memory "
            "floor | worst residual of the fit | beyond the fit, per tensor (ms), by tensors |",
            "|---|---|---|---|---|---|---|"]
+    def vs(f, key):  # a floor's own row says so; a series from a run without that floor is blank
+        return "floor" if "floor" not in f else f"{f[key]:.2f}" if key in f else ""
     for key, f in fits.items():
-        ratio = f"{f['per_byte_ratio']:.2f}" if "per_byte_ratio" in f else "floor"
-        vs_mem = f"{f['per_byte_vs_memory']:.2f}" if "per_byte_vs_memory" in f else "floor" if "per_byte_ratio" not in f else ""
+        ratio, vs_mem = vs(f, "per_byte_ratio"), vs(f, "per_byte_vs_memory")
         extra = ", ".join(f"{r['tensors']}: {r['ms_per_tensor']:+.2f}" for r in per_tensor.get(key, []))
         out.append(f"| {_cell(f['label'])} | {f['fixed_s']:.3f} | {f['MB_per_s']:,.0f} | {ratio} | {vs_mem} | "
                    f"{f['worst_residual']:.0%} | {extra} |")

@@ -184,13 +184,13 @@ def create_store(info: RankInfo, addr: str, port: int, timeout_s: float, connect
     if not wait_for_listener(addr, port, timeout=timeout_s):
         raise RendezvousError(f"nothing listens on {where} (MASTER_ADDR:MASTER_PORT) after {timeout_s:.0f} s: "
                               "rank 0 did not start its store (see its output)")
+    bound = min(connect_s, timeout_s)
     try:
-        store = dist.TCPStore(addr, port, info.world_size, is_master=False,
-                              timeout=datetime.timedelta(seconds=min(connect_s, timeout_s)))
+        store = dist.TCPStore(addr, port, info.world_size, is_master=False, timeout=datetime.timedelta(seconds=bound))
     except (RuntimeError, OSError) as e:
         raise RendezvousError(
             f"{where} (MASTER_ADDR:MASTER_PORT) accepts connections but is not rank 0's store "
-            f"(no answer to torch's store handshake in {min(connect_s, timeout_s):.0f} s: "
+            f"(no answer to torch's store handshake in {bound:.0f} s: "
             f"{' '.join(str(e).split())[:200]}); another process holds the port") from None
     store.set_timeout(datetime.timedelta(seconds=timeout_s))
     return store
