@@ -65,13 +65,13 @@ def _items(step_dir, name):
 
 
 def _damage_tensor_data(step_dir):
-    off, n, _ = max(_items(step_dir, "__1_0.distcp"), key=lambda x: x[1])
+    off, n, *_ = max(_items(step_dir, "__1_0.distcp"), key=lambda x: x[1])
     _flip(os.path.join(step_dir, "__1_0.distcp"), off + n // 2)   # same size, inside the data
     return "__1_0.distcp: checksum mismatch"
 
 
 def _damage_zip_header(step_dir):
-    off, _, _ = min(_items(step_dir, "__0_0.distcp"))
+    off, *_ = min(_items(step_dir, "__0_0.distcp"))
     _flip(os.path.join(step_dir, "__0_0.distcp"), off + 6)        # a torch.save zip local header
     return "__0_0.distcp: checksum mismatch"
 

@@ -2,6 +2,7 @@
 every shard's bytes and crc32 (and each item's, from the running crc at its two ends) are known as
 they are written, and every item is checked against manifest.json as it is read; the durable copy
 of a staged file; one-line descriptions of storage errors."""
+import bisect
 import contextlib
 import errno
 import io
@@ -29,6 +30,7 @@ class HashingStream(io.RawIOBase):
         self.crc = 0
         self.nbytes = 0
         self.marks = {0: 0}  # offset -> running crc32 there, at every write boundary
+        self.writes = {}  # length -> [offsets where a write of that length began], ascending
         self.error = None
         self._on_first_write = on_first_write
 
@@ -38,6 +40,7 @@ class HashingStream(io.RawIOBase):
     def write(self, b):
         mv = memoryview(b).cast("B")
         self.crc = ckptdir.crc32(mv, self.crc)
+        self.writes.setdefault(len(mv), []).append(self.nbytes)
         self.nbytes += len(mv)
         self.marks[self.nbytes] = self.crc
         try:
@@ -76,6 +79,7 @@ class HashingFileSystem(FileSystem):
         self.private = private  # a stage dir: files 0600, never through a symlink
         self.files = {}
         self.marks = {}
+        self.writes = {}
         self.error = None  # the first OSError a shard write met
         self._on_first_write = on_first_write
         self._step, self._rank = step, rank
@@ -114,6 +118,7 @@ class HashingFileSystem(FileSystem):
                 self.error = self.error or hs.error
             self.files[name] = {"bytes": hs.nbytes, "crc32": hs.crc}
             self.marks[name] = hs.marks
+            self.writes[name] = hs.writes
 
 
 def _torch_zip_crc_off():
@@ -151,12 +156,31 @@ class ChecksummingWriter(dcp.FileSystemWriter):
     def write_data(self, plan, planner):
         with _torch_zip_crc_off():
             fut = self._write_raw(plan, planner) if self.fmt == "raw" else super().write_data(plan, planner)
+        items = {item.index: item for item in plan.items}
         for r in fut.value():
             si = r.storage_data
             marks = self.fs.marks[si.relative_path]
             crc = ckptdir.crc32_segment(marks[si.offset], marks[si.offset + si.length], si.length)
-            self.fs.files[si.relative_path].setdefault("items", []).append([si.offset, si.length, crc])
+            entry = [si.offset, si.length, crc]
+            if self.fmt == "dcp":
+                entry += self._tensor_record(items[r.index], si)
+            self.fs.files[si.relative_path].setdefault("items", []).append(entry)
         return fut
+
+    def _tensor_record(self, item, si):
+        """[offset in the item] of a tensor item's bytes inside its torch.save zip: the one write
+        of exactly the chunk's size within the item at a multiple of 64 (torch.save writes a
+        record in one write, aligned to 64 bytes).
+        A hint for the reader, which checks it with torch's own parser before it trusts it; []
+        when there is no single such write (the reader then takes DCP's road for that item)."""
+        if item.type == WriteItemType.BYTE_IO:
+            return []
+        props = item.tensor_data.properties
+        n = math.prod(item.tensor_data.chunk.sizes) * torch.empty((), dtype=props.dtype).element_size()
+        starts = self.fs.writes[si.relative_path].get(n, ())
+        lo, hi = bisect.bisect_left(starts, si.offset), bisect.bisect_right(starts, si.offset + si.length - n)
+        found = [b - si.offset for b in starts[lo:hi] if (b - si.offset) % 64 == 0]  # torch aligns records
+        return found if n and len(found) == 1 else []
 
 
     def _write_raw(self, plan, planner):
@@ -230,12 +254,53 @@ class VerifyingFileSystem(FileSystem):
         yield io.BytesIO(data)
 
 
+class _ZipWithoutData(io.RawIOBase):
+    """An item's torch.save zip with its tensor record's bytes left out (they are already in the
+    model's tensor): the head and the tail as read, zeros in the record's span. What torch.load
+    parses to say where the record lies and how the tensor is laid out over it."""
+
+    def __init__(self, head, n, tail):
+        self._head, self._tail, self._n, self._pos = head, tail, n, 0
+        self._size = len(head) + n + len(tail)
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self._pos
+
+    def seek(self, pos, whence=io.SEEK_SET):
+        self._pos = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence] + pos
+        return self._pos
+
+    def readinto(self, b):
+        """As a file: up to len(b) bytes from the position, across the three parts."""
+        mv = memoryview(b).cast("B")
+        end = max(self._pos, min(self._pos + len(mv), self._size))
+        mv[:end - self._pos] = bytes(end - self._pos)  # the record's span (miniz reads blocks across it)
+        for start, part in ((0, self._head), (len(self._head) + self._n, self._tail)):
+            lo, hi = max(self._pos, start), min(end, start + len(part))
+            if lo < hi:
+                mv[lo - self._pos:hi - self._pos] = part[lo - start:hi - start]
+        n, self._pos = end - self._pos, end
+        return max(n, 0)
+
+
 class VerifyingReader(dcp.FileSystemReader):
     """DCP's reader; every item's bytes are read once, checked against the crc32 that
     manifest.json lists for them, and only then parsed: a damaged shard never reaches torch.load.
-    A "raw" checkpoint (manifest format) is read here, not by DCP: each tensor item's bytes go
-    straight into the tensor DCP asks to fill when it takes the whole saved chunk as laid out
-    (else into a buffer, then narrowed and copied as DCP does); no torch.load."""
+
+    Tensor items go straight into the tensor DCP asks to fill when it takes the whole saved chunk
+    as laid out (else into a buffer, then narrowed and copied, as DCP does):
+    - fmt "raw": an item is the tensor's bytes; dtype and shape from DCP's metadata;
+    - fmt "dcp" with the record's offset in the manifest (restartlab's writer lists it): the
+      zip's head and tail are read beside the record, the three checked as one item, then
+      torch.load parses head and tail (map_location="meta") and must place the record where the
+      manifest says, contiguous, of the metadata's dtype and shape; else, and for a manifest
+      without the offset, DCP's road: the item read whole and torch.load-ed."""
 
     def __init__(self, path, manifest):
         super().__init__(path)
@@ -244,11 +309,20 @@ class VerifyingReader(dcp.FileSystemReader):
         self.fmt = manifest.get("format", "dcp")
         if self.fmt not in FORMATS:
             raise ChecksumError(f"{path}: manifest.json names an unknown format {self.fmt!r}")
-        self._expect = {(name, off, n): crc for name, info in files.items() for off, n, crc in info.get("items", ())}
-        self._chunks = {}  # (fqn, chunk offsets) -> (chunk sizes, dtype): raw tensors' layout
+        self._expect, self._record = {}, {}  # (file, offset, length) -> crc32, -> the record's offset
+        for name, info in files.items():
+            for off, n, crc, *record in info.get("items", ()):
+                self._expect[(name, off, n)] = crc
+                if record:
+                    self._record[(name, off, n)] = record[0]
+        self._chunks = {}  # (fqn, chunk offsets) -> (chunk sizes, dtype): the saved chunks' layout
+        self.took_dcp_road = 0  # tensor items read whole and torch.load-ed (tests, benchmarks)
+
+    def _key(self, sinfo):
+        return sinfo.relative_path, sinfo.offset, sinfo.length
 
     def _want(self, sinfo):
-        want = self._expect.get((sinfo.relative_path, sinfo.offset, sinfo.length))
+        want = self._expect.get(self._key(sinfo))
         if want is None:
             raise ChecksumError(f"{sinfo.relative_path}: manifest.json has no checksum for bytes "
                                 f"{sinfo.offset}+{sinfo.length}")
@@ -273,7 +347,7 @@ class VerifyingReader(dcp.FileSystemReader):
                         for c in md.chunks}
 
     def read_data(self, plan, planner):
-        if self.fmt != "raw":
+        if self.fmt == "dcp" and not self._record:  # a manifest from before the offsets
             return super().read_data(plan, planner)
         per_file = {}
         for req in plan.items:
@@ -286,36 +360,64 @@ class VerifyingReader(dcp.FileSystemReader):
                         planner.load_bytes(req, self._slice_file(f, sinfo))
                         continue
                     target = planner.resolve_tensor(req).detach()
-                    self._read_tensor(f, sinfo, req, target)
+                    if not self._read_tensor(f, sinfo, req, target):
+                        self.took_dcp_road += 1
+                        saved = torch.load(self._slice_file(f, sinfo), map_location="cpu", weights_only=True)
+                        target.copy_(narrow_tensor_by_index(saved, req.storage_offsets, req.lengths))
                     planner.commit_tensor(req, target)
         fut = Future()
         fut.set_result(None)
         return fut
 
     def _read_tensor(self, f, sinfo, req, target):
-        """The saved chunk straight into `target` when it takes the whole chunk as laid out (no
-        copy); else into a buffer, narrowed to the part `req` asks for and copied, as DCP does."""
+        """The saved chunk's bytes into `target` (or a buffer, narrowed and copied), checked;
+        False when this item's record cannot be placed without torch.load (DCP's road)."""
         idx = req.storage_index
         sizes, dtype = self._chunks[(idx.fqn, tuple(idx.offset))]
         n = math.prod(sizes) * torch.empty((), dtype=dtype).element_size()  # (dtype.itemsize: torch >= 2.1)
-        if n != sinfo.length:
+        if self.fmt == "raw" and n != sinfo.length:
             raise ChecksumError(f"{os.path.join(str(self.path), sinfo.relative_path)}: {idx.fqn} holds "
                                 f"{sinfo.length} bytes, its metadata {n}")
+        at = 0 if self.fmt == "raw" else self._record.get(self._key(sinfo))
+        if at is None or at + n > sinfo.length:
+            return False
         whole = tuple(req.lengths) == sizes and not any(req.storage_offsets)
-        if whole and target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous():
-            self._fill(f, sinfo, target)
-            return
-        buf = torch.empty(sizes, dtype=dtype)
-        self._fill(f, sinfo, buf)
-        target.copy_(narrow_tensor_by_index(buf, req.storage_offsets, req.lengths))
+        direct = whole and target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous()
+        buf = target if direct else torch.empty(sizes, dtype=dtype)
+        head, tail = self._fill(f, sinfo, at, buf)
+        if self.fmt == "dcp" and not self._record_is(head, n, tail, sizes, dtype):
+            return False
+        if not direct:
+            target.copy_(narrow_tensor_by_index(buf, req.storage_offsets, req.lengths))
+        return True
 
-    def _fill(self, f, sinfo, t):
-        """Read the item's bytes into the contiguous CPU tensor t and check their crc32."""
-        want = self._want(sinfo)
+    def _fill(self, f, sinfo, at, t):
+        """Read item bytes [at, at + t's size) into the contiguous CPU tensor t and the rest of the
+        item (head, tail) as bytes; check the three against the item's crc32 as one."""
         mv = _tensor_bytes(t)
         f.seek(sinfo.offset)
-        if f.readinto(mv) != sinfo.length or ckptdir.crc32(mv) != want:
+        head = f.read(at)
+        got = f.readinto(mv)
+        tail = f.read(sinfo.length - at - len(mv))
+        crc = ckptdir.crc32(head)
+        crc = ckptdir.crc32_shift(crc, len(mv)) ^ ckptdir.crc32(mv)
+        crc = ckptdir.crc32_shift(crc, len(tail)) ^ ckptdir.crc32(tail)
+        if len(head) != at or got != len(mv) or len(head) + got + len(tail) != sinfo.length or crc != self._want(sinfo):
             raise self._mismatch(sinfo)
+        return head, tail
+
+    @staticmethod
+    def _record_is(head, n, tail, sizes, dtype):
+        """Whether torch.load, reading the (checked) zip without its record, puts the tensor's
+        storage at len(head), n bytes, holding it contiguous with the metadata's shape and dtype."""
+        try:
+            meta = torch.load(_ZipWithoutData(head, n, tail), map_location="meta", weights_only=True)
+            at = meta.untyped_storage()._checkpoint_offset
+        except Exception:  # another torch's zip or loader: DCP's road  # noqa: BLE001
+            return False
+        return (isinstance(meta, torch.Tensor) and at == len(head) and tuple(meta.shape) == sizes
+                and meta.dtype == dtype and meta.is_contiguous() and meta.storage_offset() == 0
+                and meta.untyped_storage().nbytes() == n)
 
 
 def copy_durable(src: str, dst: str) -> dict:
