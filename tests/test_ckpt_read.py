@@ -1,6 +1,6 @@
 """The verified reader puts a DCP-format item's tensor bytes straight into the model's tensor
-(#37): the writer lists where torch.save put each record, the reader checks the whole item's
-bytes first, then lets torch's own parser confirm the place and layout before it trusts them;
+(#37): the writer lists where torch.save put a contiguous tensor's record, the reader checks the
+whole item's bytes first, then the zip header of that record before it trusts the place;
 anything it cannot confirm takes DCP's road (read whole, torch.load). One process, no group."""
 import json
 import os
@@ -59,19 +59,20 @@ def test_records_go_straight_into_the_tensors_and_plain_dcp_load_still_reads_the
     manifest = _save(sd, str(tmp_path))
     _, items = _shard(manifest)
     with_record = [it for it in items if len(it) == 4]
-    assert len(with_record) >= 4, items  # w, half, ids, tr: big enough to be the one write of their size
+    assert len(with_record) >= 3, items  # w, half, ids: big enough to be the one write of their size
     assert all(off % 64 == 0 and 0 < off < n for _, n, _, off in with_record)
     out, reader = _load(str(tmp_path), manifest, sd)
     assert _equal(out, sd)
-    # only what torch's parser does not confirm took DCP's road: the transposed one, and the
-    # 4-byte step if its size met another write's
-    assert 1 <= reader.took_dcp_road <= 1 + (len(items) - len(with_record)), items
+    # only items without a record took DCP's road: the transposed one (its storage is not in C
+    # order), and the 4-byte step if its size met another write's
+    assert reader.took_dcp_road == len(items) - len(with_record) - 1, items  # (- the BYTE_IO epoch)
+    assert len(with_record) <= len(items) - 2
     plain = _zeros(sd)
     dcp.load(plain, checkpoint_id=str(tmp_path), no_dist=True)  # the format is DCP's own
     assert _equal(plain, sd)
 
 
-def test_a_record_offset_torch_does_not_confirm_takes_dcps_road_with_the_right_values(tmp_path):
+def test_a_record_offset_the_zip_does_not_confirm_takes_dcps_road_with_the_right_values(tmp_path):
     sd = _state()
     manifest = _save(sd, str(tmp_path))
     _, items = _shard(manifest)
@@ -113,10 +114,19 @@ def test_a_flipped_byte_anywhere_in_an_item_is_a_checksum_mismatch(tmp_path, whe
     assert f"{name}: checksum mismatch in bytes {off}+{n}" in ckpt_io.describe_error(e.value)
 
 
-def test_the_view_torch_parses_holds_head_and_tail_at_their_places():
-    view = ckpt_io._ZipWithoutData(b"HEAD", 5, b"TAIL")
-    assert view.read() == b"HEAD" + bytes(5) + b"TAIL"
-    view.seek(-6, os.SEEK_END)
-    assert view.read(3) == b"\0\0T" and view.tell() == 10
-    view.seek(20)
-    assert view.read(4) == b""
+def test_the_record_check_reads_the_sizes_from_header_or_descriptor_32_and_64_bit():
+    import struct
+    name = b"archive/data/0"
+    n = 5 << 30
+    is_record = ckpt_io.VerifyingReader._record_is
+
+    def header(flags, csize=0, usize=0):
+        return b"junk" + struct.pack("<4s5H3I2H", b"PK\x03\x04", 45, flags, 0, 0, 0, 0, csize, usize,
+                                      len(name), 0) + name
+    desc64, desc32 = struct.pack("<4sIQQ", b"PK\x07\x08", 0, n, n), struct.pack("<4sIII", b"PK\x07\x08", 0, 99, 99)
+    assert is_record(header(8), n, desc64 + b"more")
+    assert not is_record(header(8), n - 1, desc64)
+    assert is_record(header(8), 99, desc32) and is_record(header(8), 99, desc32[4:])  # signature optional
+    assert is_record(header(0, 1000, 1000), 1000, b"")
+    assert not is_record(header(0, 1000, 1000) + b"\0", 1000, b"")  # the header does not end where the record begins
+    assert not is_record(header(0, 1000, 1000).replace(b"/data/0", b"/data/1"), 1000, b"")

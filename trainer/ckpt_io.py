@@ -8,6 +8,7 @@ import errno
 import io
 import math
 import os
+import struct
 from contextlib import contextmanager
 
 import torch
@@ -163,25 +164,26 @@ class ChecksummingWriter(dcp.FileSystemWriter):
             crc = ckptdir.crc32_segment(marks[si.offset], marks[si.offset + si.length], si.length)
             entry = [si.offset, si.length, crc]
             if self.fmt == "dcp":
-                entry += self._tensor_record(items[r.index], si)
+                entry += self._tensor_record(items[r.index], planner, si)
             self.fs.files[si.relative_path].setdefault("items", []).append(entry)
         return fut
 
-    def _tensor_record(self, item, si):
-        """[offset in the item] of a tensor item's bytes inside its torch.save zip: the one write
-        of exactly the chunk's size within the item at a multiple of 64 (torch.save writes a
-        record in one write, aligned to 64 bytes).
-        A hint for the reader, which checks it with torch's own parser before it trusts it; []
-        when there is no single such write (the reader then takes DCP's road for that item)."""
+    def _tensor_record(self, item, planner, si):
+        """[offset in the item] of a contiguous tensor's bytes inside its torch.save zip (they lie
+        there in C order): the one write of exactly the chunk's size within the item at a
+        multiple of 64 (torch.save writes a record in one write, aligned to 64 bytes). The reader
+        checks the zip's header of that record before it trusts the offset. [] otherwise: the
+        reader takes DCP's road for that item."""
         if item.type == WriteItemType.BYTE_IO:
             return []
         props = item.tensor_data.properties
         n = math.prod(item.tensor_data.chunk.sizes) * torch.empty((), dtype=props.dtype).element_size()
+        if not n or not planner.resolve_data(item).is_contiguous():  # (DCP saves a view's storage as laid out)
+            return []
         starts = self.fs.writes[si.relative_path].get(n, ())
         lo, hi = bisect.bisect_left(starts, si.offset), bisect.bisect_right(starts, si.offset + si.length - n)
-        found = [b - si.offset for b in starts[lo:hi] if (b - si.offset) % 64 == 0]  # torch aligns records
-        return found if n and len(found) == 1 else []
-
+        found = [b - si.offset for b in starts[lo:hi] if (b - si.offset) % 64 == 0]
+        return found if len(found) == 1 else []
 
     def _write_raw(self, plan, planner):
         """One file, the items in plan order: DCP's other values (BYTE_IO) as DCP serializes
@@ -254,41 +256,6 @@ class VerifyingFileSystem(FileSystem):
         yield io.BytesIO(data)
 
 
-class _ZipWithoutData(io.RawIOBase):
-    """An item's torch.save zip with its tensor record's bytes left out (they are already in the
-    model's tensor): the head and the tail as read, zeros in the record's span. What torch.load
-    parses to say where the record lies and how the tensor is laid out over it."""
-
-    def __init__(self, head, n, tail):
-        self._head, self._tail, self._n, self._pos = head, tail, n, 0
-        self._size = len(head) + n + len(tail)
-
-    def readable(self):
-        return True
-
-    def seekable(self):
-        return True
-
-    def tell(self):
-        return self._pos
-
-    def seek(self, pos, whence=io.SEEK_SET):
-        self._pos = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence] + pos
-        return self._pos
-
-    def readinto(self, b):
-        """As a file: up to len(b) bytes from the position, across the three parts."""
-        mv = memoryview(b).cast("B")
-        end = max(self._pos, min(self._pos + len(mv), self._size))
-        mv[:end - self._pos] = bytes(end - self._pos)  # the record's span (miniz reads blocks across it)
-        for start, part in ((0, self._head), (len(self._head) + self._n, self._tail)):
-            lo, hi = max(self._pos, start), min(end, start + len(part))
-            if lo < hi:
-                mv[lo - self._pos:hi - self._pos] = part[lo - start:hi - start]
-        n, self._pos = end - self._pos, end
-        return max(n, 0)
-
-
 class VerifyingReader(dcp.FileSystemReader):
     """DCP's reader; every item's bytes are read once, checked against the crc32 that
     manifest.json lists for them, and only then parsed: a damaged shard never reaches torch.load.
@@ -296,11 +263,11 @@ class VerifyingReader(dcp.FileSystemReader):
     Tensor items go straight into the tensor DCP asks to fill when it takes the whole saved chunk
     as laid out (else into a buffer, then narrowed and copied, as DCP does):
     - fmt "raw": an item is the tensor's bytes; dtype and shape from DCP's metadata;
-    - fmt "dcp" with the record's offset in the manifest (restartlab's writer lists it): the
-      zip's head and tail are read beside the record, the three checked as one item, then
-      torch.load parses head and tail (map_location="meta") and must place the record where the
-      manifest says, contiguous, of the metadata's dtype and shape; else, and for a manifest
-      without the offset, DCP's road: the item read whole and torch.load-ed."""
+    - fmt "dcp" with the record's offset in the manifest (restartlab's writer lists it for a
+      contiguous tensor): the zip's head and tail are read beside the record, the three checked
+      as one item, then the head must end with the zip header of that record and the tail begin
+      with its sizes (stored, the metadata's size); else, and for a manifest without the offset, DCP's road: the item read
+      whole and torch.load-ed."""
 
     def __init__(self, path, manifest):
         super().__init__(path)
@@ -385,7 +352,7 @@ class VerifyingReader(dcp.FileSystemReader):
         direct = whole and target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous()
         buf = target if direct else torch.empty(sizes, dtype=dtype)
         head, tail = self._fill(f, sinfo, at, buf)
-        if self.fmt == "dcp" and not self._record_is(head, n, tail, sizes, dtype):
+        if self.fmt == "dcp" and not self._record_is(head, n, tail):
             return False
         if not direct:
             target.copy_(narrow_tensor_by_index(buf, req.storage_offsets, req.lengths))
@@ -407,17 +374,23 @@ class VerifyingReader(dcp.FileSystemReader):
         return head, tail
 
     @staticmethod
-    def _record_is(head, n, tail, sizes, dtype):
-        """Whether torch.load, reading the (checked) zip without its record, puts the tensor's
-        storage at len(head), n bytes, holding it contiguous with the metadata's shape and dtype."""
-        try:
-            meta = torch.load(_ZipWithoutData(head, n, tail), map_location="meta", weights_only=True)
-            at = meta.untyped_storage()._checkpoint_offset
-        except Exception:  # another torch's zip or loader: DCP's road  # noqa: BLE001
+    def _record_is(head, n, tail):
+        """Whether the (checked) head of an item's zip ends with the local header of a stored,
+        uncompressed record of n bytes named .../data/0: the tensor's storage, right where the
+        manifest says. Zip's local file header and data descriptor (PKWARE APPNOTE 4.3.7, 4.3.9):
+        torch.save sets flag bit 3, so the sizes follow the record (32- or 64-bit) in the tail."""
+        at = head.rfind(b"PK\x03\x04")
+        if at < 0 or len(head) - at < 30:
             return False
-        return (isinstance(meta, torch.Tensor) and at == len(head) and tuple(meta.shape) == sizes
-                and meta.dtype == dtype and meta.is_contiguous() and meta.storage_offset() == 0
-                and meta.untyped_storage().nbytes() == n)
+        flags, method, csize, usize, nlen, xlen = struct.unpack_from("<6xHH8xIIHH", head, at)
+        name = head[at + 30:at + 30 + nlen]
+        if method != 0 or at + 30 + nlen + xlen != len(head) or not name.endswith(b"/data/0"):
+            return False
+        if not flags & 8:
+            return csize == usize == n
+        desc = tail[4:] if tail[:4] == b"PK\x07\x08" else tail
+        return any(len(desc) >= 4 + 2 * w and struct.unpack_from(f"<4x{2 * fmt}", desc) == (n, n)
+                   for w, fmt in ((4, "I"), (8, "Q")))
 
 
 def copy_durable(src: str, dst: str) -> dict:
