@@ -159,6 +159,8 @@ SE, LOAD = "save_efficiency", "efficiency"
 TARGETS = [
     ("async stall", "async_ckpt", ("medians", "async_stall"), "s", ("medians", "floor"), "copy into host buffers",
      ("floor_ratio",), ("ratio", "<=", 2.0), ""),
+    ("the same less torch's get_state_dict: restartlab's staging", "async_ckpt", ("staging_seconds",), "s",
+     ("medians", "floor"), "the same", ("staging_ratio",), ("ratio", "<=", 1.5), "issue 37's target"),
     ("sync save / async stall", "async_ckpt", ("medians", "sync"), "s", None, "", ("sync_ratio",),
      ("ratio", ">=", 10.0), ""),
     ("async save -> .complete vs vanilla dcp.async_save until durable, direct (no stage)", "async_ckpt",
