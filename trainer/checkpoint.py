@@ -79,6 +79,7 @@ class Checkpointer:
         self._future = None
         self._inflight_step = None
         self._pool = None
+        self._deleter, self._deleting = None, None  # the prune's deletions, behind the saves
         self._group = None
         self.last_finalized = {}
         if rank == 0:
@@ -246,7 +247,28 @@ class Checkpointer:
         trace("complete", step, self.rank)
         fault("complete", step, self.rank)
         if self.keep > 0:
-            ckptdir.prune(self.ckpt_dir, self.keep)
+            self._wait_deleted()  # the last prune's trees (it has had a save interval to go)
+            ckptdir.prune(self.ckpt_dir, self.keep, delete=lambda trees: self._delete_behind(trees, step))
+
+    def _delete_behind(self, trees, step):
+        """Delete a prune's trees (already out of sight) on a thread of their own: the save is
+        complete and marked; deleting an old checkpoint's files is nobody's wait (measured: 50-70
+        ms of a 0.4 s save of 300 MB, 2 ranks). A kill mid-delete leaves a trash tree for the next
+        prune; close() waits for it."""
+        if not trees:
+            return
+        if self._deleter is None:
+            self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-prune")
+
+        def delete():
+            delay("prune-delete", step, self.rank)
+            ckptdir.remove_trees(trees)
+        self._deleting = self._deleter.submit(delete)
+
+    def _wait_deleted(self):
+        if self._deleting is not None:
+            self._deleting.result(timeout=wait_timeout_s())
+            self._deleting = None
 
     # ------------------------------------------------------------------ async
     def _stage(self, obj, key, step):
@@ -479,11 +501,14 @@ class Checkpointer:
 
     def close(self) -> dict:
         """Exit path: wait for the last save (no truncated final checkpoint), then remove the
-        stage dir this run created."""
+        stage dir this run created, and wait for the last prune's deletions."""
         self.wait()
         if self._pool:
             self._pool.submit(self._remove_stage_dir).result(timeout=wait_timeout_s())
             self._pool.shutdown(wait=True)
+        self._wait_deleted()
+        if self._deleter:
+            self._deleter.shutdown(wait=True)
         return self.last_finalized
 
     # ------------------------------------------------------------------ load

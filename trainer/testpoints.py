@@ -28,7 +28,8 @@ def delay(point: str, step: int, rank: int):
     stage dir at start-up; staged: after the write into the stage dir, before
     the copy to the checkpoint dir; mkdir: before a rank creates a checkpoint directory;
     mkdir-exists: after it found the directory already there, before it checks it again; saved:
-    at the end of an async save's background thread, its result ready; step:
+    at the end of an async save's background thread, its result ready; prune-delete: before
+    the trees a save's prune put out of sight are deleted, behind the save; step:
     every training step, e.g. step:*:*:0.2 for a slower model). `*` matches any step or rank."""
     for spec in filter(None, os.environ.get("RESTARTLAB_DELAY", "").split(",")):
         p, s, r, secs = spec.split(":")

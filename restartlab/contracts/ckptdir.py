@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 import zlib
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 try:  # ISA-L's CRC-32: the same checksum as zlib's, ~7x faster here (SIMD), GIL released
     from isal.isal_zlib import crc32
@@ -205,12 +205,19 @@ def mark_complete(step_dir: str, info: Dict) -> None:
     write_atomic(os.path.join(step_dir, COMPLETE), json.dumps(info).encode())
 
 
-def prune(ckpt_dir: str, keep: int) -> List[int]:
+def remove_trees(paths: List[str]) -> None:
+    for p in paths:
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def prune(ckpt_dir: str, keep: int, delete: Callable[[List[str]], None] = remove_trees) -> List[int]:
     """Delete old step directories, keeping the newest `keep` complete ones (keep >= 1).
 
     Never deletes the newest complete checkpoint, never deletes anything newer than it (a save
     may be in flight there); incomplete directories older than the newest complete one go.
-    Returns the deleted steps."""
+    Each goes out of sight here (one rename); `delete` is handed the renamed trees to delete (the
+    trainer's does it on a thread of its own, off the save's path: deleting a big checkpoint's
+    files takes as long as a good part of its save). Returns the deleted steps."""
     if keep < 1:
         raise ValueError("prune: keep must be >= 1 (the newest complete checkpoint is never deleted)")
     complete = complete_steps(ckpt_dir)
@@ -219,16 +226,18 @@ def prune(ckpt_dir: str, keep: int) -> List[int]:
     kept = set(complete[-keep:])
     newest = complete[-1]
     doomed = [s for s in list_steps(ckpt_dir) if s < newest and s not in kept]
-    for name in os.listdir(ckpt_dir):  # what a killed prune left
-        if name.startswith(TRASH_PREFIX):
-            shutil.rmtree(os.path.join(ckpt_dir, name), ignore_errors=True)
+    trash = [os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if n.startswith(TRASH_PREFIX)]  # a killed prune's
     for s in doomed:
         # out of sight first (one atomic rename), then deleted: a kill mid-delete never leaves a
         # half-deleted step directory, let alone one that still has its .complete
-        trash = os.path.join(ckpt_dir, f"{TRASH_PREFIX}{step_dirname(s)}")
+        path = os.path.join(ckpt_dir, f"{TRASH_PREFIX}{step_dirname(s)}")
+        if path in trash:  # a killed prune's, under the same name
+            shutil.rmtree(path, ignore_errors=True)
+            trash.remove(path)
         try:
-            os.replace(step_path(ckpt_dir, s), trash)
+            os.replace(step_path(ckpt_dir, s), path)
         except OSError:
             continue
-        shutil.rmtree(trash, ignore_errors=True)
+        trash.append(path)
+    delete(trash)
     return doomed
