@@ -96,8 +96,10 @@ def _one_round(a, step, sync, asyn, direct, train_state, floor_bufs, srcs, devic
     dist.barrier()
     spent["state_dict"] = 0.0
     row = asyn.save(step, train_state)
-    out["async_stall"] = _slowest(row["train/ckpt_stage_seconds"] + row["train/ckpt_drain_seconds"])
+    stall = row["train/ckpt_stage_seconds"] + row["train/ckpt_drain_seconds"]
+    out["async_stall"] = _slowest(stall)
     out["async_state_dict"] = _slowest(spent["state_dict"])
+    out["async_staging"] = _slowest(stall - spent["state_dict"])  # each rank's own, then the slowest
     asyn.wait()
     out["async_finalize"] = _slowest(asyn.last_finalized["train/ckpt_finalize_seconds"])
     dist.barrier()
@@ -185,6 +187,7 @@ def report(a, res):
     rows = [("sync save (restartlab, blocking)", med["sync"]),
             ("async stall (restartlab: stage + drain)", med["async_stall"]),
             ("  of which torch's get_state_dict", med["async_state_dict"]),
+            ("  the rest: restartlab's staging", med["async_staging"]),
             ("floor (copy into preallocated buffers)", med["floor"]),
             ("vanilla dcp.async_save (until it returns)", med["vanilla"]),
             ("  async finalize latency (save -> .complete)", med["async_finalize"]),
@@ -199,8 +202,9 @@ def report(a, res):
     ok_f, ok_s = floor_ratio <= TARGET_FLOOR_RATIO, sync_ratio >= TARGET_SYNC_RATIO
     print(f"  async stall / floor          {floor_ratio:6.2f}x  (target <= {TARGET_FLOOR_RATIO:g}x: "
           f"{'met' if ok_f else 'MISSED'})")
-    copies_ratio = (med["async_stall"] - med["async_state_dict"]) / max(med["floor"], 1e-9)
-    print(f"  the stall less get_state_dict / floor {copies_ratio:6.2f}x  (restartlab's staging against the copy)")
+    copies_ratio = med["async_staging"] / max(med["floor"], 1e-9)
+    print(f"  staging / floor              {copies_ratio:6.2f}x  (the stall less get_state_dict, each rank's; "
+          f"target <= 1.5x: {'met' if copies_ratio <= 1.5 else 'MISSED'})")
     print(f"  sync save / async stall      {sync_ratio:6.1f}x  (target >= {TARGET_SYNC_RATIO:g}x: "
           f"{'met' if ok_s else 'MISSED'})")
     print(f"  vanilla stall / async stall  {van_ratio:6.1f}x")
@@ -212,7 +216,7 @@ def report(a, res):
         print("  note: checkpoint is under the 250 MB the target is stated for")
     mpibench.write_json(a, dict(res, floor_ratio=floor_ratio, sync_ratio=sync_ratio, vanilla_ratio=van_ratio,
                                 staging_ratio=copies_ratio,
-                                staging_seconds=med["async_stall"] - med["async_state_dict"],
+                                staging_seconds=med["async_staging"],
                                 durable_ratio_staged=dur["async_finalize"], durable_ratio_direct=dur["direct_finalize"]))
     return 0
 

@@ -19,7 +19,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHES = [
     ("async checkpoint: sync save vs async stall vs floor vs vanilla dcp.async_save",
-     ["async_ckpt.py", "--ranks", "4", "--repeats", "5"]),
+     ["async_ckpt.py", "--ranks", "4", "--repeats", "9"]),
     ("sync save and load against the file system's own bandwidth (dd floors)",
      ["save_efficiency.py", "--ranks", "4", "--repeats", "3"]),
     ("injector latencies (a real restartlab run, gated kills)", ["injector_latency.py"]),
