@@ -145,7 +145,9 @@ def _tensor_bytes(t):
 
 class ChecksummingWriter(dcp.FileSystemWriter):
     """DCP's writer; each shard file's entry also lists [offset, length, crc32] of every item in
-    it, derived from the running crc at the item's two ends (no second pass over the bytes).
+    it, derived from the running crc at the item's two ends (no second pass over the bytes), and
+    in fmt "dcp" a fourth number where a contiguous tensor's bytes begin inside the item's zip
+    (see _tensor_record; VerifyingReader confirms it before it reads them into the model).
 
     fmt "dcp": DCP's own layout (each tensor item a torch.save zip; plain dcp.load and torch's
     format tools read it). fmt "raw": each tensor item is its bytes and nothing else, one file per
