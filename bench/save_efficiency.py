@@ -6,6 +6,8 @@ model (~300 MB checkpoint with AdamW state):
                   `dd bs=4M conv=fdatasync`, all at once: the write bandwidth of this file system
   restartlab sync restartlab's sync save (dcp.save + crc32 as written + manifest + .complete)
   dcp.save        plain `dcp.save(state, checkpoint_id=...)` with its defaults
+  threads         restartlab's sync save with DCP's writer on 2 threads per rank (thread_count=2,
+                  two files per rank; the trainer's is 1)
   memory floor    every rank writes its tensors of the same state from the model's memory, one
                   write each, into one file, fsync (what no save can skip); read back into a
                   buffer in memory (what no load can skip: dd's reads stay in a cache-sized buffer)
@@ -29,6 +31,7 @@ data phase, torch's get_state_dict, and restartlab's own work around them.
 Usage: python bench/save_efficiency.py [--ranks 4] [--repeats 3] [--model small] [--json F]
 """
 import collections
+import contextlib
 import json
 import os
 import shutil
@@ -62,7 +65,7 @@ def worker(a):
     mesh_info = {"shape": list(mesh.shape), "dims": list(mesh.mesh_dim_names)}
     cks = {kind: Checkpointer(os.path.join(a.dir, kind), rank=rank, world_size=world, local_rank=info.local_rank,
                               mesh_info=mesh_info, log=lambda m: None, ckpt_format=fmt)
-           for kind, fmt in (("restartlab", "dcp"), ("raw", "raw"))}
+           for kind, fmt in (("restartlab", "dcp"), ("raw", "raw"), ("threads", "dcp"))}
     state = TrainState(model, optim, rank, 1)
     inner_sd = state.state_dict
 
@@ -77,13 +80,16 @@ def worker(a):
     nbytes = None
     for rep in range(a.repeats + 1):  # rep 0: warm-up (allocations, page cache, file system)
         step = rep + 1
-        order = ["dd", "mem", "restartlab", "raw", "dcp"]
+        order = ["dd", "mem", "restartlab", "raw", "dcp", "threads"]
         got = {}
         for kind in order if rep % 2 else order[::-1]:
             phase.clear()
             dist.barrier()
             t0 = time.perf_counter()
-            if kind in cks:
+            if kind == "threads":  # DCP's writer with 2 threads (thread_count; default 1), otherwise as restartlab's
+                with _writer_threads(2):
+                    cks[kind].save(step, state)
+            elif kind in cks:
                 cks[kind].save(step, state)
             elif kind == "dcp":
                 dcp.save(state.state_dict(), checkpoint_id=os.path.join(a.dir, "plain", f"s{step}"))
@@ -155,6 +161,22 @@ def worker(a):
         mpibench.emit({"ranks": world, "model": a.model, "device": device_type, "params": cfg.n_params(),
                        "ckpt_bytes": nbytes, "repeats": a.repeats, "results": res})
     rdist.clean_exit(0)
+
+
+@contextlib.contextmanager
+def _writer_threads(n):
+    """restartlab's checkpoint writer with DCP's thread_count = n while inside."""
+    from restartlab.trainer import checkpoint, ckpt_io
+
+    def threaded(*args, **kw):
+        w = ckpt_io.writer(*args, **kw)
+        w.thread_count = n
+        return w
+    checkpoint.writer = threaded
+    try:
+        yield
+    finally:
+        checkpoint.writer = ckpt_io.writer
 
 
 def _write_tensors(state_dict, path) -> int:
@@ -246,6 +268,7 @@ def report(a, res):
     c_floor = m["dd_bytes"] / m["read_cold"] / 1e6
     rows = [("restartlab sync save", m["restartlab"], m["restartlab_write"], mb, w_floor),
             ("restartlab sync save, --ckpt-format raw", m["raw"], m["raw_write"], m["raw_bytes"] / 1e6, w_floor),
+            ("restartlab sync save, 2 writer threads", m["threads"], m["threads_write"], mb, w_floor),
             ("plain dcp.save (defaults)", m["dcp"], None, mb, w_floor),
             ("restartlab load (verified, warm)", m["load"], m["load_read"], mb, r_floor),
             ("restartlab load, raw (verified, warm)", m["rawload"], m["rawload_read"], m["raw_bytes"] / 1e6, r_floor),
