@@ -52,7 +52,7 @@ def worker(a):
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    from async_ckpt import _build, _reduce, _slowest
+    from async_ckpt import _build, _reduce, _slowest, _time_state_dicts
 
     from restartlab.contracts import ckptdir
     from restartlab.trainer import dist as rdist
@@ -67,15 +67,7 @@ def worker(a):
                               mesh_info=mesh_info, log=lambda m: None, ckpt_format=fmt)
            for kind, fmt in (("restartlab", "dcp"), ("raw", "raw"), ("threads", "dcp"))}
     state = TrainState(model, optim, rank, 1)
-    inner_sd = state.state_dict
-
-    def timed_state_dict():  # torch's get_state_dict: counted apart from restartlab's own work
-        t0 = time.perf_counter()
-        try:
-            return inner_sd()
-        finally:
-            phase["state_dict"] += time.perf_counter() - t0
-    state.state_dict = timed_state_dict
+    sd_spent = _time_state_dicts(state)  # torch's get_state_dict: counted apart from restartlab's own work
     res = {}
     nbytes = None
     for rep in range(a.repeats + 1):  # rep 0: warm-up (allocations, page cache, file system)
@@ -84,6 +76,7 @@ def worker(a):
         got = {}
         for kind in order if rep % 2 else order[::-1]:
             phase.clear()
+            sd_spent["state_dict"] = 0.0
             dist.barrier()
             t0 = time.perf_counter()
             if kind == "threads":  # DCP's writer with 2 threads (thread_count; default 1), otherwise as restartlab's
@@ -103,8 +96,8 @@ def worker(a):
             if kind in cks:  # each the slowest rank's own: the parts need not add up to the whole
                 got[f"{kind}_write"] = _slowest(phase["write"])
                 got[f"{kind}_dcp"] = _slowest(phase["dcp_save"] - phase["write"])
-                got[f"{kind}_own"] = _slowest(spent - phase["dcp_save"] - phase["state_dict"])
-                got[f"{kind}_state_dict"] = _slowest(phase["state_dict"])
+                got[f"{kind}_own"] = _slowest(spent - phase["dcp_save"] - sd_spent["state_dict"])
+                got[f"{kind}_state_dict"] = _slowest(sd_spent["state_dict"])
             dist.barrier()
             if kind == "dd":
                 got["dd_bytes"] = float(share * (4 << 20) * world)
