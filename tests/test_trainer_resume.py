@@ -219,17 +219,17 @@ def test_raw_checkpoint_resumes_under_another_layout_and_format(tmp_path, tmp_pa
 
 @pytest.mark.multirank
 def test_a_prune_deletes_behind_the_save_and_the_run_ends_after_it(tmp_path):
-    """--keep 1: the save at step 4 prunes step 2; deleting its files is held 8 s on purpose
+    """--keep 1: the save at step 4 prunes step 2; deleting its files is held 4 s on purpose
     (a delay point): the save returns without it and training goes on; the next prune (the
     final save's, at 5) waits for it, and the run's end for that one's: nothing is left behind."""
     d = str(tmp_path)
     ck = os.path.join(d, "c")
     r = run_trainer(2, ["--model", "tiny", "--train-iters", "5", "--save-interval", "2", "--keep", "1",
                         "--ckpt-dir", ck, "--outdir", d, "--log-interval", "1"],
-                    env={"RESTARTLAB_DELAY": "prune-delete:4:0:8"})
+                    env={"RESTARTLAB_DELAY": "prune-delete:4:0:4"})
     assert r.returncode == 0, r.stdout[-2000:]
-    assert "DELAY prune-delete at step=4 rank=0: 8s" in r.stdout
+    assert "DELAY prune-delete at step=4 rank=0: 4s" in r.stdout
     saves = {m["train/iter"]: m["train/ckpt_save_seconds"] for m in rows(layout.Attempt(d).metrics(0))
              if "train/ckpt_save_seconds" in m}
-    assert sorted(saves) == [2, 4, 5] and saves[4] < 8, saves  # had the save waited, >= 8 s
+    assert sorted(saves) == [2, 4, 5] and saves[4] < 4, saves  # had the save waited, >= 4 s
     assert os.listdir(ck) == [ckptdir.step_dirname(5)]  # 2 and 4 deleted, no trash: the end waited
