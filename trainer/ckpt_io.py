@@ -138,6 +138,10 @@ def _torch_zip_crc_off():
 FORMATS = ("dcp", "raw")  # how a tensor item's bytes are laid out in a shard file (see below)
 
 
+def _chunk_nbytes(sizes, dtype) -> int:
+    return math.prod(sizes) * torch.empty((), dtype=dtype).element_size()  # (dtype.itemsize: torch >= 2.1)
+
+
 def _tensor_bytes(t):
     """A contiguous CPU tensor's bytes, without a copy."""
     return memoryview(t.reshape(-1).view(torch.uint8).numpy())
@@ -178,8 +182,7 @@ class ChecksummingWriter(dcp.FileSystemWriter):
         reader takes DCP's road for that item."""
         if item.type == WriteItemType.BYTE_IO:
             return []
-        props = item.tensor_data.properties
-        n = math.prod(item.tensor_data.chunk.sizes) * torch.empty((), dtype=props.dtype).element_size()
+        n = _chunk_nbytes(item.tensor_data.chunk.sizes, item.tensor_data.properties.dtype)
         if not n or not planner.resolve_data(item).is_contiguous():  # (DCP saves a view's storage as laid out)
             return []
         starts = self.fs.writes[si.relative_path].get(n, ())
@@ -268,8 +271,8 @@ class VerifyingReader(dcp.FileSystemReader):
     - fmt "dcp" with the record's offset in the manifest (restartlab's writer lists it for a
       contiguous tensor): the zip's head and tail are read beside the record, the three checked
       as one item, then the head must end with the zip header of that record and the tail begin
-      with its sizes (stored, the metadata's size); else, and for a manifest without the offset, DCP's road: the item read
-      whole and torch.load-ed."""
+      with its sizes (stored, the metadata's size); else, and for a manifest without the offset,
+      DCP's road: the item read whole and torch.load-ed."""
 
     def __init__(self, path, manifest):
         super().__init__(path)
@@ -343,7 +346,7 @@ class VerifyingReader(dcp.FileSystemReader):
         False when this item's record cannot be placed without torch.load (DCP's road)."""
         idx = req.storage_index
         sizes, dtype = self._chunks[(idx.fqn, tuple(idx.offset))]
-        n = math.prod(sizes) * torch.empty((), dtype=dtype).element_size()  # (dtype.itemsize: torch >= 2.1)
+        n = _chunk_nbytes(sizes, dtype)
         if self.fmt == "raw" and n != sinfo.length:
             raise ChecksumError(f"{os.path.join(str(self.path), sinfo.relative_path)}: {idx.fqn} holds "
                                 f"{sinfo.length} bytes, its metadata {n}")
@@ -368,9 +371,7 @@ class VerifyingReader(dcp.FileSystemReader):
         head = f.read(at)
         got = f.readinto(mv)
         tail = f.read(sinfo.length - at - len(mv))
-        crc = ckptdir.crc32(head)
-        crc = ckptdir.crc32_shift(crc, len(mv)) ^ ckptdir.crc32(mv)
-        crc = ckptdir.crc32_shift(crc, len(tail)) ^ ckptdir.crc32(tail)
+        crc = ckptdir.crc32(tail, ckptdir.crc32(mv, ckptdir.crc32(head)))  # running, as written
         if len(head) != at or got != len(mv) or len(head) + got + len(tail) != sinfo.length or crc != self._want(sinfo):
             raise self._mismatch(sinfo)
         return head, tail
