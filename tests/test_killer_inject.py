@@ -241,6 +241,34 @@ def test_no_tag_kills_this_jobs_ranks_only(procs, tmp_path):
     assert mpi.wait(timeout=30) != 0  # Hydra noticed its ranks die and ended (not killed by us)
 
 
+def test_no_tag_takes_a_dead_ranks_orphaned_child_by_its_inherited_rank(tmp_path):
+    """The interleaving behind a PBS run's receipt naming a rank's child as the rank: a host's
+    killer scans while Hydra is ending that host's ranks (0.1-0.2 s after another host's rank was
+    killed), so a rank is gone and its child, reparented, carries the job's id and the rank's
+    variable with no rank above it. Made here on purpose: the rank exits, leaving its child. The
+    killer takes the orphan (the rank's leftover, still holding what it held) and names it by the
+    rank variable it inherited."""
+    job = f"{uuid.uuid4().hex[:6]}.pbs-server"
+    base = {k: v for k, v in os.environ.items() if k not in (killer.TAG_VAR, "SLURM_JOB_ID", "SLURMD_NODENAME")}
+    rank = subprocess.run([sys.executable, "-c", "import os, subprocess, sys; print(os.getpid(), subprocess.Popen("
+                           "[sys.executable, '-c', 'import time; time.sleep(300)'], stdout=subprocess.DEVNULL, "
+                           "stderr=subprocess.DEVNULL).pid)"],
+                          env=dict(base, PBS_JOBID=job, PMI_RANK="5", PMI_SIZE="8"),
+                          capture_output=True, text=True, timeout=60)
+    dead, orphan = map(int, rank.stdout.split())   # its rank has exited: a reaper is its parent now
+    try:
+        assert killer.is_gone(dead) and psutil.Process(orphan).ppid() != dead
+        r = subprocess.run([sys.executable, "-m", "restartlab.cli", "kill-ranks", "--dry-run"],
+                           env=dict(base, PBS_JOBID=job), capture_output=True, text=True, timeout=60)
+        receipt = json.loads(r.stdout)
+        assert receipt["pids"] == [orphan] and receipt["ranks"] == {str(orphan): "PMI_RANK=5"}, receipt
+    finally:
+        try:
+            psutil.Process(orphan).kill()   # started by this test (its rank's child), by PID
+        except psutil.NoSuchProcess:
+            pass
+
+
 def test_no_tag_outside_a_job_is_a_usage_error():
     env = {k: v for k, v in os.environ.items() if k not in ("PBS_JOBID", "SLURM_JOB_ID")}
     for verb in (["kill-ranks"], ["inject", "--every", "10s"]):
