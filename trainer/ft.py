@@ -1,0 +1,236 @@
+"""python -m restartlab.trainer.ft: the bundled model trained by one torchft replica group.
+
+Recovery without a restart (torchft 0.2.0, https://github.com/pytorch/torchft): a job is several
+replica groups, each its own launch (`mpiexec -n G ...`), all joined by torchft's lighthouse. Inside
+a group the ranks shard the model with FSDP2 over the group's own process group; between groups
+each rank allreduces its gradient shards with the same rank of every other group through torchft's
+Manager (a gloo process group torchft reconfigures at every quorum change): HSDP whose replicate
+dimension survives a group's death. When a group dies the others never restart: their allreduce
+fails, that step is not committed (torchft's `should_commit`), the next quorum leaves the dead
+group out and they train on; the group relaunched by restartlab heals from a survivor (torchft's
+HTTP state transfer, rank to same rank) and rejoins.
+
+What restartlab needs to account for it, written by every rank to `ft-rank{R}.jsonl` in --outdir,
+one line per step attempted (flushed; a SIGKILL loses at most the line being written):
+  {"t": end time, "t0": start time, "step": the step attempted (committed steps before it + 1),
+   "commit": torchft's should_commit, "quorum": quorum id, "participants": replica groups in
+   this step, "slot": this group's place among them (null: not participating, e.g. healing),
+   "healed": this step's quorum healed this group from a peer (state transfer), "heal_s": how
+   long the quorum with the transfer took, "crc": crc32 of this rank's parameter shards after it}
+and the restartlab metrics rows on the group's rank 0 (train/iter = committed steps), so the
+relaunch loop's watchdog and attempt record read its progress as any attempt's.
+
+The step's batch is a pure function of (seed, step, slot * G + group rank): the replica groups of
+one step read disjoint batches, whichever of them are alive."""
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+import zlib
+
+from restartlab.contracts.exits import EXIT_FAILED, EXIT_USAGE
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"restartlab.trainer.ft: error: {message}\n")
+
+
+def parse_args(argv=None):
+    p = _Parser(prog="python -m restartlab.trainer.ft",
+                description="one torchft replica group of restartlab's FSDP2 trainer")
+    p.add_argument("--model", default="tiny")
+    p.add_argument("--train-iters", type=int, default=20)
+    p.add_argument("--batch-size", type=int, default=2)
+    p.add_argument("--seq-len", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--outdir", required=True, help="the attempt's directory (metrics and ft records)")
+    p.add_argument("--lighthouse", default=os.environ.get("TORCHFT_LIGHTHOUSE"),
+                   help="http://HOST:PORT of torchft's lighthouse (default: $TORCHFT_LIGHTHOUSE)")
+    p.add_argument("--replica-group", type=int, required=True, help="this group's number (0, 1, ...)")
+    p.add_argument("--min-replicas", type=int, default=1,
+                   help="torchft's min_replica_size: a step commits only with this many groups in it")
+    p.add_argument("--timeout", type=float, default=30.0, help="torchft's timeout for collectives and heals (s)")
+    p.add_argument("--quorum-timeout", type=float, default=120.0, help="torchft's quorum timeout (s)")
+    p.add_argument("--step-delay", type=float, default=0.0,
+                   help="sleep this long in each step (a stand-in for a longer step on a small model)")
+    p.add_argument("--log-interval", type=int, default=5)
+    a = p.parse_args(argv)
+    if not a.lighthouse:
+        p.error("--lighthouse (or TORCHFT_LIGHTHOUSE) is required")
+    if a.train_iters < 1 or a.min_replicas < 1 or a.replica_group < 0:
+        p.error("--train-iters and --min-replicas must be >= 1, --replica-group >= 0")
+    return a
+
+
+def shards_crc(model) -> int:
+    """crc32 of this rank's parameter shards in name order: equal on the same rank of two groups
+    iff their shards are bit-identical."""
+    crc = 0
+    for _, p in sorted(model.named_parameters()):
+        local = p.to_local() if hasattr(p, "to_local") else p
+        crc = zlib.crc32(local.detach().contiguous().view(-1).view(dtype=_u8()).numpy().tobytes(), crc)
+    return crc
+
+
+def _u8():
+    import torch
+    return torch.uint8
+
+
+class Replica:
+    """The model, optimizer and torchft Manager of this rank; the state torchft sends a healing
+    peer (this rank's shards as plain tensors: the peer's same rank has the same layout)."""
+
+    def __init__(self, a, info):
+        import torch
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from restartlab.trainer import dist as rdist
+        from restartlab.trainer.data import Synthetic
+        from restartlab.trainer.model import PRESETS
+        from restartlab.trainer.parallel import build_model
+        threads = rdist.intra_op_threads()
+        if threads:
+            torch.set_num_threads(threads)
+        self.a, self.info = a, info
+        # the group's own store (rank 0's), which torchft's Manager also uses to find its server
+        os.environ["MASTER_ADDR"], port = rdist.rendezvous(info)
+        os.environ["MASTER_PORT"] = str(port)
+        self.device = rdist.init(info, "cpu", "gloo", a.timeout * 4)
+        mesh = init_device_mesh("cpu", (info.world_size,), mesh_dim_names=("dp",))
+        self.cfg = PRESETS[a.model]
+        self.data = Synthetic(self.cfg.vocab)
+        self.model = build_model(self.cfg, mesh, self.device, a.seed, False, info.rank)
+        self.optim = torch.optim.AdamW(self.model.parameters(), lr=a.lr, weight_decay=0.0)
+        self.healed_at = None
+        from torchft import Manager, ProcessGroupGloo
+        self.manager = Manager(
+            pg=ProcessGroupGloo(timeout=datetime.timedelta(seconds=a.timeout)),
+            load_state_dict=self.load_state_dict, state_dict=self.state_dict,
+            min_replica_size=a.min_replicas, use_async_quorum=False,
+            timeout=datetime.timedelta(seconds=a.timeout),
+            quorum_timeout=datetime.timedelta(seconds=a.quorum_timeout),
+            connect_timeout=datetime.timedelta(seconds=a.timeout),
+            rank=info.rank, world_size=info.world_size,
+            lighthouse_addr=a.lighthouse, replica_id=f"restartlab_g{a.replica_group}")
+
+    def state_dict(self) -> dict:
+        """This rank's shards and optimizer state, DTensors as their local tensors."""
+        def local(v):
+            return v.to_local() if hasattr(v, "to_local") else v
+        osd = self.optim.state_dict()
+        return {"model": {k: local(p.detach()) for k, p in self.model.named_parameters()},
+                "optim": {"state": {i: {k: local(v) for k, v in s.items()} for i, s in osd["state"].items()},
+                          "param_groups": osd["param_groups"]}}
+
+    def load_state_dict(self, sd: dict) -> None:
+        import torch
+        from torch.distributed.tensor import DTensor
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for k, t in sd["model"].items():
+                params[k].to_local().copy_(t)
+        order = [p for group in self.optim.param_groups for p in group["params"]]
+        state = {}
+        for i, s in sd["optim"]["state"].items():
+            p = order[int(i)]
+            state[int(i)] = {k: (DTensor.from_local(v, p.device_mesh, p.placements, run_check=False,
+                                                    shape=p.shape, stride=p.stride())
+                                 if isinstance(p, DTensor) and v.dim() > 0 else v) for k, v in s.items()}
+        self.optim.load_state_dict({"state": state, "param_groups": sd["optim"]["param_groups"]})
+        self.healed_at = time.time()
+
+    def step(self) -> dict:
+        """One attempted step: quorum (a heal happens here), forward and backward on this
+        group's batch, gradients averaged across the groups in the quorum, commit or not."""
+        import torch
+        a, m, G = self.a, self.manager, self.info.world_size
+        t0 = time.time()
+        self.healed_at = None
+        self.optim.zero_grad(set_to_none=True)
+        m.start_quorum()  # synchronous (use_async_quorum=False): a heal is applied before the batch
+        t_quorum = time.time()
+        step = m.current_step() + 1
+        slot = m.participating_rank()
+        n = m.num_participants()
+        loss = torch.tensor(0.0)
+        if a.step_delay:
+            time.sleep(a.step_delay)
+        if slot is not None:
+            x, y = self.data.batch(a.seed, step, slot * G + self.info.rank, a.batch_size, a.seq_len)
+            logits = self.model(x)
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, self.cfg.vocab), y.reshape(-1))
+            loss.backward()
+        works = []
+        for p in self.model.parameters():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            works.append(m.allreduce(p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad))
+        for w in works:
+            w.wait()
+        commit = m.should_commit()
+        if commit:
+            self.optim.step()
+        row = {"t0": t0, "t": time.time(), "step": step, "commit": bool(commit), "quorum": m._quorum_id,
+               "participants": n, "slot": slot, "healed": self.healed_at is not None,
+               "heal_s": (t_quorum - t0) if self.healed_at is not None else None,
+               "crc": shards_crc(self.model), "loss": float(loss.detach())}
+        return row
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    from restartlab.trainer import dist as rdist
+    info = rdist.discover_ranks()
+    try:
+        import numpy  # noqa: F401  torchft's heal needs it and does not declare it
+        import torchft  # noqa: F401
+    except ImportError as e:
+        if info.rank == 0:
+            print(f"restartlab.trainer.ft: error: {e} (pip install 'restartlab[torchft]')", file=sys.stderr, flush=True)
+        os._exit(EXIT_USAGE)
+    from restartlab.trainer.metrics import MetricsWriter
+    t_launch = float(os.environ.get("RESTARTLAB_LAUNCH_TS") or time.time())
+    try:
+        rep = Replica(a, info)
+    except rdist.RendezvousError as e:
+        print(f"restartlab.trainer.ft: error: rank {info.rank}: {e}", file=sys.stderr, flush=True)
+        os._exit(EXIT_FAILED)
+    os.makedirs(a.outdir, exist_ok=True)
+    rec = open(os.path.join(a.outdir, f"ft-rank{info.rank}.jsonl"), "a", buffering=1)
+    metrics = MetricsWriter(a.outdir, info.rank) if info.rank == 0 else None
+    first = True
+    attempted = 0
+    while rep.manager.current_step() < a.train_iters:
+        row = rep.step()
+        attempted += 1
+        rec.write(json.dumps(row) + "\n")
+        if metrics and row["commit"]:
+            m = {"train/iter": row["step"], "train/loss": row["loss"], "train/dt": row["t"] - row["t0"]}
+            if first:
+                m.update({"startup/launch_ts": t_launch, "ft/first_step": row["step"]})
+                if row["step"] > 1:
+                    m.update({"train/restart_seconds": row["t"] - t_launch, "train/resumed_from": row["step"] - 1})
+                first = False
+            metrics.write(m, ts=row["t"])
+        if info.rank == 0 and (row["step"] % a.log_interval == 0 or not row["commit"] or row["healed"]):
+            print(f"[g{a.replica_group} rank0] step={row['step']} commit={row['commit']} "
+                  f"participants={row['participants']} quorum={row['quorum']}"
+                  + (f" healed in {row['heal_s']:.2f}s" if row["healed"] else ""), flush=True)
+    crc = shards_crc(rep.model)
+    if metrics:
+        metrics.write({"train/iter": a.train_iters, "ft/attempted": attempted, "ft/final_crc": crc})
+        metrics.close(0)
+    rec.close()
+    if info.rank == 0:
+        print(f"[g{a.replica_group} rank0] TRAINING DONE step={a.train_iters} attempted={attempted}", flush=True)
+    rep.manager.shutdown(wait=False)
+    rdist.clean_exit(0)
+
+
+if __name__ == "__main__":
+    main()
