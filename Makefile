@@ -37,12 +37,13 @@ demo-warm: $(STAMP)
 demo-faults: $(STAMP)
 	$(BIN)/restartlab run scenarios/faults.yaml
 
-# the frameworks of the "your trainer" tests (setup.cfg [frameworks]), with the torch already there
+# the frameworks of the "your trainer" tests (setup.cfg [frameworks]) and torchft (setup.cfg [torchft]:
+# the torchft phases), with the torch already there
 # held as it is (a constraint: never a second torch download)
 FRAMEWORKS := $(VENV)/.frameworks
 $(FRAMEWORKS): $(STAMP) setup.cfg
 	$(BIN)/python -c 'import torch; print("torch==" + torch.__version__)' > $(VENV)/torch-constraint.txt
-	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[frameworks]'
+	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[frameworks,torchft]'
 	touch $(FRAMEWORKS)
 
 # ezpz 0.26.1 (saforem2/ezpz at 1229a17: the seed's own program) from the fixture's source

@@ -12,7 +12,7 @@ HTTP state transfer, rank to same rank) and rejoins.
 
 What restartlab needs to account for it, written by every rank to `ft-rank{R}.jsonl` in --outdir,
 one line per step attempted (flushed; a SIGKILL loses at most the line being written):
-  {"t": end time, "t0": start time, "step": the step attempted (committed steps before it + 1),
+  {"t": end time, "t0": start time, "tq": its quorum's end, "step": the step attempted (committed steps before it + 1),
    "commit": torchft's should_commit, "quorum": quorum id, "participants": replica groups in
    this step, "slot": this group's place among them (null: not participating, e.g. healing),
    "healed": this step's quorum healed this group from a peer (state transfer), "heal_s": how
@@ -175,7 +175,7 @@ class Replica:
         commit = m.should_commit()
         if commit:
             self.optim.step()
-        row = {"t0": t0, "t": time.time(), "step": step, "commit": bool(commit), "quorum": m._quorum_id,
+        row = {"t0": t0, "tq": t_quorum, "t": time.time(), "step": step, "commit": bool(commit), "quorum": m._quorum_id,
                "participants": n, "slot": slot, "healed": self.healed_at is not None,
                "heal_s": (t_quorum - t0) if self.healed_at is not None else None,
                "crc": shards_crc(self.model), "loss": float(loss.detach())}
@@ -223,7 +223,7 @@ def main(argv=None):
                   + (f" healed in {row['heal_s']:.2f}s" if row["healed"] else ""), flush=True)
     crc = shards_crc(rep.model)
     if metrics:
-        metrics.write({"train/iter": a.train_iters, "ft/attempted": attempted, "ft/final_crc": crc})
+        metrics.write({"train/iter": a.train_iters, "ft/attempted": attempted, "train/params_crc": f"{crc:08x}"})
         metrics.close(0)
     rec.close()
     if info.rank == 0:

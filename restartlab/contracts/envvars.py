@@ -8,6 +8,21 @@ TAG_VAR = "RESTARTLAB_JOB_TAG"         # the job tag the killer finds ranks by
 TOOL_VAR = "RESTARTLAB_TOOL"           # in the injector's environment (and its children's): never ranks
 SERVER_VAR = "RESTARTLAB_WARM_SERVER"  # a warm standby pool's own pid, in the pool's (and its ranks') environment
 WARM_VAR = "RESTARTLAB_WARM"           # "1" in a warm rank's os.environ (its startup row records it)
+GROUP_TAG_SEP = ".g"                   # a torchft phase's replica group k carries the tag <tag>.g<k>
+
+
+def group_tag(tag: str, g: int) -> str:
+    """The tag of replica group `g`'s ranks in a torchft phase: its own loop tears down only them,
+    and the phase's injector, looking for <tag>, finds every group's."""
+    return f"{tag}{GROUP_TAG_SEP}{g}"
+
+
+def tag_matches(value: str, tag: str) -> bool:
+    """A rank's tag `value` is of the job tag `tag`: the tag itself or one of its groups'."""
+    if value == tag:
+        return True
+    rest = value[len(tag):] if value.startswith(tag + GROUP_TAG_SEP) else ""
+    return rest[len(GROUP_TAG_SEP):].isdigit()
 
 
 def node_name() -> str:

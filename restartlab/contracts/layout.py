@@ -66,7 +66,13 @@ class Phase:
 
     ckpts = property(lambda self: self._f("ckpts"))              # default checkpoint directory
     attempts_dir = property(lambda self: self._f("attempts"))
-    injections = property(lambda self: self._f("injections.jsonl"))  # one line per strike
+    @property
+    def injections(self) -> str:
+        """One line per strike; a torchft phase's replica group (groups/g<k>) shares its phase's."""
+        parent = os.path.dirname(self.path.rstrip("/"))
+        if os.path.basename(parent) == "groups" and self.name[1:].isdigit():
+            return os.path.join(os.path.dirname(parent), "injections.jsonl")
+        return self._f("injections.jsonl")
     node_checks = property(lambda self: self._f("nodes.jsonl"))      # one line per node per check
     injector_log = property(lambda self: self._f("injector.log"))
     node_check_log = property(lambda self: self._f("node-check.log"))
@@ -77,6 +83,19 @@ class Phase:
     completed = property(lambda self: self._f("completed"))  # marker: the phase reached its last step
     ended = property(lambda self: self._f("ended.jsonl"))    # a line each time a supervisor of it ended: how
     reused = property(lambda self: self._f("reused-from"))   # copied from this experiment (run --baseline-from)
+
+    # recovery without a restart (runtime/ft_phase.py): one relaunch loop per replica group
+    groups_dir = property(lambda self: self._f("groups"))
+    lighthouse_log = property(lambda self: self._f("lighthouse.log"))  # torchft's lighthouse
+    ft_summary = property(lambda self: self._f("ft.json"))           # the accounting and the verdict
+
+    def group(self, g: int) -> "Phase":
+        """groups/g<g>: replica group g's relaunch loop (a phase directory of its own)."""
+        return Phase(os.path.join(self.groups_dir, f"g{g}"))
+
+    def groups(self) -> List["Phase"]:
+        found = [d for d in glob.glob(os.path.join(self.groups_dir, "g*")) if os.path.basename(d)[1:].isdigit()]
+        return [Phase(d) for d in sorted(found, key=lambda d: int(os.path.basename(d)[1:]))]
 
     def reused_from(self) -> Optional[str]:
         """The experiment this phase was copied from (restartlab run --baseline-from); None: it ran here."""

@@ -35,7 +35,11 @@ def last_row(path, key=None) -> Optional[dict]:
 
 
 def newest_step_seen(phase_dir: str) -> int:
-    """Highest train/iter rank 0 logged in the newest attempt (the progress of the live run)."""
+    """Highest train/iter rank 0 logged in the newest attempt (the progress of the live run); a
+    phase of torchft replica groups: the furthest group's."""
+    groups = layout.Phase(phase_dir).groups()
+    if groups:
+        return max(newest_step_seen(g.path) for g in groups)
     attempts = layout.Phase(phase_dir).attempts()
     if not attempts:
         return 0

@@ -13,6 +13,7 @@ CKPT_DIR = "{ckpt_dir}"
 PHASE_DIR = "{phase_dir}"
 ATTEMPT_DIR = "{attempt_dir}"
 SCENARIO_DIR = "{scenario_dir}"
+GROUP = "{group}"              # in a torchft phase's launch argv: the replica group's number
 
 PROGRAM_TOKEN = "@RL_PROGRAM@"  # in a rendered launch argv: where the program's own argv starts
 NODE_TOKEN = "{node}"          # in a pool directory's path: this node's name (one pool per node)

@@ -34,7 +34,7 @@ import psutil
 
 from .. import launchers, schedulers
 from ..contracts import private, usage
-from ..contracts.envvars import SERVER_VAR, TAG_VAR, TOOL_VAR, node_name
+from ..contracts.envvars import SERVER_VAR, TAG_VAR, TOOL_VAR, node_name, tag_matches
 
 EXIT_KILLED, EXIT_ERROR, EXIT_USAGE, EXIT_NONE = 0, 1, 2, 10
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
@@ -116,7 +116,9 @@ def _scan(entry: str, unreadable: list = None, this_node: bool = False,
     for p in psutil.process_iter():
         try:
             env = p.environ()
-            if env.get(name) == value and p.status() != psutil.STATUS_ZOMBIE \
+            v = env.get(name)
+            if (v == value or (name == TAG_VAR and v is not None and tag_matches(v, value))) \
+                    and p.status() != psutil.STATUS_ZOMBIE \
                     and not (node and env.get("SLURMD_NODENAME", node) != node) \
                     and not _other_host(p.pid, host_ns) \
                     and (standby or not is_pool(p.pid, env)):
@@ -138,7 +140,8 @@ def find_by_env(entry: str, unreadable: list = None) -> List[int]:
 
 
 def find_tagged(tag: str, unreadable: list = None, others: dict = None, standby: bool = False) -> List[int]:
-    """This user's PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly; under Slurm,
+    """This user's PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly (or a torchft
+    phase's group's <tag>.g<k>, envvars.group_tag); under Slurm,
     only those of this Slurm node (`standby`: the warm standby pool too)."""
     return sorted(_scan(f"{TAG_VAR}={tag}", unreadable, this_node=True, others=others, standby=standby))
 

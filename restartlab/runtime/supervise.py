@@ -309,6 +309,10 @@ class Config:
     warm: bool = _DEFAULT["warm"]
     warm_preload: Optional[str] = _DEFAULT["warm_preload"]
     tick: float = _DEFAULT["tick"]
+    ft_groups: int = _DEFAULT["ft_groups"]
+    ft_min_replicas: int = _DEFAULT["ft_min_replicas"]
+    ft_heartbeat_timeout: float = _DEFAULT["ft_heartbeat_timeout"]
+    ft_join_timeout: float = _DEFAULT["ft_join_timeout"]
 
     @classmethod
     def from_args(cls, a: argparse.Namespace, argv: List[str]) -> "Config":
@@ -561,12 +565,22 @@ def main(a: argparse.Namespace) -> int:
         if problem:
             print(f"restartlab supervise: error: --inject: {problem}", file=sys.stderr)
             return EXIT_USAGE
-    sup = Supervisor(cfg)
-
     def on_signal(signum, _frame):
         raise Interrupted(signum)
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)
+    if cfg.ft_groups:  # torchft replica groups, each under a loop of its own (ft_phase.py)
+        from .ft_phase import FtPhase
+        ft = FtPhase(cfg, Procs(cfg))
+        try:
+            return ft.run()
+        except Interrupted as e:
+            print(f"restartlab: phase {cfg.phase}: interrupted ({e}): its replica groups, the injector and "
+                  f"the lighthouse are stopped", file=sys.stderr, flush=True)
+            for s in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(s, signal.SIG_IGN)
+            return ft.interrupt()
+    sup = Supervisor(cfg)
     try:
         return sup.run()
     except Interrupted as e:

@@ -68,6 +68,16 @@ SUPERVISE = [
         "the program adapter's: restartlab.trainer.warmup for the bundled trainer, torch,lightning.pytorch "
         "for lightning, torch,accelerate for accelerate, torch for the others)", scenario="relaunch.warm_preload"),
     Opt("--tick", "float", 1.0, "seconds between the watchdog's looks", hidden=True),
+    # recovery without a restart (the phase's recovery: mapping; restartlab.runtime.ft_phase)
+    Opt("--ft-groups", "int", 0, "torchft: run the phase as this many replica groups joined by torchft's "
+        "lighthouse, each under a relaunch loop of its own (the launch argv's {group} is its number); a "
+        "failure relaunches only the group it hit and the others train on; 0: one relaunch loop", min=0),
+    Opt("--ft-min-replicas", "int", 1, "torchft: the lighthouse's --min_replicas and each group's "
+        "min_replica_size (a step commits only with this many groups in it)", min=1),
+    Opt("--ft-heartbeat-timeout", "duration", 5.0, "torchft: the lighthouse takes a group that has not "
+        "heartbeated for this long as dead (its --heartbeat_timeout_ms)", positive=True),
+    Opt("--ft-join-timeout", "duration", 60.0, "torchft: how long the lighthouse waits for heartbeating "
+        "groups to join before it issues a quorum without them (its --join_timeout_ms)", positive=True),
 ]
 
 NODE_CHECK = [

@@ -1,0 +1,270 @@
+"""The accounting and the verdict of a phase of torchft replica groups (runtime/ft_phase.py), from
+its files only: each group's attempts (groups/g<k>/attempts/<n>: launch and end records, the
+trainer's ft-rank<R>.jsonl, one line per step attempted) and the phase's injection records.
+
+Per group: attempts, steps attempted and committed. Per failure (an injection that killed):
+which groups it struck (the struck ranks' command lines name their --replica-group), detection
+(the kill to the end of the survivors' first quorum without the struck group), the survivors'
+stall (the steps they attempted after the kill and could not commit, and that quorum's wait), the
+relaunched group's process start (its launch to its first step) and heal (the quorum in which it
+received a survivor's state), and its rejoin (the kill to its first commit). The job's progress:
+committed steps per second before the first failure, while a group was out, and after.
+
+Efficiency, two ways:
+- torchft's own terms: its Manager counts `batches_committed`, "the total number of batches
+  committed across all steps and replicas" (torchft 0.2.0, manager.py, Manager.batches_committed:
+  each committed step adds num_participants()). Here: batches committed / (committed steps x
+  replica groups), the share of the groups' step slots that trained.
+- restartlab's ETTR as for the other phases: productive time (the summed step time of every step
+  committed, the job's progress, counted once per step) / wall time.
+
+The verdict: did a group the failures did not strike restart (a survivor restarted); did every
+healed group's parameters equal the survivors' at its first commit (shard crc, rank by rank);
+did the job ever start over (a step committed below a step committed before it: torchft's
+`--min_replicas 1` with every group lost restarts from a fresh initialisation, silently); did it
+finish (every group's loop completed its last step)."""
+import glob
+import json
+import os
+import re
+import statistics
+from typing import Dict, List, Optional
+
+from ..contracts import layout, live
+
+GROUP_ARG = re.compile(r"--replica-group[= ](\d+)")
+
+
+def _records(path: str) -> List[dict]:
+    return live.read_records(path)
+
+
+def _attempt_launch(att: layout.Attempt) -> Optional[float]:
+    """When the group's loop launched the attempt (its launch record)."""
+    for path in (att.launched, att.record):
+        try:
+            with open(path) as f:
+                return float(json.load(f)["launch_ts"])
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    return None
+
+
+def _steps(att: layout.Attempt) -> Dict[int, List[dict]]:
+    """{rank: its step records} of one attempt."""
+    out = {}
+    for f in glob.glob(os.path.join(att.path, "ft-rank*.jsonl")):
+        r = int(re.search(r"ft-rank(\d+)\.jsonl$", f).group(1))
+        out[r] = _records(f)
+    return out
+
+
+def struck_groups(inj: dict) -> List[int]:
+    """The replica groups a strike reached: the --replica-group of the ranks it signalled."""
+    found = set()
+    for r in inj.get("receipts") or []:
+        for cmd in (r.get("cmdlines") or {}).values():
+            m = GROUP_ARG.search(cmd or "")
+            if m:
+                found.add(int(m.group(1)))
+    return sorted(found)
+
+
+def summarize(phase_dir: str, train_iters: int) -> dict:
+    phase = layout.Phase(phase_dir)
+    groups = {}
+    for gp in phase.groups():
+        g = int(os.path.basename(gp.path)[1:])
+        atts = []
+        for att in gp.attempts():
+            steps = _steps(att)
+            r0 = steps.get(0, [])
+            atts.append({"attempt": att.index, "launch_ts": _attempt_launch(att), "steps": steps,
+                         "attempted": len(r0), "committed": sum(1 for x in r0 if x.get("commit"))})
+        groups[g] = {"attempts": atts, "end": live.read_records(gp.ended)[-1:] or [None]}
+    injections = [r for r in live.read_injections(phase.path) if r.get("killed")]
+    return _account(groups, injections, train_iters, len(groups))
+
+
+def _commits(groups: dict, rank: int = 0) -> List[dict]:
+    """Every committed step record of `rank` of every group, in time order, with its group."""
+    out = []
+    for g, gr in groups.items():
+        for a in gr["attempts"]:
+            for x in a["steps"].get(rank, []):
+                if x.get("commit"):
+                    out.append(dict(x, group=g, attempt=a["attempt"]))
+    return sorted(out, key=lambda x: x["t"])
+
+
+def _account(groups: dict, injections: List[dict], train_iters: int, n_groups: int) -> dict:
+    commits = _commits(groups)
+    per_group = {}
+    for g, gr in groups.items():
+        per_group[str(g)] = {
+            "attempts": len(gr["attempts"]),
+            "steps_attempted": sum(a["attempted"] for a in gr["attempts"]),
+            "steps_committed": sum(a["committed"] for a in gr["attempts"]),
+            "last_step": max((x["step"] for a in gr["attempts"] for x in a["steps"].get(0, []) if x.get("commit")),
+                             default=0),
+        }
+    # the job's progress: each step counted once (its first commit); its step time the median of its records
+    first_commit: Dict[int, dict] = {}
+    for x in commits:
+        first_commit.setdefault(x["step"], x)
+    dts = [x["t"] - x["t0"] for x in commits]
+    median_dt = statistics.median(dts) if dts else None
+    launches = [a["launch_ts"] for gr in groups.values() for a in gr["attempts"] if a["launch_ts"]]
+    t_start = min(launches) if launches else (commits[0]["t0"] if commits else None)
+    t_end = commits[-1]["t"] if commits else None
+    wall = (t_end - t_start) if commits and t_start else None
+    productive = sum(x["t"] - x["t0"] for x in first_commit.values())
+    batches = sum(x.get("participants", 0) for x in first_commit.values())
+    failures = [_failure(inj, groups, median_dt) for inj in sorted(injections, key=lambda r: r["time"])]
+    verdict = _verdict(groups, commits, failures, train_iters)
+    return {
+        "strategy": "torchft", "groups": n_groups, "train_iters": train_iters,
+        "per_group": per_group, "failures": failures,
+        "steps_committed": len(first_commit), "median_step_s": median_dt,
+        "wall_s": wall, "productive_s": productive,
+        "ettr": (productive / wall) if wall else None,
+        "batches_committed": batches,
+        "torchft_efficiency": (batches / (len(first_commit) * n_groups)) if first_commit and n_groups else None,
+        "throughput": _throughput(first_commit, failures, t_start, t_end),
+        "verdict": verdict,
+    }
+
+
+def _failure(inj: dict, groups: dict, median_dt: Optional[float]) -> dict:
+    t = inj["time"]
+    struck = struck_groups(inj)
+    out = {"time": t, "kind": inj.get("kind"), "struck_groups": struck, "survivors": [], "detection_s": None,
+           "survivor_stall_s": None, "uncommitted_steps": 0, "relaunch": {}}
+    survivors = [g for g in groups if g not in struck]
+    out["survivors"] = survivors
+    for g in survivors:
+        recs = [x for a in groups[g]["attempts"] for x in a["steps"].get(0, [])]
+        before = [x for x in recs if x["t"] <= t]
+        after = [x for x in recs if x["t"] > t]
+        if not before or not after:
+            continue
+        q0 = before[-1].get("quorum")
+        newq = next((x for x in after if x.get("quorum") != q0), None)
+        if newq is None:
+            continue
+        if out["detection_s"] is None:
+            out["detection_s"] = newq.get("tq", newq["t0"]) - t
+        # what the survivors spent not training: the steps they attempted and could not commit,
+        # then the wait for the quorum without the struck group
+        lost = [x for x in after if not x.get("commit") and x["t0"] < newq["t0"]]
+        out["uncommitted_steps"] = max(out["uncommitted_steps"], len(lost))
+        stall = sum(x["t"] - x["t0"] for x in lost) + (newq.get("tq", newq["t0"]) - newq["t0"])
+        out["survivor_stall_s"] = max(out["survivor_stall_s"] or 0.0, stall)
+    for g in struck:
+        later = [a for a in groups.get(g, {"attempts": []})["attempts"] if a["launch_ts"] and a["launch_ts"] > t]
+        if not later:
+            out["relaunch"][str(g)] = None
+            continue
+        a = later[0]
+        r0 = a["steps"].get(0, [])
+        healed = next((x for x in r0 if x.get("healed")), None)
+        first_c = next((x for x in r0 if x.get("commit")), None)
+        out["relaunch"][str(g)] = {
+            "attempt": a["attempt"], "relaunched_after_s": a["launch_ts"] - t,
+            "process_start_s": (r0[0]["t0"] - a["launch_ts"]) if r0 else None,
+            "heal_s": healed.get("heal_s") if healed else None, "healed_at_step": healed["step"] if healed else None,
+            "rejoin_s": (first_c["t"] - t) if first_c else None,
+            "first_step": first_c["step"] if first_c else None,
+        }
+    return out
+
+
+def _throughput(first_commit: Dict[int, dict], failures: List[dict], t_start, t_end) -> dict:
+    """Committed steps per second before the first failure, while a struck group was out (the
+    kill to its rejoin), and after the last rejoin."""
+    if not first_commit or t_start is None:
+        return {}
+    times = sorted(x["t"] for x in first_commit.values())
+
+    def rate(a, b):
+        n = sum(1 for x in times if a < x <= b)
+        return (n / (b - a)) if b > a else None
+    out = {"overall": rate(t_start, t_end)}
+    if failures:
+        f0 = failures[0]["time"]
+        out["before"] = rate(t_start, f0)
+        outs = [(f["time"], f["time"] + r["rejoin_s"]) for f in failures for r in f["relaunch"].values()
+                if r and r.get("rejoin_s") is not None]
+        if outs:
+            n = sum(1 for x in times if any(a < x <= b for a, b in outs))
+            span = sum(b - a for a, b in outs)
+            out["during"] = n / span if span else None
+            out["after"] = rate(max(b for _, b in outs), t_end)
+    return out
+
+
+def _verdict(groups: dict, commits: List[dict], failures: List[dict], train_iters: int) -> dict:
+    struck = {g for f in failures for g in f["struck_groups"]}
+    restarted = sorted(g for g, gr in groups.items() if g not in struck and len(gr["attempts"]) > 1)
+    # every rank's shard crc by (step, rank) as the survivors committed it
+    crcs: Dict[tuple, set] = {}
+    heals = []
+    for g, gr in groups.items():
+        for a in gr["attempts"]:
+            for r, recs in a["steps"].items():
+                for x in recs:
+                    if x.get("commit"):
+                        crcs.setdefault((x["step"], r), set()).add(x.get("crc"))
+                    if x.get("healed") and r == 0:
+                        heals.append((g, a["attempt"], x["step"]))
+    unequal = sorted({f"step {s} rank {r}" for (s, r), v in crcs.items() if len(v) > 1})
+    # a start over: a step committed below one committed before it (a group's own first steps
+    # before the others' are in lockstep: allowed while no other group has committed past it)
+    start_over = None
+    best = 0
+    for x in commits:
+        if x["step"] < best - 1:
+            start_over = {"group": x["group"], "attempt": x["attempt"], "step": x["step"], "after_step": best,
+                          "time": x["t"]}
+            break
+        best = max(best, x["step"])
+    finished = bool(groups) and all(
+        (gr["end"][0] or {}).get("how") == "completed" for gr in groups.values())
+    return {
+        "survivor_restarted": restarted,
+        "heals": [{"group": g, "attempt": k, "step": s} for g, k, s in heals],
+        "state_equal": not unequal, "unequal": unequal[:10],
+        "started_over": start_over,
+        "finished": finished,
+        "ok": not restarted and not unequal and start_over is None and finished,
+    }
+
+
+def describe(summary: dict) -> List[str]:
+    """The phase's last lines: the verdict, then each failure in one line."""
+    v = summary["verdict"]
+    lines = [f"torchft verdict: {'OK' if v['ok'] else 'NOT OK'}: "
+             + "; ".join([
+                 "no survivor restarted" if not v["survivor_restarted"] else
+                 f"group(s) {v['survivor_restarted']} restarted though no failure struck them",
+                 f"{len(v['heals'])} heal(s), state equal to the survivors'" if v["state_equal"] else
+                 f"state differs from the survivors' at {', '.join(v['unequal'])}",
+                 "never started over" if v["started_over"] is None else
+                 "STARTED OVER SILENTLY: group {group} attempt {attempt} committed step {step} after step "
+                 "{after_step} had been committed (every group was lost: a fresh initialisation)".format(**v["started_over"]),
+                 "finished" if v["finished"] else "did not finish"])]
+    for i, f in enumerate(summary["failures"], 1):
+        parts = [f"failure {i} ({f['kind']}) struck group(s) {f['struck_groups']}"]
+        if f["detection_s"] is not None:
+            parts.append(f"detected in {f['detection_s']:.2f}s")
+        if f["survivor_stall_s"] is not None:
+            parts.append(f"survivors stalled {f['survivor_stall_s']:.2f}s")
+        for g, r in f["relaunch"].items():
+            if r and r.get("rejoin_s") is not None:
+                parts.append(f"group {g} rejoined after {r['rejoin_s']:.1f}s (process start "
+                             f"{r['process_start_s']:.1f}s, heal {r['heal_s'] or 0:.2f}s)")
+        lines.append(", ".join(parts))
+    if summary.get("ettr") is not None:
+        lines.append(f"ETTR {summary['ettr']:.3f}, torchft efficiency {summary['torchft_efficiency']:.3f} "
+                     f"(batches committed / committed steps x groups)")
+    return lines

@@ -1,0 +1,198 @@
+"""A phase that recovers without a restart: torchft replica groups (`restartlab supervise --ft-groups N`).
+
+The supervisor of such a phase starts torchft's lighthouse, then one relaunch loop per replica group
+(`restartlab supervise` again, in PHASE/groups/g<k>, the launch argv's {group} filled in; the rank
+variable TORCHFT_LIGHTHOUSE tells the group where the lighthouse is), and the phase's injector over
+all of them. Group k's ranks carry the tag <tag>.g<k> (envvars.group_tag): its own loop's teardown
+finds only them, the phase's injector finds every group's as <tag>'s. A strike of kind `rank` ends
+one rank, and its launcher the rest of its group; a `kill` strikes every group (a job-wide failure
+no replica survives). A group whose attempt
+dies is relaunched by its own loop and heals from a surviving group; the others are never
+restarted. The phase ends when every group's loop has; its accounting and verdict
+(restartlab.analysis.ft_accounting) go to PHASE/ft.json and its last lines.
+
+Torch- and torchft-free: the lighthouse is torchft's own executable, found on PATH."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+from .. import launchers
+from ..contracts import layout, options, placeholders
+from ..contracts.envvars import group_tag
+from ..contracts.exits import EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_WALLTIME
+from . import attempt_record, tool_options
+
+LIGHTHOUSE = "torchft_lighthouse"
+LIGHTHOUSE_READY_S = 30.0   # the lighthouse listens within this long, or the phase ends
+STOP_GRACE_S = 10.0         # a group's loop's time to stop its attempt after a TERM
+POLL_S = 0.2
+
+
+def lighthouse_argv(exe: str, host: str, port: int, cfg) -> List[str]:
+    return [exe, "--bind", f"{host}:{port}", "--min_replicas", str(cfg.ft_min_replicas),
+            "--join_timeout_ms", str(int(cfg.ft_join_timeout * 1000)),
+            "--heartbeat_timeout_ms", str(int(cfg.ft_heartbeat_timeout * 1000))]
+
+
+def listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def last_line(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            lines = [x.strip() for x in f if x.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def group_argv(cfg, g: int) -> List[str]:
+    """`restartlab supervise` of replica group g: the phase's settings but its own directory, no
+    injector (the phase's strikes every group) and no groups of its own."""
+    vals = {o.key: getattr(cfg, o.key) for o in tool_options.SUPERVISE}
+    tag = group_tag(cfg.tag, g)
+    vals.update(phase=f"{cfg.phase}.g{g}", phase_dir=layout.Phase(cfg.phase_dir).group(g).path, tag=tag,
+                inject=False, node_check=False, ft_groups=0)
+    # the group's ranks carry its own tag (wherever the launcher line passes the job's)
+    argv = [placeholders.fill(w, {placeholders.GROUP: str(g)}).replace(cfg.tag, tag) for w in cfg.argv]
+    return [sys.executable, "-m", "restartlab.cli", "supervise", *options.to_argv(tool_options.SUPERVISE, vals),
+            "--", *argv]
+
+
+class FtPhase:
+    def __init__(self, cfg, procs, out=None):
+        self.cfg, self.procs = cfg, procs   # procs: the supervisor's Procs (its injector)
+        self.phase = layout.Phase(cfg.phase_dir)
+        self.out = out or sys.stdout
+        self.lighthouse: Optional[subprocess.Popen] = None
+        self.groups: Dict[int, subprocess.Popen] = {}
+        self.stopping = False
+
+    def say(self, msg: str, err: bool = False) -> None:
+        print(f"restartlab: phase {self.cfg.phase}: {msg}", file=sys.stderr if err else self.out, flush=True)
+
+    def start_lighthouse(self) -> Optional[str]:
+        """Start torchft's lighthouse on this host; None, or why it did not start (one line)."""
+        exe = shutil.which(LIGHTHOUSE)
+        if exe is None:
+            return f"{LIGHTHOUSE} is not on PATH (pip install 'restartlab[torchft]')"
+        host = socket.gethostbyname(socket.gethostname())
+        port = launchers.free_port()
+        argv = lighthouse_argv(exe, host, port, self.cfg)
+        with open(self.phase.lighthouse_log, "ab") as log:
+            log.write(f"restartlab: {' '.join(argv)}\n".encode())
+            log.flush()
+            self.lighthouse = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                               start_new_session=True)
+        deadline = time.time() + LIGHTHOUSE_READY_S
+        while not listening(host, port):
+            if self.lighthouse.poll() is not None:
+                return f"the lighthouse exited ({self.lighthouse.returncode}): {last_line(self.phase.lighthouse_log)}"
+            if time.time() > deadline:
+                return f"the lighthouse does not listen on {host}:{port} after {LIGHTHOUSE_READY_S:g}s"
+            time.sleep(0.05)
+        self.address = f"http://{host}:{port}"
+        return None
+
+    def stop_lighthouse(self) -> None:
+        p, self.lighthouse = self.lighthouse, None
+        if p is None or p.poll() is not None:
+            return
+        p.terminate()
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+    def start_groups(self) -> None:
+        env = dict(os.environ, TORCHFT_LIGHTHOUSE=self.address)
+        for g in range(self.cfg.ft_groups):
+            os.makedirs(self.phase.group(g).path, exist_ok=True)
+            with open(os.path.join(self.phase.group(g).path, "supervise.log"), "ab") as log:
+                self.groups[g] = subprocess.Popen(group_argv(self.cfg, g), env=env, stdout=log,
+                                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def stop_groups(self, sig=signal.SIGTERM) -> None:
+        for p in self.groups.values():
+            if p.poll() is None:
+                p.send_signal(sig)
+        deadline = time.time() + STOP_GRACE_S
+        for p in self.groups.values():
+            try:
+                p.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def wait_groups(self) -> Dict[int, int]:
+        while any(p.poll() is None for p in self.groups.values()):
+            time.sleep(POLL_S)
+        return {g: p.returncode for g, p in self.groups.items()}
+
+    def run(self) -> int:
+        cfg, phase = self.cfg, self.phase
+        if os.path.exists(phase.completed):
+            self.say("finished by an earlier job of this experiment")
+            return EXIT_OK
+        os.makedirs(phase.groups_dir, exist_ok=True)
+        if os.path.exists(phase.done):
+            os.unlink(phase.done)
+        why = self.start_lighthouse()
+        if why:
+            self.stop_lighthouse()
+            self.say(f"FAILED: torchft's lighthouse did not start: {why} (see {phase.lighthouse_log})", err=True)
+            attempt_record.write_end(phase, "cannot_run", 0, cfg.job or None, why=f"lighthouse: {why}")
+            return EXIT_FAILED
+        self.say(f"torchft: lighthouse at {self.address} (min_replicas {cfg.ft_min_replicas}, heartbeat timeout "
+                 f"{cfg.ft_heartbeat_timeout:g}s); {cfg.ft_groups} replica group(s), each under its own relaunch loop")
+        rcs: Dict[int, int] = {}
+        try:
+            self.start_groups()
+            if cfg.inject is not None:
+                self.procs.start_injector(phase)
+            rcs = self.wait_groups()
+        finally:
+            with open(phase.done, "a"):
+                pass
+            if any(p.poll() is None for p in self.groups.values()):
+                self.stop_groups()
+            self.procs.stop_injector()
+            self.stop_lighthouse()
+        from ..analysis import ft_accounting
+        summary = ft_accounting.summarize(phase.path, cfg.train_iters)
+        with open(phase.ft_summary, "w") as f:
+            json.dump(summary, f, indent=1)
+        for line in ft_accounting.describe(summary):
+            self.say(line)
+        verdict = "completed" if rcs and all(rc == 0 for rc in rcs.values()) else (
+            "walltime" if EXIT_WALLTIME in rcs.values() else "budget" if EXIT_BUDGET in rcs.values() else "failed")
+        attempt_record.write_end(phase, verdict, sum(len(g.attempts()) for g in phase.groups()), cfg.job or None)
+        if verdict == "completed":
+            with open(phase.completed, "a"):
+                pass
+            return EXIT_OK
+        self.say(f"FAILED: replica groups' loops ended {rcs}", err=True)
+        return {"walltime": EXIT_WALLTIME, "budget": EXIT_BUDGET}.get(verdict, EXIT_FAILED)
+
+    def interrupt(self) -> int:
+        """SIGTERM/SIGINT to the phase's supervisor: stop every group's loop, the injector and the
+        lighthouse."""
+        self.stop_groups()
+        if self.procs.injector is not None:
+            self.procs.injector.terminate()
+            self.procs.stop_injector()
+        self.stop_lighthouse()
+        attempt_record.write_end(self.phase, "interrupted", 0, self.cfg.job or None)
+        return EXIT_INTERRUPTED
