@@ -1,0 +1,186 @@
+"""Recovery without a restart: a phase of torchft replica groups (runtime/ft_phase.py), the bundled
+trainer as one group (trainer/ft.py), the accounting and verdict (analysis/ft_accounting.py).
+
+Real parts: torchft 0.2.0's own lighthouse executable, real mpiexec groups, the phase's real
+injector and killer; the accounting test reads records written the way the trainer writes them."""
+import json
+import os
+import stat
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from restartlab.analysis import ft_accounting
+from restartlab.contracts import layout
+from restartlab.contracts.envvars import group_tag, tag_matches
+from restartlab.contracts.exits import EXIT_FAILED
+from restartlab.runtime import killer
+
+from .helpers import MPIEXEC
+
+torchft = pytest.importorskip("torchft", reason="torchft not installed (make test installs setup.cfg [torchft])")
+
+
+def test_a_groups_tag_is_its_phases_and_no_other():
+    t = "rl-x-0123456789"
+    assert group_tag(t, 3) == t + ".g3" and tag_matches(t + ".g3", t) and tag_matches(t, t)
+    assert not tag_matches(t + ".g", t) and not tag_matches(t + ".gx", t) and not tag_matches(t + "9", t)
+    assert not tag_matches(t, t + ".g3") and not tag_matches("rl-x-01234567890.g1", t)
+
+
+# ---------------------------------------------------------------- the accounting, on recorded logs
+def _group(root, g, attempts):
+    """attempts: [(launch_ts, [(t0, tq, t, step, commit, quorum, participants, healed, crc)], how)]."""
+    gp = layout.Phase(root).group(g)
+    for k, (launch, steps) in enumerate(attempts, 1):
+        att = gp.attempt(k)
+        os.makedirs(att.path)
+        json.dump({"attempt": k, "launch_ts": launch}, open(att.launched, "w"))
+        with open(os.path.join(att.path, "ft-rank0.jsonl"), "w") as f:
+            for t0, tq, t, step, commit, q, n, healed, crc in steps:
+                f.write(json.dumps({"t0": t0, "tq": tq, "t": t, "step": step, "commit": commit, "quorum": q,
+                                    "participants": n, "slot": 0, "healed": healed,
+                                    "heal_s": (tq - t0) if healed else None, "crc": crc}) + "\n")
+    with open(gp.ended, "w") as f:
+        f.write(json.dumps({"time": 1, "how": "completed", "attempt": len(attempts)}) + "\n")
+
+
+def _lockstep(first, last, start, q=1, n=2, dt=1.0):
+    return [(start + (s - first) * dt, start + (s - first) * dt + 0.01, start + (s - first + 1) * dt, s, True, q, n,
+             False, 1000 + s) for s in range(first, last + 1)]
+
+
+def _phase_with_one_failure(tmp_path, heal_crc=1000 + 6):
+    """Two groups in lockstep from t=100 (1 s steps); group 1 is killed at t=104.5 (in step 5);
+    group 0's step 5 fails, its next quorum (without 1) ends 1.5 s after its start; group 1 is
+    relaunched at 105, starts stepping at 108, heals in 0.3 s at step 9 and commits it."""
+    root = str(tmp_path / "ft")
+    s0 = _lockstep(1, 4, 100)
+    s0 += [(104.0, 104.01, 104.8, 5, False, 1, 2, False, 1004)]
+    s0 += [(104.8, 106.3, 107.0, 5, True, 2, 1, False, 1005)]
+    s0 += [(107.0 + i, 107.01 + i, 108.0 + i, 6 + i, True, 2 if i < 2 else 3, 1 if i < 2 else 2, False, 1006 + i)
+           for i in range(5)]
+    _group(root, 0, [(99.0, s0)])
+    s1a = _lockstep(1, 4, 100)
+    s1b = [(108.0, 108.3, 109.0, 8, True, 3, 2, True, heal_crc + 2), (109.0, 109.01, 110.0, 9, True, 3, 2, False, 1009),
+           (110.0, 110.01, 111.0, 10, True, 3, 2, False, 1010)]
+    _group(root, 1, [(99.0, s1a), (105.0, s1b)])
+    with open(layout.Phase(root).injections, "w") as f:
+        f.write(json.dumps({"time": 104.5, "kind": "rank", "killed": 1, "receipts": [
+            {"host": "h", "pids": [7], "cmdlines": {"7": "python -m restartlab.trainer.ft --outdir x --replica-group 1"}}]}) + "\n")
+    return root
+
+
+def test_the_accounting_of_a_failure_from_recorded_logs(tmp_path):
+    s = ft_accounting.summarize(_phase_with_one_failure(tmp_path), 10)
+    f, = s["failures"]
+    assert f["struck_groups"] == [1] and f["survivors"] == [0]
+    assert f["detection_s"] == pytest.approx(106.3 - 104.5)
+    assert f["uncommitted_steps"] == 1
+    assert f["survivor_stall_s"] == pytest.approx(0.8 + 1.5)   # the failed step, then the quorum's wait
+    r = f["relaunch"]["1"]
+    assert r["attempt"] == 2 and r["relaunched_after_s"] == pytest.approx(0.5)
+    assert r["process_start_s"] == pytest.approx(3.0) and r["heal_s"] == pytest.approx(0.3)
+    assert r["healed_at_step"] == 8 and r["rejoin_s"] == pytest.approx(109.0 - 104.5)
+    assert s["per_group"]["0"] == {"attempts": 1, "steps_attempted": 11, "steps_committed": 10, "last_step": 10}
+    assert s["per_group"]["1"]["attempts"] == 2 and s["per_group"]["1"]["steps_committed"] == 7
+    assert s["steps_committed"] == 10
+    # torchft's terms: each step's participants / groups (steps 5-7 trained with one group of two)
+    assert s["torchft_efficiency"] == pytest.approx((7 * 2 + 3 * 1) / (10 * 2))
+    assert s["wall_s"] == pytest.approx(112.0 - 99.0) and s["ettr"] == pytest.approx(s["productive_s"] / 13.0)
+    v = s["verdict"]
+    assert v["ok"] and v["state_equal"] and v["started_over"] is None and v["survivor_restarted"] == [] \
+        and v["finished"], v
+    assert "torchft verdict: OK" in ft_accounting.describe(s)[0]
+
+
+def test_the_verdict_names_a_healed_state_that_differs(tmp_path):
+    s = ft_accounting.summarize(_phase_with_one_failure(tmp_path, heal_crc=5), 10)
+    assert not s["verdict"]["ok"] and s["verdict"]["unequal"] == ["step 8 rank 0"]
+    assert "state differs from the survivors' at step 8 rank 0" in ft_accounting.describe(s)[0]
+
+
+def test_the_verdict_names_a_survivor_that_restarted_and_a_silent_start_over(tmp_path):
+    root = str(tmp_path / "ft")
+    _group(root, 0, [(99.0, _lockstep(1, 6, 100)), (107.0, _lockstep(1, 3, 108))])  # from step 1 again
+    _group(root, 1, [(99.0, _lockstep(1, 10, 100))])
+    s = ft_accounting.summarize(root, 10)
+    v = s["verdict"]
+    assert v["survivor_restarted"] == [0] and v["started_over"]["group"] == 0 and v["started_over"]["step"] == 1
+    assert v["started_over"]["after_step"] >= 6 and not v["ok"]
+    line = ft_accounting.describe(s)[0]
+    assert "group(s) [0] restarted though no failure struck them" in line and "STARTED OVER SILENTLY" in line
+
+
+# ---------------------------------------------------------------- the phase, for real
+def _ft_phase(tmp_path, kind, iters=40, groups=2, min_replicas=1, every="10s", delay="0.1"):
+    tag = f"t-{uuid.uuid4().hex[:8]}"
+    phase = str(tmp_path / "ft")
+    argv = [sys.executable, "-m", "restartlab.cli", "supervise", "--phase", "ft", "--phase-dir", phase, "--tag", tag,
+            "--train-iters", str(iters), "--max-attempts", "4", "--hang-timeout", "60", "--startup-timeout", "120",
+            "--ft-groups", str(groups), "--ft-min-replicas", str(min_replicas), "--ft-heartbeat-timeout", "1s",
+            "--ft-join-timeout", "2s", "--inject", "--inject-every", every, "--inject-kind", kind,
+            "--inject-max-kills", "1", "--",
+            MPIEXEC, "-n", "1", "-genv", killer.TAG_VAR, tag, sys.executable, "-m", "restartlab.trainer.ft",
+            "--outdir", "{attempt_dir}", "--replica-group", "{group}", "--train-iters", str(iters),
+            "--step-delay", delay, "--timeout", "20"]
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=400)
+    finally:
+        killer.kill_ranks(tag)
+        assert not killer.find_tagged(tag), "ranks left behind"
+    return r, phase
+
+
+@pytest.mark.multirank
+def test_a_group_killed_heals_from_the_survivor_which_never_restarts(tmp_path):
+    r, phase = _ft_phase(tmp_path, "rank")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    s = json.load(open(layout.Phase(phase).ft_summary))
+    f, = s["failures"]
+    struck, = f["struck_groups"]
+    survivor, = f["survivors"]
+    assert s["per_group"][str(survivor)]["attempts"] == 1, s["per_group"]
+    assert s["per_group"][str(struck)]["attempts"] == 2, s["per_group"]
+    rel = f["relaunch"][str(struck)]
+    assert rel["heal_s"] is not None and rel["first_step"] > 1, f   # healed: it did not start from step 1
+    assert f["detection_s"] is not None and f["detection_s"] > 0, f
+    v = s["verdict"]
+    assert v["ok"] and v["state_equal"] and any(h["group"] == struck and h["attempt"] == 2 for h in v["heals"]), v
+    assert "torchft verdict: OK" in r.stdout
+    # the struck group's loop tore down only its own ranks: the survivor's attempt ran to the end
+    rec = json.load(open(layout.Phase(phase).group(survivor).attempt(1).record))
+    assert rec["exit_code"] == 0 and rec["completed"], rec
+
+
+@pytest.mark.multirank
+def test_every_group_lost_with_min_replicas_1_starts_over_silently_and_the_verdict_says_so(tmp_path):
+    """torchft's --min_replicas 1: once every group has died, a relaunched group finds no peer to
+    heal from and trains from step 0 on a fresh initialisation, and torchft says nothing. A `kill`
+    strikes every group at once; the verdict names the start over."""
+    r, phase = _ft_phase(tmp_path, "kill", iters=30)
+    s = json.load(open(layout.Phase(phase).ft_summary))
+    v = s["verdict"]
+    assert v["started_over"] is not None and v["started_over"]["step"] == 1, (v, r.stdout[-2000:])
+    assert not v["ok"] and "STARTED OVER SILENTLY" in r.stdout
+    assert sorted(s["failures"][0]["struck_groups"]) == [0, 1]
+
+
+def test_a_lighthouse_that_cannot_start_ends_the_phase_in_one_line(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "torchft_lighthouse"
+    fake.write_text("#!/bin/sh\necho 'Error: Address already in use (os error 98)' >&2\nexit 1\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    phase = tmp_path / "ft"
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "supervise", "--phase", "ft", "--phase-dir", str(phase),
+                        "--tag", "t-x", "--ft-groups", "2", "--", "true"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == EXIT_FAILED and "Traceback" not in r.stderr, r.stderr
+    line, = [x for x in r.stderr.splitlines() if "FAILED" in x]
+    assert "lighthouse did not start" in line and "Address already in use" in line, line
+    end = json.loads(open(layout.Phase(str(phase)).ended).read().splitlines()[-1])
+    assert end["how"] == "cannot_run" and layout.Phase(str(phase)).groups() == []
