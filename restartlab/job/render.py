@@ -21,7 +21,7 @@ from ..contracts import placeholders
 from ..contracts.placeholders import PROGRAM_TOKEN
 from ..contracts.resources import resource_dir
 from ..runtime import tool_options
-from ..scenario import ScenarioError, effective_failures, secret_names
+from ..scenario import ScenarioError, effective_failures, is_torchft, secret_names
 
 
 class RenderError(ScenarioError):
@@ -132,6 +132,33 @@ def supervise_args(sc, tag, policy, node_check, expt: layout.Expt) -> List[str]:
             tool_options.SUPERVISE_NODE_CHECK.argv(node_check_settings(sc, expt)))
 
 
+def torchft_launch(sc, ph, rank_env, secrets):
+    """(one replica group's launcher argv, the supervisor's --ft-* flags) of a torchft phase: the
+    group has launch.ranks_per_node / recovery.groups ranks on the job's one node."""
+    ln, rc = sc["launch"], ph["recovery"]
+    try:
+        argv = launchers.get(ln["launcher"]).argv(
+            nodes=1, ppn=ln["ranks_per_node"] // rc["groups"], rank_env=rank_env, cpu_bind=ln["cpu_bind"],
+            depth=ln["depth"], hostfile=None, forward=tuple(secrets))
+    except ValueError as e:
+        raise RenderError(f"{sc['source']}: {e}")
+    if argv and argv[0] == "mpiexec":
+        argv = [ln["mpiexec"], *ln["launcher_args"], *argv[1:]]
+    flags = ["--ft-groups", str(rc["groups"]), "--ft-min-replicas", str(rc["min_replicas"]),
+             "--ft-heartbeat-timeout", f"{rc['heartbeat_timeout']:g}s", "--ft-join-timeout", f"{rc['join_timeout']:g}s"]
+    return argv, flags
+
+
+def torchft_trainer_argv(sc, ph) -> List[str]:
+    """python -m restartlab.trainer.ft's arguments: the scenario's model, steps and batch; the
+    group's number and attempt dir are the supervisor's ({group}, {attempt_dir})."""
+    tr = sc["trainer"]
+    return ["--model", tr["model"], "--train-iters", str(tr["train_iters"]), "--batch-size", str(tr["batch_size"]),
+            "--seq-len", str(tr["seq_len"]), "--lr", repr(tr["lr"]), "--seed", str(tr["seed"]),
+            "--log-interval", str(tr["log_interval"]), "--min-replicas", str(ph["recovery"]["min_replicas"]),
+            "--outdir", placeholders.ATTEMPT_DIR, "--replica-group", placeholders.GROUP]
+
+
 def context(sc, scheduler=None, expt_dir=None):
     sched_name = scheduler or sc["scheduler"]
     sc = dict(sc, scheduler=sched_name)
@@ -169,6 +196,15 @@ def context(sc, scheduler=None, expt_dir=None):
         phase = expt.phase(ph["name"])
         f = effective_failures(sc, ph)
         inject = ["--inject"] + tool_options.SUPERVISE_INJECT.argv(inject_settings(sc, f)) if f else None
+        if is_torchft(ph):  # replica groups, each its own launch under its own relaunch loop
+            group_launch, ft_args = torchft_launch(sc, ph, rank_env, secrets)
+            phases.append({
+                "name": ph["name"], "dir": phase.path, "checkpoint": ph["checkpoint"], "ckpts": phase.ckpts,
+                "argv": group_launch + [python, "-m", "restartlab.trainer.ft"] + torchft_trainer_argv(sc, ph),
+                "warm": False, "ft": ft_args, "strategy": "torchft",
+                "inject": inject, "inject_plan": shlex.join(inject_plan(sc, f, phase, tag)) if f else "",
+            })
+            continue
         # warm standby restart (the phase's, else relaunch.warm): the supervisor starts each rank's
         # program through the standby pool's stub
         warm_on = rl["warm"] if ph["warm"] is None else ph["warm"]

@@ -96,6 +96,25 @@ FAILURES["schedule"] = {"at_steps": F("intlist", None, "kills aimed at these ste
                                       "to mix failure kinds in one schedule"), **FAILURES["schedule"]}
 
 
+def _ft(flag):
+    return next(o for o in tool_options.SUPERVISE if o.flag == flag)
+
+
+# a phase's recovery strategy: the relaunch loop (restart: cold, or warm with the phase's warm key) or
+# torchft replica groups that recover without a restart (runtime/ft_phase.py, trainer/ft.py)
+RECOVERY = {
+    "strategy": F("str", "restart", "restart: a failure relaunches the job and it resumes from its newest "
+                  "checkpoint (cold, or warm with warm: true); torchft: the ranks are replica groups joined "
+                  "by torchft's lighthouse, a failure relaunches only the group it hit, which heals from a "
+                  "survivor while the others train on (the bundled trainer on one node, checkpoint: none; "
+                  "pip install 'restartlab[torchft]')", choices=["restart", "torchft"]),
+    "groups": F("int", 2, "torchft: replica groups (they divide launch.ranks_per_node)", min=1),
+    "min_replicas": F("int", _ft("--ft-min-replicas").default, _ft("--ft-min-replicas").help, min=1),
+    "heartbeat_timeout": F("duration", "5s", _ft("--ft-heartbeat-timeout").help, positive=True),
+    "join_timeout": F("duration", "60s", _ft("--ft-join-timeout").help, positive=True),
+}
+
+
 SCHEMA = {
     "name": F("name", "restartlab", "experiment name (job name, directory prefix)"),
     "scheduler": F("str", "local", "the batch system (restartlab.schedulers registry)", choices=schedulers.names),
@@ -151,6 +170,7 @@ SCHEMA = {
                        "(its own checkpoint switches live here)"),
         "warm": F("bool", None, "warm standby restart in this phase (default: relaunch.warm); a cold and a "
                   "warm phase side by side compare the two in one report"),
+        "recovery": RECOVERY,
     }),
     "collection": {
         "report": F("bool", True, "run `restartlab report` at the end of the job"),

@@ -3,9 +3,11 @@ file, line and key path (the nearest valid key suggested for a misspelling), eac
 by the same bounds check as the tool or trainer option it feeds (contracts.options.problem)."""
 import copy
 import difflib
+import importlib.util
 import math
 import os
 import re
+import sys
 from typing import Optional
 
 from .. import failures, programs
@@ -180,8 +182,48 @@ def _program_checks(sc, v: Validator) -> None:
     sc["trainer"]["train_iters"] = prog["steps"]
 
 
+def is_torchft(phase) -> bool:
+    return (phase.get("recovery") or {}).get("strategy") == "torchft"
+
+
+def _torchft_checks(sc, v: Validator) -> None:
+    """A phase whose recovery is torchft: what this version runs (the bundled trainer, FSDP inside
+    a group, one node, no checkpoints) and torchft installed, each refused with its key."""
+    tr, ln = sc["trainer"], sc["launch"]
+    for i, ph in enumerate(sc["phases"]):
+        if not is_torchft(ph):
+            continue
+        rc, at = ph["recovery"], ("phases", i, "recovery")
+        if tr["program"]:
+            v.err(at + ("strategy",), "torchft runs the bundled trainer only (a program of yours through "
+                  "torchft's Manager is not supported yet): remove trainer.program or use strategy: restart")
+        if importlib.util.find_spec("torchft") is None:
+            v.err(at + ("strategy",), f"torchft is not installed for {sys.executable} "
+                  "(pip install 'restartlab[torchft]', which keeps the torch that is there)")
+        if ph["checkpoint"] != "none":
+            v.err(("phases", i, "checkpoint"), f"{ph['checkpoint']}: a torchft phase recovers from its "
+                  "surviving groups and keeps no checkpoints in this version: checkpoint: none")
+        if ph["warm"]:
+            v.err(("phases", i, "warm"), "a torchft phase relaunches a group cold (warm standby restart is "
+                  "the restart strategy's)")
+        if sc["job"]["nodes"] != 1:
+            v.err(at + ("strategy",), f"torchft phases run on one node in this version (job.nodes is "
+                  f"{sc['job']['nodes']})")
+        if tr["tp"] != 1 or tr["dp_replicate"] != 1:
+            v.err(at + ("strategy",), f"the torchft trainer shards with FSDP inside a group and replicates "
+                  f"across groups itself: trainer.tp ({tr['tp']}) and trainer.dp_replicate "
+                  f"({tr['dp_replicate']}) must be 1")
+        if rc["groups"] < 1 or ln["ranks_per_node"] % rc["groups"]:
+            v.err(at + ("groups",), f"{rc['groups']} replica groups do not divide launch.ranks_per_node "
+                  f"({ln['ranks_per_node']})")
+        if rc["min_replicas"] > rc["groups"]:
+            v.err(at + ("min_replicas",), f"{rc['min_replicas']} is more than the {rc['groups']} groups: "
+                  "no step would ever commit")
+
+
 def cross_checks(sc, v: Validator):
     _program_checks(sc, v)
+    _torchft_checks(sc, v)
     tr, ln = sc["trainer"], sc["launch"]
     nranks = sc["job"]["nodes"] * ln["ranks_per_node"]
     if sc["job"]["nodes"] < 1:
@@ -265,7 +307,7 @@ def effective_failures(sc, phase) -> Optional[dict]:
     if f is False:
         return None
     if f is None:
-        if phase["checkpoint"] == "none":
+        if phase["checkpoint"] == "none" and not is_torchft(phase):  # a torchft phase is no baseline
             return None
         f = sc["failures"]
     sched = {k: x for k, x in f["schedule"].items() if x is not None and k != "seed"}
