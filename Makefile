@@ -11,7 +11,7 @@ ACCOUNT ?= datascience
 PYTEST_ARGS ?=
 N       ?= 100
 
-.PHONY: install demo demo-warm demo-faults test bench fuzz fuzz-trainer render sunspot-expt clean test-fast docs
+.PHONY: install demo demo-warm demo-faults demo-strategies test bench fuzz fuzz-trainer render sunspot-expt clean test-fast docs
 
 install: $(STAMP)
 
@@ -36,6 +36,14 @@ demo-warm: $(STAMP)
 # one failure of each kind (kill, node, rank, hang, preempt) and the report's per-kind table
 demo-faults: $(STAMP)
 	$(BIN)/restartlab run scenarios/faults.yaml
+
+# recovery strategies side by side (scenarios/strategies.yaml): restart cold, restart warm and torchft
+# replica groups under the same failures, one report; needs torchft (setup.cfg [torchft])
+demo-strategies: $(STAMP)
+	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[torchft]' 2>/dev/null || \
+	  ($(BIN)/python -c 'import torch; print("torch==" + torch.__version__)' > $(VENV)/torch-constraint.txt && \
+	   $(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[torchft]')
+	$(BIN)/restartlab run scenarios/strategies.yaml
 
 # the frameworks of the "your trainer" tests (setup.cfg [frameworks]) and torchft (setup.cfg [torchft]:
 # the torchft phases), with the torch already there

@@ -165,13 +165,19 @@ class Replica:
             logits = self.model(x)
             loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, self.cfg.vocab), y.reshape(-1))
             loss.backward()
-        works = []
+        # one allreduce of every gradient shard, flattened (a bucket, as DDP's): torchft averages it
+        # over the groups in the quorum (a group not participating contributes zeros)
+        grads = []
         for p in self.model.parameters():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            works.append(m.allreduce(p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad))
-        for w in works:
-            w.wait()
+            grads.append(p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad)
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        m.allreduce(flat).wait()
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
         commit = m.should_commit()
         if commit:
             self.optim.step()

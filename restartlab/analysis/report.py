@@ -4,14 +4,14 @@ import glob
 import json
 import os
 import sys
-from typing import Optional
+from typing import Dict, List, Optional
 
 from .. import programs
 from ..contracts import layout, options
 from ..contracts.live import Malformed
 from ..contracts.registry import RegistryError
 from ..runtime import tool_options
-from . import collect, own_metrics, survival
+from . import collect, own_metrics, strategies, survival
 
 
 def add_args(p):
@@ -103,7 +103,7 @@ def build(a):
         names = find_phases(a.expt_dir, _expected_phases(data))
         expected = a.expect if a.expect is not None else _expected_phases(data)
         policy, modes = _policy(data), _checkpoint_modes(data)
-        missing = [n for n in (expected or []) if n not in names]
+        missing = [n for n in (expected or []) if n not in names and n not in torchft_phases(a.expt_dir)]
         losses = bool(a.baseline) or any(collect.is_baseline(m) for m in modes.values())
         for n in names:
             phases.append(collect.load_phase(n, phase_dir=expt.phase(n).path, losses=losses))
@@ -169,13 +169,42 @@ def _tolerance(data) -> float:
         return 0.0
 
 
-def markdown(summaries, missing, src, problems=()):
+def torchft_phases(expt_dir) -> List[str]:
+    """The experiment's phases of torchft replica groups (runtime/ft_phase.py), by name."""
+    try:
+        names = sorted(os.listdir(expt_dir))
+    except OSError:
+        return []
+    return [n for n in names if layout.Expt(expt_dir).phase(n).groups()]
+
+
+def torchft_summaries(expt_dir, data) -> Dict[str, dict]:
+    """{phase: its accounting and verdict} (ft_accounting), from the run's files."""
+    from . import ft_accounting
+    try:
+        iters = int(data["trainer"]["train_iters"])
+    except (TypeError, KeyError, ValueError):
+        iters = 0
+    return {n: ft_accounting.summarize(layout.Expt(expt_dir).phase(n).path, iters) for n in torchft_phases(expt_dir)}
+
+
+def _warm(data) -> Dict[str, bool]:
+    """{phase: relaunched warm} from the resolved scenario."""
+    try:
+        default = bool(data["relaunch"].get("warm"))
+        return {str(p["name"]): bool(default if p.get("warm") is None else p["warm"]) for p in data["phases"]}
+    except (TypeError, KeyError, AttributeError):
+        return {}
+
+
+def markdown(summaries, missing, src, problems=(), strategy_lines=()):
     L = [f"# restartlab report: {src}", ""]
     if missing:
         L += [f"**Missing phases:** {', '.join(missing)}", ""]
     verdicts = [s["survival"] for s in summaries if s.get("survival")]
     if verdicts:
         L += survival.markdown(verdicts)
+    L += list(strategy_lines)
     L += ["## Phases", "", "| phase | wall s | steps | attempts | kills | lost steps | downtime s | "
           "recompute s | save stall s | interference s | step-time drift s | ETTR | overhead vs baseline s | "
           "residual s |", "|" + "---|" * 14]
@@ -307,11 +336,13 @@ def main(a) -> int:
         print(f"restartlab report: missing phases: {', '.join(missing)}", file=sys.stderr)
     files = layout.Expt(out)
     jobs = job_states(a.expt_dir, scenario) if a.expt_dir else []
+    ft = torchft_summaries(a.expt_dir, scenario) if a.expt_dir else {}
+    table = strategies.rows(summaries, ft, _warm(scenario), _expected_phases(scenario) or [])
     with open(files.summary, "w") as f:
-        json.dump({"source": src, "missing": missing, "problems": problems, "jobs": jobs, "phases": summaries}, f,
-                  indent=1, default=str)
+        json.dump({"source": src, "missing": missing, "problems": problems, "jobs": jobs, "phases": summaries,
+                   "torchft": ft, "strategies": table if ft else None}, f, indent=1, default=str)
     with open(files.report, "w") as f:
-        f.write(markdown(summaries, missing, src, problems) + jobs_markdown(jobs))
+        f.write(markdown(summaries, missing, src, problems, strategies.markdown(table, ft)) + jobs_markdown(jobs))
     if not a.no_plots:
         from . import plot
         plot.all_plots(phases, summaries, out)

@@ -217,7 +217,7 @@ def context(sc, scheduler=None, expt_dir=None):
                 dp_global=sc["job"]["nodes"] * ln["ranks_per_node"] // sc["trainer"]["tp"] if policy == "shrink" else 0)
         phases.append({
             "name": ph["name"], "dir": phase.path, "checkpoint": ph["checkpoint"], "ckpts": phase.ckpts,
-            "argv": argv, "warm": warm_on,
+            "argv": argv, "warm": warm_on, "ft": None, "strategy": "restart",
             "inject": inject, "inject_plan": shlex.join(inject_plan(sc, f, phase, tag)) if f else "",
         })
     return {

@@ -1,0 +1,128 @@
+"""Recovery strategies side by side: one row per phase of an experiment, whatever its strategy
+(restart cold, restart warm, torchft replica groups), in the same terms, and the torchft phases'
+own section. Numbers come from the phase summaries (collect.summarize_phase, survival) and the
+torchft accounting (ft_accounting.summarize); nothing is measured here."""
+import statistics
+from typing import Dict, List, Optional
+
+
+def _median(xs) -> Optional[float]:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _fmt(x, nd=2):
+    return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
+
+
+def restart_row(s: dict, warm: bool, baseline_wall: Optional[float]) -> dict:
+    """A phase of the relaunch loop: its cost per failure is its downtime (the kill to the first
+    step after the resume), its lost work the steps computed again."""
+    surv = s.get("survival") or {}
+    checkpoint = s.get("checkpoint")
+    strategy = "none (baseline)" if checkpoint == "none" else f"restart {'warm' if warm else 'cold'} ({checkpoint})"
+    return {"phase": s["phase"], "strategy": strategy, "wall_s": s["wall_s"], "steps": s["steps"],
+            "failures": s["kills"], "ettr": s["ettr"],
+            "vs_baseline_s": (s["wall_s"] - baseline_wall) if s["wall_s"] is not None and baseline_wall is not None
+            and checkpoint != "none" else None,
+            "recovery_s": _median(e.get("downtime_s") for e in s["failures"]),
+            "work_lost_steps": s["lost_steps"], "restarted_processes": "every rank",
+            "verdict": ("did not finish" if not surv.get("finished", s.get("completed")) else
+                        "resumed as it should" if surv.get("survived", True) else
+                        "; ".join(f.get("text", str(f)) if isinstance(f, dict) else str(f)
+                                  for f in surv.get("findings", []))[:200])}
+
+
+def torchft_row(name: str, ft: dict, baseline_wall: Optional[float]) -> dict:
+    """A torchft phase: its cost per failure is the survivors' stall (the job trains on without
+    the struck group), its lost work the steps the survivors attempted and could not commit; the
+    struck group's own rejoin is in the torchft section."""
+    v = ft["verdict"]
+    findings = []
+    if v["survivor_restarted"]:
+        findings.append(f"survivor(s) {v['survivor_restarted']} restarted")
+    if not v["state_equal"]:
+        findings.append("healed state differs")
+    if v["started_over"]:
+        findings.append(f"STARTED OVER at step {v['started_over']['after_step']}")
+    if not v["finished"]:
+        findings.append("did not finish")
+    return {"phase": name, "strategy": f"torchft ({ft['groups']} groups)", "wall_s": ft["wall_s"],
+            "steps": ft["steps_committed"], "failures": len(ft["failures"]), "ettr": ft["ettr"],
+            "vs_baseline_s": (ft["wall_s"] - baseline_wall) if ft["wall_s"] is not None and baseline_wall else None,
+            "recovery_s": _median(f["survivor_stall_s"] for f in ft["failures"]),
+            "work_lost_steps": sum(f["uncommitted_steps"] for f in ft["failures"]),
+            "restarted_processes": "the struck group's",
+            "verdict": "; ".join(findings) or "no survivor restarted, healed state equal"}
+
+
+def rows(summaries: List[dict], ft: Dict[str, dict], warm: Dict[str, bool], order: List[str]) -> List[dict]:
+    """One row per phase. `failure_cost_s`: the wall time against the same strategy without
+    failures: a restart phase against the baseline, a torchft phase against a torchft phase with
+    no failure (torchft's own step protocol, a quorum and a commit every step, is no failure's
+    cost; without such a phase it is not separated, and the cell says so)."""
+    base = next((s for s in summaries if s.get("checkpoint") == "none"), None)
+    bw = base["wall_s"] if base else None
+    ft_base = next((f for f in ft.values() if not f["failures"] and f["wall_s"]), None)
+    out = {s["phase"]: restart_row(s, warm.get(s["phase"], False), bw) for s in summaries}
+    for n, f in ft.items():
+        out[n] = torchft_row(n, f, bw)
+        out[n]["failure_cost_s"] = (f["wall_s"] - ft_base["wall_s"]) if ft_base and f["failures"] and f["wall_s"] \
+            else None
+    for s in summaries:
+        out[s["phase"]]["failure_cost_s"] = out[s["phase"]]["vs_baseline_s"]
+    rank = {n: i for i, n in enumerate(order)}
+    return [out[n] for n in sorted(out, key=lambda n: (rank.get(n, len(rank)), n))]
+
+
+def markdown(table: List[dict], ft: Dict[str, dict]) -> List[str]:
+    if not ft:
+        return []
+    L = ["## Recovery strategies side by side", "",
+         "| phase | strategy | wall s | steps | failures | recovery per failure s (median) | work lost (steps) | "
+         "processes restarted | ETTR | wall vs baseline s | failure cost s | verdict |", "|" + "---|" * 12]
+    for r in table:
+        L.append(f"| {r['phase']} | {r['strategy']} | {_fmt(r['wall_s'], 1)} | {r['steps']} | {r['failures']} | "
+                 f"{_fmt(r['recovery_s'])} | {r['work_lost_steps']} | {r['restarted_processes']} | "
+                 f"{_fmt(r['ettr'], 3)} | {_fmt(r['vs_baseline_s'], 1)} | {_fmt(r.get('failure_cost_s'), 1)} | "
+                 f"{r['verdict']} |")
+    L += ["", "Recovery per failure: restart, the kill to the first step after the resume (downtime); torchft, "
+          "the survivors' stall (the steps they could not commit and the wait for a quorum without the struck "
+          "group). Work lost: restart, the steps computed again; torchft, the survivors' uncommitted steps (the "
+          "struck group's batches of those steps are never trained on). Wall vs baseline: against the phase with "
+          "no checkpoints and no failures. Failure cost: the wall time against the same strategy without "
+          "failures (restart: the baseline; torchft: a torchft phase with no failure, which carries torchft's "
+          "own per-step quorum and commit; '-' when there is none).", ""]
+    L += ["## torchft phases", ""]
+    for name, s in ft.items():
+        v = s["verdict"]
+        L.append(f"### {name}: {'OK' if v['ok'] else 'NOT OK'}")
+        L.append("")
+        L.append(f"- {s['groups']} replica groups; per group: " + "; ".join(
+            f"g{g} {p['attempts']} attempt(s), {p['steps_attempted']} steps attempted, {p['steps_committed']} committed"
+            for g, p in s["per_group"].items()))
+        L.append(f"- ETTR {_fmt(s['ettr'], 3)}; torchft efficiency {_fmt(s['torchft_efficiency'], 3)} (batches "
+                 "committed, torchft's Manager.batches_committed, / committed steps x groups)")
+        t = s.get("throughput") or {}
+        L.append(f"- committed steps/s: before the first failure {_fmt(t.get('before'))}, while a group was out "
+                 f"{_fmt(t.get('during'))}, after {_fmt(t.get('after'))}")
+        if v["started_over"]:
+            so = v["started_over"]
+            L.append(f"- **started over silently**: group {so['group']} attempt {so['attempt']} committed step "
+                     f"{so['step']} after step {so['after_step']} (every group was lost)")
+        if not v["state_equal"]:
+            L.append(f"- **healed state differs** from the survivors' at {', '.join(v['unequal'])}")
+        if v["survivor_restarted"]:
+            L.append(f"- **a survivor restarted**: group(s) {v['survivor_restarted']}")
+        L += ["", "| failure | kind | struck groups | detection s | survivors' stall s | uncommitted steps | "
+              "group | relaunched after s | process start s | heal s | healed at step | rejoin s |", "|" + "---|" * 12]
+        for i, f in enumerate(s["failures"], 1):
+            rel = f["relaunch"] or {"-": None}
+            for g, r in rel.items():
+                r = r or {}
+                L.append(f"| {i} | {f['kind']} | {f['struck_groups']} | {_fmt(f['detection_s'])} | "
+                         f"{_fmt(f['survivor_stall_s'])} | {f['uncommitted_steps']} | {g} | "
+                         f"{_fmt(r.get('relaunched_after_s'))} | {_fmt(r.get('process_start_s'))} | "
+                         f"{_fmt(r.get('heal_s'))} | {_fmt(r.get('healed_at_step'))} | {_fmt(r.get('rejoin_s'))} |")
+        L.append("")
+    return L
