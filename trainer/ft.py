@@ -33,6 +33,9 @@ import zlib
 from restartlab.contracts.exits import EXIT_FAILED, EXIT_USAGE
 
 
+GROUPS_VAR = "RESTARTLAB_FT_GROUPS"  # the replica groups on this node (the torchft phase sets it)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(EXIT_USAGE, f"restartlab.trainer.ft: error: {message}\n")
@@ -94,8 +97,8 @@ class Replica:
         from restartlab.trainer.model import PRESETS
         from restartlab.trainer.parallel import build_model
         threads = rdist.intra_op_threads()
-        if threads:
-            torch.set_num_threads(threads)
+        if threads:  # the node's CPUs are split among the groups on it too (each is a launch of its own)
+            torch.set_num_threads(max(1, threads // int(os.environ.get(GROUPS_VAR) or 1)))
         self.a, self.info = a, info
         # the group's own store (rank 0's), which torchft's Manager also uses to find its server
         os.environ["MASTER_ADDR"], port = rdist.rendezvous(info)

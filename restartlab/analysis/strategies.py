@@ -26,7 +26,7 @@ def restart_row(s: dict, warm: bool, baseline_wall: Optional[float]) -> dict:
             "vs_baseline_s": (s["wall_s"] - baseline_wall) if s["wall_s"] is not None and baseline_wall is not None
             and checkpoint != "none" else None,
             "recovery_s": _median(e.get("downtime_s") for e in s["failures"]),
-            "work_lost_steps": s["lost_steps"], "restarted_processes": "every rank",
+            "work_lost_steps": s["lost_steps"], "restarted_processes": "every rank" if s["kills"] else "-",
             "verdict": ("did not finish" if not surv.get("finished", s.get("completed")) else
                         "resumed as it should" if surv.get("survived", True) else
                         "; ".join(f.get("text", str(f)) if isinstance(f, dict) else str(f)
@@ -52,7 +52,7 @@ def torchft_row(name: str, ft: dict, baseline_wall: Optional[float]) -> dict:
             "vs_baseline_s": (ft["wall_s"] - baseline_wall) if ft["wall_s"] is not None and baseline_wall else None,
             "recovery_s": _median(f["survivor_stall_s"] for f in ft["failures"]),
             "work_lost_steps": sum(f["uncommitted_steps"] for f in ft["failures"]),
-            "restarted_processes": "the struck group's",
+            "restarted_processes": "the struck group's" if ft["failures"] else "-",
             "verdict": "; ".join(findings) or "no survivor restarted, healed state equal"}
 
 

@@ -117,7 +117,8 @@ class FtPhase:
             p.wait()
 
     def start_groups(self) -> None:
-        env = dict(os.environ, TORCHFT_LIGHTHOUSE=self.address)
+        # the groups share the node: each rank's CPU threads are the node's / (ranks in its group x groups)
+        env = dict(os.environ, TORCHFT_LIGHTHOUSE=self.address, RESTARTLAB_FT_GROUPS=str(self.cfg.ft_groups))
         for g in range(self.cfg.ft_groups):
             os.makedirs(self.phase.group(g).path, exist_ok=True)
             with open(os.path.join(self.phase.group(g).path, "supervise.log"), "ab") as log:
