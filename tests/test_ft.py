@@ -115,14 +115,14 @@ def test_the_verdict_names_a_survivor_that_restarted_and_a_silent_start_over(tmp
 
 
 # ---------------------------------------------------------------- the phase, for real
-def _ft_phase(tmp_path, kind, iters=40, groups=2, min_replicas=1, every="10s", delay="0.1"):
+def _ft_phase(tmp_path, kind, iters=40, groups=2, min_replicas=1, at_step=15, delay="0.05"):
     tag = f"t-{uuid.uuid4().hex[:8]}"
     phase = str(tmp_path / "ft")
     argv = [sys.executable, "-m", "restartlab.cli", "supervise", "--phase", "ft", "--phase-dir", phase, "--tag", tag,
             "--train-iters", str(iters), "--max-attempts", "4", "--hang-timeout", "60", "--startup-timeout", "120",
             "--ft-groups", str(groups), "--ft-min-replicas", str(min_replicas), "--ft-heartbeat-timeout", "1s",
-            "--ft-join-timeout", "2s", "--inject", "--inject-every", every, "--inject-kind", kind,
-            "--inject-max-kills", "1", "--",
+            "--ft-join-timeout", "2s", "--inject", "--inject-at-steps", str(at_step), "--inject-gate", "none",
+            "--inject-kind", kind, "--",
             MPIEXEC, "-n", "1", "-genv", killer.TAG_VAR, tag, sys.executable, "-m", "restartlab.trainer.ft",
             "--outdir", "{attempt_dir}", "--replica-group", "{group}", "--train-iters", str(iters),
             "--step-delay", delay, "--timeout", "20"]
@@ -184,3 +184,96 @@ def test_a_lighthouse_that_cannot_start_ends_the_phase_in_one_line(tmp_path):
     assert "lighthouse did not start" in line and "Address already in use" in line, line
     end = json.loads(open(layout.Phase(str(phase)).ended).read().splitlines()[-1])
     assert end["how"] == "cannot_run" and layout.Phase(str(phase)).groups() == []
+
+
+@pytest.mark.multirank
+def test_torchfts_own_ddp_crashes_the_survivor_when_its_peer_dies_in_the_gradient_allreduce(tmp_path):
+    """torchft 0.2.0's DistributedDataParallel, as a user's program writes it (tests/programs/
+    torchft_ddp.py): its peer exits after a quorum, before its gradients, so the survivor meets the
+    dead peer inside DDP's allreduce: the survivor crashes in torchft's communication hook
+    (torchft/ddp.py, `assert fut._fut`: a failed bucket's future has none), which is the restart
+    torchft exists to avoid. The bundled trainer allreduces through Manager.allreduce instead, and
+    its survivor never restarts (test_a_group_killed_heals_from_the_survivor_which_never_restarts)."""
+    from restartlab import launchers
+    port = launchers.free_port()
+    lh = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "torchft_lighthouse"), "--bind",
+                           f"127.0.0.1:{port}", "--min_replicas", "1", "--join_timeout_ms", "2000",
+                           "--heartbeat_timeout_ms", "1000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    prog = os.path.join(os.path.dirname(__file__), "programs", "torchft_ddp.py")
+    env = dict(os.environ, TORCHFT_LIGHTHOUSE=f"http://127.0.0.1:{port}")
+    try:
+        groups = [subprocess.Popen([sys.executable, prog, str(g), "5"], env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True) for g in (0, 1)]
+        outs = [p.communicate(timeout=120)[0] for p in groups]
+    finally:
+        for p in [lh] + groups:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert groups[1].returncode == 9 and "exiting at step 5" in outs[1], outs[1][-2000:]
+    assert groups[0].returncode != 0 and "group 0: done" not in outs[0], outs[0][-3000:]
+    assert "torchft/ddp.py" in outs[0] and "assert fut._fut" in outs[0], outs[0][-3000:]
+
+
+# ---------------------------------------------------------------- the scenario: keys, refusals, the script
+FT_PHASE = ("name: t\ntrainer: {train_iters: 50}\nlaunch:\n  ranks_per_node: 2\nfailures:\n  kind: rank\n"
+            "  gate: none\n  schedule: {every: 10s}\nphases:\n  - name: ft\n    checkpoint: none\n    recovery:\n"
+            "      strategy: torchft\n")
+# (the scenario, the text of the line the error names, what it says)
+FT_BAD = [
+    (FT_PHASE + "      groups: 3\n", "groups: 3", "phases[0].recovery.groups: 3 replica groups do not divide "
+     "launch.ranks_per_node (2)"),
+    (FT_PHASE + "      min_replicas: 3\n", "min_replicas: 3", "phases[0].recovery.min_replicas: 3 is more than the 2 groups"),
+    (FT_PHASE.replace("checkpoint: none", "checkpoint: sync"), "checkpoint: sync",
+     "phases[0].checkpoint: sync: a torchft phase recovers from its surviving groups"),
+    (FT_PHASE + "      heartbeat_timeout: 0s\n", "heartbeat_timeout", "phases[0].recovery.heartbeat_timeout: must be > 0"),
+    (FT_PHASE + "      strategy2: x\n", "strategy2", "phases[0].recovery.strategy2: unknown key (did you mean 'strategy'?)"),
+    (FT_PHASE.replace("strategy: torchft", "strategy: torchfx"), "torchfx",
+     "phases[0].recovery.strategy: 'torchfx' is not one of restart, torchft (did you mean 'torchft'?)"),
+    (FT_PHASE.replace("launch:", "job: {nodes: 2}\nlaunch:"), "strategy: torchft",
+     "phases[0].recovery.strategy: torchft phases run on one node in this version (job.nodes is 2)"),
+    (FT_PHASE.replace("schedule: {every: 10s}", "schedule: {at_steps: [5]}").replace("gate: none", "gate: complete"),
+     "gate: complete", "failures.gate: phase 'ft' saves no checkpoints"),
+]
+
+
+@pytest.mark.parametrize("text,at,frag", FT_BAD, ids=[b[2][:40] for b in FT_BAD])
+def test_a_torchft_phase_that_does_not_fit_is_refused_with_file_line_key(tmp_path, text, at, frag):
+    from restartlab import scenario
+    p = tmp_path / "bad.yaml"
+    text = "extends: " + os.path.join(os.path.dirname(os.path.dirname(__file__)), "scenarios", "systems",
+                                      "local.yaml") + "\n" + text
+    p.write_text(text)
+    line = next(i for i, x in enumerate(text.splitlines(), 1) if at in x)
+    with pytest.raises(scenario.ScenarioError) as e:
+        scenario.load(str(p))
+    assert f"{p}:{line}: {frag}" in str(e.value), str(e.value)
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "validate", str(p)], capture_output=True, text=True)
+    assert r.returncode == 2 and frag in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_torchft_not_installed_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    import importlib.util
+    from restartlab import scenario
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchft" else real(name, *a))
+    with pytest.raises(scenario.ScenarioError) as e:
+        scenario.load(os.path.join(os.path.dirname(os.path.dirname(__file__)), "scenarios", "strategies.yaml"))
+    assert "strategies.yaml:" in str(e.value) and "recovery.strategy: torchft is not installed" in str(e.value)
+
+
+def test_the_job_script_runs_each_group_under_its_own_loop():
+    from restartlab import scenario
+    from restartlab.job import render
+    sc = scenario.load(os.path.join(os.path.dirname(os.path.dirname(__file__)), "scenarios", "strategies.yaml"))
+    text, ctx = render.render(sc, "pbs", "/expt/x")
+    ft = next(p for p in ctx["phases"] if p["name"] == "torchft")
+    assert ft["ft"] == ["--ft-groups", "2", "--ft-min-replicas", "1", "--ft-heartbeat-timeout", "1s",
+                        "--ft-join-timeout", "5s"]
+    argv = ft["argv"]
+    assert argv[:3] == ["mpiexec", "-n", "1"] and "restartlab.trainer.ft" in argv
+    assert argv[argv.index("--replica-group") + 1] == "{group}" and argv[argv.index("--outdir") + 1] == "{attempt_dir}"
+    assert "--inject-at-steps 300,600" in " ".join(ft["inject"]) and next(
+        p for p in ctx["phases"] if p["name"] == "torchft-nofail")["inject"] is None
+    line = next(x for x in text.splitlines() if x.startswith("rl_phase --phase torchft "))
+    assert "--ft-groups 2" in line

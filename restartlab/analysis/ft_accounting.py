@@ -268,3 +268,23 @@ def describe(summary: dict) -> List[str]:
         lines.append(f"ETTR {summary['ettr']:.3f}, torchft efficiency {summary['torchft_efficiency']:.3f} "
                      f"(batches committed / committed steps x groups)")
     return lines
+
+
+def main(argv=None) -> int:
+    """python -m restartlab.analysis.ft_accounting PHASE_DIR TRAIN_ITERS: write PHASE_DIR/ft.json and
+    print the verdict's lines (the torchft phase's supervisor runs it at the phase's end)."""
+    import sys
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or not args[1].isdigit():
+        print("usage: python -m restartlab.analysis.ft_accounting PHASE_DIR TRAIN_ITERS", file=sys.stderr)
+        return 2
+    summary = summarize(args[0], int(args[1]))
+    with open(layout.Phase(args[0]).ft_summary, "w") as f:
+        json.dump(summary, f, indent=1)
+    for line in describe(summary):
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -26,7 +26,8 @@ def restart_row(s: dict, warm: bool, baseline_wall: Optional[float]) -> dict:
             "vs_baseline_s": (s["wall_s"] - baseline_wall) if s["wall_s"] is not None and baseline_wall is not None
             and checkpoint != "none" else None,
             "recovery_s": _median(e.get("downtime_s") for e in s["failures"]),
-            "work_lost_steps": s["lost_steps"], "restarted_processes": "every rank" if s["kills"] else "-",
+            "work_lost_steps": s["lost_steps"], "batches_skipped": 0,
+            "restarted_processes": "every rank" if s["kills"] else "-",
             "verdict": ("did not finish" if not surv.get("finished", s.get("completed")) else
                         "resumed as it should" if surv.get("survived", True) else
                         "; ".join(f.get("text", str(f)) if isinstance(f, dict) else str(f)
@@ -52,6 +53,8 @@ def torchft_row(name: str, ft: dict, baseline_wall: Optional[float]) -> dict:
             "vs_baseline_s": (ft["wall_s"] - baseline_wall) if ft["wall_s"] is not None and baseline_wall else None,
             "recovery_s": _median(f["survivor_stall_s"] for f in ft["failures"]),
             "work_lost_steps": sum(f["uncommitted_steps"] for f in ft["failures"]),
+            # the groups' batches of committed steps that no group trained (a group out, or healing)
+            "batches_skipped": ft["steps_committed"] * ft["groups"] - ft["batches_committed"],
             "restarted_processes": "the struck group's" if ft["failures"] else "-",
             "verdict": "; ".join(findings) or "no survivor restarted, healed state equal"}
 
@@ -80,16 +83,20 @@ def markdown(table: List[dict], ft: Dict[str, dict]) -> List[str]:
         return []
     L = ["## Recovery strategies side by side", "",
          "| phase | strategy | wall s | steps | failures | recovery per failure s (median) | work lost (steps) | "
-         "processes restarted | ETTR | wall vs baseline s | failure cost s | verdict |", "|" + "---|" * 12]
+         "batches skipped | processes restarted | ETTR | wall vs baseline s | failure cost s | verdict |",
+         "|" + "---|" * 13]
     for r in table:
         L.append(f"| {r['phase']} | {r['strategy']} | {_fmt(r['wall_s'], 1)} | {r['steps']} | {r['failures']} | "
-                 f"{_fmt(r['recovery_s'])} | {r['work_lost_steps']} | {r['restarted_processes']} | "
+                 f"{_fmt(r['recovery_s'])} | {r['work_lost_steps']} | {r['batches_skipped']} | {r['restarted_processes']} | "
                  f"{_fmt(r['ettr'], 3)} | {_fmt(r['vs_baseline_s'], 1)} | {_fmt(r.get('failure_cost_s'), 1)} | "
                  f"{r['verdict']} |")
     L += ["", "Recovery per failure: restart, the kill to the first step after the resume (downtime); torchft, "
           "the survivors' stall (the steps they could not commit and the wait for a quorum without the struck "
           "group). Work lost: restart, the steps computed again; torchft, the survivors' uncommitted steps (the "
-          "struck group's batches of those steps are never trained on). Wall vs baseline: against the phase with "
+          "struck group's batches of those steps are never trained on). Batches skipped: torchft trains a step "
+          "with the groups in its quorum; a group out (or healing) does not train its share, which no one trains "
+          "later: committed steps x groups - torchft's batches committed (a restart skips none: it computes the "
+          "lost steps again). Wall vs baseline: against the phase with "
           "no checkpoints and no failures. Failure cost: the wall time against the same strategy without "
           "failures (restart: the baseline; torchft: a torchft phase with no failure, which carries torchft's "
           "own per-step quorum and commit; '-' when there is none).", ""]

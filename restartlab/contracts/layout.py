@@ -8,6 +8,8 @@ job script's template (through the render context) and the tests ask these class
                    node-check.log done completed
     <expt>/<phase>/attempts/<k>/attempt.json output.log metrics-<rank>.jsonl hosts hang
                    walltime teardown.log ckpts-at-launch.json
+    a torchft phase: <expt>/<phase>/lighthouse.log ft.json groups/g<k>/ (each a phase directory:
+                   attempts/<n>/ ... ft-rank<R>.jsonl; its strikes are in <phase>/injections.jsonl)
 Pure paths: nothing here creates or reads a file except the listings."""
 import glob
 import os

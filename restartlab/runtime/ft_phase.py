@@ -12,7 +12,6 @@ restarted. The phase ends when every group's loop has; its accounting and verdic
 (restartlab.analysis.ft_accounting) go to PHASE/ft.json and its last lines.
 
 Torch- and torchft-free: the lighthouse is torchft's own executable, found on PATH."""
-import json
 import os
 import shutil
 import signal
@@ -171,12 +170,7 @@ class FtPhase:
                 self.stop_groups()
             self.procs.stop_injector()
             self.stop_lighthouse()
-        from ..analysis import ft_accounting
-        summary = ft_accounting.summarize(phase.path, cfg.train_iters)
-        with open(phase.ft_summary, "w") as f:
-            json.dump(summary, f, indent=1)
-        for line in ft_accounting.describe(summary):
-            self.say(line)
+        self.account()
         verdict = "completed" if rcs and all(rc == 0 for rc in rcs.values()) else (
             "walltime" if EXIT_WALLTIME in rcs.values() else "budget" if EXIT_BUDGET in rcs.values() else "failed")
         attempt_record.write_end(phase, verdict, sum(len(g.attempts()) for g in phase.groups()), cfg.job or None)
@@ -186,6 +180,16 @@ class FtPhase:
             return EXIT_OK
         self.say(f"FAILED: replica groups' loops ended {rcs}", err=True)
         return {"walltime": EXIT_WALLTIME, "budget": EXIT_BUDGET}.get(verdict, EXIT_FAILED)
+
+    def account(self) -> None:
+        """The accounting and verdict (restartlab.analysis.ft_accounting, run as its own process:
+        the job's runtime does not import the analysis) into PHASE/ft.json, its lines into ours."""
+        r = subprocess.run([sys.executable, "-m", "restartlab.analysis.ft_accounting", self.phase.path,
+                            str(self.cfg.train_iters)], capture_output=True, text=True)
+        for line in r.stdout.splitlines():
+            self.say(line)
+        if r.returncode:
+            self.say(f"the accounting failed ({r.returncode}): {r.stderr.strip()[-500:]}", err=True)
 
     def interrupt(self) -> int:
         """SIGTERM/SIGINT to the phase's supervisor: stop every group's loop, the injector and the
