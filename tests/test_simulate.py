@@ -203,3 +203,32 @@ def test_replay_run_takes_each_failures_own_costs():
     total = 200 * c.step_s  # nothing kept: the last attempt does all of it, with all its saves
     failed = (2.0 + 25.0) + 0.5 + 0.1 + (3.0 + 7.5) + 0.5 + 0.1
     assert none["wall_s"] == pytest.approx(failed + 3.0 - c.step_s + total + math.ceil(total / w - 1e-9) * (L - w))
+
+
+# ---------------------------------------------------------------- torchft beside the restart strategy
+def test_torchft_goodput_matches_its_first_order_when_failures_are_rare_and_counts_every_group_lost():
+    from restartlab.analysis import simulate_ft as ft
+    c = ft.FtCosts(groups=4, stall_s=2.0, rejoin_s=60.0)
+    r = ft.simulate(c, mtbf_s=3600.0, days=30, replicas=20, seed=1)
+    # per failure: 3 survivors x 2 s + 60 s of the struck group, of 4 group-seconds per second
+    assert r["analytic"] == pytest.approx(1 - (3 * 2 + 60) / 4 / 3600)
+    assert abs(r["goodput"] - r["analytic"]) < max(3 * r["ci95"], 2e-4), r
+    assert r["all_groups_lost_per_run"] == 0 and 20 < r["failures_per_day"] < 28
+    # 2 groups whose relaunch takes longer than the time between failures: both are out at once
+    bad = ft.simulate(ft.FtCosts(groups=2, stall_s=1.0, rejoin_s=600.0), mtbf_s=300.0, days=1, replicas=5, seed=1)
+    assert bad["all_groups_lost_per_run"] > 1 and bad["goodput"] < 0.5, bad
+    # torchft's own per-step overhead divides the goodput
+    slow = ft.simulate(ft.FtCosts(groups=4, stall_s=2.0, rejoin_s=60.0, step_overhead=0.25), 3600.0, 30, 20, 1)
+    assert slow["goodput"] == pytest.approx(r["goodput"] / 1.25)
+
+
+def test_simulate_torchft_without_costs_is_a_usage_error(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "restartlab.cli", "simulate", "--step-time", "1s", "--mtbf", "1h",
+                          "--torchft", "--no-plot", "--out", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 2 and "--torchft needs measured torchft costs" in out.stderr and "Traceback" not in out.stderr
+    ok = subprocess.run([sys.executable, "-m", "restartlab.cli", "simulate", "--step-time", "1s", "--mtbf", "1h",
+                         "--torchft", "--groups", "4", "--ft-stall", "2s", "--ft-rejoin", "60s", "--replicas", "4",
+                         "--days", "2", "--no-plot", "--out", str(tmp_path)], capture_output=True, text=True)
+    assert ok.returncode == 0 and "torchft, 4 replica groups, the same failures: goodput" in ok.stdout, ok.stderr
+    doc = json.load(open(tmp_path / "simulate.json"))
+    assert doc["results"][0]["torchft"]["groups"] == 4

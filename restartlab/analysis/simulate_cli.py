@@ -9,6 +9,7 @@ from typing import Dict, List, Optional
 
 from ..contracts import layout, usage
 from . import simulate as sim
+from . import simulate_ft as sim_ft
 from .simulate import SimulateError
 from ..contracts.units import parse_duration
 
@@ -77,6 +78,14 @@ def add_args(p):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--intervals", help="save intervals in steps (default: 20 around Young's)")
     p.add_argument("--modes", default="sync,async", help="sync, async or both (default)")
+    t = p.add_argument_group("torchft (simulate_ft.py): replica groups beside the restart strategy, same failures")
+    t.add_argument("--torchft", action="store_true", help="also simulate torchft replica groups: costs from "
+                   "--from's torchft phases, else the --ft-* flags")
+    t.add_argument("--groups", type=int, help="torchft: replica groups (default: the measured phase's)")
+    t.add_argument("--ft-stall", type=duration, help="torchft: the survivors' stall per failure")
+    t.add_argument("--ft-rejoin", type=duration, help="torchft: the kill to the struck group's first commit")
+    t.add_argument("--ft-step-overhead", type=float, help="torchft: its per-step quorum and commit as a "
+                   "fraction of a step (default 0)")
     p.add_argument("--out", help="write simulate.json and simulate.png here (default: next to --from, else .)")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -109,6 +118,28 @@ def costs_from_args(a):
     return c
 
 
+def ft_costs_from_args(a) -> Optional[sim_ft.FtCosts]:
+    """torchft's costs: the summary's torchft phases, each overridden by its flag; None without --torchft."""
+    if not a.torchft:
+        return None
+    c = None
+    if a.summary:
+        path = layout.Expt(a.summary).summary if os.path.isdir(a.summary) else a.summary
+        with open(path) as f:
+            c = sim_ft.costs_from_summary(json.load(f))
+    c = c or sim_ft.FtCosts(groups=0, stall_s=-1.0, rejoin_s=-1.0)
+    for flag, attr in (("groups", "groups"), ("ft_stall", "stall_s"), ("ft_rejoin", "rejoin_s"),
+                       ("ft_step_overhead", "step_overhead")):
+        v = getattr(a, flag)
+        if v is not None:
+            setattr(c, attr, v)
+            c.sources[attr] = f"assumed (--{flag.replace('_', '-')})"
+    if c.groups < 2 or c.stall_s < 0 or c.rejoin_s < 0 or c.step_overhead < 0:
+        raise SimulateError("--torchft needs measured torchft costs (--from a summary with a torchft phase that "
+                            "had failures) or --groups N (>= 2) --ft-stall DURATION --ft-rejoin DURATION")
+    return c
+
+
 def failures_from_args(a, nodes: Optional[int] = None):
     kinds = _kv(a.kinds, "weight") if a.kinds else {"kill": 1.0}
     if not sum(kinds.values()) > 0:
@@ -138,7 +169,11 @@ def run_sweep(a, costs, nodes=None) -> dict:
     if a.days <= 0 or a.replicas < 2:
         raise SimulateError("--days must be > 0 and --replicas >= 2 (the confidence interval needs two)")
     res = sim.sweep(costs, fail, ivs, modes, a.days, a.replicas, a.seed)
-    return {"nodes": nodes, "mtbf_s": fail.mtbf_s, "kinds": fail.kinds, "modes": res}
+    out = {"nodes": nodes, "mtbf_s": fail.mtbf_s, "kinds": fail.kinds, "modes": res}
+    ftc = ft_costs_from_args(a)
+    if ftc is not None:
+        out["torchft"] = sim_ft.simulate(ftc, fail.mtbf_s, a.days, a.replicas, a.seed)
+    return out
 
 
 def print_sweep(r, costs):
@@ -151,9 +186,19 @@ def print_sweep(r, costs):
         print(f"  {'interval':>10} {'seconds':>10} {'ETTR':>8} {'+-95%':>7} {'fail/day':>9} {'lost h/day':>10} "
               f"{'down h/day':>10}")
         for row in m["rows"]:
-            mark = " <- best" if row is m["best"] else ""
+            mark = " <- best" if row["interval_steps"] == m["best"]["interval_steps"] else ""
             print(f"  {row['interval_steps']:>10} {row['interval_s']:>10.1f} {row['ettr']:>8.4f} {row['ci95']:>7.4f} "
                   f"{row['failures_per_day']:>9.2f} {row['lost_h_per_day']:>10.3f} {row['downtime_h_per_day']:>10.3f}{mark}")
+
+
+def print_torchft(r):
+    ft = r.get("torchft")
+    if not ft:
+        return
+    best = max((m["best"]["ettr"], mode) for mode, m in r["modes"].items())
+    print(f"\ntorchft, {ft['groups']} replica groups, the same failures: goodput {ft['goodput']:.4f} +- {ft['ci95']:.4f} "
+          f"(first order {ft['analytic']:.4f}); every group lost at once {ft['all_groups_lost_per_run']:.2f} time(s) "
+          f"per run; restart's best ({best[1]}) ETTR {best[0]:.4f}")
 
 
 def plot(results, path):
@@ -225,6 +270,7 @@ def main(argv=None) -> int:
         for r in results:
             print()
             print_sweep(r, costs)
+            print_torchft(r)
         if len(results) > 1:
             print("\nscale:")
             print(f"  {'nodes':>7} {'job MTBF':>10} " + " ".join(
