@@ -277,3 +277,17 @@ def test_the_job_script_runs_each_group_under_its_own_loop():
         p for p in ctx["phases"] if p["name"] == "torchft-nofail")["inject"] is None
     line = next(x for x in text.splitlines() if x.startswith("rl_phase --phase torchft "))
     assert "--ft-groups 2" in line
+
+
+def test_restartlab_run_shows_a_torchft_phases_progress(tmp_path):
+    """restartlab run's progress line reads a torchft phase's groups (their attempts, the furthest
+    group's step), not "starting" for the whole phase."""
+    from restartlab.job import run
+    root = str(tmp_path / "ft")
+    _group(root, 0, [(99.0, _lockstep(1, 4, 100))])
+    _group(root, 1, [(99.0, _lockstep(1, 2, 100)), (105.0, _lockstep(3, 6, 105))])
+    for g, k, step in ((0, 1, 4), (1, 2, 6)):
+        with open(layout.Phase(root).group(g).attempt(k).metrics(0), "w") as f:
+            f.write(json.dumps({"timestamp": 1, "rank": 0, "metrics": {"train/iter": step}}) + "\n")
+    text, cur = run.progress({"phases": [{"name": "ft", "dir": root}], "train_iters": 10}, 0)
+    assert cur == 0 and text.startswith("phase 1/1 ft: step 6/10, kills 0, restarts 1"), text

@@ -27,10 +27,11 @@ def progress(ctx, t0):
         if os.path.exists(phase.done):
             done_steps += iters
             continue
-        if phase.started():
+        groups = phase.groups()  # a torchft phase: its replica groups' loops
+        if phase.started() or groups:
             cur = i
             step = live.newest_step_seen(p["dir"])
-            attempts = len(phase.attempts())
+            attempts = sum(len(g.attempts()) for g in groups) - len(groups) + 1 if groups else len(phase.attempts())
             kills = sum(1 for r in live.read_injections(p["dir"]) if r.get("killed"))
             done_steps += step
             where = f"step {step}/{iters}" if step or attempts <= 1 else f"relaunching (attempt {attempts})"
