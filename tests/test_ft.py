@@ -291,3 +291,31 @@ def test_restartlab_run_shows_a_torchft_phases_progress(tmp_path):
             f.write(json.dumps({"timestamp": 1, "rank": 0, "metrics": {"train/iter": step}}) + "\n")
     text, cur = run.progress({"phases": [{"name": "ft", "dir": root}], "train_iters": 10}, 0)
     assert cur == 0 and text.startswith("phase 1/1 ft: step 6/10, kills 0, restarts 1"), text
+
+
+@pytest.mark.multirank
+def test_a_heal_without_numpy_fails_because_torchft_does_not_declare_it(tmp_path):
+    """torchft 0.2.0 does not declare numpy, and its PGTransport's heal calls Tensor.numpy()
+    (torchft/checkpointing/pg_transport.py, recv_checkpoint): with numpy absent (tests/programs/
+    torchft_pg_heal.py hides it) a late group's heal fails with torch's "Numpy is not available"
+    and the group does not commit the step. restartlab's [torchft] extra declares numpy, and the
+    bundled trainer heals over HTTP (no numpy there) and imports numpy for its data anyway."""
+    from restartlab import launchers
+    port = launchers.free_port()
+    lh = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "torchft_lighthouse"), "--bind",
+                           f"127.0.0.1:{port}", "--min_replicas", "1", "--join_timeout_ms", "1000",
+                           "--heartbeat_timeout_ms", "1000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    prog = os.path.join(os.path.dirname(__file__), "programs", "torchft_pg_heal.py")
+    env = dict(os.environ, TORCHFT_LIGHTHOUSE=f"http://127.0.0.1:{port}")
+    procs = []
+    try:
+        procs = [subprocess.Popen([sys.executable, prog, str(g), str(n)], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for g, n in ((0, 60), (1, 1))]
+        late = procs[1].communicate(timeout=120)[0]
+    finally:
+        for p in [lh] + procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert "got exception in recovery: Numpy is not available" in late, late[-3000:]
+    assert "pg_transport.py" in late and "committed 0 of 1" in late, late[-3000:]
