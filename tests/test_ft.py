@@ -20,7 +20,12 @@ from restartlab.runtime import killer
 
 from .helpers import MPIEXEC
 
-torchft = pytest.importorskip("torchft", reason="torchft not installed (make test installs setup.cfg [torchft])")
+try:
+    import torchft  # noqa: F401
+except ImportError:
+    if os.environ.get("RESTARTLAB_REQUIRE_ALL") == "1":  # CI: a missing part fails, it does not skip
+        raise
+    pytest.skip("torchft not installed (make test installs setup.cfg [torchft])", allow_module_level=True)
 
 
 def test_a_groups_tag_is_its_phases_and_no_other():
