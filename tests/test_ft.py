@@ -120,7 +120,7 @@ def test_the_verdict_names_a_survivor_that_restarted_and_a_silent_start_over(tmp
 
 
 # ---------------------------------------------------------------- the phase, for real
-def _ft_phase(tmp_path, kind, iters=40, groups=2, min_replicas=1, at_step=15, delay="0.05"):
+def _ft_phase(tmp_path, kind, iters=50, groups=2, min_replicas=1, at_step=10, delay="0.4", env=None):
     tag = f"t-{uuid.uuid4().hex[:8]}"
     phase = str(tmp_path / "ft")
     argv = [sys.executable, "-m", "restartlab.cli", "supervise", "--phase", "ft", "--phase-dir", phase, "--tag", tag,
@@ -132,7 +132,7 @@ def _ft_phase(tmp_path, kind, iters=40, groups=2, min_replicas=1, at_step=15, de
             "--outdir", "{attempt_dir}", "--replica-group", "{group}", "--train-iters", str(iters),
             "--step-delay", delay, "--timeout", "20"]
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=400)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=400, env=dict(os.environ, **(env or {})))
     finally:
         killer.kill_ranks(tag)
         assert not killer.find_tagged(tag), "ranks left behind"
@@ -150,14 +150,17 @@ def test_a_group_killed_heals_from_the_survivor_which_never_restarts(tmp_path):
     assert s["per_group"][str(survivor)]["attempts"] == 1, s["per_group"]
     assert s["per_group"][str(struck)]["attempts"] == 2, s["per_group"]
     rel = f["relaunch"][str(struck)]
-    assert rel["heal_s"] is not None and rel["first_step"] > 1, f   # healed: it did not start from step 1
+    # healed, not started from step 1: the survivor still trains (40 steps of >= 0.4 s after the kill)
+    assert rel["heal_s"] is not None and rel["first_step"] > 1, json.dumps(s, indent=1)[-4000:]
     assert f["detection_s"] is not None and f["detection_s"] > 0, f
     v = s["verdict"]
     assert v["ok"] and v["state_equal"] and any(h["group"] == struck and h["attempt"] == 2 for h in v["heals"]), v
     assert "torchft verdict: OK" in r.stdout
     # the struck group's loop tore down only its own ranks: the survivor's attempt ran to the end
     rec = json.load(open(layout.Phase(phase).group(survivor).attempt(1).record))
-    assert rec["exit_code"] == 0 and rec["completed"], rec
+    assert rec["exit_code"] == 0 and rec["completed"] and not rec["injected"], rec
+    # the strike is booked in the struck group's attempt (the phase's strikes, and it died)
+    assert json.load(open(layout.Phase(phase).group(struck).attempt(1).record))["injected"]
 
 
 @pytest.mark.multirank
@@ -165,7 +168,7 @@ def test_every_group_lost_with_min_replicas_1_starts_over_silently_and_the_verdi
     """torchft's --min_replicas 1: once every group has died, a relaunched group finds no peer to
     heal from and trains from step 0 on a fresh initialisation, and torchft says nothing. A `kill`
     strikes every group at once; the verdict names the start over."""
-    r, phase = _ft_phase(tmp_path, "kill", iters=30)
+    r, phase = _ft_phase(tmp_path, "kill", iters=30, delay="0.1")
     s = json.load(open(layout.Phase(phase).ft_summary))
     v = s["verdict"]
     assert v["started_over"] is not None and v["started_over"]["step"] == 1, (v, r.stdout[-2000:])
@@ -324,3 +327,19 @@ def test_a_heal_without_numpy_fails_because_torchft_does_not_declare_it(tmp_path
                 p.wait()
     assert "got exception in recovery: Numpy is not available" in late, late[-3000:]
     assert "pg_transport.py" in late and "committed 0 of 1" in late, late[-3000:]
+
+
+@pytest.mark.multirank
+def test_a_group_still_relaunching_when_the_training_is_done_is_stopped_not_run_again_from_the_start(tmp_path):
+    """A group struck near the end comes back after the survivor completed the last step: it would
+    find no peer and, with min_replicas 1, train the whole run again from a fresh start. The phase
+    stops its loop once the training is done (the grace, 0.5 s here, is shorter than a relaunch's
+    start-up) and the verdict says finished, naming the stopped group."""
+    r, phase = _ft_phase(tmp_path, "rank", iters=40, at_step=36, delay="0.05",
+                         env={"RESTARTLAB_FT_DONE_GRACE_S": "0.5"})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    s = json.load(open(layout.Phase(phase).ft_summary))
+    struck, = s["failures"][0]["struck_groups"]
+    v = s["verdict"]
+    assert v["finished"] and v["stopped_when_done"] == [struck] and v["started_over"] is None, v
+    assert "the training is done (a group completed the last step): stopping group(s)" in r.stdout

@@ -22,7 +22,8 @@ The verdict: did a group the failures did not strike restart (a survivor restart
 healed group's parameters equal the survivors' at its first commit (shard crc, rank by rank);
 did the job ever start over (a step committed below a step committed before it: torchft's
 `--min_replicas 1` with every group lost restarts from a fresh initialisation, silently); did it
-finish (every group's loop completed its last step)."""
+finish (a group completed the last step; a group still relaunching then is stopped by the phase and
+named in `stopped_when_done`)."""
 import glob
 import json
 import os
@@ -228,14 +229,17 @@ def _verdict(groups: dict, commits: List[dict], failures: List[dict], train_iter
                           "time": x["t"]}
             break
         best = max(best, x["step"])
-    finished = bool(groups) and all(
-        (gr["end"][0] or {}).get("how") == "completed" for gr in groups.values())
+    # finished: a group completed the last step (the others complete theirs with it, or are
+    # stopped by the phase once the training is done: still relaunching, or behind)
+    ends = {g: (gr["end"][0] or {}).get("how") for g, gr in groups.items()}
+    finished = any(h == "completed" for h in ends.values())
+    stopped = sorted(g for g, h in ends.items() if h == "interrupted")
     return {
         "survivor_restarted": restarted,
         "heals": [{"group": g, "attempt": k, "step": s} for g, k, s in heals],
         "state_equal": not unequal, "unequal": unequal[:10],
         "started_over": start_over,
-        "finished": finished,
+        "finished": finished, "stopped_when_done": stopped,
         "ok": not restarted and not unequal and start_over is None and finished,
     }
 

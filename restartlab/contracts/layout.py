@@ -69,11 +69,16 @@ class Phase:
     ckpts = property(lambda self: self._f("ckpts"))              # default checkpoint directory
     attempts_dir = property(lambda self: self._f("attempts"))
     @property
+    def is_group(self) -> bool:
+        """A torchft phase's replica group (<phase>/groups/g<k>)."""
+        parent = os.path.dirname(self.path.rstrip("/"))
+        return os.path.basename(parent) == "groups" and self.name[:1] == "g" and self.name[1:].isdigit()
+
+    @property
     def injections(self) -> str:
         """One line per strike; a torchft phase's replica group (groups/g<k>) shares its phase's."""
-        parent = os.path.dirname(self.path.rstrip("/"))
-        if os.path.basename(parent) == "groups" and self.name[1:].isdigit():
-            return os.path.join(os.path.dirname(parent), "injections.jsonl")
+        if self.is_group:
+            return os.path.join(os.path.dirname(os.path.dirname(self.path.rstrip("/"))), "injections.jsonl")
         return self._f("injections.jsonl")
     node_checks = property(lambda self: self._f("nodes.jsonl"))      # one line per node per check
     injector_log = property(lambda self: self._f("injector.log"))

@@ -59,7 +59,9 @@ def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, e
             "completed": completed, "hang": os.path.exists(att.hang),
             "preempted": rc == EXIT_PREEMPTED,
             "walltime": os.path.exists(att.walltime),
-            "injected": bool(injections_into(live.read_records(phase.injections), launch_ts, end_ts, k)),
+            # a torchft group shares its phase's strikes: one struck this group's attempt only if it died
+            "injected": bool(injections_into(live.read_records(phase.injections), launch_ts, end_ts, k))
+            and not (phase.is_group and rc == 0),
             "hosts": hosts, "ranks": ranks or None, "job": job, "warm_ranks": warm_ranks,
             "job_start": _job_start()}
     with open(att.record, "w") as f:

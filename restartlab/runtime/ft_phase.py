@@ -30,7 +30,11 @@ from . import attempt_record, tool_options
 LIGHTHOUSE = "torchft_lighthouse"
 LIGHTHOUSE_READY_S = 30.0   # the lighthouse listens within this long, or the phase ends
 STOP_GRACE_S = 10.0         # a group's loop's time to stop its attempt after a TERM
+# once a group completed the last step: the others' time to complete theirs (RESTARTLAB_FT_DONE_GRACE_S
+# overrides it: the test that makes a group come back after the training is done sets 0.5 s)
+DONE_GRACE_S = 30.0
 POLL_S = 0.2
+DONE_GRACE_VAR = "RESTARTLAB_FT_DONE_GRACE_S"
 
 
 def lighthouse_argv(exe: str, host: str, port: int, cfg) -> List[str]:
@@ -76,6 +80,7 @@ class FtPhase:
         self.out = out or sys.stdout
         self.lighthouse: Optional[subprocess.Popen] = None
         self.groups: Dict[int, subprocess.Popen] = {}
+        self.stopped: List[int] = []  # groups stopped because the training was done
         self.stopping = False
 
     def say(self, msg: str, err: bool = False) -> None:
@@ -137,9 +142,23 @@ class FtPhase:
                 p.wait()
 
     def wait_groups(self) -> Dict[int, int]:
+        """Until every group's loop has ended. Once one group has completed the last step the
+        training is done: the others get DONE_GRACE_S to complete theirs (in the quorum they are
+        in step), then their loops are stopped (a group still relaunching would otherwise find no
+        peer and train the whole run again from a fresh start). {group: exit status}; a stopped
+        group's is None (self.stopped names them)."""
+        done_at = None
         while any(p.poll() is None for p in self.groups.values()):
+            if done_at is None and any(os.path.exists(self.phase.group(g).completed) for g in self.groups):
+                done_at = time.time()
+            if done_at is not None and time.time() - done_at > float(os.environ.get(DONE_GRACE_VAR) or DONE_GRACE_S):
+                self.stopped = sorted(g for g, p in self.groups.items() if p.poll() is None)
+                self.say(f"the training is done (a group completed the last step): stopping group(s) "
+                         f"{self.stopped}, still relaunching or behind")
+                self.stop_groups()
+                break
             time.sleep(POLL_S)
-        return {g: p.returncode for g, p in self.groups.items()}
+        return {g: (None if g in self.stopped else p.returncode) for g, p in self.groups.items()}
 
     def run(self) -> int:
         cfg, phase = self.cfg, self.phase
@@ -171,8 +190,9 @@ class FtPhase:
             self.procs.stop_injector()
             self.stop_lighthouse()
         self.account()
-        verdict = "completed" if rcs and all(rc == 0 for rc in rcs.values()) else (
-            "walltime" if EXIT_WALLTIME in rcs.values() else "budget" if EXIT_BUDGET in rcs.values() else "failed")
+        ran = [rc for rc in rcs.values() if rc is not None]  # a group stopped after the training was done: not counted
+        verdict = "completed" if ran and all(rc == 0 for rc in ran) else (
+            "walltime" if EXIT_WALLTIME in ran else "budget" if EXIT_BUDGET in ran else "failed")
         attempt_record.write_end(phase, verdict, sum(len(g.attempts()) for g in phase.groups()), cfg.job or None)
         if verdict == "completed":
             with open(phase.completed, "a"):
