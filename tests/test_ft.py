@@ -120,7 +120,7 @@ def test_the_verdict_names_a_survivor_that_restarted_and_a_silent_start_over(tmp
 
 
 # ---------------------------------------------------------------- the phase, for real
-def _ft_phase(tmp_path, kind, iters=50, groups=2, min_replicas=1, at_step=10, delay="0.4", env=None):
+def _ft_phase(tmp_path, kind, iters=50, groups=2, min_replicas=1, at_step=10, delay="0.4", env=None, per_group=1):
     tag = f"t-{uuid.uuid4().hex[:8]}"
     phase = str(tmp_path / "ft")
     argv = [sys.executable, "-m", "restartlab.cli", "supervise", "--phase", "ft", "--phase-dir", phase, "--tag", tag,
@@ -128,7 +128,7 @@ def _ft_phase(tmp_path, kind, iters=50, groups=2, min_replicas=1, at_step=10, de
             "--ft-groups", str(groups), "--ft-min-replicas", str(min_replicas), "--ft-heartbeat-timeout", "1s",
             "--ft-join-timeout", "2s", "--inject", "--inject-at-steps", str(at_step), "--inject-gate", "none",
             "--inject-kind", kind, "--",
-            MPIEXEC, "-n", "1", "-genv", killer.TAG_VAR, tag, sys.executable, "-m", "restartlab.trainer.ft",
+            MPIEXEC, "-n", str(per_group), "-genv", killer.TAG_VAR, tag, sys.executable, "-m", "restartlab.trainer.ft",
             "--outdir", "{attempt_dir}", "--replica-group", "{group}", "--train-iters", str(iters),
             "--step-delay", delay, "--timeout", "20"]
     try:
@@ -343,3 +343,18 @@ def test_a_group_still_relaunching_when_the_training_is_done_is_stopped_not_run_
     v = s["verdict"]
     assert v["finished"] and v["stopped_when_done"] == [struck] and v["started_over"] is None, v
     assert "the training is done (a group completed the last step): stopping group(s)" in r.stdout
+
+
+@pytest.mark.multirank
+def test_groups_of_two_ranks_shard_inside_and_heal_rank_to_rank(tmp_path):
+    """HSDP: 2 groups of 2 ranks, FSDP over each group's ranks, torchft between the groups. A
+    killed group heals each rank's shards from the same rank of the survivor: every rank's shard
+    crc equals the survivor's same rank's at every step both committed."""
+    r, phase = _ft_phase(tmp_path, "rank", iters=40, at_step=10, delay="0.3", per_group=2)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    s = json.load(open(layout.Phase(phase).ft_summary))
+    struck, = s["failures"][0]["struck_groups"]
+    assert s["verdict"]["ok"] and s["per_group"][str(struck)]["attempts"] == 2, json.dumps(s, indent=1)[-3000:]
+    healed = layout.Phase(phase).group(struck).attempt(2)
+    recs = [json.loads(x) for x in open(os.path.join(healed.path, "ft-rank1.jsonl"))]
+    assert any(x["healed"] for x in recs) and recs[-1]["step"] == 40, recs[:3]
