@@ -29,6 +29,7 @@ from . import attempt_record, tool_options
 
 LIGHTHOUSE = "torchft_lighthouse"
 LIGHTHOUSE_READY_S = 30.0   # the lighthouse listens within this long, or the phase ends
+LIGHTHOUSE_TRIES = 3        # starts, each on a new free port, before the phase ends
 STOP_GRACE_S = 10.0         # a group's loop's time to stop its attempt after a TERM
 # once a group completed the last step: the others' time to complete theirs (RESTARTLAB_FT_DONE_GRACE_S
 # overrides it: the test that makes a group come back after the training is done sets 0.5 s)
@@ -81,7 +82,6 @@ class FtPhase:
         self.lighthouse: Optional[subprocess.Popen] = None
         self.groups: Dict[int, subprocess.Popen] = {}
         self.stopped: List[int] = []  # groups stopped because the training was done
-        self.stopping = False
 
     def say(self, msg: str, err: bool = False) -> None:
         print(f"restartlab: phase {self.cfg.phase}: {msg}", file=sys.stderr if err else self.out, flush=True)
@@ -92,8 +92,16 @@ class FtPhase:
         if exe is None:
             return f"{LIGHTHOUSE} is not on PATH (pip install 'restartlab[torchft]')"
         host = socket.gethostbyname(socket.gethostname())
-        port = launchers.free_port()
-        argv = lighthouse_argv(exe, host, port, self.cfg)
+        why = None
+        for _ in range(LIGHTHOUSE_TRIES):  # a port picked free may be taken before the lighthouse binds it
+            port = launchers.free_port()
+            why = self._start_lighthouse(lighthouse_argv(exe, host, port, self.cfg), host, port)
+            if why is None:
+                self.address = f"http://{host}:{port}"
+                return None
+        return why
+
+    def _start_lighthouse(self, argv: List[str], host: str, port: int) -> Optional[str]:
         with open(self.phase.lighthouse_log, "ab") as log:
             log.write(f"restartlab: {' '.join(argv)}\n".encode())
             log.flush()
@@ -104,9 +112,9 @@ class FtPhase:
             if self.lighthouse.poll() is not None:
                 return f"the lighthouse exited ({self.lighthouse.returncode}): {last_line(self.phase.lighthouse_log)}"
             if time.time() > deadline:
+                self.stop_lighthouse()
                 return f"the lighthouse does not listen on {host}:{port} after {LIGHTHOUSE_READY_S:g}s"
             time.sleep(0.05)
-        self.address = f"http://{host}:{port}"
         return None
 
     def stop_lighthouse(self) -> None:
