@@ -201,6 +201,17 @@ def test_a_lighthouse_that_cannot_start_ends_the_phase_in_one_line(tmp_path):
     assert end["how"] == "cannot_run" and layout.Phase(str(phase)).groups() == []
 
 
+def _lighthouse(join_ms):
+    """torchft's own lighthouse on 127.0.0.1 (min_replicas 1, heartbeat timeout 1 s) for a program
+    of the user's kind run directly; (its process, the environment that names it to the groups)."""
+    from restartlab import launchers
+    port = launchers.free_port()
+    lh = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "torchft_lighthouse"), "--bind",
+                           f"127.0.0.1:{port}", "--min_replicas", "1", "--join_timeout_ms", str(join_ms),
+                           "--heartbeat_timeout_ms", "1000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return lh, dict(os.environ, TORCHFT_LIGHTHOUSE=f"http://127.0.0.1:{port}")
+
+
 @pytest.mark.multirank
 def test_torchfts_own_ddp_crashes_the_survivor_when_its_peer_dies_in_the_gradient_allreduce(tmp_path):
     """torchft 0.2.0's DistributedDataParallel, as a user's program writes it (tests/programs/
@@ -209,13 +220,8 @@ def test_torchfts_own_ddp_crashes_the_survivor_when_its_peer_dies_in_the_gradien
     (torchft/ddp.py, `assert fut._fut`: a failed bucket's future has none), which is the restart
     torchft exists to avoid. The bundled trainer allreduces through Manager.allreduce instead, and
     its survivor never restarts (test_a_group_killed_heals_from_the_survivor_which_never_restarts)."""
-    from restartlab import launchers
-    port = launchers.free_port()
-    lh = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "torchft_lighthouse"), "--bind",
-                           f"127.0.0.1:{port}", "--min_replicas", "1", "--join_timeout_ms", "2000",
-                           "--heartbeat_timeout_ms", "1000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lh, env = _lighthouse(join_ms=2000)
     prog = os.path.join(os.path.dirname(__file__), "programs", "torchft_ddp.py")
-    env = dict(os.environ, TORCHFT_LIGHTHOUSE=f"http://127.0.0.1:{port}")
     try:
         groups = [subprocess.Popen([sys.executable, prog, str(g), "5"], env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True) for g in (0, 1)]
@@ -315,13 +321,8 @@ def test_a_heal_without_numpy_fails_because_torchft_does_not_declare_it(tmp_path
     torchft_pg_heal.py hides it) a late group's heal fails with torch's "Numpy is not available"
     and the group does not commit the step. restartlab's [torchft] extra declares numpy, and the
     bundled trainer heals over HTTP (no numpy there) and imports numpy for its data anyway."""
-    from restartlab import launchers
-    port = launchers.free_port()
-    lh = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "torchft_lighthouse"), "--bind",
-                           f"127.0.0.1:{port}", "--min_replicas", "1", "--join_timeout_ms", "1000",
-                           "--heartbeat_timeout_ms", "1000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lh, env = _lighthouse(join_ms=1000)
     prog = os.path.join(os.path.dirname(__file__), "programs", "torchft_pg_heal.py")
-    env = dict(os.environ, TORCHFT_LIGHTHOUSE=f"http://127.0.0.1:{port}")
     procs = []
     try:
         procs = [subprocess.Popen([sys.executable, prog, str(g), str(n)], env=env, stdout=subprocess.PIPE,
