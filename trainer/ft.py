@@ -16,7 +16,8 @@ one line per step attempted (flushed; a SIGKILL loses at most the line being wri
    "commit": torchft's should_commit, "quorum": quorum id, "participants": replica groups in
    this step, "slot": this group's place among them (null: not participating, e.g. healing),
    "healed": this step's quorum healed this group from a peer (state transfer), "heal_s": how
-   long the quorum with the transfer took, "crc": crc32 of this rank's parameter shards after it}
+   long the quorum with the transfer took, "crc": crc32 of this rank's parameter shards after it,
+   at the first step of each quorum and the last step, else null}
 and the restartlab metrics rows on the group's rank 0 (train/iter = committed steps), so the
 relaunch loop's watchdog and attempt record read its progress as any attempt's.
 
@@ -72,16 +73,12 @@ def parse_args(argv=None):
 def shards_crc(model) -> int:
     """crc32 of this rank's parameter shards in name order: equal on the same rank of two groups
     iff their shards are bit-identical."""
+    import torch
     crc = 0
     for _, p in sorted(model.named_parameters()):
         local = p.to_local() if hasattr(p, "to_local") else p
-        crc = zlib.crc32(local.detach().contiguous().view(-1).view(dtype=_u8()).numpy().tobytes(), crc)
+        crc = zlib.crc32(local.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes(), crc)
     return crc
-
-
-def _u8():
-    import torch
-    return torch.uint8
 
 
 class Replica:
@@ -110,6 +107,7 @@ class Replica:
         self.model = build_model(self.cfg, mesh, self.device, a.seed, False, info.rank)
         self.optim = torch.optim.AdamW(self.model.parameters(), lr=a.lr, weight_decay=0.0)
         self.healed_at = None
+        self.last_quorum = None  # the quorum of this rank's previous step
         from torchft import Manager, ProcessGroupGloo
         self.manager = Manager(
             pg=ProcessGroupGloo(timeout=datetime.timedelta(seconds=a.timeout)),
@@ -184,11 +182,15 @@ class Replica:
         commit = m.should_commit()
         if commit:
             self.optim.step()
-        row = {"t0": t0, "tq": t_quorum, "t": time.time(), "step": step, "commit": bool(commit), "quorum": m._quorum_id,
-               "participants": n, "slot": slot, "healed": self.healed_at is not None,
-               "heal_s": (t_quorum - t0) if self.healed_at is not None else None,
-               "crc": shards_crc(self.model), "loss": float(loss.detach())}
-        return row
+        healed, quorum = self.healed_at is not None, m._quorum_id
+        # the shards' crc (a pass over every parameter byte) only where the verdict compares it: the
+        # first step of a quorum (a healed group's first step is one, and the survivors' same step
+        # too: the groups' quorum changes at the same step) and the last step
+        checked = healed or quorum != self.last_quorum or step == a.train_iters
+        self.last_quorum = quorum
+        return {"t0": t0, "tq": t_quorum, "t": time.time(), "step": step, "commit": bool(commit), "quorum": quorum,
+                "participants": n, "slot": slot, "healed": healed, "heal_s": (t_quorum - t0) if healed else None,
+                "crc": shards_crc(self.model) if checked else None, "loss": float(loss.detach())}
 
 
 def main(argv=None):

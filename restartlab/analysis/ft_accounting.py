@@ -36,10 +36,6 @@ from ..contracts import layout, live
 GROUP_ARG = re.compile(r"--replica-group[= ](\d+)")
 
 
-def _records(path: str) -> List[dict]:
-    return live.read_records(path)
-
-
 def _attempt_launch(att: layout.Attempt) -> Optional[float]:
     """When the group's loop launched the attempt (its launch record)."""
     for path in (att.launched, att.record):
@@ -56,7 +52,7 @@ def _steps(att: layout.Attempt) -> Dict[int, List[dict]]:
     out = {}
     for f in glob.glob(os.path.join(att.path, "ft-rank*.jsonl")):
         r = int(re.search(r"ft-rank(\d+)\.jsonl$", f).group(1))
-        out[r] = _records(f)
+        out[r] = live.read_records(f)
     return out
 
 
@@ -75,7 +71,7 @@ def summarize(phase_dir: str, train_iters: int) -> dict:
     phase = layout.Phase(phase_dir)
     groups = {}
     for gp in phase.groups():
-        g = int(os.path.basename(gp.path)[1:])
+        g = gp.group_index
         atts = []
         for att in gp.attempts():
             steps = _steps(att)
@@ -214,8 +210,8 @@ def _verdict(groups: dict, commits: List[dict], failures: List[dict], train_iter
         for a in gr["attempts"]:
             for r, recs in a["steps"].items():
                 for x in recs:
-                    if x.get("commit"):
-                        crcs.setdefault((x["step"], r), set()).add(x.get("crc"))
+                    if x.get("commit") and x.get("crc") is not None:  # the trainer checks a quorum's first step
+                        crcs.setdefault((x["step"], r), set()).add(x["crc"])
                     if x.get("healed") and r == 0:
                         heals.append((g, a["attempt"], x["step"]))
     unequal = sorted({f"step {s} rank {r}" for (s, r), v in crcs.items() if len(v) > 1})

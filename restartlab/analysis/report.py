@@ -103,7 +103,8 @@ def build(a):
         names = find_phases(a.expt_dir, _expected_phases(data))
         expected = a.expect if a.expect is not None else _expected_phases(data)
         policy, modes = _policy(data), _checkpoint_modes(data)
-        missing = [n for n in (expected or []) if n not in names and n not in torchft_phases(a.expt_dir)]
+        ft_names = torchft_phases(a.expt_dir)  # their groups' loops: not phases of attempts
+        missing = [n for n in (expected or []) if n not in names and n not in ft_names]
         losses = bool(a.baseline) or any(collect.is_baseline(m) for m in modes.values())
         for n in names:
             phases.append(collect.load_phase(n, phase_dir=expt.phase(n).path, losses=losses))

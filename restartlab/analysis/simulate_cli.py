@@ -159,7 +159,7 @@ def _fmt_s(x):
     return f"{x / 3600:.2f} h" if x >= 3600 else f"{x / 60:.1f} min" if x >= 120 else f"{x:.2f} s"
 
 
-def run_sweep(a, costs, nodes=None) -> dict:
+def run_sweep(a, costs, nodes=None, ft_costs=None) -> dict:
     fail = failures_from_args(a, nodes)
     modes = [m for m in (x.strip() for x in a.modes.split(",")) if m]
     bad = [m for m in modes if m not in ("sync", "async")]
@@ -170,9 +170,8 @@ def run_sweep(a, costs, nodes=None) -> dict:
         raise SimulateError("--days must be > 0 and --replicas >= 2 (the confidence interval needs two)")
     res = sim.sweep(costs, fail, ivs, modes, a.days, a.replicas, a.seed)
     out = {"nodes": nodes, "mtbf_s": fail.mtbf_s, "kinds": fail.kinds, "modes": res}
-    ftc = ft_costs_from_args(a)
-    if ftc is not None:
-        out["torchft"] = sim_ft.simulate(ftc, fail.mtbf_s, a.days, a.replicas, a.seed)
+    if ft_costs is not None:
+        out["torchft"] = sim_ft.simulate(ft_costs, fail.mtbf_s, a.days, a.replicas, a.seed)
     return out
 
 
@@ -186,7 +185,7 @@ def print_sweep(r, costs):
         print(f"  {'interval':>10} {'seconds':>10} {'ETTR':>8} {'+-95%':>7} {'fail/day':>9} {'lost h/day':>10} "
               f"{'down h/day':>10}")
         for row in m["rows"]:
-            mark = " <- best" if row["interval_steps"] == m["best"]["interval_steps"] else ""
+            mark = " <- best" if row is m["best"] else ""
             print(f"  {row['interval_steps']:>10} {row['interval_s']:>10.1f} {row['ettr']:>8.4f} {row['ci95']:>7.4f} "
                   f"{row['failures_per_day']:>9.2f} {row['lost_h_per_day']:>10.3f} {row['downtime_h_per_day']:>10.3f}{mark}")
 
@@ -252,7 +251,8 @@ def main(argv=None) -> int:
         nodes = _ints(a.nodes, "--nodes") if a.nodes else [None]
         if a.nodes and not a.node_mtbf:
             raise SimulateError("--nodes needs --node-mtbf (a job MTBF does not change with the node count)")
-        results = [run_sweep(a, costs, n) for n in nodes]
+        ft_costs = ft_costs_from_args(a)
+        results = [run_sweep(a, costs, n, ft_costs) for n in nodes]
     except SimulateError as e:
         print(f"restartlab simulate: error: {e}", file=sys.stderr)
         return 2

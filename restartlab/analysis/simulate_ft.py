@@ -14,8 +14,9 @@ so far. Goodput = the groups' trained share of the step slots over wall time, ti
 1 / (1 + step_overhead) (torchft's quorum and commit each step, as a fraction of a step).
 Seeded; independent replicas give a 95% confidence half-width."""
 import math
+import statistics
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -93,12 +94,7 @@ def costs_from_summary(summary: dict) -> Optional[FtCosts]:
     if not stalls or not rejoins:
         return None
     src = "measured (median over the summary's torchft failures)"
-    return FtCosts(groups=int(fts[0]["groups"]), stall_s=_median(stalls), rejoin_s=_median(rejoins),
+    return FtCosts(groups=int(fts[0]["groups"]), stall_s=statistics.median(stalls), rejoin_s=statistics.median(rejoins),
                    sources={"stall_s": src, "rejoin_s": src, "groups": "the summary's torchft phase",
                             "step_overhead": "assumed (0: --ft-step-overhead)"})
 
-
-def _median(xs: List[float]) -> float:
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2

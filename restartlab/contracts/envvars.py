@@ -19,10 +19,8 @@ def group_tag(tag: str, g: int) -> str:
 
 def tag_matches(value: str, tag: str) -> bool:
     """A rank's tag `value` is of the job tag `tag`: the tag itself or one of its groups'."""
-    if value == tag:
-        return True
-    rest = value[len(tag):] if value.startswith(tag + GROUP_TAG_SEP) else ""
-    return rest[len(GROUP_TAG_SEP):].isdigit()
+    prefix = tag + GROUP_TAG_SEP
+    return value == tag or (value.startswith(prefix) and value[len(prefix):].isdigit())
 
 
 def node_name() -> str:

@@ -69,10 +69,16 @@ class Phase:
     ckpts = property(lambda self: self._f("ckpts"))              # default checkpoint directory
     attempts_dir = property(lambda self: self._f("attempts"))
     @property
-    def is_group(self) -> bool:
-        """A torchft phase's replica group (<phase>/groups/g<k>)."""
+    def group_index(self) -> Optional[int]:
+        """k of a torchft phase's replica group (<phase>/groups/g<k>); None for any other phase."""
         parent = os.path.dirname(self.path.rstrip("/"))
-        return os.path.basename(parent) == "groups" and self.name[:1] == "g" and self.name[1:].isdigit()
+        if os.path.basename(parent) == "groups" and self.name[:1] == "g" and self.name[1:].isdigit():
+            return int(self.name[1:])
+        return None
+
+    @property
+    def is_group(self) -> bool:
+        return self.group_index is not None
 
     @property
     def injections(self) -> str:
@@ -101,8 +107,8 @@ class Phase:
         return Phase(os.path.join(self.groups_dir, f"g{g}"))
 
     def groups(self) -> List["Phase"]:
-        found = [d for d in glob.glob(os.path.join(self.groups_dir, "g*")) if os.path.basename(d)[1:].isdigit()]
-        return [Phase(d) for d in sorted(found, key=lambda d: int(os.path.basename(d)[1:]))]
+        found = [p for p in map(Phase, glob.glob(os.path.join(self.groups_dir, "g*"))) if p.is_group]
+        return sorted(found, key=lambda p: p.group_index)
 
     def reused_from(self) -> Optional[str]:
         """The experiment this phase was copied from (restartlab run --baseline-from); None: it ran here."""

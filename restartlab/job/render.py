@@ -132,18 +132,25 @@ def supervise_args(sc, tag, policy, node_check, expt: layout.Expt) -> List[str]:
             tool_options.SUPERVISE_NODE_CHECK.argv(node_check_settings(sc, expt)))
 
 
-def torchft_launch(sc, ph, rank_env, secrets):
-    """(one replica group's launcher argv, the supervisor's --ft-* flags) of a torchft phase: the
-    group has launch.ranks_per_node / recovery.groups ranks on the job's one node."""
-    ln, rc = sc["launch"], ph["recovery"]
+def launch_argv(sc, nodes, ppn, rank_env, secrets, hostfile=None) -> List[str]:
+    """The launcher's argv for `nodes` x `ppn` ranks (launch.launcher), with launch.mpiexec and
+    launch.launcher_args for an MPI launcher."""
+    ln = sc["launch"]
     try:
-        argv = launchers.get(ln["launcher"]).argv(
-            nodes=1, ppn=ln["ranks_per_node"] // rc["groups"], rank_env=rank_env, cpu_bind=ln["cpu_bind"],
-            depth=ln["depth"], hostfile=None, forward=tuple(secrets))
+        argv = launchers.get(ln["launcher"]).argv(nodes=nodes, ppn=ppn, rank_env=rank_env, cpu_bind=ln["cpu_bind"],
+                                                  depth=ln["depth"], hostfile=hostfile, forward=tuple(secrets))
     except ValueError as e:
         raise RenderError(f"{sc['source']}: {e}")
     if argv and argv[0] == "mpiexec":
         argv = [ln["mpiexec"], *ln["launcher_args"], *argv[1:]]
+    return argv
+
+
+def torchft_launch(sc, ph, rank_env, secrets):
+    """(one replica group's launcher argv, the supervisor's --ft-* flags) of a torchft phase: the
+    group has launch.ranks_per_node / recovery.groups ranks on the job's one node."""
+    rc = ph["recovery"]
+    argv = launch_argv(sc, 1, sc["launch"]["ranks_per_node"] // rc["groups"], rank_env, secrets)
     flags = ["--ft-groups", str(rc["groups"]), "--ft-min-replicas", str(rc["min_replicas"]),
              "--ft-heartbeat-timeout", f"{rc['heartbeat_timeout']:g}s", "--ft-join-timeout", f"{rc['join_timeout']:g}s"]
     return argv, flags
@@ -181,16 +188,9 @@ def context(sc, scheduler=None, expt_dir=None):
     node_check = rl["node_check"] if rl["node_check"] is not None else policy != "same"
     expt = layout.Expt(expt_dir)
     hosts_file = expt.hosts_attempt if policy != "same" else None
-    try:
-        # recovering from node loss: the node count and the hosts are decided before each attempt
-        launch = launchers.get(ln["launcher"]).argv(
-            nodes=launchers.NODES_TOKEN if policy != "same" else sc["job"]["nodes"], ppn=ln["ranks_per_node"],
-            rank_env=rank_env, cpu_bind=ln["cpu_bind"], depth=ln["depth"], hostfile=hosts_file,
-            forward=tuple(secrets))
-    except ValueError as e:
-        raise RenderError(f"{sc['source']}: {e}")
-    if launch and launch[0] == "mpiexec":  # launch.mpiexec and launch.launcher_args (MPI launchers)
-        launch = [ln["mpiexec"], *ln["launcher_args"], *launch[1:]]
+    # recovering from node loss: the node count and the hosts are decided before each attempt
+    launch = launch_argv(sc, launchers.NODES_TOKEN if policy != "same" else sc["job"]["nodes"], ln["ranks_per_node"],
+                         rank_env, secrets, hostfile=hosts_file)
     phases = []
     for ph in sc["phases"]:
         phase = expt.phase(ph["name"])

@@ -6,10 +6,10 @@ variable TORCHFT_LIGHTHOUSE tells the group where the lighthouse is), and the ph
 all of them. Group k's ranks carry the tag <tag>.g<k> (envvars.group_tag): its own loop's teardown
 finds only them, the phase's injector finds every group's as <tag>'s. A strike of kind `rank` ends
 one rank, and its launcher the rest of its group; a `kill` strikes every group (a job-wide failure
-no replica survives). A group whose attempt
-dies is relaunched by its own loop and heals from a surviving group; the others are never
-restarted. The phase ends when every group's loop has; its accounting and verdict
-(restartlab.analysis.ft_accounting) go to PHASE/ft.json and its last lines.
+no replica survives). A group whose attempt dies is relaunched by its own loop and heals from a
+surviving group; the others are never restarted. The phase ends when every group's loop has, or
+when one completed the last step and the others' grace is over (wait_groups); its accounting and
+verdict (restartlab.analysis.ft_accounting) go to PHASE/ft.json and its last lines.
 
 Torch- and torchft-free: the lighthouse is torchft's own executable, found on PATH."""
 import os
