@@ -30,6 +30,7 @@ import os
 import sys
 import time
 import zlib
+from typing import Optional
 
 from restartlab.contracts.exits import EXIT_FAILED, EXIT_USAGE
 
@@ -70,14 +71,21 @@ def parse_args(argv=None):
     return a
 
 
+def tensor_crc(t, crc: int = 0) -> int:
+    """crc32 of a tensor's bytes continuing `crc` (a host copy if on a device; no numpy: a program
+    of yours may run without it)."""
+    import ctypes
+    t = t.detach().cpu().contiguous()
+    n = t.numel() * t.element_size()
+    return zlib.crc32(ctypes.string_at(t.data_ptr(), n) if n else b"", crc)
+
+
 def shards_crc(model) -> int:
     """crc32 of this rank's parameter shards in name order: equal on the same rank of two groups
     iff their shards are bit-identical."""
-    import torch
     crc = 0
     for _, p in sorted(model.named_parameters()):
-        local = p.to_local() if hasattr(p, "to_local") else p
-        crc = zlib.crc32(local.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes(), crc)
+        crc = tensor_crc(p.to_local() if hasattr(p, "to_local") else p, crc)
     return crc
 
 
@@ -193,6 +201,56 @@ class Replica:
                 "crc": shards_crc(self.model) if checked else None, "loss": float(loss.detach())}
 
 
+class StepLog:
+    """What a replica group's rank writes per step attempted: its ft-rank<R>.jsonl line, on the
+    group's rank 0 restartlab's metrics rows for a committed step (train/iter = the step) and a
+    console line every log_interval steps, for a step not committed and for a heal. Shared by the
+    bundled trainer (main below) and the hook on a program of yours (ft_hook)."""
+
+    def __init__(self, outdir: str, rank: int, group: int, log_interval: int):
+        from restartlab.trainer.metrics import MetricsWriter
+        os.makedirs(outdir, exist_ok=True)
+        self.rank, self.group, self.log_interval = rank, group, log_interval
+        self.rec = open(os.path.join(outdir, f"ft-rank{rank}.jsonl"), "a", buffering=1)
+        self.metrics = MetricsWriter(outdir, rank) if rank == 0 else None
+        self.t_launch = float(os.environ.get("RESTARTLAB_LAUNCH_TS") or time.time())
+        self.first = True
+        self.attempted = 0
+
+    def write(self, row: dict) -> None:
+        self.attempted += 1
+        self.rec.write(json.dumps(row) + "\n")
+        if self.metrics and row["commit"]:
+            m = {"train/iter": row["step"], "train/dt": row["t"] - row["t0"]}
+            if row.get("loss") is not None:
+                m["train/loss"] = row["loss"]
+            if self.first:
+                m.update({"startup/launch_ts": self.t_launch, "ft/first_step": row["step"]})
+                if row["step"] > 1:
+                    m.update({"train/restart_seconds": row["t"] - self.t_launch, "train/resumed_from": row["step"] - 1})
+                self.first = False
+            self.metrics.write(m, ts=row["t"])
+        if self.rank == 0 and (row["step"] % self.log_interval == 0 or not row["commit"] or row["healed"]):
+            print(f"[g{self.group} rank0] step={row['step']} commit={row['commit']} "
+                  f"participants={row['participants']} quorum={row['quorum']}"
+                  + (f" healed in {row['heal_s']:.2f}s" if row["healed"] else "")
+                  + (f" error: {row['error']}" if row.get("error") else ""), flush=True)
+
+    def close(self, last_step: int, crc: Optional[int], finished: bool = False) -> None:
+        """The final row (rank 0): the last step and the state's crc; `finished`: a program of
+        yours ended normally (the relaunch loop's "completed" is this row at the last step)."""
+        if self.metrics:
+            final = {"train/iter": last_step, "ft/attempted": self.attempted}
+            if crc is not None:
+                final["train/params_crc"] = f"{crc:08x}"
+            if finished:
+                final["train/finished"] = True
+            self.metrics.write(final)
+            self.metrics.close(0)
+            self.metrics = None
+        self.rec.close()
+
+
 def main(argv=None):
     a = parse_args(argv)
     from restartlab.trainer import dist as rdist
@@ -204,41 +262,17 @@ def main(argv=None):
         if info.rank == 0:
             print(f"restartlab.trainer.ft: error: {e} (pip install 'restartlab[torchft]')", file=sys.stderr, flush=True)
         os._exit(EXIT_USAGE)
-    from restartlab.trainer.metrics import MetricsWriter
-    t_launch = float(os.environ.get("RESTARTLAB_LAUNCH_TS") or time.time())
     try:
         rep = Replica(a, info)
     except rdist.RendezvousError as e:
         print(f"restartlab.trainer.ft: error: rank {info.rank}: {e}", file=sys.stderr, flush=True)
         os._exit(EXIT_FAILED)
-    os.makedirs(a.outdir, exist_ok=True)
-    rec = open(os.path.join(a.outdir, f"ft-rank{info.rank}.jsonl"), "a", buffering=1)
-    metrics = MetricsWriter(a.outdir, info.rank) if info.rank == 0 else None
-    first = True
-    attempted = 0
+    log = StepLog(a.outdir, info.rank, a.replica_group, a.log_interval)
     while rep.manager.current_step() < a.train_iters:
-        row = rep.step()
-        attempted += 1
-        rec.write(json.dumps(row) + "\n")
-        if metrics and row["commit"]:
-            m = {"train/iter": row["step"], "train/loss": row["loss"], "train/dt": row["t"] - row["t0"]}
-            if first:
-                m.update({"startup/launch_ts": t_launch, "ft/first_step": row["step"]})
-                if row["step"] > 1:
-                    m.update({"train/restart_seconds": row["t"] - t_launch, "train/resumed_from": row["step"] - 1})
-                first = False
-            metrics.write(m, ts=row["t"])
-        if info.rank == 0 and (row["step"] % a.log_interval == 0 or not row["commit"] or row["healed"]):
-            print(f"[g{a.replica_group} rank0] step={row['step']} commit={row['commit']} "
-                  f"participants={row['participants']} quorum={row['quorum']}"
-                  + (f" healed in {row['heal_s']:.2f}s" if row["healed"] else ""), flush=True)
-    crc = shards_crc(rep.model)
-    if metrics:
-        metrics.write({"train/iter": a.train_iters, "ft/attempted": attempted, "train/params_crc": f"{crc:08x}"})
-        metrics.close(0)
-    rec.close()
+        log.write(rep.step())
+    log.close(a.train_iters, shards_crc(rep.model))
     if info.rank == 0:
-        print(f"[g{a.replica_group} rank0] TRAINING DONE step={a.train_iters} attempted={attempted}", flush=True)
+        print(f"[g{a.replica_group} rank0] TRAINING DONE step={a.train_iters} attempted={log.attempted}", flush=True)
     rep.manager.shutdown(wait=False)
     rdist.clean_exit(0)
 

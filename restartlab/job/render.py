@@ -166,6 +166,16 @@ def torchft_trainer_argv(sc, ph) -> List[str]:
             "--outdir", placeholders.ATTEMPT_DIR, "--replica-group", placeholders.GROUP]
 
 
+def torchft_program_argv(sc, ph, phase: layout.Phase) -> List[str]:
+    """A torchft program of yours as one replica group: rankenv, then its Python running
+    restartlab.trainer.ft_hook, which runs the program ({group}, {attempt_dir}: the supervisor's)."""
+    argv = program_argv(sc, ph, phase)
+    at = argv.index("--") + 1  # the program's own argv: its Python, then what that Python runs
+    return argv[:at + 1] + ["-m", "restartlab.trainer.ft_hook", "--outdir", placeholders.ATTEMPT_DIR,
+                            "--replica-group", placeholders.GROUP, "--train-iters", str(sc["trainer"]["train_iters"]),
+                            "--log-interval", str(sc["trainer"]["log_interval"]), "--"] + argv[at + 1:]
+
+
 def context(sc, scheduler=None, expt_dir=None):
     sched_name = scheduler or sc["scheduler"]
     sc = dict(sc, scheduler=sched_name)
@@ -198,9 +208,11 @@ def context(sc, scheduler=None, expt_dir=None):
         inject = ["--inject"] + tool_options.SUPERVISE_INJECT.argv(inject_settings(sc, f)) if f else None
         if is_torchft(ph):  # replica groups, each its own launch under its own relaunch loop
             group_launch, ft_args = torchft_launch(sc, ph, rank_env, secrets)
+            group_argv = (torchft_program_argv(sc, ph, phase) if sc["trainer"].get("program") else
+                          ["-m", "restartlab.trainer.ft"] + torchft_trainer_argv(sc, ph))
             phases.append({
                 "name": ph["name"], "dir": phase.path, "checkpoint": ph["checkpoint"], "ckpts": phase.ckpts,
-                "argv": group_launch + [python, "-m", "restartlab.trainer.ft"] + torchft_trainer_argv(sc, ph),
+                "argv": group_launch + [python] + group_argv,
                 "warm": False, "ft": ft_args, "strategy": "torchft",
                 "inject": inject, "inject_plan": shlex.join(inject_plan(sc, f, phase, tag)) if f else "",
             })

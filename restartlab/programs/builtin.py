@@ -122,3 +122,19 @@ class Ezpz(Adapter):
 
     def preflight(self, argv, env):
         return ezpz_check.problem(argv, env)
+
+
+@ADAPTERS.register
+class Torchft(Adapter):
+    """A torchft program of yours (torchft 0.2.0's Manager), only in a phase whose recovery is
+    torchft: each replica group runs it through restartlab.trainer.ft_hook, which observes the
+    Manager (quorums, commits, heals, errors) and writes restartlab's metrics rows and the phase's
+    ft records, so no progress pattern is needed. Its command starts with its Python (the hook runs
+    in that interpreter); it reads REPLICA_GROUP_ID and NUM_REPLICA_GROUPS (torchft's examples'
+    names) and torchrun's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, TORCHFT_LIGHTHOUSE
+    names the phase's lighthouse. A torchft phase keeps no checkpoints (the keys below are unused)."""
+    name = "torchft"
+    tap = False
+    doc = ("a torchft program of yours (torchft.Manager), in a torchft phase: restartlab's hook on its Manager "
+           "reads its steps, commits, heals and errors")
+    defaults = {"checkpoints": r"{ckpt_dir}/step-(?P<step>\d+)", "complete": "exists", "selects": "newest_complete"}

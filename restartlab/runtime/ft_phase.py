@@ -130,8 +130,12 @@ class FtPhase:
 
     def start_groups(self) -> None:
         # the groups share the node: each rank's CPU threads are the node's / (ranks in its group x groups)
-        env = dict(os.environ, TORCHFT_LIGHTHOUSE=self.address, RESTARTLAB_FT_GROUPS=str(self.cfg.ft_groups))
+        # REPLICA_GROUP_ID and NUM_REPLICA_GROUPS: the names torchft's own examples read (train_ddp.py)
+        n = str(self.cfg.ft_groups)
         for g in range(self.cfg.ft_groups):
+            env = dict(os.environ, TORCHFT_LIGHTHOUSE=self.address, RESTARTLAB_FT_GROUPS=n, NUM_REPLICA_GROUPS=n,
+                       REPLICA_GROUP_ID=str(g))
+            env.pop("MASTER_PORT", None)  # each group's loop picks its own (its ranks' store)
             os.makedirs(self.phase.group(g).path, exist_ok=True)
             with open(os.path.join(self.phase.group(g).path, "supervise.log"), "ab") as log:
                 self.groups[g] = subprocess.Popen(group_argv(self.cfg, g), env=env, stdout=log,

@@ -186,17 +186,32 @@ def is_torchft(phase) -> bool:
     return (phase.get("recovery") or {}).get("strategy") == "torchft"
 
 
+PYTHON = re.compile(r"^python[0-9.]*$")
+
+
 def _torchft_checks(sc, v: Validator) -> None:
     """A phase whose recovery is torchft: what this version runs (the bundled trainer, FSDP inside
-    a group, one node, no checkpoints) and torchft installed, each refused with its key."""
+    a group, or a torchft program of yours; one node, no checkpoints) and torchft installed, each
+    refused with its key."""
     tr, ln = sc["trainer"], sc["launch"]
+    prog = tr["program"]
+    if prog and prog["adapter"] == "torchft":
+        restarts = [ph["name"] for ph in sc["phases"] if not is_torchft(ph)]
+        if restarts:
+            v.err(("trainer", "program", "adapter"), f"torchft: a torchft program runs only in torchft phases "
+                  f"(recovery.strategy: torchft); phase(s) {', '.join(restarts)} restart")
+        if prog["command"] and not PYTHON.match(os.path.basename(prog["command"][0])):
+            v.err(("trainer", "program", "command"), f"{prog['command'][0]!r}: a torchft program's command starts "
+                  "with its Python (python PROGRAM.py ... or python -m MODULE ...): restartlab's hook on its "
+                  "Manager runs in that interpreter")
     for i, ph in enumerate(sc["phases"]):
         if not is_torchft(ph):
             continue
         rc, at = ph["recovery"], ("phases", i, "recovery")
-        if tr["program"]:
-            v.err(at + ("strategy",), "torchft runs the bundled trainer only (a program of yours through "
-                  "torchft's Manager is not supported yet): remove trainer.program or use strategy: restart")
+        if tr["program"] and tr["program"]["adapter"] != "torchft":
+            v.err(at + ("strategy",), f"a program of yours in a torchft phase is a torchft program: "
+                  f"trainer.program.adapter: torchft (restartlab's hook on its Manager), not "
+                  f"{tr['program']['adapter']!r}")
         if importlib.util.find_spec("torchft") is None:
             v.err(at + ("strategy",), f"torchft is not installed for {sys.executable} "
                   "(pip install 'restartlab[torchft]', which keeps the torch that is there)")

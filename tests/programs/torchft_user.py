@@ -1,0 +1,74 @@
+"""A torchft program of a user's kind, written the way torchft 0.2.0's own train_ddp.py example is
+(REPLICA_GROUP_ID, torchrun's variables, a Manager, torchft's OptimizerWrapper), run by
+tests/test_ft.py as a torchft phase's program (trainer.program.adapter: torchft) to make torchft's
+behaviours happen on purpose:
+
+  (default)        gradients averaged with Manager.allreduce: a killed group is relaunched and heals
+  --ddp            torchft's DistributedDataParallel (several buckets: bucket_cap_mb is tiny)
+  --die-at K       group 1's first attempt exits after step K's quorum, before its gradients
+  --pg-transport   heals through torchft's PGTransport (the state over the replica process group)
+  --late S         group 1's first attempt joins S seconds late: its first quorum heals it
+
+    python torchft_user.py --steps N [--delay S] [...]   (one rank per replica group)"""
+import argparse
+import datetime
+import os
+import sys
+import time
+
+import torch
+from torchft import DistributedDataParallel, Manager, ProcessGroupGloo
+from torchft.optim import OptimizerWrapper
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, required=True)
+p.add_argument("--delay", type=float, default=0.0)
+p.add_argument("--ddp", action="store_true")
+p.add_argument("--die-at", type=int, default=0)
+p.add_argument("--pg-transport", action="store_true")
+p.add_argument("--late", type=float, default=0.0)
+a = p.parse_args()
+group = int(os.environ.get("REPLICA_GROUP_ID", 0))
+first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+if group == 1 and first_attempt and a.late:
+    time.sleep(a.late)
+torch.manual_seed(group)  # different initial weights: only torchft's sync or a heal makes them equal
+torch.set_num_threads(1)
+module = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 1))
+optimizer = torch.optim.SGD(module.parameters(), lr=0.01)
+timeout = datetime.timedelta(seconds=10)
+pg = ProcessGroupGloo(timeout=timeout)
+transport = None
+if a.pg_transport:
+    from torchft.checkpointing.pg_transport import PGTransport
+    transport = PGTransport(pg, timeout=timeout, device=torch.device("cpu"))
+
+
+def load_state_dict(sd):
+    module.load_state_dict(sd["model"])
+    optimizer.load_state_dict(sd["optim"])
+
+
+manager = Manager(pg=pg, min_replica_size=1, load_state_dict=load_state_dict,
+                  state_dict=lambda: {"model": module.state_dict(), "optim": optimizer.state_dict()},
+                  use_async_quorum=False, replica_id=f"user_g{group}", timeout=timeout,
+                  quorum_timeout=datetime.timedelta(seconds=30), checkpoint_transport=transport)
+model = DistributedDataParallel(manager, module, bucket_cap_mb=0.01) if a.ddp else module
+optim = OptimizerWrapper(manager, optimizer)
+while manager.current_step() < a.steps:
+    optim.zero_grad()  # the quorum
+    if group == 1 and first_attempt and manager.current_step() == a.die_at:
+        print(f"group 1: exiting at step {a.die_at}, after the quorum, before the gradients", flush=True)
+        os._exit(9)
+    g = torch.Generator().manual_seed(manager.current_step() * 100 + (manager.participating_rank() or 0))
+    loss = model(torch.randn(8, 64, generator=g)).square().mean()
+    loss.backward()
+    if not a.ddp:
+        for q in module.parameters():
+            manager.allreduce(q.grad).wait()
+    optim.step()  # only if should_commit()
+    if a.delay:
+        time.sleep(a.delay)
+print(f"group {group}: done at step {manager.current_step()}", flush=True)
+manager.shutdown(wait=False)
+sys.exit(0)

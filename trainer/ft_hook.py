@@ -1,0 +1,272 @@
+"""python -m restartlab.trainer.ft_hook --outdir DIR --replica-group G --train-iters N -- PROGRAM.py [ARGS]
+   (or -- -m MODULE [ARGS]): a torchft program of yours as one replica group of a torchft phase.
+
+The program runs in this interpreter, as `python PROGRAM.py ARGS` would run it (its __main__, its
+sys.argv and sys.path[0]), with torchft 0.2.0's Manager observed, not changed: restartlab wraps
+four of its methods and calls the originals. What the phase's accounting needs is then written as
+for the bundled torchft trainer (trainer/ft.py's StepLog): one line per step attempted in
+DIR/ft-rank<R>.jsonl (R: the Manager's group rank), restartlab's metrics rows on the group's rank 0.
+
+  Manager.__init__        the program's Manager (the first one; torchft programs make one)
+  Manager._async_quorum   the quorum's end time, and whether it asked this group to heal (it runs
+                          in torchft's quorum thread, with use_async_quorum or without)
+  Manager._apply_pending_state_dict   a heal applied (a survivor's state loaded)
+  Manager.should_commit   the step's line: step, commit, quorum id, participants, this group's
+                          slot, heal (asked), healed (applied), heal_s, the error torchft reported
+                          for the step (Manager.errored(): e.g. a heal that failed), and at a
+                          quorum's first step, a heal and the last step the crc32 of the state the
+                          Manager would send a healing peer (its registered state_dict functions,
+                          tensors only, in key order) as should_commit returns: before the step's
+                          optimizer update, so every group's is its state after the step before
+
+torchft's own structured loggers (torchft_quorums, torchft_commits) emit only through
+OpenTelemetry (torchft/otel.py), which a batch job here cannot reach: hence the hook. An exception
+that ends the program (in its main thread or another) is written to DIR/ft-rank<R>-crash.json
+(type, message, the innermost frame and its source line) before Python reports it as it would
+have; the exit status is unchanged. The loss is not known to the hook (the program's output has it)."""
+import argparse
+import json
+import os
+import runpy
+import sys
+import threading
+import time
+import traceback
+from typing import Optional
+
+from restartlab.contracts.exits import EXIT_USAGE
+
+from .ft import StepLog, tensor_crc
+
+CRASH = "ft-rank{rank}-crash.json"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"restartlab.trainer.ft_hook: error: {message}\n")
+
+
+def parse_args(argv):
+    if "--" not in argv:
+        _Parser(prog="python -m restartlab.trainer.ft_hook").error(
+            "no program given: ... -- PROGRAM.py [ARGS] (or -- -m MODULE [ARGS])")
+    at = argv.index("--")
+    p = _Parser(prog="python -m restartlab.trainer.ft_hook",
+                description="run a torchft program of yours as one replica group of a torchft phase")
+    p.add_argument("--outdir", required=True, help="the attempt's directory (the ft records and metrics rows)")
+    p.add_argument("--replica-group", type=int, required=True, help="this group's number (0, 1, ...)")
+    p.add_argument("--train-iters", type=int, required=True, help="the program's last step (a crc is taken there)")
+    p.add_argument("--log-interval", type=int, default=10)
+    a = p.parse_args(argv[:at])
+    program = argv[at + 1:]
+    if not program or (program[0] == "-m" and len(program) < 2):
+        p.error("no program given: ... -- PROGRAM.py [ARGS] (or -- -m MODULE [ARGS])")
+    return a, program
+
+
+def state_crc(state) -> int:
+    """crc32 of every tensor in a (nested) state dict, in key order; DTensors as their local
+    shards, device tensors copied to the host."""
+    import torch
+    crc = 0
+
+    def walk(v):
+        nonlocal crc
+        if isinstance(v, dict):
+            for k in sorted(v, key=str):
+                walk(v[k])
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, torch.Tensor):
+            crc = tensor_crc(v.to_local() if hasattr(v, "to_local") else v, crc)
+    walk(state)
+    return crc
+
+
+def _error(m) -> Optional[str]:
+    e = m.errored()
+    if e is None:
+        return None
+    orig = getattr(e, "original_exception", e)
+    return f"{type(orig).__name__}: {str(orig).strip().splitlines()[0] if str(orig).strip() else ''}"
+
+
+class Observer:
+    """The hook's state: the program's Manager and the step being attempted."""
+
+    def __init__(self, a):
+        self.a = a
+        self.manager = None
+        self.log: Optional[StepLog] = None
+        self.t0 = time.time()     # the step's start: the previous should_commit's return
+        self.tq = None            # its quorum's end
+        self.heal = False         # the quorum asked this group to heal
+        self.healed = False       # a survivor's state was loaded
+        self.last_quorum = None
+        self.lock = threading.Lock()
+
+    def install_when_imported(self) -> None:
+        """Wrap the Manager when the program imports torchft.manager (not before: the program's
+        first lines run as without the hook, e.g. what it sets before it imports torch)."""
+        import importlib.abc
+        import importlib.machinery
+        obs = self
+
+        class Finder(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name != "torchft.manager":
+                    return None
+                spec = importlib.machinery.PathFinder.find_spec(name, path)
+                if spec is None or spec.loader is None:
+                    return spec
+                exec_module = spec.loader.exec_module
+
+                def exec_and_install(module):
+                    exec_module(module)
+                    obs.host_store()
+                    obs.install(module.Manager)
+                spec.loader.exec_module = exec_and_install
+                return spec
+        sys.meta_path.insert(0, Finder())
+
+    def host_store(self) -> None:
+        """The replica group's TCPStore at MASTER_ADDR:MASTER_PORT, which torchft's Manager joins as
+        a client: torchrun's agent hosts it and tells the ranks so (TORCHELASTIC_USE_AGENT_STORE,
+        then init_process_group joins it too); under mpiexec, PALS or srun (restartlab.runtime.rankenv)
+        nobody would, so group rank 0 hosts it here as torchrun would. Not when torchrun runs the
+        program, and not when the program's own init_process_group hosts it already (the port is taken)."""
+        env = os.environ
+        if env.get("TORCHELASTIC_USE_AGENT_STORE") or not env.get("MASTER_ADDR") or not env.get("MASTER_PORT"):
+            return
+        env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+        if env.get("RANK", "0") != "0":
+            return
+        from torch.distributed import TCPStore
+        try:
+            self.store = TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=True, wait_for_workers=False)
+        except RuntimeError:  # the program's own store is there
+            self.store = None
+
+    def install(self, Manager) -> None:
+        obs = self
+        orig = {n: getattr(Manager, n) for n in ("__init__", "_async_quorum", "_apply_pending_state_dict",
+                                                 "should_commit")}
+
+        def __init__(m, *args, **kwargs):
+            orig["__init__"](m, *args, **kwargs)
+            if obs.manager is None:
+                obs.manager = m
+                obs.log = StepLog(obs.a.outdir, m._group_rank, obs.a.replica_group, obs.a.log_interval)
+                obs.t0 = time.time()  # the first step starts when the Manager is up
+
+        def _async_quorum(m, *args, **kwargs):
+            try:
+                return orig["_async_quorum"](m, *args, **kwargs)
+            finally:
+                if m is obs.manager:
+                    obs.tq, obs.heal = time.time(), bool(m._healing)
+
+        def _apply_pending_state_dict(m, *args, **kwargs):
+            applied = m._pending_state_dict is not None
+            out = orig["_apply_pending_state_dict"](m, *args, **kwargs)
+            if m is obs.manager and applied:
+                obs.healed = True
+            return out
+
+        def should_commit(m, *args, **kwargs):
+            commit = orig["should_commit"](m, *args, **kwargs)
+            if m is obs.manager:
+                obs.step_done(m, commit)
+            return commit
+
+        Manager.__init__ = __init__
+        Manager._async_quorum = _async_quorum
+        Manager._apply_pending_state_dict = _apply_pending_state_dict
+        Manager.should_commit = should_commit
+
+    def step_done(self, m, commit: bool) -> None:
+        t = time.time()
+        step = m.current_step() if commit else m.current_step() + 1  # a commit has counted the step
+        quorum = m._quorum_id
+        checked = self.healed or quorum != self.last_quorum or step == self.a.train_iters
+        crc = None
+        if checked and m._user_state_dicts:
+            crc = state_crc({k: fn() for k, fn in m._user_state_dicts.items()})
+        tq = self.tq if self.tq is not None else self.t0
+        row = {"t0": self.t0, "tq": tq, "t": t, "step": step, "commit": bool(commit), "quorum": quorum,
+               "participants": m.num_participants(), "slot": m.participating_rank(), "heal": self.heal,
+               "healed": self.healed, "heal_s": (tq - self.t0) if self.heal else None, "crc": crc,
+               "error": _error(m), "loss": None}
+        self.log.write(row)
+        self.last_quorum = quorum
+        self.t0, self.tq, self.heal, self.healed = time.time(), None, False, False
+
+    def crashed(self, exc_type, exc, tb) -> None:
+        """The exception that ends the program, to DIR/ft-rank<R>-crash.json (first one wins)."""
+        with self.lock:
+            rank = self.manager._group_rank if self.manager is not None else int(os.environ.get("RANK", "0"))
+            path = os.path.join(self.a.outdir, CRASH.format(rank=rank))
+            if os.path.exists(path):
+                return
+            frames = traceback.extract_tb(tb)
+            last = frames[-1] if frames else None
+            rec = {"time": time.time(), "type": exc_type.__name__, "message": str(exc).strip()[:2000],
+                   "file": last.filename if last else None, "line": last.lineno if last else None,
+                   "code": last.line if last else None, "thread": threading.current_thread().name,
+                   "step": (self.manager.current_step() + 1) if self.manager is not None else None}
+            os.makedirs(self.a.outdir, exist_ok=True)
+            with open(path, "w") as f:
+                json.dump(rec, f)
+
+    def finish(self) -> None:
+        if self.log is not None:
+            m = self.manager
+            crc = state_crc({k: fn() for k, fn in m._user_state_dicts.items()}) if m._user_state_dicts else None
+            self.log.close(m.current_step(), crc, finished=True)
+            self.log = None
+
+
+def main(argv=None) -> int:
+    a, program = parse_args(list(sys.argv[1:] if argv is None else argv))
+    import importlib.util
+    if importlib.util.find_spec("torchft") is None:
+        print("restartlab.trainer.ft_hook: error: torchft is not installed (pip install 'restartlab[torchft]')",
+              file=sys.stderr)
+        return EXIT_USAGE
+    obs = Observer(a)
+    obs.install_when_imported()
+    default_thread_hook = threading.excepthook
+
+    def thread_hook(args):
+        if args.exc_type is not SystemExit:
+            obs.crashed(args.exc_type, args.exc_value, args.exc_traceback)
+        default_thread_hook(args)
+    threading.excepthook = thread_hook
+    if program[0] == "-m":
+        sys.argv = [program[1]] + program[2:]
+        run = lambda: runpy.run_module(program[1], run_name="__main__", alter_sys=True)  # noqa: E731
+    else:
+        if not os.path.isfile(program[0]):
+            print(f"restartlab.trainer.ft_hook: error: {program[0]}: no such file", file=sys.stderr)
+            return EXIT_USAGE
+        sys.argv = list(program)
+        sys.path[0] = os.path.dirname(os.path.abspath(program[0]))
+        run = lambda: runpy.run_path(program[0], run_name="__main__")  # noqa: E731
+    try:
+        run()
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            obs.crashed(SystemExit, e, e.__traceback__)
+        else:
+            obs.finish()
+        raise
+    except BaseException as e:
+        obs.crashed(type(e), e, e.__traceback__)
+        raise
+    obs.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
