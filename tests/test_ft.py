@@ -201,39 +201,125 @@ def test_a_lighthouse_that_cannot_start_ends_the_phase_in_one_line(tmp_path):
     assert end["how"] == "cannot_run" and layout.Phase(str(phase)).groups() == []
 
 
-def _lighthouse(join_ms):
-    """torchft's own lighthouse on 127.0.0.1 (min_replicas 1, heartbeat timeout 1 s) for a program
-    of the user's kind run directly; (its process, the environment that names it to the groups)."""
-    from restartlab import launchers
-    port = launchers.free_port()
-    lh = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "torchft_lighthouse"), "--bind",
-                           f"127.0.0.1:{port}", "--min_replicas", "1", "--join_timeout_ms", str(join_ms),
-                           "--heartbeat_timeout_ms", "1000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return lh, dict(os.environ, TORCHFT_LIGHTHOUSE=f"http://127.0.0.1:{port}")
+# ---------------------------------------------------------------- a torchft program of yours
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_PROGRAM = os.path.join(ROOT, "examples", "torchft", "train.py")
+
+
+def _program_phase(tmp_path, iters, program_args, supervise=(), env=None):
+    """A torchft phase of 2 groups of 1 rank running examples/torchft/train.py through the hook,
+    as the rendered script launches it (rankenv, then ft_hook), no injector."""
+    tag = f"t-{uuid.uuid4().hex[:8]}"
+    phase = str(tmp_path / "ft")
+    argv = [sys.executable, "-m", "restartlab.cli", "supervise", "--phase", "ft", "--phase-dir", phase, "--tag", tag,
+            "--train-iters", str(iters), "--max-attempts", "2", "--hang-timeout", "60", "--startup-timeout", "60",
+            "--ft-groups", "2", "--ft-min-replicas", "1", "--ft-heartbeat-timeout", "1s", "--ft-join-timeout", "2s",
+            "--program", json.dumps({"adapter": "torchft", "steps": iters}), *supervise, "--",
+            MPIEXEC, "-n", "1", "-genv", killer.TAG_VAR, tag, sys.executable, "-m", "restartlab.runtime.rankenv", "--",
+            sys.executable, "-m", "restartlab.trainer.ft_hook", "--outdir", "{attempt_dir}", "--replica-group", "{group}",
+            "--train-iters", str(iters), "--", USER_PROGRAM, "--steps", str(iters), *program_args]
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=dict(os.environ, **(env or {})))
+    finally:
+        killer.kill_ranks(tag)
+        assert not killer.find_tagged(tag), "ranks left behind"
+    return r, phase
 
 
 @pytest.mark.multirank
-def test_torchfts_own_ddp_crashes_the_survivor_when_its_peer_dies_in_the_gradient_allreduce(tmp_path):
-    """torchft 0.2.0's DistributedDataParallel, as a user's program writes it (tests/programs/
-    torchft_ddp.py): its peer exits after a quorum, before its gradients, so the survivor meets the
-    dead peer inside DDP's allreduce: the survivor crashes in torchft's communication hook
-    (torchft/ddp.py, `assert fut._fut`: a failed bucket's future has none), which is the restart
-    torchft exists to avoid. The bundled trainer allreduces through Manager.allreduce instead, and
-    its survivor never restarts (test_a_group_killed_heals_from_the_survivor_which_never_restarts)."""
-    lh, env = _lighthouse(join_ms=2000)
-    prog = os.path.join(os.path.dirname(__file__), "programs", "torchft_ddp.py")
-    try:
-        groups = [subprocess.Popen([sys.executable, prog, str(g), "5"], env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True) for g in (0, 1)]
-        outs = [p.communicate(timeout=120)[0] for p in groups]
-    finally:
-        for p in [lh] + groups:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    assert groups[1].returncode == 9 and "exiting at step 5" in outs[1], outs[1][-2000:]
-    assert groups[0].returncode != 0 and "group 0: done" not in outs[0], outs[0][-3000:]
-    assert "torchft/ddp.py" in outs[0] and "assert fut._fut" in outs[0], outs[0][-3000:]
+def test_a_torchft_program_of_yours_through_run_heals_and_its_survivor_never_restarts(tmp_path):
+    """scenarios/examples/torchft.yaml through `restartlab run`: examples/torchft/train.py (written
+    as torchft's train_ddp.py example is) as 2 replica groups under the hook; group rank killed at
+    step 20; the survivor never restarts, the struck group heals and its state (the Manager's
+    registered state dicts) equals the survivor's; the report has the torchft section."""
+    expt = str(tmp_path / "expt")
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", os.path.join(ROOT, "scenarios", "examples",
+                        "torchft.yaml"), "--expt-dir", expt, "--plain"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    phase = layout.Expt(expt).phase("torchft")
+    s = json.load(open(phase.ft_summary))
+    f, = s["failures"]
+    struck, = f["struck_groups"]
+    survivor, = f["survivors"]
+    assert s["per_group"][str(survivor)]["attempts"] == 1 and s["per_group"][str(struck)]["attempts"] == 2, s["per_group"]
+    rel = f["relaunch"][str(struck)]
+    assert rel["heal_s"] is not None and rel["first_step"] > 20, f
+    v = s["verdict"]
+    assert v["ok"] and v["state_equal"] and not v["crashes"] and not v["heal_failures"], v
+    assert any(h["group"] == struck and h["attempt"] == 2 for h in v["heals"]), v
+    report = open(os.path.join(expt, "report.md")).read()
+    assert "## torchft phases" in report and "### torchft: OK" in report
+
+
+@pytest.mark.multirank
+def test_torchfts_own_ddp_crashes_the_survivor_when_its_peer_dies_and_the_verdict_names_it(tmp_path):
+    """torchft 0.2.0's DistributedDataParallel: group 1 exits after step 5's quorum, before its
+    gradients, so group 0 meets the dead peer inside DDP's gradient allreduce and dies in torchft's
+    communication hook (torchft/ddp.py, `assert fut._fut`: a failed bucket's future has none): the
+    restart torchft exists to avoid. The hook writes the exception; the verdict names it."""
+    r, phase = _program_phase(tmp_path, 20, ["--ddp", "--die-at", "5", "--delay", "0.1"])
+    s = json.load(open(layout.Phase(phase).ft_summary))
+    v = s["verdict"]
+    assert 0 in v["survivor_restarted"] and not v["ok"], (v, r.stdout[-2000:])
+    c, = [c for c in v["crashes"] if c["group"] == 0]
+    assert c["attempt"] == 1 and c["error"] == "AssertionError" and c["where"].startswith("torchft/ddp.py:"), c
+    assert c["code"] == "assert fut._fut" and "DistributedDataParallel" in c["known"], c
+    assert "died of its own exception" in r.stdout and "known: torchft 0.2.0's DistributedDataParallel" in r.stdout
+
+
+@pytest.mark.multirank
+def test_a_heal_without_numpy_fails_stalls_the_survivor_and_the_verdict_names_it(tmp_path):
+    """torchft 0.2.0 does not declare numpy, and its PGTransport's heal calls Tensor.numpy()
+    (torchft/checkpointing/pg_transport.py, recv_checkpoint). With numpy absent (--no-numpy hides it
+    before torch) group 1 joins late, its heal fails with "Numpy is not available" at every step and
+    the survivor cannot commit while it waits on the transfer (torchft retries forever: max_retries
+    None); the group's own output grows all along, so its loop's watchdog goes by commits (none:
+    stopped after the startup timeout). The verdict names the failed heals; the survivor finishes."""
+    r, phase = _program_phase(tmp_path, 30, ["--pg-transport", "--late", "2", "--delay", "0.2", "--timeout", "3",
+                                             "--no-numpy"], supervise=["--startup-timeout", "8"],
+                              env={"RESTARTLAB_FT_DONE_GRACE_S": "0.5"})
+    s = json.load(open(layout.Phase(phase).ft_summary))
+    v = s["verdict"]
+    h = next((h for h in v["heal_failures"] if h["group"] == 1 and h["attempt"] == 1), None)
+    assert h is not None and h["error"] == "RuntimeError: Numpy is not available", (v, r.stdout[-3000:])
+    assert "does not declare numpy" in h["known"] and h["others_uncommitted_s"] > 0, h
+    assert s["per_group"]["0"]["attempts"] == 1 and v["finished"] and not v["ok"], s["per_group"]
+    log = open(os.path.join(layout.Phase(phase).group(1).path, "supervise.log")).read()
+    assert "no progress in" in log and "for 8s" in log, log
+    assert "its heal failed" in r.stdout and "known: torchft 0.2.0 does not declare numpy" in r.stdout
+
+
+def test_the_hook_writes_the_exception_a_program_dies_of_and_keeps_its_exit(tmp_path):
+    """restartlab.trainer.ft_hook runs the program as python would (sys.argv, __main__): an
+    exception it dies of, in its main thread or another, goes to ft-rank<R>-crash.json, with the
+    traceback and the exit status as without the hook; a program that is not there is one line."""
+    prog = tmp_path / "boom.py"
+    prog.write_text("import sys, threading\n"
+                    "assert __name__ == '__main__' and sys.argv[1:] == ['--x', '1'], sys.argv\n"
+                    "t = threading.Thread(target=lambda: 1 / 0, name='worker'); t.start(); t.join()\n"
+                    "raise KeyError('gone')\n")
+    hook = [sys.executable, "-m", "restartlab.trainer.ft_hook", "--outdir", str(tmp_path / "out"), "--replica-group",
+            "0", "--train-iters", "5", "--"]
+    r = subprocess.run(hook + [str(prog), "--x", "1"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, RANK="0"))
+    assert r.returncode == 1 and "KeyError: 'gone'" in r.stderr and "ZeroDivisionError" in r.stderr, r.stderr
+    c = json.load(open(tmp_path / "out" / "ft-rank0-crash.json"))
+    assert c["type"] == "ZeroDivisionError" and c["thread"] == "worker" and c["code"] == "t = threading.Thread(" \
+        "target=lambda: 1 / 0, name='worker'); t.start(); t.join()", c   # the first exception wins
+    r = subprocess.run(hook + [str(tmp_path / "nope.py")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().endswith("nope.py: no such file") and "Traceback" not in r.stderr
+
+
+def test_the_state_crc_reads_nested_state_and_needs_no_numpy():
+    import zlib
+
+    import torch
+
+    from restartlab.trainer.ft_hook import state_crc
+    a, b = torch.arange(6, dtype=torch.float32), torch.ones(2, dtype=torch.int64)
+    want = zlib.crc32(b.numpy().tobytes(), zlib.crc32(a.numpy().tobytes()))
+    assert state_crc({"optim": {"state": {0: {"m": b}}, "lr": 0.1}, "model": {"w": a}}) == want  # key order
+    assert state_crc({"model": {"w": a}, "x": [b]}) == want
 
 
 # ---------------------------------------------------------------- the scenario: keys, refusals, the script
@@ -255,6 +341,17 @@ FT_BAD = [
      "phases[0].recovery.strategy: torchft phases run on one node in this version (job.nodes is 2)"),
     (FT_PHASE.replace("schedule: {every: 10s}", "schedule: {at_steps: [5]}").replace("gate: none", "gate: complete"),
      "gate: complete", "failures.gate: phase 'ft' saves no checkpoints"),
+    (FT_PHASE.replace("trainer: {train_iters: 50}", "trainer:\n  program: {command: [python, t.py], steps: 9, "
+                      "progress: 'step (?P<step>\\d+)', checkpoints: '{ckpt_dir}/s(?P<step>\\d+)'}"),
+     "strategy: torchft", "phases[0].recovery.strategy: a program of yours in a torchft phase is a torchft program: "
+     "trainer.program.adapter: torchft"),
+    (FT_PHASE.replace("trainer: {train_iters: 50}", "trainer:\n  program: {command: [bash, t.sh], steps: 9, "
+                      "adapter: torchft}"),
+     "command: [bash", "trainer.program.command: 'bash': a torchft program's command starts with its Python"),
+    (FT_PHASE.replace("trainer: {train_iters: 50}", "trainer:\n  program: {command: [python, t.py], steps: 9, "
+                      "adapter: torchft}") + "  - name: cold\n    checkpoint: none\n",
+     "adapter: torchft", "trainer.program.adapter: torchft: a torchft program runs only in torchft phases "
+     "(recovery.strategy: torchft); phase(s) cold restart"),
 ]
 
 
@@ -300,6 +397,21 @@ def test_the_job_script_runs_each_group_under_its_own_loop():
     assert "--ft-groups 2" in line
 
 
+def test_a_torchft_program_of_yours_is_launched_through_the_hook_in_its_python():
+    from restartlab import scenario
+    from restartlab.job import render
+    sc = scenario.load(os.path.join(ROOT, "scenarios", "examples", "torchft.yaml"))
+    text, ctx = render.render(sc, "pbs", "/expt/x")
+    argv = ctx["phases"][0]["argv"]
+    at = argv.index("restartlab.runtime.rankenv")
+    assert argv[at + 1:at + 5] == ["--", "python", "-m", "restartlab.trainer.ft_hook"], argv
+    assert argv[argv.index("--replica-group") + 1] == "{group}" and argv[argv.index("--outdir") + 1] == "{attempt_dir}"
+    assert argv[argv.index("--train-iters") + 1] == "60"
+    prog = argv[len(argv) - argv[::-1].index("--"):]
+    assert prog[0] == os.path.join(ROOT, "scenarios", "examples", "..", "..", "examples", "torchft", "train.py")
+    assert prog[1:] == ["--steps", "60", "--delay", "0.1"] and ctx["phases"][0]["strategy"] == "torchft"
+
+
 def test_restartlab_run_shows_a_torchft_phases_progress(tmp_path):
     """restartlab run's progress line reads a torchft phase's groups (their attempts, the furthest
     group's step), not "starting" for the whole phase."""
@@ -312,29 +424,6 @@ def test_restartlab_run_shows_a_torchft_phases_progress(tmp_path):
             f.write(json.dumps({"timestamp": 1, "rank": 0, "metrics": {"train/iter": step}}) + "\n")
     text, cur = run.progress({"phases": [{"name": "ft", "dir": root}], "train_iters": 10}, 0)
     assert cur == 0 and text.startswith("phase 1/1 ft: step 6/10, kills 0, restarts 1"), text
-
-
-@pytest.mark.multirank
-def test_a_heal_without_numpy_fails_because_torchft_does_not_declare_it(tmp_path):
-    """torchft 0.2.0 does not declare numpy, and its PGTransport's heal calls Tensor.numpy()
-    (torchft/checkpointing/pg_transport.py, recv_checkpoint): with numpy absent (tests/programs/
-    torchft_pg_heal.py hides it) a late group's heal fails with torch's "Numpy is not available"
-    and the group does not commit the step. restartlab's [torchft] extra declares numpy, and the
-    bundled trainer heals over HTTP (no numpy there) and imports numpy for its data anyway."""
-    lh, env = _lighthouse(join_ms=1000)
-    prog = os.path.join(os.path.dirname(__file__), "programs", "torchft_pg_heal.py")
-    procs = []
-    try:
-        procs = [subprocess.Popen([sys.executable, prog, str(g), str(n)], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True) for g, n in ((0, 60), (1, 1))]
-        late = procs[1].communicate(timeout=120)[0]
-    finally:
-        for p in [lh] + procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    assert "got exception in recovery: Numpy is not available" in late, late[-3000:]
-    assert "pg_transport.py" in late and "committed 0 of 1" in late, late[-3000:]
 
 
 @pytest.mark.multirank

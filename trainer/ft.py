@@ -33,6 +33,7 @@ import zlib
 from typing import Optional
 
 from restartlab.contracts.exits import EXIT_FAILED, EXIT_USAGE
+from restartlab.trainer.metrics import MetricsWriter  # torch-free
 
 
 GROUPS_VAR = "RESTARTLAB_FT_GROUPS"  # the replica groups on this node (the torchft phase sets it)
@@ -208,11 +209,12 @@ class StepLog:
     bundled trainer (main below) and the hook on a program of yours (ft_hook)."""
 
     def __init__(self, outdir: str, rank: int, group: int, log_interval: int):
-        from restartlab.trainer.metrics import MetricsWriter
         os.makedirs(outdir, exist_ok=True)
         self.rank, self.group, self.log_interval = rank, group, log_interval
         self.rec = open(os.path.join(outdir, f"ft-rank{rank}.jsonl"), "a", buffering=1)
-        self.metrics = MetricsWriter(outdir, rank) if rank == 0 else None
+        # rank 0's metrics file is opened at the first commit: the relaunch loop's watchdog takes
+        # a metrics file as "stepped" (startup timeout before it, hang timeout after)
+        self.outdir, self.metrics = outdir, None
         self.t_launch = float(os.environ.get("RESTARTLAB_LAUNCH_TS") or time.time())
         self.first = True
         self.attempted = 0
@@ -220,6 +222,8 @@ class StepLog:
     def write(self, row: dict) -> None:
         self.attempted += 1
         self.rec.write(json.dumps(row) + "\n")
+        if self.rank == 0 and row["commit"] and self.metrics is None and self.first:
+            self.metrics = MetricsWriter(self.outdir, 0)
         if self.metrics and row["commit"]:
             m = {"train/iter": row["step"], "train/dt": row["t"] - row["t0"]}
             if row.get("loss") is not None:

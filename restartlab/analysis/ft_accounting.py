@@ -23,7 +23,10 @@ healed group's parameters equal the survivors' at its first commit (shard crc, r
 did the job ever start over (a step committed below a step committed before it: torchft's
 `--min_replicas 1` with every group lost restarts from a fresh initialisation, silently); did it
 finish (a group completed the last step; a group still relaunching then is stopped by the phase and
-named in `stopped_when_done`)."""
+named in `stopped_when_done`); did a program die of an exception of its own (ft-rank<R>-crash.json,
+written by restartlab.trainer.ft_hook; a crash of a struck group after the strike is the strike's);
+did a heal fail (a step whose quorum asked the group to heal, not applied, with torchft's error).
+A crash or failed heal that matches a torchft behaviour known here (KNOWN) is named with it."""
 import glob
 import json
 import os
@@ -34,6 +37,18 @@ from typing import Dict, List, Optional
 from ..contracts import layout, live
 
 GROUP_ARG = re.compile(r"--replica-group[= ](\d+)")
+CRASH = re.compile(r"ft-rank(\d+)-crash\.json$")
+# torchft 0.2.0 behaviours, each made to happen on purpose by tests/test_ft.py: (a regex over
+# "<error> at <file>:<line> <source line>", what it is)
+KNOWN = [
+    (re.compile(r"Numpy is not available"),
+     "torchft 0.2.0 does not declare numpy, which its heal needs (PGTransport, Tensor.numpy()): install numpy "
+     "with torchft (restartlab's [torchft] extra does)"),
+    (re.compile(r"^AssertionError.* at torchft/ddp\.py:\d+ assert fut\._fut"),
+     "torchft 0.2.0's DistributedDataParallel: a survivor whose peer died during the gradient allreduce fails "
+     "its communication hook (a failed bucket's future has no _fut), the restart torchft exists to avoid; "
+     "averaging the gradients with Manager.allreduce does not"),
+]
 
 
 def _attempt_launch(att: layout.Attempt) -> Optional[float]:
@@ -54,6 +69,28 @@ def _steps(att: layout.Attempt) -> Dict[int, List[dict]]:
         r = int(re.search(r"ft-rank(\d+)\.jsonl$", f).group(1))
         out[r] = live.read_records(f)
     return out
+
+
+def _crashes(att: layout.Attempt) -> Dict[int, dict]:
+    """{rank: its crash record} of one attempt (a program run through ft_hook that died of an exception)."""
+    out = {}
+    for f in glob.glob(os.path.join(att.path, "ft-rank*-crash.json")):
+        try:
+            with open(f) as fh:
+                out[int(CRASH.search(f).group(1))] = json.load(fh)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _short(path: Optional[str]) -> str:
+    """A source file as a reader finds it: from the package down (site-packages/ cut off)."""
+    path = path or "?"
+    return path.split("site-packages/")[-1]
+
+
+def known(text: str) -> Optional[str]:
+    return next((what for rx, what in KNOWN if rx.search(text)), None)
 
 
 def struck_groups(inj: dict) -> List[int]:
@@ -77,7 +114,8 @@ def summarize(phase_dir: str, train_iters: int) -> dict:
             steps = _steps(att)
             r0 = steps.get(0, [])
             atts.append({"attempt": att.index, "launch_ts": _attempt_launch(att), "steps": steps,
-                         "attempted": len(r0), "committed": sum(1 for x in r0 if x.get("commit"))})
+                         "attempted": len(r0), "committed": sum(1 for x in r0 if x.get("commit")),
+                         "crashes": _crashes(att)})
         groups[g] = {"attempts": atts, "end": live.read_records(gp.ended)[-1:] or [None]}
     injections = [r for r in live.read_injections(phase.path) if r.get("killed")]
     return _account(groups, injections, train_iters, len(groups))
@@ -215,6 +253,7 @@ def _verdict(groups: dict, commits: List[dict], failures: List[dict], train_iter
                     if x.get("healed") and r == 0:
                         heals.append((g, a["attempt"], x["step"]))
     unequal = sorted({f"step {s} rank {r}" for (s, r), v in crcs.items() if len(v) > 1})
+    crashes, heal_failures = _crashes_and_heal_failures(groups, failures)
     # a start over: a step committed below one committed before it (a group's own first steps
     # before the others' are in lockstep: allowed while no other group has committed past it)
     start_over = None
@@ -236,8 +275,37 @@ def _verdict(groups: dict, commits: List[dict], failures: List[dict], train_iter
         "state_equal": not unequal, "unequal": unequal[:10],
         "started_over": start_over,
         "finished": finished, "stopped_when_done": stopped,
-        "ok": not restarted and not unequal and start_over is None and finished,
+        "crashes": crashes, "heal_failures": heal_failures,
+        "ok": not restarted and not unequal and start_over is None and finished and not crashes and not heal_failures,
     }
+
+
+def _crashes_and_heal_failures(groups: dict, failures: List[dict]):
+    """The exceptions programs died of on their own (not a struck group's after its strike), and
+    per group attempt the heals that failed (asked by the quorum, not applied, torchft's error)."""
+    strikes = [(f["time"], set(f["struck_groups"])) for f in failures]
+    crashes, heals = [], []
+    for g, gr in groups.items():
+        for a in gr["attempts"]:
+            for r, c in sorted(a["crashes"].items()):
+                t = c.get("time") or 0
+                if any(g in gs and a["launch_ts"] and a["launch_ts"] <= ft <= t for ft, gs in strikes):
+                    continue  # its group was struck while it ran: the strike's doing
+                error = f"{c.get('type')}: {c.get('message') or ''}".rstrip(": ")
+                where = f"{_short(c.get('file'))}:{c.get('line')}"
+                crashes.append({"group": g, "attempt": a["attempt"], "rank": r, "step": c.get("step"), "error": error,
+                                "where": where, "code": c.get("code"),
+                                "known": known(f"{error} at {where} {c.get('code') or ''}")})
+            failed = [x for x in a["steps"].get(0, []) if x.get("heal") and not x.get("healed") and x.get("error")]
+            if failed:
+                t0, t1 = failed[0]["t0"], failed[-1]["t"]
+                # meanwhile the others: their steps not committed that overlap (a heal's peer waits on it)
+                stalled = [x for o, ogr in groups.items() if o != g for oa in ogr["attempts"]
+                           for x in oa["steps"].get(0, []) if not x.get("commit") and x["t0"] <= t1 and x["t"] >= t0]
+                heals.append({"group": g, "attempt": a["attempt"], "times": len(failed), "step": failed[0]["step"],
+                              "error": failed[0]["error"], "known": known(failed[0]["error"]),
+                              "others_uncommitted_s": sum(x["t"] - x["t0"] for x in stalled)})
+    return crashes, heals
 
 
 def describe(summary: dict) -> List[str]:
@@ -252,7 +320,18 @@ def describe(summary: dict) -> List[str]:
                  "never started over" if v["started_over"] is None else
                  "STARTED OVER SILENTLY: group {group} attempt {attempt} committed step {step} after step "
                  "{after_step} had been committed (every group was lost: a fresh initialisation)".format(**v["started_over"]),
-                 "finished" if v["finished"] else "did not finish"])]
+                 "finished" if v["finished"] else "did not finish"]
+                + ([f"{len(v['crashes'])} program(s) died of an exception of their own"] if v.get("crashes") else [])
+                + ([f"heals failed in group(s) {sorted({h['group'] for h in v['heal_failures']})}"]
+                   if v.get("heal_failures") else []))]
+    for c in v.get("crashes", []):
+        lines.append(f"group {c['group']} attempt {c['attempt']} rank {c['rank']} died of its own exception at step "
+                     f"{c['step']}: {c['error']} at {c['where']}" + (f" `{c['code']}`" if c.get("code") else "")
+                     + (f" -- known: {c['known']}" if c["known"] else ""))
+    for h in v.get("heal_failures", []):
+        lines.append(f"group {h['group']} attempt {h['attempt']}: its heal failed {h['times']} time(s) from step "
+                     f"{h['step']}: {h['error']}; meanwhile the other groups spent {h['others_uncommitted_s']:.1f}s "
+                     "in steps they could not commit" + (f" -- known: {h['known']}" if h["known"] else ""))
     for i, f in enumerate(summary["failures"], 1):
         parts = [f"failure {i} ({f['kind']}) struck group(s) {f['struck_groups']}"]
         if f["detection_s"] is not None:

@@ -67,7 +67,7 @@ def group_argv(cfg, g: int) -> List[str]:
     vals = {o.key: getattr(cfg, o.key) for o in tool_options.SUPERVISE}
     tag = group_tag(cfg.tag, g)
     vals.update(phase=f"{cfg.phase}.g{g}", phase_dir=layout.Phase(cfg.phase_dir).group(g).path, tag=tag,
-                inject=False, node_check=False, ft_groups=0)
+                inject=False, node_check=False, ft_groups=0, ft_group=g)
     # the group's ranks carry its own tag (wherever the launcher line passes the job's)
     argv = [placeholders.fill(w, {placeholders.GROUP: str(g)}).replace(cfg.tag, tag) for w in cfg.argv]
     return [sys.executable, "-m", "restartlab.cli", "supervise", *options.to_argv(tool_options.SUPERVISE, vals),

@@ -94,6 +94,7 @@ class Procs:
         self.injector: Optional[subprocess.Popen] = None
         self.spec = programs.resolve(json.loads(cfg.program) if cfg.program else {"adapter": "restartlab"})
         self.taps = {}  # attempt path -> (Tap, Pump) of a program whose output is read
+        self.launched_at = {}  # attempt path -> its launch time
         self.pool = None  # the warm standby pools (warm.standby.Standby) of this phase
         self.pool_served = False  # said that they serve
 
@@ -115,6 +116,7 @@ class Procs:
         if self.cfg.ckpt_dir:
             ckpts = programs.list_ckpts(self.spec, self.cfg.ckpt_dir)
             tap.write_snapshot(att, tap.snapshot(self.spec, self.cfg.ckpt_dir, ckpts))
+        self.launched_at[att.path] = float(env["RESTARTLAB_LAUNCH_TS"])
         env = dict(os.environ, **env)
         if not self.spec["tap"]:
             with open(att.output, "ab") as out:
@@ -166,11 +168,15 @@ class Procs:
 
     def last_activity(self, att: layout.Attempt) -> Optional[float]:
         """When the attempt last wrote output or a metrics row (file times); a tapped program:
-        its last progress line (the launch before the first), whatever else it prints."""
+        its last progress line (the launch before the first), whatever else it prints; a torchft
+        replica group: its last committed step (torchft logs every quorum, committed or not), the
+        launch before the first."""
         if att.path in self.taps:
             return self.taps[att.path][0].last_progress
         times = []
-        for p in [att.output] + att.metrics_files():
+        if self.cfg.ft_group >= 0:
+            times.append(self.launched_at.get(att.path, 0.0))
+        for p in ([] if self.cfg.ft_group >= 0 else [att.output]) + att.metrics_files():
             try:
                 times.append(os.stat(p).st_mtime)
             except OSError:
@@ -313,6 +319,7 @@ class Config:
     ft_min_replicas: int = _DEFAULT["ft_min_replicas"]
     ft_heartbeat_timeout: float = _DEFAULT["ft_heartbeat_timeout"]
     ft_join_timeout: float = _DEFAULT["ft_join_timeout"]
+    ft_group: int = _DEFAULT["ft_group"]
 
     @classmethod
     def from_args(cls, a: argparse.Namespace, argv: List[str]) -> "Config":

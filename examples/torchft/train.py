@@ -1,32 +1,40 @@
-"""A torchft program of a user's kind, written the way torchft 0.2.0's own train_ddp.py example is
-(REPLICA_GROUP_ID, torchrun's variables, a Manager, torchft's OptimizerWrapper), run by
-tests/test_ft.py as a torchft phase's program (trainer.program.adapter: torchft) to make torchft's
-behaviours happen on purpose:
+"""A torchft program of yours, written the way torchft 0.2.0's own train_ddp.py example is
+(REPLICA_GROUP_ID, torchrun's variables, a Manager, torchft's OptimizerWrapper); one rank per
+replica group. scenarios/examples/torchft.yaml runs it as a torchft phase's program
+(trainer.program.adapter: torchft), and tests/test_ft.py makes torchft's behaviours happen on
+purpose with its flags:
 
   (default)        gradients averaged with Manager.allreduce: a killed group is relaunched and heals
   --ddp            torchft's DistributedDataParallel (several buckets: bucket_cap_mb is tiny)
   --die-at K       group 1's first attempt exits after step K's quorum, before its gradients
   --pg-transport   heals through torchft's PGTransport (the state over the replica process group)
   --late S         group 1's first attempt joins S seconds late: its first quorum heals it
+  --timeout S      torchft's timeout for collectives and heals
+  --no-numpy       numpy hidden before torch is imported, as if it were not installed
 
-    python torchft_user.py --steps N [--delay S] [...]   (one rank per replica group)"""
+    python train.py --steps N [--delay S] [...]"""
 import argparse
 import datetime
 import os
 import sys
 import time
 
-import torch
-from torchft import DistributedDataParallel, Manager, ProcessGroupGloo
-from torchft.optim import OptimizerWrapper
+if "--no-numpy" in sys.argv:  # as if numpy were not installed (torchft 0.2.0 does not declare it)
+    sys.modules["numpy"] = None
+
+import torch  # noqa: E402
+from torchft import DistributedDataParallel, Manager, ProcessGroupGloo  # noqa: E402
+from torchft.optim import OptimizerWrapper  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, required=True)
 p.add_argument("--delay", type=float, default=0.0)
 p.add_argument("--ddp", action="store_true")
-p.add_argument("--die-at", type=int, default=0)
+p.add_argument("--die-at", type=int, default=-1)
 p.add_argument("--pg-transport", action="store_true")
 p.add_argument("--late", type=float, default=0.0)
+p.add_argument("--no-numpy", action="store_true")
+p.add_argument("--timeout", type=float, default=10.0, help="torchft's timeout (s): collectives, heals")
 a = p.parse_args()
 group = int(os.environ.get("REPLICA_GROUP_ID", 0))
 first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
@@ -36,7 +44,7 @@ torch.manual_seed(group)  # different initial weights: only torchft's sync or a 
 torch.set_num_threads(1)
 module = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 1))
 optimizer = torch.optim.SGD(module.parameters(), lr=0.01)
-timeout = datetime.timedelta(seconds=10)
+timeout = datetime.timedelta(seconds=a.timeout)
 pg = ProcessGroupGloo(timeout=timeout)
 transport = None
 if a.pg_transport:
