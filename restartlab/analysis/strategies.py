@@ -48,6 +48,10 @@ def torchft_row(name: str, ft: dict, baseline_wall: Optional[float]) -> dict:
         findings.append(f"STARTED OVER at step {v['started_over']['after_step']}")
     if not v["finished"]:
         findings.append("did not finish")
+    if v.get("crashes"):
+        findings.append(f"{len(v['crashes'])} program crash(es)")
+    if v.get("heal_failures"):
+        findings.append(f"heals failed in group(s) {sorted({h['group'] for h in v['heal_failures']})}")
     return {"phase": name, "strategy": f"torchft ({ft['groups']} groups)", "wall_s": ft["wall_s"],
             "steps": ft["steps_committed"], "failures": len(ft["failures"]), "ettr": ft["ettr"],
             "vs_baseline_s": (ft["wall_s"] - baseline_wall) if ft["wall_s"] is not None and baseline_wall else None,
@@ -120,7 +124,15 @@ def markdown(table: List[dict], ft: Dict[str, dict]) -> List[str]:
         if not v["state_equal"]:
             L.append(f"- **healed state differs** from the survivors' at {', '.join(v['unequal'])}")
         if v["survivor_restarted"]:
-            L.append(f"- **a survivor restarted**: group(s) {v['survivor_restarted']}")
+            L.append(f"- **restarted though no failure struck it**: group(s) {v['survivor_restarted']}")
+        for c in v.get("crashes", []):
+            L.append(f"- **group {c['group']} attempt {c['attempt']} rank {c['rank']} died of its own exception** at "
+                     f"step {c['step']}: {c['error']} at {c['where']}" + (f" `{c['code']}`" if c.get("code") else "")
+                     + (f"; known: {c['known']}" if c["known"] else ""))
+        for h in v.get("heal_failures", []):
+            L.append(f"- **group {h['group']} attempt {h['attempt']}: its heal failed** {h['times']} time(s) from step "
+                     f"{h['step']}: {h['error']}; the other groups spent {_fmt(h['others_uncommitted_s'])} s in steps "
+                     "they could not commit" + (f"; known: {h['known']}" if h["known"] else ""))
         L += ["", "| failure | kind | struck groups | detection s | survivors' stall s | uncommitted steps | "
               "group | relaunched after s | process start s | heal s | healed at step | rejoin s |", "|" + "---|" * 12]
         for i, f in enumerate(s["failures"], 1):
