@@ -247,7 +247,7 @@ def test_a_torchft_program_of_yours_through_run_heals_and_its_survivor_never_res
     v = s["verdict"]
     assert v["ok"] and v["state_equal"] and not v["crashes"] and not v["heal_failures"], v
     assert any(h["group"] == struck and h["attempt"] == 2 for h in v["heals"]), v
-    report = open(os.path.join(expt, "report.md")).read()
+    report = open(layout.Expt(expt).report).read()
     assert "## torchft phases" in report and "### torchft: OK" in report
 
 

@@ -76,12 +76,12 @@ SUPERVISE = [
         "min_replica_size (a step commits only with this many groups in it)", min=1),
     Opt("--ft-heartbeat-timeout", "duration", 5.0, "torchft: the lighthouse takes a group that has not "
         "heartbeated for this long as dead (its --heartbeat_timeout_ms)", positive=True),
+    Opt("--ft-join-timeout", "duration", 60.0, "torchft: how long the lighthouse waits for heartbeating "
+        "groups to join before it issues a quorum without them (its --join_timeout_ms)", positive=True),
     Opt("--ft-group", "int", -1, "torchft: this loop runs replica group K of a torchft phase (its phase's "
         "supervisor sets it): the watchdog's progress is a committed step (a metrics row), not output: a group "
         "that cannot commit (e.g. its heal fails at every step) is stopped after --startup-timeout/--hang-timeout",
         hidden=True),
-    Opt("--ft-join-timeout", "duration", 60.0, "torchft: how long the lighthouse waits for heartbeating "
-        "groups to join before it issues a quorum without them (its --join_timeout_ms)", positive=True),
 ]
 
 NODE_CHECK = [
