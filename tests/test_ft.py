@@ -107,6 +107,26 @@ def test_the_verdict_names_a_healed_state_that_differs(tmp_path):
     assert "state differs from the survivors' at step 8 rank 0" in ft_accounting.describe(s)[0]
 
 
+def test_a_struck_groups_crash_is_the_strikes_and_a_survivors_is_named(tmp_path):
+    """From recorded files: group 1's rank 0 raised 0.1 s after the strike that hit its group (its
+    peer rank's death: the strike's doing, not counted); group 0's, which no strike hit, is named,
+    with what is known of it when it matches a torchft behaviour."""
+    root = _phase_with_one_failure(tmp_path)
+    crash = {"time": 104.6, "type": "RuntimeError", "message": "Connection closed by peer", "file": "/x/site-packages/"
+             "torch/distributed/x.py", "line": 3, "code": "work.wait()", "thread": "MainThread", "step": 5}
+    json.dump(crash, open(os.path.join(layout.Phase(root).group(1).attempt(1).path, "ft-rank0-crash.json"), "w"))
+    assert ft_accounting.summarize(root, 10)["verdict"]["crashes"] == []
+    json.dump(dict(crash, time=109.5, type="AssertionError", message="", file="/v/lib/site-packages/torchft/ddp.py",
+                   line=76, code="assert fut._fut"),
+              open(os.path.join(layout.Phase(root).group(0).attempt(1).path, "ft-rank0-crash.json"), "w"))
+    s = ft_accounting.summarize(root, 10)
+    c, = s["verdict"]["crashes"]
+    assert (c["group"], c["attempt"], c["where"]) == (0, 1, "torchft/ddp.py:76") and not s["verdict"]["ok"]
+    assert "DistributedDataParallel" in c["known"]
+    assert "group 0 attempt 1 rank 0 died of its own exception at step 5: AssertionError at torchft/ddp.py:76 " \
+        "`assert fut._fut` -- known: torchft 0.2.0's DistributedDataParallel" in "\n".join(ft_accounting.describe(s))
+
+
 def test_the_verdict_names_a_survivor_that_restarted_and_a_silent_start_over(tmp_path):
     root = str(tmp_path / "ft")
     _group(root, 0, [(99.0, _lockstep(1, 6, 100)), (107.0, _lockstep(1, 3, 108))])  # from step 1 again

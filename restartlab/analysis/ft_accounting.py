@@ -308,6 +308,20 @@ def _crashes_and_heal_failures(groups: dict, failures: List[dict]):
     return crashes, heals
 
 
+def findings(v: dict) -> List[str]:
+    """One line per exception a program died of and per group attempt whose heal failed."""
+    out = []
+    for c in v.get("crashes", []):
+        out.append(f"group {c['group']} attempt {c['attempt']} rank {c['rank']} died of its own exception at step "
+                   f"{c['step']}: {c['error']} at {c['where']}" + (f" `{c['code']}`" if c.get("code") else "")
+                   + (f" -- known: {c['known']}" if c["known"] else ""))
+    for h in v.get("heal_failures", []):
+        out.append(f"group {h['group']} attempt {h['attempt']}: its heal failed {h['times']} time(s) from step "
+                   f"{h['step']}: {h['error']}; meanwhile the other groups spent {h['others_uncommitted_s']:.1f}s "
+                   "in steps they could not commit" + (f" -- known: {h['known']}" if h["known"] else ""))
+    return out
+
+
 def describe(summary: dict) -> List[str]:
     """The phase's last lines: the verdict, then each failure in one line."""
     v = summary["verdict"]
@@ -324,14 +338,7 @@ def describe(summary: dict) -> List[str]:
                 + ([f"{len(v['crashes'])} program(s) died of an exception of their own"] if v.get("crashes") else [])
                 + ([f"heals failed in group(s) {sorted({h['group'] for h in v['heal_failures']})}"]
                    if v.get("heal_failures") else []))]
-    for c in v.get("crashes", []):
-        lines.append(f"group {c['group']} attempt {c['attempt']} rank {c['rank']} died of its own exception at step "
-                     f"{c['step']}: {c['error']} at {c['where']}" + (f" `{c['code']}`" if c.get("code") else "")
-                     + (f" -- known: {c['known']}" if c["known"] else ""))
-    for h in v.get("heal_failures", []):
-        lines.append(f"group {h['group']} attempt {h['attempt']}: its heal failed {h['times']} time(s) from step "
-                     f"{h['step']}: {h['error']}; meanwhile the other groups spent {h['others_uncommitted_s']:.1f}s "
-                     "in steps they could not commit" + (f" -- known: {h['known']}" if h["known"] else ""))
+    lines += findings(v)
     for i, f in enumerate(summary["failures"], 1):
         parts = [f"failure {i} ({f['kind']}) struck group(s) {f['struck_groups']}"]
         if f["detection_s"] is not None:

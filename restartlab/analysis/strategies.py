@@ -5,6 +5,8 @@ torchft accounting (ft_accounting.summarize); nothing is measured here."""
 import statistics
 from typing import Dict, List, Optional
 
+from . import ft_accounting
+
 
 def _median(xs) -> Optional[float]:
     xs = [x for x in xs if x is not None]
@@ -125,14 +127,7 @@ def markdown(table: List[dict], ft: Dict[str, dict]) -> List[str]:
             L.append(f"- **healed state differs** from the survivors' at {', '.join(v['unequal'])}")
         if v["survivor_restarted"]:
             L.append(f"- **restarted though no failure struck it**: group(s) {v['survivor_restarted']}")
-        for c in v.get("crashes", []):
-            L.append(f"- **group {c['group']} attempt {c['attempt']} rank {c['rank']} died of its own exception** at "
-                     f"step {c['step']}: {c['error']} at {c['where']}" + (f" `{c['code']}`" if c.get("code") else "")
-                     + (f"; known: {c['known']}" if c["known"] else ""))
-        for h in v.get("heal_failures", []):
-            L.append(f"- **group {h['group']} attempt {h['attempt']}: its heal failed** {h['times']} time(s) from step "
-                     f"{h['step']}: {h['error']}; the other groups spent {_fmt(h['others_uncommitted_s'])} s in steps "
-                     "they could not commit" + (f"; known: {h['known']}" if h["known"] else ""))
+        L += [f"- **{line}**" for line in ft_accounting.findings(v)]
         L += ["", "| failure | kind | struck groups | detection s | survivors' stall s | uncommitted steps | "
               "group | relaunched after s | process start s | heal s | healed at step | rejoin s |", "|" + "---|" * 12]
         for i, f in enumerate(s["failures"], 1):
