@@ -11,6 +11,8 @@ purpose with its flags:
   --late S         group 1's first attempt joins S seconds late: its first quorum heals it
   --timeout S      torchft's timeout for collectives and heals
   --no-numpy       numpy hidden before torch is imported, as if it were not installed
+  --async-quorum   torchft's default (use_async_quorum=True): the quorum runs beside the forward
+                   pass and a heal is applied at should_commit (without it: before the forward)
 
     python train.py --steps N [--delay S] [...]"""
 import argparse
@@ -34,6 +36,7 @@ p.add_argument("--die-at", type=int, default=-1)
 p.add_argument("--pg-transport", action="store_true")
 p.add_argument("--late", type=float, default=0.0)
 p.add_argument("--no-numpy", action="store_true")
+p.add_argument("--async-quorum", action="store_true", help="torchft's default: the quorum runs beside the forward")
 p.add_argument("--timeout", type=float, default=10.0, help="torchft's timeout (s): collectives, heals")
 a = p.parse_args()
 group = int(os.environ.get("REPLICA_GROUP_ID", 0))
@@ -59,7 +62,7 @@ def load_state_dict(sd):
 
 manager = Manager(pg=pg, min_replica_size=1, load_state_dict=load_state_dict,
                   state_dict=lambda: {"model": module.state_dict(), "optim": optimizer.state_dict()},
-                  use_async_quorum=False, replica_id=f"user_g{group}", timeout=timeout,
+                  use_async_quorum=a.async_quorum, replica_id=f"user_g{group}", timeout=timeout,
                   quorum_timeout=datetime.timedelta(seconds=30), checkpoint_transport=transport)
 model = DistributedDataParallel(manager, module, bucket_cap_mb=0.01) if a.ddp else module
 optim = OptimizerWrapper(manager, optimizer)

@@ -31,8 +31,8 @@ LIGHTHOUSE = "torchft_lighthouse"
 LIGHTHOUSE_READY_S = 30.0   # the lighthouse listens within this long, or the phase ends
 LIGHTHOUSE_TRIES = 3        # starts, each on a new free port, before the phase ends
 STOP_GRACE_S = 10.0         # a group's loop's time to stop its attempt after a TERM
-# once a group completed the last step: the others' time to complete theirs (RESTARTLAB_FT_DONE_GRACE_S
-# overrides it: the test that makes a group come back after the training is done sets 0.5 s)
+# once a group completed the last step: the time of a group behind (in the quorum, in step) to complete
+# its own; RESTARTLAB_FT_DONE_GRACE_S overrides it (a group still relaunching is stopped at once)
 DONE_GRACE_S = 30.0
 POLL_S = 0.2
 DONE_GRACE_VAR = "RESTARTLAB_FT_DONE_GRACE_S"
@@ -141,33 +141,52 @@ class FtPhase:
                 self.groups[g] = subprocess.Popen(group_argv(self.cfg, g), env=env, stdout=log,
                                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
-    def stop_groups(self, sig=signal.SIGTERM) -> None:
-        for p in self.groups.values():
+    def stop_groups(self, sig=signal.SIGTERM, which=None) -> None:
+        procs = [p for g, p in self.groups.items() if which is None or g in which]
+        for p in procs:
             if p.poll() is None:
                 p.send_signal(sig)
         deadline = time.time() + STOP_GRACE_S
-        for p in self.groups.values():
+        for p in procs:
             try:
                 p.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
 
+    def relaunching(self, g: int) -> bool:
+        """Group g's loop is between attempts, or its attempt has not committed a step yet (and it
+        has not completed the phase: its loop may still be writing its end)."""
+        gp = self.phase.group(g)
+        if os.path.exists(gp.completed):
+            return False
+        atts = gp.attempts()
+        return not atts or not atts[-1].metrics_files() or os.path.exists(atts[-1].record)
+
     def wait_groups(self) -> Dict[int, int]:
         """Until every group's loop has ended. Once one group has completed the last step the
-        training is done: the others get DONE_GRACE_S to complete theirs (in the quorum they are
-        in step), then their loops are stopped (a group still relaunching would otherwise find no
-        peer and train the whole run again from a fresh start). {group: exit status}; a stopped
-        group's is None (self.stopped names them)."""
+        training is done: a group still relaunching (no commit in its current attempt) is stopped
+        at once (it would find no peer and train the whole run again from a fresh start); the
+        others get DONE_GRACE_S to complete theirs (in the quorum they are in step), then their
+        loops are stopped too. {group: exit status}; a stopped group's is None (self.stopped
+        names them)."""
         done_at = None
         while any(p.poll() is None for p in self.groups.values()):
             if done_at is None and any(os.path.exists(self.phase.group(g).completed) for g in self.groups):
                 done_at = time.time()
+                late = sorted(g for g, p in self.groups.items() if p.poll() is None and self.relaunching(g))
+                if late:
+                    self.stopped = late
+                    self.say(f"the training is done (a group completed the last step): stopping group(s) {late}, "
+                             "still relaunching")
+                    self.stop_groups(which=late)
             if done_at is not None and time.time() - done_at > float(os.environ.get(DONE_GRACE_VAR) or DONE_GRACE_S):
-                self.stopped = sorted(g for g, p in self.groups.items() if p.poll() is None)
-                self.say(f"the training is done (a group completed the last step): stopping group(s) "
-                         f"{self.stopped}, still relaunching or behind")
-                self.stop_groups()
+                behind = sorted(g for g, p in self.groups.items() if p.poll() is None)
+                if behind:
+                    self.stopped = sorted(set(self.stopped) | set(behind))
+                    self.say(f"the training is done (a group completed the last step): stopping group(s) "
+                             f"{behind}, behind after {float(os.environ.get(DONE_GRACE_VAR) or DONE_GRACE_S):g}s")
+                    self.stop_groups(which=behind)
                 break
             time.sleep(POLL_S)
         return {g: (None if g in self.stopped else p.returncode) for g, p in self.groups.items()}
