@@ -6,7 +6,8 @@ purpose with its flags:
 
   (default)        gradients averaged with Manager.allreduce: a killed group is relaunched and heals
   --ddp            torchft's DistributedDataParallel (several buckets: bucket_cap_mb is tiny)
-  --die-at K       group 1's first attempt exits after step K's quorum, before its gradients
+  --die-at K       group 1's first attempt exits after the quorum of step K (or the first after it:
+                   a group that joins late heals past K), before its gradients
   --pg-transport   heals through torchft's PGTransport (the state over the replica process group)
   --late S         group 1's first attempt joins S seconds late: its first quorum heals it
   --timeout S      torchft's timeout for collectives and heals
@@ -68,8 +69,8 @@ model = DistributedDataParallel(manager, module, bucket_cap_mb=0.01) if a.ddp el
 optim = OptimizerWrapper(manager, optimizer)
 while manager.current_step() < a.steps:
     optim.zero_grad()  # the quorum
-    if group == 1 and first_attempt and manager.current_step() == a.die_at:
-        print(f"group 1: exiting at step {a.die_at}, after the quorum, before the gradients", flush=True)
+    if group == 1 and first_attempt and a.die_at >= 0 and manager.current_step() >= a.die_at:
+        print(f"group 1: exiting at step {manager.current_step()}, after the quorum, before the gradients", flush=True)
         os._exit(9)
     g = torch.Generator().manual_seed(manager.current_step() * 100 + (manager.participating_rank() or 0))
     loss = model(torch.randn(8, 64, generator=g)).square().mean()
