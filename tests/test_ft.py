@@ -125,6 +125,9 @@ def test_a_struck_groups_crash_is_the_strikes_and_a_survivors_is_named(tmp_path)
     assert "DistributedDataParallel" in c["known"]
     assert "group 0 attempt 1 rank 0 died of its own exception at step 5: AssertionError at torchft/ddp.py:76 " \
         "`assert fut._fut` -- known: torchft 0.2.0's DistributedDataParallel" in "\n".join(ft_accounting.describe(s))
+    # the same exception in an attempt that exited 0 ended a thread, not the program
+    json.dump({"exit_code": 0}, open(layout.Phase(root).group(0).attempt(1).record, "w"))
+    assert ft_accounting.summarize(root, 10)["verdict"]["crashes"] == []
 
 
 def test_the_verdict_names_a_survivor_that_restarted_and_a_silent_start_over(tmp_path):

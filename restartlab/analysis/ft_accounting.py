@@ -72,8 +72,16 @@ def _steps(att: layout.Attempt) -> Dict[int, List[dict]]:
 
 
 def _crashes(att: layout.Attempt) -> Dict[int, dict]:
-    """{rank: its crash record} of one attempt (a program run through ft_hook that died of an exception)."""
+    """{rank: its crash record} of one attempt (a program run through ft_hook that died of an
+    exception); none when the attempt exited 0 (an exception that ended a thread of a program that
+    then finished is no death)."""
     out = {}
+    try:
+        with open(att.record) as f:
+            if json.load(f).get("exit_code") == 0:
+                return out
+    except (OSError, ValueError, AttributeError):
+        pass
     for f in glob.glob(os.path.join(att.path, "ft-rank*-crash.json")):
         try:
             with open(f) as fh:
