@@ -81,13 +81,30 @@ def tensor_crc(t, crc: int = 0) -> int:
     return zlib.crc32(ctypes.string_at(t.data_ptr(), n) if n else b"", crc)
 
 
+def state_crc(state) -> int:
+    """crc32 of every tensor in a (nested) state dict, in key order; DTensors as their local
+    shards, device tensors copied to the host."""
+    import torch
+    crc = 0
+
+    def walk(v):
+        nonlocal crc
+        if isinstance(v, dict):
+            for k in sorted(v, key=str):
+                walk(v[k])
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, torch.Tensor):
+            crc = tensor_crc(v.to_local() if hasattr(v, "to_local") else v, crc)
+    walk(state)
+    return crc
+
+
 def shards_crc(model) -> int:
     """crc32 of this rank's parameter shards in name order: equal on the same rank of two groups
     iff their shards are bit-identical."""
-    crc = 0
-    for _, p in sorted(model.named_parameters()):
-        crc = tensor_crc(p.to_local() if hasattr(p, "to_local") else p, crc)
-    return crc
+    return state_crc(dict(model.named_parameters()))
 
 
 class Replica:
@@ -222,7 +239,7 @@ class StepLog:
     def write(self, row: dict) -> None:
         self.attempted += 1
         self.rec.write(json.dumps(row) + "\n")
-        if self.rank == 0 and row["commit"] and self.metrics is None and self.first:
+        if self.rank == 0 and row["commit"] and self.first:
             self.metrics = MetricsWriter(self.outdir, 0)
         if self.metrics and row["commit"]:
             m = {"train/iter": row["step"], "train/dt": row["t"] - row["t0"]}

@@ -36,7 +36,7 @@ from typing import Optional
 
 from restartlab.contracts.exits import EXIT_USAGE
 
-from .ft import StepLog, tensor_crc
+from .ft import StepLog, state_crc
 
 CRASH = "ft-rank{rank}-crash.json"
 
@@ -64,24 +64,9 @@ def parse_args(argv):
     return a, program
 
 
-def state_crc(state) -> int:
-    """crc32 of every tensor in a (nested) state dict, in key order; DTensors as their local
-    shards, device tensors copied to the host."""
-    import torch
-    crc = 0
-
-    def walk(v):
-        nonlocal crc
-        if isinstance(v, dict):
-            for k in sorted(v, key=str):
-                walk(v[k])
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-        elif isinstance(v, torch.Tensor):
-            crc = tensor_crc(v.to_local() if hasattr(v, "to_local") else v, crc)
-    walk(state)
-    return crc
+def _manager_crc(m) -> Optional[int]:
+    """crc32 of the state the Manager would send a healing peer (its registered state dicts)."""
+    return state_crc({k: fn() for k, fn in m._user_state_dicts.items()}) if m._user_state_dicts else None
 
 
 def _error(m) -> Optional[str]:
@@ -190,9 +175,7 @@ class Observer:
         step = m.current_step() if commit else m.current_step() + 1  # a commit has counted the step
         quorum = m._quorum_id
         checked = self.healed or quorum != self.last_quorum or step == self.a.train_iters
-        crc = None
-        if checked and m._user_state_dicts:
-            crc = state_crc({k: fn() for k, fn in m._user_state_dicts.items()})
+        crc = _manager_crc(m) if checked else None
         tq = self.tq if self.tq is not None else self.t0
         row = {"t0": self.t0, "tq": tq, "t": t, "step": step, "commit": bool(commit), "quorum": quorum,
                "participants": m.num_participants(), "slot": m.participating_rank(), "heal": self.heal,
@@ -222,8 +205,7 @@ class Observer:
     def finish(self) -> None:
         if self.log is not None:
             m = self.manager
-            crc = state_crc({k: fn() for k, fn in m._user_state_dicts.items()}) if m._user_state_dicts else None
-            self.log.close(m.current_step(), crc, finished=True)
+            self.log.close(m.current_step(), _manager_crc(m), finished=True)
             self.log = None
 
 

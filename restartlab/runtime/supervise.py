@@ -173,10 +173,11 @@ class Procs:
         launch before the first."""
         if att.path in self.taps:
             return self.taps[att.path][0].last_progress
-        times = []
         if self.cfg.ft_group >= 0:
-            times.append(self.launched_at.get(att.path, 0.0))
-        for p in ([] if self.cfg.ft_group >= 0 else [att.output]) + att.metrics_files():
+            paths, times = att.metrics_files(), [self.launched_at.get(att.path, 0.0)]
+        else:
+            paths, times = [att.output] + att.metrics_files(), []
+        for p in paths:
             try:
                 times.append(os.stat(p).st_mtime)
             except OSError:
