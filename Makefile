@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 DOCSTAMP := $(VENV)/.docs
 TORCH   ?= torch==2.13.0
 SCEN    ?= scenarios/local.yaml
-ACCOUNT ?= datascience
+ACCOUNT ?=
 PYTEST_ARGS ?=
 N       ?= 100
 
@@ -108,7 +108,11 @@ fuzz-trainer: $(STAMP)
 render: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m restartlab.cli render-all build/rendered
 
+# the two reference experiments on Sunspot, charged to your project: make sunspot-expt ACCOUNT=<project>
+# (no default: a job charged to a project that is not yours is refused here, not by the server);
+# each submit runs restartlab preflight first and submits nothing on an error
 sunspot-expt: $(STAMP)
+	@test -n "$(ACCOUNT)" || { echo "make sunspot-expt: ACCOUNT=<your ALCF project> is required: the jobs are charged to it (nothing submitted)" >&2; exit 2; }
 	$(BIN)/restartlab submit scenarios/debug.yaml --set extends=systems/sunspot.yaml --set job.account=$(ACCOUNT)
 	$(BIN)/restartlab submit scenarios/agpt2b.yaml --set extends=systems/sunspot.yaml --set job.account=$(ACCOUNT)
 

@@ -43,10 +43,15 @@ def cmd_render(a):
     return 0
 
 
+def cmd_preflight(a):
+    from .job import preflight
+    return preflight.main(a)
+
+
 def cmd_submit(a):
-    from .job import experiment
-    from . import schedulers
-    sc = _load(a.scenario, a.set)
+    from .job import experiment, preflight
+    from . import scenario, schedulers
+    sc, where = scenario.load_located(a.scenario, a.set)
     name = a.scheduler or sc["scheduler"]
     if a.dry_run:
         text, _, _ = experiment.render_script(sc, name)
@@ -58,7 +63,6 @@ def cmd_submit(a):
               f"use `restartlab run`", file=sys.stderr)
         return 2
     tool = sched.submit_cmd("x")[0]
-    from . import scenario
     try:
         secrets = scenario.secret_values(sc)  # the job gets them from qsub/sbatch's environment
     except ScenarioError as e:
@@ -68,9 +72,19 @@ def cmd_submit(a):
         print(f"restartlab submit: `{tool}` is not on PATH (not a {name} login node?). "
               f"Use --dry-run to see the script, or `restartlab run` to run on this machine.", file=sys.stderr)
         return 3
+    if a.no_preflight:
+        checked = "preflight: skipped (restartlab submit --no-preflight)\n"
+        print(checked.strip(), file=sys.stderr)
+    else:
+        findings = preflight.Preflight(sc, where, name).check()
+        checked = preflight.report(findings, quiet_ok=True)
+        if preflight.errors(findings):
+            return 2
     script, ctx = experiment.create(sc, name)
     from .contracts import layout
     expt = layout.Expt(ctx["expt_dir"])
+    with open(expt.preflight, "w") as f:
+        f.write(checked)
     why = None
     try:
         r = subprocess.run(sched.submit_cmd(script, sorted(secrets)), capture_output=True, text=True,
@@ -96,59 +110,48 @@ def cmd_submit(a):
     return 0
 
 
-def _sched_for(a):
-    from . import schedulers
-    sched = schedulers.get(a.scheduler) if a.scheduler else schedulers.from_path()
-    if sched is None:
-        tools = ", ".join(f"{s.query_tool} ({s.name})" for s in schedulers.SCHEDULERS.all() if s.query_tool)
-        print(f"restartlab: none of {tools} is on PATH; pass --scheduler", file=sys.stderr)
-        raise SystemExit(3)
-    return sched
-
-
-def _chain_jobs(ids):
-    """An experiment directory stands for every job that worked on it (its jobs log: the first
-    job and each continuation a chain submitted)."""
-    from .contracts import layout, live
-    out = []
-    for x in ids:
-        expt = layout.Expt(x)
-        if not os.path.isdir(x):
-            out.append(x)
-            continue
-        if os.path.exists(expt.not_submitted):
-            with open(expt.not_submitted) as f:
-                print(f"restartlab status: {x}: never submitted: {f.read().strip()}", file=sys.stderr)
-            raise SystemExit(1)
-        try:
-            out += [j for j in live.job_ids(x) if j not in out]
-        except (OSError, ValueError) as e:
-            print(f"restartlab status: {x}: cannot read the experiment's jobs ({e})", file=sys.stderr)
-            raise SystemExit(2)
-    return out
-
-
 def cmd_status(a):
-    sched = _sched_for(a)
-    a.jobids = _chain_jobs(a.jobids)
-    if not a.jobids:
-        print("restartlab status: no jobs (an experiment directory without its jobs log?)", file=sys.stderr)
-        return 2
-    st = sched.status(a.jobids, run_tool)
-    for jid in a.jobids:
+    from .job import jobref
+    try:
+        sched, ids, local = jobref.resolve(a.jobids, a.scheduler)
+    except jobref.RefError as e:
+        print(f"restartlab status: {e}", file=sys.stderr)
+        return e.code
+    for d in local:
+        print(jobref.local_status(d))
+    if not ids:
+        if not local:
+            print("restartlab status: no jobs (an experiment directory without its jobs log?)", file=sys.stderr)
+            return 2
+        return 0
+    st = sched.status(ids, run_tool)
+    for jid in ids:
         s = st[jid]
         print(json.dumps(s.as_dict()) if a.json else f"{jid}\t{s.state}\t{s.detail}")
     return 0
 
 
 def cmd_cancel(a):
-    sched = _sched_for(a)
-    err = sched.cancel_error(*run_tool(sched.cancel_cmd(a.jobid)))
-    if err:
-        print(f"restartlab cancel: {a.jobid}: {err}", file=sys.stderr)
-        return 1
-    print(f"cancelled {a.jobid}")
-    return 0
+    from .job import jobref
+    try:
+        sched, ids, local = jobref.resolve(a.jobids, a.scheduler)
+    except jobref.RefError as e:
+        print(f"restartlab cancel: {e}", file=sys.stderr)
+        return e.code
+    for d in local:
+        print(f"restartlab cancel: {d}: a local experiment (restartlab run) has no batch job: stop it where it "
+              "runs (Ctrl-C)", file=sys.stderr)
+    if local:
+        return 2
+    bad = 0
+    for jid in ids:
+        err = sched.cancel_error(*run_tool(sched.cancel_cmd(jid)))
+        if err:
+            print(f"restartlab cancel: {jid}: {err}", file=sys.stderr)
+            bad = 1
+        else:
+            print(f"cancelled {jid}")
+    return bad
 
 
 def cmd_run(a):
@@ -242,12 +245,19 @@ def build_parser():
     scen(sp)
     sp.add_argument("--scheduler", choices=queued)
     sp.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    sp.add_argument("--no-preflight", action="store_true",
+                    help="submit without the preflight checks (the experiment records that they were skipped)")
+    sp = sub.add_parser("preflight", help="check on the login node that the job can work where it is going "
+                        "(account, queue limits, checkpoint bytes vs free space, program, Python, launcher)",
+                        description=__import__("restartlab.job.preflight", fromlist=["x"]).__doc__.split("\n\n")[0])
+    scen(sp)
+    sp.add_argument("--scheduler", choices=queued + ["local"])
     sp = sub.add_parser("status", help="state of many jobs in one query")
     sp.add_argument("jobids", nargs="+", help="job ids, or experiment directories (every job of a chain)")
     sp.add_argument("--scheduler", choices=queued)
     sp.add_argument("--json", action="store_true")
-    sp = sub.add_parser("cancel")
-    sp.add_argument("jobid")
+    sp = sub.add_parser("cancel", help="cancel jobs: job ids, or experiment directories (every job of a chain)")
+    sp.add_argument("jobids", nargs="+", help="job ids, or experiment directories (every job of a chain)")
     sp.add_argument("--scheduler", choices=queued)
     sp = sub.add_parser("run", help="the whole experiment on this machine (local scheduler)")
     sp.add_argument("scenario", nargs="?", default=None, help="default: the shipped scenarios/local.yaml")
@@ -314,7 +324,7 @@ def verb_parser(verb: str) -> argparse.ArgumentParser:
     return sub.choices[verb]
 
 
-VERBS = {"validate": cmd_validate, "render": cmd_render, "submit": cmd_submit, "status": cmd_status,
+VERBS = {"validate": cmd_validate, "render": cmd_render, "submit": cmd_submit, "preflight": cmd_preflight, "status": cmd_status,
          "cancel": cmd_cancel, "run": cmd_run, "inject": cmd_inject, "report": cmd_report,
          "render-all": cmd_render_all, "teardown": cmd_teardown, "supervise": cmd_supervise,
          "chain": cmd_chain, "fuzz": cmd_fuzz}

@@ -176,7 +176,7 @@ def test_scheduler_missing_or_failing(tmp_path, monkeypatch):
         os.symlink(subprocess.check_output(["which", tool], text=True).strip(), bindir / tool)
     monkeypatch.setenv("PATH", str(bindir))
     scen = os.path.join(os.path.dirname(HERE), "scenarios", "agpt2b.yaml")
-    rc, _, err = _run_cli(["submit", scen, "--set", f"expt_root={tmp_path / 'expt'}"])
+    rc, _, err = _run_cli(["submit", scen, "--set", f"expt_root={tmp_path / 'expt'}", "--no-preflight"])
     assert rc == 3 and "`qsub` is not on PATH" in err, err
     rc, _, err = _run_cli(["status", "1.srv", "--scheduler", "pbs"])
     assert rc == 1 and "`qstat` is not on PATH" in err, err
@@ -186,9 +186,12 @@ def test_scheduler_missing_or_failing(tmp_path, monkeypatch):
     assert rc == 3 and "pass --scheduler" in err, err
     # a scheduler that answers with an error: its message, exit 1, the experiment dir kept
     _stub(bindir, "qsub", "echo 'qsub: Unauthorized Request' >&2\nexit 159\n")
-    rc, _, err = _run_cli(["submit", scen, "--set", f"expt_root={tmp_path / 'expt'}"])
+    rc, _, err = _run_cli(["submit", scen, "--set", f"expt_root={tmp_path / 'expt'}", "--no-preflight"])
     assert rc == 1 and "qsub refused the job (exit 159): qsub: Unauthorized Request" in err, err
-    assert len(err.strip().splitlines()) == 1, err  # one line, with qsub's own message
+    # one line, with qsub's own message (after the line saying the preflight was skipped)
+    assert err.strip().splitlines()[1:] == [next(x for x in err.splitlines() if "qsub refused" in x)], err
     assert len(os.listdir(tmp_path / "expt")) == 1
     (expt,) = os.listdir(tmp_path / "expt")  # kept, and marked as never submitted
     assert "Unauthorized Request" in open(tmp_path / "expt" / expt / "NOT-SUBMITTED").read()
+    # the experiment records that its preflight was skipped
+    assert "skipped (restartlab submit --no-preflight)" in open(tmp_path / "expt" / expt / "preflight.txt").read()

@@ -69,9 +69,10 @@ def status(pbs, *ids):
 
 
 def job_output(expt, jid):
-    """The job's output file (PBS writes <name>.o<seq> in the submission directory: -k doe -j oe)."""
-    outs = glob.glob(os.path.join(expt, f"*.o{jid.split('.')[0]}"))
-    return open(outs[0]).read() if outs else ""
+    """The job's output file: `-o <expt>/` makes PBS write <job id>.OU into the experiment directory
+    (-k doe: as the job runs; -j oe: stderr too)."""
+    path = os.path.join(expt, f"{jid}.OU")
+    return open(path).read() if os.path.exists(path) else ""
 
 
 def summary(expt):

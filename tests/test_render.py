@@ -35,7 +35,8 @@ def test_pbs_header_golden():
     head = [l for l in text.splitlines() if l.startswith("#PBS")]
     assert head == ["#PBS -N agpt2b", "#PBS -A proj", "#PBS -q prod",
                     "#PBS -l select=2:ncpus=208:mpiprocs=12", "#PBS -l walltime=02:00:00",
-                    "#PBS -l place=scatter", "#PBS -l filesystems=home:gila", "#PBS -k doe", "#PBS -j oe"]
+                    "#PBS -l place=scatter", "#PBS -l filesystems=home:gila", "#PBS -k doe", "#PBS -j oe",
+                    "#PBS -o /expt/x/"]
 
 
 def test_slurm_header_golden():

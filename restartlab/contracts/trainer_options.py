@@ -6,9 +6,10 @@ import dataclasses
 from typing import Any, Dict, List, Optional
 
 from . import options
+from .models import PRESETS
 from .options import Opt
 
-MODELS = ("tiny", "small", "debug", "agpt-2b", "agpt-20b")  # = trainer.model.PRESETS (tested)
+MODELS = tuple(PRESETS)
 
 # the relaunch loop sends this to a hung attempt's ranks before it kills them: each dumps every
 # thread's Python stack into the attempt's output (faulthandler). Its default action is to ignore
@@ -38,7 +39,8 @@ _TABLE: List[Opt] = [
     Opt("--train-iters", "int", 100, "optimizer steps in total", min=1),
     Opt("--save-interval", "int", 0, "save every N steps and at the last step (0: no checkpoints; "
         "phases with checkpoint: none never save)", scenario_default=10, min=0),
-    Opt("--keep", "int", 0, "keep the newest N complete checkpoints (0: keep all)", min=0),
+    Opt("--keep", "int", 0, "keep the newest N complete checkpoints (0: keep all; a scenario's default keeps 3, "
+        "so that no run fills a file system by itself)", scenario_default=3, min=0),
     Opt("--tp", "int", 1, "tensor-parallel degree (2-D mesh dp x tp)", min=1),
     Opt("--dp-replicate", "int", 1, "HSDP: replicas of the data-parallel group (a replicate x shard "
         "mesh: parameters sharded within a replica, gradients all-reduced across replicas; 1: FSDP)",

@@ -4,9 +4,10 @@ checks that every verb has one and that it parses)."""
 EXAMPLES = {
     "validate": "restartlab validate scenarios/*.yaml",
     "render": "restartlab render scenarios/agpt2b.yaml --scheduler pbs -o agpt2b.pbs.sh",
+    "preflight": "restartlab preflight scenarios/agpt2b.yaml --set job.account=MYPROJ",
     "submit": "restartlab submit scenarios/agpt2b.yaml --set job.account=MYPROJ",
     "status": "restartlab status expt/agpt2b-20261201-120000 --json",
-    "cancel": "restartlab cancel 8123456 --scheduler pbs",
+    "cancel": "restartlab cancel 8123456.aurora-pbs-0001.hostmgmt.cm.aurora.alcf.anl.gov",
     "run": "restartlab run scenarios/local.yaml --set trainer.train_iters=60",
     "fuzz": "restartlab fuzz scenarios/examples/plain.yaml --kills 4 --seed 3",
     "inject": "restartlab inject --every 90s --tag rl-agpt2b-1a2b3c4d5e --fanout pbs",

@@ -176,12 +176,20 @@ def torchft_program_argv(sc, ph, phase: layout.Phase) -> List[str]:
                             "--log-interval", str(sc["trainer"]["log_interval"]), "--"] + argv[at + 1:]
 
 
+def expt_root(sc) -> str:
+    """The scenario's expt_root as an absolute path, {account} filled in (a site profile's project
+    space: /lus/flare/projects/{account}/...); left as it is without an account (preflight says so)."""
+    root = os.path.expanduser(sc["expt_root"])
+    if sc["job"]["account"]:
+        root = root.replace("{account}", sc["job"]["account"])
+    return os.path.abspath(root)
+
+
 def context(sc, scheduler=None, expt_dir=None):
     sched_name = scheduler or sc["scheduler"]
     sc = dict(sc, scheduler=sched_name)
     if expt_dir is None:
-        expt_dir = os.path.join(os.path.abspath(sc["expt_root"]),
-                                f"{sc['name']}-{time.strftime('%Y%m%d-%H%M%S')}")
+        expt_dir = os.path.join(expt_root(sc), f"{sc['name']}-{time.strftime('%Y%m%d-%H%M%S')}")
     sc["expt_dir"] = expt_dir
     sched = schedulers.get(sched_name)
     tag = f"rl-{sc['name']}-{uuid.uuid4().hex[:10]}"

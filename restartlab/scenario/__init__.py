@@ -20,11 +20,18 @@ def load(path: str, overrides: List[str] = (), resolved: bool = False) -> dict:
     """Load, extend, override and validate a scenario. Raises ScenarioError with every problem.
     resolved: an experiment's own copy of its scenario (layout.Expt.scenario), which also names its expt_dir
     and the file it was made from (its `source`: where {scenario_dir} points)."""
+    return load_located(path, overrides, resolved)[0]
+
+
+def load_located(path: str, overrides: List[str] = (), resolved: bool = False):
+    """(the scenario as load() gives it, where(key path) -> 'file:line' of the value that came last:
+    what a finding about that key quotes)."""
     lines: Dict = {}
     files: List[str] = []
     # --set extends=FILE: the scenario's own `extends` (its site profile) is replaced by FILE
     swaps = [a.split("=", 1)[1] for a in overrides if a.startswith("extends=")]
-    data = load_file(path, lines, files=files, swap=swaps[-1] if swaps else None)
+    own: Dict = {}  # the key paths of the file named (not of its site profile)
+    data = load_file(path, lines, files=files, swap=swaps[-1] if swaps else None, own=own)
     source = path
     if resolved and isinstance(data, dict):
         data.pop("expt_dir", None)
@@ -33,7 +40,7 @@ def load(path: str, overrides: List[str] = (), resolved: bool = False) -> dict:
     for a in overrides:
         if not a.startswith("extends="):
             apply_set(data, a, lines)
-    v = Validator(lines, path, files)
+    v = Validator(lines, path, files, own)
     sc = v.mapping(SCHEMA, data, ())
     if not v.errors:
         resolve_kind(sc["failures"])
@@ -45,7 +52,7 @@ def load(path: str, overrides: List[str] = (), resolved: bool = False) -> dict:
     if v.errors:
         raise ScenarioError("\n".join(dict.fromkeys(v.errors)))  # each problem once
     sc["source"] = os.path.abspath(source)
-    return sc
+    return sc, v.where
 
 
 def dump_resolved(sc: dict) -> str:

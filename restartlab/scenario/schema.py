@@ -51,7 +51,11 @@ PROGRAM = {
                "the training loop was blocked) and optionally (?P<step>...): booked as a save stall"),
     "counts": F("str", None, "what the number in a checkpoint's name counts: steps, or saves (with "
                 "save_every: step = (K + 1) x save_every; default: the adapter's, generic: steps)"),
-    "save_every": F("int", None, "counts: saves: the steps between two saves", positive=True),
+    "save_every": F("int", None, "counts: saves: the steps between two saves (preflight also sizes the run's "
+                    "checkpoints from it)", positive=True),
+    "checkpoint_bytes": F("bytes", None, "what one of the program's checkpoints takes on disk (e.g. 24GB): "
+                          "preflight sizes the run from it (x the saves, steps / save_every) against the free "
+                          "space and quota where the experiment is written"),
     "steps": F("int", None, "the last step: a phase is completed when the program logged it and exited 0",
                required=True, positive=True),
     "tolerance": F("float", 0.0, "the survival verdict: the loss after a resume may differ from the "
@@ -118,7 +122,16 @@ RECOVERY = {
 SCHEMA = {
     "name": F("name", "restartlab", "experiment name (job name, directory prefix)"),
     "scheduler": F("str", "local", "the batch system (restartlab.schedulers registry)", choices=schedulers.names),
-    "expt_root": F("path", "expt", "experiments are created under this directory"),
+    "expt_root": F("path", "expt", "experiments are created under this directory (relative: to where you "
+                   "run restartlab; {account} is replaced by job.account, as a site profile's project space)"),
+    "site": {
+        "name": F("str", None, "the site's name, for preflight's lines (e.g. ALCF Aurora)"),
+        "account_required": F("bool", False, "the site's scheduler rejects a job without a project: preflight "
+                              "refuses to submit one without job.account"),
+        "project_root": F("str", None, "the project's own space ({account}: job.account), where experiments "
+                          "and checkpoints belong; preflight warns when expt_root lies under $HOME instead"),
+        "docs": F("str", None, "the site's page on running jobs, quoted by preflight's findings"),
+    },
     "job": {
         "nodes": F("int", 1, "number of nodes the training runs on"),
         "spare_nodes": F("int", 0, "extra nodes requested and kept idle; relaunch.on_node_loss: spares swaps "

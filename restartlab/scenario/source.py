@@ -100,10 +100,10 @@ def _resolve_extends(ref, fname, where=None):
     raise ScenarioError(f"{where or f'{fname}:1'}: extends: {ref!r} not found (looked in {looked})")
 
 
-def load_file(fname, lines, seen=(), files=None, swap=None):
+def load_file(fname, lines, seen=(), files=None, swap=None, own=None):
     """The data of `fname` merged over what it extends (`swap`: over that file instead, as
     `--set extends=FILE` asks); `lines` gets (file, line) per key path, `files` each file read, a
-    base before the file that extends it."""
+    base before the file that extends it, `own` the key paths of `fname` itself (not its bases)."""
     files = [] if files is None else files
     try:
         with open(fname, "rb") as f:
@@ -122,6 +122,8 @@ def load_file(fname, lines, seen=(), files=None, swap=None):
     node = _compose(text, fname)
     my_lines = {}
     data = _to_data(node, (), my_lines, fname) if node is not None else {}
+    if own is not None:
+        own.update(my_lines)
     if not isinstance(data, dict):
         raise ScenarioError(f"{fname}:1: a scenario is a mapping of keys (job, launch, trainer, phases, ...)")
     parent = data.pop("extends", None)

@@ -12,7 +12,7 @@ from typing import Optional
 
 from .. import failures, programs
 from ..contracts import options
-from ..contracts.units import parse_duration
+from ..contracts.units import parse_bytes, parse_duration
 from ..runtime import tool_options
 from ..runtime.killer import parse_signal
 from .schema import FAILURES, MAX_INT, PROGRAM, SAFE_NAME, TOP_ONLY, ListOf
@@ -20,9 +20,10 @@ from .source import fmt_path
 
 
 class Validator:
-    def __init__(self, lines, fname, files=()):
+    def __init__(self, lines, fname, files=(), own=None):
         self.lines, self.fname, self.errors = lines, fname, []
         self.files = list(files)  # the files read, each before the files that extend it
+        self.own = own or {}      # the key paths of the file named itself (not its site profile's)
 
     def line(self, path) -> int:
         return self.lines.get(tuple(path), (self.fname, 0))[1]
@@ -36,10 +37,15 @@ class Validator:
         return len(self.files) if f == "--set" else (self.files.index(f) if f in self.files else -1)
 
     def where(self, path):
+        """'file:line' of the value at `path`: where it was written (a site profile's line for a
+        value it gave), or for a key written nowhere (a default, or missing), the place in the file
+        named where it belongs: its nearest mapping there, else the file's first line."""
         p = tuple(path)
-        while p and p not in self.lines:
-            p = p[:-1]
-        f, line = self.lines.get(p, (self.fname, 1))
+        if p not in self.lines:
+            while p and p not in self.own:
+                p = p[:-1]
+            return f"{self.fname}:{self.own[p][1] if p else 1}"
+        f, line = self.lines[p]
         return f"{f}:{line}" if f != "--set" else f"--set {fmt_path(path)}"
 
     def err(self, path, msg):
@@ -104,6 +110,8 @@ class Validator:
                 v = [x if isinstance(x, int) else {"step": x["step"], "kind": failures.get(x["kind"]).name} for x in v]
                 if not v:
                     raise ValueError("an empty list would make no kill: give at least one step")
+            elif k == "bytes":
+                v = parse_bytes(v)
             elif k == "path":
                 if isinstance(v, (dict, list, bool)) or str(v).strip() == "" or "\0" in str(v):
                     raise ValueError(f"expected a non-empty path, got {v!r}")
@@ -308,9 +316,11 @@ def cross_checks(sc, v: Validator):
                 parse_signal(f["signal"])
         except ValueError as e:
             v.err(base + ("signal",), str(e))
+        last = "trainer.program.steps" if tr["program"] else "trainer.train_iters"  # the key the user wrote
         for s in map(step_of, sched.get("at_steps") or []):
             if s > tr["train_iters"]:
-                v.err(base + ("schedule", "at_steps"), f"step {s} is beyond trainer.train_iters={tr['train_iters']}")
+                v.err(base + ("schedule", "at_steps"), f"step {s} is beyond the last step ({last}: "
+                      f"{tr['train_iters']}, {v.where(tuple(last.split('.')))})")
         if f["node"] is not None and f["node"] >= sc["job"]["nodes"]:
             v.err(base + ("node",), f"node {f['node']} is out of range for {sc['job']['nodes']} nodes")
 

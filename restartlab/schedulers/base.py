@@ -33,6 +33,21 @@ class SchedulerError(Exception):
     pass
 
 
+@dataclass
+class QueueLimits:
+    """What a queue (PBS) or partition (Slurm) admits, as its server says (None: no limit set)."""
+    name: str
+    exists: bool = True
+    enabled: bool = True        # PBS enabled / Slurm State=UP: it takes new jobs
+    started: bool = True        # PBS started / Slurm not DRAIN|INACTIVE: its jobs can start
+    min_nodes: Optional[int] = None
+    max_nodes: Optional[int] = None
+    min_walltime: Optional[float] = None
+    max_walltime: Optional[float] = None
+    total_nodes: Optional[int] = None  # the nodes it has (Slurm TotalNodes): more is never met
+    source: str = ""                   # the query that said so, for the finding's line
+
+
 class Scheduler:
     """Defaults describe a scheduler with no queue (the local shell); subclasses override."""
     name: str = ""
@@ -89,6 +104,14 @@ class Scheduler:
 
     def cancel_cmd(self, jobid: str) -> List[str]:
         return self._no_queue()
+
+    def queue_limits(self, queue: Optional[str], run: Runner) -> Optional[QueueLimits]:
+        """The limits of `queue` (None: the server's default queue) as the server reports them;
+        None where the scheduler has no queues. SchedulerError when the server cannot be asked."""
+        return None
+
+    # a job id of this scheduler, as `status` and `cancel` are given one (None: it has no queue)
+    jobid_pattern: Optional[str] = None
 
     def cancel_error(self, returncode: int, stdout: str, stderr: str) -> Optional[str]:
         """None when the cancel went through, else the reason."""

@@ -3,10 +3,11 @@ fan-out. What each relies on, as measured on OpenPBS 23.06: docs/pbs.md."""
 import os
 import shutil
 
-from ..contracts.units import hms
-from .base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, Scheduler, SchedulerError, register
+from ..contracts.units import hms, parse_duration
+from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, QueueLimits, Scheduler, SchedulerError,
+                   register)
 
-EXIT_UNKNOWN_JOB, EXIT_JOB_FINISHED = 153, 35
+EXIT_UNKNOWN_JOB, EXIT_JOB_FINISHED, EXIT_UNKNOWN_QUEUE = 153, 35, 170
 _STATE = {"Q": PENDING, "H": PENDING, "W": PENDING, "T": PENDING, "S": PENDING,
           "R": RUNNING, "E": RUNNING, "B": RUNNING, "X": FINISHED, "F": FINISHED}
 
@@ -42,12 +43,13 @@ def tool(name, env=os.environ):
     return path if os.access(path, os.X_OK) else name
 
 
-def parse_qstat_f(text):
+def parse_qstat_f(text, header="Job Id:"):
     """`qstat -f` text -> {job id: {attribute: value}}: a job starts at `Job Id: ID`, each attribute
-    is `    name = value`, and a long value goes on in lines that start with a tab."""
+    is `    name = value`, and a long value goes on in lines that start with a tab. `qstat -Qf` and
+    `-Bf` are the same with `Queue:` and `Server:` as the header."""
     jobs, cur, last = {}, None, None
     for line in text.splitlines():
-        if line.startswith("Job Id:"):
+        if line.startswith(header):
             cur, last = jobs.setdefault(line.split(":", 1)[1].strip(), {}), None
         elif cur is not None and line.startswith("\t") and last:
             cur[last] += line[1:]
@@ -55,6 +57,25 @@ def parse_qstat_f(text):
             last, _, value = line.strip().partition(" = ")
             cur[last] = value
     return jobs
+
+
+def _int(v):
+    try:
+        return int(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+def parse_queue(text, queue):
+    """`qstat -Qf QUEUE` -> QueueLimits (the attributes OpenPBS 23.06 prints: enabled, started,
+    resources_min/max.nodect and .walltime; an attribute never set is not printed)."""
+    attrs = next(iter(parse_qstat_f(text, "Queue:").values()), {})
+    wall = {k: parse_duration(attrs[f"resources_{k}.walltime"]) for k in ("min", "max")
+            if f"resources_{k}.walltime" in attrs}
+    return QueueLimits(queue, enabled=attrs.get("enabled") == "True", started=attrs.get("started") == "True",
+                       min_nodes=_int(attrs.get("resources_min.nodect")),
+                       max_nodes=_int(attrs.get("resources_max.nodect")),
+                       min_walltime=wall.get("min"), max_walltime=wall.get("max"), source=f"qstat -Qf {queue}")
 
 
 @register
@@ -84,7 +105,9 @@ class PBS(Scheduler):
             out.append(f"-l place={j['place']}")
         if j["filesystems"]:
             out.append(f"-l filesystems={j['filesystems']}")
-        out += ["-k doe", "-j oe"]
+        # the job's output into the experiment directory: a directory given to -o (the trailing
+        # slash) is filled with <job id>.OU, so a chain's jobs each keep their own (OpenPBS 23.06, measured)
+        out += ["-k doe", "-j oe", f"-o {sc['expt_dir']}/"]
         return out + list(j["directives"])
 
     def submit_cmd(self, script, pass_env=()):
@@ -133,6 +156,27 @@ class PBS(Scheduler):
 
     def cancel_cmd(self, jobid):
         return ["qdel", jobid]
+
+    # <sequence>[<array index>].<server>, as qsub prints it (a bare sequence number is ambiguous)
+    jobid_pattern = r"\d+(\[\d*\])?\.[A-Za-z0-9][A-Za-z0-9.-]*"
+
+    def queue_limits(self, queue, run):
+        """qstat -Qf QUEUE; without a queue, the server's default_queue (qstat -Bf): the queue
+        that would take the job. Measured on OpenPBS 23.06: an unknown queue is exit 170,
+        'qstat: Unknown queue NAME'."""
+        if not queue:
+            rc, out, err = run(["qstat", "-Bf"])
+            if rc:
+                raise SchedulerError(f"qstat -Bf failed (rc {rc}): {err.strip() or out.strip()}")
+            queue = next(iter(parse_qstat_f(out, "Server:").values()), {}).get("default_queue")
+            if not queue:
+                return None
+        rc, out, err = run(["qstat", "-Qf", queue])
+        if rc == EXIT_UNKNOWN_QUEUE or "Unknown queue" in err:
+            return QueueLimits(queue, exists=False, source=f"qstat -Qf {queue}")
+        if rc:
+            raise SchedulerError(f"qstat -Qf {queue} failed (rc {rc}): {err.strip() or out.strip()}")
+        return parse_queue(out, queue)
 
     def cancel_error(self, returncode, stdout, stderr):
         """None when the cancel went through, else the reason (qdel exits non-zero on failure)."""

@@ -4,7 +4,7 @@ import os
 import subprocess
 
 from ..contracts.units import hms
-from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, Scheduler,
+from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, QueueLimits, Scheduler,
                    SchedulerError, register)
 
 _STATE = {"PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
@@ -33,6 +33,39 @@ def _exit_code(field: str):
     except ValueError:
         return None
     return 128 + sig if sig else code
+
+
+def slurm_time(v):
+    """A partition's MaxTime/DefaultTime as scontrol prints it: [D-]HH:MM:SS, MM:SS, or
+    UNLIMITED/INFINITE (None)."""
+    if v in (None, "", "UNLIMITED", "INFINITE", "NONE"):
+        return None
+    days, _, rest = v.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    return (int(days or 0) * 24 + parts[0]) * 3600 + parts[1] * 60 + parts[2]
+
+
+def parse_partitions(text):
+    """`scontrol show partition -o` (one line per partition, Key=Value words) -> {name: fields}."""
+    out = {}
+    for line in text.splitlines():
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if "PartitionName" in fields:
+            out[fields["PartitionName"]] = fields
+    return out
+
+
+def partition_limits(fields):
+    nodes = fields.get("MaxNodes")
+    state = fields.get("State", "UP")
+    return QueueLimits(fields["PartitionName"], enabled=state != "DOWN" and state != "INACTIVE",
+                       started=state == "UP", min_nodes=int(fields.get("MinNodes") or 0) or None,
+                       max_nodes=int(nodes) if nodes and nodes.isdigit() else None,
+                       max_walltime=slurm_time(fields.get("MaxTime")),
+                       total_nodes=int(fields["TotalNodes"]) if fields.get("TotalNodes", "").isdigit() else None,
+                       source=f"scontrol show partition {fields['PartitionName']}")
 
 
 @register
@@ -102,6 +135,22 @@ class Slurm(Scheduler):
                    "where accounting is off)")
         return {j: JobStatus(j, _STATE.get(seen[j][1], UNKNOWN), None, " ".join(seen[j][1:3]).strip())
                 if j in seen else JobStatus(j, UNKNOWN, detail=unknown) for j in ids}
+
+    jobid_pattern = r"\d+(_\d+)?"  # <job id>[_<array index>]
+
+    def queue_limits(self, queue, run):
+        """scontrol show partition -o: the partition named, or the one marked Default=YES."""
+        rc, out, err = run(["scontrol", "show", "partition", "-o"])
+        if rc:
+            raise SchedulerError(f"scontrol show partition failed (rc {rc}): {err.strip() or out.strip()}")
+        parts = parse_partitions(out)
+        if not queue:
+            queue = next((n for n, f in parts.items() if f.get("Default") == "YES"), None)
+            if queue is None:
+                return None
+        if queue not in parts:
+            return QueueLimits(queue, exists=False, source="scontrol show partition")
+        return partition_limits(parts[queue])
 
     def cancel_cmd(self, jobid):
         # -v: without it scancel of an unknown id prints nothing and exits 0 (seen with Slurm 22.05)

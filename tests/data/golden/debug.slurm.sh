@@ -70,7 +70,7 @@ rl_phase() {
 # injection plan: restartlab inject --every 90s --wait-first-complete --until /expt/x/sync/done --ckpt-dir /expt/x/sync/ckpts --phase-dir /expt/x/sync --train-iters 3000 --tag TAG --fanout slurm --launcher pals
 rl_phase --phase sync --phase-dir /expt/x/sync --ckpt-dir /expt/x/sync/ckpts \
   --inject --inject-every 90s --inject-wait-first-complete \
-  -- mpiexec -n 24 --ppn 12 --cpu-bind list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --env CCL_PROCESS_LAUNCHER=pmix --env FI_PROVIDER=cxi --env RESTARTLAB_JOB_TAG=TAG PYTHON -m restartlab.trainer --model debug --vocab 0 --train-iters 3000 --save-interval 100 --keep 0 --tp 2 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device xpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/sync/ckpts --outdir .
+  -- mpiexec -n 24 --ppn 12 --cpu-bind list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --env CCL_PROCESS_LAUNCHER=pmix --env PALS_PMI=pmix --env CCL_ATL_TRANSPORT=mpi --env FI_PROVIDER=cxi --env CCL_KVS_MODE=mpi --env CCL_KVS_CONNECTION_TIMEOUT=600 --env CCL_CONFIGURATION=cpu_gpu_dpcpp --env FI_MR_CACHE_MONITOR=disabled --env RESTARTLAB_JOB_TAG=TAG PYTHON -m restartlab.trainer --model debug --vocab 0 --train-iters 3000 --save-interval 100 --keep 3 --tp 2 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device xpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/sync/ckpts --outdir .
 
 # ---- collector
 "$RL_PY" -m restartlab.cli report "$RL_EXPT_DIR" || RL_FAILED=1

@@ -1,0 +1,380 @@
+"""restartlab preflight: on the login node, before anything is queued, whether the job a scenario
+describes can work where it is going. Each finding is one line: what is wrong, where (file:line:
+key where a key is at fault) and what to do. `submit` runs it first and submits nothing on an
+error (exit 2); `--no-preflight` skips it, and the experiment records that it was skipped.
+
+Checks: the account a site requires; the queue's own limits as its server reports them; the
+checkpoint bytes the run keeps against the free space and quota where it writes; where it writes
+(a site's project space, not $HOME); the program (found as the ranks will look for it, in their
+attempt directory); the job's Python (torch, the device support the scenario asks for, restartlab,
+torchft for torchft phases) and the launcher, both after the scenario's setup lines; the fan-out
+tool. It prints the most node-hours the job can be charged."""
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+from .. import launchers, schedulers
+from ..contracts import placeholders
+from ..contracts.units import hms, human_bytes
+from ..scenario import is_torchft
+from ..schedulers.base import SchedulerError, run_tool
+from . import probe as probe_mod, render, sizing, storage
+
+ERROR, WARNING, OK = "error", "warning", "ok"
+WARN_SHARE = 0.5  # a run that would take more than this share of what is free is a warning
+PLACEHOLDER = re.compile(r"/path/to/")
+PYTHON = re.compile(r"^python[0-9.]*$")
+
+
+@dataclass
+class Finding:
+    level: str
+    check: str
+    text: str
+
+    def line(self) -> str:
+        return f"{self.level}: {self.check}: {self.text}"
+
+
+class Preflight:
+    """The checks over one loaded scenario. `where(path)`: 'file:line' of a key (scenario.load_located);
+    `run`: how scheduler tools are asked; `probe`: how the job's setup, launcher and Python are."""
+
+    def __init__(self, sc: dict, where: Callable, scheduler: Optional[str] = None, run=run_tool,
+                 probe=probe_mod.run, environ=os.environ):
+        self.sc, self.where, self.run, self.probe_fn, self.env = sc, where, run, probe, environ
+        self.sched = schedulers.get(scheduler or sc["scheduler"])
+        self.site = sc["site"]["name"] or f"this {self.sched.title or self.sched.name} site"
+        self.findings: List[Finding] = []
+        self.root = render.expt_root(sc)
+        self.command: Optional[str] = None  # a program's command that is not a Python: found on the job's PATH?
+        self.module = None                  # (python, module) of a program run as python -m MODULE
+
+    def add(self, level, check, text):
+        self.findings.append(Finding(level, check, text))
+
+    def key(self, *path) -> str:
+        """'file:line: a.b.c' of a key, as validation errors name it."""
+        return f"{self.where(path)}: {'.'.join(map(str, path))}"
+
+    # ------------------------------------------------------------------ the checks
+    def account(self):
+        j, site = self.sc["job"], self.sc["site"]
+        if site["account_required"] and not j["account"]:
+            self.add(ERROR, "account", f"{self.key('job', 'account')}: {self.site} charges every job to a project "
+                     "and rejects one without it: set job.account (or --set job.account=PROJECT; make: ACCOUNT=PROJECT)")
+        elif "{account}" in self.sc["expt_root"] and not j["account"]:
+            self.add(ERROR, "account", f"{self.key('expt_root')}: names {{account}}, but job.account is not set")
+        elif j["account"]:
+            self.add(OK, "account", f"job.account {j['account']}")
+
+    def queue(self):
+        if not self.sched.has_queue:
+            return
+        j = self.sc["job"]
+        tool = self.sched.query_tool
+        if not shutil.which(tool):
+            self.add(WARNING, "queue", f"`{tool}` is not on PATH: the queue's limits were not checked (not a "
+                     f"{self.sched.name} login node?)")
+            return
+        try:
+            q = self.sched.queue_limits(j["queue"], self.run)
+        except SchedulerError as e:
+            self.add(ERROR, "queue", f"cannot ask the server about the queue: {e}")
+            return
+        at = self.key("job", "queue")
+        if q is None:
+            self.add(WARNING, "queue", f"{at}: no queue given and the server names no default queue")
+            return
+        name, nodes, wall = q.name, j["nodes"] + j["spare_nodes"], j["walltime"]
+        asked = f"{nodes} node(s)" + (f" ({j['nodes']} + {j['spare_nodes']} spare)" if j["spare_nodes"] else "")
+        if not q.exists:
+            self.add(ERROR, "queue", f"{at}: queue {name!r} does not exist on this server ({q.source}): "
+                     "name one of its queues")
+            return
+        bad = []
+        if not q.enabled:
+            bad.append("it is not enabled: the server refuses new jobs")
+        if not q.started:
+            bad.append("it is not started: a job would wait in it and never run")
+        if q.min_nodes is not None and nodes < q.min_nodes:
+            bad.append(f"it takes at least {q.min_nodes} nodes, the job asks for {asked}")
+        if q.max_nodes is not None and nodes > q.max_nodes:
+            bad.append(f"it takes at most {q.max_nodes} nodes, the job asks for {asked}")
+        if q.total_nodes is not None and nodes > q.total_nodes:
+            bad.append(f"it has {q.total_nodes} nodes in all, the job asks for {asked}: it would never start")
+        if q.max_walltime is not None and wall > q.max_walltime:
+            bad.append(f"its walltime limit is {hms(q.max_walltime)}, job.walltime is {hms(wall)} "
+                       f"({self.where(('job', 'walltime'))})")
+        if q.min_walltime is not None and wall < q.min_walltime:
+            bad.append(f"its shortest walltime is {hms(q.min_walltime)}, job.walltime is {hms(wall)} "
+                       f"({self.where(('job', 'walltime'))})")
+        for b in bad:
+            self.add(ERROR, "queue", f"{at}: queue {name}: {b} ({q.source})")
+        if not bad:
+            lim = ", ".join(x for x in (
+                f"nodes {q.min_nodes or 1}-{q.max_nodes}" if q.max_nodes else "",
+                f"walltime up to {hms(q.max_walltime)}" if q.max_walltime else "") if x)
+            self.add(OK, "queue", f"queue {name} takes {asked} for {hms(wall)}" + (f" ({lim})" if lim else ""))
+
+    def bytes_and_place(self):
+        phases = sizing.phase_bytes(self.sc)
+        root = self.root
+        home = os.path.realpath(self.env.get("HOME", "~"))
+        in_home = os.path.realpath(storage.existing_ancestor(root)).startswith(home.rstrip("/") + "/")
+        if not phases:
+            total = 0
+        elif any(p.peak is None for p in phases):
+            unknown = [p.phase for p in phases if p.peak is None]
+            self.add(WARNING, "bytes", f"{self.key('trainer', 'program', 'checkpoint_bytes')}: the checkpoints of "
+                     f"phase(s) {', '.join(unknown)} cannot be sized: set trainer.program.checkpoint_bytes (one "
+                     f"checkpoint, e.g. 24GB) and save_every, and preflight checks they fit")
+            total = sum(p.peak or 0 for p in phases)
+        else:
+            total = sum(p.peak for p in phases)
+        try:
+            r = storage.room(root)
+        except OSError as e:
+            self.add(ERROR, "where", f"{self.key('expt_root')}: cannot look at {root}: {e.strerror}")
+            return
+        if not r.writable:
+            self.add(ERROR, "where", f"{self.key('expt_root')}: {root} cannot be created: {r.path} is not writable "
+                     "by you")
+        if in_home and self.sc["site"]["project_root"]:
+            proj = self.sc["site"]["project_root"]
+            self.add(WARNING, "where", f"{self.key('expt_root')}: {root} is under $HOME ({home}); the run keeps up "
+                     f"to {human_bytes(total)} of checkpoints there. {self.site}'s project space is "
+                     f"{proj}: set expt_root: {proj}/restartlab")
+        if total == 0:
+            return
+        detail = "; ".join(f"{p.phase}: {p.kept} x {human_bytes(p.per_save)} ({p.why})" for p in phases
+                           if p.peak is not None)
+        left = r.usable
+        what = f"{human_bytes(left)} free at {r.path}" + (f" (quota: {r.quota_text})" if r.quota_left is not None
+                                                          else "")
+        keep_at = self.key("trainer", "program", "checkpoint_bytes") if self.sc["trainer"]["program"] \
+            else self.key("trainer", "keep")
+        if total > left:
+            self.add(ERROR, "bytes", f"{keep_at}: the run keeps up to {human_bytes(total)} of checkpoints "
+                     f"({detail}) but {what}: free space, keep fewer (trainer.keep), or write elsewhere (expt_root)")
+        elif total > WARN_SHARE * left:
+            self.add(WARNING, "bytes", f"{keep_at}: the run keeps up to {human_bytes(total)} of checkpoints "
+                     f"({detail}): more than {WARN_SHARE:.0%} of the {what}")
+        else:
+            self.add(OK, "bytes", f"up to {human_bytes(total)} of checkpoints ({detail}); {what}")
+
+    def program_words(self):
+        """The program's argv as the ranks will run it, with the placeholders the renderer fills
+        ({scenario_dir}); a word with a per-phase or per-attempt placeholder is left as it is."""
+        prog = self.sc["trainer"]["program"]
+        sdir = os.path.dirname(os.path.abspath(self.sc["source"]))
+        return [placeholders.fill(w, {placeholders.SCENARIO_DIR: sdir}) for w in prog["command"]]
+
+    def program(self, pythons):
+        """The program's command (and its script or module) found as the ranks look for them: in
+        <expt>/<phase>/attempts/<k>, their working directory, which holds nothing of yours."""
+        prog = self.sc["trainer"]["program"]
+        if not prog:
+            return
+        words = self.program_words()
+        at = self.key("trainer", "program", "command")
+        for w in words:
+            if PLACEHOLDER.search(w):
+                self.add(ERROR, "program", f"{at}: {w!r} is the shipped example's placeholder: put the real path")
+                return
+        sdir = os.path.dirname(os.path.abspath(self.sc["source"]))
+        cmd = words[0]
+        if "/" in cmd and not os.path.isabs(cmd):
+            self.add(ERROR, "program", f"{at}: {cmd!r} is relative, and ranks run in their attempt directory "
+                     f"(<expt>/<phase>/attempts/<k>): write {{scenario_dir}}/{os.path.normpath(cmd)} (the "
+                     "scenario file's directory) or an absolute path")
+            return
+        if os.path.isabs(cmd) and not os.access(cmd, os.X_OK):
+            self.add(ERROR, "program", f"{at}: {cmd} does not exist or is not executable")
+            return
+        if PYTHON.match(os.path.basename(cmd)):
+            pythons.append(cmd)
+            rest = words[1:]
+            i = 0
+            while i < len(rest) and rest[i].startswith("-") and rest[i] != "-m":
+                i += 2 if rest[i] in ("-W", "-X") else 1
+            if i < len(rest) and rest[i] == "-m":
+                self.module = (cmd, rest[i + 1] if i + 1 < len(rest) else "")
+            elif i < len(rest):
+                script = rest[i]
+                if any(t in script for t in (placeholders.CKPT_DIR, placeholders.PHASE_DIR, placeholders.ATTEMPT_DIR)):
+                    return
+                if not os.path.isabs(script):
+                    hint = os.path.join("{scenario_dir}", os.path.relpath(os.path.join(sdir, script), sdir)) \
+                        if os.path.exists(os.path.join(sdir, script)) else "an absolute path"
+                    self.add(ERROR, "program", f"{at}: {script!r} is relative, and ranks run in their attempt "
+                             f"directory (<expt>/<phase>/attempts/<k>), where it is not: write {hint}")
+                elif not os.path.isfile(script):
+                    self.add(ERROR, "program", f"{at}: {script}: no such file")
+                else:
+                    self.add(OK, "program", f"{script}")
+        else:
+            self.command = cmd
+
+    def job_env(self):
+        """The environment the job's shell starts from, as near as the login node knows it: this one
+        (a PBS job's login shell may set PATH anew), with `restartlab run`'s Python directory first."""
+        env = dict(self.env)
+        if not self.sched.has_queue:
+            env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        return env
+
+    def environment(self, pythons):
+        """The job's setup lines, launcher and Pythons, asked in one shell (probe.py)."""
+        sc, ln = self.sc, self.sc["launch"]
+        job_py = ln["python"] or sys.executable
+        launch_cmd = render.launch_argv(sc, 1, 1, {}, ())[0] if launchers.get(ln["launcher"]).launchable else None
+        asked = [job_py] + [p for p in pythons if p != job_py]
+        command = self.command
+        print(f"preflight: asking the job's environment (setup lines: {len(ln['setup'])}, {launch_cmd}, "
+              f"{', '.join(asked)}) ...", file=sys.stderr, flush=True)
+        pr = self.probe_fn(ln["setup"], launch_cmd, asked + ([command] if command else []), env=self.job_env())
+        if not pr.ok:
+            self.add(ERROR, "python", f"{self.key('launch', 'setup')}: {pr.error}")
+            return
+        self.python(pr.pythons[job_py], job_py, bundled=not sc["trainer"]["program"])
+        for py in pythons:
+            if py != job_py:
+                self.python(pr.pythons[py], py, bundled=False, program=True)
+        if command:
+            c = pr.pythons.get(command)
+            if c is not None and not c.found and "command not found" in c.torch_error:
+                self.add(ERROR, "program", f"{self.key('trainer', 'program', 'command')}: {command!r} is not on the "
+                         "job's PATH (after launch.setup): give its path")
+        if self.module:
+            self.module_found(*self.module)
+        self.launcher(pr, launch_cmd)
+
+    def module_found(self, py, module):
+        at = self.key("trainer", "program", "command")
+        code = "import importlib.util as u, sys; sys.exit(0 if u.find_spec(sys.argv[1]) else 1)"
+        lines = list(self.sc["launch"]["setup"]) + [f"exec {shlex.join([py, '-c', code, module])}"]
+        r = subprocess.run(["bash", "-c", "set -e\n" + "\n".join(lines)], capture_output=True, text=True,
+                           timeout=300, cwd="/", stdin=subprocess.DEVNULL, env=self.job_env())
+        if r.returncode:
+            self.add(ERROR, "program", f"{at}: {py} -m {module}: no module {module!r} for that Python "
+                     "(after launch.setup)")
+
+    def python(self, p, asked, bundled, program=False):
+        sc, tr = self.sc, self.sc["trainer"]
+        at = self.key("trainer", "program", "command") if program else self.key("launch", "python")
+        who = "your program's Python" if program else "the job's Python"
+        if not p.found:
+            self.add(ERROR, "python", f"{at}: {who} {asked!r} cannot run: {p.torch_error or 'not found'}")
+            return
+        if not program and not p.modules.get("restartlab"):
+            self.add(ERROR, "python", f"{at}: {who} {p.exe} cannot import restartlab (the job's supervisor runs "
+                     "in it): install restartlab for it, or set launch.python")
+        if not p.torch:
+            level = ERROR if bundled else WARNING
+            self.add(level, "python", f"{at}: {who} {p.exe} cannot import torch ({p.torch_error or 'not installed'})"
+                     + (": the trainer needs it; load the site's PyTorch in launch.setup (module load frameworks)"
+                        if bundled else ""))
+            return
+        device = tr["device"] if not tr["program"] else None
+        dev_at = self.key("trainer", "device")
+        if device == "cuda" and not p.cuda:
+            self.add(ERROR, "python", f"{dev_at}: cuda, but {who}'s torch {p.torch} ({p.exe}) was built without CUDA: "
+                     "a CPU build installed over the site's? (make install before module load)")
+        elif device == "xpu" and not (p.xpu or p.modules.get("intel_extension_for_pytorch")):
+            self.add(ERROR, "python", f"{dev_at}: xpu, but {who}'s torch {p.torch} ({p.exe}) has no XPU support "
+                     "(torch.xpu not compiled, no intel_extension_for_pytorch): a CPU build installed over the "
+                     "site's? (make install before module load frameworks)")
+        else:
+            built = ", ".join(x for x in ("CUDA " + p.cuda if p.cuda else "", "XPU" if p.xpu else "",
+                                          "IPEX" if p.modules.get("intel_extension_for_pytorch") else "") if x)
+            self.add(OK, "python", f"{p.exe}: torch {p.torch}" + (f" ({built})" if built else " (CPU only)"))
+        if any(is_torchft(ph) for ph in sc["phases"]) and not p.modules.get("torchft"):
+            i = next(i for i, ph in enumerate(sc["phases"]) if is_torchft(ph))
+            self.add(ERROR, "python", f"{self.key('phases', i, 'recovery', 'strategy')}: torchft is not installed for "
+                     f"{p.exe} (pip install 'restartlab[torchft]', which keeps the torch that is there)")
+
+    def launcher(self, pr, cmd):
+        if not cmd:
+            return
+        name = self.sc["launch"]["launcher"]
+        at = self.key("launch", "mpiexec") if cmd == self.sc["launch"]["mpiexec"] else self.key("launch", "launcher")
+        if not pr.launcher_path:
+            self.add(ERROR, "launcher", f"{at}: {cmd!r} is not found after launch.setup (the job's PATH): give its "
+                     "path, or load its module in launch.setup")
+            return
+        kind = probe_mod.launcher_kind(pr.launcher_version)
+        want = {"hydra": "hydra", "openmpi": "openmpi", "srun": "srun", "pals": None}.get(name)
+        first = (pr.launcher_version.strip().splitlines() or ["(no output)"])[0].strip()
+        if kind != want:
+            said = {None: "neither MPICH Hydra, Open MPI nor srun", "hydra": "MPICH's Hydra",
+                    "openmpi": "Open MPI", "srun": "Slurm's srun"}[kind]
+            self.add(ERROR, "launcher", f"{at}: launch.launcher is {name}, but {pr.launcher_path} is {said} "
+                     f"(--version: {first!r}): its flags differ; set launch.launcher or launch.mpiexec")
+        else:
+            self.add(OK, "launcher", f"{pr.launcher_path}: {name}" + (" (PALS is taken for any mpiexec that is not "
+                                                                      "Hydra or Open MPI: unverified here)"
+                                                                      if name == "pals" else ""))
+
+    def fanout(self):
+        """The tool the injector and the killers reach every node with."""
+        if self.sched.name == "pbs":
+            from ..schedulers import pbs
+            path = pbs.tool("pbsdsh", self.env)
+            if not os.path.isabs(path) or not os.access(path, os.X_OK):
+                self.add(ERROR, "fanout", "pbsdsh is neither on PATH nor under PBS_EXEC/bin (pbs.conf): the "
+                         "injector cannot reach the job's nodes")
+            else:
+                self.add(OK, "fanout", path)
+        elif self.sched.name == "slurm" and not shutil.which("srun"):
+            self.add(ERROR, "fanout", "srun is not on PATH: the injector cannot reach the job's nodes")
+
+    def cost(self):
+        j = self.sc["job"]
+        if not self.sched.has_queue:
+            return
+        jobs = 1 + self.sc["relaunch"]["chain"]
+        self.add(OK, "cost", f"at most {sizing.node_hours(self.sc):.1f} node-hours: {j['nodes'] + j['spare_nodes']} "
+                 f"node(s) x {hms(j['walltime'])} walltime x {jobs} job(s) (phases "
+                 f"{', '.join(p['name'] for p in self.sc['phases'])} run one after another in each)")
+
+    def check(self, environment=True) -> List[Finding]:
+        self.account()
+        self.queue()
+        self.bytes_and_place()
+        pythons: List[str] = []
+        self.program(pythons)
+        if environment:
+            self.environment(pythons)
+        self.fanout()
+        self.cost()
+        return self.findings
+
+
+def errors(findings: List[Finding]) -> List[Finding]:
+    return [f for f in findings if f.level == ERROR]
+
+
+def report(findings: List[Finding], out=sys.stderr, quiet_ok=False) -> str:
+    """Print each finding (errors first) and a last line; returns the text (the experiment keeps it)."""
+    order = {ERROR: 0, WARNING: 1, OK: 2}
+    lines = [f"preflight: {f.line()}" for f in sorted(findings, key=lambda f: order[f.level])
+             if not (quiet_ok and f.level == OK)]
+    n_err, n_warn = len(errors(findings)), sum(f.level == WARNING for f in findings)
+    lines.append(f"preflight: {n_err} error(s), {n_warn} warning(s)" + (": nothing submitted" if n_err else ""))
+    text = "\n".join(lines) + "\n"
+    out.write(text)
+    return text
+
+
+def main(a) -> int:
+    from .. import scenario
+    sc, where = scenario.load_located(a.scenario, a.set)
+    findings = Preflight(sc, where, a.scheduler).check()
+    report(findings, out=sys.stdout)
+    return 2 if errors(findings) else 0

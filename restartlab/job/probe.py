@@ -1,0 +1,117 @@
+"""What the job will find where it runs, asked on the login node as the job script would ask it:
+a bash that runs the scenario's setup lines (module load, venv), then the launcher's command
+(`command -v`, `--version`) and the job's Python (which imports torch and says what device support
+it was built with, without a GPU). One subprocess; its lines are marked and parsed here."""
+import json
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+# run by the job's Python (and a program's own): never imports restartlab, which it may not have
+PY_CODE = r"""
+import importlib.util as u, json, sys
+mods = sys.argv[1:]
+out = {"exe": sys.executable, "version": sys.version.split()[0],
+       "modules": {m: u.find_spec(m) is not None for m in mods}}
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["cuda"] = getattr(torch.version, "cuda", None)
+    try:
+        out["xpu"] = bool(torch.xpu._is_compiled())
+    except Exception:
+        out["xpu"] = False
+except Exception as e:
+    out["torch"] = None
+    out["torch_error"] = (type(e).__name__ + ": " + str(e)).splitlines()[0][:200]
+print("RL-PY " + json.dumps(out), flush=True)
+"""
+MODULES = ("restartlab", "mpi4py", "torchft", "intel_extension_for_pytorch", "oneccl_bindings_for_pytorch")
+
+
+@dataclass
+class Python:
+    asked: str
+    found: bool
+    exe: str = ""
+    torch: Optional[str] = None
+    torch_error: str = ""
+    cuda: Optional[str] = None
+    xpu: bool = False
+    modules: Dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass
+class Probe:
+    ok: bool                    # the shell ran to its end
+    error: str = ""             # why not (a setup line failed, a timeout)
+    launcher_path: str = ""     # `command -v` of the launcher's command ('' : not found)
+    launcher_version: str = ""  # its --version output, first lines
+    pythons: Dict[str, Python] = field(default_factory=dict)
+
+
+def script(setup: List[str], launcher: Optional[str], pythons: List[str], modules=MODULES) -> str:
+    """The bash text: setup lines as the job runs them (each must succeed, as a job would need it
+    to), then one marked block per thing asked."""
+    lines = ["set -e"] + list(setup) + ["set +e", "echo RL-SETUP-DONE"]
+    if launcher:
+        q = shlex.quote(launcher)
+        lines += [f"p=$(command -v {q}) && echo \"RL-LAUNCHER-PATH $p\" && "
+                  f"{{ {q} --version </dev/null 2>&1 | head -n 20 | sed 's/^/RL-LAUNCHER /'; }}"]
+    for py in pythons:
+        lines += [f"echo {shlex.quote('RL-ASK ' + py)}",
+                  f"{shlex.quote(py)} -c {shlex.quote(PY_CODE)} {' '.join(map(shlex.quote, modules))} 2>&1 | "
+                  "sed 's/^/RL-OUT /' || true"]
+    return "\n".join(lines) + "\n"
+
+
+def parse(text: str, pythons: List[str], rc: int) -> Probe:
+    out = Probe(ok="RL-SETUP-DONE" in text)
+    if not out.ok:
+        tail = " | ".join(text.strip().splitlines()[-3:])[-300:]
+        out.error = f"the setup lines failed (exit {rc}){': ' + tail if tail else ''}"
+    version = []
+    asked = None
+    for line in text.splitlines():
+        if line.startswith("RL-LAUNCHER-PATH "):
+            out.launcher_path = line.split(" ", 1)[1].strip()
+        elif line.startswith("RL-LAUNCHER "):
+            version.append(line[len("RL-LAUNCHER "):])
+        elif line.startswith("RL-ASK "):
+            asked = line[len("RL-ASK "):]
+            out.pythons[asked] = Python(asked, False)
+        elif line.startswith("RL-OUT RL-PY ") and asked:
+            d = json.loads(line[len("RL-OUT RL-PY "):])
+            out.pythons[asked] = Python(asked, True, d["exe"], d.get("torch"), d.get("torch_error", ""),
+                                        d.get("cuda"), bool(d.get("xpu")), d.get("modules", {}))
+        elif line.startswith("RL-OUT ") and asked and not out.pythons[asked].found:
+            out.pythons[asked].torch_error = (out.pythons[asked].torch_error + " " + line[7:]).strip()[-300:]
+    out.launcher_version = "\n".join(version)
+    for py in pythons:
+        out.pythons.setdefault(py, Python(py, False))
+    return out
+
+
+def run(setup: List[str], launcher: Optional[str], pythons: List[str], timeout: float = 300, env=None) -> Probe:
+    try:
+        # cwd /: a Python's first path entry is where it starts, and the job's is no source tree
+        r = subprocess.run(["bash", "-c", script(setup, launcher, pythons)], capture_output=True, text=True,
+                           timeout=timeout, stdin=subprocess.DEVNULL, cwd="/", env=env)
+    except subprocess.TimeoutExpired:
+        return Probe(False, f"the setup lines and the Python did not answer in {timeout:.0f} s")
+    return parse(r.stdout + r.stderr, pythons, r.returncode)
+
+
+# how each MPI launcher's --version names itself (read from each one's own output here: MPICH
+# 4.x Hydra prints 'HYDRA build details', Open MPI 'mpiexec (Open MPI) X' / 'OpenRTE', Slurm's srun
+# 'slurm X'; Cray PALS's mpiexec is not on this machine: whatever is none of these is taken for it)
+KINDS = (("hydra", re.compile(r"HYDRA build details", re.I)),
+         ("openmpi", re.compile(r"Open MPI|OpenRTE|Open RTE", re.I)),
+         ("srun", re.compile(r"^slurm \d", re.I | re.M)))
+
+
+def launcher_kind(version_text: str) -> Optional[str]:
+    """'hydra', 'openmpi', 'srun', or None (not one of these: PALS, or something else)."""
+    return next((k for k, rx in KINDS if rx.search(version_text)), None)
