@@ -22,7 +22,8 @@ from .. import launchers, schedulers
 from ..contracts import placeholders
 from ..contracts.units import hms, human_bytes
 from ..scenario import is_torchft
-from ..schedulers.base import SchedulerError, run_tool
+from ..scenario.source import fmt_path
+from ..schedulers.base import SchedulerError, ToolMissing, run_tool
 from . import probe as probe_mod, render, sizing, storage
 
 ERROR, WARNING, OK = "error", "warning", "ok"
@@ -59,8 +60,9 @@ class Preflight:
         self.findings.append(Finding(level, check, text))
 
     def key(self, *path) -> str:
-        """'file:line: a.b.c' of a key, as validation errors name it."""
-        return f"{self.where(path)}: {'.'.join(map(str, path))}"
+        """'file:line: a.b.c' of a key, as validation errors name it ('--set a.b.c' for a value given so)."""
+        w, k = self.where(path), fmt_path(path)
+        return w if w == f"--set {k}" else f"{w}: {k}"
 
     # ------------------------------------------------------------------ the checks
     def account(self):
@@ -77,13 +79,12 @@ class Preflight:
         if not self.sched.has_queue:
             return
         j = self.sc["job"]
-        tool = self.sched.query_tool
-        if not shutil.which(tool):
-            self.add(WARNING, "queue", f"`{tool}` is not on PATH: the queue's limits were not checked (not a "
-                     f"{self.sched.name} login node?)")
-            return
         try:
             q = self.sched.queue_limits(j["queue"], self.run)
+        except ToolMissing as e:
+            self.add(WARNING, "queue", f"{e}: the queue's limits were not checked (not a {self.sched.name} login "
+                     "node?)")
+            return
         except SchedulerError as e:
             self.add(ERROR, "queue", f"cannot ask the server about the queue: {e}")
             return
@@ -354,6 +355,18 @@ class Preflight:
         self.fanout()
         self.cost()
         return self.findings
+
+
+def torchft_missing(sc, where) -> List[Finding]:
+    """`restartlab run`'s own check (its job runs this Python): a torchft phase without torchft
+    installed, refused before anything runs (validation leaves what is installed to preflight)."""
+    import importlib.util
+    for i, ph in enumerate(sc["phases"]):
+        if is_torchft(ph) and importlib.util.find_spec("torchft") is None:
+            return [Finding(ERROR, "python", f"{where(('phases', i, 'recovery', 'strategy'))}: "
+                            f"{fmt_path(('phases', i, 'recovery', 'strategy'))}: torchft is not installed for {sys.executable} "
+                            "(pip install 'restartlab[torchft]', which keeps the torch that is there)")]
+    return []
 
 
 def errors(findings: List[Finding]) -> List[Finding]:

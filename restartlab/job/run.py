@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from . import experiment, reuse
+from . import experiment, preflight, reuse
 from ..runtime import killer
 from ..contracts import exits, layout, live
 from .. import scenario, schedulers
@@ -47,7 +47,11 @@ def progress(ctx, t0):
 
 def main(a) -> int:
     path = a.scenario or os.path.join(resource_dir("scenarios"), "local.yaml")
-    sc = scenario.load(path, a.set)
+    sc, where = scenario.load_located(path, a.set)
+    refused = preflight.torchft_missing(sc, where)
+    if refused:
+        preflight.report(refused)
+        return 2
     return run_scenario(sc, path, a.expt_dir, a.plain, baseline_from=a.baseline_from)
 
 

@@ -3,11 +3,9 @@ file, line and key path (the nearest valid key suggested for a misspelling), eac
 by the same bounds check as the tool or trainer option it feeds (contracts.options.problem)."""
 import copy
 import difflib
-import importlib.util
 import math
 import os
 import re
-import sys
 from typing import Optional
 
 from .. import failures, programs
@@ -220,9 +218,6 @@ def _torchft_checks(sc, v: Validator) -> None:
             v.err(at + ("strategy",), f"a program of yours in a torchft phase is a torchft program: "
                   f"trainer.program.adapter: torchft (restartlab's hook on its Manager), not "
                   f"{tr['program']['adapter']!r}")
-        if importlib.util.find_spec("torchft") is None:
-            v.err(at + ("strategy",), f"torchft is not installed for {sys.executable} "
-                  "(pip install 'restartlab[torchft]', which keeps the torch that is there)")
         if ph["checkpoint"] != "none":
             v.err(("phases", i, "checkpoint"), f"{ph['checkpoint']}: a torchft phase recovers from its "
                   "surviving groups and keeps no checkpoints in this version: checkpoint: none")

@@ -33,6 +33,10 @@ class SchedulerError(Exception):
     pass
 
 
+class ToolMissing(SchedulerError):
+    """The scheduler's command is not on PATH (not this scheduler's login node?)."""
+
+
 @dataclass
 class QueueLimits:
     """What a queue (PBS) or partition (Slurm) admits, as its server says (None: no limit set)."""
@@ -143,7 +147,7 @@ def run_tool(argv: List[str]) -> Tuple[int, str, str]:
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     except FileNotFoundError:
-        raise SchedulerError(f"`{argv[0]}` is not on PATH")
+        raise ToolMissing(f"`{argv[0]}` is not on PATH")
     except subprocess.TimeoutExpired:
         raise SchedulerError(f"`{' '.join(argv)}` did not answer in 120 s")
     return r.returncode, r.stdout, r.stderr
