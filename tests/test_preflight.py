@@ -83,7 +83,7 @@ def test_recorded_queue_answers_parse():
     assert slurm_mod.slurm_time("INFINITE") is None and slurm_mod.slurm_time("30:00") == 1800
     assert probe.launcher_kind("HYDRA build details:\n    Version: 4.1") == "hydra"
     assert probe.launcher_kind("mpiexec (Open MPI) 4.1.4\n") == "openmpi"
-    assert probe.launcher_kind("slurm 22.05.8\n") == "srun"
+    assert probe.launcher_kind("slurm-wlm 22.05.8\n") == "srun"  # Debian 12's srun --version
     assert probe.launcher_kind("mpiexec version 1.2.12\n") is None  # what is not one of those: taken for PALS
     # Lustre's manual's layout of `lfs quota -u` (no Lustre here: the parser is all that is tested)
     lq = ("Disk quotas for usr bob (uid 1000):\n     Filesystem  kbytes   quota   limit   grace   files   quota"

@@ -104,12 +104,13 @@ def run(setup: List[str], launcher: Optional[str], pythons: List[str], timeout: 
     return parse(r.stdout + r.stderr, pythons, r.returncode)
 
 
-# how each MPI launcher's --version names itself (read from each one's own output here: MPICH
-# 4.x Hydra prints 'HYDRA build details', Open MPI 'mpiexec (Open MPI) X' / 'OpenRTE', Slurm's srun
-# 'slurm X'; Cray PALS's mpiexec is not on this machine: whatever is none of these is taken for it)
+# how each MPI launcher's --version names itself: the `mpich` wheel's Hydra prints 'HYDRA build
+# details' and Debian 12's srun 'slurm-wlm 22.05.8' (both run here); Open MPI's 'mpiexec (Open MPI)
+# X' is from its man page, not run here; Cray PALS's mpiexec is not on this machine either: whatever
+# is none of these is taken for it (unverified)
 KINDS = (("hydra", re.compile(r"HYDRA build details", re.I)),
          ("openmpi", re.compile(r"Open MPI|OpenRTE|Open RTE", re.I)),
-         ("srun", re.compile(r"^slurm \d", re.I | re.M)))
+         ("srun", re.compile(r"^slurm(-wlm)? \d", re.I | re.M)))
 
 
 def launcher_kind(version_text: str) -> Optional[str]:
