@@ -54,7 +54,8 @@ def cmd_submit(a):
     sc, where = scenario.load_located(a.scenario, a.set)
     name = a.scheduler or sc["scheduler"]
     if a.dry_run:
-        text, _, _ = experiment.render_script(sc, name)
+        from .job import render
+        text = render.render_smoke(sc, name)[0] if a.smoke else experiment.render_script(sc, name)[0]
         sys.stdout.write(text)
         return 0
     sched = schedulers.get(name)
@@ -80,7 +81,7 @@ def cmd_submit(a):
         checked = preflight.report(findings, quiet_ok=True)
         if preflight.errors(findings):
             return 2
-    script, ctx = experiment.create(sc, name)
+    script, ctx = experiment.create(sc, name, smoke=a.smoke)
     from .contracts import layout
     expt = layout.Expt(ctx["expt_dir"])
     with open(expt.preflight, "w") as f:
@@ -107,18 +108,26 @@ def cmd_submit(a):
     with open(expt.jobid, "w") as f:
         f.write(jid + "\n")
     print(f"job {jid}\nexperiment {ctx['expt_dir']}")
+    if a.smoke:
+        print(f"smoke job: its readiness report will be {expt.smoke_md} (restartlab status {ctx['expt_dir']})")
     return 0
 
 
 def cmd_status(a):
     from .job import jobref
+    from .contracts import layout
     try:
         sched, ids, local = jobref.resolve(a.jobids, a.scheduler)
     except jobref.RefError as e:
         print(f"restartlab status: {e}", file=sys.stderr)
         return e.code
+    from .runtime import smoke
     for d in local:
         print(jobref.local_status(d))
+    for d in a.jobids:
+        lines = smoke.summary(layout.Expt(d).smoke_report) if os.path.isdir(d) else None
+        if lines:
+            print("\n".join(f"{d}: {x}" if i == 0 else x for i, x in enumerate(lines)))
     if not ids:
         if not local:
             print("restartlab status: no jobs (an experiment directory without its jobs log?)", file=sys.stderr)
@@ -245,6 +254,11 @@ def build_parser():
     scen(sp)
     sp.add_argument("--scheduler", choices=queued)
     sp.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    sp.add_argument("--smoke", action="store_true",
+                    help="submit the smoke job instead: the experiment's shape for a few minutes, proving on the "
+                    "allocation what it relies on (ranks on every host, torch and the device, one all-reduce, the "
+                    "fan-out, a kill by tag, the teardown, a relaunch, a shared directory, a private stage dir); "
+                    "its readiness report goes to the experiment directory")
     sp.add_argument("--no-preflight", action="store_true",
                     help="submit without the preflight checks (the experiment records that they were skipped)")
     sp = sub.add_parser("preflight", help="check on the login node that the job can work where it is going "
@@ -264,6 +278,8 @@ def build_parser():
     sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
     sp.add_argument("--expt-dir", help="default: <expt_root>/<name>-<time>")
     sp.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+    sp.add_argument("--smoke", action="store_true", help="the smoke job's checks on this machine instead of the "
+                    "experiment (what submit --smoke runs on an allocation)")
     sp.add_argument("--baseline-from", metavar="EXPT_DIR",
                     help="copy the baseline phase (checkpoint: none) of this earlier experiment instead of running "
                     "it again; refused unless it ran the same command and finished")

@@ -348,3 +348,23 @@ def test_validate_every_shipped_scenario_as_the_help_says():
     r = subprocess.run(f"{sys.executable} -m restartlab.cli validate scenarios/*.yaml scenarios/examples/*.yaml",
                        shell=True, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_the_smoke_job_here_ready_and_with_one_thing_broken(tmp_path):
+    """restartlab run --smoke: the smoke job's checks on this machine (the clusters' runs are in
+    test_site_readiness.py); with torch broken for the ranks, the report names it and the host,
+    and the job does not wait out the group's timeout for a rank that cannot join."""
+    path = scen(tmp_path, "")
+    r = rl("run", "--smoke", path, "--plain")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "# restartlab smoke job: READY" in r.stdout and r.stdout.count("\nok   ") == 10, r.stdout
+    shadow = tmp_path / "shadow" / "torch"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('torch is broken on purpose')\n")
+    r = rl("run", "--smoke", path, "--plain", "--set", f"launch.env={{PYTHONPATH: {shadow.parent}}}")
+    assert r.returncode == 1, r.stdout + r.stderr
+    host = __import__("socket").gethostname()
+    assert "# restartlab smoke job: NOT READY" in r.stdout, r.stdout
+    assert f"FAIL torch     torch ? on 0 rank(s)" in r.stdout and \
+        f"rank 0 on {host}: ImportError: torch is broken on purpose" in r.stdout and f"[on {host}]" in r.stdout, r.stdout
+    assert "ok   fanout" in r.stdout and "FAIL kill      not tried" in r.stdout, r.stdout

@@ -3,6 +3,7 @@ attempt, spelled here and nowhere else (as ckptdir.py owns step-N/.complete). Ev
 job script's template (through the render context) and the tests ask these classes.
 
     <expt>/scenario.yaml job.sh jobid jobs.jsonl job.out nodefile nodes.bad hosts.attempt preflight.txt
+           smoke.json smoke.md smoke/ (a smoke job's: submit --smoke)
            summary.json report.md fuzz.md fuzz.json
     <expt>/<phase>/ckpts/ attempts/<k>/ injections.jsonl nodes.jsonl injector.log
                    node-check.log done completed
@@ -150,6 +151,10 @@ class Expt:
     jobid = property(lambda self: self._f("jobid"))             # written by `restartlab submit`
     not_submitted = property(lambda self: self._f("NOT-SUBMITTED"))  # the scheduler refused it: why
     preflight = property(lambda self: self._f("preflight.txt"))  # submit's preflight findings, or that it was skipped
+    # a smoke job's (submit --smoke): its working files, its readiness report as data and as text
+    smoke_dir = property(lambda self: self._f("smoke"))
+    smoke_report = property(lambda self: self._f("smoke.json"))
+    smoke_md = property(lambda self: self._f("smoke.md"))
     jobs = property(lambda self: self._f("jobs.jsonl"))         # every job that worked on it (chains)
     job_out = property(lambda self: self._f("job.out"))         # `restartlab run`: the script's output
     nodefile = property(lambda self: self._f("nodefile"))       # the local scheduler's node file

@@ -25,9 +25,15 @@ def write_script(path: str, text: str, resolved: str, resolved_path: str) -> Non
     ckptdir.write_atomic(path, text.encode(), mode=0o755)
 
 
-def create(sc: dict, scheduler: Optional[str] = None, expt_dir: Optional[str] = None) -> Tuple[str, dict]:
-    """Make the experiment's job script and resolved scenario; returns (job script path, context)."""
-    text, ctx, resolved = render_script(sc, scheduler, expt_dir)
+def create(sc: dict, scheduler: Optional[str] = None, expt_dir: Optional[str] = None,
+           smoke: bool = False) -> Tuple[str, dict]:
+    """Make the experiment's job script and resolved scenario; returns (job script path, context).
+    smoke: the smoke job's script instead (render.render_smoke), with the same resolved scenario."""
+    if smoke:
+        text, ctx = render.render_smoke(sc, scheduler, expt_dir)
+        resolved = dump_resolved(dict(ctx["sc"], expt_dir=ctx["expt_dir"]))
+    else:
+        text, ctx, resolved = render_script(sc, scheduler, expt_dir)
     expt = layout.Expt(ctx["expt_dir"])
     os.makedirs(expt.root, exist_ok=True)
     write_script(expt.job_script, text, resolved, expt.scenario)

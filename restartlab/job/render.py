@@ -267,6 +267,36 @@ def _jobid_sh(names):
     return out
 
 
+SMOKE_WALLTIME_S = 15 * 60  # a smoke job asks for this much at most (its checks take a few minutes)
+
+
+def smoke_context(sc, scheduler=None, expt_dir=None):
+    """The smoke job's context: the experiment's own (header, nodes, launcher line, environment,
+    setup lines, Python) with a walltime of minutes, and the smoke rank program where the training
+    would run (restartlab.trainer.smoke: the scenario's device and backend, one all-reduce)."""
+    job = dict(sc["job"], walltime=min(sc["job"]["walltime"], SMOKE_WALLTIME_S))
+    sc = dict(sc, job=job, name=f"{sc['name']}-smoke", relaunch=dict(sc["relaunch"], on_node_loss="same", chain=0))
+    ctx = context(sc, scheduler, expt_dir)
+    ln = sc["launch"]
+    rank_env = {k: v for k, v in ln["env"].items() if k not in ctx["secrets"]}
+    rank_env[TAG_VAR] = ctx["tag"]
+    launch = launch_argv(sc, sc["job"]["nodes"], ln["ranks_per_node"], rank_env, ctx["secrets"])
+    ctx["smoke_argv"] = launch + [ctx["python"], "-m", "restartlab.trainer.smoke", "--outdir", placeholders.ATTEMPT_DIR,
+                                  "--device", sc["trainer"]["device"]]
+    stage = next((p["stage_dir"] for p in sc["phases"] if p["stage_dir"] and p["stage_dir"] != "none"), None)
+    ctx["smoke_args"] = ["--fanout", ctx["scheduler"], "--launcher", ln["launcher"], "--tag", ctx["tag"],
+                         "--ranks", str(sc["job"]["nodes"] * ln["ranks_per_node"])] + \
+        (["--stage-root", os.path.dirname(stage.rstrip("/")) or "/"] if stage else [])
+    return ctx
+
+
+def render_smoke(sc, scheduler=None, expt_dir=None):
+    """-> (the smoke job's script text, context)."""
+    ctx = smoke_context(sc, scheduler, expt_dir)
+    env = _env()
+    return env.get_template(ctx["header_template"]).render(**ctx) + env.get_template("smoke.j2").render(**ctx), ctx
+
+
 def render(sc, scheduler=None, expt_dir=None):
     """-> (script text, context). Deterministic for a given context except the tag and time."""
     ctx = context(sc, scheduler, expt_dir)

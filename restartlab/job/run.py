@@ -52,12 +52,14 @@ def main(a) -> int:
     if refused:
         preflight.report(refused)
         return 2
-    return run_scenario(sc, path, a.expt_dir, a.plain, baseline_from=a.baseline_from)
+    return run_scenario(sc, path, a.expt_dir, a.plain, baseline_from=a.baseline_from, smoke=a.smoke)
 
 
-def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run", baseline_from=None) -> int:
+def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run", baseline_from=None,
+                 smoke=False) -> int:
     """Run a loaded scenario's job script here; its exit status (130 on Ctrl-C, 2 on bad input).
-    baseline_from: an experiment whose baseline phase is copied in instead of run (reuse.py)."""
+    baseline_from: an experiment whose baseline phase is copied in instead of run (reuse.py);
+    smoke: the smoke job's script (its checks on this machine) instead of the experiment."""
     try:
         secrets = scenario.secret_values(sc)  # the job script gets them by name from its environment
     except scenario.ScenarioError as e:
@@ -71,7 +73,7 @@ def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run", ba
             print(f"restartlab {verb}: error: --baseline-from {e}", file=sys.stderr)
             return 2
         expt_dir = probe["expt_dir"]
-    _, ctx = experiment.create(sc, "local", expt_dir=os.path.abspath(expt_dir) if expt_dir else None)
+    _, ctx = experiment.create(sc, "local", expt_dir=os.path.abspath(expt_dir) if expt_dir else None, smoke=smoke)
     d = ctx["expt_dir"]
     if baseline_from:
         names = reuse.copy(ctx, found, baseline_from)
@@ -94,7 +96,7 @@ def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run", ba
         last_plain, last_text = 0.0, None
         try:
             while proc.poll() is None:
-                text, _ = progress(ctx, t0)
+                text, _ = progress(ctx, t0) if not smoke else (f"smoke checks | elapsed {time.time() - t0:5.0f}s", 0)
                 if tty:
                     sys.stdout.write("\r\033[K" + text)
                     sys.stdout.flush()
@@ -115,6 +117,9 @@ def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run", ba
     why = {exits.EXIT_PREEMPTED: " (stopped by the walltime warning: state saved, training "
            "not finished)"}.get(rc, "")
     print(f"restartlab {verb}: job script exited {rc} after {time.time() - t0:.0f}s{why}")
+    if smoke and os.path.exists(expt.smoke_md):
+        with open(expt.smoke_md) as f:
+            print(f.read().rstrip())
     if os.path.exists(expt.report):
         print(f"report: {expt.report}")
         try:

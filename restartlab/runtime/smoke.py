@@ -1,0 +1,326 @@
+"""The smoke job's checks, run inside the allocation (restartlab submit --smoke): everything the
+experiment will rely on, proven on the nodes the scheduler gave, each check with the host it
+failed on, into a readiness report (<expt>/smoke.json, smoke.md):
+
+  fanout     the scheduler's fan-out (pbsdsh, srun --overlap) reached every host and came back
+  shared     the experiment directory is the same file system on every host
+  stage      the node-local stage directory is writable and private on every host
+  ranks      every rank started, on the hosts given, with its launcher's rank variables
+  torch      torch imported on every rank, with the scenario's device count
+  allreduce  the backend formed one group and one all-reduce across all ranks added up
+  killers    each host's killer found that host's ranks by the job's tag
+  kill       a SIGKILL took one rank
+  teardown   the launcher ended the rest, and nothing of the job was left on any host
+  relaunch   a second launch came up and all-reduced
+
+python -m restartlab.runtime.smoke run ...   (the job script)
+python -m restartlab.runtime.smoke node ...  (on each host, through the fan-out)"""
+import argparse
+import getpass
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional
+
+from .. import launchers
+from ..contracts import ckptdir, layout, placeholders
+from ..contracts.envvars import node_name
+from . import fanout
+
+RANKS_TIMEOUT_S = 300   # a launch's ranks to start, import torch and all-reduce (a cold Lustre import)
+HOLD_S = 600            # the first launch's ranks wait this long to be killed (they are, in seconds)
+TEARDOWN_TIMEOUT_S = 60  # the launcher to end the other ranks after one is killed
+FAILED_GRACE_S = 10      # after one rank failed, the others' records are waited for this long
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    failed_hosts: List[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        where = f" [on {', '.join(self.failed_hosts)}]" if self.failed_hosts else ""
+        return f"{'ok  ' if self.ok else 'FAIL'} {self.name:<9} {self.detail}{where}"
+
+
+# ------------------------------------------------------------------ on each host
+def node_main(a) -> int:
+    """One host's receipt: its name, whether it sees the token the job wrote in the experiment
+    directory (a shared file system), and a stage directory made, written and removed there."""
+    out = {"host": node_name(), "hostname": socket.gethostname(), "python": sys.executable}
+    try:
+        with open(a.token_file) as f:
+            out["token_seen"] = f.read().strip() == a.token
+    except OSError as e:
+        out["token_seen"], out["token_error"] = False, e.strerror
+    root = a.stage_root
+    try:
+        d = tempfile.mkdtemp(prefix="restartlab-smoke-", dir=root)  # 0700, never through what is there
+        st = os.lstat(d)
+        probe = os.path.join(d, "probe")
+        with open(probe, "wb") as f:
+            f.write(os.urandom(1 << 16))
+        os.remove(probe)
+        os.rmdir(d)
+        private = (st.st_mode & 0o077) == 0 and st.st_uid == os.getuid()
+        out["stage"] = "ok" if private else f"{d} is not private to {getpass.getuser()} (mode {st.st_mode & 0o777:o})"
+    except OSError as e:
+        out["stage"] = f"{root}: {e.strerror}"
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+# ------------------------------------------------------------------ the job's side
+class Smoke:
+    def __init__(self, a):
+        self.a = a
+        self.expt = layout.Expt(a.expt_dir)
+        self.hosts, self.slots = fanout.read_nodefile(a.nodefile)
+        self.checks: List[Check] = []
+        self.py = sys.executable
+
+    def say(self, msg):
+        print(f"restartlab smoke: {msg}", flush=True)
+
+    def add(self, name, ok, detail, failed=()):
+        c = Check(name, bool(ok), detail, sorted(set(failed)))
+        self.checks.append(c)
+        self.say(c.line())
+        return c.ok
+
+    def fan(self, argv, indices=None) -> Dict[str, dict]:
+        """`argv` once on each host (or those at `indices`): {host: receipt} (an error receipt for a
+        host whose command did not run or answer)."""
+        indices = list(range(len(self.hosts))) if indices is None else indices
+        got = fanout.fan_out(self.a.fanout, self.hosts, indices, argv, self.slots, self.a.launcher)
+        by_host = {}
+        for i, r in zip(indices, got):  # a receipt names its node (the scheduler's name: Slurm's, else the host's)
+            by_host[r.get("node") or r.get("host") if not r.get("error") else self.hosts[i]] = r
+        for i in indices:
+            by_host.setdefault(self.hosts[i], {"error": "no receipt came back"})
+        return by_host
+
+    def nodes(self):
+        token = uuid.uuid4().hex
+        path = os.path.join(self.expt.smoke_dir, "token")
+        ckptdir.write_atomic(path, token.encode())
+        got = self.fan([self.py, "-m", "restartlab.runtime.smoke", "node", "--token-file", path, "--token", token,
+                        "--stage-root", self.a.stage_root])
+        bad = [h for h in self.hosts if got[h].get("error") or got[h].get("host") != h]  # host: node_name()
+        self.add("fanout", not bad, f"{self.a.fanout} reached {len(self.hosts) - len(bad)} of {len(self.hosts)} host(s)"
+                 + "".join(f"; {h}: {got[h].get('error', 'answered as ' + str(got[h].get('host')))}" for h in bad), bad)
+        reached = [h for h in self.hosts if h not in bad]
+        unshared = [h for h in reached if not got[h].get("token_seen")]
+        self.add("shared", not unshared and reached, f"{self.expt.root} is the same directory on "
+                 f"{len(reached) - len(unshared)} of {len(self.hosts)} host(s)"
+                 + "".join(f"; {h} does not see the file the job wrote there ({got[h].get('token_error', 'other content')})"
+                           for h in unshared), unshared)
+        badstage = [h for h in reached if got[h].get("stage") != "ok"]
+        self.add("stage", not badstage and reached, f"node-local {self.a.stage_root}: a private directory written "
+                 f"on {len(reached) - len(badstage)} of {len(self.hosts)} host(s)"
+                 + "".join(f"; {h}: {got[h].get('stage')}" for h in badstage), badstage)
+
+    def launch(self, k: int, hold: bool):
+        outdir = os.path.join(self.expt.smoke_dir, f"attempt-{k}")
+        os.makedirs(outdir, exist_ok=True)
+        argv = [placeholders.fill(w, {placeholders.ATTEMPT_DIR: outdir}) for w in self.a.argv]
+        argv += ["--hold", str(HOLD_S)] if hold else []
+        env = dict(os.environ, MASTER_ADDR=os.environ.get("MASTER_ADDR") or socket.gethostname(),
+                   MASTER_PORT=str(launchers.free_port()), RESTARTLAB_ATTEMPT=str(k))
+        log = open(os.path.join(outdir, "output.log"), "w")
+        self.say(f"launch {k}: {' '.join(argv)}")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=outdir,
+                                start_new_session=True)
+        log.close()
+        return proc, outdir
+
+    @staticmethod
+    def read_records(outdir) -> Dict[int, dict]:
+        recs = {}
+        for f in os.listdir(outdir):
+            if f.startswith("rank-") and f.endswith(".json"):
+                with open(os.path.join(outdir, f)) as fh:
+                    r = json.load(fh)
+                recs[r["rank"]] = r
+        return recs
+
+    def records(self, proc, outdir, wait_exit: bool):
+        """The ranks' records once all are written (and, wait_exit, the launch has ended), or the
+        launch ended, or the time is up. A rank that failed (its record says why) leaves its peers
+        waiting for a group that cannot form: the others get FAILED_GRACE_S to write theirs."""
+        want, deadline = self.a.ranks, time.time() + RANKS_TIMEOUT_S
+        while time.time() < deadline:
+            recs = self.read_records(outdir)
+            done = proc.poll() is not None
+            if (len(recs) >= want and (not wait_exit or done)) or done:
+                break
+            if any(r.get("error") for r in recs.values()):
+                deadline = min(deadline, time.time() + FAILED_GRACE_S)
+            time.sleep(0.2)
+        return self.read_records(outdir)
+
+    def tail(self, outdir, n=4):
+        try:
+            with open(os.path.join(outdir, "output.log"), errors="replace") as f:
+                return " | ".join(x.strip() for x in f.read().strip().splitlines()[-n:])[-400:]
+        except OSError:
+            return ""
+
+    def ranks_checks(self, recs, proc, outdir, attempt):
+        want = self.a.ranks
+        missing = sorted(set(range(want)) - set(recs))
+        hosts_seen = sorted({r["host"] for r in recs.values()})
+        stray = [h for h in hosts_seen if h not in self.hosts]
+        idle = [h for h in self.hosts if h not in hosts_seen]
+        why = ""
+        if missing:
+            ended = proc.poll()
+            why = (f"; ranks {missing[:8]}{'...' if len(missing) > 8 else ''} never wrote their record "
+                   + (f"(the launcher exited {ended}: {self.tail(outdir)})" if ended is not None else
+                      f"in {RANKS_TIMEOUT_S} s"))
+        ok = self.add("ranks" if attempt == 1 else "relaunch",
+                      not missing and not stray and not idle and (attempt == 1 or proc.returncode == 0),
+                      f"launch {attempt}: {len(recs)} of {want} rank(s) on {len(hosts_seen)} of {len(self.hosts)} "
+                      f"host(s) ({', '.join(sorted({r['launcher'] for r in recs.values()}))} variables)" + why
+                      + (f"; ranks on hosts the job was not given: {stray}" if stray else "")
+                      + (f"; no rank on {idle}" if idle else "")
+                      + (f"; the launcher exited {proc.returncode}: {self.tail(outdir)}"
+                         if attempt > 1 and proc.returncode else ""),
+                      stray + idle)
+        if attempt > 1:
+            return ok
+        noimport = sorted({r["host"] for r in recs.values() if "torch" not in r})
+        devs = sorted({(r.get("device"), r.get("devices")) for r in recs.values() if "torch" in r}, key=str)
+        self.add("torch", recs and not noimport, f"torch {', '.join(sorted({r.get('torch', '?') for r in recs.values()}))}"
+                 f" on {len(recs) - sum(1 for r in recs.values() if 'torch' not in r)} rank(s); device, count: {devs}"
+                 + "".join(f"; rank {r['rank']} on {r['host']}: {r.get('error')}" for r in recs.values()
+                           if "torch" not in r), noimport)
+        bad = [r for r in recs.values() if not r.get("allreduce_ok")]
+        backend = sorted({r.get("backend") for r in recs.values() if r.get("backend")})
+        self.add("allreduce", recs and not bad and not missing,
+                 f"{'/'.join(backend) or 'no backend'}: {len(recs) - len(bad)} of {want} rank(s) all-reduced to "
+                 f"{next(iter(recs.values())).get('allreduce_expected', '?') if recs else '?'}"
+                 + "".join(f"; rank {r['rank']} on {r['host']}: {r.get('error') or r.get('allreduce')}" for r in bad[:4]),
+                 [r["host"] for r in bad])
+        return ok
+
+    def killer(self, extra):
+        return [self.py, "-m", "restartlab.cli", "kill-ranks", "--tag", self.a.tag, *extra]
+
+    def kill_and_teardown(self, proc, outdir):
+        per_host = self.a.ranks // len(self.hosts)
+        found = self.fan(self.killer(["--dry-run"]))
+        short = [h for h in self.hosts if found[h].get("error") or len(found[h].get("pids", [])) < per_host]
+        self.add("killers", not short, f"each host's killer found its ranks by the tag {self.a.tag}: "
+                 + ", ".join(f"{h} {len(found[h].get('pids', []))}" for h in self.hosts) + f" (want {per_host} each)"
+                 + "".join(f"; {h}: {found[h]['error']}" for h in short if found[h].get("error")), short)
+        last = len(self.hosts) - 1  # rank 0's host keeps its ranks: the launcher must notice a far one
+        got = self.fan(self.killer(["--one"]), [last])[self.hosts[last]]
+        took = bool(got.get("pids")) and not got.get("error")
+        self.add("kill", took, f"SIGKILL on {self.hosts[last]} took pid(s) {got.get('pids')}"
+                 + (f": {got['error']}" if got.get("error") else ""), [] if took else [self.hosts[last]])
+        try:
+            rc = proc.wait(timeout=TEARDOWN_TIMEOUT_S)
+            ended = f"the launcher ended the other ranks and exited {rc}"
+        except subprocess.TimeoutExpired:
+            rc, ended = None, f"the launcher did not end the other ranks in {TEARDOWN_TIMEOUT_S} s"
+        left = self.fan(self.killer(["--dry-run"]))
+        stayed = [h for h in self.hosts if left[h].get("pids") or left[h].get("error")]
+        self.add("teardown", rc is not None and not stayed, ended + (
+            "; nothing of the job left on any host" if not stayed else
+            "; left: " + ", ".join(f"{h} {left[h].get('pids') or left[h].get('error')}" for h in stayed)), stayed)
+        if stayed:  # nothing of this job outlives the check
+            self.fan(self.killer([]))
+        self.stop(proc)
+
+    def stop(self, proc):
+        """A launch still running (its ranks waiting for a group that cannot form): its ranks on
+        every host killed by the tag, then the launcher. Nothing of the job outlives its check."""
+        if proc.poll() is None:
+            self.fan(self.killer([]))
+            try:
+                proc.wait(timeout=TEARDOWN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+
+    def run(self) -> int:
+        os.makedirs(self.expt.smoke_dir, exist_ok=True)
+        self.say(f"{len(self.hosts)} host(s) {self.hosts}, {self.a.ranks} rank(s), fan-out {self.a.fanout}")
+        t0 = time.time()
+        self.nodes()
+        proc, outdir = self.launch(1, hold=True)
+        try:
+            recs = self.records(proc, outdir, wait_exit=False)
+            started = self.ranks_checks(recs, proc, outdir, 1)
+            if started and proc.poll() is None:
+                self.kill_and_teardown(proc, outdir)
+            else:
+                self.add("kill", False, "not tried: the first launch's ranks did not all start")
+        finally:
+            self.stop(proc)
+        proc2, outdir2 = self.launch(2, hold=False)
+        recs = self.records(proc2, outdir2, wait_exit=True)
+        self.stop(proc2)
+        self.ranks_checks(recs, proc2, outdir2, 2)
+        return self.report(time.time() - t0)
+
+    def report(self, took) -> int:
+        ok = all(c.ok for c in self.checks)
+        data = {"ok": ok, "hosts": self.hosts, "ranks": self.a.ranks, "tag": self.a.tag, "seconds": round(took, 1),
+                "checks": [asdict(c) for c in self.checks]}
+        ckptdir.write_atomic(self.expt.smoke_report, json.dumps(data, indent=1).encode())
+        lines = [f"# restartlab smoke job: {'READY' if ok else 'NOT READY'}", "",
+                 f"{len(self.hosts)} host(s): {', '.join(self.hosts)}; {self.a.ranks} rank(s); {took:.0f} s", "",
+                 "```"] + [c.line() for c in self.checks] + ["```", ""]
+        ckptdir.write_atomic(self.expt.smoke_md, "\n".join(lines).encode())
+        failed = [c.name for c in self.checks if not c.ok]
+        self.say(("READY: every check passed" if ok else f"NOT READY: {', '.join(failed)} failed")
+                 + f" ({self.expt.smoke_md})")
+        return 0 if ok else 1
+
+
+def summary(path: str) -> Optional[List[str]]:
+    """The readiness report's lines for `restartlab status` (None: no smoke report there)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return [f"smoke: {'READY' if data.get('ok') else 'NOT READY'} ({len(data.get('hosts', []))} host(s))"] + \
+        [f"  {Check(**c).line()}" for c in data.get("checks", [])]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m restartlab.runtime.smoke")
+    sub = p.add_subparsers(dest="what", required=True)
+    r = sub.add_parser("run", help="the smoke job's checks (its job script runs this)")
+    r.add_argument("--expt-dir", required=True)
+    r.add_argument("--nodefile")
+    r.add_argument("--fanout", required=True)
+    r.add_argument("--launcher", required=True)
+    r.add_argument("--tag", required=True)
+    r.add_argument("--ranks", type=int, required=True)
+    r.add_argument("--stage-root", default=tempfile.gettempdir())
+    r.add_argument("argv", nargs=argparse.REMAINDER)
+    n = sub.add_parser("node", help="one host's receipt (through the fan-out)")
+    n.add_argument("--token-file", required=True)
+    n.add_argument("--token", required=True)
+    n.add_argument("--stage-root", default=tempfile.gettempdir())
+    a = p.parse_args(argv)
+    if a.what == "node":
+        return node_main(a)
+    a.argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+    return Smoke(a).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

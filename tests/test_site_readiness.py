@@ -1,0 +1,212 @@
+"""Before the experiment, on the real schedulers: restartlab preflight against their own limits
+(queues configured with qmgr on the OpenPBS server, partitions created with scontrol on the private
+Slurm, as a site's are) and the smoke job (restartlab submit --smoke) on their nodes.
+
+- A job the server would reject or hold forever is refused before anything is queued, with the
+  server's limit quoted; a job that fits passes (the job's Python, its launcher after the setup
+  lines and the fan-out tool found for real, as the cluster's user on its login node).
+- The smoke job, with the experiment's shape, on the OpenPBS cluster's three hosts and on the
+  private Slurm's nodes: every check of its readiness report passes, `status` shows it, nothing
+  is left running; with one host's torch broken on purpose, the report names that host.
+
+What one machine cannot show: every host shares its file system, so a directory that is not
+shared cannot be made here (the check reads back, on every host, a file the job wrote)."""
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from restartlab.contracts import layout
+from tests.test_pbs import job_output, left_running, rl as rl_pbs, scenario as pbs_scenario
+from tests.test_slurm import rl as rl_slurm, scenario as slurm_scenario, wait_state
+
+pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+
+
+def errors(out):
+    return [x[len("preflight: error: "):] for x in out.splitlines() if x.startswith("preflight: error: ")]
+
+
+@pytest.mark.pbs
+def test_preflight_against_the_pbs_servers_queues(pbs):
+    made = []
+    try:
+        for q, sets in (("rlsmall", ["resources_max.nodect = 2", "resources_max.walltime = 00:10:00",
+                                     "enabled = True", "started = True"]),
+                        ("rlstopped", ["enabled = True"])):
+            pbs.qmgr(f"create queue {q} queue_type=execution")
+            made.append(q)
+            for s in sets:
+                pbs.qmgr(f"set queue {q} {s}")
+        d = pbs.user_dir("preflight")
+        path = pbs_scenario(pbs, d, "pre", [("baseline", "none"), ("sync", "sync")], nodes=3, walltime="00:30:00")
+        before = pbs.run(["qselect"]).stdout.split()
+        r = rl_pbs(pbs, "preflight", path, "--set", "job.queue=rlsmall", timeout=300)
+        errs = errors(r.stdout)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert errs == [
+            "queue: --set job.queue: queue rlsmall: it takes at most 2 nodes, the job asks for 3 node(s) (qstat -Qf rlsmall)",
+            f"queue: --set job.queue: queue rlsmall: its walltime limit is 00:10:00, job.walltime is 00:30:00 "
+            f"({path}:4) (qstat -Qf rlsmall)"], r.stdout
+        r = rl_pbs(pbs, "preflight", path, "--set", "job.queue=rlstopped", timeout=300)
+        assert errors(r.stdout) == ["queue: --set job.queue: queue rlstopped: it is not started: a job would wait in it "
+                                    "and never run (qstat -Qf rlstopped)"], r.stdout
+        r = rl_pbs(pbs, "preflight", path, "--set", "job.queue=nosuch", timeout=300)
+        assert errors(r.stdout) == ["queue: --set job.queue: queue 'nosuch' does not exist on this server "
+                                    "(qstat -Qf nosuch): name one of its queues"], r.stdout
+        # submit runs the same checks first: nothing reaches the server, no experiment is made
+        r = rl_pbs(pbs, "submit", path, "--set", "job.queue=rlsmall", timeout=300)
+        assert r.returncode == 2 and "nothing submitted" in r.stderr, r.stderr
+        assert pbs.run(["qselect"]).stdout.split() == before and not os.path.exists(os.path.join(d, "expt"))
+        # the server's default queue (workq) takes it: no error, and what was asked is said
+        r = rl_pbs(pbs, "preflight", path, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        ok = r.stdout
+        assert "preflight: ok: queue: queue workq takes 3 node(s) for 00:30:00" in ok, ok
+        assert f"preflight: ok: launcher: {os.path.dirname(sys.executable)}/mpiexec: hydra" in ok, ok
+        assert "preflight: ok: fanout: " in ok and "pbsdsh" in ok, ok
+        assert "preflight: ok: cost: at most 1.5 node-hours: 3 node(s) x 00:30:00 walltime x 1 job(s)" in ok, ok
+    finally:
+        for q in made:
+            pbs.run(["qmgr", "-c", f"delete queue {q}"])
+
+
+def scontrol(*args):
+    r = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.slurm
+def test_preflight_against_slurm_partitions(slurm, tmp_path):
+    made = []
+    try:
+        scontrol("create", "PartitionName=rlsmall", "Nodes=ALL", "MaxNodes=1", "MaxTime=00:10:00", "State=UP")
+        made.append("rlsmall")
+        scontrol("create", "PartitionName=rldown", "Nodes=ALL", "State=DOWN")
+        made.append("rldown")
+        path = slurm_scenario(tmp_path, "slurm", "pre", nodes=2, extra="")
+        r = rl_slurm("preflight", path, "--set", "job.queue=rlsmall", "--set", "job.walltime=00:30:00", timeout=300)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert errors(r.stdout) == [
+            "queue: --set job.queue: queue rlsmall: it takes at most 1 nodes, the job asks for 2 node(s) "
+            "(scontrol show partition rlsmall)",
+            "queue: --set job.queue: queue rlsmall: its walltime limit is 00:10:00, job.walltime is 00:30:00 "
+            "(--set job.walltime) (scontrol show partition rlsmall)"], r.stdout
+        r = rl_slurm("preflight", path, "--set", "job.queue=rldown", timeout=300)
+        assert errors(r.stdout) == [
+            "queue: --set job.queue: queue rldown: it is not enabled: the server refuses new jobs "
+            "(scontrol show partition rldown)",
+            "queue: --set job.queue: queue rldown: it is not started: a job would wait in it and never run "
+            "(scontrol show partition rldown)"], r.stdout
+        # more nodes than the partition has: held forever, refused
+        r = rl_slurm("preflight", path, "--set", "job.nodes=5", timeout=300)
+        assert errors(r.stdout) == [
+            f"queue: {path}:4: job.queue: queue debug: it has {len(slurm['nodes'])} nodes in all, the job asks for "
+            "5 node(s): it would never start (scontrol show partition debug)"], r.stdout
+        # the default partition takes the scenario as it is, and srun is found as the launcher
+        r = rl_slurm("preflight", path, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "preflight: ok: queue: queue debug takes 2 node(s) for 00:15:00" in r.stdout, r.stdout
+        assert "preflight: ok: launcher: /usr/bin/srun: srun" in r.stdout, r.stdout
+    finally:
+        for p in made:
+            subprocess.run(["scontrol", "delete", f"PartitionName={p}"], capture_output=True, timeout=60)
+
+
+def broken_torch_on(d, host):
+    """A directory that, first on a rank's PYTHONPATH, breaks `import torch` on `host` only (a
+    host whose Python environment differs: a module not loaded there); elsewhere the real torch."""
+    pkg = os.path.join(d, "shadow", "torch")
+    os.makedirs(pkg)
+    with open(os.path.join(pkg, "__init__.py"), "w") as f:
+        f.write(textwrap.dedent(f"""\
+            import importlib, os, socket, sys
+            if socket.gethostname() == {host!r}:
+                raise ImportError("torch is broken on purpose on this host")
+            sys.path.remove(os.path.dirname(os.path.dirname(__file__)))
+            del sys.modules["torch"]
+            sys.modules["torch"] = importlib.import_module("torch")
+            """))
+    return os.path.dirname(pkg)
+
+
+def smoke_report(expt):
+    with open(layout.Expt(expt).smoke_report) as f:
+        data = json.load(f)
+    return data, {c["name"]: c for c in data["checks"]}
+
+
+CHECKS = ["fanout", "shared", "stage", "ranks", "torch", "allreduce", "killers", "kill", "teardown", "relaunch"]
+
+
+@pytest.mark.pbs
+def test_smoke_job_on_the_pbs_clusters_three_hosts(pbs):
+    d = pbs.user_dir("smoke")
+    path = pbs_scenario(pbs, d, "smoke", [("sync", "sync")], nodes=3)
+    r = rl_pbs(pbs, "submit", "--smoke", path, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
+    expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
+    rec = pbs.wait_job(jid, {"F"}, 400)
+    out = job_output(expt, jid)
+    assert rec["Exit_status"] == 0, out[-3000:]
+    data, checks = smoke_report(expt)
+    assert [c["name"] for c in data["checks"]] == CHECKS and data["ok"], out[-3000:]
+    assert data["hosts"] == pbs.nodes and data["ranks"] == 3
+    ranks = [json.load(open(os.path.join(layout.Expt(expt).smoke_dir, "attempt-1", f"rank-{k}.json"))) for k in range(3)]
+    assert sorted(x["host"] for x in ranks) == sorted(pbs.nodes)  # one rank on each host the scheduler gave
+    assert all(x["allreduce"] == 6.0 and x["backend"] == "gloo" for x in ranks), ranks
+    assert checks["kill"]["detail"].startswith(f"SIGKILL on {pbs.nodes[-1]} took pid(s)")
+    r = pbs.run([sys.executable, "-m", "restartlab.cli", "status", expt])
+    assert r.returncode == 0 and f"{jid}\tfinished" in r.stdout and f"{expt}: smoke: READY (3 host(s))" in r.stdout, \
+        r.stdout + r.stderr
+    assert left_running(expt) == []
+
+
+@pytest.mark.pbs
+def test_smoke_job_names_the_host_whose_torch_is_broken(pbs):
+    d = pbs.user_dir("smoke-broken")
+    bad = pbs.nodes[1]
+    shadow = broken_torch_on(d, bad)
+    for root, dirs, files in os.walk(os.path.join(d, "shadow")):
+        for x in dirs + files:
+            os.chown(os.path.join(root, x), *[int(v) for v in pbs.as_user(["id", "-u"]).stdout.split() * 2])
+    path = pbs_scenario(pbs, d, "broken", [("sync", "sync")], nodes=3)
+    text = open(path).read().replace("launch:\n  ranks_per_node: 1\n",
+                                     f"launch:\n  ranks_per_node: 1\n  env: {{PYTHONPATH: {shadow}}}\n")
+    pbs.write(path, text)
+    r = rl_pbs(pbs, "submit", "--smoke", path, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
+    expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
+    rec = pbs.wait_job(jid, {"F"}, 600)
+    assert rec["Exit_status"] == 1, job_output(expt, jid)[-3000:]  # not ready: the job says so
+    data, checks = smoke_report(expt)
+    assert not data["ok"]
+    assert checks["torch"]["failed_hosts"] == [bad] and \
+        f"on {bad}: ImportError: torch is broken on purpose on this host" in checks["torch"]["detail"], checks["torch"]
+    assert checks["fanout"]["ok"] and checks["shared"]["ok"], checks  # the rest is told apart
+    r = pbs.run([sys.executable, "-m", "restartlab.cli", "status", expt])
+    assert "smoke: NOT READY" in r.stdout and f"FAIL torch" in r.stdout and f"[on {bad}]" in r.stdout, r.stdout
+    assert left_running(expt) == []
+
+
+@pytest.mark.slurm
+def test_smoke_job_on_the_slurm_nodes(slurm, tmp_path):
+    path = slurm_scenario(tmp_path, "slurm", "smoke", nodes=3, ppn=1)
+    r = rl_slurm("submit", "--smoke", path, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
+    expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
+    wait_state("slurm", jid, {"finished", "failed"}, 400)
+    out = open(os.path.join(expt, f"job-{jid}.out")).read()
+    data, checks = smoke_report(expt)
+    assert data["ok"] and [c["name"] for c in data["checks"]] == CHECKS, out[-3000:]
+    assert data["hosts"] == slurm["nodes"], data["hosts"]
+    r = rl_slurm("status", expt)
+    assert r.returncode == 0 and f"{jid}\tfinished" in r.stdout and "smoke: READY (3 host(s))" in r.stdout, r.stdout
