@@ -313,13 +313,14 @@ def test_status_and_cancel_go_by_the_experiments_scheduler_or_the_ids_form(tmp_p
     # an experiment submitted to PBS: its scheduler, and every job of its chain
     d = tmp_path / "e"
     d.mkdir()
-    (d / "scenario.yaml").write_text("scheduler: pbs\nphases: [{name: a}]\n")
-    (d / "jobid").write_text("12.srv\n")
+    expt = layout.Expt(str(d))
+    open(expt.scenario, "w").write("scheduler: pbs\nphases: [{name: a}]\n")
+    open(expt.jobid, "w").write("12.srv\n")
     r = rl("cancel", str(d), env=env)
     assert log.read_text().splitlines() == ["qdel 12.srv"], (log.read_text(), r.stderr)
     # a local experiment: no scheduler asked
     log.unlink()
-    (d / "scenario.yaml").write_text("scheduler: local\nphases: [{name: a}]\n")
+    open(expt.scenario, "w").write("scheduler: local\nphases: [{name: a}]\n")
     r = rl("status", str(d), env=env)
     assert r.returncode == 0 and "\tunknown\ta local run (restartlab run)" in r.stdout and not log.exists(), r.stdout
     r = rl("cancel", str(d), env=env)

@@ -158,7 +158,7 @@ def test_smoke_job_on_the_pbs_clusters_three_hosts(pbs):
     data, checks = smoke_report(expt)
     assert [c["name"] for c in data["checks"]] == CHECKS and data["ok"], out[-3000:]
     assert data["hosts"] == pbs.nodes and data["ranks"] == 3
-    ranks = [json.load(open(os.path.join(layout.Expt(expt).smoke_dir, "attempt-1", f"rank-{k}.json"))) for k in range(3)]
+    ranks = [json.load(open(p)) for p in layout.Expt(expt).smoke_attempt(1).smoke_records()]
     assert sorted(x["host"] for x in ranks) == sorted(pbs.nodes)  # one rank on each host the scheduler gave
     assert all(x["allreduce"] == 6.0 and x["backend"] == "gloo" for x in ranks), ranks
     assert checks["kill"]["detail"].startswith(f"SIGKILL on {pbs.nodes[-1]} took pid(s)")

@@ -12,13 +12,9 @@ import time
 import traceback
 
 from restartlab import launchers
-from restartlab.contracts import ckptdir
+from restartlab.contracts import ckptdir, layout
 from restartlab.contracts.envvars import TAG_VAR, node_name
 from restartlab.trainer import dist as rdist
-
-
-def record_path(outdir: str, rank: int) -> str:
-    return os.path.join(outdir, f"rank-{rank}.json")
 
 
 def main(argv=None) -> int:
@@ -54,7 +50,7 @@ def main(argv=None) -> int:
         rec["where"] = traceback.format_exc().strip().splitlines()[-3:-1]
         code = 1
     os.makedirs(a.outdir, exist_ok=True)
-    ckptdir.write_atomic(record_path(a.outdir, info.rank), json.dumps(rec).encode())
+    ckptdir.write_atomic(os.path.join(a.outdir, layout.smoke_record_name(info.rank)), json.dumps(rec).encode())
     print(f"restartlab smoke: rank {info.rank}/{info.world_size} on {rec['host']}: "
           + (rec.get("error") or f"all-reduce {rec['allreduce']:g} (want {rec['allreduce_expected']:g})"), flush=True)
     if code == 0 and a.hold > 0:

@@ -17,6 +17,11 @@ import os
 from typing import List, Optional
 
 
+def smoke_record_name(rank: int) -> str:
+    """A smoke job's rank record (restartlab.trainer.smoke), in its launch's directory."""
+    return f"rank-{rank}.json"
+
+
 def metrics_name(rank: int) -> str:
     """The trainer's metrics file of one rank (in the attempt directory it runs in)."""
     return f"metrics-{rank}.jsonl"
@@ -52,6 +57,9 @@ class Attempt:
 
     def metrics_files(self) -> List[str]:
         return glob.glob(self._f(METRICS_GLOB))
+
+    def smoke_records(self) -> List[str]:
+        return glob.glob(self._f(smoke_record_name("*")))
 
 
 class Phase:
@@ -153,6 +161,10 @@ class Expt:
     preflight = property(lambda self: self._f("preflight.txt"))  # submit's preflight findings, or that it was skipped
     # a smoke job's (submit --smoke): its working files, its readiness report as data and as text
     smoke_dir = property(lambda self: self._f("smoke"))
+
+    def smoke_attempt(self, k: int) -> "Attempt":
+        """smoke/attempt-<k>: a smoke job's k-th launch (its ranks' records, the launcher's output.log)."""
+        return Attempt(os.path.join(self.smoke_dir, f"attempt-{k}"))
     smoke_report = property(lambda self: self._f("smoke.json"))
     smoke_md = property(lambda self: self._f("smoke.md"))
     jobs = property(lambda self: self._f("jobs.jsonl"))         # every job that worked on it (chains)

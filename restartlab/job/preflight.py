@@ -373,7 +373,7 @@ def errors(findings: List[Finding]) -> List[Finding]:
     return [f for f in findings if f.level == ERROR]
 
 
-def report(findings: List[Finding], out=sys.stderr, quiet_ok=False) -> str:
+def report(findings: List[Finding], out=None, quiet_ok=False) -> str:
     """Print each finding (errors first) and a last line; returns the text (the experiment keeps it)."""
     order = {ERROR: 0, WARNING: 1, OK: 2}
     lines = [f"preflight: {f.line()}" for f in sorted(findings, key=lambda f: order[f.level])
@@ -381,7 +381,7 @@ def report(findings: List[Finding], out=sys.stderr, quiet_ok=False) -> str:
     n_err, n_warn = len(errors(findings)), sum(f.level == WARNING for f in findings)
     lines.append(f"preflight: {n_err} error(s), {n_warn} warning(s)" + (": nothing submitted" if n_err else ""))
     text = "\n".join(lines) + "\n"
-    out.write(text)
+    (out or sys.stderr).write(text)
     return text
 
 

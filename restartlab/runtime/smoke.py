@@ -129,13 +129,14 @@ class Smoke:
                  + "".join(f"; {h}: {got[h].get('stage')}" for h in badstage), badstage)
 
     def launch(self, k: int, hold: bool):
-        outdir = os.path.join(self.expt.smoke_dir, f"attempt-{k}")
+        att = self.expt.smoke_attempt(k)
+        outdir = att.path
         os.makedirs(outdir, exist_ok=True)
         argv = [placeholders.fill(w, {placeholders.ATTEMPT_DIR: outdir}) for w in self.a.argv]
         argv += ["--hold", str(HOLD_S)] if hold else []
         env = dict(os.environ, MASTER_ADDR=os.environ.get("MASTER_ADDR") or socket.gethostname(),
                    MASTER_PORT=str(launchers.free_port()), RESTARTLAB_ATTEMPT=str(k))
-        log = open(os.path.join(outdir, "output.log"), "w")
+        log = open(att.output, "w")
         self.say(f"launch {k}: {' '.join(argv)}")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=outdir,
                                 start_new_session=True)
@@ -145,11 +146,10 @@ class Smoke:
     @staticmethod
     def read_records(outdir) -> Dict[int, dict]:
         recs = {}
-        for f in os.listdir(outdir):
-            if f.startswith("rank-") and f.endswith(".json"):
-                with open(os.path.join(outdir, f)) as fh:
-                    r = json.load(fh)
-                recs[r["rank"]] = r
+        for path in layout.Attempt(outdir).smoke_records():
+            with open(path) as fh:
+                r = json.load(fh)
+            recs[r["rank"]] = r
         return recs
 
     def records(self, proc, outdir, wait_exit: bool):
@@ -169,7 +169,7 @@ class Smoke:
 
     def tail(self, outdir, n=4):
         try:
-            with open(os.path.join(outdir, "output.log"), errors="replace") as f:
+            with open(layout.Attempt(outdir).output, errors="replace") as f:
                 return " | ".join(x.strip() for x in f.read().strip().splitlines()[-n:])[-400:]
         except OSError:
             return ""
