@@ -159,13 +159,14 @@ def start(missing):
                 f"can read, e.g. `make install PY=/usr/bin/python3` (.ci/run does)")
     c.qmgr(f"set queue workq kill_delay = {KILL_DELAY}")
     # what ALCF's servers define and the shipped PBS profiles ask for: the `filesystems` resource
-    # and the `prod` queue (their directives must reach a server that knows them)
+    # and the `prod` and `debug` queues (their directives must reach a server that knows them)
     if "filesystems" not in c.run(["qmgr", "-c", "list resource filesystems"]).stdout:
         c.qmgr("create resource filesystems type=string")
-    if c.run(["qmgr", "-c", "list queue prod"]).returncode:
-        c.qmgr("create queue prod queue_type=execution")
-        c.qmgr("set queue prod enabled = True")
-        c.qmgr("set queue prod started = True")
+    for q in ("prod", "debug"):  # ALCF's production queue and the debug queue the ALCF profiles ask for
+        if c.run(["qmgr", "-c", f"list queue {q}"]).returncode:
+            c.qmgr(f"create queue {q} queue_type=execution")
+            c.qmgr(f"set queue {q} enabled = True")
+            c.qmgr(f"set queue {q} started = True")
     return c
 
 

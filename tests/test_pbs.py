@@ -238,9 +238,10 @@ def test_every_pbs_directive_is_accepted_by_qsub(pbs):
 
 
 def test_bad_submission_one_line_and_marked(pbs):
-    """A queue the server does not have, a directive PBS refuses, no server reachable: `restartlab
-    submit` says so in one line with PBS's own message, exits 1, and leaves the experiment
-    directory marked as never submitted (`restartlab status` of it says so)."""
+    """A queue the server does not have, a directive PBS refuses, no server reachable: the preflight
+    refuses the first and the last before anything is made (exit 2); past it (--no-preflight),
+    `restartlab submit` says so in one line with PBS's own message, exits 1, and leaves the
+    experiment directory marked as never submitted (`restartlab status` of it says so)."""
     d = pbs.user_dir("bad")
     base = scenario(pbs, d, "bad", [("sync", "sync")])
     cases = {"queue": (["--set", "job.queue=nosuchq"], "Unknown queue"),
@@ -248,9 +249,16 @@ def test_bad_submission_one_line_and_marked(pbs):
              # a destination on a server that does not exist: qsub cannot reach it
              "server": (["--set", "job.queue=workq@nosuchhost.invalid"], "cannot connect to server")}
     for what, (sets, msg) in cases.items():
-        r = pbs.as_user([sys.executable, "-m", "restartlab.cli", "submit", base, *sets])
+        if what != "directive":  # preflight asks the server about the queue first: nothing is made
+            made = lambda: sorted(os.listdir(os.path.join(d, "expt"))) if os.path.isdir(os.path.join(d, "expt")) else []
+            before = made()
+            r = pbs.as_user([sys.executable, "-m", "restartlab.cli", "submit", base, *sets])
+            assert r.returncode == 2 and "preflight: error: queue: --set job.queue: " in r.stderr, (what, r.stderr)
+            assert "nothing submitted" in r.stderr and made() == before, (what, r.stderr)
+        # qsub's own refusal (the preflight skipped, as the experiment records)
+        r = pbs.as_user([sys.executable, "-m", "restartlab.cli", "submit", base, *sets, "--no-preflight"])
         assert r.returncode == 1 and r.stdout == "", (what, r.stdout, r.stderr)
-        lines = r.stderr.strip().splitlines()
+        lines = r.stderr.strip().splitlines()[1:]
         assert len(lines) == 1 and "qsub refused the job" in lines[0], (what, r.stderr)
         assert msg in lines[0], (what, lines)
         marker = re.search(r"never submitted: (\S+)\)$", lines[0]).group(1)

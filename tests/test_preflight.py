@@ -241,6 +241,18 @@ def test_a_program_found_as_the_ranks_find_it(tmp_path):
     assert found(f, preflight.OK, "program") == [str(tmp_path / "train.py")]
 
 
+def test_a_command_of_yours_is_looked_up_never_run(tmp_path):
+    marker = tmp_path / "ran"
+    prog = tmp_path / "train.sh"
+    prog.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    prog.chmod(0o755)
+    path = scen(tmp_path, PROG.format(cmd=f"[train.sh, --steps, '10']"))
+    f = check(path, [f"launch.setup=['export PATH={tmp_path}:$PATH']"])
+    assert not found(f, check_="program") and not marker.exists(), [x.line() for x in f]
+    (err,) = found(check(path), check_="program")  # without the setup line it is not on the job's PATH
+    assert "'train.sh' is not on the job's PATH (after launch.setup): give its path" in err and not marker.exists()
+
+
 def test_the_jobs_python_and_its_device_support_after_the_setup_lines(tmp_path):
     path = scen(tmp_path, "trainer: {device: cpu}\n")
     errs = found(check(path, [f"launch.python={NO_TORCH}"]), check_="python")
@@ -366,6 +378,6 @@ def test_the_smoke_job_here_ready_and_with_one_thing_broken(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     host = __import__("socket").gethostname()
     assert "# restartlab smoke job: NOT READY" in r.stdout, r.stdout
-    assert f"FAIL torch     torch ? on 0 rank(s)" in r.stdout and \
+    assert "FAIL torch     torch ? on 0 rank(s)" in r.stdout and \
         f"rank 0 on {host}: ImportError: torch is broken on purpose" in r.stdout and f"[on {host}]" in r.stdout, r.stdout
     assert "ok   fanout" in r.stdout and "FAIL kill      not tried" in r.stdout, r.stdout

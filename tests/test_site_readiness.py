@@ -210,3 +210,33 @@ def test_smoke_job_on_the_slurm_nodes(slurm, tmp_path):
     assert data["hosts"] == slurm["nodes"], data["hosts"]
     r = rl_slurm("status", expt)
     assert r.returncode == 0 and f"{jid}\tfinished" in r.stdout and "smoke: READY (3 host(s))" in r.stdout, r.stdout
+
+
+@pytest.mark.slurm
+def test_smoke_job_names_the_node_whose_fanout_cannot_run(slurm, tmp_path):
+    """A node whose Python stack is broken (every Python started in a job step there exits, as with
+    a module missing on that node): the fan-out cannot run there, and the report says so by node."""
+    bad = slurm["nodes"][-1]
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(textwrap.dedent(f"""\
+        import os, sys
+        if os.environ.get("SLURMD_NODENAME") == {bad!r} and os.environ.get("SLURM_STEP_ID") not in (None, "batch"):
+            sys.exit("this node's Python is broken on purpose")
+        """))
+    path = slurm_scenario(tmp_path, "slurm", "smokebad", nodes=3, ppn=1)
+    text = open(path).read().replace("\nlaunch: {", f"\nlaunch: {{setup: ['export PYTHONPATH={site}'], ")
+    open(path, "w").write(text)
+    r = rl_slurm("submit", "--smoke", path, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
+    expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
+    wait_state("slurm", jid, {"finished", "failed"}, 400)
+    out = open(os.path.join(expt, f"job-{jid}.out")).read()
+    data, checks = smoke_report(expt)
+    assert not data["ok"], out[-3000:]
+    assert checks["fanout"]["failed_hosts"] == [bad] and f"slurm reached 2 of 3 host(s); {bad}: rc=1" in \
+        checks["fanout"]["detail"] and "broken on purpose" in checks["fanout"]["detail"], checks["fanout"]
+    assert bad in checks["ranks"]["failed_hosts"], checks["ranks"]
+    r = rl_slurm("status", expt)
+    assert "smoke: NOT READY" in r.stdout and f"FAIL fanout" in r.stdout and f"[on {bad}]" in r.stdout, r.stdout

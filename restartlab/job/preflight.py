@@ -86,7 +86,8 @@ class Preflight:
                      "node?)")
             return
         except SchedulerError as e:
-            self.add(ERROR, "queue", f"cannot ask the server about the queue: {e}")
+            self.add(ERROR, "queue", f"{self.key('job', 'queue')}: the server cannot be asked about the queue: "
+                     f"{' '.join(str(e).split())}")
             return
         at = self.key("job", "queue")
         if q is None:
@@ -239,7 +240,7 @@ class Preflight:
         command = self.command
         print(f"preflight: asking the job's environment (setup lines: {len(ln['setup'])}, {launch_cmd}, "
               f"{', '.join(asked)}) ...", file=sys.stderr, flush=True)
-        pr = self.probe_fn(ln["setup"], launch_cmd, asked + ([command] if command else []), env=self.job_env())
+        pr = self.probe_fn(ln["setup"], launch_cmd, asked, env=self.job_env(), commands=[command] if command else [])
         if not pr.ok:
             self.add(ERROR, "python", f"{self.key('launch', 'setup')}: {pr.error}")
             return
@@ -247,11 +248,9 @@ class Preflight:
         for py in pythons:
             if py != job_py:
                 self.python(pr.pythons[py], py, bundled=False, program=True)
-        if command:
-            c = pr.pythons.get(command)
-            if c is not None and not c.found and "command not found" in c.torch_error:
-                self.add(ERROR, "program", f"{self.key('trainer', 'program', 'command')}: {command!r} is not on the "
-                         "job's PATH (after launch.setup): give its path")
+        if command and not pr.commands.get(command.replace(" ", "_")):
+            self.add(ERROR, "program", f"{self.key('trainer', 'program', 'command')}: {command!r} is not on the "
+                     "job's PATH (after launch.setup): give its path")
         if self.module:
             self.module_found(*self.module)
         self.launcher(pr, launch_cmd)

@@ -50,11 +50,14 @@ class Probe:
     launcher_path: str = ""     # `command -v` of the launcher's command ('' : not found)
     launcher_version: str = ""  # its --version output, first lines
     pythons: Dict[str, Python] = field(default_factory=dict)
+    commands: Dict[str, str] = field(default_factory=dict)  # `command -v` of each command asked ('': not found)
 
 
-def script(setup: List[str], launcher: Optional[str], pythons: List[str], modules=MODULES) -> str:
+def script(setup: List[str], launcher: Optional[str], pythons: List[str], modules=MODULES,
+           commands: List[str] = ()) -> str:
     """The bash text: setup lines as the job runs them (each must succeed, as a job would need it
-    to), then one marked block per thing asked."""
+    to), then one marked block per thing asked. A command (a program of yours that is not a
+    Python) is only looked up, never run."""
     lines = ["set -e"] + list(setup) + ["set +e", "echo RL-SETUP-DONE"]
     if launcher:
         q = shlex.quote(launcher)
@@ -64,6 +67,9 @@ def script(setup: List[str], launcher: Optional[str], pythons: List[str], module
         lines += [f"echo {shlex.quote('RL-ASK ' + py)}",
                   f"{shlex.quote(py)} -c {shlex.quote(PY_CODE)} {' '.join(map(shlex.quote, modules))} 2>&1 | "
                   "sed 's/^/RL-OUT /' || true"]
+    for c in commands:
+        q = shlex.quote(c)
+        lines += [f"echo \"RL-CMD {c.replace(' ', '_')} $(command -v {q} || true)\""]
     return "\n".join(lines) + "\n"
 
 
@@ -75,7 +81,10 @@ def parse(text: str, pythons: List[str], rc: int) -> Probe:
     version = []
     asked = None
     for line in text.splitlines():
-        if line.startswith("RL-LAUNCHER-PATH "):
+        if line.startswith("RL-CMD "):
+            name, _, where = line[len("RL-CMD "):].partition(" ")
+            out.commands[name] = where.strip()
+        elif line.startswith("RL-LAUNCHER-PATH "):
             out.launcher_path = line.split(" ", 1)[1].strip()
         elif line.startswith("RL-LAUNCHER "):
             version.append(line[len("RL-LAUNCHER "):])
@@ -94,10 +103,11 @@ def parse(text: str, pythons: List[str], rc: int) -> Probe:
     return out
 
 
-def run(setup: List[str], launcher: Optional[str], pythons: List[str], timeout: float = 300, env=None) -> Probe:
+def run(setup: List[str], launcher: Optional[str], pythons: List[str], timeout: float = 300, env=None,
+        commands: List[str] = ()) -> Probe:
     try:
         # cwd /: a Python's first path entry is where it starts, and the job's is no source tree
-        r = subprocess.run(["bash", "-c", script(setup, launcher, pythons)], capture_output=True, text=True,
+        r = subprocess.run(["bash", "-c", script(setup, launcher, pythons, commands=commands)], capture_output=True, text=True,
                            timeout=timeout, stdin=subprocess.DEVNULL, cwd="/", env=env)
     except subprocess.TimeoutExpired:
         return Probe(False, f"the setup lines and the Python did not answer in {timeout:.0f} s")

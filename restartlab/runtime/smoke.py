@@ -106,6 +106,11 @@ class Smoke:
             by_host[r.get("node") or r.get("host") if not r.get("error") else self.hosts[i]] = r
         for i in indices:
             by_host.setdefault(self.hosts[i], {"error": "no receipt came back"})
+        for r in by_host.values():  # one line: a Python's traceback ends with what happened
+            if r.get("error"):
+                lines = [x.strip() for x in str(r["error"]).splitlines() if x.strip()]
+                r["error"] = (lines[0].split(":", 1)[0] + ": " + lines[-1] if len(lines) > 1 else lines[0])[-300:] \
+                    if lines else "no message"
         return by_host
 
     def nodes(self):
@@ -118,14 +123,15 @@ class Smoke:
         self.add("fanout", not bad, f"{self.a.fanout} reached {len(self.hosts) - len(bad)} of {len(self.hosts)} host(s)"
                  + "".join(f"; {h}: {got[h].get('error', 'answered as ' + str(got[h].get('host')))}" for h in bad), bad)
         reached = [h for h in self.hosts if h not in bad]
+        unchecked = f" ({', '.join(bad)} not reached: not checked there)" if bad else ""
         unshared = [h for h in reached if not got[h].get("token_seen")]
         self.add("shared", not unshared and reached, f"{self.expt.root} is the same directory on "
-                 f"{len(reached) - len(unshared)} of {len(self.hosts)} host(s)"
+                 f"{len(reached) - len(unshared)} of {len(self.hosts)} host(s)" + unchecked
                  + "".join(f"; {h} does not see the file the job wrote there ({got[h].get('token_error', 'other content')})"
                            for h in unshared), unshared)
         badstage = [h for h in reached if got[h].get("stage") != "ok"]
         self.add("stage", not badstage and reached, f"node-local {self.a.stage_root}: a private directory written "
-                 f"on {len(reached) - len(badstage)} of {len(self.hosts)} host(s)"
+                 f"on {len(reached) - len(badstage)} of {len(self.hosts)} host(s)" + unchecked
                  + "".join(f"; {h}: {got[h].get('stage')}" for h in badstage), badstage)
 
     def launch(self, k: int, hold: bool):
@@ -186,28 +192,34 @@ class Smoke:
             why = (f"; ranks {missing[:8]}{'...' if len(missing) > 8 else ''} never wrote their record "
                    + (f"(the launcher exited {ended}: {self.tail(outdir)})" if ended is not None else
                       f"in {RANKS_TIMEOUT_S} s"))
+        names = ", ".join(sorted({r["launcher"] for r in recs.values()}))
         ok = self.add("ranks" if attempt == 1 else "relaunch",
                       not missing and not stray and not idle and (attempt == 1 or proc.returncode == 0),
                       f"launch {attempt}: {len(recs)} of {want} rank(s) on {len(hosts_seen)} of {len(self.hosts)} "
-                      f"host(s) ({', '.join(sorted({r['launcher'] for r in recs.values()}))} variables)" + why
+                      f"host(s)" + (f" ({names} variables)" if names else "") + why
                       + (f"; ranks on hosts the job was not given: {stray}" if stray else "")
                       + (f"; no rank on {idle}" if idle else "")
                       + (f"; the launcher exited {proc.returncode}: {self.tail(outdir)}"
-                         if attempt > 1 and proc.returncode else ""),
+                         if attempt > 1 and proc.returncode and "the launcher exited" not in why else ""),
                       stray + idle)
         if attempt > 1:
             return ok
+        if not recs:
+            self.add("torch", False, "not seen: no rank reported")
+            self.add("allreduce", False, "not seen: no rank reported")
+            return ok
         noimport = sorted({r["host"] for r in recs.values() if "torch" not in r})
         devs = sorted({(r.get("device"), r.get("devices")) for r in recs.values() if "torch" in r}, key=str)
-        self.add("torch", recs and not noimport, f"torch {', '.join(sorted({r.get('torch', '?') for r in recs.values()}))}"
+        versions = sorted({r["torch"] for r in recs.values() if "torch" in r})
+        self.add("torch", not noimport, f"torch {', '.join(versions) or '?'}"
                  f" on {len(recs) - sum(1 for r in recs.values() if 'torch' not in r)} rank(s); device, count: {devs}"
                  + "".join(f"; rank {r['rank']} on {r['host']}: {r.get('error')}" for r in recs.values()
                            if "torch" not in r), noimport)
         bad = [r for r in recs.values() if not r.get("allreduce_ok")]
         backend = sorted({r.get("backend") for r in recs.values() if r.get("backend")})
-        self.add("allreduce", recs and not bad and not missing,
+        self.add("allreduce", not bad and not missing,
                  f"{'/'.join(backend) or 'no backend'}: {len(recs) - len(bad)} of {want} rank(s) all-reduced to "
-                 f"{next(iter(recs.values())).get('allreduce_expected', '?') if recs else '?'}"
+                 f"{next(iter(recs.values())).get('allreduce_expected', '?')}"
                  + "".join(f"; rank {r['rank']} on {r['host']}: {r.get('error') or r.get('allreduce')}" for r in bad[:4]),
                  [r["host"] for r in bad])
         return ok
