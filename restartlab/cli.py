@@ -122,21 +122,19 @@ def cmd_status(a):
         print(f"restartlab status: {e}", file=sys.stderr)
         return e.code
     from .runtime import smoke
+    if not ids and not local:
+        print("restartlab status: no jobs (an experiment directory without its jobs log?)", file=sys.stderr)
+        return 2
     for d in local:
         print(jobref.local_status(d))
-    for d in a.jobids:
-        lines = smoke.summary(layout.Expt(d).smoke_report) if os.path.isdir(d) else None
-        if lines:
-            print("\n".join(f"{d}: {x}" if i == 0 else x for i, x in enumerate(lines)))
-    if not ids:
-        if not local:
-            print("restartlab status: no jobs (an experiment directory without its jobs log?)", file=sys.stderr)
-            return 2
-        return 0
-    st = sched.status(ids, run_tool)
+    st = sched.status(ids, run_tool) if ids else {}
     for jid in ids:
         s = st[jid]
         print(json.dumps(s.as_dict()) if a.json else f"{jid}\t{s.state}\t{s.detail}")
+    for d in a.jobids:  # a smoke job's readiness report, where there is one
+        lines = smoke.summary(layout.Expt(d).smoke_report) if os.path.isdir(d) else None
+        if lines and not a.json:
+            print("\n".join(f"{d}: {x}" if i == 0 else x for i, x in enumerate(lines)))
     return 0
 
 
