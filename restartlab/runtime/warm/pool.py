@@ -258,6 +258,7 @@ class Pool:
             argv = unwrap_rankenv(req["argv"], env, self.python)
             run, target, args, unbuffered = split_python(argv, self.python)
         except (PoolError, ValueError, KeyError, OSError) as e:
+            _log(f"a request refused: {type(e).__name__}: {e}")  # the stub starts its rank cold: say why
             try:
                 send_msg(conn, {"error": str(e)})
             except OSError:
