@@ -231,6 +231,7 @@ def cmd_render_all(a):
 
 def build_parser():
     from . import schedulers
+    from .job import preflight
     every, queued = schedulers.names(), schedulers.names(queued_only=True)
     from . import __version__
     p = argparse.ArgumentParser(prog="restartlab", description=__doc__)
@@ -261,7 +262,7 @@ def build_parser():
                     help="submit without the preflight checks (the experiment records that they were skipped)")
     sp = sub.add_parser("preflight", help="check on the login node that the job can work where it is going "
                         "(account, queue limits, checkpoint bytes vs free space, program, Python, launcher)",
-                        description=__import__("restartlab.job.preflight", fromlist=["x"]).__doc__.split("\n\n")[0])
+                        description=preflight.__doc__.split("\n\n")[0])
     scen(sp)
     sp.add_argument("--scheduler", choices=queued + ["local"])
     sp = sub.add_parser("status", help="state of many jobs in one query")

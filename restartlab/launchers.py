@@ -9,6 +9,7 @@ environment (RESTARTLAB_LAUNCH_TS, MASTER_ADDR/PORT, and `forward`: the scenario
 are never written on a command line) are forwarded by each launcher's own mechanism: Hydra, PALS
 and srun (--export=ALL) pass the launcher's environment on; Open MPI needs `-x NAME`."""
 import random
+import re
 import socket
 from typing import Dict, List, Mapping, Optional, Tuple
 
@@ -27,6 +28,9 @@ def counts(nodes, ppn: int) -> Tuple[str, str]:
 
 class Launcher:
     name = ""
+    title = ""                        # what it is, in a finding's words
+    # how its own `--version` names it (None: it cannot be told by it: PALS's is not known here)
+    version_pattern: Optional[str] = None
     launchable = True                 # False: its ranks are recognised, but scenarios cannot render it
     rank_var = size_var = local_rank_var = ""
     size_fallbacks: Tuple[str, ...] = ()   # other variables that may hold the world size
@@ -105,6 +109,8 @@ class Pals(Mpiexec):
 @register
 class OpenMPI(Mpiexec):
     name = "openmpi"
+    title = "Open MPI"
+    version_pattern = r"Open MPI|OpenRTE|Open RTE"  # 'mpiexec (Open MPI) X' (its man page; not run here)
     rank_var, size_var, local_rank_var = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                           "OMPI_COMM_WORLD_LOCAL_RANK")
     local_size_vars = ("OMPI_COMM_WORLD_LOCAL_SIZE",)
@@ -122,6 +128,8 @@ class OpenMPI(Mpiexec):
 class Hydra(Mpiexec):
     """MPICH's mpiexec (the pip `mpich` wheel ships it)."""
     name = "hydra"
+    title = "MPICH's Hydra"
+    version_pattern = r"HYDRA build details"  # the `mpich` wheel's, run here
     rank_var, size_var, local_rank_var = "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"
     local_size_vars = ("MPI_LOCALNRANKS",)
     hostfile_flag, bind_flag, hosts_flag = "-f", "-bind-to", "-hosts"
@@ -144,6 +152,8 @@ class Hydra(Mpiexec):
 @register
 class Srun(Launcher):
     name = "srun"
+    title = "Slurm's srun"
+    version_pattern = r"^slurm(-wlm)? \d"  # Debian 12's 'slurm-wlm 22.05.8', run here
     rank_var, size_var, local_rank_var = "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"
     local_size_vars = ("SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE")  # the latter: "2(x2)"
 
@@ -188,6 +198,12 @@ def local_size(env: Mapping[str, str]) -> Optional[int]:
         if digits.isdigit() and int(digits) > 0:
             return int(digits)
     return None
+
+
+def identify(version_text: str) -> Optional[str]:
+    """The launcher whose --version output this is (None: none that names itself: PALS, or another)."""
+    return next((ln.name for ln in LAUNCHERS.all() if ln.version_pattern
+                 and re.search(ln.version_pattern, version_text, re.I | re.M)), None)
 
 
 def get(name: str) -> Launcher:

@@ -460,6 +460,7 @@ def test_pbs_warm_restart_a_pool_on_each_host(pbs):
     # what a stub said when it started its rank cold (the cause of a warm count short of 3)
     cold = [ln for k in (2, 3) for ln in open(layout.Expt(expt).phase("sync").attempt(k).output, errors="replace")
             if "warm stub" in ln]
+    print("".join(cold), log[-5000:])  # whole, in the report's captured output (an assertion message is cut)
     assert [r["warm_ranks"] for r in recs] == [0, 3, 3], (cold, [r["warm_ranks"] for r in recs], log[-3000:])
     state = layout.Expt(expt).phase("sync").warm_dir
     assert sorted(f for f in os.listdir(state) if f.endswith(".ready")) == sorted(f"{n}.ready" for n in pbs.nodes)

@@ -161,10 +161,7 @@ class Expt:
     preflight = property(lambda self: self._f("preflight.txt"))  # submit's preflight findings, or that it was skipped
     # a smoke job's (submit --smoke): its working files, its readiness report as data and as text
     smoke_dir = property(lambda self: self._f("smoke"))
-
-    def smoke_attempt(self, k: int) -> "Attempt":
-        """smoke/attempt-<k>: a smoke job's k-th launch (its ranks' records, the launcher's output.log)."""
-        return Attempt(os.path.join(self.smoke_dir, f"attempt-{k}"))
+    smoke_token = property(lambda self: os.path.join(self.smoke_dir, "token"))  # what every host reads back
     smoke_report = property(lambda self: self._f("smoke.json"))
     smoke_md = property(lambda self: self._f("smoke.md"))
     jobs = property(lambda self: self._f("jobs.jsonl"))         # every job that worked on it (chains)
@@ -179,6 +176,10 @@ class Expt:
 
     def phase(self, name: str) -> Phase:
         return Phase(self._f(name))
+
+    def smoke_attempt(self, k: int) -> Attempt:
+        """smoke/attempt-<k>: a smoke job's k-th launch (its ranks' records, the launcher's output.log)."""
+        return Attempt(os.path.join(self.smoke_dir, f"attempt-{k}"))
 
     def phases(self) -> List[Phase]:
         """Phase directories that have attempts, in name order."""

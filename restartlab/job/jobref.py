@@ -5,7 +5,6 @@ Slurm: digits), and only a bare number that either could own goes by the query t
 Never a Slurm query for a PBS id."""
 import os
 import re
-import shutil
 from typing import List, Optional, Tuple
 
 from .. import schedulers
@@ -34,7 +33,7 @@ def by_form(jid: str) -> List[str]:
 def _bare_number(jid: str) -> Optional[str]:
     """A bare sequence number: Slurm's form, and one PBS accepts too; the query tool on PATH says
     which (both on PATH: ambiguous)."""
-    here = [s.name for s in schedulers.SCHEDULERS.all() if s.query_tool and shutil.which(s.query_tool)]
+    here = [s.name for s in schedulers.on_path()]
     if len(here) == 1:
         return here[0]
     raise RefError(f"{jid}: a bare number could be a {' or '.join(here) or 'PBS or Slurm'} job: pass --scheduler"
@@ -64,7 +63,7 @@ def resolve(refs: List[str], scheduler: Optional[str] = None) -> Tuple[Optional[
         if scheduler:
             continue
         form = by_form(x)
-        if form == ["pbs"] or len(form) == 1 and not re.fullmatch(r"\d+", x):
+        if len(form) == 1 and not x.isdigit():  # only a bare number is ambiguous
             names.add(form[0])
         elif form:
             names.add(_bare_number(x))

@@ -11,9 +11,6 @@ torchft for torchft phases) and the launcher, both after the scenario's setup li
 tool. It prints the most node-hours the job can be charged."""
 import os
 import re
-import shlex
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Callable, List, Optional
@@ -69,7 +66,8 @@ class Preflight:
         j, site = self.sc["job"], self.sc["site"]
         if site["account_required"] and not j["account"]:
             self.add(ERROR, "account", f"{self.key('job', 'account')}: {self.site} charges every job to a project "
-                     "and rejects one without it: set job.account (or --set job.account=PROJECT; make: ACCOUNT=PROJECT)")
+                     "and rejects one without it: set job.account (or --set job.account=PROJECT; make: ACCOUNT=PROJECT)"
+                     + (f"; {site['docs']}" if site["docs"] else ""))
         elif "{account}" in self.sc["expt_root"] and not j["account"]:
             self.add(ERROR, "account", f"{self.key('expt_root')}: names {{account}}, but job.account is not set")
         elif j["account"]:
@@ -129,16 +127,12 @@ class Preflight:
         root = self.root
         home = os.path.realpath(self.env.get("HOME", "~"))
         in_home = os.path.realpath(storage.existing_ancestor(root)).startswith(home.rstrip("/") + "/")
-        if not phases:
-            total = 0
-        elif any(p.peak is None for p in phases):
-            unknown = [p.phase for p in phases if p.peak is None]
+        unknown = [p.phase for p in phases if p.peak is None]
+        if unknown:
             self.add(WARNING, "bytes", f"{self.key('trainer', 'program', 'checkpoint_bytes')}: the checkpoints of "
                      f"phase(s) {', '.join(unknown)} cannot be sized: set trainer.program.checkpoint_bytes (one "
                      f"checkpoint, e.g. 24GB) and save_every, and preflight checks they fit")
-            total = sum(p.peak or 0 for p in phases)
-        else:
-            total = sum(p.peak for p in phases)
+        total = sum(p.peak or 0 for p in phases)
         try:
             r = storage.room(root)
         except OSError as e:
@@ -240,7 +234,8 @@ class Preflight:
         command = self.command
         print(f"preflight: asking the job's environment (setup lines: {len(ln['setup'])}, {launch_cmd}, "
               f"{', '.join(asked)}) ...", file=sys.stderr, flush=True)
-        pr = self.probe_fn(ln["setup"], launch_cmd, asked, env=self.job_env(), commands=[command] if command else [])
+        pr = self.probe_fn(ln["setup"], launch_cmd, asked, env=self.job_env(), commands=[command] if command else [],
+                           modules=probe_mod.MODULES + ((self.module[1],) if self.module else ()))
         if not pr.ok:
             self.add(ERROR, "python", f"{self.key('launch', 'setup')}: {pr.error}")
             return
@@ -252,18 +247,11 @@ class Preflight:
             self.add(ERROR, "program", f"{self.key('trainer', 'program', 'command')}: {command!r} is not on the "
                      "job's PATH (after launch.setup): give its path")
         if self.module:
-            self.module_found(*self.module)
+            py, module = self.module
+            if pr.pythons[py].found and not pr.pythons[py].modules.get(module):
+                self.add(ERROR, "program", f"{self.key('trainer', 'program', 'command')}: {py} -m {module}: no module "
+                         f"{module!r} for that Python (after launch.setup)")
         self.launcher(pr, launch_cmd)
-
-    def module_found(self, py, module):
-        at = self.key("trainer", "program", "command")
-        code = "import importlib.util as u, sys; sys.exit(0 if u.find_spec(sys.argv[1]) else 1)"
-        lines = list(self.sc["launch"]["setup"]) + [f"exec {shlex.join([py, '-c', code, module])}"]
-        r = subprocess.run(["bash", "-c", "set -e\n" + "\n".join(lines)], capture_output=True, text=True,
-                           timeout=300, cwd="/", stdin=subprocess.DEVNULL, env=self.job_env())
-        if r.returncode:
-            self.add(ERROR, "program", f"{at}: {py} -m {module}: no module {module!r} for that Python "
-                     "(after launch.setup)")
 
     def python(self, p, asked, bundled, program=False):
         sc, tr = self.sc, self.sc["trainer"]
@@ -308,12 +296,11 @@ class Preflight:
             self.add(ERROR, "launcher", f"{at}: {cmd!r} is not found after launch.setup (the job's PATH): give its "
                      "path, or load its module in launch.setup")
             return
-        kind = probe_mod.launcher_kind(pr.launcher_version)
-        want = {"hydra": "hydra", "openmpi": "openmpi", "srun": "srun", "pals": None}.get(name)
+        kind = launchers.identify(pr.launcher_version)
+        want = name if launchers.get(name).version_pattern else None
         first = (pr.launcher_version.strip().splitlines() or ["(no output)"])[0].strip()
         if kind != want:
-            said = {None: "neither MPICH Hydra, Open MPI nor srun", "hydra": "MPICH's Hydra",
-                    "openmpi": "Open MPI", "srun": "Slurm's srun"}[kind]
+            said = launchers.get(kind).title if kind else "neither MPICH Hydra, Open MPI nor srun"
             self.add(ERROR, "launcher", f"{at}: launch.launcher is {name}, but {pr.launcher_path} is {said} "
                      f"(--version: {first!r}): its flags differ; set launch.launcher or launch.mpiexec")
         else:
@@ -323,16 +310,14 @@ class Preflight:
 
     def fanout(self):
         """The tool the injector and the killers reach every node with."""
-        if self.sched.name == "pbs":
-            from ..schedulers import pbs
-            path = pbs.tool("pbsdsh", self.env)
-            if not os.path.isabs(path) or not os.access(path, os.X_OK):
-                self.add(ERROR, "fanout", "pbsdsh is neither on PATH nor under PBS_EXEC/bin (pbs.conf): the "
-                         "injector cannot reach the job's nodes")
-            else:
-                self.add(OK, "fanout", path)
-        elif self.sched.name == "slurm" and not shutil.which("srun"):
-            self.add(ERROR, "fanout", "srun is not on PATH: the injector cannot reach the job's nodes")
+        if not self.sched.fanout_tool:
+            return
+        path = self.sched.fanout_path(self.env)
+        if path:
+            self.add(OK, "fanout", path)
+        else:
+            self.add(ERROR, "fanout", f"{self.sched.fanout_tool} is not found ({self.sched.fanout_where}): the injector "
+                     "cannot reach the job's nodes")
 
     def cost(self):
         j = self.sc["job"]

@@ -3,11 +3,12 @@ a bash that runs the scenario's setup lines (module load, venv), then the launch
 (`command -v`, `--version`) and the job's Python (which imports torch and says what device support
 it was built with, without a GPU). One subprocess; its lines are marked and parsed here."""
 import json
-import re
 import shlex
 import subprocess
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
+
+from .. import launchers
 
 # run by the job's Python (and a program's own): never imports restartlab, which it may not have
 PY_CODE = r"""
@@ -104,25 +105,16 @@ def parse(text: str, pythons: List[str], rc: int) -> Probe:
 
 
 def run(setup: List[str], launcher: Optional[str], pythons: List[str], timeout: float = 300, env=None,
-        commands: List[str] = ()) -> Probe:
+        commands: List[str] = (), modules=MODULES) -> Probe:
     try:
         # cwd /: a Python's first path entry is where it starts, and the job's is no source tree
-        r = subprocess.run(["bash", "-c", script(setup, launcher, pythons, commands=commands)], capture_output=True, text=True,
+        r = subprocess.run(["bash", "-c", script(setup, launcher, pythons, modules, commands)], capture_output=True, text=True,
                            timeout=timeout, stdin=subprocess.DEVNULL, cwd="/", env=env)
     except subprocess.TimeoutExpired:
         return Probe(False, f"the setup lines and the Python did not answer in {timeout:.0f} s")
     return parse(r.stdout + r.stderr, pythons, r.returncode)
 
 
-# how each MPI launcher's --version names itself: the `mpich` wheel's Hydra prints 'HYDRA build
-# details' and Debian 12's srun 'slurm-wlm 22.05.8' (both run here); Open MPI's 'mpiexec (Open MPI)
-# X' is from its man page, not run here; Cray PALS's mpiexec is not on this machine either: whatever
-# is none of these is taken for it (unverified)
-KINDS = (("hydra", re.compile(r"HYDRA build details", re.I)),
-         ("openmpi", re.compile(r"Open MPI|OpenRTE|Open RTE", re.I)),
-         ("srun", re.compile(r"^slurm(-wlm)? \d", re.I | re.M)))
-
-
 def launcher_kind(version_text: str) -> Optional[str]:
-    """'hydra', 'openmpi', 'srun', or None (not one of these: PALS, or something else)."""
-    return next((k for k, rx in KINDS if rx.search(version_text)), None)
+    """The launcher a --version output names (launchers.identify); None: PALS, or another."""
+    return launchers.identify(version_text)

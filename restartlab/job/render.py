@@ -245,7 +245,7 @@ def context(sc, scheduler=None, expt_dir=None):
         "header_template": sched.header_template, "launcher": ln["launcher"],
         "directives": sched.directives(sc), "nodefile_sh": sched.nodefile_sh.format(nodefile=sh(expt.nodefile)),
         "jobid_sh": _jobid_sh(schedulers.jobid_vars()), "files": {"jobs": expt.jobs, "bad_nodes": expt.bad_nodes},
-        "expt_dir": expt_dir, "python": python, "tag": tag, "phases": phases, "secrets": secrets,
+        "expt_dir": expt_dir, "python": python, "tag": tag, "phases": phases, "secrets": secrets, "launch": launch,
         "train_iters": sc["trainer"]["train_iters"], "setup": ln["setup"],
         "supervise_args": supervise_args(sc, tag, policy, node_check, expt),
         # the walltime margin's stop, in seconds from the script's start (0: off)
@@ -276,12 +276,9 @@ def smoke_context(sc, scheduler=None, expt_dir=None):
     would run (restartlab.trainer.smoke: the scenario's device and backend, one all-reduce)."""
     job = dict(sc["job"], walltime=min(sc["job"]["walltime"], SMOKE_WALLTIME_S))
     sc = dict(sc, job=job, name=f"{sc['name']}-smoke", relaunch=dict(sc["relaunch"], on_node_loss="same", chain=0))
-    ctx = context(sc, scheduler, expt_dir)
+    ctx = context(sc, scheduler, expt_dir)  # on_node_loss same: its launch line has the nodes and no host file
     ln = sc["launch"]
-    rank_env = {k: v for k, v in ln["env"].items() if k not in ctx["secrets"]}
-    rank_env[TAG_VAR] = ctx["tag"]
-    launch = launch_argv(sc, sc["job"]["nodes"], ln["ranks_per_node"], rank_env, ctx["secrets"])
-    ctx["smoke_argv"] = launch + [ctx["python"], "-m", "restartlab.trainer.smoke", "--outdir", placeholders.ATTEMPT_DIR,
+    ctx["smoke_argv"] = ctx["launch"] + [ctx["python"], "-m", "restartlab.trainer.smoke", "--outdir", placeholders.ATTEMPT_DIR,
                                   "--device", sc["trainer"]["device"]]
     stage = next((p["stage_dir"] for p in sc["phases"] if p["stage_dir"] and p["stage_dir"] != "none"), None)
     ctx["smoke_args"] = ["--fanout", ctx["scheduler"], "--launcher", ln["launcher"], "--tag", ctx["tag"],

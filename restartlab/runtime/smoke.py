@@ -115,7 +115,7 @@ class Smoke:
 
     def nodes(self):
         token = uuid.uuid4().hex
-        path = os.path.join(self.expt.smoke_dir, "token")
+        path = self.expt.smoke_token
         ckptdir.write_atomic(path, token.encode())
         got = self.fan([self.py, "-m", "restartlab.runtime.smoke", "node", "--token-file", path, "--token", token,
                         "--stage-root", self.a.stage_root])

@@ -36,6 +36,6 @@ def job_id(env: Mapping[str, str], default: str = "local") -> str:
     return env[s.jobid_var] if s else default
 
 
-def from_path() -> Optional[Scheduler]:
-    """On a login node: the first scheduler whose query tool is on PATH."""
-    return next((s for s in SCHEDULERS.all() if s.query_tool and shutil.which(s.query_tool)), None)
+def on_path() -> List[Scheduler]:
+    """On a login node: the schedulers whose query tool is on PATH."""
+    return [s for s in SCHEDULERS.all() if s.query_tool and shutil.which(s.query_tool)]

@@ -4,6 +4,7 @@ in this package (found automatically) and, only if the shared `header.j2` does n
 template; see README, "Extending restartlab".
 
 Command hooks return argv lists and parsers take recorded output, so each is testable alone."""
+import shutil
 import subprocess
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -124,6 +125,15 @@ class Scheduler:
     def job_hosts(self, env: Mapping[str, str]) -> Optional[List[str]]:
         """Inside a job with no node file at hand: the job's hosts, in order (None: unknown)."""
         return None
+
+    # the command the fan-out reaches other nodes with (None: this scheduler has none), and where
+    # it is looked for (a finding's words)
+    fanout_tool: Optional[str] = None
+    fanout_where = "on PATH"
+
+    def fanout_path(self, env: Mapping[str, str]) -> Optional[str]:
+        """The fan-out command's path as the job will find it; None when it is not there."""
+        return shutil.which(self.fanout_tool) if self.fanout_tool else None
 
     # False where the fan-out's command does not hand back what it ran (PBS's pbsdsh: the task's
     # output goes to the job's output file and pbsdsh exits 0 whatever the task did): the fan-out

@@ -87,6 +87,11 @@ class PBS(Scheduler):
     query_tool = "qstat"
     nodefile_var = "PBS_NODEFILE"
     fanout_relays_output = False  # measured on OpenPBS 23.06: see docs/pbs.md
+    fanout_tool, fanout_where = "pbsdsh", "neither on PATH nor under PBS_EXEC/bin (pbs.conf)"
+
+    def fanout_path(self, env):
+        path = tool("pbsdsh", env)  # in the job: on PATH, else under PBS_EXEC
+        return path if os.path.isabs(path) and os.access(path, os.X_OK) else None
     nodefile_sh = 'RL_NODEFILE="${{PBS_NODEFILE:?PBS_NODEFILE is not set: is this running under PBS?}}"'
 
     def directives(self, sc):

@@ -137,6 +137,7 @@ class Slurm(Scheduler):
                 if j in seen else JobStatus(j, UNKNOWN, detail=unknown) for j in ids}
 
     jobid_pattern = r"\d+(_\d+)?"  # <job id>[_<array index>]
+    fanout_tool = "srun"
 
     def queue_limits(self, queue, run):
         """scontrol show partition -o: the partition named, or the one marked Default=YES."""
