@@ -61,19 +61,29 @@ def _imports(argv, **kw):
 
 def test_the_warm_stub_starts_on_the_standard_library_alone(tmp_path):
     """The stub a launcher starts per rank (python -m restartlab.runtime.warm stub): no pool here,
-    so it starts the program cold, having imported, beyond what a bare `python -c pass` imports
-    on this machine (site and its .pth files), only the standard library and its own wire:
-    restartlab's package inits, the wire and the two contracts it reads (`-X importtime`)."""
+    so it starts the program cold through the exit recorder, having imported, beyond what a bare
+    `python -c pass` imports on this machine (site and its .pth files), only the standard library
+    and its own: restartlab's package inits, the wire, the exit recorder, the launcher registry
+    (the rank's number) and the contracts they read (`-X importtime`). The recorder alone, which
+    starts before every cold rank, imports the same but the warm package."""
     _, bare = _imports(["-c", "pass"])
-    r, imported = _imports(["-m", "restartlab.runtime.warm", "stub", "--dir", str(tmp_path / "none"), "--",
-                            sys.executable, "-c", "print('cold')"])
+    r, imported = _imports(["-m", "restartlab.runtime.warm", "stub", "--dir", str(tmp_path / "none"),
+                            "--attempt-dir", str(tmp_path / "att"), "--", sys.executable, "-c", "print('cold')"])
     assert r.returncode == 0 and r.stdout.strip() == "cold", r.stdout + r.stderr[-2000:]
+    assert os.listdir(tmp_path / "att" / "exits")  # the cold rank's end, recorded
+    recorder = {"restartlab", "restartlab.runtime", "restartlab.runtime.rankexit", "restartlab.launchers",
+                "restartlab.contracts", "restartlab.contracts.envvars", "restartlab.contracts.layout",
+                "restartlab.contracts.rank_exit", "restartlab.contracts.registry"}
     ours = {m for m in imported if m.split(".")[0] == "restartlab"}
-    assert ours == {"restartlab", "restartlab.runtime", "restartlab.runtime.warm", "restartlab.runtime.warm.stub",
-                    "restartlab.runtime.warm.wire", "restartlab.contracts", "restartlab.contracts.envvars",
-                    "restartlab.contracts.placeholders"}, sorted(ours)
+    assert ours == recorder | {"restartlab.runtime.warm", "restartlab.runtime.warm.stub", "restartlab.runtime.warm.wire",
+                               "restartlab.contracts.placeholders"}, sorted(ours)
     others = sorted(m for m in imported - bare - ours if m.split(".")[0] not in sys.stdlib_module_names)
     assert others == [], others
+    r, imported = _imports(["-m", "restartlab.runtime.rankexit", "--dir", str(tmp_path / "att2"), "--",
+                            sys.executable, "-c", "print('cold')"])
+    assert r.returncode == 0 and r.stdout.strip() == "cold", r.stdout + r.stderr[-2000:]
+    assert {m for m in imported if m.split(".")[0] == "restartlab"} == recorder - {"restartlab.runtime.rankexit"}  # (__main__)
+    assert sorted(m for m in imported - bare if m.split(".")[0] not in sys.stdlib_module_names | {"restartlab"}) == []
 
 
 def test_every_package_is_installed():

@@ -305,7 +305,9 @@ def stub_tools(tmp_path, names, out=""):
 
 
 def test_submit_runs_preflight_first_and_submits_nothing_on_an_error(tmp_path):
-    env, log = stub_tools(tmp_path, ["qsub", "qstat"], "0.srv\n")
+    # pbsdsh on PATH: the fan-out check passes on a machine with no OpenPBS installed (this test
+    # passed only where the PBS tier's cluster had installed /opt/pbs before it ran)
+    env, log = stub_tools(tmp_path, ["qsub", "qstat", "pbsdsh"], "0.srv\n")
     path = scen(tmp_path, "site: {name: X, account_required: true}\n", extends=PBS)
     r = rl("submit", path, env=env)
     assert r.returncode == 2 and "preflight: error: account: " in r.stderr, r.stderr

@@ -117,7 +117,7 @@ class FakeProcs:
         self.events.append(("start_pool",))
         return self.pool_why
 
-    def launch_argv(self, argv, wait=True):
+    def launch_argv(self, argv, wait=True, attempt_dir=None):
         k = len(self.launched) + 1
         self.events.append(("launch_argv", k, wait))
         if self.pool_dies_at is not None and k >= self.pool_dies_at:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from ..contracts import live
+from ..contracts.rank_exit import RankExit
 from ..runtime.attempt_record import completed_row
 from . import collect
 
@@ -60,12 +61,27 @@ class Verdict:
                 "restarts": [dict(vars(r), finding=r.finding) for r in self.restarts]}
 
 
-def _how(rec: dict) -> str:
+def _launcher_how(rec: dict) -> str:
     sig = rec.get("signal")
     try:
         return f"{signal.Signals(sig).name} (signal {sig})" if sig else f"exit {rec.get('exit_code')}"
     except ValueError:
         return f"signal {sig}"
+
+
+def _how(rec: dict) -> str:
+    """How a crashed attempt ended: the first rank that ended badly, from the ranks' own records
+    (contracts.rank_exit; the launcher's one status names whichever rank it saw end first, or its
+    own teardown), else the launcher's status."""
+    said = _launcher_how(rec)
+    try:
+        first = RankExit.from_dict(rec["rank_exit"]) if rec.get("rank_exit") else None
+    except (KeyError, ValueError, TypeError):
+        first = None
+    if first is None:
+        return said
+    mine = f"{first.how()} in rank {first.rank} on {first.node}, the first rank to end"
+    return mine if first.how() == said else f"{mine} (the launcher reported {said})"
 
 
 def _unfinished_saves(resumed: int, last: Optional[int], after: dict) -> List[int]:

@@ -8,7 +8,7 @@ job script's template (through the render context) and the tests ask these class
     <expt>/<phase>/ckpts/ attempts/<k>/ injections.jsonl nodes.jsonl injector.log
                    node-check.log done completed
     <expt>/<phase>/attempts/<k>/attempt.json output.log metrics-<rank>.jsonl hosts hang
-                   walltime teardown.log ckpts-at-launch.json
+                   walltime teardown.log ckpts-at-launch.json exits/<rank>.json
     a torchft phase: <expt>/<phase>/lighthouse.log ft.json groups/g<k>/ (each a phase directory:
                    attempts/<n>/ ... ft-rank<R>.jsonl; its strikes are in <phase>/injections.jsonl)
 Pure paths: nothing here creates or reads a file except the listings."""
@@ -28,6 +28,12 @@ def metrics_name(rank: int) -> str:
 
 
 METRICS_GLOB = "metrics-*.jsonl"
+
+
+def rank_exit_name(rank) -> str:
+    """How one rank ended (contracts.rank_exit), in its attempt's exits/ (`rank`: its number, or
+    pid-<pid> where no launcher named it)."""
+    return f"{rank}.json"
 
 
 class Attempt:
@@ -57,6 +63,14 @@ class Attempt:
 
     def metrics_files(self) -> List[str]:
         return glob.glob(self._f(METRICS_GLOB))
+
+    exits_dir = property(lambda self: self._f("exits"))  # a file per rank that ended on its own
+
+    def rank_exit(self, rank) -> str:
+        return os.path.join(self.exits_dir, rank_exit_name(rank))
+
+    def rank_exits(self) -> List[str]:
+        return sorted(glob.glob(os.path.join(self.exits_dir, rank_exit_name("*"))))
 
     def smoke_records(self) -> List[str]:
         return glob.glob(self._f(smoke_record_name("*")))

@@ -8,7 +8,7 @@ import time
 from typing import Iterable
 
 from .. import launchers
-from ..contracts import layout, live
+from ..contracts import layout, live, rank_exit
 from ..contracts.exits import EXIT_PREEMPTED
 
 # an injection record is written just after its strike's signals went out; the launcher may see
@@ -50,12 +50,16 @@ def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, e
     """Write the attempt's record; True when the attempt completed the phase. `warm_ranks`: in a
     warm phase, how many of its ranks the standby pools forked (None: a cold phase)."""
     completed = reached_last_step(att, train_iters)
+    exits = rank_exit.read_all(att.rank_exits())
+    first = rank_exit.first_failure(exits)
     hosts = None
     if os.path.exists(att.hosts):  # chosen by node-check for this attempt
         with open(att.hosts) as f:
             hosts = [h.strip() for h in f if h.strip()]
     info = {"attempt": k, "launch_ts": launch_ts, "end_ts": end_ts, "exit_code": rc,
             "signal": launchers.get(launcher).signal_of(rc), "launcher": launcher,
+            # the ranks' own ends (exits/): the first that ended badly, and how many recorded theirs
+            "rank_exit": first._asdict() if first else None, "ranks_recorded": len(exits),
             "completed": completed, "hang": os.path.exists(att.hang),
             "preempted": rc == EXIT_PREEMPTED,
             "walltime": os.path.exists(att.walltime),

@@ -241,32 +241,34 @@ class Procs:
         self.pool_served = False
         return None
 
-    def launch_argv(self, argv: List[str], wait: bool = True) -> Tuple[List[str], Optional[Tuple[str, bool]]]:
+    def launch_argv(self, argv: List[str], wait: bool = True,
+                    attempt_dir: str = None) -> Tuple[List[str], Optional[Tuple[str, bool]]]:
         """The attempt's argv, through the pools' stubs when they serve, else cold; and what to say
         (text, is it a fall-back) the first time they serve, or when they cannot. A relaunch
         (`wait`) waits for pools still preloading: they started before the attempt that failed, so
         what is left of their preload is less than a cold start's imports. The phase's first
-        launch does not wait: it starts cold beside them."""
+        launch does not wait: it starts cold beside them. A cold rank starts through the exit
+        recorder (runtime/rankexit.py), a warm one's stub records its end itself."""
         from .warm.standby import cold_argv, stub_argv
         from .warm.wire import PoolError
         if self.pool is None:
-            return cold_argv(argv), None
+            return cold_argv(argv, attempt_dir), None
         pool = self.pool
         try:
             if wait:
                 pool.wait_ready(max(0.0, self.cfg.startup_timeout - (time.time() - pool.started)))
             elif not pool.ready():
-                return cold_argv(argv), None
+                return cold_argv(argv, attempt_dir), None
             if not pool.alive():
                 raise PoolError(f"a pool exited ({pool.last_line()})")
         except (PoolError, OSError) as e:
             self.stop_pool()
-            return cold_argv(argv), (f"the standby pool cannot serve ({e}; see {pool.log_path})", True)
+            return cold_argv(argv, attempt_dir), (f"the standby pool cannot serve ({e}; see {pool.log_path})", True)
         note = None
         if not self.pool_served:
             self.pool_served = True
             note = (f"the standby pool serves (preloaded in {pool.ready_after:.1f}s; see {pool.log_path})", False)
-        return stub_argv(argv, pool.dir), note
+        return stub_argv(argv, pool.dir, attempt_dir), note
 
     def warm_ranks(self, k: int) -> Optional[int]:
         """Ranks of attempt k the pools forked (None: not a warm phase; 0: all cold)."""
@@ -375,7 +377,7 @@ class Supervisor:
                 if first and hosts and first != hosts[0]:  # rank 0 runs on the first host
                     master = os.environ.get("MASTER_ADDR") or first
                 ranks = n * cfg.ranks_per_node
-        argv, note = self.procs.launch_argv(argv, wait=relaunch)
+        argv, note = self.procs.launch_argv(argv, wait=relaunch, attempt_dir=att.path)
         if note:
             text, fallback = note
             self.say(f"warm restart: {text}: {'cold' if fallback else 'warm'} launches from attempt {k}",

@@ -9,6 +9,7 @@ import struct
 import sys
 import time
 
+from ..rankexit import die_with_parent
 from ...contracts.envvars import SERVER_VAR, TAG_VAR, WARM_VAR, node_name
 from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_msg, unix_path
 
@@ -59,15 +60,6 @@ def unwrap_rankenv(argv, env: dict, python: str):
 
 
 # ---------------------------------------------------------------- the rank (in the forked child)
-def _pdeathsig() -> None:
-    """Die with the pool (Linux prctl PR_SET_PDEATHSIG); a no-op where it does not exist."""
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
 def _std_streams(unbuffered: bool) -> None:
     """sys.std* rebuilt on the received fds 0-2 (the pool's own were its log)."""
     import io
@@ -83,7 +75,7 @@ def become(req: dict, fds, pool_pid: int, close) -> None:
     """In the forked child: become the rank the stub asked for; never returns."""
     code = 1
     try:
-        _pdeathsig()
+        die_with_parent()
         if os.getppid() != pool_pid:  # the pool died between the fork and the prctl
             os._exit(137)
         os.setsid()
@@ -337,7 +329,7 @@ def _kill(pid: int) -> None:
 
 def serve_main(a) -> int:
     if a.parent:  # the pool dies with its supervisor (and its ranks with it: their own PDEATHSIG)
-        _pdeathsig()
+        die_with_parent()
         if os.getppid() != a.parent:
             return 1
     # our own pid in our environment block: the killer tells the pool from the ranks it forks;

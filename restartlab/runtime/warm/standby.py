@@ -26,15 +26,27 @@ def program_at(argv) -> int:
     return next((i for i, w in enumerate(argv) if re.fullmatch(r"python[0-9.]*", os.path.basename(w))), -1)
 
 
-def cold_argv(argv):
-    return [w for w in argv if w != PROGRAM_TOKEN]
+RECORDER = ("-m", "restartlab.runtime.rankexit")
 
 
-def stub_argv(argv, pool_dir: str):
-    """The launch argv with each rank's program started through the stub."""
+def cold_argv(argv, attempt_dir: str = None):
+    """The launch argv with each rank's program started through the exit recorder
+    (runtime/rankexit.py) into `attempt_dir`, by the program's own Python; as it is where no
+    attempt directory is given or no Python starts the program."""
+    i = program_at(argv)
+    if attempt_dir is None or i < 0:
+        return [w for w in argv if w != PROGRAM_TOKEN]
+    launch, prog = [w for w in argv[:i] if w != PROGRAM_TOKEN], argv[i:]
+    return launch + [prog[0], *RECORDER, "--dir", attempt_dir, "--"] + prog
+
+
+def stub_argv(argv, pool_dir: str, attempt_dir: str = None):
+    """The launch argv with each rank's program started through the stub (which records the
+    rank's end into `attempt_dir`, as the exit recorder does for a cold rank)."""
     i = program_at(argv)
     launch, prog = [w for w in argv[:i] if w != PROGRAM_TOKEN], argv[i:]
-    return launch + [prog[0], *POOL_BIN, "stub", "--dir", pool_dir, "--"] + prog
+    where = ["--attempt-dir", attempt_dir] if attempt_dir else []
+    return launch + [prog[0], *POOL_BIN, "stub", "--dir", pool_dir, *where, "--"] + prog
 
 
 def default_preload(argv) -> str:

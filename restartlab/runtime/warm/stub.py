@@ -1,13 +1,18 @@
 """The stub (`python -m restartlab.runtime.warm stub --dir D -- PROGRAM...`), which the launcher
 starts in a rank's place: it hands its argv, environment, working directory and standard fds to
 the node's pool, stands in for the rank it forks (signals forwarded, its exit status mirrored), and
-starts the program cold itself (exec) when no pool can take it. Standard library and `wire` only."""
+starts the program cold itself (through the exit recorder) when no pool can take it. It records the
+rank's end (contracts.rank_exit) as the exit recorder records a cold rank's. Standard library,
+`wire` and the recorder only."""
 import os
 import signal
 import socket
 import sys
 
+from .. import rankexit
+from ...contracts import layout
 from ...contracts.envvars import node_name
+from ...contracts.rank_exit import RankExit
 from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_msg, unix_path
 
 
@@ -46,6 +51,8 @@ def stub_main(a) -> int:
         print(f"restartlab warm stub: standby pool not usable ({e}; {os.path.join(node_dir(a.dir), SOCKET_NAME)} "
               f"on {node_name()}): starting the program cold", file=sys.stderr, flush=True)
         sock.close()
+        if a.attempt_dir:
+            return rankexit.run(argv, a.attempt_dir)
         try:
             os.execvp(argv[0], argv)
         except OSError as e2:
@@ -63,10 +70,12 @@ def stub_main(a) -> int:
     if msg is None:  # the pool died (and its ranks with it)
         print("restartlab warm stub: the standby pool died", file=sys.stderr, flush=True)
         return 137
-    if msg.get("signal"):  # die as the rank died: the launcher reports the same
-        sig = msg["signal"]
-        if sig not in (signal.SIGKILL, signal.SIGSTOP):
-            signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-        return 128 + sig
-    return int(msg.get("exit", 1))
+    status = (msg["signal"] & 0x7f) if msg.get("signal") else (int(msg.get("exit", 1)) & 0xff) << 8
+    if a.attempt_dir:
+        rec = RankExit.from_status(rankexit.rank_name(), node_name(), rank[0], status)
+        try:
+            rec.write(layout.Attempt(a.attempt_dir).rank_exit(rec.rank))
+        except OSError as e:
+            print(f"restartlab warm stub: cannot record rank {rec.rank}'s end ({rec.how()}): {e}", file=sys.stderr,
+                  flush=True)
+    return rankexit.end_as(status)  # die as the rank died: the launcher reports the same

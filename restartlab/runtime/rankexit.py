@@ -1,0 +1,107 @@
+"""python -m restartlab.runtime.rankexit --dir ATTEMPT_DIR -- PROGRAM [ARGS]: run one rank's
+PROGRAM as this process's child and, when it ends, write how (its exit status, or the signal that
+ended it) to ATTEMPT_DIR/exits/<rank>.json (contracts.rank_exit), then end the same way, so the
+launcher sees what it would have seen. The supervisor starts every cold rank through it: a
+launcher reports one status for the whole launch (Hydra: whichever rank it saw end first, or its
+own SIGTERM), and the verdict names the rank that crashed first and how from these records.
+
+Signals: it forwards none and is ended by none it can catch. Every sender restartlab knows signals
+the rank's whole process group or tree, so the program gets its own copy: Hydra's cleanup kills
+each rank's process group (measured: the mpich wheel's Hydra SIGKILLs a forked child of a rank
+with it), restartlab's killer and teardown signal each rank's process tree, and Slurm's step
+signals reach every process of the step. A launcher that signals the direct child only (PALS: not
+verified) reaches the program when it escalates to SIGKILL: the child dies with its parent
+(PR_SET_PDEATHSIG), and nothing outlives the rank. Standard library and contracts only: it starts
+before every rank and must start fast."""
+import os
+import resource
+import signal
+import sys
+import time
+
+from ..contracts import layout
+from ..contracts.envvars import node_name
+from ..contracts.rank_exit import RankExit
+
+# the catchable signals whose default is to end a process: the recorder waits through them (the
+# program got its own); the faults (SEGV, ABRT, ...) are raised by a process on itself
+SHIELDED = tuple(s for s in (getattr(signal, n, None) for n in (
+    "SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGVTALRM",
+    "SIGPROF", "SIGXCPU", "SIGXFSZ", "SIGIO", "SIGPWR", "SIGSTKFLT")) if s is not None)
+
+
+def die_with_parent() -> None:
+    """This process gets SIGKILL when its parent ends (Linux prctl PR_SET_PDEATHSIG); a no-op where
+    it does not exist."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def rank_name(env=os.environ) -> str:
+    """The launcher's rank number, or pid-<pid> where no launcher (or a malformed one) names it."""
+    from .. import launchers
+    try:
+        found = launchers.discover(env)
+    except ValueError:
+        found = None
+    return str(found[0]) if found else f"pid-{os.getpid()}"
+
+
+def end_as(status: int) -> int:
+    """End this process as the child ended: its signal (no core file of ours) or its exit code."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        return 128 + sig  # a signal that does not end a process (never one waitpid reports)
+    return os.WEXITSTATUS(status)
+
+
+def run(argv, attempt_dir: str) -> int:
+    parent = os.getpid()
+    for s in SHIELDED:
+        signal.signal(s, lambda *_: None)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            die_with_parent()
+            if os.getppid() != parent:  # the recorder died between the fork and the prctl
+                os._exit(137)
+            for s in SHIELDED:  # SIGPIPE too, which Python ignores: as subprocess gives it a program
+                signal.signal(s, signal.SIG_DFL)
+            os.execvp(argv[0], argv)
+        except OSError as e:
+            print(f"restartlab rank: error: cannot run {argv[0]!r}: {e.strerror}", file=sys.stderr, flush=True)
+        os._exit(127)
+    _, status = os.waitpid(pid, 0)
+    rec = RankExit.from_status(rank_name(), node_name(), pid, status)
+    try:
+        rec.write(layout.Attempt(attempt_dir).rank_exit(rec.rank))
+    except OSError as e:
+        print(f"restartlab rank: cannot record rank {rec.rank}'s end ({rec.how()}): {e}", file=sys.stderr, flush=True)
+    return end_as(status)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] != ["--dir"] or len(argv) < 3:
+        print("restartlab.runtime.rankexit: usage: python -m restartlab.runtime.rankexit --dir ATTEMPT_DIR "
+              "-- PROGRAM [ARGS]", file=sys.stderr)
+        return 2
+    where, rest = argv[1], argv[2:]
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    if not rest:
+        print("restartlab.runtime.rankexit: error: no program given", file=sys.stderr)
+        return 2
+    return run(rest, where)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

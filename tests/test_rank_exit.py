@@ -1,0 +1,170 @@
+"""Each rank's own end (contracts.rank_exit, runtime/rankexit.py, the warm stub): the launcher
+reports one status for a launch, and the verdict names the rank that ended badly first.
+
+Measured here with the mpich wheel's Hydra: rank 1 calls os.abort() while rank 0 sleeps; Hydra
+SIGKILLs rank 0's process group and exits 15 ("Terminated (signal 15)"), so a verdict read from
+the launcher says SIGTERM for an abort (the ezpz CI failure #49 names)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from restartlab.contracts import layout, rank_exit
+from restartlab.contracts.envvars import TAG_VAR
+from restartlab.runtime import killer
+from tests.helpers import cleanup_tag, job_tag
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLAIN = os.path.join(ROOT, "scenarios", "examples", "plain.yaml")
+
+# rank 0 logs a step every 0.05 s and waits for ever after step 3 (as in a collective); rank 1
+# aborts at step 3, a moment after rank 0 logged it
+CRASHING = """import os, sys, time
+rank = int(os.environ.get("RANK", "0"))
+for n in range(1, 41):
+    time.sleep(0.05)
+    if rank == 0:
+        print(f"step {n} loss {1.0 / n:.6f}", flush=True)
+    if n == 3:
+        if rank == 1:
+            time.sleep(0.3)
+            os.abort()
+        time.sleep(600)
+"""
+
+
+def _tagged(tag):
+    return [p.pid for p in psutil.process_iter() if _env(p).get(TAG_VAR) == tag]
+
+
+def _env(p):
+    try:
+        return p.environ()
+    except psutil.Error:
+        return {}
+
+
+def test_record_round_trip_and_the_first_failure(tmp_path):
+    """A record is written whole (a torn neighbour is skipped), and the first failure is the
+    earliest bad end, not the earliest end."""
+    att = layout.Attempt(str(tmp_path / "1"))
+    ok = rank_exit.RankExit("0", "n0", 10, 0, None, 5.0)
+    term = rank_exit.RankExit("2", "n1", 12, None, signal.SIGTERM, 7.0)
+    abort = rank_exit.RankExit.from_status("1", "n0", 11, signal.SIGABRT, when=6.0)
+    for r in (ok, term, abort):
+        r.write(att.rank_exit(r.rank))
+    with open(att.rank_exit("3"), "w") as f:
+        f.write('{"rank": "3", "no')
+    got = rank_exit.read_all(att.rank_exits())
+    assert got == [ok, abort, term]
+    assert rank_exit.first_failure(got) == abort and abort.how() == "SIGABRT (signal 6)"
+    assert rank_exit.RankExit.from_status("0", "n", 1, 3 << 8).how() == "exit 3"
+    assert not [n for n in os.listdir(att.exits_dir) if n.endswith(".tmp")]
+
+
+def _recorded(argv, att_dir, tag, **kw):
+    env = dict(os.environ, **{TAG_VAR: tag})
+    return subprocess.Popen([sys.executable, "-m", "restartlab.runtime.rankexit", "--dir", att_dir, "--", *argv],
+                            env=env, **kw)
+
+
+def test_under_hydra_the_abort_is_recorded_where_the_launcher_says_sigterm(tmp_path):
+    """Two ranks through the recorder under the mpich wheel's mpiexec: rank 1's SIGABRT is in its
+    record, rank 0 (SIGKILLed with its process group by Hydra) leaves none, the launcher's status is
+    not the abort's, and nothing tagged is left."""
+    prog = tmp_path / "crash.py"
+    prog.write_text(CRASHING)
+    tag = f"rl-rankexit-{os.getpid()}"
+    att = tmp_path / "att"
+    env = dict(os.environ, **{TAG_VAR: tag})
+    r = subprocess.run(["mpiexec", "-n", "2", "-genv", TAG_VAR, tag, sys.executable, "-m", "restartlab.runtime.rankexit",
+                        "--dir", str(att), "--", sys.executable, "-m", "restartlab.runtime.rankenv", "--",
+                        sys.executable, str(prog)], capture_output=True, text=True, timeout=120, env=env)
+    try:
+        assert r.returncode not in (0, 128 + signal.SIGABRT, signal.SIGABRT), r.returncode  # Hydra's own
+        [e] = rank_exit.read_all(layout.Attempt(str(att)).rank_exits())
+        assert (e.rank, e.signal, e.exit_code) == ("1", signal.SIGABRT, None), e
+        deadline = time.time() + 10
+        while _tagged(tag) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not _tagged(tag)
+    finally:
+        cleanup_tag(tag)
+
+
+def test_the_recorder_outlives_no_signal_of_the_programs_and_its_death_takes_the_program(tmp_path):
+    """The recorder waits through a SIGTERM meant for the program (the program got its own: here
+    none, so it runs on), records the program's own end and dies by the same signal; SIGKILLed
+    itself, its program dies with it (PR_SET_PDEATHSIG): nothing outlives a rank."""
+    tag = f"rl-rankexit-sig-{os.getpid()}"
+    att = str(tmp_path / "att")
+    try:
+        p = _recorded([sys.executable, "-c", "import time; time.sleep(60)"], att, tag)
+        deadline = time.time() + 20
+        while not psutil.Process(p.pid).children() and time.time() < deadline:
+            time.sleep(0.05)
+        [child] = psutil.Process(p.pid).children()
+        p.send_signal(signal.SIGTERM)  # the recorder alone
+        time.sleep(0.5)
+        assert p.poll() is None and child.is_running()
+        child.send_signal(signal.SIGTERM)
+        assert p.wait(20) == -signal.SIGTERM
+        [e] = rank_exit.read_all(layout.Attempt(att).rank_exits())
+        assert e.signal == signal.SIGTERM and e.pid == child.pid and e.rank.startswith("pid-")
+
+        p = _recorded([sys.executable, "-c", "import time; time.sleep(60)"], att, tag)
+        deadline = time.time() + 20
+        while not psutil.Process(p.pid).children() and time.time() < deadline:
+            time.sleep(0.05)
+        [child] = psutil.Process(p.pid).children()
+        p.kill()
+        p.wait(20)
+        child.wait(20)  # gone: its parent's death killed it
+        assert not _tagged(tag)
+        p = _recorded(["/nonexistent/program"], att, tag, stderr=subprocess.PIPE, text=True)
+        assert p.wait(20) == 127 and "cannot run '/nonexistent/program'" in p.stderr.read()
+    finally:
+        cleanup_tag(tag)
+
+
+def _crash_run(tmp_path, *more):
+    prog = tmp_path / "crash.py"
+    prog.write_text(CRASHING)
+    d = str(tmp_path / "expt")
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", PLAIN, "--expt-dir", d, "--plain",
+                        "--set", f"trainer.program.command=[python, {prog}]",
+                        "--set", "phases=[{name: crash, checkpoint: none, failures: none}]",
+                        "--set", "relaunch.max_attempts=2", "--set", "relaunch.hang_timeout=60s", *more],
+                       capture_output=True, text=True, timeout=400, cwd=ROOT)
+    try:
+        with open(layout.Expt(d).summary) as f:
+            [ph] = json.load(f)["phases"]
+    finally:
+        if os.path.exists(layout.Expt(d).job_script):
+            cleanup_tag(job_tag(d))
+    return r, ph["survival"], layout.Expt(d).phase("crash")
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_the_verdict_names_the_rank_that_aborted_not_the_launchers_sigterm(tmp_path, warm):
+    """Through `restartlab run`: both attempts crash at step 3 with rank 1's abort. Each attempt's
+    verdict names SIGABRT in rank 1 and the launcher's different word for it; the second attempt
+    of the warm phase was forked by the pool, and its stub recorded the end. Mutation: launch
+    without the recorder (standby.cold_argv ignoring attempt_dir) and the cold verdict says
+    SIGTERM."""
+    r, v, phase = _crash_run(tmp_path, *(["--set", "phases.0.warm=true"] if warm else []))
+    assert r.returncode != 0
+    assert [x["outcome"] for x in v["restarts"]] == ["crash", "crash"], v
+    for x in v["restarts"]:
+        assert "crashed at step 3, SIGABRT (signal 6) in rank 1 on " in x["text"], x["text"]
+        assert "the first rank to end (the launcher reported SIGTERM (signal 15))" in x["text"], x["text"]
+    with open(phase.attempt(2).record) as f:
+        rec = json.load(f)
+    assert rec["rank_exit"]["rank"] == "1" and rec["signal"] == signal.SIGTERM
+    if warm:
+        assert rec["warm_ranks"] == 2, rec
