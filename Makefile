@@ -11,7 +11,7 @@ ACCOUNT ?=
 PYTEST_ARGS ?=
 N       ?= 100
 
-.PHONY: install demo demo-warm demo-faults demo-strategies test bench fuzz fuzz-trainer render sunspot-expt clean test-fast docs
+.PHONY: install demo demo-warm demo-faults demo-strategies test bench fuzz fuzz-trainer render sunspot-expt clean test-fast docs soak
 
 install: $(STAMP)
 
@@ -85,6 +85,16 @@ test: $(STAMP) $(FRAMEWORKS) $(EZPZ)
 test-fast: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup \
 	  -m "not multirank and not slurm and not slow" $(PYTEST_ARGS) tests
+
+# the multi-rank and end-to-end tiers RUNS times beside LOAD busy processes, every failure recorded
+# with its seed, experiment directories and stacks (build/soak/failures.jsonl), then a table of
+# failures by test (tests/soak.py); SOAK_K: only the tests matching a pytest -k expression
+RUNS ?= 2
+LOAD ?= 2
+SOAK_K ?=
+soak: $(STAMP) $(FRAMEWORKS) $(EZPZ)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m tests.soak --runs $(RUNS) --load $(LOAD) --workers $(WORKERS) \
+	  $(if $(SOAK_K),-k '$(SOAK_K)')
 
 bench: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/run_all.py $(if $(PUBLISH),--publish)

@@ -73,6 +73,7 @@ def _recorded(argv, att_dir, tag, **kw):
                             env=env, **kw)
 
 
+@pytest.mark.multirank
 def test_under_hydra_the_abort_is_recorded_where_the_launcher_says_sigterm(tmp_path):
     """Two ranks through the recorder under the mpich wheel's mpiexec: rank 1's SIGABRT is in its
     record, rank 0 (SIGKILLed with its process group by Hydra) leaves none, the launcher's status is
@@ -97,6 +98,7 @@ def test_under_hydra_the_abort_is_recorded_where_the_launcher_says_sigterm(tmp_p
         cleanup_tag(tag)
 
 
+@pytest.mark.multirank
 def test_the_recorder_outlives_no_signal_of_the_programs_and_its_death_takes_the_program(tmp_path):
     """The recorder waits through a SIGTERM meant for the program (the program got its own: here
     none, so it runs on), records the program's own end and dies by the same signal; SIGKILLed
@@ -150,6 +152,7 @@ def _crash_run(tmp_path, *more):
     return r, ph["survival"], layout.Expt(d).phase("crash")
 
 
+@pytest.mark.multirank
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 def test_the_verdict_names_the_rank_that_aborted_not_the_launchers_sigterm(tmp_path, warm):
     """Through `restartlab run`: both attempts crash at step 3 with rank 1's abort. Each attempt's

@@ -1,0 +1,167 @@
+"""make soak: the suite's multi-rank and end-to-end tiers run RUNS times beside a load, to find the
+races a CI run finds by chance (#49). Each run:
+
+  - LOAD busy processes (a Python spin loop each), started here and stopped here by PID, take the
+    cores as CI's neighbours do;
+  - pytest runs the tiers (-m "(multirank or slurm or pbs or slow) and not alone", or --mark) on
+    --workers xdist workers, with PYTHONHASHSEED set to the run's seed, keeping every test's
+    tmp_path under build/soak/run-<i>/tmp (its experiment directories, their outputs, the stacks a
+    hung attempt's ranks dumped into output.log, the cold stubs' lines);
+  - its JUnit report is read: each failure is written to build/soak/failures.jsonl with the run, its
+    seed, the test, the first lines of its message, the test's tmp directory, the experiment
+    directories under it (a scenario.yaml marks one) and the attempt outputs holding dumped stacks.
+
+At the end a table of failures by test (how many of the runs each failed in). Exit 0 when no run
+failed, 1 otherwise. Example: `make soak RUNS=5 LOAD=2 SOAK_K=warm_restart_a_pool` hunts one test."""
+import argparse
+import collections
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIERS = "(multirank or slurm or pbs or slow) and not alone"
+STACK_MARKS = ("Most recent call first", "Current thread 0x", "Thread 0x")  # faulthandler's dumps
+
+
+def spin_loads(n: int):
+    """n busy processes (ours: stopped by PID in stop_loads)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def stop_loads(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+        p.wait()
+
+
+def failures_of(xml_path: str):
+    """[(test id, message)] of the failed and errored test cases in a JUnit report."""
+    try:
+        root = ET.parse(xml_path).getroot()
+    except (OSError, ET.ParseError) as e:
+        return [("<the run's JUnit report>", f"unreadable: {e}")]
+    out = []
+    for case in root.iter("testcase"):
+        for kind in ("failure", "error"):
+            el = case.find(kind)
+            if el is not None:
+                name = f"{case.get('classname', '')}::{case.get('name', '')}"
+                text = (el.get("message") or el.text or "").strip()
+                out.append((name, "\n".join(text.splitlines()[:6])))
+    return out
+
+
+def tmp_dirs_of(basetemp: str, test_name: str):
+    """The tmp_path directories pytest made for a test (named after it, truncated to 30 chars, a
+    number appended), under any worker's basetemp."""
+    stem = test_name.split("[")[0][:30]
+    return sorted(d for d in glob.glob(os.path.join(basetemp, "**", stem + "*"), recursive=True)
+                  if os.path.isdir(d) and not os.path.islink(d))  # (pytest's <name>current links)
+
+
+def evidence(dirs):
+    """The experiment directories and the attempt outputs with dumped stacks under `dirs`."""
+    expts, stacks = set(), set()
+    for d in dirs:
+        for path in glob.glob(os.path.join(d, "**", "scenario.yaml"), recursive=True):
+            expts.add(os.path.dirname(path))
+        for path in glob.glob(os.path.join(d, "**", "output.log"), recursive=True):
+            try:
+                with open(path, errors="replace") as f:
+                    if any(m in f.read() for m in STACK_MARKS):
+                        stacks.add(path)
+            except OSError:
+                pass
+    return sorted(expts), sorted(stacks)
+
+
+def run_once(i: int, a, out: str):
+    seed = a.seed + i
+    rundir = os.path.join(out, f"run-{i}")
+    shutil.rmtree(rundir, ignore_errors=True)
+    os.makedirs(rundir)
+    basetemp, xml = os.path.join(rundir, "tmp"), os.path.join(rundir, "junit.xml")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", a.mark, "--basetemp", basetemp,
+           "--junitxml", xml]
+    if a.workers:
+        cmd += ["-n", str(a.workers), "--dist", "loadgroup"]
+    if a.k:
+        cmd += ["-k", a.k]
+    cmd += a.pytest_args + ["tests"]
+    env = dict(os.environ, PYTHONHASHSEED=str(seed))
+    loads = spin_loads(a.load)
+    t0 = time.time()
+    try:
+        with open(os.path.join(rundir, "pytest.log"), "w") as log:
+            rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    finally:
+        stop_loads(loads)
+    took = time.time() - t0
+    found = failures_of(xml) if rc not in (0, 5) or os.path.exists(xml) else []
+    if rc not in (0, 5) and not found:
+        found = [("<pytest>", f"exit {rc} with no failed test in its report (see {rundir}/pytest.log)")]
+    records = []
+    for test, msg in found:
+        expts, stacks = evidence(tmp_dirs_of(basetemp, test.rsplit("::", 1)[-1]))
+        records.append({"run": i, "seed": seed, "test": test, "message": msg, "experiments": expts,
+                        "stacks": stacks, "log": os.path.join(rundir, "pytest.log")})
+    print(f"soak run {i + 1}/{a.runs} (seed {seed}, load {a.load}): {len(found)} failure(s) in {took / 60:.1f} min",
+          flush=True)
+    for r in records:
+        print(f"  FAILED {r['test']}: {r['message'].splitlines()[0] if r['message'] else ''}", flush=True)
+    return records, took
+
+
+def table(records, runs: int) -> str:
+    by = collections.defaultdict(set)
+    for r in records:
+        by[r["test"]].add(r["run"])
+    if not by:
+        return f"no failures in {runs} run(s)"
+    lines = [f"{'runs failed':>11}  test"]
+    for test, rs in sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        lines.append(f"{len(rs):>5} of {runs:<3}  {test}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=2, help="how many times the tiers run (default 2)")
+    p.add_argument("--load", type=int, default=2, help="busy processes beside each run (default 2: the cores)")
+    p.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (0: one process)")
+    p.add_argument("--mark", default=TIERS, help=f"the tiers, a pytest -m expression (default: {TIERS})")
+    p.add_argument("-k", default=None, help="only the tests matching this pytest -k expression")
+    p.add_argument("--seed", type=int, default=0, help="run i's PYTHONHASHSEED is SEED + i")
+    p.add_argument("--out", default=os.path.join(ROOT, "build", "soak"))
+    p.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
+    a = p.parse_args(argv)
+    if a.runs < 1 or a.load < 0 or a.workers < 0:
+        p.error("--runs must be at least 1, --load and --workers not negative")
+    os.makedirs(a.out, exist_ok=True)
+    failures_path = os.path.join(a.out, "failures.jsonl")
+    open(failures_path, "w").close()
+    records, times = [], []
+    for i in range(a.runs):
+        got, took = run_once(i, a, a.out)
+        times.append(took)
+        records += got
+        with open(failures_path, "a") as f:
+            for r in got:
+                f.write(json.dumps(r) + "\n")
+    print(f"\nsoak: {a.runs} run(s) of -m '{a.mark}'" + (f" -k '{a.k}'" if a.k else "")
+          + f", load {a.load}, {a.workers} worker(s); minutes per run: {', '.join(f'{t / 60:.1f}' for t in times)}")
+    print(table(records, a.runs))
+    print(f"(each failure's test, seed, experiment directories and stacks: {failures_path})")
+    return 1 if records else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
