@@ -6,10 +6,10 @@ races a CI run finds by chance (#49). Each run:
   - pytest runs the tiers (-m "(multirank or slurm or pbs or slow) and not alone", or --mark) on
     --workers xdist workers, with PYTHONHASHSEED set to the run's seed, keeping every test's
     tmp_path under build/soak/run-<i>/tmp (its experiment directories, their outputs, the stacks a
-    hung attempt's ranks dumped into output.log, the cold stubs' lines);
+    hung attempt's ranks dumped into its output, the cold stubs' lines);
   - its JUnit report is read: each failure is written to build/soak/failures.jsonl with the run, its
     seed, the test, the first lines of its message, the test's tmp directory, the experiment
-    directories under it (a scenario.yaml marks one) and the attempt outputs holding dumped stacks.
+    directories under it (its scenario copy marks one) and the attempt outputs holding dumped stacks.
 
 At the end a table of failures by test (how many of the runs each failed in). Exit 0 when no run
 failed, 1 otherwise. Example: `make soak RUNS=5 LOAD=2 SOAK_K=warm_restart_a_pool` hunts one test."""
@@ -25,8 +25,12 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
+from restartlab.contracts import layout
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIERS = "(multirank or slurm or pbs or slow) and not alone"
+SCENARIO = os.path.basename(layout.Expt("e").scenario)    # marks an experiment directory
+OUTPUT = os.path.basename(layout.Attempt("1").output)      # an attempt's output
 STACK_MARKS = ("Most recent call first", "Current thread 0x", "Thread 0x")  # faulthandler's dumps
 
 
@@ -71,9 +75,9 @@ def evidence(dirs):
     """The experiment directories and the attempt outputs with dumped stacks under `dirs`."""
     expts, stacks = set(), set()
     for d in dirs:
-        for path in glob.glob(os.path.join(d, "**", "scenario.yaml"), recursive=True):
+        for path in glob.glob(os.path.join(d, "**", SCENARIO), recursive=True):
             expts.add(os.path.dirname(path))
-        for path in glob.glob(os.path.join(d, "**", "output.log"), recursive=True):
+        for path in glob.glob(os.path.join(d, "**", OUTPUT), recursive=True):
             try:
                 with open(path, errors="replace") as f:
                     if any(m in f.read() for m in STACK_MARKS):

@@ -51,6 +51,12 @@ def test_rank_hang_preempt_in_one_run(tmp_path, warm):
     # (trainer_options.STACKS_SIGNAL): the one not stopped, waiting in a collective for its peer
     hung = open(layout.Expt(d).phase("sync").attempt(2).output).read()
     assert "(most recent call first)" in hung and 'trainer/__main__.py", line' in hung, hung[-3000:]
+    # and its processes as the watchdog found them (procsnap): the launcher first, the SIGSTOPped
+    # rank "stopped", the launcher's ranks (their exit recorders or warm stubs) asleep in the kernel
+    with open(layout.Expt(d).phase("sync").attempt(2).hang_procs) as f:
+        procs = [line for line in f if not line.startswith(("#", "    pid"))]
+    assert "mpiexec" in procs[0] and any(" stopped " in line for line in procs), procs
+    assert sum(" sleeping " in line and "PMI_RANK=" in line for line in procs) >= 1, procs
     assert "By failure kind" in open(layout.Expt(d).report).read()
     assert [(e["startup"] or {}).get("startup/warm") for e in s["failures"]] == ([1] * 3 if warm else [None] * 3)
     assert killer.find_tagged(job_tag(d), standby=True) == []

@@ -23,7 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAIN = os.path.join(ROOT, "scenarios", "examples", "plain.yaml")
 
 # rank 0 logs a step every 0.05 s and waits for ever after step 3 (as in a collective); rank 1
-# aborts at step 3, a moment after rank 0 logged it
+# aborts once rank 0 has logged step 3 (a file in the attempt directory, their working directory,
+# says so: the ranks start apart under load)
 CRASHING = """import os, sys, time
 rank = int(os.environ.get("RANK", "0"))
 for n in range(1, 41):
@@ -31,8 +32,11 @@ for n in range(1, 41):
     if rank == 0:
         print(f"step {n} loss {1.0 / n:.6f}", flush=True)
     if n == 3:
-        if rank == 1:
-            time.sleep(0.3)
+        if rank == 0:
+            open("logged-3", "w").close()
+        else:
+            while not os.path.exists("logged-3"):
+                time.sleep(0.05)
             os.abort()
         time.sleep(600)
 """
@@ -85,7 +89,8 @@ def test_under_hydra_the_abort_is_recorded_where_the_launcher_says_sigterm(tmp_p
     env = dict(os.environ, **{TAG_VAR: tag})
     r = subprocess.run(["mpiexec", "-n", "2", "-genv", TAG_VAR, tag, sys.executable, "-m", "restartlab.runtime.rankexit",
                         "--dir", str(att), "--", sys.executable, "-m", "restartlab.runtime.rankenv", "--",
-                        sys.executable, str(prog)], capture_output=True, text=True, timeout=120, env=env)
+                        sys.executable, str(prog)], capture_output=True, text=True, timeout=120, env=env,
+                       cwd=tmp_path)
     try:
         assert r.returncode not in (0, 128 + signal.SIGABRT, signal.SIGABRT), r.returncode  # Hydra's own
         [e] = rank_exit.read_all(layout.Attempt(str(att)).rank_exits())

@@ -111,7 +111,7 @@ def test_teardown_as_root_spares_another_users_tagged_process(other, procs):
     wait_for(lambda: len(tagged_all_users(tag)) == 2, 10, "both tagged processes")
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "teardown", "--tag", tag],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and "1 process(es)" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "1 process(es) in 1 tree(s)" in r.stdout, r.stdout + r.stderr
     assert mine.wait(timeout=10) == -9
     time.sleep(0.5)
     assert theirs.poll() is None

@@ -345,7 +345,8 @@ phases:
     assert a["walltime"] and a["preempted"] and a["exit_code"] == 5, a
     assert 55 <= a["end_ts"] - a["launch_ts"] < 115, a       # stopped after the warning, before the limit
     assert not os.path.exists(layout.Expt(expt).phase("async").attempt(2).path)
-    assert "2 process(es)" in open(layout.Attempt(adir).teardown_log).read().splitlines()[0]
+    # two ranks: each its exit recorder and the trainer (4 processes, 2 trees)
+    assert "4 process(es) in 2 tree(s)" in open(layout.Attempt(adir).teardown_log).read().splitlines()[0]
     with open(layout.Expt(expt).summary) as f:
         w = json.load(f)["phases"][0]["walltime_stop"]
     assert w["lost_steps"] == 0 and w["emergency_checkpoint"] == w["last_step"] > 7, w

@@ -20,11 +20,14 @@ pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
 
 def _stop_one_rank(tag):
-    """SIGSTOP the highest-PID rank of the job (a rank: tagged, its parent untagged)."""
+    """SIGSTOP the highest-PID rank of the job (a rank: tagged, its parent untagged) and its
+    process tree, as the injector's hang does (under the supervisor a rank is its exit recorder
+    and the program it waits for)."""
     tagged = set(killer.find_tagged(tag))
     ranks = sorted(p for p in tagged if psutil.Process(p).ppid() not in tagged)
     victim = ranks[-1]
-    os.kill(victim, signal.SIGSTOP)
+    for p in [psutil.Process(victim)] + psutil.Process(victim).children(recursive=True):
+        p.send_signal(signal.SIGSTOP)
     return victim, time.time()
 
 

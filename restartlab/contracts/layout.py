@@ -9,6 +9,7 @@ job script's template (through the render context) and the tests ask these class
                    node-check.log done completed
     <expt>/<phase>/attempts/<k>/attempt.json output.log metrics-<rank>.jsonl hosts hang
                    walltime teardown.log ckpts-at-launch.json exits/<rank>.json
+                   hang-procs.txt
     a torchft phase: <expt>/<phase>/lighthouse.log ft.json groups/g<k>/ (each a phase directory:
                    attempts/<n>/ ... ft-rank<R>.jsonl; its strikes are in <phase>/injections.jsonl)
 Pure paths: nothing here creates or reads a file except the listings."""
@@ -56,6 +57,7 @@ class Attempt:
     hang = property(lambda self: self._f("hang"))             # marker: the watchdog stopped it
     walltime = property(lambda self: self._f("walltime"))     # marker: the walltime warning stopped it
     teardown_log = property(lambda self: self._f("teardown.log"))
+    hang_procs = property(lambda self: self._f("hang-procs.txt"))  # its processes when the watchdog stopped it
     at_launch = property(lambda self: self._f("ckpts-at-launch.json"))  # the checkpoints a launch found
 
     def metrics(self, rank: int = 0) -> str:

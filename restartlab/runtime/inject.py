@@ -175,7 +175,7 @@ class Injector:
             time.sleep(POLL_S)
 
     def strike(self, kind, idx, sig):
-        """Fan `sig` out to the nodes `idx`; (distinct processes reached, receipts). On the local
+        """Fan `sig` out to the nodes `idx`; (distinct process trees reached, receipts). On the local
         scheduler every node is this host: the killer runs in this process (a `kill-ranks`
         process would first spend ~0.15 s starting Python, while the program goes on)."""
         if self.a.fanout == "local":
@@ -183,8 +183,10 @@ class Injector:
         else:
             receipts = fan_out(self.a.fanout, self.hosts, idx, killer_argv(self.a.python, self.a.tag, sig, kind),
                                self.slots, self.a.launcher)
-        # distinct (host, pid): two scheduler nodes on one host may both see the same rank
-        return len({(r.get("host"), p) for r in receipts if not r.get("dry_run") for p in r.get("pids", [])}), receipts
+        # distinct (host, pid) of the trees' roots (a rank's exit recorder and its program are one):
+        # two scheduler nodes on one host may both see the same rank
+        return len({(r.get("host"), p) for r in receipts if not r.get("dry_run")
+                    for p in r.get("roots", r.get("pids", []))}), receipts
 
     def strike_here(self, kind, sig) -> dict:
         """`restartlab kill-ranks` on this host, in this process: the same receipt."""
@@ -218,7 +220,7 @@ class Injector:
         self.record(rec)  # now: the relaunch loop books the attempt as injected when it ends
         self.striking = False
         self.kills += 1
-        self.say(f"kill #{self.kills} ({reason}): {killed} process(es) on {len(idx)} node(s), "
+        self.say(f"kill #{self.kills} ({reason}): {killed} rank(s) (process trees) on {len(idx)} node(s), "
                  f"newest complete step {newest}")
         for r in receipts:
             self.say("  " + describe_receipt(r))

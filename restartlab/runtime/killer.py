@@ -255,6 +255,20 @@ def _rank_roots(tag: str, others: dict = None) -> List[int]:
     return forked or roots
 
 
+def _roots(procs) -> List[int]:
+    """The processes of `procs` whose parent is not among them: one per rank's tree (a rank's exit
+    recorder and its program, or a program and its workers, are one), the count a strike reports."""
+    roots = []
+    for pid in sorted(procs):
+        try:
+            parent = psutil.Process(pid).ppid()
+        except _GONE:
+            parent = None
+        if parent not in procs:
+            roots.append(pid)
+    return roots
+
+
 def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = False, one: bool = False,
                job: Optional[str] = None, standby: bool = False) -> dict:
     """Signal this node's ranks (by `tag`, else of the batch job `job`, default this one) and
@@ -280,6 +294,7 @@ def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = F
                "job": job if tag is None else None,
                "signal": _signal.Signals(sig).name, "dry_run": dry_run,
                "pids": sorted(procs), "cmdlines": {str(p): c for p, c in sorted(procs.items())},
+               "roots": _roots(procs),
                "ranks": {str(p): ranks[p] for p in sorted(procs) if p in ranks},
                "unreadable": len(unreadable),
                "skipped_other_user": {str(p): u for p, u in sorted(others.items())}, "errors": {}}

@@ -95,6 +95,7 @@ class Procs:
         self.spec = programs.resolve(json.loads(cfg.program) if cfg.program else {"adapter": "restartlab"})
         self.taps = {}  # attempt path -> (Tap, Pump) of a program whose output is read
         self.launched_at = {}  # attempt path -> its launch time
+        self.launcher_pids = {}  # attempt path -> its launcher's pid (a hang's process snapshot)
         self.pool = None  # the warm standby pools (warm.standby.Standby) of this phase
         self.pool_served = False  # said that they serve
 
@@ -120,11 +121,14 @@ class Procs:
         env = dict(os.environ, **env)
         if not self.spec["tap"]:
             with open(att.output, "ab") as out:
-                return Launched(subprocess.Popen(argv, cwd=att.path, env=env, stdout=out,
-                                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+                proc = subprocess.Popen(argv, cwd=att.path, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
+            self.launcher_pids[att.path] = proc.pid
+            return Launched(proc)
         env.setdefault("PYTHONUNBUFFERED", "1")  # a Python program's progress lines as they happen
         proc = subprocess.Popen(argv, cwd=att.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
+        self.launcher_pids[att.path] = proc.pid
         t = tap.Tap(self.spec, att, float(env["RESTARTLAB_LAUNCH_TS"]), ckpts)
         pump = tap.Pump(proc.stdout, att, t)
         pump.start()
@@ -158,9 +162,17 @@ class Procs:
             teardown(self.cfg.tag, sig, self.cfg.fanout, self.cfg.nodefile, self.cfg.launcher)
 
     def dump_stacks(self, att: layout.Attempt) -> None:
-        """A hung attempt of the bundled trainer: each rank that can still run writes its threads'
-        Python stacks into the attempt's output (trainer_options.STACKS_SIGNAL) before the KILL,
-        so the hang says where it was. A program of the user's is left alone: its signals are its own."""
+        """A hung attempt says where it was: its processes on this node (procsnap: the launcher's
+        tree and the tagged ones, each one's state and the kernel function it sleeps in) into
+        layout.Attempt.hang_procs; and the bundled trainer's ranks that can still run write their
+        threads' Python stacks into the attempt's output (trainer_options.STACKS_SIGNAL) before the
+        KILL. A program of the user's gets no signal: its signals are its own."""
+        from . import procsnap
+        pid = self.launcher_pids.get(att.path)
+        try:
+            procsnap.write(att.hang_procs, pid if pid is not None else -1, self.cfg.tag)
+        except OSError as e:
+            self.say(f"cannot record the hung attempt's processes: {e}", err=True)
         if self.cfg.program:
             return
         self.teardown(att, STACKS_SIGNAL)

@@ -21,8 +21,9 @@ def teardown(tag: str, sig_name: str = "KILL", fanout: str = "local", nodefile=N
         argv = killer_argv(sys.executable, tag, sig_name, failures.get("kill")) + (["--standby"] if standby else [])
         receipts = fan_out(fanout, hosts, range(len(hosts)), argv, slots, launcher)
     killed = sorted({(r.get("host"), p) for r in receipts for p in r.get("pids", [])})
+    ranks = {(r.get("host"), p) for r in receipts for p in r.get("roots", r.get("pids", []))}
     errors = [r["error"] for r in receipts if r.get("error")]
     verb = "killed" if sig == signal.SIGKILL else f"sent SIG{signal.Signals(sig).name.removeprefix('SIG')}"
-    print(f"restartlab teardown: {len(killed)} process(es) of {tag} {verb} on {len(hosts)} node(s)"
+    print(f"restartlab teardown: {len(killed)} process(es) in {len(ranks)} tree(s) of {tag} {verb} on {len(hosts)} node(s)"
           + (f"; errors: {'; '.join(errors)}" if errors else ""), flush=True)
     return 1 if errors else 0
