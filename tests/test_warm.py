@@ -97,6 +97,12 @@ def test_the_stub_goes_where_the_program_starts():
     argv = ["mpiexec", "-n", "2", "-genv", "PYTHONPATH", "/x/python3", PROGRAM_TOKEN, PY, "-m",
             "restartlab.trainer", "--model", "tiny"]
     assert standby.cold_argv(argv) == [w for w in argv if w != PROGRAM_TOKEN]
+    # cold: the exit recorder where the token says, never at the launcher's python-named value
+    assert standby.cold_argv(argv, "/a/1") == ["mpiexec", "-n", "2", "-genv", "PYTHONPATH", "/x/python3", PY, "-m",
+                                               "restartlab.runtime.rankexit", "--dir", "/a/1", "--", PY, "-m",
+                                               "restartlab.trainer", "--model", "tiny"]
+    assert standby.stub_argv(argv, "/d", "/a/1")[6:13] == [PY, "-m", "restartlab.runtime.warm", "stub", "--dir", "/d",
+                                                           "--attempt-dir"]
     assert standby.stub_argv(argv, "/d") == ["mpiexec", "-n", "2", "-genv", "PYTHONPATH", "/x/python3", PY, "-m",
                                           "restartlab.runtime.warm", "stub", "--dir", "/d", "--", PY, "-m",
                                           "restartlab.trainer", "--model", "tiny"]

@@ -225,10 +225,11 @@ def context(sc, scheduler=None, expt_dir=None):
                 "inject": inject, "inject_plan": shlex.join(inject_plan(sc, f, phase, tag)) if f else "",
             })
             continue
-        # warm standby restart (the phase's, else relaunch.warm): the supervisor starts each rank's
-        # program through the standby pool's stub
+        # where the program starts: the supervisor starts each rank's program there through its
+        # exit recorder (cold) or the standby pool's stub (warm standby restart: the phase's, else
+        # relaunch.warm)
         warm_on = rl["warm"] if ph["warm"] is None else ph["warm"]
-        at = launch + ([PROGRAM_TOKEN] if warm_on else [])
+        at = launch + [PROGRAM_TOKEN]
         if sc["trainer"].get("program"):
             argv = at + [python] + program_argv(sc, ph, phase)
         else:
