@@ -16,7 +16,6 @@ import pytest
 
 from restartlab.contracts import layout, rank_exit
 from restartlab.contracts.envvars import TAG_VAR
-from restartlab.runtime import killer
 from tests.helpers import cleanup_tag, job_tag
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

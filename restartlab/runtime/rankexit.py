@@ -17,7 +17,6 @@ import os
 import resource
 import signal
 import sys
-import time
 
 from ..contracts import layout
 from ..contracts.envvars import node_name
@@ -80,12 +79,18 @@ def run(argv, attempt_dir: str) -> int:
             print(f"restartlab rank: error: cannot run {argv[0]!r}: {e.strerror}", file=sys.stderr, flush=True)
         os._exit(127)
     _, status = os.waitpid(pid, 0)
+    record(attempt_dir, pid, status)
+    return end_as(status)
+
+
+def record(attempt_dir: str, pid: int, status: int, who: str = "restartlab rank") -> None:
+    """This rank's end (the program `pid` ended with waitpid `status`) into the attempt's exits/;
+    a record that cannot be written is said, never fatal: the rank still ends as it did."""
     rec = RankExit.from_status(rank_name(), node_name(), pid, status)
     try:
         rec.write(layout.Attempt(attempt_dir).rank_exit(rec.rank))
     except OSError as e:
-        print(f"restartlab rank: cannot record rank {rec.rank}'s end ({rec.how()}): {e}", file=sys.stderr, flush=True)
-    return end_as(status)
+        print(f"{who}: cannot record rank {rec.rank}'s end ({rec.how()}): {e}", file=sys.stderr, flush=True)
 
 
 def main(argv=None) -> int:

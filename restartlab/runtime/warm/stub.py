@@ -10,9 +10,7 @@ import socket
 import sys
 
 from .. import rankexit
-from ...contracts import layout
 from ...contracts.envvars import node_name
-from ...contracts.rank_exit import RankExit
 from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_msg, unix_path
 
 
@@ -72,10 +70,5 @@ def stub_main(a) -> int:
         return 137
     status = (msg["signal"] & 0x7f) if msg.get("signal") else (int(msg.get("exit", 1)) & 0xff) << 8
     if a.attempt_dir:
-        rec = RankExit.from_status(rankexit.rank_name(), node_name(), rank[0], status)
-        try:
-            rec.write(layout.Attempt(a.attempt_dir).rank_exit(rec.rank))
-        except OSError as e:
-            print(f"restartlab warm stub: cannot record rank {rec.rank}'s end ({rec.how()}): {e}", file=sys.stderr,
-                  flush=True)
+        rankexit.record(a.attempt_dir, rank[0], status, "restartlab warm stub")
     return rankexit.end_as(status)  # die as the rank died: the launcher reports the same
