@@ -324,3 +324,32 @@ def test_no_tag_an_orphaned_rank_is_still_a_rank_named_by_its_launcher(procs):
     finally:
         if not killer.is_gone(rank):
             os.kill(rank, signal.SIGKILL)
+
+
+def test_a_rank_whose_recorder_dies_mid_strike_counts_as_one_tree(procs, monkeypatch):
+    """A cold rank is its exit recorder and its program, both tagged; Hydra's teardown may end the
+    recorder while a killer walks the tags. Made on purpose: the recorder is SIGKILLed right after
+    its walk and its program reparented before the count. The strike counts one tree, as the walk
+    saw it. Reading parents afresh after the walk (71a4996) counted two: the soak's run of the
+    PBS three-host test found a host's receipt with two roots for its one rank."""
+    tag = f"t-{uuid.uuid4().hex[:8]}"
+    rec = spawn([sys.executable, "-c", RANK_WITH_CHILD, *SLEEPER], tag)
+    procs.append(rec)
+    wait_for(lambda: psutil.Process(rec.pid).children(), 20, "the program")
+    [prog] = psutil.Process(rec.pid).children()
+    real = killer._tree
+
+    def walk_then_die(pid, others=None):
+        out = real(pid, others)
+        if pid == rec.pid:
+            rec.kill()
+            rec.wait()
+            wait_for(lambda: prog.ppid() != rec.pid, 20, "the program reparented")
+        return out
+    monkeypatch.setattr(killer, "_tree", walk_then_die)
+    trees = []
+    try:
+        found = killer.targets(tag, trees=trees)
+        assert set(found) == {rec.pid, prog.pid} and trees == [rec.pid], (found, trees)
+    finally:
+        prog.kill()

@@ -232,16 +232,25 @@ def job_ranks(job: str, unreadable: list = None, others: dict = None) -> Dict[in
 
 
 def targets(tag: str, roots: List[int] = None, unreadable: list = None, others: dict = None,
-            standby: bool = False) -> Dict[int, str]:
+            standby: bool = False, trees: list = None) -> Dict[int, str]:
     """This user's tagged processes (or `roots`) and their descendants, minus ourselves and our
     ancestors (`others` {pid: user}: the matching processes of another user, left alone;
-    `standby`: the warm standby pool too)."""
+    `standby`: the warm standby pool too). `trees` collects the found processes that no other
+    found process had below it when walked: one per rank's tree (a rank's exit recorder and its
+    program, or a program and its workers, are one), judged from each walk as it ran, so a rank
+    whose recorder dies meanwhile (Hydra's teardown racing a strike) is not counted twice."""
     protected = ancestors(os.getpid())
-    found = {}
+    found, walked, below = {}, [], set()
     for root in (find_tagged(tag, unreadable, others, standby) if roots is None else roots):
-        for p in _tree(root, others):
+        tree = _tree(root, others)
+        if tree:
+            walked.append(tree[0].pid)
+            below.update(p.pid for p in tree[1:])
+        for p in tree:
             if p.pid not in protected and p.pid not in found:
                 found[p.pid] = _cmdline(p)
+    if trees is not None:
+        trees.extend(sorted({pid for pid in walked if pid in found and pid not in below}))
     return found
 
 
@@ -255,20 +264,6 @@ def _rank_roots(tag: str, others: dict = None) -> List[int]:
     return forked or roots
 
 
-def _roots(procs) -> List[int]:
-    """The processes of `procs` whose parent is not among them: one per rank's tree (a rank's exit
-    recorder and its program, or a program and its workers, are one), the count a strike reports."""
-    roots = []
-    for pid in sorted(procs):
-        try:
-            parent = psutil.Process(pid).ppid()
-        except _GONE:
-            parent = None
-        if parent not in procs:
-            roots.append(pid)
-    return roots
-
-
 def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = False, one: bool = False,
                job: Optional[str] = None, standby: bool = False) -> dict:
     """Signal this node's ranks (by `tag`, else of the batch job `job`, default this one) and
@@ -277,6 +272,7 @@ def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = F
     unreadable: list = []
     others: Dict[int, str] = {}
     ranks: Dict[int, str] = {}
+    trees: List[int] = []
     if tag is None:
         job = job or job_id_entry()
         if job is None:
@@ -284,17 +280,17 @@ def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = F
         ranks = job_ranks(job, unreadable, others)
         forked = [p for p in sorted(ranks) if ranks[p].startswith(SERVER_VAR + "=")]
         roots = (forked or sorted(ranks))[:1] if one else sorted(ranks)  # one: the rank that works
-        procs = targets(tag, roots, others=others)
+        procs = targets(tag, roots, others=others, trees=trees)
     elif one:  # one rank: the lowest-PID rank and its tree
         procs = targets(tag, [r for r in _rank_roots(tag, others) if r not in ancestors(os.getpid())][:1],
-                        others=others)
+                        others=others, trees=trees)
     else:
-        procs = targets(tag, unreadable=unreadable, others=others, standby=standby)
+        procs = targets(tag, unreadable=unreadable, others=others, standby=standby, trees=trees)
     receipt = {"host": socket.gethostname(), "node": node_name(), "time": time.time(), "tag": tag,
                "job": job if tag is None else None,
                "signal": _signal.Signals(sig).name, "dry_run": dry_run,
                "pids": sorted(procs), "cmdlines": {str(p): c for p, c in sorted(procs.items())},
-               "roots": _roots(procs),
+               "roots": trees,
                "ranks": {str(p): ranks[p] for p in sorted(procs) if p in ranks},
                "unreadable": len(unreadable),
                "skipped_other_user": {str(p): u for p, u in sorted(others.items())}, "errors": {}}
