@@ -353,3 +353,24 @@ def test_a_rank_whose_recorder_dies_mid_strike_counts_as_one_tree(procs, monkeyp
         assert set(found) == {rec.pid, prog.pid} and trees == [rec.pid], (found, trees)
     finally:
         prog.kill()
+
+
+def test_a_recorder_that_ended_since_the_scan_is_not_a_tree(procs, monkeypatch):
+    """The soak's PBS failure, seen whole: a host's receipt held the rank's exit recorder (found
+    alive by the scan, a zombie with no cmdline by its walk: Hydra's teardown) and its program,
+    reparented: two trees for one rank. Made on purpose: the scan's list is the recorder and its
+    program, the recorder already ended (a zombie, not reaped). One tree, the program."""
+    tag = f"t-{uuid.uuid4().hex[:8]}"
+    rec = spawn([sys.executable, "-c", RANK_WITH_CHILD, *SLEEPER], tag)
+    procs.append(rec)
+    wait_for(lambda: psutil.Process(rec.pid).children(), 20, "the program")
+    [prog] = psutil.Process(rec.pid).children()
+    os.kill(rec.pid, signal.SIGKILL)  # not reaped: a zombie until the fixture's wait
+    wait_for(lambda: psutil.Process(rec.pid).status() == psutil.STATUS_ZOMBIE, 20, "the zombie")
+    monkeypatch.setattr(killer, "find_tagged", lambda *a, **k: [rec.pid, prog.pid])
+    trees = []
+    try:
+        found = killer.targets(tag, trees=trees)
+        assert set(found) == {prog.pid} and trees == [prog.pid], (found, trees)
+    finally:
+        prog.kill()

@@ -119,7 +119,9 @@ def test_pbs_experiment_three_hosts_kills_through_pbsdsh(pbs):
             assert [x.get("host") for x in r["receipts"]] == pbs.nodes, r["receipts"]
             assert not any(x.get("error") for x in r["receipts"]), r["receipts"]
             # a host's killer took at most its own rank (Hydra may end the others first)
-            assert all(len(x["roots"]) <= 1 for x in r["receipts"]) and 1 <= r["killed"] <= 3, r
+            # (whole receipts on failure: the soak saw a host with two trees, 2 of 10 runs under load)
+            assert all(len(x["roots"]) <= 1 for x in r["receipts"]) and 1 <= r["killed"] <= 3, \
+                json.dumps([{k: x.get(k) for k in ("host", "pids", "roots", "cmdlines")} for x in r["receipts"]])
         for e, r in zip(p["failures"], recs):
             assert e["resumed_from"] >= r["newest_complete"] and e["lost_steps"] >= 0, (e, r)
     assert os.path.exists(layout.Expt(expt).report)

@@ -164,6 +164,8 @@ def _tree(pid: int, others: dict = None) -> List[psutil.Process]:
     """The process and its descendants that are this user's (`others` {pid: user}: the rest)."""
     try:
         root = psutil.Process(pid)
+        if root.status() == psutil.STATUS_ZOMBIE:  # ended since the scan: its children are orphans now,
+            return []                              # each found as its own tree (one rank, not two)
         procs = [root] + root.children(recursive=True)
     except _GONE:
         return []
