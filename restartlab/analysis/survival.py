@@ -19,11 +19,11 @@ excused. Opens no file: it judges the records collect.load_phase read (phase_ver
 caller that has only the directories)."""
 import math
 import os
-import signal
 from dataclasses import dataclass, field
 from typing import List, Optional
 
 from ..contracts import live
+from ..contracts import rank_exit
 from ..contracts.rank_exit import RankExit
 from ..runtime.attempt_record import completed_row
 from . import collect
@@ -61,19 +61,11 @@ class Verdict:
                 "restarts": [dict(vars(r), finding=r.finding) for r in self.restarts]}
 
 
-def _launcher_how(rec: dict) -> str:
-    sig = rec.get("signal")
-    try:
-        return f"{signal.Signals(sig).name} (signal {sig})" if sig else f"exit {rec.get('exit_code')}"
-    except ValueError:
-        return f"signal {sig}"
-
-
 def _how(rec: dict) -> str:
     """How a crashed attempt ended: the first rank that ended badly, from the ranks' own records
     (contracts.rank_exit; the launcher's one status names whichever rank it saw end first, or its
     own teardown), else the launcher's status."""
-    said = _launcher_how(rec)
+    said = rank_exit.how(rec.get("signal"), rec.get("exit_code"))
     try:
         first = RankExit.from_dict(rec["rank_exit"]) if rec.get("rank_exit") else None
     except (KeyError, ValueError, TypeError):

@@ -41,12 +41,7 @@ class RankExit(NamedTuple):  # a NamedTuple: dataclasses costs the recorder's st
 
     def how(self) -> str:
         """'SIGABRT (signal 6)' or 'exit 3'."""
-        if self.signal:
-            try:
-                return f"{signal.Signals(self.signal).name} (signal {self.signal})"
-            except ValueError:
-                return f"signal {self.signal}"
-        return f"exit {self.exit_code}"
+        return how(self.signal, self.exit_code)
 
     def write(self, path: str) -> None:
         """Atomically: a reader sees the whole record or none."""
@@ -55,6 +50,16 @@ class RankExit(NamedTuple):  # a NamedTuple: dataclasses costs the recorder's st
         with open(tmp, "w") as f:
             json.dump(self._asdict(), f)
         os.replace(tmp, path)
+
+
+def how(sig: Optional[int], exit_code) -> str:
+    """An end in words: 'SIGABRT (signal 6)' for a signal, else 'exit 3'."""
+    if sig:
+        try:
+            return f"{signal.Signals(sig).name} (signal {sig})"
+        except ValueError:
+            return f"signal {sig}"
+    return f"exit {exit_code}"
 
 
 def read_all(paths: Iterable[str]) -> List[RankExit]:

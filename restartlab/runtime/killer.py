@@ -201,7 +201,7 @@ def job_id_entry(env: Mapping[str, str] = None) -> Optional[str]:
     return f"{s.jobid_var}={env[s.jobid_var]}" if s else None
 
 
-def _rank_entries(env: Mapping[str, str]) -> List[str]:
+def rank_entries(env: Mapping[str, str]) -> List[str]:
     """['PMI_RANK=3', 'SLURM_PROCID=1']: the rank variables of every launcher that matches, in
     the registry's order (the order rank discovery tries them)."""
     return [f"{ln.rank_var}={env[ln.rank_var]}" for ln in launchers.LAUNCHERS.all() if ln.matches(env)]
@@ -218,8 +218,8 @@ def job_ranks(job: str, unreadable: list = None, others: dict = None) -> Dict[in
         if SERVER_VAR in env:  # forked by a warm standby pool: a rank, with the pool's environment
             ranks[pid] = f"{SERVER_VAR}={env[SERVER_VAR]}"  # (its stub, under the launcher, is one too)
             continue
-        inherited = _rank_entries(procs[ppid][0] if ppid in procs else _environ(ppid))
-        new = [e for e in _rank_entries(env) if e not in inherited]
+        inherited = rank_entries(procs[ppid][0] if ppid in procs else _environ(ppid))
+        new = [e for e in rank_entries(env) if e not in inherited]
         if new:  # named by the launcher rank discovery would pick (a Hydra rank whose proxy already
             ranks[pid] = new[0]  # died also shows srun's variable as new)
     launchers_ = set()  # a rank with another rank above it in the tree: that one is a launcher

@@ -9,8 +9,8 @@ from typing import List
 
 import psutil
 
-from .. import launchers
 from ..contracts.envvars import TAG_VAR, tag_matches
+from .killer import rank_entries
 
 
 def _wchan(pid: int) -> str:
@@ -29,7 +29,7 @@ def _line(p: psutil.Process, now: float) -> str:
                 env = p.environ()
             except psutil.Error:
                 pass
-            rank = next((f"{ln.rank_var}={env[ln.rank_var]}" for ln in launchers.LAUNCHERS.all() if ln.matches(env)), "-")
+            rank = (rank_entries(env) or ["-"])[0]
             cpu = p.cpu_times()
             cmd = " ".join(p.cmdline())[:300]
             return (f"{p.pid:>7} {p.ppid():>7} {p.status():<9} {_wchan(p.pid):<24} cpu {cpu.user + cpu.system:7.2f}s "
