@@ -155,15 +155,22 @@ def test_async_on_cpu_crashes_or_hangs_at_its_first_save(tmp_path):
     assert os.path.isdir(ck) and not os.path.exists(os.path.join(ck, ".complete"))
 
 
-def test_a_mistaken_scheduler_hangs_in_start_up_and_the_watchdog_ends_it(tmp_path):
+def test_a_mistaken_scheduler_ends_rank_0_and_its_peer_is_not_left_waiting(tmp_path):
+    """Rank 0 raises within its start-up (~5 s idle) and exits 1 while rank 1 waits in its barrier for
+    ever (Hydra ends the others only when a rank dies by a signal): the attempt is stopped
+    relaunch.rank_exit_grace after rank 0's end (5 s here; the start-up watchdog, 120 s, would be
+    next), and the verdict is rank 0's crash with the line of its output that says why."""
     d = str(tmp_path / "expt")
-    # 20 s: rank 0 raises within its start-up (~5 s idle); rank 1 would wait in its barrier for ever
-    r = _run(d, "launch.env.EZPZ_SCHEDULER=SLURM", "relaunch.startup_timeout=20s", "relaunch.max_attempts=1",
+    r = _run(d, "launch.env.EZPZ_SCHEDULER=SLURM", "relaunch.startup_timeout=120s", "relaunch.rank_exit_grace=5s",
+             "relaunch.max_attempts=1",
              'phases=[{name: sync, checkpoint: sync, failures: none, args: [--save-interval, "5"]}]')
     assert r.returncode != 0
     [x] = _summary(d)["sync"]["survival"]["restarts"]
-    assert x["outcome"] == "hung" and "no progress seen before the start-up watchdog stopped it" in x["text"]
+    assert x["outcome"] == "startup_crash" and "crashed before its first step, exit 1 in rank 0 on " in x["text"], x["text"]
     assert "SLURM_NODELIST" in x["text"], x["text"]  # the line of its output that says why
+    with open(layout.Expt(d).phase("sync").attempt(1).record) as f:
+        rec = json.load(f)
+    assert not rec["hang"] and rec["end_ts"] - rec["launch_ts"] < 100, rec
 
 
 def test_without_a_seed_it_does_not_repeat_itself_and_the_verdict_says_so(tmp_path):

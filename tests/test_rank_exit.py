@@ -36,9 +36,11 @@ for n in range(1, 41):
         else:
             while not os.path.exists("logged-3"):
                 time.sleep(0.05)
-            os.abort()
+            END
         time.sleep(600)
 """
+ABORTING = CRASHING.replace("END", "os.abort()")
+EXITING = CRASHING.replace("END", "sys.exit(3)")  # rank 0 is left waiting: Hydra ends ranks only on a signal
 
 
 def _tagged(tag):
@@ -82,7 +84,7 @@ def test_under_hydra_the_abort_is_recorded_where_the_launcher_says_sigterm(tmp_p
     record, rank 0 (SIGKILLed with its process group by Hydra) leaves none, the launcher's status is
     not the abort's, and nothing tagged is left."""
     prog = tmp_path / "crash.py"
-    prog.write_text(CRASHING)
+    prog.write_text(ABORTING)
     tag = f"rl-rankexit-{os.getpid()}"
     att = tmp_path / "att"
     env = dict(os.environ, **{TAG_VAR: tag})
@@ -138,9 +140,9 @@ def test_the_recorder_outlives_no_signal_of_the_programs_and_its_death_takes_the
         cleanup_tag(tag)
 
 
-def _crash_run(tmp_path, *more):
+def _crash_run(tmp_path, *more, program=ABORTING):
     prog = tmp_path / "crash.py"
-    prog.write_text(CRASHING)
+    prog.write_text(program)
     d = str(tmp_path / "expt")
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", PLAIN, "--expt-dir", d, "--plain",
                         "--set", f"trainer.program.command=[python, {prog}]",
@@ -175,3 +177,26 @@ def test_the_verdict_names_the_rank_that_aborted_not_the_launchers_sigterm(tmp_p
     assert rec["rank_exit"]["rank"] == "1" and rec["signal"] == signal.SIGTERM
     if warm:
         assert rec["warm_ranks"] == 2, rec
+
+
+@pytest.mark.multirank
+def test_a_rank_that_exits_non_zero_does_not_leave_its_peer_waiting_for_the_watchdog(tmp_path):
+    """Rank 1 exits 3 at step 3 while rank 0 waits as in a collective: Hydra leaves rank 0 running
+    (it ends the others only when a rank dies by a signal), so before relaunch.rank_exit_grace the
+    attempt lasted until a watchdog (the start-up one is 20 minutes by default; the #49 CI hang of
+    520 s and the rendezvous one of 936 s were such attempts). With a 3 s grace each attempt ends
+    seconds after rank 1's exit, its verdict a crash naming rank 1's exit 3, not a hang; nothing of
+    it is left. Mutation: relaunch.rank_exit_grace=0 -> each attempt runs into the 60 s hang
+    watchdog, its verdict "hung"."""
+    r, v, phase = _crash_run(tmp_path, "--set", "relaunch.rank_exit_grace=3s", program=EXITING)
+    assert r.returncode != 0
+    assert [x["outcome"] for x in v["restarts"]] == ["crash", "crash"], v
+    for k, x in enumerate(v["restarts"], 1):
+        assert "crashed at step 3, exit 3 in rank 1 on " in x["text"], x["text"]
+        with open(phase.attempt(k).record) as f:
+            rec = json.load(f)
+        assert not rec["hang"] and rec["end_ts"] - rec["launch_ts"] < 45, rec  # the watchdog's 60 s not reached
+        assert os.path.exists(phase.attempt(k).hang_procs)  # who was left waiting, as the loop found them
+    with open(layout.Expt(os.path.dirname(phase.path)).job_out) as f:
+        out = f.read()
+    assert "rank 1 on " in out and "ended (exit 3) and the others still run 3s later: stopping the attempt" in out, out[-3000:]

@@ -15,6 +15,7 @@ from restartlab.runtime import attempt_record as attempt, supervise, tool_option
 from restartlab.contracts import layout
 from restartlab.runtime.supervise import Config, Supervisor
 from restartlab.contracts.exits import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
+from restartlab.contracts.rank_exit import RankExit
 
 ITERS = 20
 
@@ -38,8 +39,9 @@ class FakeAttempt:
     logs its final row when it completes (rc 0)."""
 
     def __init__(self, rc=0, runs=10.0, step_every=1.0, stalls_at=None, first_step_at=0.5,
-                 on_term=143, term_delay=0.5):
+                 on_term=143, term_delay=0.5, rank_fails_at=None):
         self.rc, self.runs, self.step_every, self.stalls_at = rc, runs, step_every, stalls_at
+        self.rank_fails_at = rank_fails_at  # one rank's exit record says it ended with exit 1 then
         self.first_step_at, self.on_term, self.term_delay = first_step_at, on_term, term_delay
         self.signals = []
         self.exit_at = None
@@ -54,6 +56,11 @@ class FakeAttempt:
         now = self.clock.t
         end = min(x for x in (now, self.exit_at, self.stalls_at and self.t0 + self.stalls_at) if x is not None)
         return self.t0 + 0.01 if end < self.t0 + self.first_step_at else end
+
+    def failed_rank(self):
+        if self.rank_fails_at is None or self.clock.t < self.t0 + self.rank_fails_at:
+            return None
+        return RankExit("0", "h0", 4243, 1, None, self.t0 + self.rank_fails_at)
 
     def stepped(self):
         return self.clock.t >= self.t0 + self.first_step_at and (
@@ -162,6 +169,9 @@ class FakeProcs:
     def has_stepped(self, att):
         return self.launched[-1].stepped()
 
+    def failed_rank(self, att):
+        return self.launched[-1].failed_rank()
+
     def node_check(self, phase, k):
         n = self.nodes.pop(0)
         if n is not None:
@@ -248,6 +258,38 @@ def test_watchdog_stops_a_hung_attempt(tmp_path):
     # first the ranks are asked for their stacks (into the attempt's output), then killed
     ev = [e for e in procs.events if e[0] in ("stacks", "teardown")]
     assert ev[:2] == [("stacks", 1), ("teardown", 1, "KILL")], ev
+
+
+def test_a_rank_that_ended_badly_stops_its_waiting_peers_after_the_grace(tmp_path):
+    """One rank's exit record says exit 1 at 3 s while the launch runs on (its peers wait for it:
+    Hydra ends them only when a rank dies by a signal): stopped rank_exit_grace after the loop saw
+    it (stacks first, then the KILL), long before the start-up watchdog, not booked as a hang; the
+    relaunch completes."""
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(runs=None, first_step_at=10 ** 6, rank_fails_at=3),
+                                               FakeAttempt(runs=5)],
+                                    rank_exit_grace=20, startup_timeout=1200, tick=1.0)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert sup.run() == supervise.EXIT_OK
+    first = records(phase)[0]
+    assert not first["hang"] and not first["completed"]
+    assert 23 <= first["end_ts"] - first["launch_ts"] <= 25.5  # 3 s + the 20 s grace (+ a tick + TERM)
+    ev = [e for e in procs.events if e[0] in ("stacks", "teardown")]
+    assert ev[:2] == [("stacks", 1), ("teardown", 1, "KILL")], ev
+    assert "rank 0 on h0 ended (exit 1) and the others still run 20s later: stopping the attempt" in err.getvalue()
+
+
+@pytest.mark.parametrize("why", ["off", "walltime"])
+def test_no_grace_when_off_or_after_the_walltime_warning(tmp_path, why):
+    """rank_exit_grace 0 leaves a rank's bad end to the watchdogs; after the walltime warning the
+    ranks' emergency checkpoint has the margin's time (a rank that exits 5 first stops nobody)."""
+    kw = dict(rank_exit_grace=0) if why == "off" else dict(rank_exit_grace=5, walltime_margin=60, stop_at=1000.0 + 2)
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(runs=40, on_term=None, rank_fails_at=3), FakeAttempt(runs=5)],
+                                    startup_timeout=1200, tick=1.0, **kw)
+    sup.run()
+    first = records(phase)[0]
+    assert first["end_ts"] - first["launch_ts"] == pytest.approx(40, abs=1.01)  # it ran to its own end
+    assert ("stacks", 1) not in procs.events
 
 
 def test_watchdog_kills_a_launcher_deaf_to_term(tmp_path):

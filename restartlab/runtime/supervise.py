@@ -4,7 +4,8 @@
 
 It launches each attempt (its own directory, a fresh rendezvous port, the launch timestamp),
 keeps the injector running for the phase, watches each attempt (no progress for hang_timeout, or
-startup_timeout before the first step: stopped), sends the ranks the trainer's preemption signal
+startup_timeout before the first step: stopped; a rank that ended badly while the others still
+run rank_exit_grace later: stopped), sends the ranks the trainer's preemption signal
 once the walltime margin is reached and launches nothing after it, tears down whatever of a failed
 attempt is left, runs the node check before each launch when a policy needs it, records each
 attempt, and decides: relaunch (after the backoff, within the budget), or stop. The phase's
@@ -28,7 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import attempt_record
 from .. import launchers, programs
-from ..contracts import layout, options, placeholders
+from ..contracts import layout, options, placeholders, rank_exit
 from . import tap, tool_options
 from ..contracts.exits import (EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_USAGE,
                                EXIT_WALLTIME)
@@ -96,6 +97,7 @@ class Procs:
         self.taps = {}  # attempt path -> (Tap, Pump) of a program whose output is read
         self.launched_at = {}  # attempt path -> its launch time
         self.launcher_pids = {}  # attempt path -> its launcher's pid (a hang's process snapshot)
+        self.exits_read = {}  # attempt path -> (exit records read, [its first failure])
         self.pool = None  # the warm standby pools (warm.standby.Standby) of this phase
         self.pool_served = False  # said that they serve
 
@@ -195,6 +197,21 @@ class Procs:
             except OSError:
                 pass
         return max(times) if times else None
+
+    def failed_rank(self, att: layout.Attempt) -> Optional[rank_exit.RankExit]:
+        """The first rank of the attempt that ended badly by its exit record (an exit status or a
+        signal), or None. Each record is read once (an attempt of many ranks writes as many when it
+        ends): the ones not read yet at each look."""
+        seen, first = self.exits_read.setdefault(att.path, (set(), [None]))
+        try:
+            names = [n for n in os.listdir(att.exits_dir) if n not in seen and not n.endswith(".tmp")]
+        except OSError:
+            return first[0]
+        seen.update(names)
+        bad = rank_exit.first_failure(rank_exit.read_all(os.path.join(att.exits_dir, n) for n in names))
+        if bad is not None and (first[0] is None or bad.time < first[0].time):
+            first[0] = bad
+        return first[0]
 
     def has_stepped(self, att: layout.Attempt) -> bool:
         if att.path in self.taps:
@@ -314,6 +331,7 @@ class Config:
     backoff: float = _DEFAULT["backoff"]
     hang_timeout: float = _DEFAULT["hang_timeout"]
     startup_timeout: float = _DEFAULT["startup_timeout"]
+    rank_exit_grace: float = _DEFAULT["rank_exit_grace"]
     walltime_margin: float = _DEFAULT["walltime_margin"]
     stop_at: float = _DEFAULT["stop_at"]
     preempt_signal: str = _DEFAULT["preempt_signal"]
@@ -360,6 +378,7 @@ class Supervisor:
         self.phase = layout.Phase(cfg.phase_dir)
         self.out = out or sys.stdout
         self.current: Optional[Launched] = None
+        self.bad_rank_seen = {}  # attempt path -> when this loop first saw a rank's bad end
 
     def say(self, msg: str, err: bool = False) -> None:
         print(f"restartlab: phase {self.cfg.phase}: {msg}", file=sys.stderr if err else self.out, flush=True)
@@ -409,6 +428,10 @@ class Supervisor:
                 return rc
             if not os.path.exists(att.walltime) and self.past_stop():
                 self.walltime_warning(att)
+            if self.peers_left_waiting(att):
+                self.procs.dump_stacks(att)
+                self.procs.teardown(att)
+                return self.stop(run)
             last = self.procs.last_activity(att)
             limit = cfg.hang_timeout if self.procs.has_stepped(att) else cfg.startup_timeout
             if last is not None and self.clock.time() - last > limit:
@@ -417,6 +440,25 @@ class Supervisor:
                 self.procs.dump_stacks(att)
                 self.procs.teardown(att)
                 return self.stop(run)
+
+    def peers_left_waiting(self, att: layout.Attempt) -> bool:
+        """A rank ended badly (its exit record) relaunch.rank_exit_grace ago, as this loop first saw
+        it, and the launch still runs: its peers wait for it in a collective or a rendezvous until
+        their own timeout, since a launcher may not end them (Hydra does only when a rank dies by a
+        signal; an exit status it leaves alone). Not after the walltime warning, whose emergency
+        checkpoint has the margin's time."""
+        grace = self.cfg.rank_exit_grace
+        if grace <= 0 or os.path.exists(att.walltime):
+            return False
+        bad = self.procs.failed_rank(att)
+        if bad is None:
+            return False
+        seen = self.bad_rank_seen.setdefault(att.path, self.clock.time())
+        if self.clock.time() - seen < grace:
+            return False
+        self.say(f"rank {bad.rank} on {bad.node} ended ({bad.how()}) and the others still run "
+                 f"{grace:g}s later: stopping the attempt (relaunch.rank_exit_grace)", err=True)
+        return True
 
     def stop(self, run: Launched) -> int:
         """TERM to the launcher, KILL after STOP_GRACE_S; its exit status."""

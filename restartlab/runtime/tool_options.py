@@ -33,6 +33,11 @@ SUPERVISE = [
     Opt("--startup-timeout", "duration", 1200.0, "the same, before the attempt's first step (imports, "
         "rendezvous and the checkpoint load may take minutes at scale)", scenario="relaunch.startup_timeout",
         positive=True),
+    Opt("--rank-exit-grace", "duration", 60.0, "stop an attempt this long after one of its ranks ended "
+        "badly (an exit status or a signal, from the ranks' exit records) while others still run: a launcher "
+        "may leave them waiting for it in a collective until its timeout (Hydra ends the others only when "
+        "one dies by a signal); 0: never (the watchdogs still apply)", scenario="relaunch.rank_exit_grace",
+        min=0.0),
     Opt("--walltime-margin", "duration", 120.0, "this long before job.walltime, the ranks get the "
         "trainer's preempt_signal: an emergency checkpoint lands before the scheduler kills the job, and "
         "no attempt is launched after it (0: off)", scenario="relaunch.walltime_margin"),
