@@ -231,6 +231,49 @@ def test_a_stub_that_dies_before_its_rank_is_forked_leaves_no_rank(pool, tmp_pat
     assert not marker.exists()
 
 
+def test_a_rank_whose_streams_broke_never_unwinds_into_the_pool(tmp_path):
+    """#49, the PBS warm test's rare cold rank: a stub struck leaves its rank writing to broken
+    pipes; the rank's error, then its traceback, fail to write, and that second failure escaped
+    become() in the forked child, which unwound through the pool's own frames into serve_main's
+    finally and removed the pool's directory, socket and all: the next attempt's stub on that node
+    found none and started cold (seen with strace on the OpenPBS hosts: the struck rank's SIGPIPE,
+    then its unlink of pool.sock and rmdir of the pool's directory, 28 ms before its SIGKILL). Made
+    on purpose: a pool that made its own directory (--make-dir, as on each node of a job), a rank
+    whose stdout and stderr are pipes nobody reads. The directory and the socket survive, and the
+    next stub is served warm. Mutation: the fork site's os._exit and the handler's guard removed ->
+    the directory is gone and the next stub starts cold."""
+    tag = _tag()
+    d = str(tmp_path / "pool")
+    env = dict(os.environ, RESTARTLAB_JOB_TAG=tag)
+    with open(tmp_path / "pool.log", "wb") as log:
+        srv = subprocess.Popen([PY, "-m", "restartlab.runtime.warm", "serve", "--preload", "json", "--python", PY,
+                                "--tag", tag, "--dir", d, "--make-dir"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait(lambda: os.path.exists(os.path.join(d, wire.SOCKET_NAME)), 60, "the pool's socket")
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        os.close(out_r)  # nobody reads the rank's output: every write is EPIPE
+        os.close(err_r)
+        broken = subprocess.Popen([PY, "-m", "restartlab.runtime.warm", "stub", "--dir", d, "--", PY, "-c",
+                                   "print('x' * 100000, flush=True)"], stdout=out_w, stderr=err_w,
+                                  stdin=subprocess.DEVNULL, env=env)
+        os.close(out_w)
+        os.close(err_w)
+        assert broken.wait(60) != 0
+        _wait(lambda: "ended: {'exit': 1}" in open(tmp_path / "pool.log").read(), 30, "the pool to reap the rank")
+        assert os.path.isdir(d) and os.path.exists(os.path.join(d, wire.SOCKET_NAME)), os.listdir(tmp_path)
+        p = subprocess.run([PY, "-m", "restartlab.runtime.warm", "stub", "--dir", d, "--", PY, "-c",
+                            "import os; print('warm', os.environ.get('RESTARTLAB_WARM'))"],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert p.returncode == 0 and p.stdout.strip() == "warm 1", (p.stdout, p.stderr)
+    finally:
+        srv.terminate()
+        srv.wait(30)
+        killer.kill_ranks(tag, standby=True)
+    assert not os.path.exists(d)  # the pool removed its own directory when it stopped
+    assert killer.find_tagged(tag, standby=True) == []
+
+
 def test_the_pools_death_kills_its_ranks(pool, tmp_path):
     sb, tag = pool
     p = stub(sb, tag, "import time; time.sleep(600)")

@@ -107,14 +107,15 @@ def become(req: dict, fds, pool_pid: int, close) -> None:
             print(e.code, file=sys.stderr)
     except KeyboardInterrupt:  # as Python does: the traceback, then death by SIGINT
         import traceback
-        traceback.print_exc()
         with contextlib.suppress(BaseException):
+            traceback.print_exc()
             sys.stderr.flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     except BaseException:
         import traceback
-        traceback.print_exc()
+        with contextlib.suppress(BaseException):  # its stderr may be a broken pipe (its stub struck)
+            traceback.print_exc()
         code = 1
     _exit_like_python(code)
 
@@ -267,8 +268,11 @@ class Pool:
         close = [listener.fileno(), conn.fileno(), sel.fileno()] + \
                 [fd for c, p in self.children.values() for fd in (c.fileno(), p)]
         pid = os.fork()
-        if pid == 0:
-            become(job, fds, os.getppid(), close)
+        if pid == 0:  # the child never comes back into this code: an exception that escaped
+            try:      # become() would unwind through the pool's frames, and serve_main's finally
+                become(job, fds, os.getppid(), close)  # would remove the pool's directory
+            finally:  # (#49: a rank whose streams broke when its stub was struck did, on PBS)
+                os._exit(1)
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
