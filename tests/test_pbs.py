@@ -85,18 +85,29 @@ def left_running(expt):
     return killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}")
 
 
-def test_pbs_experiment_three_hosts_kills_through_pbsdsh(pbs):
+@pytest.fixture(scope="module")
+def three_host_job(pbs):
+    """One job on the three hosts, asserted on by the end-to-end and the warm tests (#49: a job and
+    a baseline less): baseline, `sync` and `async` relaunched cold, `warm` (sync checkpoints)
+    relaunched from a standby pool on each host, two gated kills in each restart phase.
+    Returns (job id, experiment, PBS's record of the job, its output)."""
+    d = pbs.user_dir("e2e")
+    path = scenario(pbs, d, "pbs-e2e", [("baseline", "none"), ("sync", "sync"), ("async", "async"), ("warm", "sync")])
+    pbs.write(path, open(path).read().replace("{name: warm, checkpoint: sync}", "{name: warm, checkpoint: sync, warm: true}"))
+    jid, expt = submit(pbs, path)
+    rec = pbs.wait_job(jid, {"F"}, 600)
+    return jid, expt, rec, job_output(expt, jid)
+
+
+def test_pbs_experiment_three_hosts_kills_through_pbsdsh(pbs, three_host_job):
     """`restartlab submit` on PBS: baseline, sync and async phases on the three hosts (Hydra's
     mpiexec reaching n1 and n2 through pbs_tmrsh), two gated kills per restart phase fanned out
     with pbsdsh -n to one killer per host (each killer takes only its own host's rank: its
     receipt comes back through the shared file system, since pbsdsh hands nothing back), every
     restart resumed from a complete checkpoint and bit-exact with the baseline; then the finished
     job through `restartlab status`, and nothing of it left running."""
-    d = pbs.user_dir("e2e")
-    jid, expt = submit(pbs, scenario(pbs, d, "pbs-e2e", [("baseline", "none"), ("sync", "sync"), ("async", "async")]))
+    jid, expt, rec, out = three_host_job
     assert re.fullmatch(r"\d+\.rlpbs-head", jid), jid
-    rec = pbs.wait_job(jid, {"F"}, 600)
-    out = job_output(expt, jid)
     assert rec["Exit_status"] == 0, (rec, out[-3000:])
     assert f"job {jid} on 3 node(s)" in out, out[-2000:]
     assert rec["Job_Owner"].startswith(pbs.user + "@"), rec["Job_Owner"]
@@ -124,6 +135,9 @@ def test_pbs_experiment_three_hosts_kills_through_pbsdsh(pbs):
                 json.dumps([{k: x.get(k) for k in ("host", "pids", "roots", "cmdlines")} for x in r["receipts"]])
         for e, r in zip(p["failures"], recs):
             assert e["resumed_from"] >= r["newest_complete"] and e["lost_steps"] >= 0, (e, r)
+        # cold relaunches: no pool (the warm phase's come later) served them
+        assert [json.load(open(layout.Expt(expt).phase(ph).attempt(k).record))["warm_ranks"]
+                for k in (1, 2, 3)] == [None] * 3
     assert os.path.exists(layout.Expt(expt).report)
     assert not glob.glob(os.path.join(expt, ".restartlab-fanout-*"))  # the relay files are cleaned up
     st = status(pbs, jid)[jid]
@@ -438,33 +452,28 @@ echo "script done"
     assert first["signal"] == _signal.Signals.SIGKILL.name.removeprefix("SIG"), first
 
 
-def test_pbs_warm_restart_a_pool_on_each_host(pbs):
-    """relaunch.warm on the three PBS hosts: one standby pool per host, started through pbsdsh;
-    Hydra starts the stubs, each host's pool forks that host's rank; the kills strike stubs and
-    ranks (never a pool); every relaunch is warm and bit-exact; the pools stop at the phase's end
-    and nothing tagged is left."""
-    d = pbs.user_dir("warm")
-    path = scenario(pbs, d, "pbs-warm", [("baseline", "none"), ("sync", "sync")])
-    pbs.write(path, open(path).read().replace("hang_timeout: 120s}", "hang_timeout: 120s, warm: true}"))
-    jid, expt = submit(pbs, path)
-    rec = pbs.wait_job(jid, {"F"}, 600)
-    out = job_output(expt, jid)
+def test_pbs_warm_restart_a_pool_on_each_host(pbs, three_host_job):
+    """relaunch.warm on the three PBS hosts (the `warm` phase of the shared job): one standby pool
+    per host, started through pbsdsh; Hydra starts the stubs, each host's pool forks that host's
+    rank; the kills strike stubs and ranks (never a pool); every relaunch is warm and bit-exact;
+    the pools stop at the phase's end and nothing tagged is left."""
+    jid, expt, rec, out = three_host_job
     assert rec["Exit_status"] == 0, (rec, out[-3000:])
     assert "warm restart: the standby pool serves" in out and "cold launches" not in out, out[-3000:]
     phases = summary(expt)
-    sync = phases["sync"]
-    assert sync["completed"] and sync["kills"] == 2 and sync["attempts"] == 3, sync
+    warm = phases["warm"]
+    assert warm["completed"] and warm["kills"] == 2 and warm["attempts"] == 3, warm
     crc = {ph: final_crc(layout.Expt(expt).phase(ph).attempt(phases[ph]["attempts"]).metrics(0))
-           for ph in ("baseline", "sync")}
-    assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
-    recs = [json.load(open(layout.Expt(expt).phase("sync").attempt(k).record)) for k in (1, 2, 3)]
-    log = open(layout.Expt(expt).phase("sync").warm_log).read()
+           for ph in ("baseline", "warm")}
+    assert crc["warm"] is not None and crc["warm"] == crc["baseline"], crc
+    recs = [json.load(open(layout.Expt(expt).phase("warm").attempt(k).record)) for k in (1, 2, 3)]
+    log = open(layout.Expt(expt).phase("warm").warm_log).read()
     # what a stub said when it started its rank cold (the cause of a warm count short of 3)
-    cold = [ln for k in (2, 3) for ln in open(layout.Expt(expt).phase("sync").attempt(k).output, errors="replace")
+    cold = [ln for k in (2, 3) for ln in open(layout.Expt(expt).phase("warm").attempt(k).output, errors="replace")
             if "warm stub" in ln]
     print("".join(cold), log[-5000:])  # whole, in the report's captured output (an assertion message is cut)
     assert [r["warm_ranks"] for r in recs] == [0, 3, 3], (cold, [r["warm_ranks"] for r in recs], log[-3000:])
-    state = layout.Expt(expt).phase("sync").warm_dir
+    state = layout.Expt(expt).phase("warm").warm_dir
     assert sorted(f for f in os.listdir(state) if f.endswith(".ready")) == sorted(f"{n}.ready" for n in pbs.nodes)
     assert sum(1 for line in log.splitlines() if line.endswith(": stopped")) == 3, log[-3000:]
     assert killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}") == []

@@ -125,7 +125,7 @@ def test_hostile_values_execute_nothing(tmp_path, name, sched):
     fakepy = pydir / "python"
     # restartlab's own tools (the supervisor, the report) run for real; the ranks' python is a stub
     _stub(fakepy, f'if [ "$1 $2" = "-m restartlab.cli" ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n' + body)
-    sets = [f"launch.python={fakepy}", "launch.setup=[]"]
+    sets = [f"launch.python={fakepy}", "launch.setup=[]", "collection.plots=false"]
     sc = scenario.load(os.path.join(SCEN, f"{name}.yaml"), sets)
     sc["trainer"]["extra_args"] = list(HOSTILE)
     # srun --export cannot carry commas (refused at render time, tested below)

@@ -168,51 +168,66 @@ def leftover_ranks(expt):
     return killer.find_tagged(job_tag(expt))
 
 
-def test_slurm_backend_end_to_end(slurm, tmp_path):
-    jid, expt = submit(scenario(tmp_path, "slurm", "slurm-e2e"))
+@pytest.fixture(scope="module")
+def cold_and_warm(slurm, tmp_path_factory):
+    """One job asserted on by the end-to-end and the warm tests (#49: a job and a baseline less):
+    baseline, then `sync` relaunched cold and `warm` relaunched from a standby pool on each node,
+    the same two gated kills in each. Returns (job id, experiment, the job's output, its phases)."""
+    tmp = tmp_path_factory.mktemp("slurm-cold-warm")
+    path = scenario(tmp, "slurm", "slurm-e2e", phases=[("baseline", "none"), ("sync", "sync"), ("warm", "sync")])
+    with open(path) as f:
+        text = f.read().replace("{name: warm, checkpoint: sync}", "{name: warm, checkpoint: sync, warm: true}")
+    with open(path, "w") as f:
+        f.write(text)
+    jid, expt = submit(path)
     seen = wait_state("slurm", jid, {"finished", "failed"}, 420)
     out = open(os.path.join(expt, f"job-{jid}.out")).read()
     assert seen[-1] == "finished", out[-3000:]
+    with open(layout.Expt(expt).summary) as f:
+        phases = {p["phase"]: p for p in json.load(f)["phases"]}
+    return jid, expt, out, phases
+
+
+def test_slurm_backend_end_to_end(cold_and_warm):
+    jid, expt, out, _ = cold_and_warm
     assert "on 2 node(s)" in out
     check_experiment(expt, job_nodes(expt, jid))
     # the ranks were launched by srun over both Slurm nodes, and knew it (local rank from srun)
     assert "-- srun -N 2 -n 4 --ntasks-per-node=2" in open(layout.Expt(expt).job_script).read()
     first = open(layout.Expt(expt).phase("sync").attempt(1).output).read()
     assert "launcher=srun threads=1" in first, first[-2000:]
+    # the cold phase's relaunches were cold (no pool of the warm phase served them)
+    recs = [json.load(open(layout.Expt(expt).phase("sync").attempt(k).record)) for k in (1, 2, 3)]
+    assert [r["warm_ranks"] for r in recs] == [None, None, None], recs
     assert leftover_ranks(expt) == []
 
 
-def test_slurm_warm_restart_a_pool_on_each_node(slurm, tmp_path):
-    """relaunch.warm on 2 Slurm nodes: one standby pool per node, started through srun --overlap;
-    srun starts the stubs, each node's pool forks that node's ranks; the kills strike stubs and
-    ranks (never a pool); every relaunch is warm and bit-exact; nothing tagged is left, the pools
-    included."""
-    jid, expt = submit(scenario(tmp_path, "slurm", "slurm-warm", relaunch=", warm: true"))
-    seen = wait_state("slurm", jid, {"finished", "failed"}, 420)
-    out = open(os.path.join(expt, f"job-{jid}.out")).read()
-    assert seen[-1] == "finished", out[-3000:]
+def test_slurm_warm_restart_a_pool_on_each_node(cold_and_warm):
+    """relaunch.warm on 2 Slurm nodes (the `warm` phase of the shared job): one standby pool per
+    node, started through srun --overlap; srun starts the stubs, each node's pool forks that
+    node's ranks; the kills strike stubs and ranks (never a pool); every relaunch is warm and
+    bit-exact; nothing tagged is left, the pools included."""
+    jid, expt, out, phases = cold_and_warm
     assert "warm restart: the standby pool serves" in out and "cold launches" not in out, out[-3000:]
-    with open(layout.Expt(expt).summary) as f:
-        phases = {p["phase"]: p for p in json.load(f)["phases"]}
-    sync = phases["sync"]
-    assert sync["completed"] and sync["kills"] == 2 and sync["attempts"] == 3, sync
+    warm = phases["warm"]
+    assert warm["completed"] and warm["kills"] == 2 and warm["attempts"] == 3, warm
     crc = {ph: final_crc(layout.Expt(expt).phase(ph).attempt(phases[ph]["attempts"]).metrics(0))
-           for ph in ("baseline", "sync")}
-    assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
-    assert [e["startup"].get("startup/warm") for e in sync["failures"]] == [1, 1], sync["failures"]
-    log = open(layout.Expt(expt).phase("sync").warm_log).read()
+           for ph in ("baseline", "warm")}
+    assert crc["warm"] is not None and crc["warm"] == crc["baseline"], crc
+    assert [e["startup"].get("startup/warm") for e in warm["failures"]] == [1, 1], warm["failures"]
+    log = open(layout.Expt(expt).phase("warm").warm_log).read()
     nodes = job_nodes(expt, jid)
     assert all(f"on {n}" in log for n in nodes), log[-3000:]  # a pool preloaded on each node
     pools = {line.split("[")[1].split("]")[0] for line in log.splitlines() if "rank pid" in line and " for stub " in line}
     assert len(pools) == 2, log[-3000:]  # and each forked ranks
     # each pool stopped at the phase's end (TERM by the tag on every node), not by the job's end
     assert sum(1 for line in log.splitlines() if line.endswith(": stopped")) == 2, log[-3000:]
-    state = layout.Expt(expt).phase("sync").warm_dir
+    state = layout.Expt(expt).phase("warm").warm_dir
     assert sorted(f for f in os.listdir(state) if f.endswith(".ready")) == sorted(f"{n}.ready" for n in nodes)
-    recs = [json.load(open(layout.Expt(expt).phase("sync").attempt(k).record)) for k in (1, 2, 3)]
+    recs = [json.load(open(layout.Expt(expt).phase("warm").attempt(k).record)) for k in (1, 2, 3)]
     # the first attempt starts cold beside the pools; every rank of every relaunch, both nodes, warm
     assert [r["warm_ranks"] for r in recs] == [0, 4, 4], recs
-    with open(layout.Expt(expt).phase("sync").injections) as f:
+    with open(layout.Expt(expt).phase("warm").injections) as f:
         for r in map(json.loads, f):
             assert r["killed"] >= 2 and not any(x.get("error") for x in r["receipts"]), r
     assert killer.find_tagged(job_tag(expt), standby=True) == []
@@ -313,7 +328,7 @@ echo "script done"
 
 
 def test_slurm_walltime_warning_nothing_lost(slurm, tmp_path):
-    """A job with a 2-minute walltime and relaunch.walltime_margin 60s: one minute in, the job
+    """A job with a 1-minute walltime and relaunch.walltime_margin 30s: half a minute in, the job
     script sends SIGTERM (the trainer's preemption signal) to the ranks on both nodes (one each) through
     srun --overlap; the async phase waits for its save in flight, writes an emergency checkpoint of
     its last step and exits 5; nothing is relaunched; the job ends (exit 5) before Slurm's limit
@@ -322,28 +337,28 @@ def test_slurm_walltime_warning_nothing_lost(slurm, tmp_path):
     text = f"""extends: systems/slurm.yaml
 name: slurm-walltime
 expt_root: {tmp_path}/expt
-job: {{nodes: 2, walltime: "00:02:00"}}
+job: {{nodes: 2, walltime: "00:01:00"}}
 {launch_line(1, 'RESTARTLAB_DELAY: "step:*:*:0.2"')}
 trainer: {{model: tiny, train_iters: 1000000, save_interval: 7, device: cpu}}
-relaunch: {{max_attempts: 5, backoff: 0s, hang_timeout: 120s, walltime_margin: 60s}}
+relaunch: {{max_attempts: 5, backoff: 0s, hang_timeout: 120s, walltime_margin: 30s}}
 phases:
   - {{name: async, checkpoint: async, failures: false}}
 """
     path = tmp_path / "walltime.yaml"
     path.write_text(text)
     jid, expt = submit(str(path))
-    assert "--time=00:02:00" in open(layout.Expt(expt).job_script).read()
+    assert "--time=00:01:00" in open(layout.Expt(expt).job_script).read()
     seen = wait_state("slurm", jid, {"finished", "failed"}, 240)
     out = open(os.path.join(expt, f"job-{jid}.out")).read()
     st = status("slurm", jid)[jid]
     # the test Slurm keeps no accounting (no exit code from squeue): the controller still knows
     sc = subprocess.run(["scontrol", "show", "job", jid], capture_output=True, text=True, timeout=30).stdout
     assert seen[-1] == "failed" and "ExitCode=5:0" in sc, (st, sc, out[-3000:])
-    assert "walltime warning (60s left)" in out and "TIMEOUT" not in st["detail"], (st, out[-3000:])
+    assert "walltime warning (30s left)" in out and "TIMEOUT" not in st["detail"], (st, out[-3000:])
     adir = layout.Expt(expt).phase("async").attempt(1).path
     a = json.load(open(layout.Attempt(adir).record))
     assert a["walltime"] and a["preempted"] and a["exit_code"] == 5, a
-    assert 55 <= a["end_ts"] - a["launch_ts"] < 115, a       # stopped after the warning, before the limit
+    assert 20 <= a["end_ts"] - a["launch_ts"] < 58, a       # stopped after the warning (30 s after the script started), before the limit
     assert not os.path.exists(layout.Expt(expt).phase("async").attempt(2).path)
     # two ranks: each its exit recorder and the trainer (4 processes, 2 trees)
     assert "4 process(es) in 2 tree(s)" in open(layout.Attempt(adir).teardown_log).read().splitlines()[0]
