@@ -21,6 +21,9 @@ RECIPE = os.environ.get("RESTARTLAB_OPENPBS_RECIPE") or os.path.join(REPO, "..",
 HOW = ("an OpenPBS cluster: the recipe's start-cluster.sh (set RESTARTLAB_OPENPBS_RECIPE to its folder), "
        "or run the PBS tier on a PBS login node")
 # the commands the recipe wraps (its bin/ holds them as links to rlpbs-exec, which a copy may flatten)
+# a directory to move the session's work directory (the jobs' experiments) into at the end instead of
+# removing it: tests/soak.py sets it, so that a failed PBS test's experiment is still there to read
+KEEP_VAR = "RESTARTLAB_PBS_KEEP_WORK"
 TOOLS = ("qsub", "qstat", "qdel", "qmgr", "qalter", "qhold", "qrls", "qsig", "qselect", "qrerun", "qrun",
          "pbsnodes", "pbsdsh", "pbs_tmrsh", "printjob", "tracejob")
 KILL_DELAY = 3  # s between PBS's SIGTERM and SIGKILL (qdel, walltime); PBS's default is 10
@@ -201,4 +204,8 @@ def stop(c):
         _stop(purge=True)
     if c:
         shutil.rmtree(c.bindir, ignore_errors=True)
-        shutil.rmtree(c.workdir, ignore_errors=True)
+        keep = os.environ.get(KEEP_VAR)
+        if keep:  # the soak: the jobs' experiment directories kept for its failure records
+            shutil.move(c.workdir, os.path.join(keep, os.path.basename(c.workdir)))
+        else:
+            shutil.rmtree(c.workdir, ignore_errors=True)

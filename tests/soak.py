@@ -9,7 +9,9 @@ races a CI run finds by chance (#49). Each run:
     hung attempt's ranks dumped into its output, the cold stubs' lines);
   - its JUnit report is read: each failure is written to build/soak/failures.jsonl with the run, its
     seed, the test, the first lines of its message, the test's tmp directory, the experiment
-    directories under it (its scenario copy marks one) and the attempt outputs holding dumped stacks.
+    directories under it (its scenario copy marks one) and the attempt outputs holding dumped stacks;
+    the PBS tier's jobs run as another user in the cluster's own work directories, which the run
+    keeps under build/soak/run-<i>/pbs-work (tests/pbs_cluster.KEEP_VAR) and names for a PBS test.
 
 At the end a table of failures by test (how many of the runs each failed in). Exit 0 when no run
 failed, 1 otherwise. Example: `make soak RUNS=5 LOAD=2 SOAK_K=warm_restart_a_pool` hunts one test."""
@@ -26,6 +28,7 @@ import time
 import xml.etree.ElementTree as ET
 
 from restartlab.contracts import layout
+from tests import pbs_cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIERS = "(multirank or slurm or pbs or slow) and not alone"
@@ -100,7 +103,9 @@ def run_once(i: int, a, out: str):
     if a.k:
         cmd += ["-k", a.k]
     cmd += a.pytest_args + ["tests"]
-    env = dict(os.environ, PYTHONHASHSEED=str(seed))
+    pbs_work = os.path.join(rundir, "pbs-work")  # the PBS tier's work dirs (its jobs run as another user)
+    os.makedirs(pbs_work)
+    env = dict(os.environ, PYTHONHASHSEED=str(seed), **{pbs_cluster.KEEP_VAR: pbs_work})
     loads = spin_loads(a.load)
     t0 = time.time()
     try:
@@ -114,7 +119,10 @@ def run_once(i: int, a, out: str):
         found = [("<pytest>", f"exit {rc} with no failed test in its report (see {rundir}/pytest.log)")]
     records = []
     for test, msg in found:
-        expts, stacks = evidence(tmp_dirs_of(basetemp, test.rsplit("::", 1)[-1]))
+        dirs = tmp_dirs_of(basetemp, test.rsplit("::", 1)[-1])
+        if test.endswith("@pbs"):  # the PBS tests' experiments live in the cluster's work dirs
+            dirs.append(pbs_work)
+        expts, stacks = evidence(dirs)
         records.append({"run": i, "seed": seed, "test": test, "message": msg, "experiments": expts,
                         "stacks": stacks, "log": os.path.join(rundir, "pytest.log")})
     print(f"soak run {i + 1}/{a.runs} (seed {seed}, load {a.load}): {len(found)} failure(s) in {took / 60:.1f} min",
