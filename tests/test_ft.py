@@ -280,8 +280,12 @@ def test_torchfts_own_ddp_crashes_the_survivor_when_its_peer_dies_and_the_verdic
     """torchft 0.2.0's DistributedDataParallel: group 1 exits after step 5's quorum, before its
     gradients, so group 0 meets the dead peer inside DDP's gradient allreduce and dies in torchft's
     communication hook (torchft/ddp.py, `assert fut._fut`: a failed bucket's future has none): the
-    restart torchft exists to avoid. The hook writes the exception; the verdict names it."""
-    r, phase = _program_phase(tmp_path, 20, ["--ddp", "--die-at", "5", "--delay", "0.1"])
+    restart torchft exists to avoid. The hook writes the exception; the verdict names it. The
+    lighthouse waits for both groups (--ft-min-replicas 2): with 1, a group that starts more than
+    the join timeout (2 s) after the other trains alone, and group 1 died in a quorum of its own,
+    never meeting group 0 (make soak, two busy processes beside: group 0 joined 3 s late)."""
+    r, phase = _program_phase(tmp_path, 20, ["--ddp", "--die-at", "5", "--delay", "0.1"],
+                              supervise=["--ft-min-replicas", "2"])
     s = json.load(open(layout.Phase(phase).ft_summary))
     v = s["verdict"]
     assert 0 in v["survivor_restarted"] and not v["ok"], (v, r.stdout[-2000:])
