@@ -534,3 +534,24 @@ def test_real_supervisor_sigterm_leaves_nothing_running(tmp_path):
     [r] = records(phase)
     assert r["exit_code"] != 0 and not r["completed"]
     assert os.path.exists(phase.done)
+
+
+@pytest.mark.parametrize("first, launcher_rc, preempted", [
+    (5, 143, True),      # srun: the first rank exited 5, --kill-on-bad-exit ended the other's task
+    (5, 5, True),
+    (None, 5, True),     # no records (a program run without the recorder): the launcher's word
+    (1, 143, False),     # the first bad end was a crash, not the emergency stop
+    (None, 143, False),
+])
+def test_preempted_by_the_launcher_or_by_the_first_rank_that_ended(tmp_path, first, launcher_rc, preempted):
+    """The attempt record's `preempted` (the report's "detected by the trainer", lost steps 0):
+    srun reported 143 for an emergency stop whose ranks both exited 5 (CI, 150f68e: the Slurm
+    walltime and preemption tests), so the ranks' own records count too."""
+    phase = layout.Phase(str(tmp_path / "sync"))
+    att = phase.attempt(1)
+    os.makedirs(att.path)
+    if first is not None:
+        RankExit("1", "rl2", 11, first, None, 10.0).write(att.rank_exit("1"))
+        RankExit("0", "rl1", 10, 5, None, 10.02).write(att.rank_exit("0"))
+    attempt.record(att, phase, 1, 0.0, 11.0, launcher_rc, ITERS, "srun", out=io.StringIO())
+    assert json.load(open(att.record))["preempted"] is preempted

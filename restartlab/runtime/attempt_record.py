@@ -61,7 +61,10 @@ def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, e
             # the ranks' own ends (exits/): the first that ended badly, and how many recorded theirs
             "rank_exit": first._asdict() if first else None, "ranks_recorded": len(exits),
             "completed": completed, "hang": os.path.exists(att.hang),
-            "preempted": rc == EXIT_PREEMPTED,
+            # the trainer's preemption exit, by the launcher or by the first rank that ended: srun's
+            # --kill-on-bad-exit ends the slower ranks of an emergency stop when the first exits 5,
+            # and then reports the launch as 143 (Slurm, #49: 2 CI failures)
+            "preempted": rc == EXIT_PREEMPTED or (first is not None and first.exit_code == EXIT_PREEMPTED),
             "walltime": os.path.exists(att.walltime),
             # a torchft group shares its phase's strikes: one struck this group's attempt only if it died
             "injected": bool(injections_into(live.read_records(phase.injections), launch_ts, end_ts, k))
