@@ -429,17 +429,20 @@ class Supervisor:
             if not os.path.exists(att.walltime) and self.past_stop():
                 self.walltime_warning(att)
             if self.peers_left_waiting(att):
-                self.procs.dump_stacks(att)
-                self.procs.teardown(att)
-                return self.stop(run)
+                return self.stop_stuck(run, att)
             last = self.procs.last_activity(att)
             limit = cfg.hang_timeout if self.procs.has_stepped(att) else cfg.startup_timeout
             if last is not None and self.clock.time() - last > limit:
                 self.say(f"no progress in {att.path} for {limit:g}s: stopping the attempt", err=True)
                 _touch(att.hang)
-                self.procs.dump_stacks(att)
-                self.procs.teardown(att)
-                return self.stop(run)
+                return self.stop_stuck(run, att)
+
+    def stop_stuck(self, run: Launched, att: layout.Attempt) -> int:
+        """An attempt that will not end by itself: where its ranks are (stacks, processes), then
+        KILL to them on every node, then the launcher stopped; its exit status."""
+        self.procs.dump_stacks(att)
+        self.procs.teardown(att)
+        return self.stop(run)
 
     def peers_left_waiting(self, att: layout.Attempt) -> bool:
         """A rank ended badly (its exit record) relaunch.rank_exit_grace ago, as this loop first saw
