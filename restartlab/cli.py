@@ -179,9 +179,11 @@ def cmd_kill_ranks(argv):
 def cmd_teardown(a):
     """Signal this job's ranks on every node (found by tag): SIGKILL by default, or the trainer's
     preemption signal (the walltime warning)."""
-    from .runtime import killer, teardown, tool_options
+    from .contracts.signals import parse_signal
+    from .runtime import teardown
+    from .tools import options as tool_options
     try:
-        killer.parse_signal(a.signal)
+        parse_signal(a.signal)
     except ValueError as e:
         print(f"restartlab teardown: error: {e}", file=sys.stderr)
         return 2
@@ -295,7 +297,8 @@ def build_parser():
     sub.add_parser("simulate", help="goodput and the best checkpoint interval at scale, from measured costs",
                    add_help=False)
     from .contracts import options
-    from .runtime import supervise, tool_options
+    from .runtime import supervise
+    from .tools import options as tool_options
     supervise.build_parser(sub.add_parser(
         "supervise", help="the relaunch loop of one phase (the job script runs it)",
         description=supervise.__doc__.split("\n\n")[0]))

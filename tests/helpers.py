@@ -21,6 +21,7 @@ from restartlab.runtime.warm import standby, wire
 from restartlab import launchers
 from restartlab.contracts import layout
 from restartlab.runtime.supervise import STACKS_WAIT_S
+from restartlab.contracts.signals import parse_signal
 from restartlab.contracts.trainer_options import STACKS_SIGNAL
 
 MPIEXEC = shutil.which("mpiexec")
@@ -115,7 +116,7 @@ def stacks_then_kill(proc, tag):
     """A hung trainer run of a test: its tagged ranks write their Python stacks (the trainer's
     faulthandler, on trainer_options.STACKS_SIGNAL) before they and mpiexec are killed; the end
     of what the run printed, those stacks included."""
-    killer.kill_ranks(tag, killer.parse_signal(STACKS_SIGNAL))
+    killer.kill_ranks(tag, parse_signal(STACKS_SIGNAL))
     time.sleep(STACKS_WAIT_S)
     killer.kill_ranks(tag, signal.SIGKILL)
     proc.kill()

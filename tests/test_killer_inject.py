@@ -14,7 +14,8 @@ import psutil
 import pytest
 
 from restartlab.contracts import ckptdir, layout
-from restartlab.runtime import fanout, inject, killer, tool_options
+from restartlab.runtime import fanout, inject, killer
+from restartlab.tools import options as tool_options
 from restartlab import launchers
 from tests.helpers import MPIEXEC, wait_for
 

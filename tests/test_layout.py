@@ -2,9 +2,13 @@
 the templates, the trainer, the tests and the benchmarks ask it (a name typed twice drifts, as
 "attempt.json exists" once meant "the attempt is over" in one module and nothing in another).
 Only this file spells them, to look for them."""
+import ast
 import glob
+import inspect
 import os
 import re
+
+import pytest
 
 from restartlab.contracts import layout
 
@@ -57,3 +61,120 @@ def test_layout_paths(tmp_path):
     assert [p.name for p in e.phases()] == ["sync"]
     assert a.metrics(1).endswith(layout.metrics_name(1)) and os.path.dirname(a.record) == a.path
     assert layout.sidecar_scenario("/x/job.pbs").startswith("/x/job.")
+
+
+# The list above is written by hand, so a name layout gained later escaped it (ft-rank<R>.jsonl,
+# supervise.log, <node>.served.jsonl were spelled in six modules, #50). Below, the names are taken
+# from layout itself (each path its classes give, each name its name functions make) and looked for
+# in the string constants of restartlab/ and trainer/ (syntax trees, docstrings left out); a name
+# with neither a dot nor a dash (done, hang, ckpts: ordinary words too) is left to the check above.
+OWNERS = {os.path.join("restartlab", "contracts", "layout.py")}
+STAR = "\x00"  # what a name function is given to see its fixed parts
+
+
+def owned():
+    """(the fixed names, the names made by functions as (head, tail) around the variable part)."""
+    fixed = set()
+    for cls, root in ((layout.Expt, "/E"), (layout.Phase, "/E/p"), (layout.Attempt, "/E/p/attempts/1")):
+        obj = cls(root)
+        for name, member in inspect.getmembers(cls):
+            if isinstance(member, property):
+                try:
+                    v = getattr(obj, name)
+                except (ValueError, TypeError, OSError):
+                    continue
+                if isinstance(v, str) and v.startswith(root + "/"):
+                    fixed.add(os.path.basename(v))
+    made = set()
+    for name, fn in inspect.getmembers(layout, inspect.isfunction):
+        if name.endswith("_name") and fn.__module__ == layout.__name__:
+            head, _, tail = fn(STAR).partition(STAR)
+            made.add((head, tail))
+    return {n for n in fixed if re.search(r"[.-]", n)}, made
+
+
+def _docstrings(tree):
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = getattr(node, "body", [])
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def _distinct(part: str) -> bool:
+    """A fixed part of a made name worth looking for alone: more than a bare extension (.jsonl)."""
+    return len(part) >= 6 and not re.fullmatch(r"\.\w+", part)
+
+
+def spelled(path: str, fixed, made):
+    """[(line, text)] of the string constants in one module that spell a name layout owns."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    skip, out = _docstrings(tree), []
+    joined = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            parts = [v.value if isinstance(v, ast.Constant) else "*" for v in node.values]
+            text = "".join(parts)
+            joined.update(id(v) for v in node.values)
+            if any(text == h + "*" + t or text.endswith("*" + h + "*" + t) or text.endswith("/" + h + "*" + t)
+                   for h, t in made if h or t):
+                out.append((node.lineno, text))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip | joined:
+            v = re.sub(r"\{[^{}]*\}", "*", node.value)  # a str.format template: "ft-rank{rank}.jsonl"
+            if v in fixed or any(v == h + "*" + t or (v in (h + t, h, t) and _distinct(v)) for h, t in made):
+                out.append((node.lineno, v))
+    return out
+
+
+def modules():
+    for top in ("restartlab", "trainer"):
+        for d, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                rel = os.path.relpath(os.path.join(d, f), ROOT)
+                if f.endswith(".py") and rel not in OWNERS:
+                    yield rel
+
+
+def test_layout_owns_names_to_look_for():
+    fixed, made = owned()
+    assert {"attempt.json", "output.log", "ended.jsonl", "supervise.log", "summary.json"} <= fixed, fixed
+    assert {("ft-rank", ".jsonl"), ("ft-rank", "-crash.json"), ("", ".served.jsonl"), ("metrics-", ".jsonl")} <= made
+
+
+def test_no_module_but_layout_spells_a_name_layout_owns():
+    fixed, made = owned()
+    found = {rel: hits for rel in modules() if (hits := spelled(os.path.join(ROOT, rel), fixed, made))}
+    assert not found, "\n".join(f"{rel}:{line}: {text!r} (ask contracts/layout.py)"
+                                for rel, hits in sorted(found.items()) for line, text in hits)
+
+
+@pytest.mark.parametrize("code", [
+    'open(os.path.join(d, "supervise.log"))',
+    'path = f"{d}/ft-rank{rank}.jsonl"',
+    'name.endswith(".served.jsonl")',
+    'glob.glob(os.path.join(d, "metrics-*.jsonl"))',
+    'CRASH = "ft-rank{rank}-crash.json"',
+])
+def test_a_spelled_name_is_found(tmp_path, code):
+    """The check itself fails on each way the tree spelled a name before layout owned it."""
+    f = tmp_path / "m.py"
+    f.write_text(f'"""a module that mentions ft-rank<R>.jsonl in its docstring only is fine"""\n{code}\n')
+    fixed, made = owned()
+    assert spelled(str(f), fixed, made), code
+
+
+def test_the_listings_by_rank(tmp_path):
+    """The made names are listed back by the same functions: ranks as numbers, nothing else taken."""
+    ph = layout.Phase(str(tmp_path / "ft" / "groups" / "g0"))
+    a = ph.attempt(1)
+    os.makedirs(a.path)
+    for name in (layout.ft_record_name(0), layout.ft_record_name(12), layout.ft_crash_name(1),
+                 "ft-rank1-x.jsonl", "ft-rankX.jsonl", layout.metrics_name(0)):
+        open(os.path.join(a.path, name), "w").close()
+    assert a.ft_records() == {0: os.path.join(a.path, "ft-rank0.jsonl"), 12: os.path.join(a.path, "ft-rank12.jsonl")}
+    assert a.ft_crashes() == {1: os.path.join(a.path, "ft-rank1-crash.json")}
+    assert ph.supervise_log == os.path.join(ph.path, "supervise.log")

@@ -11,8 +11,9 @@ import signal
 
 import pytest
 
-from restartlab.runtime import attempt_record as attempt, supervise, tool_options
-from restartlab.contracts import layout
+from restartlab.runtime import attempt_record as attempt, supervise
+from restartlab.tools import options as tool_options
+from restartlab.contracts import attempts, layout
 from restartlab.runtime.supervise import Config, Supervisor
 from restartlab.contracts.exits import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
 from restartlab.contracts.rank_exit import RankExit
@@ -378,7 +379,7 @@ def test_a_program_that_cannot_run_spends_no_attempt_and_says_why_once(tmp_path,
     procs.cannot_run = "ezpz is not installed for /usr/bin/python3"
     assert sup.run() == supervise.EXIT_FAILED and procs.launched == [] and procs.events == []
     assert capsys.readouterr().err.count("ezpz is not installed") == 1 and phase.attempts() == []
-    end = attempt.phase_end(phase)
+    end = attempts.phase_end(phase)
     assert end["how"] == "cannot_run" and end["text"] == "not started: ezpz is not installed for /usr/bin/python3"
 
 

@@ -11,7 +11,7 @@ import pytest
 from restartlab.contracts import layout, options
 from restartlab.job import render
 from restartlab import scenario
-from restartlab.runtime import tool_options
+from restartlab.tools import options as tool_options
 
 SCEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios")
 TABLES = {"supervise": tool_options.SUPERVISE, "node-check": tool_options.NODE_CHECK,

@@ -32,6 +32,7 @@ import time
 import zlib
 from typing import Optional
 
+from restartlab.contracts import layout
 from restartlab.contracts.exits import EXIT_FAILED, EXIT_USAGE
 from restartlab.trainer.metrics import MetricsWriter  # torch-free
 
@@ -228,7 +229,7 @@ class StepLog:
     def __init__(self, outdir: str, rank: int, group: int, log_interval: int):
         os.makedirs(outdir, exist_ok=True)
         self.rank, self.group, self.log_interval = rank, group, log_interval
-        self.rec = open(os.path.join(outdir, f"ft-rank{rank}.jsonl"), "a", buffering=1)
+        self.rec = open(os.path.join(outdir, layout.ft_record_name(rank)), "a", buffering=1)
         # rank 0's metrics file is opened at the first commit: the relaunch loop's watchdog takes
         # a metrics file as "stepped" (startup timeout before it, hang timeout after)
         self.outdir, self.metrics = outdir, None

@@ -34,11 +34,10 @@ import time
 import traceback
 from typing import Optional
 
+from restartlab.contracts import layout
 from restartlab.contracts.exits import EXIT_USAGE
 
 from .ft import StepLog, state_crc
-
-CRASH = "ft-rank{rank}-crash.json"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -189,7 +188,7 @@ class Observer:
         """The exception that ends the program, to DIR/ft-rank<R>-crash.json (first one wins)."""
         with self.lock:
             rank = self.manager._group_rank if self.manager is not None else int(os.environ.get("RANK", "0"))
-            path = os.path.join(self.a.outdir, CRASH.format(rank=rank))
+            path = os.path.join(self.a.outdir, layout.ft_crash_name(rank))
             if os.path.exists(path):
                 return
             frames = traceback.extract_tb(tb)

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ..contracts import ckptdir, layout
-from ..runtime.attempt_record import INJECTION_SLACK_S, completed_row, injected, injections_into, phase_end
+from ..contracts.attempts import (INJECTION_SLACK_S, AttemptRecord, LaunchRecord, NotARecord, completed_row, injected,
+                                  injections_into, phase_end)
 from ..failures import book as book_kind
 from ..programs.base import clean_line
 from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks
@@ -43,7 +44,7 @@ class AttemptData:
     index: int
     path: str                             # rank 0's metrics file
     number: Optional[int] = None          # its directory's number (attempts/<k>), when read from one
-    record: dict = field(default_factory=dict)     # the supervisor's record of it, as written ({}: none)
+    record: Optional[AttemptRecord] = None         # the supervisor's record of it (None: none)
     at_launch: dict = field(default_factory=dict)  # the checkpoints its launch found (layout.Attempt.at_launch)
     first_row: Optional[dict] = None      # the first metrics row with a step and a loss
     last_row: Optional[dict] = None       # the last good metrics row (the final one: a checksum)
@@ -106,7 +107,7 @@ class PhaseData:
     dt_busy: List[float] = field(default_factory=lambda: [0, 0.0])
     dt_idle: List[float] = field(default_factory=lambda: [0, 0.0])
     warnings: List[str] = field(default_factory=list)
-    ended: Optional[dict] = None          # how its latest supervisor ended (attempt.phase_end)
+    ended: Optional[dict] = None          # how its latest supervisor ended (contracts/attempts.py: phase_end)
     losses: Optional[Dict[int, float]] = None  # {step: loss} of the steps it kept (losses=True)
     _kill_index: Optional[tuple] = field(default=None, repr=False)
 
@@ -238,37 +239,28 @@ def _read_record(a: AttemptData, att: layout.Attempt, warnings) -> None:
     """Launch/end time, exit code and completion from the attempt's record; without one (cut short
     with its job), its launch, job and job run from its launch record."""
     try:
-        with open(att.record) as f:
-            info = json.load(f)
-    except (OSError, ValueError):
+        rec = AttemptRecord.read(att)
+    except NotARecord as e:
+        warnings.append(Malformed(f"{att.record}: malformed ({e})"))
+        return
+    if rec is None:
         warnings.append(f"{att.path}: no readable attempt record")
-        info = _json_mapping(att.launched)
-        if info is None:
+        launch = LaunchRecord.read(att)
+        if launch is None:
             return
-        a.launch_ts = _num(info.get("launch_ts"))
-        a.job = info["job"] if isinstance(info.get("job"), str) else None
-        a.job_start = _num(info.get("job_start"))
+        a.launch_ts, a.job, a.job_start = launch.launch_ts, launch.job, launch.job_start
         if os.path.exists(att.hosts):
             with open(att.hosts) as f:
                 a.hosts = [h.strip() for h in f if h.strip()]
         return
-    if not isinstance(info, dict):
-        warnings.append(Malformed(f"{att.record}: malformed (a {type(info).__name__}, not a mapping)"))
-        return
-    a.record = info
+    a.record = rec
     a.recorded = True
-    a.launch_ts, a.end_ts = _num(info.get("launch_ts")), _num(info.get("end_ts"))
-    a.exit_code, a.completed = info.get("exit_code"), info.get("completed") is True
-    a.hang, a.preempted = info.get("hang") is True, info.get("preempted") is True
-    a.walltime = info.get("walltime") is True
-    if isinstance(info.get("hosts"), list):
-        a.hosts = [str(h) for h in info["hosts"]]
-    if isinstance(info.get("job"), str):
-        a.job = info["job"]
-    a.job_start = _num(info.get("job_start"))
-    for key in ("ranks", "warm_ranks"):
-        if isinstance(info.get(key), int) and not isinstance(info.get(key), bool):
-            setattr(a, key, info[key])
+    a.launch_ts, a.end_ts = rec.launch_ts, rec.end_ts
+    a.exit_code, a.completed = rec.exit_code, rec.completed
+    a.hang, a.preempted, a.walltime = rec.hang, rec.preempted, rec.walltime
+    a.hosts = rec.hosts if rec.hosts is not None else a.hosts
+    a.job = rec.job if rec.job is not None else a.job
+    a.job_start, a.ranks, a.warm_ranks = rec.job_start, rec.ranks, rec.warm_ranks
 
 
 PG_TIMEOUT = b"Timed out waiting"  # what gloo says when a collective's peer never came

@@ -27,17 +27,15 @@ named in `stopped_when_done`); did a program die of an exception of its own (ft-
 written by restartlab.trainer.ft_hook; a crash of a struck group after the strike is the strike's);
 did a heal fail (a step whose quorum asked the group to heal, not applied, with torchft's error).
 A crash or failed heal that matches a torchft behaviour known here (KNOWN) is named with it."""
-import glob
 import json
-import os
 import re
 import statistics
 from typing import Dict, List, Optional
 
 from ..contracts import layout, live
+from ..contracts.attempts import AttemptRecord, LaunchRecord, NotARecord, PhaseEnd, phase_end
 
 GROUP_ARG = re.compile(r"--replica-group[= ](\d+)")
-CRASH = re.compile(r"ft-rank(\d+)-crash\.json$")
 # torchft 0.2.0 behaviours, each made to happen on purpose by tests/test_ft.py: (a regex over
 # "<error> at <file>:<line> <source line>", what it is)
 KNOWN = [
@@ -53,22 +51,19 @@ KNOWN = [
 
 def _attempt_launch(att: layout.Attempt) -> Optional[float]:
     """When the group's loop launched the attempt (its launch record)."""
-    for path in (att.launched, att.record):
-        try:
-            with open(path) as f:
-                return float(json.load(f)["launch_ts"])
-        except (OSError, ValueError, TypeError, KeyError):
-            continue
-    return None
+    launch = LaunchRecord.read(att)
+    if launch is not None and launch.launch_ts is not None:
+        return launch.launch_ts
+    try:
+        rec = AttemptRecord.read(att)
+    except NotARecord:
+        return None
+    return rec.launch_ts if rec is not None else None
 
 
 def _steps(att: layout.Attempt) -> Dict[int, List[dict]]:
     """{rank: its step records} of one attempt."""
-    out = {}
-    for f in glob.glob(os.path.join(att.path, "ft-rank*.jsonl")):
-        r = int(re.search(r"ft-rank(\d+)\.jsonl$", f).group(1))
-        out[r] = live.read_records(f)
-    return out
+    return {r: live.read_records(f) for r, f in att.ft_records().items()}
 
 
 def _crashes(att: layout.Attempt) -> Dict[int, dict]:
@@ -77,15 +72,15 @@ def _crashes(att: layout.Attempt) -> Dict[int, dict]:
     then finished is no death)."""
     out = {}
     try:
-        with open(att.record) as f:
-            if json.load(f).get("exit_code") == 0:
-                return out
-    except (OSError, ValueError, AttributeError):
-        pass
-    for f in glob.glob(os.path.join(att.path, "ft-rank*-crash.json")):
+        rec = AttemptRecord.read(att)
+    except NotARecord:
+        rec = None
+    if rec is not None and rec.exit_code == 0:
+        return out
+    for r, f in att.ft_crashes().items():
         try:
             with open(f) as fh:
-                out[int(CRASH.search(f).group(1))] = json.load(fh)
+                out[r] = json.load(fh)
         except (OSError, ValueError):
             continue
     return out
@@ -124,7 +119,7 @@ def summarize(phase_dir: str, train_iters: int) -> dict:
             atts.append({"attempt": att.index, "launch_ts": _attempt_launch(att), "steps": steps,
                          "attempted": len(r0), "committed": sum(1 for x in r0 if x.get("commit")),
                          "crashes": _crashes(att)})
-        groups[g] = {"attempts": atts, "end": live.read_records(gp.ended)[-1:] or [None]}
+        groups[g] = {"attempts": atts, "end": phase_end(gp)}
     injections = [r for r in live.read_injections(phase.path) if r.get("killed")]
     return _account(groups, injections, train_iters, len(groups))
 
@@ -274,9 +269,9 @@ def _verdict(groups: dict, commits: List[dict], failures: List[dict], train_iter
         best = max(best, x["step"])
     # finished: a group completed the last step (the others complete theirs with it, or are
     # stopped by the phase once the training is done: still relaunching, or behind)
-    ends = {g: (gr["end"][0] or {}).get("how") for g, gr in groups.items()}
-    finished = any(h == "completed" for h in ends.values())
-    stopped = sorted(g for g, h in ends.items() if h == "interrupted")
+    ends = {g: gr["end"]["how"] for g, gr in groups.items()}
+    finished = any(h == PhaseEnd.COMPLETED for h in ends.values())
+    stopped = sorted(g for g, h in ends.items() if h == PhaseEnd.INTERRUPTED)
     return {
         "survivor_restarted": restarted,
         "heals": [{"group": g, "attempt": k, "step": s} for g, k, s in heals],

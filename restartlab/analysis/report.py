@@ -8,10 +8,14 @@ from typing import Dict, List, Optional
 
 from .. import programs
 from ..contracts import layout, options
+from ..contracts.attempts import PhaseEnd
 from ..contracts.live import Malformed
 from ..contracts.registry import RegistryError
-from ..runtime import tool_options
+from ..tools import options as tool_options
 from . import collect, own_metrics, strategies, survival
+
+
+_FINISHED = (PhaseEnd.COMPLETED, PhaseEnd.WALLTIME)  # a phase with its overhead computed
 
 
 def add_args(p):
@@ -232,7 +236,7 @@ def markdown(summaries, missing, src, problems=(), strategy_lines=()):
         L += [f"Recovery from node loss (relaunch.on_node_loss): {', '.join(policies)}.", ""]
     for s in summaries:
         e = s.get("ended")
-        if e and e["how"] not in ("completed", "walltime"):
+        if e and e["how"] not in _FINISHED:
             L.append(f"- **{s['phase']} did not finish**: {e['text']}; no overhead is computed for it.")
         w = s.get("walltime_stop")
         if w:
@@ -246,7 +250,7 @@ def markdown(summaries, missing, src, problems=(), strategy_lines=()):
                      f"{h['attempt']}): {_fmt(h['queue_wait_s'])} s waiting in the queue (not in the wall "
                      f"time above), {h['lost_steps']} step(s) lost at the hand-over.")
     if any(s.get("walltime_stop") or s.get("handovers") or (s.get("ended") or {}).get("how") not in
-           (None, "completed", "walltime") for s in summaries):
+           (None, *_FINISHED) for s in summaries):
         L.append("")
     L += ["## Failures", "", "| phase | attempt | kind | bad nodes | recovery | ranks | step at kill | resumed from | "
           "lost steps | downtime s | restart s (launch->first step) | start | import s | dist init s | build s | "

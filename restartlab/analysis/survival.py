@@ -24,8 +24,7 @@ from typing import List, Optional
 
 from ..contracts import live
 from ..contracts import rank_exit
-from ..contracts.rank_exit import RankExit
-from ..runtime.attempt_record import completed_row
+from ..contracts.attempts import AttemptRecord, completed_row
 from . import collect
 
 CRASH_LOOP = 3
@@ -61,15 +60,13 @@ class Verdict:
                 "restarts": [dict(vars(r), finding=r.finding) for r in self.restarts]}
 
 
-def _how(rec: dict) -> str:
+def _how(rec: Optional[AttemptRecord]) -> str:
     """How a crashed attempt ended: the first rank that ended badly, from the ranks' own records
     (contracts.rank_exit; the launcher's one status names whichever rank it saw end first, or its
     own teardown), else the launcher's status."""
-    said = rank_exit.how(rec.get("signal"), rec.get("exit_code"))
-    try:
-        first = RankExit.from_dict(rec["rank_exit"]) if rec.get("rank_exit") else None
-    except (KeyError, ValueError, TypeError):
-        first = None
+    rec = rec or AttemptRecord()
+    said = rank_exit.how(rec.signal, rec.exit_code)
+    first = rec.rank_exit
     if first is None:
         return said
     mine = f"{first.how()} in rank {first.rank} on {first.node}, the first rank to end"
@@ -91,19 +88,18 @@ def _ended_badly(a: collect.AttemptData, last: Optional[int], resumed: int, afte
     attempt whose nodes the next health check found bad died with its node: a failure to recover
     from, like a kill, not a crash of the program."""
     rec = a.record
-    if struck or lost_nodes or rec.get("completed") is True or not rec \
-            or any(rec.get(k) for k in ("preempted", "walltime")):
+    if struck or lost_nodes or rec is None or rec.completed or rec.preempted or rec.walltime:
         return None
-    if rec.get("hang"):
+    if rec.hang:
         what = "hung (the watchdog stopped it)"
-    elif rec.get("exit_code") not in (0, None):
+    elif rec.exit_code not in (0, None):
         what = f"crashed at step {last}, {_how(rec)}, not killed by restartlab"
     else:
         return None
     saves = _unfinished_saves(resumed, last, after)
     if saves:
         what += f", the save of step {', '.join(map(str, saves))} left unfinished (not complete at the next launch)"
-    err = None if rec.get("hang") else a.error
+    err = None if rec.hang else a.error
     return what + (f": {err}" if err else "")
 
 
@@ -131,15 +127,15 @@ def _resume(k: int, first: dict, snap: dict) -> Restart:
                    f"{expected - r} step(s) lost beyond necessity{how}", r, expected)
 
 
-def _no_step(k: int, rec: dict, snap: dict, struck: bool, err: Optional[str] = None) -> Restart:
+def _no_step(k: int, rec: Optional[AttemptRecord], snap: dict, struck: bool, err: Optional[str] = None) -> Restart:
     """An attempt that died before its first step (`err`: the line of its output naming a crash)."""
     if struck:
         return Restart(k, "startup_kill", "killed in start-up (before its first step): a new kill, no verdict")
     said = f"; its output: {err}" if err else ""
-    if rec.get("hang"):
+    if rec is not None and rec.hang:
         return Restart(k, "hung", "no progress seen before the start-up watchdog stopped it (hung, or for your "
                        f"own program check trainer.program.progress){said}")
-    if rec.get("exit_code") == 0:
+    if rec is not None and rec.exit_code == 0:
         return Restart(k, "startup_crash", "exited 0 without a progress line seen (check trainer.program.progress)")
     pick = snap.get("will_load")
     if pick:
@@ -233,13 +229,13 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
         # a loss is told once: from here on, what is there now is what can be lost next
         best = _max(None if gone else best, snap.get("newest_complete"),
                     *(r.get("newest_complete_seen") for r in ph.kills(None, None, k)))
-        v.finished = v.finished or rec.get("completed") is True
+        v.finished = v.finished or bool(rec and rec.completed)
         first, last = a.first_row, a.last_step
-        struck = bool(ph.kills(rec.get("launch_ts"), rec.get("end_ts"), k))
+        struck = bool(ph.kills(rec and rec.launch_ts, rec and rec.end_ts, k))
         if first is not None:
             r = _resume(k, first, snap)
             dead = 0
-        elif not rec and i + 1 < len(attempts):
+        elif rec is None and i + 1 < len(attempts):
             # no record and another attempt after it: its supervisor died with the job (killed,
             # requeued by the scheduler, its node lost) and a later job carried on
             r = Restart(k, "cut_short", "cut short before its first step with its job (no record of its "
@@ -256,13 +252,13 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
         bad = _ended_badly(a, last, r.resumed_from or 0, after, struck, lost_nodes) \
             if first is not None else None
         if bad:
-            r = Restart(k, "hung" if rec.get("hang") else "crash", f"{r.text}; then {bad}", r.resumed_from,
+            r = Restart(k, "hung" if rec.hang else "crash", f"{r.text}; then {bad}", r.resumed_from,
                         r.expected)
         if k == 1 and r.outcome == "first":
             r.text = "started from step 0"
-        if not rec and first is not None and i + 1 < len(attempts):
+        if rec is None and first is not None and i + 1 < len(attempts):
             r.text += "; then cut short with its job (no record of its end: killed or requeued, or its node lost)"
-        if lost_nodes and first is not None and not struck and rec.get("completed") is not True:
+        if lost_nodes and first is not None and not struck and not (rec and rec.completed):
             r.text += f"; then ended with its node ({', '.join(map(str, lost_nodes))} found bad at the next launch)"
         if gone:
             r = Restart(k, "lost", f"{gone}; then: {r.text}", r.resumed_from, r.expected)

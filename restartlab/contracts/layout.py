@@ -11,7 +11,9 @@ job script's template (through the render context) and the tests ask these class
                    walltime teardown.log ckpts-at-launch.json exits/<rank>.json
                    hang-procs.txt
     a torchft phase: <expt>/<phase>/lighthouse.log ft.json groups/g<k>/ (each a phase directory:
-                   attempts/<n>/ ... ft-rank<R>.jsonl; its strikes are in <phase>/injections.jsonl)
+                   supervise.log attempts/<n>/ ... ft-rank<R>.jsonl ft-rank<R>-crash.json; its strikes are
+                   in <phase>/injections.jsonl)
+    a warm phase: <expt>/<phase>/warm-pool.log warm/<node>.ready warm/<node>.served.jsonl
 Pure paths: nothing here creates or reads a file except the listings."""
 import glob
 import os
@@ -29,6 +31,37 @@ def metrics_name(rank: int) -> str:
 
 
 METRICS_GLOB = "metrics-*.jsonl"
+
+
+def ft_record_name(rank) -> str:
+    """A torchft replica group's rank's step records (trainer/ft.py), in its attempt's directory."""
+    return f"ft-rank{rank}.jsonl"
+
+
+def ft_crash_name(rank) -> str:
+    """The exception that ended a program run through the torchft hook (trainer/ft_hook.py)."""
+    return f"ft-rank{rank}-crash.json"
+
+
+def ready_name(node: str) -> str:
+    """A warm standby pool's marker that it serves, in the phase's warm/ directory."""
+    return f"{node}.ready"
+
+
+def served_name(node: str) -> str:
+    """A warm standby pool's line per rank it forked, in the phase's warm/ directory."""
+    return f"{node}.served.jsonl"
+
+
+def _by_rank(pattern: str, make) -> dict:
+    """{rank: path} of the files `make(rank)` names that match `pattern` (a glob of make("*"))."""
+    head, _, tail = os.path.basename(make("*")).partition("*")
+    out = {}
+    for f in glob.glob(pattern):
+        r = os.path.basename(f)[len(head):len(os.path.basename(f)) - len(tail)]
+        if r.isdigit():
+            out[int(r)] = f
+    return out
 
 
 def rank_exit_name(rank) -> str:
@@ -76,6 +109,14 @@ class Attempt:
 
     def smoke_records(self) -> List[str]:
         return glob.glob(self._f(smoke_record_name("*")))
+
+    def ft_records(self) -> dict:
+        """{rank: path} of a torchft group's attempt's step records."""
+        return _by_rank(self._f(ft_record_name("*")), ft_record_name)
+
+    def ft_crashes(self) -> dict:
+        """{rank: path} of the exceptions that ended the ranks of a program run through the torchft hook."""
+        return _by_rank(self._f(ft_crash_name("*")), ft_crash_name)
 
 
 class Phase:
@@ -125,6 +166,7 @@ class Phase:
     # recovery without a restart (runtime/ft_phase.py): one relaunch loop per replica group
     groups_dir = property(lambda self: self._f("groups"))
     lighthouse_log = property(lambda self: self._f("lighthouse.log"))  # torchft's lighthouse
+    supervise_log = property(lambda self: self._f("supervise.log"))    # a replica group's relaunch loop's output
     ft_summary = property(lambda self: self._f("ft.json"))           # the accounting and the verdict
 
     def group(self, g: int) -> "Phase":

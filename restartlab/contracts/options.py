@@ -1,5 +1,5 @@
 """The one option model: an `Opt` per flag, in one table per tool (restartlab's own tools in
-runtime/tool_options.py, the bundled trainer in trainer_options.py). A table feeds the tool's
+tools/options.py, the bundled trainer in trainer_options.py). A table feeds the tool's
 argparse (`add_to_parser`), the argv a job script passes (`to_argv`), where an option comes from a
 scenario key the value read from the scenario (`from_scenario`) and the schema's field
 (scenario/schema.py), and every side checks a value with the same `problem`. One default per option; round

@@ -9,7 +9,7 @@ import time
 
 from .. import schedulers
 from ..contracts import layout, live, options
-from ..runtime import tool_options
+from ..tools import options as tool_options
 from ..schedulers.base import SchedulerError
 
 

@@ -20,7 +20,7 @@ from ..contracts.exits import EXIT_BUDGET, EXIT_WALLTIME
 from ..contracts import placeholders
 from ..contracts.placeholders import PROGRAM_TOKEN
 from ..contracts.resources import resource_dir
-from ..runtime import tool_options
+from ..tools import options as tool_options
 from ..scenario import ScenarioError, effective_failures, is_torchft, secret_names
 
 

@@ -23,9 +23,11 @@ from typing import Dict, List, Optional
 
 from .. import launchers
 from ..contracts import layout, options, placeholders
+from ..contracts.attempts import PhaseEnd
 from ..contracts.envvars import group_tag
 from ..contracts.exits import EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_WALLTIME
-from . import attempt_record, tool_options
+from . import attempt_record
+from ..tools import options as tool_options
 
 LIGHTHOUSE = "torchft_lighthouse"
 LIGHTHOUSE_READY_S = 30.0   # the lighthouse listens within this long, or the phase ends
@@ -137,7 +139,7 @@ class FtPhase:
                        REPLICA_GROUP_ID=str(g))
             env.pop("MASTER_PORT", None)  # each group's loop picks its own (its ranks' store)
             os.makedirs(self.phase.group(g).path, exist_ok=True)
-            with open(os.path.join(self.phase.group(g).path, "supervise.log"), "ab") as log:
+            with open(self.phase.group(g).supervise_log, "ab") as log:
                 self.groups[g] = subprocess.Popen(group_argv(self.cfg, g), env=env, stdout=log,
                                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
@@ -203,7 +205,7 @@ class FtPhase:
         if why:
             self.stop_lighthouse()
             self.say(f"FAILED: torchft's lighthouse did not start: {why} (see {phase.lighthouse_log})", err=True)
-            attempt_record.write_end(phase, "cannot_run", 0, cfg.job or None, why=f"lighthouse: {why}")
+            attempt_record.write_end(phase, PhaseEnd.CANNOT_RUN, 0, cfg.job or None, why=f"lighthouse: {why}")
             return EXIT_FAILED
         self.say(f"torchft: lighthouse at {self.address} (min_replicas {cfg.ft_min_replicas}, heartbeat timeout "
                  f"{cfg.ft_heartbeat_timeout:g}s); {cfg.ft_groups} replica group(s), each under its own relaunch loop")
@@ -222,15 +224,15 @@ class FtPhase:
             self.stop_lighthouse()
         self.account()
         ran = [rc for rc in rcs.values() if rc is not None]  # a group stopped after the training was done: not counted
-        verdict = "completed" if ran and all(rc == 0 for rc in ran) else (
-            "walltime" if EXIT_WALLTIME in ran else "budget" if EXIT_BUDGET in ran else "failed")
+        verdict = PhaseEnd.COMPLETED if ran and all(rc == 0 for rc in ran) else (
+            PhaseEnd.WALLTIME if EXIT_WALLTIME in ran else PhaseEnd.BUDGET if EXIT_BUDGET in ran else PhaseEnd.FAILED)
         attempt_record.write_end(phase, verdict, sum(len(g.attempts()) for g in phase.groups()), cfg.job or None)
-        if verdict == "completed":
+        if verdict == PhaseEnd.COMPLETED:
             with open(phase.completed, "a"):
                 pass
             return EXIT_OK
         self.say(f"FAILED: replica groups' loops ended {rcs}", err=True)
-        return {"walltime": EXIT_WALLTIME, "budget": EXIT_BUDGET}.get(verdict, EXIT_FAILED)
+        return {PhaseEnd.WALLTIME: EXIT_WALLTIME, PhaseEnd.BUDGET: EXIT_BUDGET}.get(verdict, EXIT_FAILED)
 
     def account(self) -> None:
         """The accounting and verdict (restartlab.analysis.ft_accounting, run as its own process:
@@ -250,5 +252,5 @@ class FtPhase:
             self.procs.injector.terminate()
             self.procs.stop_injector()
         self.stop_lighthouse()
-        attempt_record.write_end(self.phase, "interrupted", 0, self.cfg.job or None)
+        attempt_record.write_end(self.phase, PhaseEnd.INTERRUPTED, 0, self.cfg.job or None)
         return EXIT_INTERRUPTED

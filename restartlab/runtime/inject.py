@@ -14,11 +14,13 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
-from . import attempt_record, killer, tool_options
+from . import attempt_record, killer
+from ..tools import options as tool_options
 from .fanout import describe_receipt, fan_out, job_nodes, killer_argv
 from .. import failures, programs, schedulers
 from ..contracts import layout, live
 from ..contracts.live import newest_step_seen
+from ..contracts.signals import parse_signal
 
 POLL_S = 0.1
 SAVE_POLL_S = 0.005   # --fuzz: how often a save window is looked for (a listing of the checkpoint dir)
@@ -191,7 +193,7 @@ class Injector:
     def strike_here(self, kind, sig) -> dict:
         """`restartlab kill-ranks` on this host, in this process: the same receipt."""
         try:
-            return killer.kill_ranks(self.a.tag, killer.parse_signal(sig), one="--one" in kind.killer_args())
+            return killer.kill_ranks(self.a.tag, parse_signal(sig), one="--one" in kind.killer_args())
         except (OSError, killer.KillerError) as e:
             return {"host": socket.gethostname(), "error": str(e)}
 

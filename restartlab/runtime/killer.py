@@ -35,6 +35,7 @@ import psutil
 from .. import launchers, schedulers
 from ..contracts import private, usage
 from ..contracts.envvars import SERVER_VAR, TAG_VAR, TOOL_VAR, node_name, tag_matches
+from ..contracts.signals import parse_signal
 
 EXIT_KILLED, EXIT_ERROR, EXIT_USAGE, EXIT_NONE = 0, 1, 2, 10
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
@@ -50,17 +51,6 @@ def _check_environ_readable() -> None:
     except (psutil.AccessDenied, NotImplementedError, OSError) as e:
         raise KillerError(f"psutil cannot read process environments on this platform ({e!r}): "
                           f"ranks cannot be found by their {TAG_VAR}") from None
-
-
-def parse_signal(name) -> int:
-    """'KILL', 'SIGTERM', '9' -> the signal's number; ValueError for anything else."""
-    s = str(name).strip().upper()
-    try:
-        return int(_signal.Signals(int(s))) if s.isdigit() else int(_signal.Signals["SIG" + s.removeprefix("SIG")])
-    except (KeyError, ValueError):
-        raise ValueError(f"{name!r} is not a signal name (KILL, TERM, INT, STOP, USR1, ...) or number") from None
-
-
 
 
 def _ours(p: psutil.Process) -> bool:

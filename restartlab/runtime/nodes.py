@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from ..contracts import options, usage
-from . import tool_options
+from ..tools import options as tool_options
 from ..contracts.envvars import node_name
 
 EXIT_OK, EXIT_USAGE, EXIT_TOO_FEW = 0, 2, 3

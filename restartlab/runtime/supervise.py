@@ -30,7 +30,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import attempt_record
 from .. import launchers, programs
 from ..contracts import layout, options, placeholders, rank_exit
-from . import tap, tool_options
+from ..contracts.attempts import PhaseEnd
+from . import tap
+from ..tools import options as tool_options
 from ..contracts.exits import (EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_USAGE,
                                EXIT_WALLTIME)
 from ..contracts.trainer_options import STACKS_SIGNAL
@@ -500,7 +502,7 @@ class Supervisor:
         problem = self.procs.preflight(cfg.argv)
         if problem:  # one line, before an attempt is spent on it
             self.say(f"FAILED: the program cannot run: {problem}", err=True)
-            attempt_record.write_end(phase, "cannot_run", 0, cfg.job or None, why=problem)
+            attempt_record.write_end(phase, PhaseEnd.CANNOT_RUN, 0, cfg.job or None, why=problem)
             return EXIT_FAILED
         if cfg.warm:
             why = self.procs.start_pool(phase)
@@ -517,15 +519,15 @@ class Supervisor:
             self.procs.stop_injector()
             self.procs.stop_pool()
         attempt_record.write_end(phase, verdict, k, cfg.job or None)
-        if verdict == "completed":
+        if verdict == PhaseEnd.COMPLETED:
             _touch(phase.completed)
             self.say(f"finished after {k} attempt(s) {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
             return EXIT_OK
-        if verdict == "walltime":
+        if verdict == PhaseEnd.WALLTIME:
             self.say("stopped by the walltime warning; its newest checkpoint is the emergency one", err=True)
             return EXIT_WALLTIME
         self.say(f"FAILED: {tries} attempt(s) in this job did not reach the last step", err=True)
-        return EXIT_BUDGET if verdict == "budget" else EXIT_FAILED
+        return EXIT_BUDGET if verdict == PhaseEnd.BUDGET else EXIT_FAILED
 
     def _attempts(self):
         """(verdict, last attempt number, attempts made in this job); verdict is completed,
@@ -537,13 +539,13 @@ class Supervisor:
         while tries < cfg.max_attempts:
             if self.past_stop():
                 self.say(f"walltime margin reached: no attempt launched after attempt {k}", err=True)
-                return "walltime", k, tries
+                return PhaseEnd.WALLTIME, k, tries
             k, tries = k + 1, tries + 1
             att = phase.attempt(k)
             os.makedirs(att.path, exist_ok=True)
             argv, env, ranks = self._argv_and_env(k, att, relaunch=tries > 1)
             if argv is None:
-                return "failed", k, tries
+                return PhaseEnd.FAILED, k, tries
             launch_ts = float(env["RESTARTLAB_LAUNCH_TS"])
             attempt_record.launched(att, k, launch_ts, cfg.job or None)
             self.current = self.procs.launch(argv, att, env)
@@ -562,15 +564,15 @@ class Supervisor:
             if warning:
                 self.say(f"attempt {k}: {warning}", err=True)
             if self._record(att, k, launch_ts, rc, ranks, end_ts):
-                return "completed", k, tries
+                return PhaseEnd.COMPLETED, k, tries
             if os.path.exists(att.walltime):
-                return "walltime", k, tries
+                return PhaseEnd.WALLTIME, k, tries
             if rc == EXIT_NO_CHECKPOINT:  # complete checkpoints exist, none loads: relaunching cannot help
                 self.say(f"no complete checkpoint loads (see {att.output}): not relaunching", err=True)
-                return "failed", k, tries
+                return PhaseEnd.FAILED, k, tries
             if tries < cfg.max_attempts:
                 self.clock.sleep(cfg.backoff)
-        return "budget", k, tries
+        return PhaseEnd.BUDGET, k, tries
 
     def _record(self, att, k, launch_ts, rc, ranks, end_ts=None) -> bool:
         return attempt_record.record(att, self.phase, k, launch_ts, end_ts or self.clock.time(), rc,
@@ -661,5 +663,5 @@ def main(a: argparse.Namespace) -> int:
             sup.procs.injector.terminate()
             sup.procs.stop_injector()
         if sup.phase.started():
-            attempt_record.write_end(sup.phase, "interrupted", len(sup.phase.attempts()), cfg.job or None, e.signum)
+            attempt_record.write_end(sup.phase, PhaseEnd.INTERRUPTED, len(sup.phase.attempts()), cfg.job or None, e.signum)
         return EXIT_INTERRUPTED

@@ -5,6 +5,7 @@ import signal
 import sys
 
 from .. import failures
+from ..contracts.signals import parse_signal
 from . import killer
 from .fanout import fan_out, killer_argv, read_nodefile
 
@@ -13,7 +14,7 @@ def teardown(tag: str, sig_name: str = "KILL", fanout: str = "local", nodefile=N
              launcher: str = "hydra", standby: bool = False) -> int:
     """Signal the ranks tagged `tag` on every node of the node file (`standby`: the warm standby
     pool too); prints one line, returns 1 when a node could not be reached (0 otherwise)."""
-    sig = killer.parse_signal(sig_name)
+    sig = parse_signal(sig_name)
     hosts, slots = read_nodefile(nodefile)
     if fanout == "local":  # this node only: no second interpreter
         receipts = [killer.kill_ranks(tag, sig, standby=standby)]

@@ -6,7 +6,7 @@ import re
 
 from .. import launchers, programs, schedulers
 from ..contracts import trainer_options
-from ..runtime import tool_options
+from ..tools import options as tool_options
 
 MAX_INT = 2 ** 62    # every count and step fits torch's int64
 

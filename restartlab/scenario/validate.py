@@ -11,8 +11,8 @@ from typing import Optional
 from .. import failures, programs
 from ..contracts import options
 from ..contracts.units import parse_bytes, parse_duration
-from ..runtime import tool_options
-from ..runtime.killer import parse_signal
+from ..tools import options as tool_options
+from ..contracts.signals import parse_signal
 from .schema import FAILURES, MAX_INT, PROGRAM, SAFE_NAME, TOP_ONLY, ListOf
 from .source import fmt_path
 

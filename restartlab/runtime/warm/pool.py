@@ -10,6 +10,7 @@ import sys
 import time
 
 from ..rankexit import die_with_parent
+from ...contracts import layout
 from ...contracts.envvars import SERVER_VAR, TAG_VAR, WARM_VAR, node_name
 from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_msg, unix_path
 
@@ -296,7 +297,7 @@ class Pool:
         rec = {"attempt": env.get("RESTARTLAB_ATTEMPT"), "phase": env.get("RESTARTLAB_PHASE"), "node": node_name(),
                "rank_pid": pid, "stub_pid": stub_pid, "time": time.time()}
         with contextlib.suppress(OSError):
-            with open(os.path.join(self.state_dir, f"{node_name()}.served.jsonl"), "a") as f:
+            with open(os.path.join(self.state_dir, layout.served_name(node_name())), "a") as f:
                 f.write(json.dumps(rec) + "\n")
 
     def _stub_gone(self, pid: int, sel) -> None:
@@ -356,7 +357,7 @@ def serve_main(a) -> int:
 
     def ready():
         if a.state_dir:
-            with open(os.path.join(a.state_dir, f"{node_name()}.ready"), "w") as f:
+            with open(os.path.join(a.state_dir, layout.ready_name(node_name())), "w") as f:
                 f.write(f"{os.getpid()}\n")
 
     def stop(signum, frame):

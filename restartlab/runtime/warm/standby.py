@@ -2,11 +2,13 @@
 the job's nodes through its fan-out), waited for and stopped; a launch argv turned into one that
 starts each rank through a stub; how many ranks of an attempt the pools forked."""
 import contextlib
+import glob
 import json
 import os
 import sys
 import time
 
+from ...contracts import layout
 from ...contracts.envvars import TAG_VAR
 from ...contracts.placeholders import NODE_TOKEN, PROGRAM_TOKEN
 from ...contracts.trainer_options import WARM_PRELOAD
@@ -58,16 +60,11 @@ def served_in(state_dir: str, attempt: int) -> int:
     """How many ranks of `attempt` the pools forked, from their <node>.served.jsonl in
     `state_dir` (0 when there is none: every rank started cold)."""
     n = 0
-    try:
-        names = os.listdir(state_dir)
-    except OSError:
-        return 0
-    for name in names:
-        if name.endswith(".served.jsonl"):
-            with contextlib.suppress(OSError), open(os.path.join(state_dir, name)) as f:
-                for line in f:
-                    with contextlib.suppress(ValueError, AttributeError):
-                        n += json.loads(line).get("attempt") == str(attempt)
+    for path in glob.glob(os.path.join(state_dir, layout.served_name("*"))):
+        with contextlib.suppress(OSError), open(path) as f:
+            for line in f:
+                with contextlib.suppress(ValueError, AttributeError):
+                    n += json.loads(line).get("attempt") == str(attempt)
     return n
 
 
@@ -128,7 +125,7 @@ class Standby:
         """Every pool serves (a look, no wait); PoolError when one has exited first."""
         if self.ready_after is not None:
             return True
-        if sum(1 for f in os.listdir(self.state_dir) if f.endswith(".ready")) >= self.expect:
+        if len(glob.glob(os.path.join(self.state_dir, layout.ready_name("*")))) >= self.expect:
             self.ready_after = time.time() - self.started
             return True
         dead = next((p for p in self.procs if p.poll() is not None), None)

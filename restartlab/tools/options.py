@@ -1,14 +1,15 @@
 """The option tables of restartlab's own tools: `supervise` (the relaunch loop), `node-check`,
 `teardown` and `inject`. Each table feeds the tool's argparse, the argv the job script passes, and
 (for options that come from a scenario key) the scenario schema's field: one default per option.
-Torch-free and light: the scenario loader and the renderer import it on a login node."""
+Torch-free and light: the scenario loader and the renderer import it on a login node, the runtime's
+tools inside the job."""
 import argparse
 import dataclasses
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import failures, launchers, schedulers
-from .killer import parse_signal
+from ..contracts.signals import parse_signal
 from ..contracts import layout
 from ..contracts.options import Opt, add_to_parser, to_argv
 

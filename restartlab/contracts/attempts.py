@@ -1,0 +1,240 @@
+"""What the relaunch loop and the collector agree on about attempts and phases: the attempt record
+(`AttemptRecord`: layout.Attempt.record, one writer `write`, one reader `read`), how a phase ended (`PhaseEnd`,
+the end record `EndRecord` with its one writer `append` and one reader `phase_end`), and the one
+definition of "completed" (rank 0's final row) and "injected" (an injection record with a kill
+inside an attempt's window). The supervisor writes (runtime/attempt_record.py), the analysis reads;
+neither spells these for itself. The readers take what earlier versions wrote, and take a field of the
+wrong type as missing (a hand-edited or torn record is reported, not a traceback)."""
+import dataclasses
+import enum
+import json
+import os
+import time
+from typing import Iterable, List, Optional
+
+from . import layout, live
+from .rank_exit import RankExit
+
+
+def _num(x) -> Optional[float]:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _int(x) -> Optional[int]:
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
+
+
+def _str(x) -> Optional[str]:
+    return x if isinstance(x, str) else None
+
+
+class NotARecord(ValueError):
+    """The attempt record holds JSON that is not a mapping (the analysis reports it as malformed)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchRecord:
+    """layout.Attempt.launched: what is known of an attempt at its launch, written before the launcher
+    starts: an attempt cut short with its job (killed, requeued, its node lost) leaves no attempt
+    record, and this still tells which run of which job it was in."""
+    attempt: Optional[int] = None
+    launch_ts: Optional[float] = None
+    job: Optional[str] = None
+    job_start: Optional[float] = None
+
+    def write(self, att: layout.Attempt) -> None:
+        """The one writer, atomic (a reader sees the whole record or none)."""
+        tmp = att.launched + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(dataclasses.asdict(self), f)
+        os.replace(tmp, att.launched)
+
+    @classmethod
+    def read(cls, att: layout.Attempt) -> Optional["LaunchRecord"]:
+        """The one reader: None when there is none or it is not JSON; a field of the wrong type as missing."""
+        try:
+            with open(att.launched) as f:
+                d = json.load(f)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(d, dict):
+            return cls()
+        return cls(_int(d.get("attempt")), _num(d.get("launch_ts")), _str(d.get("job")), _num(d.get("job_start")))
+
+
+@dataclasses.dataclass
+class AttemptRecord:
+    """layout.Attempt.record: what the supervisor knows about one launch, written right after the
+    launcher exited."""
+    attempt: Optional[int] = None
+    launch_ts: Optional[float] = None
+    end_ts: Optional[float] = None
+    exit_code: Optional[int] = None      # the launcher's one status for the launch
+    signal: Optional[int] = None         # the signal that status names, by the launcher's rule (0: none)
+    launcher: Optional[str] = None
+    rank_exit: Optional[RankExit] = None  # the first rank that ended badly, by the ranks' own records
+    ranks_recorded: int = 0              # how many ranks recorded their end
+    completed: bool = False              # rank 0 logged the last step's final row
+    hang: bool = False                   # the watchdog stopped it
+    preempted: bool = False              # the trainer's preemption exit (5), by the launcher or a rank
+    walltime: bool = False               # the walltime warning stopped it
+    injected: bool = False               # a strike of the phase's injector landed in it
+    hosts: Optional[List[str]] = None    # the nodes node-check chose for it
+    ranks: Optional[int] = None          # its rank count, when node-check chose it
+    job: Optional[str] = None            # the batch job it ran in
+    warm_ranks: Optional[int] = None     # in a warm phase, how many ranks the pools forked
+    job_start: Optional[float] = None    # when that run of the job began (a requeued job runs again)
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["rank_exit"] = self.rank_exit._asdict() if self.rank_exit else None
+        return d
+
+    @classmethod
+    def from_json(cls, d) -> "AttemptRecord":
+        if not isinstance(d, dict):
+            raise NotARecord(f"a {type(d).__name__}, not a mapping")
+        try:
+            first = RankExit.from_dict(d["rank_exit"]) if d.get("rank_exit") else None
+        except (KeyError, ValueError, TypeError, AttributeError):
+            first = None
+        hosts = d.get("hosts")
+        return cls(attempt=_int(d.get("attempt")), launch_ts=_num(d.get("launch_ts")), end_ts=_num(d.get("end_ts")),
+                   exit_code=_int(d.get("exit_code")), signal=_int(d.get("signal")), launcher=_str(d.get("launcher")),
+                   rank_exit=first, ranks_recorded=_int(d.get("ranks_recorded")) or 0,
+                   **{k: d.get(k) is True for k in ("completed", "hang", "preempted", "walltime", "injected")},
+                   hosts=[str(h) for h in hosts] if isinstance(hosts, list) else None,
+                   ranks=_int(d.get("ranks")), job=_str(d.get("job")), warm_ranks=_int(d.get("warm_ranks")),
+                   job_start=_num(d.get("job_start")))
+
+    def write(self, att: layout.Attempt) -> None:
+        """The one writer (the supervisor, once the launcher exited)."""
+        with open(att.record, "w") as f:
+            json.dump(self.to_json(), f)
+
+    @classmethod
+    def read(cls, att: layout.Attempt) -> Optional["AttemptRecord"]:
+        """The one reader: the record, None when there is none or it is not JSON (the attempt was cut
+        short with its job), NotARecord when it is JSON but no mapping."""
+        try:
+            with open(att.record) as f:
+                d = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return cls.from_json(d)
+
+
+class PhaseEnd(str, enum.Enum):
+    """How a phase's supervisor ended in one job (the `how` of its end record), and the two ends
+    only the reader can tell: DIED (no end record after its last attempt) and NOT_STARTED. A `str`:
+    the JSON and every comparison with the bare word stay what they were."""
+    COMPLETED = "completed"
+    WALLTIME = "walltime"
+    BUDGET = "budget"
+    FAILED = "failed"
+    CANNOT_RUN = "cannot_run"
+    INTERRUPTED = "interrupted"
+    DIED = "died"
+    NOT_STARTED = "not started"
+
+    def __str__(self) -> str:  # f"{end}" is the word, as in the records
+        return self.value
+
+
+# what the report says of each end a supervisor writes
+_TEXT = {PhaseEnd.COMPLETED: "finished in attempt {k}",
+         PhaseEnd.WALLTIME: "stopped by the walltime margin in attempt {k} (its newest checkpoint is the emergency one)",
+         PhaseEnd.BUDGET: "relaunch budget used up after attempt {k}",
+         PhaseEnd.FAILED: "failed in attempt {k} (relaunching could not help)",
+         PhaseEnd.CANNOT_RUN: "not started: {why}",
+         PhaseEnd.INTERRUPTED: "interrupted by {signal} in attempt {k}: the job was stopped (the scheduler's "
+                               "qdel, walltime or preemption, or by hand)"}
+WRITTEN = tuple(_TEXT)  # the ends a supervisor records; DIED and NOT_STARTED are the reader's
+
+
+@dataclasses.dataclass(frozen=True)
+class EndRecord:
+    """One line of <phase>/ended.jsonl: a supervisor's last word on the phase in one job (a chain's
+    jobs each append one)."""
+    how: PhaseEnd
+    attempt: int
+    job: Optional[str] = None
+    signal: Optional[str] = None       # the signal's name (SIGTERM), for INTERRUPTED
+    why: Optional[str] = None          # for CANNOT_RUN
+    time: float = 0.0
+
+    def to_json(self) -> dict:
+        out = {"time": self.time or time.time(), "how": self.how.value, "attempt": self.attempt,
+               "job": self.job, "signal": self.signal}
+        if self.why:
+            out["why"] = self.why
+        return out
+
+    @classmethod
+    def from_json(cls, d) -> Optional["EndRecord"]:
+        """The record, or None for a line this version cannot take as one (not an end a supervisor
+        writes, no attempt number): the reader then goes by the attempts alone."""
+        if not isinstance(d, dict) or d.get("how") not in {e.value for e in WRITTEN}:
+            return None
+        k = d.get("attempt")
+        if not isinstance(k, int) or isinstance(k, bool):
+            return None
+        t = d.get("time")
+        return cls(PhaseEnd(d["how"]), k, d.get("job"), d.get("signal"), d.get("why"),
+                   float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0)
+
+    def append(self, phase: layout.Phase) -> None:
+        """The one writer: a line appended to the phase's end records."""
+        with open(phase.ended, "a") as f:
+            f.write(json.dumps(self.to_json()) + "\n")
+
+    def text(self) -> str:
+        return _TEXT[self.how].format(k=self.attempt, signal=self.signal or "a signal",
+                                      why=self.why or "the program cannot run here")
+
+
+def phase_end(phase: layout.Phase) -> dict:
+    """The one reader: how the phase's latest supervisor ended, as the summary carries it:
+    {how, attempt, job, signal, text}, `how` a PhaseEnd (DIED: it left no end record after its
+    last attempt, SIGKILLed or its node lost)."""
+    atts = phase.attempts()
+    k = int(os.path.basename(atts[-1].path)) if atts else 0
+    recs = live.read_records(phase.ended)
+    last = EndRecord.from_json(recs[-1]) if recs else None
+    if last is not None and last.attempt >= k:
+        return {"how": last.how, "attempt": last.attempt, "job": last.job, "signal": last.signal,
+                "text": last.text()}
+    if not k:
+        return {"how": PhaseEnd.NOT_STARTED, "attempt": 0, "job": None, "signal": None, "text": "not started"}
+    rec = atts[-1].record
+    return {"how": PhaseEnd.DIED, "attempt": k, "job": None, "signal": None,
+            "text": f"its supervisor ended without a word during attempt {k}"
+                    + ("" if os.path.exists(rec) else " (which has no record of its end)")
+                    + ": killed (SIGKILL), or its node was lost"}
+
+
+# an injection record is written just after its strike's signals went out; the launcher may see
+# the deaths first. A strike this long after an attempt's end still belongs to it.
+INJECTION_SLACK_S = 0.5
+
+
+def completed_row(m) -> bool:
+    """Rank 0's final row: the bundled trainer's carries the parameters' checksum at the last step;
+    a tapped program's is train/finished (tap.py: it exited 0 after logging the last step)."""
+    return isinstance(m, dict) and ("train/params_crc" in m or m.get("train/finished") is True)
+
+
+def injected(record: dict, t0, t1, number=None) -> bool:
+    """Whether an injection record struck attempt `number` that ran from t0 to t1: by the attempt
+    the record names (the injector's, when it ran with the phase dir), else by its time."""
+    if not record.get("killed"):
+        return False
+    if number is not None and isinstance(record.get("attempt"), int):
+        return record["attempt"] == number
+    t = record.get("time")
+    return isinstance(t, (int, float)) and not isinstance(t, bool) \
+        and t0 is not None and t1 is not None and t0 <= t <= t1 + INJECTION_SLACK_S
+
+
+def injections_into(records: Iterable[dict], t0, t1, number=None):
+    return [r for r in records if injected(r, t0, t1, number)]

@@ -1,0 +1,12 @@
+"""Signal names as restartlab's tools and scenarios write them ('KILL', 'SIGTERM', '9'): one parser
+for the injector, the killer, the scenario's validation and the tools' option tables."""
+import signal as _signal
+
+
+def parse_signal(name) -> int:
+    """'KILL', 'SIGTERM', '9' -> the signal's number; ValueError for anything else."""
+    s = str(name).strip().upper()
+    try:
+        return int(_signal.Signals(int(s))) if s.isdigit() else int(_signal.Signals["SIG" + s.removeprefix("SIG")])
+    except (KeyError, ValueError):
+        raise ValueError(f"{name!r} is not a signal name (KILL, TERM, INT, STOP, USR1, ...) or number") from None

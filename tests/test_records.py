@@ -1,0 +1,155 @@
+"""The records the processes pass each other, as typed contracts (contracts/attempts.py): the attempt
+record, the launch record and the phase's end record each have one type, one writer and one reader;
+the words on disk are the ones earlier versions wrote (records written by the version before the
+types, 27b9e9f, read the same and are written back the same), and what is not a record is never
+taken for one."""
+import json
+import os
+
+import pytest
+
+from restartlab.contracts import layout
+from restartlab.contracts.attempts import (WRITTEN, AttemptRecord, EndRecord, LaunchRecord, NotARecord, PhaseEnd,
+                                          phase_end)
+from restartlab.contracts.rank_exit import RankExit
+from restartlab.runtime import attempt_record
+
+# the words of the phase's end records and of the summary's ended.how before they had a type (27b9e9f): renaming
+# a member's value would make a new report misread an old experiment and an old report a new one
+WORDS = {"completed", "walltime", "budget", "failed", "cannot_run", "interrupted", "died", "not started"}
+
+
+def _phase(tmp_path, attempts=1):
+    phase = layout.Phase(str(tmp_path / "sync"))
+    os.makedirs(phase.path)
+    for k in range(1, attempts + 1):
+        os.makedirs(phase.attempt(k).path)
+    return phase
+
+
+def test_the_words_on_disk_are_the_ones_before_the_type():
+    assert {e.value for e in PhaseEnd} == WORDS
+    assert set(WRITTEN) == set(PhaseEnd) - {PhaseEnd.DIED, PhaseEnd.NOT_STARTED}
+    assert json.dumps({"how": PhaseEnd.NOT_STARTED}) == '{"how": "not started"}' and f"{PhaseEnd.DIED}" == "died"
+
+
+@pytest.mark.parametrize("how", WRITTEN, ids=lambda e: e.value)
+def test_an_end_record_reads_back_as_written(tmp_path, how):
+    phase = _phase(tmp_path, 2)
+    attempt_record.write_end(phase, how, 2, "123.pbs", 15 if how is PhaseEnd.INTERRUPTED else None,
+                             why="ezpz is not installed" if how is PhaseEnd.CANNOT_RUN else None)
+    with open(phase.ended) as f:
+        raw = json.loads(f.read())
+    rec = EndRecord.from_json(raw)
+    assert rec.how is how and rec.attempt == 2 and rec.job == "123.pbs" and rec.to_json() == raw
+    end = phase_end(phase)
+    assert end["how"] is how and end["attempt"] == 2 and end["text"] == rec.text()
+
+
+# lines as 27b9e9f's attempt_record.write_end appended them, and what its phase_end made of them
+RECORDED = [
+    ({"time": 1764900000.5, "how": "completed", "attempt": 3, "job": None, "signal": None},
+     {"how": "completed", "attempt": 3, "job": None, "signal": None, "text": "finished in attempt 3"}),
+    ({"time": 1764900000.5, "how": "interrupted", "attempt": 3, "job": "7.pbs", "signal": "SIGTERM"},
+     {"how": "interrupted", "attempt": 3, "job": "7.pbs", "signal": "SIGTERM",
+      "text": "interrupted by SIGTERM in attempt 3: the job was stopped (the scheduler's qdel, walltime or "
+              "preemption, or by hand)"}),
+    ({"time": 1764900000.5, "how": "cannot_run", "attempt": 0, "job": None, "signal": None, "why": "no ezpz"},
+     {"how": "cannot_run", "attempt": 0, "job": None, "signal": None, "text": "not started: no ezpz"}),
+]
+
+
+@pytest.mark.parametrize("line,summary", RECORDED, ids=[r[0]["how"] for r in RECORDED])
+def test_an_end_file_of_the_version_before_reads_the_same(tmp_path, line, summary):
+    phase = _phase(tmp_path, line["attempt"])
+    with open(phase.ended, "w") as f:
+        f.write(json.dumps({"time": 1, "how": "budget", "attempt": 1, "job": None, "signal": None}) + "\n")
+        f.write(json.dumps(line) + "\n")  # the latest line is the one that counts
+    assert phase_end(phase) == summary
+
+
+@pytest.mark.parametrize("line", [
+    {"how": "exploded", "attempt": 3},           # not an end a supervisor writes
+    {"how": "completed"},                        # no attempt
+    {"how": "completed", "attempt": "3"},
+    {"how": "completed", "attempt": True},
+    {"how": "completed", "attempt": 1},          # an earlier job's word, attempts since
+    ["completed", 3],
+])
+def test_what_is_not_a_current_end_record_leaves_the_phase_to_its_attempts(tmp_path, line):
+    phase = _phase(tmp_path, 3)
+    with open(phase.ended, "w") as f:
+        f.write(json.dumps(line) + "\n")
+    end = phase_end(phase)
+    assert end["how"] is PhaseEnd.DIED and end["attempt"] == 3 and "ended without a word during attempt 3" in end["text"]
+
+
+def test_no_attempt_and_no_record_is_not_started(tmp_path):
+    assert phase_end(_phase(tmp_path, 0))["how"] is PhaseEnd.NOT_STARTED
+
+
+# the attempt and launch records as 27b9e9f's attempt_record.record and .launched wrote them (before
+# the types): an attempt of 4 ranks whose rank 1 exited 3, struck by the injector, in job 77.pbs
+OLD_RECORD = (
+    '{"attempt": 2, "launch_ts": 1764900000.5, "end_ts": 1764900011.75, "exit_code": 3, "signal": 0, '
+    '"launcher": "hydra", "rank_exit": {"rank": "1", "node": "n2", "pid": 4242, "exit_code": 3, "signal": null, '
+    '"time": 1764900010.25}, "ranks_recorded": 1, "completed": false, "hang": false, "preempted": false, '
+    '"walltime": false, "injected": true, "hosts": ["n1", "n2"], "ranks": 4, "job": "77.pbs", "warm_ranks": null, '
+    '"job_start": 1764899000.0}')
+OLD_LAUNCH = '{"attempt": 2, "launch_ts": 1764900000.5, "job": "77.pbs", "job_start": 1764899000.0}'
+
+
+def test_an_attempt_record_of_the_version_before_reads_whole_and_writes_back_the_same(tmp_path):
+    att = _phase(tmp_path, 2).attempt(2)
+    with open(att.record, "w") as f:
+        f.write(OLD_RECORD)
+    with open(att.launched, "w") as f:
+        f.write(OLD_LAUNCH)
+    rec = AttemptRecord.read(att)
+    assert (rec.attempt, rec.exit_code, rec.signal, rec.injected, rec.hosts, rec.ranks, rec.job) == \
+        (2, 3, 0, True, ["n1", "n2"], 4, "77.pbs")
+    assert rec.rank_exit == RankExit("1", "n2", 4242, 3, None, 1764900010.25) and rec.warm_ranks is None
+    assert rec.to_json() == json.loads(OLD_RECORD)  # every field, each spelled as before
+    assert LaunchRecord.read(att) == LaunchRecord(2, 1764900000.5, "77.pbs", 1764899000.0)
+    os.remove(att.record)
+    rec.write(att)
+    LaunchRecord.read(att).write(att)
+    for path, old in ((att.record, OLD_RECORD), (att.launched, OLD_LAUNCH)):
+        with open(path) as f:
+            assert json.load(f) == json.loads(old)
+
+
+def test_the_supervisor_writes_what_the_collector_reads(tmp_path):
+    """The one writer (runtime/attempt_record.record) and the one reader, end to end on files."""
+    phase = _phase(tmp_path, 1)
+    att = phase.attempt(1)
+    RankExit("0", "n1", 11, None, 9, 5.0).write(att.rank_exit(0))
+    attempt_record.record(att, phase, 1, 1.0, 6.0, 137, 10, "hydra", job="9.slurm", out=open(os.devnull, "w"))
+    rec = AttemptRecord.read(att)
+    assert (rec.attempt, rec.exit_code, rec.signal, rec.completed, rec.job, rec.ranks_recorded) == (1, 137, 9, False, "9.slurm", 1)
+    assert rec.rank_exit.signal == 9 and rec.hosts is None and rec.ranks is None
+
+
+@pytest.mark.parametrize("field,value,read_as", [
+    ("exit_code", "3", None), ("exit_code", True, None), ("launch_ts", "soon", None),
+    ("completed", 1, False), ("hang", "yes", False), ("hosts", "n1", None), ("hosts", [1, "n2"], ["1", "n2"]),
+    ("rank_exit", {"rank": "1"}, None), ("rank_exit", "rank 1", None), ("ranks", 2.5, None), ("job", 77, None),
+])
+def test_a_field_of_the_wrong_type_reads_as_missing(tmp_path, field, value, read_as):
+    att = _phase(tmp_path, 1).attempt(1)
+    with open(att.record, "w") as f:
+        json.dump(dict(json.loads(OLD_RECORD), **{field: value}), f)
+    rec = AttemptRecord.read(att)
+    assert getattr(rec, field) == read_as and rec.attempt == 2  # the rest of the record still reads
+
+
+def test_a_record_that_is_not_a_mapping_is_said_so_and_none_is_no_record(tmp_path):
+    att = _phase(tmp_path, 1).attempt(1)
+    assert AttemptRecord.read(att) is None and LaunchRecord.read(att) is None
+    with open(att.record, "w") as f:
+        f.write("[1, 2]")
+    with pytest.raises(NotARecord, match="a list, not a mapping"):
+        AttemptRecord.read(att)
+    with open(att.record, "w") as f:
+        f.write('{"attempt": 1, "launch')  # torn: not JSON
+    assert AttemptRecord.read(att) is None
