@@ -3,16 +3,19 @@ record, the launch record and the phase's end record each have one type, one wri
 the words on disk are the ones earlier versions wrote (records written by the version before the
 types, 27b9e9f, read the same and are written back the same), and what is not a record is never
 taken for one."""
+import ast
 import json
 import os
 
 import pytest
 
-from restartlab.contracts import layout
+from restartlab.contracts import layout, metric_keys
 from restartlab.contracts.attempts import (WRITTEN, AttemptRecord, EndRecord, LaunchRecord, NotARecord, PhaseEnd,
                                           phase_end)
 from restartlab.contracts.rank_exit import RankExit
 from restartlab.runtime import attempt_record
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # the words of the phase's end records and of the summary's ended.how before they had a type (27b9e9f): renaming
 # a member's value would make a new report misread an old experiment and an old report a new one
@@ -153,3 +156,36 @@ def test_a_record_that_is_not_a_mapping_is_said_so_and_none_is_no_record(tmp_pat
     with open(att.record, "w") as f:
         f.write('{"attempt": 1, "launch')  # torn: not JSON
     assert AttemptRecord.read(att) is None
+
+
+# -- the metrics rows' keys: contracts/metric_keys.py spells them; a program's own keys are its adapter's
+KEYS = {v for k, v in vars(metric_keys).items() if k.isupper() and isinstance(v, str)}
+KEY_OWNERS = {os.path.join("restartlab", "contracts", "metric_keys.py")}
+OTHER_PROGRAMS = os.path.join("restartlab", "programs") + os.sep  # ezpz's own metrics file has keys of its own
+
+
+def _key_spellings(path):
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and n.value in KEYS and id(n) not in docs]
+
+
+def test_no_module_spells_a_metric_key_but_its_owner():
+    found = []
+    for top in ("restartlab", "trainer"):
+        for d, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                rel = os.path.relpath(os.path.join(d, f), ROOT)
+                if f.endswith(".py") and rel not in KEY_OWNERS and not rel.startswith(OTHER_PROGRAMS):
+                    found += [f"{rel}:{line}: {v!r}" for line, v in _key_spellings(os.path.join(ROOT, rel))]
+    assert not found, "metric keys spelled outside contracts/metric_keys.py:\n" + "\n".join(found)
+
+
+def test_the_key_check_can_fail(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text('"""rows carry train/iter"""\nrow = {"train/iter": 1}\n')
+    assert _key_spellings(str(f)) == [(2, "train/iter")]

@@ -1,5 +1,6 @@
 """python -m restartlab.trainer: flags and the training loop, nothing else."""
 import time
+from restartlab.contracts import metric_keys as K
 
 _T_IMPORT0 = time.time()
 
@@ -258,24 +259,24 @@ class Job:
         loss_avg, stop, done = both.tolist()
         self.stop.agreed = stop > 0
         self.save_done = done == 1.0  # n / n: every rank's
-        return {"train/iter": step, "train/loss": loss_avg, "train/dt": time.time() - t0}
+        return {K.ITER: step, K.LOSS: loss_avg, K.DT: time.time() - t0}
 
     def startup_row(self, t_first_step: float) -> dict:
         t = self.times
-        row = {"startup/import_s": t["imported"] - t["launch"], "startup/dist_init_s": t["dist"] - t["imported"],
-               "startup/build_s": t["built"] - t["dist"], "startup/load_s": t["loaded"] - t["built"],
-               "startup/first_step_s": t_first_step - t["loaded"], "startup/launch_ts": t["launch"]}
+        row = {K.STARTUP_IMPORT_S: t["imported"] - t["launch"], K.STARTUP_DIST_INIT_S: t["dist"] - t["imported"],
+               K.STARTUP_BUILD_S: t["built"] - t["dist"], K.STARTUP_LOAD_S: t["loaded"] - t["built"],
+               K.STARTUP_FIRST_STEP_S: t_first_step - t["loaded"], K.STARTUP_LAUNCH_TS: t["launch"]}
         if os.environ.get("RESTARTLAB_WARM") == "1":  # forked from the warm standby pool (restartlab.runtime.warm)
-            row["startup/warm"] = 1
+            row[K.STARTUP_WARM] = 1
         if self.start > 0:
-            row.update({"train/restart_seconds": t_first_step - t["launch"], "train/resumed_from": self.start})
+            row.update({K.RESTART_S: t_first_step - t["launch"], K.RESUMED_FROM: self.start})
         return row
 
 
 def emergency_stop(job: Job, step: int, saved: bool, metrics) -> None:
     """Preempted after `step`: checkpoint it (unless just saved), wait until it is complete, log,
     and leave with EXIT_PREEMPTED. The resume loses no step."""
-    row = {"train/iter": step, "train/preempted": step}
+    row = {K.ITER: step, K.PREEMPTED: step}
     if job.ckpt and job.a.save_interval:
         if not saved:
             row.update(job.ckpt.save(step, job.state))
@@ -300,7 +301,7 @@ def train(job: Job, metrics) -> None:
         busy = bool(job.ckpt and job.ckpt.mode == "async" and job.ckpt.in_flight())
         row = job.step(step)
         if busy:  # this step ran beside a background save (the report's interference figure)
-            row["train/ckpt_inflight"] = 1
+            row[K.CKPT_INFLIGHT] = 1
         if step == job.start + 1:
             row.update(job.startup_row(time.time()))
             # the model, optimizer state and torch's own ~300k objects are here for good: out of
@@ -315,11 +316,11 @@ def train(job: Job, metrics) -> None:
         if saved:
             save_row = job.ckpt.save(step, job.state)
             if metrics:
-                metrics.write(dict(save_row, **{"train/iter": step}), ts=time.time())
+                metrics.write(dict(save_row, **{K.ITER: step}), ts=time.time())
         if job.stop.agreed:
             emergency_stop(job, step, saved, metrics)
         if step % a.log_interval == 0 or step == a.train_iters:
-            job.log(f"step={step} loss={row['train/loss']:.6f} dt={row['train/dt']:.4f}")
+            job.log(f"step={step} loss={row[K.LOSS]:.6f} dt={row[K.DT]:.4f}")
 
 
 def main(argv=None):
@@ -368,10 +369,10 @@ def main(argv=None):
             job.ckpt.close()
         leave(EXIT_PREEMPTED)
     if final and metrics:
-        metrics.write(dict(final, **{"train/iter": a.train_iters}))
+        metrics.write(dict(final, **{K.ITER: a.train_iters}))
     fingerprint = params_fingerprint(job.model, dist, info.world_size)
     if metrics:
-        metrics.write({"train/iter": a.train_iters, "train/params_crc": fingerprint})
+        metrics.write({K.ITER: a.train_iters, K.PARAMS_CRC: fingerprint})
     job.log(f"TRAINING DONE step={a.train_iters} params_crc={fingerprint}")
     leave(0)
 

@@ -37,6 +37,7 @@ from restartlab.contracts.envvars import node_name
 from restartlab.trainer.ckpt_io import (ChecksumError, VerifyingReader, copy_durable, describe_error,
                                         writer)
 from restartlab.trainer.testpoints import delay, fault, trace
+from restartlab.contracts import metric_keys as K
 
 STAGE_MARKER = ".restartlab-stage"  # in a stage dir restartlab created (and so may remove)
 STAGE_PARENT = "/tmp"  # node-local: where the default stage dirs are made
@@ -197,8 +198,8 @@ class Checkpointer:
                     except OSError as e:
                         err = describe_error(e)
             errs = self._agree(err)
-        row = {"train/ckpt_save_seconds": time.time() - t0,
-               "train/ckpt_bytes": sum(f["bytes"] for f in files.values())}
+        row = {K.SAVE_S: time.time() - t0,
+               K.CKPT_BYTES: sum(f["bytes"] for f in files.values())}
         if errs:
             row.update(self._failed(step, path, errs))
         return row
@@ -223,7 +224,7 @@ class Checkpointer:
                          f"never loaded)")
         if self.on_save_error == "abort":
             raise SaveError(f"save at step {step} failed: {errs[0]}")
-        return {"train/ckpt_failed": step, "train/ckpt_error": errs[0][:300]}
+        return {K.CKPT_FAILED: step, K.CKPT_ERROR: errs[0][:300]}
 
     def _finalize(self, path, step, gathered, t0, metadata_path):
         """Rank 0: manifest.json, then .complete (atomic), then prune."""
@@ -331,8 +332,8 @@ class Checkpointer:
         t2 = time.time()
         self._inflight_step = step
         self._future = self._pool.submit(self._background_save, step, staged, t0, self._staged_event)
-        row = {"train/ckpt_stage_seconds": t2 - t1, "train/ckpt_drain_seconds": drain,
-               "train/ckpt_bytes": self.staged_bytes()}
+        row = {K.STAGE_S: t2 - t1, K.DRAIN_S: drain,
+               K.CKPT_BYTES: self.staged_bytes()}
         row.update(self.last_finalized)
         return row
 
@@ -485,8 +486,8 @@ class Checkpointer:
         if errs:
             if self.on_save_error == "abort":
                 raise SaveError(f"save at step {step} failed: {errs[0]}")
-            return {"train/ckpt_failed_step": step, "train/ckpt_error": errs[0][:300]}
-        return {"train/ckpt_finalized_step": step, "train/ckpt_finalize_seconds": latency}
+            return {K.CKPT_FAILED_STEP: step, K.CKPT_ERROR: errs[0][:300]}
+        return {K.CKPT_FINALIZED_STEP: step, K.CKPT_FINALIZE_S: latency}
 
     def wait(self, timeout=None) -> float:
         """Block until the in-flight save (if any) is durable; returns the seconds waited."""

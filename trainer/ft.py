@@ -35,6 +35,7 @@ from typing import Optional
 from restartlab.contracts import layout
 from restartlab.contracts.exits import EXIT_FAILED, EXIT_USAGE
 from restartlab.trainer.metrics import MetricsWriter  # torch-free
+from restartlab.contracts import metric_keys as K
 
 
 GROUPS_VAR = "RESTARTLAB_FT_GROUPS"  # the replica groups on this node (the torchft phase sets it)
@@ -243,13 +244,13 @@ class StepLog:
         if self.rank == 0 and row["commit"] and self.first:
             self.metrics = MetricsWriter(self.outdir, 0)
         if self.metrics and row["commit"]:
-            m = {"train/iter": row["step"], "train/dt": row["t"] - row["t0"]}
+            m = {K.ITER: row["step"], K.DT: row["t"] - row["t0"]}
             if row.get("loss") is not None:
-                m["train/loss"] = row["loss"]
+                m[K.LOSS] = row["loss"]
             if self.first:
-                m.update({"startup/launch_ts": self.t_launch, "ft/first_step": row["step"]})
+                m.update({K.STARTUP_LAUNCH_TS: self.t_launch, K.FT_FIRST_STEP: row["step"]})
                 if row["step"] > 1:
-                    m.update({"train/restart_seconds": row["t"] - self.t_launch, "train/resumed_from": row["step"] - 1})
+                    m.update({K.RESTART_S: row["t"] - self.t_launch, K.RESUMED_FROM: row["step"] - 1})
                 self.first = False
             self.metrics.write(m, ts=row["t"])
         if self.rank == 0 and (row["step"] % self.log_interval == 0 or not row["commit"] or row["healed"]):
@@ -262,11 +263,11 @@ class StepLog:
         """The final row (rank 0): the last step and the state's crc; `finished`: a program of
         yours ended normally (the relaunch loop's "completed" is this row at the last step)."""
         if self.metrics:
-            final = {"train/iter": last_step, "ft/attempted": self.attempted}
+            final = {K.ITER: last_step, K.FT_ATTEMPTED: self.attempted}
             if crc is not None:
-                final["train/params_crc"] = f"{crc:08x}"
+                final[K.PARAMS_CRC] = f"{crc:08x}"
             if finished:
-                final["train/finished"] = True
+                final[K.FINISHED] = True
             self.metrics.write(final)
             self.metrics.close(0)
             self.metrics = None

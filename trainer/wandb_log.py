@@ -11,6 +11,7 @@ import queue
 import threading
 
 from restartlab.contracts.exits import EXIT_PREEMPTED
+from restartlab.contracts import metric_keys as K
 
 STOP = object()
 FINISH_TIMEOUT_S = 30.0    # the run's last rows and its end, at a normal exit
@@ -59,11 +60,11 @@ class WandbSink:
                 row = self._q.get()
                 if row is STOP:
                     break
-                step = row.get("train/iter")
+                step = row.get(K.ITER)
                 run.log(loggable(row), step=int(step) if step is not None else None)
-                if "train/restart_seconds" in row:
-                    run.config.update({"restart_seconds": row["train/restart_seconds"],
-                                       "resumed_from": row.get("train/resumed_from")}, allow_val_change=True)
+                if K.RESTART_S in row:
+                    run.config.update({"restart_seconds": row[K.RESTART_S],
+                                       "resumed_from": row.get(K.RESUMED_FROM)}, allow_val_change=True)
             run.finish(exit_code=self._exit_code)
             wandb.teardown()  # the service process goes with the run (the trainer leaves by os._exit)
         except Exception as e:  # noqa: BLE001  W&B is optional: the training goes on without it

@@ -33,9 +33,10 @@ from ..contracts.attempts import (INJECTION_SLACK_S, AttemptRecord, LaunchRecord
 from ..failures import book as book_kind
 from ..programs.base import clean_line
 from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks
+from ..contracts import metric_keys as K
 
 TRACE_POINTS = 20000  # per phase (split over its attempts, at least 50 each), for the progress plot
-SAVE_KEYS = ("train/ckpt_save_seconds", "train/ckpt_stage_seconds", "train/ckpt_drain_seconds")
+SAVE_KEYS = (K.SAVE_S, K.STAGE_S, K.DRAIN_S)
 
 
 @dataclass
@@ -191,7 +192,7 @@ class _Rows:
     def first(self) -> Optional[dict]:
         for row in self._rows:
             self._seen.append(row)
-            if "train/iter" in row[1] and "train/loss" in row[1]:
+            if K.ITER in row[1] and K.LOSS in row[1]:
                 return row[1]
         return None
 
@@ -306,9 +307,10 @@ def _stream_attempt(a: AttemptData, rows, keep_upto, want, ph: PhaseData) -> Non
     """One pass over an attempt's rank-0 metrics: first/last step, kept step time, save costs (and
     each step's loss, when the phase keeps them)."""
     losses, busy, idle, saves = ph.losses, ph.dt_busy, ph.dt_idle, ph.saves
+    ITER, LOSS, DT, INFLIGHT, PREEMPTED = K.ITER, K.LOSS, K.DT, K.CKPT_INFLIGHT, K.PREEMPTED  # locals: the hot loop
     m = None
     for n, m, ts in rows:
-        it = m.get("train/iter")
+        it = m.get(ITER)
         if it.__class__ is not int:
             if isinstance(it, float) and it.is_integer():
                 it = int(it)
@@ -316,35 +318,35 @@ def _stream_attempt(a: AttemptData, rows, keep_upto, want, ph: PhaseData) -> Non
                 if it is not None:
                     ph.warnings.append(Malformed(f"{a.path}:{n}: malformed train/iter {str(it)[:40]!r}: line skipped"))
                 continue
-        if "train/loss" in m:
+        if LOSS in m:
             if a.first_ts is None:
                 a.first_ts, a.first_iter = ts, it
-                a.restart_seconds = _num(m.get("train/restart_seconds"))
-                a.startup = {k: v for k, v in m.items() if k.startswith("startup/") and _num(v) is not None}
+                a.restart_seconds = _num(m.get(K.RESTART_S))
+                a.startup = {k: v for k, v in m.items() if k.startswith(K.STARTUP) and _num(v) is not None}
                 if a.launch_ts is None:
-                    a.launch_ts = _num(m.get("startup/launch_ts"))
+                    a.launch_ts = _num(m.get(K.STARTUP_LAUNCH_TS))
             a.last_iter, a.last_ts = it, ts
             a.add_trace(ts, it)
-            dt = m.get("train/dt", 0.0)
+            dt = m.get(DT, 0.0)
             if dt.__class__ is not float:
                 dt = _num(dt)
             if dt is None:
-                ph.warnings.append(Malformed(f"{a.path}:{n}: malformed train/dt {str(m.get('train/dt'))[:40]!r}: counted as 0"))
+                ph.warnings.append(Malformed(f"{a.path}:{n}: malformed train/dt {str(m.get(K.DT))[:40]!r}: counted as 0"))
             else:
                 if it <= keep_upto:
                     a.kept_dt += dt
                 if it != a.first_iter:  # an attempt's first step carries its warm-up
-                    acc = busy if m.get("train/ckpt_inflight") else idle
+                    acc = busy if m.get(INFLIGHT) else idle
                     acc[0] += 1
                     acc[1] += dt
             if it in want:
                 a.ts_at[it] = ts
             if losses is not None:
-                loss = m["train/loss"]
+                loss = m[LOSS]
                 if isinstance(loss, (int, float)) and not isinstance(loss, bool):
                     losses[it] = float(loss)
-        if "train/preempted" in m and _num(m["train/preempted"]) is not None:
-            a.emergency_step = int(m["train/preempted"])
+        if PREEMPTED in m and _num(m[PREEMPTED]) is not None:
+            a.emergency_step = int(m[PREEMPTED])
         for key in SAVE_KEYS:
             if key in m and _num(m[key]) is not None:
                 saves[key].append(float(m[key]))
@@ -391,7 +393,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, loss
             rows[k] = _Rows(a.path)
             a.first_row = rows[k].first()
             if a.first_row is not None:
-                a.resumed_from = int(_num(a.first_row.get("train/resumed_from")) or 0)
+                a.resumed_from = int(_num(a.first_row.get(K.RESUMED_FROM)) or 0)
         return rows[k]
 
     # one pass over each attempt, in order; the next one's first row says which steps it recomputes

@@ -2,6 +2,7 @@
 import os
 
 import matplotlib
+from ..contracts import metric_keys as K
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -79,11 +80,11 @@ def stalls_plot(phases, out):
     """Distribution of the seconds each save blocked the training loop."""
     data, labels = [], []
     for ph in phases:
-        sync = ph.saves["train/ckpt_save_seconds"]
+        sync = ph.saves[K.SAVE_S]
         if sync:
             data.append(sync)
             labels.append(f"{ph.name}: sync save")
-        stage, drain = ph.saves["train/ckpt_stage_seconds"], ph.saves["train/ckpt_drain_seconds"]
+        stage, drain = ph.saves[K.STAGE_S], ph.saves[K.DRAIN_S]
         if stage:
             data.append([s + d for s, d in zip(stage, drain)] if len(drain) == len(stage) else stage)
             labels.append(f"{ph.name}: async stage+drain")

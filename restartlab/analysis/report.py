@@ -13,6 +13,7 @@ from ..contracts.live import Malformed
 from ..contracts.registry import RegistryError
 from ..tools import options as tool_options
 from . import collect, own_metrics, strategies, survival
+from ..contracts import metric_keys as K
 
 
 _FINISHED = (PhaseEnd.COMPLETED, PhaseEnd.WALLTIME)  # a phase with its overhead computed
@@ -38,7 +39,7 @@ def _start_kind(event: dict) -> str:
     the pools' own count in the attempt record, else the bundled trainer's startup row) or cold."""
     n = event.get("warm_ranks")
     if n is None:
-        n = (event.get("startup") or {}).get("startup/warm")
+        n = (event.get("startup") or {}).get(K.STARTUP_WARM)
     return "warm" if n else "cold"
 
 
@@ -262,8 +263,8 @@ def markdown(summaries, missing, src, problems=(), strategy_lines=()):
             L.append(f"| {s['phase']} | {e['attempt']} | {e['kind'] or 'not injected'} | "
                      f"{', '.join(e.get('bad_nodes') or []) or '-'} | {e.get('recovery', '-')} | {ranks} | {e['step_at_kill']} | "
                      f"{e['resumed_from']} | {e['lost_steps']} | {_fmt(e['downtime_s'])} | {_fmt(e['restart_s'])} | "
-                     f"{_start_kind(e)} | {_fmt(st.get('startup/import_s'))} | {_fmt(st.get('startup/dist_init_s'))} | "
-                     f"{_fmt(st.get('startup/build_s'))} | {_fmt(st.get('startup/load_s'))} | {_fmt(e['recompute_s'])} |")
+                     f"{_start_kind(e)} | {_fmt(st.get(K.STARTUP_IMPORT_S))} | {_fmt(st.get(K.STARTUP_DIST_INIT_S))} | "
+                     f"{_fmt(st.get(K.STARTUP_BUILD_S))} | {_fmt(st.get(K.STARTUP_LOAD_S))} | {_fmt(e['recompute_s'])} |")
     L += ["", "## By failure kind (medians)", "", "| phase | kind | failures | detection s (fault -> attempt end) | "
           "relaunch gap s | restart s | downtime s | lost steps | recompute s | detected by |", "|" + "---|" * 10]
     for s in summaries:

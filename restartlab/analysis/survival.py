@@ -26,6 +26,7 @@ from ..contracts import live
 from ..contracts import rank_exit
 from ..contracts.attempts import AttemptRecord, completed_row
 from . import collect
+from ..contracts import metric_keys as K
 
 CRASH_LOOP = 3
 FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung", "crash", "crash_loop",
@@ -105,10 +106,10 @@ def _ended_badly(a: collect.AttemptData, last: Optional[int], resumed: int, afte
 
 def _resume(k: int, first: dict, snap: dict) -> Restart:
     """What an attempt that took a step resumed from, against what it should have."""
-    r = int(first.get("train/resumed_from") or 0)
+    r = int(first.get(K.RESUMED_FROM) or 0)
     expected = snap.get("newest_complete")
     states = {int(s): bool(c) for s, c in snap.get("checkpoints") or []}
-    how = " (inferred: the program printed no resume line)" if first.get("program/resume_evidence") == "inferred" else ""
+    how = " (inferred: the program printed no resume line)" if first.get(K.RESUME_EVIDENCE) == "inferred" else ""
     if r and snap and not states:
         return Restart(k, "unjudged", f"resumed from step {r}; no checkpoint was seen at the launch (check "
                        "trainer.program.checkpoints): not judged", r, expected)
@@ -171,14 +172,14 @@ def _first_run(ph: collect.PhaseData) -> set:
     if first is None or last is None:
         return set()
     nxt = atts[1].first_row if len(atts) > 1 else None
-    end = min(last, nxt["train/iter"] - 1) if nxt is not None else last
-    return set(range(first["train/iter"], end + 1))
+    end = min(last, nxt[K.ITER] - 1) if nxt is not None else last
+    return set(range(first[K.ITER], end + 1))
 
 
 def final_crc(ph: collect.PhaseData):
     """The bundled trainer's checksum of the final parameters (its last attempt's final row), or None."""
     m = ph.attempts[-1].last_row if ph.attempts else None
-    return m.get("train/params_crc") if completed_row(m) else None
+    return m.get(K.PARAMS_CRC) if completed_row(m) else None
 
 
 def compare(ph: collect.PhaseData, base: collect.PhaseData, tolerance: float = 0.0) -> tuple:

@@ -14,6 +14,7 @@ from typing import Iterable, List, Optional
 
 from . import layout, live
 from .rank_exit import RankExit
+from .metric_keys import FINISHED, PARAMS_CRC
 
 
 def _num(x) -> Optional[float]:
@@ -221,7 +222,7 @@ INJECTION_SLACK_S = 0.5
 def completed_row(m) -> bool:
     """Rank 0's final row: the bundled trainer's carries the parameters' checksum at the last step;
     a tapped program's is train/finished (tap.py: it exited 0 after logging the last step)."""
-    return isinstance(m, dict) and ("train/params_crc" in m or m.get("train/finished") is True)
+    return isinstance(m, dict) and (PARAMS_CRC in m or m.get(FINISHED) is True)
 
 
 def injected(record: dict, t0, t1, number=None) -> bool:

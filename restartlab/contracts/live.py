@@ -6,6 +6,7 @@ import os
 from typing import List, Optional
 
 from . import layout
+from . import metric_keys as K
 
 TAIL_BYTES = 8192
 
@@ -43,9 +44,9 @@ def newest_step_seen(phase_dir: str) -> int:
     attempts = layout.Phase(phase_dir).attempts()
     if not attempts:
         return 0
-    m = last_row(attempts[-1].metrics(0), key="train/iter")
+    m = last_row(attempts[-1].metrics(0), key=K.ITER)
     try:
-        return int(m["train/iter"]) if m else 0
+        return int(m[K.ITER]) if m else 0
     except (TypeError, ValueError):
         return 0
 

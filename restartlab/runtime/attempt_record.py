@@ -8,12 +8,13 @@ from .. import launchers
 from ..contracts import layout, live, rank_exit
 from ..contracts.attempts import AttemptRecord, EndRecord, LaunchRecord, PhaseEnd, completed_row, injections_into
 from ..contracts.exits import EXIT_PREEMPTED
+from ..contracts import metric_keys as K
 
 
 def reached_last_step(att: layout.Attempt, train_iters: int) -> bool:
     """True iff rank 0 wrote its final row (train/params_crc at train_iters) in this attempt."""
     m = live.last_row(att.metrics(0))
-    return completed_row(m) and m.get("train/iter") == train_iters
+    return completed_row(m) and m.get(K.ITER) == train_iters
 
 
 def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, end_ts: float, rc: int,

@@ -23,6 +23,7 @@ from typing import List, Optional
 
 from ..contracts import layout
 from .. import programs
+from ..contracts import metric_keys as K
 
 TAIL_LINES = 5  # output lines quoted when an attempt showed no progress
 
@@ -60,8 +61,8 @@ class Tap:
                     continue
                 saved = programs.parse_saved(self.spec, line)
                 if saved is not None and self.out is not None:  # a save before the first step: not booked
-                    self._write(ts, {"train/iter": saved.get("step", self.last_step),
-                                     f"train/ckpt_{saved['kind']}_seconds": saved["seconds"]})
+                    self._write(ts, {K.ITER: saved.get("step", self.last_step),
+                                     K.ckpt_seconds(saved['kind']): saved["seconds"]})
 
     def record(self, rec: dict, ts: float) -> None:
         """One record of the program's progress file (Follow)."""
@@ -74,17 +75,17 @@ class Tap:
         step = p["step"]
         if self.last_step is not None and step <= self.last_step:
             return  # another rank's copy of a line already booked, or a repeated line
-        m = {"train/iter": step, "train/loss": p.get("loss")}
+        m = {K.ITER: step, K.LOSS: p.get("loss")}
         if "dt" in p:
-            m["train/dt"] = p["dt"]
+            m[K.DT] = p["dt"]
         elif self.last_ts is not None:
-            m["train/dt"] = ts - self.last_ts
+            m[K.DT] = ts - self.last_ts
         if self.rows == 0:
             evidence = self.resumed is not None
             below = [c.step for c in self.at_launch if c.step < step]
-            m.update({"train/resumed_from": self.resumed if evidence else max(below, default=0),
-                      "program/resume_evidence": "line" if evidence else "inferred",
-                      "train/restart_seconds": ts - self.launch_ts, "startup/launch_ts": self.launch_ts})
+            m.update({K.RESUMED_FROM: self.resumed if evidence else max(below, default=0),
+                      K.RESUME_EVIDENCE: "line" if evidence else "inferred",
+                      K.RESTART_S: ts - self.launch_ts, K.STARTUP_LAUNCH_TS: self.launch_ts})
             self.out = open(self.att.metrics(0), "a")
         self._write(ts, m)
         self.last_step, self.last_ts, self.last_progress = step, ts, ts
@@ -99,7 +100,7 @@ class Tap:
         exited 0; a warning (one sentence) when no progress line was seen at all."""
         with self.lock:
             if rc == 0 and self.last_step is not None and self.last_step >= last_step:
-                self._write(time.time(), {"train/iter": self.last_step, "train/finished": True})
+                self._write(time.time(), {K.ITER: self.last_step, K.FINISHED: True})
             if self.out is not None:
                 self.out.close()
                 self.out = None
