@@ -321,8 +321,9 @@ def _mark_as_tool(argv):
     inherit it. A killer reads /proc/PID/environ, which only shows what a process started with:
     hence a re-exec, once."""
     from .contracts.envvars import TOOL_VAR
+    from .tools import verbs
     if TOOL_VAR not in os.environ:
-        os.execve(sys.executable, [sys.executable, "-m", "restartlab.cli", *argv],
+        os.execve(sys.executable, [sys.executable, "-m", verbs.CLI, *argv],
                   dict(os.environ, **{TOOL_VAR: argv[0]}))
 
 

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from restartlab.runtime import fanout
+from restartlab.runtime.smoke import one_line
 from restartlab import schedulers
 from restartlab.schedulers import pbs as pbs_module
 from restartlab.schedulers.base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, SchedulerError
@@ -117,3 +118,22 @@ def test_status_query_failure_is_an_error_not_unknown():
         pbs.parse_status("", ["1.srv"], 1, "qstat: cannot connect to server srv\n")
     # unknown ids are not a failure of the query
     assert pbs.parse_status("", ["1.srv"], 153, "qstat: Unknown Job Id 1.srv\n")["1.srv"].state == UNKNOWN
+
+
+# srun prints its own status line before or after the task's stderr as the timing falls:
+# test_site_readiness::test_smoke_job_names_the_node_whose_fanout_cannot_run failed under make soak
+# (2026-12-05) with srun's line last, which the smoke report then showed instead of the program's
+# message (smoke.one_line took the last line). Both orders, on purpose:
+@pytest.mark.parametrize("err", ["this node's Python is broken on purpose\nsrun: error: rl3: task 0: Exited with exit code 1",
+                                 "srun: error: rl3: task 0: Exited with exit code 1\nthis node's Python is broken on purpose"])
+def test_a_fanout_error_says_the_programs_words_whichever_line_srun_printed_last(err):
+    assert one_line(f"rc=1: {err}", "srun") == "rc=1: this node's Python is broken on purpose"
+
+
+def test_a_fanout_error_in_one_line():
+    tb = "rc=1: Traceback (most recent call last):\n  File \"x.py\", line 1\nModuleNotFoundError: No module named 'torch'"
+    assert one_line(tb, "pbsdsh") == "rc=1: ModuleNotFoundError: No module named 'torch'"
+    assert one_line("rc=1: srun: error: rl3: task 0: Exited with exit code 1", "srun") == \
+        "rc=1: srun: error: rl3: task 0: Exited with exit code 1"  # only the tool spoke: its words
+    assert one_line("rc=1: srun: error: a\nsrun: error: b", "srun") == "rc=1: srun: error: b"
+    assert one_line("timed out after 60s") == "timed out after 60s" and one_line("") == "no message"

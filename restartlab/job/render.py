@@ -20,7 +20,7 @@ from ..contracts.exits import EXIT_BUDGET, EXIT_WALLTIME
 from ..contracts import placeholders
 from ..contracts.placeholders import PROGRAM_TOKEN
 from ..contracts.resources import resource_dir
-from ..tools import options as tool_options
+from ..tools import options as tool_options, verbs
 from ..scenario import ScenarioError, effective_failures, is_torchft, secret_names
 
 
@@ -105,7 +105,7 @@ def program_argv(sc, ph, phase: layout.Phase) -> List[str]:
     where = {placeholders.CKPT_DIR: phase.ckpts, placeholders.PHASE_DIR: phase.path,
              placeholders.SCENARIO_DIR: _scenario_dir(sc)}
     out = [placeholders.fill(w, where) for w in prog["command"] + ph["args"]]
-    return ["-m", "restartlab.runtime.rankenv", "--"] + out
+    return verbs.module_argv("rankenv") + ["--"] + out
 
 
 def node_check_settings(sc, expt: layout.Expt) -> Dict[str, Any]:
@@ -171,7 +171,7 @@ def torchft_program_argv(sc, ph, phase: layout.Phase) -> List[str]:
     restartlab.trainer.ft_hook, which runs the program ({group}, {attempt_dir}: the supervisor's)."""
     argv = program_argv(sc, ph, phase)
     at = argv.index("--") + 1  # the program's own argv: its Python, then what that Python runs
-    return argv[:at + 1] + ["-m", "restartlab.trainer.ft_hook", "--outdir", placeholders.ATTEMPT_DIR,
+    return argv[:at + 1] + verbs.module_argv("ft-hook") + ["--outdir", placeholders.ATTEMPT_DIR,
                             "--replica-group", placeholders.GROUP, "--train-iters", str(sc["trainer"]["train_iters"]),
                             "--log-interval", str(sc["trainer"]["log_interval"]), "--"] + argv[at + 1:]
 
@@ -217,7 +217,7 @@ def context(sc, scheduler=None, expt_dir=None):
         if is_torchft(ph):  # replica groups, each its own launch under its own relaunch loop
             group_launch, ft_args = torchft_launch(sc, ph, rank_env, secrets)
             group_argv = (torchft_program_argv(sc, ph, phase) if sc["trainer"].get("program") else
-                          ["-m", "restartlab.trainer.ft"] + torchft_trainer_argv(sc, ph))
+                          verbs.module_argv("ft-trainer") + torchft_trainer_argv(sc, ph))
             phases.append({
                 "name": ph["name"], "dir": phase.path, "checkpoint": ph["checkpoint"], "ckpts": phase.ckpts,
                 "argv": group_launch + [python] + group_argv,
@@ -233,7 +233,7 @@ def context(sc, scheduler=None, expt_dir=None):
         if sc["trainer"].get("program"):
             argv = at + [python] + program_argv(sc, ph, phase)
         else:
-            argv = at + [python, "-m", "restartlab.trainer"] + trainer_options.trainer_argv(
+            argv = at + [python, *verbs.module_argv("trainer")] + trainer_options.trainer_argv(
                 sc["trainer"], ph["checkpoint"], phase.ckpts, ph["stage_dir"],
                 dp_global=sc["job"]["nodes"] * ln["ranks_per_node"] // sc["trainer"]["tp"] if policy == "shrink" else 0)
         phases.append({
@@ -279,8 +279,8 @@ def smoke_context(sc, scheduler=None, expt_dir=None):
     sc = dict(sc, job=job, name=f"{sc['name']}-smoke", relaunch=dict(sc["relaunch"], on_node_loss="same", chain=0))
     ctx = context(sc, scheduler, expt_dir)  # on_node_loss same: its launch line has the nodes and no host file
     ln = sc["launch"]
-    ctx["smoke_argv"] = ctx["launch"] + [ctx["python"], "-m", "restartlab.trainer.smoke", "--outdir", placeholders.ATTEMPT_DIR,
-                                  "--device", sc["trainer"]["device"]]
+    ctx["smoke_argv"] = ctx["launch"] + verbs.argv(ctx["python"], "trainer-smoke", "--outdir", placeholders.ATTEMPT_DIR,
+                                                    "--device", sc["trainer"]["device"])
     stage = next((p["stage_dir"] for p in sc["phases"] if p["stage_dir"] and p["stage_dir"] != "none"), None)
     ctx["smoke_args"] = ["--fanout", ctx["scheduler"], "--launcher", ln["launcher"], "--tag", ctx["tag"],
                          "--ranks", str(sc["job"]["nodes"] * ln["ranks_per_node"])] + \

@@ -12,6 +12,7 @@ import time
 from typing import List, Optional, Tuple
 
 from .. import failures, launchers, schedulers
+from ..tools import verbs
 
 FANOUT_TIMEOUT_S = 60
 
@@ -44,8 +45,7 @@ def job_nodes(nodefile: Optional[str], fanout: str) -> Tuple[List[str], Optional
 # ---------------------------------------------------------------- fan-out
 def killer_argv(python, tag, sig, kind: failures.FailureKind):
     """kill-ranks on one node; tag None: every rank of the batch job it runs in."""
-    return [python, "-m", "restartlab.cli", "kill-ranks", *(["--tag", tag] if tag else []),
-            "--signal", sig, *kind.killer_args()]
+    return verbs.argv(python, "kill-ranks", *(["--tag", tag] if tag else []), "--signal", sig, *kind.killer_args())
 
 
 def fanout_cmds(fanout, hosts, indices, argv, slots=None, launcher="pals") -> List[List[str]]:

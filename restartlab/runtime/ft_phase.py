@@ -27,7 +27,7 @@ from ..contracts.attempts import PhaseEnd
 from ..contracts.envvars import group_tag
 from ..contracts.exits import EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_WALLTIME
 from . import attempt_record
-from ..tools import options as tool_options
+from ..tools import options as tool_options, verbs
 
 LIGHTHOUSE = "torchft_lighthouse"
 LIGHTHOUSE_READY_S = 30.0   # the lighthouse listens within this long, or the phase ends
@@ -72,8 +72,7 @@ def group_argv(cfg, g: int) -> List[str]:
                 inject=False, node_check=False, ft_groups=0, ft_group=g)
     # the group's ranks carry its own tag (wherever the launcher line passes the job's)
     argv = [placeholders.fill(w, {placeholders.GROUP: str(g)}).replace(cfg.tag, tag) for w in cfg.argv]
-    return [sys.executable, "-m", "restartlab.cli", "supervise", *options.to_argv(tool_options.SUPERVISE, vals),
-            "--", *argv]
+    return verbs.argv(sys.executable, "supervise", *options.to_argv(tool_options.SUPERVISE, vals), "--", *argv)
 
 
 class FtPhase:
@@ -237,8 +236,8 @@ class FtPhase:
     def account(self) -> None:
         """The accounting and verdict (restartlab.analysis.ft_accounting, run as its own process:
         the job's runtime does not import the analysis) into PHASE/ft.json, its lines into ours."""
-        r = subprocess.run([sys.executable, "-m", "restartlab.analysis.ft_accounting", self.phase.path,
-                            str(self.cfg.train_iters)], capture_output=True, text=True)
+        r = subprocess.run(verbs.argv(sys.executable, "ft-accounting", self.phase.path, str(self.cfg.train_iters)),
+                           capture_output=True, text=True)
         for line in r.stdout.splitlines():
             self.say(line)
         if r.returncode:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from ..contracts import options, usage
-from ..tools import options as tool_options
+from ..tools import options as tool_options, verbs
 from ..contracts.envvars import node_name
 
 EXIT_OK, EXIT_USAGE, EXIT_TOO_FEW = 0, 2, 3
@@ -145,7 +145,7 @@ def check_all(a: Config) -> Optional[int]:
     hosts, slots = fanout.job_nodes(a.nodefile, a.fanout)
     bad = read_bad(a.bad_file)
     todo = [i for i, h in enumerate(hosts) if h not in bad]
-    argv = [sys.executable, "-m", "restartlab.cli", "node-check", *options.to_argv(tool_options.NODE_CHECK, {
+    argv = [*verbs.argv(sys.executable, "node-check"), *options.to_argv(tool_options.NODE_CHECK, {
         "local": True, "timeout": a.timeout, "min_free": a.min_free, "device": a.device, "gpus": a.gpus,
         "stage_dir": a.stage_dir, "site_cmd": a.site_cmd})]
     t0 = time.time()

@@ -32,11 +32,26 @@ from .. import launchers
 from ..contracts import ckptdir, layout, placeholders
 from ..contracts.envvars import node_name
 from . import fanout
+from ..tools import verbs
 
 RANKS_TIMEOUT_S = 300   # a launch's ranks to start, import torch and all-reduce (a cold Lustre import)
 HOLD_S = 600            # the first launch's ranks wait this long to be killed (they are, in seconds)
 TEARDOWN_TIMEOUT_S = 60  # the launcher to end the other ranks after one is killed
 FAILED_GRACE_S = 10      # after one rank failed, the others' records are waited for this long
+
+
+def one_line(error: str, tool: str = "") -> str:
+    """A fan-out receipt's error in one line: its head (rc=1) and the last line that says what
+    happened (a Python's traceback ends with it), the program's own rather than the fan-out tool's
+    status line ("srun: error: rl3: task 0: Exited with exit code 1"): srun prints that line before
+    or after the task's own stderr as the timing falls (make soak, 2026-12-05: after, under load)."""
+    lines = [x.strip() for x in str(error).splitlines() if x.strip()]
+    if len(lines) < 2:
+        return lines[0][-300:] if lines else "no message"
+    head, _, first = lines[0].partition(": ")
+    said = [x for x in [first, *lines[1:]] if x]
+    mine = [x for x in said if not (tool and x.startswith(tool + ": "))]
+    return (head + ": " + (mine or said)[-1])[-300:]
 
 
 @dataclass
@@ -106,19 +121,17 @@ class Smoke:
             by_host[r.get("node") or r.get("host") if not r.get("error") else self.hosts[i]] = r
         for i in indices:
             by_host.setdefault(self.hosts[i], {"error": "no receipt came back"})
-        for r in by_host.values():  # one line: a Python's traceback ends with what happened
+        for r in by_host.values():
             if r.get("error"):
-                lines = [x.strip() for x in str(r["error"]).splitlines() if x.strip()]
-                r["error"] = (lines[0].split(":", 1)[0] + ": " + lines[-1] if len(lines) > 1 else lines[0])[-300:] \
-                    if lines else "no message"
+                r["error"] = one_line(r["error"], os.path.basename(str((r.get("cmd") or [""])[0])))
         return by_host
 
     def nodes(self):
         token = uuid.uuid4().hex
         path = self.expt.smoke_token
         ckptdir.write_atomic(path, token.encode())
-        got = self.fan([self.py, "-m", "restartlab.runtime.smoke", "node", "--token-file", path, "--token", token,
-                        "--stage-root", self.a.stage_root])
+        got = self.fan(verbs.argv(self.py, "smoke", "node", "--token-file", path, "--token", token,
+                                  "--stage-root", self.a.stage_root))
         bad = [h for h in self.hosts if got[h].get("error") or got[h].get("host") != h]  # host: node_name()
         self.add("fanout", not bad, f"{self.a.fanout} reached {len(self.hosts) - len(bad)} of {len(self.hosts)} host(s)"
                  + "".join(f"; {h}: {got[h].get('error', 'answered as ' + str(got[h].get('host')))}" for h in bad), bad)
@@ -225,7 +238,7 @@ class Smoke:
         return ok
 
     def killer(self, extra):
-        return [self.py, "-m", "restartlab.cli", "kill-ranks", "--tag", self.a.tag, *extra]
+        return verbs.argv(self.py, "kill-ranks", "--tag", self.a.tag, *extra)
 
     def kill_and_teardown(self, proc, outdir):
         per_host = self.a.ranks // len(self.hosts)

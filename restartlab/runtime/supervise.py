@@ -32,7 +32,7 @@ from .. import launchers, programs
 from ..contracts import layout, options, placeholders, rank_exit
 from ..contracts.attempts import PhaseEnd
 from . import tap
-from ..tools import options as tool_options
+from ..tools import options as tool_options, verbs
 from ..contracts.exits import (EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_USAGE,
                                EXIT_WALLTIME)
 from ..contracts.trainer_options import STACKS_SIGNAL
@@ -230,7 +230,7 @@ class Procs:
             return nodes.check_all(cfg)
 
     def start_injector(self, phase: layout.Phase) -> None:
-        argv = [sys.executable, "-m", "restartlab.cli", "inject", *inject_argv(self.cfg, phase)]
+        argv = verbs.argv(sys.executable, "inject", *inject_argv(self.cfg, phase))
         with open(phase.injector_log, "ab") as log:
             self.injector = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 

@@ -12,6 +12,7 @@ import time
 from ..rankexit import die_with_parent
 from ...contracts import layout
 from ...contracts.envvars import SERVER_VAR, TAG_VAR, WARM_VAR, node_name
+from ...tools import verbs
 from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_msg, unix_path
 
 
@@ -51,7 +52,7 @@ def unwrap_rankenv(argv, env: dict, python: str):
     """`python -m restartlab.runtime.rankenv -- PROGRAM...`: its variables added to env (as rankenv does
     before its exec), PROGRAM returned; any other argv unchanged."""
     run, target, args, _ = split_python(argv, python)
-    if (run, target) != ("-m", "restartlab.runtime.rankenv"):
+    if [run, target] != verbs.module_argv("rankenv"):
         return argv
     from ..rankenv import torchrun_env
     for k, v in torchrun_env(env).items():
@@ -344,7 +345,7 @@ def serve_main(a) -> int:
         if a.tag:
             env[TAG_VAR] = a.tag
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
-        os.execve(sys.executable, [sys.executable, "-m", "restartlab.runtime.warm"] + sys.argv[1:], env)
+        os.execve(sys.executable, verbs.argv(sys.executable, "warm-pool", *sys.argv[1:]), env)
     d, made = node_dir(a.dir), False
     if a.make_dir:  # one pool per node, started by the fan-out: its directory is its own to make
         from ...contracts import private

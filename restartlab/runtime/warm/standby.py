@@ -12,10 +12,11 @@ from ...contracts import layout
 from ...contracts.envvars import TAG_VAR
 from ...contracts.placeholders import NODE_TOKEN, PROGRAM_TOKEN
 from ...contracts.trainer_options import WARM_PRELOAD
+from ...tools import verbs
 from .wire import PoolError
 
 
-POOL_BIN = ("-m", "restartlab.runtime.warm")
+POOL_BIN = tuple(verbs.module_argv("warm-pool"))
 READY_POLL_S = 0.05
 
 
@@ -28,7 +29,7 @@ def program_at(argv) -> int:
     return next((i for i, w in enumerate(argv) if re.fullmatch(r"python[0-9.]*", os.path.basename(w))), -1)
 
 
-RECORDER = ("-m", "restartlab.runtime.rankexit")
+RECORDER = tuple(verbs.module_argv("rankexit"))
 
 
 def cold_argv(argv, attempt_dir: str = None):
@@ -53,7 +54,7 @@ def stub_argv(argv, pool_dir: str, attempt_dir: str = None):
 
 def default_preload(argv) -> str:
     i = program_at(argv)
-    return WARM_PRELOAD if argv[i + 1:i + 3] == ["-m", "restartlab.trainer"] else "torch"
+    return WARM_PRELOAD if argv[i + 1:i + 3] == verbs.module_argv("trainer") else "torch"
 
 
 def served_in(state_dir: str, attempt: int) -> int:
