@@ -6,6 +6,9 @@ taken for one."""
 import ast
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -189,3 +192,41 @@ def test_the_key_check_can_fail(tmp_path):
     f = tmp_path / "m.py"
     f.write_text('"""rows carry train/iter"""\nrow = {"train/iter": 1}\n')
     assert _key_spellings(str(f)) == [(2, "train/iter")]
+
+
+# -- a whole experiment recorded by the version before the types (27b9e9f: `restartlab run`, a
+# baseline and a sync phase of 20 steps with one kill; its checkpoints' data and its plots left out)
+RECORDED_EXPT = os.path.join(ROOT, "tests", "data", "recorded", "27b9e9f-sync")
+RECORDED_AT = "/tmp/rec/expt"  # where it ran: written into its records, replaced by the copy's path
+
+
+def _copy_recorded(dest):
+    shutil.copytree(RECORDED_EXPT, dest)
+    for d, _, files in os.walk(dest):
+        for f in files:
+            p = os.path.join(d, f)
+            with open(p, "rb") as fh:
+                data = fh.read()
+            if RECORDED_AT.encode() in data:
+                with open(p, "wb") as fh:
+                    fh.write(data.replace(RECORDED_AT.encode(), dest.encode()))
+
+
+def test_an_experiment_recorded_before_the_types_reports_the_same(tmp_path):
+    d = str(tmp_path / "expt")
+    _copy_recorded(d)
+    e = layout.Expt(d)
+    with open(e.summary) as f:
+        before = json.load(f)
+    with open(e.report) as f:
+        report_before = f.read()
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "report", d, "--no-plots"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    with open(e.summary) as f:
+        after = json.load(f)
+    assert after == before
+    with open(e.report) as f:
+        assert f.read() == report_before
+    sync = {p["phase"]: p for p in after["phases"]}["sync"]
+    assert sync["kills"] == 1 and sync["attempts"] == 2 and sync["survival"]["survived"]  # what it recorded

@@ -1,0 +1,76 @@
+#!/bin/bash
+# restartlab job script for a local shell (restartlab run), rendered from /work/main/scenarios/local.yaml
+# Inspect it, do not edit it: change the scenario and re-render.
+set -uo pipefail
+
+RL_PY=/work/main/.venv/bin/python
+RL_EXPT_DIR=/tmp/rec/expt
+# relaunch.walltime_margin before job.walltime (counted from the script's start): the ranks get
+# the trainer's preemption signal and no attempt is launched after it (0: off)
+RL_STOP_AT=$(( $(date +%s) + 1680 ))
+RL_FAILED=0
+RL_WALLTIME_STOP=0
+RL_CHILD=""
+export RL_EXPT_DIR
+
+mkdir -p "$RL_EXPT_DIR" || exit 1
+cd "$RL_EXPT_DIR" || exit 1
+RL_NODEFILE=${RESTARTLAB_LOCAL_NODEFILE:-}
+[ -n "$RL_NODEFILE" ] || RL_NODEFILE=/tmp/rec/expt/nodefile
+[ -s "$RL_NODEFILE" ] || hostname > "$RL_NODEFILE"
+export RL_NODEFILE
+RL_JOBID=${RESTARTLAB_LOCAL_JOBID:-${PBS_JOBID:-${SLURM_JOB_ID:-local}}}
+# every job that works on this experiment (a chain has several): restartlab status EXPT_DIR reads it
+# this run of the job (a requeued job runs again under the same id): its attempts carry it
+RL_JOB_START=$(date +%s.%N)
+export RL_JOB_START
+printf '{"job": "%s", "start": %s}\n' "$RL_JOBID" "$RL_JOB_START" >> /tmp/rec/expt/jobs.jsonl
+# the nodes found bad belong to one run of one job: a continuation or a rerun has its own nodes
+rm -f /tmp/rec/expt/nodes.bad
+echo "restartlab: job $RL_JOBID on $(sort -u "$RL_NODEFILE" | wc -l) node(s), experiment in $RL_EXPT_DIR"
+
+# shellcheck disable=SC2317  # (invoked through the trap)
+rl_on_signal() {
+  # the phase's supervisor stops its attempt (the launcher gets the signal) and its injector
+  echo "restartlab: interrupted: stopping the phase's supervisor" >&2
+  if [ -n "$RL_CHILD" ]; then kill -TERM "$RL_CHILD" 2>/dev/null; wait "$RL_CHILD"; fi
+  exit 130
+}
+trap rl_on_signal INT TERM
+
+# the relaunch loop (restartlab supervise --help): its settings, the same for every phase
+rl_supervise=("$RL_PY" -m restartlab.cli supervise --tag rl-local-4e8da70cd3 --train-iters 20 --max-attempts 8 --hang-timeout 120s --ranks-per-node 2
+  --stop-at "$RL_STOP_AT" --job "$RL_JOBID" --nodefile "$RL_NODEFILE")
+
+rl_phase() {
+  # one phase under the supervisor; its exit status is the phase's verdict:
+  # 0 completed, 5 stopped by the walltime margin, 6 relaunch budget used up, else failed
+  "${rl_supervise[@]}" "$@" &
+  RL_CHILD=$!
+  wait "$RL_CHILD"
+  local rc=$?
+  RL_CHILD=""
+  case $rc in
+    0) ;;
+    5) RL_WALLTIME_STOP=1 ;;
+    6) RL_FAILED=1 ;;
+    *) RL_FAILED=1 ;;
+  esac
+}
+
+# ---- phase 1: baseline (checkpoint: none)
+# injection plan: none
+rl_phase --phase baseline --phase-dir /tmp/rec/expt/baseline --ckpt-dir /tmp/rec/expt/baseline/ckpts \
+  -- mpiexec -n 2 -ppn 2 -genv RESTARTLAB_JOB_TAG rl-local-4e8da70cd3 @RL_PROGRAM@ /work/main/.venv/bin/python -m restartlab.trainer --model tiny --vocab 0 --train-iters 20 --save-interval 0 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /tmp/rec/expt/baseline/ckpts --no-resume --outdir .
+
+# ---- phase 2: sync (checkpoint: sync)
+# injection plan: restartlab inject --at-steps 9 --gate complete --until /tmp/rec/expt/sync/done --ckpt-dir /tmp/rec/expt/sync/ckpts --phase-dir /tmp/rec/expt/sync --train-iters 20 --tag rl-local-4e8da70cd3 --fanout local
+rl_phase --phase sync --phase-dir /tmp/rec/expt/sync --ckpt-dir /tmp/rec/expt/sync/ckpts \
+  --inject --inject-at-steps 9 --inject-gate complete \
+  -- mpiexec -n 2 -ppn 2 -genv RESTARTLAB_JOB_TAG rl-local-4e8da70cd3 @RL_PROGRAM@ /work/main/.venv/bin/python -m restartlab.trainer --model tiny --vocab 0 --train-iters 20 --save-interval 5 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /tmp/rec/expt/sync/ckpts --outdir .
+
+# ---- collector
+"$RL_PY" -m restartlab.cli report "$RL_EXPT_DIR" || RL_FAILED=1
+if (( RL_FAILED )); then exit 1; fi
+if (( RL_WALLTIME_STOP )); then exit 5; fi  # state saved, training not finished
+exit 0
