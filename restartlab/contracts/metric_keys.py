@@ -1,4 +1,4 @@
-"""The keys of a metrics row (<attempt>/metrics-<rank>.jsonl: {"timestamp", "rank", "metrics": {KEY:
+"""The keys of a metrics row (layout.Attempt.metrics(rank): {"timestamp", "rank", "metrics": {KEY:
 value}}), spelled here and nowhere else: the bundled trainer and the torchft trainer write them, the
 tap writes them for a program of yours from its output, and the collector, the verdict, the plots,
 the relaunch loop and the live views read them. A key's meaning is its comment."""
