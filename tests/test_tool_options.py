@@ -45,8 +45,9 @@ def test_scenario_defaults_are_the_tables():
 
 
 def test_the_supervisors_config_is_its_table():
-    """supervise.Config, an explicit dataclass: the launch argv, then one field per option of the
-    table in the table's order, required ones without a default, the others with the table's."""
+    """supervise.Config, made from its table (contracts/options.config_class): the launch argv, then
+    one field per option of the table in the table's order, required ones without a default, the
+    others with the table's."""
     import dataclasses
     from restartlab.runtime.supervise import Config
     fs = dataclasses.fields(Config)
@@ -60,8 +61,8 @@ def test_the_supervisors_config_is_its_table():
 
 @pytest.mark.parametrize("tool", ["node-check", "inject"])
 def test_each_tools_config_is_its_table(tool):
-    """nodes.Config and inject.Config, explicit dataclasses: one field per option of the tool's table
-    in its order (inject's then the Python its killers run with), each default the table's."""
+    """nodes.Config and inject.Config, made from their tables: one field per option of the tool's
+    table in its order (inject's then the Python its killers run with), each default the table's."""
     import dataclasses
     from restartlab.runtime import inject, nodes
     cls, table = {"node-check": (nodes.Config, tool_options.NODE_CHECK), "inject": (inject.Config, tool_options.INJECT)}[tool]
@@ -70,6 +71,22 @@ def test_each_tools_config_is_its_table(tool):
     assert [f.name for f in fs][len(table):] == (["python"] if tool == "inject" else [])
     for f, o in zip(fs, table):
         assert f.default == o.default, o.flag
+
+
+def test_an_option_added_to_a_table_is_a_setting_with_no_other_edit():
+    """The table is the one definition: a new option is a field with its default, a required one
+    a field without; a value that is not the flag's own keeps its type and None."""
+    import dataclasses
+    from restartlab.contracts.options import Opt, config_class
+    table = [Opt("--speed", "duration", 2.0, "how fast"), Opt("--name", "str", None, "who", required=True),
+             Opt("--extra", "flag", False, "an embedded tool's values when on")]
+    cls = config_class("C", table, "settings", __name__, head=[("argv", list)], tail=[("python", str, "py")],
+                       values={"extra": dict})
+    assert [f.name for f in dataclasses.fields(cls)] == ["argv", "name", "speed", "extra", "python"]
+    c = cls(argv=[], name="n")
+    assert (c.speed, c.extra, c.python) == (2.0, None, "py") and cls.__doc__ == "settings"
+    with pytest.raises(TypeError):
+        cls(argv=[])  # the required option
 
 
 def test_report_and_chain_round_trip_through_the_verbs_own_parsers():

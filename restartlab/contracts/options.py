@@ -109,3 +109,30 @@ def scenario_value(sc: dict, dotted: str):
 def from_scenario(table: List[Opt], sc: dict) -> Dict[str, Any]:
     """{key: value} of every option that comes from a scenario key."""
     return {o.key: scenario_value(sc, o.scenario) for o in table if o.scenario}
+
+
+_TYPES = {"int": int, "float": float, "duration": float, "str": str, "flag": bool}
+
+
+def config_class(name: str, table: List[Opt], doc: str, module: str, head=(), tail=(),
+                 values: Optional[Dict[str, Any]] = None, bases=()):
+    """A tool's settings as a dataclass made from its option table, so that the table is the one
+    definition of each setting and its default: `head` fields (name, type), then one field per
+    option (the required ones first, without a default; the others with the table's default),
+    then `tail` fields (name, type, default). `values`: {key: type} of options whose value is not
+    the flag's own (supervise's --inject holds the injector's values, None when off); `bases`
+    carry the class's methods."""
+    values = values or {}
+
+    def field(o: Opt):
+        typ = values.get(o.key) or _TYPES[o.type]
+        typ = Optional[typ] if o.default is None or o.key in values else typ
+        if o.required:
+            return o.key, typ
+        return o.key, typ, dataclasses.field(default=None if o.key in values else o.default)
+
+    fields = [*head, *(field(o) for o in sorted(table, key=lambda o: not o.required)),
+              *((n, t, dataclasses.field(default=d)) for n, t, d in tail)]
+    cls = dataclasses.make_dataclass(name, fields, bases=tuple(bases), namespace={"__doc__": doc})
+    cls.__module__ = module
+    return cls

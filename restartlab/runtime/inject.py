@@ -11,14 +11,13 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
 from . import attempt_record, killer
 from ..tools import options as tool_options
 from .fanout import describe_receipt, fan_out, job_nodes, killer_argv
 from .. import failures, programs, schedulers
-from ..contracts import layout, live
+from ..contracts import layout, live, options
 from ..contracts.live import newest_step_seen
 from ..contracts.signals import parse_signal
 
@@ -49,44 +48,18 @@ def timed_offsets(every=None, mtbf=None, seed=0) -> Iterator[float]:
 
 
 # ---------------------------------------------------------------- the loop
-_DEFAULT = {o.key: o.default for o in tool_options.INJECT}  # one default per option: the table's
-
-
-@dataclass
-class Config:
-    """The injector's settings: one field per option of tool_options.INJECT, in its order, each
-    default the table's (tests/test_tool_options.py keeps them equal); then the Python its killers
-    run with."""
-    kind: str = _DEFAULT["kind"]
-    signal: Optional[str] = _DEFAULT["signal"]
-    grace: float = _DEFAULT["grace"]
-    node: Optional[int] = _DEFAULT["node"]
-    every: Optional[float] = _DEFAULT["every"]
-    at_steps: Optional[List[Tuple[int, Optional[str]]]] = _DEFAULT["at_steps"]  # parsed (tool_options.parse_at_steps)
-    every_steps: Optional[int] = _DEFAULT["every_steps"]
-    mtbf: Optional[float] = _DEFAULT["mtbf"]
-    fuzz: Optional[int] = _DEFAULT["fuzz"]
-    seed: int = _DEFAULT["seed"]
-    gate: Optional[str] = _DEFAULT["gate"]
-    wait_first_complete: bool = _DEFAULT["wait_first_complete"]
-    max_kills: Optional[int] = _DEFAULT["max_kills"]
-    fuzz_window: float = _DEFAULT["fuzz_window"]
-    fuzz_save_share: float = _DEFAULT["fuzz_save_share"]
-    fuzz_after_complete: bool = _DEFAULT["fuzz_after_complete"]
-    until: Optional[str] = _DEFAULT["until"]
-    ckpt_dir: Optional[str] = _DEFAULT["ckpt_dir"]
-    program: Optional[str] = _DEFAULT["program"]
-    phase_dir: Optional[str] = _DEFAULT["phase_dir"]
-    train_iters: Optional[int] = _DEFAULT["train_iters"]
-    tag: Optional[str] = _DEFAULT["tag"]
-    fanout: Optional[str] = _DEFAULT["fanout"]
-    nodefile: Optional[str] = _DEFAULT["nodefile"]
-    launcher: str = _DEFAULT["launcher"]
-    python: Optional[str] = None
-
+class _Settings:
     @classmethod
     def from_args(cls, a: argparse.Namespace) -> "Config":
         return cls(python=a.python, **{o.key: getattr(a, o.key) for o in tool_options.INJECT})
+
+
+# at_steps holds the parsed schedule [(step, kind or None)] (tools/options.parse_at_steps)
+Config = options.config_class(
+    "Config", tool_options.INJECT, module=__name__, values={"at_steps": List[Tuple[int, Optional[str]]]},
+    tail=[("python", Optional[str], None)], bases=[_Settings],
+    doc="""The injector's settings: one field per option of tools/options.INJECT, in its order, each
+    default the table's; then the Python its killers run with.""")
 
 
 class Injector:

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from typing import List, Optional
 
 from ..contracts import options, usage
@@ -108,34 +107,16 @@ def choose(hosts: List[str], bad: List[str], policy: str, need: int, min_nodes: 
     return good[:k], None
 
 
-_DEFAULT = {o.key: o.default for o in tool_options.NODE_CHECK}  # one default per option: the table's
-
-
-@dataclass
-class Config:
-    """node-check's settings: one field per option of tool_options.NODE_CHECK, in its order, each
-    default the table's (tests/test_tool_options.py keeps them equal)."""
-    local: bool = _DEFAULT["local"]
-    stage_dir: Optional[str] = _DEFAULT["stage_dir"]
-    min_free: int = _DEFAULT["min_free"]
-    device: str = _DEFAULT["device"]
-    gpus: int = _DEFAULT["gpus"]
-    site_cmd: Optional[str] = _DEFAULT["site_cmd"]
-    timeout: float = _DEFAULT["timeout"]
-    fanout: str = _DEFAULT["fanout"]
-    launcher: str = _DEFAULT["launcher"]
-    nodefile: Optional[str] = _DEFAULT["nodefile"]
-    bad_file: Optional[str] = _DEFAULT["bad_file"]
-    log: Optional[str] = _DEFAULT["log"]
-    attempt: int = _DEFAULT["attempt"]
-    policy: str = _DEFAULT["policy"]
-    need: int = _DEFAULT["need"]
-    min_nodes: int = _DEFAULT["min_nodes"]
-    hosts_out: Optional[str] = _DEFAULT["hosts_out"]
-
+class _Settings:
     @classmethod
     def from_args(cls, a: argparse.Namespace) -> "Config":
         return cls(**{o.key: getattr(a, o.key) for o in tool_options.NODE_CHECK})
+
+
+Config = options.config_class(
+    "Config", tool_options.NODE_CHECK, module=__name__, bases=[_Settings],
+    doc="""node-check's settings: one field per option of tools/options.NODE_CHECK, in its order, each
+    default the table's.""")
 
 
 def check_all(a: Config) -> Optional[int]:

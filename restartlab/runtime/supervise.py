@@ -24,7 +24,6 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import attempt_record
@@ -315,47 +314,7 @@ class Procs:
 
 
 # ---------------------------------------------------------------- configuration
-_DEFAULT = {o.key: o.default for o in tool_options.SUPERVISE}  # one default per option: the table's
-
-
-@dataclass
-class Config:
-    """The supervisor's settings: the launch argv, then one field per option of
-    tool_options.SUPERVISE (its required ones first), each default taken from the table
-    (tests/test_tool_options.py keeps the fields and the table equal)."""
-    argv: List[str]
-    phase: str
-    phase_dir: str
-    tag: str
-    train_iters: int = _DEFAULT["train_iters"]
-    launcher: str = _DEFAULT["launcher"]
-    max_attempts: int = _DEFAULT["max_attempts"]
-    backoff: float = _DEFAULT["backoff"]
-    hang_timeout: float = _DEFAULT["hang_timeout"]
-    startup_timeout: float = _DEFAULT["startup_timeout"]
-    rank_exit_grace: float = _DEFAULT["rank_exit_grace"]
-    walltime_margin: float = _DEFAULT["walltime_margin"]
-    stop_at: float = _DEFAULT["stop_at"]
-    preempt_signal: str = _DEFAULT["preempt_signal"]
-    fanout: str = _DEFAULT["fanout"]
-    nodefile: Optional[str] = _DEFAULT["nodefile"]
-    job: str = _DEFAULT["job"]
-    node_policy: str = _DEFAULT["node_policy"]
-    ranks_per_node: int = _DEFAULT["ranks_per_node"]
-    node_check: Optional[Dict[str, Any]] = None  # --node-check: node-check's values; None: no check
-    hosts_file: Optional[str] = _DEFAULT["hosts_file"]
-    inject: Optional[Dict[str, Any]] = None      # --inject: the injector's values; None: no injector
-    ckpt_dir: Optional[str] = _DEFAULT["ckpt_dir"]
-    program: Optional[str] = _DEFAULT["program"]
-    warm: bool = _DEFAULT["warm"]
-    warm_preload: Optional[str] = _DEFAULT["warm_preload"]
-    tick: float = _DEFAULT["tick"]
-    ft_groups: int = _DEFAULT["ft_groups"]
-    ft_min_replicas: int = _DEFAULT["ft_min_replicas"]
-    ft_heartbeat_timeout: float = _DEFAULT["ft_heartbeat_timeout"]
-    ft_join_timeout: float = _DEFAULT["ft_join_timeout"]
-    ft_group: int = _DEFAULT["ft_group"]
-
+class _Settings:
     @classmethod
     def from_args(cls, a: argparse.Namespace, argv: List[str]) -> "Config":
         vals = {o.key: getattr(a, o.key) for o in tool_options.SUPERVISE}
@@ -363,6 +322,14 @@ class Config:
         vals["node_check"] = tool_options.SUPERVISE_NODE_CHECK.values(a) if a.node_check else None
         vals["inject"] = tool_options.SUPERVISE_INJECT.values(a) if a.inject else None
         return cls(argv=list(argv), **vals)
+
+
+Config = options.config_class(
+    "Config", tool_options.SUPERVISE, module=__name__, head=[("argv", List[str])],
+    # on: the embedded tool's values (--inject-*, --node-check-*); off: None
+    values={"node_check": Dict[str, Any], "inject": Dict[str, Any]}, bases=[_Settings],
+    doc="""The supervisor's settings: the launch argv, then one field per option of
+    tools/options.SUPERVISE (its required ones first), each default the table's.""")
 
 
 class Interrupted(Exception):
