@@ -11,6 +11,7 @@ import re
 import pytest
 
 from restartlab.contracts import layout
+from tests import source_scan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = re.compile(r"attempt\.json|injections\.jsonl|jobs\.jsonl|summary\.json|report\.md|metrics-[\w<>{}]*\.jsonl"
@@ -93,16 +94,6 @@ def owned():
     return {n for n in fixed if re.search(r"[.-]", n)}, made
 
 
-def _docstrings(tree):
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = getattr(node, "body", [])
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                out.add(id(body[0].value))
-    return out
-
-
 def _distinct(part: str) -> bool:
     """A fixed part of a made name worth looking for alone: more than a bare extension (.jsonl)."""
     return len(part) >= 6 and not re.fullmatch(r"\.\w+", part)
@@ -110,10 +101,7 @@ def _distinct(part: str) -> bool:
 
 def spelled(path: str, fixed, made):
     """[(line, text)] of the string constants in one module that spell a name layout owns."""
-    with open(path) as f:
-        tree = ast.parse(f.read(), path)
-    skip, out = _docstrings(tree), []
-    joined = set()
+    tree, out, joined = source_scan.parse(path), [], set()
     for node in ast.walk(tree):
         if isinstance(node, ast.JoinedStr):
             parts = [v.value if isinstance(v, ast.Constant) else "*" for v in node.values]
@@ -122,21 +110,11 @@ def spelled(path: str, fixed, made):
             if any(text == h + "*" + t or text.endswith("*" + h + "*" + t) or text.endswith("/" + h + "*" + t)
                    for h, t in made if h or t):
                 out.append((node.lineno, text))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip | joined:
-            v = re.sub(r"\{[^{}]*\}", "*", node.value)  # a str.format template: "ft-rank{rank}.jsonl"
-            if v in fixed or any(v == h + "*" + t or (v in (h + t, h, t) and _distinct(v)) for h, t in made):
-                out.append((node.lineno, v))
+    for line, value in source_scan.constants(tree, joined):
+        v = re.sub(r"\{[^{}]*\}", "*", value)  # a str.format template: "ft-rank{rank}.jsonl"
+        if v in fixed or any(v == h + "*" + t or (v in (h + t, h, t) and _distinct(v)) for h, t in made):
+            out.append((line, v))
     return out
-
-
-def modules():
-    for top in ("restartlab", "trainer"):
-        for d, _, files in os.walk(os.path.join(ROOT, top)):
-            for f in files:
-                rel = os.path.relpath(os.path.join(d, f), ROOT)
-                if f.endswith(".py") and rel not in OWNERS:
-                    yield rel
 
 
 def test_layout_owns_names_to_look_for():
@@ -147,7 +125,7 @@ def test_layout_owns_names_to_look_for():
 
 def test_no_module_but_layout_spells_a_name_layout_owns():
     fixed, made = owned()
-    found = {rel: hits for rel in modules() if (hits := spelled(os.path.join(ROOT, rel), fixed, made))}
+    found = {rel: hits for rel in source_scan.modules(OWNERS) if (hits := spelled(os.path.join(ROOT, rel), fixed, made))}
     assert not found, "\n".join(f"{rel}:{line}: {text!r} (ask contracts/layout.py)"
                                 for rel, hits in sorted(found.items()) for line, text in hits)
 

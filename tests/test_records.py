@@ -3,7 +3,6 @@ record, the launch record and the phase's end record each have one type, one wri
 the words on disk are the ones earlier versions wrote (records written by the version before the
 types, 27b9e9f, read the same and are written back the same), and what is not a record is never
 taken for one."""
-import ast
 import json
 import os
 import shutil
@@ -17,6 +16,7 @@ from restartlab.contracts.attempts import (WRITTEN, AttemptRecord, EndRecord, La
                                           phase_end)
 from restartlab.contracts.rank_exit import RankExit
 from restartlab.runtime import attempt_record
+from tests import source_scan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -168,23 +168,12 @@ OTHER_PROGRAMS = os.path.join("restartlab", "programs") + os.sep  # ezpz's own m
 
 
 def _key_spellings(path):
-    with open(path) as f:
-        tree = ast.parse(f.read(), path)
-    docs = {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
-            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    return [(n.lineno, n.value) for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and n.value in KEYS and id(n) not in docs]
+    return [(line, v) for line, v in source_scan.constants(source_scan.parse(path)) if v in KEYS]
 
 
 def test_no_module_spells_a_metric_key_but_its_owner():
-    found = []
-    for top in ("restartlab", "trainer"):
-        for d, _, files in os.walk(os.path.join(ROOT, top)):
-            for f in files:
-                rel = os.path.relpath(os.path.join(d, f), ROOT)
-                if f.endswith(".py") and rel not in KEY_OWNERS and not rel.startswith(OTHER_PROGRAMS):
-                    found += [f"{rel}:{line}: {v!r}" for line, v in _key_spellings(os.path.join(ROOT, rel))]
+    found = [f"{rel}:{line}: {v!r}" for rel in source_scan.modules(KEY_OWNERS) if not rel.startswith(OTHER_PROGRAMS)
+             for line, v in _key_spellings(os.path.join(ROOT, rel))]
     assert not found, "metric keys spelled outside contracts/metric_keys.py:\n" + "\n".join(found)
 
 

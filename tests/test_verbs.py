@@ -3,7 +3,6 @@ each entry is checked against what it names: a CLI verb against the CLI's own pa
 every flag of its option table), a module against the tree (it exists and runs as a program), the job
 script's templates against the table; no other module spells one of those module names. A renamed
 verb or flag then fails here, not in a job on a cluster (#50)."""
-import ast
 import glob
 import importlib.util
 import os
@@ -14,6 +13,7 @@ import pytest
 from restartlab import cli
 from restartlab.programs import base
 from restartlab.tools import verbs
+from tests import source_scan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -82,23 +82,11 @@ OWNERS = {os.path.join("restartlab", "tools", "verbs.py"), os.path.join("restart
 
 
 def spelled(path):
-    with open(path) as f:
-        tree = ast.parse(f.read(), path)
-    docs = {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
-            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    return [(n.lineno, n.value) for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and n.value in MODULES and id(n) not in docs]
+    return [(line, v) for line, v in source_scan.constants(source_scan.parse(path)) if v in MODULES]
 
 
 def test_no_module_spells_a_process_it_starts_but_the_table():
-    found = []
-    for top in ("restartlab", "trainer"):
-        for d, _, files in os.walk(os.path.join(ROOT, top)):
-            for f in files:
-                rel = os.path.relpath(os.path.join(d, f), ROOT)
-                if f.endswith(".py") and rel not in OWNERS:
-                    found += [f"{rel}:{line}: {v!r}" for line, v in spelled(os.path.join(ROOT, rel))]
+    found = [f"{rel}:{line}: {v!r}" for rel in source_scan.modules(OWNERS) for line, v in spelled(os.path.join(ROOT, rel))]
     assert not found, "\n".join(found)
 
 
