@@ -375,3 +375,33 @@ def test_a_recorder_that_ended_since_the_scan_is_not_a_tree(procs, monkeypatch):
         assert set(found) == {prog.pid} and trees == [prog.pid], (found, trees)
     finally:
         prog.kill()
+
+
+@pytest.mark.parametrize("program_ending", [False, True], ids=["program-alive", "program-ending-too"])
+def test_a_recorder_ending_when_walked_is_not_a_tree(procs, monkeypatch, program_ending):
+    """The fresh-clone CI run at 409efc3 (PBS three-host test): a host's receipt held its rank's exit
+    recorder and its program as two roots, both with no command line: Hydra's teardown had reached
+    them while the killer walked. A process that is ending has released its memory (the kernel shows
+    no command line) and handed its children to another parent before it turns zombie, so the walk
+    of the recorder saw no child and the program counted as a second tree. That window is not one a
+    test can hold open on a real process: the walk is shown it as the kernel shows it (no command
+    line, no children), on purpose. The recorder ending is no tree; the program alive is one, ending
+    none."""
+    tag = f"t-{uuid.uuid4().hex[:8]}"
+    rec = spawn([sys.executable, "-c", RANK_WITH_CHILD, *SLEEPER], tag)
+    procs.append(rec)
+    wait_for(lambda: psutil.Process(rec.pid).children(), 20, "the program")
+    [prog] = psutil.Process(rec.pid).children()
+    ending = {rec.pid} | ({prog.pid} if program_ending else set())
+    cmdline, children = psutil.Process.cmdline, psutil.Process.children
+    monkeypatch.setattr(psutil.Process, "cmdline", lambda self: [] if self.pid in ending else cmdline(self))
+    monkeypatch.setattr(psutil.Process, "children",
+                        lambda self, recursive=False: [] if self.pid == rec.pid else children(self, recursive))
+    monkeypatch.setattr(killer, "find_tagged", lambda *a, **k: [rec.pid, prog.pid])
+    trees = []
+    try:
+        found = killer.targets(tag, trees=trees)
+        want = set() if program_ending else {prog.pid}
+        assert set(found) == want and trees == sorted(want), (found, trees)
+    finally:
+        prog.kill()

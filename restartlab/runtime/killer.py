@@ -150,12 +150,25 @@ def ancestors(pid: int) -> set:
         return {pid}
 
 
+def _ending(p: psutil.Process) -> bool:
+    """Its command line is gone: the process is ending (or exec'd nothing readable; another
+    user's that we may not read is not taken for ending)."""
+    try:
+        return not p.cmdline()
+    except psutil.AccessDenied:
+        return False
+
+
 def _tree(pid: int, others: dict = None) -> List[psutil.Process]:
     """The process and its descendants that are this user's (`others` {pid: user}: the rest)."""
     try:
         root = psutil.Process(pid)
-        if root.status() == psutil.STATUS_ZOMBIE:  # ended since the scan: its children are orphans now,
-            return []                              # each found as its own tree (one rank, not two)
+        # ended since the scan (a zombie), or ending: the kernel has released its memory (no
+        # command line left) and already handed its children to another parent, before it turns
+        # zombie. Either way its children are orphans now, each found as its own tree (one rank,
+        # not two: Hydra's teardown racing a strike, fresh-clone CI at 409efc3), and it is no target
+        if root.status() == psutil.STATUS_ZOMBIE or _ending(root):
+            return []
         procs = [root] + root.children(recursive=True)
     except _GONE:
         return []
