@@ -30,6 +30,7 @@ from typing import Dict, List, Optional
 from ..contracts import ckptdir, layout
 from ..contracts.attempts import (INJECTION_SLACK_S, AttemptRecord, LaunchRecord, NotARecord, completed_row, injected,
                                   injections_into, phase_end)
+from ..contracts.attempts import number as _num  # the records' rule for a number, on every row too
 from ..failures import book as book_kind
 from ..programs.base import clean_line
 from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks
@@ -297,10 +298,6 @@ def error_line(text: str, width: int = 300) -> Optional[str]:
         if ERROR_LINE.search(line):
             return line if len(line) <= width else line[:width - 3] + "..."
     return None
-
-
-def _num(x) -> Optional[float]:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
 def _stream_attempt(a: AttemptData, rows, keep_upto, want, ph: PhaseData) -> None:

@@ -17,7 +17,8 @@ from .rank_exit import RankExit
 from .metric_keys import FINISHED, PARAMS_CRC
 
 
-def _num(x) -> Optional[float]:
+def number(x) -> Optional[float]:
+    """A JSON number as a float; None for anything else (a bool is no number)."""
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
@@ -60,7 +61,7 @@ class LaunchRecord:
             return None
         if not isinstance(d, dict):
             return cls()
-        return cls(_int(d.get("attempt")), _num(d.get("launch_ts")), _str(d.get("job")), _num(d.get("job_start")))
+        return cls(_int(d.get("attempt")), number(d.get("launch_ts")), _str(d.get("job")), number(d.get("job_start")))
 
 
 @dataclasses.dataclass
@@ -100,13 +101,13 @@ class AttemptRecord:
         except (KeyError, ValueError, TypeError, AttributeError):
             first = None
         hosts = d.get("hosts")
-        return cls(attempt=_int(d.get("attempt")), launch_ts=_num(d.get("launch_ts")), end_ts=_num(d.get("end_ts")),
+        return cls(attempt=_int(d.get("attempt")), launch_ts=number(d.get("launch_ts")), end_ts=number(d.get("end_ts")),
                    exit_code=_int(d.get("exit_code")), signal=_int(d.get("signal")), launcher=_str(d.get("launcher")),
                    rank_exit=first, ranks_recorded=_int(d.get("ranks_recorded")) or 0,
                    **{k: d.get(k) is True for k in ("completed", "hang", "preempted", "walltime", "injected")},
                    hosts=[str(h) for h in hosts] if isinstance(hosts, list) else None,
                    ranks=_int(d.get("ranks")), job=_str(d.get("job")), warm_ranks=_int(d.get("warm_ranks")),
-                   job_start=_num(d.get("job_start")))
+                   job_start=number(d.get("job_start")))
 
     def write(self, att: layout.Attempt) -> None:
         """The one writer (the supervisor, once the launcher exited)."""
