@@ -23,8 +23,8 @@ import time
 
 from restartlab import launchers
 from restartlab.contracts import layout
-from restartlab.contracts.placeholders import PROGRAM_TOKEN
 from restartlab.runtime.warm import standby
+from restartlab.tools.launch import LaunchSpec
 
 KEYS = ["train/restart_seconds", "startup/import_s", "startup/dist_init_s", "startup/build_s",
         "startup/load_s", "startup/first_step_s"]
@@ -36,9 +36,9 @@ def measure(model: str, ranks: int, repeats: int, d: str) -> dict:
                "--ckpt-dir", ck, "--log-interval", "1000"]
 
     def launch(extra, out, pool=None):  # a fresh rendezvous port per attempt, as the relaunch loop does
-        argv = launchers.build("hydra", nodes=1, ppn=ranks, rank_env=launchers.local_rendezvous_env())
-        argv = argv + [PROGRAM_TOKEN] + trainer + extra + ["--outdir", out]
-        argv = standby.stub_argv(argv, pool.dir) if pool else standby.cold_argv(argv)
+        spec = LaunchSpec(python=sys.executable, program=(*trainer, *extra, "--outdir", out), launcher="hydra",
+                          ranks_per_node=ranks, env=launchers.local_rendezvous_env())
+        argv = spec.stub_argv(pool.dir) if pool else spec.argv()
         env = dict(os.environ, RESTARTLAB_LAUNCH_TS=f"{time.time():.6f}")
         subprocess.run(argv, check=True, capture_output=True, env=env)
         shutil.rmtree(os.path.join(ck, "step-00000006"), ignore_errors=True)  # the next one resumes from 5 again
@@ -49,8 +49,8 @@ def measure(model: str, ranks: int, repeats: int, d: str) -> dict:
     launch(["--train-iters", "5"], os.path.join(d, f"o-{model}-0"))
     ckpt_bytes = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(ck) for f in fs)
     cold, warm_rows = [], []
-    pool = standby.Standby([sys.executable, "-m", "restartlab.trainer"], f"rl-bench-{os.getpid()}",
-                        os.path.join(d, "pool.log"))
+    pool = standby.Standby(sys.executable, f"rl-bench-{os.getpid()}", os.path.join(d, "pool.log"),
+                           standby.default_preload(trainer))
     try:
         t0 = time.time()
         pool.wait_ready(600)

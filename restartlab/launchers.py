@@ -16,14 +16,6 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from .contracts.registry import Registry
 
 FORWARD = ("RESTARTLAB_LAUNCH_TS", "MASTER_ADDR", "MASTER_PORT")
-# a job that recovers from node loss learns its node count only at run time: the job script
-# replaces these tokens in the rendered argv before each attempt
-NODES_TOKEN, RANKS_TOKEN = "@RL_NNODES@", "@RL_NRANKS@"
-
-
-def counts(nodes, ppn: int) -> Tuple[str, str]:
-    """(nodes, ranks) as argv strings; the run-time tokens when `nodes` is NODES_TOKEN."""
-    return (NODES_TOKEN, RANKS_TOKEN) if nodes == NODES_TOKEN else (str(nodes), str(nodes * ppn))
 
 
 class Launcher:
@@ -86,7 +78,7 @@ class Mpiexec(Launcher):
         return [t for k, v in rank_env.items() for t in ("--env", f"{k}={v}")]
 
     def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None, forward=()):
-        argv = ["mpiexec", "-n", counts(nodes, ppn)[1], *self.per_node(ppn)]
+        argv = ["mpiexec", "-n", str(nodes * ppn), *self.per_node(ppn)]
         if hostfile:
             argv += [self.hostfile_flag, hostfile]
         if depth and self.depth_flag:
@@ -167,8 +159,7 @@ class Srun(Launcher):
         for k, v in rank_env.items():
             if "," in v:
                 raise ValueError(f"launch.env.{k}: srun --export cannot carry a comma in a value")
-        n_nodes, n_ranks = counts(nodes, ppn)
-        argv = ["srun", "-N", n_nodes, "-n", n_ranks, f"--ntasks-per-node={ppn}",
+        argv = ["srun", "-N", str(nodes), "-n", str(nodes * ppn), f"--ntasks-per-node={ppn}",
                 "--kill-on-bad-exit=1", "--mpi=pmi2"]
         if hostfile:
             argv += [f"--nodefile={hostfile}"]

@@ -22,7 +22,8 @@ from restartlab import launchers
 from restartlab.contracts import layout
 from restartlab.runtime.supervise import STACKS_WAIT_S
 from restartlab.contracts.signals import parse_signal
-from restartlab.contracts.trainer_options import STACKS_SIGNAL
+from restartlab.contracts.trainer_options import STACKS_SIGNAL, WARM_PRELOAD
+from restartlab.tools.launch import LaunchSpec
 
 MPIEXEC = shutil.which("mpiexec")
 
@@ -53,7 +54,7 @@ def trainer_pool() -> standby.Standby:
     if pool is None:
         tag = f"rl-testpool-{uuid.uuid4().hex[:8]}"
         log = os.path.join(tempfile.mkdtemp(prefix="restartlab-testpool-"), "pool.log")  # 0700
-        pool = standby.Standby([sys.executable, "-m", "restartlab.trainer"], tag, log)
+        pool = standby.Standby(sys.executable, tag, log, WARM_PRELOAD)
         try:
             pool.wait_ready(POOL_READY_S)
         except wire.PoolError:
@@ -78,13 +79,13 @@ def trainer_cmd(n, args, tag=None, env=None, rendezvous=True, warm_ranks=False):
     rank_env.update({k: str(v) for k, v in (env or {}).items()})
     if tag:
         rank_env[killer.TAG_VAR] = tag
-    cmd = launchers.build("hydra", nodes=1, ppn=n, rank_env=rank_env)
-    cmd = [MPIEXEC] + cmd[1:] + [sys.executable, "-m", "restartlab.trainer"] + list(args)
+    spec = LaunchSpec(python=sys.executable, program=(sys.executable, "-m", "restartlab.trainer", *args),
+                      launcher="hydra", ranks_per_node=n, env=rank_env, mpiexec=MPIEXEC)
     if warm_ranks:
         if not rendezvous:
             raise ValueError("warm ranks rendezvous through MASTER_ADDR/PORT (no PMI fd in a fork)")
-        cmd = standby.stub_argv(cmd, trainer_pool().dir)
-    return cmd
+        return spec.stub_argv(trainer_pool().dir)
+    return spec.argv()
 
 
 def check_warm(out, warm_ranks):

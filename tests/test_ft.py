@@ -17,6 +17,7 @@ from restartlab.contracts import layout
 from restartlab.contracts.envvars import group_tag, tag_matches
 from restartlab.contracts.exits import EXIT_FAILED
 from restartlab.runtime import killer
+from restartlab.tools.launch import LaunchSpec
 
 from .helpers import MPIEXEC
 
@@ -143,6 +144,12 @@ def test_the_verdict_names_a_survivor_that_restarted_and_a_silent_start_over(tmp
 
 
 # ---------------------------------------------------------------- the phase, for real
+def _launch(tag, ranks, rankenv=False):
+    """supervise --launch: `ranks` tagged ranks per replica group under Hydra."""
+    return LaunchSpec(python=sys.executable, ranks_per_node=ranks, env={killer.TAG_VAR: tag}, mpiexec=MPIEXEC,
+                      rankenv=rankenv).to_json()
+
+
 def _ft_phase(tmp_path, kind, iters=50, groups=2, min_replicas=1, at_step=10, delay="0.4", env=None, per_group=1):
     tag = f"t-{uuid.uuid4().hex[:8]}"
     phase = str(tmp_path / "ft")
@@ -150,8 +157,7 @@ def _ft_phase(tmp_path, kind, iters=50, groups=2, min_replicas=1, at_step=10, de
             "--train-iters", str(iters), "--max-attempts", "4", "--hang-timeout", "60", "--startup-timeout", "120",
             "--ft-groups", str(groups), "--ft-min-replicas", str(min_replicas), "--ft-heartbeat-timeout", "1s",
             "--ft-join-timeout", "2s", "--inject", "--inject-at-steps", str(at_step), "--inject-gate", "none",
-            "--inject-kind", kind, "--",
-            MPIEXEC, "-n", str(per_group), "-genv", killer.TAG_VAR, tag, sys.executable, "-m", "restartlab.trainer.ft",
+            "--inject-kind", kind, "--launch", _launch(tag, per_group), "--", sys.executable, "-m", "restartlab.trainer.ft",
             "--outdir", "{attempt_dir}", "--replica-group", "{group}", "--train-iters", str(iters),
             "--step-delay", delay, "--timeout", "20"]
     try:
@@ -215,7 +221,7 @@ def test_a_lighthouse_that_cannot_start_ends_the_phase_in_one_line(tmp_path):
     phase = tmp_path / "ft"
     env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "supervise", "--phase", "ft", "--phase-dir", str(phase),
-                        "--tag", "t-x", "--ft-groups", "2", "--", "true"], env=env, capture_output=True, text=True,
+                        "--tag", "t-x", "--ft-groups", "2", "--launch", _launch("t-x", 1), "--", "true"], env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == EXIT_FAILED and "Traceback" not in r.stderr, r.stderr
     line, = [x for x in r.stderr.splitlines() if "FAILED" in x]
@@ -237,9 +243,8 @@ def _program_phase(tmp_path, iters, program_args, supervise=(), env=None):
     argv = [sys.executable, "-m", "restartlab.cli", "supervise", "--phase", "ft", "--phase-dir", phase, "--tag", tag,
             "--train-iters", str(iters), "--max-attempts", "2", "--hang-timeout", "60", "--startup-timeout", "60",
             "--ft-groups", "2", "--ft-min-replicas", "1", "--ft-heartbeat-timeout", "1s", "--ft-join-timeout", "2s",
-            "--program", json.dumps({"adapter": "torchft", "steps": iters}), *supervise, "--",
-            MPIEXEC, "-n", "1", "-genv", killer.TAG_VAR, tag, sys.executable, "-m", "restartlab.runtime.rankenv", "--",
-            sys.executable, "-m", "restartlab.trainer.ft_hook", "--outdir", "{attempt_dir}", "--replica-group", "{group}",
+            "--program", json.dumps({"adapter": "torchft", "steps": iters}), *supervise,
+            "--launch", _launch(tag, 1, rankenv=True), "--", sys.executable, "-m", "restartlab.trainer.ft_hook", "--outdir", "{attempt_dir}", "--replica-group", "{group}",
             "--train-iters", str(iters), "--", USER_PROGRAM, "--steps", str(iters), *program_args]
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=dict(os.environ, **(env or {})))
@@ -421,8 +426,13 @@ def test_the_job_script_runs_each_group_under_its_own_loop():
     ft = next(p for p in ctx["phases"] if p["name"] == "torchft")
     assert ft["ft"] == ["--ft-groups", "2", "--ft-min-replicas", "1", "--ft-heartbeat-timeout", "1s",
                         "--ft-join-timeout", "5s"]
-    argv = ft["argv"]
-    assert argv[:3] == ["mpiexec", "-n", "1"] and "restartlab.trainer.ft" in argv
+    spec = LaunchSpec.from_json(ft["launch"], ft["program"])
+    argv = spec.argv()
+    assert argv[:3] == ["mpiexec", "-n", "1"] and "restartlab.trainer.ft" in argv and not spec.rankenv
+    # a group's launch: its own tag on its ranks and its number in the program, nothing else changed
+    g1 = spec.for_group(1, group_tag(ctx["tag"], 1))
+    assert g1.env[killer.TAG_VAR] == group_tag(ctx["tag"], 1) and spec.env[killer.TAG_VAR] == ctx["tag"]
+    assert g1.program[g1.program.index("--replica-group") + 1] == "1" and g1.launcher_argv()[:3] == argv[:3]
     assert argv[argv.index("--replica-group") + 1] == "{group}" and argv[argv.index("--outdir") + 1] == "{attempt_dir}"
     assert "--inject-at-steps 300,600" in " ".join(ft["inject"]) and next(
         p for p in ctx["phases"] if p["name"] == "torchft-nofail")["inject"] is None
@@ -435,7 +445,9 @@ def test_a_torchft_program_of_yours_is_launched_through_the_hook_in_its_python()
     from restartlab.job import render
     sc = scenario.load(os.path.join(ROOT, "scenarios", "examples", "torchft.yaml"))
     text, ctx = render.render(sc, "pbs", "/expt/x")
-    argv = ctx["phases"][0]["argv"]
+    spec = LaunchSpec.from_json(ctx["phases"][0]["launch"], ctx["phases"][0]["program"])
+    argv = spec.argv()
+    assert spec.rankenv and spec.program[:3] == ("python", "-m", "restartlab.trainer.ft_hook"), spec
     at = argv.index("restartlab.runtime.rankenv")
     assert argv[at + 1:at + 5] == ["--", "python", "-m", "restartlab.trainer.ft_hook"], argv
     assert argv[argv.index("--replica-group") + 1] == "{group}" and argv[argv.index("--outdir") + 1] == "{attempt_dir}"
@@ -497,10 +509,10 @@ s.listen()
 time.sleep(60)
 """)
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    phase = tmp_path / "ft"
+    phase, tag = tmp_path / "ft", f"t-{uuid.uuid4().hex[:8]}"
     env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "supervise", "--phase", "ft", "--phase-dir", str(phase),
-                        "--tag", f"t-{uuid.uuid4().hex[:8]}", "--ft-groups", "1", "--max-attempts", "1", "--",
+                        "--tag", tag, "--ft-groups", "1", "--max-attempts", "1", "--launch", _launch(tag, 1), "--",
                         "false"], env=env, capture_output=True, text=True, timeout=120)
     log = open(layout.Phase(str(phase)).lighthouse_log).read()
     assert log.count("restartlab: ") == 2 and "Address already in use" in log, log

@@ -179,7 +179,7 @@ def test_every_trainer_option_reachable_from_a_scenario_and_back():
     _, ctx = render.render(sc, "local", "/expt/x")
     seen_flags = set()
     for ph in ctx["phases"]:
-        argv = ph["argv"]
+        argv = ph["program"]
         a = parse_args(argv[argv.index("restartlab.trainer") + 1:])
         for o in trainer_options.scenario_options():
             want = trainer_options.scenario_value(sc["trainer"], o)

@@ -15,6 +15,9 @@ from restartlab.runtime import attempt_record as attempt, supervise
 from restartlab.tools import options as tool_options
 from restartlab.contracts import attempts, layout
 from restartlab.runtime.supervise import Config, Supervisor
+from restartlab.tools.launch import LaunchSpec
+
+LAUNCH = '{"python": "python"}'  # --launch: one rank of `python`'s program under Hydra
 from restartlab.contracts.exits import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
 from restartlab.contracts.rank_exit import RankExit
 
@@ -125,9 +128,10 @@ class FakeProcs:
         self.events.append(("start_pool",))
         return self.pool_why
 
-    def launch_argv(self, argv, wait=True, attempt_dir=None):
+    def launch_argv(self, launch, attempt_dir, wait=True):
         k = len(self.launched) + 1
         self.events.append(("launch_argv", k, wait))
+        argv = launch.cold_argv(attempt_dir)
         if self.pool_dies_at is not None and k >= self.pool_dies_at:
             note, self.pool_dies_at = (("the standby pool exited", True) if k == self.pool_dies_at else None), 10**9
             return argv, note
@@ -196,8 +200,10 @@ def make(tmp_path, attempts, **kw):
     phase_dir = str(tmp_path / "expt" / "sync")
     os.makedirs(phase_dir, exist_ok=True)
     on_path, nodes = kw.pop("on_path", True), kw.pop("nodes", None)
-    cfg = Config(phase="sync", phase_dir=phase_dir, tag="T", argv=["mpiexec", "-n", "@RL_NRANKS@", "train"],
-                 train_iters=ITERS, **kw)
+    launch = LaunchSpec(python="python", launcher="hydra", nodes=3, ranks_per_node=kw.pop("ranks_per_node", 1),
+                        env={"RESTARTLAB_JOB_TAG": "T"})
+    cfg = Config(phase="sync", phase_dir=phase_dir, tag="T", argv=["train", "--outdir", "{attempt_dir}"],
+                 launch=launch.to_json(), train_iters=ITERS, **kw)
     procs = FakeProcs(clock, attempts, on_path, nodes)
     procs.phase_dir, procs.hosts_file = phase_dir, kw.get("hosts_file")
     sup = Supervisor(cfg, clock=clock, procs=procs, out=open(os.devnull, "w"))
@@ -419,7 +425,10 @@ def test_node_check_before_each_attempt_shrinks_the_launch(tmp_path):
                                     node_check={}, node_policy="shrink", hosts_file=hosts,
                                     ranks_per_node=4)
     assert sup.run() == supervise.EXIT_OK
-    assert [a[2] for a in procs.argvs] == ["12", "8"]  # @RL_NRANKS@ from the nodes chosen
+    assert [a[:4] for a in procs.argvs] == [["mpiexec", "-n", "12", "-ppn"], ["mpiexec", "-n", "8", "-ppn"]]
+    # the spec's fields changed, nothing else: the program (its attempt's directory filled in) through the recorder
+    for k, argv in enumerate(procs.argvs, 1):
+        assert argv[-6:] == ["--dir", phase.attempt(k).path, "--", "train", "--outdir", phase.attempt(k).path]
     assert [r["ranks"] for r in records(phase)] == [12, 8]
     assert open(phase.attempt(2).hosts).read() == "h0\nh1\n"
 
@@ -435,10 +444,30 @@ def test_too_few_healthy_nodes_fails_the_phase(tmp_path):
 def test_config_comes_from_the_option_table():
     import argparse
     p = supervise.build_parser(argparse.ArgumentParser())
-    a = p.parse_args(["--phase", "p", "--phase-dir", "d", "--tag", "t", "--hang-timeout", "5m", "--", "mpiexec", "x"])
-    cfg = Config.from_args(a, ["mpiexec", "x"])
-    assert cfg.hang_timeout == 300 and cfg.max_attempts == 10 and cfg.argv == ["mpiexec", "x"]
+    a = p.parse_args(["--phase", "p", "--phase-dir", "d", "--tag", "t", "--hang-timeout", "5m", "--launch", LAUNCH,
+                      "--", "x"])
+    cfg = Config.from_args(a, ["x"])
+    assert cfg.hang_timeout == 300 and cfg.max_attempts == 10 and cfg.argv == ["x"]
     assert cfg.inject is None and cfg.node_check is None
+    assert cfg.launch_spec == LaunchSpec(python="python", program=("x",)) and cfg.launcher == "hydra"
+
+
+@pytest.mark.parametrize("bad, why", [
+    ("{", "--launch: not JSON"), ('{"launcher": "hydra"}', "'python' (the ranks' interpreter) is required"),
+    ('{"python": "p", "nodes": 0}', "'nodes' must be at least 1"),
+    ('{"python": "p", "ranks_per_node": "2"}', "'ranks_per_node' must be a JSON int"),
+    ('{"python": "p", "hosts": "h"}', "unknown key(s) hosts"),
+    ('{"python": "p", "launcher": "torchrun"}', "'launcher': 'torchrun' is not one of"),
+    ('{"python": "p", "launcher": "srun", "env": {"A": "1,2"}}', "srun --export cannot carry a comma"),
+])
+def test_a_bad_launch_spec_is_refused_with_its_key(tmp_path, capsys, bad, why):
+    import argparse
+    p = supervise.build_parser(argparse.ArgumentParser())
+    a = p.parse_args(["--phase", "p", "--phase-dir", str(tmp_path), "--tag", "t", "--launch", bad, "--", "x"])
+    assert supervise.main(a) == supervise.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("restartlab supervise: error: --launch: ") and why in err and "Traceback" not in err, err
+    assert not os.listdir(tmp_path)
 
 
 def test_the_injector_and_node_check_flags_are_their_tools_own(tmp_path, capsys):
@@ -450,8 +479,8 @@ def test_the_injector_and_node_check_flags_are_their_tools_own(tmp_path, capsys)
     a = p.parse_args(["--phase", "p", "--phase-dir", str(tmp_path), "--tag", "t", "--ckpt-dir", "c",
                       "--inject", "--inject-at-steps", "5,9:hang", "--inject-grace", "2m", "--inject-signal", "USR1",
                       "--node-check", "--node-check-timeout", "45s", "--node-check-need", "3", "--hosts-file", "h",
-                      "--", "mpiexec", "x"])
-    cfg = Config.from_args(a, ["mpiexec", "x"])
+                      "--launch", LAUNCH, "--", "x"])
+    cfg = Config.from_args(a, ["x"])
     assert cfg.node_check["timeout"] == 45 and cfg.node_check["need"] == 3 and "policy" not in cfg.node_check
     argv = supervise.inject_argv(cfg, layout.Phase(str(tmp_path)))
     inj = argparse.ArgumentParser()
@@ -462,7 +491,7 @@ def test_the_injector_and_node_check_flags_are_their_tools_own(tmp_path, capsys)
     for bad, why in ((["--inject-at-steps", "0"], "expected STEP"), (["--inject-grace", "0s"], "must be > 0"),
                      (["--node-check-timeout", "0s"], "must be > 0")):
         with pytest.raises(SystemExit):
-            p.parse_args(["--phase", "p", "--phase-dir", "d", "--tag", "t", *bad, "--", "x"])
+            p.parse_args(["--phase", "p", "--phase-dir", "d", "--tag", "t", "--launch", LAUNCH, *bad, "--", "x"])
         assert why in capsys.readouterr().err, bad
 
 
@@ -470,7 +499,7 @@ def test_an_inject_without_a_schedule_is_refused_before_the_phase(tmp_path, caps
     import argparse
     p = supervise.build_parser(argparse.ArgumentParser())
     a = p.parse_args(["--phase", "p", "--phase-dir", str(tmp_path), "--tag", "t", "--inject", "--inject-grace", "5s",
-                      "--", "mpiexec", "x"])
+                      "--launch", LAUNCH, "--", "x"])
     assert supervise.main(a) == supervise.EXIT_USAGE
     err = capsys.readouterr().err
     assert "--inject: one of the arguments --every --at-steps --every-steps --mtbf --fuzz is required" in err, err
@@ -515,7 +544,9 @@ def test_real_supervisor_sigterm_leaves_nothing_running(tmp_path):
     phase = layout.Phase(str(tmp_path / "p"))
     argv = [sys.executable, "-m", "restartlab.cli", "supervise", "--phase", "p", "--phase-dir", phase.path,
             "--tag", tag, "--inject", "--inject-every", "300s",
-            "--", MPIEXEC, "-n", "2", "-genv", killer.TAG_VAR, tag, sys.executable, "-c", "import time; time.sleep(300)"]
+            "--launch", LaunchSpec(python=sys.executable, ranks_per_node=2, env={killer.TAG_VAR: tag},
+                                   mpiexec=MPIEXEC).to_json(),
+            "--", sys.executable, "-c", "import time; time.sleep(300)"]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: len(killer.find_tagged(tag)) >= 2, 60, "the two ranks")

@@ -12,6 +12,8 @@ from restartlab.contracts import layout, options
 from restartlab.job import render
 from restartlab import scenario
 from restartlab.tools import options as tool_options
+from restartlab.tools.launch import LaunchSpec
+from restartlab.contracts.envvars import TAG_VAR
 
 SCEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios")
 TABLES = {"supervise": tool_options.SUPERVISE, "node-check": tool_options.NODE_CHECK,
@@ -113,12 +115,19 @@ def test_supervise_round_trip_from_a_scenario(name):
     sc = scenario.load(os.path.join(SCEN, f"{name}.yaml"), ["relaunch.max_attempts=7", "relaunch.hang_timeout=5m",
                                                          "relaunch.on_node_loss=same"])
     ctx = render.context(sc, "pbs", "/expt/x")
-    argv = ctx["supervise_args"] + ["--phase", "p", "--phase-dir", "d"]
+    ph = ctx["phases"][-1]
+    argv = ctx["supervise_args"] + ["--phase", "p", "--phase-dir", "d", "--launch", ph["launch"]]
     a = _parser(tool_options.SUPERVISE).parse_args(argv)
     want = options.from_scenario(tool_options.SUPERVISE, dict(sc, scheduler="pbs"))
     for key, v in want.items():
         assert getattr(a, key) == v, key
     assert a.max_attempts == 7 and a.hang_timeout == 300 and a.tag == ctx["tag"]
+    # the launch: the scenario's launcher, nodes, ranks and environment, as the spec the supervisor reads
+    spec = LaunchSpec.from_json(a.launch, ph["program"])
+    ln = sc["launch"]
+    assert (spec.launcher, spec.nodes, spec.ranks_per_node) == (ln["launcher"], sc["job"]["nodes"], ln["ranks_per_node"])
+    assert spec == dataclasses.replace(ctx["launch"], program=tuple(ph["program"]), rankenv=spec.rankenv)
+    assert spec.argv() == ph["argv"] and spec.env[TAG_VAR] == ctx["tag"]
 
 
 def test_node_check_and_inject_round_trip():
@@ -133,8 +142,8 @@ def test_node_check_and_inject_round_trip():
     sync = next(p for p in ctx["phases"] if p["inject"])
     p = supervise.build_parser(argparse.ArgumentParser())
     a = p.parse_args(ctx["supervise_args"] + ["--phase", "p", "--phase-dir", sync["dir"], "--ckpt-dir", sync["ckpts"],
-                                              *sync["inject"], "--", "mpiexec"])
-    cfg = supervise.Config.from_args(a, ["mpiexec"])
+                                              *sync["inject"], "--launch", sync["launch"], "--", "train"])
+    cfg = supervise.Config.from_args(a, ["train"])
     nc = cfg.node_check
     assert cfg.node_policy == "shrink" and nc["timeout"] == 45 and nc["need"] == 1 and nc["bad_file"].startswith("/expt/x/")
     assert a.hosts_file.startswith("/expt/x/")

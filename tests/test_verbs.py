@@ -11,7 +11,6 @@ import re
 import pytest
 
 from restartlab import cli
-from restartlab.programs import base
 from restartlab.tools import verbs
 from tests import source_scan
 
@@ -72,13 +71,8 @@ def test_the_templates_call_only_listed_verbs():
     assert calls and all((m, s) in listed for _, m, s in calls), [c for c in calls if c[1:] not in listed]
 
 
-def test_the_rank_wrapper_the_adapters_look_for_is_the_tables():
-    """programs/ sits below tools/ (the plug-ins import no tool): its copy is held equal here."""
-    assert list(base.RANKENV) == verbs.module_argv("rankenv") + ["--"]
-
-
 MODULES = {v.module for v in verbs.VERBS.values()}
-OWNERS = {os.path.join("restartlab", "tools", "verbs.py"), os.path.join("restartlab", "programs", "base.py")}
+OWNERS = {os.path.join("restartlab", "tools", "verbs.py")}
 
 
 def spelled(path):

@@ -16,7 +16,6 @@ import psutil
 import pytest
 
 from restartlab.contracts import layout
-from restartlab.contracts.placeholders import PROGRAM_TOKEN
 from restartlab.contracts.trainer_options import WARM_PRELOAD
 from restartlab.runtime import killer
 from restartlab.runtime.warm import pool as warm_pool, standby, wire
@@ -43,7 +42,7 @@ def pool(tmp_path, request):
     tag = _tag()
     points = getattr(request, "param", "")
     env = dict(os.environ, **({warm_pool.TESTPOINT_VAR: points} if points else {}))
-    sb = standby.Standby([PY, "-c", "pass"], tag, str(tmp_path / "pool.log"), preload="json", env=env)
+    sb = standby.Standby(PY, tag, str(tmp_path / "pool.log"), preload="json", env=env)
     sb.wait_ready(60)
     yield sb, tag
     sb.stop()
@@ -93,23 +92,9 @@ def test_split_python_takes_modules_scripts_code_and_refuses_the_rest():
             warm_pool.split_python(bad, PY)
 
 
-def test_the_stub_goes_where_the_program_starts():
-    argv = ["mpiexec", "-n", "2", "-genv", "PYTHONPATH", "/x/python3", PROGRAM_TOKEN, PY, "-m",
-            "restartlab.trainer", "--model", "tiny"]
-    assert standby.cold_argv(argv) == [w for w in argv if w != PROGRAM_TOKEN]
-    # cold: the exit recorder where the token says, never at the launcher's python-named value
-    assert standby.cold_argv(argv, "/a/1") == ["mpiexec", "-n", "2", "-genv", "PYTHONPATH", "/x/python3", PY, "-m",
-                                               "restartlab.runtime.rankexit", "--dir", "/a/1", "--", PY, "-m",
-                                               "restartlab.trainer", "--model", "tiny"]
-    assert standby.stub_argv(argv, "/d", "/a/1")[6:13] == [PY, "-m", "restartlab.runtime.warm", "stub", "--dir", "/d",
-                                                           "--attempt-dir"]
-    assert standby.stub_argv(argv, "/d") == ["mpiexec", "-n", "2", "-genv", "PYTHONPATH", "/x/python3", PY, "-m",
-                                          "restartlab.runtime.warm", "stub", "--dir", "/d", "--", PY, "-m",
-                                          "restartlab.trainer", "--model", "tiny"]
-    assert standby.default_preload(argv) == WARM_PRELOAD
-    hand = ["mpiexec", "-n", "2", "/usr/bin/python3.11", "train.py"]  # no token: the first python word
-    assert standby.program_at(hand) == 3 and standby.default_preload(hand) == "torch"
-    assert standby.program_at(["srun", "./a.out"]) == -1
+def test_the_preload_a_program_gets_by_default():
+    assert standby.default_preload([PY, "-m", "restartlab.trainer", "--model", "tiny"]) == WARM_PRELOAD
+    assert standby.default_preload(["/usr/bin/python3.11", "train.py"]) == "torch"
 
 
 # ---------------------------------------------------------------- the hand-over
@@ -307,7 +292,7 @@ def test_the_pool_dies_with_its_supervisor(tmp_path):
     (PR_SET_PDEATHSIG, kept across the pool's re-exec), and so would its ranks."""
     tag = _tag()
     code = (f"import time\nfrom restartlab.runtime.warm.standby import Standby\n"
-            f"sb = Standby([{PY!r}, '-c', 'pass'], {tag!r}, {str(tmp_path / 'pool.log')!r}, preload='json', "
+            f"sb = Standby({PY!r}, {tag!r}, {str(tmp_path / 'pool.log')!r}, preload='json', "
             f"state_dir={str(tmp_path / 'state')!r})\n"
             f"sb.wait_ready(60)\nprint(sb.proc.pid, sb.dir, flush=True)\ntime.sleep(600)\n")
     p = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -349,7 +334,7 @@ def test_the_no_tag_killer_finds_a_warm_rank_and_its_stub_in_its_job(tmp_path):
     name, _, jid = job.partition("=")
     env = dict(os.environ, **{name: jid})
     tag = _tag()
-    sb = standby.Standby([PY, "-c", "pass"], tag, str(tmp_path / "pool.log"), preload="json", env=env)
+    sb = standby.Standby(PY, tag, str(tmp_path / "pool.log"), preload="json", env=env)
     try:
         sb.wait_ready(60)
         rank_vars = {"PMI_RANK": "0", "PMI_SIZE": "1", "MPI_LOCALRANKID": "0", name: jid}
@@ -379,7 +364,7 @@ def test_the_teardown_verb_leaves_nothing_behind_the_pool_included(pool):
 
 # ---------------------------------------------------------------- falling back to cold
 def test_a_pool_that_cannot_preload_says_why(tmp_path):
-    sb = standby.Standby([PY, "-c", "pass"], _tag(), str(tmp_path / "pool.log"), preload="json,no_such_module_xyz")
+    sb = standby.Standby(PY, _tag(), str(tmp_path / "pool.log"), preload="json,no_such_module_xyz")
     with pytest.raises(wire.PoolError, match="no_such_module_xyz"):
         sb.wait_ready(60)
     sb.stop()
@@ -390,7 +375,7 @@ def test_a_preload_that_starts_a_thread_is_refused(tmp_path):
     (tmp_path / "threadmod.py").write_text("import threading, time\n"
                                            "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}")
-    sb = standby.Standby([PY, "-c", "pass"], _tag(), str(tmp_path / "pool.log"), preload="threadmod", env=env)
+    sb = standby.Standby(PY, _tag(), str(tmp_path / "pool.log"), preload="threadmod", env=env)
     with pytest.raises(wire.PoolError, match="2 threads"):
         sb.wait_ready(60)
     sb.stop()
@@ -405,6 +390,22 @@ def test_a_stub_without_a_pool_or_with_a_program_the_pool_cannot_run_starts_it_c
     argv = [PY, "-m", "restartlab.runtime.warm", "stub", "--dir", sb.dir, "--", PY, "-X", "dev", "-c", "print('cold')"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "cold" and "interpreter option -X" in r.stderr
+
+
+def test_a_program_of_yours_gets_torchruns_variables_warm_or_cold(pool, tmp_path):
+    """--rankenv: the pool adds rankenv's variables to the forked rank; a stub with no pool starts the
+    program cold through rankenv itself. Either way the program sees RANK from the launcher's PMI_RANK."""
+    sb, tag = pool
+    code = "import os; print(os.environ.get('RANK'), os.environ.get('WORLD_SIZE'), os.environ.get('RESTARTLAB_WARM'))"
+    env = dict(os.environ, PMI_RANK="1", PMI_SIZE="2", MPI_LOCALRANKID="1", RESTARTLAB_JOB_TAG=tag)
+    for where, warm in ((sb.dir, "1"), (str(tmp_path / "none"), "None")):
+        argv = [PY, "-m", "restartlab.runtime.warm", "stub", "--dir", where, "--rankenv", "--", PY, "-c", code]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 0 and r.stdout.split() == ["1", "2", warm], (where, r.stdout, r.stderr)
+    # without the flag, no variables: the bundled trainer reads the launcher's own
+    r = subprocess.run([PY, "-m", "restartlab.runtime.warm", "stub", "--dir", sb.dir, "--", PY, "-c", code],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.stdout.split() == ["None", "None", "1"], r.stdout + r.stderr
 
 
 # ---------------------------------------------------------------- the bundled trainer, warm

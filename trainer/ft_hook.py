@@ -46,18 +46,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv):
-    if "--" not in argv:
-        _Parser(prog="python -m restartlab.trainer.ft_hook").error(
-            "no program given: ... -- PROGRAM.py [ARGS] (or -- -m MODULE [ARGS])")
-    at = argv.index("--")
     p = _Parser(prog="python -m restartlab.trainer.ft_hook",
                 description="run a torchft program of yours as one replica group of a torchft phase")
     p.add_argument("--outdir", required=True, help="the attempt's directory (the ft records and metrics rows)")
     p.add_argument("--replica-group", type=int, required=True, help="this group's number (0, 1, ...)")
     p.add_argument("--train-iters", type=int, required=True, help="the program's last step (a crc is taken there)")
     p.add_argument("--log-interval", type=int, default=10)
-    a = p.parse_args(argv[:at])
-    program = argv[at + 1:]
+    p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM.py [ARGS] (or -- -m MODULE [ARGS])")
+    a = p.parse_args(argv)
+    program = a.program
+    if program[:1] != ["--"]:
+        p.error("no program given: ... -- PROGRAM.py [ARGS] (or -- -m MODULE [ARGS])")
+    program = program[1:]
     if not program or (program[0] == "-m" and len(program) < 2):
         p.error("no program given: ... -- PROGRAM.py [ARGS] (or -- -m MODULE [ARGS])")
     return a, program

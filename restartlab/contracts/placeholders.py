@@ -4,18 +4,16 @@
   checkpoint dir, the phase's dir, the scenario file's dir (the renderer fills these) and the
   attempt's dir (the supervisor's, per attempt); in a checkpoint regex the checkpoint dir (the
   adapter's, escaped).
-- In a rendered launch argv, where the program's own argv starts (the renderer marks it, the
-  supervisor puts a warm restart's stub there); in a warm pool's directory, the node's name (one
-  pool per node)."""
+- In a torchft phase's program, the replica group's number (the phase's supervisor, per group); in
+  a warm pool's directory, the node's name (one pool per node)."""
 from typing import Dict, Optional
 
 CKPT_DIR = "{ckpt_dir}"
 PHASE_DIR = "{phase_dir}"
 ATTEMPT_DIR = "{attempt_dir}"
 SCENARIO_DIR = "{scenario_dir}"
-GROUP = "{group}"              # in a torchft phase's launch argv: the replica group's number
+GROUP = "{group}"              # in a torchft phase's program: the replica group's number
 
-PROGRAM_TOKEN = "@RL_PROGRAM@"  # in a rendered launch argv: where the program's own argv starts
 NODE_TOKEN = "{node}"          # in a pool directory's path: this node's name (one pool per node)
 
 

@@ -14,7 +14,8 @@ EXAMPLES = {
     "kill-ranks": "restartlab kill-ranks --tag rl-agpt2b-1a2b3c4d5e --signal TERM --dry-run",
     "node-check": "restartlab node-check --fanout pbs --policy spares --need 2",
     "teardown": "restartlab teardown --tag rl-agpt2b-1a2b3c4d5e --fanout pbs",
-    "supervise": "restartlab supervise --phase sync --phase-dir expt/x/sync --tag T -- mpiexec -n 2 python train.py",
+    "supervise": "restartlab supervise --phase sync --phase-dir expt/x/sync --tag T "
+                 "--launch '{\"python\": \"python\", \"ranks_per_node\": 2}' -- python train.py",
     "chain": "restartlab chain expt/agpt2b-20261201-120000 --scheduler pbs --max 3 --job 8123456",
     "report": "restartlab report expt/local-20261201-120000 --mtbf 6h",
     "simulate": "restartlab simulate --from expt/local-20261201-120000 --node-mtbf 720h --nodes 512,2048",

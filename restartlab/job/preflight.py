@@ -229,7 +229,7 @@ class Preflight:
         """The job's setup lines, launcher and Pythons, asked in one shell (probe.py)."""
         sc, ln = self.sc, self.sc["launch"]
         job_py = ln["python"] or sys.executable
-        launch_cmd = render.launch_argv(sc, 1, 1, {}, ())[0] if launchers.get(ln["launcher"]).launchable else None
+        launch_cmd = render.launch_spec(sc, 1, 1, {}, ()).launcher_argv()[0] if launchers.get(ln["launcher"]).launchable else None
         asked = [job_py] + [p for p in pythons if p != job_py]
         command = self.command
         print(f"preflight: asking the job's environment (setup lines: {len(ln['setup'])}, {launch_cmd}, "

@@ -2,7 +2,9 @@
 
 One filter owns shell quoting: `sh` with a context: 'arg' (one word, single-quoted as needed),
 'env' (the value of NAME=value), 'directive' (a #PBS/#SBATCH line: never a newline), and
-`sh_argv` for a list of words. Templates never put quotes around a filtered value."""
+`sh_argv` for a list of words; `comment` keeps a text on its `#` line. Templates never put quotes
+around a filtered value."""
+import dataclasses
 import json
 import os
 import shlex
@@ -13,14 +15,14 @@ from typing import Any, Dict, List, Optional
 
 import jinja2
 
-from .. import launchers, programs, schedulers
+from .. import programs, schedulers
 from ..contracts import layout, options, trainer_options
 from ..contracts.envvars import TAG_VAR
 from ..contracts.exits import EXIT_BUDGET, EXIT_WALLTIME
 from ..contracts import placeholders
-from ..contracts.placeholders import PROGRAM_TOKEN
 from ..contracts.resources import resource_dir
 from ..tools import options as tool_options, verbs
+from ..tools.launch import LaunchSpec, SpecError
 from ..scenario import ScenarioError, effective_failures, is_torchft, secret_names
 
 
@@ -50,12 +52,19 @@ def sh_argv(words):
     return " ".join(sh(w) for w in words)
 
 
+def comment(text):
+    """Text for a `#` line: a newline or carriage return in it (a quoted value may hold one) shown
+    as \\n, \\r, so that no part of it becomes a line of the script."""
+    return str(text).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
 def _env():
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(resource_dir("templates")),
                              undefined=jinja2.StrictUndefined, autoescape=False,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["sh"] = sh
     env.filters["sh_argv"] = sh_argv
+    env.filters["comment"] = comment
     return env
 
 
@@ -99,13 +108,12 @@ def _scenario_dir(sc) -> str:
 
 
 def program_argv(sc, ph, phase: layout.Phase) -> List[str]:
-    """rankenv (torchrun-style variables) + the program's command and the phase's args, with
-    {ckpt_dir}, {phase_dir} and {scenario_dir} filled in ({attempt_dir}: the supervisor's, per attempt)."""
+    """The program's command and the phase's args, with {ckpt_dir}, {phase_dir} and {scenario_dir}
+    filled in ({attempt_dir}: the supervisor's, per attempt); it starts through rankenv (the spec's)."""
     prog = sc["trainer"]["program"]
     where = {placeholders.CKPT_DIR: phase.ckpts, placeholders.PHASE_DIR: phase.path,
              placeholders.SCENARIO_DIR: _scenario_dir(sc)}
-    out = [placeholders.fill(w, where) for w in prog["command"] + ph["args"]]
-    return verbs.module_argv("rankenv") + ["--"] + out
+    return [placeholders.fill(w, where) for w in prog["command"] + ph["args"]]
 
 
 def node_check_settings(sc, expt: layout.Expt) -> Dict[str, Any]:
@@ -132,28 +140,27 @@ def supervise_args(sc, tag, policy, node_check, expt: layout.Expt) -> List[str]:
             tool_options.SUPERVISE_NODE_CHECK.argv(node_check_settings(sc, expt)))
 
 
-def launch_argv(sc, nodes, ppn, rank_env, secrets, hostfile=None) -> List[str]:
-    """The launcher's argv for `nodes` x `ppn` ranks (launch.launcher), with launch.mpiexec and
-    launch.launcher_args for an MPI launcher."""
+def launch_spec(sc, nodes, ppn, rank_env, secrets, hostfile=None, program=(), rankenv=False) -> LaunchSpec:
+    """How the ranks of `nodes` x `ppn` start (launch.launcher, with launch.mpiexec and
+    launch.launcher_args for an MPI launcher), running `program`; RenderError when the launcher
+    cannot carry them (srun and a comma in a value)."""
     ln = sc["launch"]
+    spec = LaunchSpec(python=sc["launch"]["python"] or sys.executable, program=tuple(program), launcher=ln["launcher"],
+                      nodes=nodes, ranks_per_node=ppn, env=rank_env, forward=tuple(secrets), cpu_bind=ln["cpu_bind"],
+                      depth=ln["depth"], hostfile=hostfile, mpiexec=ln["mpiexec"],
+                      launcher_args=tuple(ln["launcher_args"]), rankenv=rankenv)
     try:
-        argv = launchers.get(ln["launcher"]).argv(nodes=nodes, ppn=ppn, rank_env=rank_env, cpu_bind=ln["cpu_bind"],
-                                                  depth=ln["depth"], hostfile=hostfile, forward=tuple(secrets))
-    except ValueError as e:
+        spec.launcher_argv()
+    except SpecError as e:
         raise RenderError(f"{sc['source']}: {e}")
-    if argv and argv[0] == "mpiexec":
-        argv = [ln["mpiexec"], *ln["launcher_args"], *argv[1:]]
-    return argv
+    return spec
 
 
-def torchft_launch(sc, ph, rank_env, secrets):
-    """(one replica group's launcher argv, the supervisor's --ft-* flags) of a torchft phase: the
-    group has launch.ranks_per_node / recovery.groups ranks on the job's one node."""
+def torchft_flags(ph) -> List[str]:
+    """The supervisor's --ft-* flags of a torchft phase."""
     rc = ph["recovery"]
-    argv = launch_argv(sc, 1, sc["launch"]["ranks_per_node"] // rc["groups"], rank_env, secrets)
-    flags = ["--ft-groups", str(rc["groups"]), "--ft-min-replicas", str(rc["min_replicas"]),
-             "--ft-heartbeat-timeout", f"{rc['heartbeat_timeout']:g}s", "--ft-join-timeout", f"{rc['join_timeout']:g}s"]
-    return argv, flags
+    return ["--ft-groups", str(rc["groups"]), "--ft-min-replicas", str(rc["min_replicas"]),
+            "--ft-heartbeat-timeout", f"{rc['heartbeat_timeout']:g}s", "--ft-join-timeout", f"{rc['join_timeout']:g}s"]
 
 
 def torchft_trainer_argv(sc, ph) -> List[str]:
@@ -167,13 +174,12 @@ def torchft_trainer_argv(sc, ph) -> List[str]:
 
 
 def torchft_program_argv(sc, ph, phase: layout.Phase) -> List[str]:
-    """A torchft program of yours as one replica group: rankenv, then its Python running
+    """A torchft program of yours as one replica group: its Python running
     restartlab.trainer.ft_hook, which runs the program ({group}, {attempt_dir}: the supervisor's)."""
-    argv = program_argv(sc, ph, phase)
-    at = argv.index("--") + 1  # the program's own argv: its Python, then what that Python runs
-    return argv[:at + 1] + verbs.module_argv("ft-hook") + ["--outdir", placeholders.ATTEMPT_DIR,
-                            "--replica-group", placeholders.GROUP, "--train-iters", str(sc["trainer"]["train_iters"]),
-                            "--log-interval", str(sc["trainer"]["log_interval"]), "--"] + argv[at + 1:]
+    python, *rest = program_argv(sc, ph, phase)  # the program's own Python, then what it runs
+    return [python, *verbs.module_argv("ft-hook"), "--outdir", placeholders.ATTEMPT_DIR,
+            "--replica-group", placeholders.GROUP, "--train-iters", str(sc["trainer"]["train_iters"]),
+            "--log-interval", str(sc["trainer"]["log_interval"]), "--", *rest]
 
 
 def expt_root(sc) -> str:
@@ -206,39 +212,34 @@ def context(sc, scheduler=None, expt_dir=None):
     node_check = rl["node_check"] if rl["node_check"] is not None else policy != "same"
     expt = layout.Expt(expt_dir)
     hosts_file = expt.hosts_attempt if policy != "same" else None
-    # recovering from node loss: the node count and the hosts are decided before each attempt
-    launch = launch_argv(sc, launchers.NODES_TOKEN if policy != "same" else sc["job"]["nodes"], ln["ranks_per_node"],
-                         rank_env, secrets, hostfile=hosts_file)
+    # recovering from node loss: the supervisor decides the node count and the hosts before each attempt
+    launch = launch_spec(sc, sc["job"]["nodes"], ln["ranks_per_node"], rank_env, secrets, hostfile=hosts_file)
     phases = []
     for ph in sc["phases"]:
         phase = expt.phase(ph["name"])
         f = effective_failures(sc, ph)
         inject = ["--inject"] + tool_options.SUPERVISE_INJECT.argv(inject_settings(sc, f)) if f else None
+        own = bool(sc["trainer"].get("program"))
         if is_torchft(ph):  # replica groups, each its own launch under its own relaunch loop
-            group_launch, ft_args = torchft_launch(sc, ph, rank_env, secrets)
-            group_argv = (torchft_program_argv(sc, ph, phase) if sc["trainer"].get("program") else
-                          verbs.module_argv("ft-trainer") + torchft_trainer_argv(sc, ph))
-            phases.append({
-                "name": ph["name"], "dir": phase.path, "checkpoint": ph["checkpoint"], "ckpts": phase.ckpts,
-                "argv": group_launch + [python] + group_argv,
-                "warm": False, "ft": ft_args, "strategy": "torchft",
-                "inject": inject, "inject_plan": shlex.join(inject_plan(sc, f, phase, tag)) if f else "",
-            })
-            continue
-        # where the program starts: the supervisor starts each rank's program there through its
-        # exit recorder (cold) or the standby pool's stub (warm standby restart: the phase's, else
-        # relaunch.warm)
-        warm_on = rl["warm"] if ph["warm"] is None else ph["warm"]
-        at = launch + [PROGRAM_TOKEN]
-        if sc["trainer"].get("program"):
-            argv = at + [python] + program_argv(sc, ph, phase)
+            program = (torchft_program_argv(sc, ph, phase) if own else
+                       verbs.argv(python, "ft-trainer", *torchft_trainer_argv(sc, ph)))
+            # a group has launch.ranks_per_node / recovery.groups ranks on the job's one node
+            spec = launch_spec(sc, 1, ln["ranks_per_node"] // ph["recovery"]["groups"], rank_env, secrets,
+                               program=program, rankenv=own)
+            ft, strategy, warm_on = torchft_flags(ph), "torchft", False
         else:
-            argv = at + [python, *verbs.module_argv("trainer")] + trainer_options.trainer_argv(
+            # the supervisor starts each rank's program through its exit recorder (cold) or the standby
+            # pool's stub (warm standby restart: the phase's, else relaunch.warm)
+            program = program_argv(sc, ph, phase) if own else verbs.argv(python, "trainer") + trainer_options.trainer_argv(
                 sc["trainer"], ph["checkpoint"], phase.ckpts, ph["stage_dir"],
                 dp_global=sc["job"]["nodes"] * ln["ranks_per_node"] // sc["trainer"]["tp"] if policy == "shrink" else 0)
+            spec = dataclasses.replace(launch, program=tuple(program), rankenv=own)
+            ft, strategy, warm_on = None, "restart", rl["warm"] if ph["warm"] is None else ph["warm"]
         phases.append({
             "name": ph["name"], "dir": phase.path, "checkpoint": ph["checkpoint"], "ckpts": phase.ckpts,
-            "argv": argv, "warm": warm_on, "ft": None, "strategy": "restart",
+            # the launch: as --launch and the program's words (the supervisor's), and whole (a reader's)
+            "spec": spec, "launch": spec.to_json(), "program": list(spec.program), "argv": spec.argv(),
+            "warm": warm_on, "ft": ft, "strategy": strategy,
             "inject": inject, "inject_plan": shlex.join(inject_plan(sc, f, phase, tag)) if f else "",
         })
     return {
@@ -279,8 +280,8 @@ def smoke_context(sc, scheduler=None, expt_dir=None):
     sc = dict(sc, job=job, name=f"{sc['name']}-smoke", relaunch=dict(sc["relaunch"], on_node_loss="same", chain=0))
     ctx = context(sc, scheduler, expt_dir)  # on_node_loss same: its launch line has the nodes and no host file
     ln = sc["launch"]
-    ctx["smoke_argv"] = ctx["launch"] + verbs.argv(ctx["python"], "trainer-smoke", "--outdir", placeholders.ATTEMPT_DIR,
-                                                    "--device", sc["trainer"]["device"])
+    smoke = verbs.argv(ctx["python"], "trainer-smoke", "--outdir", placeholders.ATTEMPT_DIR, "--device", sc["trainer"]["device"])
+    ctx["smoke_argv"] = dataclasses.replace(ctx["launch"], program=tuple(smoke)).argv()
     stage = next((p["stage_dir"] for p in sc["phases"] if p["stage_dir"] and p["stage_dir"] != "none"), None)
     ctx["smoke_args"] = ["--fanout", ctx["scheduler"], "--launcher", ln["launcher"], "--tag", ctx["tag"],
                          "--ranks", str(sc["job"]["nodes"] * ln["ranks_per_node"])] + \

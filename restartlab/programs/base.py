@@ -135,18 +135,11 @@ def resolve(program: dict) -> dict:
     return out
 
 
-RANKENV = ("-m", "restartlab.runtime.rankenv", "--")
-
-
-def preflight(spec: dict, launcher_argv: List[str]) -> Optional[str]:
-    """The adapter's preflight on the program's own argv (what follows restartlab.runtime.rankenv in the
-    launcher's line) and its environment (the job's, with the scenario's launch.env over it)."""
-    n = len(RANKENV)
-    at = next((i + n for i in range(len(launcher_argv) - n + 1) if tuple(launcher_argv[i:i + n]) == RANKENV), None)
-    if at is None:
-        return None
+def preflight(spec: dict, program: List[str]) -> Optional[str]:
+    """The adapter's preflight on the program's own argv (the launch spec's) and its environment (the
+    job's, with the scenario's launch.env over it)."""
     env = dict(os.environ, **(spec.get("env") or {}))
-    return ADAPTERS.get(spec.get("adapter") or "generic").preflight(list(launcher_argv[at:]), env)
+    return ADAPTERS.get(spec.get("adapter") or "generic").preflight(list(program), env)
 
 
 def clean_line(text: str) -> str:

@@ -1,7 +1,7 @@
 """A phase that recovers without a restart: torchft replica groups (`restartlab supervise --ft-groups N`).
 
 The supervisor of such a phase starts torchft's lighthouse, then one relaunch loop per replica group
-(`restartlab supervise` again, in PHASE/groups/g<k>, the launch argv's {group} filled in; the rank
+(`restartlab supervise` again, in PHASE/groups/g<k>, the program's {group} filled in; the rank
 variable TORCHFT_LIGHTHOUSE tells the group where the lighthouse is), and the phase's injector over
 all of them. Group k's ranks carry the tag <tag>.g<k> (envvars.group_tag): its own loop's teardown
 finds only them, the phase's injector finds every group's as <tag>'s. A strike of kind `rank` ends
@@ -22,7 +22,7 @@ import time
 from typing import Dict, List, Optional
 
 from .. import launchers
-from ..contracts import layout, options, placeholders
+from ..contracts import layout, options
 from ..contracts.attempts import PhaseEnd
 from ..contracts.envvars import group_tag
 from ..contracts.exits import EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_WALLTIME
@@ -68,11 +68,11 @@ def group_argv(cfg, g: int) -> List[str]:
     injector (the phase's strikes every group) and no groups of its own."""
     vals = {o.key: getattr(cfg, o.key) for o in tool_options.SUPERVISE}
     tag = group_tag(cfg.tag, g)
+    launch = cfg.launch_spec.for_group(g, tag)  # the group's ranks carry its own tag, {group} its number
     vals.update(phase=f"{cfg.phase}.g{g}", phase_dir=layout.Phase(cfg.phase_dir).group(g).path, tag=tag,
-                inject=False, node_check=False, ft_groups=0, ft_group=g)
-    # the group's ranks carry its own tag (wherever the launcher line passes the job's)
-    argv = [placeholders.fill(w, {placeholders.GROUP: str(g)}).replace(cfg.tag, tag) for w in cfg.argv]
-    return verbs.argv(sys.executable, "supervise", *options.to_argv(tool_options.SUPERVISE, vals), "--", *argv)
+                inject=False, node_check=False, ft_groups=0, ft_group=g, launch=launch.to_json())
+    return verbs.argv(sys.executable, "supervise", *options.to_argv(tool_options.SUPERVISE, vals), "--",
+                      *launch.program)
 
 
 class FtPhase:

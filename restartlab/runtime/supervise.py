@@ -1,6 +1,8 @@
 """restartlab supervise: the relaunch loop of one phase, run by the job script once per phase:
 
-    restartlab supervise --phase sync --phase-dir EXPT/sync --tag T ... -- mpiexec ... python -m restartlab.trainer ...
+    restartlab supervise --phase sync --phase-dir EXPT/sync --tag T ... --launch '{"python": ...}' -- python -m restartlab.trainer ...
+
+The launch is a LaunchSpec (tools/launch.py): --launch's JSON and the program's argv after --.
 
 It launches each attempt (its own directory, a fresh rendezvous port, the launch timestamp),
 keeps the injector running for the phase, watches each attempt (no progress for hang_timeout, or
@@ -15,6 +17,7 @@ The decisions live in `Supervisor`; the side effects (processes, signals, the no
 injector) in `Procs`, and time in `Clock`: the tests replace both (a fake clock, fake attempts)."""
 import argparse
 import contextlib
+import functools
 import json
 import os
 import select
@@ -32,6 +35,7 @@ from ..contracts import layout, options, placeholders, rank_exit
 from ..contracts.attempts import PhaseEnd
 from . import tap
 from ..tools import options as tool_options, verbs
+from ..tools.launch import LaunchSpec, SpecError
 from ..contracts.exits import (EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_USAGE,
                                EXIT_WALLTIME)
 from ..contracts.trainer_options import STACKS_SIGNAL
@@ -105,9 +109,9 @@ class Procs:
     def which(self, exe: str) -> bool:
         return shutil.which(exe) is not None
 
-    def preflight(self, argv) -> Optional[str]:
-        """Why the program cannot run here (its adapter's check), or None."""
-        return programs.preflight(self.spec, argv)
+    def preflight(self, launch: LaunchSpec) -> Optional[str]:
+        """Why the program cannot run here (its adapter's check on a program of yours), or None."""
+        return programs.preflight(self.spec, list(launch.program)) if launch.rankenv else None
 
     def free_port(self) -> int:
         return int(os.environ.get("MASTER_PORT") or launchers.free_port())
@@ -255,7 +259,7 @@ class Procs:
         """Start the warm standby pools (one per node) without waiting for them: they preload
         while the phase's first attempt starts cold. None, or why they cannot start."""
         from .fanout import job_nodes
-        from .warm.standby import Standby
+        from .warm.standby import Standby, default_preload
         from .warm.wire import PoolError
         cfg = self.cfg
         hosts, slots = job_nodes(cfg.nodefile, cfg.fanout)
@@ -263,7 +267,8 @@ class Procs:
             return f"fanout local reaches this node only, and the job has {len(hosts)} nodes"
         try:
             preload = cfg.warm_preload or programs.ADAPTERS.get(self.spec["adapter"]).preload
-            self.pool = Standby(cfg.argv, cfg.tag, phase.warm_log, preload, fanout=cfg.fanout,
+            self.pool = Standby(cfg.launch_spec.python, cfg.tag, phase.warm_log,
+                                preload or default_preload(cfg.launch_spec.program), fanout=cfg.fanout,
                                 hosts=hosts, slots=slots, launcher=cfg.launcher, state_dir=phase.warm_dir)
         except (PoolError, OSError) as e:
             self.stop_pool()
@@ -271,34 +276,33 @@ class Procs:
         self.pool_served = False
         return None
 
-    def launch_argv(self, argv: List[str], wait: bool = True,
-                    attempt_dir: str = None) -> Tuple[List[str], Optional[Tuple[str, bool]]]:
+    def launch_argv(self, launch: LaunchSpec, attempt_dir: str,
+                    wait: bool = True) -> Tuple[List[str], Optional[Tuple[str, bool]]]:
         """The attempt's argv, through the pools' stubs when they serve, else cold; and what to say
         (text, is it a fall-back) the first time they serve, or when they cannot. A relaunch
         (`wait`) waits for pools still preloading: they started before the attempt that failed, so
         what is left of their preload is less than a cold start's imports. The phase's first
         launch does not wait: it starts cold beside them. A cold rank starts through the exit
         recorder (runtime/rankexit.py), a warm one's stub records its end itself."""
-        from .warm.standby import cold_argv, stub_argv
         from .warm.wire import PoolError
         if self.pool is None:
-            return cold_argv(argv, attempt_dir), None
+            return launch.cold_argv(attempt_dir), None
         pool = self.pool
         try:
             if wait:
                 pool.wait_ready(max(0.0, self.cfg.startup_timeout - (time.time() - pool.started)))
             elif not pool.ready():
-                return cold_argv(argv, attempt_dir), None
+                return launch.cold_argv(attempt_dir), None
             if not pool.alive():
                 raise PoolError(f"a pool exited ({pool.last_line()})")
         except (PoolError, OSError) as e:
             self.stop_pool()
-            return cold_argv(argv, attempt_dir), (f"the standby pool cannot serve ({e}; see {pool.log_path})", True)
+            return launch.cold_argv(attempt_dir), (f"the standby pool cannot serve ({e}; see {pool.log_path})", True)
         note = None
         if not self.pool_served:
             self.pool_served = True
             note = (f"the standby pool serves (preloaded in {pool.ready_after:.1f}s; see {pool.log_path})", False)
-        return stub_argv(argv, pool.dir, attempt_dir), note
+        return launch.stub_argv(pool.dir, attempt_dir), note
 
     def warm_ranks(self, k: int) -> Optional[int]:
         """Ranks of attempt k the pools forked (None: not a warm phase; 0: all cold)."""
@@ -317,19 +321,32 @@ class Procs:
 class _Settings:
     @classmethod
     def from_args(cls, a: argparse.Namespace, argv: List[str]) -> "Config":
+        """SpecError when --launch is not a launch spec."""
         vals = {o.key: getattr(a, o.key) for o in tool_options.SUPERVISE}
         vals["nodefile"] = tool_options.nodefile_default(vals["nodefile"])
         vals["node_check"] = tool_options.SUPERVISE_NODE_CHECK.values(a) if a.node_check else None
         vals["inject"] = tool_options.SUPERVISE_INJECT.values(a) if a.inject else None
-        return cls(argv=list(argv), **vals)
+        cfg = cls(argv=list(argv), **vals)
+        cfg.launch_spec  # parsed (and refused) here, not at the first launch
+        return cfg
+
+    @functools.cached_property
+    def launch_spec(self) -> LaunchSpec:
+        """--launch and the program's argv (after --) as one LaunchSpec."""
+        return LaunchSpec.from_json(self.launch, self.argv)
+
+    @property
+    def launcher(self) -> str:
+        return self.launch_spec.launcher
 
 
 Config = options.config_class(
     "Config", tool_options.SUPERVISE, module=__name__, head=[("argv", List[str])],
     # on: the embedded tool's values (--inject-*, --node-check-*); off: None
     values={"node_check": Dict[str, Any], "inject": Dict[str, Any]}, bases=[_Settings],
-    doc="""The supervisor's settings: the launch argv, then one field per option of
-    tools/options.SUPERVISE (its required ones first), each default the table's.""")
+    doc="""The supervisor's settings: the program's argv, then one field per option of
+    tools/options.SUPERVISE (its required ones first), each default the table's; `launch_spec`
+    is the launch (--launch and the program) as a LaunchSpec.""")
 
 
 class Interrupted(Exception):
@@ -357,10 +374,11 @@ class Supervisor:
 
     # -- one attempt
     def _argv_and_env(self, k: int, att: layout.Attempt, relaunch: bool = True):
-        """The attempt's argv (node and rank counts filled in), the variables the ranks get and
-        the rank count when the node check chose it (0: the scenario's)."""
+        """The attempt's argv (from the launch spec: the program's {attempt_dir} filled in, the nodes
+        the node check chose), the variables the ranks get and the rank count when the node check
+        chose it (0: the scenario's)."""
         cfg, ranks = self.cfg, 0
-        argv = [placeholders.fill(w, {placeholders.ATTEMPT_DIR: att.path}) for w in cfg.argv]
+        launch = cfg.launch_spec.filled({placeholders.ATTEMPT_DIR: att.path})
         master = os.environ.get("MASTER_ADDR") or socket.gethostname()
         if cfg.node_check is not None:
             n = self.procs.node_check(self.phase, k)
@@ -368,16 +386,15 @@ class Supervisor:
                 self.say(f"too few healthy nodes to launch attempt {k} (see {self.phase.node_checks})", err=True)
                 return None, None, 0
             if cfg.node_policy != "same":
-                argv = [w.replace(launchers.NODES_TOKEN, str(n)).replace(launchers.RANKS_TOKEN,
-                                                                           str(n * cfg.ranks_per_node)) for w in argv]
+                launch = launch.with_nodes(n)
                 shutil.copyfile(cfg.hosts_file, att.hosts)
                 with open(cfg.hosts_file) as f:
                     first = next((h.strip() for h in f if h.strip()), None)
                 hosts = self.procs.hosts()
                 if first and hosts and first != hosts[0]:  # rank 0 runs on the first host
                     master = os.environ.get("MASTER_ADDR") or first
-                ranks = n * cfg.ranks_per_node
-        argv, note = self.procs.launch_argv(argv, wait=relaunch, attempt_dir=att.path)
+                ranks = launch.ranks
+        argv, note = self.procs.launch_argv(launch, att.path, wait=relaunch)
         if note:
             text, fallback = note
             self.say(f"warm restart: {text}: {'cold' if fallback else 'warm'} launches from attempt {k}",
@@ -462,11 +479,12 @@ class Supervisor:
         os.makedirs(phase.attempts_dir, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(phase.done)
-        if not cfg.argv or not self.procs.which(cfg.argv[0]):
-            self.say(f"FAILED: launcher '{cfg.argv[0] if cfg.argv else ''}' is not on PATH in the job "
+        launcher = cfg.launch_spec.launcher_argv()[0]
+        if not self.procs.which(launcher):
+            self.say(f"FAILED: launcher '{launcher}' is not on PATH in the job "
                      f"(PATH={os.environ.get('PATH', '')})", err=True)
             return EXIT_FAILED
-        problem = self.procs.preflight(cfg.argv)
+        problem = self.procs.preflight(cfg.launch_spec)
         if problem:  # one line, before an attempt is spent on it
             self.say(f"FAILED: the program cannot run: {problem}", err=True)
             attempt_record.write_end(phase, PhaseEnd.CANNOT_RUN, 0, cfg.job or None, why=problem)
@@ -564,7 +582,7 @@ def build_parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     options.add_to_parser(p, tool_options.SUPERVISE)
     tool_options.SUPERVISE_NODE_CHECK.add_to_parser(p)
     tool_options.SUPERVISE_INJECT.add_to_parser(p)
-    p.add_argument("argv", nargs=argparse.REMAINDER, help="-- the launch command of every attempt")
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="-- the program's own argv (its executable first)")
     return p
 
 
@@ -590,9 +608,13 @@ def _inject_problem(argv: List[str]) -> Optional[str]:
 def main(a: argparse.Namespace) -> int:
     argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
     if not argv:
-        print("restartlab supervise: error: no launch command (give it after --)", file=sys.stderr)
+        print("restartlab supervise: error: no program (give its argv after --)", file=sys.stderr)
         return EXIT_USAGE
-    cfg = Config.from_args(a, argv)
+    try:
+        cfg = Config.from_args(a, argv)
+    except SpecError as e:
+        print(f"restartlab supervise: error: --launch: {e}", file=sys.stderr)
+        return EXIT_USAGE
     if cfg.node_check is not None and not cfg.hosts_file:
         print("restartlab supervise: error: --node-check needs --hosts-file", file=sys.stderr)
         return EXIT_USAGE

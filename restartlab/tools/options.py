@@ -24,8 +24,9 @@ SUPERVISE = [
     Opt("--tag", "str", None, "the job tag the ranks carry (teardown finds them by it)", required=True),
     Opt("--train-iters", "int", 100, "the phase is completed when rank 0 logs this step's final row",
         scenario="trainer.train_iters"),
-    Opt("--launcher", "str", LAUNCHER_DEFAULT, "the launcher in the argv (how it reports a signal death)",
-        choices=launchers.names, scenario="launch.launcher"),
+    Opt("--launch", "str", None, "how each attempt's ranks start (tools/launch.py's LaunchSpec as JSON: python, "
+        "launcher, nodes, ranks_per_node, env, forward, cpu_bind, depth, hostfile, mpiexec, launcher_args, rankenv); "
+        "the program's own argv follows --", required=True),
     Opt("--max-attempts", "int", 10, "launches per phase in this job before the phase fails",
         scenario="relaunch.max_attempts", min=1),
     Opt("--backoff", "duration", 0.0, "pause between attempts", scenario="relaunch.backoff"),
@@ -53,8 +54,6 @@ SUPERVISE = [
     Opt("--node-policy", "str", "same", "same: relaunch on every node; spares: swap a spare in for each "
         "node the health check finds bad (job.spare_nodes); shrink: relaunch on the healthy nodes only, "
         "fewer ranks, the same global batch", choices=POLICIES, scenario="relaunch.on_node_loss"),
-    Opt("--ranks-per-node", "int", 1, "ranks per node (the rank count of a shrunk attempt)",
-        scenario="launch.ranks_per_node"),
     Opt("--node-check", "flag", False, "run `restartlab node-check` before every attempt, with the "
         "--node-check-* flags (node-check's own under this prefix, not listed here: `restartlab node-check --help`; "
         "the supervisor adds the per-attempt ones); absent: no check"),
@@ -76,7 +75,7 @@ SUPERVISE = [
     Opt("--tick", "float", 1.0, "seconds between the watchdog's looks", hidden=True),
     # recovery without a restart (the phase's recovery: mapping; restartlab.runtime.ft_phase)
     Opt("--ft-groups", "int", 0, "torchft: run the phase as this many replica groups joined by torchft's "
-        "lighthouse, each under a relaunch loop of its own (the launch argv's {group} is its number); a "
+        "lighthouse, each under a relaunch loop of its own (the program's {group} is its number); a "
         "failure relaunches only the group it hit and the others train on; 0: one relaunch loop", min=0),
     Opt("--ft-min-replicas", "int", 1, "torchft: the lighthouse's --min_replicas and each group's "
         "min_replica_size (a step commits only with this many groups in it)", min=1),

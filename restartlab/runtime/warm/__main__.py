@@ -20,6 +20,8 @@ def main(argv=None) -> int:
     t = sub.add_parser("stub", help="stand in for a rank under the launcher")
     t.add_argument("--dir", required=True)
     t.add_argument("--attempt-dir", help="where the rank's end is recorded (exits/<rank>.json)")
+    t.add_argument("--rankenv", action="store_true",
+                   help="the program gets torchrun-style variables (as restartlab.runtime.rankenv gives a cold one)")
     t.add_argument("argv", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     if a.verb == "serve":

@@ -19,8 +19,8 @@ from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_ms
 # ---------------------------------------------------------------- what the pool can run
 def split_python(argv, python: str):
     """(run, target, args, unbuffered) for `python [-u] (-m MOD | SCRIPT | -c CODE) ARGS`, where
-    python is the pool's own interpreter (its path, or a name PATH resolves to that path; a
-    `restartlab.runtime.rankenv` wrapper is looked through by the caller). PoolError otherwise."""
+    python is the pool's own interpreter (its path, or a name PATH resolves to that path). PoolError
+    otherwise."""
     import shutil
     if not argv:
         raise PoolError("no program")
@@ -48,17 +48,12 @@ def split_python(argv, python: str):
     return "script", rest[0], rest[1:], unbuffered
 
 
-def unwrap_rankenv(argv, env: dict, python: str):
-    """`python -m restartlab.runtime.rankenv -- PROGRAM...`: its variables added to env (as rankenv does
-    before its exec), PROGRAM returned; any other argv unchanged."""
-    run, target, args, _ = split_python(argv, python)
-    if [run, target] != verbs.module_argv("rankenv"):
-        return argv
+def add_rankenv(env: dict) -> None:
+    """The variables restartlab.runtime.rankenv gives a cold rank, added to a warm one's `env`."""
     from ..rankenv import torchrun_env
     for k, v in torchrun_env(env).items():
         env.setdefault(k, v)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    return args[1:] if args[:1] == ["--"] else args
 
 
 # ---------------------------------------------------------------- the rank (in the forked child)
@@ -250,8 +245,9 @@ class Pool:
             if req is None or len(fds) != 3:
                 raise PoolError("a request without its argv or its three standard fds")
             env = dict(req["env"])
-            argv = unwrap_rankenv(req["argv"], env, self.python)
-            run, target, args, unbuffered = split_python(argv, self.python)
+            if req.get("rankenv"):
+                add_rankenv(env)
+            run, target, args, unbuffered = split_python(req["argv"], self.python)
         except (PoolError, ValueError, KeyError, OSError) as e:
             _log(f"a request refused: {type(e).__name__}: {e}")  # the stub starts its rank cold: say why
             try:

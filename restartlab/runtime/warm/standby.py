@@ -1,6 +1,7 @@
 """The supervisor's side of a warm restart: the standby pools started (one here, or one on each of
-the job's nodes through its fan-out), waited for and stopped; a launch argv turned into one that
-starts each rank through a stub; how many ranks of an attempt the pools forked."""
+the job's nodes through its fan-out), waited for and stopped; the preload a program gets by
+default; how many ranks of an attempt the pools forked. (The launch through the stubs is the launch
+spec's: tools/launch.py.)"""
 import contextlib
 import glob
 import json
@@ -10,7 +11,7 @@ import time
 
 from ...contracts import layout
 from ...contracts.envvars import TAG_VAR
-from ...contracts.placeholders import NODE_TOKEN, PROGRAM_TOKEN
+from ...contracts.placeholders import NODE_TOKEN
 from ...contracts.trainer_options import WARM_PRELOAD
 from ...tools import verbs
 from .wire import PoolError
@@ -20,41 +21,9 @@ POOL_BIN = tuple(verbs.module_argv("warm-pool"))
 READY_POLL_S = 0.05
 
 
-def program_at(argv) -> int:
-    """Where the program starts in a launch argv: after PROGRAM_TOKEN, else the first word that
-    names a python interpreter (-1: none)."""
-    if PROGRAM_TOKEN in argv:
-        return argv.index(PROGRAM_TOKEN) + 1
-    import re
-    return next((i for i, w in enumerate(argv) if re.fullmatch(r"python[0-9.]*", os.path.basename(w))), -1)
-
-
-RECORDER = tuple(verbs.module_argv("rankexit"))
-
-
-def cold_argv(argv, attempt_dir: str = None):
-    """The launch argv with each rank's program started through the exit recorder
-    (runtime/rankexit.py) into `attempt_dir`, by the program's own Python; as it is where no
-    attempt directory is given or no Python starts the program."""
-    i = program_at(argv)
-    if attempt_dir is None or i < 0:
-        return [w for w in argv if w != PROGRAM_TOKEN]
-    launch, prog = [w for w in argv[:i] if w != PROGRAM_TOKEN], argv[i:]
-    return launch + [prog[0], *RECORDER, "--dir", attempt_dir, "--"] + prog
-
-
-def stub_argv(argv, pool_dir: str, attempt_dir: str = None):
-    """The launch argv with each rank's program started through the stub (which records the
-    rank's end into `attempt_dir`, as the exit recorder does for a cold rank)."""
-    i = program_at(argv)
-    launch, prog = [w for w in argv[:i] if w != PROGRAM_TOKEN], argv[i:]
-    where = ["--attempt-dir", attempt_dir] if attempt_dir else []
-    return launch + [prog[0], *POOL_BIN, "stub", "--dir", pool_dir, *where, "--"] + prog
-
-
-def default_preload(argv) -> str:
-    i = program_at(argv)
-    return WARM_PRELOAD if argv[i + 1:i + 3] == verbs.module_argv("trainer") else "torch"
+def default_preload(program) -> str:
+    """The bundled trainer's warm-up module for the bundled trainer, else torch."""
+    return WARM_PRELOAD if list(program[1:3]) == verbs.module_argv("trainer") else "torch"
 
 
 def served_in(state_dir: str, attempt: int) -> int:
@@ -74,7 +43,7 @@ class Standby:
     each of the job's nodes, started through the job's fan-out (srun --overlap, pbsdsh, mpiexec);
     started once per phase, stopped at its end."""
 
-    def __init__(self, argv, tag: str, log_path: str, preload=None, env=None, fanout: str = "local",
+    def __init__(self, python: str, tag: str, log_path: str, preload: str, env=None, fanout: str = "local",
                  hosts=None, slots=None, launcher: str = "hydra", state_dir: str = None):
         import secrets
         import shutil
@@ -82,10 +51,7 @@ class Standby:
         import tempfile
 
         from ...contracts import private
-        i = program_at(argv)
-        if i < 0:
-            raise PoolError("no python interpreter in the launch command to preload for")
-        self.python, self.log_path = argv[i], log_path
+        self.python, self.log_path = python, log_path
         # the pools' state: a private one when the caller keeps none (tests, benchmarks)
         self.own_state = state_dir is None
         if self.own_state:
@@ -95,7 +61,7 @@ class Standby:
             shutil.rmtree(state_dir, ignore_errors=True)
             os.makedirs(state_dir)
         self.tag, self.fanout, self.hosts, self.slots, self.launcher = tag, fanout, hosts, slots, launcher
-        self.preload = preload or default_preload(argv)
+        self.preload = preload
         serve = [self.python, *POOL_BIN, "serve", "--preload", self.preload, "--python", self.python, "--tag", tag,
                  "--state-dir", self.state_dir]
         # the tag reaches the pool as an argument (it puts it in its own environment): the fan-out's

@@ -3,7 +3,8 @@ starts in a rank's place: it hands its argv, environment, working directory and 
 the node's pool, stands in for the rank it forks (signals forwarded, its exit status mirrored), and
 starts the program cold itself (through the exit recorder) when no pool can take it. It records the
 rank's end (contracts.rank_exit) as the exit recorder records a cold rank's. Standard library,
-`wire` and the recorder only."""
+`wire` and the recorder only (and the verbs' names, standard library too, when a program of yours
+starts cold through rankenv)."""
 import os
 import signal
 import socket
@@ -38,8 +39,8 @@ def stub_main(a) -> int:
             sock.connect(addr)
         for s in FORWARDED:  # from now on a signal is the rank's
             signal.signal(s, forward)
-        send_msg(sock, {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "stub_pid": os.getpid()},
-                 fds=(0, 1, 2))
+        send_msg(sock, {"argv": argv, "rankenv": a.rankenv, "env": dict(os.environ), "cwd": os.getcwd(),
+                        "stub_pid": os.getpid()}, fds=(0, 1, 2))
         msg, _ = recv_msg(sock)
         if msg is None or "pid" not in msg:
             raise PoolError((msg or {}).get("error", "the pool hung up"))
@@ -49,6 +50,9 @@ def stub_main(a) -> int:
         print(f"restartlab warm stub: standby pool not usable ({e}; {os.path.join(node_dir(a.dir), SOCKET_NAME)} "
               f"on {node_name()}): starting the program cold", file=sys.stderr, flush=True)
         sock.close()
+        if a.rankenv:  # the cold rank gets its variables as any cold rank does
+            from ...tools import verbs
+            argv = verbs.argv(sys.executable, "rankenv", "--", *argv)
         if a.attempt_dir:
             return rankexit.run(argv, a.attempt_dir)
         try:

@@ -39,7 +39,7 @@ rl_on_signal() {
 trap rl_on_signal INT TERM
 
 # the relaunch loop (restartlab supervise --help): its settings, the same for every phase
-rl_supervise=("$RL_PY" -m restartlab.cli supervise --tag TAG --train-iters 120 --max-attempts 8 --hang-timeout 120s --ranks-per-node 2
+rl_supervise=("$RL_PY" -m restartlab.cli supervise --tag TAG --train-iters 120 --max-attempts 8 --hang-timeout 120s
   --stop-at "$RL_STOP_AT" --job "$RL_JOBID" --nodefile "$RL_NODEFILE")
 
 rl_phase() {
@@ -60,20 +60,29 @@ rl_phase() {
 
 # ---- phase 1: baseline (checkpoint: none)
 # injection plan: none
+# each attempt's launcher: mpiexec -n 2 -ppn 2 -genv RESTARTLAB_JOB_TAG TAG
+# and on each rank the program after -- (through the exit recorder, or the warm standby's stub)
 rl_phase --phase baseline --phase-dir /expt/x/baseline --ckpt-dir /expt/x/baseline/ckpts \
-  -- mpiexec -n 2 -ppn 2 -genv RESTARTLAB_JOB_TAG TAG @RL_PROGRAM@ PYTHON -m restartlab.trainer --model tiny --vocab 0 --train-iters 120 --save-interval 0 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/baseline/ckpts --no-resume --outdir .
+  --launch '{"python":"PYTHON","launcher":"hydra","nodes":1,"ranks_per_node":2,"env":{"RESTARTLAB_JOB_TAG":"TAG"}}' \
+  -- PYTHON -m restartlab.trainer --model tiny --vocab 0 --train-iters 120 --save-interval 0 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/baseline/ckpts --no-resume --outdir .
 
 # ---- phase 2: sync (checkpoint: sync)
 # injection plan: restartlab inject --at-steps 35,65,95 --gate complete --until /expt/x/sync/done --ckpt-dir /expt/x/sync/ckpts --phase-dir /expt/x/sync --train-iters 120 --tag TAG --fanout local
+# each attempt's launcher: mpiexec -n 2 -ppn 2 -genv RESTARTLAB_JOB_TAG TAG
+# and on each rank the program after -- (through the exit recorder, or the warm standby's stub)
 rl_phase --phase sync --phase-dir /expt/x/sync --ckpt-dir /expt/x/sync/ckpts \
   --inject --inject-at-steps '35,65,95' --inject-gate complete \
-  -- mpiexec -n 2 -ppn 2 -genv RESTARTLAB_JOB_TAG TAG @RL_PROGRAM@ PYTHON -m restartlab.trainer --model tiny --vocab 0 --train-iters 120 --save-interval 10 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/sync/ckpts --outdir .
+  --launch '{"python":"PYTHON","launcher":"hydra","nodes":1,"ranks_per_node":2,"env":{"RESTARTLAB_JOB_TAG":"TAG"}}' \
+  -- PYTHON -m restartlab.trainer --model tiny --vocab 0 --train-iters 120 --save-interval 10 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/sync/ckpts --outdir .
 
 # ---- phase 3: async (checkpoint: async)
 # injection plan: restartlab inject --at-steps 35,65,95 --gate complete --until /expt/x/async/done --ckpt-dir /expt/x/async/ckpts --phase-dir /expt/x/async --train-iters 120 --tag TAG --fanout local
+# each attempt's launcher: mpiexec -n 2 -ppn 2 -genv RESTARTLAB_JOB_TAG TAG
+# and on each rank the program after -- (through the exit recorder, or the warm standby's stub)
 rl_phase --phase async --phase-dir /expt/x/async --ckpt-dir /expt/x/async/ckpts \
   --inject --inject-at-steps '35,65,95' --inject-gate complete \
-  -- mpiexec -n 2 -ppn 2 -genv RESTARTLAB_JOB_TAG TAG @RL_PROGRAM@ PYTHON -m restartlab.trainer --model tiny --vocab 0 --train-iters 120 --save-interval 10 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/async/ckpts --async-ckpt --outdir .
+  --launch '{"python":"PYTHON","launcher":"hydra","nodes":1,"ranks_per_node":2,"env":{"RESTARTLAB_JOB_TAG":"TAG"}}' \
+  -- PYTHON -m restartlab.trainer --model tiny --vocab 0 --train-iters 120 --save-interval 10 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/async/ckpts --async-ckpt --outdir .
 
 # ---- collector
 "$RL_PY" -m restartlab.cli report "$RL_EXPT_DIR" || RL_FAILED=1
