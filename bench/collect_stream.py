@@ -20,6 +20,7 @@ import tempfile
 import time
 
 from restartlab.contracts import layout
+from restartlab.contracts.summary import Summary
 
 TARGET_S = 5.0
 BEFORE = "5e3857e"  # the last commit before the read model (issue 35)
@@ -119,8 +120,7 @@ def main():
             n = make_expt(d, att, per)
             gen = time.perf_counter() - t0
             wall, rss = measure(d)
-            with open(layout.Expt(d).summary) as f:
-                summ = json.load(f)["phases"][0]
+            summ = Summary.read(layout.Expt(d).summary).phases[0]
             assert summ["attempts"] == att and summ["kills"] == att - 1, summ
             out[name] = {"attempts": att, "rows": n, "wall_s": wall, "peak_rss_mib": rss,
                          "rows_per_s": n / wall}

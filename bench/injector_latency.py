@@ -22,6 +22,7 @@ import sys
 import tempfile
 
 from restartlab.contracts import ckptdir, layout
+from restartlab.contracts.summary import Summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET_S = 0.5
@@ -59,8 +60,7 @@ def main():
         if r.returncode != 0:
             sys.stderr.write(r.stdout[-3000:] + "\ninjector_latency: restartlab run failed\n")
             return 1
-        with open(layout.Expt(expt).summary) as f:
-            phases = json.load(f)["phases"]
+        phases = Summary.read(layout.Expt(expt).summary).phases
         ev = [e for p in phases for e in p["failures"] if e.get("kind") == "kill"]
         figures = {"gated kill (.complete -> SIGKILL)": gated_latencies(expt),
                    "kill -> every rank gone": [e["detection_s"] for e in ev if e.get("detection_s") is not None],

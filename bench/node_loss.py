@@ -22,6 +22,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from restartlab.contracts import layout  # noqa: E402
+from restartlab.contracts.summary import Summary  # noqa: E402
 from tests.helpers import rows  # noqa: E402
 
 
@@ -74,8 +75,7 @@ def run(d, policy):
     finally:
         if lost:
             sh("scontrol", "update", f"nodename={lost}", "state=RESUME")
-    with open(layout.Expt(expt).summary) as f:
-        s = {p["phase"]: p for p in json.load(f)["phases"]}["sync"]
+    s = Summary.read(layout.Expt(expt).summary).by_phase()["sync"]
     ev = s["failures"][0] if s["failures"] else {}
     return {"policy": policy, "completed": s["completed"], "attempts": s["attempts"],
             "ranks": f"{ev.get('ranks_before') or 4} -> {ev.get('ranks_after') or 4}",

@@ -94,7 +94,3 @@ class Preempt(FailureKind):
 def get(name: str) -> FailureKind:
     return KINDS.get(name)
 
-
-def book(record: dict) -> str:
-    """The failure kind an injection record is booked under (its `kind`; kill if it has none)."""
-    return str(record.get("kind") or "kill")

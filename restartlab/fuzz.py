@@ -89,12 +89,12 @@ def outcomes(phase_dir: str, verdict: survival.Verdict) -> list:
     """One row per kill: where it struck, and what the attempt after it did."""
     after = {r.attempt: r for r in verdict.restarts}
     rows = []
-    for rec in (r for r in live.read_injections(phase_dir) if r.get("killed")):
-        k = rec.get("attempt")
-        nxt = after.get(k + 1) if isinstance(k, int) else None
-        rows.append({"kill": len(rows) + 1, "attempt": k, "where": rec.get("where") or "?",
-                     "saving": rec.get("saving") or [], "newest_complete": rec.get("newest_complete"),
-                     "newest_complete_seen": rec.get("newest_complete_seen"),
+    for rec in (r for r in live.read_injections(phase_dir) if r.struck):
+        k = rec.attempt
+        nxt = after.get(k + 1) if k is not None else None
+        rows.append({"kill": len(rows) + 1, "attempt": k, "where": rec.where or "?",
+                     "saving": list(rec.saving), "newest_complete": rec.newest_complete,
+                     "newest_complete_seen": rec.newest_complete_seen,
                      "next": nxt.outcome if nxt else None,
                      "text": nxt.text if nxt else "no attempt after it (the phase ended)",
                      "finding": bool(nxt and nxt.finding)})

@@ -14,6 +14,7 @@ import yaml
 from restartlab.analysis import collect, report, survival
 from restartlab.contracts import ckptdir, layout, live
 from restartlab.runtime.attempt_record import injections_into
+from restartlab.contracts.injections import Injection
 from tests.helpers import assert_each_file_read_once, counted_opens, report_args
 
 
@@ -174,6 +175,7 @@ def test_the_kill_index_finds_what_a_scan_of_every_injection_finds():
             if rnd.random() < 0.9:
                 r["time"] = rnd.choice([rnd.uniform(0, 40), rnd.randint(0, 40), None, "5", False])
             recs.append(r)
+        recs = [Injection.from_json(r) for r in recs]
         ph = collect.PhaseData("p", injections=recs)
         for _ in range(10):
             t0 = rnd.choice([None, rnd.uniform(0, 30)])

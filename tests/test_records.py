@@ -3,6 +3,7 @@ record, the launch record and the phase's end record each have one type, one wri
 the words on disk are the ones earlier versions wrote (records written by the version before the
 types, 27b9e9f, read the same and are written back the same), and what is not a record is never
 taken for one."""
+import dataclasses
 import json
 import os
 import shutil
@@ -14,6 +15,8 @@ import pytest
 from restartlab.contracts import layout, metric_keys
 from restartlab.contracts.attempts import (WRITTEN, AttemptRecord, EndRecord, LaunchRecord, NotARecord, PhaseEnd,
                                           phase_end)
+from restartlab.contracts.injections import Injection
+from restartlab.contracts.summary import PHASE_FIELDS, Summary, SummaryError
 from restartlab.contracts.rank_exit import RankExit
 from restartlab.runtime import attempt_record
 from tests import source_scan
@@ -219,3 +222,75 @@ def test_an_experiment_recorded_before_the_types_reports_the_same(tmp_path):
         assert f.read() == report_before
     sync = {p["phase"]: p for p in after["phases"]}["sync"]
     assert sync["kills"] == 1 and sync["attempts"] == 2 and sync["survival"]["survived"]  # what it recorded
+
+
+# ---------------------------------------------------------------- the injection record
+def test_the_recorded_injection_line_reads_whole_and_writes_back_the_same():
+    """The line the injector wrote before the type (the recorded experiment's) reads into every field,
+    and the type writes it back key for key: the file format did not change."""
+    with open(layout.Expt(RECORDED_EXPT).phase("sync").injections) as f:
+        raw = json.loads(f.readline())
+    inj = Injection.from_json(raw)
+    assert inj.struck and inj.killed == 2 and inj.attempt == 1 and inj.target_step == 9 and inj.booked_kind == "kill"
+    assert inj.where == "between saves" and inj.newest_complete_seen == 10 and inj.receipts[0]["host"] == "vm"
+    assert json.loads(inj.to_json()) == raw and not inj.extra
+
+
+def test_a_follow_up_keeps_its_kinds_own_fields_and_counts_as_no_failure():
+    line = {"grace": 20.0, "escalated": 1, "time": 5.0, "follow_up_of": 4.0, "kind": "node", "killed": 0}
+    inj = Injection.from_json(line)
+    assert not inj.struck and inj.follow_up_of == 4.0 and inj.extra == {"grace": 20.0, "escalated": 1}
+    assert json.loads(inj.to_json()) == dict(line, reason=None, signal=None, target_step=None, step_seen=None,
+                                              newest_complete=None, newest_complete_seen=None, hosts=[], receipts=[],
+                                              where=None, attempt=None, saving=[])
+
+
+@pytest.mark.parametrize("field, value", [("time", "5"), ("time", True), ("attempt", "2"), ("attempt", True),
+                                          ("killed", None), ("receipts", {"a": 1}), ("kind", 3)])
+def test_an_injection_field_of_the_wrong_type_reads_as_missing(field, value):
+    inj = Injection.from_json({"time": 1.0, "killed": 1, "attempt": 1, field: value})
+    got = getattr(inj, field)
+    assert got in (None, 0, ()), (field, got)
+
+
+def test_the_injector_writes_what_the_readers_read(tmp_path):
+    """Its one writer (Injector.record) and its one reader (live.read_injections), through the file."""
+    from restartlab.contracts import live
+    from restartlab.runtime.inject import Injector
+    phase = layout.Phase(str(tmp_path))
+    inj = Injection(time=3.5, killed=2, kind="rank", attempt=4, hosts=("h",), saving=("step-10",))
+    rec = Injector.__new__(Injector)
+    rec.log_path = phase.injections
+    rec.record(inj)
+    assert live.read_injections(phase.path) == [inj]
+
+
+# ---------------------------------------------------------------- the report's summary
+def test_a_fresh_reports_phases_have_the_declared_fields_and_the_summary_reads_back(tmp_path):
+    """A phase's entry in the summary has exactly the fields contracts/summary.PhaseSummary declares
+    (a field added to the collector or the report but not declared there fails here), and the
+    summary the report writes is the one Summary.read gives back."""
+    d = str(tmp_path / "expt")
+    _copy_recorded(d)
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "report", d, "--no-plots"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = Summary.read(layout.Expt(d).summary)
+    assert [sorted(p) for p in s.phases] == [sorted(PHASE_FIELDS)] * 2
+    assert s.source == d and s.by_phase()["sync"]["kills"] == 1 and s.strategies is None
+    with open(layout.Expt(d).summary) as f:
+        assert json.load(f) == dataclasses.asdict(s)
+
+
+@pytest.mark.parametrize("text, why", [
+    (None, "No such file"), ("{", "not JSON"), ("[]", "not a restartlab report summary"),
+    ('{"phases": [{"wall_s": 1}]}', "not a restartlab report summary"),
+])
+def test_what_is_not_a_summary_is_named_with_its_file(tmp_path, text, why):
+    p = layout.Expt(str(tmp_path)).summary
+    if text is not None:
+        with open(p, "w") as f:
+            f.write(text)
+    with pytest.raises(SummaryError) as e:
+        Summary.read(str(p))
+    assert str(e.value).startswith(f"{p}: ") and why in str(e.value)

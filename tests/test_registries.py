@@ -17,6 +17,7 @@ from restartlab.contracts import layout, trainer_options
 from restartlab.job import render
 from restartlab.contracts.registry import RegistryError
 from restartlab.schedulers.base import Scheduler
+from restartlab.contracts.injections import Injection
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCEN = os.path.join(os.path.dirname(HERE), "scenarios")
@@ -132,7 +133,7 @@ def test_toy_failure_kind_selects_nodes():
         _, ctx = render.render(sc, "local", "/expt/x")
         assert "every-other-node" in ctx["phases"][1]["inject"]
         assert failures.get("every-other-node").nodes(5, None, random.Random(0)) == [0, 2, 4]
-        assert failures.book({"kind": "every-other-node"}) == "every-other-node"
+        assert Injection.from_json({"kind": "every-other-node"}).booked_kind == "every-other-node"
     finally:
         failures.KINDS.unregister("every-other-node")
 
@@ -145,7 +146,7 @@ def test_the_older_name_target_is_gone():
         scenario.load(base, ["failures.target=one-node"])
     with pytest.raises(scenario.ScenarioError, match="one-node"):
         scenario.load(base, ["failures.kind=one-node"])
-    assert failures.book({}) == "kill"
+    assert Injection.from_json({}).booked_kind == "kill"
 
 
 def _trainer_parser_actions():

@@ -31,8 +31,8 @@ from ..contracts import ckptdir, layout
 from ..contracts.attempts import (INJECTION_SLACK_S, AttemptRecord, LaunchRecord, NotARecord, completed_row, injected,
                                   injections_into, phase_end)
 from ..contracts.attempts import number as _num  # the records' rule for a number, on every row too
-from ..failures import book as book_kind
 from ..programs.base import clean_line
+from ..contracts.injections import Injection
 from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks
 from ..contracts import metric_keys as K
 
@@ -100,7 +100,7 @@ class AttemptData:
 class PhaseData:
     name: str
     attempts: List[AttemptData] = field(default_factory=list)
-    injections: List[dict] = field(default_factory=list)
+    injections: List[Injection] = field(default_factory=list)
     # one 8-byte double per save (exact median/p90); saves are a small fraction of rows
     saves: Dict[str, "array"] = field(default_factory=lambda: {k: array("d") for k in SAVE_KEYS})
     finalize: List[float] = field(default_factory=list)
@@ -113,7 +113,7 @@ class PhaseData:
     losses: Optional[Dict[int, float]] = None  # {step: loss} of the steps it kept (losses=True)
     _kill_index: Optional[tuple] = field(default=None, repr=False)
 
-    def kills(self, t0, t1, number=None) -> List[dict]:
+    def kills(self, t0, t1, number=None) -> List[Injection]:
         """The injections that struck attempt `number`, which ran from t0 to t1 (attempt.injected's
         rule: by the attempt a record names, else by its time), in the injector's order: from an
         index built once (by attempt; the others by time), not a scan of every record per attempt."""
@@ -123,12 +123,12 @@ class PhaseData:
             tagged: Dict[int, list] = {}
             timed = []
             for i, r in enumerate(self.injections):
-                if not r.get("killed"):
+                if not r.struck:
                     continue
-                if isinstance(r.get("attempt"), int):
-                    tagged.setdefault(r["attempt"], []).append((i, r))
-                elif _num(r.get("time")) is not None:
-                    timed.append((r["time"], i, r))
+                if r.attempt is not None:
+                    tagged.setdefault(r.attempt, []).append((i, r))
+                elif r.time is not None:
+                    timed.append((r.time, i, r))
             timed.sort(key=lambda x: (x[0], x[1]))
             self._kill_index = (tagged, [t for t, _, _ in timed], [(i, r) for _, i, r in timed])
         tagged, times, timed = self._kill_index
@@ -448,10 +448,10 @@ def failure_events(ph: PhaseData) -> List[dict]:
             continue
         queued = queued or 0.0
         kills = ph.kills(a.launch_ts, a.end_ts, a.number)
-        kill_ts = kills[0]["time"] if kills else a.end_ts
+        kill_ts = kills[0].time if kills else a.end_ts
         lost = a.last_iter - b.resumed_from
         ev = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),
-              "kind": book_kind(kills[0]) if kills else None, "detected_by": detected_by(a),
+              "kind": kills[0].booked_kind if kills else None, "detected_by": detected_by(a),
               "detection_s": (a.end_ts - kill_ts) if (a.end_ts and kill_ts) else None,
               "step_at_kill": a.last_iter, "resumed_from": b.resumed_from, "lost_steps": lost,
               "downtime_s": (b.first_ts - kill_ts - queued) if (b.first_ts and kill_ts) else None,
@@ -548,7 +548,7 @@ def summarize_phase(ph: PhaseData) -> dict:
     inter_s = inter["busy_steps"] * (inter["busy_dt_s"] - inter["idle_dt_s"]) if inter else 0.0
     return {
         "phase": ph.name, "wall_s": wall, "attempts": len(ph.attempts),
-        "kills": sum(1 for r in ph.injections if r.get("killed")),
+        "kills": sum(1 for r in ph.injections if r.struck),
         "steps": max((a.last_iter for a in ph.attempts), default=0),
         "completed": any(a.completed for a in ph.attempts),
         "failures": ev,

@@ -33,6 +33,7 @@ import statistics
 from typing import Dict, List, Optional
 
 from ..contracts import layout, live
+from ..contracts.injections import Injection
 from ..contracts.attempts import AttemptRecord, LaunchRecord, NotARecord, PhaseEnd, phase_end
 
 GROUP_ARG = re.compile(r"--replica-group[= ](\d+)")
@@ -96,10 +97,10 @@ def known(text: str) -> Optional[str]:
     return next((what for rx, what in KNOWN if rx.search(text)), None)
 
 
-def struck_groups(inj: dict) -> List[int]:
+def struck_groups(inj: Injection) -> List[int]:
     """The replica groups a strike reached: the --replica-group of the ranks it signalled."""
     found = set()
-    for r in inj.get("receipts") or []:
+    for r in inj.receipts:
         for cmd in (r.get("cmdlines") or {}).values():
             m = GROUP_ARG.search(cmd or "")
             if m:
@@ -120,7 +121,7 @@ def summarize(phase_dir: str, train_iters: int) -> dict:
                          "attempted": len(r0), "committed": sum(1 for x in r0 if x.get("commit")),
                          "crashes": _crashes(att)})
         groups[g] = {"attempts": atts, "end": phase_end(gp)}
-    injections = [r for r in live.read_injections(phase.path) if r.get("killed")]
+    injections = [r for r in live.read_injections(phase.path) if r.struck]
     return _account(groups, injections, train_iters, len(groups))
 
 
@@ -135,7 +136,7 @@ def _commits(groups: dict, rank: int = 0) -> List[dict]:
     return sorted(out, key=lambda x: x["t"])
 
 
-def _account(groups: dict, injections: List[dict], train_iters: int, n_groups: int) -> dict:
+def _account(groups: dict, injections: List[Injection], train_iters: int, n_groups: int) -> dict:
     commits = _commits(groups)
     per_group = {}
     for g, gr in groups.items():
@@ -158,7 +159,7 @@ def _account(groups: dict, injections: List[dict], train_iters: int, n_groups: i
     wall = (t_end - t_start) if commits and t_start else None
     productive = sum(x["t"] - x["t0"] for x in first_commit.values())
     batches = sum(x.get("participants", 0) for x in first_commit.values())
-    failures = [_failure(inj, groups, median_dt) for inj in sorted(injections, key=lambda r: r["time"])]
+    failures = [_failure(inj, groups, median_dt) for inj in sorted(injections, key=lambda r: r.time or 0.0)]
     verdict = _verdict(groups, commits, failures, train_iters)
     return {
         "strategy": "torchft", "groups": n_groups, "train_iters": train_iters,
@@ -173,10 +174,10 @@ def _account(groups: dict, injections: List[dict], train_iters: int, n_groups: i
     }
 
 
-def _failure(inj: dict, groups: dict, median_dt: Optional[float]) -> dict:
-    t = inj["time"]
+def _failure(inj: Injection, groups: dict, median_dt: Optional[float]) -> dict:
+    t = inj.time
     struck = struck_groups(inj)
-    out = {"time": t, "kind": inj.get("kind"), "struck_groups": struck, "survivors": [], "detection_s": None,
+    out = {"time": t, "kind": inj.kind, "struck_groups": struck, "survivors": [], "detection_s": None,
            "survivor_stall_s": None, "uncommitted_steps": 0, "relaunch": {}}
     survivors = [g for g in groups if g not in struck]
     out["survivors"] = survivors

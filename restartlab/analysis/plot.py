@@ -7,7 +7,6 @@ from ..contracts import metric_keys as K
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..failures import book  # noqa: E402
 
 
 def _progress(ph):
@@ -45,9 +44,9 @@ def progress_plot(phases, out):
             if i > 0 and xs:
                 ax.plot(xs[0], ys[0], "o", color=color, ms=4)
         for r in ph.injections:
-            if r.get("killed") and t0 and isinstance(r.get("time"), (int, float)):
-                kind = book(r)
-                ax.axvline(r["time"] - t0, color=color, ls=KIND_STYLE.get(kind, ":"), lw=0.9,
+            if r.struck and t0 and r.time is not None:
+                kind = r.booked_kind
+                ax.axvline(r.time - t0, color=color, ls=KIND_STYLE.get(kind, ":"), lw=0.9,
                            label=None if kind in kinds_seen else f"{kind} ({KIND_STYLE_NAME.get(kind, 'dotted')})")
                 kinds_seen.add(kind)
     ax.set_xlabel("elapsed s (from the phase's first launch)")

@@ -1,7 +1,6 @@
 """restartlab report: the report, its summary (+ PNG plots) for an experiment directory, or for
 ezpz-format JSONL files given with --baseline/--sync/--async globs."""
 import glob
-import json
 import os
 import sys
 from typing import Dict, List, Optional
@@ -14,6 +13,7 @@ from ..contracts.registry import RegistryError
 from ..tools import options as tool_options
 from . import collect, own_metrics, strategies, survival
 from ..contracts import metric_keys as K
+from ..contracts.summary import Summary
 
 
 _FINISHED = (PhaseEnd.COMPLETED, PhaseEnd.WALLTIME)  # a phase with its overhead computed
@@ -344,9 +344,8 @@ def main(a) -> int:
     jobs = job_states(a.expt_dir, scenario) if a.expt_dir else []
     ft = torchft_summaries(a.expt_dir, scenario) if a.expt_dir else {}
     table = strategies.rows(summaries, ft, _warm(scenario), _expected_phases(scenario) or [])
-    with open(files.summary, "w") as f:
-        json.dump({"source": src, "missing": missing, "problems": problems, "jobs": jobs, "phases": summaries,
-                   "torchft": ft, "strategies": table if ft else None}, f, indent=1, default=str)
+    Summary(source=src, missing=missing, problems=problems, jobs=jobs, phases=summaries, torchft=ft,
+            strategies=table if ft else None).write(files.summary)
     with open(files.report, "w") as f:
         f.write(markdown(summaries, missing, src, problems, strategies.markdown(table, ft)) + jobs_markdown(jobs))
     if not a.no_plots:

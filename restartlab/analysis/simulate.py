@@ -27,6 +27,7 @@ import numpy as np
 
 from .collect import restart_cost
 from .collect import young_daly as collect_young_daly  # the report's: one definition of C, R and M
+from ..contracts.summary import Summary, SummaryError
 
 
 PREEMPT = "preempt"
@@ -217,14 +218,9 @@ def default_intervals(costs: Costs, fail: Failures, n: int = 20) -> List[int]:
 def load_summary(path: str) -> Dict[str, dict]:
     """{phase name: phase summary} from a report's summary; a clear error otherwise."""
     try:
-        with open(path) as f:
-            data = json.load(f)
-        phases = {p["phase"]: p for p in data["phases"]}
-    except OSError as e:
-        raise SimulateError(f"{path}: {e.strerror}") from None
-    except (ValueError, KeyError, TypeError) as e:
-        raise SimulateError(f"{path}: not a restartlab report summary ({type(e).__name__}: {e})") from None
-    return phases
+        return Summary.read(path).by_phase()
+    except SummaryError as e:
+        raise SimulateError(str(e)) from None
 
 
 def _median(xs):

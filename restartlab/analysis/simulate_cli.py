@@ -12,6 +12,7 @@ from . import simulate as sim
 from . import simulate_ft as sim_ft
 from .simulate import SimulateError
 from ..contracts.units import parse_duration
+from ..contracts.summary import Summary, SummaryError
 
 
 def duration(text: str) -> float:
@@ -125,8 +126,10 @@ def ft_costs_from_args(a) -> Optional[sim_ft.FtCosts]:
     c = None
     if a.summary:
         path = layout.Expt(a.summary).summary if os.path.isdir(a.summary) else a.summary
-        with open(path) as f:
-            c = sim_ft.costs_from_summary(json.load(f))
+        try:
+            c = sim_ft.costs_from_summary(Summary.read(path))
+        except SummaryError as e:
+            raise SimulateError(str(e)) from None
     c = c or sim_ft.FtCosts(groups=0, stall_s=-1.0, rejoin_s=-1.0)
     for flag, attr in (("groups", "groups"), ("ft_stall", "stall_s"), ("ft_rejoin", "rejoin_s"),
                        ("ft_step_overhead", "step_overhead")):

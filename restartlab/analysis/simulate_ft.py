@@ -20,6 +20,8 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from ..contracts.summary import Summary
+
 
 @dataclass
 class FtCosts:
@@ -83,9 +85,9 @@ def analytic(c: FtCosts, mtbf_s: float) -> float:
     return max(0.0, 1.0 - per_failure / mtbf_s) / (1.0 + c.step_overhead)
 
 
-def costs_from_summary(summary: dict) -> Optional[FtCosts]:
+def costs_from_summary(summary: Summary) -> Optional[FtCosts]:
     """The torchft phases of a report's summary (its `torchft`): the medians over their failures."""
-    fts = [f for f in (summary.get("torchft") or {}).values() if f.get("failures")]
+    fts = [f for f in summary.torchft.values() if f.get("failures")]
     if not fts:
         return None
     stalls = [x["survivor_stall_s"] for f in fts for x in f["failures"] if x.get("survivor_stall_s") is not None]

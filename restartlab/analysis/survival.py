@@ -229,7 +229,7 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
         gone = _lost(k, snap, best)
         # a loss is told once: from here on, what is there now is what can be lost next
         best = _max(None if gone else best, snap.get("newest_complete"),
-                    *(r.get("newest_complete_seen") for r in ph.kills(None, None, k)))
+                    *(r.newest_complete_seen for r in ph.kills(None, None, k)))
         v.finished = v.finished or bool(rec and rec.completed)
         first, last = a.first_row, a.last_step
         struck = bool(ph.kills(rec and rec.launch_ts, rec and rec.end_ts, k))

@@ -13,6 +13,7 @@ import time
 from typing import Iterable, List, Optional
 
 from . import layout, live
+from .injections import Injection
 from .rank_exit import RankExit
 from .metric_keys import FINISHED, PARAMS_CRC
 
@@ -226,17 +227,16 @@ def completed_row(m) -> bool:
     return isinstance(m, dict) and (PARAMS_CRC in m or m.get(FINISHED) is True)
 
 
-def injected(record: dict, t0, t1, number=None) -> bool:
+def injected(record: Injection, t0, t1, number=None) -> bool:
     """Whether an injection record struck attempt `number` that ran from t0 to t1: by the attempt
     the record names (the injector's, when it ran with the phase dir), else by its time."""
-    if not record.get("killed"):
+    if not record.struck:
         return False
-    if number is not None and isinstance(record.get("attempt"), int):
-        return record["attempt"] == number
-    t = record.get("time")
-    return isinstance(t, (int, float)) and not isinstance(t, bool) \
-        and t0 is not None and t1 is not None and t0 <= t <= t1 + INJECTION_SLACK_S
+    if number is not None and record.attempt is not None:
+        return record.attempt == number
+    t = record.time
+    return t is not None and t0 is not None and t1 is not None and t0 <= t <= t1 + INJECTION_SLACK_S
 
 
-def injections_into(records: Iterable[dict], t0, t1, number=None):
+def injections_into(records: Iterable[Injection], t0, t1, number=None) -> List[Injection]:
     return [r for r in records if injected(r, t0, t1, number)]

@@ -6,6 +6,7 @@ import os
 from typing import List, Optional
 
 from . import layout
+from .injections import Injection
 from . import metric_keys as K
 
 TAIL_BYTES = 8192
@@ -51,10 +52,10 @@ def newest_step_seen(phase_dir: str) -> int:
         return 0
 
 
-def read_injections(phase_dir, warnings=None) -> List[dict]:
-    """The phase's injection records (one per strike); malformed lines are skipped, and named
-    in `warnings` when a list is given."""
-    return read_records(layout.Phase(phase_dir).injections, warnings)
+def read_injections(phase_dir, warnings=None) -> List[Injection]:
+    """The phase's injection records (one per strike, and a kind's follow-ups); malformed lines
+    are skipped, and named in `warnings` when a list is given."""
+    return [Injection.from_json(r) for r in read_records(layout.Phase(phase_dir).injections, warnings)]
 
 
 def read_node_checks(phase_dir, warnings=None) -> List[dict]:

@@ -2,7 +2,6 @@
 scheduler, runs the same job script under bash with the local scheduler's own job id and node
 file (never a batch system's variables), shows progress, and leaves a readable experiment
 directory even on Ctrl-C."""
-import json
 import os
 import signal
 import socket
@@ -15,6 +14,7 @@ from ..runtime import killer
 from ..contracts import exits, layout, live
 from .. import scenario, schedulers
 from ..contracts.resources import resource_dir
+from ..contracts.summary import Summary, SummaryError
 
 
 def progress(ctx, t0):
@@ -32,7 +32,7 @@ def progress(ctx, t0):
             cur = i
             step = live.newest_step_seen(p["dir"])
             attempts = sum(len(g.attempts()) for g in groups) - len(groups) + 1 if groups else len(phase.attempts())
-            kills = sum(1 for r in live.read_injections(p["dir"]) if r.get("killed"))
+            kills = sum(1 for r in live.read_injections(p["dir"]) if r.struck)
             done_steps += step
             where = f"step {step}/{iters}" if step or attempts <= 1 else f"relaunching (attempt {attempts})"
             line = (f"phase {i + 1}/{len(phases)} {p['name']}: {where}, "
@@ -123,15 +123,14 @@ def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run", ba
     if os.path.exists(expt.report):
         print(f"report: {expt.report}")
         try:
-            with open(expt.summary) as f:
-                for s in json.load(f)["phases"]:
-                    w = s.get("walltime_stop")
-                    print(f"  {s['phase']:>10}: wall {s['wall_s'] or 0:6.1f}s  kills {s['kills']}  "
-                          f"lost steps {s['lost_steps']}  ETTR {s['ettr'] or 0:.3f}"
-                          + (f"  walltime stop at step {w['last_step']} (emergency checkpoint "
-                             f"{w['emergency_checkpoint']})" if w else ""))
-        except (OSError, ValueError, KeyError):
-            pass
+            for s in Summary.read(expt.summary).phases:
+                w = s.get("walltime_stop")
+                print(f"  {s['phase']:>10}: wall {s['wall_s'] or 0:6.1f}s  kills {s['kills']}  "
+                      f"lost steps {s['lost_steps']}  ETTR {s['ettr'] or 0:.3f}"
+                      + (f"  walltime stop at step {w['last_step']} (emergency checkpoint "
+                         f"{w['emergency_checkpoint']})" if w else ""))
+        except (SummaryError, KeyError) as e:
+            print(f"restartlab {verb}: the summary cannot be shown: {e}", file=sys.stderr)
     return rc
 
 

@@ -40,7 +40,7 @@ def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, e
         preempted=rc == EXIT_PREEMPTED or (first is not None and first.exit_code == EXIT_PREEMPTED),
         walltime=os.path.exists(att.walltime),
         # a torchft group shares its phase's strikes: one struck this group's attempt only if it died
-        injected=bool(injections_into(live.read_records(phase.injections), launch_ts, end_ts, k))
+        injected=bool(injections_into(live.read_injections(phase.path), launch_ts, end_ts, k))
         and not (phase.is_group and rc == 0),
         hosts=hosts, ranks=ranks or None, job=job, warm_ranks=warm_ranks, job_start=_job_start())
     rec.write(att)

@@ -18,6 +18,7 @@ from ..tools import options as tool_options
 from .fanout import describe_receipt, fan_out, job_nodes, killer_argv
 from .. import failures, programs, schedulers
 from ..contracts import layout, live, options
+from ..contracts.injections import Injection
 from ..contracts.live import newest_step_seen
 from ..contracts.signals import parse_signal
 
@@ -107,14 +108,14 @@ class Injector:
         in the checkpoint dir that is not a complete checkpoint was written to since the launch:
         `saving` names it), or between saves."""
         if att is None:
-            return {"where": None}
+            return {"where": None}  # (the fields of contracts.injections.Injection it fills)
         try:
             launched = os.stat(att.at_launch).st_mtime
         except OSError:
             launched = None
         torn = programs.in_flight(self.spec, self.a.ckpt_dir, launched) if launched and self.a.ckpt_dir else []
         where = "start-up" if not os.path.exists(att.metrics(0)) else "save" if torn else "between saves"
-        return {"where": where, "attempt": att.index, "saving": torn}
+        return {"where": where, "attempt": att.index, "saving": tuple(torn)}
 
     def on_terminate(self, signum, _frame):
         """SIGTERM/SIGINT: stop now, except in the middle of a strike, which is finished and
@@ -186,12 +187,11 @@ class Injector:
             if killed or time.time() > deadline or self.stop_reason():
                 break
             time.sleep(0.2)
-        rec = {"time": t_kill, "reason": reason, "target_step": target_step,
-               "step_seen": newest_step_seen(a.phase_dir) if a.phase_dir else None,
-               "newest_complete": newest, "signal": sig, "kind": kind.name,
-               "newest_complete_seen": self.seen_complete,
-               "hosts": [self.hosts[i] for i in idx], "killed": killed, "receipts": receipts,
-               **self.where(struck)}
+        rec = Injection(time=t_kill, reason=reason, target_step=target_step,
+                        step_seen=newest_step_seen(a.phase_dir) if a.phase_dir else None,
+                        newest_complete=newest, signal=sig, kind=kind.name, newest_complete_seen=self.seen_complete,
+                        hosts=tuple(self.hosts[i] for i in idx), killed=killed, receipts=tuple(receipts),
+                        **self.where(struck))
         self.record(rec)  # now: the relaunch loop books the attempt as injected when it ends
         self.striking = False
         self.kills += 1
@@ -206,16 +206,16 @@ class Injector:
             more = kind.follow_up(a.grace, lambda: struck is not None and attempt_record.is_over(struck),
                                   lambda s: self.strike(kind, idx, s)[0])
             if more:  # a second line, "killed": 0 so that nobody counts it as another failure
-                self.record(dict(more, time=time.time(), follow_up_of=t_kill, kind=kind.name, killed=0))
+                self.record(Injection(time=time.time(), follow_up_of=t_kill, kind=kind.name, killed=0, extra=more))
                 self.say(f"  follow-up: {more}")
         return rec
 
-    def record(self, rec):
+    def record(self, rec: Injection):
         if self.log_path:
             with open(self.log_path, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+                f.write(rec.to_json() + "\n")
         else:  # the record is the receipt: without a phase dir it goes to stdout
-            print(json.dumps(rec), flush=True)
+            print(rec.to_json(), flush=True)
 
     def live_attempt(self, after: int) -> Optional[layout.Attempt]:
         """The newest attempt, once one numbered above `after` is launched and not over (None: we
@@ -297,7 +297,7 @@ class Injector:
         if targets:
             gate = tool_options.gate_of(a.gate, step_schedule=True)
             # a chained job's injector: the steps an earlier job's injector struck are done
-            done = {r.get("target_step") for r in live.read_injections(a.phase_dir) if r.get("killed")} \
+            done = {r.target_step for r in live.read_injections(a.phase_dir) if r.struck} \
                 if a.phase_dir else set()
             for s, kind in targets:
                 if s in done:

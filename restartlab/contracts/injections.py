@@ -1,0 +1,79 @@
+"""The injection record: one line of a phase's injections file (layout.Phase.injections) per strike
+the injector made, and a second line (killed 0) for a kind's follow-up (a node kill's escalation).
+The injector is its one writer (`to_json`); everything that reads the file reads it through
+`from_json` (contracts/live.read_injections), which takes a line from any earlier version: a field it
+lacks is None, a field of the wrong type is None (as the readers' own checks made it before this
+type), and a field it does not know is kept in `extra` (and written back)."""
+import dataclasses
+import json
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+
+def _int(v) -> Optional[int]:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _num(v) -> Optional[float]:
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _str(v) -> Optional[str]:
+    return v if isinstance(v, str) else None
+
+
+def _list(v) -> tuple:
+    return tuple(v) if isinstance(v, list) else ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Injection:
+    time: Optional[float]                  # when the strike began (epoch s)
+    killed: int = 0                        # ranks (process trees) it ended; 0: none found, or a follow-up
+    kind: Optional[str] = None             # the failure kind (failures.py); None in records before kinds
+    reason: Optional[str] = None           # what triggered it (the schedule's words)
+    signal: Optional[str] = None
+    target_step: Optional[int] = None      # the step a step-driven schedule aimed at
+    step_seen: Optional[int] = None        # rank 0's newest step when it struck
+    newest_complete: Optional[int] = None  # the newest complete checkpoint then
+    newest_complete_seen: Optional[int] = None  # the newest the injector had ever seen complete
+    hosts: Tuple[str, ...] = ()
+    receipts: Tuple[dict, ...] = ()        # each node's killer receipt (what it signalled)
+    where: Optional[str] = None            # start-up, save or between saves (Injector.where)
+    attempt: Optional[int] = None          # the attempt it struck (None: by its time)
+    saving: Tuple[str, ...] = ()           # what was being written when it struck
+    follow_up_of: Optional[float] = None   # a follow-up line: its strike's time
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # a kind's own (grace, escalated)
+
+    @property
+    def struck(self) -> bool:
+        """A strike that reached ranks (what counts as a failure)."""
+        return self.killed > 0
+
+    @property
+    def booked_kind(self) -> str:
+        """The kind it is booked under: its own, else kill (records from before the kinds)."""
+        return self.kind or "kill"
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        d.update(hosts=list(self.hosts), receipts=list(self.receipts), saving=list(self.saving))
+        if self.follow_up_of is None:
+            del d["follow_up_of"]
+        return {**d, **self.extra}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Injection":
+        """From one parsed line (ValueError: not a JSON object)."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"an injection record is a JSON object, not {type(d).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(time=_num(d.get("time")), killed=_int(d.get("killed")) or 0, kind=_str(d.get("kind")),
+                   reason=_str(d.get("reason")), signal=_str(d.get("signal")), target_step=_int(d.get("target_step")),
+                   step_seen=_int(d.get("step_seen")), newest_complete=_int(d.get("newest_complete")),
+                   newest_complete_seen=_int(d.get("newest_complete_seen")), hosts=_list(d.get("hosts")),
+                   receipts=tuple(r for r in _list(d.get("receipts")) if isinstance(r, dict)),
+                   where=_str(d.get("where")), attempt=_int(d.get("attempt")), saving=_list(d.get("saving")),
+                   follow_up_of=_num(d.get("follow_up_of")), extra={k: v for k, v in d.items() if k not in known})
