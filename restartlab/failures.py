@@ -3,7 +3,6 @@ name in KINDS. A kind owns its signal, which nodes (and ranks) it strikes, what 
 signal (a preemption's grace period). The collector books a strike under its record's `kind`. Scenario validation
 (`failures.kind`) and `restartlab inject --kind` choices come from this registry."""
 import random
-import time
 from typing import Callable, List, Optional
 
 from .contracts.registry import Registry
@@ -23,9 +22,11 @@ class FailureKind:
         """Extra arguments for the node-local `restartlab kill-ranks`."""
         return ["--one"] if self.one_rank else []
 
-    def follow_up(self, grace: float, attempt_over: Callable[[], bool], strike: Callable[[str], int]) -> dict:
+    def follow_up(self, grace: float, attempt_over: Callable[[], bool], strike: Callable[[str], int],
+                  clock) -> dict:
         """After the signal went out: more to do? (`strike(sig)` fans a signal out to the same
-        targets and returns how many processes it reached.) Returns what to add to the record."""
+        targets and returns how many processes it reached; `clock`: the injector's time and sleep.)
+        Returns what to add to the record."""
         return {}
 
 
@@ -82,12 +83,12 @@ class Preempt(FailureKind):
     def nodes(self, n_hosts, node, rng):
         return list(range(n_hosts))
 
-    def follow_up(self, grace, attempt_over, strike):
-        deadline = time.time() + grace
-        while time.time() < deadline:
+    def follow_up(self, grace, attempt_over, strike, clock):
+        deadline = clock.time() + grace
+        while clock.time() < deadline:
             if attempt_over():
                 return {"grace": grace, "escalated": 0}
-            time.sleep(0.2)
+            clock.sleep(0.2)
         return {"grace": grace, "escalated": strike("KILL")}
 
 

@@ -14,6 +14,7 @@ import time
 from typing import Iterator, List, Optional, Tuple
 
 from . import attempt_record, killer
+from .clock import Clock
 from ..tools import options as tool_options
 from .fanout import describe_receipt, fan_out, job_nodes, killer_argv
 from .. import failures, programs, schedulers
@@ -64,8 +65,9 @@ Config = options.config_class(
 
 
 class Injector:
-    def __init__(self, a: Config):
+    def __init__(self, a: Config, clock: Clock = None):
         self.a = a
+        self.clock = clock or Clock()  # the schedule's time (the tests' is fake)
         self.kills = 0
         self.log_path = layout.Phase(a.phase_dir).injections if a.phase_dir else None
         self.kind = failures.get(a.kind)
@@ -146,9 +148,9 @@ class Injector:
         while True:
             if pred():
                 return True
-            if self.stop_reason() or (deadline is not None and time.time() >= deadline):
+            if self.stop_reason() or (deadline is not None and self.clock.time() >= deadline):
                 return False
-            time.sleep(POLL_S)
+            self.clock.sleep(POLL_S)
 
     def strike(self, kind, idx, sig):
         """Fan `sig` out to the nodes `idx`; (distinct process trees reached, receipts). On the local
@@ -176,7 +178,7 @@ class Injector:
         kind = failures.get(kind_name) if kind_name else self.kind
         sig = a.signal or kind.signal
         idx = kind.nodes(len(self.hosts), a.node, self.rng)
-        t_kill = time.time()
+        t_kill = self.clock.time()
         newest = self.newest_complete()
         struck = self.target()
         attempts = layout.Phase(a.phase_dir).attempts() if a.phase_dir else []
@@ -184,9 +186,9 @@ class Injector:
         self.striking = True
         while True:  # nothing found (between attempts): retry briefly, the target has not died
             killed, receipts = self.strike(kind, idx, sig)
-            if killed or time.time() > deadline or self.stop_reason():
+            if killed or self.clock.time() > deadline or self.stop_reason():
                 break
-            time.sleep(0.2)
+            self.clock.sleep(0.2)
         rec = Injection(time=t_kill, reason=reason, target_step=target_step,
                         step_seen=newest_step_seen(a.phase_dir) if a.phase_dir else None,
                         newest_complete=newest, signal=sig, kind=kind.name, newest_complete_seen=self.seen_complete,
@@ -204,9 +206,9 @@ class Injector:
         if killed:
             struck = attempts[-1] if attempts else None
             more = kind.follow_up(a.grace, lambda: struck is not None and attempt_record.is_over(struck),
-                                  lambda s: self.strike(kind, idx, s)[0])
+                                  lambda s: self.strike(kind, idx, s)[0], self.clock)
             if more:  # a second line, "killed": 0 so that nobody counts it as another failure
-                self.record(Injection(time=time.time(), follow_up_of=t_kill, kind=kind.name, killed=0, extra=more))
+                self.record(Injection(time=self.clock.time(), follow_up_of=t_kill, kind=kind.name, killed=0, extra=more))
                 self.say(f"  follow-up: {more}")
         return rec
 
@@ -261,10 +263,10 @@ class Injector:
                         break
                     now = self.newest_complete()
                     unseen = now is not None and (before is None or now > before) and not a.fuzz_after_complete
-                    if unseen or attempt_record.is_over(att) or time.time() > deadline or self.stop_reason():
+                    if unseen or attempt_record.is_over(att) or self.clock.time() > deadline or self.stop_reason():
                         break
                     before = now if a.fuzz_after_complete else before
-                    time.sleep(SAVE_POLL_S)
+                    self.clock.sleep(SAVE_POLL_S)
                 if attempt_record.is_over(att) or self.stop_reason():
                     continue
                 if unseen and not told:
@@ -273,13 +275,13 @@ class Injector:
                              f"shows none; else check trainer.program.checkpoints): striking now, and anywhere "
                              f"from here on")
                     told = True
-                if unseen or time.time() > deadline:  # no save to aim at in time: strike now
-                    in_save, delay = False, time.time() - t0
+                if unseen or self.clock.time() > deadline:  # no save to aim at in time: strike now
+                    in_save, delay = False, self.clock.time() - t0
                 else:
-                    time.sleep(jitter)
+                    self.clock.sleep(jitter)
             else:
                 if self.sleep_until(lambda: attempt_record.is_over(att), deadline=t0 + delay):
-                    window = max(0.1, min(window, time.time() - t0) / 2)  # the next one, sooner
+                    window = max(0.1, min(window, self.clock.time() - t0) / 2)  # the next one, sooner
                     self.say(f"attempt {att.index} ended before the kill at launch +{delay:.2f}s: the next "
                              f"attempt is struck within {window:.2f}s of its launch")
                     continue
@@ -319,7 +321,7 @@ class Injector:
         else:
             if a.wait_first_complete and not self.sleep_until(lambda: self.newest_complete() is not None):
                 return self.done()
-            t0 = time.time()
+            t0 = self.clock.time()
             for off in timed_offsets(a.every, a.mtbf, a.seed):
                 if self.sleep_until(lambda: False, deadline=t0 + off) is False and self.stop_reason():
                     break

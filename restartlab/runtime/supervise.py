@@ -30,6 +30,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import attempt_record
+from .clock import Clock
 from .. import launchers, programs
 from ..contracts import layout, options, placeholders, rank_exit
 from ..contracts.attempts import PhaseEnd
@@ -45,15 +46,6 @@ STACKS_WAIT_S = 2.0              # a hung attempt's ranks' time to write their s
 
 
 # ---------------------------------------------------------------- the parts the tests replace
-class Clock:
-    def time(self) -> float:
-        return time.time()
-
-    def sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            time.sleep(seconds)
-
-
 class Launched:
     """One attempt's launcher process."""
 

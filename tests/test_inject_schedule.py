@@ -1,0 +1,201 @@
+"""The injector's schedule logic on a fake clock (as tests/test_supervise.py drives the relaunch loop):
+timed schedules, the step gate on `.complete`, the fuzz window that shrinks after an attempt ended
+first, the strike's retry between attempts, a kind's follow-up grace, and the stops (--max-kills,
+--until). Real files in a phase directory, fake seconds, no process is signalled: the strike is
+the test's. tests/test_killer_inject.py has the same logic with real ranks."""
+import argparse
+import json
+import os
+
+import pytest
+
+from restartlab.contracts import ckptdir, layout, live
+from restartlab.runtime import inject
+from restartlab.runtime.clock import Clock
+from restartlab.tools import options as tool_options
+
+T0 = 1_800_000_000.0
+
+
+class World(Clock):
+    """Fake time; the events scheduled with `at` happen when the clock passes their time."""
+
+    def __init__(self):
+        self.t, self.events, self.slept = T0, [], 0.0
+
+    def time(self):
+        return self.t
+
+    def sleep(self, seconds):
+        if seconds > 0:
+            self.t += seconds
+            self.slept += seconds
+        due = sorted((e for e in self.events if e[0] <= self.t), key=lambda e: e[0])
+        self.events = [e for e in self.events if e[0] > self.t]
+        for _, fn in due:
+            fn()
+
+    def at(self, t, fn):
+        self.events.append((T0 + t, fn))
+
+
+class Injector(inject.Injector):
+    """The real schedule logic; a strike reaches whatever `ranks(t)` says are there, at fake time t."""
+
+    def __init__(self, a, world, ranks=lambda t: 1, on_strike=None):
+        super().__init__(a, clock=world)
+        self.world, self.ranks, self.on_strike, self.strikes = world, ranks, on_strike, []
+
+    def strike(self, kind, idx, sig):
+        n = self.ranks(self.world.t - T0)
+        self.strikes.append((round(self.world.t - T0, 3), sig, n))
+        if n and self.on_strike:
+            self.on_strike(self.world.t - T0)
+        return n, [{"host": "h", "roots": list(range(n))}]
+
+    def say(self, msg):
+        self.said = getattr(self, "said", []) + [msg]
+
+
+def config(tmp_path, *args):
+    p = argparse.ArgumentParser()
+    tool_options.add_inject_args(p)
+    a = inject.Config.from_args(p.parse_args(["--tag", "t", "--fanout", "local", "--phase-dir", str(tmp_path / "p"),
+                                             *args]))
+    a.python = "python"
+    os.makedirs(a.phase_dir, exist_ok=True)
+    return a
+
+
+def kills(tmp_path):
+    """(fake seconds, record) of each strike that reached ranks, from the phase's injection file."""
+    return [(round(r.time - T0, 3), r) for r in live.read_injections(str(tmp_path / "p")) if r.struck]
+
+
+def launch(phase: layout.Phase, k: int, t: float):
+    """Attempt k launched at fake time t: its directory and its launch snapshot (its mtime: the launch)."""
+    att = phase.attempt(k)
+    os.makedirs(att.path, exist_ok=True)
+    with open(att.at_launch, "w") as f:
+        f.write("{}")
+    os.utime(att.at_launch, (T0 + t, T0 + t))
+    return att
+
+
+def end(att: layout.Attempt):
+    with open(att.record, "w") as f:
+        json.dump({"attempt": att.index}, f)
+
+
+def complete(ckpts: str, step: int):
+    d = os.path.join(ckpts, ckptdir.step_dirname(step))
+    os.makedirs(d, exist_ok=True)
+    open(os.path.join(d, ckptdir.COMPLETE), "w").close()
+
+
+def test_a_timed_schedule_strikes_on_its_offsets_and_stops_at_max_kills(tmp_path):
+    w = World()
+    inj = Injector(config(tmp_path, "--every", "30s", "--max-kills", "3"), w)
+    assert inj.run() == 0
+    times = [t for t, _ in kills(tmp_path)]
+    assert len(times) == 3 and all(30 * i <= t <= 30 * i + inject.POLL_S + 1e-6 for i, t in zip((1, 2, 3), times)), times
+    assert "--max-kills" in inj.said[-1] and w.slept < 91  # it stopped right after the third
+
+
+def test_until_stops_the_schedule_between_strikes(tmp_path):
+    w = World()
+    a = config(tmp_path, "--every", "10s", "--until", str(tmp_path / "p" / "done"))
+    w.at(25, lambda: open(a.until, "w").close())
+    inj = Injector(a, w)
+    inj.run()
+    assert [round(t) for t, _ in kills(tmp_path)] == [10, 20] and "done exists" in inj.said[-1]
+
+
+def test_a_step_schedule_gated_on_complete_strikes_once_each_checkpoint_is_complete(tmp_path):
+    w = World()
+    ckpts = str(tmp_path / "ckpts")
+    os.makedirs(ckpts)
+    a = config(tmp_path, "--at-steps", "10,20", "--gate", "complete", "--ckpt-dir", ckpts, "--train-iters", "100")
+    w.at(5, lambda: complete(ckpts, 10))
+    w.at(17.5, lambda: complete(ckpts, 20))
+    inj = Injector(a, w)
+    inj.run()
+    got = kills(tmp_path)
+    assert [r.target_step for _, r in got] == [10, 20] and [r.newest_complete for _, r in got] == [10, 20]
+    assert 5 <= got[0][0] <= 5 + inject.POLL_S + 1e-6 and 17.5 <= got[1][0] <= 17.5 + inject.POLL_S + 1e-6, got
+
+
+def test_a_strike_between_attempts_retries_until_the_relaunched_ranks_are_there(tmp_path):
+    """The schedule's moment falls between two attempts (no rank to signal): the strike retries every
+    0.2 s, up to 10 s, and the record is of the strike that reached the new attempt's ranks."""
+    w = World()
+    inj = Injector(config(tmp_path, "--every", "30s", "--max-kills", "1"), w, ranks=lambda t: 2 if t >= 33 else 0)
+    inj.run()
+    (t, rec), = kills(tmp_path)
+    assert t == pytest.approx(30, abs=inject.POLL_S + 1e-6) and rec.killed == 2  # the record's time: when it began
+    assert [n for _, _, n in inj.strikes] == [0] * (len(inj.strikes) - 1) + [2]
+    assert inj.strikes[-1][0] == pytest.approx(33, abs=0.21)
+
+
+def test_a_strike_that_never_finds_ranks_gives_up_after_ten_seconds(tmp_path):
+    w = World()
+    inj = Injector(config(tmp_path, "--every", "30s", "--max-kills", "1"), w, ranks=lambda t: 0)
+    inj.run()
+    recs = live.read_injections(str(tmp_path / "p"))
+    assert len(recs) == 1 and recs[0].killed == 0 and not kills(tmp_path)  # said, not booked as a failure
+    assert inj.strikes[-1][0] == pytest.approx(40, abs=0.21)
+
+
+def test_a_preemption_escalates_after_its_grace_unless_the_attempt_ended(tmp_path):
+    """failures.kind preempt: TERM, then KILL when the attempt has not ended within the grace (20 fake
+    seconds, no real wait); the follow-up is a line of its own that counts as no failure."""
+    phase = layout.Phase(str(tmp_path / "p"))
+    for ends_at, escalated in ((None, 1), (8, 0)):
+        w = World()
+        att = launch(phase, 1, 0)
+        if os.path.exists(att.record):
+            os.unlink(att.record)
+        os.unlink(phase.injections) if os.path.exists(phase.injections) else None
+        if ends_at is not None:
+            w.at(30 + ends_at, lambda: end(att))
+        inj = Injector(config(tmp_path, "--every", "30s", "--max-kills", "1", "--kind", "preempt", "--grace", "20s"), w)
+        inj.run()
+        recs = live.read_injections(phase.path)
+        assert [r.killed > 0 for r in recs] == [True, False] and recs[0].signal == "TERM"
+        assert recs[1].extra == {"grace": 20.0, "escalated": escalated} and recs[1].follow_up_of == recs[0].time
+        assert [s for _, s, _ in inj.strikes] == (["TERM", "KILL"] if escalated else ["TERM"])
+        if escalated:
+            assert inj.strikes[-1][0] == pytest.approx(50, abs=0.21)
+
+
+def test_the_fuzz_window_shrinks_after_an_attempt_ends_before_its_kill(tmp_path):
+    """--fuzz: one kill per attempt at a random moment within --fuzz-window of its launch; an attempt
+    that ends before its kill makes the next window half what it lived (and the next kill lands in it)."""
+    w = World()
+    phase = layout.Phase(str(tmp_path / "p"))
+    ckpts = str(tmp_path / "ckpts")
+    os.makedirs(ckpts)
+    a = config(tmp_path, "--fuzz", "2", "--fuzz-window", "50s", "--fuzz-save-share", "0", "--seed", "3",
+               "--ckpt-dir", ckpts)
+    delay = __import__("random").Random(3).uniform(0, 50)
+    assert delay > 4  # (the seed's first delay: the attempt below ends before it)
+    att1 = launch(phase, 1, 0)
+    w.at(4, lambda: end(att1))                  # attempt 1 ends by itself at 4 s
+    w.at(6, lambda: launch(phase, 2, 6))        # attempt 2 at 6 s: struck within 2 s (4 / 2) of its launch
+    state = {"k": 2}
+
+    def relaunch(t):  # each strike ends its attempt; the next one starts a second later
+        att = phase.attempt(state["k"])
+        end(att)
+        state["k"] += 1
+        w.at(t + 1, lambda k=state["k"], t=t: launch(phase, k, t + 1))
+    inj = Injector(a, w, on_strike=relaunch)
+    inj.run()
+    got = kills(tmp_path)
+    # it noticed the end at its next look (4 s + up to POLL_S): the window is half of that
+    said = [m for m in inj.said if "ended before the kill" in m]
+    window = float(said[0].split("struck within ")[1].split("s ")[0]) if len(said) == 1 else None
+    assert window is not None and 2.0 <= window <= 2.0 + inject.POLL_S / 2 + 0.01, inj.said
+    assert got[0][1].attempt == 2 and 6 <= got[0][0] <= 6 + window + inject.POLL_S, got
+    assert got[1][1].attempt == 3 and got[1][0] - got[0][0] - 1 <= window + inject.POLL_S, got  # it stays that small
+    assert w.slept < 20
