@@ -20,7 +20,7 @@ from restartlab.runtime import killer
 from restartlab.runtime.warm import standby, wire
 from restartlab import launchers
 from restartlab.contracts import layout
-from restartlab.runtime.supervise import STACKS_WAIT_S
+from restartlab.runtime.attempt_stop import STACKS_WAIT_S
 from restartlab.contracts.signals import parse_signal
 from restartlab.contracts.trainer_options import STACKS_SIGNAL, WARM_PRELOAD
 from restartlab.tools.launch import LaunchSpec

@@ -247,9 +247,8 @@ class FtPhase:
         """SIGTERM/SIGINT to the phase's supervisor: stop every group's loop, the injector and the
         lighthouse."""
         self.stop_groups()
-        if self.procs.injector is not None:
-            self.procs.injector.terminate()
-            self.procs.stop_injector()
+        self.procs.injector.terminate()
+        self.procs.stop_injector()
         self.stop_lighthouse()
         attempt_record.write_end(self.phase, PhaseEnd.INTERRUPTED, 0, self.cfg.job or None)
         return EXIT_INTERRUPTED

@@ -20,11 +20,9 @@ import contextlib
 import functools
 import json
 import os
-import select
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -34,69 +32,29 @@ from .clock import Clock
 from .. import launchers, programs
 from ..contracts import layout, options, placeholders, rank_exit
 from ..contracts.attempts import PhaseEnd
-from . import tap
-from ..tools import options as tool_options, verbs
+from . import attempt_stop
+from .attempt_launch import AttemptLaunch, Launched
+from .injector_proc import INJECTOR_GRACE_S, InjectorProcess
+from ..tools import options as tool_options
 from ..tools.launch import LaunchSpec, SpecError
 from ..contracts.exits import (EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_USAGE,
                                EXIT_WALLTIME)
-from ..contracts.trainer_options import STACKS_SIGNAL
 STOP_GRACE_S = 5.0               # the launcher's time to end after a TERM before it gets a KILL
-INJECTOR_GRACE_S = 5.0           # the injector stops by itself once the done marker exists
-STACKS_WAIT_S = 2.0              # a hung attempt's ranks' time to write their stacks before the KILL
 
 
 # ---------------------------------------------------------------- the parts the tests replace
-class Launched:
-    """One attempt's launcher process."""
-
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
-        self.pid = proc.pid
-        try:  # a pidfd wakes us the moment the launcher exits (Popen.wait polls in 50 ms steps)
-            self._fd = os.pidfd_open(proc.pid)
-        except (AttributeError, OSError):
-            self._fd = None
-
-    def wait(self, timeout: Optional[float]) -> Optional[int]:
-        """The exit status once the launcher has ended, None if it still runs after `timeout`.
-        Death by signal N is 128+N, as a shell reports it (launchers.signal_of reads that)."""
-        if self._fd is not None and self.proc.poll() is None and timeout:
-            p = select.poll()
-            p.register(self._fd, select.POLLIN)
-            p.poll(max(0, timeout) * 1000)
-        try:
-            rc = self.proc.wait(timeout=0 if self._fd is not None else timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        return 128 - rc if rc < 0 else rc
-
-    def signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.send_signal(sig)
-            except ProcessLookupError:
-                pass
-
-
-PUMP_DRAIN_S = 5.0  # after the launcher ended: how long the tap may still read what it wrote
-
-
 class Procs:
-    """The supervisor's side effects on real processes and files."""
+    """The supervisor's side effects on real processes and files, each the job of its own module:
+    the attempt's launch and what is watched of it (attempt_launch), stopping what is left of it
+    (attempt_stop), the warm standby pools (warm/route), the injector (injector_proc), the node
+    check (nodes). The tests replace this whole object."""
 
     def __init__(self, cfg: "Config"):
         self.cfg = cfg
-        self.injector: Optional[subprocess.Popen] = None
         self.spec = programs.resolve(json.loads(cfg.program) if cfg.program else {"adapter": "restartlab"})
-        self.taps = {}  # attempt path -> (Tap, Pump) of a program whose output is read
-        self.launched_at = {}  # attempt path -> its launch time
-        self.launcher_pids = {}  # attempt path -> its launcher's pid (a hang's process snapshot)
-        self.exits_read = {}  # attempt path -> (exit records read, [its first failure])
-        self.pool = None  # the warm standby pools (warm.standby.Standby) of this phase
-        self.pool_served = False  # said that they serve
+        self.attempts = AttemptLaunch(self.spec, cfg.ckpt_dir, cfg.phase_dir, cfg.ft_group)
+        self.injector = InjectorProcess()
+        self.warm = None  # the warm standby pools' route (warm.route.WarmRoute), once started
 
     def which(self, exe: str) -> bool:
         return shutil.which(exe) is not None
@@ -108,113 +66,33 @@ class Procs:
     def free_port(self) -> int:
         return int(os.environ.get("MASTER_PORT") or launchers.free_port())
 
+    # -- the attempt (attempt_launch)
     def launch(self, argv: List[str], att: layout.Attempt, env: dict) -> Launched:
-        """Start the attempt; first, what the checkpoint dir holds (which checkpoint a correct
-        resume loads, which one the program's own rule picks). A program that does not write
-        restartlab's metrics rows has its output read by a tap (tap.py)."""
-        ckpts = []
-        if self.cfg.ckpt_dir:
-            ckpts = programs.list_ckpts(self.spec, self.cfg.ckpt_dir)
-            tap.write_snapshot(att, tap.snapshot(self.spec, self.cfg.ckpt_dir, ckpts))
-        self.launched_at[att.path] = float(env["RESTARTLAB_LAUNCH_TS"])
-        env = dict(os.environ, **env)
-        if not self.spec["tap"]:
-            with open(att.output, "ab") as out:
-                proc = subprocess.Popen(argv, cwd=att.path, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
-            self.launcher_pids[att.path] = proc.pid
-            return Launched(proc)
-        env.setdefault("PYTHONUNBUFFERED", "1")  # a Python program's progress lines as they happen
-        proc = subprocess.Popen(argv, cwd=att.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-        self.launcher_pids[att.path] = proc.pid
-        t = tap.Tap(self.spec, att, float(env["RESTARTLAB_LAUNCH_TS"]), ckpts)
-        pump = tap.Pump(proc.stdout, att, t)
-        pump.start()
-        follow = None
-        if self.spec.get("progress_file"):  # progress from a file the program appends to
-            follow = tap.Follow(self.placeholders(self.spec["progress_file"], att), t)
-            follow.start()
-        self.taps[att.path] = (t, pump, follow)
-        return Launched(proc)
-
-    def placeholders(self, text: str, att: layout.Attempt) -> str:
-        """{attempt_dir}, {phase_dir} and {ckpt_dir} of a program's path, filled for this attempt."""
-        return placeholders.fill(text, {placeholders.ATTEMPT_DIR: att.path, placeholders.PHASE_DIR: self.cfg.phase_dir,
-                                        placeholders.CKPT_DIR: self.cfg.ckpt_dir})
+        return self.attempts.start(argv, att, env)
 
     def finish(self, att: layout.Attempt, rc: int) -> Optional[str]:
-        """After the launcher ended: the tap reads the rest and writes the final row; a warning
-        when the program showed no progress at all."""
-        t, pump, follow = self.taps.pop(att.path, (None, None, None))
-        if t is None:
-            return None
-        pump.join(PUMP_DRAIN_S)  # a rank that outlived its launcher may hold the pipe: not waited for
-        if follow is not None:
-            follow.stop()         # and the progress file's last records
-        return t.finish(rc, self.cfg.train_iters)
-
-    def teardown(self, att: layout.Attempt, sig: str = "KILL") -> None:
-        """`sig` to whatever of this job's ranks is left, on every node (found by the tag)."""
-        from .teardown import teardown
-        with open(att.teardown_log, "a") as log, contextlib.redirect_stdout(log):
-            teardown(self.cfg.tag, sig, self.cfg.fanout, self.cfg.nodefile, self.cfg.launcher)
-
-    def dump_stacks(self, att: layout.Attempt) -> None:
-        """A hung attempt says where it was: its processes on this node (procsnap: the launcher's
-        tree and the tagged ones, each one's state and the kernel function it sleeps in) into
-        layout.Attempt.hang_procs; and the bundled trainer's ranks that can still run write their
-        threads' Python stacks into the attempt's output (trainer_options.STACKS_SIGNAL) before the
-        KILL. A program of the user's gets no signal: its signals are its own."""
-        from . import procsnap
-        pid = self.launcher_pids.get(att.path)
-        try:
-            procsnap.write(att.hang_procs, pid if pid is not None else -1, self.cfg.tag)
-        except OSError as e:
-            self.say(f"cannot record the hung attempt's processes: {e}", err=True)
-        if self.cfg.program:
-            return
-        self.teardown(att, STACKS_SIGNAL)
-        time.sleep(STACKS_WAIT_S)
+        return self.attempts.finish(att, rc, self.cfg.train_iters)
 
     def last_activity(self, att: layout.Attempt) -> Optional[float]:
-        """When the attempt last wrote output or a metrics row (file times); a tapped program:
-        its last progress line (the launch before the first), whatever else it prints; a torchft
-        replica group: its last committed step (torchft logs every quorum, committed or not), the
-        launch before the first."""
-        if att.path in self.taps:
-            return self.taps[att.path][0].last_progress
-        if self.cfg.ft_group >= 0:
-            paths, times = att.metrics_files(), [self.launched_at.get(att.path, 0.0)]
-        else:
-            paths, times = [att.output] + att.metrics_files(), []
-        for p in paths:
-            try:
-                times.append(os.stat(p).st_mtime)
-            except OSError:
-                pass
-        return max(times) if times else None
-
-    def failed_rank(self, att: layout.Attempt) -> Optional[rank_exit.RankExit]:
-        """The first rank of the attempt that ended badly by its exit record (an exit status or a
-        signal), or None. Each record is read once (an attempt of many ranks writes as many when it
-        ends): the ones not read yet at each look."""
-        seen, first = self.exits_read.setdefault(att.path, (set(), [None]))
-        try:
-            names = [n for n in os.listdir(att.exits_dir) if n not in seen and not n.endswith(".tmp")]
-        except OSError:
-            return first[0]
-        seen.update(names)
-        bad = rank_exit.first_failure(rank_exit.read_all(os.path.join(att.exits_dir, n) for n in names))
-        if bad is not None and (first[0] is None or bad.time < first[0].time):
-            first[0] = bad
-        return first[0]
+        return self.attempts.last_activity(att)
 
     def has_stepped(self, att: layout.Attempt) -> bool:
-        if att.path in self.taps:
-            return self.taps[att.path][0].stepped
-        return bool(att.metrics_files())
+        return self.attempts.has_stepped(att)
 
+    def failed_rank(self, att: layout.Attempt) -> Optional[rank_exit.RankExit]:
+        return self.attempts.failed_rank(att)
+
+    # -- what is left of it (attempt_stop)
+    def teardown(self, att: layout.Attempt, sig: str = "KILL") -> None:
+        attempt_stop.teardown(self.cfg, att, sig)
+
+    def dump_stacks(self, att: layout.Attempt) -> None:
+        attempt_stop.dump_stacks(self.cfg, att, self.attempts.launcher_pids.get(att.path), self.say)
+
+    def say(self, msg: str, err: bool = False) -> None:
+        print(f"restartlab: phase {self.cfg.phase}: {msg}", file=sys.stderr if err else sys.stdout, flush=True)
+
+    # -- the nodes (nodes)
     def node_check(self, phase: layout.Phase, k: int) -> Optional[int]:
         """Nodes the next attempt gets (its hosts in --hosts-file); None: too few healthy ones."""
         from . import nodes
@@ -224,89 +102,39 @@ class Procs:
         with open(phase.node_check_log, "a") as log, contextlib.redirect_stderr(log):
             return nodes.check_all(cfg)
 
-    def start_injector(self, phase: layout.Phase) -> None:
-        argv = verbs.argv(sys.executable, "inject", *inject_argv(self.cfg, phase))
-        with open(phase.injector_log, "ab") as log:
-            self.injector = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def stop_injector(self, grace: float = INJECTOR_GRACE_S) -> None:
-        if self.injector is None:
-            return
-        try:
-            self.injector.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.injector.terminate()
-            try:
-                self.injector.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.injector.kill()
-                self.injector.wait()
-        self.injector = None
-
     def hosts(self) -> List[str]:
         from .fanout import read_nodefile
         return read_nodefile(self.cfg.nodefile)[0]
 
+    # -- the injector (injector_proc)
+    def start_injector(self, phase: layout.Phase) -> None:
+        self.injector.start(inject_argv(self.cfg, phase), phase)
+
+    def stop_injector(self, grace: float = INJECTOR_GRACE_S) -> None:
+        self.injector.stop(grace)
+
+    # -- the warm standby pools (warm/route)
     def start_pool(self, phase: layout.Phase) -> Optional[str]:
-        """Start the warm standby pools (one per node) without waiting for them: they preload
-        while the phase's first attempt starts cold. None, or why they cannot start."""
         from .fanout import job_nodes
-        from .warm.standby import Standby, default_preload
-        from .warm.wire import PoolError
-        cfg = self.cfg
-        hosts, slots = job_nodes(cfg.nodefile, cfg.fanout)
-        if cfg.fanout == "local" and len(hosts) > 1:
-            return f"fanout local reaches this node only, and the job has {len(hosts)} nodes"
-        try:
-            preload = cfg.warm_preload or programs.ADAPTERS.get(self.spec["adapter"]).preload
-            self.pool = Standby(cfg.launch_spec.python, cfg.tag, phase.warm_log,
-                                preload or default_preload(cfg.launch_spec.program), fanout=cfg.fanout,
-                                hosts=hosts, slots=slots, launcher=cfg.launcher, state_dir=phase.warm_dir)
-        except (PoolError, OSError) as e:
-            self.stop_pool()
-            return f"the standby pool did not start ({e}; see {phase.warm_log})"
-        self.pool_served = False
-        return None
+        from .warm.route import WarmRoute
+        self.warm = WarmRoute(self.cfg, self.spec)
+        return self.warm.start(phase, *job_nodes(self.cfg.nodefile, self.cfg.fanout))
 
     def launch_argv(self, launch: LaunchSpec, attempt_dir: str,
                     wait: bool = True) -> Tuple[List[str], Optional[Tuple[str, bool]]]:
-        """The attempt's argv, through the pools' stubs when they serve, else cold; and what to say
-        (text, is it a fall-back) the first time they serve, or when they cannot. A relaunch
-        (`wait`) waits for pools still preloading: they started before the attempt that failed, so
-        what is left of their preload is less than a cold start's imports. The phase's first
-        launch does not wait: it starts cold beside them. A cold rank starts through the exit
-        recorder (runtime/rankexit.py), a warm one's stub records its end itself."""
-        from .warm.wire import PoolError
-        if self.pool is None:
+        if self.warm is None:
             return launch.cold_argv(attempt_dir), None
-        pool = self.pool
-        try:
-            if wait:
-                pool.wait_ready(max(0.0, self.cfg.startup_timeout - (time.time() - pool.started)))
-            elif not pool.ready():
-                return launch.cold_argv(attempt_dir), None
-            if not pool.alive():
-                raise PoolError(f"a pool exited ({pool.last_line()})")
-        except (PoolError, OSError) as e:
-            self.stop_pool()
-            return launch.cold_argv(attempt_dir), (f"the standby pool cannot serve ({e}; see {pool.log_path})", True)
-        note = None
-        if not self.pool_served:
-            self.pool_served = True
-            note = (f"the standby pool serves (preloaded in {pool.ready_after:.1f}s; see {pool.log_path})", False)
-        return launch.stub_argv(pool.dir, attempt_dir), note
+        return self.warm.argv(launch, attempt_dir, wait)
 
     def warm_ranks(self, k: int) -> Optional[int]:
-        """Ranks of attempt k the pools forked (None: not a warm phase; 0: all cold)."""
         if not self.cfg.warm:
             return None
-        from .warm.standby import served_in
-        return served_in(layout.Phase(self.cfg.phase_dir).warm_dir, k)
+        from .warm.route import WarmRoute
+        return (self.warm or WarmRoute(self.cfg, self.spec)).warm_ranks(k)
 
     def stop_pool(self) -> None:
-        if self.pool is not None:
-            self.pool.stop()
-            self.pool = None
+        if self.warm is not None:
+            self.warm.stop()
 
 
 # ---------------------------------------------------------------- configuration
@@ -640,9 +468,8 @@ def main(a: argparse.Namespace) -> int:
             signal.signal(s, signal.SIG_IGN)  # finish stopping what we started
         if sup.current is not None:
             sup.stop(sup.current)
-        if sup.procs.injector is not None:
-            sup.procs.injector.terminate()
-            sup.procs.stop_injector()
+        sup.procs.injector.terminate()
+        sup.procs.stop_injector()
         if sup.phase.started():
             attempt_record.write_end(sup.phase, PhaseEnd.INTERRUPTED, len(sup.phase.attempts()), cfg.job or None, e.signum)
         return EXIT_INTERRUPTED

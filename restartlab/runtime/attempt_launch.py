@@ -1,0 +1,145 @@
+"""One attempt's launch and what the relaunch loop watches of it: the launcher process (a pidfd
+wakes the loop the moment it exits), the tap that reads a program's output when it writes no
+metrics rows of its own (tap.py), when the attempt last showed progress, whether it has stepped,
+and the first rank that ended badly by its exit record."""
+import os
+import select
+import subprocess
+from typing import Dict, List, Optional
+
+from .. import programs
+from ..contracts import layout, placeholders, rank_exit
+from . import tap
+
+PUMP_DRAIN_S = 5.0  # after the launcher ended: how long the tap may still read what it wrote
+
+
+class Launched:
+    """One attempt's launcher process."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.pid = proc.pid
+        try:  # a pidfd wakes us the moment the launcher exits (Popen.wait polls in 50 ms steps)
+            self._fd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self._fd = None
+
+    def wait(self, timeout: Optional[float]) -> Optional[int]:
+        """The exit status once the launcher has ended, None if it still runs after `timeout`.
+        Death by signal N is 128+N, as a shell reports it (launchers.signal_of reads that)."""
+        if self._fd is not None and self.proc.poll() is None and timeout:
+            p = select.poll()
+            p.register(self._fd, select.POLLIN)
+            p.poll(max(0, timeout) * 1000)
+        try:
+            rc = self.proc.wait(timeout=0 if self._fd is not None else timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        return 128 - rc if rc < 0 else rc
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+
+class AttemptLaunch:
+    """The attempts of one phase: started, read and watched. `spec` is the program's adapter spec
+    (programs.resolve); `ft_group` >= 0: a torchft replica group (progress is a committed step)."""
+
+    def __init__(self, spec: dict, ckpt_dir: Optional[str], phase_dir: str, ft_group: int = -1):
+        self.spec, self.ckpt_dir, self.phase_dir, self.ft_group = spec, ckpt_dir, phase_dir, ft_group
+        self.taps = {}  # attempt path -> (Tap, Pump, Follow) of a program whose output is read
+        self.launched_at: Dict[str, float] = {}  # attempt path -> its launch time
+        self.launcher_pids: Dict[str, int] = {}  # attempt path -> its launcher's pid (a hang's process snapshot)
+        self.exits_read = {}  # attempt path -> (exit records read, [its first failure])
+
+    def start(self, argv: List[str], att: layout.Attempt, env: dict) -> Launched:
+        """Start the attempt; first, what the checkpoint dir holds (which checkpoint a correct
+        resume loads, which one the program's own rule picks). A program that does not write
+        restartlab's metrics rows has its output read by a tap (tap.py)."""
+        ckpts = []
+        if self.ckpt_dir:
+            ckpts = programs.list_ckpts(self.spec, self.ckpt_dir)
+            tap.write_snapshot(att, tap.snapshot(self.spec, self.ckpt_dir, ckpts))
+        self.launched_at[att.path] = float(env["RESTARTLAB_LAUNCH_TS"])
+        env = dict(os.environ, **env)
+        if not self.spec["tap"]:
+            with open(att.output, "ab") as out:
+                proc = subprocess.Popen(argv, cwd=att.path, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
+            self.launcher_pids[att.path] = proc.pid
+            return Launched(proc)
+        env.setdefault("PYTHONUNBUFFERED", "1")  # a Python program's progress lines as they happen
+        proc = subprocess.Popen(argv, cwd=att.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        self.launcher_pids[att.path] = proc.pid
+        t = tap.Tap(self.spec, att, float(env["RESTARTLAB_LAUNCH_TS"]), ckpts)
+        pump = tap.Pump(proc.stdout, att, t)
+        pump.start()
+        follow = None
+        if self.spec.get("progress_file"):  # progress from a file the program appends to
+            follow = tap.Follow(self.placeholders(self.spec["progress_file"], att), t)
+            follow.start()
+        self.taps[att.path] = (t, pump, follow)
+        return Launched(proc)
+
+    def placeholders(self, text: str, att: layout.Attempt) -> str:
+        """{attempt_dir}, {phase_dir} and {ckpt_dir} of a program's path, filled for this attempt."""
+        return placeholders.fill(text, {placeholders.ATTEMPT_DIR: att.path, placeholders.PHASE_DIR: self.phase_dir,
+                                        placeholders.CKPT_DIR: self.ckpt_dir})
+
+    def finish(self, att: layout.Attempt, rc: int, train_iters: int) -> Optional[str]:
+        """After the launcher ended: the tap reads the rest and writes the final row; a warning
+        when the program showed no progress at all."""
+        t, pump, follow = self.taps.pop(att.path, (None, None, None))
+        if t is None:
+            return None
+        pump.join(PUMP_DRAIN_S)  # a rank that outlived its launcher may hold the pipe: not waited for
+        if follow is not None:
+            follow.stop()         # and the progress file's last records
+        return t.finish(rc, train_iters)
+
+    def last_activity(self, att: layout.Attempt) -> Optional[float]:
+        """When the attempt last wrote output or a metrics row (file times); a tapped program:
+        its last progress line (the launch before the first), whatever else it prints; a torchft
+        replica group: its last committed step (torchft logs every quorum, committed or not), the
+        launch before the first."""
+        if att.path in self.taps:
+            return self.taps[att.path][0].last_progress
+        if self.ft_group >= 0:
+            paths, times = att.metrics_files(), [self.launched_at.get(att.path, 0.0)]
+        else:
+            paths, times = [att.output] + att.metrics_files(), []
+        for p in paths:
+            try:
+                times.append(os.stat(p).st_mtime)
+            except OSError:
+                pass
+        return max(times) if times else None
+
+    def has_stepped(self, att: layout.Attempt) -> bool:
+        if att.path in self.taps:
+            return self.taps[att.path][0].stepped
+        return bool(att.metrics_files())
+
+    def failed_rank(self, att: layout.Attempt) -> Optional[rank_exit.RankExit]:
+        """The first rank of the attempt that ended badly by its exit record (an exit status or a
+        signal), or None. Each record is read once (an attempt of many ranks writes as many when it
+        ends): the ones not read yet at each look."""
+        seen, first = self.exits_read.setdefault(att.path, (set(), [None]))
+        try:
+            names = [n for n in os.listdir(att.exits_dir) if n not in seen and not n.endswith(".tmp")]
+        except OSError:
+            return first[0]
+        seen.update(names)
+        bad = rank_exit.first_failure(rank_exit.read_all(os.path.join(att.exits_dir, n) for n in names))
+        if bad is not None and (first[0] is None or bad.time < first[0].time):
+            first[0] = bad
+        return first[0]

@@ -1,0 +1,35 @@
+"""What is left of an attempt, stopped: a signal to the job's ranks on every node (found by the
+tag), and a hung attempt's account of where it was before the KILL."""
+import contextlib
+import time
+from typing import Callable, Optional
+
+from ..contracts import layout
+from ..contracts.trainer_options import STACKS_SIGNAL
+
+STACKS_WAIT_S = 2.0              # a hung attempt's ranks' time to write their stacks before the KILL
+
+
+def teardown(cfg, att: layout.Attempt, sig: str = "KILL") -> None:
+    """`sig` to whatever of this job's ranks is left, on every node (found by the tag), said in
+    the attempt's teardown log."""
+    from .teardown import teardown as fan
+    with open(att.teardown_log, "a") as log, contextlib.redirect_stdout(log):
+        fan(cfg.tag, sig, cfg.fanout, cfg.nodefile, cfg.launcher)
+
+
+def dump_stacks(cfg, att: layout.Attempt, launcher_pid: Optional[int], say: Callable[..., None]) -> None:
+    """A hung attempt says where it was: its processes on this node (procsnap: the launcher's
+    tree and the tagged ones, each one's state and the kernel function it sleeps in) into
+    layout.Attempt.hang_procs; and the bundled trainer's ranks that can still run write their
+    threads' Python stacks into the attempt's output (trainer_options.STACKS_SIGNAL) before the
+    KILL. A program of the user's gets no signal: its signals are its own."""
+    from . import procsnap
+    try:
+        procsnap.write(att.hang_procs, launcher_pid if launcher_pid is not None else -1, cfg.tag)
+    except OSError as e:
+        say(f"cannot record the hung attempt's processes: {e}", err=True)
+    if cfg.program:
+        return
+    teardown(cfg, att, STACKS_SIGNAL)
+    time.sleep(STACKS_WAIT_S)
