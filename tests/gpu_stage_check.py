@@ -39,9 +39,9 @@ def main(tmp):
         return y
 
     def stage(step):
-        with ck._staging_stream():
-            staged = ck._stage({"x": x}, "p", step)["x"]
-        return staged, ck._staged_event
+        with ck.stager.stream():
+            staged = ck.stager.stage({"x": x}, "p")["x"]
+        return staged, ck.stager.event
 
     stage(0)  # allocate the pinned buffer, warm up
     torch.cuda.synchronize()
@@ -60,23 +60,23 @@ def main(tmp):
     ev.synchronize()
     torch.cuda.synchronize()
     out["unguarded_exact"] = bool(torch.equal(staged, want))
-    ck._staged_event = None
+    ck.stager.event = None
     # overlap: blocking copy + compute vs queued copy + compute
     for rep in range(3):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with ck._staging_stream():
-            ck._stage({"x": x}, "p", 3)
+        with ck.stager.stream():
+            ck.stager.stage({"x": x}, "p")
         torch.cuda.current_stream().synchronize()
-        ck._staged_event.synchronize()
+        ck.stager.event.synchronize()
         t1 = time.perf_counter()
         compute()
         ck.before_param_update()
         torch.cuda.synchronize()
         t2 = time.perf_counter()
         t3 = time.perf_counter()
-        with ck._staging_stream():
-            ck._stage({"x": x}, "p", 4)
+        with ck.stager.stream():
+            ck.stager.stage({"x": x}, "p")
         t4 = time.perf_counter()
         compute()
         ck.before_param_update()

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from restartlab.contracts import ckptdir, layout
-from restartlab.trainer.checkpoint import STAGE_PARENT
+from restartlab.trainer.ckpt_stage_dir import STAGE_PARENT
 from tests.helpers import final_crc, losses, raw_rows, rows, run_trainer, shared_trainer_run
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]

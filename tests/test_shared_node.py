@@ -16,7 +16,7 @@ import pytest
 
 from restartlab.contracts import ckptdir, layout, private
 from restartlab.runtime import killer
-from restartlab.trainer.checkpoint import STAGE_MARKER, STAGE_PARENT
+from restartlab.trainer.ckpt_stage_dir import STAGE_MARKER, STAGE_PARENT
 from tests.helpers import run_trainer, wait_for
 
 OTHER = "rl-other"

@@ -193,7 +193,9 @@ def test_slurm_backend_end_to_end(cold_and_warm):
     assert "on 2 node(s)" in out
     check_experiment(expt, job_nodes(expt, jid))
     # the ranks were launched by srun over both Slurm nodes, and knew it (local rank from srun)
-    assert "-- srun -N 2 -n 4 --ntasks-per-node=2" in open(layout.Expt(expt).job_script).read()
+    script = open(layout.Expt(expt).job_script).read()
+    assert '"launcher":"srun","nodes":2,"ranks_per_node":2' in script  # the launch spec the supervisor read
+    assert "# each attempt's launcher: srun -N 2 -n 4 --ntasks-per-node=2" in script
     first = open(layout.Expt(expt).phase("sync").attempt(1).output).read()
     assert "launcher=srun threads=1" in first, first[-2000:]
     # the cold phase's relaunches were cold (no pool of the warm phase served them)

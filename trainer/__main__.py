@@ -206,7 +206,7 @@ class Job:
         (restartlab.contracts.private), unless /tmp is on the checkpoint dir's own file system, where
         staging adds a second full write and nothing else (bench/async_ckpt.py: save ->
         .complete about 1.7x vanilla dcp.async_save staged, 1.1x direct)."""
-        from restartlab.trainer.checkpoint import STAGE_PARENT
+        from restartlab.trainer.ckpt_stage_dir import STAGE_PARENT
         a = self.a
         if a.ckpt_stage_dir:
             return (None, False) if a.ckpt_stage_dir == "none" else (a.ckpt_stage_dir, False)

@@ -17,30 +17,29 @@ async  the training loop blocks only to copy each rank's state into host buffers
        two; the torn files of a killed direct save lie in the durable dir without .complete, so
        they are never loaded. The main thread never issues a collective for checkpointing while a
        save is in flight; it only looks at its own future. At most one save is in flight.
+
+This module is the writer: the sync save, the async save's background write, copy, gather and
+mark. Beside it, each its own module: the stager (ckpt_staging: the host buffers and the GPU side
+stream), the stage dir (ckpt_stage_dir: private, agreed, removed), the retention policy
+(ckpt_retention: the prune behind the saves) and the selection of what to load (ckpt_select).
 """
-import contextlib
 import datetime
-import glob
 import json
 import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.tensor import DTensor
 
-from restartlab.contracts import ckptdir, private
-from restartlab.contracts.envvars import node_name
-from restartlab.trainer.ckpt_io import (ChecksumError, VerifyingReader, copy_durable, describe_error,
-                                        writer)
+from restartlab.contracts import ckptdir
+from restartlab.trainer import ckpt_select, ckpt_stage_dir
+from restartlab.trainer.ckpt_io import ChecksumError, copy_durable, describe_error, writer
+from restartlab.trainer.ckpt_retention import Retention
+from restartlab.trainer.ckpt_staging import HostStager
 from restartlab.trainer.testpoints import delay, fault, trace
 from restartlab.contracts import metric_keys as K
-
-STAGE_MARKER = ".restartlab-stage"  # in a stage dir restartlab created (and so may remove)
-STAGE_PARENT = "/tmp"  # node-local: where the default stage dirs are made
 
 
 def wait_timeout_s() -> float:
@@ -48,13 +47,6 @@ def wait_timeout_s() -> float:
     600 s). Read at each use: a warm rank imported this module in its pool, before its attempt's
     environment reached os.environ."""
     return float(os.environ.get("RESTARTLAB_CKPT_TIMEOUT", "600"))
-
-
-def stage_prefix() -> str:
-    """The default stage dirs' names begin with it (the rest: the node and an unguessable part)."""
-    from restartlab import schedulers
-    return f"restartlab-{schedulers.job_id(os.environ)}-"
-
 
 
 class SaveError(RuntimeError):
@@ -73,83 +65,40 @@ class Checkpointer:
         self.log = log
         self.on_save_error = on_save_error
         self.ckpt_format = ckpt_format  # ckpt_io.FORMATS: how tensor items lie in the shard files
-        self._buffers = {}  # key -> (spec, host buffer, staged tensor over it)
-        self._stage_stream = None  # GPU: the side stream the staging copies run on
-        self._staged_event = None  # GPU: recorded on it after the last copy of the in-flight save
-        self._staged_bytes = None
+        self.stager = HostStager(rank)
+        self.retention = Retention(ckpt_dir, keep, rank, wait_timeout_s)
         self._future = None
         self._inflight_step = None
         self._pool = None
-        self._deleter, self._deleting = None, None  # the prune's deletions, behind the saves
         self._group = None
         self.last_finalized = {}
         if rank == 0:
             os.makedirs(ckpt_dir, exist_ok=True)
         self.direct = mode == "async" and stage_dir is None  # async without a stage: one write
         self._stage_refused = None  # why the stage dir was refused (with --on-save-error abort)
+        self.stage_dir = None
         if mode == "async":
-            self.stage_dir = stage_dir
             self.local_rank = local_rank
             # a group of its own, for the background thread only (on the training group
             # dcp.async_save hangs; a main-thread probe on a shared group deadlocks)
             self._group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=pg_timeout_s))
-            self._stage_marker = None
             if not self.direct:
                 self._open_stage_dir(stage_dir, stage_fresh)
             dist.barrier()
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt")
 
     def _open_stage_dir(self, where, fresh):
-        """The node's private stage dir (restartlab.contracts.private: this user's, 0700, never through a
-        symlink), agreed by every rank. Local rank 0 of each node owns it: `fresh`, it removes the
-        stage dirs of this job's dead attempts on its node and makes a new one with an unguessable
-        name under `where`; else `where` is the stage dir itself, created if absent, refused if
-        it is not private. Two owners may still meet in one given path (a stage dir on a shared
-        file system; several scheduler nodes on one host, as in the tests): nothing they do may
-        fail on the other. A refusal anywhere: every rank writes straight to the checkpoint dir
-        (--on-save-error continue) or every save fails with the refusal (abort)."""
-        node = node_name()  # the scheduler's name: several Slurm nodes may share one host (tests)
-        path, err = None, None
-        if self.local_rank == 0:
-            delay("stage-open", 0, self.rank)  # the other ranks of the node wait for it below
-            try:
-                if fresh:
-                    prefix = f"{stage_prefix()}{node}-"
-                    for old in glob.glob(os.path.join(glob.escape(where), glob.escape(prefix) + "*")):
-                        try:  # a dead attempt's stage; what is not private to us is not ours: left alone
-                            private.check_dir(old)
-                            if os.path.exists(os.path.join(old, STAGE_MARKER)):
-                                private.remove_tree(old)
-                        except FileNotFoundError:
-                            pass
-                        except private.UnsafePath as e:
-                            self.log(f"async: left alone: {e}")
-                    path = private.make_dir(where, prefix)
-                    private.open_new(os.path.join(path, STAGE_MARKER)).close()
-                else:
-                    path = where
-                    if private.ensure_dir(path):
-                        private.open_new(os.path.join(path, STAGE_MARKER)).close()  # ours: a relaunch removes it too
-                    for s in ckptdir.list_steps(path):  # stages of dead attempts on this node
-                        private.remove_tree(ckptdir.step_path(path, s))
-            except OSError as e:  # UnsafePath included: one line naming the path and its owner
-                err = str(e) if isinstance(e, private.UnsafePath) else f"stage dir {where}: {describe_error(e)}"
-        every = [None] * self.world_size
-        dist.all_gather_object(every, (node, self.local_rank, path, err))
-        mine = next(p for n, lr, p, _ in every if n == node and lr == 0)
-        errs = list(dict.fromkeys(e for *_, e in every if e))
-        if errs:
+        """The node's private stage dir (ckpt_stage_dir), agreed by every rank. A refusal anywhere:
+        every rank writes straight to the checkpoint dir (--on-save-error continue) or every save
+        fails with the refusal (abort)."""
+        self.stage_dir, err = ckpt_stage_dir.agree(where, fresh, self.rank, self.local_rank, self.world_size, self.log)
+        if err:
             if self.rank == 0:
-                self.log(f"async: stage dir refused: {errs[0]}; "
+                self.log(f"async: stage dir refused: {err}; "
                          + ("every save fails (--on-save-error abort)" if self.on_save_error == "abort"
                             else f"writing straight to {self.ckpt_dir}"))
-            self._stage_refused = errs[0]
+            self._stage_refused = err
             self.direct = True
-            if self.local_rank == 0 and fresh and path:
-                private.remove_tree(path)
-            return
-        self.stage_dir = mine
-        self._stage_marker = os.path.join(mine, STAGE_MARKER)
 
     # ------------------------------------------------------------------ save
     def save(self, step: int, state) -> dict:
@@ -247,75 +196,11 @@ class Checkpointer:
         ckptdir.mark_complete(path, info)
         trace("complete", step, self.rank)
         fault("complete", step, self.rank)
-        if self.keep > 0:
-            self._wait_deleted()  # the last prune's trees (it has had a save interval to go)
-            ckptdir.prune(self.ckpt_dir, self.keep, delete=lambda trees: self._delete_behind(trees, step))
-
-    def _delete_behind(self, trees, step):
-        """Delete a prune's trees (already out of sight) on a thread of their own: the save is
-        complete and marked; deleting an old checkpoint's files is nobody's wait (measured: 50-70
-        ms of a 0.4 s save of 300 MB, 2 ranks). A kill mid-delete leaves a trash tree for the next
-        prune; close() waits for it."""
-        if not trees:
-            return
-        if self._deleter is None:
-            self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-prune")
-
-        def delete():
-            delay("prune-delete", step, self.rank)
-            ckptdir.remove_trees(trees)
-        self._deleting = self._deleter.submit(delete)
-
-    def _wait_deleted(self):
-        if self._deleting is not None:
-            self._deleting.result(timeout=wait_timeout_s())
-            self._deleting = None
+        self.retention.after_complete(step)
 
     # ------------------------------------------------------------------ async
-    def _stage(self, obj, key, step):
-        """Copy tensors into reusable host buffers; DTensors keep their metadata. The buffers and
-        the DTensor wrappers around them are built on the first save and reused afterwards
-        (rebuilding ~200 wrappers per save cost as much as the copy itself)."""
-        if isinstance(obj, dict):
-            return {k: self._stage(v, f"{key}/{k}", step) for k, v in obj.items()}
-        if isinstance(obj, (list, tuple)):
-            return type(obj)(self._stage(v, f"{key}/{i}", step) for i, v in enumerate(obj))
-        if isinstance(obj, torch.Tensor):
-            return self._buffer(key, obj)
-        return obj
-
-    def _buffer(self, key, t):
-        """The staged copy of `t`: a preallocated host tensor (a DTensor over one, for a DTensor)."""
-        is_dt = isinstance(t, DTensor)
-        local = t.to_local() if is_dt else t
-        spec = (local.shape, local.dtype, t.shape, t.placements, t.device_mesh) if is_dt \
-            else (local.shape, local.dtype)
-        cached = self._buffers.get(key)
-        if cached is None or cached[0] != spec:
-            buf = torch.empty(local.shape, dtype=local.dtype, device="cpu",
-                              pin_memory=local.device.type == "cuda")
-            staged = buf
-            if is_dt:
-                staged = DTensor.from_local(buf, t.device_mesh, t.placements, run_check=False,
-                                            shape=t.shape, stride=t.stride())
-                # from_local moves a local tensor to the mesh's device (a GPU mesh: a GPU copy of
-                # the buffer, made once, so every later staging copy would be invisible to the
-                # save; found on an H200). The wrapper must read the host buffer itself, as
-                # torch's own CPU staging does (_state_dict_utils._create_cpu_state_dict).
-                staged._local_tensor = buf
-            cached = self._buffers[key] = (spec, buf, staged)
-            self._staged_bytes = None
-        if local.device.type == "cuda":
-            local.record_stream(self._stage_stream)  # not reused by the allocator before the copy ran
-            cached[1].copy_(local.detach(), non_blocking=True)
-        else:
-            cached[1].copy_(local.detach())
-        return cached[2]
-
     def staged_bytes(self):
-        if self._staged_bytes is None:
-            self._staged_bytes = sum(b.numel() * b.element_size() for _, b, _ in self._buffers.values())
-        return self._staged_bytes
+        return self.stager.staged_bytes()
 
     def _save_async(self, step, state):
         if self._stage_refused and self.on_save_error == "abort":  # every rank knows: every rank stops
@@ -323,47 +208,18 @@ class Checkpointer:
         t0 = time.time()
         drain = self.wait()  # at most one save in flight
         t1 = time.time()
-        staged = {}
-        with self._staging_stream():
-            for i, (name, part) in enumerate(state.parts.items()):
-                staged[name] = self._stage(part.state_dict(), name, step)
-                if i == 0:
-                    fault("stage", step, self.rank)
+        staged = self.stager.stage_state(state, step)
         t2 = time.time()
         self._inflight_step = step
-        self._future = self._pool.submit(self._background_save, step, staged, t0, self._staged_event)
+        self._future = self._pool.submit(self._background_save, step, staged, t0, self.stager.event)
         row = {K.STAGE_S: t2 - t1, K.DRAIN_S: drain,
                K.CKPT_BYTES: self.staged_bytes()}
         row.update(self.last_finalized)
         return row
 
-    @contextlib.contextmanager
-    def _staging_stream(self):
-        """GPU: run the staging copies on a side stream that first waits for everything the
-        training stream has queued (the optimizer step that produced this state), and record an
-        event after them; the loop goes on without waiting. CPU: the copies are synchronous."""
-        if not torch.cuda.is_available():
-            self._staged_event = None
-            yield
-            return
-        if self._stage_stream is None:
-            self._stage_stream = torch.cuda.Stream()
-        self._stage_stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self._stage_stream):
-            yield
-            self._staged_event = torch.cuda.Event()
-            self._staged_event.record(self._stage_stream)
-
     def before_param_update(self):
-        """The "safe to train" guarantee: call before the optimizer next writes parameters or
-        optimizer state in place. On a GPU the training stream waits (on the device, the host does
-        not block) until the staging copies of the in-flight save have read them; forward and
-        backward before it only read them and overlap the copies. No-op on CPU and when the copies
-        are known to be done."""
-        ev = self._staged_event
-        if ev is not None:
-            torch.cuda.current_stream().wait_event(ev)
-            self._staged_event = None
+        """The "safe to train" guarantee (ckpt_staging.HostStager.before_param_update)."""
+        self.stager.before_param_update()
 
     def _background_save(self, step, staged, t0, event=None):
         """Runs on the checkpoint thread: stage-dir write, durable copy, gather, mark. Returns
@@ -452,17 +308,6 @@ class Checkpointer:
         ckptdir.fsync_dir(dst)
         return files
 
-    def _remove_stage_dir(self):
-        """Checkpoint thread, at exit: the owner removes the stage dir it created, once every
-        rank is past its last save."""
-        dist.barrier(group=self._group)
-        if self.local_rank == 0 and self._stage_marker and os.path.exists(self._stage_marker):
-            try:
-                os.unlink(self._stage_marker)
-                os.rmdir(self.stage_dir)  # only if empty: never a directory with data of others
-            except OSError as e:
-                self.log(f"stage dir {self.stage_dir} left in place: {e.strerror}")
-
     def in_flight(self) -> bool:
         """An async save is running in the background right now."""
         return self._future is not None and not self._future.done()
@@ -505,70 +350,16 @@ class Checkpointer:
         stage dir this run created, and wait for the last prune's deletions."""
         self.wait()
         if self._pool:
-            self._pool.submit(self._remove_stage_dir).result(timeout=wait_timeout_s())
+            stage = None if self.direct else self.stage_dir
+            self._pool.submit(ckpt_stage_dir.remove, stage, self.local_rank, self._group,
+                              self.log).result(timeout=wait_timeout_s())
             self._pool.shutdown(wait=True)
-        self._wait_deleted()
-        if self._deleter:
-            self._deleter.shutdown(wait=True)
+        self.retention.close()
         return self.last_finalized
 
     # ------------------------------------------------------------------ load
     def load_newest(self, state):
-        """Load the newest complete checkpoint that every rank reads without error into `state`
-        (a TrainState), falling back to older ones. Rank 0 lists the candidates and broadcasts
-        them; each rank verifies every item's checksum as it reads; all ranks agree on the verdict
-        before moving on. Returns (step loaded or None, [(step, why it was rejected)])."""
-        listing = [None]
-        if self.rank == 0:
-            listing[0] = self._candidates()
-        dist.broadcast_object_list(listing, src=0)
-        candidates, rejected = listing[0]
-        for step in candidates:
-            problem = self._try_load(state, step)
-            verdicts = [None] * self.world_size
-            dist.all_gather_object(verdicts, problem)
-            bad = [f"rank {r}: {v}" for r, v in enumerate(verdicts) if v]
-            if not bad:
-                return step, rejected
-            rejected.append((step, "; ".join(bad[:4]) + (f" (+{len(bad) - 4} ranks)" if len(bad) > 4 else "")))
-            self.log(f"skipping {ckptdir.step_dirname(step)}: {rejected[-1][1]}")
-        return None, rejected
-
-    def _candidates(self):
-        """Rank 0: complete steps, newest first, whose manifest matches the files' sizes."""
-        candidates, rejected = [], []
-        for step, problem in ckptdir.checked_complete_steps(self.ckpt_dir):
-            if problem:
-                rejected.append((step, problem))
-                self.log(f"skipping {ckptdir.step_dirname(step)}: {problem}")
-            else:
-                candidates.append(step)
-        return candidates, rejected
-
-    def _try_load(self, state, step):
-        """Load one step into `state`; None on success, else why not (any error, on this rank)."""
-        path = ckptdir.step_path(self.ckpt_dir, step)
-        got = [None]
-        if self.rank == 0:  # one reader of the manifest; every rank then takes the same road
-            try:
-                with open(os.path.join(path, ckptdir.MANIFEST)) as f:
-                    got[0] = json.load(f)
-            except (OSError, ValueError) as e:
-                got[0] = f"unreadable {ckptdir.MANIFEST}: {e}"
-        dist.broadcast_object_list(got, src=0)
-        if not isinstance(got[0], dict):
-            return str(got[0])
-        manifest = got[0]
-        try:
-            sd = state.state_dict()
-            dcp.load(sd, storage_reader=VerifyingReader(path, manifest))
-            state.load_state_dict(sd)
-            if state.step != step:
-                return f"holds step {state.step}"
-            return None
-        except dcp.api.CheckpointException as e:  # failures: {rank: (exception, traceback)}
-            first = next(iter(e.failures.values()), e)
-            first = first[0] if isinstance(first, tuple) else first
-            return f"{type(first).__name__}: {str(first)[:300]}"
-        except (Exception, dcp.api.CheckpointException) as e:  # noqa: BLE001  any failure to load means: not this checkpoint
-            return f"{type(e).__name__}: {str(e)[:300]}"
+        """Load the newest complete checkpoint every rank reads without error into `state` (a
+        TrainState), falling back to older ones (ckpt_select). Returns (step loaded or None,
+        [(step, why it was rejected)])."""
+        return ckpt_select.load_newest(self.ckpt_dir, state, self.rank, self.world_size, self.log)
