@@ -142,6 +142,22 @@ def test_an_interrupted_rank_dies_of_sigint_as_python_does(pool):
     assert p.returncode == -signal.SIGINT and "KeyboardInterrupt" in err
 
 
+@pytest.mark.parametrize("pool", ["child_start=2"], indirect=True)
+def test_a_pool_that_dies_before_its_forked_rank_first_runs_takes_the_rank_with_it(pool, tmp_path):
+    """Fault point: the forked child waits 2 s before it becomes the rank; the pool is SIGKILLed in
+    that window (under load a child may not run before its parent has told the stub and been
+    killed: make test-fast lost this test twice that way, 2026-12-05). The child's check of its parent
+    compares with the pool's pid taken before the fork (mutation: the child's own getppid(), which
+    is then the reaper's -> the rank runs on, orphaned, and this test times out)."""
+    sb, tag = pool
+    p = stub(sb, tag, "import time; time.sleep(600)")
+    rank = _log_pid(sb, p.pid, told=True)
+    sb.proc.kill()
+    _wait(lambda: _gone(rank), what="the rank forked just before the pool died, to die too")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 137 and "standby pool died" in err, err
+
+
 @pytest.mark.parametrize("pool", ["before_reply=3"], indirect=True)
 def test_a_signal_that_reaches_the_stub_before_it_knows_its_rank_is_forwarded(pool, tmp_path):
     """The pool forks, logs the rank, then (fault point) waits 3 s before telling the stub its pid:

@@ -168,7 +168,7 @@ def _threads() -> int:
 
 
 REQUEST_TIMEOUT_S = 10.0  # a stub sends its request at once; the pool waits no longer for one
-TESTPOINT_VAR = "RESTARTLAB_WARM_TESTPOINT"  # tests: "before_fork=S,before_reply=S" (seconds of delay)
+TESTPOINT_VAR = "RESTARTLAB_WARM_TESTPOINT"  # tests: "before_fork=S,before_reply=S,child_start=S" (seconds of delay)
 
 
 def _testpoints(text: str) -> dict:
@@ -265,11 +265,18 @@ class Pool:
         sys.stderr.flush()
         close = [listener.fileno(), conn.fileno(), sel.fileno()] + \
                 [fd for c, p in self.children.values() for fd in (c.fileno(), p)]
+        # the pool's pid, taken before the fork: the child's own getppid() is the reaper's when the
+        # pool died before the child first ran, and become()'s check after its prctl would pass
+        me = os.getpid()
         pid = os.fork()
-        if pid == 0:  # the child never comes back into this code: an exception that escaped
-            try:      # become() would unwind through the pool's frames, and serve_main's finally
-                become(job, fds, os.getppid(), close)  # would remove the pool's directory
-            finally:  # (#49: a rank whose streams broke when its stub was struck did, on PBS)
+        if pid == 0:
+            # the child never comes back into this code: an exception that escaped become() would
+            # unwind through the pool's frames, and serve_main's finally would remove the pool's
+            # directory (#49: a rank whose streams broke when its stub was struck did, on PBS)
+            try:
+                time.sleep(self.delay.get("child_start", 0))
+                become(job, fds, me, close)
+            finally:
                 os._exit(1)
         for fd in fds:
             os.close(fd)
