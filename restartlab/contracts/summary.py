@@ -71,8 +71,8 @@ class Summary:
     def write(self, path: str) -> None:
         """Whole or not at all (a reader never sees half a summary)."""
         tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(dataclasses.asdict(self), f, indent=1, default=str)
+        with open(tmp, "w") as f:  # its fields as they are (asdict would deep-copy every failure first)
+            json.dump({fl.name: getattr(self, fl.name) for fl in dataclasses.fields(self)}, f, indent=1, default=str)
         os.replace(tmp, path)
 
     @classmethod
