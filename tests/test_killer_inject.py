@@ -104,13 +104,15 @@ def test_exit_codes(procs):
 
 
 def _fake_complete(ckpt, step):
+    """Mark step complete; the time just before the marker appeared (nothing can see it earlier)."""
     d = ckptdir.step_path(ckpt, step)
     os.makedirs(d, exist_ok=True)
+    t = time.time()
     ckptdir.mark_complete(d, {"step": step})
-    return time.time()
+    return t
 
 
-def test_gated_kill_latency_and_until(tmp_path, procs):
+def test_gated_kill_after_complete_and_until(tmp_path, procs):
     tag = f"t-{uuid.uuid4().hex[:6]}"
     ckpt, phase = str(tmp_path / "ckpts"), str(tmp_path / "phase")
     inj = subprocess.Popen([sys.executable, "-m", "restartlab.cli", "inject", "--at-steps", "20,40",
@@ -133,7 +135,10 @@ def test_gated_kill_latency_and_until(tmp_path, procs):
         latencies.append(recs[-1]["time"] - t_marker)
         assert recs[-1]["target_step"] == step and recs[-1]["killed"] == 1
         assert recs[-1]["newest_complete"] == step and recs[-1]["receipts"][0]["pids"] == [rank.pid]
-    assert max(latencies) < 0.5, latencies
+    # the gate: each strike after its step's .complete (how soon after is bench/injector_latency.py's
+    # figure, a ratio in `make bench`, and tests/test_inject_schedule.py's in fake seconds: within one
+    # poll; a wall-clock bound here failed under load, 2026-12-05)
+    assert min(latencies) >= 0, latencies
     # schedule exhausted: the injector exits by itself; a timed one stops on --until
     assert inj.wait(timeout=10) == 0
     timed = subprocess.Popen([sys.executable, "-m", "restartlab.cli", "inject", "--every", "1h", "--tag", tag,
