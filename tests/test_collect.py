@@ -243,6 +243,14 @@ def test_real_restartlab_run(tmp_path):
     assert ev["step_at_kill"] == last and ev["lost_steps"] == last - ev["resumed_from"]
     assert ev["downtime_s"] > ev["restart_s"] > 0
     assert os.path.exists(layout.Expt(d).report) and os.path.exists(d / "progress.png")
+    # where the kill landed (the newest complete save it found: the injector's record) and what a
+    # failure at a random time loses here: saves every 5 steps, as the launches found them
+    assert ev["gate"] == "complete" and ev["newest_complete_at_kill"] == inj[0]["newest_complete"] >= 10
+    assert ev["steps_after_save"] == last - inj[0]["newest_complete"]
+    exp = a["expected_loss"]
+    assert exp["save_interval_steps"] == 5 and exp["per_failure"] == 2 + exp["complete_lag_steps"]
+    text = open(layout.Expt(d).report).read()
+    assert "- **async**: " in text and "waited for a step's `.complete` and landed just after a save" in text, text
     # steps beside a background save are told apart from the others (the interference figure)
     i = a["interference"]
     assert i and i["busy_steps"] >= 1 and i["idle_steps"] >= 1 and i["busy_dt_s"] > 0 and i["idle_dt_s"] > 0, i

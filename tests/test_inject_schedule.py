@@ -98,6 +98,7 @@ def test_a_timed_schedule_strikes_on_its_offsets_and_stops_at_max_kills(tmp_path
     inj = Injector(config(tmp_path, "--every", "30s", "--max-kills", "3"), w)
     assert inj.run() == 0
     times = [t for t, _ in kills(tmp_path)]
+    assert [r.gate for _, r in kills(tmp_path)] == [None] * 3  # timed: at random moments of the run
     assert len(times) == 3 and all(30 * i <= t <= 30 * i + inject.POLL_S + 1e-6 for i, t in zip((1, 2, 3), times)), times
     assert "--max-kills" in inj.said[-1] and w.slept < 91  # it stopped right after the third
 
@@ -122,6 +123,7 @@ def test_a_step_schedule_gated_on_complete_strikes_once_each_checkpoint_is_compl
     inj.run()
     got = kills(tmp_path)
     assert [r.target_step for _, r in got] == [10, 20] and [r.newest_complete for _, r in got] == [10, 20]
+    assert [r.gate for _, r in got] == ["complete", "complete"]  # the report says such kills land just after a save
     assert 5 <= got[0][0] <= 5 + inject.POLL_S + 1e-6 and 17.5 <= got[1][0] <= 17.5 + inject.POLL_S + 1e-6, got
 
 

@@ -450,6 +450,7 @@ def failure_events(ph: PhaseData) -> List[dict]:
         kills = ph.kills(a.launch_ts, a.end_ts, a.number)
         kill_ts = kills[0].time if kills else a.end_ts
         lost = a.last_iter - b.resumed_from
+        newest = kills[0].newest_complete if kills else None  # what was complete when it struck
         ev = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),
               "kind": kills[0].booked_kind if kills else None, "detected_by": detected_by(a),
               "detection_s": (a.end_ts - kill_ts) if (a.end_ts and kill_ts) else None,
@@ -457,7 +458,10 @@ def failure_events(ph: PhaseData) -> List[dict]:
               "downtime_s": (b.first_ts - kill_ts - queued) if (b.first_ts and kill_ts) else None,
               "recompute_s": 0.0, "restart_s": b.restart_seconds, "startup": b.startup, "warm_ranks": b.warm_ranks,
               "launch_gap_s": (b.launch_ts - a.end_ts - queued) if (b.launch_ts and a.end_ts) else None,
-              "queue_wait_s": queued}
+              "queue_wait_s": queued, "newest_complete_at_kill": newest,
+              # where it landed: the steps taken since the newest complete save
+              "steps_after_save": (a.last_iter - newest) if newest is not None else None,
+              "gate": kills[0].gate if kills else None}
         if lost > 1 and a.last_iter in b.ts_at and b.first_ts:
             ev["recompute_s"] = b.ts_at[a.last_iter] - b.first_ts
         ev.update(node_recovery(a, b, ph.node_checks))
@@ -571,7 +575,31 @@ def summarize_phase(ph: PhaseData) -> dict:
         "first_start_s": (first.first_ts - first.launch_ts) if first and first.first_ts else None,
         "jobs": sorted({a.job for a in ph.attempts if a.job}),
         "handovers": hand, "queue_wait_s": queued,
+        # what a failure at a random time would lose, beside the measured (kills gated on .complete
+        # land just after a save: their loss is the least a failure costs, not the typical)
+        "expected_loss": expected_loss(save_interval_steps(ph), ph.dt_busy[0] / len(ph.saves[K.STAGE_S])
+                                       if ph.saves[K.STAGE_S] else 0.0),
     }
+
+
+def save_interval_steps(ph: PhaseData) -> Optional[float]:
+    """The phase's own save interval in steps: the median gap between the complete checkpoints its
+    attempts' launches found (any program's: layout.Attempt.at_launch); None with fewer than two."""
+    steps = sorted({c[0] for a in ph.attempts for c in (a.at_launch.get("checkpoints") or [])
+                    if isinstance(c, list) and len(c) == 2 and c[1] is True and _num(c[0]) is not None})
+    gaps = [y - x for x, y in zip(steps, steps[1:]) if y > x]
+    return float(statistics.median(gaps)) if gaps else None
+
+
+def expected_loss(interval: Optional[float], lag_steps: float = 0.0) -> Optional[dict]:
+    """The steps a failure at a random time loses on average, from the save interval S (steps) and
+    the steps a save stays incomplete while the loop trains on (l: a background save's steps in
+    flight; 0 for a sync save, complete before the loop goes on): a failure x whole steps after a
+    save (x uniform over 0..S-1) loses x, or x + S during that save's first l steps: (S-1)/2 + l."""
+    if not interval:
+        return None
+    lag = min(interval, lag_steps)
+    return {"per_failure": (interval - 1) / 2 + lag, "save_interval_steps": interval, "complete_lag_steps": lag}
 
 
 def interference(ph: PhaseData) -> Optional[dict]:

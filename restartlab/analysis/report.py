@@ -2,6 +2,7 @@
 ezpz-format JSONL files given with --baseline/--sync/--async globs."""
 import glob
 import os
+import statistics
 import sys
 from typing import Dict, List, Optional
 
@@ -203,6 +204,37 @@ def _warm(data) -> Dict[str, bool]:
         return {}
 
 
+def _save_then(e) -> str:
+    """The newest complete save when a kill struck, and how many steps the run had taken since."""
+    n, after = e.get("newest_complete_at_kill"), e.get("steps_after_save")
+    return "-" if n is None else f"{n} (+{after})" if after is not None else str(n)
+
+
+def lost_steps_lines(summaries) -> list:
+    """Per phase with failures: the measured loss beside what a failure at a random time loses on
+    average there, and where the kills landed, so that a gated minimum is not read as the typical cost."""
+    out = []
+    for s in summaries:
+        ev, exp = s["failures"], s.get("expected_loss")
+        if not ev or not exp:
+            continue
+        lost = statistics.median(e["lost_steps"] for e in ev)
+        after = [e["steps_after_save"] for e in ev if e.get("steps_after_save") is not None]
+        lag = exp["complete_lag_steps"]
+        line = f"- **{s['phase']}**: {_fmt(lost)} step(s) lost per failure (median of {len(ev)})"
+        if after:
+            line += f", struck {_fmt(statistics.median(after))} step(s) after the newest complete save (median)"
+        line += (f"; a failure at a random time strikes {(exp['save_interval_steps'] - 1) / 2:.1f} steps after one "
+                 f"and loses {exp['per_failure']:.1f} on average here (a save every {exp['save_interval_steps']:g} "
+                 f"steps" + (f", and {lag:.1f} steps a save is still being written while training goes on" if lag
+                             else "") + ")")
+        if all(e.get("gate") == "complete" for e in ev):
+            line += (". These kills waited for a step's `.complete` and landed just after a save: their loss is "
+                     "near the least a failure costs, not its typical cost")
+        out.append(line + ".")
+    return ([""] + out) if out else []
+
+
 def markdown(summaries, missing, src, problems=(), strategy_lines=()):
     L = [f"# restartlab report: {src}", ""]
     if missing:
@@ -253,18 +285,19 @@ def markdown(summaries, missing, src, problems=(), strategy_lines=()):
     if any(s.get("walltime_stop") or s.get("handovers") or (s.get("ended") or {}).get("how") not in
            (None, *_FINISHED) for s in summaries):
         L.append("")
-    L += ["## Failures", "", "| phase | attempt | kind | bad nodes | recovery | ranks | step at kill | resumed from | "
-          "lost steps | downtime s | restart s (launch->first step) | start | import s | dist init s | build s | "
-          "load s | recompute s |", "|" + "---|" * 17]
+    L += ["## Failures", "", "| phase | attempt | kind | bad nodes | recovery | ranks | step at kill | "
+          "newest complete save then | resumed from | lost steps | downtime s | restart s (launch->first step) | start | "
+          "import s | dist init s | build s | load s | recompute s |", "|" + "---|" * 18]
     for s in summaries:
         for e in s["failures"]:
             st = e["startup"] or {}
             ranks = (f"{e.get('ranks_before')} -> {e.get('ranks_after')}" if e.get("ranks_before") else "-")
             L.append(f"| {s['phase']} | {e['attempt']} | {e['kind'] or 'not injected'} | "
                      f"{', '.join(e.get('bad_nodes') or []) or '-'} | {e.get('recovery', '-')} | {ranks} | {e['step_at_kill']} | "
-                     f"{e['resumed_from']} | {e['lost_steps']} | {_fmt(e['downtime_s'])} | {_fmt(e['restart_s'])} | "
+                     f"{_save_then(e)} | {e['resumed_from']} | {e['lost_steps']} | {_fmt(e['downtime_s'])} | {_fmt(e['restart_s'])} | "
                      f"{_start_kind(e)} | {_fmt(st.get(K.STARTUP_IMPORT_S))} | {_fmt(st.get(K.STARTUP_DIST_INIT_S))} | "
                      f"{_fmt(st.get(K.STARTUP_BUILD_S))} | {_fmt(st.get(K.STARTUP_LOAD_S))} | {_fmt(e['recompute_s'])} |")
+    L += lost_steps_lines(summaries)
     L += ["", "## By failure kind (medians)", "", "| phase | kind | failures | detection s (fault -> attempt end) | "
           "relaunch gap s | restart s | downtime s | lost steps | recompute s | detected by |", "|" + "---|" * 10]
     for s in summaries:

@@ -42,6 +42,8 @@ class Injection:
     attempt: Optional[int] = None          # the attempt it struck (None: by its time)
     saving: Tuple[str, ...] = ()           # what was being written when it struck
     follow_up_of: Optional[float] = None   # a follow-up line: its strike's time
+    gate: Optional[str] = None             # what it waited for: complete (the step's .complete), step (the
+                                           # step seen); None: a timed or fuzz strike, or a record before gates
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # a kind's own (grace, escalated)
 
     @property
@@ -57,8 +59,9 @@ class Injection:
     def to_dict(self) -> Dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         d.update(hosts=list(self.hosts), receipts=list(self.receipts), saving=list(self.saving))
-        if self.follow_up_of is None:
-            del d["follow_up_of"]
+        for k in ("follow_up_of", "gate"):  # absent from the lines that have none (as before they existed)
+            if d[k] is None:
+                del d[k]
         return {**d, **self.extra}
 
     def to_json(self) -> str:
@@ -76,4 +79,4 @@ class Injection:
                    newest_complete_seen=_int(d.get("newest_complete_seen")), hosts=_list(d.get("hosts")),
                    receipts=tuple(r for r in _list(d.get("receipts")) if isinstance(r, dict)),
                    where=_str(d.get("where")), attempt=_int(d.get("attempt")), saving=_list(d.get("saving")),
-                   follow_up_of=_num(d.get("follow_up_of")), extra={k: v for k, v in d.items() if k not in known})
+                   follow_up_of=_num(d.get("follow_up_of")), gate=_str(d.get("gate")), extra={k: v for k, v in d.items() if k not in known})

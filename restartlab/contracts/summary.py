@@ -40,6 +40,7 @@ class PhaseSummary(TypedDict, total=False):
     jobs: List[str]
     handovers: List[dict]
     queue_wait_s: float
+    expected_loss: Optional[dict]   # a failure at a random time: per_failure, save_interval_steps, complete_lag_steps
     # added by the report (analysis/report.build)
     checkpoint: Optional[str]
     warnings: List[str]

@@ -173,7 +173,7 @@ class Injector:
         except (OSError, killer.KillerError) as e:
             return {"host": socket.gethostname(), "error": str(e)}
 
-    def kill(self, reason, target_step=None, kind_name=None):
+    def kill(self, reason, target_step=None, kind_name=None, gate=None):
         a = self.a
         kind = failures.get(kind_name) if kind_name else self.kind
         sig = a.signal or kind.signal
@@ -189,7 +189,7 @@ class Injector:
             if killed or self.clock.time() > deadline or self.stop_reason():
                 break
             self.clock.sleep(0.2)
-        rec = Injection(time=t_kill, reason=reason, target_step=target_step,
+        rec = Injection(time=t_kill, reason=reason, target_step=target_step, gate=gate,
                         step_seen=newest_step_seen(a.phase_dir) if a.phase_dir else None,
                         newest_complete=newest, signal=sig, kind=kind.name, newest_complete_seen=self.seen_complete,
                         hosts=tuple(self.hosts[i] for i in idx), killed=killed, receipts=tuple(receipts),
@@ -317,7 +317,8 @@ class Injector:
                     ok = self.sleep_until(lambda: newest_step_seen(a.phase_dir) >= s)
                 if not ok:
                     break
-                self.kill(f"step {s} ({'after .complete' if gate == 'complete' else 'step seen'})", s, kind)
+                self.kill(f"step {s} ({'after .complete' if gate == 'complete' else 'step seen'})", s, kind,
+                          "complete" if gate == "complete" else "step")
         else:
             if a.wait_first_complete and not self.sleep_until(lambda: self.newest_complete() is not None):
                 return self.done()
