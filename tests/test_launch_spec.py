@@ -72,6 +72,8 @@ def test_the_json_the_job_script_carries_gives_the_same_spec_back():
     ("[]", "not a JSON object"), ('{"python": ""}', "'python'"), ('{"python": "p", "rankenv": 1}', "'rankenv'"),
     ('{"python": "p", "nodes": true}', "'nodes' must be a JSON int"),
     ('{"python": "p", "launcher": "nope"}', "'launcher': 'nope' is not one of"),
+    ('{"python": "p", "env": {"A": 1}}', "'env' holds 1: every value must be a JSON string"),
+    ('{"python": "p", "launcher_args": ["-v", null]}', "'launcher_args' holds null"),
 ])
 def test_a_bad_spec_says_which_key(text, why):
     with pytest.raises(SpecError, match=None) as e:

@@ -129,6 +129,11 @@ class LaunchSpec:
         for k in ("nodes", "ranks_per_node"):
             if k in d and d[k] < 1:
                 raise SpecError(f"'{k}' must be at least 1, not {d[k]}")
+        words = [("env", v) for v in (d.get("env") or {}).values()] + \
+            [(k, v) for k in ("forward", "launcher_args") for v in d.get(k) or []]
+        bad = next(((k, v) for k, v in words if not isinstance(v, str)), None)
+        if bad:
+            raise SpecError(f"'{bad[0]}' holds {json.dumps(bad[1])}: every value must be a JSON string")
         if d.get("launcher", "hydra") not in launchers.names():
             raise SpecError(f"'launcher': {d['launcher']!r} is not one of {', '.join(launchers.names())}")
         spec = cls(program=tuple(program), **{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
