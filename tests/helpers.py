@@ -215,10 +215,21 @@ def wait_for(pred, timeout, what, interval=0.05):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def start_and_kill_at(n, args, metrics_path, step, timeout=240, env=None, warm_ranks=True):
+FREEZE_S = 120  # how long the ranks wait right after the step a kill is aimed at (the kill comes first)
+
+
+def start_and_kill_at(n, args, metrics_path, step, timeout=240, env=None, warm_ranks=True, before_kill=0.0):
     """Start an attempt, SIGKILL its tagged ranks once rank 0 logged `step`; returns the receipt
-    (warm ranks: their stubs, whose hang-up makes the pool SIGKILL the ranks at once)."""
+    (warm ranks: their stubs, whose hang-up makes the pool SIGKILL the ranks at once). The ranks
+    wait right after `step` (before its save, and before the next step: the trainer's delay points)
+    until the kill, so that it lands there however slowly the test gets to it: a tiny model trains
+    several steps, and completes a save, in the time a loaded machine takes to notice the step and
+    find the ranks (soak at e184ded: a kill aimed after step 6 found step 8 complete). `before_kill`:
+    seconds the test waits before it kills (tests/test_data.py makes a slow kill happen with it)."""
     tag = f"test-{uuid.uuid4().hex[:8]}"
+    freeze = f"save:{step}:*:{FREEZE_S},step:{step + 1}:*:{FREEZE_S}"
+    env = dict(env or {})
+    env["RESTARTLAB_DELAY"] = ",".join(filter(None, [env.get("RESTARTLAB_DELAY"), freeze]))
     proc = subprocess.Popen(trainer_cmd(n, args, tag, env, warm_ranks=warm_ranks), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
@@ -227,6 +238,7 @@ def start_and_kill_at(n, args, metrics_path, step, timeout=240, env=None, warm_r
                      proc.poll() is not None, timeout, f"step {step} in {metrics_path}", 0.01)
         except AssertionError as e:
             raise AssertionError(f"{e}: " + stacks_then_kill(proc, tag)) from None
+        time.sleep(before_kill)
         receipt = killer.kill_ranks(tag, signal.SIGKILL)
         out, _ = proc.communicate(timeout=60)
         check_warm(out, warm_ranks)

@@ -70,7 +70,8 @@ def test_kill_and_resume_on_real_text_is_bit_exact(tmp_path, token_file):
     r = run_trainer(2, args(ref))
     assert r.returncode == 0 and f"data={token_file}" in r.stdout, r.stdout[-3000:]
     metrics = layout.Attempt(run).metrics(0)
-    receipt, rc, out = start_and_kill_at(2, args(run), metrics, 6)
+    # a kill that comes 1 s after step 6 was seen (a loaded machine's): the run waits for it there
+    receipt, rc, out = start_and_kill_at(2, args(run), metrics, 6, before_kill=1.0)
     assert rc != 0 and ckptdir.newest_complete_step(os.path.join(run, "ckpts")) == 4, out[-2000:]
     r = run_trainer(2, args(run))
     assert r.returncode == 0 and "RESUMED from step=4" in r.stdout, r.stdout[-3000:]
