@@ -127,10 +127,11 @@ class Procs:
         return self.warm.argv(launch, attempt_dir, wait)
 
     def warm_ranks(self, k: int) -> Optional[int]:
+        """Ranks of attempt k the pools forked (None: not a warm phase; 0: all cold)."""
         if not self.cfg.warm:
             return None
-        from .warm.route import WarmRoute
-        return (self.warm or WarmRoute(self.cfg, self.spec)).warm_ranks(k)
+        from .warm.standby import served_in
+        return served_in(layout.Phase(self.cfg.phase_dir).warm_dir, k)
 
     def stop_pool(self) -> None:
         if self.warm is not None:

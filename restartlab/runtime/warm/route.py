@@ -1,13 +1,13 @@
 """A warm phase's standby pools through the phase: started beside its first attempt, each attempt
 routed through their stubs when they serve (cold through the exit recorder when they do not, and
-said once), how many ranks of an attempt they forked, stopped at the phase's end."""
+said once), stopped at the phase's end."""
 import time
 from typing import List, Optional, Tuple
 
 from ... import programs
 from ...contracts import layout
 from ...tools.launch import LaunchSpec
-from .standby import Standby, default_preload, served_in
+from .standby import Standby, default_preload
 from .wire import PoolError
 
 
@@ -59,12 +59,6 @@ class WarmRoute:
             self.served = True
             note = (f"the standby pool serves (preloaded in {pool.ready_after:.1f}s; see {pool.log_path})", False)
         return launch.stub_argv(pool.dir, attempt_dir), note
-
-    def warm_ranks(self, k: int) -> Optional[int]:
-        """Ranks of attempt k the pools forked (None: not a warm phase; 0: all cold)."""
-        if not self.cfg.warm:
-            return None
-        return served_in(layout.Phase(self.cfg.phase_dir).warm_dir, k)
 
     def stop(self) -> None:
         if self.pool is not None:
