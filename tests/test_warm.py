@@ -410,18 +410,22 @@ def test_a_stub_without_a_pool_or_with_a_program_the_pool_cannot_run_starts_it_c
 
 def test_a_program_of_yours_gets_torchruns_variables_warm_or_cold(pool, tmp_path):
     """--rankenv: the pool adds rankenv's variables to the forked rank; a stub with no pool starts the
-    program cold through rankenv itself. Either way the program sees RANK from the launcher's PMI_RANK."""
+    program cold through rankenv itself. Either way the program sees RANK from the launcher's PMI_RANK,
+    and its stdout is line-buffered, not written through (each line one write: tests/test_rank_lines.py;
+    mutation: the forked rank's stdout written through as before -> "True" for write_through)."""
     sb, tag = pool
-    code = "import os; print(os.environ.get('RANK'), os.environ.get('WORLD_SIZE'), os.environ.get('RESTARTLAB_WARM'))"
+    code = ("import os, sys; print(os.environ.get('RANK'), os.environ.get('WORLD_SIZE'), os.environ.get('RESTARTLAB_WARM'),"
+            " sys.stdout.line_buffering, sys.stdout.write_through)")
     env = dict(os.environ, PMI_RANK="1", PMI_SIZE="2", MPI_LOCALRANKID="1", RESTARTLAB_JOB_TAG=tag)
+    env.pop("PYTHONUNBUFFERED", None)
     for where, warm in ((sb.dir, "1"), (str(tmp_path / "none"), "None")):
         argv = [PY, "-m", "restartlab.runtime.warm", "stub", "--dir", where, "--rankenv", "--", PY, "-c", code]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
-        assert r.returncode == 0 and r.stdout.split() == ["1", "2", warm], (where, r.stdout, r.stderr)
+        assert r.returncode == 0 and r.stdout.split() == ["1", "2", warm, "True", "False"], (where, r.stdout, r.stderr)
     # without the flag, no variables: the bundled trainer reads the launcher's own
     r = subprocess.run([PY, "-m", "restartlab.runtime.warm", "stub", "--dir", sb.dir, "--", PY, "-c", code],
                        capture_output=True, text=True, timeout=60, env=env)
-    assert r.stdout.split() == ["None", "None", "1"], r.stdout + r.stderr
+    assert r.stdout.split()[:3] == ["None", "None", "1"], r.stdout + r.stderr
 
 
 # ---------------------------------------------------------------- the bundled trainer, warm

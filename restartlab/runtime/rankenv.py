@@ -9,6 +9,7 @@ import os
 import sys
 
 from .. import launchers
+from . import pystdio
 
 
 def torchrun_env(env) -> dict:
@@ -42,7 +43,7 @@ def main(argv=None) -> int:
         return 2
     for k, v in add.items():
         os.environ.setdefault(k, v)
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    pystdio.line_buffered(os.environ)  # its output as it happens, each line whole
     try:
         os.execvp(argv[0], argv)
     except OSError as e:

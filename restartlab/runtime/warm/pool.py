@@ -9,6 +9,7 @@ import struct
 import sys
 import time
 
+from .. import pystdio
 from ..rankexit import die_with_parent
 from ...contracts import layout
 from ...contracts.envvars import SERVER_VAR, TAG_VAR, WARM_VAR, node_name
@@ -53,7 +54,7 @@ def add_rankenv(env: dict) -> None:
     from ..rankenv import torchrun_env
     for k, v in torchrun_env(env).items():
         env.setdefault(k, v)
-    env.setdefault("PYTHONUNBUFFERED", "1")
+    pystdio.line_buffered(env)
 
 
 # ---------------------------------------------------------------- the rank (in the forked child)
@@ -61,9 +62,11 @@ def _std_streams(unbuffered: bool) -> None:
     """sys.std* rebuilt on the received fds 0-2 (the pool's own were its log)."""
     import io
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    # unbuffered (restartlab's PYTHONUNBUFFERED, or -u): line-buffered, as a cold rank's through
+    # pystdio: each line whole in one write, still at once (another rank's output never inside it)
     line = unbuffered or os.isatty(1)
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=line,
-                                                   write_through=unbuffered)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
+                                                   line_buffering=line)
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True,
                                                    errors="backslashreplace")
 
