@@ -226,6 +226,9 @@ def test_an_experiment_recorded_before_the_types_reports_the_same(tmp_path):
         for ev in p["failures"]:
             for k in ADDED_SINCE["failure"]:
                 ev.pop(k)
+        for r in (p.get("survival") or {}).get("restarts", []):
+            for k in ADDED_SINCE["restart"]:
+                assert r.pop(k) is None  # recorded with no state records: nothing said of the state
     assert trimmed == before
     with open(e.report) as f:
         report_after = f.read()
@@ -238,7 +241,8 @@ def test_an_experiment_recorded_before_the_types_reports_the_same(tmp_path):
     assert sync["expected_loss"]["save_interval_steps"] == 5 and f"| 10 (+{ev['steps_after_save']}) |" in report_after
 
 
-ADDED_SINCE = {"phase": ("expected_loss",), "failure": ("newest_complete_at_kill", "steps_after_save", "gate")}
+ADDED_SINCE = {"phase": ("expected_loss",), "failure": ("newest_complete_at_kill", "steps_after_save", "gate"),
+               "restart": ("state",)}
 
 
 def _without_failures(report: str) -> str:

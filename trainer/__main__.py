@@ -154,6 +154,10 @@ class Job:
         self.cfg = dataclasses.replace(PRESETS[a.model], vocab=a.vocab) if a.vocab else PRESETS[a.model]
         from restartlab.trainer.data import source
         self.data = source(a.data, a.data_dtype, self.cfg.vocab, a.seq_len)
+        # the training-state fingerprints restartlab asked for (RESTARTLAB_STATE_DIR): the same
+        # records a program of yours writes through the probe, its batch given here (no DataLoader)
+        from restartlab.trainer import state_probe
+        self.probe = state_probe.install_from_env()
         self.meta = use_meta_init(a.meta_init, self.cfg)
         self._build_model()
         self.times["built"] = time.time()
@@ -238,6 +242,8 @@ class Job:
         loss = 0.0
         for j in range(self.accum):  # batch v of the global batch: a pure function of (seed, step, v)
             x, y = self.data.batch(a.seed, step, self.dp_rank * self.accum + j, a.batch_size, a.seq_len)
+            if self.probe is not None:
+                self.probe.on_batch((x, y))
             logits = self.model(x.to(self.device))
             micro = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab),
                                                       y.to(self.device).reshape(-1)) / self.accum

@@ -27,7 +27,7 @@ from itertools import chain
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from ..contracts import ckptdir, layout
+from ..contracts import ckptdir, layout, state_record
 from ..contracts.attempts import (INJECTION_SLACK_S, AttemptRecord, LaunchRecord, NotARecord, completed_row, injected,
                                   injections_into, phase_end)
 from ..contracts.attempts import number as _num  # the records' rule for a number, on every row too
@@ -79,6 +79,7 @@ class AttemptData:
     trace_cap: int = 1000
     trace_stride: int = 1
     trace_seen: int = 0
+    state: Dict[int, list] = field(default_factory=dict)  # {rank: its StateRecords} (load_phase(losses=True))
 
     @property
     def last_step(self) -> Optional[int]:
@@ -381,6 +382,8 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, loss
         if attempt_dirs:
             a.number = attempt_dirs[a.index - 1].index
             _attempt_from_dir(a, attempt_dirs[a.index - 1], ph.warnings)
+            if losses:  # a comparison with the baseline: what each rank's training state was, step by step
+                a.state = {r: state_record.read(f) for r, f in attempt_dirs[a.index - 1].state_files().items()}
     rows: List[Optional[_Rows]] = [None] * len(atts)
 
     def opened(k) -> Optional[_Rows]:

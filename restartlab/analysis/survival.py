@@ -25,7 +25,8 @@ from typing import List, Optional
 from ..contracts import live
 from ..contracts import rank_exit
 from ..contracts.attempts import AttemptRecord, completed_row
-from . import collect
+from . import collect, state_compare
+from ..contracts import state_record
 from ..contracts import metric_keys as K
 
 CRASH_LOOP = 3
@@ -41,6 +42,7 @@ class Restart:
     text: str
     resumed_from: Optional[int] = None
     expected: Optional[int] = None
+    state: Optional[dict] = None  # what the resume restored, piece by piece (state_compare.ResumeState.as_dict)
 
     @property
     def finding(self) -> bool:
@@ -273,7 +275,33 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
         finding, v.baseline = compare(ph, base, tolerance)
         if finding:
             v.findings.append(v.baseline)
+        v.findings.extend(resumed_state(ph, base, v.restarts))
     return v
+
+
+def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List[Restart]) -> List[str]:
+    """Each resumed attempt's training state at its first step against the baseline's
+    (state_compare), on its Restart; the findings: each piece a resume did not restore. Nothing
+    where neither the phase nor the baseline recorded any state (the bundled trainer today, a
+    program that never imports torch)."""
+    by_number = {a.number: a for a in ph.attempts}
+    base_state = base.attempts[0].state if base.attempts else {}
+    if not base_state and not any(a.state for a in ph.attempts):
+        return []
+    first = ph.attempts[0].state if ph.attempts else {}
+    not_judged, matched = state_compare.repeatability(first, base_state) if first and base_state else ([], 0)
+    findings = []
+    for r in restarts:
+        a = by_number.get(r.attempt)
+        if a is None or r.resumed_from is None or r.outcome in ("first", "fresh") or a.first_row is None:
+            continue
+        rs = state_compare.compare(r.attempt, a.state, r.resumed_from, base_state, not_judged, matched)
+        r.state = rs.as_dict()
+        if rs.forgot:
+            findings.append(f"attempt {r.attempt}: the resume at step {rs.step} did not restore "
+                            + ", ".join(state_record.WORDS[k] for k in rs.forgot)
+                            + ("" if rs.differ_step == rs.step else f" (they differ from step {rs.differ_step})"))
+    return findings
 
 
 def markdown(verdicts: List[dict]) -> List[str]:
@@ -285,6 +313,8 @@ def markdown(verdicts: List[dict]) -> List[str]:
                  + (f"; {v['baseline']}" if v["baseline"] else ""))
         for r in v["restarts"]:
             L.append(f"  - attempt {r['attempt']}: {r['text']}" + (" **(finding)**" if r["finding"] else ""))
+            if r.get("state"):
+                L.append(f"    - {r['state']['text']}" + (" **(finding)**" if r["state"]["forgot"] else ""))
         for f in v["findings"]:
             if not f.startswith("attempt "):
                 L.append(f"  - **{f}**")

@@ -8,6 +8,8 @@ TAG_VAR = "RESTARTLAB_JOB_TAG"         # the job tag the killer finds ranks by
 TOOL_VAR = "RESTARTLAB_TOOL"           # in the injector's environment (and its children's): never ranks
 SERVER_VAR = "RESTARTLAB_WARM_SERVER"  # a warm standby pool's own pid, in the pool's (and its ranks') environment
 WARM_VAR = "RESTARTLAB_WARM"           # "1" in a warm rank's os.environ (its startup row records it)
+STATE_DIR_VAR = "RESTARTLAB_STATE_DIR"   # where a rank writes its training-state fingerprints (its attempt's directory)
+STATE_EVERY_VAR = "RESTARTLAB_STATE_EVERY"  # the parameters' and optimizer state's crcs every Nth step (collection.state_every)
 GROUP_TAG_SEP = ".g"                   # a torchft phase's replica group k carries the tag <tag>.g<k>
 
 

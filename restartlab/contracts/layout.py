@@ -64,6 +64,12 @@ def _by_rank(pattern: str, make) -> dict:
     return out
 
 
+def state_name(rank) -> str:
+    """One rank's training-state fingerprints, a line per optimizer step (contracts.state_record),
+    in its attempt's directory."""
+    return f"state-{rank}.jsonl"
+
+
 def rank_exit_name(rank) -> str:
     """How one rank ended (contracts.rank_exit), in its attempt's exits/ (`rank`: its number, or
     pid-<pid> where no launcher named it)."""
@@ -109,6 +115,13 @@ class Attempt:
 
     def smoke_records(self) -> List[str]:
         return glob.glob(self._f(smoke_record_name("*")))
+
+    def state(self, rank) -> str:
+        return self._f(state_name(rank))
+
+    def state_files(self) -> dict:
+        """{rank: path} of the ranks' training-state fingerprints (contracts.state_record)."""
+        return _by_rank(self._f(state_name("*")), state_name)
 
     def ft_records(self) -> dict:
         """{rank: path} of a torchft group's attempt's step records."""

@@ -32,6 +32,7 @@ from .clock import Clock
 from .. import launchers, programs
 from ..contracts import layout, options, placeholders, rank_exit
 from ..contracts.attempts import PhaseEnd
+from ..contracts.envvars import STATE_DIR_VAR, STATE_EVERY_VAR
 from . import attempt_stop
 from .attempt_launch import AttemptLaunch, Launched
 from .injector_proc import INJECTOR_GRACE_S, InjectorProcess
@@ -224,6 +225,9 @@ class Supervisor:
                "MASTER_PORT": str(self.procs.free_port()),
                "RESTARTLAB_EXPT": os.path.basename(os.path.dirname(os.path.abspath(cfg.phase_dir))),
                "RESTARTLAB_PHASE": cfg.phase, "RESTARTLAB_ATTEMPT": str(k)}
+        # the ranks' training-state fingerprints, into the attempt's directory (0: none); both always
+        # set, so that a launcher's forwarding by name (Open MPI's -x) never names an unset variable
+        env.update({STATE_DIR_VAR: os.path.abspath(att.path), STATE_EVERY_VAR: str(cfg.state_every)})
         return argv, env, ranks
 
     def watch(self, run: Launched, att: layout.Attempt) -> int:

@@ -72,6 +72,11 @@ SUPERVISE = [
     Opt("--warm-preload", "str", None, "the modules the standby pool imports (comma-separated; default: "
         "the program adapter's: restartlab.trainer.warmup for the bundled trainer, torch,lightning.pytorch "
         "for lightning, torch,accelerate for accelerate, torch for the others)", scenario="relaunch.warm_preload"),
+    Opt("--state-every", "int", 1, "training-state fingerprints (what a resume restored, piece by piece: "
+        "contracts/state_record.py): each rank of a PyTorch program records its learning rate, optimizer step "
+        "count, RNG streams and batch at every optimizer step, and its parameters' and optimizer state's crcs on "
+        "each attempt's first 2 steps and every Nth step after (they read all the rank's state); 0: none",
+        scenario="collection.state_every", min=0),
     Opt("--tick", "float", 1.0, "seconds between the watchdog's looks", hidden=True),
     # recovery without a restart (the phase's recovery: mapping; restartlab.runtime.ft_phase)
     Opt("--ft-groups", "int", 0, "torchft: run the phase as this many replica groups joined by torchft's "

@@ -11,7 +11,10 @@ print() is one write per line and still leaves at once.
 
 Then the sitecustomize this one hides (a site's or a distribution's, e.g. Debian's) runs as it would
 have: this directory leaves sys.path and the next `sitecustomize` on it is imported. Nothing else
-changes; a program started with -S, -E or -I never reads this file and keeps Python's own buffering."""
+changes; a program started with -S, -E or -I never reads this file and keeps Python's own buffering.
+
+Where restartlab asks for training-state fingerprints (RESTARTLAB_STATE_DIR), the program's
+`import torch` is followed by restartlab.trainer.state_probe's install (_AfterTorch below)."""
 import importlib
 import os
 import sys
@@ -44,5 +47,39 @@ def _chain() -> None:
         sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(e).__name__}: {e}\n")
 
 
+class _AfterTorch:
+    """A meta path finder that lets `import torch` run as always and then installs restartlab's
+    training-state probe (restartlab.trainer.state_probe) in this process: the program's
+    optimizers, data loaders and gradient scaler are observed, not changed. Only where restartlab
+    asked for it (RESTARTLAB_STATE_DIR); a program that never imports torch never loads it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _arm()
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _arm() -> None:
+    try:
+        from restartlab.trainer import state_probe
+        state_probe.install_from_env()
+    except Exception as e:  # never the program's failure: the verdict says the state was not observed
+        sys.stderr.write(f"restartlab: training-state fingerprints off: {type(e).__name__}: {e}\n")
+
+
 _line_buffered()
 _chain()
+if os.environ.get("RESTARTLAB_STATE_DIR") and os.environ.get("RESTARTLAB_STATE_EVERY") != "0" \
+        and "torch" not in sys.modules:
+    import importlib.util
+    sys.meta_path.insert(0, _AfterTorch())
