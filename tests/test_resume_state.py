@@ -217,3 +217,32 @@ def test_each_forgotten_piece_is_named_and_nothing_else(forgetful):
         else:
             assert v["survived"] and st["later"] is None, v
     assert "learning rate differs from step 17" in phases["scheduler"]["survival"]["restarts"][1]["state"]["text"]
+
+
+def test_after_a_resume_that_forgot_the_next_one_is_judged_against_the_attempt_that_saved_it():
+    """Once the phase has left the baseline (attempt 2 forgot the data position), the baseline is no
+    reference for attempt 3's resume: the attempt that saved its checkpoint and ran past it is. A
+    faithful resume of a diverged run is then clean; without such a record it is said, not judged."""
+    from restartlab.analysis import collect, survival
+    base_recs = _run(30)
+    forgot = _run(12, offset=10, change=lambda s: {"batch": f"replayed-{s}", "params": "0" if s == 11 else f"p2-{s}"})
+    faithful = _run(10, offset=20, change=lambda s: {"batch": f"replayed-{s}", "params": f"p2-{s}"})
+
+    def att(n, recs, resumed, last):
+        return collect.AttemptData(n, "", number=n, state=recs, resumed_from=resumed, last_iter=last,
+                                   first_row={"train/iter": resumed + 1})
+    ph = collect.PhaseData("restart", losses={s: (1.0 if s <= 10 else 2.0) for s in range(1, 31)})
+    ph.attempts = [att(1, _run(12), 0, 12), att(2, forgot, 10, 22), att(3, faithful, 20, 30)]
+    base = collect.PhaseData("baseline", losses={s: 1.0 for s in range(1, 31)})
+    base.attempts = [att(1, base_recs, 0, 30)]
+    restarts = [survival.Restart(1, "first", "", 0), survival.Restart(2, "newest", "", 10),
+                survival.Restart(3, "newest", "", 20)]
+    findings = survival.resumed_state(ph, base, restarts)
+    assert findings == ["attempt 2: the resume at step 11 did not restore the batch"]
+    assert restarts[1].state["against"] == "the baseline's" and restarts[1].state["forgot"] == ["batch"]
+    st = restarts[2].state
+    assert st["forgot"] == [] and st["against"].startswith("attempt 2's, which saved it (the phase left the baseline at step 11")
+    ph.attempts[1].last_iter = 20  # attempt 2 killed as its step-20 save completed: no record of step 21
+    restarts = [survival.Restart(k, o, "", r) for k, o, r in ((1, "first", 0), (2, "newest", 10), (3, "newest", 20))]
+    survival.resumed_state(ph, base, restarts)
+    assert restarts[2].state["text"].startswith("state not compared: the phase left the baseline at step 11")

@@ -39,6 +39,7 @@ class ResumeState:
     first_matched: int = 0                            # steps at which the phase's first attempt equalled the baseline
     ranks: int = 0                                    # ranks compared
     note: Optional[str] = None                        # why nothing could be compared
+    against: str = "the baseline's"                   # the reference: the baseline, or the attempt that saved
 
     @property
     def forgot(self) -> List[str]:
@@ -50,7 +51,8 @@ class ResumeState:
                 "differ": {k: {"attempt": a, "baseline": b} for k, (a, b) in self.differ.items()},
                 "not_observed": self.not_observed, "unrepeatable": self.unrepeatable,
                 "later": None if self.later is None else {"step": self.later[0], "pieces": self.later[1]},
-                "first_matched": self.first_matched, "ranks": self.ranks, "note": self.note, "text": self.text()}
+                "first_matched": self.first_matched, "ranks": self.ranks, "note": self.note, "against": self.against,
+                "text": self.text()}
 
     def _meaning(self, k: str) -> str:
         if k == "lr" and "opt_state" in self.differ:  # the optimizer's param groups carry the rate
@@ -74,7 +76,7 @@ class ResumeState:
                          "baseline's before any restart: the run does not repeat itself in them)")
         if self.not_observed:
             parts.append("not observed: " + ", ".join(SR.WORDS[k] for k in self.not_observed))
-        text = f"state at the resume (step {self.step}) against the baseline's: " + "; ".join(p for p in parts if p)
+        text = f"state at the resume (step {self.step}) against {self.against}: " + "; ".join(p for p in parts if p)
         if self.later:
             s, pieces = self.later
             seen = (f"; the phase's first attempt equalled the baseline at all {self.first_matched} steps it recorded"
@@ -134,19 +136,21 @@ def repeatability(first: Records, base: Records) -> Tuple[List[str], int]:
 
 
 def compare(attempt: int, records: Records, resumed_from: int, base: Records,
-            not_judged: List[str] = (), first_matched: int = 0) -> ResumeState:
+            not_judged: List[str] = (), first_matched: int = 0, base_offset: int = 0,
+            against: str = "the baseline's") -> ResumeState:
     """A resumed attempt's records against the baseline's (`not_judged`: unrepeatable pieces;
-    `first_matched`: the steps at which the phase's first attempt equalled the baseline)."""
+    `first_matched`: the steps at which the phase's first attempt equalled the baseline), or against
+    another attempt's (`base_offset`: the step it resumed from; `against`: its name in the verdict)."""
     step = resumed_from + 1
-    rs = ResumeState(attempt, step, first_matched=first_matched)
+    rs = ResumeState(attempt, step, first_matched=first_matched, against=against)
     if not records:
         rs.note = ("state not observed: this attempt wrote no state records (no torch optimizer stepped in it, "
                    "a warm-forked rank, or collection.state_every: 0)")
         return rs
     if not base:
-        rs.note = "state not compared: the baseline wrote no state records"
+        rs.note = f"state not compared: {against.replace(chr(39) + 's', '')} wrote no state records"
         return rs
-    mine, theirs = _at(records, resumed_from), _at(base, 0)
+    mine, theirs = _at(records, resumed_from), _at(base, base_offset)
     ranks = sorted(set(mine) & set(theirs))
     rs.ranks = len(ranks)
     if not ranks:

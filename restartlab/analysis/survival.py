@@ -279,23 +279,51 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
     return v
 
 
+def _left_baseline(ph: collect.PhaseData, base: collect.PhaseData) -> Optional[int]:
+    """The first step at which the phase's loss differs from the baseline's (None: never)."""
+    if ph.losses is None or base.losses is None:
+        return None
+    return next((s for s in sorted(set(ph.losses) & set(base.losses))
+                 if ph.losses[s] != base.losses[s] and not (math.isnan(ph.losses[s]) and math.isnan(base.losses[s]))),
+                None)
+
+
 def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List[Restart]) -> List[str]:
     """Each resumed attempt's training state at its first step against the baseline's
-    (state_compare), on its Restart; the findings: each piece a resume did not restore. Nothing
-    where neither the phase nor the baseline recorded any state (the bundled trainer today, a
-    program that never imports torch)."""
+    (state_compare), on its Restart; the findings: each piece a resume did not restore. Once the
+    phase has left the baseline (its loss differs at or before the checkpoint's step: an earlier
+    resume forgot something), the baseline is no reference for a later resume: the attempt that
+    saved the checkpoint and ran past it is (its state as the next step began is what it saved).
+    Nothing where neither the phase nor the baseline recorded any state (a program that never
+    imports torch, collection.state_every: 0)."""
     by_number = {a.number: a for a in ph.attempts}
     base_state = base.attempts[0].state if base.attempts else {}
     if not base_state and not any(a.state for a in ph.attempts):
         return []
     first = ph.attempts[0].state if ph.attempts else {}
     not_judged, matched = state_compare.repeatability(first, base_state) if first and base_state else ([], 0)
+    left = _left_baseline(ph, base)
+    offsets = {}  # attempt number -> the step it resumed from (0: from the start)
     findings = []
     for r in restarts:
+        offsets[r.attempt] = r.resumed_from or 0
         a = by_number.get(r.attempt)
-        if a is None or r.resumed_from is None or r.outcome in ("first", "fresh") or a.first_row is None:
-            continue
-        rs = state_compare.compare(r.attempt, a.state, r.resumed_from, base_state, not_judged, matched)
+        if a is None or not r.resumed_from or r.outcome in ("first", "fresh") or a.first_row is None:
+            continue  # a start from step 0 restored nothing to compare
+        if left is not None and left <= r.resumed_from:
+            saver = next((k for k in sorted(offsets, reverse=True) if k < r.attempt and by_number.get(k)
+                          and by_number[k].last_iter > r.resumed_from and offsets[k] < r.resumed_from), None)
+            if saver is None:
+                r.state = {"text": f"state not compared: the phase left the baseline at step {left}, before this "
+                                   f"resume's checkpoint, and no earlier attempt recorded step {r.resumed_from + 1}",
+                           "forgot": []}
+                continue
+            rs = state_compare.compare(r.attempt, a.state, r.resumed_from, by_number[saver].state, not_judged,
+                                       base_offset=offsets[saver],
+                                       against=f"attempt {saver}'s, which saved it (the phase left the baseline "
+                                               f"at step {left})")
+        else:
+            rs = state_compare.compare(r.attempt, a.state, r.resumed_from, base_state, not_judged, matched)
         r.state = rs.as_dict()
         if rs.forgot:
             findings.append(f"attempt {r.attempt}: the resume at step {rs.step} did not restore "
