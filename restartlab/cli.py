@@ -296,6 +296,9 @@ def build_parser():
     report.add_args(sub.add_parser("report", help="tables, plots and goodput for an experiment"))
     sub.add_parser("simulate", help="goodput and the best checkpoint interval at scale, from measured costs",
                    add_help=False)
+    from .contracts import diff_args
+    diff_args.add_args(sub.add_parser("diff", help="two checkpoints compared key by key (DCP, torch.save, a "
+                                      "framework's folder): what differs, by how much, what one side lacks"))
     from .contracts import options
     from .runtime import supervise
     from .tools import options as tool_options
@@ -361,6 +364,10 @@ def main(argv=None):
     if argv[:1] == ["simulate"]:  # its own parser: numpy only when it runs
         from .analysis import simulate_cli
         return simulate_cli.main(argv[1:])
+    if argv[:1] == ["diff"]:  # tensors are loaded in the trainer's process: orchestration never imports torch
+        build_parser().parse_args(argv)  # usage errors said here, before torch starts
+        from .tools import verbs
+        return subprocess.call(verbs.argv(sys.executable, "ckpt-diff", *argv[1:]))
     a = build_parser().parse_args(argv)
     try:
         return VERBS[a.verb](a)

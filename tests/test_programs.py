@@ -167,6 +167,26 @@ def test_tap_prefers_the_programs_resume_line_and_writes_no_final_row_on_failure
     assert not any(r.get("train/finished") for r in rows)
 
 
+def test_a_relaunch_that_resumes_at_the_last_step_has_finished(tmp_path):
+    """Killed between its last save and its exit, the program's relaunch resumes at the last step,
+    trains nothing and exits 0: that attempt finished (found running examples/forgetful/train.py,
+    whose kill landed after its step-30 save: the phase relaunched it until its budget ran out).
+    A resume short of the last step with no progress is still the warning."""
+    att = layout.Attempt(str(tmp_path / "1"))
+    os.makedirs(att.path)
+    t = tap.Tap(spec(), att, 0.0, [programs.Ckpt(30, "y", True, 0.0)])
+    t.feed(b"resumed from step 30\n", 1.0)
+    assert t.finish(0, last_step=30) is None
+    first, last = _rows(att)
+    assert first["train/iter"] == 30 and first["train/resumed_from"] == 30 and first["train/loss"] is None
+    assert last == {"train/iter": 30, "train/finished": True}
+    att = layout.Attempt(str(tmp_path / "2"))
+    os.makedirs(att.path)
+    t = tap.Tap(spec(), att, 0.0, [programs.Ckpt(20, "y", True, 0.0)])
+    t.feed(b"resumed from step 20\n", 1.0)
+    assert "no progress seen" in t.finish(0, last_step=30) and not os.path.exists(att.metrics(0))
+
+
 def test_tap_without_progress_warns_with_the_regex_and_the_last_lines(tmp_path):
     att = layout.Attempt(str(tmp_path / "1"))
     os.makedirs(att.path)

@@ -120,9 +120,9 @@ def _probe_env(d, every="1"):
 def test_the_probe_reaches_a_program_that_never_heard_of_it(tmp_path):
     """A plain torch loop (SGD, no DataLoader, no scaler) run with the rank's environment: one record
     per step in state-<RANK>.jsonl; what it cannot see is None (not observed), never a value; an
-    optimizer with no state says so ("empty"). every=2: the heavy crcs on the first 2 steps and each
-    2nd after. A program that never imports torch never loads the probe (or torch)."""
-    r = subprocess.run([PY, "-c", PROBED], env=_probe_env(tmp_path, "2"), capture_output=True, text=True, timeout=120)
+    optimizer with no state says so ("empty"). every=5: the heavy crcs on an attempt's first 2 steps
+    and steps 1, 6, 11, ... A program that never imports torch never loads the probe (or torch)."""
+    r = subprocess.run([PY, "-c", PROBED], env=_probe_env(tmp_path, "5"), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.split() == ["stepped", "True"], r.stderr
     recs = SR.read(str(layout.Attempt(str(tmp_path)).state(3)))
     assert [x.step for x in recs] == [1, 2, 3]
@@ -130,7 +130,7 @@ def test_the_probe_reaches_a_program_that_never_heard_of_it(tmp_path):
     assert first["batch"] is None and first["scale"] is None and first["rng_device"] is None
     assert first["opt_state"] == "empty" and first["opt_step"] == 0.0 and first["lr"] == [0.5]
     assert first["params"] != recs[1].pieces["params"]  # the first update changed the weights
-    assert recs[2].pieces["params"] is None  # step 3: neither an attempt's first 2 nor a 2nd
+    assert recs[2].pieces["params"] is None  # step 3: neither an attempt's first 2 nor 1 + a multiple of 5
     r = subprocess.run([PY, "-c", "import sys; print('torch' in sys.modules)"], env=_probe_env(tmp_path / "none"),
                        capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "False" and not (tmp_path / "none").exists()
@@ -246,3 +246,25 @@ def test_after_a_resume_that_forgot_the_next_one_is_judged_against_the_attempt_t
     restarts = [survival.Restart(k, o, "", r) for k, o, r in ((1, "first", 0), (2, "newest", 10), (3, "newest", 20))]
     survival.resumed_state(ph, base, restarts)
     assert restarts[2].state["text"].startswith("state not compared: the phase left the baseline at step 11")
+
+
+@pytest.mark.multirank
+@pytest.mark.timeout(300)
+def test_a_kill_after_the_last_save_and_a_relaunch_with_nothing_left_to_train(tmp_path):
+    """The kill lands after the last step's save, before the program exits (it waits there for it):
+    the relaunch resumes at the last step, trains nothing and exits 0. That attempt finished the
+    phase (runtime/tap.py); before, restartlab waited for a progress line that never came and
+    relaunched it until its budget ran out (found with the forgetful program here)."""
+    d = str(tmp_path / "expt")
+    r = subprocess.run([PY, "-m", "restartlab.cli", "run", FORGETFUL, "--expt-dir", d, "--plain",
+                        "--set", "collection.plots=false", "--set", "failures.schedule.at_steps=[24]",
+                        "--set", 'phases=[{name: end, checkpoint: sync, args: [--save-every, "6", --hold-at, "24"]}]'],
+                       capture_output=True, text=True, timeout=280, cwd=ROOT)
+    cleanup_tag(job_tag(d))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(layout.Expt(d).summary) as f:
+        ph, = json.load(f)["phases"]
+    v = ph["survival"]
+    assert ph["completed"] and ph["attempts"] == 2 and ph["kills"] == 1, ph
+    assert [(x["outcome"], x["resumed_from"]) for x in v["restarts"]] == [("first", 0), ("newest", 24)], v
+    assert v["survived"], v

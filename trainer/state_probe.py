@@ -11,8 +11,9 @@ torch (when restartlab sets RESTARTLAB_STATE_DIR); the bundled trainer installs 
 
 What a record holds, taken as the step begins (contracts/state_record.py says why then): the
 parameters and every optimizer state tensor (this rank's: a DTensor's local shard) as crc32s of
-their bytes (on an accelerator, a fingerprint computed there: device_digest), on the attempt's first FIRST steps and every `every`-th after (RESTARTLAB_STATE_EVERY;
-they read every byte of the rank's state); on every step the learning rate of each param group, the
+their bytes (on an accelerator, a fingerprint computed there: device_digest), on the attempt's
+first FIRST steps and at steps 1, N+1, 2N+1, ... (N: RESTARTLAB_STATE_EVERY, collection.state_every:
+they read every byte of the rank's state; bench/state_probe.py measures what that costs); on every step the learning rate of each param group, the
 optimizer's step count (Adam's `step`), the RNG streams (Python, NumPy's global one when NumPy is
 loaded, torch's CPU one, CUDA's or XPU's when initialised: not verified here, no GPU), the latest
 batch a DataLoader gave (with gradient accumulation, the step's last micro-batch) and the scaler's
@@ -26,6 +27,11 @@ import time
 import zlib
 
 import torch
+
+try:  # the same crc32 as zlib's, several times faster (a restartlab dependency; zlib where it is missing)
+    from isal.isal_zlib import crc32
+except ImportError:
+    from zlib import crc32
 
 from restartlab.contracts import layout
 from restartlab.contracts.envvars import STATE_DIR_VAR, STATE_EVERY_VAR
@@ -44,7 +50,7 @@ def tensors_crc(tensors, start: int = 0) -> int:
             t = t.to_local()
         t = t.contiguous().reshape(-1)
         if t.numel():
-            crc = zlib.crc32(t.cpu().view(torch.uint8).numpy(), crc)
+            crc = crc32(t.cpu().view(torch.uint8).numpy(), crc)
     return crc
 
 
@@ -169,7 +175,9 @@ class Probe:
     def _record(self, opt) -> None:
         n = self.opts.setdefault(id(opt), len(self.opts))
         k = self.steps[n] = self.steps.get(n, 0) + 1
-        heavy = k <= FIRST or k % self.every == 0
+        # an attempt's first steps, and each step after a multiple of `every` (where a resume from a
+        # checkpoint at such a step begins: the baseline has the same step's then)
+        heavy = k <= FIRST or (k - 1) % self.every == 0
         params = [p for g in opt.param_groups for p in g["params"]]
         opt_step, moments = None, []
         for p in params:

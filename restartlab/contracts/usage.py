@@ -18,6 +18,7 @@ EXAMPLES = {
                  "--launch '{\"python\": \"python\", \"ranks_per_node\": 2}' -- python train.py",
     "chain": "restartlab chain expt/agpt2b-20261201-120000 --scheduler pbs --max 3 --job 8123456",
     "report": "restartlab report expt/local-20261201-120000 --mtbf 6h",
+    "diff": "restartlab diff expt/x/sync/ckpts/step-40 expt/x/baseline-ckpts/step-40",
     "simulate": "restartlab simulate --from expt/local-20261201-120000 --node-mtbf 720h --nodes 512,2048",
 }
 

@@ -99,8 +99,18 @@ class Tap:
         """After the launcher exited: the final row when the program reached its last step and
         exited 0; a warning (one sentence) when no progress line was seen at all."""
         with self.lock:
+            now = time.time()
+            if rc == 0 and self.rows == 0 and self.resumed is not None and self.resumed >= last_step:
+                # killed between its last save and its exit: the relaunch resumed at the last step and
+                # had nothing left to train. It finished (a phase that waited for a progress line here
+                # would relaunch it until its budget ran out).
+                self.out = open(self.att.metrics(0), "a")
+                self._write(now, {K.ITER: self.resumed, K.LOSS: None, K.RESUMED_FROM: self.resumed,
+                                  K.RESUME_EVIDENCE: "line", K.RESTART_S: now - self.launch_ts,
+                                  K.STARTUP_LAUNCH_TS: self.launch_ts})
+                self.last_step = self.resumed
             if rc == 0 and self.last_step is not None and self.last_step >= last_step:
-                self._write(time.time(), {K.ITER: self.last_step, K.FINISHED: True})
+                self._write(now, {K.ITER: self.last_step, K.FINISHED: True})
             if self.out is not None:
                 self.out.close()
                 self.out = None

@@ -75,7 +75,8 @@ SUPERVISE = [
     Opt("--state-every", "int", 1, "training-state fingerprints (what a resume restored, piece by piece: "
         "contracts/state_record.py): each rank of a PyTorch program records its learning rate, optimizer step "
         "count, RNG streams and batch at every optimizer step, and its parameters' and optimizer state's crcs on "
-        "each attempt's first 2 steps and every Nth step after (they read all the rank's state); 0: none",
+        "each attempt's first 2 steps and at steps 1, N+1, 2N+1, ... (they read all the rank's state; a resume from a "
+        "checkpoint at a multiple of N is compared in full: let N divide the save interval); 0: none",
         scenario="collection.state_every", min=0),
     Opt("--tick", "float", 1.0, "seconds between the watchdog's looks", hidden=True),
     # recovery without a restart (the phase's recovery: mapping; restartlab.runtime.ft_phase)

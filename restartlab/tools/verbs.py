@@ -38,6 +38,7 @@ VERBS = {
     "ft-trainer": Verb("restartlab.trainer.ft"),                  # the bundled torchft trainer
     "ft-hook": Verb("restartlab.trainer.ft_hook"),                # a torchft program of yours, hooked
     "trainer-smoke": Verb("restartlab.trainer.smoke"),            # the smoke job's rank
+    "ckpt-diff": Verb("restartlab.trainer.ckpt_diff"),            # restartlab diff: two checkpoints' tensors
 }
 
 

@@ -1,0 +1,94 @@
+"""What the training-state fingerprints cost a step (#52, trainer/state_probe.py): the `small`
+model (25 M parameters, AdamW: ~300 MB of state) trained on CPU in one process, blocks of steps
+with the probe off and on alternating, and the probe's own time inside each step measured
+directly (the hook wrapped with a clock). collection.state_every 1 (the default: the parameters'
+and optimizer's crcs every step) and 10.
+Target: the probe's time <= 2% of a step at the default (its own clock; the A/B ratio of whole
+steps is printed beside it, noisier on a shared machine).
+
+Usage: python bench/state_probe.py [--model small] [--steps 4] [--repeats 3] [--json F]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+TARGET = 0.02
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="small")
+    p.add_argument("--steps", type=int, default=4, help="steps per block")
+    p.add_argument("--repeats", type=int, default=3, help="off/on block pairs per setting")
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    from restartlab.contracts.models import PRESETS
+    from restartlab.trainer import state_probe
+    from restartlab.trainer.model import Transformer
+    torch.manual_seed(0)
+    cfg = PRESETS[a.model]
+    model = Transformer(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randint(0, cfg.vocab, (a.batch_size, a.seq_len))
+    state_mb = (sum(p.numel() * p.element_size() for p in model.parameters()) * 3) / 1e6
+
+    def step():
+        loss = torch.nn.functional.cross_entropy(model(x).float().reshape(-1, cfg.vocab), x.reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    def block(n):
+        ts = []
+        for _ in range(n):
+            t = time.perf_counter()
+            step()
+            ts.append(time.perf_counter() - t)
+        return ts
+
+    for _ in range(2):  # the optimizer's state made, the allocator warm
+        step()
+    out = {"model": a.model, "state_mb": round(state_mb, 1), "settings": {}}
+    tmp = tempfile.mkdtemp(prefix="rl-bench-probe-")
+    for every in (1, 10):
+        probe = state_probe.Probe(os.path.join(tmp, f"state-{every}.jsonl"), every)
+        spent = []
+
+        def timed(o, args, kwargs, probe=probe, spent=spent):
+            t = time.perf_counter()
+            probe.pre_step(o, args, kwargs)
+            spent.append(time.perf_counter() - t)
+        off, on = [], []
+        for rep in range(a.repeats):
+            off += block(a.steps)
+            h = register_optimizer_step_pre_hook(timed)
+            on += block(a.steps)
+            h.remove()
+        step_s = statistics.median(off)
+        share = sum(spent) / (len(spent) * step_s)
+        ratio = statistics.median(on) / step_s
+        out["settings"][str(every)] = {"step_s": round(step_s, 4), "probe_s_per_step": round(sum(spent) / len(spent), 5),
+                                       "probe_share": round(share, 4), "ab_ratio": round(ratio, 3),
+                                       "note": "steady state: the crcs at steps 1, %d+1, ... (an attempt's first 2 too)" % every}
+        print(f"state_every {every:>2}: step {step_s:.3f} s (median, probe off), probe {sum(spent) / len(spent) * 1e3:.1f} ms "
+              f"a step = {share:.1%} of a step (target <= {TARGET:.0%} at every 1); whole steps on/off {ratio:.3f}")
+    out["target"] = TARGET
+    out["ok"] = out["settings"]["1"]["probe_share"] <= TARGET
+    print(f"{a.model}: {state_mb:.0f} MB of parameters and AdamW state; {'OK' if out['ok'] else 'OVER TARGET'}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
