@@ -268,3 +268,27 @@ def test_a_kill_after_the_last_save_and_a_relaunch_with_nothing_left_to_train(tm
     assert ph["completed"] and ph["attempts"] == 2 and ph["kills"] == 1, ph
     assert [(x["outcome"], x["resumed_from"]) for x in v["restarts"]] == [("first", 0), ("newest", 24)], v
     assert v["survived"], v
+
+
+@pytest.mark.multirank
+@pytest.mark.timeout(300)
+def test_a_warm_forked_rank_records_its_state_too(tmp_path):
+    """Under warm restart the relaunch's rank is forked from a pool that imported torch before the
+    fork, so no import of the program's installs the probe: the pool's forked rank installs it
+    (runtime/warm/pool.py), into its own attempt's file. The exact resume is judged, and clean.
+    Mutation: no install in the forked rank -> "state not observed" for attempt 2."""
+    d = str(tmp_path / "expt")
+    r = subprocess.run([PY, "-m", "restartlab.cli", "run", FORGETFUL, "--expt-dir", d, "--plain",
+                        "--set", "collection.plots=false", "--set", "relaunch.warm=true",
+                        "--set", 'phases=[{name: baseline, checkpoint: none}, '
+                                 '{name: exact, checkpoint: sync, args: [--save-every, "5", --hold-at, "15"]}]'],
+                       capture_output=True, text=True, timeout=280, cwd=ROOT)
+    cleanup_tag(job_tag(d))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(layout.Expt(d).summary) as f:
+        ph = {p["phase"]: p for p in json.load(f)["phases"]}["exact"]
+    from restartlab.runtime.warm.standby import served_in
+    assert served_in(layout.Expt(d).phase("exact").warm_dir, 2) == 1  # the relaunch's rank was forked by the pool
+    st = ph["survival"]["restarts"][1]["state"]
+    assert st["step"] == 16 and st["forgot"] == [] and {"params", "opt_state", "batch", "lr"} <= set(st["equal"]), st
+    assert ph["survival"]["survived"]

@@ -143,6 +143,16 @@ class Probe:
         self.paused = 0   # inside DCP's optimizer-state initialisation: its zero-lr step is not a training step
         self.lock = threading.Lock()
 
+    def retarget(self, path: str, every: int) -> None:
+        """Records of another attempt from here on (its own file and step count)."""
+        if path == self.path:
+            return
+        if self.fd is not None:
+            os.close(self.fd)
+        self.path, self.every, self.fd = path, max(1, every), None
+        self.opts, self.steps = {}, {}
+        self.batch_crc, self.loader_seen, self.scale = 0, False, None
+
     def _write(self, rec: StateRecord) -> None:
         if self.fd is None:  # opened at the first record: a process that never steps writes nothing
             self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -205,7 +215,8 @@ _PROBE = None
 def install(out_dir: str, rank, every: int = 1) -> Probe:
     """The probe on every optimizer, DataLoader and GradScaler of this process (once)."""
     global _PROBE
-    if _PROBE is not None:
+    if _PROBE is not None:  # a rank forked from a warm pool whose probe was installed: this attempt's file
+        _PROBE.retarget(layout.Attempt(out_dir).state(rank), every)
         return _PROBE
     probe = _PROBE = Probe(layout.Attempt(out_dir).state(rank), every)
     from torch.optim.optimizer import register_optimizer_step_pre_hook

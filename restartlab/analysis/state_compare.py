@@ -145,7 +145,7 @@ def compare(attempt: int, records: Records, resumed_from: int, base: Records,
     rs = ResumeState(attempt, step, first_matched=first_matched, against=against)
     if not records:
         rs.note = ("state not observed: this attempt wrote no state records (no torch optimizer stepped in it, "
-                   "a warm-forked rank, or collection.state_every: 0)")
+                   "or collection.state_every: 0)")
         return rs
     if not base:
         rs.note = f"state not compared: {against.replace(chr(39) + 's', '')} wrote no state records"
