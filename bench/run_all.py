@@ -33,6 +33,8 @@ BENCHES = [
     ("cold restart: launch -> first step after resume", ["cold_restart.py", "--ranks", "4"]),
     ("load with checksums verified vs plain dcp.load", ["load_verify.py", "--ranks", "4", "--repeats", "5"]),
     ("restartlab simulate: 100,000 failures; 16k GPUs x 20 intervals", ["simulate_speed.py"]),
+    ("training-state fingerprints: the probe's share of a step (small model, CPU)",
+     ["state_probe.py", "--steps", "6", "--repeats", "3"]),
 ]
 
 
