@@ -292,3 +292,24 @@ def test_a_warm_forked_rank_records_its_state_too(tmp_path):
     st = ph["survival"]["restarts"][1]["state"]
     assert st["step"] == 16 and st["forgot"] == [] and {"params", "opt_state", "batch", "lr"} <= set(st["equal"]), st
     assert ph["survival"]["survived"]
+
+
+def test_the_repeatability_check_uses_the_phases_first_run_from_step_0_that_recorded():
+    """An attempt killed in start-up records nothing: the phase's first run from step 0 with records
+    says what does not repeat (found by the soak: a fuzz whose first attempt was killed in start-up
+    had the bundled trainer's unseeded Python and NumPy RNG called forgotten at every resume)."""
+    from restartlab.analysis import collect, survival
+    unseeded = lambda run: (lambda s: {"rng_python": f"{run}-{s}"})  # noqa: E731
+
+    def att(n, recs, resumed, last, stepped=True):
+        return collect.AttemptData(n, "", number=n, state=recs, resumed_from=resumed, last_iter=last,
+                                   first_row={"train/iter": resumed + 1} if stepped else None)
+    ph = collect.PhaseData("sync", losses={s: 1.0 for s in range(1, 31)})
+    ph.attempts = [att(1, {}, 0, 0, stepped=False), att(2, _run(12, change=unseeded("a")), 0, 12),
+                   att(3, _run(20, offset=10, change=unseeded("b")), 10, 30)]
+    base = collect.PhaseData("baseline", losses={s: 1.0 for s in range(1, 31)})
+    base.attempts = [att(1, _run(30, change=unseeded("base")), 0, 30)]
+    restarts = [survival.Restart(1, "startup_kill", "", None), survival.Restart(2, "first", "", 0),
+                survival.Restart(3, "newest", "", 10)]
+    assert survival.resumed_state(ph, base, restarts) == []
+    assert restarts[2].state["unrepeatable"] == ["rng_python"] and restarts[2].state["forgot"] == []

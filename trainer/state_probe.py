@@ -38,6 +38,7 @@ from restartlab.contracts.envvars import STATE_DIR_VAR, STATE_EVERY_VAR
 from restartlab.contracts.state_record import StateRecord
 
 FIRST = 2  # an attempt's first steps always carry the heavy crcs: a resume's are compared there
+DCP_STATE_DICT = os.path.join("distributed", "checkpoint", "state_dict.py")
 
 
 def tensors_crc(tensors, start: int = 0) -> int:
@@ -131,6 +132,24 @@ def _num(v):
     return float(v) if isinstance(v, (int, float)) else None
 
 
+def _in_dcp_init() -> bool:
+    """Called from torch.distributed.checkpoint's _init_optim_state (torch 2.13): get_state_dict
+    initialises an optimizer that has no state yet (a relaunch, before its load) with one
+    optimizer.step() at lr 0: not a training step, and counted as one it would shift every step
+    number of the attempt. Told by the calling frames, not by wrapping the function: importing
+    torch.distributed.checkpoint to wrap it would add seconds to every rank's start (measured here:
+    half of `import torch`'s time), for programs that never use it."""
+    f = sys._getframe(2)
+    for _ in range(16):
+        if f is None:
+            return False
+        code = f.f_code
+        if code.co_name == "_init_optim_state" and code.co_filename.endswith(DCP_STATE_DICT):
+            return True
+        f = f.f_back
+    return False
+
+
 class Probe:
     def __init__(self, path: str, every: int = 1):
         self.path, self.every = path, max(1, every)
@@ -140,7 +159,6 @@ class Probe:
         self.batch_crc, self.loader_seen = 0, False
         self.scale = None
         self.off = False
-        self.paused = 0   # inside DCP's optimizer-state initialisation: its zero-lr step is not a training step
         self.lock = threading.Lock()
 
     def retarget(self, path: str, every: int) -> None:
@@ -175,7 +193,7 @@ class Probe:
             self._fail(e)
 
     def pre_step(self, opt, args, kwargs) -> None:
-        if self.off or self.paused:
+        if self.off or _in_dcp_init():
             return
         try:
             self._record(opt)
@@ -230,22 +248,6 @@ def install(out_dir: str, rank, every: int = 1) -> Probe:
         probe.on_batch(batch)
         return batch
     base.__next__ = __next__
-    # torch.distributed.checkpoint's get_state_dict initialises an optimizer that has no state yet
-    # (a relaunch, before its load) with one optimizer.step() at lr 0: not a training step, and
-    # counted as one it would shift every step number of the attempt
-    try:
-        from torch.distributed.checkpoint import state_dict as dcp_state_dict
-        init = dcp_state_dict._init_optim_state
-
-        def _init_optim_state(optim):
-            probe.paused += 1
-            try:
-                return init(optim)
-            finally:
-                probe.paused -= 1
-        dcp_state_dict._init_optim_state = _init_optim_state
-    except (ImportError, AttributeError):  # another torch: its initialising step, if any, is counted
-        pass
     try:
         from torch.amp import GradScaler
     except ImportError:  # older torch

@@ -300,7 +300,8 @@ def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List
     base_state = base.attempts[0].state if base.attempts else {}
     if not base_state and not any(a.state for a in ph.attempts):
         return []
-    first = ph.attempts[0].state if ph.attempts else {}
+    # the phase's first run from step 0 that recorded its state (an attempt killed in start-up recorded none)
+    first = next((a.state for a in ph.attempts if a.state and a.first_row is not None and not a.resumed_from), {})
     not_judged, matched = state_compare.repeatability(first, base_state) if first and base_state else ([], 0)
     left = _left_baseline(ph, base)
     offsets = {}  # attempt number -> the step it resumed from (0: from the start)
