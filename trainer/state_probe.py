@@ -5,8 +5,7 @@ Reached from outside the program: torch's global optimizer step pre-hook
 (torch.optim.optimizer.register_optimizer_step_pre_hook: every optimizer of the process, whoever
 made it), the DataLoader's iterator (each batch it yields) and GradScaler.step (its scale); the
 zero-lr step torch.distributed.checkpoint's get_state_dict takes to initialise an optimizer before a
-load is not counted (torch 2.13's _init_optim_state). A
-Python rank of yours gets it through runtime/linebuf/sitecustomize.py once the program imports
+load is not counted (torch 2.13's _init_optim_state). A Python rank of yours gets it through runtime/linebuf/sitecustomize.py once the program imports
 torch (when restartlab sets RESTARTLAB_STATE_DIR); the bundled trainer installs it itself.
 
 What a record holds, taken as the step begins (contracts/state_record.py says why then): the
@@ -17,8 +16,7 @@ they read every byte of the rank's state; bench/state_probe.py measures what tha
 optimizer's step count (Adam's `step`), the RNG streams (Python, NumPy's global one when NumPy is
 loaded, torch's CPU one, CUDA's or XPU's when initialised: not verified here, no GPU), the latest
 batch a DataLoader gave (with gradient accumulation, the step's last micro-batch) and the scaler's
-scale. A probe that fails says so once on stderr and stops;
-the program never sees it."""
+scale. A probe that fails says so once on stderr and stops; the program never sees it."""
 import os
 import random
 import sys
@@ -156,7 +154,7 @@ class Probe:
         self.fd = None
         self.opts = {}    # id(optimizer) -> its number (by first step)
         self.steps = {}   # its number -> steps so far in this attempt
-        self.batch_crc, self.loader_seen = 0, False
+        self.batch, self.loader_seen = None, False
         self.scale = None
         self.off = False
         self.lock = threading.Lock()
@@ -169,7 +167,7 @@ class Probe:
             os.close(self.fd)
         self.path, self.every, self.fd = path, max(1, every), None
         self.opts, self.steps = {}, {}
-        self.batch_crc, self.loader_seen, self.scale = 0, False, None
+        self.batch, self.loader_seen, self.scale = None, False, None
 
     def _write(self, rec: StateRecord) -> None:
         if self.fd is None:  # opened at the first record: a process that never steps writes nothing
@@ -181,16 +179,11 @@ class Probe:
         sys.stderr.write(f"restartlab: training-state fingerprints stopped: {type(e).__name__}: {e}\n")
 
     def on_batch(self, batch) -> None:
-        if self.off:
-            return
-        try:
+        """The latest batch, held (not fingerprinted) until the next step: a program that skips
+        batches by iterating at a resume, or accumulates gradients, pays for one crc a step."""
+        if not self.off:
             with self.lock:
-                # the latest batch, not every batch since the last step: a program that skips
-                # batches by iterating at a resume (or accumulates gradients) still compares so
-                self.batch_crc = tensors_crc(_leaves(batch, []))
-                self.loader_seen = True
-        except Exception as e:
-            self._fail(e)
+                self.batch, self.loader_seen = batch, True
 
     def pre_step(self, opt, args, kwargs) -> None:
         if self.off or _in_dcp_init():
@@ -217,7 +210,7 @@ class Probe:
                 elif isinstance(v, torch.Tensor):
                     moments.append(v)
         with self.lock:
-            batch = f"{self.batch_crc:08x}" if self.loader_seen else None
+            batch = f"{tensors_crc(_leaves(self.batch, [])):08x}" if self.loader_seen else None
         pieces = {"lr": [_num(g.get("lr")) for g in opt.param_groups],
                   "opt_step": 0.0 if opt_step is None else opt_step,  # no state yet: no step taken
                   "params": digest(params) if heavy else None,

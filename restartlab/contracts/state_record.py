@@ -13,7 +13,7 @@ no GradScaler, no NumPy, a CPU run's device RNG); never compared as equal.
 
 Standard library only: the collector reads these on a login node."""
 import json
-from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 # (key, what it is in a verdict's words, whether those words are plural, what it means when a
 # resume did not restore it)
@@ -34,8 +34,6 @@ KEYS = tuple(p[0] for p in PIECES)
 WORDS = {p[0]: p[1] for p in PIECES}
 PLURAL = {p[0]: p[2] for p in PIECES}
 MEANING = {p[0]: p[3] for p in PIECES}
-RNG = tuple(k for k in KEYS if k.startswith("rng_"))
-HEAVY = ("params", "opt_state")  # over every tensor of the rank: taken on the sampled steps only
 
 
 class StateRecord(NamedTuple):
@@ -72,10 +70,6 @@ def by_step(records: Iterable[StateRecord], offset: int = 0, opt: int = 0) -> Di
     """{global step: record} of one optimizer's records, the attempt's step k numbered offset + k
     (offset: the step the attempt resumed from; 0 for a run from the start)."""
     return {offset + r.step: r for r in records if r.opt == opt}
-
-
-def steps(records: Iterable[StateRecord]) -> Iterator[int]:
-    return (r.step for r in records)
 
 
 def describe(key: str, value) -> Optional[str]:

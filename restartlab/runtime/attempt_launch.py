@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 from .. import programs
 from ..contracts import layout, placeholders, rank_exit
-from . import pystdio, tap
+from . import tap
 
 PUMP_DRAIN_S = 5.0  # after the launcher ended: how long the tap may still read what it wrote
 
@@ -76,7 +76,8 @@ class AttemptLaunch:
                                         stdin=subprocess.DEVNULL)
             self.launcher_pids[att.path] = proc.pid
             return Launched(proc)
-        pystdio.line_buffered(env)  # a Python program's progress lines as they happen, each whole
+        env.setdefault("PYTHONUNBUFFERED", "1")  # a Python program's progress lines as they happen (rankenv
+        # makes each line whole: runtime/pystdio.py; the launcher and the exit recorder need no shim)
         proc = subprocess.Popen(argv, cwd=att.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
         self.launcher_pids[att.path] = proc.pid
