@@ -27,6 +27,12 @@ KEEP_VAR = "RESTARTLAB_PBS_KEEP_WORK"
 TOOLS = ("qsub", "qstat", "qdel", "qmgr", "qalter", "qhold", "qrls", "qsig", "qselect", "qrerun", "qrun",
          "pbsnodes", "pbsdsh", "pbs_tmrsh", "printjob", "tracejob")
 KILL_DELAY = 3  # s between PBS's SIGTERM and SIGKILL (qdel, walltime); PBS's default is 10
+RLPBS_ROOT = os.environ.get("RLPBS_ROOT", "/var/spool/rlpbs")
+# the comment PBS's server puts on a job it holds once its run_count passes 20 (OpenPBS 23.06,
+# src/server/req_runjob.c: check_failed_attempts)
+HELD_BY_PBS = "too many failed attempts to run"
+# the daemons' logs under each host's PBS_HOME, and the recipe's own (start, stop)
+LOG_DIRS = ("server_logs", "sched_logs", "comm_logs", "mom_logs")
 
 
 class Cluster:
@@ -72,8 +78,32 @@ class Cluster:
             rec = self.job(jid)
             if rec and rec.get("job_state") in states:
                 return rec
+            if rec and rec.get("job_state") == "H" and "H" not in states and HELD_BY_PBS in rec.get("comment", ""):
+                # PBS gave up starting it: it stays held; say so now, with what the daemons logged
+                raise AssertionError(f"job {jid}: PBS held it after {rec.get('run_count')} failed starts "
+                                     f"(Exit_status {rec.get('Exit_status')}):\n{self.why_not_started(jid)}")
             time.sleep(0.5)
         raise AssertionError(f"job {jid} did not reach {states} in {timeout}s: {rec}")
+
+    def why_not_started(self, jid, lines=12):
+        """tracejob's account of the job and each host's MoM log lines that name it (or, for a host
+        whose log never names it, that log's errors): where a start failed and why."""
+        trace = self.run(["tracejob", "-n", "2", jid]).stdout.splitlines()
+        out = ["\n".join(ln for ln in trace if "  A  " not in ln)[-2500:]]  # not the accounting records
+        seq = jid.split(".")[0]
+        for host in self.nodes:
+            path = os.path.join(RLPBS_ROOT, host, "home", "mom_logs", time.strftime("%Y%m%d"))
+            try:
+                with open(path, errors="replace") as f:
+                    log = f.read().splitlines()
+            except OSError as e:
+                out.append(f"{host}: no MoM log ({e})")
+                continue
+            mine = [ln for ln in log if f";{seq}." in ln or f" {seq}." in ln]
+            picked = mine or [ln for ln in log if ";0001;" in ln]
+            out.append(f"{host} MoM log, {'lines naming the job' if mine else 'its errors'}:\n  " +
+                       "\n  ".join(picked[-lines:]))
+        return "\n".join(out)
 
     def user_dir(self, name):
         """A new directory the cluster's user owns, under the session's work dir."""
@@ -91,9 +121,8 @@ class Cluster:
 
     def mom_pid(self, host):
         """The pid of `host`'s pbs_mom (its lock file), or None."""
-        root = os.environ.get("RLPBS_ROOT", "/var/spool/rlpbs")
         try:
-            with open(os.path.join(root, host, "home", "mom_priv", "mom.lock")) as f:
+            with open(os.path.join(RLPBS_ROOT, host, "home", "mom_priv", "mom.lock")) as f:
                 pid = int(f.read().split()[0])
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 return pid if b"pbs_mom" in f.read() else None
@@ -200,12 +229,26 @@ def stop(c):
     """The session's end: its jobs deleted, and the cluster stopped with its state (the server's
     datastore) removed, unless the cluster was up before the session."""
     purge_jobs()
+    keep = os.environ.get(KEEP_VAR)
+    if keep:  # the soak: the cluster's logs kept for its failure records, before the purge removes them
+        keep_logs(os.path.join(keep, "pbs-logs"))
     if not c.was_up:
         _stop(purge=True)
     if c:
         shutil.rmtree(c.bindir, ignore_errors=True)
-        keep = os.environ.get(KEEP_VAR)
-        if keep:  # the soak: the jobs' experiment directories kept for its failure records
+        if keep:  # and the jobs' experiment directories
             shutil.move(c.workdir, os.path.join(keep, os.path.basename(c.workdir)))
         else:
             shutil.rmtree(c.workdir, ignore_errors=True)
+
+
+def keep_logs(dest):
+    """Copy the server's, scheduler's, comm's and every MoM's logs, and the recipe's start and stop
+    logs, to `dest` (text files, a few MB at most for a suite's session)."""
+    for host in sorted(os.listdir(RLPBS_ROOT)) if os.path.isdir(RLPBS_ROOT) else ():
+        for d in LOG_DIRS:
+            src = os.path.join(RLPBS_ROOT, host, "home", d)
+            if os.path.isdir(src):
+                shutil.copytree(src, os.path.join(dest, host, d), dirs_exist_ok=True)
+    if os.path.isdir(os.path.join(RLPBS_ROOT, "log")):
+        shutil.copytree(os.path.join(RLPBS_ROOT, "log"), os.path.join(dest, "recipe"), dirs_exist_ok=True)

@@ -11,7 +11,9 @@ races a CI run finds by chance (#49). Each run:
     seed, the test, the first lines of its message, the test's tmp directory, the experiment
     directories under it (its scenario copy marks one) and the attempt outputs holding dumped stacks;
     the PBS tier's jobs run as another user in the cluster's own work directories, which the run
-    keeps under build/soak/run-<i>/pbs-work (tests/pbs_cluster.KEEP_VAR) and names for a PBS test.
+    keeps under build/soak/run-<i>/pbs-work (tests/pbs_cluster.KEEP_VAR) and names for a PBS test,
+    with the cluster's own logs (server, scheduler, comm, each MoM, the recipe's start and stop)
+    copied to pbs-work/pbs-logs before its purge.
 
 At the end a table of failures by test (how many of the runs each failed in). Exit 0 when no run
 failed, 1 otherwise. Example: `make soak RUNS=5 LOAD=2 SOAK_K=warm_restart_a_pool` hunts one test."""

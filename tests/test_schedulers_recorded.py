@@ -52,6 +52,24 @@ def test_pbs_exit_codes_documented():
     assert pbs_module.exit_detail(-29).startswith("walltime exceeded")
 
 
+def test_a_job_pbs_held_after_failed_starts_says_why():
+    """A job whose MoMs could not start it: PBS requeues it after each try and holds it after 21
+    (recorded for real by tests/data/pbs/record-held.sh: a sister that cannot resolve the head).
+    It is pending for ever unless released: status says PBS held it, why, and the last try's
+    exit, not just "pending" (a soak saw every three-host job so, each try -30)."""
+    with open(os.path.join(os.path.dirname(DATA), "qstat-f-x-held-failed-starts.txt")) as f:
+        text = f.read()
+    jid = next(iter(pbs_module.parse_qstat_f(text)))
+    st = pbs.parse_status(text, [jid])[jid]
+    assert st.state == PENDING and st.exit_status == -3, st
+    assert st.detail == ("held: job held, too many failed attempts to run; 21 tries; "
+                         "the last: job exec failed, retried (JOB_EXEC_RETRY)"), st.detail
+    assert "could not join a sister MoM" in pbs_module.exit_detail(-30)
+    # a hold someone asked for (qsub -h) has no such comment: plain pending
+    held = pbs.parse_status(open(DATA).read(), ["18"], returncode=153)["18"]
+    assert held.state == PENDING and not held.detail.startswith("held:"), held
+
+
 def test_pbsdsh_once_per_node_index():
     cmd = pbs.fanout_cmd(1, ["a", "b"], ["x", "--y"])
     assert os.path.basename(cmd[0]) == "pbsdsh" and cmd[1:] == ["-n", "1", "--", "x", "--y"]

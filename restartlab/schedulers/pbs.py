@@ -19,10 +19,27 @@ def exit_detail(code):
     if code > 256:
         return f"killed by signal {code - 256}"
     if code < 0:
-        return {-29: "walltime exceeded (JOB_EXEC_KILL_WALLTIME)",
-                -11: "job exec failed: bad script", -1: "job exec failed, do not retry",
-                -3: "job exec failed, retry"}.get(code, f"PBS-side failure {code}")
+        return _JOB_EXEC.get(code, f"PBS-side failure {code}")
     return "exit code 0" if code == 0 else f"exit code {code}"
+
+
+# PBS's own exit statuses for a job its MoM could not start or had to end (JOB_EXEC_* in OpenPBS
+# 23.06's src/include/job.h; the server requeues a job that ended -3 or -30 and holds it once its
+# run_count passes 20: check_failed_attempts in src/server/req_runjob.c)
+_JOB_EXEC = {
+    -1: "job exec failed before files, no retry (JOB_EXEC_FAIL1)",
+    -2: "job exec failed after files, no retry (JOB_EXEC_FAIL2)",
+    -3: "job exec failed, retried (JOB_EXEC_RETRY)",
+    -4: "job aborted on MoM initialisation (JOB_EXEC_INITABT)",
+    -10: "the job's user or group is not valid on the execution host (JOB_EXEC_FAILUID)",
+    -11: "job exec failed: bad script", -13: "bad password (JOB_EXEC_FAIL_PASSWORD)",
+    -20: "a sister MoM failed and the job was rerun (JOB_EXEC_RERUN_MS_FAIL)",
+    -22: "a hook failed (JOB_EXEC_HOOKERROR)",
+    -27: "memory limit exceeded (JOB_EXEC_KILL_MEM)",
+    -29: "walltime exceeded (JOB_EXEC_KILL_WALLTIME)",
+    -30: "the mother superior could not join a sister MoM: its connection to one of the job's hosts "
+         "closed while the job started (JOB_EXEC_JOINJOB)",
+}
 
 
 def tool(name, env=os.environ):
@@ -156,7 +173,14 @@ class PBS(Scheduler):
                 raise SchedulerError(f"qstat: job {jid}: Exit_status {rec['Exit_status']!r} is not a number")
             if st == FINISHED and code not in (None, 0):
                 st = FAILED
-            out[jid] = JobStatus(jid, st, code, exit_detail(code))
+            detail = exit_detail(code)
+            if rec.get("job_state") == "H" and rec.get("comment"):
+                # held by PBS itself (e.g. "job held, too many failed attempts to run"): it never runs
+                # until someone releases it, so say why, with the last try's exit status
+                tries = f"{rec['run_count']} tries" if rec.get("run_count") else ""
+                detail = "; ".join(x for x in (f"held: {rec['comment']}", tries,
+                                               f"the last: {detail}" if detail else "") if x)
+            out[jid] = JobStatus(jid, st, code, detail)
         return out
 
     def cancel_cmd(self, jobid):
