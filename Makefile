@@ -45,13 +45,14 @@ demo-strategies: $(STAMP)
 	   $(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[torchft]')
 	$(BIN)/restartlab run scenarios/strategies.yaml
 
-# the frameworks of the "your trainer" tests (setup.cfg [frameworks]) and torchft (setup.cfg [torchft]:
+# the frameworks of the "your trainer" tests (setup.cfg [frameworks], [transformers], [deepspeed]) and
+# torchft (setup.cfg [torchft]:
 # the torchft phases), with the torch already there
 # held as it is (a constraint: never a second torch download)
 FRAMEWORKS := $(VENV)/.frameworks
 $(FRAMEWORKS): $(STAMP) setup.cfg
 	$(BIN)/python -c 'import torch; print("torch==" + torch.__version__)' > $(VENV)/torch-constraint.txt
-	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[frameworks,torchft]'
+	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[frameworks,torchft,transformers,deepspeed]'
 	touch $(FRAMEWORKS)
 
 # ezpz 0.26.1 (saforem2/ezpz at 1229a17: the seed's own program) from the fixture's source

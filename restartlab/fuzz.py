@@ -17,7 +17,7 @@ import sys
 import time
 
 from .contracts import layout, live
-from .job import run
+from .job import preflight, run
 from . import scenario
 from .analysis import survival
 from .analysis.collect import is_baseline
@@ -119,9 +119,14 @@ def table(rows) -> str:
 
 def main(a) -> int:
     try:
-        sc, name = plan(scenario.load(a.scenario, a.set), a)
+        loaded, where = scenario.load_located(a.scenario, a.set)
+        sc, name = plan(loaded, a)
     except scenario.ScenarioError as e:
         print(f"restartlab fuzz: error: {e}" if isinstance(e, FuzzInputError) else str(e), file=sys.stderr)
+        return 2
+    refused = preflight.framework_missing(sc, where)
+    if refused:
+        preflight.report(refused)
         return 2
     expt_dir = os.path.abspath(a.expt_dir) if a.expt_dir else os.path.join(
         os.path.abspath(sc["expt_root"]), f"{sc['name']}-fuzz-{time.strftime('%Y%m%d-%H%M%S')}")

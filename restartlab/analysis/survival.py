@@ -142,9 +142,18 @@ def _no_step(k: int, rec: Optional[AttemptRecord], snap: dict, struck: bool, err
         return Restart(k, "startup_crash", "exited 0 without a progress line seen (check trainer.program.progress)")
     pick = snap.get("will_load")
     if pick:
-        state = "complete" if pick.get("complete") else "NOT complete: a save that did not finish"
+        if pick.get("complete"):
+            state, safe = "complete", ""
+        else:
+            rule = f" by its rule {snap['complete_rule']}" if snap.get("complete_rule") else ""
+            holds = f"; it holds {', '.join(pick['holds'])}" if pick.get("holds") else ""
+            state = f"NOT complete{rule}: a save that did not finish{holds}"
+            good = snap.get("newest_complete")
+            safe = (f"; loading the newest complete checkpoint, step {good} ({snap.get('newest_complete_path')}), "
+                    "would have been safe" if good is not None else
+                    "; no checkpoint was complete: starting from step 0 would have been safe")
         return Restart(k, "load_crash", f"crashed before its first step, {_how(rec)}: the program "
-                       f"would load {pick.get('path')} (step {pick.get('step')}, {state}){said}")
+                       f"would load {pick.get('path')} (step {pick.get('step')}, {state}){said}{safe}")
     return Restart(k, "startup_crash", f"crashed before its first step, {_how(rec)} (no progress "
                    f"seen: a crash, or check trainer.program.progress){said}")
 

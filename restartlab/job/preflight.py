@@ -11,11 +11,13 @@ torchft for torchft phases) and the launcher, both after the scenario's setup li
 tool. It prints the most node-hours the job can be charged."""
 import os
 import re
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
-from .. import launchers, schedulers
+from .. import launchers, programs, schedulers
 from ..contracts import placeholders
 from ..contracts.units import hms, human_bytes
 from ..scenario import is_torchft
@@ -351,6 +353,37 @@ def torchft_missing(sc, where) -> List[Finding]:
                             f"{fmt_path(('phases', i, 'recovery', 'strategy'))}: torchft is not installed for {sys.executable} "
                             "(pip install 'restartlab[torchft]', which keeps the torch that is there)")]
     return []
+
+
+def framework_missing(sc, where) -> List[Finding]:
+    """A scenario whose program adapter names a framework (transformers, deepspeed) that the
+    program's Python cannot import, or a torchft phase without torchft: refused before anything
+    runs (`restartlab run` and `fuzz` run the job here, with these Pythons)."""
+    out = torchft_missing(sc, where)
+    prog = sc["trainer"]["program"]
+    adapter = programs.ADAPTERS.get(prog["adapter"]) if prog else None
+    if not adapter or not adapter.requires:
+        return out
+    sdir = os.path.dirname(os.path.abspath(sc["source"]))
+    cmd = placeholders.fill(prog["command"][0], {placeholders.SCENARIO_DIR: sdir})
+    # the ranks find a bare `python` on the job's PATH, which `restartlab run` starts with its own
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    exe = shutil.which(cmd, path=path) if PYTHON.match(os.path.basename(cmd)) else sys.executable
+    if not exe:
+        return out  # the program check (preflight) names a command that is not there
+    code = ("import importlib.util, sys; "
+            "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))")
+    try:
+        r = subprocess.run([exe, "-c", code, *adapter.requires], capture_output=True, text=True, timeout=120)
+        gone = r.stdout.split() if r.returncode == 0 else list(adapter.requires)
+    except (OSError, subprocess.SubprocessError):
+        gone = list(adapter.requires)
+    if gone:
+        key = ("trainer", "program", "command")
+        out.append(Finding(ERROR, "python", f"{where(key)}: {fmt_path(key)}: {exe}, the program's Python, cannot "
+                           f"import {', '.join(gone)} (the {adapter.name} adapter's framework): pip install "
+                           f"'restartlab[{adapter.extra}]' for it, which keeps the torch that is there"))
+    return out
 
 
 def errors(findings: List[Finding]) -> List[Finding]:

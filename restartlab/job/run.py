@@ -48,7 +48,7 @@ def progress(ctx, t0):
 def main(a) -> int:
     path = a.scenario or os.path.join(resource_dir("scenarios"), "local.yaml")
     sc, where = scenario.load_located(path, a.set)
-    refused = preflight.torchft_missing(sc, where)
+    refused = preflight.framework_missing(sc, where)
     if refused:
         preflight.report(refused)
         return 2

@@ -10,7 +10,8 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
   complete     when a listed checkpoint is complete: exists | dcp (holds DCP's .metadata) |
                torchzip (a torch.save file whose zip directory reads: written last) |
                file:NAME[,NAME...] (files inside the checkpoint dir, or beside a checkpoint file:
-               all of them) | pointer:FILE (FILE in the checkpoint dir names the newest complete step)
+               all of them) | pointer:FILE (FILE in the checkpoint dir names the newest complete step:
+               a number, or a tag ending in one)
   counts       what the number in a checkpoint's name counts: steps, or saves (Accelerate's
                checkpoint_<K>); with saves, step = (K + 1) x save_every
   selects      which checkpoint the program itself loads on a restart: newest_complete |
@@ -27,7 +28,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from ..contracts import placeholders
 from ..contracts.registry import Registry
@@ -65,6 +66,10 @@ class Adapter:
     preload = "torch"
     # the metrics file each launch of the program writes about itself, and its keys (own_metrics)
     own_metrics: Optional[Dict[str, str]] = None
+    # the Python modules the program's Python must import (the framework): refused before anything
+    # runs when missing (job/preflight.py), with the extra of restartlab that installs them
+    requires: Tuple[str, ...] = ()
+    extra = ""
 
     def preflight(self, argv: List[str], env: Dict[str, str]) -> Optional[str]:
         """Why this program cannot run with this command in this environment (one line), or None:
@@ -246,12 +251,15 @@ def _mtime(path: str) -> float:
 
 
 def _pointer(ckpt_dir: str, name: str) -> Optional[int]:
+    """The step the pointer file names: its number, or the number its tag ends in (DeepSpeed's
+    `latest` holds the tag, global_step<N>); None when it has none (Megatron's "release")."""
     try:
         with open(os.path.join(ckpt_dir, name)) as f:
             text = f.read(256).strip()
-        return int(text)
-    except (OSError, ValueError):
+    except OSError:
         return None
+    m = re.search(r"(\d+)$", text)
+    return int(m.group(1)) if m else None
 
 
 def _is_complete(rule: str, path: str, step: int, ckpt_dir: str) -> bool:

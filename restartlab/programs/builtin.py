@@ -56,6 +56,47 @@ class Lightning(Adapter):
 
 
 @ADAPTERS.register
+class Transformers(Adapter):
+    """The Hugging Face Trainer (read from transformers 5.25.0: trainer.py _save_checkpoint and
+    trainer_utils.get_last_checkpoint; run here with accelerate 1.15.0): output_dir/checkpoint-<N>,
+    N the global step; the model (model.safetensors) first, then optimizer.pt, scheduler.pt, each
+    rank's rng_state_<rank>.pth, and trainer_state.json last (rank 0, no barrier before it, no
+    marker, no rename); the documented resume, train(resume_from_checkpoint=get_last_checkpoint(
+    output_dir)), takes the highest-numbered checkpoint-<N> folder without a check, and a folder
+    without trainer_state.json then fails the start (a ValueError or FileNotFoundError) at every
+    relaunch. With log_level="info" rank 0 logs "Resuming training from checkpoint with epoch E and
+    global step N". Its own log lines round the loss to 4 digits and carry no step: the scenario
+    gives progress (the example prints full values from a TrainerCallback)."""
+    name = "transformers"
+    requires = ("transformers",)
+    extra = "transformers"
+    preload = "torch,transformers"
+    doc = ("Hugging Face Trainer (output_dir = {ckpt_dir}: checkpoint-<N>, trainer_state.json last; "
+           "train(resume_from_checkpoint=get_last_checkpoint(output_dir)))")
+    defaults = {"checkpoints": r"{ckpt_dir}/checkpoint-(?P<step>\d+)", "complete": "file:trainer_state.json",
+                "selects": "highest",
+                "resumed": r"Resuming training from checkpoint with epoch \d+ and global step (?P<step>\d+)"}
+
+
+@ADAPTERS.register
+class Deepspeed(Adapter):
+    """DeepSpeed's engine checkpoints (read from deepspeed 0.19.8: runtime/engine.py save_checkpoint
+    and load_checkpoint; run here on CPU, DS_ACCELERATOR=cpu, gloo): save_checkpoint(dir) writes
+    dir/<tag>/ (default tag global_step<N>, N the engine's optimizer steps): mp_rank_00_model_states.pt
+    from rank 0 and zero_pp_rank_<r>_mp_rank_00_optim_states.pt from every rank, with torch.save; then
+    rank 0 writes the tag into dir/latest, before the barrier that waits for the other ranks' shards.
+    load_checkpoint(dir) loads the tag `latest` names, without a check (none: it returns None and
+    the program starts fresh). The scenario gives progress."""
+    name = "deepspeed"
+    requires = ("deepspeed",)
+    extra = "deepspeed"
+    doc = ("DeepSpeed save_checkpoint/load_checkpoint (dir = {ckpt_dir}: global_step<N>/, the `latest` file "
+           "names the tag a restart loads)")
+    defaults = {"checkpoints": r"{ckpt_dir}/global_step(?P<step>\d+)", "complete": "pointer:latest",
+                "selects": "pointer"}
+
+
+@ADAPTERS.register
 class Torchtitan(Adapter):
     """torchtitan's CheckpointManager (read from pytorch/torchtitan at commit 0128b99,
     torchtitan/components/checkpoint.py, and its metrics logging): DCP saves into

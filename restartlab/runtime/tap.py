@@ -219,9 +219,22 @@ def snapshot(spec: dict, ckpt_dir: str, ckpts: List[programs.Ckpt]) -> dict:
     """What the checkpoint dir holds at a launch: every checkpoint (step, complete), the newest
     complete one (what a correct resume loads) and the one the program's own rule picks."""
     good, pick = programs.newest_complete(ckpts), programs.will_load(spec, ckpts, ckpt_dir)
-    return {"ckpt_dir": ckpt_dir, "selects": spec.get("selects"), "checkpoints": [[c.step, c.complete] for c in ckpts],
-            "newest_complete": good.step if good else None,
-            "will_load": {"step": pick.step, "path": pick.path, "complete": pick.complete} if pick else None}
+    loads = None
+    if pick:
+        loads = {"step": pick.step, "path": pick.path, "complete": pick.complete}
+        if not pick.complete:  # what the torn one holds, for the verdict to say why it is not complete
+            loads["holds"] = _holds(pick.path)
+    return {"ckpt_dir": ckpt_dir, "selects": spec.get("selects"), "complete_rule": spec.get("complete"),
+            "checkpoints": [[c.step, c.complete] for c in ckpts], "newest_complete": good.step if good else None,
+            "newest_complete_path": good.path if good else None, "will_load": loads}
+
+
+def _holds(path: str, most: int = 12) -> List[str]:
+    """The names directly in a checkpoint directory (at most `most`, sorted), [] for a file."""
+    try:
+        return sorted(os.listdir(path))[:most] if os.path.isdir(path) else []
+    except OSError:
+        return []
 
 
 def write_snapshot(att: layout.Attempt, snap: dict) -> None:

@@ -1,0 +1,131 @@
+"""The frameworks most training jobs run on, for real (#51): the Hugging Face Trainer (transformers
+5.25.0, examples/transformers/train.py) and DeepSpeed (0.19.8, ZeRO-2, examples/deepspeed/train.py),
+each on CPU over gloo, two ranks under real mpiexec and real SIGKILLs, through their adapters:
+`restartlab run` with kills resumes exactly, and what their checkpoints do not survive is a
+finding, forced on purpose (a kill inside a Trainer's save: every relaunch crashes on the torn
+checkpoint its documented resume picks). A scenario naming one of them where the program's Python
+lacks it is refused before anything runs."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from restartlab.contracts import layout
+from tests.helpers import cleanup_tag, job_tag
+
+pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HF = os.path.join(ROOT, "scenarios", "examples", "transformers.yaml")
+DS = os.path.join(ROOT, "scenarios", "examples", "deepspeed.yaml")
+
+
+def restartlab(*args, timeout=500):
+    return subprocess.run([sys.executable, "-m", "restartlab.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture
+def expt(tmp_path):
+    d = str(tmp_path / "expt")
+    yield d
+    if os.path.exists(layout.Expt(d).job_script):
+        cleanup_tag(job_tag(d))
+
+
+def _summary(d):
+    with open(layout.Expt(d).summary) as f:
+        return {s["phase"]: s for s in json.load(f)["phases"]}
+
+
+def _output(d, attempt, phase="restart"):
+    with open(layout.Expt(d).phase(phase).attempt(attempt).output, errors="replace") as f:
+        return f.read()
+
+
+def test_transformers_trainer_through_run_resumes_exactly(expt):
+    """Two kills, each after a save (checkpoint-15, checkpoint-25): the Trainer's own resume
+    (get_last_checkpoint) takes the newest, says so in its log, and every step's loss equals the
+    baseline's at full precision (the example prints them from a TrainerCallback: the Trainer's own
+    lines round to 4 digits); its RNG, optimizer and data position are restored (the state line)."""
+    pytest.importorskip("transformers")
+    r = restartlab("run", HF, "--expt-dir", expt, "--plain")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    v = _summary(expt)["restart"]["survival"]
+    assert [x["outcome"] for x in v["restarts"]] == ["first", "newest", "newest"], v
+    assert v["survived"] and v["baseline"] == "loss identical to the baseline's at all 30 steps both logged", v
+    for x, step in zip(v["restarts"][1:], (15, 25)):
+        assert x["resumed_from"] == step, x
+        assert "Resuming training from checkpoint with epoch 0 and global step %d" % step in _output(expt, x["attempt"])
+        st = x["state"]
+        assert not st["forgot"] and {"params", "opt_state", "opt_step", "lr", "rng_torch", "batch"} <= set(st["equal"]), st
+
+
+def test_transformers_killed_inside_a_save_crash_loops_and_the_verdict_says_why(expt):
+    """The kill aimed inside the save of checkpoint-10 (checkpoint-5 complete; a model wide enough
+    that a save takes a while): the torn folder has no trainer_state.json, get_last_checkpoint
+    takes it anyway (the highest number), and every relaunch crashes in start-up. The verdict
+    names the folder the program chose, why it is not complete, the exception from its output,
+    the checkpoint that would have been safe, and the crash loop; the phase never finishes: exit 1."""
+    pytest.importorskip("transformers")
+    r = restartlab("fuzz", HF, "--expt-dir", expt, "--plain", "--kills", "1", "--save-share", "1",
+                   "--after-complete", "--no-baseline", "--window", "60s",
+                   "--set", 'phases.1.args=[--save-steps, "5", --width, "1024"]')
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(layout.Expt(expt).fuzz_summary) as f:
+        data = json.load(f)
+    (kill,) = data["kills"]
+    assert kill["where"] == "save" and kill["newest_complete_seen"] is not None, kill
+    (torn,) = kill["saving"]
+    good = kill["newest_complete_seen"]
+    torn_path = os.path.join(layout.Expt(expt).phase("restart").path, "ckpts", torn)
+    crashes = [f for f in data["verdict"]["findings"] if f.startswith("attempt ")]
+    assert len(crashes) >= 3, data["verdict"]  # every relaunch the fuzz's budget allows
+    for f in crashes:
+        assert f"the program would load {torn_path} (step {torn.split('-')[1]}, NOT complete by its rule " \
+               "file:trainer_state.json: a save that did not finish" in f, f
+        assert ("ValueError: Can't find a valid checkpoint at" in f or
+                "No such file or directory" in f and "trainer_state.json" in f), f
+        assert f"loading the newest complete checkpoint, step {good} (" in f and "would have been safe" in f, f
+    assert any(f.startswith("crash loop: 3 attempts in a row died before a step") for f in data["verdict"]["findings"])
+    assert not data["verdict"]["finished"], data["verdict"]
+
+
+def test_deepspeed_through_run_resumes_exactly(expt):
+    """Two kills after saves: load_checkpoint takes the tag `latest` names (global_step15, then
+    global_step25), and every step's loss equals the baseline's; ZeRO-2's optimizer shards, the
+    step count and the learning rate come back (the state line)."""
+    pytest.importorskip("deepspeed")
+    r = restartlab("run", DS, "--expt-dir", expt, "--plain")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    v = _summary(expt)["restart"]["survival"]
+    assert [x["outcome"] for x in v["restarts"]] == ["first", "newest", "newest"], v
+    assert v["survived"] and v["baseline"] == "loss identical to the baseline's at all 30 steps both logged", v
+    for x in v["restarts"][1:]:
+        st = x["state"]
+        assert not st["forgot"] and {"params", "opt_state", "opt_step", "lr", "rng_torch"} <= set(st["equal"]), st
+    with open(os.path.join(layout.Expt(expt).phase("restart").path, "ckpts", "latest")) as f:
+        assert f.read().strip() == "global_step30"
+
+
+@pytest.mark.parametrize("scen,module", [(HF, "transformers"), (DS, "deepspeed")])
+def test_a_framework_the_programs_python_lacks_is_refused_before_anything_runs(tmp_path, scen, module):
+    """The program's Python (here the machine's own, which the suite's venv extends but which has
+    neither framework) cannot import the adapter's framework: `run` and `fuzz` say so with the file,
+    line and key, exit 2, no traceback, and make no experiment."""
+    bare = "/usr/bin/python3"
+    probe = subprocess.run([bare, "-c", f"import importlib.util as u; print(u.find_spec('{module}') is None)"],
+                           capture_output=True, text=True)
+    if probe.stdout.strip() != "True":
+        pytest.skip(f"{bare} has {module}: no Python without it here")
+    path = tmp_path / "mine.yaml"
+    path.write_text(f"extends: {scen}\ntrainer:\n  program:\n    command: [{bare}, train.py]\n")
+    for verb in ("run", "fuzz"):
+        d = str(tmp_path / verb)
+        r = restartlab(verb, str(path), "--expt-dir", d, "--plain", timeout=120)
+        assert r.returncode == 2, (verb, r.stdout[-2000:], r.stderr[-2000:])
+        assert f"{path}:4: trainer.program.command: {bare}, the program's Python, cannot import {module} " \
+               f"(the {module} adapter's framework)" in r.stderr, r.stderr
+        assert f"restartlab[{module}]" in r.stderr and "Traceback" not in r.stderr + r.stdout
+        assert not os.path.exists(d)
