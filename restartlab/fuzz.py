@@ -33,6 +33,9 @@ def add_args(p):
                    "within this long of its attempt's launch; one aimed at a save that sees none within twice "
                    "this long strikes then (default: the scenario's failures.fuzz_window)")
     p.add_argument("--save-share", type=float, default=0.5, help="the share of kills aimed inside a save")
+    p.add_argument("--save-jitter", type=parse_duration, default=None, help="a kill aimed inside a save strikes "
+                   "up to this long after the save shows (default: the scenario's failures.fuzz_save_jitter, 20 ms); "
+                   "wider reaches what a save writes last")
     p.add_argument("--after-complete", action="store_true", help="a kill aimed at a save waits for a save made "
                    "while a complete checkpoint exists (what such a kill may lose)")
     p.add_argument("--no-baseline", action="store_true", help="do not run the baseline phase (the loss is "
@@ -74,6 +77,7 @@ def plan(sc: dict, a):
     f = copy.deepcopy(sc["failures"])
     f.update(kind="kill", signal=None, gate=None, wait_first_complete=False, max_kills=None,
              fuzz_window=a.window or f.get("fuzz_window") or 10.0, fuzz_save_share=a.save_share,
+             fuzz_save_jitter=a.save_jitter if a.save_jitter is not None else f.get("fuzz_save_jitter", 0.02),
              fuzz_after_complete=a.after_complete,
              schedule={k: None for k in f["schedule"]})
     f["schedule"].update(fuzz=a.kills, seed=a.seed)

@@ -15,7 +15,8 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from .contracts.registry import Registry
 
-FORWARD = ("RESTARTLAB_LAUNCH_TS", "MASTER_ADDR", "MASTER_PORT", "RESTARTLAB_STATE_DIR", "RESTARTLAB_STATE_EVERY")
+FORWARD = ("RESTARTLAB_LAUNCH_TS", "MASTER_ADDR", "MASTER_PORT", "RESTARTLAB_STATE_DIR", "RESTARTLAB_STATE_EVERY",
+           "RESTARTLAB_SLOW_WRITES")
 
 
 class Launcher:

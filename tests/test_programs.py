@@ -100,6 +100,55 @@ def test_pointer_file_rule(tmp_path):
     assert programs.newest_complete(programs.list_ckpts(s, d)) is None
 
 
+def _zip(path, whole=True):
+    """A file shaped as torch.save writes it (a zip holding <name>/data.pkl), or its first half."""
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("ckpt/data.pkl", b"\x80\x04}\x94.")
+        z.writestr("ckpt/data/0", os.urandom(4096))
+    data = buf.getvalue()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data if whole else data[:len(data) // 2])
+
+
+def test_deepspeeds_latest_tag_and_its_shards(tmp_path):
+    """DeepSpeed's `latest` holds a tag (global_step10), not a number: the pointer's step is the tag's
+    trailing number. Its adapter's rule (pointer:latest+torchzips) calls a tag complete only when
+    `latest` names it (or a later one) and every .pt shard in it reads whole; why one is not, said."""
+    d = str(tmp_path)
+    s = programs.resolve({"adapter": "deepspeed", "command": ["x"], "steps": 30, "progress": r"step (?P<step>\d+)"})
+    assert s["complete"] == "pointer:latest+torchzips" and not programs.spec_errors(s)
+    for n in (5, 10):
+        _zip(f"{d}/global_step{n}/mp_rank_00_model_states.pt")
+        _zip(f"{d}/global_step{n}/zero_pp_rank_0_mp_rank_00_optim_states.pt")
+        _zip(f"{d}/global_step{n}/zero_pp_rank_1_mp_rank_00_optim_states.pt", whole=n == 5)
+    mk(f"{d}/latest", "global_step5")
+    ck = programs.list_ckpts(s, d)
+    assert [(c.step, c.complete) for c in ck] == [(5, True), (10, False)]
+    assert programs.will_load(s, ck, d).step == 5
+    assert programs.why_not_complete(s["complete"], f"{d}/global_step10", 10, d) == \
+        "latest names step 5; zero_pp_rank_1_mp_rank_00_optim_states.pt cut short (its zip directory does not read)"
+    mk(f"{d}/latest", "global_step10")  # rank 0's mark, before rank 1's shard is whole
+    ck = programs.list_ckpts(s, d)
+    assert [(c.step, c.complete) for c in ck] == [(5, True), (10, False)]
+    assert programs.will_load(s, ck, d).step == 10 and programs.newest_complete(ck).step == 5
+    assert programs.why_not_complete(s["complete"], f"{d}/global_step10", 10, d) == \
+        "latest names it, but zero_pp_rank_1_mp_rank_00_optim_states.pt cut short (its zip directory does not read)"
+    assert programs.in_flight(s, d, 0) == ["global_step10", "latest"]
+    _zip(f"{d}/global_step10/zero_pp_rank_1_mp_rank_00_optim_states.pt")
+    assert [c.complete for c in programs.list_ckpts(s, d)] == [True, True]
+    os.makedirs(f"{d}/global_step15")  # made, nothing written in it yet
+    assert programs.why_not_complete(s["complete"], f"{d}/global_step15", 15, d) == \
+        "latest names step 10; no .pt file in it"
+    mk(f"{d}/latest", "release")  # Megatron's word: no step
+    assert programs.newest_complete(programs.list_ckpts(s, d)) is None
+    assert programs.spec_errors(dict(s, complete="pointer:latest+nope")) and \
+        programs.spec_errors(dict(s, complete="dcp+file:../x"))
+
+
 def test_in_flight_sees_a_save_being_written_not_leftovers_nor_complete_ones(tmp_path):
     d = str(tmp_path)
     s = spec(complete="file:done")

@@ -84,7 +84,7 @@ def test_transformers_killed_inside_a_save_crash_loops_and_the_verdict_says_why(
     assert len(crashes) >= 3, data["verdict"]  # every relaunch the fuzz's budget allows
     for f in crashes:
         assert f"the program would load {torn_path} (step {torn.split('-')[1]}, NOT complete by its rule " \
-               "file:trainer_state.json: a save that did not finish" in f, f
+               "file:trainer_state.json (no trainer_state.json): a save that did not finish" in f, f
         assert ("ValueError: Can't find a valid checkpoint at" in f or
                 "No such file or directory" in f and "trainer_state.json" in f), f
         assert f"loading the newest complete checkpoint, step {good} (" in f and "would have been safe" in f, f
@@ -129,3 +129,34 @@ def test_a_framework_the_programs_python_lacks_is_refused_before_anything_runs(t
                f"(the {module} adapter's framework)" in r.stderr, r.stderr
         assert f"restartlab[{module}]" in r.stderr and "Traceback" not in r.stderr + r.stdout
         assert not os.path.exists(d)
+
+
+def test_deepspeed_latest_names_a_tag_whose_shards_are_not_all_written(expt):
+    """DeepSpeed's rank 0 writes `latest` after its own files and before the barrier that waits for
+    the other ranks' shards. With rank 1's writes slowed (failures.slow_writes: each torch.save
+    file held half-written for 3 s) and the kill aimed 1.5 s into a save (--save-jitter, seed 1),
+    the kill lands while `latest` already names global_step10 and rank 1's shard is cut short:
+    every relaunch's load_checkpoint takes that tag and crashes reading the shard. The verdict
+    names it: `latest` names the tag, the shard cut short, the exception, and global_step5, which
+    would have been safe."""
+    pytest.importorskip("deepspeed")
+    r = restartlab("fuzz", DS, "--expt-dir", expt, "--plain", "--kills", "1", "--seed", "1", "--save-share", "1",
+                   "--after-complete", "--no-baseline", "--window", "60s", "--save-jitter", "2s",
+                   "--set", "failures.slow_writes.rank=1", "--set", "failures.slow_writes.seconds=3s")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(layout.Expt(expt).fuzz_summary) as f:
+        data = json.load(f)
+    (kill,) = data["kills"]
+    assert kill["where"] == "save" and "global_step10" in kill["saving"] and kill["newest_complete_seen"] == 5, kill
+    ckpts = os.path.join(layout.Expt(expt).phase("restart").path, "ckpts")
+    crashes = [f for f in data["verdict"]["findings"] if f.startswith("attempt ")]
+    assert len(crashes) >= 3, data["verdict"]
+    for f in crashes:
+        assert f"the program would load {ckpts}/global_step10 (step 10, NOT complete by its rule " \
+               "pointer:latest+torchzips (latest names it, but zero_pp_rank_1_mp_rank_00_optim_states.pt cut short" in f, f
+        assert "PytorchStreamReader failed reading zip archive" in f, f
+        assert f"loading the newest complete checkpoint, step 5 ({ckpts}/global_step5), would have been safe" in f, f
+    # the slowed writer is rank 1's, and it said so at each of its saves
+    out = _output(expt, 1)
+    assert f"restartlab: slow write: {ckpts}/global_step5/zero_pp_rank_1_mp_rank_00_optim_states.pt held half-written" \
+        in out and "zero_pp_rank_0_mp_rank_00_optim_states.pt held" not in out

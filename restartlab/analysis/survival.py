@@ -146,8 +146,9 @@ def _no_step(k: int, rec: Optional[AttemptRecord], snap: dict, struck: bool, err
             state, safe = "complete", ""
         else:
             rule = f" by its rule {snap['complete_rule']}" if snap.get("complete_rule") else ""
+            why = f" ({pick['why']})" if pick.get("why") else ""
             holds = f"; it holds {', '.join(pick['holds'])}" if pick.get("holds") else ""
-            state = f"NOT complete{rule}: a save that did not finish{holds}"
+            state = f"NOT complete{rule}{why}: a save that did not finish{holds}"
             good = snap.get("newest_complete")
             safe = (f"; loading the newest complete checkpoint, step {good} ({snap.get('newest_complete_path')}), "
                     "would have been safe" if good is not None else

@@ -10,6 +10,7 @@ SERVER_VAR = "RESTARTLAB_WARM_SERVER"  # a warm standby pool's own pid, in the p
 WARM_VAR = "RESTARTLAB_WARM"           # "1" in a warm rank's os.environ (its startup row records it)
 STATE_DIR_VAR = "RESTARTLAB_STATE_DIR"   # where a rank writes its training-state fingerprints (its attempt's directory)
 STATE_EVERY_VAR = "RESTARTLAB_STATE_EVERY"  # the parameters' and optimizer state's crcs every Nth step (collection.state_every)
+SLOW_WRITES_VAR = "RESTARTLAB_SLOW_WRITES"  # RANK:SECONDS: that rank's torch.save files held half-written (failures.slow_writes)
 GROUP_TAG_SEP = ".g"                   # a torchft phase's replica group k carries the tag <tag>.g<k>
 
 

@@ -9,9 +9,11 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
                a file whose step does not read is listed with step -1, not complete
   complete     when a listed checkpoint is complete: exists | dcp (holds DCP's .metadata) |
                torchzip (a torch.save file whose zip directory reads: written last) |
+               torchzips (a folder holding *.pt files, every one of them whole: each rank's shard) |
                file:NAME[,NAME...] (files inside the checkpoint dir, or beside a checkpoint file:
                all of them) | pointer:FILE (FILE in the checkpoint dir names the newest complete step:
-               a number, or a tag ending in one)
+               a number, or a tag ending in one); several joined by + must all hold
+               (DeepSpeed: pointer:latest+torchzips)
   counts       what the number in a checkpoint's name counts: steps, or saves (Accelerate's
                checkpoint_<K>); with saves, step = (K + 1) x save_every
   selects      which checkpoint the program itself loads on a restart: newest_complete |
@@ -34,7 +36,8 @@ from ..contracts import placeholders
 from ..contracts.registry import Registry
 from . import torchzip
 
-COMPLETE_RULES = ("exists", "dcp", "torchzip", "file:NAME[,NAME...]", "pointer:FILE")
+COMPLETE_RULES = ("exists", "dcp", "torchzip", "torchzips", "file:NAME[,NAME...]", "pointer:FILE")
+KINDS = ("exists", "dcp", "torchzip", "torchzips", "file", "pointer")
 SELECT_RULES = ("newest_complete", "highest", "newest_mtime", "pointer", "last")
 UNKNOWN_STEP = -1
 KEYS = ("progress", "progress_file", "progress_fields", "checkpoints", "complete", "selects", "resumed", "saved",
@@ -112,11 +115,14 @@ def spec_errors(spec: dict) -> List[tuple]:
     elif fields and not pf:
         out.append(("progress_fields", "only with progress_file"))
     rule = spec.get("complete") or ""
-    kind, _, arg = rule.partition(":")
-    if kind not in ("exists", "dcp", "torchzip", "file", "pointer") or (kind in ("file", "pointer")) != bool(arg) \
-            or (arg and ("/" in arg or arg in (".", ".."))):
-        out.append(("complete", f"{rule!r} is not one of {', '.join(COMPLETE_RULES)} (NAME and FILE: a plain "
-                    "file name)"))
+    for part in rule.split("+"):
+        kind, _, arg = part.partition(":")
+        if kind not in KINDS or (kind in ("file", "pointer")) != bool(arg) \
+                or (arg and ("/" in arg or arg in (".", ".."))):
+            out.append(("complete", f"{rule!r} is not one of {', '.join(COMPLETE_RULES)}, or several joined by + "
+                        "(NAME and FILE: a plain file name)"))
+            break
+    kind = "pointer" if _pointer_file(rule) else rule.partition(":")[0]
     if (spec.get("counts") or "steps") not in ("steps", "saves"):
         out.append(("counts", f"{spec.get('counts')!r} is not one of steps, saves"))
     elif spec.get("counts") == "saves" and not spec.get("save_every"):
@@ -262,18 +268,56 @@ def _pointer(ckpt_dir: str, name: str) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
+def _pointer_file(rule: str) -> Optional[str]:
+    """The FILE of a rule's pointer:FILE part (None: the rule has none)."""
+    return next((p.partition(":")[2] for p in rule.split("+") if p.startswith("pointer:")), None)
+
+
+def _torn_zips(path: str) -> Optional[List[str]]:
+    """The *.pt files in a folder whose zip directory does not read (cut short), [] when all read;
+    None when the folder holds no *.pt file (nothing written yet) or is not a folder."""
+    try:
+        names = sorted(n for n in os.listdir(path) if n.endswith(".pt"))
+    except OSError:
+        return None
+    return [n for n in names if not torchzip.whole(os.path.join(path, n))] if names else None
+
+
+def why_not_complete(rule: str, path: str, step: int, ckpt_dir: str) -> Optional[str]:
+    """Why the checkpoint at `path` is not complete by `rule` (each part that fails, said), or None
+    when it is."""
+    out = []
+    for part in rule.split("+"):
+        kind, _, arg = part.partition(":")
+        if kind == "exists" and not os.path.exists(path):
+            out.append("it is not there")
+        elif kind == "dcp" and not os.path.isfile(os.path.join(path, ".metadata")):
+            out.append("no .metadata")
+        elif kind == "torchzip" and not (step >= 0 and torchzip.read_step(path) is not None):
+            out.append("its zip directory does not read")
+        elif kind == "torchzips":
+            torn = _torn_zips(path)
+            if torn is None:
+                out.append("no .pt file in it")
+            elif torn:
+                out.append(f"{', '.join(torn)} cut short (its zip directory does not read)")
+        elif kind == "file":
+            gone = [n for n in arg.split(",") if not os.path.exists(os.path.join(path, n) if os.path.isdir(path)
+                                                                   else path + n)]
+            if gone:
+                out.append(f"no {', '.join(gone)}")
+        elif kind == "pointer":
+            newest = _pointer(ckpt_dir, arg)
+            if newest is None or step > newest:
+                out.append(f"{arg} names {'no step' if newest is None else f'step {newest}'}")
+    ptr = _pointer_file(rule)
+    if out and ptr and _pointer(ckpt_dir, ptr) == step:  # the program's own mark says done: say so
+        return f"{ptr} names it, but " + "; ".join(out)
+    return "; ".join(out) or None
+
+
 def _is_complete(rule: str, path: str, step: int, ckpt_dir: str) -> bool:
-    kind, _, arg = rule.partition(":")
-    if kind == "exists":
-        return os.path.exists(path)
-    if kind == "dcp":
-        return os.path.isfile(os.path.join(path, ".metadata"))
-    if kind == "torchzip":
-        return step >= 0 and torchzip.read_step(path) is not None
-    if kind == "file":
-        return all(os.path.exists(os.path.join(path, n) if os.path.isdir(path) else path + n) for n in arg.split(","))
-    newest = _pointer(ckpt_dir, arg)
-    return newest is not None and step <= newest
+    return why_not_complete(rule, path, step, ckpt_dir) is None
 
 
 def _entries(root: str, descend) -> Iterator[tuple]:
@@ -338,7 +382,7 @@ def will_load(spec: dict, ckpts: List[Ckpt], ckpt_dir: str) -> Optional[Ckpt]:
     if rule == "last":
         last = [c for c in ckpts if os.path.basename(c.path).startswith("last")]
         return max(last, key=lambda c: c.mtime) if last else None
-    step = _pointer(ckpt_dir, spec["complete"].partition(":")[2])
+    step = _pointer(ckpt_dir, _pointer_file(spec["complete"]) or "")
     return next((c for c in ckpts if c.step == step), None)
 
 

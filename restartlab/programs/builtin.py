@@ -86,13 +86,16 @@ class Deepspeed(Adapter):
     from rank 0 and zero_pp_rank_<r>_mp_rank_00_optim_states.pt from every rank, with torch.save; then
     rank 0 writes the tag into dir/latest, before the barrier that waits for the other ranks' shards.
     load_checkpoint(dir) loads the tag `latest` names, without a check (none: it returns None and
-    the program starts fresh). The scenario gives progress."""
+    the program starts fresh). So `latest` can name a tag whose other ranks' shards are still being
+    written: complete here is `latest` naming it and every .pt file in it whole (pointer:latest+
+    torchzips), and a kill in that window is a finding (failures.slow_writes widens it). The
+    scenario gives progress."""
     name = "deepspeed"
     requires = ("deepspeed",)
     extra = "deepspeed"
     doc = ("DeepSpeed save_checkpoint/load_checkpoint (dir = {ckpt_dir}: global_step<N>/, the `latest` file "
            "names the tag a restart loads)")
-    defaults = {"checkpoints": r"{ckpt_dir}/global_step(?P<step>\d+)", "complete": "pointer:latest",
+    defaults = {"checkpoints": r"{ckpt_dir}/global_step(?P<step>\d+)", "complete": "pointer:latest+torchzips",
                 "selects": "pointer"}
 
 

@@ -35,6 +35,16 @@ class _Unpickler(pickle.Unpickler):
         return None
 
 
+def whole(path: str) -> bool:
+    """True when the torch.save file's zip directory reads (it is written last: a file cut short
+    has none) and lists data.pkl."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(n == "data.pkl" or n.endswith("/data.pkl") for n in z.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+
+
 def read_step(path: str) -> Optional[int]:
     """The top-level global_step (or step) of a torch.save file; None when it does not read."""
     try:

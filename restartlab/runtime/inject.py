@@ -235,7 +235,7 @@ class Injector:
 
     def fuzz(self):
         """One kill per attempt at a random point: inside a save (the moment a checkpoint being
-        written shows up, plus up to 20 ms) or anywhere from the launch on (uniformly within
+        written shows up, plus up to --fuzz-save-jitter: 20 ms by default) or anywhere from the launch on (uniformly within
         --fuzz-window). A kill aimed at a save that sees none within SAVE_WAIT_WINDOWS windows of the
         launch strikes then. A checkpoint that becomes complete without having been seen in flight
         (a program that writes it elsewhere and renames it in, as Lightning does) makes the kills
@@ -250,7 +250,7 @@ class Injector:
             t0 = os.stat(att.at_launch).st_mtime
             # once an attempt showed no save, later kills aimed at one strike anywhere instead
             in_save = self.rng.random() < a.fuzz_save_share and not told
-            delay, jitter = self.rng.uniform(0, window), self.rng.uniform(0, 0.02)
+            delay, jitter = self.rng.uniform(0, window), self.rng.uniform(0, a.fuzz_save_jitter)
             if in_save:
                 deadline = t0 + SAVE_WAIT_WINDOWS * window
                 before = self.newest_complete()

@@ -222,7 +222,8 @@ def snapshot(spec: dict, ckpt_dir: str, ckpts: List[programs.Ckpt]) -> dict:
     loads = None
     if pick:
         loads = {"step": pick.step, "path": pick.path, "complete": pick.complete}
-        if not pick.complete:  # what the torn one holds, for the verdict to say why it is not complete
+        if not pick.complete:  # why the torn one is not complete, and what it holds, for the verdict
+            loads["why"] = programs.why_not_complete(spec["complete"], pick.path, pick.step, ckpt_dir)
             loads["holds"] = _holds(pick.path)
     return {"ckpt_dir": ckpt_dir, "selects": spec.get("selects"), "complete_rule": spec.get("complete"),
             "checkpoints": [[c.step, c.complete] for c in ckpts], "newest_complete": good.step if good else None,

@@ -79,6 +79,12 @@ SUPERVISE = [
         "checkpoint at a multiple of N is compared in full: let N divide the save interval; on CPU the small model "
         "pays 4 ms of a 0.28 s step at 10, 19 ms at 1: bench/state_probe.py); 0: none",
         scenario="collection.state_every", min=0),
+    Opt("--slow-writes-rank", "int", 0, "the rank (its RANK) whose torch.save writes are slowed (slow_writes.seconds)",
+        scenario="failures.slow_writes.rank", min=0),
+    Opt("--slow-writes-seconds", "duration", 0.0, "a failure ingredient: each torch.save to a file on that rank "
+        "writes half the bytes, holds this long, then the rest, so that a kill can find its file torn while the "
+        "other ranks' are whole (a Python program of yours that imports torch: trainer/slow_writes.py); 0: off",
+        scenario="failures.slow_writes.seconds", min=0),
     Opt("--tick", "float", 1.0, "seconds between the watchdog's looks", hidden=True),
     # recovery without a restart (the phase's recovery: mapping; restartlab.runtime.ft_phase)
     Opt("--ft-groups", "int", 0, "torchft: run the phase as this many replica groups joined by torchft's "
@@ -212,6 +218,10 @@ INJECT = [
         "then", positive=True, scenario="failures.fuzz_window"),
     Opt("--fuzz-save-share", "float", 0.5, "fuzz: the share of kills aimed inside a save", min=0,
         scenario="failures.fuzz_save_share"),
+    Opt("--fuzz-save-jitter", "duration", 0.02, "fuzz: a kill aimed inside a save strikes this long at most "
+        "(uniformly) after the save shows in the checkpoint dir; widen it to reach a save's later part (what a "
+        "framework writes last, e.g. DeepSpeed's `latest` before the other ranks' shards)", min=0,
+        scenario="failures.fuzz_save_jitter"),
     Opt("--fuzz-after-complete", "flag", False, "fuzz: a kill aimed at a save waits for a save made while a "
         "complete checkpoint exists (what a kill there may lose)", scenario="failures.fuzz_after_complete"),
     Opt("--until", "str", None, "stop when this file exists (the phase's done flag)"),

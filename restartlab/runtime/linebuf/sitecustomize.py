@@ -14,7 +14,8 @@ have: this directory leaves sys.path and the next `sitecustomize` on it is impor
 changes; a program started with -S, -E or -I never reads this file and keeps Python's own buffering.
 
 Where restartlab asks for training-state fingerprints (RESTARTLAB_STATE_DIR), the program's
-`import torch` is followed by restartlab.trainer.state_probe's install (_AfterTorch below)."""
+`import torch` is followed by restartlab.trainer.state_probe's install (_AfterTorch below); where a
+scenario slows one rank's checkpoint writes (RESTARTLAB_SLOW_WRITES), by restartlab.trainer.slow_writes'."""
 import importlib
 import os
 import sys
@@ -69,17 +70,27 @@ class _AfterTorch:
         return spec
 
 
+def _probe_wanted() -> bool:
+    return bool(os.environ.get("RESTARTLAB_STATE_DIR")) and os.environ.get("RESTARTLAB_STATE_EVERY") != "0"
+
+
 def _arm() -> None:
-    try:
-        from restartlab.trainer import state_probe
-        state_probe.install_from_env()
-    except Exception as e:  # never the program's failure: the verdict says the state was not observed
-        sys.stderr.write(f"restartlab: training-state fingerprints off: {type(e).__name__}: {e}\n")
+    if _probe_wanted():
+        try:
+            from restartlab.trainer import state_probe
+            state_probe.install_from_env()
+        except Exception as e:  # never the program's failure: the verdict says the state was not observed
+            sys.stderr.write(f"restartlab: training-state fingerprints off: {type(e).__name__}: {e}\n")
+    if os.environ.get("RESTARTLAB_SLOW_WRITES"):  # failures.slow_writes (restartlab.trainer.slow_writes)
+        try:
+            from restartlab.trainer import slow_writes
+            slow_writes.install_from_env()
+        except Exception as e:
+            sys.stderr.write(f"restartlab: slow writes off: {type(e).__name__}: {e}\n")
 
 
 _line_buffered()
 _chain()
-if os.environ.get("RESTARTLAB_STATE_DIR") and os.environ.get("RESTARTLAB_STATE_EVERY") != "0" \
-        and "torch" not in sys.modules:
+if (_probe_wanted() or os.environ.get("RESTARTLAB_SLOW_WRITES")) and "torch" not in sys.modules:
     import importlib.util
     sys.meta_path.insert(0, _AfterTorch())

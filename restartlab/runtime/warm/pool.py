@@ -13,7 +13,7 @@ import time
 from .. import pystdio
 from ..rankexit import die_with_parent
 from ...contracts import layout
-from ...contracts.envvars import SERVER_VAR, STATE_DIR_VAR, TAG_VAR, WARM_VAR, node_name
+from ...contracts.envvars import SERVER_VAR, SLOW_WRITES_VAR, STATE_DIR_VAR, TAG_VAR, WARM_VAR, node_name
 from ...tools import verbs
 from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_msg, unix_path
 
@@ -77,12 +77,18 @@ def _state_probe() -> None:
     sitecustomize installs it when its program imports torch: here the pool imported torch before
     the fork, so no import will trigger it. By name: the pool is a rank's process (it preloads the
     program's modules, torch among them); restartlab's orchestration never imports torch."""
-    if "torch" not in sys.modules or not os.environ.get(STATE_DIR_VAR):
+    if "torch" not in sys.modules:
         return
-    try:
-        importlib.import_module("restartlab.trainer.state_probe").install_from_env()
-    except Exception as e:
-        sys.stderr.write(f"restartlab: training-state fingerprints off: {type(e).__name__}: {e}\n")
+    if os.environ.get(STATE_DIR_VAR):
+        try:
+            importlib.import_module("restartlab.trainer.state_probe").install_from_env()
+        except Exception as e:
+            sys.stderr.write(f"restartlab: training-state fingerprints off: {type(e).__name__}: {e}\n")
+    if os.environ.get(SLOW_WRITES_VAR):  # failures.slow_writes, as a cold rank's sitecustomize installs it
+        try:
+            importlib.import_module("restartlab.trainer.slow_writes").install_from_env()
+        except Exception as e:
+            sys.stderr.write(f"restartlab: slow writes off: {type(e).__name__}: {e}\n")
 
 
 def become(req: dict, fds, pool_pid: int, close) -> None:

@@ -1,0 +1,54 @@
+"""The slow-writer failure ingredient (trainer/slow_writes.py): on the rank it names, a torch.save
+file exists half-written for the time asked, then is byte for byte what torch.save writes; other
+ranks, file objects and an unset variable are left alone. The end-to-end use is
+tests/test_transformers_deepspeed.py (DeepSpeed's `latest` naming a torn tag)."""
+import io
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from restartlab.trainer import slow_writes  # noqa: E402
+from restartlab.programs import torchzip  # noqa: E402
+
+
+@pytest.fixture
+def restore_save():
+    whole = torch.save
+    yield
+    torch.save = whole
+
+
+def test_the_named_rank_writes_half_holds_then_the_rest(tmp_path, restore_save, capfd):
+    obj = {"step": 7, "w": torch.arange(50000, dtype=torch.float32)}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    plain = tmp_path / "a" / "ckpt.pt"  # the same name: torch.save names the archive inside after the file
+    torch.save(obj, plain)
+    assert not slow_writes.install_from_env({"RESTARTLAB_SLOW_WRITES": "1:0.8", "RANK": "0"})  # not this rank
+    assert slow_writes.install_from_env({"RESTARTLAB_SLOW_WRITES": "1:0.8", "RANK": "1"})
+    slow = tmp_path / "b" / "ckpt.pt"
+    t = threading.Thread(target=torch.save, args=(obj, str(slow)))
+    t0 = time.monotonic()
+    t.start()
+    while not slow.exists() or slow.stat().st_size == 0:
+        time.sleep(0.01)
+    assert not torchzip.whole(str(slow)) and 0 < slow.stat().st_size < plain.stat().st_size  # torn, for now
+    t.join()
+    assert time.monotonic() - t0 >= 0.8
+    assert slow.read_bytes() == plain.read_bytes() and torchzip.whole(str(slow))
+    assert torch.load(slow)["step"] == 7
+    buf = io.BytesIO()  # a file object is not slowed
+    t0 = time.monotonic()
+    torch.save(obj, buf)
+    assert time.monotonic() - t0 < 0.5 and buf.getvalue()
+    assert f"restartlab: slow write: {slow} held half-written" in capfd.readouterr().err
+
+
+def test_off_and_malformed(restore_save, capfd):
+    assert slow_writes.parse("") is None and slow_writes.parse("1:0") is None and slow_writes.parse("2:1.5") == (2, 1.5)
+    assert not slow_writes.install_from_env({"RANK": "1"})
+    assert not slow_writes.install_from_env({"RESTARTLAB_SLOW_WRITES": "one:3", "RANK": "1"})
+    assert "slow writes off" in capfd.readouterr().err
+    assert not hasattr(torch.save, "_restartlab_slow")

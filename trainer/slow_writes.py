@@ -1,0 +1,78 @@
+"""A failure ingredient for any PyTorch program: one rank's checkpoint writes made slow, so that a
+kill can find that rank's file half-written while the other ranks have finished theirs (a
+framework that marks a checkpoint done from one rank without waiting for the others, as
+DeepSpeed's `latest` file does, then points at a torn checkpoint).
+
+Set by the scenario (failures.slow_writes: {rank: R, seconds: S}); the supervisor passes it to the
+ranks as RESTARTLAB_SLOW_WRITES=R:S, and a Python rank of yours installs it when its program
+imports torch (the rank's sitecustomize, runtime/linebuf/; a warm-forked rank in its fork). On the
+rank whose RANK (the torchrun-style variable restartlab gives your ranks) is R, `torch.save` to a
+path has torch.save write the file whole in a private temp dir ($TMPDIR), then writes the first
+half of its bytes to the path, flushes, sleeps S seconds, writes the rest: the file exists torn
+for S seconds, and is then byte for byte the file torch.save would have written. A file object given to torch.save, DCP's
+writer and safetensors are not slowed. Each slowed write says so on the rank's standard error."""
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from restartlab.contracts.envvars import SLOW_WRITES_VAR as VAR
+
+
+def parse(value: str):
+    """'R:S' -> (rank, seconds); None when off ('' or S = 0); ValueError when malformed."""
+    if not value:
+        return None
+    rank, _, seconds = value.partition(":")
+    r, s = int(rank), float(seconds)
+    if r < 0 or s < 0:
+        raise ValueError(f"{VAR}={value!r}: rank and seconds must be >= 0")
+    return (r, s) if s > 0 else None
+
+
+def install(seconds: float) -> None:
+    import torch
+    if getattr(torch.save, "_restartlab_slow", None) is not None:
+        return
+    whole = torch.save
+
+    def save(obj, f, *args, **kwargs):
+        if not isinstance(f, (str, os.PathLike)):
+            return whole(obj, f, *args, **kwargs)
+        # torch.save names the archive inside the file after the file: written whole under the same
+        # name in a private temp dir, so the bytes are the ones it would have written in place
+        tmp = tempfile.mkdtemp(prefix="rl-slow-")
+        try:
+            staged = os.path.join(tmp, os.path.basename(os.fspath(f)))
+            whole(obj, staged, *args, **kwargs)
+            with open(staged, "rb") as src:
+                data = memoryview(src.read())
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        half = len(data) // 2
+        with open(f, "wb") as out:
+            out.write(data[:half])
+            out.flush()
+            sys.stderr.write(f"restartlab: slow write: {os.fspath(f)} held half-written ({half} of {len(data)} "
+                             f"bytes) for {seconds:g} s\n")
+            sys.stderr.flush()
+            time.sleep(seconds)
+            out.write(data[half:])
+
+    save._restartlab_slow = seconds
+    torch.save = save
+
+
+def install_from_env(env=os.environ) -> bool:
+    """Install on this rank when RESTARTLAB_SLOW_WRITES names it; True when installed."""
+    try:
+        want = parse(env.get(VAR, ""))
+        rank = int(env.get("RANK", "-1"))
+    except ValueError as e:
+        sys.stderr.write(f"restartlab: slow writes off: {e}\n")
+        return False
+    if want is None or want[0] != rank:
+        return False
+    install(want[1])
+    return True
