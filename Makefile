@@ -53,6 +53,11 @@ FRAMEWORKS := $(VENV)/.frameworks
 $(FRAMEWORKS): $(STAMP) setup.cfg
 	$(BIN)/python -c 'import torch; print("torch==" + torch.__version__)' > $(VENV)/torch-constraint.txt
 	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[frameworks,torchft,transformers,deepspeed]'
+	@# DeepSpeed on CPU builds a communication op with g++ at its first init (tests/conftest.py keeps
+	@# it in the venv's own TORCH_EXTENSIONS_DIR): built here once, not inside the first test's launch
+	TORCH_EXTENSIONS_DIR=$(CURDIR)/$(VENV)/torch-extensions DS_ACCELERATOR=cpu $(BIN)/python -c \
+	  'from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load()' >/dev/null 2>&1 \
+	  || echo "make: DeepSpeed's CPU op not prebuilt: the first DeepSpeed launch builds it"
 	touch $(FRAMEWORKS)
 
 # ezpz 0.26.1 (saforem2/ezpz at 1229a17: the seed's own program) from the fixture's source

@@ -2,6 +2,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -13,6 +14,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # than skips when that part is missing.
 REQUIRE_ALL = os.environ.get("RESTARTLAB_REQUIRE_ALL") == "1"
 SLURM_NODES, SLURM_CPUS = 3, 4  # three Slurm nodes on this one machine (a spare), 4 slots each
+# torch's JIT-built extensions (DeepSpeed's CPU communication op) in this venv's own folder, where
+# `make test` built them: the shared ~/.cache/torch_extensions is rebuilt by every other venv (a
+# clone's), and a build inside a test's first DeepSpeed launch cost it 75 s under CI's load
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch-extensions"))
 
 
 def _missing(reason):

@@ -11,8 +11,14 @@ each rank's process group (measured: the mpich wheel's Hydra SIGKILLs a forked c
 with it), restartlab's killer and teardown signal each rank's process tree, and Slurm's step
 signals reach every process of the step. A launcher that signals the direct child only (PALS: not
 verified) reaches the program when it escalates to SIGKILL: the child dies with its parent
-(PR_SET_PDEATHSIG), and nothing outlives the rank. Standard library and contracts only: it starts
-before every rank and must start fast."""
+(PR_SET_PDEATHSIG), and nothing outlives the rank.
+
+A program that is itself a launcher (torchrun in trainer.program.command) starts its workers in
+sessions of their own: killed, it leaves them training, and holding the launcher's output open
+(Hydra then waits for them: measured, torchrun 2.13's workers trained on to the last step). The
+recorder is their subreaper (PR_SET_CHILD_SUBREAPER): when the program ends, whatever it left
+running is adopted here and killed, so the rank ends with its program. Standard library and
+contracts only: it starts before every rank and must start fast."""
 import os
 import resource
 import signal
@@ -27,6 +33,9 @@ from ..contracts.rank_exit import RankExit
 SHIELDED = tuple(s for s in (getattr(signal, n, None) for n in (
     "SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGVTALRM",
     "SIGPROF", "SIGXCPU", "SIGXFSZ", "SIGIO", "SIGPWR", "SIGSTKFLT")) if s is not None)
+
+
+ORPHAN_GRACE_S = 2.0  # a program that exited cleanly: what it left running may finish (a flush) first
 
 
 def die_with_parent() -> None:
@@ -62,10 +71,73 @@ def end_as(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
+def become_subreaper() -> bool:
+    """Orphaned descendants of this process are re-parented to it, not to init (Linux prctl
+    PR_SET_CHILD_SUBREAPER); False where it does not exist."""
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _children(me: int):
+    """The pids whose parent is `me` (from /proc: standard library only)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    stat = f.read()
+                if int(stat[stat.rindex(b")") + 2:].split()[1]) == me:
+                    out.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def sweep_orphans(me: int, grace: float = 0.0, rounds: int = 50) -> int:
+    """After the program ended: every process it left behind (adopted by this subreaper: a launcher's
+    workers in sessions of their own, as torchrun starts them, go on training when their launcher is
+    killed) gets SIGKILL, after `grace` seconds to end by themselves, and each one's own children in
+    turn as they are adopted; all reaped. The number killed."""
+    import time
+    end = time.monotonic() + grace
+    while grace and time.monotonic() < end and _children(me):
+        try:
+            os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        time.sleep(0.05)
+    killed = set()
+    for _ in range(rounds):
+        left = [p for p in _children(me) if p not in killed]
+        while True:  # reap what has ended (the killed, and any that ended by themselves)
+            try:
+                done, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                done = 0
+            if not done:
+                break
+        if not left:
+            if not _children(me):
+                break
+            time.sleep(0.02)  # killed ones not yet reaped, or their children not yet re-parented
+            continue
+        for p in left:
+            try:
+                os.kill(p, signal.SIGKILL)
+                killed.add(p)
+            except ProcessLookupError:
+                pass
+    return len(killed)
+
+
 def run(argv, attempt_dir: str) -> int:
     parent = os.getpid()
     for s in SHIELDED:
         signal.signal(s, lambda *_: None)
+    reaper = become_subreaper()
     pid = os.fork()
     if pid == 0:
         try:
@@ -80,6 +152,11 @@ def run(argv, attempt_dir: str) -> int:
         os._exit(127)
     _, status = os.waitpid(pid, 0)
     record(attempt_dir, pid, status)
+    if reaper:  # nothing of the rank outlives its program (a clean exit's helpers get ORPHAN_GRACE_S to end)
+        n = sweep_orphans(parent, 0.0 if os.WIFSIGNALED(status) or os.WEXITSTATUS(status) else ORPHAN_GRACE_S)
+        if n:
+            print(f"restartlab rank: the program (pid {pid}) ended and left {n} process(es) running, in sessions "
+                  "of their own (a launcher's workers): killed", file=sys.stderr, flush=True)
     return end_as(status)
 
 
