@@ -76,7 +76,9 @@ $(EZPZ): $(FRAMEWORKS) setup.cfg
 # module fixture stays on one worker (tests/conftest.py); tests marked `alone` run after, by
 # themselves; the slowest tests are printed (--durations), then the test time by file (tests/durations.py,
 # from the JUnit reports in build/test-times)
-WORKERS ?= 2
+# 3: the suite waits on its ranks more than it computes; a fresh-clone .ci/run took 1296 s with 2
+# workers and 1110 s with 3 on this 2-core machine (2026-12-05; the soak runs with them too)
+WORKERS ?= 3
 TIMES   := build/test-times
 test: $(STAMP) $(FRAMEWORKS) $(EZPZ)
 	rm -rf $(TIMES)

@@ -221,6 +221,4 @@ def test_torchrun_in_the_command_its_workers_die_with_their_attempt(expt):
     with open(first.output, errors="replace") as f:
         assert "left 2 process(es) running, in sessions of their own (a launcher's workers): killed" in f.read()
     v = _summary(expt)["restart"]["survival"]
-    # (a torchrun worker of this Trainer may abort at its exit: "terminate called without an active
-    # exception", docs/your-trainer.md; a relaunch after the last step then finishes the phase)
     assert [x["outcome"] for x in v["restarts"]][:2] == ["crash", "newest"] and v["finished"], v
