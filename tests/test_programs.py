@@ -405,7 +405,8 @@ def test_against_the_baseline_identical_within_tolerance_or_diverged(tmp_path):
 
 def test_torchtitan_adapter_on_recorded_lines_and_layout(tmp_path):
     """torchtitan needs GPUs: its adapter is tested on lines in the format its source logs
-    (torchtitan/components/checkpoint.py and metrics.py at commit 0128b99) and its layout."""
+    (torchtitan/components/checkpoint.py and metrics.py at commit 0128b99; components/checkpointer/
+    dcp.py and metrics.py of torchtitan 0.3.0, read from its wheel) and its layout."""
     s = programs.resolve({"adapter": "torchtitan"})
     assert programs.spec_errors(s) == []
     line = ("[rank0]:[titan] 2026-12-01 10:00:00,000 - root - INFO - \x1b[31mstep:  7  \x1b[32mloss:  9.8765  "
@@ -421,6 +422,13 @@ def test_torchtitan_adapter_on_recorded_lines_and_layout(tmp_path):
     ck = programs.list_ckpts(s, d)
     assert [(c.step, c.complete) for c in ck] == [(10, True), (20, False)]
     assert programs.will_load(s, ck, d).step == 10
+    # torchtitan 0.3.0 (components/checkpointer/dcp.py) words them otherwise: the path it loads, and
+    # saving or staging (async)
+    assert programs.parse_resumed(s, f"[titan] ... - root - INFO - Loading the checkpoint from {d}/step-10.", ck) == 10
+    assert programs.parse_saved(s, "[titan] ... INFO - Finished saving the checkpoint in 1.23 seconds.") == \
+        {"seconds": 1.23, "kind": "save"}
+    assert programs.parse_saved(s, "[titan] ... INFO - Finished staging the checkpoint in 0.40 seconds.") == \
+        {"seconds": 0.4, "kind": "stage"}
 
 
 class _Evil:

@@ -207,6 +207,7 @@ def parse_saved(spec: dict, line: str) -> Optional[dict]:
     if not m or _num(m.group("seconds")) is None:
         return None
     kind = m.group("kind") if "kind" in m.re.groupindex else None
+    kind = {"saving": "save", "staging": "stage"}.get(kind, kind)  # as torchtitan 0.3.0 words it
     out = {"seconds": _num(m.group("seconds")), "kind": kind if kind in SAVE_KINDS else "save"}
     if "step" in m.re.groupindex and (m.group("step") or "").isdigit():
         out["step"] = int(m.group("step"))
@@ -219,8 +220,8 @@ def parse_resumed(spec: dict, line: str, ckpts: List[Ckpt] = ()) -> Optional[int
     m = _compiled(spec["resumed"]).search(line) if spec.get("resumed") else None
     if not m:
         return None
-    if "path" in m.re.groupindex:
-        p = os.path.normpath(m.group("path") or "")
+    if "path" in m.re.groupindex and m.group("path") is not None:  # a regex may have both groups
+        p = os.path.normpath(m.group("path"))
         return next((c.step for c in ckpts if os.path.normpath(c.path) == p), UNKNOWN_STEP)
     try:
         return int(m.group("step"))

@@ -101,19 +101,24 @@ class Deepspeed(Adapter):
 
 @ADAPTERS.register
 class Torchtitan(Adapter):
-    """torchtitan's CheckpointManager (read from pytorch/torchtitan at commit 0128b99,
-    torchtitan/components/checkpoint.py, and its metrics logging): DCP saves into
+    """torchtitan's checkpointing (read from pytorch/torchtitan at commit 0128b99,
+    torchtitan/components/checkpoint.py, and from torchtitan 0.3.0's wheel,
+    components/checkpointer/dcp.py and components/metrics.py): DCP saves into
     <dump_folder>/<checkpoint.folder>/step-<N> (the checkpoint dir here); a restart loads the
-    highest step-<N> that holds DCP's .metadata and logs "Loading the checkpoint at step N."; rank
-    0 logs "step: N  loss: X ..." with ANSI colour codes between label and number. Tested from
-    recorded lines and a recorded layout (it needs GPUs to run)."""
+    highest step-<N> that holds DCP's .metadata (0.3.0: or an HF model.safetensors.index.json, which
+    this adapter does not count) and logs "Loading the checkpoint at step N." (0128b99) or "Loading
+    the checkpoint from <dir>/step-N." (0.3.0); after a save "Finished saving the checkpoint (or
+    staging if async is enabled)in S seconds." (0128b99) or "Finished saving|staging the
+    checkpoint in S seconds." (0.3.0, staging: async); rank 0 logs "step: N  loss: X ..." with ANSI
+    colour codes between label and number. Tested from lines in those formats and a layout (it needs
+    GPUs to train; not run here)."""
     name = "torchtitan"
     doc = "torchtitan (DCP step-<N> folders, .metadata written last; its 'step: N  loss: X' log lines)"
     defaults = {"checkpoints": r"{ckpt_dir}/step-(?P<step>\d+)", "complete": "dcp", "selects": "newest_complete",
                 "progress": r"step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>[-+0-9.eE]+|nan|inf)",
-                "resumed": r"Loading the checkpoint at step (?P<step>\d+)",
-                "saved": r"Finished saving the checkpoint \(or staging if async is enabled\)\s*in (?P<seconds>[0-9.]+) "
-                         r"seconds"}
+                "resumed": r"Loading the checkpoint (?:at step (?P<step>\d+)|from (?P<path>\S+?))\.?\s*$",
+                "saved": r"Finished (?P<kind>saving|staging) the checkpoint (?:\(or staging if async is enabled\)\s*)?"
+                         r"in (?P<seconds>[0-9.]+) seconds"}
 
 
 @ADAPTERS.register
