@@ -167,8 +167,7 @@ def start(missing):
             _stop(purge=True)
         missing(f"start-cluster.sh failed (rc {r.returncode}): {r.stdout[-1500:]}")
     env = {}
-    root = os.environ.get("RLPBS_ROOT", "/var/spool/rlpbs")
-    with open(os.path.join(root, "cluster.env")) as f:
+    with open(os.path.join(RLPBS_ROOT, "cluster.env")) as f:
         for line in f:
             if "=" in line and not line.lstrip().startswith("#"):
                 k, v = line.strip().split("=", 1)

@@ -15,25 +15,14 @@ import time
 import pytest
 
 from restartlab.contracts import layout
-from tests.helpers import cleanup_tag, job_tag
+from tests.helpers import job_tag
+# the same `restartlab` runner, experiment fixture and summary reader as the other frameworks' tests
+from tests.test_your_trainer import _summary, expt, restartlab  # noqa: F401 (expt: a fixture)
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HF = os.path.join(ROOT, "scenarios", "examples", "transformers.yaml")
 DS = os.path.join(ROOT, "scenarios", "examples", "deepspeed.yaml")
-
-
-def restartlab(*args, timeout=500):
-    return subprocess.run([sys.executable, "-m", "restartlab.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
-
-
-@pytest.fixture
-def expt(tmp_path):
-    d = str(tmp_path / "expt")
-    yield d
-    if os.path.exists(layout.Expt(d).job_script):
-        cleanup_tag(job_tag(d))
 
 
 def need(module):
@@ -44,11 +33,6 @@ def need(module):
     if os.environ.get("RESTARTLAB_REQUIRE_ALL") == "1":
         pytest.fail(f"{module} is not installed (RESTARTLAB_REQUIRE_ALL=1: not skipping)", pytrace=False)
     pytest.skip(f"{module} is not installed (make test installs it)")
-
-
-def _summary(d):
-    with open(layout.Expt(d).summary) as f:
-        return {s["phase"]: s for s in json.load(f)["phases"]}
 
 
 def _output(d, attempt, phase="restart"):

@@ -23,6 +23,7 @@ import os
 import resource
 import signal
 import sys
+import time
 
 from ..contracts import layout
 from ..contracts.envvars import node_name
@@ -101,7 +102,6 @@ def sweep_orphans(me: int, grace: float = 0.0, rounds: int = 50) -> int:
     workers in sessions of their own, as torchrun starts them, go on training when their launcher is
     killed) gets SIGKILL, after `grace` seconds to end by themselves, and each one's own children in
     turn as they are adopted; all reaped. The number killed."""
-    import time
     end = time.monotonic() + grace
     while grace and time.monotonic() < end and _children(me):
         try:
