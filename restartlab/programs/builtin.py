@@ -109,16 +109,20 @@ class Torchtitan(Adapter):
     this adapter does not count) and logs "Loading the checkpoint at step N." (0128b99) or "Loading
     the checkpoint from <dir>/step-N." (0.3.0); after a save "Finished saving the checkpoint (or
     staging if async is enabled)in S seconds." (0128b99) or "Finished saving|staging the
-    checkpoint in S seconds." (0.3.0, staging: async); rank 0 logs "step: N  loss: X ..." with ANSI
-    colour codes between label and number. Tested from lines in those formats and a layout (it needs
-    GPUs to train; not run here)."""
+    checkpoint in S seconds." (0.3.0, staging: async), and after the last step's save (always
+    sync) "Last step checkpoint completed in S.SSs" (0.3.0); rank 0 logs "step: N  loss: X ..." with
+    ANSI colour codes between label and number. 0.3.0 was run here on CPU, one rank
+    (tests/data/torchtitan/record.sh): its seed checkpoint (step-0: .metadata and __0_0.distcp), and a
+    relaunch that loads step-0 over a step-5 cut short (no .metadata), in its own words; the adapter
+    is tested on what it wrote and logged. It does not train on CPU (llama3 takes FlexAttention,
+    which has no CPU backward): progress lines are tested in the format its source logs."""
     name = "torchtitan"
     doc = "torchtitan (DCP step-<N> folders, .metadata written last; its 'step: N  loss: X' log lines)"
     defaults = {"checkpoints": r"{ckpt_dir}/step-(?P<step>\d+)", "complete": "dcp", "selects": "newest_complete",
                 "progress": r"step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>[-+0-9.eE]+|nan|inf)",
                 "resumed": r"Loading the checkpoint (?:at step (?P<step>\d+)|from (?P<path>\S+?))\.?\s*$",
-                "saved": r"Finished (?P<kind>saving|staging) the checkpoint (?:\(or staging if async is enabled\)\s*)?"
-                         r"in (?P<seconds>[0-9.]+) seconds"}
+                "saved": r"(?:Finished (?P<kind>saving|staging) the checkpoint (?:\(or staging if async is enabled\)\s*)?"
+                         r"|Last step checkpoint completed )in (?P<seconds>[0-9.]+)(?: seconds|s\b)"}
 
 
 @ADAPTERS.register
