@@ -205,6 +205,42 @@ def test_tap_books_the_programs_save_lines_as_save_stalls(tmp_path):
     assert programs.spec_errors(spec(saved=r"saved (?P<step>\d+)"))[0][0] == "saved"
 
 
+
+def test_tap_takes_save_time_out_of_the_step_and_estimates_it_from_a_save_start_line(tmp_path):
+    """A save's stall is not productive step time. With the program's own save line (seconds), the
+    interval holding it is the step less those seconds; with only a start line (the Trainer's
+    "Saving model checkpoint to ..."), the stall is the interval less the median step before it,
+    booked as estimated; with too few steps before it to compare, nothing is booked."""
+    att = layout.Attempt(str(tmp_path / "1"))
+    os.makedirs(att.path)
+    t = tap.Tap(spec(saving=r"Saving model checkpoint to \S+", saved=r"saved in (?P<seconds>\S+)s"), att, 0.0, [])
+    clock = iter([1.0, 2.0, 3.0, 4.5, 5.0, 6.5, 7.5, 8.0, 13.5, 14.0, 17.5, 18.5])
+    t.feed(b"step 1 loss 1\n", next(clock))
+    t.feed(b"Saving model checkpoint to /c/checkpoint-1\n", next(clock))
+    t.feed(b"step 2 loss 1\n", next(clock))          # interval 2.0, a save in it, no step to compare
+    t.feed(b"step 3 loss 1\n", next(clock))          # 1.5
+    t.feed(b"step 4 loss 1\n", next(clock))          # 0.5
+    t.feed(b"step 5 loss 1\n", next(clock))          # 1.5
+    t.feed(b"step 6 loss 1\n", next(clock))          # 1.0
+    t.feed(b"saved in 4.0s\n", next(clock))          # the program's own line: 4.0 s
+    t.feed(b"step 7 loss 1\n", next(clock))          # interval 6.0, of which 4.0 the save
+    t.feed(b"Saving model checkpoint to /c/checkpoint-7\n", next(clock))
+    t.feed(b"step 8 loss 1\n", next(clock))          # interval 4.0, a save started in it
+    t.feed(b"step 9 loss 1\n", next(clock))          # 1.0
+    t.finish(1, 100)
+    rows = _rows(att)
+    steps = {r["train/iter"]: r for r in rows if "train/loss" in r}
+    saves = [r for r in rows if "train/ckpt_save_seconds" in r]
+    assert steps[2]["train/dt"] == pytest.approx(2.0)  # its save not booked: no step before it to compare
+    assert steps[7]["train/dt"] == pytest.approx(2.0)  # 6.0 less the 4.0 s its line said
+    assert saves[0] == {"train/iter": 6, "train/ckpt_save_seconds": 4.0}
+    # step 8's interval: 4.0 less the median of the steps without a save (1.5, 0.5, 1.5, 1.0: 1.25)
+    assert saves[1] == {"train/iter": 7, "train/ckpt_save_seconds": pytest.approx(2.75), "train/ckpt_estimated": True}
+    assert steps[8]["train/dt"] == pytest.approx(1.25) and steps[9]["train/dt"] == pytest.approx(1.0)
+    assert len(saves) == 2
+    assert programs.spec_errors(spec(saving="(unclosed")) and programs.spec_errors(spec(saving="any line")) == []
+
+
 def test_tap_prefers_the_programs_resume_line_and_writes_no_final_row_on_failure(tmp_path):
     att = layout.Attempt(str(tmp_path / "1"))
     os.makedirs(att.path)

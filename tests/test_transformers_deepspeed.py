@@ -56,6 +56,9 @@ def test_transformers_trainer_through_run_resumes_exactly(expt):
         assert "Resuming training from checkpoint with epoch 0 and global step %d" % step in _output(expt, x["attempt"])
         st = x["state"]
         assert not st["forgot"] and {"params", "opt_state", "opt_step", "lr", "rng_torch", "batch"} <= set(st["equal"]), st
+    # its saves' stalls, estimated from its "Saving model checkpoint to" lines (it logs no length)
+    ph = _summary(expt)["restart"]
+    assert ph["saves_estimated"] >= 2 and ph["saves_estimated"] == ph["save"]["ckpt_save_seconds"]["count"], ph["save"]
 
 
 def test_transformers_killed_inside_a_save_crash_loops_and_the_verdict_says_why(expt):
@@ -103,6 +106,8 @@ def test_deepspeed_through_run_resumes_exactly(expt):
         assert not st["forgot"] and {"params", "opt_state", "opt_step", "lr", "rng_torch"} <= set(st["equal"]), st
     with open(os.path.join(layout.Expt(expt).phase("restart").path, "ckpts", "latest")) as f:
         assert f.read().strip() == "global_step30"
+    ph = _summary(expt)["restart"]  # its saves' stalls, estimated from DeepSpeed's line as each starts
+    assert ph["saves_estimated"] >= 2 and ph["saves_estimated"] == ph["save"]["ckpt_save_seconds"]["count"], ph["save"]
 
 
 @pytest.mark.parametrize("scen,module", [(HF, "transformers"), (DS, "deepspeed")])

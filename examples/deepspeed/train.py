@@ -4,7 +4,9 @@
 `engine.load_checkpoint(dir)`, which loads the tag the `latest` file names (and returns None for a
 dir without one). CPU (DS_ACCELERATOR=cpu: gloo), one rank per process under torchrun-style
 variables (deepspeed.init_distributed reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Rank 0
-prints `step N loss X` and, after a load, `resumed from step N`.
+prints `step N loss X` and, after a load, `resumed from step N`. DeepSpeed's own logger is set to
+INFO (its workers' default is WARNING): its line as a save starts ("[Torch] Checkpoint <tag> is about
+to be saved!") is what the deepspeed adapter estimates a save's stall from.
 
     DS_ACCELERATOR=cpu python train.py --ckpt DIR --steps 40 --save-every 5"""
 import argparse
@@ -31,6 +33,7 @@ def main():
     p.add_argument("--step-time", type=float, default=0.05)
     p.add_argument("--width", type=int, default=256)
     a = p.parse_args()
+    deepspeed.utils.set_log_level_from_string("info")
     deepspeed.init_distributed(dist_backend="gloo")
     torch.manual_seed(7)
     w = a.width

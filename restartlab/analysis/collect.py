@@ -104,6 +104,7 @@ class PhaseData:
     injections: List[Injection] = field(default_factory=list)
     # one 8-byte double per save (exact median/p90); saves are a small fraction of rows
     saves: Dict[str, "array"] = field(default_factory=lambda: {k: array("d") for k in SAVE_KEYS})
+    saves_estimated: int = 0  # of them, estimated from the step times (a program's save-start line)
     finalize: List[float] = field(default_factory=list)
     node_checks: List[dict] = field(default_factory=list)
     # step time beside a background save vs without one: [count, sum] each (first steps left out)
@@ -348,6 +349,7 @@ def _stream_attempt(a: AttemptData, rows, keep_upto, want, ph: PhaseData) -> Non
         for key in SAVE_KEYS:
             if key in m and _num(m[key]) is not None:
                 saves[key].append(float(m[key]))
+                ph.saves_estimated += m.get(K.SAVE_ESTIMATED) is True
         if not a.recorded and completed_row(m):  # ezpz files: no record, the final row decides
             a.completed = True
     a.last_row = m
@@ -564,6 +566,7 @@ def summarize_phase(ph: PhaseData) -> dict:
         "downtime_s": sum(e["downtime_s"] or 0 for e in ev),
         "recompute_s": sum(e["recompute_s"] or 0 for e in ev),
         "save_stall_s": stalls,
+        "saves_estimated": ph.saves_estimated,
         "save": {k.split("/")[-1]: quantiles(v) for k, v in ph.saves.items()},
         "finalize": quantiles(ph.finalize),
         "productive_s": productive,

@@ -260,6 +260,12 @@ def markdown(summaries, missing, src, problems=(), strategy_lines=()):
           "what the named parts do not explain. The baseline is the phase with checkpoint: none. Each phase is compared with the baseline net of its first "
           f"launch's start-up (launch -> first step: {starts}): whichever phase runs first pays the cold "
           "file cache, which is no failure's cost; relaunches' start-ups are in the downtime.", ""]
+    est = [f"{s['phase']} ({s['saves_estimated']} of {sum(v['count'] for v in s['save'].values() if v)})"
+           for s in summaries if s.get("saves_estimated")]
+    if est:
+        L += ["Save stalls estimated from the step times, not measured: " + ", ".join(est) + ". The program logs a "
+              "save's start, not its length: each is the time between the two progress lines around that line "
+              "less the median of the attempt's steps without a save before it.", ""]
     for s in summaries:
         if s.get("reused_from"):
             L += [f"Phase {s['phase']} was not run in this experiment: it is the baseline recorded in "

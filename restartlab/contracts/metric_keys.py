@@ -25,6 +25,7 @@ STARTUP_WARM = "startup/warm"              # 1: the rank was forked by a warm st
 SAVE_S = "train/ckpt_save_seconds"         # a synchronous save's stall
 STAGE_S = "train/ckpt_stage_seconds"       # an asynchronous save's stall (the copy to host memory)
 DRAIN_S = "train/ckpt_drain_seconds"       # waiting for the previous background write before staging
+SAVE_ESTIMATED = "train/ckpt_estimated"    # true: the row's save stall was estimated from step times (tap)
 CKPT_BYTES = "train/ckpt_bytes"
 CKPT_INFLIGHT = "train/ckpt_inflight"      # 1: a background save was writing during this step
 CKPT_FAILED = "train/ckpt_failed"          # a save that failed (its step)

@@ -28,6 +28,7 @@ class PhaseSummary(TypedDict, total=False):
     downtime_s: float
     recompute_s: float
     save_stall_s: float
+    saves_estimated: int            # of the saves, how many were estimated from step times (tap.py)
     save: Dict[str, dict]           # per save figure: count, median, p90, total
     finalize: dict
     productive_s: float

@@ -25,6 +25,11 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
                time the training loop was blocked) and optionally `step` and `kind` (save | stage |
                drain: a sync save, an async save's staging, its drain; default save): booked as a
                save stall of that kind
+  saving       optional, for a program that logs a save's start but not its length (the Hugging
+               Face Trainer, DeepSpeed): a regex for that line. The save's stall is then estimated
+               from the step times: the interval between two progress lines that holds the line,
+               less the median of the attempt's intervals without a save before it (at least
+               3 of them, runtime/tap.py; else it is not booked), and booked marked as estimated
 """
 import math
 import os
@@ -41,7 +46,7 @@ KINDS = ("exists", "dcp", "torchzip", "torchzips", "file", "pointer")
 SELECT_RULES = ("newest_complete", "highest", "newest_mtime", "pointer", "last")
 UNKNOWN_STEP = -1
 KEYS = ("progress", "progress_file", "progress_fields", "checkpoints", "complete", "selects", "resumed", "saved",
-        "counts", "save_every")
+        "saving", "counts", "save_every")
 PROGRESS_FORMATS = (".jsonl", ".csv")  # a progress file's format, by its name's ending
 FIELDS = ("step", "loss", "dt")         # progress_fields: what a record's names may stand for
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
@@ -86,7 +91,7 @@ ADAPTERS: Registry[Adapter] = Registry("program adapter")
 def spec_errors(spec: dict) -> List[tuple]:
     """[(key, message)] of every problem in a resolved spec; [] when it is usable."""
     out = []
-    for key in ("progress", "checkpoints", "resumed", "saved"):
+    for key in ("progress", "checkpoints", "resumed", "saved", "saving"):
         rx = spec.get(key)
         if rx is None:
             if key == "checkpoints" or (key == "progress" and spec.get("tap", True) and not spec.get("progress_file")):
@@ -97,6 +102,8 @@ def spec_errors(spec: dict) -> List[tuple]:
         except re.error as e:
             out.append((key, f"{rx!r} is not a valid regular expression ({e})"))
             continue
+        if key == "saving":
+            continue  # any regex: the line's arrival is what counts
         if key == "saved":
             if "seconds" not in c.groupindex:
                 out.append((key, f"{rx!r} has no (?P<seconds>...) group: the save's blocking time"))
@@ -212,6 +219,11 @@ def parse_saved(spec: dict, line: str) -> Optional[dict]:
     if "step" in m.re.groupindex and (m.group("step") or "").isdigit():
         out["step"] = int(m.group("step"))
     return out
+
+
+def parse_saving(spec: dict, line: str) -> bool:
+    """Whether `line` is the program's line as a save starts (the adapter's `saving`)."""
+    return bool(spec.get("saving")) and _compiled(spec["saving"]).search(line) is not None
 
 
 def parse_resumed(spec: dict, line: str, ckpts: List[Ckpt] = ()) -> Optional[int]:

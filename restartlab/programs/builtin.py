@@ -65,8 +65,10 @@ class Transformers(Adapter):
     output_dir)), takes the highest-numbered checkpoint-<N> folder without a check, and a folder
     without trainer_state.json then fails the start (a ValueError or FileNotFoundError) at every
     relaunch. With log_level="info" rank 0 logs "Resuming training from checkpoint with epoch E and
-    global step N". Its own log lines round the loss to 4 digits and carry no step: the scenario
-    gives progress (the example prints full values from a TrainerCallback)."""
+    global step N", and as a save starts "Saving model checkpoint to <dir>/checkpoint-N" (no line at
+    its end: the stall is estimated from the step times, `saving`). Its own log lines round the
+    loss to 4 digits and carry no step: the scenario gives progress (the example prints full values
+    from a TrainerCallback)."""
     name = "transformers"
     requires = ("transformers",)
     extra = "transformers"
@@ -75,7 +77,8 @@ class Transformers(Adapter):
            "train(resume_from_checkpoint=get_last_checkpoint(output_dir)))")
     defaults = {"checkpoints": r"{ckpt_dir}/checkpoint-(?P<step>\d+)", "complete": "file:trainer_state.json",
                 "selects": "highest",
-                "resumed": r"Resuming training from checkpoint with epoch \d+ and global step (?P<step>\d+)"}
+                "resumed": r"Resuming training from checkpoint with epoch \d+ and global step (?P<step>\d+)",
+                "saving": r"Saving model checkpoint to \S*checkpoint-\d+"}
 
 
 @ADAPTERS.register
@@ -88,15 +91,18 @@ class Deepspeed(Adapter):
     load_checkpoint(dir) loads the tag `latest` names, without a check (none: it returns None and
     the program starts fresh). So `latest` can name a tag whose other ranks' shards are still being
     written: complete here is `latest` naming it and every .pt file in it whole (pointer:latest+
-    torchzips), and a kill in that window is a finding (failures.slow_writes widens it). The
-    scenario gives progress."""
+    torchzips), and a kill in that window is a finding (failures.slow_writes widens it). At INFO
+    (its workers' logger defaults to WARNING) rank 0 logs "[Torch] Checkpoint <tag> is about to be
+    saved!" as a save starts, and no line at its end: the stall is estimated from the step times
+    (`saving`). The scenario gives progress."""
     name = "deepspeed"
     requires = ("deepspeed",)
     extra = "deepspeed"
     doc = ("DeepSpeed save_checkpoint/load_checkpoint (dir = {ckpt_dir}: global_step<N>/, the `latest` file "
            "names the tag a restart loads)")
     defaults = {"checkpoints": r"{ckpt_dir}/global_step(?P<step>\d+)", "complete": "pointer:latest+torchzips",
-                "selects": "pointer"}
+                "selects": "pointer",
+                "saving": r"Checkpoint \S+ is about to be saved|Saving model checkpoint: \S+"}
 
 
 @ADAPTERS.register

@@ -8,7 +8,12 @@ it as they read the bundled trainer's:
      "train/dt": <since the previous progress line, or the program's own dt>, ...}}
 
 A save line (the adapter's `saved`) becomes a row {"train/iter": N, "train/ckpt_<kind>_seconds": s}:
-the collector books it as a save stall. The first row of an attempt carries train/resumed_from (the program's resume line when the adapter
+the collector books it as a save stall. A step's dt measured here (between two progress lines) is
+the step's time less the blocking saves (save, stage) that lay between those lines: a save's stall
+is not productive time. For a program that logs only a save's start (the adapter's `saving`), the
+stall is estimated: the interval holding that line less the median of the attempt's last intervals
+without a save (at least MIN_REFERENCE of them, else the save is not booked and stays in its step's
+dt), booked as {"train/ckpt_save_seconds": s, "train/ckpt_estimated": true}. The first row of an attempt carries train/resumed_from (the program's resume line when the adapter
 has one, else the highest checkpoint present at launch below the first step logged) and
 train/restart_seconds (launch -> first progress line). When the launcher exits 0 after the last
 step, a final row {"train/iter": N, "train/finished": true} marks the phase completed (the bundled
@@ -17,6 +22,7 @@ counts no step time unless the program's progress line gives its own `dt`."""
 import csv
 import json
 import os
+import statistics
 import threading
 import time
 from typing import List, Optional
@@ -26,6 +32,9 @@ from .. import programs
 from ..contracts import metric_keys as K
 
 TAIL_LINES = 5  # output lines quoted when an attempt showed no progress
+MIN_REFERENCE = 3  # intervals without a save an estimated save stall needs before it
+REFERENCE = 20     # ... of which the last this many count
+BLOCKING = ("save", "stage")  # save kinds that block the training loop (a drain runs beside it)
 
 
 class Tap:
@@ -40,6 +49,9 @@ class Tap:
         self.resumed: Optional[int] = None  # the program's own resume line
         self.tail: List[str] = []
         self.rows = 0
+        self.blocked = 0.0                 # seconds of saves (their lines) since the last progress line
+        self.saving = False                # a save's start line since the last progress line
+        self.plain: List[float] = []       # the last intervals without a save (REFERENCE of them)
 
     @property
     def stepped(self) -> bool:
@@ -63,6 +75,10 @@ class Tap:
                 if saved is not None and self.out is not None:  # a save before the first step: not booked
                     self._write(ts, {K.ITER: saved.get("step", self.last_step),
                                      K.ckpt_seconds(saved['kind']): saved["seconds"]})
+                    if saved["kind"] in BLOCKING:
+                        self.blocked += saved["seconds"]
+                elif self.out is not None and programs.parse_saving(self.spec, line):
+                    self.saving = True
 
     def record(self, rec: dict, ts: float) -> None:
         """One record of the program's progress file (Follow)."""
@@ -79,7 +95,8 @@ class Tap:
         if "dt" in p:
             m[K.DT] = p["dt"]
         elif self.last_ts is not None:
-            m[K.DT] = ts - self.last_ts
+            m[K.DT] = self._step_time(ts - self.last_ts, ts)
+        self.blocked, self.saving = 0.0, False
         if self.rows == 0:
             evidence = self.resumed is not None
             below = [c.step for c in self.at_launch if c.step < step]
@@ -89,6 +106,21 @@ class Tap:
             self.out = open(self.att.metrics(0), "a")
         self._write(ts, m)
         self.last_step, self.last_ts, self.last_progress = step, ts, ts
+
+    def _step_time(self, interval: float, ts: float) -> float:
+        """The step's time in an interval between two progress lines: less the saves in it (their
+        own lines' seconds, or the estimate from a save's start line, booked here)."""
+        if self.blocked:
+            return max(0.0, interval - self.blocked)
+        if not self.saving:
+            self.plain = (self.plain + [interval])[-REFERENCE:]
+            return interval
+        if len(self.plain) < MIN_REFERENCE:
+            return interval  # too few steps to compare with: not booked, the save stays in the step
+        step_s = statistics.median(self.plain)
+        stall = max(0.0, interval - step_s)
+        self._write(ts, {K.ITER: self.last_step, K.SAVE_S: stall, K.SAVE_ESTIMATED: True})
+        return interval - stall
 
     def _write(self, ts, m) -> None:
         self.out.write(json.dumps({"timestamp": ts, "rank": 0, "metrics": m}) + "\n")

@@ -49,6 +49,8 @@ PROGRAM = {
                  "(without it: the highest checkpoint below the first step logged)"),
     "saved": F("str", None, "regex for the program's line after a save, with a (?P<seconds>...) group (the time "
                "the training loop was blocked) and optionally (?P<step>...): booked as a save stall"),
+    "saving": F("str", None, "regex for the program's line as a save starts, for a program that does not log a "
+                "save's length: its stall is estimated from the step times around it (booked as estimated)"),
     "counts": F("str", None, "what the number in a checkpoint's name counts: steps, or saves (with "
                 "save_every: step = (K + 1) x save_every; default: the adapter's, generic: steps)"),
     "save_every": F("int", None, "counts: saves: the steps between two saves (preflight also sizes the run's "
