@@ -163,51 +163,72 @@ def test_deepspeed_latest_names_a_tag_whose_shards_are_not_all_written(expt):
         in out and "zero_pp_rank_0_mp_rank_00_optim_states.pt held" not in out
 
 
-def test_torchrun_in_the_command_its_workers_die_with_their_attempt(expt):
-    """The Trainer launched as its users launch it, `torchrun --standalone --nproc_per_node 2`, one
-    per node under mpiexec. torchrun starts its workers in sessions of their own: killing the
-    torchrun agent (SIGKILL, by PID, found by the run's tag) left them training to the last step,
-    holding the launch open (Hydra waits for its ranks' output to close): measured before the fix.
-    Now the rank's exit recorder (runtime/rankexit.py) is their subreaper: when the agent dies it
-    adopts them and kills them, the attempt ends, and the relaunch resumes from the newest complete
-    checkpoint. Mutation: no PR_SET_CHILD_SUBREAPER -> the workers reach step 30 (this fails)."""
-    need("transformers")
+HF_ARGS = '"{scenario_dir}/../../examples/transformers/train.py", --output-dir, "{ckpt_dir}", --steps, "30", --step-time, "0.1"'
+DS_ARGS = '"{scenario_dir}/../../examples/deepspeed/train.py", --ckpt, "{ckpt_dir}", --steps, "30", --step-time, "0.1"'
+# each launcher as its users run it, one per node; the port the supervisor chose ($MASTER_PORT) passed
+# on where the launcher takes it as an option (deepspeed's launch sets MASTER_PORT from its own)
+LAUNCHERS = {
+    # torch 2.13's torchrun: its workers in sessions of their own
+    "torchrun": (HF, "transformers", '[python, -m, torch.distributed.run, --standalone, --nproc_per_node, "2", '
+                 + HF_ARGS + "]", True),
+    # accelerate 1.15's launch runs torchrun's agent in its own process: the same sessions
+    "accelerate": (HF, "transformers", '[bash, -c, "exec python -m accelerate.commands.launch --multi_gpu --num_processes 2 '
+                   '--num_machines 1 --main_process_port \\"$MASTER_PORT\\" --mixed_precision no --dynamo_backend no '
+                   '\\"$0\\" \\"$@\\"", ' + HF_ARGS + "]", True),
+    # deepspeed 0.19.8's runner starts deepspeed.launcher.launch, which starts the workers: one session
+    "deepspeed": (DS, "deepspeed", '[bash, -c, "exec python -m deepspeed.launcher.runner --num_accelerators 2 '
+                  '--master_port \\"$MASTER_PORT\\" \\"$0\\" \\"$@\\"", ' + DS_ARGS + "]", False),
+}
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_a_launcher_in_the_command_its_workers_die_with_it(expt, launcher):
+    """The program launched as its users launch it (torchrun, accelerate launch, the deepspeed
+    runner), one per node under mpiexec. Killing the launcher (SIGKILL, by PID: the child of the
+    rank's exit recorder, found by the run's tag) must end its workers with the attempt, whatever it
+    does with sessions: torchrun and accelerate start them in sessions of their own, and before the
+    fix they trained on to the last step after their agent was killed, holding the launch open
+    (Hydra waits for its ranks' output to close); the deepspeed runner's launch.py outlives the
+    runner with its workers. The rank's exit recorder (runtime/rankexit.py) is their subreaper: it
+    adopts and kills them; the relaunch resumes from the newest complete checkpoint. Mutation: no
+    PR_SET_CHILD_SUBREAPER -> the torchrun workers reach step 30 (this fails)."""
+    scen, module, cmd, own_sessions = LAUNCHERS[launcher]
+    need(module)
     import psutil
     from restartlab.runtime import killer
     from tests.helpers import rows, wait_for
-    cmd = ('trainer.program.command=[python, -m, torch.distributed.run, --standalone, --nproc_per_node, "2", '
-           '"{scenario_dir}/../../examples/transformers/train.py", --output-dir, "{ckpt_dir}", --steps, "30", '
-           '--step-time, "0.1"]')
-    p = subprocess.Popen([sys.executable, "-m", "restartlab.cli", "run", HF, "--expt-dir", expt, "--plain",
-                          "--set", cmd, "--set", "launch.ranks_per_node=1",
-                          "--set", 'phases=[{name: restart, checkpoint: sync, args: [--save-steps, "5"], failures: false}]'],
+    p = subprocess.Popen([sys.executable, "-m", "restartlab.cli", "run", scen, "--expt-dir", expt, "--plain",
+                          "--set", "trainer.program.command=" + cmd, "--set", "launch.ranks_per_node=1",
+                          "--set", "phases=[{name: restart, checkpoint: sync, args: [%s, \"5\"], failures: false}]"
+                          % ("--save-steps" if scen == HF else "--save-every")],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     try:
         first = layout.Expt(expt).phase("restart").attempt(1)
         wait_for(lambda: os.path.exists(first.path) and any(m.get("train/iter", 0) >= 12 for m in rows(first.metrics(0))),
                  240, "the first attempt's step 12")
-        tagged = killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}")
-        procs = {q.pid: q for q in (psutil.Process(x) for x in tagged)}
-        # torchrun's workers: tagged, each the leader of a session of its own, their parent the agent
-        workers = [q for q in procs.values() if os.getsid(q.pid) == q.pid and q.ppid() in procs]
-        assert len(workers) == 2 and len({w.ppid() for w in workers}) == 1, \
-            [(q.pid, q.ppid(), os.getsid(q.pid)) for q in procs.values()]
-        agent = procs[workers[0].ppid()]
-        assert os.getsid(agent.pid) != workers[0].pid
+        procs = [psutil.Process(x) for x in killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}")]
+        recorder, = [q for q in procs if "restartlab.runtime.rankexit" in q.cmdline()]
+        agent, = recorder.children()
+        # the workers: the launcher's descendants that run the program and start nothing themselves
+        workers = [q for q in agent.children(recursive=True) if not q.children()
+                   and any(x.endswith("train.py") for x in q.cmdline()[1:3])]
+        assert len(workers) == 2, [(q.pid, q.ppid(), q.cmdline()) for q in agent.children(recursive=True)]
+        assert all((os.getsid(w.pid) == w.pid) == own_sessions for w in workers), [os.getsid(w.pid) for w in workers]
         agent.kill()
         killed_at = time.time()
-        wait_for(lambda: not any(w.is_running() for w in workers), 30, "the orphaned workers' end")
+        wait_for(lambda: not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers), 30,
+                 "the orphaned workers' end")
         gone_after = time.time() - killed_at
         out, _ = p.communicate(timeout=400)
     finally:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0, out[-3000:]
-    # they ended with their agent, not at the last step: the rank's exit recorder adopted and killed them
+    # they ended with their launcher, not at the last step: the rank's exit recorder adopted and killed them
     assert gone_after < 10, gone_after
     last = max(m.get("train/iter", 0) for m in rows(first.metrics(0)))
     assert last < 30, last
     with open(first.output, errors="replace") as f:
-        assert "left 2 process(es) running, in sessions of their own (a launcher's workers): killed" in f.read()
+        assert "process(es) running (its launcher's workers, or their helpers): killed" in f.read()
     v = _summary(expt)["restart"]["survival"]
     assert [x["outcome"] for x in v["restarts"]][:2] == ["crash", "newest"] and v["finished"], v

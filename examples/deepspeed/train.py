@@ -32,6 +32,7 @@ def main():
     p.add_argument("--save-every", type=int, default=0)
     p.add_argument("--step-time", type=float, default=0.05)
     p.add_argument("--width", type=int, default=256)
+    p.add_argument("--local_rank", type=int, default=-1)  # the deepspeed launcher passes it (unused: LOCAL_RANK)
     a = p.parse_args()
     deepspeed.utils.set_log_level_from_string("info")
     deepspeed.init_distributed(dist_backend="gloo")

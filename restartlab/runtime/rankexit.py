@@ -155,8 +155,8 @@ def run(argv, attempt_dir: str) -> int:
     if reaper:  # nothing of the rank outlives its program (a clean exit's helpers get ORPHAN_GRACE_S to end)
         n = sweep_orphans(parent, 0.0 if os.WIFSIGNALED(status) or os.WEXITSTATUS(status) else ORPHAN_GRACE_S)
         if n:
-            print(f"restartlab rank: the program (pid {pid}) ended and left {n} process(es) running, in sessions "
-                  "of their own (a launcher's workers): killed", file=sys.stderr, flush=True)
+            print(f"restartlab rank: the program (pid {pid}) ended and left {n} process(es) running (its launcher's "
+                  "workers, or their helpers): killed", file=sys.stderr, flush=True)
     return end_as(status)
 
 
