@@ -75,18 +75,12 @@ def _probe_wanted() -> bool:
 
 
 def _arm() -> None:
-    if _probe_wanted():
-        try:
-            from restartlab.trainer import state_probe
-            state_probe.install_from_env()
-        except Exception as e:  # never the program's failure: the verdict says the state was not observed
-            sys.stderr.write(f"restartlab: training-state fingerprints off: {type(e).__name__}: {e}\n")
-    if os.environ.get("RESTARTLAB_SLOW_WRITES"):  # failures.slow_writes (restartlab.trainer.slow_writes)
-        try:
-            from restartlab.trainer import slow_writes
-            slow_writes.install_from_env()
-        except Exception as e:
-            sys.stderr.write(f"restartlab: slow writes off: {type(e).__name__}: {e}\n")
+    """The state probe and the slowed writer, as a warm rank gets them (restartlab.trainer.rank_hooks)."""
+    try:
+        from restartlab.trainer import rank_hooks
+        rank_hooks.install_from_env()
+    except Exception as e:  # never the program's failure
+        sys.stderr.write(f"restartlab: rank hooks off: {type(e).__name__}: {e}\n")
 
 
 _line_buffered()

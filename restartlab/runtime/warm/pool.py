@@ -13,7 +13,7 @@ import time
 from .. import pystdio
 from ..rankexit import die_with_parent
 from ...contracts import layout
-from ...contracts.envvars import SERVER_VAR, SLOW_WRITES_VAR, STATE_DIR_VAR, TAG_VAR, WARM_VAR, node_name
+from ...contracts.envvars import SERVER_VAR, TAG_VAR, WARM_VAR, node_name
 from ...tools import verbs
 from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_msg, unix_path
 
@@ -72,23 +72,18 @@ def _std_streams(unbuffered: bool) -> None:
                                                    errors="backslashreplace")
 
 
-def _state_probe() -> None:
-    """The training-state probe (restartlab.trainer.state_probe) in a forked rank, as a cold rank's
-    sitecustomize installs it when its program imports torch: here the pool imported torch before
-    the fork, so no import will trigger it. By name: the pool is a rank's process (it preloads the
-    program's modules, torch among them); restartlab's orchestration never imports torch."""
+def _rank_hooks() -> None:
+    """The training-state probe and the slowed writer (restartlab.trainer.rank_hooks) in a forked
+    rank, as a cold rank's sitecustomize installs them when its program imports torch: here the pool
+    imported torch before the fork, so no import will trigger it. By name: the pool is a rank's
+    process (it preloads the program's modules, torch among them); restartlab's orchestration never
+    imports torch."""
     if "torch" not in sys.modules:
         return
-    if os.environ.get(STATE_DIR_VAR):
-        try:
-            importlib.import_module("restartlab.trainer.state_probe").install_from_env()
-        except Exception as e:
-            sys.stderr.write(f"restartlab: training-state fingerprints off: {type(e).__name__}: {e}\n")
-    if os.environ.get(SLOW_WRITES_VAR):  # failures.slow_writes, as a cold rank's sitecustomize installs it
-        try:
-            importlib.import_module("restartlab.trainer.slow_writes").install_from_env()
-        except Exception as e:
-            sys.stderr.write(f"restartlab: slow writes off: {type(e).__name__}: {e}\n")
+    try:
+        importlib.import_module("restartlab.trainer.rank_hooks").install_from_env()
+    except Exception as e:  # never the program's failure
+        sys.stderr.write(f"restartlab: rank hooks off: {type(e).__name__}: {e}\n")
 
 
 def become(req: dict, fds, pool_pid: int, close) -> None:
@@ -120,7 +115,7 @@ def become(req: dict, fds, pool_pid: int, close) -> None:
         run, target, args, unbuffered = req["run"], req["target"], req["args"], req["unbuffered"]
         unbuffered = unbuffered or bool(os.environ.get("PYTHONUNBUFFERED"))
         _std_streams(unbuffered)
-        _state_probe()
+        _rank_hooks()
         code = _run_main(run, target, args)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
