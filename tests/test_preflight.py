@@ -241,6 +241,22 @@ def test_a_program_found_as_the_ranks_find_it(tmp_path):
     assert found(f, preflight.OK, "program") == [str(tmp_path / "train.py")]
 
 
+
+def test_submit_refuses_a_framework_the_programs_python_lacks_after_the_setup_lines(tmp_path):
+    """`submit`'s preflight asks the program's Python, after launch.setup, for the adapter's
+    framework (as `run` and `fuzz` refuse it here): Debian's Python has no deepspeed."""
+    (tmp_path / "train.py").write_text("print('step 1')\n")
+    body = PROG.format(cmd=f'[{NO_TORCH}, "{{scenario_dir}}/train.py"]').replace("  program:\n", "  program:\n    adapter: deepspeed\n")
+    path = scen(tmp_path, body)
+    errs = found(check(path), check_="program")
+    assert errs == [f"{path}:{line_of(path, 'command:')}: trainer.program.command: {NO_TORCH}, the program's Python "
+                    "(after launch.setup), cannot import deepspeed (the deepspeed adapter's framework): pip install "
+                    "'restartlab[deepspeed]' for it, which keeps the torch that is there"], errs
+    # the job's Python (this venv's: make test installs the frameworks) has it
+    ok = scen(tmp_path, body.replace(NO_TORCH, sys.executable), name="ok.yaml")
+    assert not found(check(ok), check_="program")
+
+
 def test_a_command_of_yours_is_looked_up_never_run(tmp_path):
     marker = tmp_path / "ran"
     prog = tmp_path / "train.sh"

@@ -234,10 +234,13 @@ class Preflight:
         launch_cmd = render.launch_spec(sc, 1, 1, {}, ()).launcher_argv()[0] if launchers.get(ln["launcher"]).launchable else None
         asked = [job_py] + [p for p in pythons if p != job_py]
         command = self.command
+        prog = sc["trainer"]["program"]
+        adapter = programs.ADAPTERS.get(prog["adapter"]) if prog else None
+        needs = tuple(adapter.requires) if adapter else ()
         print(f"preflight: asking the job's environment (setup lines: {len(ln['setup'])}, {launch_cmd}, "
               f"{', '.join(asked)}) ...", file=sys.stderr, flush=True)
         pr = self.probe_fn(ln["setup"], launch_cmd, asked, env=self.job_env(), commands=[command] if command else [],
-                           modules=probe_mod.MODULES + ((self.module[1],) if self.module else ()))
+                           modules=probe_mod.MODULES + ((self.module[1],) if self.module else ()) + needs)
         if not pr.ok:
             self.add(ERROR, "python", f"{self.key('launch', 'setup')}: {pr.error}")
             return
@@ -248,6 +251,16 @@ class Preflight:
         if command and not pr.commands.get(command.replace(" ", "_")):
             self.add(ERROR, "program", f"{self.key('trainer', 'program', 'command')}: {command!r} is not on the "
                      "job's PATH (after launch.setup): give its path")
+        if needs:
+            # the program's Python when its command is one, else the job's (a launcher's, say: bash -c
+            # 'exec deepspeed ...' runs the Python on the job's PATH)
+            py = pr.pythons[pythons[0] if pythons else job_py]
+            gone = [m for m in needs if not py.modules.get(m)]
+            if py.found and gone:
+                self.add(ERROR, "program", f"{self.key('trainer', 'program', 'command')}: {py.exe}, the program's "
+                         f"Python (after launch.setup), cannot import {', '.join(gone)} (the {adapter.name} "
+                         f"adapter's framework): pip install 'restartlab[{adapter.extra}]' for it, which keeps the "
+                         "torch that is there")
         if self.module:
             py, module = self.module
             if pr.pythons[py].found and not pr.pythons[py].modules.get(module):
