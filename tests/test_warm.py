@@ -435,6 +435,44 @@ def _run(expt, *sets, timeout=850):
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
+
+def test_a_warm_rank_runs_the_threads_its_environment_says_not_the_pools(tmp_path):
+    """The pool imported torch under its own OMP_NUM_THREADS (2); the rank's says 1. A cold rank's
+    torch reads the rank's at import, and so must a warm one's (measured before the fix: the warm
+    rank ran 2 threads, its cold relaunch 1, and its losses left the baseline's in the 7th digit)."""
+    tag = _tag()
+    sb = standby.Standby(PY, tag, str(tmp_path / "pool.log"), preload="torch", env=dict(os.environ, OMP_NUM_THREADS="2"))
+    try:
+        sb.wait_ready(120)
+        code = "import torch, os; print(torch.get_num_threads(), os.environ['OMP_NUM_THREADS'])"
+        for want in ("1", "2"):
+            p = stub(sb, tag, code, env={"OMP_NUM_THREADS": want})
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0 and out.split() == [want, want], (out, err)
+    finally:
+        sb.stop()
+        killer.kill_ranks(tag, standby=True)
+
+
+def test_the_pools_start_in_the_ranks_environment(tmp_path, monkeypatch):
+    """launch.env reaches the ranks through the launcher's flags only; the pools, which import the
+    program's modules for them, are started with it too."""
+    from types import SimpleNamespace
+    from restartlab.runtime.warm import route
+    from restartlab.tools.launch import LaunchSpec
+    seen = {}
+
+    class Fake:
+        def __init__(self, *a, env=None, **kw):
+            seen.update(env)
+    monkeypatch.setattr(route, "Standby", Fake)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    cfg = SimpleNamespace(fanout="local", warm_preload="json", tag=_tag(), launcher="hydra",
+                          launch_spec=LaunchSpec(PY, ("train.py",), env={"OMP_NUM_THREADS": "1", "FOO": "bar"}))
+    ph = SimpleNamespace(warm_log=str(tmp_path / "w.log"), warm_dir=str(tmp_path / "w"))
+    assert route.WarmRoute(cfg, {"adapter": "generic"}).start(ph, ["localhost"], None) is None
+    assert seen["OMP_NUM_THREADS"] == "1" and seen["FOO"] == "bar" and seen["PATH"] == os.environ["PATH"]
+
 @pytest.mark.multirank
 @pytest.mark.timeout(900)
 def test_warm_restarts_resume_bit_exact_sync_and_async(tmp_path):

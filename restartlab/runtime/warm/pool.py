@@ -72,6 +72,23 @@ def _std_streams(unbuffered: bool) -> None:
                                                    errors="backslashreplace")
 
 
+def _torch_threads() -> None:
+    """torch's intra-op threads as the rank's OMP_NUM_THREADS says. A cold rank's torch reads it at
+    import; a forked one inherits the pool's, set when the pool imported torch under the pool's
+    environment (a pool started through pbsdsh gets the job's, not launch.env): measured here, a
+    warm rank with OMP_NUM_THREADS=1 ran 2 threads where its cold relaunch ran 1, and its numbers
+    differed from the baseline's in the 7th digit."""
+    torch = sys.modules.get("torch")
+    want = os.environ.get("OMP_NUM_THREADS", "")
+    if torch is None or not want.isdigit() or int(want) < 1:
+        return
+    try:
+        if torch.get_num_threads() != int(want):
+            torch.set_num_threads(int(want))
+    except Exception as e:  # never the program's failure: said
+        sys.stderr.write(f"restartlab: warm rank's threads not set to OMP_NUM_THREADS={want}: {e}\n")
+
+
 def _rank_hooks() -> None:
     """The training-state probe and the slowed writer (restartlab.trainer.rank_hooks) in a forked
     rank, as a cold rank's sitecustomize installs them when its program imports torch: here the pool
@@ -115,6 +132,7 @@ def become(req: dict, fds, pool_pid: int, close) -> None:
         run, target, args, unbuffered = req["run"], req["target"], req["args"], req["unbuffered"]
         unbuffered = unbuffered or bool(os.environ.get("PYTHONUNBUFFERED"))
         _std_streams(unbuffered)
+        _torch_threads()
         _rank_hooks()
         code = _run_main(run, target, args)
     except SystemExit as e:

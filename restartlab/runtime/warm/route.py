@@ -1,6 +1,7 @@
 """A warm phase's standby pools through the phase: started beside its first attempt, each attempt
 routed through their stubs when they serve (cold through the exit recorder when they do not, and
 said once), stopped at the phase's end."""
+import os
 import time
 from typing import List, Optional, Tuple
 
@@ -25,8 +26,11 @@ class WarmRoute:
             return f"fanout local reaches this node only, and the job has {len(hosts)} nodes"
         try:
             preload = cfg.warm_preload or programs.ADAPTERS.get(self.spec["adapter"]).preload
+            # the pools import the program's modules (torch: its OpenMP and BLAS read their threads
+            # then) in the ranks' environment (launch.env, which the launcher gives only the ranks)
+            env = {**os.environ, **cfg.launch_spec.env}
             self.pool = Standby(cfg.launch_spec.python, cfg.tag, phase.warm_log,
-                                preload or default_preload(cfg.launch_spec.program), fanout=cfg.fanout,
+                                preload or default_preload(cfg.launch_spec.program), env=env, fanout=cfg.fanout,
                                 hosts=hosts, slots=slots, launcher=cfg.launcher, state_dir=phase.warm_dir)
         except (PoolError, OSError) as e:
             self.stop()
