@@ -142,7 +142,7 @@ def test_deepspeeds_latest_tag_and_its_shards(tmp_path):
     assert [c.complete for c in programs.list_ckpts(s, d)] == [True, True]
     os.makedirs(f"{d}/global_step15")  # made, nothing written in it yet
     assert programs.why_not_complete(s["complete"], f"{d}/global_step15", 15, d) == \
-        "latest names step 10; no .pt file in it"
+        "latest names step 10; no .pt or .pth file in it"
     mk(f"{d}/latest", "release")  # Megatron's word: no step
     assert programs.newest_complete(programs.list_ckpts(s, d)) is None
     assert programs.spec_errors(dict(s, complete="pointer:latest+nope")) and \

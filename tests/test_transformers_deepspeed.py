@@ -83,7 +83,7 @@ def test_transformers_killed_inside_a_save_crash_loops_and_the_verdict_says_why(
     assert len(crashes) >= 3, data["verdict"]  # every relaunch the fuzz's budget allows
     for f in crashes:
         assert f"the program would load {torn_path} (step {torn.split('-')[1]}, NOT complete by its rule " \
-               "file:trainer_state.json (no trainer_state.json): a save that did not finish" in f, f
+               "file:trainer_state.json+torchzips (no trainer_state.json" in f and "a save that did not finish" in f, f
         assert ("ValueError: Can't find a valid checkpoint at" in f or
                 "No such file or directory" in f and "trainer_state.json" in f), f
         assert f"loading the newest complete checkpoint, step {good} (" in f and "would have been safe" in f, f
@@ -130,6 +130,38 @@ def test_a_framework_the_programs_python_lacks_is_refused_before_anything_runs(t
                f"(the {module} adapter's framework)" in r.stderr, r.stderr
         assert f"restartlab[{module}]" in r.stderr and "Traceback" not in r.stderr + r.stdout
         assert not os.path.exists(d)
+
+
+
+def test_transformers_trainer_state_lands_before_another_ranks_rng_state(expt):
+    """The Trainer's rank 0 writes trainer_state.json last of its own files, with no barrier for the
+    other ranks' rng_state_<r>.pth. With rank 1's writes slowed (each torch.save file held
+    half-written for 3 s) and the kill aimed late in a save, it lands while checkpoint-10 holds
+    trainer_state.json and a cut-short rng_state_1.pth: every relaunch's get_last_checkpoint takes
+    it and rank 1's torch.load of its RNG state fails. The verdict names the file cut short under
+    the adapter's rule (file:trainer_state.json+torchzips), the exception, and checkpoint-5."""
+    need("transformers")
+    r = restartlab("fuzz", HF, "--expt-dir", expt, "--plain", "--kills", "1", "--seed", "1", "--save-share", "1",
+                   "--after-complete", "--no-baseline", "--window", "60s", "--save-jitter", "2s",
+                   "--set", "failures.slow_writes.rank=1", "--set", "failures.slow_writes.seconds=3s")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(layout.Expt(expt).fuzz_summary) as f:
+        data = json.load(f)
+    (kill,) = data["kills"]
+    assert kill["where"] == "save" and kill["saving"] == ["checkpoint-10"] and kill["newest_complete_seen"] == 5, kill
+    ckpts = os.path.join(layout.Expt(expt).phase("restart").path, "ckpts")
+    assert os.path.exists(os.path.join(ckpts, "checkpoint-10", "trainer_state.json"))  # rank 0 had finished
+    crashes = [f for f in data["verdict"]["findings"] if f.startswith("attempt ")]
+    assert len(crashes) >= 3, data["verdict"]
+    for f in crashes:
+        assert f"the program would load {ckpts}/checkpoint-10 (step 10, NOT complete by its rule " \
+               "file:trainer_state.json+torchzips (rng_state_1.pth cut short" in f, f
+        # torch.load of the half file in _load_rng_state: OSError (seen, the half of 14405 bytes), or
+        # the zip reader's own error for another cut
+        assert "OSError: [Errno 22] Invalid argument" in f or "PytorchStreamReader failed reading zip archive" in f, f
+        assert f"loading the newest complete checkpoint, step 5 ({ckpts}/checkpoint-5), would have been safe" in f, f
+    out = _output(expt, 1)
+    assert f"restartlab: slow write: {ckpts}/checkpoint-10/rng_state_1.pth held half-written" in out, out[-2000:]
 
 
 def test_deepspeed_latest_names_a_tag_whose_shards_are_not_all_written(expt):

@@ -9,11 +9,12 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
                a file whose step does not read is listed with step -1, not complete
   complete     when a listed checkpoint is complete: exists | dcp (holds DCP's .metadata) |
                torchzip (a torch.save file whose zip directory reads: written last) |
-               torchzips (a folder holding *.pt files, every one of them whole: each rank's shard) |
+               torchzips (a folder holding torch.save files, *.pt and *.pth, every one of them whole:
+               each rank's shard, each rank's RNG state) |
                file:NAME[,NAME...] (files inside the checkpoint dir, or beside a checkpoint file:
                all of them) | pointer:FILE (FILE in the checkpoint dir names the newest complete step:
                a number, or a tag ending in one); several joined by + must all hold
-               (DeepSpeed: pointer:latest+torchzips)
+               (DeepSpeed: pointer:latest+torchzips; the Trainer: file:trainer_state.json+torchzips)
   counts       what the number in a checkpoint's name counts: steps, or saves (Accelerate's
                checkpoint_<K>); with saves, step = (K + 1) x save_every
   selects      which checkpoint the program itself loads on a restart: newest_complete |
@@ -287,10 +288,10 @@ def _pointer_file(rule: str) -> Optional[str]:
 
 
 def _torn_zips(path: str) -> Optional[List[str]]:
-    """The *.pt files in a folder whose zip directory does not read (cut short), [] when all read;
-    None when the folder holds no *.pt file (nothing written yet) or is not a folder."""
+    """The torch.save files (*.pt, *.pth) in a folder whose zip directory does not read (cut short),
+    [] when all read; None when the folder holds none (nothing written yet) or is not a folder."""
     try:
-        names = sorted(n for n in os.listdir(path) if n.endswith(".pt"))
+        names = sorted(n for n in os.listdir(path) if n.endswith((".pt", ".pth")))
     except OSError:
         return None
     return [n for n in names if not torchzip.whole(os.path.join(path, n))] if names else None
@@ -311,7 +312,7 @@ def why_not_complete(rule: str, path: str, step: int, ckpt_dir: str) -> Optional
         elif kind == "torchzips":
             torn = _torn_zips(path)
             if torn is None:
-                out.append("no .pt file in it")
+                out.append("no .pt or .pth file in it")
             elif torn:
                 out.append(f"{', '.join(torn)} cut short (its zip directory does not read)")
         elif kind == "file":
