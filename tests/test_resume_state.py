@@ -248,6 +248,34 @@ def test_after_a_resume_that_forgot_the_next_one_is_judged_against_the_attempt_t
     assert restarts[2].state["text"].startswith("state not compared: the phase left the baseline at step 11")
 
 
+
+def test_a_phase_whose_state_left_the_baseline_after_an_exact_resume_judges_the_next_against_its_saver():
+    """Its loss equal to the baseline's throughout, the phase's state differed from step 15 after
+    attempt 2's exact resume (a warm rank ran other threads than the baseline: seen with the
+    Trainer). Attempt 3 resumed faithfully from attempt 2's step-20 save: judged against the
+    baseline it would read "the weights were not loaded"; it is judged against attempt 2's."""
+    from restartlab.analysis import collect, survival
+    base_recs = _run(30)
+    drift = lambda s: {"params": f"p2-{s}" if s >= 15 else "0", "opt_state": f"o2-{s}" if s >= 15 else "0"}  # noqa: E731
+    second = _run(12, offset=10, change=drift)
+    third = _run(10, offset=20, change=drift)
+
+    def att(n, recs, resumed, last):
+        return collect.AttemptData(n, "", number=n, state=recs, resumed_from=resumed, last_iter=last,
+                                   first_row={"train/iter": resumed + 1})
+    ph = collect.PhaseData("restart", losses={s: 1.0 for s in range(1, 31)})
+    ph.attempts = [att(1, _run(12), 0, 12), att(2, second, 10, 22), att(3, third, 20, 30)]
+    base = collect.PhaseData("baseline", losses={s: 1.0 for s in range(1, 31)})
+    base.attempts = [att(1, base_recs, 0, 30)]
+    restarts = [survival.Restart(1, "first", "", 0), survival.Restart(2, "newest", "", 10),
+                survival.Restart(3, "newest", "", 20)]
+    assert survival.resumed_state(ph, base, restarts) == []
+    assert restarts[1].state["forgot"] == [] and restarts[1].state["later"]["step"] == 15
+    st = restarts[2].state
+    assert st["forgot"] == [] and st["against"].startswith("attempt 2's, which saved it (the phase left the baseline "
+                                                          "at step 15"), st
+
+
 @pytest.mark.multirank
 @pytest.mark.timeout(300)
 def test_a_kill_after_the_last_save_and_a_relaunch_with_nothing_left_to_train(tmp_path):

@@ -301,9 +301,11 @@ def _left_baseline(ph: collect.PhaseData, base: collect.PhaseData) -> Optional[i
 def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List[Restart]) -> List[str]:
     """Each resumed attempt's training state at its first step against the baseline's
     (state_compare), on its Restart; the findings: each piece a resume did not restore. Once the
-    phase has left the baseline (its loss differs at or before the checkpoint's step: an earlier
-    resume forgot something), the baseline is no reference for a later resume: the attempt that
-    saved the checkpoint and ran past it is (its state as the next step began is what it saved).
+    phase has left the baseline (its loss differs at or before the checkpoint's step, or an earlier
+    resume's state did: it forgot something, or its state differed some steps after an exact resume,
+    which the loss may not show: a warm rank with other threads than the baseline's did so), the
+    baseline is no reference for a later resume: the attempt that saved the checkpoint and ran past
+    it is (its state as the next step began is what it saved).
     Nothing where neither the phase nor the baseline recorded any state (a program that never
     imports torch, collection.state_every: 0)."""
     by_number = {a.number: a for a in ph.attempts}
@@ -336,6 +338,9 @@ def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List
         else:
             rs = state_compare.compare(r.attempt, a.state, r.resumed_from, base_state, not_judged, matched)
         r.state = rs.as_dict()
+        state_left = rs.differ_step if rs.forgot else (rs.later[0] if rs.later else None)
+        if state_left is not None and (left is None or state_left < left):
+            left = state_left
         if rs.forgot:
             findings.append(f"attempt {r.attempt}: the resume at step {rs.step} did not restore "
                             + ", ".join(state_record.WORDS[k] for k in rs.forgot)
