@@ -17,7 +17,7 @@ import pytest
 from restartlab.contracts import layout
 from tests.helpers import job_tag
 # the same `restartlab` runner, experiment fixture and summary reader as the other frameworks' tests
-from tests.test_your_trainer import _summary, expt, restartlab  # noqa: F401 (expt: a fixture)
+from tests.test_your_trainer import WARM, _summary, _warm_ranks, expt, restartlab  # noqa: F401 (expt: a fixture)
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,10 +44,14 @@ def test_transformers_trainer_through_run_resumes_exactly(expt):
     """Two kills, each after a save (checkpoint-15, checkpoint-25): the Trainer's own resume
     (get_last_checkpoint) takes the newest, says so in its log, and every step's loss equals the
     baseline's at full precision (the example prints them from a TrainerCallback: the Trainer's own
-    lines round to 4 digits); its RNG, optimizer and data position are restored (the state line)."""
+    lines round to 4 digits); its RNG, optimizer and data position are restored (the state line).
+    The relaunches are warm (forks of a pool that imported torch and transformers): before a forked
+    rank took its own OMP_NUM_THREADS, they ran the pool's 2 threads against the baseline's 1, and
+    the loss left the baseline's at step 27 (3 of 3 runs); exact since (3 of 3)."""
     need("transformers")
-    r = restartlab("run", HF, "--expt-dir", expt, "--plain")
+    r = restartlab("run", HF, "--expt-dir", expt, "--plain", *WARM)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert _warm_ranks(expt) == [0, 2, 2]
     v = _summary(expt)["restart"]["survival"]
     assert [x["outcome"] for x in v["restarts"]] == ["first", "newest", "newest"], v
     assert v["survived"] and v["baseline"] == "loss identical to the baseline's at all 30 steps both logged", v
