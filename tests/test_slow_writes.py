@@ -26,9 +26,16 @@ def test_the_named_rank_writes_half_holds_then_the_rest(tmp_path, restore_save, 
     (tmp_path / "b").mkdir()
     plain = tmp_path / "a" / "ckpt.pt"  # the same name: torch.save names the archive inside after the file
     torch.save(obj, plain)
+    slow = tmp_path / "b" / "ckpt.pt"
+    seen = []  # while torch.save serialises (into the temp dir), the path is there already, empty
+    real = torch.save
+
+    def spy(o, path, *a, **kw):
+        seen.append((slow.exists(), slow.exists() and slow.stat().st_size))
+        return real(o, path, *a, **kw)
+    torch.save = spy
     assert not slow_writes.install_from_env({"RESTARTLAB_SLOW_WRITES": "1:0.8", "RANK": "0"})  # not this rank
     assert slow_writes.install_from_env({"RESTARTLAB_SLOW_WRITES": "1:0.8", "RANK": "1"})
-    slow = tmp_path / "b" / "ckpt.pt"
     t = threading.Thread(target=torch.save, args=(obj, str(slow)))
     t0 = time.monotonic()
     t.start()
@@ -36,6 +43,7 @@ def test_the_named_rank_writes_half_holds_then_the_rest(tmp_path, restore_save, 
         time.sleep(0.01)
     assert not torchzip.whole(str(slow)) and 0 < slow.stat().st_size < plain.stat().st_size  # torn, for now
     t.join()
+    assert seen == [(True, 0)]  # mutation: the path opened only when its first half is written -> (False, False)
     assert time.monotonic() - t0 >= 0.8
     assert slow.read_bytes() == plain.read_bytes() and torchzip.whole(str(slow))
     assert torch.load(slow)["step"] == 7

@@ -137,6 +137,22 @@ def test_a_framework_the_programs_python_lacks_is_refused_before_anything_runs(t
 
 
 
+def _fuzz_with_rank_1_slowed(scen, expt):
+    """`restartlab fuzz` with rank 1's torch.save files held half-written for 3 s and the one kill
+    aimed up to 2 s into a save (seed 1): exit 1 on its finding. (the kill's row, the checkpoint
+    dir, the crash findings: one per relaunch the fuzz's budget allows)."""
+    r = restartlab("fuzz", scen, "--expt-dir", expt, "--plain", "--kills", "1", "--seed", "1", "--save-share", "1",
+                   "--after-complete", "--no-baseline", "--window", "60s", "--save-jitter", "2s",
+                   "--set", "failures.slow_writes.rank=1", "--set", "failures.slow_writes.seconds=3s")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(layout.Expt(expt).fuzz_summary) as f:
+        data = json.load(f)
+    (kill,) = data["kills"]
+    crashes = [f for f in data["verdict"]["findings"] if f.startswith("attempt ")]
+    assert len(crashes) >= 3, data["verdict"]
+    return kill, os.path.join(layout.Expt(expt).phase("restart").path, "ckpts"), crashes
+
+
 def test_transformers_trainer_state_lands_before_another_ranks_rng_state(expt):
     """The Trainer's rank 0 writes trainer_state.json last of its own files, with no barrier for the
     other ranks' rng_state_<r>.pth. With rank 1's writes slowed (each torch.save file held
@@ -145,18 +161,9 @@ def test_transformers_trainer_state_lands_before_another_ranks_rng_state(expt):
     it and rank 1's torch.load of its RNG state fails. The verdict names the file cut short under
     the adapter's rule (file:trainer_state.json+torchzips), the exception, and checkpoint-5."""
     need("transformers")
-    r = restartlab("fuzz", HF, "--expt-dir", expt, "--plain", "--kills", "1", "--seed", "1", "--save-share", "1",
-                   "--after-complete", "--no-baseline", "--window", "60s", "--save-jitter", "2s",
-                   "--set", "failures.slow_writes.rank=1", "--set", "failures.slow_writes.seconds=3s")
-    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
-    with open(layout.Expt(expt).fuzz_summary) as f:
-        data = json.load(f)
-    (kill,) = data["kills"]
+    kill, ckpts, crashes = _fuzz_with_rank_1_slowed(HF, expt)
     assert kill["where"] == "save" and kill["saving"] == ["checkpoint-10"] and kill["newest_complete_seen"] == 5, kill
-    ckpts = os.path.join(layout.Expt(expt).phase("restart").path, "ckpts")
     assert os.path.exists(os.path.join(ckpts, "checkpoint-10", "trainer_state.json"))  # rank 0 had finished
-    crashes = [f for f in data["verdict"]["findings"] if f.startswith("attempt ")]
-    assert len(crashes) >= 3, data["verdict"]
     for f in crashes:
         assert f"the program would load {ckpts}/checkpoint-10 (step 10, NOT complete by its rule " \
                "file:trainer_state.json+torchzips (rng_state_1.pth cut short" in f, f
@@ -177,17 +184,8 @@ def test_deepspeed_latest_names_a_tag_whose_shards_are_not_all_written(expt):
     names it: `latest` names the tag, the shard cut short, the exception, and global_step5, which
     would have been safe."""
     need("deepspeed")
-    r = restartlab("fuzz", DS, "--expt-dir", expt, "--plain", "--kills", "1", "--seed", "1", "--save-share", "1",
-                   "--after-complete", "--no-baseline", "--window", "60s", "--save-jitter", "2s",
-                   "--set", "failures.slow_writes.rank=1", "--set", "failures.slow_writes.seconds=3s")
-    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
-    with open(layout.Expt(expt).fuzz_summary) as f:
-        data = json.load(f)
-    (kill,) = data["kills"]
+    kill, ckpts, crashes = _fuzz_with_rank_1_slowed(DS, expt)
     assert kill["where"] == "save" and "global_step10" in kill["saving"] and kill["newest_complete_seen"] == 5, kill
-    ckpts = os.path.join(layout.Expt(expt).phase("restart").path, "ckpts")
-    crashes = [f for f in data["verdict"]["findings"] if f.startswith("attempt ")]
-    assert len(crashes) >= 3, data["verdict"]
     for f in crashes:
         assert f"the program would load {ckpts}/global_step10 (step 10, NOT complete by its rule " \
                "pointer:latest+torchzips (latest names it, but zero_pp_rank_1_mp_rank_00_optim_states.pt cut short" in f, f

@@ -7,9 +7,10 @@ Set by the scenario (failures.slow_writes: {rank: R, seconds: S}); the superviso
 ranks as RESTARTLAB_SLOW_WRITES=R:S, and a Python rank of yours installs it when its program
 imports torch (the rank's sitecustomize, runtime/linebuf/; a warm-forked rank in its fork). On the
 rank whose RANK (the torchrun-style variable restartlab gives your ranks) is R, `torch.save` to a
-path has torch.save write the file whole in a private temp dir ($TMPDIR), then writes the first
-half of its bytes to the path, flushes, sleeps S seconds, writes the rest: the file exists torn
-for S seconds, and is then byte for byte the file torch.save would have written. A file object given to torch.save, DCP's
+path opens the path at once (empty from the call on, as torch.save's own writer opens it before
+it writes), has torch.save write the file whole in a private temp dir ($TMPDIR), then writes the
+first half of its bytes to the path, flushes, sleeps S seconds, writes the rest: the file exists
+torn for S seconds, and is then byte for byte the file torch.save would have written. A file object given to torch.save, DCP's
 writer and safetensors are not slowed. Each slowed write says so on the rank's standard error."""
 import os
 import shutil
@@ -40,18 +41,21 @@ def install(seconds: float) -> None:
     def save(obj, f, *args, **kwargs):
         if not isinstance(f, (str, os.PathLike)):
             return whole(obj, f, *args, **kwargs)
-        # torch.save names the archive inside the file after the file: written whole under the same
-        # name in a private temp dir, so the bytes are the ones it would have written in place
-        tmp = tempfile.mkdtemp(prefix="rl-slow-")
-        try:
-            staged = os.path.join(tmp, os.path.basename(os.fspath(f)))
-            whole(obj, staged, *args, **kwargs)
-            with open(staged, "rb") as src:
-                data = memoryview(src.read())
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        half = len(data) // 2
+        # the path is there, empty, from the call on: torch.save opens it before it writes, and a
+        # file that shows only when its first half does would look, to a reader listing the folder
+        # meanwhile (DeepSpeed's other shards: all there and whole), like a save that has finished
         with open(f, "wb") as out:
+            # torch.save names the archive inside the file after the file: written whole under the
+            # same name in a private temp dir, so the bytes are the ones it would have written in place
+            tmp = tempfile.mkdtemp(prefix="rl-slow-")
+            try:
+                staged = os.path.join(tmp, os.path.basename(os.fspath(f)))
+                whole(obj, staged, *args, **kwargs)
+                with open(staged, "rb") as src:
+                    data = memoryview(src.read())
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            half = len(data) // 2
             out.write(data[:half])
             out.flush()
             sys.stderr.write(f"restartlab: slow write: {os.fspath(f)} held half-written ({half} of {len(data)} "
