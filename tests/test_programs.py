@@ -100,13 +100,15 @@ def test_pointer_file_rule(tmp_path):
     assert programs.newest_complete(programs.list_ckpts(s, d)) is None
 
 
-def _zip(path, whole=True):
-    """A file shaped as torch.save writes it (a zip holding <name>/data.pkl), or its first half."""
+def _zip(path, whole=True, obj=None):
+    """A file shaped as torch.save writes it (a zip holding <name>/data.pkl: `obj` pickled, or an
+    empty dict), or its first half."""
     import io
+    import pickle
     import zipfile
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        z.writestr("ckpt/data.pkl", b"\x80\x04}\x94.")
+        z.writestr("ckpt/data.pkl", pickle.dumps(obj or {}, protocol=2))
         z.writestr("ckpt/data/0", os.urandom(4096))
     data = buf.getvalue()
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -116,13 +118,15 @@ def _zip(path, whole=True):
 
 def test_deepspeeds_latest_tag_and_its_shards(tmp_path):
     """DeepSpeed's `latest` holds a tag (global_step10), not a number: the pointer's step is the tag's
-    trailing number. Its adapter's rule (pointer:latest+torchzips) calls a tag complete only when
-    `latest` names it (or a later one) and every .pt shard in it reads whole; why one is not, said."""
+    trailing number. Its adapter's rule (pointer:latest+torchzips+dsshards) calls a tag complete
+    only when `latest` names it (or a later one), every .pt shard in it reads whole and every rank's
+    ZeRO shard is there (its model states say 2 ranks); why one is not, said."""
     d = str(tmp_path)
     s = programs.resolve({"adapter": "deepspeed", "command": ["x"], "steps": 30, "progress": r"step (?P<step>\d+)"})
-    assert s["complete"] == "pointer:latest+torchzips" and not programs.spec_errors(s)
+    assert s["complete"] == "pointer:latest+torchzips+dsshards" and not programs.spec_errors(s)
+    states = {"dp_world_size": 2, "mp_world_size": 1, "global_steps": 5}
     for n in (5, 10):
-        _zip(f"{d}/global_step{n}/mp_rank_00_model_states.pt")
+        _zip(f"{d}/global_step{n}/mp_rank_00_model_states.pt", obj=states)
         _zip(f"{d}/global_step{n}/zero_pp_rank_0_mp_rank_00_optim_states.pt")
         _zip(f"{d}/global_step{n}/zero_pp_rank_1_mp_rank_00_optim_states.pt", whole=n == 5)
     mk(f"{d}/latest", "global_step5")
@@ -143,6 +147,18 @@ def test_deepspeeds_latest_tag_and_its_shards(tmp_path):
     os.makedirs(f"{d}/global_step15")  # made, nothing written in it yet
     assert programs.why_not_complete(s["complete"], f"{d}/global_step15", 15, d) == \
         "latest names step 10; no .pt or .pth file in it"
+    # rank 0's files and its mark, rank 1's shard not begun (a soak saw `latest` 4 ms before it)
+    _zip(f"{d}/global_step20/mp_rank_00_model_states.pt", obj=states)
+    _zip(f"{d}/global_step20/zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    mk(f"{d}/latest", "global_step20")
+    assert programs.why_not_complete(s["complete"], f"{d}/global_step20", 20, d) == \
+        "latest names it, but zero_pp_rank_1_mp_rank_00_optim_states.pt not there (2 x 1 ranks' shards)"
+    assert [c.step for c in programs.list_ckpts(s, d) if c.complete] == [5, 10]
+    _zip(f"{d}/global_step20/zero_pp_rank_1_mp_rank_00_optim_states.pt")
+    assert programs.newest_complete(programs.list_ckpts(s, d)).step == 20
+    _zip(f"{d}/global_step20/mp_rank_00_model_states.pt", whole=False)
+    assert "mp_rank_00_model_states.pt does not say how many ranks wrote it" in \
+        programs.why_not_complete(s["complete"], f"{d}/global_step20", 20, d)
     mk(f"{d}/latest", "release")  # Megatron's word: no step
     assert programs.newest_complete(programs.list_ckpts(s, d)) is None
     assert programs.spec_errors(dict(s, complete="pointer:latest+nope")) and \

@@ -188,7 +188,8 @@ def test_deepspeed_latest_names_a_tag_whose_shards_are_not_all_written(expt):
     assert kill["where"] == "save" and "global_step10" in kill["saving"] and kill["newest_complete_seen"] == 5, kill
     for f in crashes:
         assert f"the program would load {ckpts}/global_step10 (step 10, NOT complete by its rule " \
-               "pointer:latest+torchzips (latest names it, but zero_pp_rank_1_mp_rank_00_optim_states.pt cut short" in f, f
+               "pointer:latest+torchzips+dsshards (latest names it, but zero_pp_rank_1_mp_rank_00_optim_states.pt cut " \
+               "short" in f, f
         assert "PytorchStreamReader failed reading zip archive" in f, f
         assert f"loading the newest complete checkpoint, step 5 ({ckpts}/global_step5), would have been safe" in f, f
     # the slowed writer is rank 1's, and it said so at each of its saves

@@ -11,10 +11,13 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
                torchzip (a torch.save file whose zip directory reads: written last) |
                torchzips (a folder holding torch.save files, *.pt and *.pth, every one of them whole:
                each rank's shard, each rank's RNG state) |
+               dsshards (DeepSpeed's ZeRO: a folder holding any zero_pp_rank_* file holds one
+               optimizer shard per data- and model-parallel rank, as many as its model states
+               file says: dp_world_size x mp_world_size) |
                file:NAME[,NAME...] (files inside the checkpoint dir, or beside a checkpoint file:
                all of them) | pointer:FILE (FILE in the checkpoint dir names the newest complete step:
                a number, or a tag ending in one); several joined by + must all hold
-               (DeepSpeed: pointer:latest+torchzips; the Trainer: file:trainer_state.json+torchzips)
+               (DeepSpeed: pointer:latest+torchzips+dsshards; the Trainer: file:trainer_state.json+torchzips)
   counts       what the number in a checkpoint's name counts: steps, or saves (Accelerate's
                checkpoint_<K>); with saves, step = (K + 1) x save_every
   selects      which checkpoint the program itself loads on a restart: newest_complete |
@@ -42,8 +45,8 @@ from ..contracts import placeholders
 from ..contracts.registry import Registry
 from . import torchzip
 
-COMPLETE_RULES = ("exists", "dcp", "torchzip", "torchzips", "file:NAME[,NAME...]", "pointer:FILE")
-KINDS = ("exists", "dcp", "torchzip", "torchzips", "file", "pointer")
+COMPLETE_RULES = ("exists", "dcp", "torchzip", "torchzips", "dsshards", "file:NAME[,NAME...]", "pointer:FILE")
+KINDS = ("exists", "dcp", "torchzip", "torchzips", "dsshards", "file", "pointer")
 SELECT_RULES = ("newest_complete", "highest", "newest_mtime", "pointer", "last")
 UNKNOWN_STEP = -1
 KEYS = ("progress", "progress_file", "progress_fields", "checkpoints", "complete", "selects", "resumed", "saved",
@@ -297,6 +300,32 @@ def _torn_zips(path: str) -> Optional[List[str]]:
     return [n for n in names if not torchzip.whole(os.path.join(path, n))] if names else None
 
 
+DS_MODEL_STATES = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt")  # ZeRO-1/2, ZeRO-3
+
+
+def _ds_shards_missing(path: str) -> Optional[str]:
+    """Which of DeepSpeed's ZeRO optimizer shards a checkpoint folder lacks, said; None when it
+    has them all, or holds no ZeRO shard at all (not ZeRO, or nothing written yet: the other parts
+    of the rule judge that). Rank 0 writes the model states and its own shard before `latest`; the
+    other ranks' may not be begun yet when `latest` lands (seen: within 4 ms of it)."""
+    try:
+        names = set(os.listdir(path))
+    except OSError:
+        return None
+    shards = [n for n in names if n.endswith("_optim_states.pt") and "zero_pp_rank_" in n]
+    if not shards:
+        return None
+    meta = next((n for n in DS_MODEL_STATES if n in names), None)
+    size = torchzip.read_ints(os.path.join(path, meta), ("dp_world_size", "mp_world_size")) if meta else {}
+    if "dp_world_size" not in size:
+        return f"{meta or DS_MODEL_STATES[0]} does not say how many ranks wrote it (not there, or cut short)"
+    dp, mp = size["dp_world_size"], size.get("mp_world_size", 1)
+    prefix = "bf16_" if all(n.startswith("bf16_") for n in shards) else ""
+    gone = [f"{prefix}zero_pp_rank_{d}_mp_rank_{m:02d}_optim_states.pt" for m in range(mp) for d in range(dp)]
+    gone = [n for n in gone if n not in names]
+    return f"{', '.join(gone)} not there ({dp} x {mp} ranks' shards)" if gone else None
+
+
 def why_not_complete(rule: str, path: str, step: int, ckpt_dir: str) -> Optional[str]:
     """Why the checkpoint at `path` is not complete by `rule` (each part that fails, said), or None
     when it is."""
@@ -315,6 +344,10 @@ def why_not_complete(rule: str, path: str, step: int, ckpt_dir: str) -> Optional
                 out.append("no .pt or .pth file in it")
             elif torn:
                 out.append(f"{', '.join(torn)} cut short (its zip directory does not read)")
+        elif kind == "dsshards":
+            missing = _ds_shards_missing(path)
+            if missing:
+                out.append(missing)
         elif kind == "file":
             gone = [n for n in arg.split(",") if not os.path.exists(os.path.join(path, n) if os.path.isdir(path)
                                                                    else path + n)]

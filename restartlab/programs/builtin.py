@@ -92,8 +92,10 @@ class Deepspeed(Adapter):
     rank 0 writes the tag into dir/latest, before the barrier that waits for the other ranks' shards.
     load_checkpoint(dir) loads the tag `latest` names, without a check (none: it returns None and
     the program starts fresh). So `latest` can name a tag whose other ranks' shards are still being
-    written: complete here is `latest` naming it and every .pt file in it whole (pointer:latest+
-    torchzips), and a kill in that window is a finding (failures.slow_writes widens it). At INFO
+    written, or not yet begun: complete here is `latest` naming it, every .pt file in it whole, and
+    one ZeRO optimizer shard per rank there, as many as its model states file's dp_world_size x
+    mp_world_size (pointer:latest+torchzips+dsshards), and a kill in that window is a finding
+    (failures.slow_writes widens it). At INFO
     (its workers' logger defaults to WARNING) rank 0 logs "[Torch] Checkpoint <tag> is about to be
     saved!" as a save starts, and no line at its end: the stall is estimated from the step times
     (`saving`). The scenario gives progress."""
@@ -102,7 +104,7 @@ class Deepspeed(Adapter):
     extra = "deepspeed"
     doc = ("DeepSpeed save_checkpoint/load_checkpoint (dir = {ckpt_dir}: global_step<N>/, the `latest` file "
            "names the tag a restart loads)")
-    defaults = {"checkpoints": r"{ckpt_dir}/global_step(?P<step>\d+)", "complete": "pointer:latest+torchzips",
+    defaults = {"checkpoints": r"{ckpt_dir}/global_step(?P<step>\d+)", "complete": "pointer:latest+torchzips+dsshards",
                 "selects": "pointer",
                 "saving": r"Checkpoint \S+ is about to be saved|Saving model checkpoint: \S+"}
 

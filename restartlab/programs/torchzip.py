@@ -6,7 +6,7 @@ None. For frameworks whose checkpoint names do not carry the step (Lightning's l
 import collections
 import pickle
 import zipfile
-from typing import Optional
+from typing import Dict, Optional
 
 STEP_KEYS = ("global_step", "step")
 MAX_PICKLE_BYTES = 64 << 20  # data.pkl of a checkpoint is small (the tensors are elsewhere)
@@ -47,20 +47,23 @@ def whole(path: str) -> bool:
 
 def read_step(path: str) -> Optional[int]:
     """The top-level global_step (or step) of a torch.save file; None when it does not read."""
+    found = read_ints(path, STEP_KEYS)
+    return next((found[k] for k in STEP_KEYS if k in found), None)
+
+
+def read_ints(path: str, keys) -> Dict[str, int]:
+    """The top-level integers of a torch.save file's dict under `keys` ({} when it does not read):
+    DeepSpeed's model states say dp_world_size and mp_world_size."""
     try:
         with zipfile.ZipFile(path) as z:
             name = next((n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")), None)
             if name is None or z.getinfo(name).file_size > MAX_PICKLE_BYTES:
-                return None
+                return {}
             with z.open(name) as f:
                 obj = _Unpickler(f).load()
     except (OSError, zipfile.BadZipFile, pickle.UnpicklingError, EOFError, ValueError, TypeError,
             AttributeError, IndexError, KeyError, RecursionError):
-        return None
+        return {}
     if not isinstance(obj, dict):
-        return None
-    for k in STEP_KEYS:
-        v = obj.get(k)
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return None
+        return {}
+    return {k: obj[k] for k in keys if isinstance(obj.get(k), int) and not isinstance(obj.get(k), bool)}
