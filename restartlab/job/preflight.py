@@ -257,10 +257,8 @@ class Preflight:
             py = pr.pythons[pythons[0] if pythons else job_py]
             gone = [m for m in needs if not py.modules.get(m)]
             if py.found and gone:
-                self.add(ERROR, "program", f"{self.key('trainer', 'program', 'command')}: {py.exe}, the program's "
-                         f"Python (after launch.setup), cannot import {', '.join(gone)} (the {adapter.name} "
-                         f"adapter's framework): pip install 'restartlab[{adapter.extra}]' for it, which keeps the "
-                         "torch that is there")
+                self.add(ERROR, "program", lacks_framework(self.key("trainer", "program", "command"), py.exe, gone,
+                                                           adapter, " (after launch.setup)"))
         if self.module:
             py, module = self.module
             if pr.pythons[py].found and not pr.pythons[py].modules.get(module):
@@ -393,10 +391,14 @@ def framework_missing(sc, where) -> List[Finding]:
         gone = list(adapter.requires)
     if gone:
         key = ("trainer", "program", "command")
-        out.append(Finding(ERROR, "python", f"{where(key)}: {fmt_path(key)}: {exe}, the program's Python, cannot "
-                           f"import {', '.join(gone)} (the {adapter.name} adapter's framework): pip install "
-                           f"'restartlab[{adapter.extra}]' for it, which keeps the torch that is there"))
+        out.append(Finding(ERROR, "python", lacks_framework(f"{where(key)}: {fmt_path(key)}", exe, gone, adapter)))
     return out
+
+
+def lacks_framework(at: str, exe: str, gone, adapter, asked: str = "") -> str:
+    """The line refusing a program whose Python (`exe`, asked so) cannot import its adapter's framework."""
+    return (f"{at}: {exe}, the program's Python{asked}, cannot import {', '.join(gone)} (the {adapter.name} adapter's "
+            f"framework): pip install 'restartlab[{adapter.extra}]' for it, which keeps the torch that is there")
 
 
 def errors(findings: List[Finding]) -> List[Finding]:

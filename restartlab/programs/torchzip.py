@@ -4,12 +4,17 @@ names: every class it asks for is a stand-in (collections.OrderedDict excepted),
 storage None. A file whose zip directory does not read (written last: a save cut short) gives
 None. For frameworks whose checkpoint names do not carry the step (Lightning's last.ckpt)."""
 import collections
+import os
 import pickle
 import zipfile
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 STEP_KEYS = ("global_step", "step")
 MAX_PICKLE_BYTES = 64 << 20  # data.pkl of a checkpoint is small (the tensors are elsewhere)
+# what a file said, by its identity and last change: the fuzz lists the checkpoints every 5 ms,
+# and a finished file says the same each time (one being written changes size or mtime)
+_SEEN: Dict[tuple, object] = {}
+_SEEN_MAX = 4096
 
 
 class _Stub:
@@ -35,9 +40,29 @@ class _Unpickler(pickle.Unpickler):
         return None
 
 
+def _once(path: str, what: str, read: Callable[[str], object]):
+    """read(path), or what it gave for the same file unchanged since (device, inode, size, mtime)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return read(path)
+    key = (what, path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    said = _SEEN.get(key, _SEEN)  # (the dict itself: not seen; it may be cleared by another thread)
+    if said is _SEEN:
+        said = read(path)
+        if len(_SEEN) >= _SEEN_MAX:
+            _SEEN.clear()
+        _SEEN[key] = said
+    return said
+
+
 def whole(path: str) -> bool:
     """True when the torch.save file's zip directory reads (it is written last: a file cut short
     has none) and lists data.pkl."""
+    return _once(path, "whole", _whole)
+
+
+def _whole(path: str) -> bool:
     try:
         with zipfile.ZipFile(path) as z:
             return any(n == "data.pkl" or n.endswith("/data.pkl") for n in z.namelist())
@@ -54,6 +79,11 @@ def read_step(path: str) -> Optional[int]:
 def read_ints(path: str, keys) -> Dict[str, int]:
     """The top-level integers of a torch.save file's dict under `keys` ({} when it does not read):
     DeepSpeed's model states say dp_world_size and mp_world_size."""
+    ints = _once(path, "ints", _top_ints)
+    return {k: ints[k] for k in keys if k in ints}
+
+
+def _top_ints(path: str) -> Dict[str, int]:
     try:
         with zipfile.ZipFile(path) as z:
             name = next((n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")), None)
@@ -66,4 +96,4 @@ def read_ints(path: str, keys) -> Dict[str, int]:
         return {}
     if not isinstance(obj, dict):
         return {}
-    return {k: obj[k] for k in keys if isinstance(obj.get(k), int) and not isinstance(obj.get(k), bool)}
+    return {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)}

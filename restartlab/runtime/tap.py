@@ -19,6 +19,7 @@ train/restart_seconds (launch -> first progress line). When the launcher exits 0
 step, a final row {"train/iter": N, "train/finished": true} marks the phase completed (the bundled
 trainer's final row carries its parameters' checksum instead). The first step logged in an attempt
 counts no step time unless the program's progress line gives its own `dt`."""
+import collections
 import csv
 import json
 import os
@@ -51,7 +52,7 @@ class Tap:
         self.rows = 0
         self.blocked = 0.0                 # seconds of saves (their lines) since the last progress line
         self.saving = False                # a save's start line since the last progress line
-        self.plain: List[float] = []       # the last intervals without a save (REFERENCE of them)
+        self.plain = collections.deque(maxlen=REFERENCE)  # the last intervals without a save
 
     @property
     def stepped(self) -> bool:
@@ -113,7 +114,7 @@ class Tap:
         if self.blocked:
             return max(0.0, interval - self.blocked)
         if not self.saving:
-            self.plain = (self.plain + [interval])[-REFERENCE:]
+            self.plain.append(interval)
             return interval
         if len(self.plain) < MIN_REFERENCE:
             return interval  # too few steps to compare with: not booked, the save stays in the step
