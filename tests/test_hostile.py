@@ -75,9 +75,10 @@ SCENARIOS = {
     "46-program-bad-regex.yaml": (5, "trainer.program.progress: 'step (?P<step>\\\\d+' is not a valid regular "
                                      "expression (missing ), unterminated subpattern"),
     "47-program-bad-complete.yaml": (7, "trainer.program.complete: 'file:../escape' is not one of exists, dcp, torchzip, "
-                                        "torchzips, dsshards, file:NAME[,NAME...], pointer:FILE, or several joined by +"),
+                                        "torchzips, dsshards, hfrngs, file:NAME[,NAME...], pointer:FILE, or several joined by +"),
     "48-args-without-program.yaml": (4, "phases[1].args: only for trainer.program"),
     "49-program-without-steps.yaml": (3, "trainer.program.steps: required key is missing"),
+    "50-slow-writes-hold.yaml": (6, "failures.slow_writes.hold: 'after' is not one of inside, before"),
 }
 
 # the experiment's files as the report names them (relative to the experiment: layout's names)

@@ -384,7 +384,9 @@ def test_verdicts_of_each_kind_of_restart(tmp_path):
     _kill(ph, 3)
     _attempt(ph, 4, _steps(1, 4, 0), rc=9, snap=_snap([(10, True), (20, True)]))        # fresh
     _kill(ph, 4)
-    _attempt(ph, 5, _steps(26, 27, 25), rc=9, snap=_snap([(20, True), (25, False)]))    # incomplete
+    torn = _snap([(20, True), (25, False)], 25)
+    torn["will_load"]["why"] = "rng_state_1.pth not there (2 processes' RNG states)"
+    _attempt(ph, 5, _steps(26, 27, 25), rc=9, snap=torn)                                # incomplete
     _kill(ph, 5)
     _attempt(ph, 6, None, rc=9, snap=_snap([(20, True)], 20))                         # killed in start-up
     _kill(ph, 6)
@@ -396,6 +398,8 @@ def test_verdicts_of_each_kind_of_restart(tmp_path):
                                                "load_crash", "newest"]
     assert "5 step(s) lost beyond necessity" in v.restarts[2].text
     assert "ckpt-30" in v.restarts[6].text and "NOT complete" in v.restarts[6].text
+    assert v.restarts[4].text == ("resumed from step 25, whose checkpoint was not complete at the launch "
+                                  "(rng_state_1.pth not there (2 processes' RNG states))")  # what it lacked
     assert v.finished and len(v.findings) == 4
 
 
@@ -539,6 +543,48 @@ def test_torchtitan_adapter_on_what_torchtitan_030_wrote_and_logged(tmp_path):
 class _Evil:
     def __reduce__(self):
         return (os.system, ("touch /tmp/restartlab-torchzip-pwned",))
+
+
+HF_ARGS_2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "transformers", "training_args.bin")
+
+
+def test_the_trainers_checkpoint_holds_every_processs_rng_state(tmp_path):
+    """The Trainer's rank 0 writes trainer_state.json with no barrier for the other processes'
+    rng_state_<r>.pth: a process late to begin its file leaves a folder with everything rank 0
+    writes. Its adapter's rule (file:trainer_state.json+torchzips+hfrngs) counts the processes from
+    training_args.bin (the file transformers 5.25.0 with accelerate 1.15.0 wrote for 2 processes:
+    tests/data/transformers/, its distributed_state says num_processes 2), read without running
+    its pickle; why a folder is not complete, said."""
+    import shutil
+    from restartlab.programs import torchzip
+    assert torchzip.read_attr_int(HF_ARGS_2, "PartialState", "num_processes") == 2
+    d = str(tmp_path)
+    s = programs.resolve({"adapter": "transformers", "command": ["x"], "steps": 30, "progress": r"step (?P<step>\d+)"})
+    assert s["complete"] == "file:trainer_state.json+torchzips+hfrngs" and not programs.spec_errors(s)
+    ck = f"{d}/checkpoint-10"
+    for n in ("optimizer.pt", "scheduler.pt", "rng_state_0.pth"):
+        _zip(f"{ck}/{n}")
+    shutil.copy(HF_ARGS_2, f"{ck}/training_args.bin")
+    mk(f"{ck}/trainer_state.json", "{}")
+    assert programs.why_not_complete(s["complete"], ck, 10, d) == "rng_state_1.pth not there (2 processes' RNG states)"
+    assert [(c.step, c.complete) for c in programs.list_ckpts(s, d)] == [(10, False)]
+    _zip(f"{ck}/rng_state_1.pth", whole=False)  # begun, cut short: torchzips says so
+    assert programs.why_not_complete(s["complete"], ck, 10, d) == "rng_state_1.pth cut short (its zip directory does not read)"
+    _zip(f"{ck}/rng_state_1.pth")
+    assert programs.why_not_complete(s["complete"], ck, 10, d) is None
+    with open(HF_ARGS_2, "rb") as f:
+        data = f.read()
+    with open(f"{ck}/training_args.bin", "wb") as f:
+        f.write(data[: len(data) // 2])
+    assert programs.why_not_complete(s["complete"], ck, 10, d) == \
+        "training_args.bin does not say how many processes wrote it (not there, or cut short)"
+    _zip(f"{ck}/training_args.bin", obj={"output_dir": d})  # whole, no distributed_state: not judged
+    assert programs.why_not_complete(s["complete"], ck, 10, d) is None
+    one = f"{d}/checkpoint-20"  # one process: rng_state.pth, no count needed
+    for n in ("optimizer.pt", "rng_state.pth", "training_args.bin"):
+        _zip(f"{one}/{n}")
+    mk(f"{one}/trainer_state.json", "{}")
+    assert programs.why_not_complete(s["complete"], one, 20, d) is None
 
 
 def test_torchzip_reads_the_step_without_running_the_pickle(tmp_path):

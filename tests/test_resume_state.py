@@ -60,6 +60,22 @@ def test_an_exact_resume_is_clean_and_a_forgotten_piece_is_named_with_its_values
     assert "optimizer step count differs (0 against 10)" in rs.text() and "Adam's bias correction" in rs.text()
 
 
+def test_a_piece_one_rank_forgot_is_named_with_that_rank():
+    """A checkpoint that lacked one rank's file (the Trainer's rng_state_1.pth, not begun when
+    trainer_state.json landed): the piece differs on that rank only, and the verdict says which."""
+    def two(n, offset=0, rank1=None):
+        runs = [_run(n, offset), _run(n, offset, rank1)]
+        return {0: runs[0][0], 1: runs[1][0]}
+    base = two(30)
+    rs = state_compare.compare(2, two(20, 10, lambda s: {"rng_torch": "other"}), 10, base)
+    assert rs.forgot == ["rng_torch"] and rs.ranks == 2 and rs.as_dict()["differ"]["rng_torch"]["ranks"] == [1]
+    assert "torch's CPU RNG differs on rank 1 of 2: " in rs.text()
+    both = {r: recs for r, recs in two(20, 10, lambda s: {"rng_torch": "other"}).items()}
+    both[0] = _run(20, 10, lambda s: {"rng_torch": "other"})[0]
+    rs = state_compare.compare(2, both, 10, base)
+    assert "torch's CPU RNG differs: " in rs.text() and rs.as_dict()["differ"]["rng_torch"]["ranks"] == [0, 1]
+
+
 def test_a_piece_used_one_step_later_is_the_resumes_and_a_later_one_is_not_blamed():
     """A scheduler left out shows at the resume's second step (the optimizer carried the first
     step's rate): named, a finding. A piece that first differs further on, with everything equal

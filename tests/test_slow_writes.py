@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from restartlab.trainer import slow_writes  # noqa: E402
 from restartlab.programs import torchzip  # noqa: E402
+from restartlab.contracts import envvars  # noqa: E402
 
 
 @pytest.fixture
@@ -54,9 +55,38 @@ def test_the_named_rank_writes_half_holds_then_the_rest(tmp_path, restore_save, 
     assert f"restartlab: slow write: {slow} held half-written" in capfd.readouterr().err
 
 
+def test_held_before_the_file_is_begun(tmp_path, restore_save, capfd):
+    """hold: before: a rank late to its save. For the time asked the path is not there at all (what
+    the Trainer's other processes' rng_state_<r>.pth look like when rank 0 writes trainer_state.json
+    first), then it is torch.save's own file."""
+    obj = {"step": 3, "w": torch.arange(1000, dtype=torch.float32)}
+    plain = tmp_path / "a" / "rng.pth"
+    plain.parent.mkdir()
+    torch.save(obj, plain)
+    assert envvars.slow_writes_value(1, 0.8, "before") == "1:0.8:before"
+    assert slow_writes.install_from_env({"RESTARTLAB_SLOW_WRITES": "1:0.8:before", "RANK": "1"})
+    late = tmp_path / "b" / "rng.pth"
+    late.parent.mkdir()
+    t = threading.Thread(target=torch.save, args=(obj, str(late)))
+    t0 = time.monotonic()
+    t.start()
+    looked = 0
+    while time.monotonic() - t0 < 0.6:  # well inside the hold: nothing there
+        assert not late.exists()
+        looked += 1
+        time.sleep(0.02)
+    t.join()
+    assert looked > 5 and time.monotonic() - t0 >= 0.8
+    assert late.read_bytes() == plain.read_bytes()
+    assert f"restartlab: slow write: {late} not begun for 0.8 s" in capfd.readouterr().err
+
+
 def test_off_and_malformed(restore_save, capfd):
-    assert slow_writes.parse("") is None and slow_writes.parse("1:0") is None and slow_writes.parse("2:1.5") == (2, 1.5)
+    assert slow_writes.parse("") is None and slow_writes.parse("1:0") is None
+    assert slow_writes.parse("2:1.5") == (2, 1.5, "inside") and slow_writes.parse("2:1.5:before") == (2, 1.5, "before")
+    assert envvars.slow_writes_value(2, 1.5) == "2:1.5" and envvars.slow_writes_value(2, 0, "before") == ""
     assert not slow_writes.install_from_env({"RANK": "1"})
-    assert not slow_writes.install_from_env({"RESTARTLAB_SLOW_WRITES": "one:3", "RANK": "1"})
-    assert "slow writes off" in capfd.readouterr().err
+    for bad in ("one:3", "1:3:after", "1:3:before:x", "3"):
+        assert not slow_writes.install_from_env({"RESTARTLAB_SLOW_WRITES": bad, "RANK": "1"}), bad
+        assert "slow writes off" in capfd.readouterr().err
     assert not hasattr(torch.save, "_restartlab_slow")

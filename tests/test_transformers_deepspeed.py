@@ -87,7 +87,7 @@ def test_transformers_killed_inside_a_save_crash_loops_and_the_verdict_says_why(
     assert len(crashes) >= 3, data["verdict"]  # every relaunch the fuzz's budget allows
     for f in crashes:
         assert f"the program would load {torn_path} (step {torn.split('-')[1]}, NOT complete by its rule " \
-               "file:trainer_state.json+torchzips (no trainer_state.json" in f and "a save that did not finish" in f, f
+               "file:trainer_state.json+torchzips+hfrngs (no trainer_state.json" in f and "a save that did not finish" in f, f
         assert ("ValueError: Can't find a valid checkpoint at" in f or
                 "No such file or directory" in f and "trainer_state.json" in f), f
         assert f"loading the newest complete checkpoint, step {good} (" in f and "would have been safe" in f, f
@@ -137,20 +137,21 @@ def test_a_framework_the_programs_python_lacks_is_refused_before_anything_runs(t
 
 
 
-def _fuzz_with_rank_1_slowed(scen, expt):
+def _fuzz_with_rank_1_slowed(scen, expt, *more, crashes=3):
     """`restartlab fuzz` with rank 1's torch.save files held half-written for 3 s and the one kill
     aimed up to 2 s into a save (seed 1): exit 1 on its finding. (the kill's row, the checkpoint
-    dir, the crash findings: one per relaunch the fuzz's budget allows)."""
+    dir, the findings on attempts: one per relaunch the fuzz's budget allows, at least `crashes`)."""
     r = restartlab("fuzz", scen, "--expt-dir", expt, "--plain", "--kills", "1", "--seed", "1", "--save-share", "1",
-                   "--after-complete", "--no-baseline", "--window", "60s", "--save-jitter", "2s",
-                   "--set", "failures.slow_writes.rank=1", "--set", "failures.slow_writes.seconds=3s")
+                   "--after-complete", "--window", "60s", "--save-jitter", "2s",
+                   "--set", "failures.slow_writes.rank=1", "--set", "failures.slow_writes.seconds=3s",
+                   *(more or ("--no-baseline",)))
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     with open(layout.Expt(expt).fuzz_summary) as f:
         data = json.load(f)
     (kill,) = data["kills"]
-    crashes = [f for f in data["verdict"]["findings"] if f.startswith("attempt ")]
-    assert len(crashes) >= 3, data["verdict"]
-    return kill, os.path.join(layout.Expt(expt).phase("restart").path, "ckpts"), crashes
+    found = [f for f in data["verdict"]["findings"] if f.startswith("attempt ")]
+    assert len(found) >= crashes, data["verdict"]
+    return kill, os.path.join(layout.Expt(expt).phase("restart").path, "ckpts"), found
 
 
 def test_transformers_trainer_state_lands_before_another_ranks_rng_state(expt):
@@ -159,20 +160,43 @@ def test_transformers_trainer_state_lands_before_another_ranks_rng_state(expt):
     half-written for 3 s) and the kill aimed late in a save, it lands while checkpoint-10 holds
     trainer_state.json and a cut-short rng_state_1.pth: every relaunch's get_last_checkpoint takes
     it and rank 1's torch.load of its RNG state fails. The verdict names the file cut short under
-    the adapter's rule (file:trainer_state.json+torchzips), the exception, and checkpoint-5."""
+    the adapter's rule (file:trainer_state.json+torchzips+hfrngs), the exception, and checkpoint-5."""
     need("transformers")
     kill, ckpts, crashes = _fuzz_with_rank_1_slowed(HF, expt)
     assert kill["where"] == "save" and kill["saving"] == ["checkpoint-10"] and kill["newest_complete_seen"] == 5, kill
     assert os.path.exists(os.path.join(ckpts, "checkpoint-10", "trainer_state.json"))  # rank 0 had finished
     for f in crashes:
         assert f"the program would load {ckpts}/checkpoint-10 (step 10, NOT complete by its rule " \
-               "file:trainer_state.json+torchzips (rng_state_1.pth cut short" in f, f
+               "file:trainer_state.json+torchzips+hfrngs (rng_state_1.pth cut short" in f, f
         # torch.load of the half file in _load_rng_state: OSError (seen, the half of 14405 bytes), or
         # the zip reader's own error for another cut
         assert "OSError: [Errno 22] Invalid argument" in f or "PytorchStreamReader failed reading zip archive" in f, f
         assert f"loading the newest complete checkpoint, step 5 ({ckpts}/checkpoint-5), would have been safe" in f, f
     out = _output(expt, 1)
     assert f"restartlab: slow write: {ckpts}/checkpoint-10/rng_state_1.pth held half-written" in out, out[-2000:]
+
+
+def test_transformers_rank_late_to_its_rng_state_resumes_with_that_ranks_rng_forgotten(expt):
+    """The same race with rank 1 late to begin its file (failures.slow_writes.hold: before, 3 s):
+    the kill lands while checkpoint-10 holds everything rank 0 writes, trainer_state.json included,
+    and no rng_state_1.pth. The relaunch resumes from it without an error (the Trainer's
+    _load_rng_state says "Didn't find an RNG file for process 1" at INFO, which a replica does not
+    print by default), and rank 1's dropout draws differ from then on. The verdict names each link:
+    the checkpoint was not complete by the adapter's rule (hfrngs: training_args.bin counts 2
+    processes), the resume did not restore torch's RNG on rank 1, the loss left the baseline."""
+    need("transformers")
+    kill, ckpts, found = _fuzz_with_rank_1_slowed(HF, expt, "--set", "failures.slow_writes.hold=before", crashes=2)
+    assert kill["where"] == "save" and kill["saving"] == ["checkpoint-10"] and kill["newest_complete_seen"] == 5, kill
+    held = set(os.listdir(os.path.join(ckpts, "checkpoint-10")))
+    assert {"trainer_state.json", "rng_state_0.pth"} <= held and "rng_state_1.pth" not in held, held
+    assert "attempt 2: resumed from step 10, whose checkpoint was not complete at the launch (rng_state_1.pth not " \
+           "there (2 processes' RNG states))" in found, found
+    assert "attempt 2: the resume at step 11 did not restore torch's CPU RNG on rank 1 of 2" in found, found
+    with open(layout.Expt(expt).fuzz_summary) as f:
+        findings = json.load(f)["verdict"]["findings"]
+    assert any(f.startswith("diverged from the baseline at step 11 ") for f in findings), findings
+    assert "Resuming training from checkpoint with epoch 0 and global step 10" in _output(expt, 2)
+    assert f"restartlab: slow write: {ckpts}/checkpoint-10/rng_state_1.pth not begun for 3 s" in _output(expt, 1)
 
 
 def test_deepspeed_latest_names_a_tag_whose_shards_are_not_all_written(expt):

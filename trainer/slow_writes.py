@@ -1,17 +1,23 @@
 """A failure ingredient for any PyTorch program: one rank's checkpoint writes made slow, so that a
-kill can find that rank's file half-written while the other ranks have finished theirs (a
-framework that marks a checkpoint done from one rank without waiting for the others, as
-DeepSpeed's `latest` file does, then points at a torn checkpoint).
+kill can find that rank's file half-written, or not yet begun, while the other ranks have finished
+theirs (a framework that marks a checkpoint done from one rank without waiting for the others, as
+DeepSpeed's `latest` file and the Hugging Face Trainer's trainer_state.json do, then points at a
+torn checkpoint).
 
-Set by the scenario (failures.slow_writes: {rank: R, seconds: S}); the supervisor passes it to the
-ranks as RESTARTLAB_SLOW_WRITES=R:S, and a Python rank of yours installs it when its program
-imports torch (the rank's sitecustomize, runtime/linebuf/; a warm-forked rank in its fork). On the
-rank whose RANK (the torchrun-style variable restartlab gives your ranks) is R, `torch.save` to a
-path opens the path at once (empty from the call on, as torch.save's own writer opens it before
-it writes), has torch.save write the file whole in a private temp dir ($TMPDIR), then writes the
-first half of its bytes to the path, flushes, sleeps S seconds, writes the rest: the file exists
-torn for S seconds, and is then byte for byte the file torch.save would have written. A file object given to torch.save, DCP's
-writer and safetensors are not slowed. Each slowed write says so on the rank's standard error."""
+Set by the scenario (failures.slow_writes: {rank: R, seconds: S, hold: inside|before}); the
+supervisor passes it to the ranks as RESTARTLAB_SLOW_WRITES=R:S (hold inside) or R:S:before, and a
+Python rank of yours installs it when its program imports torch (the rank's sitecustomize,
+runtime/linebuf/; a warm-forked rank in its fork). On the rank whose RANK (the torchrun-style
+variable restartlab gives your ranks) is R, `torch.save` to a path:
+  inside  opens the path at once (empty from the call on, as torch.save's own writer opens it
+          before it writes), has torch.save write the file whole in a private temp dir ($TMPDIR),
+          then writes the first half of its bytes to the path, flushes, sleeps S seconds, writes
+          the rest: the file exists torn for S seconds, and is then byte for byte the file
+          torch.save would have written;
+  before  sleeps S seconds, then calls torch.save: for S seconds the file is not there at all (a
+          rank late to its save), then it is torch.save's own.
+A file object given to torch.save, DCP's writer and safetensors are not slowed. Each slowed write
+says so on the rank's standard error."""
 import os
 import shutil
 import sys
@@ -21,18 +27,22 @@ import time
 from restartlab.contracts.envvars import SLOW_WRITES_VAR as VAR
 
 
+HOLDS = ("inside", "before")
+
+
 def parse(value: str):
-    """'R:S' -> (rank, seconds); None when off ('' or S = 0); ValueError when malformed."""
+    """'R:S[:HOLD]' -> (rank, seconds, hold); None when off ('' or S = 0); ValueError when malformed."""
     if not value:
         return None
-    rank, _, seconds = value.partition(":")
+    rank, seconds, *rest = value.split(":")
     r, s = int(rank), float(seconds)
-    if r < 0 or s < 0:
-        raise ValueError(f"{VAR}={value!r}: rank and seconds must be >= 0")
-    return (r, s) if s > 0 else None
+    hold = rest[0] if rest else "inside"
+    if r < 0 or s < 0 or len(rest) > 1 or hold not in HOLDS:
+        raise ValueError(f"{VAR}={value!r}: rank and seconds must be >= 0, the hold one of {', '.join(HOLDS)}")
+    return (r, s, hold) if s > 0 else None
 
 
-def install(seconds: float) -> None:
+def install(seconds: float, hold: str = "inside") -> None:
     import torch
     if getattr(torch.save, "_restartlab_slow", None) is not None:
         return
@@ -40,6 +50,11 @@ def install(seconds: float) -> None:
 
     def save(obj, f, *args, **kwargs):
         if not isinstance(f, (str, os.PathLike)):
+            return whole(obj, f, *args, **kwargs)
+        if hold == "before":
+            sys.stderr.write(f"restartlab: slow write: {os.fspath(f)} not begun for {seconds:g} s\n")
+            sys.stderr.flush()
+            time.sleep(seconds)
             return whole(obj, f, *args, **kwargs)
         # the path is there, empty, from the call on: torch.save opens it before it writes, and a
         # file that shows only when its first half does would look, to a reader listing the folder
@@ -78,5 +93,5 @@ def install_from_env(env=os.environ) -> bool:
         return False
     if want is None or want[0] != rank:
         return False
-    install(want[1])
+    install(want[1], want[2])
     return True

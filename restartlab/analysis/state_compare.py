@@ -33,6 +33,7 @@ class ResumeState:
     equal: List[str] = field(default_factory=list)    # at the resume's first step
     differ: Dict[str, Tuple[object, object]] = field(default_factory=dict)  # piece -> (this attempt's, baseline's)
     differ_step: Optional[int] = None                 # where they first differ (step or step + WINDOW)
+    differ_on: Dict[str, List[int]] = field(default_factory=dict)  # piece -> the ranks on which it differs
     not_observed: List[str] = field(default_factory=list)
     unrepeatable: List[str] = field(default_factory=list)
     later: Optional[Tuple[int, List[str]]] = None     # equal through the window; (step, pieces) first differing after
@@ -48,7 +49,8 @@ class ResumeState:
     def as_dict(self) -> dict:
         return {"attempt": self.attempt, "step": self.step, "equal": self.equal, "forgot": self.forgot,
                 "differ_step": self.differ_step,
-                "differ": {k: {"attempt": a, "baseline": b} for k, (a, b) in self.differ.items()},
+                "differ": {k: {"attempt": a, "baseline": b, "ranks": self.differ_on.get(k, [])}
+                           for k, (a, b) in self.differ.items()},
                 "not_observed": self.not_observed, "unrepeatable": self.unrepeatable,
                 "later": None if self.later is None else {"step": self.later[0], "pieces": self.later[1]},
                 "first_matched": self.first_matched, "ranks": self.ranks, "note": self.note, "against": self.against,
@@ -59,6 +61,14 @@ class ResumeState:
             return "the optimizer's state, whose param groups carry it, was not loaded"
         return SR.MEANING[k]
 
+    def where(self, k: str) -> str:
+        """' on rank 1 of 2' where a piece differs on some of the ranks compared, not all (one rank's
+        file the checkpoint lacked); '' where on all of them."""
+        on = self.differ_on.get(k) or []
+        if not on or len(on) >= self.ranks:
+            return ""
+        return f" on rank{'s' if len(on) > 1 else ''} {', '.join(map(str, on))} of {self.ranks}"
+
     def text(self) -> str:
         if self.note:
             return self.note
@@ -68,7 +78,7 @@ class ResumeState:
             shown = f" ({SR.describe(k, mine)} against {SR.describe(k, theirs)})" if k in ("lr", "opt_step", "scale") else ""
             verb = "differ" if SR.PLURAL[k] else "differs"
             when = "" if self.differ_step == self.step else f" from step {self.differ_step}"
-            parts.append(f"{SR.WORDS[k]} {verb}{when}{shown}: {self._meaning(k)}")
+            parts.append(f"{SR.WORDS[k]} {verb}{self.where(k)}{when}{shown}: {self._meaning(k)}")
         if self.equal:
             parts.append(", ".join(SR.WORDS[k] for k in self.equal if k not in self.differ) + " equal")
         if self.unrepeatable:
@@ -93,8 +103,10 @@ def _at(records: Records, offset: int) -> Dict[int, Dict[int, SR.StateRecord]]:
 
 
 def _differing(mine: Dict[int, Dict[int, SR.StateRecord]], base: Dict[int, Dict[int, SR.StateRecord]],
-               step: int, keys) -> Tuple[Dict[str, Tuple[object, object]], List[str], List[str]]:
-    """(differ {piece: (mine, baseline's) on the first rank that differs}, equal, not observed) at `step`."""
+               step: int, keys, on: Optional[Dict[str, List[int]]] = None) -> Tuple[Dict[str, Tuple[object, object]],
+                                                                                  List[str], List[str]]:
+    """(differ {piece: (mine, baseline's) on the first rank that differs}, equal, not observed) at
+    `step`; `on`, when given, gets {piece: the ranks on which it differs}."""
     differ, equal, unseen = {}, [], []
     for k in keys:
         seen_any, off = False, None
@@ -106,8 +118,10 @@ def _differing(mine: Dict[int, Dict[int, SR.StateRecord]], base: Dict[int, Dict[
             if va is None or vb is None:
                 continue
             seen_any = True
-            if va != vb and off is None:
-                off = (va, vb)
+            if va != vb:
+                off = off or (va, vb)
+                if on is not None:
+                    on.setdefault(k, []).append(rank)
         if off is not None:
             differ[k] = off
         elif seen_any:
@@ -166,10 +180,11 @@ def compare(attempt: int, records: Records, resumed_from: int, base: Records,
     rs.equal = [k for k in equal if k in judged]
     rs.not_observed = unseen
     for s in _common_steps(mine, theirs, step):
-        differ, _, _ = _differing(mine, theirs, s, judged)
+        on = {}
+        differ, _, _ = _differing(mine, theirs, s, judged, on)
         if differ:
             if s <= step + WINDOW:
-                rs.differ, rs.differ_step = differ, s
+                rs.differ, rs.differ_step, rs.differ_on = differ, s, on
                 rs.equal = [k for k in rs.equal if k not in differ]
             else:
                 rs.later = (s, list(differ))

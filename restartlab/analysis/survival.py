@@ -116,8 +116,10 @@ def _resume(k: int, first: dict, snap: dict) -> Restart:
         return Restart(k, "unjudged", f"resumed from step {r}; no checkpoint was seen at the launch (check "
                        "trainer.program.checkpoints): not judged", r, expected)
     if r and (states.get(r) is False or (expected is not None and r > expected) or (expected is None and snap)):
+        pick = snap.get("will_load") or {}
+        why = f" ({pick['why']})" if pick.get("why") and pick.get("step") == r else ""
         return Restart(k, "incomplete", f"resumed from step {r}, whose checkpoint was not complete at the launch"
-                       + how, r, expected)
+                       + why + how, r, expected)
     if expected is None:
         return Restart(k, "first", "started from step 0 (no complete checkpoint yet)", r, expected)
     if r == expected:
@@ -343,7 +345,7 @@ def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List
             left = state_left
         if rs.forgot:
             findings.append(f"attempt {r.attempt}: the resume at step {rs.step} did not restore "
-                            + ", ".join(state_record.WORDS[k] for k in rs.forgot)
+                            + ", ".join(state_record.WORDS[k] + rs.where(k) for k in rs.forgot)
                             + ("" if rs.differ_step == rs.step else f" (they differ from step {rs.differ_step})"))
     return findings
 

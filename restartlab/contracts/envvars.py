@@ -10,7 +10,7 @@ SERVER_VAR = "RESTARTLAB_WARM_SERVER"  # a warm standby pool's own pid, in the p
 WARM_VAR = "RESTARTLAB_WARM"           # "1" in a warm rank's os.environ (its startup row records it)
 STATE_DIR_VAR = "RESTARTLAB_STATE_DIR"   # where a rank writes its training-state fingerprints (its attempt's directory)
 STATE_EVERY_VAR = "RESTARTLAB_STATE_EVERY"  # the parameters' and optimizer state's crcs every Nth step (collection.state_every)
-SLOW_WRITES_VAR = "RESTARTLAB_SLOW_WRITES"  # RANK:SECONDS: that rank's torch.save files held half-written (failures.slow_writes)
+SLOW_WRITES_VAR = "RESTARTLAB_SLOW_WRITES"  # RANK:SECONDS[:before]: that rank's torch.save files held half-written, or held before they begin (failures.slow_writes)
 GROUP_TAG_SEP = ".g"                   # a torchft phase's replica group k carries the tag <tag>.g<k>
 
 
@@ -29,3 +29,11 @@ def tag_matches(value: str, tag: str) -> bool:
 def node_name() -> str:
     """The scheduler's name for this node (several Slurm nodes can share one host in tests)."""
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def slow_writes_value(rank: int, seconds: float, hold: str = "inside") -> str:
+    """RESTARTLAB_SLOW_WRITES for failures.slow_writes ('' when off); its reader is
+    restartlab.trainer.slow_writes.parse."""
+    if not seconds:
+        return ""
+    return f"{rank}:{seconds:g}" + (f":{hold}" if hold != "inside" else "")

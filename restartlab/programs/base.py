@@ -14,10 +14,12 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
                dsshards (DeepSpeed's ZeRO: a folder holding any zero_pp_rank_* file holds one
                optimizer shard per data- and model-parallel rank, as many as its model states
                file says: dp_world_size x mp_world_size) |
+               hfrngs (the Hugging Face Trainer's: a folder holding any rng_state_<r>.pth holds one
+               per process, as many as its training_args.bin says: distributed_state.num_processes) |
                file:NAME[,NAME...] (files inside the checkpoint dir, or beside a checkpoint file:
                all of them) | pointer:FILE (FILE in the checkpoint dir names the newest complete step:
                a number, or a tag ending in one); several joined by + must all hold
-               (DeepSpeed: pointer:latest+torchzips+dsshards; the Trainer: file:trainer_state.json+torchzips)
+               (DeepSpeed: pointer:latest+torchzips+dsshards; the Trainer: file:trainer_state.json+torchzips+hfrngs)
   counts       what the number in a checkpoint's name counts: steps, or saves (Accelerate's
                checkpoint_<K>); with saves, step = (K + 1) x save_every
   selects      which checkpoint the program itself loads on a restart: newest_complete |
@@ -45,8 +47,8 @@ from ..contracts import placeholders
 from ..contracts.registry import Registry
 from . import torchzip
 
-COMPLETE_RULES = ("exists", "dcp", "torchzip", "torchzips", "dsshards", "file:NAME[,NAME...]", "pointer:FILE")
-KINDS = ("exists", "dcp", "torchzip", "torchzips", "dsshards", "file", "pointer")
+COMPLETE_RULES = ("exists", "dcp", "torchzip", "torchzips", "dsshards", "hfrngs", "file:NAME[,NAME...]", "pointer:FILE")
+KINDS = ("exists", "dcp", "torchzip", "torchzips", "dsshards", "hfrngs", "file", "pointer")
 SELECT_RULES = ("newest_complete", "highest", "newest_mtime", "pointer", "last")
 UNKNOWN_STEP = -1
 KEYS = ("progress", "progress_file", "progress_fields", "checkpoints", "complete", "selects", "resumed", "saved",
@@ -326,6 +328,34 @@ def _ds_shards_missing(path: str) -> Optional[str]:
     return f"{', '.join(gone)} not there ({dp} x {mp} ranks' shards)" if gone else None
 
 
+HF_ARGS = "training_args.bin"
+HF_RNG = re.compile(r"rng_state_(\d+)\.pth")
+
+
+def _hf_rngs_missing(path: str) -> Optional[str]:
+    """Which of the Trainer's per-process RNG states (rng_state_<r>.pth) a checkpoint folder lacks,
+    said; None when it has them all, or holds none (one process writes rng_state.pth; a
+    save_only_model save, none), or its training_args.bin is whole and does not say how many
+    processes wrote it (a transformers or accelerate that pickles no distributed_state: not judged).
+    Every process writes its own, with no barrier before rank 0 writes trainer_state.json (read from
+    transformers 5.25.0: Trainer._save_checkpoint, _save_rng_state): a rank late to begin its file
+    leaves a folder that looks finished, and a resume from it leaves that rank's RNG where its
+    seed put it (_load_rng_state: "Didn't find an RNG file for process <r>", an info line)."""
+    try:
+        names = set(os.listdir(path))
+    except OSError:
+        return None
+    if not any(HF_RNG.fullmatch(n) for n in names):
+        return None
+    args = os.path.join(path, HF_ARGS)
+    n = torchzip.read_attr_int(args, "PartialState", "num_processes")
+    if n is None:
+        return None if torchzip.whole(args) else f"{HF_ARGS} does not say how many processes wrote it " \
+            "(not there, or cut short)"
+    gone = [f"rng_state_{r}.pth" for r in range(n) if f"rng_state_{r}.pth" not in names]
+    return f"{', '.join(gone)} not there ({n} processes' RNG states)" if gone else None
+
+
 def why_not_complete(rule: str, path: str, step: int, ckpt_dir: str) -> Optional[str]:
     """Why the checkpoint at `path` is not complete by `rule` (each part that fails, said), or None
     when it is."""
@@ -344,8 +374,8 @@ def why_not_complete(rule: str, path: str, step: int, ckpt_dir: str) -> Optional
                 out.append("no .pt or .pth file in it")
             elif torn:
                 out.append(f"{', '.join(torn)} cut short (its zip directory does not read)")
-        elif kind == "dsshards":
-            missing = _ds_shards_missing(path)
+        elif kind in ("dsshards", "hfrngs"):
+            missing = (_ds_shards_missing if kind == "dsshards" else _hf_rngs_missing)(path)
             if missing:
                 out.append(missing)
         elif kind == "file":

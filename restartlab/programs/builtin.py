@@ -62,8 +62,9 @@ class Transformers(Adapter):
     N the global step; the model (model.safetensors) first, then optimizer.pt, scheduler.pt, each
     rank's rng_state_<rank>.pth, and trainer_state.json last (rank 0, no barrier before it, no
     marker, no rename: another rank's rng_state can still be being written when it lands, so
-    complete here is trainer_state.json there and every torch.save file in the folder whole,
-    file:trainer_state.json+torchzips); the documented resume, train(resume_from_checkpoint=get_last_checkpoint(
+    complete here is trainer_state.json there, every torch.save file in the folder whole, and one
+    rng_state_<r>.pth per process its training_args.bin counts: file:trainer_state.json+torchzips+
+    hfrngs); the documented resume, train(resume_from_checkpoint=get_last_checkpoint(
     output_dir)), takes the highest-numbered checkpoint-<N> folder without a check, and a folder
     without trainer_state.json then fails the start (a ValueError or FileNotFoundError) at every
     relaunch. With log_level="info" rank 0 logs "Resuming training from checkpoint with epoch E and
@@ -77,7 +78,7 @@ class Transformers(Adapter):
     preload = "torch,transformers"
     doc = ("Hugging Face Trainer (output_dir = {ckpt_dir}: checkpoint-<N>, trainer_state.json last; "
            "train(resume_from_checkpoint=get_last_checkpoint(output_dir)))")
-    defaults = {"checkpoints": r"{ckpt_dir}/checkpoint-(?P<step>\d+)", "complete": "file:trainer_state.json+torchzips",
+    defaults = {"checkpoints": r"{ckpt_dir}/checkpoint-(?P<step>\d+)", "complete": "file:trainer_state.json+torchzips+hfrngs",
                 "selects": "highest",
                 "resumed": r"Resuming training from checkpoint with epoch \d+ and global step (?P<step>\d+)",
                 "saving": r"Saving model checkpoint to \S*checkpoint-\d+"}

@@ -18,13 +18,14 @@ _SEEN_MAX = 4096
 
 
 class _Stub:
-    """Whatever the pickle names: built from any arguments, keeps no state."""
+    """Whatever the pickle names: built from any arguments; keeps the state the pickle gives it
+    (read, never acted on: the Trainer's training_args.bin holds its process count there)."""
 
     def __init__(self, *args, **kwargs):
-        pass
+        self._state = None
 
     def __setstate__(self, state):
-        pass
+        self._state = state
 
     def __call__(self, *args, **kwargs):
         return _Stub()
@@ -83,17 +84,45 @@ def read_ints(path: str, keys) -> Dict[str, int]:
     return {k: ints[k] for k in keys if k in ints}
 
 
-def _top_ints(path: str) -> Dict[str, int]:
+def _ints(d) -> Dict[str, int]:
+    return {k: v for k, v in d.items() if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)} \
+        if isinstance(d, dict) else {}
+
+
+_UNREAD = object()
+
+
+def _load(path: str):
+    """The object data.pkl holds (stand-ins for every class), or _UNREAD."""
     try:
         with zipfile.ZipFile(path) as z:
             name = next((n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")), None)
             if name is None or z.getinfo(name).file_size > MAX_PICKLE_BYTES:
-                return {}
+                return _UNREAD
             with z.open(name) as f:
-                obj = _Unpickler(f).load()
+                return _Unpickler(f).load()
     except (OSError, zipfile.BadZipFile, pickle.UnpicklingError, EOFError, ValueError, TypeError,
             AttributeError, IndexError, KeyError, RecursionError):
-        return {}
-    if not isinstance(obj, dict):
-        return {}
-    return {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)}
+        return _UNREAD
+
+
+def _top_ints(path: str) -> Dict[str, int]:
+    return _ints(_load(path))
+
+
+def read_attr_int(path: str, owner: str, key: str) -> Optional[int]:
+    """The integer `key` in the state of an object of class `owner` inside a torch.save file (its
+    pickled attributes, one level of objects down from the top: the Trainer's training_args.bin is
+    a TrainingArguments whose distributed_state, an accelerate PartialState, says num_processes);
+    None when the file does not read or holds no such object or key."""
+    return _once(path, f"attr:{owner}.{key}", lambda p: _attr_int(p, owner, key))
+
+
+def _attr_int(path: str, owner: str, key: str) -> Optional[int]:
+    top = _load(path)
+    state = getattr(top, "_state", None)
+    values = state.values() if isinstance(state, dict) else ()
+    for v in (top, *values):
+        if type(v).__name__ == owner and isinstance(v, _Stub):
+            return _ints(v._state).get(key)
+    return None

@@ -32,7 +32,7 @@ from .clock import Clock
 from .. import launchers, programs
 from ..contracts import layout, options, placeholders, rank_exit
 from ..contracts.attempts import PhaseEnd
-from ..contracts.envvars import SLOW_WRITES_VAR, STATE_DIR_VAR, STATE_EVERY_VAR
+from ..contracts.envvars import SLOW_WRITES_VAR, STATE_DIR_VAR, STATE_EVERY_VAR, slow_writes_value
 from . import attempt_stop
 from .attempt_launch import AttemptLaunch, Launched
 from .injector_proc import INJECTOR_GRACE_S, InjectorProcess
@@ -229,7 +229,7 @@ class Supervisor:
         # set, so that a launcher's forwarding by name (Open MPI's -x) never names an unset variable
         env.update({STATE_DIR_VAR: os.path.abspath(att.path), STATE_EVERY_VAR: str(cfg.state_every)})
         # failures.slow_writes: that rank's torch.save files held half-written (trainer/slow_writes.py)
-        env[SLOW_WRITES_VAR] = f"{cfg.slow_writes_rank}:{cfg.slow_writes_seconds:g}" if cfg.slow_writes_seconds else ""
+        env[SLOW_WRITES_VAR] = slow_writes_value(cfg.slow_writes_rank, cfg.slow_writes_seconds, cfg.slow_writes_hold)
         return argv, env, ranks
 
     def watch(self, run: Launched, att: layout.Attempt) -> int:

@@ -85,6 +85,9 @@ SUPERVISE = [
         "writes half the bytes, holds this long, then the rest, so that a kill can find its file torn while the "
         "other ranks' are whole (a Python program of yours that imports torch: trainer/slow_writes.py); 0: off",
         scenario="failures.slow_writes.seconds", min=0),
+    Opt("--slow-writes-hold", "str", "inside", "where a slowed write is held: inside (the file there, half of it "
+        "written: a rank's file cut short) or before (the file not yet begun: a rank late to its save)",
+        choices=("inside", "before"), scenario="failures.slow_writes.hold"),
     Opt("--tick", "float", 1.0, "seconds between the watchdog's looks", hidden=True),
     # recovery without a restart (the phase's recovery: mapping; restartlab.runtime.ft_phase)
     Opt("--ft-groups", "int", 0, "torchft: run the phase as this many replica groups joined by torchft's "
