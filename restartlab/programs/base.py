@@ -335,8 +335,10 @@ HF_RNG = re.compile(r"rng_state_(\d+)\.pth")
 def _hf_rngs_missing(path: str) -> Optional[str]:
     """Which of the Trainer's per-process RNG states (rng_state_<r>.pth) a checkpoint folder lacks,
     said; None when it has them all, or holds none (one process writes rng_state.pth; a
-    save_only_model save, none), or its training_args.bin is whole and does not say how many
-    processes wrote it (a transformers or accelerate that pickles no distributed_state: not judged).
+    save_only_model save, none), or its training_args.bin is not there yet (rank 0 writes it with
+    the weights, before trainer_state.json: the rule's other parts judge such a folder) or is whole
+    and does not say how many processes wrote it (a transformers or accelerate that pickles no
+    distributed_state): not judged.
     Every process writes its own, with no barrier before rank 0 writes trainer_state.json (read from
     transformers 5.25.0: Trainer._save_checkpoint, _save_rng_state): a rank late to begin its file
     leaves a folder that looks finished, and a resume from it leaves that rank's RNG where its
@@ -349,9 +351,9 @@ def _hf_rngs_missing(path: str) -> Optional[str]:
         return None
     args = os.path.join(path, HF_ARGS)
     n = torchzip.read_attr_int(args, "PartialState", "num_processes")
-    if n is None:
-        return None if torchzip.whole(args) else f"{HF_ARGS} does not say how many processes wrote it " \
-            "(not there, or cut short)"
+    if n is None:  # not there yet (rank 0 writes it with the weights; other parts of the rule say so), or cut short
+        return None if not os.path.exists(args) or torchzip.whole(args) else \
+            f"{HF_ARGS} cut short: it does not say how many processes wrote their RNG states"
     gone = [f"rng_state_{r}.pth" for r in range(n) if f"rng_state_{r}.pth" not in names]
     return f"{', '.join(gone)} not there ({n} processes' RNG states)" if gone else None
 
