@@ -137,14 +137,15 @@ def test_a_framework_the_programs_python_lacks_is_refused_before_anything_runs(t
 
 
 
-def _fuzz_with_rank_1_slowed(scen, expt, *more, crashes=3):
+def _fuzz_with_rank_1_slowed(scen, expt, *more, crashes=3, baseline=False):
     """`restartlab fuzz` with rank 1's torch.save files held half-written for 3 s and the one kill
-    aimed up to 2 s into a save (seed 1): exit 1 on its finding. (the kill's row, the checkpoint
-    dir, the findings on attempts: one per relaunch the fuzz's budget allows, at least `crashes`)."""
+    aimed up to 2 s into a save (seed 1), `more` options added, the baseline run only when asked:
+    exit 1 on its finding. (the kill's row, the checkpoint dir, the findings on attempts: one per
+    relaunch the fuzz's budget allows, at least `crashes`)."""
     r = restartlab("fuzz", scen, "--expt-dir", expt, "--plain", "--kills", "1", "--seed", "1", "--save-share", "1",
                    "--after-complete", "--window", "60s", "--save-jitter", "2s",
                    "--set", "failures.slow_writes.rank=1", "--set", "failures.slow_writes.seconds=3s",
-                   *(more or ("--no-baseline",)))
+                   *more, *(() if baseline else ("--no-baseline",)))
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     with open(layout.Expt(expt).fuzz_summary) as f:
         data = json.load(f)
@@ -185,7 +186,8 @@ def test_transformers_rank_late_to_its_rng_state_resumes_with_that_ranks_rng_for
     the checkpoint was not complete by the adapter's rule (hfrngs: training_args.bin counts 2
     processes), the resume did not restore torch's RNG on rank 1, the loss left the baseline."""
     need("transformers")
-    kill, ckpts, found = _fuzz_with_rank_1_slowed(HF, expt, "--set", "failures.slow_writes.hold=before", crashes=2)
+    kill, ckpts, found = _fuzz_with_rank_1_slowed(HF, expt, "--set", "failures.slow_writes.hold=before", crashes=2,
+                                             baseline=True)
     assert kill["where"] == "save" and kill["saving"] == ["checkpoint-10"] and kill["newest_complete_seen"] == 5, kill
     held = set(os.listdir(os.path.join(ckpts, "checkpoint-10")))
     assert {"trainer_state.json", "rng_state_0.pth"} <= held and "rng_state_1.pth" not in held, held

@@ -25,21 +25,7 @@ import tempfile
 import time
 
 from restartlab.contracts.envvars import SLOW_WRITES_VAR as VAR
-
-
-HOLDS = ("inside", "before")
-
-
-def parse(value: str):
-    """'R:S[:HOLD]' -> (rank, seconds, hold); None when off ('' or S = 0); ValueError when malformed."""
-    if not value:
-        return None
-    rank, seconds, *rest = value.split(":")
-    r, s = int(rank), float(seconds)
-    hold = rest[0] if rest else "inside"
-    if r < 0 or s < 0 or len(rest) > 1 or hold not in HOLDS:
-        raise ValueError(f"{VAR}={value!r}: rank and seconds must be >= 0, the hold one of {', '.join(HOLDS)}")
-    return (r, s, hold) if s > 0 else None
+from restartlab.contracts.envvars import parse_slow_writes as parse  # the variable's one reader
 
 
 def install(seconds: float, hold: str = "inside") -> None:

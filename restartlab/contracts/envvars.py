@@ -31,9 +31,25 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
+SLOW_WRITES_HOLDS = ("inside", "before")  # failures.slow_writes.hold: the file half-written, or not begun
+
+
 def slow_writes_value(rank: int, seconds: float, hold: str = "inside") -> str:
-    """RESTARTLAB_SLOW_WRITES for failures.slow_writes ('' when off); its reader is
-    restartlab.trainer.slow_writes.parse."""
+    """RESTARTLAB_SLOW_WRITES for failures.slow_writes ('' when off): RANK:SECONDS[:before]."""
     if not seconds:
         return ""
-    return f"{rank}:{seconds:g}" + (f":{hold}" if hold != "inside" else "")
+    return f"{rank}:{seconds:g}" + (f":{hold}" if hold != SLOW_WRITES_HOLDS[0] else "")
+
+
+def parse_slow_writes(value: str):
+    """slow_writes_value's reader: 'R:S[:HOLD]' -> (rank, seconds, hold); None when off ('' or
+    S = 0); ValueError when malformed."""
+    if not value:
+        return None
+    rank, seconds, *rest = value.split(":")
+    r, s = int(rank), float(seconds)
+    hold = rest[0] if rest else SLOW_WRITES_HOLDS[0]
+    if r < 0 or s < 0 or len(rest) > 1 or hold not in SLOW_WRITES_HOLDS:
+        raise ValueError(f"{SLOW_WRITES_VAR}={value!r}: rank and seconds must be >= 0, the hold one of "
+                         f"{', '.join(SLOW_WRITES_HOLDS)}")
+    return (r, s, hold) if s > 0 else None

@@ -292,29 +292,31 @@ def _pointer_file(rule: str) -> Optional[str]:
     return next((p.partition(":")[2] for p in rule.split("+") if p.startswith("pointer:")), None)
 
 
-def _torn_zips(path: str) -> Optional[List[str]]:
-    """The torch.save files (*.pt, *.pth) in a folder whose zip directory does not read (cut short),
-    [] when all read; None when the folder holds none (nothing written yet) or is not a folder."""
+def _listing(path: str) -> Optional[set]:
+    """The names in a checkpoint folder; None when it is not one (a file, or gone)."""
     try:
-        names = sorted(n for n in os.listdir(path) if n.endswith((".pt", ".pth")))
+        return set(os.listdir(path))
     except OSError:
         return None
-    return [n for n in names if not torchzip.whole(os.path.join(path, n))] if names else None
+
+
+def _torn_zips(path: str, names: Optional[set]) -> Optional[List[str]]:
+    """The torch.save files (*.pt, *.pth) in a folder (`names`: its listing) whose zip directory
+    does not read (cut short), [] when all read; None when the folder holds none (nothing written
+    yet) or is not a folder."""
+    zips = sorted(n for n in names or () if n.endswith((".pt", ".pth")))
+    return [n for n in zips if not torchzip.whole(os.path.join(path, n))] if zips else None
 
 
 DS_MODEL_STATES = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt")  # ZeRO-1/2, ZeRO-3
 
 
-def _ds_shards_missing(path: str) -> Optional[str]:
+def _ds_shards_missing(path: str, names: Optional[set]) -> Optional[str]:
     """Which of DeepSpeed's ZeRO optimizer shards a checkpoint folder lacks, said; None when it
     has them all, or holds no ZeRO shard at all (not ZeRO, or nothing written yet: the other parts
     of the rule judge that). Rank 0 writes the model states and its own shard before `latest`; the
     other ranks' may not be begun yet when `latest` lands (seen: within 4 ms of it)."""
-    try:
-        names = set(os.listdir(path))
-    except OSError:
-        return None
-    shards = [n for n in names if n.endswith("_optim_states.pt") and "zero_pp_rank_" in n]
+    shards = [n for n in names or () if n.endswith("_optim_states.pt") and "zero_pp_rank_" in n]
     if not shards:
         return None
     meta = next((n for n in DS_MODEL_STATES if n in names), None)
@@ -332,7 +334,7 @@ HF_ARGS = "training_args.bin"
 HF_RNG = re.compile(r"rng_state_(\d+)\.pth")
 
 
-def _hf_rngs_missing(path: str) -> Optional[str]:
+def _hf_rngs_missing(path: str, names: Optional[set]) -> Optional[str]:
     """Which of the Trainer's per-process RNG states (rng_state_<r>.pth) a checkpoint folder lacks,
     said; None when it has them all, or holds none (one process writes rng_state.pth; a
     save_only_model save, none), or its training_args.bin is not there yet (rank 0 writes it with
@@ -343,11 +345,7 @@ def _hf_rngs_missing(path: str) -> Optional[str]:
     transformers 5.25.0: Trainer._save_checkpoint, _save_rng_state): a rank late to begin its file
     leaves a folder that looks finished, and a resume from it leaves that rank's RNG where its
     seed put it (_load_rng_state: "Didn't find an RNG file for process <r>", an info line)."""
-    try:
-        names = set(os.listdir(path))
-    except OSError:
-        return None
-    if not any(HF_RNG.fullmatch(n) for n in names):
+    if not any(HF_RNG.fullmatch(n) for n in names or ()):
         return None
     args = os.path.join(path, HF_ARGS)
     n = torchzip.read_attr_int(args, "PartialState", "num_processes")
@@ -358,10 +356,19 @@ def _hf_rngs_missing(path: str) -> Optional[str]:
     return f"{', '.join(gone)} not there ({n} processes' RNG states)" if gone else None
 
 
+# the parts that count the files in a folder against what one of them says
+COUNTED = {"dsshards": _ds_shards_missing, "hfrngs": _hf_rngs_missing}
+
+
 def why_not_complete(rule: str, path: str, step: int, ckpt_dir: str) -> Optional[str]:
     """Why the checkpoint at `path` is not complete by `rule` (each part that fails, said), or None
-    when it is."""
-    out = []
+    when it is. The folder is listed once, for all the parts that look inside it."""
+    out, listed = [], []
+
+    def names() -> Optional[set]:
+        if not listed:
+            listed.append(_listing(path))
+        return listed[0]
     for part in rule.split("+"):
         kind, _, arg = part.partition(":")
         if kind == "exists" and not os.path.exists(path):
@@ -371,13 +378,13 @@ def why_not_complete(rule: str, path: str, step: int, ckpt_dir: str) -> Optional
         elif kind == "torchzip" and not (step >= 0 and torchzip.read_step(path) is not None):
             out.append("its zip directory does not read")
         elif kind == "torchzips":
-            torn = _torn_zips(path)
+            torn = _torn_zips(path, names())
             if torn is None:
                 out.append("no .pt or .pth file in it")
             elif torn:
                 out.append(f"{', '.join(torn)} cut short (its zip directory does not read)")
-        elif kind in ("dsshards", "hfrngs"):
-            missing = (_ds_shards_missing if kind == "dsshards" else _hf_rngs_missing)(path)
+        elif kind in COUNTED:
+            missing = COUNTED[kind](path, names())
             if missing:
                 out.append(missing)
         elif kind == "file":

@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .. import failures, launchers, schedulers
 from ..contracts.signals import parse_signal
 from ..contracts import layout
+from ..contracts.envvars import SLOW_WRITES_HOLDS
 from ..contracts.options import Opt, add_to_parser, to_argv
 
 FANOUTS = lambda: schedulers.names() + ["mpiexec"]  # noqa: E731  (the registries fill in at import)
@@ -87,7 +88,7 @@ SUPERVISE = [
         scenario="failures.slow_writes.seconds", min=0),
     Opt("--slow-writes-hold", "str", "inside", "where a slowed write is held: inside (the file there, half of it "
         "written: a rank's file cut short) or before (the file not yet begun: a rank late to its save)",
-        choices=("inside", "before"), scenario="failures.slow_writes.hold"),
+        choices=SLOW_WRITES_HOLDS, scenario="failures.slow_writes.hold"),
     Opt("--tick", "float", 1.0, "seconds between the watchdog's looks", hidden=True),
     # recovery without a restart (the phase's recovery: mapping; restartlab.runtime.ft_phase)
     Opt("--ft-groups", "int", 0, "torchft: run the phase as this many replica groups joined by torchft's "
