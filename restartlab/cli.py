@@ -30,9 +30,25 @@ def cmd_validate(a):
 
 
 def cmd_render(a):
-    from .job import experiment
-    sc = _load(a.scenario, a.set)
+    from .job import experiment, preflight
+    from . import scenario, schedulers
+    sc, where = scenario.load_located(a.scenario, a.set)
+    name = a.scheduler or sc["scheduler"]
+    if sc["job"]["queue"] == "auto" and schedulers.get(name).has_queue:
+        p = preflight.Preflight(sc, where, name)
+        p.queue()  # the server's queues decide: without them, the line says the key and why
+        if preflight.errors(p.findings):
+            preflight.report(p.findings)
+            return 2
+        print(f"restartlab render: job.queue auto: {p.chosen_queue}", file=sys.stderr)
+        sc["job"]["queue"] = p.chosen_queue
     text, ctx, resolved = experiment.render_script(sc, a.scheduler, expt_dir=a.expt_dir)
+    if not sc["job"]["account"] and (sc["site"]["account_required"] or ctx["unfilled"]):
+        print(f"restartlab render: warning: {where(('job', 'account'))}: job.account is not set: "
+              + "; ".join(x for x in (
+                  "the script charges no project (-A), which the site requires" if sc["site"]["account_required"] else "",
+                  "its paths hold a literal {account}, so it stops at once if run" if ctx["unfilled"] else "") if x)
+              + ": render it again with --set job.account=PROJECT", file=sys.stderr)
     if a.output and a.output != "-":
         from .contracts import layout
         side = layout.sidecar_scenario(a.output)
@@ -49,16 +65,24 @@ def cmd_preflight(a):
 
 
 def cmd_submit(a):
-    from .job import experiment, preflight
+    from .job import experiment, preflight, render
     from . import scenario, schedulers
     sc, where = scenario.load_located(a.scenario, a.set)
     name = a.scheduler or sc["scheduler"]
+    sched = schedulers.get(name)
+    if sched.has_queue and sc["job"]["queue"] == "auto" and (a.dry_run or a.no_preflight):
+        # the choice needs the server either way: asked alone, without the other checks
+        p = preflight.Preflight(render.smoke_scenario(sc) if a.smoke else sc, where, name)
+        p.queue()
+        if preflight.errors(p.findings):
+            preflight.report(p.findings)
+            return 2
+        print(f"restartlab submit: job.queue auto: {p.chosen_queue}", file=sys.stderr)
+        sc["job"]["queue"] = p.chosen_queue
     if a.dry_run:
-        from .job import render
         text = render.render_smoke(sc, name)[0] if a.smoke else experiment.render_script(sc, name)[0]
         sys.stdout.write(text)
         return 0
-    sched = schedulers.get(name)
     if not sched.has_queue:
         print(f"restartlab submit: the scenario's scheduler is {name!r}, which has no queue: "
               f"use `restartlab run`", file=sys.stderr)
@@ -73,14 +97,23 @@ def cmd_submit(a):
         print(f"restartlab submit: `{tool}` is not on PATH (not a {name} login node?). "
               f"Use --dry-run to see the script, or `restartlab run` to run on this machine.", file=sys.stderr)
         return 3
+    if a.after:
+        from .job import after
+        rc = after.wait(a.after, a.scheduler, poll=a.poll)
+        if rc:
+            return rc
     if a.no_preflight:
         checked = "preflight: skipped (restartlab submit --no-preflight)\n"
         print(checked.strip(), file=sys.stderr)
     else:
-        findings = preflight.Preflight(sc, where, name).check()
+        p = preflight.Preflight(render.smoke_scenario(sc) if a.smoke else sc, where, name)
+        findings = p.check()
         checked = preflight.report(findings, quiet_ok=True)
         if preflight.errors(findings):
             return 2
+        if p.chosen_queue:
+            print(f"restartlab submit: job.queue auto: {p.chosen_queue}", file=sys.stderr)
+            sc["job"]["queue"] = p.chosen_queue
     script, ctx = experiment.create(sc, name, smoke=a.smoke)
     from .contracts import layout
     expt = layout.Expt(ctx["expt_dir"])
@@ -262,6 +295,13 @@ def build_parser():
                     "its readiness report goes to the experiment directory")
     sp.add_argument("--no-preflight", action="store_true",
                     help="submit without the preflight checks (the experiment records that they were skipped)")
+    sp.add_argument("--after", metavar="JOB|EXPT_DIR",
+                    help="wait here until that job (or every job of that experiment) has ended, then submit; "
+                    "after a smoke job (submit --smoke's experiment directory), only if its report says READY. "
+                    "For a queue that takes one job per user, where the server refuses a second while the "
+                    "first is waiting or running")
+    sp.add_argument("--poll", type=float, default=30.0, metavar="SECONDS",
+                    help="--after: seconds between two questions to the server (default 30)")
     sp = sub.add_parser("preflight", help="check on the login node that the job can work where it is going "
                         "(account, queue limits, checkpoint bytes vs free space, program, Python, launcher)",
                         description=preflight.__doc__.split("\n\n")[0])

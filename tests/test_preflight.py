@@ -91,12 +91,13 @@ def test_recorded_queue_answers_parse():
     assert storage.parse_lfs_quota(lq) == (1048576 * 1024, 1000000 * 1024)
 
 
-def fake_queue(text, rc=0):
+def fake_queue(text):
+    """A PBS server whose only queue is `text`'s (qstat -Qf), its default."""
     def run(argv):
         if argv[:2] == ["qstat", "-Bf"]:
             return 0, "Server: srv\n    default_queue = dbg\n", ""
-        if argv[:2] == ["qstat", "-Qf"]:
-            return (rc, text, "qstat: Unknown queue " + argv[2] if rc else "")
+        if argv == ["qstat", "-Qf"]:
+            return 0, text, ""
         raise AssertionError(argv)
     return run
 
@@ -125,9 +126,9 @@ def test_a_job_the_queue_would_reject_or_hold_is_refused_with_the_limit(tmp_path
 
 def test_an_unknown_queue_is_refused(tmp_path):
     path = scen(tmp_path, "job: {queue: nosuch}\n", extends=PBS)
-    errs = found(check(path, run=fake_queue("", rc=pbs_mod.EXIT_UNKNOWN_QUEUE), probe_fn=no_probe), check_="queue")
-    assert errs == [f"{path}:4: job.queue: queue 'nosuch' does not exist on this server (qstat -Qf nosuch): "
-                    "name one of its queues"], errs
+    errs = found(check(path, run=fake_queue(QSTAT_QF), probe_fn=no_probe), check_="queue")
+    assert errs == [f"{path}:4: job.queue: queue 'nosuch' does not exist on this server (qstat -Qf: dbg): "
+                    "name one of its queues, or job.queue: auto"], errs
 
 
 def test_no_query_tool_is_a_warning_not_a_guess(tmp_path):

@@ -23,7 +23,7 @@ from ..contracts.units import hms, human_bytes
 from ..scenario import is_torchft
 from ..scenario.source import fmt_path
 from ..schedulers.base import SchedulerError, ToolMissing, run_tool
-from . import probe as probe_mod, render, sizing, storage
+from . import probe as probe_mod, queues, render, sizing, storage
 
 ERROR, WARNING, OK = "error", "warning", "ok"
 WARN_SHARE = 0.5  # a run that would take more than this share of what is free is a warning
@@ -54,6 +54,7 @@ class Preflight:
         self.root = render.expt_root(sc)
         self.command: Optional[str] = None  # a program's command that is not a Python: found on the job's PATH?
         self.module = None                  # (python, module) of a program run as python -m MODULE
+        self.chosen_queue: Optional[str] = None  # job.queue: auto's choice, once queue() has run
 
     def add(self, level, check, text):
         self.findings.append(Finding(level, check, text))
@@ -75,54 +76,71 @@ class Preflight:
         elif j["account"]:
             self.add(OK, "account", f"job.account {j['account']}")
 
+    def shape(self) -> queues.Shape:
+        j = self.sc["job"]
+        nodes = j["nodes"] + j["spare_nodes"]
+        asked = f"{nodes} node(s)" + (f" ({j['nodes']} + {j['spare_nodes']} spare)" if j["spare_nodes"] else "")
+        return queues.Shape(nodes, j["walltime"], asked, at_once=2 if self.sc["relaunch"]["chain"] else 1,
+                            user=queues.user_name(self.env), wall_at=self.where(("job", "walltime")))
+
     def queue(self):
+        """The job's shape against every queue the server has: the scenario's queue (or the server's
+        default), or, for job.queue: auto, the one that takes it (self.chosen_queue)."""
         if not self.sched.has_queue:
             return
-        j = self.sc["job"]
+        j, at, s = self.sc["job"], self.key("job", "queue"), self.shape()
+        auto = j["queue"] == queues.AUTO
         try:
-            q = self.sched.queue_limits(j["queue"], self.run)
+            qs = self.sched.server_queues(self.run, s.user)
         except ToolMissing as e:
-            self.add(WARNING, "queue", f"{e}: the queue's limits were not checked (not a {self.sched.name} login "
-                     "node?)")
+            if auto:
+                self.add(ERROR, "queue", f"{at}: auto needs the server's queues, and {e} (not a {self.sched.name} "
+                         "login node?): name a queue")
+            else:
+                self.add(WARNING, "queue", f"{e}: the queue's limits were not checked (not a {self.sched.name} "
+                         "login node?)")
             return
         except SchedulerError as e:
-            self.add(ERROR, "queue", f"{self.key('job', 'queue')}: the server cannot be asked about the queue: "
-                     f"{' '.join(str(e).split())}")
+            self.add(ERROR, "queue", f"{at}: the server cannot be asked about its queues: {' '.join(str(e).split())}")
             return
-        at = self.key("job", "queue")
-        if q is None:
-            self.add(WARNING, "queue", f"{at}: no queue given and the server names no default queue")
-            return
-        name, nodes, wall = q.name, j["nodes"] + j["spare_nodes"], j["walltime"]
-        asked = f"{nodes} node(s)" + (f" ({j['nodes']} + {j['spare_nodes']} spare)" if j["spare_nodes"] else "")
-        if not q.exists:
-            self.add(ERROR, "queue", f"{at}: queue {name!r} does not exist on this server ({q.source}): "
-                     "name one of its queues")
-            return
-        bad = []
-        if not q.enabled:
-            bad.append("it is not enabled: the server refuses new jobs")
-        if not q.started:
-            bad.append("it is not started: a job would wait in it and never run")
-        if q.min_nodes is not None and nodes < q.min_nodes:
-            bad.append(f"it takes at least {q.min_nodes} nodes, the job asks for {asked}")
-        if q.max_nodes is not None and nodes > q.max_nodes:
-            bad.append(f"it takes at most {q.max_nodes} nodes, the job asks for {asked}")
-        if q.total_nodes is not None and nodes > q.total_nodes:
-            bad.append(f"it has {q.total_nodes} nodes in all, the job asks for {asked}: it would never start")
-        if q.max_walltime is not None and wall > q.max_walltime:
-            bad.append(f"its walltime limit is {hms(q.max_walltime)}, job.walltime is {hms(wall)} "
-                       f"({self.where(('job', 'walltime'))})")
-        if q.min_walltime is not None and wall < q.min_walltime:
-            bad.append(f"its shortest walltime is {hms(q.min_walltime)}, job.walltime is {hms(wall)} "
-                       f"({self.where(('job', 'walltime'))})")
-        for b in bad:
-            self.add(ERROR, "queue", f"{at}: queue {name}: {b} ({q.source})")
-        if not bad:
-            lim = ", ".join(x for x in (
-                f"nodes {q.min_nodes or 1}-{q.max_nodes}" if q.max_nodes else "",
-                f"walltime up to {hms(q.max_walltime)}" if q.max_walltime else "") if x)
-            self.add(OK, "queue", f"queue {name} takes {asked} for {hms(wall)}" + (f" ({lim})" if lim else ""))
+        if ";" in qs.source:
+            self.add(WARNING, "queue", f"{qs.source.split('; ', 1)[1]}: those limits were not checked")
+        avoid = j["queue_avoid"]
+        if auto:
+            name = queues.pick(qs, s, avoid)
+            if name is None:
+                self.add(ERROR, "queue", f"{at}: auto: {queues.summary(qs, s, avoid)}")
+                return
+            self.chosen_queue = name
+            others = [n for n in queues.takers(qs, s, avoid) if n != name]
+            self.add(OK, "queue", f"job.queue auto: {name}, the first of the queues here that take {s.text()}"
+                     + (f" (also: {', '.join(others)})" if others else "") + " (the choice goes into the job script)")
+        else:
+            name = j["queue"] or qs.default
+            if not name:
+                self.add(WARNING, "queue", f"{at}: no queue given and the server names no default queue")
+                return
+            if name not in qs.queues:
+                self.add(ERROR, "queue", f"{at}: queue {name!r} does not exist on this server ({qs.source.split(';')[0]}: "
+                         f"{', '.join(sorted(qs.queues)) or 'no queues'}): name one of its queues, or job.queue: "
+                         f"{queues.AUTO}")
+                return
+            bad = queues.refusals(qs, name, s)
+            for b in bad:
+                self.add(ERROR, "queue", f"{at}: queue {name}: {b} ({qs.queues[name].source})")
+            if bad:
+                self.add(ERROR, "queue", f"{at}: {queues.summary(qs, s, avoid)}")
+                return
+        for w in queues.waits(qs, name, s):
+            self.add(WARNING, "queue", f"{at}: queue {name}: {w} ({qs.queues[name].source})")
+        q = qs.queues[name]
+        lim = ", ".join(x for x in (
+            f"nodes {q.min_nodes or 1}-{q.max_nodes}" if q.max_nodes else
+            (f"nodes from {q.min_nodes}" if q.min_nodes else ""),
+            f"walltime up to {hms(q.max_walltime)}" if q.max_walltime else "",
+            f"{q.user_queued} job(s) per user" if q.user_queued is not None else "",
+            f"routes to {', '.join(q.route_to)}" if q.route_to else "") if x)
+        self.add(OK, "queue", f"queue {name} takes {s.asked} for {hms(s.walltime)}" + (f" ({lim})" if lim else ""))
 
     def bytes_and_place(self):
         phases = sizing.phase_bytes(self.sc)

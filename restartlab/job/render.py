@@ -254,12 +254,20 @@ def context(sc, scheduler=None, expt_dir=None):
         # the walltime margin's stop, in seconds from the script's start (0: off)
         "stop_after": int(sc["job"]["walltime"]) - int(rl["walltime_margin"]) if rl["walltime_margin"] else 0,
         "chain": rl["chain"], "exit_walltime": EXIT_WALLTIME, "exit_budget": EXIT_BUDGET,
-        "report": sc["collection"]["report"], "source": sc["source"],
+        "report": sc["collection"]["report"], "source": sc["source"], "unfilled": unfilled(sc),
         "report_args": options.to_argv(tool_options.REPORT, {"mtbf": sc["collection"]["mtbf"],
                                                              "no_plots": not sc["collection"]["plots"]}),
         "chain_args": options.to_argv(tool_options.CHAIN, {"scheduler": sched_name, "max": rl["chain"],
                                                            "pass_env": ",".join(secrets)}) if rl["chain"] else [],
     }
+
+
+def unfilled(sc) -> str:
+    """What the script's paths hold unfilled: a literal {account} where job.account was not set
+    ('' when nothing is missing): the script then stops at once instead of writing there."""
+    if sc["job"]["account"] or "{account}" not in sc["expt_dir"]:
+        return ""
+    return "job.account (its paths hold a literal {account})"
 
 
 def _jobid_sh(names):
@@ -273,12 +281,17 @@ def _jobid_sh(names):
 SMOKE_WALLTIME_S = 15 * 60  # a smoke job asks for this much at most (its checks take a few minutes)
 
 
+def smoke_scenario(sc):
+    """The scenario as the smoke job runs it: a walltime of minutes, no chain, its own name."""
+    job = dict(sc["job"], walltime=min(sc["job"]["walltime"], SMOKE_WALLTIME_S))
+    return dict(sc, job=job, name=f"{sc['name']}-smoke", relaunch=dict(sc["relaunch"], on_node_loss="same", chain=0))
+
+
 def smoke_context(sc, scheduler=None, expt_dir=None):
     """The smoke job's context: the experiment's own (header, nodes, launcher line, environment,
     setup lines, Python) with a walltime of minutes, and the smoke rank program where the training
     would run (restartlab.trainer.smoke: the scenario's device and backend, one all-reduce)."""
-    job = dict(sc["job"], walltime=min(sc["job"]["walltime"], SMOKE_WALLTIME_S))
-    sc = dict(sc, job=job, name=f"{sc['name']}-smoke", relaunch=dict(sc["relaunch"], on_node_loss="same", chain=0))
+    sc = smoke_scenario(sc)
     ctx = context(sc, scheduler, expt_dir)  # on_node_loss same: its launch line has the nodes and no host file
     ln = sc["launch"]
     smoke = verbs.argv(ctx["python"], "trainer-smoke", "--outdir", placeholders.ATTEMPT_DIR, "--device", sc["trainer"]["device"])

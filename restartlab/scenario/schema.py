@@ -139,7 +139,11 @@ SCHEMA = {
         "spare_nodes": F("int", 0, "extra nodes requested and kept idle; relaunch.on_node_loss: spares swaps "
                          "one in for each bad node (same world size)", min=0),
         "walltime": F("duration", "01:00:00", "wall-clock limit"),
-        "queue": F("directive", None, "queue / partition"),
+        "queue": F("directive", None, "queue / partition; auto: the first of the server's queues that takes the "
+                   "job's nodes and walltime (a debug queue first, for what fits one), chosen by preflight from "
+                   "the server's own limits (qstat -Qf, scontrol show partition) and written into the job script"),
+        "queue_avoid": ListOf(F("str"), doc="queues job.queue: auto never picks (a preemptable queue, whose jobs "
+                              "may be killed; a queue by request only)"),
         "account": F("directive", None, "project / account"),
         "filesystems": F("directive", None, "PBS -l filesystems=..."),
         "place": F("directive", "scatter", "PBS -l place=..."),

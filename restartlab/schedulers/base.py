@@ -6,7 +6,7 @@ template; see README, "Extending restartlab".
 Command hooks return argv lists and parsers take recorded output, so each is testable alone."""
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..contracts.registry import Registry
@@ -51,6 +51,27 @@ class QueueLimits:
     max_walltime: Optional[float] = None
     total_nodes: Optional[int] = None  # the nodes it has (Slurm TotalNodes): more is never met
     source: str = ""                   # the query that said so, for the finding's line
+    route_to: Tuple[str, ...] = ()     # a routing queue's destinations, in order (PBS route_destinations)
+    from_route_only: bool = False      # takes jobs from a routing queue only, not from qsub (PBS)
+    # jobs one user may have in it: running (PBS max_run [u:...], Slurm QOS MaxJobsPU), and in it at
+    # all, running or waiting (PBS max_queued [u:...], Slurm QOS MaxSubmitJobsPU); None: no limit.
+    # `*_said`: the server's own words for it, quoted by a finding
+    user_run: Optional[int] = None
+    user_run_said: str = ""
+    user_queued: Optional[int] = None
+    user_queued_said: str = ""
+    users_only: Optional[Tuple[str, ...]] = None   # an access list: only these users may submit (None: all)
+    groups_only: Optional[Tuple[str, ...]] = None  # only members of these groups may (None: all)
+
+
+@dataclass
+class ServerQueues:
+    """Every queue (partition) a server has, its default, and the jobs the user has in each now
+    (running or waiting, ids), as the server says: what preflight judges a job's shape against."""
+    queues: Dict[str, QueueLimits]
+    default: Optional[str] = None
+    mine: Dict[str, List[str]] = field(default_factory=dict)
+    source: str = ""
 
 
 class Scheduler:
@@ -113,6 +134,18 @@ class Scheduler:
     def queue_limits(self, queue: Optional[str], run: Runner) -> Optional[QueueLimits]:
         """The limits of `queue` (None: the server's default queue) as the server reports them;
         None where the scheduler has no queues. SchedulerError when the server cannot be asked."""
+        qs = self.server_queues(run, None)
+        if qs is None:
+            return None
+        queue = queue or qs.default
+        if not queue:
+            return None
+        return qs.queues.get(queue) or QueueLimits(queue, exists=False, source=qs.source)
+
+    def server_queues(self, run: Runner, user: Optional[str]) -> Optional[ServerQueues]:
+        """Every queue the server has, with the per-user limits it enforces and, for `user`, the
+        jobs that user has in each; None where the scheduler has no queues. SchedulerError when the
+        server cannot be asked."""
         return None
 
     # a job id of this scheduler, as `status` and `cancel` are given one (None: it has no queue)

@@ -1,10 +1,12 @@
 """PBS Pro (ALCF Aurora / Sunspot / Polaris): #PBS header, qsub / qstat -f -x / qdel, pbsdsh -n
 fan-out. What each relies on, as measured on OpenPBS 23.06: docs/pbs.md."""
 import os
+import re
 import shutil
 
 from ..contracts.units import hms, parse_duration
 from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, QueueLimits, Scheduler, SchedulerError,
+                   ServerQueues,
                    register)
 
 EXIT_UNKNOWN_JOB, EXIT_JOB_FINISHED, EXIT_UNKNOWN_QUEUE = 153, 35, 170
@@ -63,7 +65,9 @@ def tool(name, env=os.environ):
 def parse_qstat_f(text, header="Job Id:"):
     """`qstat -f` text -> {job id: {attribute: value}}: a job starts at `Job Id: ID`, each attribute
     is `    name = value`, and a long value goes on in lines that start with a tab. `qstat -Qf` and
-    `-Bf` are the same with `Queue:` and `Server:` as the header."""
+    `-Bf` are the same with `Queue:` and `Server:` as the header. An attribute printed once per
+    entry (a queue's `max_queued = [u:PBS_GENERIC=1]` then `max_queued = [o:PBS_ALL=10]`, OpenPBS
+    23.06) is joined with commas, as qmgr takes it."""
     jobs, cur, last = {}, None, None
     for line in text.splitlines():
         if line.startswith(header):
@@ -72,7 +76,7 @@ def parse_qstat_f(text, header="Job Id:"):
             cur[last] += line[1:]
         elif cur is not None and " = " in line:
             last, _, value = line.strip().partition(" = ")
-            cur[last] = value
+            cur[last] = f"{cur[last]},{value}" if last in cur else value
     return jobs
 
 
@@ -83,16 +87,56 @@ def _int(v):
         return None
 
 
-def parse_queue(text, queue):
-    """`qstat -Qf QUEUE` -> QueueLimits (the attributes OpenPBS 23.06 prints: enabled, started,
-    resources_min/max.nodect and .walltime; an attribute never set is not printed)."""
-    attrs = next(iter(parse_qstat_f(text, "Queue:").values()), {})
+# a PBS limit's entries: [u:PBS_GENERIC=1] (every user), [u:alice=3] (one user), [o:PBS_ALL=10]
+# (all jobs), [g:...], [p:...] (PBS Professional's admin guide, "Scheduling limits"; qstat -Qf
+# prints one line per entry on OpenPBS 23.06, measured)
+_LIMIT = re.compile(r"\[([ugpo]):([^=\]]+)=(\d+)\]")
+
+
+def user_limit(attrs, new, old, user):
+    """A per-user job limit from a queue's attributes -> (count, the server's words) or (None, '').
+    New style `new` = [u:USER=N] for this user, else [u:PBS_GENERIC=N]; old style `old` = N (a server
+    takes one style or the other: qmgr refuses to mix them)."""
+    entries = {(k, who): int(n) for k, who, n in _LIMIT.findall(attrs.get(new, ""))}
+    for who in ((user,) if user else ()) + ("PBS_GENERIC",):
+        if ("u", who) in entries:
+            return entries["u", who], f"{new} [u:{who}={entries['u', who]}]"
+    if old and _int(attrs.get(old)) is not None:
+        return int(attrs[old]), f"{old} = {attrs[old]}"
+    return None, ""
+
+
+def queue_from_attrs(queue, attrs, user=None, source=None):
+    """One queue's `qstat -Qf` attributes -> QueueLimits (what OpenPBS 23.06 prints: queue_type,
+    enabled, started, resources_min/max.nodect and .walltime, route_destinations, from_route_only,
+    max_run, max_queued, max_user_run; an attribute never set is not printed)."""
     wall = {k: parse_duration(attrs[f"resources_{k}.walltime"]) for k in ("min", "max")
             if f"resources_{k}.walltime" in attrs}
+    run, run_said = user_limit(attrs, "max_run", "max_user_run", user)
+    queued, queued_said = user_limit(attrs, "max_queued", None, user)
+    route = tuple(d.strip() for d in attrs.get("route_destinations", "").split(",") if d.strip()) \
+        if attrs.get("queue_type", "").lower() == "route" else ()
     return QueueLimits(queue, enabled=attrs.get("enabled") == "True", started=attrs.get("started") == "True",
                        min_nodes=_int(attrs.get("resources_min.nodect")),
                        max_nodes=_int(attrs.get("resources_max.nodect")),
-                       min_walltime=wall.get("min"), max_walltime=wall.get("max"), source=f"qstat -Qf {queue}")
+                       min_walltime=wall.get("min"), max_walltime=wall.get("max"),
+                       source=source or f"qstat -Qf {queue}", route_to=route,
+                       from_route_only=attrs.get("from_route_only") == "True",
+                       user_run=run, user_run_said=run_said, user_queued=queued, user_queued_said=queued_said,
+                       users_only=_acl(attrs, "acl_user_enable", "acl_users"),
+                       groups_only=_acl(attrs, "acl_group_enable", "acl_groups"))
+
+
+def _acl(attrs, enable, names):
+    """The names a queue's access list admits, where it is enabled (None: open to all)."""
+    if attrs.get(enable) != "True":
+        return None
+    return tuple(n.split("@")[0].strip() for n in attrs.get(names, "").split(",") if n.strip())
+
+
+def parse_queue(text, queue, user=None):
+    """`qstat -Qf QUEUE` -> QueueLimits."""
+    return queue_from_attrs(queue, next(iter(parse_qstat_f(text, "Queue:").values()), {}), user)
 
 
 @register
@@ -189,23 +233,26 @@ class PBS(Scheduler):
     # <sequence>[<array index>].<server>, as qsub prints it (a bare sequence number is ambiguous)
     jobid_pattern = r"\d+(\[\d*\])?\.[A-Za-z0-9][A-Za-z0-9.-]*"
 
-    def queue_limits(self, queue, run):
-        """qstat -Qf QUEUE; without a queue, the server's default_queue (qstat -Bf): the queue
-        that would take the job. Measured on OpenPBS 23.06: an unknown queue is exit 170,
-        'qstat: Unknown queue NAME'."""
-        if not queue:
-            rc, out, err = run(["qstat", "-Bf"])
-            if rc:
-                raise SchedulerError(f"qstat -Bf failed (rc {rc}): {err.strip() or out.strip()}")
-            queue = next(iter(parse_qstat_f(out, "Server:").values()), {}).get("default_queue")
-            if not queue:
-                return None
-        rc, out, err = run(["qstat", "-Qf", queue])
-        if rc == EXIT_UNKNOWN_QUEUE or "Unknown queue" in err:
-            return QueueLimits(queue, exists=False, source=f"qstat -Qf {queue}")
+    def server_queues(self, run, user):
+        """Every queue (qstat -Qf), the server's default_queue (qstat -Bf) and, for `user`, the jobs
+        that user has in each queue with a per-user limit (qselect -u USER -q QUEUE)."""
+        rc, out, err = run(["qstat", "-Bf"])
         if rc:
-            raise SchedulerError(f"qstat -Qf {queue} failed (rc {rc}): {err.strip() or out.strip()}")
-        return parse_queue(out, queue)
+            raise SchedulerError(f"qstat -Bf failed (rc {rc}): {err.strip() or out.strip()}")
+        default = next(iter(parse_qstat_f(out, "Server:").values()), {}).get("default_queue")
+        rc, out, err = run(["qstat", "-Qf"])
+        if rc:
+            raise SchedulerError(f"qstat -Qf failed (rc {rc}): {err.strip() or out.strip()}")
+        queues = {n: queue_from_attrs(n, a, user) for n, a in parse_qstat_f(out, "Queue:").items()}
+        mine = {}
+        for n, q in queues.items() if user else ():
+            if q.user_queued is None and q.user_run is None:
+                continue
+            rc, out, err = run(["qselect", "-u", user, "-q", n])
+            if rc:
+                raise SchedulerError(f"qselect -u {user} -q {n} failed (rc {rc}): {err.strip() or out.strip()}")
+            mine[n] = out.split()
+        return ServerQueues(queues, default, mine, "qstat -Qf")
 
     def cancel_error(self, returncode, stdout, stderr):
         """None when the cancel went through, else the reason (qdel exits non-zero on failure)."""

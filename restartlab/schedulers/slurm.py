@@ -5,7 +5,7 @@ import subprocess
 
 from ..contracts.units import hms
 from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, QueueLimits, Scheduler,
-                   SchedulerError, register)
+                   SchedulerError, ServerQueues, register)
 
 _STATE = {"PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
           "RUNNING": RUNNING, "COMPLETING": RUNNING, "SUSPENDED": RUNNING, "STOPPED": RUNNING,
@@ -54,6 +54,18 @@ def parse_partitions(text):
         fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
         if "PartitionName" in fields:
             out[fields["PartitionName"]] = fields
+    return out
+
+
+def parse_qos(text):
+    """`sacctmgr -n -P show qos format=Name,MaxJobsPU,MaxSubmitPU` -> {qos: (max running, max
+    submitted) per user}, None where unset (Slurm's sacctmgr man page; the private test Slurm keeps
+    no accounting, so this is read from recorded text only: unverified on a live QOS)."""
+    out = {}
+    for line in text.splitlines():
+        f = line.strip().split("|")
+        if len(f) >= 3 and f[0]:
+            out[f[0]] = tuple(int(x) if x.isdigit() else None for x in f[1:3])
     return out
 
 
@@ -139,19 +151,41 @@ class Slurm(Scheduler):
     jobid_pattern = r"\d+(_\d+)?"  # <job id>[_<array index>]
     fanout_tool = "srun"
 
-    def queue_limits(self, queue, run):
-        """scontrol show partition -o: the partition named, or the one marked Default=YES."""
+    def server_queues(self, run, user):
+        """Every partition (scontrol show partition -o), the one marked Default=YES, the per-user job
+        limits of each partition's QOS (sacctmgr show qos, where accounting answers) and, for
+        `user`, that user's jobs by partition (squeue -u USER)."""
         rc, out, err = run(["scontrol", "show", "partition", "-o"])
         if rc:
             raise SchedulerError(f"scontrol show partition failed (rc {rc}): {err.strip() or out.strip()}")
         parts = parse_partitions(out)
-        if not queue:
-            queue = next((n for n, f in parts.items() if f.get("Default") == "YES"), None)
-            if queue is None:
-                return None
-        if queue not in parts:
-            return QueueLimits(queue, exists=False, source="scontrol show partition")
-        return partition_limits(parts[queue])
+        queues = {n: partition_limits(f) for n, f in parts.items()}
+        default = next((n for n, f in parts.items() if f.get("Default") == "YES"), None)
+        qos_of = {n: f.get("QoS") for n, f in parts.items() if f.get("QoS") not in (None, "", "N/A")}
+        notes = []
+        if qos_of:
+            rc, out, err = run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxJobsPU,MaxSubmitPU"])
+            if rc:
+                notes.append(f"the QOS limits were not read (sacctmgr: {(err.strip() or out.strip())[:120]})")
+            else:
+                limits = parse_qos(out)
+                for n, qos in qos_of.items():
+                    run_n, sub_n = limits.get(qos, (None, None))
+                    q = queues[n]
+                    if run_n is not None:
+                        q.user_run, q.user_run_said = run_n, f"QOS {qos} MaxJobsPU={run_n}"
+                    if sub_n is not None:
+                        q.user_queued, q.user_queued_said = sub_n, f"QOS {qos} MaxSubmitPU={sub_n}"
+        mine = {}
+        if user:
+            rc, out, err = run(["squeue", "-h", "-u", user, "-o", "%i %P"])
+            if rc:
+                raise SchedulerError(f"squeue -u {user} failed (rc {rc}): {err.strip() or out.strip()}")
+            for line in out.splitlines():
+                jid, _, part = line.strip().partition(" ")
+                for p in part.split(","):
+                    mine.setdefault(p, []).append(jid)
+        return ServerQueues(queues, default, mine, "scontrol show partition" + "".join(f"; {x}" for x in notes))
 
     def cancel_cmd(self, jobid):
         # -v: without it scancel of an unknown id prints nothing and exits 0 (seen with Slurm 22.05)

@@ -1,0 +1,78 @@
+"""`restartlab submit --after JOB|EXPT_DIR`: wait on the login node until a job has ended, then
+submit. A queue that takes one job per user (ALCF's debug and debug-scaling: "Max 1 job
+running/accruing/queued per-user") refuses a second job while the first is waiting or running, so
+a dependency (qsub -W depend=...) cannot help: the dependent job is itself a queued job. When the
+job waited on is a smoke job (`submit --smoke`'s experiment directory), its readiness report must
+say READY, or nothing is submitted."""
+import os
+import sys
+import time
+from typing import Optional
+
+from ..contracts import layout
+from ..schedulers.base import PENDING, RUNNING, SchedulerError, run_tool
+from . import jobref
+
+SAY_EVERY = 60.0       # s between two progress lines while waiting
+QUERY_FAILURES = 5     # the server not answering this many times in a row ends the wait
+
+
+def wait(ref: str, scheduler: Optional[str] = None, poll: float = 30.0, run=run_tool, out=sys.stderr,
+         clock=time.monotonic, sleep=time.sleep) -> int:
+    """0 once every job of `ref` has ended (and, for a smoke job, its report says READY); 1 when
+    it failed or cannot be followed; 2 for a reference that is not a job. Prints progress."""
+    try:
+        sched, ids, local = jobref.resolve([ref], scheduler)
+    except jobref.RefError as e:
+        print(f"restartlab submit --after: {e}", file=out)
+        return e.code
+    if local or not ids:
+        print(f"restartlab submit --after: {ref}: no job of a queue to wait for", file=out)
+        return 2
+    t0, said, failures = clock(), None, 0
+    while True:
+        try:
+            st = sched.status(ids, run)
+            failures = 0
+        except SchedulerError as e:
+            failures += 1
+            if failures >= QUERY_FAILURES:
+                print(f"restartlab submit --after: the server did not answer {failures} times in a row ({e}): "
+                      "nothing submitted", file=out)
+                return 1
+            sleep(poll)
+            continue
+        live = [j for j in ids if st[j].state in (PENDING, RUNNING)]
+        if not live:
+            break
+        if said is None or clock() - said >= SAY_EVERY:
+            said = clock()
+            print(f"restartlab submit --after: waiting for {', '.join(f'{j} ({st[j].state})' for j in live)} "
+                  f"({clock() - t0:.0f} s)", file=out, flush=True)
+        sleep(poll)
+    ended = ", ".join(f"{j} ({st[j].state}{': ' + st[j].detail if st[j].detail else ''})" for j in ids)
+    print(f"restartlab submit --after: ended: {ended}", file=out, flush=True)
+    return smoke_verdict(ref, out) if os.path.isdir(ref) and _is_smoke(ref) else 0
+
+
+def _is_smoke(d: str) -> bool:
+    from ..scenario import ScenarioError, read_resolved
+    try:
+        return bool(read_resolved(layout.Expt(d).scenario).get("smoke"))
+    except (ScenarioError, OSError, AttributeError):
+        return os.path.exists(layout.Expt(d).smoke_report)
+
+
+def smoke_verdict(d: str, out) -> int:
+    from ..runtime import smoke
+    expt = layout.Expt(d)
+    lines = smoke.summary(expt.smoke_report)
+    if lines is None:
+        print(f"restartlab submit --after: the smoke job ended without a readiness report ({expt.smoke_report}; its "
+              f"output: {expt.job_out}): nothing submitted", file=out)
+        return 1
+    print("\n".join(f"restartlab submit --after: {x}" for x in lines), file=out)
+    if not lines[0].startswith("smoke: READY"):
+        print("restartlab submit --after: the smoke job is NOT READY: nothing submitted", file=out)
+        return 1
+    return 0
