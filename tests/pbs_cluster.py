@@ -7,6 +7,7 @@ kill_delay, no accounting), so a root job would not show PBS's real kill semanti
 
 The user submits from the head, like from a login node: `as_user` runs a command there as that
 user, with the PBS commands on PATH."""
+import contextlib
 import json
 import os
 import shutil
@@ -193,12 +194,49 @@ def start(missing):
     # and the `prod` and `debug` queues (their directives must reach a server that knows them)
     if "filesystems" not in c.run(["qmgr", "-c", "list resource filesystems"]).stdout:
         c.qmgr("create resource filesystems type=string")
-    for q in ("prod", "debug"):  # ALCF's production queue and the debug queue the ALCF profiles ask for
+    plain_queues(c)
+    return c
+
+
+PLAIN = ("prod", "debug")  # ALCF's production queue and the debug queue the ALCF profiles ask for
+
+
+def plain_queues(c):
+    """`prod` and `debug` as plain execution queues without limits, where they are not there."""
+    for q in PLAIN:
         if c.run(["qmgr", "-c", f"list queue {q}"]).returncode:
             c.qmgr(f"create queue {q} queue_type=execution")
             c.qmgr(f"set queue {q} enabled = True")
             c.qmgr(f"set queue {q} started = True")
-    return c
+
+
+@contextlib.contextmanager
+def site_queues(c, site):
+    """A site's queue table on the server for the block (tests/data/alcf_queues/SITE.qmgr: ALCF's
+    published limits as qmgr commands, each source in its header), in place of the plain `prod` and
+    `debug`; afterwards the table's queues are deleted (their jobs first) and the plain ones come back.
+    The PBS tests share one server on one worker, one at a time: no other test's job is in them."""
+    with open(os.path.join(HERE, "data", "alcf_queues", f"{site}.qmgr")) as f:
+        lines = [ln.strip() for ln in f if ln.strip() and not ln.startswith("#")]
+    made = [ln.split()[2] for ln in lines if ln.startswith("create queue ")]
+    def drop():
+        for q in made:
+            if c.run(["qmgr", "-c", f"list queue {q}"]).returncode == 0:
+                ids = c.run(["qselect", "-x", "-q", q]).stdout.split()  # -x: finished ones too (history)
+                if ids:
+                    c.run(["qdel", "-x", "-W", "force", *ids])
+                c.run(["qmgr", "-c", f"delete queue {q}"])
+    drop()
+    try:
+        for ln in lines:
+            c.qmgr(ln)
+        for q in made:
+            c.qmgr(f"set queue {q} enabled = True")
+            c.qmgr(f"set queue {q} started = True")
+        yield made
+    finally:
+        drop()
+        plain_queues(c)
 
 
 def _start(start_sh):

@@ -21,6 +21,7 @@ import textwrap
 import pytest
 
 from restartlab.contracts import layout
+from tests import pbs_cluster
 from tests.test_pbs import job_output, left_running, rl as rl_pbs, scenario as pbs_scenario
 from tests.test_slurm import rl as rl_slurm, scenario as slurm_scenario, wait_state
 
@@ -73,6 +74,76 @@ def test_preflight_against_the_pbs_servers_queues(pbs):
     finally:
         for q in made:
             pbs.run(["qmgr", "-c", f"delete queue {q}"])
+
+
+ALCF_TAKERS = {"aurora": "capacity, workq", "polaris": "capacity, workq"}  # workq: the test server's own
+
+
+@pytest.mark.pbs
+@pytest.mark.parametrize("site", ["aurora", "polaris"])
+def test_alcf_queue_tables_refuse_prod_for_agpt2b_and_auto_picks_capacity(pbs, site):
+    """agpt-2b's shape (2 nodes x 2 h) against ALCF's queues as the site publishes them, set on the
+    real server with qmgr: prod (a routing queue from 256 nodes on Aurora, 10 on Polaris) refuses it
+    naming the queue that takes it, auto picks capacity, and the server takes the job there."""
+    with pbs_cluster.site_queues(pbs, site):
+        d = pbs.user_dir(f"alcf-{site}")
+        path = pbs_scenario(pbs, d, f"agpt-{site}", [("sync", "sync")], nodes=2, walltime="02:00:00")
+        r = rl_pbs(pbs, "preflight", path, "--set", "job.queue=prod", timeout=300)
+        least = {"aurora": 256, "polaris": 10}[site]
+        assert r.returncode == 2 and errors(r.stdout) == [
+            f"queue: --set job.queue: queue prod: it takes at least {least} nodes, the job asks for 2 node(s) "
+            "(qstat -Qf prod)",
+            f"queue: --set job.queue: queue(s) here that take 2 node(s) x 02:00:00: {ALCF_TAKERS[site]} (set "
+            "job.queue: capacity, or job.queue: auto)"], r.stdout
+        # what the server itself says of the same job (the ground truth the line above stands for)
+        plain = pbs.write(os.path.join(d, "plain.sh"), "#!/bin/bash\ntrue\n", 0o755)
+        q = pbs.as_user(["qsub", "-q", "prod", "-l", "select=2", "-l", "walltime=02:00:00", plain])
+        assert q.returncode and "qsub: Job violates queue and/or server resource limits" in q.stderr, q.stdout + q.stderr
+        r = rl_pbs(pbs, "submit", path, "--set", "job.queue=auto", timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "restartlab submit: job.queue auto: capacity" in r.stderr, r.stderr
+        jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
+        expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
+        assert pbs.job(jid)["queue"] == "capacity"
+        assert "#PBS -q capacity\n" in open(layout.Expt(expt).job_script).read()
+        assert "queue: capacity" in open(layout.Expt(expt).scenario).read()  # the choice, recorded
+        assert rl_pbs(pbs, "cancel", expt).returncode == 0
+        pbs.wait_job(jid, {"F"}, 120)
+
+
+@pytest.mark.pbs
+def test_smoke_then_experiment_in_a_one_job_per_user_debug_queue(pbs):
+    """Aurora's debug takes one job per user, running or waiting: with the smoke job there, preflight
+    refuses the experiment for the reason the server would give (and the server does refuse a
+    second job), names the queues that would take it; `submit --after SMOKE` waits for the smoke's
+    READY, then submits into debug, which takes it."""
+    with pbs_cluster.site_queues(pbs, "aurora"):
+        d = pbs.user_dir("alcf-debug")
+        path = pbs_scenario(pbs, d, "dbg", [("sync", "sync")], nodes=2, walltime="00:30:00", iters=20, at_steps=(8,))
+        r = rl_pbs(pbs, "submit", "--smoke", path, "--set", "job.queue=debug", timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        smoke_jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
+        smoke_expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
+        r = rl_pbs(pbs, "preflight", path, "--set", "job.queue=debug", timeout=300)
+        assert r.returncode == 2 and errors(r.stdout) == [
+            "queue: --set job.queue: queue debug: it takes 1 job(s) per user, running or waiting (max_queued "
+            f"[u:PBS_GENERIC=1]), and you have 1 there ({smoke_jid}): the server would refuse this one until it "
+            "ends (restartlab submit --after JOB waits for it) (qstat -Qf debug)",
+            "queue: --set job.queue: queue(s) here that take 2 node(s) x 00:30:00: debug-scaling, capacity, workq "
+            "(set job.queue: debug-scaling, or job.queue: auto)"], r.stdout
+        plain = pbs.write(os.path.join(d, "plain.sh"), "#!/bin/bash\ntrue\n", 0o755)
+        q = pbs.as_user(["qsub", "-q", "debug", "-l", "select=1", "-l", "walltime=00:10:00", plain])
+        assert q.returncode and "would exceed queue generic's per-user limit" in q.stderr, q.stdout + q.stderr
+        r = rl_pbs(pbs, "submit", path, "--set", "job.queue=debug", "--after", smoke_expt, "--poll", "2", timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"restartlab submit --after: waiting for {smoke_jid} (" in r.stderr, r.stderr
+        assert "restartlab submit --after: smoke: READY (2 host(s))" in r.stderr, r.stderr
+        jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
+        expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
+        assert pbs.job(smoke_jid)["job_state"] == "F" and pbs.job(jid)["queue"] == "debug"
+        assert rl_pbs(pbs, "cancel", expt).returncode == 0
+        pbs.wait_job(jid, {"F"}, 120)
+        assert left_running(expt) == [] and left_running(smoke_expt) == []
 
 
 def scontrol(*args):

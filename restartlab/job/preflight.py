@@ -153,8 +153,14 @@ class Preflight:
                      f"phase(s) {', '.join(unknown)} cannot be sized: set trainer.program.checkpoint_bytes (one "
                      f"checkpoint, e.g. 24GB) and save_every, and preflight checks they fit")
         total = sum(p.peak or 0 for p in phases)
+        account = self.sc["job"]["account"]
         try:
-            r = storage.room(root)
+            r = storage.room(root, project=account)
+        except storage.NotMounted as e:
+            self.add(ERROR, "where", f"{self.key('expt_root')}: {root}: {e.strerror}: its file system is not mounted "
+                     f"here ({'not ' + self.sc['site']['name'] + chr(39) + 's' if self.sc['site']['name'] else 'not this site' + chr(39) + 's'} "
+                     "login node?): neither the space nor the quota could be measured")
+            return
         except OSError as e:
             self.add(ERROR, "where", f"{self.key('expt_root')}: cannot look at {root}: {e.strerror}")
             return
@@ -166,6 +172,17 @@ class Preflight:
             self.add(WARNING, "where", f"{self.key('expt_root')}: {root} is under $HOME ({home}); the run keeps up "
                      f"to {human_bytes(total)} of checkpoints there. {self.site}'s project space is "
                      f"{proj}: set expt_root: {proj}/restartlab")
+        proj = self.sc["site"]["project_root"]
+        if proj and account and "{account}" in proj:
+            mine = proj.replace("{account}", account)
+            if not os.path.isdir(mine) and os.path.isdir(os.path.dirname(mine.rstrip("/"))):
+                self.add(ERROR, "where", f"{self.key('job', 'account')}: {mine} does not exist: is {account} your "
+                         f"project's short name (as `myprojectquotas` lists it)?")
+        for said in r.not_read:
+            self.add(WARNING, "bytes", f"{said}: no quota could be read from it: that quota was not checked")
+        if not r.quotas and proj:
+            self.add(WARNING, "bytes", f"no quota tool here (myprojectquotas, lfs): {self.site}'s project quota was "
+                     "not checked, only the free space")
         if total == 0:
             return
         detail = "; ".join(f"{p.phase}: {p.kept} x {human_bytes(p.per_save)} ({p.why})" for p in phases
