@@ -52,13 +52,16 @@ def test_preflight_against_the_pbs_servers_queues(pbs):
         assert errs == [
             "queue: --set job.queue: queue rlsmall: it takes at most 2 nodes, the job asks for 3 node(s) (qstat -Qf rlsmall)",
             f"queue: --set job.queue: queue rlsmall: its walltime limit is 00:10:00, job.walltime is 00:30:00 "
-            f"({path}:4) (qstat -Qf rlsmall)"], r.stdout
+            f"({path}:4) (qstat -Qf rlsmall)",
+            "queue: --set job.queue: queue(s) here that take 3 node(s) x 00:30:00: debug, prod, workq (set job.queue: "
+            "debug, or job.queue: auto)"], r.stdout
         r = rl_pbs(pbs, "preflight", path, "--set", "job.queue=rlstopped", timeout=300)
-        assert errors(r.stdout) == ["queue: --set job.queue: queue rlstopped: it is not started: a job would wait in it "
-                                    "and never run (qstat -Qf rlstopped)"], r.stdout
+        assert errors(r.stdout)[0] == ("queue: --set job.queue: queue rlstopped: it is not started: a job would wait in "
+                                       "it and never run (qstat -Qf rlstopped)"), r.stdout
         r = rl_pbs(pbs, "preflight", path, "--set", "job.queue=nosuch", timeout=300)
         assert errors(r.stdout) == ["queue: --set job.queue: queue 'nosuch' does not exist on this server "
-                                    "(qstat -Qf nosuch): name one of its queues"], r.stdout
+                                    "(qstat -Qf: debug, prod, rlsmall, rlstopped, workq): name one of its queues, or "
+                                    "job.queue: auto"], r.stdout
         # submit runs the same checks first: nothing reaches the server, no experiment is made
         r = rl_pbs(pbs, "submit", path, "--set", "job.queue=rlsmall", timeout=300)
         assert r.returncode == 2 and "nothing submitted" in r.stderr, r.stderr
@@ -88,6 +91,8 @@ def test_alcf_queue_tables_refuse_prod_for_agpt2b_and_auto_picks_capacity(pbs, s
     with pbs_cluster.site_queues(pbs, site):
         d = pbs.user_dir(f"alcf-{site}")
         path = pbs_scenario(pbs, d, f"agpt-{site}", [("sync", "sync")], nodes=2, walltime="02:00:00")
+        # as the shipped Polaris profile says: never auto into a queue whose jobs may be killed
+        pbs.write(path, open(path).read().replace('walltime: "02:00:00"}', 'walltime: "02:00:00", queue_avoid: [preemptable]}'))
         r = rl_pbs(pbs, "preflight", path, "--set", "job.queue=prod", timeout=300)
         least = {"aurora": 256, "polaris": 10}[site]
         assert r.returncode == 2 and errors(r.stdout) == [

@@ -144,7 +144,7 @@ class Job:
             torch.use_deterministic_algorithms(True)
         self.times["imported"] = time.time()
         self.device_type, self.backend = rdist.pick_device(a.device)
-        self.device = rdist.init(info, self.device_type, self.backend, a.pg_timeout)
+        self.device = rdist.init(info, self.device_type, self.backend, a.pg_timeout, order=a.device_order)
         self.mesh = build_mesh(self.device_type, info.world_size, a.tp, a.dp_replicate)
         self.dp_rank = dp_rank_of(self.mesh)
         # gradient accumulation over the micro-batches of the data-parallel ranks that are missing

@@ -144,16 +144,27 @@ STORE_CONNECT_S = 30.0
 STORE_CONNECT_VAR = "RESTARTLAB_STORE_CONNECT_S"
 
 
+def device_index(local_rank: int, count: int, order: str = "local") -> int:
+    """The device a rank takes among its node's `count`: its local rank (local), or counted from the
+    last (reverse: ALCF Polaris's set_affinity_gpu_polaris.sh, `gpu=$((num_gpus - 1 - PMI_LOCAL_RANK %
+    num_gpus))`, argonne-lcf/user-guides at 7d04a3f9, docs/polaris/running-jobs/using-gpus.md:25-33,
+    "need to assign GPUs in reverse order due to topology"). Unverified here: no GPUs."""
+    if count <= 0:
+        return local_rank
+    return count - 1 - local_rank % count if order == "reverse" else local_rank % count
+
+
 def init(info: RankInfo, device_type: str, backend: str, timeout_s: float = 600.0,
-         connect_s: Optional[float] = None):
+         connect_s: Optional[float] = None, order: str = "local"):
     import torch
     import torch.distributed as dist
     if connect_s is None:
         connect_s = float(os.environ.get(STORE_CONNECT_VAR) or STORE_CONNECT_S)
     addr, port = rendezvous(info)
     if device_type != "cpu":
-        getattr(torch, device_type).set_device(info.local_rank)
-        device = torch.device(device_type, info.local_rank)
+        index = device_index(info.local_rank, getattr(torch, device_type).device_count(), order)
+        getattr(torch, device_type).set_device(index)
+        device = torch.device(device_type, index)
     else:
         device = torch.device("cpu")
     store = create_store(info, addr, port, timeout_s, connect_s)

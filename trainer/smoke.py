@@ -21,6 +21,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m restartlab.trainer.smoke")
     p.add_argument("--outdir", required=True)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "xpu"))
+    p.add_argument("--device-order", default="local", choices=("local", "reverse"))
     p.add_argument("--hold", type=float, default=0.0, help="seconds to wait after the all-reduce (to be killed)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds the group may take to form")
     a = p.parse_args(argv)
@@ -35,10 +36,10 @@ def main(argv=None) -> int:
         import torch
         rec["torch"] = torch.__version__
         device_type, backend = rdist.pick_device(a.device)
-        rec.update(device=device_type, backend=backend,
+        rec.update(device=device_type, backend=backend, device_order=a.device_order,
                    devices=getattr(torch, device_type).device_count() if device_type != "cpu" else 0)
         t0 = time.time()
-        device = rdist.init(info, device_type, backend, timeout_s=a.timeout)
+        device = rdist.init(info, device_type, backend, timeout_s=a.timeout, order=a.device_order)
         import torch.distributed as tdist
         x = torch.full((1,), float(info.rank + 1), device=device)
         tdist.all_reduce(x)

@@ -58,6 +58,10 @@ _TABLE: List[Opt] = [
     Opt("--meta-init", "str", "auto", "build on the meta device (auto: above 1B parameters)",
         choices=("auto", "on", "off")),
     Opt("--device", "str", "auto", "auto: xpu, else cuda, else cpu", choices=("auto", "cpu", "cuda", "xpu")),
+    Opt("--device-order", "str", "local", "which of its node's devices a rank takes: local (device = the local "
+        "rank, modulo the devices) or reverse (the last for local rank 0: ALCF Polaris, whose GPU 3 is nearest "
+        "cores 0-7, so ranks bound in order by --cpu-bind depth take the GPU beside their cores)",
+        choices=("local", "reverse")),
     Opt("--deterministic", "flag", False, "deterministic kernels (torch.use_deterministic_algorithms, "
         "CUBLAS_WORKSPACE_CONFIG): on GPUs a resumed run then repeats the uninterrupted one bit for bit, "
         "at some speed cost; CPU runs are deterministic without it"),

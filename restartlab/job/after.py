@@ -10,7 +10,7 @@ import time
 from typing import Optional
 
 from ..contracts import layout
-from ..schedulers.base import PENDING, RUNNING, SchedulerError, run_tool
+from ..schedulers.base import PENDING, RUNNING, UNKNOWN, SchedulerError, run_tool
 from . import jobref
 
 SAY_EVERY = 60.0       # s between two progress lines while waiting
@@ -43,6 +43,12 @@ def wait(ref: str, scheduler: Optional[str] = None, poll: float = 30.0, run=run_
             sleep(poll)
             continue
         live = [j for j in ids if st[j].state in (PENDING, RUNNING)]
+        unknown = [j for j in ids if st[j].state == UNKNOWN]
+        ran = os.path.isdir(ref) and os.path.exists(layout.Expt(ref).smoke_report)
+        if said is None and unknown and not ran:  # never seen: a typo, or a job the server no longer keeps
+            print(f"restartlab submit --after: the server does not know {', '.join(unknown)}: nothing submitted",
+                  file=out)
+            return 2
         if not live:
             break
         if said is None or clock() - said >= SAY_EVERY:
@@ -55,12 +61,19 @@ def wait(ref: str, scheduler: Optional[str] = None, poll: float = 30.0, run=run_
     return smoke_verdict(ref, out) if os.path.isdir(ref) and _is_smoke(ref) else 0
 
 
+SMOKE_RUN = "-m restartlab.runtime.smoke run"  # what a smoke job's script runs (templates/smoke.j2)
+
+
 def _is_smoke(d: str) -> bool:
-    from ..scenario import ScenarioError, read_resolved
+    """A smoke job's experiment: its report is there, or its job script runs the smoke checks."""
+    expt = layout.Expt(d)
+    if os.path.exists(expt.smoke_report):
+        return True
     try:
-        return bool(read_resolved(layout.Expt(d).scenario).get("smoke"))
-    except (ScenarioError, OSError, AttributeError):
-        return os.path.exists(layout.Expt(d).smoke_report)
+        with open(expt.job_script) as f:
+            return SMOKE_RUN in f.read()
+    except OSError:
+        return False
 
 
 def smoke_verdict(d: str, out) -> int:

@@ -294,7 +294,8 @@ def smoke_context(sc, scheduler=None, expt_dir=None):
     sc = smoke_scenario(sc)
     ctx = context(sc, scheduler, expt_dir)  # on_node_loss same: its launch line has the nodes and no host file
     ln = sc["launch"]
-    smoke = verbs.argv(ctx["python"], "trainer-smoke", "--outdir", placeholders.ATTEMPT_DIR, "--device", sc["trainer"]["device"])
+    smoke = verbs.argv(ctx["python"], "trainer-smoke", "--outdir", placeholders.ATTEMPT_DIR, "--device", sc["trainer"]["device"],
+                        "--device-order", sc["trainer"]["device_order"])
     ctx["smoke_argv"] = dataclasses.replace(ctx["launch"], program=tuple(smoke)).argv()
     stage = next((p["stage_dir"] for p in sc["phases"] if p["stage_dir"] and p["stage_dir"] != "none"), None)
     ctx["smoke_args"] = ["--fanout", ctx["scheduler"], "--launcher", ln["launcher"], "--tag", ctx["tag"],
