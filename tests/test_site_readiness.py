@@ -172,9 +172,15 @@ def test_preflight_against_slurm_partitions(slurm, tmp_path):
             "queue: --set job.queue: queue rlsmall: it takes at most 1 nodes, the job asks for 2 node(s) "
             "(scontrol show partition rlsmall)",
             "queue: --set job.queue: queue rlsmall: its walltime limit is 00:10:00, job.walltime is 00:30:00 "
-            "(--set job.walltime) (scontrol show partition rlsmall)"], r.stdout
+            "(--set job.walltime) (scontrol show partition rlsmall)",
+            "queue: --set job.queue: queue(s) here that take 2 node(s) x 00:30:00: debug (set job.queue: debug, or "
+            "job.queue: auto)"], r.stdout
+        # auto: the partition that takes it, from the controller's own answer, written into the script
+        r = rl_slurm("submit", "--dry-run", path, "--set", "job.queue=auto", "--set", "job.walltime=00:30:00", timeout=300)
+        assert r.returncode == 0 and "restartlab submit: job.queue auto: debug" in r.stderr, r.stderr
+        assert "#SBATCH --partition=debug\n" in r.stdout, r.stdout[:2000]
         r = rl_slurm("preflight", path, "--set", "job.queue=rldown", timeout=300)
-        assert errors(r.stdout) == [
+        assert errors(r.stdout)[:2] == [
             "queue: --set job.queue: queue rldown: it is not enabled: the server refuses new jobs "
             "(scontrol show partition rldown)",
             "queue: --set job.queue: queue rldown: it is not started: a job would wait in it and never run "
@@ -183,7 +189,10 @@ def test_preflight_against_slurm_partitions(slurm, tmp_path):
         r = rl_slurm("preflight", path, "--set", "job.nodes=5", timeout=300)
         assert errors(r.stdout) == [
             f"queue: {path}:4: job.queue: queue debug: it has {len(slurm['nodes'])} nodes in all, the job asks for "
-            "5 node(s): it would never start (scontrol show partition debug)"], r.stdout
+            "5 node(s): it would never start (scontrol show partition debug)",
+            f"queue: {path}:4: job.queue: no queue here takes 5 node(s) x 00:15:00: debug: it has "
+            f"{len(slurm['nodes'])} nodes in all, the job asks for 5 node(s): it would never start; rlsmall: it takes "
+            "at most 1 nodes, the job asks for 5 node(s); rldown: it is not enabled: the server refuses new jobs"], r.stdout
         # the default partition takes the scenario as it is, and srun is found as the launcher
         r = rl_slurm("preflight", path, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
