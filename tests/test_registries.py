@@ -171,7 +171,7 @@ def test_every_trainer_option_reachable_from_a_scenario_and_back():
             "trainer.tp=2", "trainer.seq_len=9", "trainer.batch_size=3", "trainer.lr=0.5",
             "trainer.seed=99", "trainer.meta_init=on", "trainer.device=cpu", "trainer.log_interval=3",
             "trainer.allow_fresh_start=true", "trainer.deterministic=true", "trainer.pg_timeout=77", "trainer.on_save_error=abort", "trainer.preempt_signal=USR2",
-            "trainer.ckpt_format=raw",
+            "trainer.ckpt_format=raw", "trainer.device_order=reverse",
             "trainer.dp_replicate=2", "launch.ranks_per_node=4", f"trainer.data={os.path.abspath(__file__)}",
             "trainer.data_dtype=uint32", "trainer.wandb.project=p", "trainer.wandb.entity=e",
             "trainer.wandb.mode=offline", "phases.2.stage_dir=/st", "relaunch.on_node_loss=shrink"]

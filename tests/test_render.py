@@ -18,7 +18,8 @@ from restartlab.job.render import RenderError
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCEN = os.path.join(os.path.dirname(HERE), "scenarios")
 # every scenario shipped (scenarios/*.yaml and scenarios/examples/*.yaml), listed, never hand-kept
-EXAMPLES = sorted(os.path.relpath(str(p), SCEN)[:-len(".yaml")] for d in (SCEN, os.path.join(SCEN, "examples"))
+EXAMPLES = sorted(os.path.relpath(str(p), SCEN)[:-len(".yaml")]
+                  for d in (SCEN, *(os.path.join(SCEN, x) for x in ("examples", "aurora", "polaris")))
                   for p in pathlib.Path(d).glob("*.yaml"))
 # the bundled trainer's (the hostile values go into its options)
 BUNDLED = [n for n in EXAMPLES if not (scenario.load(os.path.join(SCEN, f"{n}.yaml"))["trainer"] or {}).get("program")]
@@ -165,14 +166,17 @@ def test_srun_refuses_comma_in_env_value():
 GOLDEN = os.path.join(HERE, "data", "golden")
 
 
-@pytest.mark.parametrize("name,sched", [("local", "local"), ("agpt2b", "pbs"), ("debug", "slurm")])
-def test_rendered_script_golden(name, sched):
+@pytest.mark.parametrize("name,sched,sets", [
+    ("local", "local", []), ("agpt2b", "pbs", []), ("debug", "slurm", []),
+    # each machine's scenario as docs/alcf.md has its users render it
+    ("aurora/agpt2b", "pbs", ["job.account=MYPROJ"]), ("polaris/agpt2b", "pbs", ["job.account=MYPROJ"])])
+def test_rendered_script_golden(name, sched, sets):
     """The whole job script, byte for byte (the tag, this python and the checkout's path
     normalised). A change to the script shows here as a diff to review; regenerate with
     RESTARTLAB_REGEN_GOLDEN=1 pytest tests/test_render.py -k golden."""
-    text, ctx = rendered(name, sched)
+    text, ctx = rendered(name, sched, sets)
     text = text.replace(ctx["tag"], "TAG").replace(ctx["python"], "PYTHON").replace(os.path.dirname(HERE), "ROOT")
-    path = os.path.join(GOLDEN, f"{name}.{sched}.sh")
+    path = os.path.join(GOLDEN, f"{name.replace('/', '-')}.{sched}.sh")
     if os.environ.get("RESTARTLAB_REGEN_GOLDEN"):
         with open(path, "w") as f:
             f.write(text)

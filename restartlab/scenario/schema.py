@@ -148,6 +148,8 @@ SCHEMA = {
         "filesystems": F("directive", None, "PBS -l filesystems=..."),
         "place": F("directive", "scatter", "PBS -l place=..."),
         "ncpus": F("int", None, "CPUs per node (PBS select ncpus)"),
+        "select": F("directive", None, "more resources of each node's chunk, appended to PBS's select (ALCF "
+                    "Polaris: system=polaris)"),
         "directives": ListOf(F("directive"), doc="extra scheduler directives, verbatim after the prefix"),
     },
     "launch": {
@@ -163,6 +165,7 @@ SCHEMA = {
         "env": F("strmap", {}, "environment for the training ranks"),
         "python": F("path", None, "python for the trainer and restartlab (default: the one rendering)"),
         "setup": ListOf(F("str"), doc="shell lines run before the phases (module loads, venv activation)"),
+        **_from_tool_tables("launch"),
     },
     "trainer": _trainer_schema(),
     "relaunch": {

@@ -161,6 +161,8 @@ class PBS(Scheduler):
         if j["ncpus"]:
             sel += f":ncpus={j['ncpus']}"
         sel += f":mpiprocs={ln['ranks_per_node']}"
+        if j["select"]:
+            sel += f":{j['select']}"
         out = [f"-N {sc['name'][:236]}"]
         if j["account"]:
             out.append(f"-A {j['account']}")

@@ -31,6 +31,9 @@ SUPERVISE = [
     Opt("--max-attempts", "int", 10, "launches per phase in this job before the phase fails",
         scenario="relaunch.max_attempts", min=1),
     Opt("--backoff", "duration", 0.0, "pause between attempts", scenario="relaunch.backoff"),
+    Opt("--master-suffix", "str", "", "appended to the first host's name for MASTER_ADDR, where ranks must meet "
+        "over another network than the host name's (Aurora: .hsn.cm.aurora.alcf.anl.gov, its Slingshot "
+        "network's names); an exported MASTER_ADDR is taken as it is", scenario="launch.master_addr_suffix"),
     Opt("--hang-timeout", "duration", 600.0, "stop an attempt whose output has not changed for this "
         "long (once it has taken a step)", scenario="relaunch.hang_timeout", positive=True),
     Opt("--startup-timeout", "duration", 1200.0, "the same, before the attempt's first step (imports, "

@@ -37,7 +37,7 @@ rm -f /expt/x/nodes.bad
 echo "restartlab: job $RL_JOBID on $(sort -u "$RL_NODEFILE" | wc -l) node(s), experiment in $RL_EXPT_DIR"
 
 # ---- site setup (launch.setup: shell lines, verbatim)
-module load frameworks
+module load frameworks/2025.3.1
 
 # shellcheck disable=SC2317  # (invoked through the trap)
 rl_on_signal() {
@@ -70,29 +70,29 @@ rl_phase() {
 
 # ---- phase 1: baseline (checkpoint: none)
 # injection plan: none
-# each attempt's launcher: mpiexec -n 24 --ppn 12 --cpu-bind list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --env CCL_PROCESS_LAUNCHER=pmix --env PALS_PMI=pmix --env CCL_ATL_TRANSPORT=mpi --env FI_PROVIDER=cxi --env CCL_KVS_MODE=mpi --env CCL_KVS_CONNECTION_TIMEOUT=600 --env CCL_CONFIGURATION=cpu_gpu_dpcpp --env FI_MR_CACHE_MONITOR=disabled --env RESTARTLAB_JOB_TAG=TAG
+# each attempt's launcher: mpiexec --pmi=pmix -n 24 --ppn 12 --cpu-bind 'verbose,list:4-7:8-11:12-15:16-19:20-23:24-27:56-59:60-63:64-67:68-71:72-75:76-79' --env CCL_PROCESS_LAUNCHER=pmix --env CCL_ATL_TRANSPORT=mpi --env FI_MR_CACHE_MONITOR=userfaultfd --env CCL_KVS_MODE=mpi --env CCL_CONFIGURATION=cpu_gpu_dpcpp --env CCL_KVS_CONNECTION_TIMEOUT=600 --env 'CCL_WORKER_AFFINITY=42,43,44,45,46,47,94,95,96,97,98,99' --env RESTARTLAB_JOB_TAG=TAG
 # and on each rank the program after -- (through the exit recorder, or the warm standby's stub)
 rl_phase --phase baseline --phase-dir /expt/x/baseline --ckpt-dir /expt/x/baseline/ckpts \
-  --launch '{"python":"PYTHON","launcher":"pals","nodes":2,"ranks_per_node":12,"env":{"CCL_PROCESS_LAUNCHER":"pmix","PALS_PMI":"pmix","CCL_ATL_TRANSPORT":"mpi","FI_PROVIDER":"cxi","CCL_KVS_MODE":"mpi","CCL_KVS_CONNECTION_TIMEOUT":"600","CCL_CONFIGURATION":"cpu_gpu_dpcpp","FI_MR_CACHE_MONITOR":"disabled","RESTARTLAB_JOB_TAG":"TAG"},"cpu_bind":"list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100"}' \
-  -- PYTHON -m restartlab.trainer --model agpt-2b --vocab 0 --train-iters 2000 --save-interval 0 --keep 3 --tp 1 --dp-replicate 1 --seq-len 2048 --batch-size 1 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device xpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/baseline/ckpts --no-resume --outdir .
+  --launch '{"python":"PYTHON","launcher":"pals","nodes":2,"ranks_per_node":12,"env":{"CCL_PROCESS_LAUNCHER":"pmix","CCL_ATL_TRANSPORT":"mpi","FI_MR_CACHE_MONITOR":"userfaultfd","CCL_KVS_MODE":"mpi","CCL_CONFIGURATION":"cpu_gpu_dpcpp","CCL_KVS_CONNECTION_TIMEOUT":"600","CCL_WORKER_AFFINITY":"42,43,44,45,46,47,94,95,96,97,98,99","RESTARTLAB_JOB_TAG":"TAG"},"cpu_bind":"verbose,list:4-7:8-11:12-15:16-19:20-23:24-27:56-59:60-63:64-67:68-71:72-75:76-79","launcher_args":["--pmi=pmix"]}' \
+  -- PYTHON -m restartlab.trainer --model agpt-2b --vocab 0 --train-iters 2000 --save-interval 0 --keep 3 --tp 1 --dp-replicate 1 --seq-len 2048 --batch-size 1 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device xpu --device-order local --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/baseline/ckpts --no-resume --outdir .
 
 # ---- phase 2: sync (checkpoint: sync)
 # injection plan: restartlab inject --at-steps 500,1000,1500 --gate complete --until /expt/x/sync/done --ckpt-dir /expt/x/sync/ckpts --phase-dir /expt/x/sync --train-iters 2000 --tag TAG --fanout pbs --launcher pals
-# each attempt's launcher: mpiexec -n 24 --ppn 12 --cpu-bind list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --env CCL_PROCESS_LAUNCHER=pmix --env PALS_PMI=pmix --env CCL_ATL_TRANSPORT=mpi --env FI_PROVIDER=cxi --env CCL_KVS_MODE=mpi --env CCL_KVS_CONNECTION_TIMEOUT=600 --env CCL_CONFIGURATION=cpu_gpu_dpcpp --env FI_MR_CACHE_MONITOR=disabled --env RESTARTLAB_JOB_TAG=TAG
+# each attempt's launcher: mpiexec --pmi=pmix -n 24 --ppn 12 --cpu-bind 'verbose,list:4-7:8-11:12-15:16-19:20-23:24-27:56-59:60-63:64-67:68-71:72-75:76-79' --env CCL_PROCESS_LAUNCHER=pmix --env CCL_ATL_TRANSPORT=mpi --env FI_MR_CACHE_MONITOR=userfaultfd --env CCL_KVS_MODE=mpi --env CCL_CONFIGURATION=cpu_gpu_dpcpp --env CCL_KVS_CONNECTION_TIMEOUT=600 --env 'CCL_WORKER_AFFINITY=42,43,44,45,46,47,94,95,96,97,98,99' --env RESTARTLAB_JOB_TAG=TAG
 # and on each rank the program after -- (through the exit recorder, or the warm standby's stub)
 rl_phase --phase sync --phase-dir /expt/x/sync --ckpt-dir /expt/x/sync/ckpts \
   --inject --inject-at-steps '500,1000,1500' --inject-gate complete \
-  --launch '{"python":"PYTHON","launcher":"pals","nodes":2,"ranks_per_node":12,"env":{"CCL_PROCESS_LAUNCHER":"pmix","PALS_PMI":"pmix","CCL_ATL_TRANSPORT":"mpi","FI_PROVIDER":"cxi","CCL_KVS_MODE":"mpi","CCL_KVS_CONNECTION_TIMEOUT":"600","CCL_CONFIGURATION":"cpu_gpu_dpcpp","FI_MR_CACHE_MONITOR":"disabled","RESTARTLAB_JOB_TAG":"TAG"},"cpu_bind":"list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100"}' \
-  -- PYTHON -m restartlab.trainer --model agpt-2b --vocab 0 --train-iters 2000 --save-interval 100 --keep 3 --tp 1 --dp-replicate 1 --seq-len 2048 --batch-size 1 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device xpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/sync/ckpts --outdir .
+  --launch '{"python":"PYTHON","launcher":"pals","nodes":2,"ranks_per_node":12,"env":{"CCL_PROCESS_LAUNCHER":"pmix","CCL_ATL_TRANSPORT":"mpi","FI_MR_CACHE_MONITOR":"userfaultfd","CCL_KVS_MODE":"mpi","CCL_CONFIGURATION":"cpu_gpu_dpcpp","CCL_KVS_CONNECTION_TIMEOUT":"600","CCL_WORKER_AFFINITY":"42,43,44,45,46,47,94,95,96,97,98,99","RESTARTLAB_JOB_TAG":"TAG"},"cpu_bind":"verbose,list:4-7:8-11:12-15:16-19:20-23:24-27:56-59:60-63:64-67:68-71:72-75:76-79","launcher_args":["--pmi=pmix"]}' \
+  -- PYTHON -m restartlab.trainer --model agpt-2b --vocab 0 --train-iters 2000 --save-interval 100 --keep 3 --tp 1 --dp-replicate 1 --seq-len 2048 --batch-size 1 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device xpu --device-order local --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/sync/ckpts --outdir .
 
 # ---- phase 3: async (checkpoint: async)
 # injection plan: restartlab inject --at-steps 500,1000,1500 --gate complete --until /expt/x/async/done --ckpt-dir /expt/x/async/ckpts --phase-dir /expt/x/async --train-iters 2000 --tag TAG --fanout pbs --launcher pals
-# each attempt's launcher: mpiexec -n 24 --ppn 12 --cpu-bind list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --env CCL_PROCESS_LAUNCHER=pmix --env PALS_PMI=pmix --env CCL_ATL_TRANSPORT=mpi --env FI_PROVIDER=cxi --env CCL_KVS_MODE=mpi --env CCL_KVS_CONNECTION_TIMEOUT=600 --env CCL_CONFIGURATION=cpu_gpu_dpcpp --env FI_MR_CACHE_MONITOR=disabled --env RESTARTLAB_JOB_TAG=TAG
+# each attempt's launcher: mpiexec --pmi=pmix -n 24 --ppn 12 --cpu-bind 'verbose,list:4-7:8-11:12-15:16-19:20-23:24-27:56-59:60-63:64-67:68-71:72-75:76-79' --env CCL_PROCESS_LAUNCHER=pmix --env CCL_ATL_TRANSPORT=mpi --env FI_MR_CACHE_MONITOR=userfaultfd --env CCL_KVS_MODE=mpi --env CCL_CONFIGURATION=cpu_gpu_dpcpp --env CCL_KVS_CONNECTION_TIMEOUT=600 --env 'CCL_WORKER_AFFINITY=42,43,44,45,46,47,94,95,96,97,98,99' --env RESTARTLAB_JOB_TAG=TAG
 # and on each rank the program after -- (through the exit recorder, or the warm standby's stub)
 rl_phase --phase async --phase-dir /expt/x/async --ckpt-dir /expt/x/async/ckpts \
   --inject --inject-at-steps '500,1000,1500' --inject-gate complete \
-  --launch '{"python":"PYTHON","launcher":"pals","nodes":2,"ranks_per_node":12,"env":{"CCL_PROCESS_LAUNCHER":"pmix","PALS_PMI":"pmix","CCL_ATL_TRANSPORT":"mpi","FI_PROVIDER":"cxi","CCL_KVS_MODE":"mpi","CCL_KVS_CONNECTION_TIMEOUT":"600","CCL_CONFIGURATION":"cpu_gpu_dpcpp","FI_MR_CACHE_MONITOR":"disabled","RESTARTLAB_JOB_TAG":"TAG"},"cpu_bind":"list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100"}' \
-  -- PYTHON -m restartlab.trainer --model agpt-2b --vocab 0 --train-iters 2000 --save-interval 100 --keep 3 --tp 1 --dp-replicate 1 --seq-len 2048 --batch-size 1 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device xpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/async/ckpts --async-ckpt --outdir .
+  --launch '{"python":"PYTHON","launcher":"pals","nodes":2,"ranks_per_node":12,"env":{"CCL_PROCESS_LAUNCHER":"pmix","CCL_ATL_TRANSPORT":"mpi","FI_MR_CACHE_MONITOR":"userfaultfd","CCL_KVS_MODE":"mpi","CCL_CONFIGURATION":"cpu_gpu_dpcpp","CCL_KVS_CONNECTION_TIMEOUT":"600","CCL_WORKER_AFFINITY":"42,43,44,45,46,47,94,95,96,97,98,99","RESTARTLAB_JOB_TAG":"TAG"},"cpu_bind":"verbose,list:4-7:8-11:12-15:16-19:20-23:24-27:56-59:60-63:64-67:68-71:72-75:76-79","launcher_args":["--pmi=pmix"]}' \
+  -- PYTHON -m restartlab.trainer --model agpt-2b --vocab 0 --train-iters 2000 --save-interval 100 --keep 3 --tp 1 --dp-replicate 1 --seq-len 2048 --batch-size 1 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device xpu --device-order local --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/async/ckpts --async-ckpt --outdir .
 
 # ---- collector
 "$RL_PY" -m restartlab.cli report "$RL_EXPT_DIR" || RL_FAILED=1

@@ -64,7 +64,7 @@ rl_phase() {
 # and on each rank the program after -- (through the exit recorder, or the warm standby's stub)
 rl_phase --phase baseline --phase-dir /expt/x/baseline --ckpt-dir /expt/x/baseline/ckpts \
   --launch '{"python":"PYTHON","launcher":"hydra","nodes":1,"ranks_per_node":2,"env":{"RESTARTLAB_JOB_TAG":"TAG"}}' \
-  -- PYTHON -m restartlab.trainer --model tiny --vocab 0 --train-iters 120 --save-interval 0 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/baseline/ckpts --no-resume --outdir .
+  -- PYTHON -m restartlab.trainer --model tiny --vocab 0 --train-iters 120 --save-interval 0 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --device-order local --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/baseline/ckpts --no-resume --outdir .
 
 # ---- phase 2: sync (checkpoint: sync)
 # injection plan: restartlab inject --at-steps 35,65,95 --gate complete --until /expt/x/sync/done --ckpt-dir /expt/x/sync/ckpts --phase-dir /expt/x/sync --train-iters 120 --tag TAG --fanout local
@@ -73,7 +73,7 @@ rl_phase --phase baseline --phase-dir /expt/x/baseline --ckpt-dir /expt/x/baseli
 rl_phase --phase sync --phase-dir /expt/x/sync --ckpt-dir /expt/x/sync/ckpts \
   --inject --inject-at-steps '35,65,95' --inject-gate complete \
   --launch '{"python":"PYTHON","launcher":"hydra","nodes":1,"ranks_per_node":2,"env":{"RESTARTLAB_JOB_TAG":"TAG"}}' \
-  -- PYTHON -m restartlab.trainer --model tiny --vocab 0 --train-iters 120 --save-interval 10 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/sync/ckpts --outdir .
+  -- PYTHON -m restartlab.trainer --model tiny --vocab 0 --train-iters 120 --save-interval 10 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --device-order local --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/sync/ckpts --outdir .
 
 # ---- phase 3: async (checkpoint: async)
 # injection plan: restartlab inject --at-steps 35,65,95 --gate complete --until /expt/x/async/done --ckpt-dir /expt/x/async/ckpts --phase-dir /expt/x/async --train-iters 120 --tag TAG --fanout local
@@ -82,7 +82,7 @@ rl_phase --phase sync --phase-dir /expt/x/sync --ckpt-dir /expt/x/sync/ckpts \
 rl_phase --phase async --phase-dir /expt/x/async --ckpt-dir /expt/x/async/ckpts \
   --inject --inject-at-steps '35,65,95' --inject-gate complete \
   --launch '{"python":"PYTHON","launcher":"hydra","nodes":1,"ranks_per_node":2,"env":{"RESTARTLAB_JOB_TAG":"TAG"}}' \
-  -- PYTHON -m restartlab.trainer --model tiny --vocab 0 --train-iters 120 --save-interval 10 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/async/ckpts --async-ckpt --outdir .
+  -- PYTHON -m restartlab.trainer --model tiny --vocab 0 --train-iters 120 --save-interval 10 --keep 3 --tp 1 --dp-replicate 1 --seq-len 32 --batch-size 4 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cpu --device-order local --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/async/ckpts --async-ckpt --outdir .
 
 # ---- collector
 "$RL_PY" -m restartlab.cli report "$RL_EXPT_DIR" || RL_FAILED=1

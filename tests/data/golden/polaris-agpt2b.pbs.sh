@@ -1,0 +1,105 @@
+#!/bin/bash
+#PBS -N agpt2b
+#PBS -A MYPROJ
+#PBS -q capacity
+#PBS -l select=2:ncpus=64:mpiprocs=4:system=polaris
+#PBS -l walltime=02:00:00
+#PBS -l place=scatter
+#PBS -l filesystems=home:eagle
+#PBS -k doe
+#PBS -j oe
+#PBS -o /expt/x/
+# restartlab job script for PBS Pro, rendered from ROOT/scenarios/polaris/agpt2b.yaml
+# Inspect it, do not edit it: change the scenario and re-render.
+set -uo pipefail
+
+RL_PY=PYTHON
+RL_EXPT_DIR=/expt/x
+# relaunch.walltime_margin before job.walltime (counted from the script's start): the ranks get
+# the trainer's preemption signal and no attempt is launched after it (0: off)
+RL_STOP_AT=$(( $(date +%s) + 7080 ))
+RL_FAILED=0
+RL_WALLTIME_STOP=0
+RL_CHILD=""
+export RL_EXPT_DIR
+
+mkdir -p "$RL_EXPT_DIR" || exit 1
+cd "$RL_EXPT_DIR" || exit 1
+RL_NODEFILE="${PBS_NODEFILE:?PBS_NODEFILE is not set: is this running under PBS?}"
+export RL_NODEFILE
+RL_JOBID=${RESTARTLAB_LOCAL_JOBID:-${PBS_JOBID:-${SLURM_JOB_ID:-local}}}
+# every job that works on this experiment (a chain has several): restartlab status EXPT_DIR reads it
+# this run of the job (a requeued job runs again under the same id): its attempts carry it
+RL_JOB_START=$(date +%s.%N)
+export RL_JOB_START
+printf '{"job": "%s", "start": %s}\n' "$RL_JOBID" "$RL_JOB_START" >> /expt/x/jobs.jsonl
+# the nodes found bad belong to one run of one job: a continuation or a rerun has its own nodes
+rm -f /expt/x/nodes.bad
+echo "restartlab: job $RL_JOBID on $(sort -u "$RL_NODEFILE" | wc -l) node(s), experiment in $RL_EXPT_DIR"
+
+# ---- site setup (launch.setup: shell lines, verbatim)
+module use /soft/modulefiles
+module load conda
+conda activate base
+export LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/:${LD_LIBRARY_PATH:-}
+
+# shellcheck disable=SC2317  # (invoked through the trap)
+rl_on_signal() {
+  # the phase's supervisor stops its attempt (the launcher gets the signal) and its injector
+  echo "restartlab: interrupted: stopping the phase's supervisor" >&2
+  if [ -n "$RL_CHILD" ]; then kill -TERM "$RL_CHILD" 2>/dev/null; wait "$RL_CHILD"; fi
+  exit 130
+}
+trap rl_on_signal INT TERM
+
+# the relaunch loop (restartlab supervise --help): its settings, the same for every phase
+rl_supervise=("$RL_PY" -m restartlab.cli supervise --tag TAG --train-iters 2000 --fanout pbs
+  --stop-at "$RL_STOP_AT" --job "$RL_JOBID" --nodefile "$RL_NODEFILE")
+
+rl_phase() {
+  # one phase under the supervisor; its exit status is the phase's verdict:
+  # 0 completed, 5 stopped by the walltime margin, 6 relaunch budget used up, else failed
+  "${rl_supervise[@]}" "$@" &
+  RL_CHILD=$!
+  wait "$RL_CHILD"
+  local rc=$?
+  RL_CHILD=""
+  case $rc in
+    0) ;;
+    5) RL_WALLTIME_STOP=1 ;;
+    6) RL_FAILED=1 ;;
+    *) RL_FAILED=1 ;;
+  esac
+}
+
+# ---- phase 1: baseline (checkpoint: none)
+# injection plan: none
+# each attempt's launcher: mpiexec -n 8 --ppn 4 --depth 8 --cpu-bind depth --env NCCL_NET_GDR_LEVEL=PHB --env NCCL_CROSS_NIC=1 --env NCCL_COLLNET_ENABLE=1 --env 'NCCL_NET=AWS Libfabric' --env FI_CXI_DISABLE_HOST_REGISTER=1 --env FI_MR_CACHE_MONITOR=userfaultfd --env FI_CXI_DEFAULT_CQ_SIZE=131072 --env RESTARTLAB_JOB_TAG=TAG
+# and on each rank the program after -- (through the exit recorder, or the warm standby's stub)
+rl_phase --phase baseline --phase-dir /expt/x/baseline --ckpt-dir /expt/x/baseline/ckpts \
+  --launch '{"python":"PYTHON","launcher":"pals","nodes":2,"ranks_per_node":4,"env":{"NCCL_NET_GDR_LEVEL":"PHB","NCCL_CROSS_NIC":"1","NCCL_COLLNET_ENABLE":"1","NCCL_NET":"AWS Libfabric","FI_CXI_DISABLE_HOST_REGISTER":"1","FI_MR_CACHE_MONITOR":"userfaultfd","FI_CXI_DEFAULT_CQ_SIZE":"131072","RESTARTLAB_JOB_TAG":"TAG"},"cpu_bind":"depth","depth":8}' \
+  -- PYTHON -m restartlab.trainer --model agpt-2b --vocab 0 --train-iters 2000 --save-interval 0 --keep 3 --tp 1 --dp-replicate 1 --seq-len 2048 --batch-size 1 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cuda --device-order reverse --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/baseline/ckpts --no-resume --outdir .
+
+# ---- phase 2: sync (checkpoint: sync)
+# injection plan: restartlab inject --at-steps 500,1000,1500 --gate complete --until /expt/x/sync/done --ckpt-dir /expt/x/sync/ckpts --phase-dir /expt/x/sync --train-iters 2000 --tag TAG --fanout pbs --launcher pals
+# each attempt's launcher: mpiexec -n 8 --ppn 4 --depth 8 --cpu-bind depth --env NCCL_NET_GDR_LEVEL=PHB --env NCCL_CROSS_NIC=1 --env NCCL_COLLNET_ENABLE=1 --env 'NCCL_NET=AWS Libfabric' --env FI_CXI_DISABLE_HOST_REGISTER=1 --env FI_MR_CACHE_MONITOR=userfaultfd --env FI_CXI_DEFAULT_CQ_SIZE=131072 --env RESTARTLAB_JOB_TAG=TAG
+# and on each rank the program after -- (through the exit recorder, or the warm standby's stub)
+rl_phase --phase sync --phase-dir /expt/x/sync --ckpt-dir /expt/x/sync/ckpts \
+  --inject --inject-at-steps '500,1000,1500' --inject-gate complete \
+  --launch '{"python":"PYTHON","launcher":"pals","nodes":2,"ranks_per_node":4,"env":{"NCCL_NET_GDR_LEVEL":"PHB","NCCL_CROSS_NIC":"1","NCCL_COLLNET_ENABLE":"1","NCCL_NET":"AWS Libfabric","FI_CXI_DISABLE_HOST_REGISTER":"1","FI_MR_CACHE_MONITOR":"userfaultfd","FI_CXI_DEFAULT_CQ_SIZE":"131072","RESTARTLAB_JOB_TAG":"TAG"},"cpu_bind":"depth","depth":8}' \
+  -- PYTHON -m restartlab.trainer --model agpt-2b --vocab 0 --train-iters 2000 --save-interval 100 --keep 3 --tp 1 --dp-replicate 1 --seq-len 2048 --batch-size 1 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cuda --device-order reverse --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/sync/ckpts --outdir .
+
+# ---- phase 3: async (checkpoint: async)
+# injection plan: restartlab inject --at-steps 500,1000,1500 --gate complete --until /expt/x/async/done --ckpt-dir /expt/x/async/ckpts --phase-dir /expt/x/async --train-iters 2000 --tag TAG --fanout pbs --launcher pals
+# each attempt's launcher: mpiexec -n 8 --ppn 4 --depth 8 --cpu-bind depth --env NCCL_NET_GDR_LEVEL=PHB --env NCCL_CROSS_NIC=1 --env NCCL_COLLNET_ENABLE=1 --env 'NCCL_NET=AWS Libfabric' --env FI_CXI_DISABLE_HOST_REGISTER=1 --env FI_MR_CACHE_MONITOR=userfaultfd --env FI_CXI_DEFAULT_CQ_SIZE=131072 --env RESTARTLAB_JOB_TAG=TAG
+# and on each rank the program after -- (through the exit recorder, or the warm standby's stub)
+rl_phase --phase async --phase-dir /expt/x/async --ckpt-dir /expt/x/async/ckpts \
+  --inject --inject-at-steps '500,1000,1500' --inject-gate complete \
+  --launch '{"python":"PYTHON","launcher":"pals","nodes":2,"ranks_per_node":4,"env":{"NCCL_NET_GDR_LEVEL":"PHB","NCCL_CROSS_NIC":"1","NCCL_COLLNET_ENABLE":"1","NCCL_NET":"AWS Libfabric","FI_CXI_DISABLE_HOST_REGISTER":"1","FI_MR_CACHE_MONITOR":"userfaultfd","FI_CXI_DEFAULT_CQ_SIZE":"131072","RESTARTLAB_JOB_TAG":"TAG"},"cpu_bind":"depth","depth":8}' \
+  -- PYTHON -m restartlab.trainer --model agpt-2b --vocab 0 --train-iters 2000 --save-interval 100 --keep 3 --tp 1 --dp-replicate 1 --seq-len 2048 --batch-size 1 --data-dtype auto --lr 0.001 --seed 1234 --meta-init auto --device cuda --device-order reverse --log-interval 10 --ckpt-format dcp --on-save-error continue --preempt-signal TERM --pg-timeout 600 --ckpt-dir /expt/x/async/ckpts --async-ckpt --outdir .
+
+# ---- collector
+"$RL_PY" -m restartlab.cli report "$RL_EXPT_DIR" || RL_FAILED=1
+if (( RL_FAILED )); then exit 1; fi
+if (( RL_WALLTIME_STOP )); then exit 5; fi  # state saved, training not finished
+exit 0
