@@ -285,8 +285,14 @@ def test_the_jobs_python_and_its_device_support_after_the_setup_lines(tmp_path):
     (ok,) = found(check(path), preflight.OK, "python")
     assert "torch " in ok and "(CPU only)" in ok
     # a setup line that fails fails the job too: named with the setup key
-    (err,) = found(check(path, ["launch.setup=['cd /', 'echo nope >&2; exit 7']"]), check_="python")
+    f = check(path, ["launch.setup=['cd /', 'echo nope >&2; exit 7']"])
+    (err,) = found(f, check_="python")
     assert err.startswith("--set launch.setup: the setup lines failed (exit 7): nope"), err
+    # and what could not be asked after them is said, not left out
+    (skip,) = found(f, preflight.WARNING, "skipped")
+    assert skip.startswith("the job's Python (torch, restartlab), the launcher (mpiexec): not checked, because the "
+                           "setup lines failed"), skip
+    assert not found(f, preflight.OK, "launcher")
 
 
 def test_the_launcher_is_of_the_kind_the_scenario_says(tmp_path):

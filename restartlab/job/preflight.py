@@ -241,6 +241,8 @@ class Preflight:
             elif i < len(rest):
                 script = rest[i]
                 if any(t in script for t in (placeholders.CKPT_DIR, placeholders.PHASE_DIR, placeholders.ATTEMPT_DIR)):
+                    self.add(WARNING, "skipped", f"{at}: {script}: not checked: its path is known only per phase or "
+                             "attempt")
                     return
                 if not os.path.isabs(script):
                     hint = os.path.join("{scenario_dir}", os.path.relpath(os.path.join(sdir, script), sdir)) \
@@ -278,6 +280,11 @@ class Preflight:
                            modules=probe_mod.MODULES + ((self.module[1],) if self.module else ()) + needs)
         if not pr.ok:
             self.add(ERROR, "python", f"{self.key('launch', 'setup')}: {pr.error}")
+            skipped = ["the job's Python (torch, restartlab)", f"the launcher ({launch_cmd})" if launch_cmd else "",
+                       f"the program's command ({command})" if command else "",
+                       f"the {adapter.name} adapter's framework" if needs else ""]
+            self.add(WARNING, "skipped", f"{', '.join(x for x in skipped if x)}: not checked, because the setup lines "
+                     "failed and they are asked after them: fix launch.setup and run preflight again")
             return
         self.python(pr.pythons[job_py], job_py, bundled=not sc["trainer"]["program"])
         for py in pythons:
@@ -359,7 +366,7 @@ class Preflight:
     def fanout(self):
         """The tool the injector and the killers reach every node with."""
         if not self.sched.fanout_tool:
-            return
+            return  # a scheduler without one (local): nothing to check
         path = self.sched.fanout_path(self.env)
         if path:
             self.add(OK, "fanout", path)
