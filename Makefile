@@ -11,7 +11,7 @@ ACCOUNT ?=
 PYTEST_ARGS ?=
 N       ?= 100
 
-.PHONY: install demo demo-warm demo-faults demo-strategies test bench fuzz fuzz-trainer render sunspot-expt clean test-fast docs soak
+.PHONY: install demo demo-warm demo-faults demo-strategies test bench fuzz fuzz-trainer render sunspot-expt aurora-expt polaris-expt clean test-fast docs soak
 
 install: $(STAMP)
 
@@ -133,6 +133,16 @@ sunspot-expt: $(STAMP)
 	@test -n "$(ACCOUNT)" || { echo "make sunspot-expt: ACCOUNT=<your ALCF project> is required: the jobs are charged to it (nothing submitted)" >&2; exit 2; }
 	$(BIN)/restartlab submit scenarios/debug.yaml --set extends=systems/sunspot.yaml --set job.account=$(ACCOUNT)
 	$(BIN)/restartlab submit scenarios/agpt2b.yaml --set extends=systems/sunspot.yaml --set job.account=$(ACCOUNT)
+
+# agpt-2b on Aurora or Polaris (scenarios/aurora/agpt2b.yaml, scenarios/polaris/agpt2b.yaml), charged
+# to your project: make aurora-expt ACCOUNT=<project>. The smoke job first, in debug (the experiment's
+# 2 nodes for 15 minutes), then the experiment in capacity, submitted from here once the smoke job's
+# report says READY (submit --after waits in this shell: a one-job-per-user queue never holds both)
+aurora-expt polaris-expt: $(STAMP)
+	@test -n "$(ACCOUNT)" || { echo "make $@: ACCOUNT=<your ALCF project> is required: the jobs are charged to it (nothing submitted)" >&2; exit 2; }
+	smoke=$$($(BIN)/restartlab submit --smoke scenarios/$(@:-expt=)/agpt2b.yaml --set job.account=$(ACCOUNT) \
+	  --set job.queue=debug | sed -n 's/^experiment //p') && test -n "$$smoke" && \
+	$(BIN)/restartlab submit scenarios/$(@:-expt=)/agpt2b.yaml --set job.account=$(ACCOUNT) --after "$$smoke"
 
 clean:
 	rm -rf build expt .pytest_cache

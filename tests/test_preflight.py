@@ -199,8 +199,9 @@ def test_the_account_a_site_requires(tmp_path):
         assert sc["site"]["account_required"] and "{account}" in sc["expt_root"], site
 
 
-def test_make_sunspot_expt_without_an_account_is_refused():
-    r = subprocess.run(["make", "-s", "-o", ".venv/.installed", "sunspot-expt", "ACCOUNT="], cwd=REPO,
+@pytest.mark.parametrize("target", ["sunspot-expt", "aurora-expt", "polaris-expt"])
+def test_make_site_expt_without_an_account_is_refused(target):
+    r = subprocess.run(["make", "-s", "-o", ".venv/.installed", target, "ACCOUNT="], cwd=REPO,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "ACCOUNT=<your ALCF project> is required" in r.stderr, r.stdout + r.stderr
     assert "restartlab submit" not in r.stdout  # nothing ran
