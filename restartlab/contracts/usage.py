@@ -3,9 +3,9 @@ checks that every verb has one and that it parses)."""
 
 EXAMPLES = {
     "validate": "restartlab validate scenarios/*.yaml",
-    "render": "restartlab render scenarios/agpt2b.yaml --scheduler pbs -o agpt2b.pbs.sh",
-    "preflight": "restartlab preflight scenarios/agpt2b.yaml --set job.account=MYPROJ",
-    "submit": "restartlab submit scenarios/agpt2b.yaml --set job.account=MYPROJ",
+    "render": "restartlab render scenarios/aurora/agpt2b.yaml --set job.account=MYPROJ -o agpt2b.pbs.sh",
+    "preflight": "restartlab preflight scenarios/aurora/agpt2b.yaml --set job.account=MYPROJ --set job.queue=auto",
+    "submit": "restartlab submit scenarios/aurora/agpt2b.yaml --set job.account=MYPROJ --after expt/agpt2b-smoke-20261201-120000",
     "status": "restartlab status expt/agpt2b-20261201-120000 --json",
     "cancel": "restartlab cancel 8123456.aurora-pbs-0001.hostmgmt.cm.aurora.alcf.anl.gov",
     "run": "restartlab run scenarios/local.yaml --set trainer.train_iters=60",
