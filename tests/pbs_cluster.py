@@ -194,6 +194,10 @@ def start(missing):
     # and the `prod` and `debug` queues (their directives must reach a server that knows them)
     if "filesystems" not in c.run(["qmgr", "-c", "list resource filesystems"]).stdout:
         c.qmgr("create resource filesystems type=string")
+    # Polaris's chunks name their system ("select=1:system=polaris", ALCF's example job scripts): a
+    # host-level string resource; the test hosts do not offer it, so such a job is only ever held here
+    if "system" not in c.run(["qmgr", "-c", "list resource system"]).stdout:
+        c.qmgr("create resource system type=string,flag=h")
     plain_queues(c)
     return c
 

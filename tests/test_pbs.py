@@ -23,6 +23,8 @@ import time
 
 import pytest
 
+from tests import pbs_cluster
+
 from restartlab.runtime import killer
 from restartlab.contracts import layout
 from tests.helpers import final_crc, job_tag
@@ -224,6 +226,13 @@ def shipped_pbs_scenarios():
     return out
 
 
+def machine_scenarios():
+    """(site, scenario) of each machine's own scenarios (scenarios/aurora/, scenarios/polaris/): their
+    queues are the site's, so they go to a server with that site's table (pbs_cluster.site_queues)."""
+    return [(site, p) for site in ("aurora", "polaris")
+            for p in sorted(glob.glob(os.path.join(REPO, "scenarios", site, "*.yaml")))]
+
+
 def test_every_pbs_directive_is_accepted_by_qsub(pbs):
     """Every #PBS line `restartlab render` writes for a PBS profile, submitted to the real qsub
     (held with -h, so nothing runs, then deleted): a directive qsub refuses fails with its message.
@@ -234,23 +243,35 @@ def test_every_pbs_directive_is_accepted_by_qsub(pbs):
     assert len([c for c in cases if not c[0].startswith("local.yaml on")]) >= 3, cases
     refused = []
     for i, (label, path, sets) in enumerate(cases):
-        script = os.path.join(d, f"case{i}.pbs.sh")
-        r = pbs.run([sys.executable, "-m", "restartlab.cli", "render", path, "-o", script,
-                     *[a for s in sets for a in ("--set", s)]])
-        assert r.returncode == 0, (label, r.stderr)
-        assert sum(line.startswith("#PBS ") for line in open(script)) >= 5, open(script).read()[:800]
-        os.chmod(script, 0o755)
-        r = pbs.as_user(["qsub", "-h", script], cwd=d)
-        if r.returncode:
-            refused.append(f"{label}: {r.stderr.strip()}")
-            continue
-        jid = r.stdout.strip()
-        rec = pbs.job(jid)
-        assert rec["job_state"] == "H", rec
-        if "-l filesystems" in open(script).read():
-            assert rec["Resource_List"]["filesystems"], rec
-        pbs.run(["qdel", jid])
+        refused += _held_and_deleted(pbs, d, f"case{i}", label, path, sets)
+    machines = machine_scenarios()
+    assert {s for s, _ in machines} == {"aurora", "polaris"}, machines
+    for site in ("aurora", "polaris"):
+        with pbs_cluster.site_queues(pbs, site):
+            for i, (_, path) in enumerate(m for m in machines if m[0] == site):
+                refused += _held_and_deleted(pbs, d, f"{site}{i}", os.path.relpath(path, REPO), path,
+                                             ["job.account=datascience"])
     assert not refused, "\n".join(refused)
+
+
+def _held_and_deleted(pbs, d, name, label, path, sets):
+    """Render `path` and qsub it held: [] when the server took it (then deleted), else its refusal."""
+    script = os.path.join(d, f"{name}.pbs.sh")
+    r = pbs.run([sys.executable, "-m", "restartlab.cli", "render", path, "-o", script,
+                 *[a for s in sets for a in ("--set", s)]])
+    assert r.returncode == 0, (label, r.stderr)
+    assert sum(line.startswith("#PBS ") for line in open(script)) >= 5, open(script).read()[:800]
+    os.chmod(script, 0o755)
+    r = pbs.as_user(["qsub", "-h", script], cwd=d)
+    if r.returncode:
+        return [f"{label}: {r.stderr.strip()}"]
+    jid = r.stdout.strip()
+    rec = pbs.job(jid)
+    assert rec["job_state"] == "H", rec
+    if "-l filesystems" in open(script).read():
+        assert rec["Resource_List"]["filesystems"], rec
+    pbs.run(["qdel", jid])
+    return []
 
 
 def test_bad_submission_one_line_and_marked(pbs):
