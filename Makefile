@@ -140,8 +140,10 @@ sunspot-expt: $(STAMP)
 # report says READY (submit --after waits in this shell: a one-job-per-user queue never holds both)
 aurora-expt polaris-expt: $(STAMP)
 	@test -n "$(ACCOUNT)" || { echo "make $@: ACCOUNT=<your ALCF project> is required: the jobs are charged to it (nothing submitted)" >&2; exit 2; }
-	smoke=$$($(BIN)/restartlab submit --smoke scenarios/$(@:-expt=)/agpt2b.yaml --set job.account=$(ACCOUNT) \
-	  --set job.queue=debug | sed -n 's/^experiment //p') && test -n "$$smoke" && \
+	@out=$$($(BIN)/restartlab submit --smoke scenarios/$(@:-expt=)/agpt2b.yaml --set job.account=$(ACCOUNT) \
+	  --set job.queue=debug) || { echo "make $@: the smoke job was not submitted: the experiment is not either" >&2; exit 2; }; \
+	echo "$$out"; smoke=$$(echo "$$out" | sed -n 's/^experiment //p'); \
+	echo "make $@: the experiment is submitted once $$smoke says READY (Ctrl-C: nothing more is submitted; later: restartlab submit scenarios/$(@:-expt=)/agpt2b.yaml --set job.account=$(ACCOUNT) --after $$smoke)"; \
 	$(BIN)/restartlab submit scenarios/$(@:-expt=)/agpt2b.yaml --set job.account=$(ACCOUNT) --after "$$smoke"
 
 clean:

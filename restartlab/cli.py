@@ -38,7 +38,7 @@ def cmd_render(a):
         p = preflight.Preflight(sc, where, name)
         p.queue()  # the server's queues decide: without them, the line says the key and why
         if preflight.errors(p.findings):
-            preflight.report(p.findings)
+            preflight.report(p.findings, refused="nothing rendered")
             return 2
         print(f"restartlab render: job.queue auto: {p.chosen_queue}", file=sys.stderr)
         sc["job"]["queue"] = p.chosen_queue
@@ -98,8 +98,25 @@ def cmd_submit(a):
               f"Use --dry-run to see the script, or `restartlab run` to run on this machine.", file=sys.stderr)
         return 3
     if a.after:
-        from .job import after
-        rc = after.wait(a.after, a.scheduler, poll=a.poll)
+        from .job import after, jobref
+        if a.poll <= 0:
+            print(f"restartlab submit: --poll {a.poll:g}: give seconds above 0", file=sys.stderr)
+            return 2
+        if not a.no_preflight:
+            # what the wait cannot change is said now, not after it (the jobs waited for not counted)
+            try:
+                waiting_for = after.awaited(a.after, name)[1]
+            except jobref.RefError:
+                waiting_for = []  # the wait says why
+            p = preflight.Preflight(render.smoke_scenario(sc) if a.smoke else sc, where, name,
+                                    ignore_jobs=waiting_for)
+            findings = p.check()
+            if preflight.errors(findings):
+                preflight.report(findings, quiet_ok=True)
+                print("restartlab submit: not waiting: preflight refuses the job whatever the wait brings",
+                      file=sys.stderr)
+                return 2
+        rc = after.wait(a.after, name, poll=a.poll)
         if rc:
             return rc
     if a.no_preflight:
@@ -297,7 +314,9 @@ def build_parser():
                     help="submit without the preflight checks (the experiment records that they were skipped)")
     sp.add_argument("--after", metavar="JOB|EXPT_DIR",
                     help="wait here until that job (or every job of that experiment) has ended, then submit; "
-                    "after a smoke job (submit --smoke's experiment directory), only if its report says READY. "
+                    "after a smoke job (submit --smoke's experiment directory), only if its report says READY; after "
+                    "another job, however it ended. preflight runs before the wait (the jobs waited for not counted) "
+                    "and again after it. "
                     "For a queue that takes one job per user, where the server refuses a second while the "
                     "first is waiting or running")
     sp.add_argument("--poll", type=float, default=30.0, metavar="SECONDS",

@@ -8,6 +8,7 @@ the job tag stays off the launcher and the injector. Variables already in the la
 environment (RESTARTLAB_LAUNCH_TS, MASTER_ADDR/PORT, and `forward`: the scenario's secrets, which
 are never written on a command line) are forwarded by each launcher's own mechanism: Hydra, PALS
 and srun (--export=ALL) pass the launcher's environment on; Open MPI needs `-x NAME`."""
+import os
 import random
 import re
 import socket
@@ -265,3 +266,14 @@ def local_rendezvous_env() -> Dict[str, str]:
     """MASTER_ADDR/PORT for ranks on this host only (tests, benchmarks): loopback, a free port.
     Given these, the trainer never initializes MPI (see templates/body.j2 for why that matters)."""
     return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port("127.0.0.1"))}
+
+
+def master_addr(first_host: str, suffix: str, env=None) -> str:
+    """Where the ranks meet: an exported MASTER_ADDR as it is, else rank 0's host with
+    launch.master_addr_suffix (Aurora: its Slingshot name, first_host.hsn.cm.aurora.alcf.anl.gov). With
+    a suffix the host's own domain goes first: a node file's names are whole
+    (x4000c2s6b0n0.hostmgmt2000.cm.aurora.alcf.anl.gov), the Slingshot name is the short one's."""
+    env = os.environ if env is None else env
+    if env.get("MASTER_ADDR"):
+        return env["MASTER_ADDR"]
+    return first_host.split(".")[0] + suffix if suffix else first_host

@@ -79,6 +79,33 @@ def test_a_server_that_stops_answering_ends_the_wait(tmp_path):
     assert rc == 0, out
 
 
+def test_a_job_the_server_holds_after_failed_starts_is_not_waited_for_forever(tmp_path):
+    d = smoke_expt(tmp_path, ok=True)
+    held = ("Job Id: 5.srv\n    job_state = H\n    comment = job held, too many failed attempts to run\n"
+            "    run_count = 21\n    Exit_status = -30\n")  # OpenPBS 23.06's words (tests/pbs_cluster.HELD_BY_PBS)
+    rc, out = wait(d, lambda argv: (0, held, ""))
+    assert rc == 1 and "5.srv: held: job held, too many failed attempts to run; 21 tries" in out, out
+    assert out.rstrip().endswith("it will not end by itself: nothing submitted"), out
+    # held on a dependency (a chain's continuation): waited for
+    dep = "Job Id: 5.srv\n    job_state = H\n    comment = Job held by a dependency\n"
+    seen = []
+
+    def run(argv):
+        seen.append(1)
+        return 0, dep if len(seen) < 3 else "Job Id: 5.srv\n    job_state = F\n    Exit_status = 0\n", ""
+    rc, out = wait(smoke_expt(tmp_path / "c" if (tmp_path / "c").mkdir() is None else None, ok=True), run)
+    assert rc == 0 and len(seen) == 3, out
+
+
+def test_the_poll_and_an_interrupted_wait(tmp_path):
+    out = io.StringIO()
+
+    def sleep(s):
+        raise KeyboardInterrupt
+    rc = after.wait(smoke_expt(tmp_path, ok=True), "pbs", poll=1, run=server(["Q"])[0], out=out, sleep=sleep)
+    assert rc == 130 and out.getvalue().endswith("interrupted: nothing submitted\n"), out.getvalue()
+
+
 def test_not_a_job_is_refused(tmp_path):
     out = io.StringIO()
     assert after.wait(str(tmp_path / "nope"), None, run=server(["F"])[0], out=out) == 2

@@ -70,6 +70,7 @@ def test_a_route_whose_destinations_all_refuse_says_each_one():
 def test_queues_one_cannot_submit_to_are_never_offered():
     qs, s = server("aurora"), shape(300, 6)
     assert "small" not in queues.takers(qs, s)  # from_route_only: qsub says "Access to queue is denied"
+    assert queues.refusals(qs, "small", s) == ["it takes jobs from a routing queue only (from_route_only): submit to prod"]
     assert queues.refusals(qs, "visualization", shape(1, 1)) == [
         "it takes jobs from its listed users only (acl_users), and you are not one of them"]
 

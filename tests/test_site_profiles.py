@@ -10,7 +10,7 @@ import pytest
 
 from restartlab import scenario
 from restartlab.job import render
-from restartlab.runtime.supervise import master_addr
+from restartlab.launchers import master_addr
 from trainer.dist import device_index
 
 SCEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios")
@@ -49,5 +49,12 @@ def test_the_rendezvous_host_gets_the_sites_network_suffix_unless_one_is_exporte
     assert master_addr("x1921c0s3b0n0", ".hsn.cm.aurora.alcf.anl.gov", env={}) == \
         "x1921c0s3b0n0.hsn.cm.aurora.alcf.anl.gov"
     assert master_addr("h", ".hsn.x", env={"MASTER_ADDR": "10.1.2.3"}) == "10.1.2.3"
+    # rank 0 off the first host (spares, shrink): its name from the node file is whole
+    assert master_addr("x4000c2s6b0n0.hostmgmt2000.cm.aurora.alcf.anl.gov", ".hsn.cm.aurora.alcf.anl.gov", env={}) == \
+        "x4000c2s6b0n0.hsn.cm.aurora.alcf.anl.gov"
+    assert master_addr("rlpbs-n1.local", "", env={}) == "rlpbs-n1.local"  # no suffix: as it is
+    # the smoke job's ranks meet where the experiment's will
+    smoke, _ = render.render_smoke(_load("aurora/agpt2b.yaml"), None, "/x")
+    assert "--master-suffix .hsn.cm.aurora.alcf.anl.gov" in smoke
     assert "--master-suffix .hsn.cm.aurora.alcf.anl.gov" in render.render(_load("aurora/agpt2b.yaml"), None, "/x")[0]
     assert "--master-suffix" not in render.render(_load("agpt2b.yaml"), None, "/x")[0]  # Sunspot: none known

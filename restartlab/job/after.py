@@ -3,7 +3,8 @@ submit. A queue that takes one job per user (ALCF's debug and debug-scaling: "Ma
 running/accruing/queued per-user") refuses a second job while the first is waiting or running, so
 a dependency (qsub -W depend=...) cannot help: the dependent job is itself a queued job. When the
 job waited on is a smoke job (`submit --smoke`'s experiment directory), its readiness report must
-say READY, or nothing is submitted."""
+say READY, or nothing is submitted; after any other job, its end is what is waited for, however it
+ended."""
 import os
 import sys
 import time
@@ -13,6 +14,10 @@ from ..contracts import layout
 from ..schedulers.base import PENDING, RUNNING, UNKNOWN, SchedulerError, run_tool
 from . import jobref
 
+# the comment a PBS server puts on a job it holds after too many failed starts (OpenPBS 23.06,
+# src/server/req_runjob.c: check_failed_attempts): held until someone releases it. A job held on a
+# dependency (a chain's continuation) is waited for as any other
+STUCK = "too many failed attempts to run"
 SAY_EVERY = 60.0       # s between two progress lines while waiting
 QUERY_FAILURES = 5     # the server not answering this many times in a row ends the wait
 
@@ -20,17 +25,37 @@ QUERY_FAILURES = 5     # the server not answering this many times in a row ends 
 def wait(ref: str, scheduler: Optional[str] = None, poll: float = 30.0, run=run_tool, out=sys.stderr,
          clock=time.monotonic, sleep=time.sleep) -> int:
     """0 once every job of `ref` has ended (and, for a smoke job, its report says READY); 1 when
-    it failed or cannot be followed; 2 for a reference that is not a job. Prints progress."""
+    it failed, is held by the server, or cannot be followed; 2 for a reference that is not a job.
+    An experiment's jobs are read again at each look (a chain adds its continuations as it runs).
+    Prints progress; Ctrl-C ends the wait, submitting nothing."""
     try:
-        sched, ids, local = jobref.resolve([ref], scheduler)
+        return _wait(ref, scheduler, poll, run, out, clock, sleep)
+    except KeyboardInterrupt:
+        print("\nrestartlab submit --after: interrupted: nothing submitted", file=out)
+        return 130
+
+
+def awaited(ref: str, scheduler: Optional[str] = None):
+    """(scheduler, the job ids `ref` stands for now); jobref.RefError when it stands for none."""
+    sched, ids, local = jobref.resolve([ref], scheduler)
+    if local or not ids:
+        raise jobref.RefError(f"{ref}: no job of a queue to wait for", 2)
+    return sched, ids
+
+
+def _wait(ref, scheduler, poll, run, out, clock, sleep) -> int:
+    try:
+        sched, ids = awaited(ref, scheduler)
     except jobref.RefError as e:
         print(f"restartlab submit --after: {e}", file=out)
         return e.code
-    if local or not ids:
-        print(f"restartlab submit --after: {ref}: no job of a queue to wait for", file=out)
-        return 2
     t0, said, failures = clock(), None, 0
     while True:
+        if os.path.isdir(ref):
+            try:
+                ids = awaited(ref, scheduler)[1]
+            except jobref.RefError:
+                pass  # read again at the next look
         try:
             st = sched.status(ids, run)
             failures = 0
@@ -49,11 +74,17 @@ def wait(ref: str, scheduler: Optional[str] = None, poll: float = 30.0, run=run_
             print(f"restartlab submit --after: the server does not know {', '.join(unknown)}: nothing submitted",
                   file=out)
             return 2
+        held = [j for j in live if st[j].detail.startswith("held:") and STUCK in st[j].detail]
+        if held:  # held by the server itself (too many failed starts): it runs only once someone releases it
+            print(f"restartlab submit --after: {', '.join(f'{j}: {st[j].detail}' for j in held)}: it will not end "
+                  "by itself: nothing submitted", file=out)
+            return 1
         if not live:
             break
         if said is None or clock() - said >= SAY_EVERY:
             said = clock()
-            print(f"restartlab submit --after: waiting for {', '.join(f'{j} ({st[j].state})' for j in live)} "
+            print(f"restartlab submit --after: waiting for "
+                  f"{', '.join(f'{j} ({st[j].state}' + (f': {st[j].detail}' if st[j].detail else '') + ')' for j in live)} "
                   f"({clock() - t0:.0f} s)", file=out, flush=True)
         sleep(poll)
     ended = ", ".join(f"{j} ({st[j].state}{': ' + st[j].detail if st[j].detail else ''})" for j in ids)

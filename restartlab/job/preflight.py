@@ -46,7 +46,7 @@ class Preflight:
     `run`: how scheduler tools are asked; `probe`: how the job's setup, launcher and Python are."""
 
     def __init__(self, sc: dict, where: Callable, scheduler: Optional[str] = None, run=run_tool,
-                 probe=probe_mod.run, environ=os.environ):
+                 probe=probe_mod.run, environ=os.environ, ignore_jobs=()):
         self.sc, self.where, self.run, self.probe_fn, self.env = sc, where, run, probe, environ
         self.sched = schedulers.get(scheduler or sc["scheduler"])
         self.site = sc["site"]["name"] or f"this {self.sched.title or self.sched.name} site"
@@ -55,6 +55,8 @@ class Preflight:
         self.command: Optional[str] = None  # a program's command that is not a Python: found on the job's PATH?
         self.module = None                  # (python, module) of a program run as python -m MODULE
         self.chosen_queue: Optional[str] = None  # job.queue: auto's choice, once queue() has run
+        # jobs not counted against a queue's per-user limit (submit --after: the ones it waits for)
+        self.ignore_jobs = {j.split(".")[0] for j in ignore_jobs}
 
     def add(self, level, check, text):
         self.findings.append(Finding(level, check, text))
@@ -103,8 +105,14 @@ class Preflight:
         except SchedulerError as e:
             self.add(ERROR, "queue", f"{at}: the server cannot be asked about its queues: {' '.join(str(e).split())}")
             return
-        if ";" in qs.source:
-            self.add(WARNING, "queue", f"{qs.source.split('; ', 1)[1]}: those limits were not checked")
+        if qs is None:
+            self.add(WARNING, "queue", f"the {self.sched.name} scheduler cannot list its queues: the queue was not "
+                     "checked")
+            return
+        if self.ignore_jobs:
+            qs.mine = {q: [x for x in ids if x.split(".")[0] not in self.ignore_jobs] for q, ids in qs.mine.items()}
+        for note in qs.source.split("; ")[1:]:
+            self.add(WARNING, "queue", f"{note}: not checked")
         avoid = j["queue_avoid"]
         if auto:
             name = queues.pick(qs, s, avoid)
@@ -175,12 +183,13 @@ class Preflight:
         proj = self.sc["site"]["project_root"]
         if proj and account and "{account}" in proj:
             mine = proj.replace("{account}", account)
-            if not os.path.isdir(mine) and os.path.isdir(os.path.dirname(mine.rstrip("/"))):
+            under = os.path.abspath(root).startswith(os.path.abspath(mine).rstrip("/") + "/")
+            if under and not os.path.isdir(mine) and os.path.isdir(os.path.dirname(mine.rstrip("/"))):
                 self.add(ERROR, "where", f"{self.key('job', 'account')}: {mine} does not exist: is {account} your "
                          f"project's short name (as `myprojectquotas` lists it)?")
         for said in r.not_read:
             self.add(WARNING, "bytes", f"{said}: no quota could be read from it: that quota was not checked")
-        if not r.quotas and proj:
+        if not r.quotas and not r.not_read and proj:
             self.add(WARNING, "bytes", f"no quota tool here (myprojectquotas, lfs): {self.site}'s project quota was "
                      "not checked, only the free space")
         if total == 0:
@@ -447,13 +456,13 @@ def errors(findings: List[Finding]) -> List[Finding]:
     return [f for f in findings if f.level == ERROR]
 
 
-def report(findings: List[Finding], out=None, quiet_ok=False) -> str:
+def report(findings: List[Finding], out=None, quiet_ok=False, refused="nothing submitted") -> str:
     """Print each finding (errors first) and a last line; returns the text (the experiment keeps it)."""
     order = {ERROR: 0, WARNING: 1, OK: 2}
     lines = [f"preflight: {f.line()}" for f in sorted(findings, key=lambda f: order[f.level])
              if not (quiet_ok and f.level == OK)]
     n_err, n_warn = len(errors(findings)), sum(f.level == WARNING for f in findings)
-    lines.append(f"preflight: {n_err} error(s), {n_warn} warning(s)" + (": nothing submitted" if n_err else ""))
+    lines.append(f"preflight: {n_err} error(s), {n_warn} warning(s)" + (f": {refused}" if n_err else ""))
     text = "\n".join(lines) + "\n"
     (out or sys.stderr).write(text)
     return text

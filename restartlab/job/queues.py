@@ -2,6 +2,7 @@
 jobs are in the queue at once) judged against every queue the server has (ServerQueues: qstat -Qf,
 scontrol show partition), in the server's own terms; the queues that take it; and the choice of
 `job.queue: auto`. Pure: the server's answers come in, lines come out (preflight prints them)."""
+import functools
 import grp
 import os
 import pwd
@@ -36,14 +37,28 @@ def _member(user: Optional[str], q: QueueLimits) -> Optional[str]:
     if q.users_only is not None and user not in q.users_only:
         return "it takes jobs from its listed users only (acl_users), and you are not one of them"
     if q.groups_only is not None:
-        try:
-            mine = {g.gr_name for g in grp.getgrall() if user in g.gr_mem}
-            mine.add(grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name)
-        except KeyError:
-            return None  # the user is not known here: not judged
-        if not mine & set(q.groups_only):
+        mine = groups_of(user)
+        if mine is not None and not mine & set(q.groups_only):
             return "it takes jobs from its listed groups only (acl_groups), and none is yours"
     return None
+
+
+@functools.lru_cache(maxsize=8)
+def groups_of(user: str) -> Optional[frozenset]:
+    """The names of `user`'s groups as the system resolves them (sssd/LDAP included: getgrouplist,
+    not a scan of /etc/group); None when the user is not known here (then not judged)."""
+    try:
+        pw = pwd.getpwnam(user)
+        ids = os.getgrouplist(user, pw.pw_gid)
+    except (KeyError, OSError):
+        return None
+    names = set()
+    for gid in ids:
+        try:
+            names.add(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            names.add(str(gid))
+    return frozenset(names)
 
 
 def own_limits(q: QueueLimits, s: Shape) -> List[str]:
@@ -93,6 +108,10 @@ def refusals(qs: ServerQueues, name: str, s: Shape, depth: int = 0) -> List[str]
     if q is None:
         return [f"it does not exist on this server ({qs.source})"]
     bad = own_limits(q, s) + per_user(qs, q, s)
+    if depth == 0 and q.from_route_only:
+        via = [r.name for r in qs.queues.values() if name in r.route_to]
+        bad.append("it takes jobs from a routing queue only (from_route_only)"
+                   + (f": submit to {', '.join(via)}" if via else ""))
     if bad or not q.route_to or depth >= MAX_ROUTE_DEPTH:
         return bad
     local = [d for d in q.route_to if "@" not in d]
@@ -147,6 +166,8 @@ def summary(qs: ServerQueues, s: Shape, avoid: Sequence[str] = ()) -> str:
         return (f"queue(s) here that take {s.text()}: {', '.join(found)} (set job.queue: {found[0]}, or job.queue: "
                 f"{AUTO})")
     direct = [q for q in qs.queues.values() if not q.from_route_only]
+    if not direct:
+        return f"no queue here takes {s.text()}: the server lists no queue that takes jobs directly"
     return (f"no queue here takes {s.text()}: " + "; ".join(
         f"{q.name}: {(refusals(qs, q.name, s) or ['(listed in job.queue_avoid)'])[0]}"
         for q in sorted(direct, key=_order)))

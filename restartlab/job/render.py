@@ -300,7 +300,8 @@ def smoke_context(sc, scheduler=None, expt_dir=None):
     stage = next((p["stage_dir"] for p in sc["phases"] if p["stage_dir"] and p["stage_dir"] != "none"), None)
     ctx["smoke_args"] = ["--fanout", ctx["scheduler"], "--launcher", ln["launcher"], "--tag", ctx["tag"],
                          "--ranks", str(sc["job"]["nodes"] * ln["ranks_per_node"])] + \
-        (["--stage-root", os.path.dirname(stage.rstrip("/")) or "/"] if stage else [])
+        (["--stage-root", os.path.dirname(stage.rstrip("/")) or "/"] if stage else []) + \
+        (["--master-suffix", ln["master_addr_suffix"]] if ln["master_addr_suffix"] else [])
     return ctx
 
 

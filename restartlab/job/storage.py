@@ -97,7 +97,7 @@ def parse_lfs_quota(text: str) -> Optional[Tuple[int, int]]:
     return None
 
 
-_SIZE = re.compile(r"^([\d.]+)([KMGTP]?)i?B?$", re.I)
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)i?B?$", re.I)
 
 
 def parse_size(text: str) -> Optional[int]:
@@ -139,7 +139,10 @@ def _lfs(run, args) -> Tuple[Optional[str], str]:
 def lustre_quotas(at: str, run) -> Tuple[List[Quota], List[str]]:
     """The user's, the directory's group's and its project id's Lustre quotas at `at`."""
     out, bad = [], []
-    asks = [("-u", getpass.getuser())]
+    try:
+        asks = [("-u", getpass.getuser())]
+    except (KeyError, OSError):  # no name for this uid (Python before 3.13 raises KeyError)
+        asks = [("-u", str(os.getuid()))]
     try:
         asks.append(("-g", grp.getgrgid(os.stat(at).st_gid).gr_name))
     except KeyError:
@@ -178,13 +181,16 @@ def room(path: str, project: Optional[str] = None, run=subprocess.run) -> Room:
     if shutil.which("lfs"):
         r.quotas, r.not_read = lustre_quotas(at, run)
     if project and shutil.which("myprojectquotas"):
+        fs = fs_name(path)
         try:
             p = run(["myprojectquotas"], capture_output=True, text=True, timeout=60)
-            q = parse_myprojectquotas(p.stdout, project, fs_name(path)) if p.returncode == 0 else None
-        except (OSError, subprocess.TimeoutExpired):
-            p, q = None, None
+            why = f"exit {p.returncode}" if p.returncode else f"no row for {project} with a quota"
+            q = parse_myprojectquotas(p.stdout, project, fs) if p.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired) as e:
+            q, why = None, f"it did not answer: {e}"
         if q:
-            r.quotas.append(Quota(q[0], q[1], f"myprojectquotas ({project} on {q[2]})"))
+            other = f"; its only row, and this path is on {fs}" if q[2] != fs else ""
+            r.quotas.append(Quota(q[0], q[1], f"myprojectquotas ({project} on {q[2]}{other})"))
         else:
-            r.not_read.append(f"myprojectquotas (no row for {project} on {fs_name(path)})")
+            r.not_read.append(f"myprojectquotas ({why})")
     return r

@@ -153,7 +153,7 @@ class Smoke:
         os.makedirs(outdir, exist_ok=True)
         argv = [placeholders.fill(w, {placeholders.ATTEMPT_DIR: outdir}) for w in self.a.argv]
         argv += ["--hold", str(HOLD_S)] if hold else []
-        env = dict(os.environ, MASTER_ADDR=os.environ.get("MASTER_ADDR") or socket.gethostname(),
+        env = dict(os.environ, MASTER_ADDR=launchers.master_addr(socket.gethostname(), self.a.master_suffix),
                    MASTER_PORT=str(launchers.free_port()), RESTARTLAB_ATTEMPT=str(k))
         log = open(att.output, "w")
         self.say(f"launch {k}: {' '.join(argv)}")
@@ -335,6 +335,8 @@ def main(argv=None) -> int:
     r.add_argument("--tag", required=True)
     r.add_argument("--ranks", type=int, required=True)
     r.add_argument("--stage-root", default=tempfile.gettempdir())
+    r.add_argument("--master-suffix", default="", help="launch.master_addr_suffix: the ranks meet at the first "
+                   "host's name with it, as the experiment's do")
     r.add_argument("argv", nargs=argparse.REMAINDER)
     n = sub.add_parser("node", help="one host's receipt (through the fan-out)")
     n.add_argument("--token-file", required=True)

@@ -139,12 +139,6 @@ class Procs:
             self.warm.stop()
 
 
-def master_addr(first_host: str, suffix: str, env=os.environ) -> str:
-    """Where the ranks meet: an exported MASTER_ADDR as it is, else rank 0's host with
-    launch.master_addr_suffix (Aurora: its Slingshot name, first_host.hsn.cm.aurora.alcf.anl.gov)."""
-    return env.get("MASTER_ADDR") or first_host + suffix
-
-
 # ---------------------------------------------------------------- configuration
 class _Settings:
     @classmethod
@@ -207,7 +201,7 @@ class Supervisor:
         chose it (0: the scenario's)."""
         cfg, ranks = self.cfg, 0
         launch = cfg.launch_spec.filled({placeholders.ATTEMPT_DIR: att.path})
-        master = master_addr(socket.gethostname(), cfg.master_suffix)
+        master = launchers.master_addr(socket.gethostname(), cfg.master_suffix)
         if cfg.node_check is not None:
             n = self.procs.node_check(self.phase, k)
             if n is None:
@@ -220,7 +214,7 @@ class Supervisor:
                     first = next((h.strip() for h in f if h.strip()), None)
                 hosts = self.procs.hosts()
                 if first and hosts and first != hosts[0]:  # rank 0 runs on the first host
-                    master = master_addr(first, cfg.master_suffix)
+                    master = launchers.master_addr(first, cfg.master_suffix)
                 ranks = launch.ranks
         argv, note = self.procs.launch_argv(launch, att.path, wait=relaunch)
         if note:

@@ -245,7 +245,12 @@ class PBS(Scheduler):
         rc, out, err = run(["qstat", "-Qf"])
         if rc:
             raise SchedulerError(f"qstat -Qf failed (rc {rc}): {err.strip() or out.strip()}")
-        queues = {n: queue_from_attrs(n, a, user) for n, a in parse_qstat_f(out, "Queue:").items()}
+        queues, odd = {}, []
+        for n, a in parse_qstat_f(out, "Queue:").items():
+            try:
+                queues[n] = queue_from_attrs(n, a, user)
+            except ValueError as e:  # a value this parser does not read: that queue is left out, and said
+                odd.append(f"queue {n} left out: {e}")
         mine = {}
         for n, q in queues.items() if user else ():
             if q.user_queued is None and q.user_run is None:
@@ -254,7 +259,7 @@ class PBS(Scheduler):
             if rc:
                 raise SchedulerError(f"qselect -u {user} -q {n} failed (rc {rc}): {err.strip() or out.strip()}")
             mine[n] = out.split()
-        return ServerQueues(queues, default, mine, "qstat -Qf")
+        return ServerQueues(queues, default, mine, "; ".join(["qstat -Qf", *odd]))
 
     def cancel_error(self, returncode, stdout, stderr):
         """None when the cancel went through, else the reason (qdel exits non-zero on failure)."""

@@ -164,7 +164,10 @@ class Slurm(Scheduler):
         qos_of = {n: f.get("QoS") for n, f in parts.items() if f.get("QoS") not in (None, "", "N/A")}
         notes = []
         if qos_of:
-            rc, out, err = run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxJobsPU,MaxSubmitPU"])
+            try:
+                rc, out, err = run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxJobsPU,MaxSubmitPU"])
+            except SchedulerError as e:  # not installed, or not answering
+                rc, out, err = 1, "", str(e)
             if rc:
                 notes.append(f"the QOS limits were not read (sacctmgr: {(err.strip() or out.strip())[:120]})")
             else:
