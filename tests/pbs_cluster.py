@@ -53,13 +53,26 @@ class Cluster:
         """A PBS command as root (the cluster's manager) -> CompletedProcess."""
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env or self.env(), **kw)
 
-    def as_user(self, argv, timeout=120, cwd=None, env=None):
-        """`argv` as the cluster's user on the head (a login node), PBS commands on PATH."""
+    def user_argv(self, argv, env=None):
+        """`argv` wrapped to run as the cluster's user on the head (a login node), PBS commands on PATH."""
         path = os.pathsep.join([self.bindir, os.path.dirname(sys.executable), "/usr/bin", "/bin"])
         extra = [f"{k}={v}" for k, v in (env or {}).items()]
-        return subprocess.run([self.exec, "-u", self.user, "env", f"PATH={path}", *extra, *argv],
-                              capture_output=True, text=True, timeout=timeout, cwd=cwd or self.workdir,
-                              env=self.env())
+        return [self.exec, "-u", self.user, "env", f"PATH={path}", *extra, *argv]
+
+    def as_user(self, argv, timeout=120, cwd=None, env=None):
+        """`argv` as the cluster's user on the head (a login node), PBS commands on PATH."""
+        return subprocess.run(self.user_argv(argv, env), capture_output=True, text=True, timeout=timeout,
+                              cwd=cwd or self.workdir, env=self.env())
+
+    @contextlib.contextmanager
+    def scheduling_off(self):
+        """The server takes jobs and starts none (qmgr: scheduling = False) for the block: a job
+        submitted then stays queued until the block ends, on purpose, not by a race."""
+        self.qmgr("set server scheduling = False")
+        try:
+            yield
+        finally:
+            self.qmgr("set server scheduling = True")
 
     def qmgr(self, cmd):
         r = self.run(["qmgr", "-c", cmd])

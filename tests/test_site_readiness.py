@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -104,6 +105,20 @@ def test_alcf_queue_tables_refuse_prod_for_agpt2b_and_auto_picks_capacity(pbs, s
         plain = pbs.write(os.path.join(d, "plain.sh"), "#!/bin/bash\ntrue\n", 0o755)
         q = pbs.as_user(["qsub", "-q", "prod", "-l", "select=2", "-l", "walltime=02:00:00", plain])
         assert q.returncode and "qsub: Job violates queue and/or server resource limits" in q.stderr, q.stdout + q.stderr
+        # debug-scaling takes one job per user on both machines: one of the user's there (held), and a
+        # 2-node, 30-minute job is refused for it, as qsub refuses it
+        held = pbs.as_user(["qsub", "-h", "-q", "debug-scaling", "-l", "select=2", "-l", "walltime=00:30:00", plain])
+        assert held.returncode == 0, held.stderr
+        hid = held.stdout.strip()
+        r = rl_pbs(pbs, "preflight", path, "--set", "job.queue=debug-scaling", "--set", "job.walltime=00:30:00",
+                   timeout=300)
+        assert errors(r.stdout)[0] == (
+            "queue: --set job.queue: queue debug-scaling: it takes 1 job(s) per user, running or waiting (max_queued "
+            f"[u:PBS_GENERIC=1]), and you have 1 there ({hid}): the server would refuse this one until it ends "
+            "(restartlab submit --after JOB waits for it) (qstat -Qf debug-scaling)"), r.stdout
+        q = pbs.as_user(["qsub", "-q", "debug-scaling", "-l", "select=2", "-l", "walltime=00:30:00", plain])
+        assert q.returncode and "would exceed queue generic's per-user limit" in q.stderr, q.stdout + q.stderr
+        pbs.run(["qdel", hid])
         r = rl_pbs(pbs, "submit", path, "--set", "job.queue=auto", timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "restartlab submit: job.queue auto: capacity" in r.stderr, r.stderr
@@ -121,30 +136,44 @@ def test_smoke_then_experiment_in_a_one_job_per_user_debug_queue(pbs):
     """Aurora's debug takes one job per user, running or waiting: with the smoke job there, preflight
     refuses the experiment for the reason the server would give (and the server does refuse a
     second job), names the queues that would take it; `submit --after SMOKE` waits for the smoke's
-    READY, then submits into debug, which takes it."""
+    READY, then submits into debug, which takes it. The smoke job is held queued (the server's
+    scheduling off) until the wait has begun: the wait is seen, not raced."""
     with pbs_cluster.site_queues(pbs, "aurora"):
         d = pbs.user_dir("alcf-debug")
         path = pbs_scenario(pbs, d, "dbg", [("sync", "sync")], nodes=2, walltime="00:30:00", iters=20, at_steps=(8,))
-        r = rl_pbs(pbs, "submit", "--smoke", path, "--set", "job.queue=debug", timeout=300)
-        assert r.returncode == 0, r.stdout + r.stderr
-        smoke_jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
-        smoke_expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
-        r = rl_pbs(pbs, "preflight", path, "--set", "job.queue=debug", timeout=300)
-        assert r.returncode == 2 and errors(r.stdout) == [
-            "queue: --set job.queue: queue debug: it takes 1 job(s) per user, running or waiting (max_queued "
-            f"[u:PBS_GENERIC=1]), and you have 1 there ({smoke_jid}): the server would refuse this one until it "
-            "ends (restartlab submit --after JOB waits for it) (qstat -Qf debug)",
-            "queue: --set job.queue: queue(s) here that take 2 node(s) x 00:30:00: debug-scaling, capacity, workq "
-            "(set job.queue: debug-scaling, or job.queue: auto)"], r.stdout
-        plain = pbs.write(os.path.join(d, "plain.sh"), "#!/bin/bash\ntrue\n", 0o755)
-        q = pbs.as_user(["qsub", "-q", "debug", "-l", "select=1", "-l", "walltime=00:10:00", plain])
-        assert q.returncode and "would exceed queue generic's per-user limit" in q.stderr, q.stdout + q.stderr
-        r = rl_pbs(pbs, "submit", path, "--set", "job.queue=debug", "--after", smoke_expt, "--poll", "2", timeout=600)
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert f"restartlab submit --after: waiting for {smoke_jid} (" in r.stderr, r.stderr
-        assert "restartlab submit --after: smoke: READY (2 host(s))" in r.stderr, r.stderr
-        jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
-        expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
+        with pbs.scheduling_off():
+            r = rl_pbs(pbs, "submit", "--smoke", path, "--set", "job.queue=debug", timeout=300)
+            assert r.returncode == 0, r.stdout + r.stderr
+            smoke_jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
+            smoke_expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
+            r = rl_pbs(pbs, "preflight", path, "--set", "job.queue=debug", timeout=300)
+            assert r.returncode == 2 and errors(r.stdout) == [
+                "queue: --set job.queue: queue debug: it takes 1 job(s) per user, running or waiting (max_queued "
+                f"[u:PBS_GENERIC=1]), and you have 1 there ({smoke_jid}): the server would refuse this one until it "
+                "ends (restartlab submit --after JOB waits for it) (qstat -Qf debug)",
+                "queue: --set job.queue: queue(s) here that take 2 node(s) x 00:30:00: debug-scaling, capacity, workq "
+                "(set job.queue: debug-scaling, or job.queue: auto)"], r.stdout
+            plain = pbs.write(os.path.join(d, "plain.sh"), "#!/bin/bash\ntrue\n", 0o755)
+            q = pbs.as_user(["qsub", "-q", "debug", "-l", "select=1", "-l", "walltime=00:10:00", plain])
+            assert q.returncode and "would exceed queue generic's per-user limit" in q.stderr, q.stdout + q.stderr
+            log = os.path.join(d, "after.log")
+            with open(log, "w") as out:
+                waiting = subprocess.Popen(pbs.user_argv([sys.executable, "-m", "restartlab.cli", "submit", path, "--set",
+                                                          "job.queue=debug", "--after", smoke_expt, "--poll", "2"]),
+                                           stdout=out, stderr=subprocess.STDOUT, cwd=pbs.workdir, env=pbs.env())
+            deadline = time.time() + 120
+            while f"waiting for {smoke_jid} (pending)" not in open(log).read():
+                assert waiting.poll() is None and time.time() < deadline, open(log).read()
+                time.sleep(0.5)
+        try:
+            assert waiting.wait(timeout=400) == 0, open(log).read()
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+        text = open(log).read()
+        assert "restartlab submit --after: smoke: READY (2 host(s))" in text, text
+        jid = re.search(r"^job (\S+)$", text, re.M).group(1)
+        expt = re.search(r"^experiment (\S+)$", text, re.M).group(1)
         assert pbs.job(smoke_jid)["job_state"] == "F" and pbs.job(jid)["queue"] == "debug"
         assert rl_pbs(pbs, "cancel", expt).returncode == 0
         pbs.wait_job(jid, {"F"}, 120)
