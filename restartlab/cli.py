@@ -130,6 +130,7 @@ def cmd_submit(a):
             return 2
         if p.chosen_queue:
             print(f"restartlab submit: job.queue auto: {p.chosen_queue}", file=sys.stderr)
+            checked += f"preflight: job.queue auto: {p.chosen_queue}\n"  # the experiment's record of the choice
             sc["job"]["queue"] = p.chosen_queue
     script, ctx = experiment.create(sc, name, smoke=a.smoke)
     from .contracts import layout

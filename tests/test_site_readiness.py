@@ -127,6 +127,7 @@ def test_alcf_queue_tables_refuse_prod_for_agpt2b_and_auto_picks_capacity(pbs, s
         assert pbs.job(jid)["queue"] == "capacity"
         assert "#PBS -q capacity\n" in open(layout.Expt(expt).job_script).read()
         assert "queue: capacity" in open(layout.Expt(expt).scenario).read()  # the choice, recorded
+        assert "preflight: job.queue auto: capacity" in open(layout.Expt(expt).preflight).read()
         assert rl_pbs(pbs, "cancel", expt).returncode == 0
         pbs.wait_job(jid, {"F"}, 120)
 
