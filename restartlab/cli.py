@@ -29,6 +29,18 @@ def cmd_validate(a):
     return 2 if bad else 0
 
 
+def _take_auto(p, sc, verb, refused="nothing submitted") -> bool:
+    """After preflight `p` judged the queues: job.queue auto's choice into `sc`, said (True); or its
+    findings printed, when it refused (False)."""
+    from .job import preflight
+    if preflight.errors(p.findings):
+        preflight.report(p.findings, refused=refused)
+        return False
+    print(f"restartlab {verb}: job.queue auto: {p.chosen_queue}", file=sys.stderr)
+    sc["job"]["queue"] = p.chosen_queue
+    return True
+
+
 def cmd_render(a):
     from .job import experiment, preflight
     from . import scenario, schedulers
@@ -37,11 +49,8 @@ def cmd_render(a):
     if sc["job"]["queue"] == "auto" and schedulers.get(name).has_queue:
         p = preflight.Preflight(sc, where, name)
         p.queue()  # the server's queues decide: without them, the line says the key and why
-        if preflight.errors(p.findings):
-            preflight.report(p.findings, refused="nothing rendered")
+        if not _take_auto(p, sc, "render", "nothing rendered"):
             return 2
-        print(f"restartlab render: job.queue auto: {p.chosen_queue}", file=sys.stderr)
-        sc["job"]["queue"] = p.chosen_queue
     text, ctx, resolved = experiment.render_script(sc, a.scheduler, expt_dir=a.expt_dir)
     if not sc["job"]["account"] and (sc["site"]["account_required"] or ctx["unfilled"]):
         print(f"restartlab render: warning: {where(('job', 'account'))}: job.account is not set: "
@@ -70,15 +79,13 @@ def cmd_submit(a):
     sc, where = scenario.load_located(a.scenario, a.set)
     name = a.scheduler or sc["scheduler"]
     sched = schedulers.get(name)
+    judged = render.smoke_scenario(sc) if a.smoke else sc  # the job preflight judges: the smoke job's shape
     if sched.has_queue and sc["job"]["queue"] == "auto" and (a.dry_run or a.no_preflight):
         # the choice needs the server either way: asked alone, without the other checks
-        p = preflight.Preflight(render.smoke_scenario(sc) if a.smoke else sc, where, name)
+        p = preflight.Preflight(judged, where, name)
         p.queue()
-        if preflight.errors(p.findings):
-            preflight.report(p.findings)
+        if not _take_auto(p, sc, "submit"):
             return 2
-        print(f"restartlab submit: job.queue auto: {p.chosen_queue}", file=sys.stderr)
-        sc["job"]["queue"] = p.chosen_queue
     if a.dry_run:
         text = render.render_smoke(sc, name)[0] if a.smoke else experiment.render_script(sc, name)[0]
         sys.stdout.write(text)
@@ -108,8 +115,7 @@ def cmd_submit(a):
                 waiting_for = after.awaited(a.after, name)[1]
             except jobref.RefError:
                 waiting_for = []  # the wait says why
-            p = preflight.Preflight(render.smoke_scenario(sc) if a.smoke else sc, where, name,
-                                    ignore_jobs=waiting_for)
+            p = preflight.Preflight(judged, where, name, ignore_jobs=waiting_for)
             findings = p.check()
             if preflight.errors(findings):
                 preflight.report(findings, quiet_ok=True)
@@ -123,15 +129,14 @@ def cmd_submit(a):
         checked = "preflight: skipped (restartlab submit --no-preflight)\n"
         print(checked.strip(), file=sys.stderr)
     else:
-        p = preflight.Preflight(render.smoke_scenario(sc) if a.smoke else sc, where, name)
+        p = preflight.Preflight(judged, where, name)
         findings = p.check()
         checked = preflight.report(findings, quiet_ok=True)
         if preflight.errors(findings):
             return 2
         if p.chosen_queue:
-            print(f"restartlab submit: job.queue auto: {p.chosen_queue}", file=sys.stderr)
+            _take_auto(p, sc, "submit")
             checked += f"preflight: job.queue auto: {p.chosen_queue}\n"  # the experiment's record of the choice
-            sc["job"]["queue"] = p.chosen_queue
     script, ctx = experiment.create(sc, name, smoke=a.smoke)
     from .contracts import layout
     expt = layout.Expt(ctx["expt_dir"])

@@ -49,13 +49,14 @@ def _wait(ref, scheduler, poll, run, out, clock, sleep) -> int:
     except jobref.RefError as e:
         print(f"restartlab submit --after: {e}", file=out)
         return e.code
-    t0, said, failures = clock(), None, 0
+    t0, said, failures, looked = clock(), None, 0, False
     while True:
-        if os.path.isdir(ref):
+        if looked and os.path.isdir(ref):
             try:
                 ids = awaited(ref, scheduler)[1]
             except jobref.RefError:
                 pass  # read again at the next look
+        looked = True
         try:
             st = sched.status(ids, run)
             failures = 0
@@ -69,8 +70,8 @@ def _wait(ref, scheduler, poll, run, out, clock, sleep) -> int:
             continue
         live = [j for j in ids if st[j].state in (PENDING, RUNNING)]
         unknown = [j for j in ids if st[j].state == UNKNOWN]
-        ran = os.path.isdir(ref) and os.path.exists(layout.Expt(ref).smoke_report)
-        if said is None and unknown and not ran:  # never seen: a typo, or a job the server no longer keeps
+        if said is None and unknown and not (os.path.isdir(ref) and os.path.exists(layout.Expt(ref).smoke_report)):
+            # never seen: a typo, or a job the server no longer keeps (a smoke job whose report is there ran)
             print(f"restartlab submit --after: the server does not know {', '.join(unknown)}: nothing submitted",
                   file=out)
             return 2

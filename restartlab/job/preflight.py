@@ -165,9 +165,9 @@ class Preflight:
         try:
             r = storage.room(root, project=account)
         except storage.NotMounted as e:
+            whose = f"{self.sc['site']['name']}'s" if self.sc["site"]["name"] else "this site's"
             self.add(ERROR, "where", f"{self.key('expt_root')}: {root}: {e.strerror}: its file system is not mounted "
-                     f"here ({'not ' + self.sc['site']['name'] + chr(39) + 's' if self.sc['site']['name'] else 'not this site' + chr(39) + 's'} "
-                     "login node?): neither the space nor the quota could be measured")
+                     f"here (not {whose} login node?): neither the space nor the quota could be measured")
             return
         except OSError as e:
             self.add(ERROR, "where", f"{self.key('expt_root')}: cannot look at {root}: {e.strerror}")

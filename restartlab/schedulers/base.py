@@ -42,7 +42,6 @@ class ToolMissing(SchedulerError):
 class QueueLimits:
     """What a queue (PBS) or partition (Slurm) admits, as its server says (None: no limit set)."""
     name: str
-    exists: bool = True
     enabled: bool = True        # PBS enabled / Slurm State=UP: it takes new jobs
     started: bool = True        # PBS started / Slurm not DRAIN|INACTIVE: its jobs can start
     min_nodes: Optional[int] = None
@@ -130,17 +129,6 @@ class Scheduler:
 
     def cancel_cmd(self, jobid: str) -> List[str]:
         return self._no_queue()
-
-    def queue_limits(self, queue: Optional[str], run: Runner) -> Optional[QueueLimits]:
-        """The limits of `queue` (None: the server's default queue) as the server reports them;
-        None where the scheduler has no queues. SchedulerError when the server cannot be asked."""
-        qs = self.server_queues(run, None)
-        if qs is None:
-            return None
-        queue = queue or qs.default
-        if not queue:
-            return None
-        return qs.queues.get(queue) or QueueLimits(queue, exists=False, source=qs.source)
 
     def server_queues(self, run: Runner, user: Optional[str]) -> Optional[ServerQueues]:
         """Every queue the server has, with the per-user limits it enforces and, for `user`, the

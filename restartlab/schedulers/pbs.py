@@ -9,7 +9,7 @@ from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, Queue
                    ServerQueues,
                    register)
 
-EXIT_UNKNOWN_JOB, EXIT_JOB_FINISHED, EXIT_UNKNOWN_QUEUE = 153, 35, 170
+EXIT_UNKNOWN_JOB, EXIT_JOB_FINISHED = 153, 35
 _STATE = {"Q": PENDING, "H": PENDING, "W": PENDING, "T": PENDING, "S": PENDING,
           "R": RUNNING, "E": RUNNING, "B": RUNNING, "X": FINISHED, "F": FINISHED}
 
