@@ -9,7 +9,11 @@ purpose with its flags:
   --die-at K       group 1's first attempt exits after the quorum of step K (or the first after it:
                    a group that joins late heals past K), before its gradients
   --pg-transport   heals through torchft's PGTransport (the state over the replica process group)
-  --late S         group 1's first attempt joins S seconds late: its first quorum heals it
+  --late S         group 1's first attempt sleeps S seconds before it makes its Manager
+  --late-after K --gate DIR
+                   group 1's first attempt joins only after group 0 has committed step K, and group
+                   0 waits there until group 1 is up (two marker files in DIR): its first quorum
+                   heals it, however slowly either group starts
   --timeout S      torchft's timeout for collectives and heals
   --no-numpy       numpy hidden before torch is imported, as if it were not installed
   --async-quorum   torchft's default (use_async_quorum=True): the quorum runs beside the forward
@@ -36,14 +40,36 @@ p.add_argument("--ddp", action="store_true")
 p.add_argument("--die-at", type=int, default=-1)
 p.add_argument("--pg-transport", action="store_true")
 p.add_argument("--late", type=float, default=0.0)
+p.add_argument("--late-after", type=int, default=-1)
+p.add_argument("--gate", help="a directory both groups see, for --late-after's markers")
 p.add_argument("--no-numpy", action="store_true")
 p.add_argument("--async-quorum", action="store_true", help="torchft's default: the quorum runs beside the forward")
 p.add_argument("--timeout", type=float, default=10.0, help="torchft's timeout (s): collectives, heals")
 a = p.parse_args()
 group = int(os.environ.get("REPLICA_GROUP_ID", 0))
 first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+late = a.late_after >= 0 and first_attempt
+if late and not a.gate:
+    p.error("--late-after needs --gate DIR")
+
+
+def wait_for(marker, who):
+    path = os.path.join(a.gate, marker)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            sys.exit(f"group {group}: {who} not seen in 120 s ({path})")
+        time.sleep(0.05)
+
+
+def mark(marker):
+    open(os.path.join(a.gate, marker), "w").close()
+
+
 if group == 1 and first_attempt and a.late:
     time.sleep(a.late)
+if late and group == 1:
+    wait_for("g0-committed", f"group 0's step {a.late_after}")
 torch.manual_seed(group)  # different initial weights: only torchft's sync or a heal makes them equal
 torch.set_num_threads(1)
 module = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 1))
@@ -67,7 +93,13 @@ manager = Manager(pg=pg, min_replica_size=1, load_state_dict=load_state_dict,
                   quorum_timeout=datetime.timedelta(seconds=30), checkpoint_transport=transport)
 model = DistributedDataParallel(manager, module, bucket_cap_mb=0.01) if a.ddp else module
 optim = OptimizerWrapper(manager, optimizer)
+if late and group == 1:
+    mark("g1-up")  # its Manager heartbeats from here: the lighthouse counts it in the next quorum
 while manager.current_step() < a.steps:
+    if late and group == 0 and manager.current_step() == a.late_after:
+        mark("g0-committed")
+        wait_for("g1-up", "group 1")
+        late = False
     optim.zero_grad()  # the quorum
     if group == 1 and first_attempt and a.die_at >= 0 and manager.current_step() >= a.die_at:
         print(f"group 1: exiting at step {manager.current_step()}, after the quorum, before the gradients", flush=True)
