@@ -1,7 +1,8 @@
 """The injector's own latencies, from a real `restartlab run` of the local scenario (2 ranks,
 3 gated kills per phase): what restartlab adds between a failure's cause and the next attempt.
 
-  gated kill      the step's .complete written (its complete_ts) -> SIGKILL sent (the receipt)
+  gated kill      the step's .complete written (the marker's file time, which the injector records
+                  when its gate opens: retention deletes the marker later) -> SIGKILL sent (the receipt)
   kill -> gone    SIGKILL -> the attempt's launcher has exited (every rank gone): the report's
                   detection time for kill failures
   relaunch gap    attempt end -> next launch (record the attempt, tear down what is left):
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-from restartlab.contracts import ckptdir, layout
+from restartlab.contracts import layout
 from restartlab.contracts.summary import Summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,11 +41,10 @@ def gated_latencies(expt):
                 r = json.loads(line)
                 if "after .complete" not in r.get("reason", "") or r.get("newest_complete") is None:
                     continue
-                marker = os.path.join(ckptdir.step_path(ph.ckpts, r["newest_complete"]), ckptdir.COMPLETE)
-                with open(marker) as m:
-                    complete_ts = json.load(m)["complete_ts"]
+                if r.get("complete_mtime") is None:
+                    raise SystemExit(f"injector_latency: a gated strike without complete_mtime in {ph.injections}")
                 sent = min(rc["time"] for rc in r["receipts"])
-                out.append(sent - complete_ts)
+                out.append(sent - r["complete_mtime"])
     return out
 
 

@@ -245,7 +245,7 @@ def cmd_teardown(a):
         return 2
     # the end of a run: its warm standby pool goes too (the supervisor's own teardowns spare it)
     return teardown.teardown(a.tag, a.signal, a.fanout, tool_options.nodefile_default(a.nodefile), a.launcher,
-                             standby=True)
+                             standby=True, timeout=a.timeout)
 
 
 def cmd_supervise(a):

@@ -12,6 +12,8 @@ class FailureKind:
     name = ""
     signal = "KILL"              # default signal (a scenario's failures.signal overrides)
     one_rank = False             # strike one rank's process tree per node, not all of them
+    host_fault = False           # not a signal: the node's link (runtime/netfault.py), its ranks left alive
+    needs = ""                   # what it needs on the nodes besides the job's own rights (validate says it)
     doc = ""
 
     def nodes(self, n_hosts: int, node: Optional[int], rng: random.Random) -> List[int]:
@@ -90,6 +92,41 @@ class Preempt(FailureKind):
                 return {"grace": grace, "escalated": 0}
             clock.sleep(0.2)
         return {"grace": grace, "escalated": strike("KILL")}
+
+
+class NetworkKind(FailureKind):
+    """A node's link to the others taken down or capped, its ranks left alive and waiting (runtime/
+    netfault.py, on the struck node); undone by that node itself, whatever becomes of the job."""
+    host_fault = True
+    signal = None
+    needs = ("CAP_NET_ADMIN on the struck node (ip and tc as root: the job runs as root, or failures.root_cmd, "
+             "e.g. 'sudo -n', may run them) and a job of 2 or more nodes on a scheduler")
+
+    def nodes(self, n_hosts, node, rng):
+        """failures.node, else one chosen from the seed among the nodes but the first (where the
+        injector and the relaunch loop run: cutting it off would cut them off too)."""
+        if node is not None:
+            return [node]
+        return [rng.randrange(1, n_hosts) if n_hosts > 1 else 0]
+
+
+@register
+class Partition(NetworkKind):
+    name = "partition"
+    doc = ("one node cut off the network for failures.duration (0: it never heals; undone when the phase is "
+           "done), its ranks alive: they wait in a collective")
+
+
+@register
+class Flap(NetworkKind):
+    name = "flap"
+    doc = "one node's link down failures.duration, up failures.flap_up, failures.flaps times"
+
+
+@register
+class SlowLink(NetworkKind):
+    name = "slow_link"
+    doc = "one node's link capped at failures.rate (tc tbf: bandwidth only, no added delay) for failures.duration"
 
 
 def get(name: str) -> FailureKind:

@@ -36,6 +36,8 @@ class Injection:
     step_seen: Optional[int] = None        # rank 0's newest step when it struck
     newest_complete: Optional[int] = None  # the newest complete checkpoint then
     newest_complete_seen: Optional[int] = None  # the newest the injector had ever seen complete
+    complete_mtime: Optional[float] = None  # newest_complete's newest file time (its marker's, for
+                                            # the bundled trainer): when a gated strike's gate opened
     hosts: Tuple[str, ...] = ()
     receipts: Tuple[dict, ...] = ()        # each node's killer receipt (what it signalled)
     where: Optional[str] = None            # start-up, save or between saves (Injector.where)
@@ -48,8 +50,9 @@ class Injection:
 
     @property
     def struck(self) -> bool:
-        """A strike that reached ranks (what counts as a failure)."""
-        return self.killed > 0
+        """A strike that reached ranks, or a network fault that began on a node (what counts as a
+        failure)."""
+        return self.killed > 0 or bool(self.extra.get("faulted"))
 
     @property
     def booked_kind(self) -> str:
@@ -59,7 +62,7 @@ class Injection:
     def to_dict(self) -> Dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         d.update(hosts=list(self.hosts), receipts=list(self.receipts), saving=list(self.saving))
-        for k in ("follow_up_of", "gate"):  # absent from the lines that have none (as before they existed)
+        for k in ("follow_up_of", "gate", "complete_mtime"):  # absent from the lines that have none (as before they existed)
             if d[k] is None:
                 del d[k]
         return {**d, **self.extra}
@@ -76,7 +79,8 @@ class Injection:
         return cls(time=_num(d.get("time")), killed=_int(d.get("killed")) or 0, kind=_str(d.get("kind")),
                    reason=_str(d.get("reason")), signal=_str(d.get("signal")), target_step=_int(d.get("target_step")),
                    step_seen=_int(d.get("step_seen")), newest_complete=_int(d.get("newest_complete")),
-                   newest_complete_seen=_int(d.get("newest_complete_seen")), hosts=_list(d.get("hosts")),
+                   newest_complete_seen=_int(d.get("newest_complete_seen")),
+                   complete_mtime=_num(d.get("complete_mtime")), hosts=_list(d.get("hosts")),
                    receipts=tuple(r for r in _list(d.get("receipts")) if isinstance(r, dict)),
                    where=_str(d.get("where")), attempt=_int(d.get("attempt")), saving=_list(d.get("saving")),
                    follow_up_of=_num(d.get("follow_up_of")), gate=_str(d.get("gate")), extra={k: v for k, v in d.items() if k not in known})

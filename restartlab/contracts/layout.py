@@ -166,6 +166,8 @@ class Phase:
             return os.path.join(os.path.dirname(os.path.dirname(self.path.rstrip("/"))), "injections.jsonl")
         return self._f("injections.jsonl")
     node_checks = property(lambda self: self._f("nodes.jsonl"))      # one line per node per check
+    # a network fault's restorer's line (runtime/netfault.py), when the link is back: its windows down
+    faults = property(lambda self: self._f("faults.jsonl"))
     injector_log = property(lambda self: self._f("injector.log"))
     node_check_log = property(lambda self: self._f("node-check.log"))
     warm_log = property(lambda self: self._f("warm-pool.log"))      # the warm standby pools' log

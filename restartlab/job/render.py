@@ -80,7 +80,8 @@ def inject_settings(sc, f) -> Dict[str, Any]:
              if s.get("fuzz") else {"mtbf": s.get("mtbf")})
     return dict(sched, kind=f["kind"], grace=f["grace"], seed=s.get("seed") or 0, signal=f.get("signal"),
                 gate=f.get("gate"), wait_first_complete=f.get("wait_first_complete"), max_kills=f.get("max_kills"),
-                node=f.get("node"))
+                node=f.get("node"), duration=f.get("duration"), flaps=f.get("flaps"), flap_up=f.get("flap_up"),
+                rate=f.get("rate"), root_cmd=f.get("root_cmd"))
 
 
 def inject_plan(sc, f, phase: layout.Phase, tag) -> List[str]:

@@ -15,7 +15,7 @@ def teardown(cfg, att: layout.Attempt, sig: str = "KILL") -> None:
     the attempt's teardown log."""
     from .teardown import teardown as fan
     with open(att.teardown_log, "a") as log, contextlib.redirect_stdout(log):
-        fan(cfg.tag, sig, cfg.fanout, cfg.nodefile, cfg.launcher)
+        fan(cfg.tag, sig, cfg.fanout, cfg.nodefile, cfg.launcher, timeout=cfg.teardown_timeout)
 
 
 def dump_stacks(cfg, att: layout.Attempt, launcher_pid: Optional[int], say: Callable[..., None]) -> None:

@@ -84,7 +84,9 @@ def _relayed(path: str) -> Tuple[Optional[int], str, str]:
 
 
 def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals", timeout=FANOUT_TIMEOUT_S) -> List[dict]:
-    """Run `argv` once on each node in `indices` (in parallel); parse each JSON receipt."""
+    """Run `argv` once on each node in `indices` (in parallel); parse each JSON receipt. A node that has
+    not answered in `timeout` seconds (they all start together: one deadline) gets a receipt of its
+    own, `unreachable` and named, and holds up no other."""
     indices = list(indices)
     relay = None
     if fanout != "mpiexec" and not schedulers.get(fanout).fanout_relays_output:
@@ -103,13 +105,16 @@ def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals", timeout=F
             except subprocess.TimeoutExpired:
                 p.kill()
                 out, err = p.communicate()
-                receipts.append({"cmd": c, "error": f"timed out after {timeout:g}s"})
-                continue
+                answered = relay is not None and _relayed(os.path.join(relay, str(i)))[0] is not None
+                if not answered:  # else: the command ran there; the scheduler's own answer did not come back
+                    receipts.append({"host": hosts[i], "node": hosts[i], "cmd": c, "unreachable": True,
+                                     "error": f"no answer from {hosts[i]} in {timeout:g}s (unreachable, or its command still runs)"})
+                    continue
             rc = p.returncode
             if relay is not None:
                 rc, out, task_err = _relayed(os.path.join(relay, str(i)))
                 if rc is None:
-                    receipts.append({"cmd": c, "error": f"the command did not run on node {hosts[i]} "
+                    receipts.append({"host": hosts[i], "cmd": c, "error": f"the command did not run on node {hosts[i]} "
                                      f"({c[0]} exited {p.returncode}: {err.strip()[-300:] or 'no message'})"})
                     continue
                 err = task_err + err
@@ -121,7 +126,7 @@ def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals", timeout=F
                 except ValueError:
                     pass
             if not parsed:
-                receipts.append({"cmd": c, "error": f"rc={rc}: {err.strip()[-300:]}"})
+                receipts.append({"host": hosts[i], "cmd": c, "error": f"rc={rc}: {err.strip()[-300:]}"})
     finally:
         if relay is not None:
             shutil.rmtree(relay, ignore_errors=True)

@@ -16,6 +16,7 @@ from typing import Iterator, List, Optional, Tuple
 from . import attempt_record, killer
 from .clock import Clock
 from ..tools import options as tool_options
+from ..tools import verbs
 from .fanout import describe_receipt, fan_out, job_nodes, killer_argv
 from .. import failures, programs, schedulers
 from ..contracts import layout, live, options
@@ -77,6 +78,7 @@ class Injector:
         self.terminated = None  # the signal that asked us to stop
         self.spec = programs.resolve(json.loads(a.program) if a.program else {"adapter": "restartlab"})
         self.seen_complete: Optional[int] = None  # the newest complete checkpoint ever seen here
+        self.complete_mtime: Optional[float] = None  # the newest complete checkpoint's file time
 
     def ckpts(self):
         return programs.list_ckpts(self.spec, self.a.ckpt_dir) if self.a.ckpt_dir else []
@@ -87,6 +89,7 @@ class Injector:
         c = programs.newest_complete(self.ckpts())
         if c is not None and (self.seen_complete is None or c.step > self.seen_complete):
             self.seen_complete = c.step
+        self.complete_mtime = c.mtime if c else None
         return c.step if c else None
 
     def target(self) -> Optional[layout.Attempt]:
@@ -173,9 +176,60 @@ class Injector:
         except (OSError, killer.KillerError) as e:
             return {"host": socket.gethostname(), "error": str(e)}
 
+    def fault_argv(self, kind, i: int) -> List[str]:
+        """runtime/netfault.py's line for node `i`: the link to another node of the job (the first,
+        else the second) is the one struck."""
+        a = self.a
+        peer = self.hosts[0] if i != 0 or len(self.hosts) < 2 else self.hosts[1]
+        args = ["--kind", kind.name, "--duration", repr(a.duration), "--flaps", str(a.flaps), "--flap-up",
+                repr(a.flap_up), "--rate", a.rate, "--peer", peer]
+        for flag, v in (("--root-cmd", a.root_cmd), ("--until", a.until), ("--tag", a.tag),
+                        ("--log", layout.Phase(a.phase_dir).faults if a.phase_dir else None)):
+            if v:
+                args += [flag, v]
+        return verbs.argv(a.python, "net-fault", *args)
+
+    def fault(self, reason, target_step, kind, gate):
+        """A network fault on the kind's node: its link down or capped there, the ranks left alone;
+        the record's time is when the fault begins (the receipt's `at`)."""
+        a = self.a
+        idx = kind.nodes(len(self.hosts), a.node, self.rng)
+        t0 = self.clock.time()
+        newest = self.newest_complete()
+        struck = self.target()
+        self.striking = True
+        receipts = []
+        for i in idx:
+            receipts += fan_out(a.fanout, self.hosts, [i], self.fault_argv(kind, i), self.slots, a.launcher)
+        ok = [r for r in receipts if not r.get("error") and r.get("at")]
+        rec = Injection(time=min((r["at"] for r in ok), default=t0), reason=reason, target_step=target_step,
+                        gate=gate, step_seen=newest_step_seen(a.phase_dir) if a.phase_dir else None,
+                        newest_complete=newest, kind=kind.name, newest_complete_seen=self.seen_complete,
+                        complete_mtime=self.complete_mtime if newest is not None else None,
+                        hosts=tuple(self.hosts[i] for i in idx), killed=0, receipts=tuple(receipts),
+                        **self.where(struck), extra={"faulted": len(ok), "fault": {
+                            "duration": a.duration, "flaps": a.flaps if kind.name == "flap" else None,
+                            "flap_up": a.flap_up if kind.name == "flap" else None,
+                            "rate": a.rate if kind.name == "slow_link" else None,
+                            "until": max((r.get("until") or 0 for r in ok), default=None) or None}})
+        self.record(rec)
+        self.striking = False
+        self.kills += 1
+        what = f"{kind.name} of {', '.join(rec.hosts)}" + (f" for {a.duration:g}s" if a.duration else ", never healing")
+        self.say(f"fault #{self.kills} ({reason}): {what}: " + ("begun" if ok else "NOT made"))
+        for r in receipts:
+            self.say("  " + (f"{r.get('host')}: error: {r['error']}" if r.get("error") else
+                             f"{r.get('host')}: {r.get('dev')} from {time.strftime('%H:%M:%S', time.localtime(r['at']))}"
+                             + (f" to {time.strftime('%H:%M:%S', time.localtime(r['until']))}" if r.get("until") else "")))
+        if self.terminated:
+            raise SystemExit(self.done())
+        return rec
+
     def kill(self, reason, target_step=None, kind_name=None, gate=None):
         a = self.a
         kind = failures.get(kind_name) if kind_name else self.kind
+        if kind.host_fault:
+            return self.fault(reason, target_step, kind, gate)
         sig = a.signal or kind.signal
         idx = kind.nodes(len(self.hosts), a.node, self.rng)
         t_kill = self.clock.time()
@@ -192,6 +246,7 @@ class Injector:
         rec = Injection(time=t_kill, reason=reason, target_step=target_step, gate=gate,
                         step_seen=newest_step_seen(a.phase_dir) if a.phase_dir else None,
                         newest_complete=newest, signal=sig, kind=kind.name, newest_complete_seen=self.seen_complete,
+                        complete_mtime=self.complete_mtime if newest is not None else None,
                         hosts=tuple(self.hosts[i] for i in idx), killed=killed, receipts=tuple(receipts),
                         **self.where(struck))
         self.record(rec)  # now: the relaunch loop books the attempt as injected when it ends

@@ -3,6 +3,7 @@ tag): the supervisor's last word on an attempt that failed or hung (SIGKILL: a s
 too), and its walltime warning (the trainer's preemption signal). Also `restartlab teardown`."""
 import signal
 import sys
+import time
 
 from .. import failures
 from ..contracts.signals import parse_signal
@@ -11,20 +12,26 @@ from .fanout import fan_out, killer_argv, read_nodefile
 
 
 def teardown(tag: str, sig_name: str = "KILL", fanout: str = "local", nodefile=None,
-             launcher: str = "hydra", standby: bool = False) -> int:
+             launcher: str = "hydra", standby: bool = False, timeout: float = 15.0) -> int:
     """Signal the ranks tagged `tag` on every node of the node file (`standby`: the warm standby
-    pool too); prints one line, returns 1 when a node could not be reached (0 otherwise)."""
+    pool too), each node given `timeout` seconds to answer; prints one line, with its time, the
+    seconds it took and the nodes that did not answer; returns 1 when a node could not be reached
+    (0 otherwise)."""
     sig = parse_signal(sig_name)
     hosts, slots = read_nodefile(nodefile)
+    t0 = time.time()
     if fanout == "local":  # this node only: no second interpreter
         receipts = [killer.kill_ranks(tag, sig, standby=standby)]
     else:
         argv = killer_argv(sys.executable, tag, sig_name, failures.get("kill")) + (["--standby"] if standby else [])
-        receipts = fan_out(fanout, hosts, range(len(hosts)), argv, slots, launcher)
+        receipts = fan_out(fanout, hosts, range(len(hosts)), argv, slots, launcher, timeout=timeout)
     killed = sorted({(r.get("host"), p) for r in receipts for p in r.get("pids", [])})
     ranks = {(r.get("host"), p) for r in receipts for p in r.get("roots", r.get("pids", []))}
     errors = [r["error"] for r in receipts if r.get("error")]
+    lost = [r["host"] for r in receipts if r.get("unreachable")]
     verb = "killed" if sig == signal.SIGKILL else f"sent SIG{signal.Signals(sig).name.removeprefix('SIG')}"
-    print(f"restartlab teardown: {len(killed)} process(es) in {len(ranks)} tree(s) of {tag} {verb} on {len(hosts)} node(s)"
+    print(f"[{time.strftime('%H:%M:%S', time.localtime(t0))}] restartlab teardown: {len(killed)} process(es) in "
+          f"{len(ranks)} tree(s) of {tag} {verb} on {len(hosts) - len(lost)} of {len(hosts)} node(s) in "
+          f"{time.time() - t0:.1f}s" + (f"; unreachable: {', '.join(lost)}" if lost else "")
           + (f"; errors: {'; '.join(errors)}" if errors else ""), flush=True)
     return 1 if errors else 0

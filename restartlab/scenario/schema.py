@@ -133,6 +133,8 @@ SCHEMA = {
         "project_root": F("str", None, "the project's own space ({account}: job.account), where experiments "
                           "and checkpoints belong; preflight warns when expt_root lies under $HOME instead"),
         "docs": F("str", None, "the site's page on running jobs, quoted by preflight's findings"),
+        "root": F("bool", None, "whether a job may change a node's network (root, or sudo for ip and tc): false "
+                  "refuses the network failure kinds (partition, flap, slow_link) at validation"),
     },
     "job": {
         "nodes": F("int", 1, "number of nodes the training runs on"),

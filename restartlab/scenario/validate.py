@@ -318,6 +318,37 @@ def cross_checks(sc, v: Validator):
                       f"{tr['train_iters']}, {v.where(tuple(last.split('.')))})")
         if f["node"] is not None and f["node"] >= sc["job"]["nodes"]:
             v.err(base + ("node",), f"node {f['node']} is out of range for {sc['job']['nodes']} nodes")
+        _network_checks(sc, f, sched, base, v)
+
+
+RATE = re.compile(r"[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)", re.I)
+
+
+def _network_checks(sc, f, sched, base, v: Validator) -> None:
+    """The network kinds (failures.NetworkKind) need what a signal does not: another node to be cut
+    off from, and the right to change a node's link; refused here with the reason, never run as a
+    fault that silently does nothing."""
+    kinds = {f["kind"]} | {x["kind"] for x in sched.get("at_steps") or [] if isinstance(x, dict)}
+    net = sorted(k for k in kinds if failures.get(k).host_fault)
+    if not net:
+        return
+    key = base + ("kind",) if f["kind"] in net else base + ("schedule", "at_steps")
+    what = ", ".join(net)
+    if sc["scheduler"] == "local":
+        v.err(key, f"{what} strikes one node's link to the others: it needs a job of 2 or more nodes on a batch scheduler "
+              f"(scheduler: local runs every rank on this host)")
+    elif sc["job"]["nodes"] < 2:
+        v.err(key, f"{what} strikes one node's link to the others: it needs job.nodes >= 2 (got {sc['job']['nodes']})")
+    if sc["site"].get("root") is False:
+        v.err(key, f"{what} needs {failures.NetworkKind.needs}; {sc['site'].get('name') or 'this site'}'s jobs run "
+              f"without root (site.root: false, {v.where(('site', 'root'))}). Set site.root: true only where your "
+              f"allocation grants it")
+    if "slow_link" in net and not RATE.fullmatch(str(f["rate"])):
+        v.err(base + ("rate",), f"{f['rate']!r} is not a tc rate (a number and one of bit, kbit, mbit, gbit, bps, "
+              f"kbps, mbps, gbps: 500kbit, 1mbit)")
+    if f["duration"] == 0 and any(k != "partition" for k in net):
+        v.err(base + ("duration",), f"0 (never heals) is for partition only; {', '.join(k for k in net if k != 'partition')} "
+              f"needs a duration > 0")
 
 
 def effective_failures(sc, phase) -> Optional[dict]:

@@ -36,6 +36,9 @@ SUPERVISE = [
         "network's names); an exported MASTER_ADDR is taken as it is", scenario="launch.master_addr_suffix"),
     Opt("--hang-timeout", "duration", 600.0, "stop an attempt whose output has not changed for this "
         "long (once it has taken a step)", scenario="relaunch.hang_timeout", positive=True),
+    Opt("--teardown-timeout", "duration", 15.0, "seconds each node has to answer the stop of an attempt (its "
+        "stacks, then KILL): a node that has not (cut off, down) is named unreachable in the attempt's teardown "
+        "log and the stop goes ahead on the others", scenario="relaunch.teardown_timeout", positive=True),
     Opt("--startup-timeout", "duration", 1200.0, "the same, before the attempt's first step (imports, "
         "rendezvous and the checkpoint load may take minutes at scale)", scenario="relaunch.startup_timeout",
         positive=True),
@@ -139,6 +142,8 @@ TEARDOWN = [
     Opt("--fanout", "str", "local", "how to reach the nodes", choices=FANOUTS),
     Opt("--launcher", "str", LAUNCHER_DEFAULT, "--fanout mpiexec: the job's launcher", choices=launchers.names),
     Opt("--nodefile", "str", None, "the job's node file (default: $RL_NODEFILE)"),
+    Opt("--timeout", "duration", 15.0, "seconds each node has to answer: one that has not is named unreachable "
+        "and the others are not held up", positive=True),
 ]
 
 
@@ -201,6 +206,16 @@ INJECT = [
         scenario="failures.grace"),
     Opt("--node", "int", None, "node index for kinds node and rank (default: node from the seed; rank: node 0)",
         scenario="failures.node"),
+    Opt("--duration", "duration", 30.0, "partition, flap (each time down), slow_link: how long the fault lasts; "
+        "partition 0: it never heals (undone when the phase is done, or after an hour)", min=0,
+        scenario="failures.duration"),
+    Opt("--flaps", "int", 3, "flap: how many times the link goes down", positive=True, scenario="failures.flaps"),
+    Opt("--flap-up", "duration", 5.0, "flap: how long the link is up between two downs", positive=True,
+        scenario="failures.flap_up"),
+    Opt("--rate", "str", "1mbit", "slow_link: the link's rate (tc's units: 500kbit, 1mbit, 1gbit)",
+        scenario="failures.rate"),
+    Opt("--root-cmd", "str", None, "partition, flap, slow_link: what runs ip and tc as root on the struck node "
+        "(e.g. 'sudo -n'); none: the job itself runs as root", scenario="failures.root_cmd"),
     Opt("--every", "duration", None, "timed kills: one every DURATION (90s, 5m)", positive=True,
         scenario="failures.schedule.every"),
     Opt("--at-steps", "str", None, "kills aimed at these steps, each with its own kind if given: "

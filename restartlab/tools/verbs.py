@@ -32,6 +32,7 @@ VERBS = {
     "rankexit": Verb("restartlab.runtime.rankexit"),          # a cold rank's exit recorder
     "warm-pool": Verb("restartlab.runtime.warm"),             # a warm standby pool, on each node
     "smoke": Verb("restartlab.runtime.smoke"),                # the smoke job's checks and node probe
+    "net-fault": Verb("restartlab.runtime.netfault"),         # a network fault kind, on the struck node
     "ft-accounting": Verb("restartlab.analysis.ft_accounting"),# a torchft phase's verdict (no import)
     # the bundled programs a launch line runs (restartlab.trainer is trainer/, installed under this name)
     "trainer": Verb("restartlab.trainer"),                        # the bundled DCP trainer
