@@ -1,0 +1,223 @@
+"""The network fault kinds' node-side part (runtime/netfault.py), for real: two network namespaces this
+test makes (a veth pair, 10.251.<n>.0/30: no address outside them), the fault made in one by root,
+its link's state, its traffic and its undoing read back; the kinds' validation."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from restartlab.runtime import netfault
+
+from .helpers import wait_for
+
+def _can() -> bool:
+    ok = os.geteuid() == 0 and bool(shutil.which("ip")) and bool(shutil.which("tc"))
+    if not ok and os.environ.get("RESTARTLAB_REQUIRE_ALL") == "1":  # CI: a missing part fails, it does not skip
+        raise AssertionError("the network fault tests need root, ip and tc (iproute2)")
+    return ok
+
+SERVER = r"""
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((sys.argv[1], 7777)); s.listen()
+print("up", flush=True)
+while True:
+    c, _ = s.accept()
+    while c.recv(1 << 16):
+        pass
+    c.sendall(b"k"); c.close()
+"""
+
+SEND = r"""
+import socket, sys, time
+t = time.time(); c = socket.create_connection((sys.argv[1], 7777), timeout=float(sys.argv[3]))
+c.sendall(b"x" * int(sys.argv[2])); c.shutdown(socket.SHUT_WR); c.recv(1); print(time.time() - t)
+"""
+
+
+class Pair:
+    def __init__(self):
+        n = uuid.uuid4().hex[:6]
+        self.a, self.b, self.dev = f"rlt-{n}a", f"rlt-{n}b", f"rlt{n}"
+        octet = int(n[:2], 16)
+        self.addr_a, self.addr_b = f"10.251.{octet}.1", f"10.251.{octet}.2"
+        for cmd in (["netns", "add", self.a], ["netns", "add", self.b],
+                    ["link", "add", self.dev, "netns", self.a, "type", "veth", "peer", "name", self.dev + "p",
+                     "netns", self.b],
+                    ["-n", self.a, "addr", "add", self.addr_a + "/30", "dev", self.dev],
+                    ["-n", self.b, "addr", "add", self.addr_b + "/30", "dev", self.dev + "p"],
+                    ["-n", self.a, "link", "set", self.dev, "up"], ["-n", self.b, "link", "set", self.dev + "p", "up"],
+                    ["-n", self.a, "link", "set", "lo", "up"], ["-n", self.b, "link", "set", "lo", "up"]):
+            subprocess.run(["ip", *cmd], check=True, capture_output=True)
+        self.server = subprocess.Popen(["ip", "netns", "exec", self.b, sys.executable, "-c", SERVER, self.addr_b],
+                                       stdout=subprocess.PIPE, text=True)
+        assert self.server.stdout.readline().strip() == "up"
+
+    def run_a(self, *argv, user=None, **kw):
+        pre = ["ip", "netns", "exec", self.a] + (["runuser", "-u", user, "--"] if user else [])
+        return subprocess.run(pre + list(argv), capture_output=True, text=True, timeout=60, **kw)
+
+    def link_up(self) -> bool:
+        out = subprocess.run(["ip", "-n", self.a, "-j", "link", "show", self.dev], capture_output=True, text=True)
+        return "UP" in json.loads(out.stdout)[0]["flags"]
+
+    def qdisc(self) -> str:
+        return subprocess.run(["tc", "-n", self.a, "qdisc", "show", "dev", self.dev], capture_output=True,
+                              text=True).stdout
+
+    def send(self, nbytes, timeout=5.0):
+        """(seconds to send nbytes to the other namespace and hear back, or None: it could not)."""
+        r = self.run_a(sys.executable, "-c", SEND, self.addr_b, str(nbytes), str(timeout))
+        return float(r.stdout) if r.returncode == 0 else None
+
+    def close(self):
+        self.server.kill()
+        self.server.wait()
+        for ns in (self.a, self.b):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@pytest.fixture
+def pair():
+    if not _can():
+        pytest.skip("needs root, ip and tc (iproute2)")
+    p = Pair()
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def fault(pair, tmp_path, *args, user=None):
+    """The node-side command as the injector's fan-out runs it; (exit status, receipt, log path)."""
+    log = str(tmp_path / "faults.jsonl")
+    r = pair.run_a(sys.executable, "-m", "restartlab.runtime.netfault", "--peer", pair.addr_b, "--delay", "0.2",
+                   "--log", log, "--tag", "t-net", *args, user=user)
+    return r.returncode, json.loads(r.stdout), log
+
+
+def logged(log, n=1):
+    wait_for(lambda: os.path.exists(log) and len(open(log).read().splitlines()) >= n, 30, f"{n} line(s) in {log}")
+    return [json.loads(x) for x in open(log)]
+
+
+def test_a_partition_cuts_the_link_for_its_duration_and_puts_it_back(pair, tmp_path):
+    assert pair.send(1000) is not None
+    rc, rec, log = fault(pair, tmp_path, "--kind", "partition", "--duration", "1.5")
+    assert rc == 0 and rec["dev"] == pair.dev and rec["until"] - rec["at"] == pytest.approx(1.5), rec
+    wait_for(lambda: not pair.link_up(), 5, "the link down")
+    assert pair.send(1000, timeout=0.5) is None  # no route to the other namespace while it is down
+    line, = logged(log)
+    assert pair.link_up() and pair.send(1000) is not None
+    (down, up), = line["windows"]
+    assert line["restored"] and line["ended_by"] == "duration" and line["errors"] == [], line
+    assert up - down == pytest.approx(1.5, abs=0.3) and down >= rec["at"] - 0.01, line
+
+
+def test_a_flap_goes_down_its_count_of_times(pair, tmp_path):
+    rc, rec, log = fault(pair, tmp_path, "--kind", "flap", "--flaps", "3", "--duration", "0.4", "--flap-up", "0.3")
+    assert rc == 0 and rec["until"] - rec["at"] == pytest.approx(3 * 0.4 + 2 * 0.3), rec
+    line, = logged(log)
+    w = line["windows"]
+    assert len(w) == 3 and all(b - a == pytest.approx(0.4, abs=0.2) for a, b in w), w
+    assert all(w[i + 1][0] - w[i][1] == pytest.approx(0.3, abs=0.2) for i in range(2)), w
+    assert pair.link_up()
+
+
+def test_a_slow_link_is_capped_then_freed(pair, tmp_path):
+    """1mbit: 256 KiB takes about 2 s through the cap (tbf), well under 0.5 s without it."""
+    free = pair.send(256 << 10)
+    rc, rec, log = fault(pair, tmp_path, "--kind", "slow_link", "--rate", "1mbit", "--duration", "6")
+    wait_for(lambda: "tbf" in pair.qdisc(), 5, "the tbf qdisc")
+    capped = pair.send(256 << 10, timeout=20)
+    line, = logged(log)
+    assert "tbf" not in pair.qdisc() and line["restored"], (pair.qdisc(), line)
+    assert free < 0.5 and capped > 1.5 and capped > 4 * free, (free, capped)
+
+
+def test_a_partition_that_never_heals_is_undone_when_the_phase_is_done(pair, tmp_path):
+    done = tmp_path / "done"
+    rc, rec, log = fault(pair, tmp_path, "--kind", "partition", "--duration", "0", "--until", str(done))
+    assert rc == 0 and rec["until"] is None, rec
+    wait_for(lambda: not pair.link_up(), 5, "the link down")
+    time.sleep(1.0)
+    assert not pair.link_up()
+    done.touch()
+    line, = logged(log)
+    assert pair.link_up() and line["ended_by"] == f"{done} exists" and line["restored"], line
+
+
+def test_the_fault_is_undone_after_the_one_who_asked_is_sigkilled_or_its_restorer_terminated(pair, tmp_path):
+    """The process that asked (the injector, the supervisor) is SIGKILLed as soon as the receipt is out:
+    the node's restorer, in its own session, still puts the link back; a SIGTERM to the restorer puts
+    it back at once."""
+    log = str(tmp_path / "faults.jsonl")
+    asker = subprocess.Popen(["ip", "netns", "exec", pair.a, sys.executable, "-c",
+                              "import subprocess, sys, time; subprocess.run(sys.argv[1:]); time.sleep(60)",
+                              sys.executable, "-m", "restartlab.runtime.netfault", "--peer", pair.addr_b, "--delay",
+                              "0.2", "--log", log, "--kind", "partition", "--duration", "1.5"],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    rec = json.loads(asker.stdout.readline())
+    os.killpg(asker.pid, signal.SIGKILL)
+    asker.wait()
+    wait_for(lambda: not pair.link_up(), 5, "the link down")
+    line, = logged(log)
+    assert pair.link_up() and line["ended_by"] == "duration", line
+    rc, rec, log2 = fault(pair, tmp_path, "--kind", "partition", "--duration", "60")
+    wait_for(lambda: not pair.link_up(), 5, "the link down")
+    os.kill(rec["restorer"], signal.SIGTERM)
+    line = logged(log2, 2)[-1]
+    assert pair.link_up() and line["ended_by"] == "SIGTERM", line
+
+
+def test_without_the_right_to_change_the_link_it_says_so_and_changes_nothing(pair, tmp_path):
+    rc, rec, log = fault(pair, tmp_path, "--kind", "partition", "--duration", "5", user="nobody")
+    assert rc == 1 and "needs CAP_NET_ADMIN" in rec["error"] and "Operation not permitted" in rec["error"], rec
+    assert pair.link_up() and not os.path.exists(log) and "restorer" not in rec
+    rc, rec, _ = fault(pair, tmp_path, "--kind", "partition", "--duration", "5", "--peer", "127.0.0.1")
+    assert rc == 1 and "is this node" in rec["error"], rec
+
+
+def test_the_restorers_plan():
+    p = netfault.parser()
+    assert netfault.plan(p.parse_args(["--kind", "partition", "--duration", "40"])) == [("down", 40.0)]
+    assert netfault.plan(p.parse_args(["--kind", "partition", "--duration", "0", "--max", "9"])) == [("down", 9.0)]
+    assert netfault.plan(p.parse_args(["--kind", "flap", "--duration", "2", "--flaps", "2", "--flap-up", "1"])) == \
+        [("down", 2.0), ("up", 1.0), ("down", 2.0)]
+    assert netfault.plan(p.parse_args(["--kind", "slow_link", "--duration", "3"])) == [("cap", 3.0)]
+
+
+# ---------------------------------------------------------------- validation: refused with the reason
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _validate(tmp_path, text):
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "validate", str(p)], capture_output=True, text=True,
+                       cwd=ROOT)
+    return r, str(p)
+
+
+def test_the_network_kinds_are_refused_where_they_cannot_be_made(tmp_path):
+    r, p = _validate(tmp_path, "phases: [{name: s, checkpoint: sync}]\n"
+                     "failures: {kind: partition, schedule: {every: 60s}}\n")
+    assert r.returncode == 2 and f"{p}:2: failures.kind: partition strikes one node's link" in r.stderr \
+        and "scheduler: local" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r, p = _validate(tmp_path, f"extends: {ROOT}/scenarios/systems/aurora.yaml\njob: {{nodes: 2, account: x}}\n"
+                     "phases: [{name: s, checkpoint: sync}]\n"
+                     "failures: {schedule: {at_steps: [{step: 5, kind: flap}]}}\n")
+    assert r.returncode == 2 and "failures.schedule.at_steps: flap needs CAP_NET_ADMIN" in r.stderr \
+        and "site.root: false, " in r.stderr and "aurora.yaml:" in r.stderr, r.stderr
+    r, p = _validate(tmp_path, "scheduler: pbs\njob: {nodes: 2, account: x}\nphases: [{name: s, checkpoint: sync}]\n"
+                     "failures: {kind: slow_link, rate: quick, duration: 0, schedule: {every: 60s}}\n")
+    assert r.returncode == 2 and f"{p}:4: failures.rate: 'quick' is not a tc rate" in r.stderr \
+        and "failures.duration: 0 (never heals) is for partition only" in r.stderr, r.stderr
+    r, p = _validate(tmp_path, "scheduler: pbs\njob: {nodes: 2, account: x}\nphases: [{name: s, checkpoint: sync}]\n"
+                     "failures: {kind: partition, duration: 0, root_cmd: sudo -n, schedule: {every: 60s}}\n")
+    assert r.returncode == 0, r.stderr
