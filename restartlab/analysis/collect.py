@@ -16,6 +16,7 @@ Definitions (docs/design.md):
 Streams each metrics file once with constant memory per row (kept: one number per save, a
 bounded, thinned (time, step) trace per attempt for the plots and, only for a comparison with the
 baseline, the loss of each step)."""
+import heapq
 import json
 import math
 import os
@@ -33,9 +34,11 @@ from ..contracts.attempts import (INJECTION_SLACK_S, AttemptRecord, LaunchRecord
 from ..contracts.attempts import number as _num  # the records' rule for a number, on every row too
 from ..programs.base import clean_line
 from ..contracts.injections import Injection
-from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks
+from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks, read_records
 from ..contracts import metric_keys as K
+from . import netfaults
 
+GAPS = 8              # the longest gaps between steps kept per attempt (analysis/netfaults.py)
 TRACE_POINTS = 20000  # per phase (split over its attempts, at least 50 each), for the progress plot
 SAVE_KEYS = (K.SAVE_S, K.STAGE_S, K.DRAIN_S)
 
@@ -75,6 +78,10 @@ class AttemptData:
     startup: Dict[str, float] = field(default_factory=dict)
     kept_dt: float = 0.0                  # sum of train/dt of steps that were not recomputed later
     ts_at: Dict[int, float] = field(default_factory=dict)  # ts of requested iters only
+    gaps: List[tuple] = field(default_factory=list)        # the GAPS longest (gap s, ts before, ts after, step
+                                                           # before) between two steps rank 0 logged: stand-stills
+    hang_ts: Optional[float] = None       # when the watchdog decided to stop it (its hang marker's time)
+    unreached: List[str] = field(default_factory=list)     # nodes its teardown could not reach
     trace: List[tuple] = field(default_factory=list)       # (ts, iter), thinned to < 2*trace_cap
     trace_cap: int = 1000
     trace_stride: int = 1
@@ -107,6 +114,7 @@ class PhaseData:
     saves_estimated: int = 0  # of them, estimated from the step times (a program's save-start line)
     finalize: List[float] = field(default_factory=list)
     node_checks: List[dict] = field(default_factory=list)
+    faults: List[dict] = field(default_factory=list)  # the network faults' restorers' lines (layout.Phase.faults)
     # step time beside a background save vs without one: [count, sum] each (first steps left out)
     dt_busy: List[float] = field(default_factory=lambda: [0, 0.0])
     dt_idle: List[float] = field(default_factory=lambda: [0, 0.0])
@@ -234,9 +242,28 @@ def _attempt_from_dir(a: AttemptData, att: layout.Attempt, warnings) -> None:
     snapshot; and for an attempt that did not complete, what its output says (one read)."""
     a.at_launch = _json_mapping(att.at_launch) or {}
     _read_record(a, att, warnings)
+    if a.hang:
+        try:
+            a.hang_ts = os.stat(att.hang).st_mtime
+        except OSError:
+            pass
+    a.unreached = _unreached(att.teardown_log)
     if not a.completed:
         seen, a.error = _read_output(att.output)
         a.timed_out = seen and a.recorded
+
+
+UNREACHABLE = re.compile(r"; unreachable: ([^;]+)")
+
+
+def _unreached(path) -> List[str]:
+    """The nodes an attempt's teardown log names unreachable (runtime/teardown.py's line)."""
+    try:
+        with open(path, errors="replace") as f:
+            found = [h.strip() for m in UNREACHABLE.finditer(f.read()) for h in m.group(1).split(",")]
+    except OSError:
+        return []
+    return sorted(set(found))
 
 
 def _read_record(a: AttemptData, att: layout.Attempt, warnings) -> None:
@@ -308,6 +335,7 @@ def _stream_attempt(a: AttemptData, rows, keep_upto, want, ph: PhaseData) -> Non
     losses, busy, idle, saves = ph.losses, ph.dt_busy, ph.dt_idle, ph.saves
     ITER, LOSS, DT, INFLIGHT, PREEMPTED = K.ITER, K.LOSS, K.DT, K.CKPT_INFLIGHT, K.PREEMPTED  # locals: the hot loop
     m = None
+    gaps, prev, floor = a.gaps, None, 0.0  # the longest gaps between steps, kept as a small heap
     for n, m, ts in rows:
         it = m.get(ITER)
         if it.__class__ is not int:
@@ -324,6 +352,12 @@ def _stream_attempt(a: AttemptData, rows, keep_upto, want, ph: PhaseData) -> Non
                 a.startup = {k: v for k, v in m.items() if k.startswith(K.STARTUP) and _num(v) is not None}
                 if a.launch_ts is None:
                     a.launch_ts = _num(m.get(K.STARTUP_LAUNCH_TS))
+            if prev is not None and ts - prev[0] > floor:
+                heapq.heappush(gaps, (ts - prev[0], prev[0], ts, prev[1]))
+                if len(gaps) > GAPS:
+                    heapq.heappop(gaps)
+                    floor = gaps[0][0]
+            prev = (ts, it)
             a.last_iter, a.last_ts = it, ts
             a.add_trace(ts, it)
             dt = m.get(DT, 0.0)
@@ -353,6 +387,7 @@ def _stream_attempt(a: AttemptData, rows, keep_upto, want, ph: PhaseData) -> Non
         if not a.recorded and completed_row(m):  # ezpz files: no record, the final row decides
             a.completed = True
     a.last_row = m
+    gaps.sort(reverse=True)
     if a.last_ts is not None and (not a.trace or a.trace[-1][1] != a.last_iter):
         a.trace.append((a.last_ts, a.last_iter))  # the plot ends where the attempt did
     if a.end_ts is None:
@@ -373,6 +408,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, loss
             ph.warnings.append(Malformed(f"{x}: malformed attempts entry (not a numbered directory): ignored"))
         ph.injections = read_injections(phase_dir, ph.warnings)
         ph.node_checks = read_node_checks(phase_dir, ph.warnings)
+        ph.faults = read_records(lp.faults, ph.warnings)
         ph.finalize = _finalize_latencies(lp.ckpts, ph.warnings)
         ph.ended = phase_end(lp)
     elif attempt_dirs:
@@ -555,6 +591,7 @@ def summarize_phase(ph: PhaseData) -> dict:
     first = min(atts, key=lambda a: a.launch_ts) if atts else None
     inter = interference(ph)
     inter_s = inter["busy_steps"] * (inter["busy_dt_s"] - inter["idle_dt_s"]) if inter else 0.0
+    step_dt = (ph.dt_idle[1] / ph.dt_idle[0]) if ph.dt_idle[0] else None
     return {
         "phase": ph.name, "wall_s": wall, "attempts": len(ph.attempts),
         "kills": sum(1 for r in ph.injections if r.struck),
@@ -577,7 +614,9 @@ def summarize_phase(ph: PhaseData) -> dict:
         "interference_s": inter_s,
         # mean time of a step with no save in flight and not an attempt's first (its warm-up is in
         # the start-up or the downtime): the phase's own step time, which step-time drift compares
-        "step_dt_s": (ph.dt_idle[1] / ph.dt_idle[0]) if ph.dt_idle[0] else None,
+        "step_dt_s": step_dt,
+        # each network fault (partition, flap, slow_link): its time down, the stand-still, who noticed when
+        "network_faults": netfaults.accounts(ph, step_dt),
         "first_start_s": (first.first_ts - first.launch_ts) if first and first.first_ts else None,
         "jobs": sorted({a.job for a in ph.attempts if a.job}),
         "handovers": hand, "queue_wait_s": queued,

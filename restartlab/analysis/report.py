@@ -311,6 +311,19 @@ def markdown(summaries, missing, src, problems=(), strategy_lines=()):
             L.append(f"| {s['phase']} | {kind} | {k['failures']} | {_fmt(k['detection_s'])} | {_fmt(k['launch_gap_s'])} | "
                      f"{_fmt(k['restart_s'])} | {_fmt(k['downtime_s'])} | {_fmt(k['lost_steps'])} | "
                      f"{_fmt(k['recompute_s'])} | {'; '.join(collect.DETECTIONS[d].text for d in k['detected_by'])} |")
+    nets = [(s["phase"], f) for s in summaries for f in s.get("network_faults") or []]
+    if nets:
+        L += ["", "## Network faults: who noticed, and when (seconds from the fault's start)", "",
+              "| phase | kind | node(s) | down s | stood still s | watchdog | its stop | process-group timeout | "
+              "attempt end | node check | outcome | lost steps |", "|" + "---|" * 12]
+        for ph_name, f in nets:
+            la = f["layers"]
+            L.append(f"| {ph_name} | {f['kind']} | {', '.join(f['nodes'])} | {_fmt(f['down_s'])} | "
+                     f"{_fmt(f['stood_still_s'])} | {_fmt(la.get('watchdog_s'))} | {la.get('stop', '-')} | "
+                     f"{_fmt(la.get('pg_timeout_s'))} | {_fmt(la.get('attempt_end_s'))} | {_fmt(la.get('node_check_s'))} | "
+                     f"{f['outcome']} | {f['lost_steps']} |")
+        L += [""] + [f"- {ph_name}: {f['text']}" for ph_name, f in nets] + ["", "PBS or Slurm marking the node down "
+              "is not seen from inside the job: not measured here."]
     L += ["", "## Save cost (seconds the training loop was blocked)", "",
           "| phase | kind | count | median | p90 |", "|---|---|---|---|---|"]
     for s in summaries:

@@ -31,7 +31,7 @@ from ..contracts import metric_keys as K
 
 CRASH_LOOP = 3
 FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung", "crash", "crash_loop",
-            "unfinished", "diverged", "unrepeatable", "params_differ", "lost")
+            "unfinished", "diverged", "unrepeatable", "params_differ", "lost", "unstopped")
 
 
 @dataclass
@@ -271,6 +271,15 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
                         r.expected)
         if k == 1 and r.outcome == "first":
             r.text = "started from step 0"
+        if rec is not None and rec.hang and first is not None and not bad:
+            if rec.completed:  # the watchdog decided, its stop never happened (a node it could not reach)
+                r = Restart(k, "unstopped", f"{r.text}; then the watchdog decided to stop it (no progress for "
+                            f"relaunch.hang_timeout) and the stop did not take effect: it finished by itself"
+                            + (f" (the stop could not reach {', '.join(a.unreached)})" if a.unreached else ""),
+                            r.resumed_from, r.expected)
+            else:
+                r.text += "; then the watchdog stopped it (no progress for relaunch.hang_timeout)" + (
+                    f"; its stop could not reach {', '.join(a.unreached)}" if a.unreached else "")
         if rec is None and first is not None and i + 1 < len(attempts):
             r.text += "; then cut short with its job (no record of its end: killed or requeued, or its node lost)"
         if lost_nodes and first is not None and not struck and not (rec and rec.completed):
@@ -354,7 +363,9 @@ def markdown(verdicts: List[dict]) -> List[str]:
     """The report's first section, from Verdict.as_dict() of each phase."""
     L = ["## Did it survive?", ""]
     for v in verdicts:
-        head = "survived" if v["survived"] else f"**{len(v['findings'])} finding(s)**"
+        stopped = sum(1 for r in v["restarts"] if "the watchdog stopped it" in r["text"])
+        head = (("survived" + (f" ({stopped} attempt(s) stopped by the watchdog)" if stopped else ""))
+                if v["survived"] else f"**{len(v['findings'])} finding(s)**")
         L.append(f"- **{v['phase']}**: {'finished' if v['finished'] else 'did not finish'}; {head}"
                  + (f"; {v['baseline']}" if v["baseline"] else ""))
         for r in v["restarts"]:

@@ -37,6 +37,7 @@ class PhaseSummary(TypedDict, total=False):
     interference: Optional[dict]
     interference_s: float
     step_dt_s: Optional[float]
+    network_faults: List[dict]      # each partition, flap, slow_link: down, stand-still, who noticed when (netfaults.py)
     first_start_s: Optional[float]
     jobs: List[str]
     handovers: List[dict]
