@@ -183,6 +183,8 @@ class Injector:
         peer = self.hosts[0] if i != 0 or len(self.hosts) < 2 else self.hosts[1]
         args = ["--kind", kind.name, "--duration", repr(a.duration), "--flaps", str(a.flaps), "--flap-up",
                 repr(a.flap_up), "--rate", a.rate, "--peer", peer]
+        if a.job_end:  # undone by the walltime's end at the latest (a partition that never heals)
+            args += ["--max", repr(max(1.0, a.job_end - self.clock.time()))]
         for flag, v in (("--root-cmd", a.root_cmd), ("--until", a.until), ("--tag", a.tag),
                         ("--log", layout.Phase(a.phase_dir).faults if a.phase_dir else None)):
             if v:

@@ -207,7 +207,7 @@ INJECT = [
     Opt("--node", "int", None, "node index for kinds node and rank (default: node from the seed; rank: node 0)",
         scenario="failures.node"),
     Opt("--duration", "duration", 30.0, "partition, flap (each time down), slow_link: how long the fault lasts; "
-        "partition 0: it never heals (undone when the phase is done, or after an hour)", min=0,
+        "partition 0: it never heals (undone when the phase is done, else when the job's walltime ends)", min=0,
         scenario="failures.duration"),
     Opt("--flaps", "int", 3, "flap: how many times the link goes down", positive=True, scenario="failures.flaps"),
     Opt("--flap-up", "duration", 5.0, "flap: how long the link is up between two downs", positive=True,
@@ -247,6 +247,8 @@ INJECT = [
     Opt("--fuzz-after-complete", "flag", False, "fuzz: a kill aimed at a save waits for a save made while a "
         "complete checkpoint exists (what a kill there may lose)", scenario="failures.fuzz_after_complete"),
     Opt("--until", "str", None, "stop when this file exists (the phase's done flag)"),
+    Opt("--job-end", "float", 0.0, "epoch seconds at which the batch job's walltime ends: a network fault is "
+        "undone then at the latest, whatever becomes of the job (0: unknown; an hour after it began)"),
     Opt("--ckpt-dir", "str", None, "the phase's checkpoint directory (gating, finish detection)"),
     Opt("--program", "str", None, "the training program's adapter spec (JSON, from trainer.program): "
         "which checkpoints are complete; absent: the bundled trainer's step-N/.complete"),
@@ -279,7 +281,7 @@ def add_inject_args(p) -> None:
 NODE_CHECK_FROM_SUPERVISOR = ("--local", "--fanout", "--launcher", "--nodefile", "--policy", "--log", "--attempt",
                               "--hosts-out")
 INJECT_FROM_SUPERVISOR = ("--until", "--ckpt-dir", "--program", "--phase-dir", "--train-iters", "--tag", "--fanout",
-                          "--nodefile", "--launcher")
+                          "--nodefile", "--launcher", "--job-end")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,13 +330,14 @@ def _as_written(parse: Callable[[str], Any]) -> Callable[[str], str]:
 
 
 def injector_argv(settings: Dict[str, Any], phase_dir: str, ckpt_dir: Optional[str], program: Optional[str],
-                  train_iters: int, tag: str, fanout: str, launcher: str, nodefile: Optional[str] = None) -> List[str]:
+                  train_iters: int, tag: str, fanout: str, launcher: str, nodefile: Optional[str] = None,
+                  job_end: float = 0.0) -> List[str]:
     """`restartlab inject`'s whole line as a phase's supervisor runs it: the phase's failure
     settings (the --inject-* values) and where the phase, its ranks and its nodes are (the
     INJECT_FROM_SUPERVISOR options). The job script's injection plan is the same call."""
     return to_argv(INJECT, dict(settings, until=layout.Phase(phase_dir).done, ckpt_dir=ckpt_dir, program=program,
                                 phase_dir=phase_dir, train_iters=train_iters, tag=tag, fanout=fanout,
-                                nodefile=nodefile, launcher=launcher))
+                                nodefile=nodefile, launcher=launcher, job_end=job_end))
 
 
 SUPERVISE_NODE_CHECK = Embedded("node-check", NODE_CHECK, drop=NODE_CHECK_FROM_SUPERVISOR)
