@@ -93,11 +93,11 @@ def pair():
         p.close()
 
 
-def fault(pair, tmp_path, *args, user=None):
+def fault(pair, tmp_path, *args, user=None, env=None):
     """The node-side command as the injector's fan-out runs it; (exit status, receipt, log path)."""
     log = str(tmp_path / "faults.jsonl")
     r = pair.run_a(sys.executable, "-m", "restartlab.runtime.netfault", "--peer", pair.addr_b, "--delay", "0.2",
-                   "--log", log, "--tag", "t-net", *args, user=user)
+                   "--log", log, "--tag", "t-net", *args, user=user, env=env)
     return r.returncode, json.loads(r.stdout), log
 
 
@@ -130,9 +130,12 @@ def test_a_flap_goes_down_its_count_of_times(pair, tmp_path):
 
 
 def test_a_slow_link_is_capped_then_freed(pair, tmp_path):
-    """1mbit: 256 KiB takes about 2 s through the cap (tbf), well under 0.5 s without it."""
+    """1mbit: 256 KiB takes about 2 s through the cap (tbf), well under 0.5 s without it. Run with a
+    batch job's PATH, which lacks /usr/sbin (where tc alone lives)."""
     free = pair.send(256 << 10)
-    rc, rec, log = fault(pair, tmp_path, "--kind", "slow_link", "--rate", "1mbit", "--duration", "6")
+    rc, rec, log = fault(pair, tmp_path, "--kind", "slow_link", "--rate", "1mbit", "--duration", "6",
+                         env=dict(os.environ, PATH="/usr/bin:/bin"))
+    assert rc == 0, rec
     wait_for(lambda: "tbf" in pair.qdisc(), 5, "the tbf qdisc")
     capped = pair.send(256 << 10, timeout=20)
     line, = logged(log)
@@ -183,6 +186,14 @@ def test_without_the_right_to_change_the_link_it_says_so_and_changes_nothing(pai
     assert rc == 1 and "is this node" in rec["error"], rec
 
 
+def test_a_node_without_tc_says_so(monkeypatch):
+    monkeypatch.setattr(netfault, "SBIN", ("/nowhere",))
+    monkeypatch.setenv("PATH", "/nowhere/either")
+    a = netfault.parser().parse_args(["--kind", "slow_link", "--duration", "5", "--dev", "eth9"])
+    rec = netfault.start(a)
+    assert rec["error"] == "ip (iproute2) is not on this node (PATH, /nowhere)", rec
+
+
 def test_the_restorers_plan():
     p = netfault.parser()
     assert netfault.plan(p.parse_args(["--kind", "partition", "--duration", "40"])) == [("down", 40.0)]
@@ -221,3 +232,79 @@ def test_the_network_kinds_are_refused_where_they_cannot_be_made(tmp_path):
     r, p = _validate(tmp_path, "scheduler: pbs\njob: {nodes: 2, account: x}\nphases: [{name: s, checkpoint: sync}]\n"
                      "failures: {kind: partition, duration: 0, root_cmd: sudo -n, schedule: {every: 60s}}\n")
     assert r.returncode == 0, r.stderr
+
+
+# ---------------------------------------------------------------- the accounting, from synthetic records
+from restartlab.analysis import collect, netfaults, survival  # noqa: E402
+from restartlab.contracts.attempts import AttemptRecord  # noqa: E402
+from restartlab.contracts.injections import Injection  # noqa: E402
+
+
+def _attempt(k, launch, end, steps, resumed=0, **kw):
+    """An attempt that logged `steps` [(ts, step)], as collect.load_phase leaves it."""
+    a = collect.AttemptData(k, f"attempts/{k}/metrics-0.jsonl", number=k, recorded=True, launch_ts=launch, end_ts=end,
+                            resumed_from=resumed, hosts=["h0", "h1", "h2"])
+    a.record = AttemptRecord(attempt=k, launch_ts=launch, end_ts=end, completed=kw.get("completed", False),
+                             hang=kw.get("hang", False), hosts=a.hosts)
+    a.completed, a.hang, a.hang_ts = a.record.completed, a.record.hang, kw.get("hang_ts")
+    a.unreached = kw.get("unreached", [])
+    a.first_row = {"train/iter": steps[0][1], "train/loss": 1.0, "train/resumed_from": resumed}
+    a.first_ts, a.first_iter = steps[0]
+    a.last_ts, a.last_iter = steps[-1]
+    a.trace = list(steps)
+    a.gaps = sorted(((t1 - t0, t0, t1, s0) for (t0, s0), (t1, _) in zip(steps, steps[1:])), reverse=True)
+    return a
+
+
+def _phase(attempts, start=110.0, until=120.0, windows=((110.0, 120.0),), ended_by="duration"):
+    ph = collect.PhaseData("sync", attempts=attempts)
+    ph.injections = [Injection(time=start, kind="partition", hosts=("h2",), extra={"faulted": 1, "fault": {
+        "duration": (until - start) if until else 0, "until": until}})]
+    ph.faults = [{"host": "h2", "planned_at": start, "windows": [list(w) for w in windows], "restored": True,
+                  "ended_by": ended_by}]
+    return ph
+
+
+def _steps(t0, t1, s0, dt=1.0):
+    return [(t0 + i * dt, s0 + i) for i in range(int((t1 - t0) / dt) + 1)]
+
+
+def test_a_partition_healed_in_place_stood_still_and_resumed_by_itself():
+    steps = _steps(100, 109, 1) + _steps(124, 140, 11)  # the step after 109 s came at 124 s: 15 s, a step's 1 s
+    ph = _phase([_attempt(1, 99, 141, steps, completed=True)])
+    f, = netfaults.accounts(ph, 1.0)
+    assert f["outcome"] == "resumed by itself" and f["stood_still_s"] == 14.0 and f["lost_steps"] == 0, f
+    assert f["down_s"] == 10.0 and f["layers"] == {}, f
+    assert f["text"] == "a partition of h2 (10 s): training stood still 14 s; resumed by itself; 0 step(s) lost"
+
+
+def test_a_watchdog_stop_that_never_happened_is_a_finding_and_said_with_the_node_it_could_not_reach():
+    """The issue's report: the watchdog decided 30 s in, its stop reached no rank on the cut-off node
+    and none elsewhere in time, training went on after the link came back and finished: not a clean
+    "survived"."""
+    steps = _steps(100, 109, 1) + _steps(164, 180, 11)
+    a = _attempt(1, 99, 181, steps, completed=True, hang=True, hang_ts=140.0, unreached=["h2"])
+    ph = _phase([a], until=150.0, windows=((110.0, 150.0),))
+    f, = netfaults.accounts(ph, 1.0)
+    assert f["layers"]["watchdog_s"] == 30.0 and f["stood_still_s"] == 54.0, f
+    assert f["layers"]["stop"] == "its stop did not take effect: the attempt finished by itself; the stop could " \
+        "not reach h2", f
+    v = survival.judge(ph)
+    assert not v.as_dict()["survived"] and v.restarts[0].outcome == "unstopped", v
+    assert "the stop did not take effect: it finished by itself (the stop could not reach h2)" in v.findings[0], v
+
+
+def test_a_partition_that_never_healed_relaunched_on_a_spare_counts_its_lost_steps():
+    a = _attempt(1, 99, 125, _steps(100, 109, 1), hang=True, hang_ts=119.0, unreached=["h2"])
+    b = _attempt(2, 126, 160, _steps(135, 160, 6), resumed=5, completed=True)
+    b.hosts = b.record.hosts = ["h0", "h1", "h3"]
+    ph = _phase([a, b], until=None, windows=((110.0, 161.0),), ended_by="/x/sync/done exists")
+    ph.node_checks = [{"attempt": 2, "node": "h2", "ok": False, "time": 131.0}]
+    f, = netfaults.accounts(ph, 1.0)
+    assert f["outcome"] == "relaunched on a spare (h3 for h2)" and f["lost_steps"] == 5, f
+    assert f["layers"] == {"watchdog_s": 9.0, "stop": "stopped; the stop could not reach h2", "attempt_end_s": 15.0,
+                           "node_check_s": 21.0}, f
+    assert f["stood_still_s"] == 25.0 and f["text"].startswith(
+        "a partition of h2 (51 s, never healed: undone when the phase was done): "), f
+    v = survival.judge(ph)
+    assert v.restarts[0].outcome != "unstopped" and "then the watchdog stopped it" in v.restarts[0].text, v

@@ -38,7 +38,7 @@ from ..contracts.live import Malformed, bad_nodes_between, read_injections, read
 from ..contracts import metric_keys as K
 from . import netfaults
 
-GAPS = 8              # the longest gaps between steps kept per attempt (analysis/netfaults.py)
+GAPS = 64             # the longest gaps between steps kept per attempt (analysis/netfaults.py)
 TRACE_POINTS = 20000  # per phase (split over its attempts, at least 50 each), for the progress plot
 SAVE_KEYS = (K.SAVE_S, K.STAGE_S, K.DRAIN_S)
 

@@ -38,7 +38,8 @@ def account(ph, inj, step_dt: Optional[float]) -> dict:
     end = windows[-1][1] if windows else (inj.extra.get("fault") or {}).get("until")
     out = {"kind": inj.kind, "nodes": list(inj.hosts), "start": start, "end": end, "windows": len(windows),
            "down_s": round(sum(b - a for a, b in windows), 3) if windows and windows[-1][1] is not None else None,
-           "restored": (r or {}).get("restored"), "recorded": r is not None, "stood_still_s": None,
+           "restored": (r or {}).get("restored"), "ended_by": (r or {}).get("ended_by"),
+           "recorded": r is not None, "stood_still_s": None,
            "outcome": None, "lost_steps": 0, "layers": {}, "attempt": None}
     i = _attempt_at(ph, start)
     if i is None:
@@ -74,6 +75,8 @@ def account(ph, inj, step_dt: Optional[float]) -> dict:
     if gap is not None and (a.last_ts or 0) > gap[1] and gap[2] <= (a.end_ts or gap[2]):
         out["stood_still_s"] = round(max(0.0, gap[0] - dt), 3)
         out["outcome"] = out["outcome"] or "resumed by itself"
+    elif a.last_ts is not None and a.last_ts > start and (a.completed or b is None or a.last_ts > (end or start)):
+        out["outcome"] = out["outcome"] or "resumed by itself (its stand-still is not among the attempt's longest gaps)"
     elif b is not None and b.first_ts is not None and a.last_ts is not None:
         out["stood_still_s"] = round(max(0.0, b.first_ts - a.last_ts - dt), 3)
         gone = [h for h in (a.hosts or []) if h not in (b.hosts or a.hosts or [])]
@@ -93,8 +96,9 @@ def account(ph, inj, step_dt: Optional[float]) -> dict:
 def describe(f: dict) -> str:
     """The fault in one sentence: "a partition of rlpbs-n2 (40 s): training stood still 54 s and
     resumed by itself; the watchdog decided to stop the attempt 30 s in, ...; 0 steps lost"."""
-    span = (f"{f['down_s']:.0f} s" if f.get("down_s") is not None and f.get("restored") else
-            "never healed in the phase" if f.get("end") is None or not f.get("restored") else "?")
+    until = {"duration": "", None: ""}.get(f.get("ended_by"), f", never healed: undone when {_ended(f['ended_by'])}")
+    span = (f"{f['down_s']:.0f} s{until}" if f.get("down_s") is not None and f.get("restored") else
+            "never healed in the phase")
     what = f"a {f['kind']} of {', '.join(f['nodes'])} ({span}" + (f", {f['windows']} times" if f["windows"] > 1 else "") + ")"
     parts = []
     if f["stood_still_s"] is not None:
@@ -114,6 +118,11 @@ def describe(f: dict) -> str:
     if not f["recorded"]:
         parts.append("(no record from the node's restorer: the times are the injector's plan)")
     return f"{what}: " + "; ".join(parts)
+
+
+def _ended(why: str) -> str:
+    """The restorer's ended_by, in words: `<phase>/done exists`, SIGTERM, ..."""
+    return "the phase was done" if why.endswith("done exists") else f"{why} (the restorer's words)"
 
 
 def accounts(ph, step_dt: Optional[float]) -> List[dict]:

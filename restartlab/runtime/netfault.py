@@ -19,6 +19,7 @@ end it before it undoes the fault)."""
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,7 +37,21 @@ TBF_LATENCY = "400ms"
 POLL_S = 0.05
 
 
+SBIN = ("/usr/sbin", "/sbin")  # where ip and tc live, often not on a batch job's PATH (tc: only there)
+
+
+def tool(name: str) -> str:
+    """ip or tc by its path: SBIN first (where a sudoers rule for root_cmd names them), then the
+    job's PATH."""
+    found = shutil.which(name, path=os.pathsep.join([*SBIN, os.environ.get("PATH", "")]))
+    if not found:
+        raise FileNotFoundError(f"{name} (iproute2) is not on this node (PATH, {', '.join(SBIN)})")
+    return found
+
+
 def _run(cmd: List[str]) -> subprocess.CompletedProcess:
+    """cmd, its first word that is ip or tc by its path (FileNotFoundError: not there)."""
+    cmd = [tool(c) if c in ("ip", "tc") else c for c in cmd]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
 
 
@@ -82,7 +97,11 @@ class Restorer:
         self.stop = signal.Signals(signum).name
 
     def ip(self, *args) -> bool:
-        r = _run(self.root + list(args))
+        try:
+            r = _run(self.root + list(args))
+        except (OSError, subprocess.SubprocessError) as e:
+            self.errors.append(f"{' '.join(args)}: {e}")
+            return False
         if r.returncode != 0:
             self.errors.append(f"{' '.join(args)}: {r.stderr.strip() or r.returncode}")
         return r.returncode == 0
@@ -126,6 +145,8 @@ class Restorer:
                     self.capped = True
                     self.windows.append([t, None])
                 self.hold(seconds)
+                if not self.stop and a.duration <= 0:
+                    self.stop = "the job's walltime end (--max)"
                 if action in ("down", "cap"):
                     self.undo()
         finally:
@@ -147,9 +168,13 @@ def start(a) -> dict:
     """The foreground part: the link, the permission, the restorer started; the receipt."""
     receipt = {"host": socket.gethostname(), "node": node_name(), "time": time.time(), "kind": a.kind, "pids": []}
     try:
-        dev = a.dev or route_dev(a.peer)
-    except ValueError as e:
+        return _start(a, receipt)
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
         return dict(receipt, error=str(e))
+
+
+def _start(a, receipt: dict) -> dict:
+    dev = a.dev or route_dev(a.peer)
     root = a.root_cmd.split() if a.root_cmd else []
     check = _run(root + ["ip", "link", "set", "dev", dev, "up"])
     if check.returncode != 0:
@@ -157,8 +182,8 @@ def start(a) -> dict:
         return dict(receipt, dev=dev, error=f"cannot change {dev} here ({' '.join(root + ['ip'])}: {why}): a "
                     f"{a.kind} needs CAP_NET_ADMIN on the node (the job as root, or failures.root_cmd such "
                     f"as 'sudo -n' allowed to run ip and tc)")
-    if a.kind == "slow_link" and _run(["tc", "-V"]).returncode != 0:
-        return dict(receipt, dev=dev, error="tc (iproute2) is not on this node: slow_link needs it")
+    if a.kind == "slow_link":
+        tool("tc")  # FileNotFoundError: not there, said in the receipt
     at = time.time() + a.delay
     argv = verbs.argv(sys.executable, "net-fault", "--restore", "--at", repr(at), "--dev", dev, *_pass_on(a))
     env = dict(os.environ, **{NETFAULT_VAR: a.tag or "-"})
