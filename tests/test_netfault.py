@@ -232,6 +232,10 @@ def test_the_network_kinds_are_refused_where_they_cannot_be_made(tmp_path):
     r, p = _validate(tmp_path, "scheduler: pbs\njob: {nodes: 2, account: x}\nphases: [{name: s, checkpoint: sync}]\n"
                      "failures: {kind: partition, duration: 0, root_cmd: sudo -n, schedule: {every: 60s}}\n")
     assert r.returncode == 0, r.stderr
+    r, p = _validate(tmp_path, "scheduler: slurm\njob: {nodes: 2, account: x}\nphases: [{name: s, checkpoint: sync}]\n"
+                     "failures: {kind: flap, node: 0, schedule: {every: 60s}}\n")
+    assert r.returncode == 2 and "on slurm it is not tested" in r.stderr and f"{p}:4: failures.node: node 0 runs the " \
+        "relaunch loop and the injector" in r.stderr, r.stderr
 
 
 # ---------------------------------------------------------------- the accounting, from synthetic records
@@ -308,3 +312,26 @@ def test_a_partition_that_never_healed_relaunched_on_a_spare_counts_its_lost_ste
         "a partition of h2 (51 s, never healed: undone when the phase was done): "), f
     v = survival.judge(ph)
     assert v.restarts[0].outcome != "unstopped" and "then the watchdog stopped it" in v.restarts[0].text, v
+
+
+def test_an_attempt_that_logged_a_step_inside_the_fault_and_was_relaunched_is_no_resume_in_place():
+    """Rank 0 logged a step 0.3 s into the partition, then every rank blocked; the watchdog stopped the
+    attempt and the relaunch carried on: relaunched, with its steps lost, not "resumed by itself"."""
+    a = _attempt(1, 99, 125, _steps(100, 109, 1) + [(110.3, 11)], hang=True, hang_ts=119.0)
+    b = _attempt(2, 126, 160, _steps(135, 160, 6), resumed=5, completed=True)
+    f, = netfaults.accounts(_phase([a, b]), 1.0)
+    assert f["outcome"] == "relaunched on the same nodes" and f["lost_steps"] == 6 and f["stood_still_s"] == 23.7, f
+
+
+def test_a_fault_whose_node_could_not_make_it_and_one_with_no_record_are_said_so():
+    a = _attempt(1, 99, 141, _steps(100, 140, 1), completed=True)
+    ph = _phase([a])
+    ph.faults[0].update(windows=[], restored=True, errors=["link set dev eth0 down: Operation not permitted"])
+    f, = netfaults.accounts(ph, 1.0)
+    assert f["outcome"] == "never began: link set dev eth0 down: Operation not permitted", f
+    ph.faults = []
+    f, = netfaults.accounts(ph, 1.0)
+    assert "(no record from its node)" in f["text"] and "the times are the injector's plan" in f["text"], f
+    ph.injections[0] = Injection(time=50.0, kind="partition", hosts=("h2",), extra={"faulted": 1})
+    f, = netfaults.accounts(ph, 1.0)
+    assert f["outcome"] == "struck no attempt" and f["text"], f

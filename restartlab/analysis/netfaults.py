@@ -14,7 +14,9 @@ MATCH_S = 1e-3   # a restorer's planned_at is the receipt's `at`, the record's t
 
 
 def _restorer(ph, inj) -> Optional[dict]:
-    return next((f for f in ph.faults if f.get("host") in inj.hosts and isinstance(f.get("planned_at"), (int, float))
+    """The node's restorer's line for this fault: its planned_at is the receipt's `at`, the
+    record's time, to the float (a host's name may differ between the node file and the node)."""
+    return next((f for f in ph.faults if isinstance(f.get("planned_at"), (int, float))
                  and abs(f["planned_at"] - inj.time) < MATCH_S), None)
 
 
@@ -39,17 +41,22 @@ def account(ph, inj, step_dt: Optional[float]) -> dict:
     out = {"kind": inj.kind, "nodes": list(inj.hosts), "start": start, "end": end, "windows": len(windows),
            "down_s": round(sum(b - a for a, b in windows), 3) if windows and windows[-1][1] is not None else None,
            "restored": (r or {}).get("restored"), "ended_by": (r or {}).get("ended_by"),
+           "errors": list((r or {}).get("errors") or []),
            "recorded": r is not None, "stood_still_s": None,
            "outcome": None, "lost_steps": 0, "layers": {}, "attempt": None}
+    if r is not None and not windows:
+        out["outcome"] = "never began: " + ("; ".join(r.get("errors") or []) or f"ended first ({r.get('ended_by')})")
+        out["text"] = describe(out)
+        return out
     i = _attempt_at(ph, start)
     if i is None:
         out["outcome"] = "struck no attempt"
+        out["text"] = describe(out)
         return out
     a = ph.attempts[i]
     b = ph.attempts[i + 1] if i + 1 < len(ph.attempts) else None
     out["attempt"] = a.number or a.index
     dt = step_dt or 0.0
-    gap = next((g for g in a.gaps if g[1] <= start <= g[2]), None)
     layers = out["layers"]
     if a.hang and a.hang_ts is not None and a.hang_ts >= start:
         layers["watchdog_s"] = _rel(a.hang_ts, start)
@@ -67,17 +74,14 @@ def account(ph, inj, step_dt: Optional[float]) -> dict:
                and isinstance(c.get("time"), (int, float))]
         if bad:
             layers["node_check_s"] = _rel(min(c["time"] for c in bad), start)
+    span_end = end if end is not None else a.end_ts
     if inj.kind == "slow_link":
-        out["outcome"] = "slowed" if a.completed or b is None else "relaunched"
-        steps = [(t, it) for t, it in a.trace if start <= t <= (end or a.end_ts or t)]
+        steps = [(t, it) for t, it in a.trace if start <= t <= (span_end or t)]
         if len(steps) > 1 and steps[-1][1] > steps[0][1]:
             out["step_s_during"] = round((steps[-1][0] - steps[0][0]) / (steps[-1][1] - steps[0][1]), 4)
-    if gap is not None and (a.last_ts or 0) > gap[1] and gap[2] <= (a.end_ts or gap[2]):
-        out["stood_still_s"] = round(max(0.0, gap[0] - dt), 3)
-        out["outcome"] = out["outcome"] or "resumed by itself"
-    elif a.last_ts is not None and a.last_ts > start and (a.completed or b is None or a.last_ts > (end or start)):
-        out["outcome"] = out["outcome"] or "resumed by itself (its stand-still is not among the attempt's longest gaps)"
-    elif b is not None and b.first_ts is not None and a.last_ts is not None:
+    went_on = a.completed or (a.last_ts is not None and span_end is not None and a.last_ts > span_end)
+    if b is not None and not a.completed and b.first_ts is not None and a.last_ts is not None:
+        # the attempt ended and another carried on: relaunched, whatever it logged inside the fault
         out["stood_still_s"] = round(max(0.0, b.first_ts - a.last_ts - dt), 3)
         gone = [h for h in (a.hosts or []) if h not in (b.hosts or a.hosts or [])]
         new = [h for h in (b.hosts or []) if h not in (a.hosts or [])]
@@ -85,10 +89,16 @@ def account(ph, inj, step_dt: Optional[float]) -> dict:
                f"on fewer nodes (without {', '.join(gone)})" if gone else "on the same nodes")
         out["outcome"] = f"relaunched {how}"
         out["lost_steps"] = max(0, a.last_iter - b.resumed_from)
+    elif went_on:
+        # every gap between two steps that overlaps the fault's span, beyond a step's time (a flap: one
+        # per time down); a slowed link's steps are slow, not stood still
+        lo, hi = start, span_end if span_end is not None else start
+        still = [g for g in a.gaps if g[2] >= lo and g[1] <= hi and g[0] > 2 * dt]
+        if inj.kind != "slow_link":
+            out["stood_still_s"] = round(sum(g[0] - dt for g in still), 3)
+        out["outcome"] = "slowed" if inj.kind == "slow_link" else "resumed by itself"
     elif not a.completed:
         out["outcome"] = "did not come through (no attempt after it)"
-    else:
-        out["outcome"] = out["outcome"] or "no stand-still seen"
     out["text"] = describe(out)
     return out
 
@@ -96,18 +106,22 @@ def account(ph, inj, step_dt: Optional[float]) -> dict:
 def describe(f: dict) -> str:
     """The fault in one sentence: "a partition of rlpbs-n2 (40 s): training stood still 54 s and
     resumed by itself; the watchdog decided to stop the attempt 30 s in, ...; 0 steps lost"."""
-    until = {"duration": "", None: ""}.get(f.get("ended_by"), f", never healed: undone when {_ended(f['ended_by'])}")
+    why = f.get("ended_by")
+    until = f", never healed: undone when {_ended(why)}" if isinstance(why, str) and why != "duration" else ""
     span = (f"{f['down_s']:.0f} s{until}" if f.get("down_s") is not None and f.get("restored") else
-            "never healed in the phase")
+            "not put back" if f.get("restored") is False else
+            "no record from its node" if not f["recorded"] else "never healed in the phase")
     what = f"a {f['kind']} of {', '.join(f['nodes'])} ({span}" + (f", {f['windows']} times" if f["windows"] > 1 else "") + ")"
     parts = []
     if f["stood_still_s"] is not None:
         parts.append(f"training stood still {f['stood_still_s']:.0f} s")
+    if f.get("errors") and not f["outcome"].startswith("never began"):
+        parts.append(f"its node said: {'; '.join(f['errors'])}")
     if f.get("step_s_during") is not None:
         parts.append(f"a step took {f['step_s_during']:.3f} s under it")
     L = f["layers"]
     if "watchdog_s" in L:
-        parts.append(f"the watchdog decided to stop attempt {f['attempt']} {L['watchdog_s']:.0f} s in ({L['stop']})")
+        parts.append(f"the watchdog decided, {L['watchdog_s']:.0f} s in, to stop attempt {f['attempt']} ({L['stop']})")
     if "pg_timeout_s" in L:
         parts.append(f"the process-group timeout ended it {L['pg_timeout_s']:.0f} s in")
     elif "attempt_end_s" in L and "watchdog_s" not in L:

@@ -105,10 +105,15 @@ def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals", timeout=F
             except subprocess.TimeoutExpired:
                 p.kill()
                 out, err = p.communicate()
+                if relay is None and fanout == "mpiexec":  # one launch for every node: name those that did not answer
+                    got = _parse(out)
+                    receipts += got
+                    seen = {r.get("host") for r in got} | {r.get("node") for r in got}
+                    receipts += [_no_answer(hosts[j], c, timeout) for j in indices if hosts[j] not in seen]
+                    continue
                 answered = relay is not None and _relayed(os.path.join(relay, str(i)))[0] is not None
                 if not answered:  # else: the command ran there; the scheduler's own answer did not come back
-                    receipts.append({"host": hosts[i], "node": hosts[i], "cmd": c, "unreachable": True,
-                                     "error": f"no answer from {hosts[i]} in {timeout:g}s (unreachable, or its command still runs)"})
+                    receipts.append(_no_answer(hosts[i], c, timeout))
                     continue
             rc = p.returncode
             if relay is not None:
@@ -131,6 +136,23 @@ def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals", timeout=F
         if relay is not None:
             shutil.rmtree(relay, ignore_errors=True)
     return receipts
+
+
+def _no_answer(host: str, cmd, timeout: float) -> dict:
+    return {"host": host, "node": host, "cmd": cmd, "unreachable": True,
+            "error": f"no answer from {host} in {timeout:g}s (unreachable, or its command still runs)"}
+
+
+def _parse(out: str) -> List[dict]:
+    got = []
+    for line in (out or "").splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(r, dict):
+            got.append(r)
+    return got
 
 
 def describe_receipt(r: dict) -> str:

@@ -25,6 +25,7 @@ from ..contracts.live import newest_step_seen
 from ..contracts.signals import parse_signal
 
 POLL_S = 0.1
+FAULT_FANOUT_S = 15.0  # a network fault's node answers before its fault begins; its scheduler's answer may not
 SAVE_POLL_S = 0.005   # --fuzz: how often a save window is looked for (a listing of the checkpoint dir)
 SAVE_WAIT_WINDOWS = 2  # --fuzz: a kill aimed at a save waits this many --fuzz-window after the launch
 
@@ -202,7 +203,8 @@ class Injector:
         self.striking = True
         receipts = []
         for i in idx:
-            receipts += fan_out(a.fanout, self.hosts, [i], self.fault_argv(kind, i), self.slots, a.launcher)
+            receipts += fan_out(a.fanout, self.hosts, [i], self.fault_argv(kind, i), self.slots, a.launcher,
+                                timeout=FAULT_FANOUT_S)
         ok = [r for r in receipts if not r.get("error") and r.get("at")]
         rec = Injection(time=min((r["at"] for r in ok), default=t0), reason=reason, target_step=target_step,
                         gate=gate, step_seen=newest_step_seen(a.phase_dir) if a.phase_dir else None,

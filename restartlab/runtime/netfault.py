@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import List, Optional
 
@@ -35,6 +36,7 @@ KINDS = ("partition", "flap", "slow_link")
 TBF_BURST = "32kbit"
 TBF_LATENCY = "400ms"
 POLL_S = 0.05
+UNDO_TRIES = 6     # putting the link back: 6 tries over about 15 s before the restorer gives up and says so
 
 
 SBIN = ("/usr/sbin", "/sbin")  # where ip and tc live, often not on a batch job's PATH (tc: only there)
@@ -106,26 +108,41 @@ class Restorer:
             self.errors.append(f"{' '.join(args)}: {r.stderr.strip() or r.returncode}")
         return r.returncode == 0
 
+    def watch_until(self) -> None:
+        """The done flag, looked for in a thread of its own: it lies on a shared file system, which
+        may sit behind the very link that is down (a stat there may block until it is back); the
+        timer, the signals and --max never wait on it."""
+        while not self.stop:
+            if os.path.exists(self.a.until):
+                self.stop = f"{self.a.until} exists"
+                return
+            time.sleep(POLL_S)
+
     def hold(self, seconds: float) -> None:
         end = time.time() + seconds
         while time.time() < end and not self.stop:
-            if self.a.until and os.path.exists(self.a.until):
-                self.stop = f"{self.a.until} exists"
-                return
             time.sleep(min(POLL_S, max(0.0, end - time.time())))
 
     def undo(self) -> None:
-        if self.down and self.ip("ip", "link", "set", "dev", self.a.dev, "up"):
-            self.down = False
-        if self.capped and self.ip("tc", "qdisc", "del", "dev", self.a.dev, "root"):
-            self.capped = False
-        if self.windows and self.windows[-1][1] is None:
+        """Put back what was done, retrying (UNDO_TRIES, with back-off) what fails; a window is closed
+        only when the link is back."""
+        for i in range(UNDO_TRIES):
+            if self.down and self.ip("ip", "link", "set", "dev", self.a.dev, "up"):
+                self.down = False
+            if self.capped and self.ip("tc", "qdisc", "del", "dev", self.a.dev, "root"):
+                self.capped = False
+            if not (self.down or self.capped):
+                break
+            time.sleep(min(8.0, 0.5 * 2 ** i))
+        if self.windows and self.windows[-1][1] is None and not (self.down or self.capped):
             self.windows[-1][1] = time.time()
 
     def run(self) -> int:
         a = self.a
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, self.on_signal)
+        if a.until:
+            threading.Thread(target=self.watch_until, daemon=True).start()
         try:
             self.hold(max(0.0, a.at - time.time()))
             for action, seconds in plan(a):
@@ -176,14 +193,23 @@ def start(a) -> dict:
 def _start(a, receipt: dict) -> dict:
     dev = a.dev or route_dev(a.peer)
     root = a.root_cmd.split() if a.root_cmd else []
+    if root:  # by its path: the restorer must not look it up on a PATH behind the link it takes down
+        found = shutil.which(root[0])
+        if not found:
+            raise FileNotFoundError(f"failures.root_cmd: {root[0]} is not on this node")
+        a.root_cmd = " ".join([found] + root[1:])
+        root = a.root_cmd.split()
     check = _run(root + ["ip", "link", "set", "dev", dev, "up"])
     if check.returncode != 0:
         why = check.stderr.strip() or f"exit {check.returncode}"
         return dict(receipt, dev=dev, error=f"cannot change {dev} here ({' '.join(root + ['ip'])}: {why}): a "
                     f"{a.kind} needs CAP_NET_ADMIN on the node (the job as root, or failures.root_cmd such "
                     f"as 'sudo -n' allowed to run ip and tc)")
-    if a.kind == "slow_link":
-        tool("tc")  # FileNotFoundError: not there, said in the receipt
+    if a.kind == "slow_link":  # tc there, and allowed (a sudoers rule may name ip and not tc)
+        check = _run(root + ["tc", "qdisc", "show", "dev", dev])
+        if check.returncode != 0:
+            return dict(receipt, dev=dev, error=f"cannot run tc here ({' '.join(root + ['tc'])}: "
+                        f"{check.stderr.strip() or check.returncode}): slow_link needs it")
     at = time.time() + a.delay
     argv = verbs.argv(sys.executable, "net-fault", "--restore", "--at", repr(at), "--dev", dev, *_pass_on(a))
     env = dict(os.environ, **{NETFAULT_VAR: a.tag or "-"})

@@ -403,7 +403,7 @@ def inject_argv(cfg: Config, phase: layout.Phase) -> List[str]:
     phase, its ranks and its nodes from the supervisor's own."""
     return tool_options.injector_argv(cfg.inject or {}, phase.path, cfg.ckpt_dir, cfg.program, cfg.train_iters,
                                       cfg.tag, cfg.fanout, cfg.launcher, cfg.nodefile,
-                                      job_end=cfg.stop_at + cfg.walltime_margin if cfg.stop_at > 0 else 0.0)
+                                      job_end=cfg.stop_at)
 
 
 def build_parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -337,8 +337,15 @@ def _network_checks(sc, f, sched, base, v: Validator) -> None:
     if sc["scheduler"] == "local":
         v.err(key, f"{what} strikes one node's link to the others: it needs a job of 2 or more nodes on a batch scheduler "
               f"(scheduler: local runs every rank on this host)")
+    elif sc["scheduler"] != "pbs":
+        v.err(key, f"{what} is made and undone on the node by a process of its own, which outlives the fan-out "
+              f"that started it on PBS (tested: tests/test_pbs_network.py); on {sc['scheduler']} it is not tested "
+              f"(Slurm may end it with its step, leaving a link down): refused")
     elif sc["job"]["nodes"] < 2:
         v.err(key, f"{what} strikes one node's link to the others: it needs job.nodes >= 2 (got {sc['job']['nodes']})")
+    if f["node"] == 0:
+        v.err(base + ("node",), f"node 0 runs the relaunch loop and the injector: {what} there would cut them off "
+              f"too; pick another node (or none: one is drawn from the seed among the others)")
     if sc["site"].get("root") is False:
         v.err(key, f"{what} needs {failures.NetworkKind.needs}; {sc['site'].get('name') or 'this site'}'s jobs run "
               f"without root (site.root: false, {v.where(('site', 'root'))}). Set site.root: true only where your "

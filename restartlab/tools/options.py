@@ -247,8 +247,9 @@ INJECT = [
     Opt("--fuzz-after-complete", "flag", False, "fuzz: a kill aimed at a save waits for a save made while a "
         "complete checkpoint exists (what a kill there may lose)", scenario="failures.fuzz_after_complete"),
     Opt("--until", "str", None, "stop when this file exists (the phase's done flag)"),
-    Opt("--job-end", "float", 0.0, "epoch seconds at which the batch job's walltime ends: a network fault is "
-        "undone then at the latest, whatever becomes of the job (0: unknown; an hour after it began)"),
+    Opt("--job-end", "float", 0.0, "epoch seconds at which the batch job's walltime margin begins (the "
+        "supervisor's --stop-at): a network fault is undone then at the latest, whatever becomes of the job (0: "
+        "unknown; an hour after it began)"),
     Opt("--ckpt-dir", "str", None, "the phase's checkpoint directory (gating, finish detection)"),
     Opt("--program", "str", None, "the training program's adapter spec (JSON, from trainer.program): "
         "which checkpoints are complete; absent: the bundled trainer's step-N/.complete"),
