@@ -246,7 +246,7 @@ from restartlab.contracts.injections import Injection  # noqa: E402
 
 def _attempt(k, launch, end, steps, resumed=0, **kw):
     """An attempt that logged `steps` [(ts, step)], as collect.load_phase leaves it."""
-    a = collect.AttemptData(k, f"attempts/{k}/metrics-0.jsonl", number=k, recorded=True, launch_ts=launch, end_ts=end,
+    a = collect.AttemptData(k, f"rank0-of-{k}.jsonl", number=k, recorded=True, launch_ts=launch, end_ts=end,
                             resumed_from=resumed, hosts=["h0", "h1", "h2"])
     a.record = AttemptRecord(attempt=k, launch_ts=launch, end_ts=end, completed=kw.get("completed", False),
                              hang=kw.get("hang", False), hosts=a.hosts)
