@@ -163,7 +163,7 @@ class Restorer:
                     self.windows.append([t, None])
                 self.hold(seconds)
                 if not self.stop and a.duration <= 0:
-                    self.stop = "the job's walltime end (--max)"
+                    self.stop = "the walltime margin (--max)"
                 if action in ("down", "cap"):
                     self.undo()
         finally:

@@ -207,7 +207,7 @@ INJECT = [
     Opt("--node", "int", None, "node index for kinds node and rank (default: node from the seed; rank: node 0)",
         scenario="failures.node"),
     Opt("--duration", "duration", 30.0, "partition, flap (each time down), slow_link: how long the fault lasts; "
-        "partition 0: it never heals (undone when the phase is done, else when the job's walltime ends)", min=0,
+        "partition 0: it never heals (undone when the phase is done, else when the walltime margin begins)", min=0,
         scenario="failures.duration"),
     Opt("--flaps", "int", 3, "flap: how many times the link goes down", positive=True, scenario="failures.flaps"),
     Opt("--flap-up", "duration", 5.0, "flap: how long the link is up between two downs", positive=True,
