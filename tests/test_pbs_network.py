@@ -66,6 +66,14 @@ def _network_section(report: str) -> str:
     return report.partition("## Network faults")[2].partition("\n## ")[0]
 
 
+def run_job(pbs, path):
+    """Submit, wait for the end, the job exited 0: (experiment, its sync phase)."""
+    jid, expt = submit(pbs, path)
+    rec = pbs.wait_job(jid, {"F"}, 600)
+    assert rec["Exit_status"] == 0, job_output(expt, jid)[-3000:]
+    return expt, layout.Expt(expt).phase("sync")
+
+
 def net_scenario(pbs, d, name, fault, relaunch, nodes=3, extra_job="", iters=600):
     path = scenario(pbs, d, name, [("sync", "sync")], nodes=nodes, iters=iters)
     text = open(path).read()
@@ -90,11 +98,7 @@ def test_pbs_partition_flap_and_slow_link_heal_in_place_and_the_report_says_what
                         "rate: 10mbit, root_cmd: '%s', gate: complete, schedule: {at_steps: [100, {step: 300, kind: "
                         "flap}, {step: 450, kind: slow_link}]}}" % net_admin,
                         "{max_attempts: 3, backoff: 0s, hang_timeout: 60s}")
-    jid, expt = submit(pbs, path)
-    rec = pbs.wait_job(jid, {"F"}, 600)
-    out = job_output(expt, jid)
-    assert rec["Exit_status"] == 0, out[-3000:]
-    ph = layout.Expt(expt).phase("sync")
+    expt, ph = run_job(pbs, path)
     injected = [json.loads(x) for x in open(ph.injections)]
     assert [(r["kind"], r["hosts"], r["faulted"]) for r in injected] == \
         [("partition", ["rlpbs-n2"], 1), ("flap", ["rlpbs-n2"], 1), ("slow_link", ["rlpbs-n2"], 1)], injected
@@ -132,11 +136,7 @@ def test_pbs_partition_longer_than_the_watchdog_the_stop_goes_ahead_and_the_repo
     path = net_scenario(pbs, d, "netlong", "{kind: partition, node: 2, duration: 16s, root_cmd: '%s', gate: complete, "
                         "schedule: {at_steps: [100]}}" % net_admin,
                         "{max_attempts: 3, backoff: 0s, hang_timeout: 8s, teardown_timeout: 4s}")
-    jid, expt = submit(pbs, path)
-    rec = pbs.wait_job(jid, {"F"}, 600)
-    out = job_output(expt, jid)
-    assert rec["Exit_status"] == 0, out[-3000:]
-    ph = layout.Expt(expt).phase("sync")
+    expt, ph = run_job(pbs, path)
     teardown = open(ph.attempt(1).teardown_log).read()
     first = next(ln for ln in teardown.splitlines() if "restartlab teardown:" in ln)
     assert "unreachable: rlpbs-n2" in first and "on 2 of 3 node(s)" in first, teardown
@@ -175,12 +175,8 @@ def test_pbs_partition_that_never_heals_the_stop_names_the_node_and_a_spare_carr
                         "{max_attempts: 3, backoff: 0s, hang_timeout: 8s, teardown_timeout: 5s, on_node_loss: spares, "
                         "node_check_timeout: 5s}", nodes=2,
                         extra_job=" spare_nodes: 1, directives: ['-W tolerate_node_failures=all'],")
-    jid, expt = submit(pbs, path)
-    rec = pbs.wait_job(jid, {"F"}, 600)
-    out = job_output(expt, jid)
+    expt, ph = run_job(pbs, path)
     tag = job_tag(expt)
-    assert rec["Exit_status"] == 0, out[-3000:]
-    ph = layout.Expt(expt).phase("sync")
     f, = [json.loads(x) for x in open(ph.faults)]
     assert f["host"] == "rlpbs-n1" and f["restored"] and f["ended_by"] == f"{ph.done} exists", f
     teardown = open(ph.attempt(1).teardown_log).read()

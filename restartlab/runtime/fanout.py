@@ -123,14 +123,9 @@ def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals", timeout=F
                                      f"({c[0]} exited {p.returncode}: {err.strip()[-300:] or 'no message'})"})
                     continue
                 err = task_err + err
-            parsed = False
-            for line in out.splitlines():
-                try:
-                    receipts.append(json.loads(line))
-                    parsed = True
-                except ValueError:
-                    pass
-            if not parsed:
+            got = _parse(out)
+            receipts += got
+            if not got:
                 receipts.append({"host": hosts[i], "cmd": c, "error": f"rc={rc}: {err.strip()[-300:]}"})
     finally:
         if relay is not None:

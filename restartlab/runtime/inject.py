@@ -177,6 +177,13 @@ class Injector:
         except (OSError, killer.KillerError) as e:
             return {"host": socket.gethostname(), "error": str(e)}
 
+    def seen(self, newest: Optional[int], struck: Optional[layout.Attempt]) -> dict:
+        """What a strike's record says of the training it hit (a kill's and a network fault's alike):
+        rank 0's newest step, the newest complete checkpoint (ever, and its time), where it landed."""
+        return dict(step_seen=newest_step_seen(self.a.phase_dir) if self.a.phase_dir else None,
+                    newest_complete=newest, newest_complete_seen=self.seen_complete,
+                    complete_mtime=self.complete_mtime if newest is not None else None, **self.where(struck))
+
     def fault_argv(self, kind, i: int) -> List[str]:
         """runtime/netfault.py's line for node `i`: the link to another node of the job (the first,
         else the second) is the one struck."""
@@ -207,11 +214,8 @@ class Injector:
                                 timeout=FAULT_FANOUT_S)
         ok = [r for r in receipts if not r.get("error") and r.get("at")]
         rec = Injection(time=min((r["at"] for r in ok), default=t0), reason=reason, target_step=target_step,
-                        gate=gate, step_seen=newest_step_seen(a.phase_dir) if a.phase_dir else None,
-                        newest_complete=newest, kind=kind.name, newest_complete_seen=self.seen_complete,
-                        complete_mtime=self.complete_mtime if newest is not None else None,
-                        hosts=tuple(self.hosts[i] for i in idx), killed=0, receipts=tuple(receipts),
-                        **self.where(struck), extra={"faulted": len(ok), "fault": {
+                        gate=gate, kind=kind.name, hosts=tuple(self.hosts[i] for i in idx), killed=0,
+                        receipts=tuple(receipts), **self.seen(newest, struck), extra={"faulted": len(ok), "fault": {
                             "duration": a.duration, "flaps": a.flaps if kind.name == "flap" else None,
                             "flap_up": a.flap_up if kind.name == "flap" else None,
                             "rate": a.rate if kind.name == "slow_link" else None,
@@ -247,12 +251,9 @@ class Injector:
             if killed or self.clock.time() > deadline or self.stop_reason():
                 break
             self.clock.sleep(0.2)
-        rec = Injection(time=t_kill, reason=reason, target_step=target_step, gate=gate,
-                        step_seen=newest_step_seen(a.phase_dir) if a.phase_dir else None,
-                        newest_complete=newest, signal=sig, kind=kind.name, newest_complete_seen=self.seen_complete,
-                        complete_mtime=self.complete_mtime if newest is not None else None,
+        rec = Injection(time=t_kill, reason=reason, target_step=target_step, gate=gate, signal=sig, kind=kind.name,
                         hosts=tuple(self.hosts[i] for i in idx), killed=killed, receipts=tuple(receipts),
-                        **self.where(struck))
+                        **self.seen(newest, struck))
         self.record(rec)  # now: the relaunch loop books the attempt as injected when it ends
         self.striking = False
         self.kills += 1

@@ -131,7 +131,7 @@ class Restorer:
                 self.down = False
             if self.capped and self.ip("tc", "qdisc", "del", "dev", self.a.dev, "root"):
                 self.capped = False
-            if not (self.down or self.capped):
+            if not (self.down or self.capped) or i == UNDO_TRIES - 1:
                 break
             time.sleep(min(8.0, 0.5 * 2 ** i))
         if self.windows and self.windows[-1][1] is None and not (self.down or self.capped):
