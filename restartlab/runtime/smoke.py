@@ -286,10 +286,17 @@ class Smoke:
         try:
             recs = self.records(proc, outdir, wait_exit=False)
             started = self.ranks_checks(recs, proc, outdir, 1)
-            if started and proc.poll() is None:
+            # A rank whose record has an error does not hold (trainer/smoke.py): it is exiting, and the
+            # killers would race its exit. Decided from the records, not from whether the launcher
+            # happens to be running yet (a fresh-clone CI run lost that race once).
+            failed = sorted(r for r, rec in recs.items() if rec.get("error"))
+            if started and not failed and proc.poll() is None:
                 self.kill_and_teardown(proc, outdir)
             else:
-                self.add("kill", False, "not tried: the first launch's ranks did not all start")
+                self.add("kill", False, "not tried: " + (
+                    f"rank(s) {failed[:8]} failed before the hold" if failed else
+                    "the first launch's ranks did not all start" if not started else
+                    f"the first launch ended before the kill (exit {proc.poll()})"))
         finally:
             self.stop(proc)
         proc2, outdir2 = self.launch(2, hold=False)
