@@ -3,6 +3,7 @@ name in KINDS. A kind owns its signal, which nodes (and ranks) it strikes, what 
 signal (a preemption's grace period). The collector books a strike under its record's `kind`. Scenario validation
 (`failures.kind`) and `restartlab inject --kind` choices come from this registry."""
 import random
+import re
 from typing import Callable, List, Optional
 
 from .contracts.registry import Registry
@@ -13,6 +14,7 @@ class FailureKind:
     signal = "KILL"              # default signal (a scenario's failures.signal overrides)
     one_rank = False             # strike one rank's process tree per node, not all of them
     host_fault = False           # not a signal: the node's link (runtime/netfault.py), its ranks left alive
+    storage_fault = False        # not a signal: the ranks' checkpoint writes (runtime/iofault), armed for the next save
     needs = ""                   # what it needs on the nodes besides the job's own rights (validate says it)
     doc = ""
 
@@ -127,6 +129,60 @@ class Flap(NetworkKind):
 class SlowLink(NetworkKind):
     name = "slow_link"
     doc = "one node's link capped at failures.rate (tc tbf: bandwidth only, no added delay) for failures.duration"
+
+
+class StorageKind(FailureKind):
+    """The ranks' writes under the checkpoint directory made to stall, crawl, fail or stop short, below
+    every writer (runtime/iofault: a preload the phase's ranks get). A strike arms it; the rank's next
+    checkpoint write takes it. failures.rank picks the rank (-1: every rank)."""
+    storage_fault = True
+    signal = None
+    needs = ("a C compiler (cc, gcc or clang) where the job starts, to build the preload; ranks that are "
+             "dynamically linked programs (Python is)")
+
+    def nodes(self, n_hosts, node, rng):
+        return []
+
+
+@register
+class StallWrites(StorageKind):
+    name = "stall_writes"
+    doc = ("the rank's checkpoint writes block for failures.duration from its next save's first write on (a "
+           "starved OST), then go on")
+
+
+@register
+class SlowStorage(StorageKind):
+    name = "slow_storage"
+    doc = "the rank's checkpoint writes held to failures.rate (bytes: 10mbps, or tc's bits: 80mbit) for failures.duration"
+
+
+@register
+class WriteErrors(StorageKind):
+    name = "write_errors"
+    doc = ("write, fsync and rename under the checkpoint directory fail with failures.errno (EIO, ENOSPC) once "
+           "failures.after_bytes of the next save are written, for failures.duration (0: for good, relaunches too)")
+
+
+@register
+class Torn(StorageKind):
+    name = "torn"
+    doc = ("the rank's next checkpoint file cut short at failures.after_bytes (0: half its first write), and the "
+           "rank SIGKILLed at that moment")
+
+
+# failures.rate: tc's rate units (slow_link's tbf takes them as they are; slow_storage's preload in bytes a second)
+RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)", re.I)
+_RATE_BYTES = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
+               "bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9, "tbps": 1e12}
+
+
+def rate_bytes(text: str) -> float:
+    """A tc rate ('80mbit', '10mbps') in bytes a second; ValueError when it is not one."""
+    m = RATE.fullmatch(str(text).strip())
+    if not m:
+        raise ValueError(f"{text!r} is not a rate (a number and one of {', '.join(_RATE_BYTES)}: 500kbit, 10mbps)")
+    return float(m.group(1)) * _RATE_BYTES[m.group(2).lower()]
 
 
 def get(name: str) -> FailureKind:

@@ -34,9 +34,11 @@ from ..contracts.attempts import (INJECTION_SLACK_S, AttemptRecord, LaunchRecord
 from ..contracts.attempts import number as _num  # the records' rule for a number, on every row too
 from ..programs.base import clean_line
 from ..contracts.injections import Injection
+from ..contracts import iofaults
+from ..contracts.iofaults import IOFaultEvent
 from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks, read_records
 from ..contracts import metric_keys as K
-from . import netfaults
+from . import netfaults, storagefaults
 
 GAPS = 64             # the longest gaps between steps kept per attempt (analysis/netfaults.py)
 TRACE_POINTS = 20000  # per phase (split over its attempts, at least 50 each), for the progress plot
@@ -82,6 +84,7 @@ class AttemptData:
                                                            # before) between two steps rank 0 logged: stand-stills
     hang_ts: Optional[float] = None       # when the watchdog decided to stop it (its hang marker's time)
     unreached: List[str] = field(default_factory=list)     # nodes its teardown could not reach
+    failed_saves: List[tuple] = field(default_factory=list)  # (step, error) of each save that failed (no .complete)
     trace: List[tuple] = field(default_factory=list)       # (ts, iter), thinned to < 2*trace_cap
     trace_cap: int = 1000
     trace_stride: int = 1
@@ -115,6 +118,7 @@ class PhaseData:
     finalize: List[float] = field(default_factory=list)
     node_checks: List[dict] = field(default_factory=list)
     faults: List[dict] = field(default_factory=list)  # the network faults' restorers' lines (layout.Phase.faults)
+    iofaults: List[IOFaultEvent] = field(default_factory=list)  # the storage faults' events (layout.Phase.iofaults)
     # step time beside a background save vs without one: [count, sum] each (first steps left out)
     dt_busy: List[float] = field(default_factory=lambda: [0, 0.0])
     dt_idle: List[float] = field(default_factory=lambda: [0, 0.0])
@@ -380,6 +384,9 @@ def _stream_attempt(a: AttemptData, rows, keep_upto, want, ph: PhaseData) -> Non
                     losses[it] = float(loss)
         if PREEMPTED in m and _num(m[PREEMPTED]) is not None:
             a.emergency_step = int(m[PREEMPTED])
+        failed = m.get(K.CKPT_FAILED, m.get(K.CKPT_FAILED_STEP))
+        if failed is not None and _num(failed) is not None:  # the bundled trainer's failed save (trainer/checkpoint.py)
+            a.failed_saves.append((int(failed), str(m.get(K.CKPT_ERROR) or "")[:300]))
         for key in SAVE_KEYS:
             if key in m and _num(m[key]) is not None:
                 saves[key].append(float(m[key]))
@@ -409,6 +416,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, loss
         ph.injections = read_injections(phase_dir, ph.warnings)
         ph.node_checks = read_node_checks(phase_dir, ph.warnings)
         ph.faults = read_records(lp.faults, ph.warnings)
+        ph.iofaults = iofaults.read(lp.iofaults, ph.warnings)
         ph.finalize = _finalize_latencies(lp.ckpts, ph.warnings)
         ph.ended = phase_end(lp)
     elif attempt_dirs:
@@ -617,6 +625,8 @@ def summarize_phase(ph: PhaseData) -> dict:
         "step_dt_s": step_dt,
         # each network fault (partition, flap, slow_link): its time down, the stand-still, who noticed when
         "network_faults": netfaults.accounts(ph, step_dt),
+        # each storage fault (stall_writes, slow_storage, write_errors, torn): the rank, the write, what followed
+        "storage_faults": storagefaults.accounts(ph, ph.iofaults),
         "first_start_s": (first.first_ts - first.launch_ts) if first and first.first_ts else None,
         "jobs": sorted({a.job for a in ph.attempts if a.job}),
         "handovers": hand, "queue_wait_s": queued,

@@ -235,6 +235,20 @@ def lost_steps_lines(summaries) -> list:
     return ([""] + out) if out else []
 
 
+def storage_lines(summaries) -> List[str]:
+    """## Storage faults: each strike on each rank that took it (analysis/storagefaults.py)."""
+    rows = [(s["phase"], f) for s in summaries for f in s.get("storage_faults") or []]
+    if not rows:
+        return []
+    L = ["", "## Storage faults: what each write met, and what followed", "",
+         "| phase | kind | armed at step | rank | attempt | file | effect | what followed |", "|" + "---|" * 8]
+    for ph_name, f in rows:
+        L.append(f"| {ph_name} | {f['kind']} | {f['armed_step'] if f['armed_step'] is not None else '-'} | "
+                 f"{f['rank'] if f['rank'] is not None else '-'} | {f['attempt'] or '-'} | {f['file'] or '-'} | "
+                 f"{f['effect']} | {f['followed'] or '-'} |")
+    return L
+
+
 def markdown(summaries, missing, src, problems=(), strategy_lines=()):
     L = [f"# restartlab report: {src}", ""]
     if missing:
@@ -324,6 +338,7 @@ def markdown(summaries, missing, src, problems=(), strategy_lines=()):
                      f"{f['outcome']} | {f['lost_steps']} |")
         L += [""] + [f"- {ph_name}: {f['text']}" for ph_name, f in nets] + ["", "PBS or Slurm marking the node down "
               "is not seen from inside the job: not measured here."]
+    L += storage_lines(summaries)
     L += ["", "## Save cost (seconds the training loop was blocked)", "",
           "| phase | kind | count | median | p90 |", "|---|---|---|---|---|"]
     for s in summaries:

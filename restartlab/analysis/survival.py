@@ -31,7 +31,7 @@ from ..contracts import metric_keys as K
 
 CRASH_LOOP = 3
 FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung", "crash", "crash_loop",
-            "unfinished", "diverged", "unrepeatable", "params_differ", "lost", "unstopped")
+            "unfinished", "diverged", "unrepeatable", "params_differ", "lost", "unstopped", "saves_failed")
 
 
 @dataclass
@@ -289,6 +289,9 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
         v.restarts.append(r)
         if r.finding:
             v.findings.append(f"attempt {k}: {r.text}")
+    failed = [(a.number, s, e) for a in attempts for s, e in a.failed_saves]
+    if failed:
+        v.findings.append(failed_saves_text(failed))
     if not v.finished:
         v.findings.append("did not finish (no attempt reached the last step and exited 0): "
                           + (ph.ended or {}).get("text", "not started"))
@@ -357,6 +360,16 @@ def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List
                             + ", ".join(state_record.WORDS[k] + rs.where(k) for k in rs.forgot)
                             + ("" if rs.differ_step == rs.step else f" (they differ from step {rs.differ_step})"))
     return findings
+
+
+def failed_saves_text(failed) -> str:
+    """[(attempt, step, error)] of the saves that failed: what the training went on without."""
+    steps = [s for _, s, _ in failed]
+    span = f"step {steps[0]}" if len(steps) == 1 else f"steps {', '.join(map(str, steps[:6]))}" + (
+        ", ..." if len(steps) > 6 else "")
+    return (f"{len(failed)} save(s) failed ({span}; the first: {failed[0][2] or 'no reason given'}): the training went "
+            f"on without them (the trainer's --on-save-error continue), and a failure meanwhile would have "
+            f"resumed from the checkpoint before")
 
 
 def markdown(verdicts: List[dict]) -> List[str]:

@@ -163,7 +163,7 @@ class EndRecord:
     attempt: int
     job: Optional[str] = None
     signal: Optional[str] = None       # the signal's name (SIGTERM), for INTERRUPTED
-    why: Optional[str] = None          # for CANNOT_RUN
+    why: Optional[str] = None          # for CANNOT_RUN, and FAILED where the supervisor knows why
     time: float = 0.0
 
     def to_json(self) -> dict:
@@ -192,6 +192,8 @@ class EndRecord:
             f.write(json.dumps(self.to_json()) + "\n")
 
     def text(self) -> str:
+        if self.how == PhaseEnd.FAILED and self.why:
+            return f"failed in attempt {self.attempt}: {self.why}; relaunching could not help"
         return _TEXT[self.how].format(k=self.attempt, signal=self.signal or "a signal",
                                       why=self.why or "the program cannot run here")
 

@@ -168,6 +168,11 @@ class Phase:
     node_checks = property(lambda self: self._f("nodes.jsonl"))      # one line per node per check
     # a network fault's restorer's line (runtime/netfault.py), when the link is back: its windows down
     faults = property(lambda self: self._f("faults.jsonl"))
+    # storage faults (runtime/iofault): the preload built for the phase, the strike the injector armed
+    # (and beside it, <ctl>.<id>.r<rank>: that rank took it), a line per event of a strike on a rank
+    iofault_dir = property(lambda self: self._f("iofault"))
+    iofault_ctl = property(lambda self: os.path.join(self.iofault_dir, "strike"))
+    iofaults = property(lambda self: self._f("iofaults.jsonl"))
     injector_log = property(lambda self: self._f("injector.log"))
     node_check_log = property(lambda self: self._f("node-check.log"))
     warm_log = property(lambda self: self._f("warm-pool.log"))      # the warm standby pools' log

@@ -38,6 +38,7 @@ class PhaseSummary(TypedDict, total=False):
     interference_s: float
     step_dt_s: Optional[float]
     network_faults: List[dict]      # each partition, flap, slow_link: down, stand-still, who noticed when (netfaults.py)
+    storage_faults: List[dict]      # each stall_writes, slow_storage, write_errors, torn on a rank (storagefaults.py)
     first_start_s: Optional[float]
     jobs: List[str]
     handovers: List[dict]

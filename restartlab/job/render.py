@@ -81,7 +81,9 @@ def inject_settings(sc, f) -> Dict[str, Any]:
     return dict(sched, kind=f["kind"], grace=f["grace"], seed=s.get("seed") or 0, signal=f.get("signal"),
                 gate=f.get("gate"), wait_first_complete=f.get("wait_first_complete"), max_kills=f.get("max_kills"),
                 node=f.get("node"), duration=f.get("duration"), flaps=f.get("flaps"), flap_up=f.get("flap_up"),
-                rate=f.get("rate"), root_cmd=f.get("root_cmd"))
+                rate=f.get("rate"), root_cmd=f.get("root_cmd"), rank=f.get("rank"), all_ranks=f.get("all_ranks"),
+                errno=f.get("errno"),
+                after_bytes=f.get("after_bytes"))
 
 
 def inject_plan(sc, f, phase: layout.Phase, tag) -> List[str]:

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Iterator, List, Optional, Tuple
 
-from . import attempt_record, killer
+from . import attempt_record, iofault, killer
 from .clock import Clock
 from ..tools import options as tool_options
 from ..tools import verbs
@@ -233,11 +233,40 @@ class Injector:
             raise SystemExit(self.done())
         return rec
 
+    def io_fault(self, reason, target_step, kind, gate):
+        """A storage fault: the phase's strike file written whole; the struck rank's preload takes it at
+        its next checkpoint write (runtime/iofault). The record's time is the arming."""
+        a = self.a
+        phase = layout.Phase(a.phase_dir)
+        t0 = self.clock.time()
+        newest, struck = self.newest_complete(), self.target()
+        strike_id = int(t0 * 1000)  # unique across a chain's jobs: each rank takes a strike once
+        rank = -1 if a.all_ranks else a.rank
+        fault = {"id": strike_id, "rank": rank, "duration": a.duration,
+                 "errno": a.errno if kind.name == "write_errors" else None,
+                 "after_bytes": a.after_bytes if kind.name in ("write_errors", "torn") else None,
+                 "rate": a.rate if kind.name == "slow_storage" else None}
+        os.makedirs(phase.iofault_dir, exist_ok=True)
+        iofault.arm(phase.iofault_ctl, strike_id, kind.name, rank, seconds=a.duration,
+                    rate=failures.rate_bytes(a.rate) if kind.name == "slow_storage" else 0.0,
+                    errno_name=a.errno, after=a.after_bytes, duration=a.duration)
+        rec = Injection(time=t0, reason=reason, target_step=target_step, gate=gate, kind=kind.name, killed=0,
+                        **self.seen(newest, struck), extra={"faulted": 1, "fault": fault})
+        self.record(rec)
+        self.kills += 1
+        who = "every rank" if rank < 0 else f"rank {rank}"
+        self.say(f"fault #{self.kills} ({reason}): {kind.name} armed for {who}'s next checkpoint write")
+        if self.terminated:
+            raise SystemExit(self.done())
+        return rec
+
     def kill(self, reason, target_step=None, kind_name=None, gate=None):
         a = self.a
         kind = failures.get(kind_name) if kind_name else self.kind
         if kind.host_fault:
             return self.fault(reason, target_step, kind, gate)
+        if kind.storage_fault:
+            return self.io_fault(reason, target_step, kind, gate)
         sig = a.signal or kind.signal
         idx = kind.nodes(len(self.hosts), a.node, self.rng)
         t_kill = self.clock.time()
@@ -405,6 +434,11 @@ def main(args: argparse.Namespace) -> int:
     a = Config.from_args(args)
     if not a.tag and killer.job_id_entry() is None:
         print(f"restartlab inject: error: {killer.no_job_error()}", file=sys.stderr)
+        return 2
+    io = sorted({k for k in [a.kind] + [k for _, k in a.at_steps or [] if k] if failures.get(k).storage_fault})
+    if io and not a.phase_dir:
+        print(f"restartlab inject: error: {', '.join(io)} arms the phase's strike file: it needs --phase-dir "
+              f"(the phase's ranks must run with its preload: a phase of `restartlab run`)", file=sys.stderr)
         return 2
     if a.fuzz and not (a.ckpt_dir and a.phase_dir):
         print("restartlab inject: error: --fuzz needs --ckpt-dir and --phase-dir", file=sys.stderr)

@@ -27,9 +27,9 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import attempt_record
+from . import attempt_record, iofault
 from .clock import Clock
-from .. import launchers, programs
+from .. import failures, launchers, programs
 from ..contracts import layout, options, placeholders, rank_exit
 from ..contracts.attempts import PhaseEnd
 from ..contracts.envvars import SLOW_WRITES_VAR, STATE_DIR_VAR, STATE_EVERY_VAR, slow_writes_value
@@ -187,9 +187,28 @@ class Supervisor:
         self.out = out or sys.stdout
         self.current: Optional[Launched] = None
         self.bad_rank_seen = {}  # attempt path -> when this loop first saw a rank's bad end
+        self.io_env: Dict[str, str] = {}
+        self.end_why: Optional[str] = None  # why the phase failed, where a reason is known (its end record's `why`)
 
     def say(self, msg: str, err: bool = False) -> None:
         print(f"restartlab: phase {self.cfg.phase}: {msg}", file=sys.stderr if err else self.out, flush=True)
+
+    def storage_env(self) -> Dict[str, str]:
+        """The ranks' preload and its settings where the phase's failures have a storage kind
+        (runtime/iofault, built into the phase's directory now); {} otherwise."""
+        inj = self.cfg.inject
+        if not inj:
+            return {}
+        kinds = {inj.get("kind") or "kill"}
+        if inj.get("at_steps"):
+            kinds |= {k for _, k in tool_options.parse_at_steps(inj["at_steps"]) if k}
+        io = sorted(k for k in kinds if failures.get(k).storage_fault)
+        if not io:
+            return {}
+        lib = iofault.build(self.phase.iofault_dir)
+        self.say(f"storage faults: {', '.join(io)} through {lib} in the ranks")
+        return iofault.rank_env(lib, self.cfg.ckpt_dir or self.phase.ckpts, self.phase.iofault_ctl,
+                                self.phase.iofaults)
 
     def past_stop(self) -> bool:
         return self.cfg.stop_at > 0 and self.clock.time() >= self.cfg.stop_at
@@ -230,6 +249,7 @@ class Supervisor:
         env.update({STATE_DIR_VAR: os.path.abspath(att.path), STATE_EVERY_VAR: str(cfg.state_every)})
         # failures.slow_writes: that rank's torch.save files held half-written (trainer/slow_writes.py)
         env[SLOW_WRITES_VAR] = slow_writes_value(cfg.slow_writes_rank, cfg.slow_writes_seconds, cfg.slow_writes_hold)
+        env.update(self.io_env)  # failures.kind stall_writes, slow_storage, write_errors, torn (runtime/iofault)
         return argv, env, ranks
 
     def watch(self, run: Launched, att: layout.Attempt) -> int:
@@ -316,6 +336,12 @@ class Supervisor:
             self.say(f"FAILED: the program cannot run: {problem}", err=True)
             attempt_record.write_end(phase, PhaseEnd.CANNOT_RUN, 0, cfg.job or None, why=problem)
             return EXIT_FAILED
+        try:
+            self.io_env = self.storage_env()
+        except iofault.BuildError as e:
+            self.say(f"FAILED: the storage faults cannot be made: {e}", err=True)
+            attempt_record.write_end(phase, PhaseEnd.CANNOT_RUN, 0, cfg.job or None, why=str(e))
+            return EXIT_FAILED
         if cfg.warm:
             why = self.procs.start_pool(phase)
             self.say(f"warm restart: {why}: cold launches" if why else
@@ -330,7 +356,8 @@ class Supervisor:
             _touch(phase.done)
             self.procs.stop_injector()
             self.procs.stop_pool()
-        attempt_record.write_end(phase, verdict, k, cfg.job or None)
+            iofault.disarm(phase.iofault_ctl)  # no process of a later phase or job takes this phase's strike
+        attempt_record.write_end(phase, verdict, k, cfg.job or None, why=self.end_why)
         if verdict == PhaseEnd.COMPLETED:
             _touch(phase.completed)
             self.say(f"finished after {k} attempt(s) {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
@@ -382,6 +409,11 @@ class Supervisor:
             if rc == EXIT_NO_CHECKPOINT:  # complete checkpoints exist, none loads: relaunching cannot help
                 self.say(f"no complete checkpoint loads (see {att.output}): not relaunching", err=True)
                 return PhaseEnd.FAILED, k, tries
+            full = out_of_space(att.output)
+            if full:  # a full file system or quota is still full at the next launch: relaunching cannot help
+                self.end_why = f"a rank's write failed for want of space ({full}; see {att.output})"
+                self.say(f"{self.end_why}: not relaunching until space is freed", err=True)
+                return PhaseEnd.FAILED, k, tries
             if tries < cfg.max_attempts:
                 self.clock.sleep(cfg.backoff)
         return PhaseEnd.BUDGET, k, tries
@@ -390,6 +422,24 @@ class Supervisor:
         return attempt_record.record(att, self.phase, k, launch_ts, end_ts or self.clock.time(), rc,
                                      self.cfg.train_iters, self.cfg.launcher, ranks, self.cfg.job,
                                      out=self.out, warm_ranks=self.procs.warm_ranks(k))
+
+
+NO_SPACE = ("No space left on device", "Disk quota exceeded")  # strerror(ENOSPC), strerror(EDQUOT)
+TAIL_BYTES = 64 * 1024
+
+
+def out_of_space(output: str) -> Optional[str]:
+    """The line of an attempt's output that says a write failed for want of space, else None."""
+    try:
+        with open(output, "rb") as f:
+            f.seek(max(0, os.path.getsize(output) - TAIL_BYTES))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        if any(w in line for w in NO_SPACE):
+            return " ".join(line.split())[:200]
+    return None
 
 
 def _touch(path: str) -> None:

@@ -319,9 +319,7 @@ def cross_checks(sc, v: Validator):
         if f["node"] is not None and f["node"] >= sc["job"]["nodes"]:
             v.err(base + ("node",), f"node {f['node']} is out of range for {sc['job']['nodes']} nodes")
         _network_checks(sc, f, sched, base, v)
-
-
-RATE = re.compile(r"[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)", re.I)
+        _storage_checks(sc, ph, f, sched, base, v)
 
 
 def _network_checks(sc, f, sched, base, v: Validator) -> None:
@@ -350,12 +348,49 @@ def _network_checks(sc, f, sched, base, v: Validator) -> None:
         v.err(key, f"{what} needs {failures.NetworkKind.needs}; {sc['site'].get('name') or 'this site'}'s jobs run "
               f"without root (site.root: false, {v.where(('site', 'root'))}). Set site.root: true only where your "
               f"allocation grants it")
-    if "slow_link" in net and not RATE.fullmatch(str(f["rate"])):
+    if "slow_link" in net and not failures.RATE.fullmatch(str(f["rate"])):
         v.err(base + ("rate",), f"{f['rate']!r} is not a tc rate (a number and one of bit, kbit, mbit, gbit, bps, "
               f"kbps, mbps, gbps: 500kbit, 1mbit)")
     if f["duration"] == 0 and any(k != "partition" for k in net):
         v.err(base + ("duration",), f"0 (never heals) is for partition only; {', '.join(k for k in net if k != 'partition')} "
               f"needs a duration > 0")
+
+
+def _storage_checks(sc, ph, f, sched, base, v: Validator) -> None:
+    """The storage kinds (failures.StorageKind) reach the ranks through a preload built when the
+    phase starts; refused here where it cannot be built or cannot reach the ranks."""
+    kinds = {f["kind"]} | {x["kind"] for x in sched.get("at_steps") or [] if isinstance(x, dict)}
+    io = sorted(k for k in kinds if failures.get(k).storage_fault)
+    if not io:
+        return
+    key = base + ("kind",) if f["kind"] in io else base + ("schedule", "at_steps")
+    what = ", ".join(io)
+    import shutil
+    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        v.err(key, f"{what} needs {failures.StorageKind.needs}: none found on PATH here")
+    if ph["checkpoint"] == "none":
+        v.err(key, f"{what} strikes checkpoint writes, and phase {ph['name']!r} saves none")
+    warm = ph.get("warm") if ph.get("warm") is not None else sc["relaunch"].get("warm")
+    if warm:
+        v.err(key, f"{what} is put into a rank by its environment at launch; a warm phase forks its ranks from a "
+              f"pool started before (not built yet): run it in a cold phase")
+    if is_torchft(ph):
+        v.err(key, f"{what} in a torchft phase is not built yet: run it in a restart phase")
+    if "fuzz" in sched:
+        v.err(key, f"{what} with failures.schedule.fuzz is not built yet (fuzz kills): use at_steps, every_steps, "
+              f"every or mtbf")
+    if f["duration"] == 0 and any(k in ("stall_writes", "slow_storage") for k in io):
+        v.err(base + ("duration",), "0 is for partition and write_errors (for good); stall_writes and slow_storage "
+              "need a duration > 0")
+    if "slow_storage" in io:
+        try:
+            failures.rate_bytes(f["rate"])
+        except ValueError as e:
+            v.err(base + ("rate",), str(e))
+    ranks = sc["job"]["nodes"] * sc["launch"]["ranks_per_node"]
+    if f["rank"] >= ranks and not f.get("all_ranks"):
+        v.err(base + ("rank",), f"rank {f['rank']} is out of range for {ranks} rank(s) (job.nodes x "
+              f"launch.ranks_per_node); all_ranks: true strikes every rank")
 
 
 def effective_failures(sc, phase) -> Optional[dict]:

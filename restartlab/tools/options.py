@@ -206,14 +206,23 @@ INJECT = [
         scenario="failures.grace"),
     Opt("--node", "int", None, "node index for kinds node and rank (default: node from the seed; rank: node 0)",
         scenario="failures.node"),
-    Opt("--duration", "duration", 30.0, "partition, flap (each time down), slow_link: how long the fault lasts; "
-        "partition 0: it never heals (undone when the phase is done, else when the walltime margin begins)", min=0,
+    Opt("--duration", "duration", 30.0, "partition, flap (each time down), slow_link, stall_writes, slow_storage, "
+        "write_errors: how long the fault lasts; partition and write_errors 0: it never heals (undone when the phase is done, else when the walltime margin begins)", min=0,
         scenario="failures.duration"),
     Opt("--flaps", "int", 3, "flap: how many times the link goes down", positive=True, scenario="failures.flaps"),
     Opt("--flap-up", "duration", 5.0, "flap: how long the link is up between two downs", positive=True,
         scenario="failures.flap_up"),
-    Opt("--rate", "str", "1mbit", "slow_link: the link's rate (tc's units: 500kbit, 1mbit, 1gbit)",
+    Opt("--rate", "str", "1mbit", "slow_link: the link's rate (tc's units: 500kbit, 1mbit, 1gbit); slow_storage: "
+        "the writes' rate (the same units: bit for bits, bps for bytes a second)",
         scenario="failures.rate"),
+    Opt("--rank", "int", 0, "stall_writes, slow_storage, write_errors, torn: the rank (its RANK) whose checkpoint "
+        "writes are struck", min=0, scenario="failures.rank"),
+    Opt("--all-ranks", "flag", False, "stall_writes, slow_storage, write_errors, torn: every rank's checkpoint "
+        "writes are struck, not failures.rank's", scenario="failures.all_ranks"),
+    Opt("--errno", "str", "EIO", "write_errors: what the failing calls return", choices=("EIO", "ENOSPC"),
+        scenario="failures.errno"),
+    Opt("--after-bytes", "int", 0, "write_errors: the calls fail once this many bytes of the save are written; "
+        "torn: the file is cut at this byte (0: half of its first write)", min=0, scenario="failures.after_bytes"),
     Opt("--root-cmd", "str", None, "partition, flap, slow_link: what runs ip and tc as root on the struck node "
         "(e.g. 'sudo -n'); none: the job itself runs as root", scenario="failures.root_cmd"),
     Opt("--every", "duration", None, "timed kills: one every DURATION (90s, 5m)", positive=True,

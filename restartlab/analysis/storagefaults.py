@@ -1,0 +1,123 @@
+"""A phase's storage faults (failures.StorageKind: stall_writes, slow_storage, write_errors, torn),
+each told as what it did: which rank took it at which checkpoint write, what the write met (blocked
+T s, held to a rate, an errno from byte N, a file cut at byte N and the rank killed), and what
+followed: the attempt went on, or ended and the next one resumed from which checkpoint (a torn or
+failed checkpoint named, and whether the resume stayed off it). From the injector's records and the
+ranks' preload's events (contracts/iofaults.py); opens no file but to see whether the struck
+checkpoint was ever completed."""
+import os
+import re
+from typing import List, Optional
+
+from .. import failures
+from ..contracts.iofaults import IOFaultEvent
+from .netfaults import _attempt_at
+
+ERRNO_NAMES = {5: "EIO", 28: "ENOSPC"}
+STEP = re.compile(r"(\d+)")
+
+
+def _checkpoint(ev: IOFaultEvent) -> Optional[str]:
+    """The checkpoint a file belongs to: its first path part under the checkpoint directory."""
+    if not ev.file or not ev.dir or not ev.file.startswith(ev.dir.rstrip("/") + "/"):
+        return None
+    return os.path.relpath(ev.file, ev.dir).split(os.sep)[0]
+
+
+def _step_of(ckpt: Optional[str]) -> Optional[int]:
+    m = STEP.search(ckpt or "")
+    return int(m.group(1)) if m else None
+
+
+def account(ph, inj, events: List[IOFaultEvent], rank: Optional[int]) -> dict:
+    """One strike on one rank (rank None: no rank took it)."""
+    fault = inj.extra.get("fault") or {}
+    mine = [e for e in events if e.rank == rank] if rank is not None else []
+    begin = next((e for e in mine if e.event == "begin"), None)
+    end = next((e for e in mine if e.event == "end"), None)
+    err = next((e for e in mine if e.event == "error"), None)
+    cut = next((e for e in mine if e.event == "cut"), None)
+    out = {"kind": inj.kind, "id": fault.get("id"), "rank": rank, "armed_at": inj.time, "armed_step": inj.step_seen,
+           "took_at": begin.at if begin else None, "file": None, "checkpoint": None, "attempt": None,
+           "blocked_s": None, "errno": None, "bytes": None, "effect": None, "followed": None}
+    if begin is None:
+        out["effect"] = "armed; no checkpoint write of " + ("any rank" if (fault.get("rank") or 0) < 0 else
+                                                           f"rank {fault.get('rank')}") + " followed"
+        out["text"] = describe(out)
+        return out
+    first = cut or err or begin
+    out["file"] = os.path.relpath(first.file, first.dir) if first.file and first.dir else first.file
+    out["checkpoint"] = _checkpoint(first)
+    if inj.kind == "stall_writes":
+        out["blocked_s"] = round(end.at - begin.at, 3) if end else None
+        out["effect"] = (f"its writes blocked {out['blocked_s']:.1f} s" if end else
+                         f"its writes blocked from then on (no end seen: the rank ended first)")
+    elif inj.kind == "slow_storage":
+        out["effect"] = f"its writes held to {begin.rate / 1e6:g} MB/s for {begin.duration:g} s"
+    elif inj.kind == "write_errors":
+        if err:
+            out["errno"], out["bytes"] = ERRNO_NAMES.get(err.errno, str(err.errno)), err.bytes
+            out["effect"] = (f"{out['errno']} from write/fsync/rename after {err.bytes} byte(s) of the save"
+                             + (f", for {begin.duration:g} s" if begin.duration else ", for good"))
+        else:
+            out["effect"] = f"its save wrote fewer than {begin.after} byte(s): no call failed"
+    elif inj.kind == "torn":
+        if cut:
+            out["bytes"] = cut.bytes
+            out["effect"] = f"{out['file']} cut at byte {cut.bytes} and the rank SIGKILLed"
+        else:
+            out["effect"] = "taken, but no write reached the cut"
+    i = _attempt_at(ph, begin.at)
+    if i is not None:
+        a = ph.attempts[i]
+        b = ph.attempts[i + 1] if i + 1 < len(ph.attempts) else None
+        out["attempt"] = a.number or a.index
+        out["followed"] = _followed(a, b, out, begin.at)
+    out["text"] = describe(out)
+    return out
+
+
+def _followed(a, b, out, t) -> str:
+    """What became of the attempt the strike hit, and of the checkpoint it hit."""
+    if a.end_ts is None:
+        return "the attempt had not ended when the records stop"
+    if a.completed:
+        return "the attempt went on and finished"
+    ended = f"attempt {out['attempt']} ended {a.end_ts - t:.1f} s later" + (
+        f" (exit {a.exit_code})" if a.exit_code is not None else "")
+    if b is None:
+        return ended + "; no attempt followed"
+    if b.first_ts is None:
+        return ended + f"; attempt {b.number or b.index} took no step (the verdict says why)"
+    step = _step_of(out["checkpoint"])
+    res = f"attempt {b.number or b.index} resumed from step {b.resumed_from}"
+    if step is not None and out["kind"] in ("torn", "write_errors"):
+        res += (f", not the struck {out['checkpoint']}" if b.resumed_from != step else
+                f": the struck {out['checkpoint']} itself, LOADED")
+    return ended + "; " + res
+
+
+def describe(f: dict) -> str:
+    who = f"rank {f['rank']}" if f["rank"] is not None else "no rank"
+    where = f" at {f['file']}" if f["file"] else ""
+    return (f"{f['kind']} (armed at step {f['armed_step']}): {who}{where}: {f['effect']}"
+            + (f"; {f['followed']}" if f["followed"] else ""))
+
+
+def accounts(ph, events: List[IOFaultEvent]) -> List[dict]:
+    """Each storage strike of the phase, on each rank that took it (collect.summarize_phase's
+    `storage_faults`)."""
+    out = []
+    for inj in ph.injections:
+        if not inj.struck or not inj.kind:
+            continue
+        try:
+            if not failures.get(inj.kind).storage_fault:
+                continue
+        except KeyError:  # a kind this version does not know
+            continue
+        sid = (inj.extra.get("fault") or {}).get("id")
+        mine = [e for e in events if e.id == sid]
+        ranks = sorted({e.rank for e in mine})
+        out += [account(ph, inj, mine, r) for r in ranks] or [account(ph, inj, [], None)]
+    return out

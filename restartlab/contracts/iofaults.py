@@ -1,0 +1,66 @@
+"""One line of <phase>/iofaults.jsonl: an event of a storage fault on one rank, written by the ranks'
+preload (runtime/iofault/iofault.c, the one writer; C, so its fields are listed here and in its
+log_event). `begin`: the rank took the strike at its first checkpoint write after the arming; `end`:
+a stall is over (or an error window closed); `error`: the first call it failed; `cut`: a torn file
+cut at `bytes` and the rank SIGKILLed. Read by one tolerant reader: a line this version cannot take
+is a warning, never the report's failure."""
+import dataclasses
+import json
+from typing import List, Optional
+
+EVENTS = ("begin", "end", "error", "cut")
+
+
+@dataclasses.dataclass(frozen=True)
+class IOFaultEvent:
+    id: int                  # the strike (the injector's record carries it: extra.fault.id)
+    kind: str                # the preload's word: stall, slow, error, torn
+    event: str               # one of EVENTS
+    rank: int
+    pid: int
+    host: str
+    at: float                # epoch seconds
+    file: Optional[str]      # the checkpoint file written when it happened (None for `end`)
+    bytes: int               # error: bytes of the save written before the first failure; cut: the file's length
+    errno: int
+    seconds: float
+    rate: float
+    duration: float
+    after: int
+    dir: str = ""            # the checkpoint directory the preload watched
+
+    @classmethod
+    def from_json(cls, d) -> Optional["IOFaultEvent"]:
+        if not isinstance(d, dict) or d.get("event") not in EVENTS:
+            return None
+        try:
+            return cls(id=int(d["id"]), kind=str(d["kind"]), event=d["event"], rank=int(d["rank"]),
+                       pid=int(d["pid"]), host=str(d.get("host", "")), at=float(d["at"]),
+                       file=d.get("file") if isinstance(d.get("file"), str) else None,
+                       bytes=int(d.get("bytes") or 0), errno=int(d.get("errno") or 0),
+                       seconds=float(d.get("seconds") or 0), rate=float(d.get("rate") or 0),
+                       duration=float(d.get("duration") or 0), after=int(d.get("after") or 0),
+                       dir=str(d.get("dir") or ""))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def read(path: str, warnings: List[str]) -> List[IOFaultEvent]:
+    """The phase's events in the file's order ([] when there is none)."""
+    out = []
+    try:
+        with open(path, errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    ev = IOFaultEvent.from_json(json.loads(line))
+                except ValueError:
+                    ev = None
+                if ev is None:
+                    warnings.append(f"{path}:{n}: not a storage-fault event: ignored")
+                else:
+                    out.append(ev)
+    except FileNotFoundError:
+        pass
+    return out
