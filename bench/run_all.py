@@ -35,6 +35,8 @@ BENCHES = [
     ("restartlab simulate: 100,000 failures; 16k GPUs x 20 intervals", ["simulate_speed.py"]),
     ("training-state fingerprints: the probe's share of a step (small model, CPU)",
      ["state_probe.py", "--steps", "6", "--repeats", "3"]),
+    ("storage faults' preload, nothing armed: a dcp.save and 4 KiB writes against the plain ones (A/A noise)",
+     ["iofault_cost.py"]),
 ]
 
 

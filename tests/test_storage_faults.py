@@ -1,106 +1,137 @@
-"""Storage faults during a save, sync and async, on a small tmpfs the test mounts (root): a disk
-that fills up (ENOSPC) and a file system that turns read-only mid-run (EROFS). The failure is
-logged with errno and path and recorded in the metrics; no `.complete` is written for it; the
-partial directory is removed; the previous complete checkpoint stays intact and loadable; the
-run goes on (--on-save-error continue) or stops with exit 4 (abort)."""
+"""Storage faults through `restartlab run` (#62): the preload reaches the bundled trainer's DCP saves
+(sync and async), a plain DCP program's and the Hugging Face Trainer's torch.save files; a torn
+checkpoint is named and the resume stays off it (or, where the program's own rule picks it, the verdict
+says so); a stalled save shows as a save stall of its length; ENOSPC ends the phase with the reason, not
+a crash loop; nothing is left armed or running afterwards."""
+import json
 import os
-import re
-import shutil
 import subprocess
-import tempfile
+import sys
 
 import pytest
 
-from restartlab.contracts import ckptdir, layout
-from tests.conftest import REQUIRE_ALL
-from tests.helpers import cleanup_tag, final_crc, losses, rows, run_trainer, trainer_cmd, wait_for
+from restartlab.contracts import layout
+from restartlab.runtime import killer
+from tests.helpers import cleanup_tag, job_tag
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
-def small_fs():
-    """A 5 MiB tmpfs (the tiny model's checkpoint is about 2 MB with 2 ranks)."""
-    why = None
-    if os.geteuid() != 0:
-        why = "mounting a tmpfs needs root"
-    d = tempfile.mkdtemp(prefix="rl-small-fs-")
-    if why is None:
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", d], capture_output=True, text=True)
-        why = f"mount -t tmpfs failed: {r.stderr.strip()}" if r.returncode else None
-    if why:
-        os.rmdir(d)
-        if REQUIRE_ALL:
-            pytest.fail(f"{why} (RESTARTLAB_REQUIRE_ALL=1: not skipping)", pytrace=False)
-        pytest.skip(why)
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", d], capture_output=True)
-        os.rmdir(d)
+def expt(tmp_path):
+    d = str(tmp_path / "expt")
+    yield d
+    if os.path.exists(layout.Expt(d).job_script):
+        cleanup_tag(job_tag(d))
 
 
-def args(ckpt, out, iters, mode, extra=()):
-    a = ["--model", "tiny", "--train-iters", str(iters), "--save-interval", "2", "--ckpt-dir", ckpt,
-         "--outdir", out, "--log-interval", "1000", *extra]
-    return a + (["--async-ckpt", "--ckpt-stage-dir", out + "-stage"] if mode == "async" else [])
+def run(d, *sets, scenario="scenarios/local.yaml"):
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", scenario, "--expt-dir", d, "--plain",
+                        "--set", "collection.plots=false", *[x for s in sets for x in ("--set", s)]],
+                       capture_output=True, text=True, timeout=550, cwd=ROOT)
+    return r
 
 
-# alone: under a second worker one save failed with torch's "unexpected pos" instead of ENOSPC (make test, 2026-12-02)
-@pytest.mark.alone
+def summary(d, phase):
+    with open(layout.Expt(d).summary) as f:
+        return next(s for s in json.load(f)["phases"] if s["phase"] == phase)
+
+
+def settled(d, phase):
+    """Nothing armed, nothing of the job running."""
+    assert not os.path.exists(layout.Expt(d).phase(phase).iofault_ctl)
+    assert killer.find_tagged(job_tag(d), standby=True) == []
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_disk_full_save_fails_cleanly_and_the_previous_checkpoint_loads(tmp_path, small_fs, mode):
-    ref = str(tmp_path / "ref")
-    r = run_trainer(2, args(ref + "/ckpts", ref, 12, mode))
-    assert r.returncode == 0, r.stdout[-3000:]
-    ckpt, out = os.path.join(small_fs, "ckpts"), str(tmp_path / "out")
-    r = run_trainer(2, args(ckpt, out, 10, mode))
-    assert r.returncode == 0 and "TRAINING DONE" in r.stdout, r.stdout[-3000:]
-    assert ckptdir.complete_steps(ckpt) == [2, 4], os.listdir(ckpt)
-    assert ckptdir.list_steps(ckpt) == [2, 4]  # the partial directories are gone
-    assert "SAVE FAILED at step=6" in r.stdout and "ENOSPC (No space left on device)" in r.stdout, r.stdout[-3000:]
-    key = "train/ckpt_failed" if mode == "sync" else "train/ckpt_failed_step"
-    failed = sorted(m[key] for m in rows(layout.Attempt(out).metrics(0)) if key in m)
-    assert failed == [6, 8, 10], failed
-    errors = [m["train/ckpt_error"] for m in rows(layout.Attempt(out).metrics(0)) if "train/ckpt_error" in m]
-    assert len(errors) == 3 and all("ENOSPC" in e for e in errors), errors
-    # the previous complete checkpoint loads, and the run continues exactly as the reference
-    shutil.rmtree(out)
-    r = run_trainer(2, args(ckpt, out, 12, mode))
-    assert r.returncode == 0 and "RESUMED from step=4" in r.stdout, r.stdout[-3000:]
-    ref_l = dict(losses(layout.Attempt(ref).metrics(0)))
-    assert all(loss == ref_l[it] for it, loss in losses(layout.Attempt(out).metrics(0)))
-    assert final_crc(layout.Attempt(out).metrics(0)) == final_crc(layout.Attempt(ref).metrics(0))
+def test_the_bundled_trainer_torn_then_stalled_or_slowed(expt, mode):
+    """A torn file kills rank 1 inside the save of step 15: the relaunch resumes from step 10, the
+    torn checkpoint named; then rank 1's writes stall 3 s (sync) or crawl at 200 kB/s for 3 s (async):
+    the save that met it took that long, and the phase finished."""
+    second = "stall_writes" if mode == "sync" else "slow_storage"
+    r = run(expt, f"phases=[{{name: {mode}, checkpoint: {mode}}}]", "trainer.train_iters=40",
+            "trainer.save_interval=5", f"failures.schedule.at_steps=[{{step: 10, kind: torn}}, {{step: 25, kind: {second}}}]",
+            "failures.rank=1", "failures.duration=3s", "failures.rate=200kbps")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    s = summary(expt, mode)
+    v = s["survival"]
+    assert [x["outcome"] for x in v["restarts"]] == ["first", "newest"] and v["survived"], v
+    torn, slow = s["storage_faults"]
+    assert (torn["kind"], torn["rank"], torn["attempt"], torn["checkpoint"]) == ("torn", 1, 1, "step-00000015"), torn
+    assert torn["file"] == "step-00000015/__1_0.distcp" and torn["bytes"] > 0, torn
+    assert "attempt 2 resumed from step 10, not the struck step-00000015" in torn["followed"], torn
+    assert (slow["kind"], slow["rank"], slow["attempt"]) == (second, 1, 2), slow
+    assert slow["followed"] == "the attempt went on and finished", slow
+    if mode == "sync":
+        assert 3.0 <= slow["blocked_s"] < 4.5, slow
+        assert max(s["save"]["ckpt_save_seconds"]["p90"], 0) >= 3.0, s["save"]
+    else:  # the background save met the cap: the next save drains it (or .complete comes late)
+        assert s["finalize"]["p90"] >= 2.0 or s["save"]["ckpt_drain_seconds"]["p90"] >= 2.0, s
+    report = open(layout.Expt(expt).report).read()
+    assert "## Storage faults" in report and "cut at byte" in report
+    settled(expt, mode)
 
 
-@pytest.mark.parametrize("mode", ["sync", "async", "async-skewed"])
-def test_file_system_turns_read_only_mid_run_abort(tmp_path, small_fs, mode):
-    """async-skewed: rank 1's save thread ends 3 s after rank 0's (CI, 2026-12-03: rank 0 took the failed
-    save's result a step before rank 1, left with 4, and rank 1 died in the next collective: Hydra's
-    exit 4 | 1 = 5). The ranks take the result after the same step, so both abort together."""
-    ckpt, out = os.path.join(small_fs, "ckpts"), str(tmp_path / "out")
-    # both ranks pause 3 s before the save at step 6: the test makes the file system read-only then
-    # (skewed: steps of 0.3 s, so that rank 0's thread is done inside step 7, rank 1's in step 8's save)
-    env = {"RESTARTLAB_DELAY": "save:6:0:3,save:6:1:3" + (",saved:6:1:3,step:*:*:0.3" if mode == "async-skewed"
-                                                          else "")}
-    mode = mode.split("-")[0]
-    p = subprocess.Popen(trainer_cmd(2, args(ckpt, out, 10, mode, ["--on-save-error", "abort"]), "ro-" + mode, env),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def test_enospc_ends_the_phase_with_the_reason_or_is_a_finding_when_the_trainer_goes_on(expt, tmp_path):
+    """--on-save-error abort: the trainer exits at the failed save; the supervisor reads why and does
+    not relaunch into a full disk. continue (the default): the training goes on without its saves and
+    the verdict says so: a phase that 'finished' with no checkpoint since step 10 is no clean survival."""
+    common = ("phases=[{name: sync, checkpoint: sync}]", "trainer.train_iters=30", "trainer.save_interval=5",
+              "failures.schedule.at_steps=[{step: 10, kind: write_errors}]", "failures.errno=ENOSPC",
+              "failures.duration=0", "failures.all_ranks=true")
+    r = run(expt, *common, "trainer.on_save_error=abort")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    s = summary(expt, "sync")
+    assert s["attempts"] == 1, s["attempts"]
+    finding = s["survival"]["findings"][-1]
+    assert "failed in attempt 1: a rank's write failed for want of space" in finding and \
+        "No space left on device" in finding and "relaunching could not help" in finding, finding
+    assert {f["kind"] for f in s["storage_faults"]} == {"write_errors"}
+    assert any(f["errno"] == "ENOSPC" for f in s["storage_faults"]), s["storage_faults"]
+    settled(expt, "sync")
+    d2 = str(tmp_path / "expt2")
     try:
-        wait_for(lambda: ckptdir.is_complete(ckpt, 4) and any(m.get("train/iter") == 5 for m in
-                 rows(layout.Attempt(out).metrics(0))), 120, "step 4 complete")
-        r = subprocess.run(["mount", "-o", "remount,ro", small_fs], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        out_text, _ = p.communicate(timeout=120)
+        r = run(d2, *common)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        v = summary(d2, "sync")["survival"]
+        assert not v["survived"] and v["finished"], v
+        assert any(f.startswith("4 save(s) failed (steps 15, 20, 25, 30;") and "ENOSPC" in f for f in v["findings"]), v
+        settled(d2, "sync")
     finally:
-        if p.poll() is None:
-            p.kill()
-        cleanup_tag("ro-" + mode)
-    assert p.returncode == 4, out_text[-3000:]
-    # every rank took the failed save's result and stopped on it in the same step (none left the
-    # others in a collective)
-    stopped = dict(re.findall(r"rank (\d): stopping in step (\d+) after the failed save", out_text))
-    assert set(stopped) == {"0", "1"} and len(set(stopped.values())) == 1, (stopped, out_text[-3000:])
-    assert "EROFS (Read-only file system)" in out_text and "--on-save-error abort" in out_text, out_text[-3000:]
-    assert ckptdir.complete_steps(ckpt) == [2, 4]
-    assert ckptdir.verify_manifest(ckptdir.step_path(ckpt, 4), checksums=True) is None
+        if os.path.exists(layout.Expt(d2).job_script):
+            cleanup_tag(job_tag(d2))
+
+
+def test_a_plain_dcp_program_torn_then_failing_with_eio(expt):
+    """examples/dcp (dcp.save, .metadata last): a torn shard kills rank 1; an EIO for 2 s crashes the
+    next attempt's save; each relaunch resumes from the newest checkpoint holding .metadata."""
+    r = run(expt, "phases=[{name: restart, checkpoint: sync, args: [--save-every, '5']}]",
+            "failures.schedule.at_steps=[{step: 10, kind: torn}, {step: 20, kind: write_errors}]",
+            "failures.rank=1", "failures.duration=2s", scenario="scenarios/examples/dcp.yaml")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    s = summary(expt, "restart")
+    assert [x["outcome"] for x in s["survival"]["restarts"]] == ["first", "newest", "newest"], s["survival"]
+    torn, eio = s["storage_faults"]
+    assert torn["kind"] == "torn" and "resumed from step 10, not the struck step-15" in torn["followed"], torn
+    assert eio["errno"] == "EIO" and "resumed from step 20, not the struck step-25" in eio["followed"], eio
+    settled(expt, "restart")
+
+
+def test_the_transformers_trainer_torn_in_a_ranks_rng_state_crash_loops_and_the_verdict_names_the_file(expt):
+    """The Hugging Face Trainer's checkpoint-15: rank 1's rng_state_1.pth cut at byte 1000 (torch.save's
+    own stream) and rank 1 killed. Rank 0 wrote trainer_state.json already, so the Trainer's own rule
+    picks checkpoint-15 on every relaunch and each one crashes loading it: the verdict names the torn
+    file and the complete checkpoint it should have taken."""
+    r = run(expt, "phases=[{name: restart, checkpoint: sync, args: [--save-steps, '5']}]",
+            "failures.schedule.at_steps=[{step: 10, kind: torn}]", "failures.rank=1", "failures.after_bytes=1000",
+            "relaunch.max_attempts=3", scenario="scenarios/examples/transformers.yaml")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    s = summary(expt, "restart")
+    (torn,) = s["storage_faults"]
+    assert torn["file"] == "checkpoint-15/rng_state_1.pth" and torn["bytes"] == 1000, torn
+    assert "attempt 2 took no step" in torn["followed"], torn
+    texts = [x["text"] for x in s["survival"]["restarts"][1:]]
+    assert texts and all("checkpoint-15" in t and "rng_state_1.pth cut short" in t and
+                         "the newest complete checkpoint, step 10" in t for t in texts), texts
+    settled(expt, "restart")

@@ -336,6 +336,7 @@ class Supervisor:
             self.say(f"FAILED: the program cannot run: {problem}", err=True)
             attempt_record.write_end(phase, PhaseEnd.CANNOT_RUN, 0, cfg.job or None, why=problem)
             return EXIT_FAILED
+        iofault.disarm(phase.iofault_ctl)  # a strike armed by an earlier job's injector (SIGKILLed first) is over
         try:
             self.io_env = self.storage_env()
         except iofault.BuildError as e:
