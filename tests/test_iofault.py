@@ -39,6 +39,7 @@ WRITER = textwrap.dedent('''
     except OSError as e:
         out["errno"] = e.errno
     out["seconds"] = time.time() - t0
+    out["end"] = time.time()
     print(json.dumps(out))
 ''')
 
@@ -176,3 +177,27 @@ def test_the_kinds_and_their_settings_are_refused_where_they_cannot_be_made(tmp_
     assert rc != 0 and "not built yet" in out, out
     rc, out = check(at, env=dict(os.environ, PATH="/nonexistent"))
     assert rc != 0 and "C compiler" in out and "none found" in out, out
+
+
+def test_two_processes_of_one_rank_race_for_a_strike_one_takes_it_both_meet_it(site, tmp_path, lib):
+    """Two processes of rank 1 (a program's writer and its helper, or a relaunch beside a straggler)
+    reach the strike together, each held in the take between making its marker and linking it (the
+    fault point RESTARTLAB_IOFAULT_TAKE_DELAY): exactly one takes it; the other reads the whole time
+    of the take, never an empty marker, and its writes block until the same end."""
+    run, ctl, events = site
+    iofault.arm(ctl, 14, "stall_writes", rank=1, seconds=2.0)
+    env = dict(os.environ, RANK="1", RESTARTLAB_IOFAULT_TAKE_DELAY="0.5",
+               **iofault.rank_env(lib, str(tmp_path / "ckpts"), ctl, str(tmp_path / "iofaults.jsonl")))
+    t0 = time.time()
+    procs = [subprocess.Popen([sys.executable, str(tmp_path / "w.py"), "open", str(tmp_path / "ckpts" / f"{n}.bin"),
+                               "1000"], env=env, stdout=subprocess.PIPE, text=True) for n in ("a", "b")]
+    outs = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    took = time.time() - t0
+    begins = [e for e in events() if e.event == "begin"]
+    assert len(begins) == 1 and begins[0].rank == 1, events()
+    end = begins[0].at + 2.0
+    assert all(o["end"] >= end - 0.01 for o in outs), (outs, end)  # both met the stall, to its end
+    assert all(o["end"] <= end + 0.3 for o in outs), (outs, end)  # and neither waited past it (its own take)
+    assert took < (end - t0) + 1.5, (took, end - t0)
+    assert float(open(f"{ctl}.14.r1").read()) == pytest.approx(begins[0].at, abs=1e-3)
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]

@@ -51,7 +51,7 @@ def test_the_bundled_trainer_torn_then_stalled_or_slowed(expt, mode):
     the save that met it took that long, and the phase finished."""
     second = "stall_writes" if mode == "sync" else "slow_storage"
     r = run(expt, f"phases=[{{name: {mode}, checkpoint: {mode}}}]", "trainer.train_iters=40",
-            "trainer.save_interval=5", f"failures.schedule.at_steps=[{{step: 10, kind: torn}}, {{step: 25, kind: {second}}}]",
+            "trainer.save_interval=5", "trainer.keep=0", f"failures.schedule.at_steps=[{{step: 10, kind: torn}}, {{step: 25, kind: {second}}}]",
             "failures.rank=1", "failures.duration=3s", "failures.rate=200kbps")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     s = summary(expt, mode)
@@ -65,9 +65,11 @@ def test_the_bundled_trainer_torn_then_stalled_or_slowed(expt, mode):
     assert slow["followed"] == "the attempt went on and finished", slow
     if mode == "sync":
         assert 3.0 <= slow["blocked_s"] < 4.5, slow
-        assert max(s["save"]["ckpt_save_seconds"]["p90"], 0) >= 3.0, s["save"]
-    else:  # the background save met the cap: the next save drains it (or .complete comes late)
-        assert s["finalize"]["p90"] >= 2.0 or s["save"]["ckpt_drain_seconds"]["p90"] >= 2.0, s
+    # the save that met it took that long: its marker's save start to .complete (sync: the stall; async:
+    # ~600 kB of rank 1's shard at 200 kB/s in the background)
+    with open(os.path.join(layout.Expt(expt).phase(mode).ckpts, slow["checkpoint"], ".complete")) as f:
+        marker = json.load(f)
+    assert marker["complete_ts"] - marker["save_start"] >= (3.0 if mode == "sync" else 2.0), (marker, slow)
     report = open(layout.Expt(expt).report).read()
     assert "## Storage faults" in report and "cut at byte" in report
     settled(expt, mode)

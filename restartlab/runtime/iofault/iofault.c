@@ -206,19 +206,27 @@ static void read_ctl(void) {
     cur = s;
 }
 
-/* The marker beside the control file: this rank took strike `id` (at the time it holds). Returns
- * 1 if this call took it, 0 if an earlier process of the rank had (cur.taken then its time). */
+/* The marker beside the control file: this rank took strike `id`, at the time it holds. Made whole,
+ * then linked into place (link fails if it is there): a process of the same rank that loses the race
+ * reads a whole time, never an empty file. Returns 1 if this call took it, 0 if another process of
+ * the rank had (cur.taken then holds that time). RESTARTLAB_IOFAULT_TAKE_DELAY (seconds, a test's
+ * fault point) holds a process between making its marker and linking it. */
 static int take(void) {
-    char marker[PATH_MAX + 64], buf[64];
+    char marker[PATH_MAX + 64], tmp[PATH_MAX + 96], buf[64];
     snprintf(marker, sizeof marker, "%s.%ld.r%d", ctl_path, cur.id, my_rank);
-    int fd = r_open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", marker, (int)getpid());
+    double t = now();
+    int fd = r_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
-        cur.taken = now();
-        int n = snprintf(buf, sizeof buf, "%.6f\n", cur.taken);
+        int n = snprintf(buf, sizeof buf, "%.6f\n", t);
         ssize_t w = r_write(fd, buf, n);
         (void)w;
         r_close(fd);
-        return 1;
+        const char *delay = getenv("RESTARTLAB_IOFAULT_TAKE_DELAY");
+        if (delay) hold(atof(delay));
+        int won = link(tmp, marker) == 0;
+        unlink(tmp);
+        if (won) { cur.taken = t; return 1; }
     }
     fd = r_open(marker, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -227,7 +235,7 @@ static int take(void) {
         buf[n > 0 ? n : 0] = 0;
         cur.taken = atof(buf);
     }
-    if (cur.taken <= 0) cur.taken = now();
+    if (cur.taken <= 0) cur.taken = t;  /* no marker could be made or read: this process alone */
     cur.written = cur.after;  /* what it counted is past */
     return 0;
 }
