@@ -241,7 +241,8 @@ def test_an_experiment_recorded_before_the_types_reports_the_same(tmp_path):
     assert sync["expected_loss"]["save_interval_steps"] == 5 and f"| 10 (+{ev['steps_after_save']}) |" in report_after
 
 
-ADDED_SINCE = {"phase": ("expected_loss", "saves_estimated", "network_faults"), "failure": ("newest_complete_at_kill", "steps_after_save", "gate"),
+ADDED_SINCE = {"phase": ("expected_loss", "saves_estimated", "network_faults",
+                         "storage_faults"), "failure": ("newest_complete_at_kill", "steps_after_save", "gate"),
                "restart": ("state",)}
 
 
