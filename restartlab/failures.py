@@ -185,6 +185,20 @@ def rate_bytes(text: str) -> float:
     return float(m.group(1)) * _RATE_BYTES[m.group(2).lower()]
 
 
+# the kinds a kill-anywhere fuzz may draw: each ends the attempt it strikes (a stall, a crawl or an error
+# a program may survive would leave the fuzz waiting for an attempt that never comes)
+FUZZ_KINDS = ("kill", "node", "rank", "torn")
+TORN_SPAN = 1 << 20  # a fuzzed torn strike cuts at a byte drawn below this
+
+
+def kinds_of(kind: str, at_steps=None, fuzz_kinds: Optional[str] = None) -> List[str]:
+    """Every kind a phase's failures may strike with: failures.kind, the at_steps items' and the
+    fuzz's draw."""
+    out = {kind or "kill"} | {k for k in (at_steps or []) if k}
+    out |= {k.strip() for k in (fuzz_kinds or "").split(",") if k.strip()}
+    return sorted(out)
+
+
 def get(name: str) -> FailureKind:
     return KINDS.get(name)
 

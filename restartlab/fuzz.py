@@ -16,9 +16,9 @@ import os
 import sys
 import time
 
-from .contracts import layout, live
+from .contracts import iofaults, layout, live
 from .job import preflight, run
-from . import scenario
+from . import failures, scenario
 from .analysis import survival
 from .analysis.collect import is_baseline
 from .contracts.units import parse_duration
@@ -38,6 +38,9 @@ def add_args(p):
                    "wider reaches what a save writes last")
     p.add_argument("--after-complete", action="store_true", help="a kill aimed at a save waits for a save made "
                    "while a complete checkpoint exists (what such a kill may lose)")
+    p.add_argument("--kinds", default="kill", help="each strike's kind, drawn from the seed among these (comma-"
+                   f"separated: {', '.join(failures.FUZZ_KINDS)}; torn: a file of the next checkpoint write cut at a "
+                   "byte drawn from the seed, the rank killed there; default: kill)")
     p.add_argument("--no-baseline", action="store_true", help="do not run the baseline phase (the loss is "
                    "then not compared)")
     p.add_argument("--baseline-from", metavar="EXPT_DIR", help="copy the baseline phase of this earlier "
@@ -58,6 +61,10 @@ def plan(sc: dict, a):
         raise FuzzInputError("--kills: must be >= 1")
     if not 0 <= a.save_share <= 1:
         raise FuzzInputError("--save-share: must be between 0 and 1")
+    kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in failures.FUZZ_KINDS]
+    if bad or not kinds:
+        raise FuzzInputError(f"--kinds {a.kinds}: each of {', '.join(failures.FUZZ_KINDS)} (got {', '.join(bad) or 'none'})")
     if a.no_baseline and a.baseline_from:
         raise FuzzInputError("--no-baseline and --baseline-from: choose one")
     phases = sc["phases"]
@@ -75,7 +82,8 @@ def plan(sc: dict, a):
     base = next((p for p in phases if is_baseline(p["checkpoint"])), None) if not a.no_baseline else None
     out = copy.deepcopy(sc)
     f = copy.deepcopy(sc["failures"])
-    f.update(kind="kill", signal=None, gate=None, wait_first_complete=False, max_kills=None,
+    f.update(kind=kinds[0], fuzz_kinds=",".join(kinds) if len(kinds) > 1 else None,
+             signal=None, gate=None, wait_first_complete=False, max_kills=None,
              fuzz_window=a.window or f.get("fuzz_window") or 10.0, fuzz_save_share=a.save_share,
              fuzz_save_jitter=a.save_jitter if a.save_jitter is not None else f.get("fuzz_save_jitter", 0.02),
              fuzz_after_complete=a.after_complete,
@@ -92,17 +100,37 @@ def plan(sc: dict, a):
 def outcomes(phase_dir: str, verdict: survival.Verdict) -> list:
     """One row per kill: where it struck, and what the attempt after it did."""
     after = {r.attempt: r for r in verdict.restarts}
+    cuts = {e.id: e for e in iofaults.read(layout.Phase(phase_dir).iofaults, []) if e.event == "cut"}
     rows = []
     for rec in (r for r in live.read_injections(phase_dir) if r.struck):
         k = rec.attempt
+        where = rec.where or "?"
+        if rec.kind == "torn":  # armed where the training was; struck at the next checkpoint write
+            cut = cuts.get((rec.extra.get("fault") or {}).get("id"))
+            where = (f"save (torn: {os.path.relpath(cut.file, cut.dir) if cut.file and cut.dir else cut.file} "
+                     f"cut at byte {cut.bytes}, rank {cut.rank} killed)") if cut else "torn (no write followed)"
+            nxt_k = _attempt_of(phase_dir, cut.at) if cut else None
+            k = nxt_k if nxt_k is not None else k
         nxt = after.get(k + 1) if k is not None else None
-        rows.append({"kill": len(rows) + 1, "attempt": k, "where": rec.where or "?",
+        rows.append({"kill": len(rows) + 1, "kind": rec.kind, "attempt": k, "where": where,
                      "saving": list(rec.saving), "newest_complete": rec.newest_complete,
                      "newest_complete_seen": rec.newest_complete_seen,
                      "next": nxt.outcome if nxt else None,
                      "text": nxt.text if nxt else "no attempt after it (the phase ended)",
                      "finding": bool(nxt and nxt.finding)})
     return rows
+
+
+def _attempt_of(phase_dir: str, t: float):
+    """The attempt whose launch came last before time t (None: none)."""
+    best = None
+    for att in layout.Phase(phase_dir).attempts():
+        try:
+            if os.stat(att.at_launch).st_mtime <= t:
+                best = att.index
+        except OSError:
+            continue
+    return best
 
 
 def _newest(r) -> str:
@@ -143,7 +171,7 @@ def main(a) -> int:
     v = survival.phase_verdict(expt.phase(name).path, expt.phase(base).path if base else None, tol)
     rows = outcomes(expt.phase(name).path, v)
     text = table(rows)
-    where = {w: sum(1 for r in rows if r["where"] == w) for w in ("start-up", "save", "between saves")}
+    where = {w: sum(1 for r in rows if r["where"].startswith(w)) for w in ("start-up", "save", "between saves")}
     summary = (f"{len(rows)} of {a.kills} kill(s) landed ({where['save']} inside a save, {where['between saves']} "
                f"between saves, {where['start-up']} in start-up); "
                + ("survived every one" if not v.findings else f"{len(v.findings)} finding(s)"))

@@ -173,8 +173,12 @@ def test_the_kinds_and_their_settings_are_refused_where_they_cannot_be_made(tmp_
     assert rc != 0 and "failures.rate" in out and "is not a rate" in out, out
     rc, out = check("failures.schedule.at_steps=[{step: 10, kind: stall_writes}]", "failures.duration=0")
     assert rc != 0 and "failures.duration" in out, out
-    rc, out = check("failures.schedule.fuzz=3", "failures.kind=torn")
-    assert rc != 0 and "not built yet" in out, out
+    rc, out = check("failures.schedule.at_steps=null", "failures.schedule.fuzz=3", "failures.kind=torn")
+    assert rc == 0, out  # a fuzz draws torn: it ends the attempt it strikes
+    rc, out = check("failures.schedule.at_steps=null", "failures.schedule.fuzz=3", "failures.kind=stall_writes")
+    assert rc != 0 and "may not end its attempt" in out and "failures.kind" in out, out
+    rc, out = check("failures.schedule.at_steps=null", "failures.schedule.fuzz=3", "failures.fuzz_kinds=kill,hang")
+    assert rc != 0 and "failures.fuzz_kinds" in out and "hang" in out, out
     rc, out = check(at, env=dict(os.environ, PATH="/nonexistent"))
     assert rc != 0 and "C compiler" in out and "none found" in out, out
 

@@ -137,3 +137,24 @@ def test_the_transformers_trainer_torn_in_a_ranks_rng_state_crash_loops_and_the_
     assert texts and all("checkpoint-15" in t and "rng_state_1.pth cut short" in t and
                          "the newest complete checkpoint, step 10" in t for t in texts), texts
     settled(expt, "restart")
+
+
+def test_fuzz_draws_kills_and_torn_files_and_each_resume_takes_the_newest_complete(expt):
+    """restartlab fuzz --kinds kill,torn: each strike's kind drawn from the seed; a torn one cuts a file
+    of the next save at a byte drawn from the seed and kills the rank there; every relaunch resumes from
+    the newest complete checkpoint, and the fuzz table says where each cut landed."""
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "fuzz", "scenarios/local.yaml", "--kills", "3",
+                        "--kinds", "kill,torn", "--seed", "1", "--no-baseline", "--expt-dir", expt, "--plain",
+                        "--set", "trainer.save_interval=5"], capture_output=True, text=True, timeout=550, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(layout.Expt(expt).fuzz_summary) as f:
+        rows = json.load(f)["kills"]
+    assert len(rows) == 3 and {x["kind"] for x in rows} == {"kill", "torn"}, rows
+    for x in rows:  # "first": struck before any checkpoint was complete, it starts over, as it should
+        assert x["next"] in ("newest", "first") and not x["finding"], x
+        if x["kind"] == "torn":
+            assert x["where"].startswith("save (torn: step-") and "cut at byte" in x["where"], x
+    cuts = [e for e in __import__("restartlab.contracts.iofaults", fromlist=["read"]).read(
+        layout.Expt(expt).phase("sync").iofaults, []) if e.event == "cut"]
+    assert len(cuts) == sum(x["kind"] == "torn" for x in rows) and all(0 < c.bytes < 1 << 20 for c in cuts), cuts
+    settled(expt, "sync")

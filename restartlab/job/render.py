@@ -76,7 +76,8 @@ def inject_settings(sc, f) -> Dict[str, Any]:
     sched = ({"every": s["every"]} if s.get("every") is not None else {"at_steps": at} if at else
              {"every_steps": s["every_steps"]} if s.get("every_steps") else
              {"fuzz": s["fuzz"], "fuzz_window": f["fuzz_window"], "fuzz_save_share": f["fuzz_save_share"],
-              "fuzz_save_jitter": f["fuzz_save_jitter"], "fuzz_after_complete": f["fuzz_after_complete"]}
+              "fuzz_save_jitter": f["fuzz_save_jitter"], "fuzz_after_complete": f["fuzz_after_complete"],
+              "fuzz_kinds": f.get("fuzz_kinds")}
              if s.get("fuzz") else {"mtbf": s.get("mtbf")})
     return dict(sched, kind=f["kind"], grace=f["grace"], seed=s.get("seed") or 0, signal=f.get("signal"),
                 gate=f.get("gate"), wait_first_complete=f.get("wait_first_complete"), max_kills=f.get("max_kills"),

@@ -235,21 +235,23 @@ class Injector:
 
     def io_fault(self, reason, target_step, kind, gate):
         """A storage fault: the phase's strike file written whole; the struck rank's preload takes it at
-        its next checkpoint write (runtime/iofault). The record's time is the arming."""
+        its next checkpoint write (runtime/iofault). The record's time is the arming. A fuzzed torn
+        strike cuts at a byte drawn from the seed (below failures.TORN_SPAN)."""
         a = self.a
         phase = layout.Phase(a.phase_dir)
         t0 = self.clock.time()
         newest, struck = self.newest_complete(), self.target()
         strike_id = int(t0 * 1000)  # unique across a chain's jobs: each rank takes a strike once
         rank = -1 if a.all_ranks else a.rank
+        after = self.rng.randrange(1, failures.TORN_SPAN) if a.fuzz and kind.name == "torn" else a.after_bytes
         fault = {"id": strike_id, "rank": rank, "duration": a.duration,
                  "errno": a.errno if kind.name == "write_errors" else None,
-                 "after_bytes": a.after_bytes if kind.name in ("write_errors", "torn") else None,
+                 "after_bytes": after if kind.name in ("write_errors", "torn") else None,
                  "rate": a.rate if kind.name == "slow_storage" else None}
         os.makedirs(phase.iofault_dir, exist_ok=True)
         iofault.arm(phase.iofault_ctl, strike_id, kind.name, rank, seconds=a.duration,
                     rate=failures.rate_bytes(a.rate) if kind.name == "slow_storage" else 0.0,
-                    errno_name=a.errno, after=a.after_bytes, duration=a.duration)
+                    errno_name=a.errno, after=after, duration=a.duration)
         rec = Injection(time=t0, reason=reason, target_step=target_step, gate=gate, kind=kind.name, killed=0,
                         **self.seen(newest, struck), extra={"faulted": 1, "fault": fault})
         self.record(rec)
@@ -377,8 +379,16 @@ class Injector:
                 if self.stop_reason():
                     break
             last = att.index
-            self.kill(f"fuzz #{self.kills + 1}: {'inside a save' if in_save else f'launch +{delay:.2f}s'}")
+            kind = self.fuzz_kind()
+            self.kill(f"fuzz #{self.kills + 1}: {'inside a save' if in_save else f'launch +{delay:.2f}s'}",
+                      kind_name=kind)
         return self.done()
+
+    def fuzz_kind(self) -> Optional[str]:
+        """The next fuzzed strike's kind: drawn among --fuzz-kinds (from the seed; nothing drawn for one
+        kind, so that a plain kill fuzz's draws stay what they were), else --kind."""
+        kinds = [k.strip() for k in (self.a.fuzz_kinds or "").split(",") if k.strip()]
+        return (self.rng.choice(kinds) if len(kinds) > 1 else kinds[0]) if kinds else None
 
     def run(self):
         a = self.a
@@ -435,7 +445,13 @@ def main(args: argparse.Namespace) -> int:
     if not a.tag and killer.job_id_entry() is None:
         print(f"restartlab inject: error: {killer.no_job_error()}", file=sys.stderr)
         return 2
-    io = sorted({k for k in [a.kind] + [k for _, k in a.at_steps or [] if k] if failures.get(k).storage_fault})
+    drawn = [k.strip() for k in (a.fuzz_kinds or "").split(",") if k.strip()]
+    if any(k not in failures.FUZZ_KINDS for k in drawn):
+        print(f"restartlab inject: error: --fuzz-kinds {a.fuzz_kinds}: a fuzz draws among "
+              f"{', '.join(failures.FUZZ_KINDS)}", file=sys.stderr)
+        return 2
+    io = [k for k in failures.kinds_of(a.kind, [k for _, k in a.at_steps or []], a.fuzz_kinds)
+          if failures.get(k).storage_fault]
     if io and not a.phase_dir:
         print(f"restartlab inject: error: {', '.join(io)} arms the phase's strike file: it needs --phase-dir "
               f"(the phase's ranks must run with its preload: a phase of `restartlab run`)", file=sys.stderr)

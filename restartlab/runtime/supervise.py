@@ -199,10 +199,9 @@ class Supervisor:
         inj = self.cfg.inject
         if not inj:
             return {}
-        kinds = {inj.get("kind") or "kill"}
-        if inj.get("at_steps"):
-            kinds |= {k for _, k in tool_options.parse_at_steps(inj["at_steps"]) if k}
-        io = sorted(k for k in kinds if failures.get(k).storage_fault)
+        steps = tool_options.parse_at_steps(inj["at_steps"]) if inj.get("at_steps") else []
+        kinds = failures.kinds_of(inj.get("kind"), [k for _, k in steps], inj.get("fuzz_kinds"))
+        io = [k for k in kinds if failures.get(k).storage_fault]
         if not io:
             return {}
         lib = iofault.build(self.phase.iofault_dir)

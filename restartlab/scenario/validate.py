@@ -359,11 +359,19 @@ def _network_checks(sc, f, sched, base, v: Validator) -> None:
 def _storage_checks(sc, ph, f, sched, base, v: Validator) -> None:
     """The storage kinds (failures.StorageKind) reach the ranks through a preload built when the
     phase starts; refused here where it cannot be built or cannot reach the ranks."""
-    kinds = {f["kind"]} | {x["kind"] for x in sched.get("at_steps") or [] if isinstance(x, dict)}
+    drawn = [k.strip() for k in (f.get("fuzz_kinds") or "").split(",") if k.strip()]
+    bad = [k for k in drawn if k not in failures.FUZZ_KINDS]
+    if bad:
+        v.err(base + ("fuzz_kinds",), f"{', '.join(bad)}: a fuzz draws among {', '.join(failures.FUZZ_KINDS)} (each "
+              f"ends the attempt it strikes; one per attempt)")
+        return
+    kinds = failures.kinds_of(f["kind"], [x["kind"] for x in sched.get("at_steps") or [] if isinstance(x, dict)],
+                              f.get("fuzz_kinds"))
     io = sorted(k for k in kinds if failures.get(k).storage_fault)
     if not io:
         return
-    key = base + ("kind",) if f["kind"] in io else base + ("schedule", "at_steps")
+    key = (base + ("kind",) if f["kind"] in io else base + ("fuzz_kinds",) if set(io) & set(drawn)
+           else base + ("schedule", "at_steps"))
     what = ", ".join(io)
     import shutil
     if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
@@ -376,9 +384,10 @@ def _storage_checks(sc, ph, f, sched, base, v: Validator) -> None:
               f"pool started before (not built yet): run it in a cold phase")
     if is_torchft(ph):
         v.err(key, f"{what} in a torchft phase is not built yet: run it in a restart phase")
-    if "fuzz" in sched:
-        v.err(key, f"{what} with failures.schedule.fuzz is not built yet (fuzz kills): use at_steps, every_steps, "
-              f"every or mtbf")
+    if "fuzz" in sched and any(k not in failures.FUZZ_KINDS for k in io):
+        v.err(key, f"{', '.join(k for k in io if k not in failures.FUZZ_KINDS)} with failures.schedule.fuzz: a fuzz "
+              f"strikes once per attempt and waits for the next, and this kind may not end its attempt; of the storage "
+              f"kinds a fuzz draws torn (failures.fuzz_kinds)")
     if f["duration"] == 0 and any(k in ("stall_writes", "slow_storage") for k in io):
         v.err(base + ("duration",), "0 is for partition and write_errors (for good); stall_writes and slow_storage "
               "need a duration > 0")

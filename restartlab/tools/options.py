@@ -255,6 +255,9 @@ INJECT = [
         scenario="failures.fuzz_save_jitter"),
     Opt("--fuzz-after-complete", "flag", False, "fuzz: a kill aimed at a save waits for a save made while a "
         "complete checkpoint exists (what a kill there may lose)", scenario="failures.fuzz_after_complete"),
+    Opt("--fuzz-kinds", "str", None, "fuzz: each strike's kind drawn (from the seed) among these, comma-separated: "
+        "kill, node, rank, torn (a file of the next save cut at a byte drawn below 1 MiB, the rank killed there); "
+        "default: failures.kind", scenario="failures.fuzz_kinds"),
     Opt("--until", "str", None, "stop when this file exists (the phase's done flag)"),
     Opt("--job-end", "float", 0.0, "epoch seconds at which the batch job's walltime margin begins (the "
         "supervisor's --stop-at): a network fault is undone then at the latest, whatever becomes of the job (0: "
