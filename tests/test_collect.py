@@ -78,8 +78,10 @@ def test_accounting_known_answers(tmp_path):
 
 def test_an_attempt_cut_short_with_its_job_is_placed_by_its_launch_record(tmp_path):
     """PBS requeued the job while attempt 2 trained (its node lost, say): attempt 2 left steps and
-    its launch record, no attempt record. Its launch record says which run of the job it was in,
-    so the hand-over to the job's second run (attempt 3) is found, with its queue wait."""
+    its launch record, no attempt record. Its launch record says which run of the job it was in, so
+    the time to the job's second run (attempt 3) is found: a failure's, not a chain's hand-over (#65):
+    ended by the scheduler (no rank's death is known), its downtime from attempt 2's last sign of life
+    to attempt 3's first step, and in the phase's wall time."""
     ph = str(tmp_path / "sync")
     write_attempt(ph, 1, 100.0, steps(1, 7, 100.0), 108.0, garbage=False)
     write_attempt(ph, 2, 110.0, steps(1, 5, 112.0), 0.0, garbage=False)
@@ -96,12 +98,19 @@ def test_an_attempt_cut_short_with_its_job_is_placed_by_its_launch_record(tmp_pa
             json.dump({"attempt": k, "launch_ts": rec["launch_ts"], "job": "42.head", "job_start": start}, f)
     os.remove(layout.Phase(ph).attempt(2).record)  # cut short with its job: no record of its end
     p = collect.load_phase("sync", phase_dir=ph)
-    hand = collect.handovers(p)
-    assert [(h["attempt"], h["rerun"]) for h in hand] == [(2, True)], hand
-    assert hand[0]["queue_wait_s"] == pytest.approx(200.0 - 117.0)  # its last step to the rerun's launch
-    assert [e["attempt"] for e in collect.failure_events(p)] == [1, 2]
+    assert collect.handovers(p) == []
+    ev = collect.failure_events(p)
+    assert [e["attempt"] for e in ev] == [1, 2]
+    e = ev[1]
+    # the files it left are dated now, outside its span (110 .. 200): no evidence; its last step is
+    assert e["detected_by"] == "scheduler" and p.attempts[1].evidence == (117.0, "its last step"), e
+    assert p.attempts[2].first_ts >= 202.0 and e["downtime_s"] == pytest.approx(p.attempts[2].first_ts - 117.0), e
+    r = e["rerun"]
+    assert (r["end_ts"], r["run_start"], r["between_runs_s"]) == (117.0, 190.0, 73.0), r
+    s = collect.summarize_phase(p)
+    assert s["wall_s"] == pytest.approx(213.0 - 100.0) and s["queue_wait_s"] == 0, s["wall_s"]
     os.remove(layout.Phase(ph).attempt(2).launched)  # without it, nothing tells the runs apart
-    assert collect.handovers(collect.load_phase("sync", phase_dir=ph)) == []
+    assert [e["rerun"] for e in collect.failure_events(collect.load_phase("sync", phase_dir=ph))] == [None, None]
 
 
 def test_overhead_adds_up_with_residual():

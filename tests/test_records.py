@@ -242,7 +242,7 @@ def test_an_experiment_recorded_before_the_types_reports_the_same(tmp_path):
 
 
 ADDED_SINCE = {"phase": ("expected_loss", "saves_estimated", "network_faults",
-                         "storage_faults"), "failure": ("newest_complete_at_kill", "steps_after_save", "gate"),
+                         "storage_faults"), "failure": ("newest_complete_at_kill", "steps_after_save", "gate", "rerun"),
                "restart": ("state",)}
 
 

@@ -25,6 +25,7 @@ import statistics
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import chain
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -34,7 +35,8 @@ from ..contracts.attempts import (INJECTION_SLACK_S, AttemptRecord, LaunchRecord
 from ..contracts.attempts import number as _num  # the records' rule for a number, on every row too
 from ..programs.base import clean_line
 from ..contracts.injections import Injection
-from ..contracts import iofaults
+from ..contracts import iofaults, jobruns
+from ..contracts.jobruns import JobRun
 from ..contracts.iofaults import IOFaultEvent
 from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks, read_records
 from ..contracts import metric_keys as K
@@ -85,6 +87,8 @@ class AttemptData:
     hang_ts: Optional[float] = None       # when the watchdog decided to stop it (its hang marker's time)
     unreached: List[str] = field(default_factory=list)     # nodes its teardown could not reach
     failed_saves: List[tuple] = field(default_factory=list)  # (step, error) of each save that failed (no .complete)
+    evidence: Optional[tuple] = None      # no end record: (time, what) of the last thing it left, its end
+    evidence_seen: List[tuple] = field(default_factory=list)  # (time, what) of each file it left (_ends)
     trace: List[tuple] = field(default_factory=list)       # (ts, iter), thinned to < 2*trace_cap
     trace_cap: int = 1000
     trace_stride: int = 1
@@ -119,6 +123,7 @@ class PhaseData:
     node_checks: List[dict] = field(default_factory=list)
     faults: List[dict] = field(default_factory=list)  # the network faults' restorers' lines (layout.Phase.faults)
     iofaults: List[IOFaultEvent] = field(default_factory=list)  # the storage faults' events (layout.Phase.iofaults)
+    job_runs: List[JobRun] = field(default_factory=list)  # what the scheduler said of each rerun (layout.Expt.job_runs)
     # step time beside a background save vs without one: [count, sum] each (first steps left out)
     dt_busy: List[float] = field(default_factory=lambda: [0, 0.0])
     dt_idle: List[float] = field(default_factory=lambda: [0, 0.0])
@@ -246,15 +251,50 @@ def _attempt_from_dir(a: AttemptData, att: layout.Attempt, warnings) -> None:
     snapshot; and for an attempt that did not complete, what its output says (one read)."""
     a.at_launch = _json_mapping(att.at_launch) or {}
     _read_record(a, att, warnings)
-    if a.hang:
-        try:
-            a.hang_ts = os.stat(att.hang).st_mtime
-        except OSError:
-            pass
+    try:  # the watchdog's decision, made before its stop: there even when its supervisor died in the stop
+        a.hang_ts = os.stat(att.hang).st_mtime
+        a.hang = True
+    except OSError:
+        pass
+    if not a.recorded:  # cut short with its job: its end is the last thing it left (load_phase decides)
+        a.evidence_seen = _evidence(att)
     a.unreached = _unreached(att.teardown_log)
     if not a.completed:
         seen, a.error = _read_output(att.output)
         a.timed_out = seen and a.recorded
+
+
+EVIDENCE = (("output", "its output's last write"), ("teardown_log", "its teardown's last line"),
+            ("hang", "the watchdog's decision"))
+
+
+def _evidence(att: layout.Attempt) -> List[tuple]:
+    """(time, what) of each file an attempt without an end record left: its end is the newest of them
+    and its last step that falls inside its span (_ends)."""
+    seen = []
+    for name, what in EVIDENCE:
+        try:
+            seen.append((os.stat(getattr(att, name)).st_mtime, what))
+        except OSError:
+            continue
+    return seen
+
+
+def _ends(atts: List["AttemptData"]) -> None:
+    """Each attempt without an end record ends at its last sign of life: the newest of its last step
+    and the files it left, between its launch and the next attempt's (a file's time outside that span,
+    a copy's say, is no evidence)."""
+    for i, a in enumerate(atts):
+        if a.recorded:
+            continue
+        hi = atts[i + 1].launch_ts if i + 1 < len(atts) else None
+        seen = [(t, w) for t, w in a.evidence_seen
+                if (a.launch_ts is None or t >= a.launch_ts) and (hi is None or t <= hi)]
+        if a.last_ts is not None:
+            seen.append((a.last_ts, "its last step"))
+        if seen:
+            a.evidence = max(seen)
+            a.end_ts = a.evidence[0]
 
 
 UNREACHABLE = re.compile(r"; unreachable: ([^;]+)")
@@ -455,16 +495,25 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, loss
         _stream_attempt(a, mine.stream(ph.warnings), keep_upto, {atts[k - 1].last_iter} if k > 0 else set(), ph)
         rows[k] = None
     ph.attempts = atts
+    _ends(atts)
+    if phase_dir and any(_rerun(a, b) for a, b in zip(atts, atts[1:])):  # read only where a job ran again
+        ph.job_runs = jobruns.read(layout.Expt(os.path.dirname(os.path.abspath(phase_dir))).job_runs, ph.warnings)
     return ph
 
 
 def _queue_wait(a: AttemptData, b: AttemptData) -> Optional[float]:
-    """Attempt a's end -> b's launch when they ran in different jobs of a chain, or in two runs of
-    one job (PBS requeued it: same id, another start) (None: the same run of the same job)."""
-    other_run = a.job_start is not None and b.job_start is not None and a.job_start != b.job_start
-    if not (a.job and b.job and (a.job != b.job or other_run)):
+    """Attempt a's end -> b's launch when they ran in different jobs of a chain (None: the same job).
+    Two runs of one job (the scheduler requeued it: same id, another start) are no chain: the time
+    between them is the failure's (_rerun)."""
+    if not (a.job and b.job and a.job != b.job):
         return None
     return (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else 0.0
+
+
+def _rerun(a: AttemptData, b: AttemptData) -> bool:
+    """b ran in another run of a's job: the scheduler requeued the job between them."""
+    return bool(a.job and a.job == b.job and a.job_start is not None and b.job_start is not None
+                and a.job_start != b.job_start)
 
 
 def handovers(ph: PhaseData) -> List[dict]:
@@ -472,8 +521,7 @@ def handovers(ph: PhaseData) -> List[dict]:
     between them and the steps the hand-over lost (0 after a walltime stop)."""
     ran = _ran(ph)
     return [{"attempt": a.index, "from_job": a.job, "to_job": b.job, "queue_wait_s": _queue_wait(a, b),
-             "walltime_stop": a.walltime, "lost_steps": a.last_iter - b.resumed_from,
-             "rerun": a.job == b.job}
+             "walltime_stop": a.walltime, "lost_steps": a.last_iter - b.resumed_from}
             for a, b in zip(ran, ran[1:]) if _queue_wait(a, b) is not None]
 
 
@@ -500,8 +548,9 @@ def failure_events(ph: PhaseData) -> List[dict]:
         kill_ts = kills[0].time if kills else a.end_ts
         lost = a.last_iter - b.resumed_from
         newest = kills[0].newest_complete if kills else None  # what was complete when it struck
+        rerun = _rerun(a, b)
         ev = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),
-              "kind": kills[0].booked_kind if kills else None, "detected_by": detected_by(a),
+              "kind": kills[0].booked_kind if kills else None, "detected_by": detected_by(a, rerun),
               "detection_s": (a.end_ts - kill_ts) if (a.end_ts and kill_ts) else None,
               "step_at_kill": a.last_iter, "resumed_from": b.resumed_from, "lost_steps": lost,
               "downtime_s": (b.first_ts - kill_ts - queued) if (b.first_ts and kill_ts) else None,
@@ -514,6 +563,7 @@ def failure_events(ph: PhaseData) -> List[dict]:
         if lost > 1 and a.last_iter in b.ts_at and b.first_ts:
             ev["recompute_s"] = b.ts_at[a.last_iter] - b.first_ts
         ev.update(node_recovery(a, b, ph.node_checks))
+        ev["rerun"] = requeue_parts(a, b, ph.job_runs) if rerun else None
         out.append(ev)
     return out
 
@@ -547,18 +597,38 @@ DETECTIONS = {d.key: d for d in (
     Detection("watchdog", "watchdog (no progress for relaunch.hang_timeout)"),
     Detection("pg_timeout", "process-group timeout (a peer never came)"),
     Detection("launcher", "launcher (a rank died: the launcher ended the rest)"),
+    Detection("scheduler", "scheduler (the job's run ended under it, and the job was requeued)"),
 )}
 
 
-def detected_by(a: AttemptData) -> str:
-    """Which mechanism ended a failed attempt: a key of DETECTIONS."""
+def detected_by(a: AttemptData, rerun: bool = False) -> str:
+    """Which mechanism ended a failed attempt: a key of DETECTIONS. An attempt without an end
+    record whose job ran again was ended with its job's run (no rank's death is known)."""
     if a.preempted:
         return "trainer"
     if a.hang:
         return "watchdog"
     if a.timed_out:
         return "pg_timeout"
+    if rerun and not a.recorded:
+        return "scheduler"
     return "launcher"
+
+
+def requeue_parts(a: AttemptData, b: AttemptData, runs: List[JobRun]) -> dict:
+    """The time between two runs of one job, in its parts: how attempt a ended (the watchdog's
+    decision, the last evidence), what the scheduler said when the job ran again (the next run's
+    record, runtime/jobrun.py: the nodes that went down or came back), the run's start, b's launch
+    and first step."""
+    run = next((r for r in runs if r.job == b.job and abs(r.start - b.job_start) < 1e-3), None)
+    return {"job": a.job, "stopped_at": a.hang_ts, "stopped_by": "watchdog" if a.hang_ts else None,
+            "end_ts": a.end_ts, "end_evidence": (a.evidence or (None, None))[1] if not a.recorded else "its end record",
+            "run_start": b.job_start, "run": run.run if run else None,
+            "scheduler_start": run.started if run else None, "scheduler": run.scheduler if run else None,
+            "scheduler_error": run.error if run else None,
+            "nodes": [dataclasses.asdict(n) for n in run.nodes] if run else [],
+            "launch_ts": b.launch_ts, "first_ts": b.first_ts,
+            "between_runs_s": (b.job_start - a.end_ts) if (b.job_start and a.end_ts) else None}
 
 
 KIND_FIGURES = ("detection_s", "launch_gap_s", "restart_s", "lost_steps", "recompute_s", "downtime_s")
@@ -592,7 +662,9 @@ def summarize_phase(ph: PhaseData) -> dict:
     hand = handovers(ph)
     queued = sum(h["queue_wait_s"] or 0 for h in hand)
     if wall is not None:
-        wall -= queued  # waiting in the queue between jobs of a chain is not the job's wall time
+        # waiting in the queue between jobs of a chain is not the job's wall time; the time between
+        # two runs of one job (a requeue) is: it is a failure's downtime
+        wall -= queued
     ev = failure_events(ph)
     productive = sum(a.kept_dt for a in ph.attempts)
     stalls = sum(sum(ph.saves[k]) for k in SAVE_KEYS)

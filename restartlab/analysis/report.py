@@ -4,6 +4,7 @@ import glob
 import os
 import statistics
 import sys
+import time
 from typing import Dict, List, Optional
 
 from .. import programs
@@ -235,6 +236,38 @@ def lost_steps_lines(summaries) -> list:
     return ([""] + out) if out else []
 
 
+def _clock(t) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t)) if t else "?"
+
+
+def rerun_text(e: dict) -> str:
+    """A failure whose next attempt ran in another run of the same job (the scheduler requeued it),
+    told in its parts, each with its time."""
+    r = e["rerun"]
+    parts = []
+    if r["stopped_at"]:
+        parts.append(f"the watchdog decided to stop attempt {e['attempt']} at {_clock(r['stopped_at'])}")
+    parts.append(f"its last sign of life at {_clock(r['end_ts'])} ({r['end_evidence']})")
+    nodes = "; ".join(f"{n['node']} {n['state']} since {_clock(n['since'])}"
+                      + (f" ({n['comment']})" if n.get("comment") else "") for n in r["nodes"])
+    who = (r["scheduler"] or "the scheduler").upper() if r["scheduler"] == "pbs" else (r["scheduler"] or "the scheduler")
+    parts.append(f"{who} requeued job {r['job']}" + (f": {nodes}" if nodes else "")
+                 + (f" (not asked: {r['scheduler_error']})" if r.get("scheduler_error") else ""))
+    parts.append(f"run {r['run'] or 2} began {_clock(r['scheduler_start'] or r['run_start'])}")
+    parts.append(f"attempt {e['attempt'] + 1} launched {_clock(r['launch_ts'])}, first step {_clock(r['first_ts'])}")
+    gap = f"{r['between_runs_s']:.0f} s between the runs" if r["between_runs_s"] is not None else "the time between the runs unknown"
+    return "; ".join(parts) + f": {gap}, {e['downtime_s']:.0f} s of downtime" if e["downtime_s"] is not None else \
+        "; ".join(parts) + f": {gap}"
+
+
+def rerun_lines(summaries) -> List[str]:
+    rows = [(s["phase"], e) for s in summaries for e in s["failures"] if e.get("rerun")]
+    if not rows:
+        return []
+    return ["", "Between two runs of one job (the scheduler requeued it): the time is the failure's downtime, "
+            "in the phase's wall time and its ETTR.", ""] + [f"- {ph}: {rerun_text(e)}" for ph, e in rows]
+
+
 def storage_lines(summaries) -> List[str]:
     """## Storage faults: each strike on each rank that took it (analysis/storagefaults.py)."""
     rows = [(s["phase"], f) for s in summaries for f in s.get("storage_faults") or []]
@@ -318,6 +351,7 @@ def markdown(summaries, missing, src, problems=(), strategy_lines=()):
                      f"{_start_kind(e)} | {_fmt(st.get(K.STARTUP_IMPORT_S))} | {_fmt(st.get(K.STARTUP_DIST_INIT_S))} | "
                      f"{_fmt(st.get(K.STARTUP_BUILD_S))} | {_fmt(st.get(K.STARTUP_LOAD_S))} | {_fmt(e['recompute_s'])} |")
     L += lost_steps_lines(summaries)
+    L += rerun_lines(summaries)
     L += ["", "## By failure kind (medians)", "", "| phase | kind | failures | detection s (fault -> attempt end) | "
           "relaunch gap s | restart s | downtime s | lost steps | recompute s | detected by |", "|" + "---|" * 10]
     for s in summaries:

@@ -281,7 +281,16 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
                 r.text += "; then the watchdog stopped it (no progress for relaunch.hang_timeout)" + (
                     f"; its stop could not reach {', '.join(a.unreached)}" if a.unreached else "")
         if rec is None and first is not None and i + 1 < len(attempts):
-            r.text += "; then cut short with its job (no record of its end: killed or requeued, or its node lost)"
+            b = attempts[i + 1]
+            if a.hang_ts:
+                r.text += ("; then the watchdog decided to stop it (no progress for relaunch.hang_timeout), and "
+                           "its job's run ended before the stop was done")
+            if collect._rerun(a, b):
+                gap = (b.job_start - a.end_ts) if (b.job_start and a.end_ts) else None
+                r.text += ("; then its job's run ended under it and the scheduler requeued the job"
+                           + (f": the next run began {gap:.0f} s after its last sign of life" if gap is not None else ""))
+            else:
+                r.text += "; then cut short with its job (no record of its end: killed or requeued, or its node lost)"
         if lost_nodes and first is not None and not struck and not (rec and rec.completed):
             r.text += f"; then ended with its node ({', '.join(map(str, lost_nodes))} found bad at the next launch)"
         if gone:

@@ -243,6 +243,7 @@ class Expt:
     smoke_report = property(lambda self: self._f("smoke.json"))
     smoke_md = property(lambda self: self._f("smoke.md"))
     jobs = property(lambda self: self._f("jobs.jsonl"))         # every job that worked on it (chains)
+    job_runs = property(lambda self: self._f("job-runs.jsonl"))  # a requeued job's runs: what the scheduler said
     job_out = property(lambda self: self._f("job.out"))         # `restartlab run`: the script's output
     nodefile = property(lambda self: self._f("nodefile"))       # the local scheduler's node file
     bad_nodes = property(lambda self: self._f("nodes.bad"))     # nodes excluded for the rest of this run of the job

@@ -139,6 +139,13 @@ class Scheduler:
     # a job id of this scheduler, as `status` and `cancel` are given one (None: it has no queue)
     jobid_pattern: Optional[str] = None
 
+    def run_facts(self, jobid: str, since: Optional[float], run: Runner) -> Optional[dict]:
+        """What the scheduler says of this run of job `jobid`, asked from inside it as it starts:
+        {"run": how many times it has started, "started": epoch of this run's start, "nodes": [{"node",
+        "state", "since", "comment"}] of the nodes whose state changed after `since` (the job's previous
+        run's start)}. None where the scheduler keeps no such record (the local shell)."""
+        return None
+
     def cancel_error(self, returncode: int, stdout: str, stderr: str) -> Optional[str]:
         """None when the cancel went through, else the reason."""
         return (stderr.strip() or stdout.strip() or f"exit code {returncode}") if returncode else None

@@ -1,8 +1,11 @@
 """PBS Pro (ALCF Aurora / Sunspot / Polaris): #PBS header, qsub / qstat -f -x / qdel, pbsdsh -n
 fan-out. What each relies on, as measured on OpenPBS 23.06: docs/pbs.md."""
+import json
 import os
 import re
 import shutil
+import time
+from typing import Optional
 
 from ..contracts.units import hms, parse_duration
 from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, QueueLimits, Scheduler, SchedulerError,
@@ -60,6 +63,16 @@ def tool(name, env=os.environ):
             home = None
     path = os.path.join(home or "/opt/pbs", "bin", name)
     return path if os.access(path, os.X_OK) else name
+
+
+def _pbs_time(text) -> Optional[float]:
+    """qstat's 'Sun Dec  6 10:03:26 2026' (the server's local time) as epoch seconds; None when absent."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    try:
+        return time.mktime(time.strptime(" ".join(str(text).split()), "%a %b %d %H:%M:%S %Y"))
+    except (TypeError, ValueError):
+        return None
 
 
 def parse_qstat_f(text, header="Job Id:"):
@@ -260,6 +273,26 @@ class PBS(Scheduler):
                 raise SchedulerError(f"qselect -u {user} -q {n} failed (rc {rc}): {err.strip() or out.strip()}")
             mine[n] = out.split()
         return ServerQueues(queues, default, mine, "; ".join(["qstat -Qf", *odd]))
+
+    def run_facts(self, jobid, since, run):
+        """qstat -f -F json JOBID (run_count, stime) and pbsnodes -av -F json (each node's state,
+        last_state_change_time, comment): a requeued job learns which nodes went down, or came back,
+        between its runs. OpenPBS 23.06 here; PBS Pro 2022.1 and later give the same JSON (unverified on
+        ALCF's)."""
+        rc, out, err = run([tool("qstat"), "-f", "-F", "json", jobid])
+        if rc:
+            raise SchedulerError(f"qstat -f -F json {jobid} failed (rc {rc}): {err.strip() or out.strip()}")
+        job = next(iter((json.loads(out).get("Jobs") or {}).values()), {})
+        facts = {"run": _int(job.get("run_count")), "started": _pbs_time(job.get("stime")), "nodes": []}
+        rc, out, err = run([tool("pbsnodes"), "-av", "-F", "json"])
+        if rc:
+            raise SchedulerError(f"pbsnodes -av -F json failed (rc {rc}): {err.strip() or out.strip()}")
+        for name, n in sorted((json.loads(out).get("nodes") or {}).items()):
+            t = n.get("last_state_change_time")
+            if isinstance(t, (int, float)) and since is not None and t >= since:
+                facts["nodes"].append({"node": name, "state": n.get("state"), "since": float(t),
+                                       "comment": n.get("comment")})
+        return facts
 
     def cancel_error(self, returncode, stdout, stderr):
         """None when the cancel went through, else the reason (qdel exits non-zero on failure)."""

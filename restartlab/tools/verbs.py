@@ -33,6 +33,7 @@ VERBS = {
     "warm-pool": Verb("restartlab.runtime.warm"),             # a warm standby pool, on each node
     "smoke": Verb("restartlab.runtime.smoke"),                # the smoke job's checks and node probe
     "net-fault": Verb("restartlab.runtime.netfault"),         # a network fault kind, on the struck node
+    "job-run": Verb("restartlab.runtime.jobrun"),             # the job script: what the scheduler says of this run
     "ft-accounting": Verb("restartlab.analysis.ft_accounting"),# a torchft phase's verdict (no import)
     # the bundled programs a launch line runs (restartlab.trainer is trainer/, installed under this name)
     "trainer": Verb("restartlab.trainer"),                        # the bundled DCP trainer

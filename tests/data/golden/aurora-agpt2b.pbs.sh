@@ -40,6 +40,10 @@ echo "restartlab: job $RL_JOBID on $(sort -u "$RL_NODEFILE" | wc -l) node(s), ex
 # ---- site setup (launch.setup: shell lines, verbatim)
 module load frameworks/2025.3.1
 
+# a rerun (the scheduler requeued the job): what the scheduler says of it, into job-runs.jsonl (after the
+# site's setup: its Python may need it)
+"$RL_PY" -m restartlab.runtime.jobrun --expt-dir "$RL_EXPT_DIR" --job "$RL_JOBID" --start "$RL_JOB_START" --scheduler pbs
+
 # shellcheck disable=SC2317  # (invoked through the trap)
 rl_on_signal() {
   # the phase's supervisor stops its attempt (the launcher gets the signal) and its injector

@@ -43,6 +43,10 @@ module load conda
 conda activate base
 export LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/:${LD_LIBRARY_PATH:-}
 
+# a rerun (the scheduler requeued the job): what the scheduler says of it, into job-runs.jsonl (after the
+# site's setup: its Python may need it)
+"$RL_PY" -m restartlab.runtime.jobrun --expt-dir "$RL_EXPT_DIR" --job "$RL_JOBID" --start "$RL_JOB_START" --scheduler pbs
+
 # shellcheck disable=SC2317  # (invoked through the trap)
 rl_on_signal() {
   # the phase's supervisor stops its attempt (the launcher gets the signal) and its injector

@@ -1,0 +1,64 @@
+"""One line of layout.Expt.job_runs: what the scheduler said of one run of a job as it started
+(runtime/jobrun.py, the one writer; the job script runs it after its line in layout.Expt.jobs). A requeued job
+runs again under its id: its second line says how many times it has started, when, and which nodes
+changed state since its previous run began (went down, came back). Read by collect.py to tell the time
+between two runs of one job in its parts. One tolerant reader: a line this version cannot take is left
+out with a warning."""
+import dataclasses
+import json
+from typing import List, Optional, Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeChange:
+    node: str
+    state: Optional[str]
+    since: float
+    comment: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRun:
+    job: str
+    start: float                  # the job script's start (layout.Expt.jobs' `start`: the attempts carry it)
+    scheduler: str
+    run: Optional[int] = None     # how many times the job has started, this one included (PBS run_count)
+    started: Optional[float] = None  # the scheduler's start time of this run (PBS stime)
+    nodes: Tuple[NodeChange, ...] = ()
+    error: Optional[str] = None   # the scheduler could not be asked: why
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, d) -> Optional["JobRun"]:
+        if not isinstance(d, dict) or not isinstance(d.get("job"), str):
+            return None
+        try:
+            nodes = tuple(NodeChange(str(n["node"]), n.get("state"), float(n["since"]), n.get("comment"))
+                          for n in d.get("nodes") or [])
+            return cls(d["job"], float(d["start"]), str(d.get("scheduler") or ""),
+                       int(d["run"]) if d.get("run") is not None else None,
+                       float(d["started"]) if d.get("started") is not None else None, nodes, d.get("error"))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def read(path: str, warnings: List[str]) -> List[JobRun]:
+    out = []
+    try:
+        with open(path, errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = JobRun.from_json(json.loads(line))
+                except ValueError:
+                    rec = None
+                if rec is None:
+                    warnings.append(f"{path}:{n}: not a job-run record: ignored")
+                else:
+                    out.append(rec)
+    except FileNotFoundError:
+        pass
+    return out

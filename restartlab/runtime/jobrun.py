@@ -1,0 +1,58 @@
+"""python -m restartlab.runtime.jobrun --expt-dir D --job J --start S --scheduler NAME: the job
+script's second line of record as a run of a job starts (the first is layout.Expt.jobs'): what the
+scheduler says of this run (Scheduler.run_facts: how many times the job has started, when, the nodes
+whose state changed since its previous run began), one line in layout.Expt.job_runs. Only a rerun
+asks (a job id already among the experiment's jobs with an earlier start): a first run costs nothing but this
+process. Never the job's failure: a scheduler that does not answer is written down as such, and the
+exit status is 0."""
+import argparse
+import sys
+
+from .. import schedulers
+from ..contracts import layout, live
+from ..contracts.jobruns import JobRun
+
+
+def record(expt_dir: str, job: str, start: float, scheduler: str, run=None) -> JobRun:
+    expt = layout.Expt(expt_dir)
+    earlier = [float(r["start"]) for r in live.read_records(expt.jobs)
+               if r.get("job") == job and isinstance(r.get("start"), (int, float)) and float(r["start"]) < start]
+    if not earlier:
+        return JobRun(job, start, scheduler, run=1)
+    try:
+        sched = schedulers.get(scheduler)
+        facts = sched.run_facts(job, max(earlier), run or schedulers.run_tool)
+    except (KeyError, schedulers.SchedulerError, ValueError) as e:
+        rec = JobRun(job, start, scheduler, error=f"{type(e).__name__}: {e}")
+    else:
+        if facts is None:
+            rec = JobRun(job, start, scheduler, run=len(earlier) + 1)
+        else:
+            rec = JobRun.from_json(dict(facts, job=job, start=start, scheduler=scheduler)) or \
+                JobRun(job, start, scheduler, error=f"the scheduler's facts did not read: {facts!r}"[:300])
+    with open(expt.job_runs, "a") as f:
+        f.write(rec.to_json() + "\n")
+    return rec
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m restartlab.runtime.jobrun")
+    p.add_argument("--expt-dir", required=True)
+    p.add_argument("--job", required=True)
+    p.add_argument("--start", type=float, required=True)
+    p.add_argument("--scheduler", required=True)
+    a = p.parse_args(argv)
+    try:
+        rec = record(a.expt_dir, a.job, a.start, a.scheduler)
+    except OSError as e:  # never the job's failure
+        print(f"restartlab: job-run record not written: {e}", file=sys.stderr)
+        return 0
+    if rec.run and rec.run > 1:
+        print(f"restartlab: run {rec.run} of job {a.job}"
+              + "".join(f"; {n.node} {n.state} since {n.since:.0f}" for n in rec.nodes)
+              + (f" (the scheduler did not answer: {rec.error})" if rec.error else ""), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
