@@ -622,8 +622,21 @@ def test_pbs_node_lost_mid_phase(pbs):
     ev = sync["failures"]
     assert ev[0]["attempt"] == 1 and ev[0]["bad_nodes"] == [lost], ev
     assert ev[0]["lost_steps"] == ev[0]["step_at_kill"] - ev[0]["resumed_from"] >= 0, ev
-    hand = sync["handovers"]
-    assert len(hand) == 1 and hand[0]["rerun"] and hand[0]["queue_wait_s"] > 0, hand
+    # the requeue is the failure's time (#65): no chain hand-over, nothing taken out of the wall time
+    assert sync["handovers"] == [] and sync["queue_wait_s"] == 0, sync["handovers"]
+    again = [e for e in ev if e["rerun"]]
+    assert len(again) == 1, ev
+    r = again[0]["rerun"]
+    with open(layout.Expt(expt).jobs) as f:
+        starts = [json.loads(x)["start"] for x in f]
+    assert r["run"] == 2 and r["run_start"] == pytest.approx(starts[1]) and r["scheduler"] == "pbs", r
+    assert any(n["node"] == lost for n in r["nodes"]), r  # the lost node changed state between the runs
+    assert again[0]["downtime_s"] >= r["between_runs_s"] > 0, again[0]
+    atts = phases["sync"]["attempts"]
+    launched = json.load(open(layout.Attempt(first).launched))["launch_ts"]
+    last = json.load(open(layout.Expt(expt).phase("sync").attempt(atts).record))["end_ts"]
+    assert sync["wall_s"] == pytest.approx(last - launched, abs=0.01), sync["wall_s"]
+    assert "PBS requeued job" in open(layout.Expt(expt).report).read()
     v = sync["survival"]
     outcomes = [r["outcome"] for r in v["restarts"]]
     assert v["survived"] and not v["findings"] and "ended with its node" in v["restarts"][0]["text"], v
@@ -638,4 +651,5 @@ def test_pbs_node_lost_mid_phase(pbs):
         # cut short: the attempt that carried on (the rerun's) ran on the job's first two hosts again
         assert len(ev) == 1 and ev[0]["hosts_after"] == pbs.nodes[:2] and ev[0]["recovery"] == "same nodes", ev
         assert outcomes[1] == "cut_short", v
+    assert "the scheduler requeued the job" in " ".join(x["text"] for x in v["restarts"]), v
     assert left_running(expt) == []

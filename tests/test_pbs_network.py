@@ -201,3 +201,56 @@ def test_pbs_partition_that_never_heals_the_stop_names_the_node_and_a_spare_carr
     while (killer.find_by_env(f"{killer.TAG_VAR}={tag}") or restorers_left(tag)) and time.time() < deadline:
         time.sleep(1)
     assert not killer.find_by_env(f"{killer.TAG_VAR}={tag}") and not restorers_left(tag)
+
+
+def test_pbs_partition_until_pbs_requeues_the_job_the_time_between_runs_is_downtime(pbs, net_admin):
+    """#65: rlpbs-n1 cut off for 150 s in a 2-node job that does not tolerate node failures, the
+    watchdog slower (hang_timeout 300 s) than PBS: the mother superior loses its sister and kills the
+    job, the server requeues it (the node down), and the job runs again on rlpbs-head and rlpbs-n2.
+    The time from the partition to the rerun's first step is the failure's downtime, in the phase's
+    wall time and its ETTR, told in its parts (the node PBS marked down, the run's start); the failure
+    is the scheduler's doing, not a rank's death; the verdict says the job was requeued."""
+    d = pbs.user_dir("netrequeue")
+    path = net_scenario(pbs, d, "netrequeue", "{kind: partition, node: 1, duration: 150s, root_cmd: '%s', gate: "
+                        "complete, schedule: {at_steps: [100]}}" % net_admin,
+                        "{max_attempts: 3, backoff: 0s, hang_timeout: 300s}", nodes=2, iters=300)
+    t0 = time.time()
+    expt, ph = run_job(pbs, path)
+    e = layout.Expt(expt)
+    jobs = [json.loads(x) for x in open(e.jobs)]
+    runs = [json.loads(x) for x in open(e.job_runs)]
+    s = summary(expt)["sync"]
+    report = open(e.report).read()
+    print(json.dumps(runs), json.dumps(s["failures"], default=str)[:3000], report.partition("## Failures")[2][:3000])
+    assert len(jobs) == 2 and jobs[0]["job"] == jobs[1]["job"], jobs
+    assert [r["run"] for r in runs] == [1, 2] and runs[1]["started"], runs
+    assert runs[0]["hosts"] == ["rlpbs-head", "rlpbs-n1"] and runs[1]["hosts"] == ["rlpbs-head", "rlpbs-n2"], runs
+    assert [n["node"] for n in runs[1]["nodes"]] == ["rlpbs-n1"] and "down" in runs[1]["nodes"][0]["state"], runs
+    inj, = [json.loads(x) for x in open(ph.injections)]
+    ev = s["failures"][0]
+    assert ev["detected_by"] == "scheduler" and ev["rerun"], ev
+    first2 = ev["rerun"]["first_ts"]
+    # the downtime runs from the fault to the rerun's first step: the test's own bounds
+    assert ev["downtime_s"] == pytest.approx(first2 - inj["time"], abs=0.01), ev
+    assert jobs[1]["start"] - inj["time"] < ev["downtime_s"] < time.time() - t0, ev
+    # the wall time spans both runs: nothing between them is left out
+    atts = [json.loads(open(a.record).read()) for a in ph.attempts() if os.path.exists(a.record)]
+    assert s["wall_s"] == pytest.approx(max(a["end_ts"] for a in atts) - json.load(open(ph.attempt(1).launched))["launch_ts"],
+                                        abs=0.5), s["wall_s"]
+    assert "PBS requeued job" in report and "rlpbs-n1 down since" in report and "s between the runs" in report, report
+    nf, = s["network_faults"]
+    assert nf["outcome"] == "relaunched on other nodes (rlpbs-n2 for rlpbs-n1) in the job's next run (the scheduler " \
+        "requeued it)" and nf["layers"]["scheduler_down_s"] < nf["layers"]["next_run_s"], nf
+    # ETTR by hand, from the rows: the steps kept (attempt 1's up to where attempt 2 resumed, all of attempt 2's)
+    # over the wall time from the first launch to the last end
+    # (a step's row: its step, its loss, its seconds)
+    rows1 = [r for r in map(json.loads, open(ph.attempt(1).metrics(0))) if {"train/dt", "train/iter", "train/loss"} <= set(r)]
+    rows2 = [r for r in map(json.loads, open(ph.attempt(2).metrics(0))) if {"train/dt", "train/iter", "train/loss"} <= set(r)]
+    kept = sum(r["train/dt"] for r in rows1 if r["train/iter"] <= ev["resumed_from"]) + sum(r["train/dt"] for r in rows2)
+    wall = json.load(open(ph.attempt(2).record))["end_ts"] - json.load(open(ph.attempt(1).launched))["launch_ts"]
+    assert s["ettr"] == pytest.approx(kept / wall, rel=1e-6), (s["ettr"], kept, wall)
+    # R of Young-Daly: detection (the fault -> PBS marked the node down) + gap + restart = the downtime
+    assert ev["detection_s"] + ev["launch_gap_s"] + ev["restart_s"] == pytest.approx(ev["downtime_s"], abs=0.05), ev
+    v = s["survival"]
+    assert "the scheduler requeued the job" in v["restarts"][0]["text"], v
+    assert link_up("rlpbs-n1")

@@ -41,6 +41,7 @@ from ..contracts.iofaults import IOFaultEvent
 from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks, read_records
 from ..contracts import metric_keys as K
 from . import netfaults, storagefaults
+from .runs import rerun, run_record
 
 GAPS = 64             # the longest gaps between steps kept per attempt (analysis/netfaults.py)
 TRACE_POINTS = 20000  # per phase (split over its attempts, at least 50 each), for the progress plot
@@ -496,7 +497,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, loss
         rows[k] = None
     ph.attempts = atts
     _ends(atts)
-    if phase_dir and any(_rerun(a, b) for a, b in zip(atts, atts[1:])):  # read only where a job ran again
+    if phase_dir and any(rerun(a, b) for a, b in zip(atts, atts[1:])):  # read only where a job ran again
         ph.job_runs = jobruns.read(layout.Expt(os.path.dirname(os.path.abspath(phase_dir))).job_runs, ph.warnings)
     return ph
 
@@ -508,12 +509,6 @@ def _queue_wait(a: AttemptData, b: AttemptData) -> Optional[float]:
     if not (a.job and b.job and a.job != b.job):
         return None
     return (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else 0.0
-
-
-def _rerun(a: AttemptData, b: AttemptData) -> bool:
-    """b ran in another run of a's job: the scheduler requeued the job between them."""
-    return bool(a.job and a.job == b.job and a.job_start is not None and b.job_start is not None
-                and a.job_start != b.job_start)
 
 
 def handovers(ph: PhaseData) -> List[dict]:
@@ -548,9 +543,9 @@ def failure_events(ph: PhaseData) -> List[dict]:
         kill_ts = kills[0].time if kills else a.end_ts
         lost = a.last_iter - b.resumed_from
         newest = kills[0].newest_complete if kills else None  # what was complete when it struck
-        rerun = _rerun(a, b)
+        again = rerun(a, b)
         ev = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),
-              "kind": kills[0].booked_kind if kills else None, "detected_by": detected_by(a, rerun),
+              "kind": kills[0].booked_kind if kills else None, "detected_by": detected_by(a, again),
               "detection_s": (a.end_ts - kill_ts) if (a.end_ts and kill_ts) else None,
               "step_at_kill": a.last_iter, "resumed_from": b.resumed_from, "lost_steps": lost,
               "downtime_s": (b.first_ts - kill_ts - queued) if (b.first_ts and kill_ts) else None,
@@ -563,7 +558,15 @@ def failure_events(ph: PhaseData) -> List[dict]:
         if lost > 1 and a.last_iter in b.ts_at and b.first_ts:
             ev["recompute_s"] = b.ts_at[a.last_iter] - b.first_ts
         ev.update(node_recovery(a, b, ph.node_checks))
-        ev["rerun"] = requeue_parts(a, b, ph.job_runs) if rerun else None
+        ev["rerun"] = requeue_parts(a, b, ph.job_runs) if again else None
+        if ev["detected_by"] == "scheduler":
+            # no end record: what is known is when the scheduler marked one of its nodes down (not when
+            # the run ended: between that and the next run's start)
+            downs = [n["since"] for n in ev["rerun"]["nodes"] if "down" in str(n.get("state"))
+                     and kill_ts is not None and kill_ts <= n["since"] <= (b.job_start or n["since"])]
+            ev["detection_s"] = (min(downs) - kill_ts) if downs else None
+            if downs and b.launch_ts:  # the gap from the scheduler's noticing on: R = detection + gap + restart
+                ev["launch_gap_s"] = b.launch_ts - min(downs)
         out.append(ev)
     return out
 
@@ -601,7 +604,7 @@ DETECTIONS = {d.key: d for d in (
 )}
 
 
-def detected_by(a: AttemptData, rerun: bool = False) -> str:
+def detected_by(a: AttemptData, again: bool = False) -> str:
     """Which mechanism ended a failed attempt: a key of DETECTIONS. An attempt without an end
     record whose job ran again was ended with its job's run (no rank's death is known)."""
     if a.preempted:
@@ -610,7 +613,7 @@ def detected_by(a: AttemptData, rerun: bool = False) -> str:
         return "watchdog"
     if a.timed_out:
         return "pg_timeout"
-    if rerun and not a.recorded:
+    if again and not a.recorded:
         return "scheduler"
     return "launcher"
 
@@ -620,7 +623,7 @@ def requeue_parts(a: AttemptData, b: AttemptData, runs: List[JobRun]) -> dict:
     decision, the last evidence), what the scheduler said when the job ran again (the next run's
     record, runtime/jobrun.py: the nodes that went down or came back), the run's start, b's launch
     and first step."""
-    run = next((r for r in runs if r.job == b.job and abs(r.start - b.job_start) < 1e-3), None)
+    run = run_record(runs, b)
     return {"job": a.job, "stopped_at": a.hang_ts, "stopped_by": "watchdog" if a.hang_ts else None,
             "end_ts": a.end_ts, "end_evidence": (a.evidence or (None, None))[1] if not a.recorded else "its end record",
             "run_start": b.job_start, "run": run.run if run else None,

@@ -9,6 +9,7 @@ is not seen from inside the job: not measured here."""
 from typing import List, Optional
 
 from .. import failures
+from .runs import rerun, run_record
 
 MATCH_S = 1e-3   # a restorer's planned_at is the receipt's `at`, the record's time, to the float
 
@@ -21,9 +22,14 @@ def _restorer(ph, inj) -> Optional[dict]:
 
 
 def _attempt_at(ph, t: float):
-    """The attempt that was running at time t (index into ph.attempts), else None."""
+    """The attempt that was running at time t (index into ph.attempts), else None. One without an
+    end record (cut short with its job's run) may have lived on after its last sign of life: its span
+    runs to the next attempt's launch."""
     for i, a in enumerate(ph.attempts):
-        if a.launch_ts is not None and a.launch_ts <= t and (a.end_ts is None or t <= a.end_ts):
+        end = a.end_ts
+        if not a.recorded and i + 1 < len(ph.attempts) and ph.attempts[i + 1].launch_ts is not None:
+            end = ph.attempts[i + 1].launch_ts
+        if a.launch_ts is not None and a.launch_ts <= t and (end is None or t <= end):
             return i
     return None
 
@@ -39,6 +45,7 @@ def account(ph, inj, step_dt: Optional[float]) -> dict:
     start = windows[0][0] if windows else inj.time
     end = windows[-1][1] if windows else (inj.extra.get("fault") or {}).get("until")
     out = {"kind": inj.kind, "nodes": list(inj.hosts), "start": start, "end": end, "windows": len(windows),
+           "planned_s": (inj.extra.get("fault") or {}).get("duration") or None,
            "down_s": round(sum(b - a for a, b in windows), 3) if windows and windows[-1][1] is not None else None,
            "restored": (r or {}).get("restored"), "ended_by": (r or {}).get("ended_by"),
            "errors": list((r or {}).get("errors") or []),
@@ -64,10 +71,18 @@ def account(ph, inj, step_dt: Optional[float]) -> dict:
         if a.unreached:
             stop += f"; the stop could not reach {', '.join(a.unreached)}"
         layers["stop"] = stop
-    if not a.completed and a.end_ts is not None:
+    again = b is not None and rerun(a, b)
+    if not a.completed and a.end_ts is not None and a.recorded:
         layers["attempt_end_s"] = _rel(a.end_ts, start)
         if a.timed_out:
             layers["pg_timeout_s"] = _rel(a.end_ts, start)
+    if again:  # the scheduler ended the run and requeued the job: what its next run's record says
+        run = run_record(ph.job_runs, b)
+        downs = [n.since for n in (run.nodes if run else ()) if n.node in inj.hosts and "down" in str(n.state)
+                 and n.since >= start]
+        if downs:
+            layers["scheduler_down_s"] = _rel(min(downs), start)
+        layers["next_run_s"] = _rel(b.job_start, start)
     if b is not None:
         bad = [c for c in ph.node_checks if isinstance(c.get("attempt"), int) and c.get("ok") is False
                and (a.number or 0) < c["attempt"] <= (b.number or 0) and c.get("node") in inj.hosts
@@ -83,11 +98,17 @@ def account(ph, inj, step_dt: Optional[float]) -> dict:
     if b is not None and not a.completed and b.first_ts is not None and a.last_ts is not None:
         # the attempt ended and another carried on: relaunched, whatever it logged inside the fault
         out["stood_still_s"] = round(max(0.0, b.first_ts - a.last_ts - dt), 3)
-        gone = [h for h in (a.hosts or []) if h not in (b.hosts or a.hosts or [])]
-        new = [h for h in (b.hosts or []) if h not in (a.hosts or [])]
-        how = (f"on a spare ({', '.join(new)} for {', '.join(gone)})" if gone and len(new) == len(gone) else
+        ha, hb = a.hosts, b.hosts
+        if again:  # no node check: each run's own nodes, from its record
+            ra, rb = run_record(ph.job_runs, a), run_record(ph.job_runs, b)
+            ha = ha or (list(ra.hosts) if ra and ra.hosts else None)
+            hb = hb or (list(rb.hosts) if rb and rb.hosts else None)
+        gone = [h for h in (ha or []) if h not in (hb or ha or [])]
+        new = [h for h in (hb or []) if h not in (ha or [])]
+        how = (f"on {'other nodes' if again else 'a spare'} ({', '.join(new)} for {', '.join(gone)})"
+               if gone and len(new) == len(gone) else
                f"on fewer nodes (without {', '.join(gone)})" if gone else "on the same nodes")
-        out["outcome"] = f"relaunched {how}"
+        out["outcome"] = f"relaunched {how}" + (" in the job's next run (the scheduler requeued it)" if again else "")
         out["lost_steps"] = max(0, a.last_iter - b.resumed_from)
     elif went_on:
         # every gap between two steps that overlaps the fault's span, beyond a step's time (a flap: one
@@ -107,7 +128,8 @@ def describe(f: dict) -> str:
     """The fault in one sentence: "a partition of rlpbs-n2 (40 s): training stood still 54 s and
     resumed by itself; the watchdog decided to stop the attempt 30 s in, ...; 0 steps lost"."""
     why = f.get("ended_by")
-    until = f", never healed: undone when {_ended(why)}" if isinstance(why, str) and why != "duration" else ""
+    until = ((f" of {f['planned_s']:.0f} s: undone when {_ended(why)}" if f.get("planned_s") else
+              f", never healed: undone when {_ended(why)}") if isinstance(why, str) and why != "duration" else "")
     span = (f"{f['down_s']:.0f} s{until}" if f.get("down_s") is not None and f.get("restored") else
             "not put back" if f.get("restored") is False else
             "no record from its node" if not f["recorded"] else "never healed in the phase")
@@ -128,6 +150,10 @@ def describe(f: dict) -> str:
         parts.append(f"attempt {f['attempt']} ended {L['attempt_end_s']:.0f} s in")
     if "node_check_s" in L:
         parts.append(f"the node check found {', '.join(f['nodes'])} bad {L['node_check_s']:.0f} s in")
+    if "scheduler_down_s" in L:
+        parts.append(f"the scheduler marked {', '.join(f['nodes'])} down {L['scheduler_down_s']:.0f} s in")
+    if "next_run_s" in L:
+        parts.append(f"the job, requeued, ran again {L['next_run_s']:.0f} s in")
     parts.append(f"{f['outcome']}; {f['lost_steps']} step(s) lost")
     if not f["recorded"]:
         parts.append("(no record from the node's restorer: the times are the injector's plan)")

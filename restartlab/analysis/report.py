@@ -236,6 +236,12 @@ def lost_steps_lines(summaries) -> list:
     return ([""] + out) if out else []
 
 
+def _scheduler_layers(la: dict) -> str:
+    parts = ([f"node down {_fmt(la['scheduler_down_s'])}"] if "scheduler_down_s" in la else []) + \
+        ([f"ran again {_fmt(la['next_run_s'])}"] if "next_run_s" in la else [])
+    return "; ".join(parts) or "-"
+
+
 def _clock(t) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t else "?"
 
@@ -363,15 +369,16 @@ def markdown(summaries, missing, src, problems=(), strategy_lines=()):
     if nets:
         L += ["", "## Network faults: who noticed, and when (seconds from the fault's start)", "",
               "| phase | kind | node(s) | down s | stood still s | watchdog | its stop | process-group timeout | "
-              "attempt end | node check | outcome | lost steps |", "|" + "---|" * 12]
+              "attempt end | node check | scheduler | outcome | lost steps |", "|" + "---|" * 13]
         for ph_name, f in nets:
             la = f["layers"]
             L.append(f"| {ph_name} | {f['kind']} | {', '.join(f['nodes'])} | {_fmt(f['down_s'])} | "
                      f"{_fmt(f['stood_still_s'])} | {_fmt(la.get('watchdog_s'))} | {la.get('stop', '-')} | "
                      f"{_fmt(la.get('pg_timeout_s'))} | {_fmt(la.get('attempt_end_s'))} | {_fmt(la.get('node_check_s'))} | "
-                     f"{f['outcome']} | {f['lost_steps']} |")
-        L += [""] + [f"- {ph_name}: {f['text']}" for ph_name, f in nets] + ["", "PBS or Slurm marking the node down "
-              "is not seen from inside the job: not measured here."]
+                     f"{_scheduler_layers(la)} | {f['outcome']} | {f['lost_steps']} |")
+        L += [""] + [f"- {ph_name}: {f['text']}" for ph_name, f in nets] + ["", "The scheduler's own view (the node "
+              "it marked down, the job's next run) is read where it requeued the job (the next run asks it); "
+              "otherwise it is not seen from inside the job."]
     L += storage_lines(summaries)
     L += ["", "## Save cost (seconds the training loop was blocked)", "",
           "| phase | kind | count | median | p90 |", "|---|---|---|---|---|"]

@@ -26,6 +26,7 @@ from ..contracts import live
 from ..contracts import rank_exit
 from ..contracts.attempts import AttemptRecord, completed_row
 from . import collect, state_compare
+from .runs import rerun
 from ..contracts import state_record
 from ..contracts import metric_keys as K
 
@@ -253,8 +254,10 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
         elif rec is None and i + 1 < len(attempts):
             # no record and another attempt after it: its supervisor died with the job (killed,
             # requeued by the scheduler, its node lost) and a later job carried on
-            r = Restart(k, "cut_short", "cut short before its first step with its job (no record of its "
-                        "end: the job was killed or requeued, or its node lost); a later job carried on")
+            r = Restart(k, "cut_short", "cut short before its first step: its job's run ended under it and the "
+                        "scheduler requeued the job; the next run carried on" if rerun(a, attempts[i + 1]) else
+                        "cut short before its first step with its job (no record of its end: the job was killed or "
+                        "requeued, or its node lost); a later job carried on")
         else:
             r = _no_step(k, rec, snap, struck, a.error)
             # a kill in start-up is neither a crash nor a recovery: the count goes on past it
@@ -285,7 +288,7 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
             if a.hang_ts:
                 r.text += ("; then the watchdog decided to stop it (no progress for relaunch.hang_timeout), and "
                            "its job's run ended before the stop was done")
-            if collect._rerun(a, b):
+            if rerun(a, b):
                 gap = (b.job_start - a.end_ts) if (b.job_start and a.end_ts) else None
                 r.text += ("; then its job's run ended under it and the scheduler requeued the job"
                            + (f": the next run began {gap:.0f} s after its last sign of life" if gap is not None else ""))

@@ -1,7 +1,8 @@
 """One line of layout.Expt.job_runs: what the scheduler said of one run of a job as it started
 (runtime/jobrun.py, the one writer; the job script runs it after its line in layout.Expt.jobs). A requeued job
-runs again under its id: its second line says how many times it has started, when, and which nodes
-changed state since its previous run began (went down, came back). Read by collect.py to tell the time
+runs again under its id: each run's line names its nodes, and a rerun's says how many times the job has
+started, when, and which of the previous run's nodes changed state since that run began (went down,
+came back). Read by collect.py to tell the time
 between two runs of one job in its parts. One tolerant reader: a line this version cannot take is left
 out with a warning."""
 import dataclasses
@@ -24,8 +25,9 @@ class JobRun:
     scheduler: str
     run: Optional[int] = None     # how many times the job has started, this one included (PBS run_count)
     started: Optional[float] = None  # the scheduler's start time of this run (PBS stime)
-    nodes: Tuple[NodeChange, ...] = ()
+    nodes: Tuple[NodeChange, ...] = ()  # the previous run's nodes whose state changed since it began
     error: Optional[str] = None   # the scheduler could not be asked: why
+    hosts: Tuple[str, ...] = ()   # this run's nodes (its node file): the next run's record looks at these
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -39,7 +41,8 @@ class JobRun:
                           for n in d.get("nodes") or [])
             return cls(d["job"], float(d["start"]), str(d.get("scheduler") or ""),
                        int(d["run"]) if d.get("run") is not None else None,
-                       float(d["started"]) if d.get("started") is not None else None, nodes, d.get("error"))
+                       float(d["started"]) if d.get("started") is not None else None, nodes, d.get("error"),
+                       tuple(str(h) for h in d.get("hosts") or []))
         except (KeyError, TypeError, ValueError):
             return None
 

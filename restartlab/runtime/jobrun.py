@@ -1,35 +1,39 @@
 """python -m restartlab.runtime.jobrun --expt-dir D --job J --start S --scheduler NAME: the job
 script's second line of record as a run of a job starts (the first is layout.Expt.jobs'): what the
 scheduler says of this run (Scheduler.run_facts: how many times the job has started, when, the nodes
-whose state changed since its previous run began), one line in layout.Expt.job_runs. Only a rerun
-asks (a job id already among the experiment's jobs with an earlier start): a first run costs nothing but this
-process. Never the job's failure: a scheduler that does not answer is written down as such, and the
+whose state changed since its previous run began, among that run's nodes), one line in
+layout.Expt.job_runs, with this run's nodes. Only a rerun asks the scheduler (a job id already among the
+experiment's jobs with an earlier start): a first run costs nothing but this process. Never the job's failure: a scheduler that does not answer is written down as such, and the
 exit status is 0."""
 import argparse
 import sys
 
 from .. import schedulers
-from ..contracts import layout, live
+from ..contracts import jobruns, layout, live
 from ..contracts.jobruns import JobRun
+from .fanout import read_nodefile
 
 
-def record(expt_dir: str, job: str, start: float, scheduler: str, run=None) -> JobRun:
+def record(expt_dir: str, job: str, start: float, scheduler: str, nodefile=None, run=None) -> JobRun:
     expt = layout.Expt(expt_dir)
+    hosts = tuple(read_nodefile(nodefile)[0]) if nodefile else ()
+    before = [r for r in jobruns.read(expt.job_runs, []) if r.job == job and r.start < start]
     earlier = [float(r["start"]) for r in live.read_records(expt.jobs)
                if r.get("job") == job and isinstance(r.get("start"), (int, float)) and float(r["start"]) < start]
     if not earlier:
-        return JobRun(job, start, scheduler, run=1)
-    try:
-        sched = schedulers.get(scheduler)
-        facts = sched.run_facts(job, max(earlier), run or schedulers.run_tool)
-    except (KeyError, schedulers.SchedulerError, ValueError) as e:
-        rec = JobRun(job, start, scheduler, error=f"{type(e).__name__}: {e}")
+        rec = JobRun(job, start, scheduler, run=1, hosts=hosts)
     else:
-        if facts is None:
-            rec = JobRun(job, start, scheduler, run=len(earlier) + 1)
+        try:
+            facts = schedulers.get(scheduler).run_facts(job, max(earlier), run or schedulers.run_tool)
+        except (KeyError, schedulers.SchedulerError, ValueError) as e:
+            rec = JobRun(job, start, scheduler, error=f"{type(e).__name__}: {e}", hosts=hosts)
         else:
-            rec = JobRun.from_json(dict(facts, job=job, start=start, scheduler=scheduler)) or \
-                JobRun(job, start, scheduler, error=f"the scheduler's facts did not read: {facts!r}"[:300])
+            facts = facts or {"run": len(earlier) + 1}
+            prev = set(before[-1].hosts) if before and before[-1].hosts else None
+            # the previous run's nodes only (where its line names them): a cluster's other nodes change too
+            facts["nodes"] = [n for n in facts.get("nodes") or [] if prev is None or n.get("node") in prev]
+            rec = JobRun.from_json(dict(facts, job=job, start=start, scheduler=scheduler, hosts=list(hosts))) or \
+                JobRun(job, start, scheduler, error=f"the scheduler's facts did not read: {facts!r}"[:300], hosts=hosts)
     with open(expt.job_runs, "a") as f:
         f.write(rec.to_json() + "\n")
     return rec
@@ -41,9 +45,10 @@ def main(argv=None) -> int:
     p.add_argument("--job", required=True)
     p.add_argument("--start", type=float, required=True)
     p.add_argument("--scheduler", required=True)
+    p.add_argument("--nodefile", default=None, help="this run's node file (its nodes, for the next run's record)")
     a = p.parse_args(argv)
     try:
-        rec = record(a.expt_dir, a.job, a.start, a.scheduler)
+        rec = record(a.expt_dir, a.job, a.start, a.scheduler, a.nodefile)
     except OSError as e:  # never the job's failure
         print(f"restartlab: job-run record not written: {e}", file=sys.stderr)
         return 0

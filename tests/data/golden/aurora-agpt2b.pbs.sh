@@ -42,7 +42,8 @@ module load frameworks/2025.3.1
 
 # a rerun (the scheduler requeued the job): what the scheduler says of it, into job-runs.jsonl (after the
 # site's setup: its Python may need it)
-"$RL_PY" -m restartlab.runtime.jobrun --expt-dir "$RL_EXPT_DIR" --job "$RL_JOBID" --start "$RL_JOB_START" --scheduler pbs
+"$RL_PY" -m restartlab.runtime.jobrun --expt-dir "$RL_EXPT_DIR" --job "$RL_JOBID" --start "$RL_JOB_START" --scheduler pbs \
+  --nodefile "$RL_NODEFILE"
 
 # shellcheck disable=SC2317  # (invoked through the trap)
 rl_on_signal() {
