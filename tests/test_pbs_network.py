@@ -27,7 +27,7 @@ import pytest
 from restartlab.contracts import layout
 from restartlab.runtime import killer, netfault
 
-from tests.helpers import final_crc, job_tag
+from tests.helpers import final_crc, job_tag, rows
 from tests.test_pbs import job_output, rl, scenario, submit, summary
 
 pytestmark = [pytest.mark.pbs, pytest.mark.multirank, pytest.mark.timeout(900)]
@@ -244,8 +244,9 @@ def test_pbs_partition_until_pbs_requeues_the_job_the_time_between_runs_is_downt
     # ETTR by hand, from the rows: the steps kept (attempt 1's up to where attempt 2 resumed, all of attempt 2's)
     # over the wall time from the first launch to the last end
     # (a step's row: its step, its loss, its seconds)
-    rows1 = [r for r in map(json.loads, open(ph.attempt(1).metrics(0))) if {"train/dt", "train/iter", "train/loss"} <= set(r)]
-    rows2 = [r for r in map(json.loads, open(ph.attempt(2).metrics(0))) if {"train/dt", "train/iter", "train/loss"} <= set(r)]
+    def steps(k):
+        return [r for r in rows(ph.attempt(k).metrics(0)) if {"train/dt", "train/iter", "train/loss"} <= set(r)]
+    rows1, rows2 = steps(1), steps(2)
     kept = sum(r["train/dt"] for r in rows1 if r["train/iter"] <= ev["resumed_from"]) + sum(r["train/dt"] for r in rows2)
     wall = json.load(open(ph.attempt(2).record))["end_ts"] - json.load(open(ph.attempt(1).launched))["launch_ts"]
     assert s["ettr"] == pytest.approx(kept / wall, rel=1e-6), (s["ettr"], kept, wall)
