@@ -167,8 +167,8 @@ class WriteErrors(StorageKind):
 @register
 class Torn(StorageKind):
     name = "torn"
-    doc = ("the rank's next checkpoint file cut short at failures.after_bytes (0: half its first write), and the "
-           "rank SIGKILLed at that moment")
+    doc = ("the rank's checkpoint writes cut short once failures.after_bytes of them are written after the strike "
+           "(0: half its first write), and the rank SIGKILLed at that moment")
 
 
 # failures.rate: tc's rate units (slow_link's tbf takes them as they are; slow_storage's preload in bytes a second)

@@ -145,12 +145,12 @@ def test_torch_save_and_safetensors_are_reached(site, writer):
     assert len(cut) == 1 and cut[0].bytes == 3000
     data = open(cut[0].file, "rb").read()
     if writer == "torch":  # torch.save writes the path itself: it is the torn file, 3000 bytes long
-        assert cut[0].file == path and len(data) == 3000
+        assert cut[0].file == path and len(data) == 3000 == cut[0].size
     else:
         # safetensors 0.8.0 writes a temporary file beside the path (renamed when whole: the path never
         # appears torn) and sizes it first: the torn file has its full length, zeros from the cut on
         assert os.path.basename(cut[0].file).startswith(".tmp") and not os.path.exists(path)
-        assert len(data) == 80_072 and data[3000:] == bytes(len(data) - 3000) and data[:8] != bytes(8)
+        assert len(data) == 80_072 == cut[0].size and data[3000:] == bytes(len(data) - 3000) and data[:8] != bytes(8)
     iofault.arm(ctl, 13, "slow_storage", rank=0, rate=100_000.0, duration=30)
     r, path, out = run(writer, "n.bin", 80_000)
     assert r.returncode == 0 and out["seconds"] >= 0.6, (out, r.stderr[-2000:])  # ~80 kB at 100 kB/s

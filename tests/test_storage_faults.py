@@ -57,6 +57,10 @@ def test_the_bundled_trainer_torn_then_stalled_or_slowed(expt, mode):
     s = summary(expt, mode)
     v = s["survival"]
     assert [x["outcome"] for x in v["restarts"]] == ["first", "newest"] and v["survived"], v
+    # as failures: the torn strike alone, from its cut (not its arming) to the attempt's end; the stall or
+    # the crawl ended no attempt and is no failure (its account is the storage table's)
+    ev, = s["failures"]
+    assert ev["kind"] == "torn" and ev["attempt"] == 1 and 0 <= ev["detection_s"] < 5, ev
     torn, slow = s["storage_faults"]
     assert (torn["kind"], torn["rank"], torn["attempt"], torn["checkpoint"]) == ("torn", 1, 1, "step-00000015"), torn
     assert torn["file"] == "step-00000015/__1_0.distcp" and torn["bytes"] > 0, torn

@@ -124,6 +124,7 @@ class PhaseData:
     node_checks: List[dict] = field(default_factory=list)
     faults: List[dict] = field(default_factory=list)  # the network faults' restorers' lines (layout.Phase.faults)
     iofaults: List[IOFaultEvent] = field(default_factory=list)  # the storage faults' events (layout.Phase.iofaults)
+    storage_strikes: List[Injection] = field(default_factory=list)  # as armed (injections: as they struck)
     job_runs: List[JobRun] = field(default_factory=list)  # what the scheduler said of each rerun (layout.Expt.job_runs)
     # step time beside a background save vs without one: [count, sum] each (first steps left out)
     dt_busy: List[float] = field(default_factory=lambda: [0, 0.0])
@@ -458,6 +459,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, loss
         ph.node_checks = read_node_checks(phase_dir, ph.warnings)
         ph.faults = read_records(lp.faults, ph.warnings)
         ph.iofaults = iofaults.read(lp.iofaults, ph.warnings)
+        ph.storage_strikes, ph.injections = storagefaults.effective(ph.injections, ph.iofaults)
         ph.finalize = _finalize_latencies(lp.ckpts, ph.warnings)
         ph.ended = phase_end(lp)
     elif attempt_dirs:
@@ -624,7 +626,7 @@ def requeue_parts(a: AttemptData, b: AttemptData, runs: List[JobRun]) -> dict:
     record, runtime/jobrun.py: the nodes that went down or came back), the run's start, b's launch
     and first step."""
     run = run_record(runs, b)
-    return {"job": a.job, "stopped_at": a.hang_ts, "stopped_by": "watchdog" if a.hang_ts else None,
+    return {"job": a.job, "next_attempt": b.number or b.index, "stopped_at": a.hang_ts, "stopped_by": "watchdog" if a.hang_ts else None,
             "end_ts": a.end_ts, "end_evidence": (a.evidence or (None, None))[1] if not a.recorded else "its end record",
             "run_start": b.job_start, "run": run.run if run else None,
             "scheduler_start": run.started if run else None, "scheduler": run.scheduler if run else None,
@@ -701,7 +703,7 @@ def summarize_phase(ph: PhaseData) -> dict:
         # each network fault (partition, flap, slow_link): its time down, the stand-still, who noticed when
         "network_faults": netfaults.accounts(ph, step_dt),
         # each storage fault (stall_writes, slow_storage, write_errors, torn): the rank, the write, what followed
-        "storage_faults": storagefaults.accounts(ph, ph.iofaults),
+        "storage_faults": storagefaults.accounts(ph, ph.storage_strikes, ph.iofaults),
         "first_start_s": (first.first_ts - first.launch_ts) if first and first.first_ts else None,
         "jobs": sorted({a.job for a in ph.attempts if a.job}),
         "handovers": hand, "queue_wait_s": queued,

@@ -78,8 +78,9 @@ def account(ph, inj, step_dt: Optional[float]) -> dict:
             layers["pg_timeout_s"] = _rel(a.end_ts, start)
     if again:  # the scheduler ended the run and requeued the job: what its next run's record says
         run = run_record(ph.job_runs, b)
-        downs = [n.since for n in (run.nodes if run else ()) if n.node in inj.hosts and "down" in str(n.state)
-                 and n.since >= start]
+        hosts = {h.split(".", 1)[0] for h in inj.hosts}
+        downs = [n.since for n in (run.nodes if run else ()) if n.node.split(".", 1)[0] in hosts
+                 and "down" in str(n.state) and n.since >= start]
         if downs:
             layers["scheduler_down_s"] = _rel(min(downs), start)
         layers["next_run_s"] = _rel(b.job_start, start)

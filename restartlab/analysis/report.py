@@ -260,7 +260,8 @@ def rerun_text(e: dict) -> str:
     parts.append(f"{who} requeued job {r['job']}" + (f": {nodes}" if nodes else "")
                  + (f" (not asked: {r['scheduler_error']})" if r.get("scheduler_error") else ""))
     parts.append(f"run {r['run'] or 2} began {_clock(r['scheduler_start'] or r['run_start'])}")
-    parts.append(f"attempt {e['attempt'] + 1} launched {_clock(r['launch_ts'])}, first step {_clock(r['first_ts'])}")
+    parts.append(f"attempt {r.get('next_attempt') or e['attempt'] + 1} launched {_clock(r['launch_ts'])}, "
+                 f"first step {_clock(r['first_ts'])}")
     gap = f"{r['between_runs_s']:.0f} s between the runs" if r["between_runs_s"] is not None else "the time between the runs unknown"
     return "; ".join(parts) + f": {gap}, {e['downtime_s']:.0f} s of downtime" if e["downtime_s"] is not None else \
         "; ".join(parts) + f": {gap}"

@@ -5,6 +5,7 @@ followed: the attempt went on, or ended and the next one resumed from which chec
 failed checkpoint named, and whether the resume stayed off it). From the injector's records and the
 ranks' preload's events (contracts/iofaults.py); opens no file but to see whether the struck
 checkpoint was ever completed."""
+import dataclasses
 import os
 import re
 from typing import List, Optional
@@ -104,17 +105,45 @@ def describe(f: dict) -> str:
             + (f"; {f['followed']}" if f["followed"] else ""))
 
 
-def accounts(ph, events: List[IOFaultEvent]) -> List[dict]:
-    """Each storage strike of the phase, on each rank that took it (collect.summarize_phase's
+def _is_storage(inj) -> bool:
+    try:
+        return bool(inj.kind) and failures.get(inj.kind).storage_fault
+    except KeyError:  # a kind this version does not know
+        return False
+
+
+ENDS_ATTEMPT = ("cut", "error")  # the events after which the rank's program ends (torn), or may (an errno)
+
+
+def effective(injections, events: List[IOFaultEvent]):
+    """(the storage strikes as armed, the injections as they struck). A storage strike is armed at one
+    time and strikes at the rank's next checkpoint write: as a failure it counts only where its cut or
+    its first error happened, at that time, found by time (a stall or a slowed write, which ends no
+    attempt, is no failure: its account is the storage table's)."""
+    first = {}
+    for e in events:
+        if e.event in ENDS_ATTEMPT and (e.id not in first or e.at < first[e.id].at):
+            first[e.id] = e
+    armed, struck = [], []
+    for inj in injections:
+        if not _is_storage(inj):
+            struck.append(inj)
+            continue
+        armed.append(inj)
+        hit = first.get((inj.extra.get("fault") or {}).get("id"))
+        if hit is not None:
+            struck.append(dataclasses.replace(inj, time=hit.at, attempt=None))
+        else:
+            struck.append(dataclasses.replace(inj, extra=dict(inj.extra, faulted=0)))
+    return armed, struck
+
+
+def accounts(ph, strikes, events: List[IOFaultEvent]) -> List[dict]:
+    """Each storage strike of the phase (as armed), on each rank that took it (collect.summarize_phase's
     `storage_faults`)."""
     out = []
-    for inj in ph.injections:
-        if not inj.struck or not inj.kind:
-            continue
-        try:
-            if not failures.get(inj.kind).storage_fault:
-                continue
-        except KeyError:  # a kind this version does not know
+    for inj in strikes:
+        if not inj.struck or not _is_storage(inj):
             continue
         sid = (inj.extra.get("fault") or {}).get("id")
         mine = [e for e in events if e.id == sid]

@@ -21,13 +21,14 @@ class IOFaultEvent:
     host: str
     at: float                # epoch seconds
     file: Optional[str]      # the checkpoint file written when it happened (None for `end`)
-    bytes: int               # error: bytes of the save written before the first failure; cut: the file's length
+    bytes: int               # error: bytes of the save written before the first failure; cut: where the data stops
     errno: int
     seconds: float
     rate: float
     duration: float
     after: int
     dir: str = ""            # the checkpoint directory the preload watched
+    size: Optional[int] = None  # cut: the file's length as left (a writer that sized it first: its full length)
 
     @classmethod
     def from_json(cls, d) -> Optional["IOFaultEvent"]:
@@ -40,7 +41,8 @@ class IOFaultEvent:
                        bytes=int(d.get("bytes") or 0), errno=int(d.get("errno") or 0),
                        seconds=float(d.get("seconds") or 0), rate=float(d.get("rate") or 0),
                        duration=float(d.get("duration") or 0), after=int(d.get("after") or 0),
-                       dir=str(d.get("dir") or ""))
+                       dir=str(d.get("dir") or ""),
+                       size=int(d["size"]) if isinstance(d.get("size"), int) and d["size"] >= 0 else None)
         except (KeyError, TypeError, ValueError):
             return None
 

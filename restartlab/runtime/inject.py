@@ -452,6 +452,12 @@ def main(args: argparse.Namespace) -> int:
         return 2
     io = [k for k in failures.kinds_of(a.kind, [k for _, k in a.at_steps or []], a.fuzz_kinds)
           if failures.get(k).storage_fault]
+    if "slow_storage" in io:
+        try:
+            failures.rate_bytes(a.rate)
+        except ValueError as e:
+            print(f"restartlab inject: error: --rate: {e}", file=sys.stderr)
+            return 2
     if io and not a.phase_dir:
         print(f"restartlab inject: error: {', '.join(io)} arms the phase's strike file: it needs --phase-dir "
               f"(the phase's ranks must run with its preload: a phase of `restartlab run`)", file=sys.stderr)

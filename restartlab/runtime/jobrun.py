@@ -14,6 +14,10 @@ from ..contracts.jobruns import JobRun
 from .fanout import read_nodefile
 
 
+def _short(host: str) -> str:
+    return host.split(".", 1)[0]
+
+
 def record(expt_dir: str, job: str, start: float, scheduler: str, nodefile=None, run=None) -> JobRun:
     expt = layout.Expt(expt_dir)
     hosts = tuple(read_nodefile(nodefile)[0]) if nodefile else ()
@@ -29,9 +33,10 @@ def record(expt_dir: str, job: str, start: float, scheduler: str, nodefile=None,
             rec = JobRun(job, start, scheduler, error=f"{type(e).__name__}: {e}", hosts=hosts)
         else:
             facts = facts or {"run": len(earlier) + 1}
-            prev = set(before[-1].hosts) if before and before[-1].hosts else None
-            # the previous run's nodes only (where its line names them): a cluster's other nodes change too
-            facts["nodes"] = [n for n in facts.get("nodes") or [] if prev is None or n.get("node") in prev]
+            prev = {_short(h) for h in before[-1].hosts} if before and before[-1].hosts else set()
+            # the previous run's nodes only (none where its line does not name them: a cluster's other nodes
+            # change too), by short name (a node file may hold the fully qualified one, pbsnodes the short)
+            facts["nodes"] = [n for n in facts.get("nodes") or [] if _short(str(n.get("node"))) in prev]
             rec = JobRun.from_json(dict(facts, job=job, start=start, scheduler=scheduler, hosts=list(hosts))) or \
                 JobRun(job, start, scheduler, error=f"the scheduler's facts did not read: {facts!r}"[:300], hosts=hosts)
     with open(expt.job_runs, "a") as f:
@@ -49,7 +54,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     try:
         rec = record(a.expt_dir, a.job, a.start, a.scheduler, a.nodefile)
-    except OSError as e:  # never the job's failure
+    except Exception as e:  # never the job's failure (an answer of a shape this version does not read)
         print(f"restartlab: job-run record not written: {e}", file=sys.stderr)
         return 0
     if rec.run and rec.run > 1:

@@ -188,6 +188,7 @@ class Supervisor:
         self.current: Optional[Launched] = None
         self.bad_rank_seen = {}  # attempt path -> when this loop first saw a rank's bad end
         self.io_env: Dict[str, str] = {}
+        self.io_kinds: List[str] = []
         self.end_why: Optional[str] = None  # why the phase failed, where a reason is known (its end record's `why`)
 
     def say(self, msg: str, err: bool = False) -> None:
@@ -204,10 +205,17 @@ class Supervisor:
         io = [k for k in kinds if failures.get(k).storage_fault]
         if not io:
             return {}
+        self.io_kinds = io
         lib = iofault.build(self.phase.iofault_dir)
         self.say(f"storage faults: {', '.join(io)} through {lib} in the ranks")
         return iofault.rank_env(lib, self.cfg.ckpt_dir or self.phase.ckpts, self.phase.iofault_ctl,
                                 self.phase.iofaults)
+
+    def heals_space(self) -> bool:
+        """This phase's own storage fault makes writes fail for a while only (write_errors with a
+        duration): a 'no space' it causes is no reason to stop relaunching."""
+        inj = self.cfg.inject or {}
+        return "write_errors" in self.io_kinds and (inj.get("duration") or 0) > 0
 
     def past_stop(self) -> bool:
         return self.cfg.stop_at > 0 and self.clock.time() >= self.cfg.stop_at
@@ -409,7 +417,7 @@ class Supervisor:
             if rc == EXIT_NO_CHECKPOINT:  # complete checkpoints exist, none loads: relaunching cannot help
                 self.say(f"no complete checkpoint loads (see {att.output}): not relaunching", err=True)
                 return PhaseEnd.FAILED, k, tries
-            full = out_of_space(att.output)
+            full = out_of_space(att.output) if not self.heals_space() else None
             if full:  # a full file system or quota is still full at the next launch: relaunching cannot help
                 self.end_why = f"a rank's write failed for want of space ({full}; see {att.output})"
                 self.say(f"{self.end_why}: not relaunching until space is freed", err=True)
@@ -426,17 +434,20 @@ class Supervisor:
 
 NO_SPACE = ("No space left on device", "Disk quota exceeded")  # strerror(ENOSPC), strerror(EDQUOT)
 TAIL_BYTES = 64 * 1024
+TAIL_LINES = 30  # how the attempt ended: its output's last lines (a save that failed earlier and was
+#                  survived, the trainer going on, is not how it ended)
 
 
 def out_of_space(output: str) -> Optional[str]:
-    """The line of an attempt's output that says a write failed for want of space, else None."""
+    """The line among the last TAIL_LINES of an attempt's output that says a write failed for want of
+    space (how it ended), else None."""
     try:
         with open(output, "rb") as f:
             f.seek(max(0, os.path.getsize(output) - TAIL_BYTES))
             tail = f.read().decode(errors="replace")
     except OSError:
         return None
-    for line in reversed(tail.splitlines()):
+    for line in reversed(tail.splitlines()[-TAIL_LINES:]):
         if any(w in line for w in NO_SPACE):
             return " ".join(line.split())[:200]
     return None

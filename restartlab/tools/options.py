@@ -221,8 +221,10 @@ INJECT = [
         "writes are struck, not failures.rank's", scenario="failures.all_ranks"),
     Opt("--errno", "str", "EIO", "write_errors: what the failing calls return", choices=("EIO", "ENOSPC"),
         scenario="failures.errno"),
-    Opt("--after-bytes", "int", 0, "write_errors: the calls fail once this many bytes of the save are written; "
-        "torn: the file is cut at this byte (0: half of its first write)", min=0, scenario="failures.after_bytes"),
+    Opt("--after-bytes", "int", 0, "write_errors: the calls fail once this many bytes of the rank's checkpoint "
+        "writes are written after the strike; torn: the write that reaches this many bytes is cut there, across "
+        "the files (and saves) the rank writes after the strike (0: half of its first write)", min=0,
+        scenario="failures.after_bytes"),
     Opt("--root-cmd", "str", None, "partition, flap, slow_link: what runs ip and tc as root on the struck node "
         "(e.g. 'sudo -n'); none: the job itself runs as root", scenario="failures.root_cmd"),
     Opt("--every", "duration", None, "timed kills: one every DURATION (90s, 5m)", positive=True,

@@ -55,6 +55,7 @@ static const char *ctl_path, *log_path;
 static int my_rank = -1;
 static long armed[MAXFD];  /* fd -> the strike id it was opened under (0: none, -1: ours, unarmed) */
 static struct strike cur;  /* the newest strike this process has read */
+static long long cur_size = -1;  /* a cut file's length, for its event */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int ready;
 
@@ -100,8 +101,11 @@ static void resolve(void) {
 }
 #define RESOLVED(name) (r_##name ? 0 : (resolve(), 0))
 
+static void atfork_child(void) { pthread_mutex_init(&mu, NULL); }  /* a fork while another thread held it */
+
 __attribute__((constructor)) static void init(void) {
     resolve();
+    pthread_atfork(NULL, NULL, atfork_child);
     const char *d = getenv("RESTARTLAB_IOFAULT_DIR");
     ctl_path = getenv("RESTARTLAB_IOFAULT_CTL");
     log_path = getenv("RESTARTLAB_IOFAULT_LOG");
@@ -162,10 +166,10 @@ static void log_event(const char *event, const char *file, double at, long long 
     int n = snprintf(line, sizeof line,
                      "{\"id\": %ld, \"kind\": \"%s\", \"event\": \"%s\", \"rank\": %d, \"pid\": %d, \"host\": \"%s\", "
                      "\"at\": %.6f, \"file\": %s%s%s, \"bytes\": %lld, \"errno\": %d, \"seconds\": %g, \"rate\": %g, "
-                     "\"duration\": %g, \"after\": %lld, \"dir\": \"%s\"}\n",
+                     "\"duration\": %g, \"after\": %lld, \"dir\": \"%s\", \"size\": %lld}\n",
                      cur.id, KIND_NAMES[cur.kind], event, my_rank, (int)getpid(), host, at, file ? "\"" : "",
                      file ? fesc : "null", file ? "\"" : "", bytes, cur.err, cur.seconds, cur.rate, cur.duration,
-                     cur.after, desc);
+                     cur.after, desc, cur_size);
     int fd = r_open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return;
     if (n > (int)sizeof line) n = sizeof line;
@@ -224,8 +228,17 @@ static int take(void) {
         r_close(fd);
         const char *delay = getenv("RESTARTLAB_IOFAULT_TAKE_DELAY");
         if (delay) hold(atof(delay));
-        int won = link(tmp, marker) == 0;
+        int won = link(tmp, marker) == 0, why = errno;
         unlink(tmp);
+        if (!won && why != EEXIST) {  /* no hard links here (or a lost reply): create it in place */
+            int m = r_open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+            if (m >= 0) {
+                ssize_t w2 = r_write(m, buf, n);
+                (void)w2;
+                r_close(m);
+                won = 1;
+            }
+        }
         if (won) { cur.taken = t; return 1; }
     }
     fd = r_open(marker, O_RDONLY | O_CLOEXEC);
@@ -244,18 +257,23 @@ static void opened(int fd, int writing) {
     if (fd < 0 || fd >= MAXFD) return;
     armed[fd] = 0;
     if (!ready || !writing) return;
+    int saved = errno;  /* the open succeeded: what we look at after it is not the caller's errno */
     char p[PATH_MAX];
-    if (fd_path(fd, p, sizeof p) != 0 || !under_dir(p)) return;
-    pthread_mutex_lock(&mu);
-    read_ctl();
-    armed[fd] = cur.id > 0 ? cur.id : -1;
-    pthread_mutex_unlock(&mu);
+    if (fd_path(fd, p, sizeof p) == 0 && under_dir(p)) {
+        pthread_mutex_lock(&mu);
+        read_ctl();
+        armed[fd] = cur.id > 0 ? cur.id : -1;
+        pthread_mutex_unlock(&mu);
+    }
+    errno = saved;
 }
 
 static int flags_write(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_CREAT); }
 static int mode_write(const char *m) { return m && (strchr(m, 'w') || strchr(m, 'a') || strchr(m, '+')); }
 
-/* Before `len` bytes of ours go to `fd`: how many may go (len, fewer for a cut), or -1 with errno. */
+/* Before `len` bytes of ours go to `fd`: how many may go (len, fewer for a cut), or -1 with errno.
+ * A torn strike's `after` counts the rank's bytes of ours since the take, across files and saves (0:
+ * half of the first write): a save whose files are all shorter than it is cut in a later one. */
 static ssize_t before_write(int fd, size_t len, int *cut) {
     *cut = 0;
     if (fd < 0 || fd >= MAXFD || armed[fd] <= 0) return (ssize_t)len;
@@ -274,10 +292,13 @@ static ssize_t before_write(int fd, size_t len, int *cut) {
     struct strike s = cur;
     ssize_t allow = (ssize_t)len;
     if (s.kind == K_TORN) {
-        off_t at = lseek(fd, 0, SEEK_CUR);
-        long long keep = s.after > 0 ? s.after - (long long)(at < 0 ? 0 : at) : (long long)len / 2;
+        long long keep = s.after > 0 ? s.after - cur.written : (long long)len / 2;
         if (keep < 0) keep = 0;
-        if (keep >= (long long)len) { pthread_mutex_unlock(&mu); return (ssize_t)len; }  /* the cut is further on */
+        if (keep >= (long long)len) {  /* the cut is further on */
+            cur.written += (long long)len;
+            pthread_mutex_unlock(&mu);
+            return (ssize_t)len;
+        }
         *cut = 1;
         allow = (ssize_t)keep;
     } else if (s.kind == K_ERROR) {
@@ -312,12 +333,18 @@ static ssize_t before_write(int fd, size_t len, int *cut) {
     return allow;
 }
 
-static void cut_here(int fd, ssize_t wrote) {
+/* The write was cut: `stop` is where its data stops in the file (the offset after the partial write,
+ * a pwrite's own); the event also gives the file's length as left (a writer that sized the file first
+ * leaves it full length, zeros from the cut on). */
+static void cut_here(int fd, long long stop) {
     char p[PATH_MAX];
+    struct stat st;
     if (fd_path(fd, p, sizeof p) != 0) p[0] = 0;
-    off_t at = lseek(fd, 0, SEEK_CUR);
     r_fsync(fd);
-    log_event("cut", p, now(), at >= 0 ? (long long)at : (long long)wrote);
+    pthread_mutex_lock(&mu);
+    cur_size = fstat(fd, &st) == 0 ? (long long)st.st_size : -1;
+    log_event("cut", p, now(), stop);
+    pthread_mutex_unlock(&mu);
     kill(getpid(), SIGKILL);
     for (;;) pause();
 }
@@ -325,7 +352,7 @@ static void cut_here(int fd, ssize_t wrote) {
 static int error_of(int fd) {  /* fsync, rename: -1 with errno while an error strike of ours is active */
     if (fd >= 0 && (fd >= MAXFD || armed[fd] <= 0)) return 0;
     pthread_mutex_lock(&mu);
-    int bad = cur.kind == K_ERROR && cur.taken > 0 && cur.written >= cur.after &&
+    int bad = (fd < 0 || armed[fd] == cur.id) && cur.kind == K_ERROR && cur.taken > 0 && cur.written >= cur.after &&
               (cur.duration <= 0 || now() < cur.taken + cur.duration);
     int e = cur.err;
     pthread_mutex_unlock(&mu);
@@ -346,30 +373,42 @@ int creat64(const char *path, mode_t mode) { RESOLVED(creat64); int fd = r_creat
 FILE *fopen(const char *path, const char *m) { RESOLVED(fopen); FILE *f = r_fopen(path, m); if (f) opened(fileno(f), mode_write(m)); return f; }
 FILE *fopen64(const char *path, const char *m) { RESOLVED(fopen64); FILE *f = r_fopen64(path, m); if (f) opened(fileno(f), mode_write(m)); return f; }
 int fclose(FILE *f) { RESOLVED(fclose); if (f) { int fd = fileno(f); if (fd >= 0 && fd < MAXFD) armed[fd] = 0; } return r_fclose(f); }
+static int (*r_dup2)(int, int);
+static int (*r_dup3)(int, int, int);
+/* the fd a dup lands on is closed first by the kernel: whatever it was, it is not ours now */
+int dup2(int a, int b) { if (!r_dup2) r_dup2 = dlsym(RTLD_NEXT, "dup2"); int r = r_dup2(a, b); if (r >= 0 && r < MAXFD) armed[r] = 0; return r; }
+int dup3(int a, int b, int f) { if (!r_dup3) r_dup3 = dlsym(RTLD_NEXT, "dup3"); int r = r_dup3(a, b, f); if (r >= 0 && r < MAXFD) armed[r] = 0; return r; }
 int close(int fd) { RESOLVED(close); if (fd >= 0 && fd < MAXFD) armed[fd] = 0; return r_close(fd); }
 
 #define WRITE_BODY(call, len) \
     if (!r_write || !r_pwritev) { resolve(); } \
+    if (fd < 0 || fd >= MAXFD || armed[fd] <= 0) return call;  /* not ours, or nothing armed: untouched */ \
     int cut; ssize_t allow = before_write(fd, (len), &cut); \
     if (allow < 0) return -1; \
     if (!cut && (size_t)allow == (len)) return call; \
     ssize_t w = allow > 0 ? PARTIAL : 0; \
-    if (cut) cut_here(fd, w); \
+    if (cut) cut_here(fd, STOP); \
     return w;
 
 ssize_t write(int fd, const void *buf, size_t len) {
 #define PARTIAL r_write(fd, buf, allow)
+#define STOP (long long)lseek(fd, 0, SEEK_CUR)
     WRITE_BODY(r_write(fd, buf, len), len)
+#undef STOP
 #undef PARTIAL
 }
 ssize_t pwrite(int fd, const void *buf, size_t len, off_t off) {
 #define PARTIAL r_pwrite(fd, buf, allow, off)
+#define STOP (long long)off + (w > 0 ? w : 0)
     WRITE_BODY(r_pwrite(fd, buf, len, off), len)
+#undef STOP
 #undef PARTIAL
 }
 ssize_t pwrite64(int fd, const void *buf, size_t len, off_t off) {
 #define PARTIAL r_pwrite64(fd, buf, allow, off)
+#define STOP (long long)off + (w > 0 ? w : 0)
     WRITE_BODY(r_pwrite64(fd, buf, len, off), len)
+#undef STOP
 #undef PARTIAL
 }
 static size_t iov_len(const struct iovec *iov, int n) { size_t s = 0; for (int i = 0; i < n; i++) s += iov[i].iov_len; return s; }
@@ -386,12 +425,16 @@ static ssize_t iov_first(int fd, const struct iovec *iov, int n, size_t allow, o
 }
 ssize_t writev(int fd, const struct iovec *iov, int n) {
 #define PARTIAL iov_first(fd, iov, n, allow, 0, 0)
+#define STOP (long long)lseek(fd, 0, SEEK_CUR)
     WRITE_BODY(r_writev(fd, iov, n), iov_len(iov, n))
+#undef STOP
 #undef PARTIAL
 }
 ssize_t pwritev(int fd, const struct iovec *iov, int n, off_t off) {
 #define PARTIAL iov_first(fd, iov, n, allow, off, 1)
+#define STOP (long long)off + (w > 0 ? w : 0)
     WRITE_BODY(r_pwritev(fd, iov, n, off), iov_len(iov, n))
+#undef STOP
 #undef PARTIAL
 }
 int fsync(int fd) { RESOLVED(fsync); if (error_of(fd)) return -1; return r_fsync(fd); }
