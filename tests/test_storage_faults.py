@@ -62,9 +62,12 @@ def test_the_bundled_trainer_torn_then_stalled_or_slowed(expt, mode):
     ev, = s["failures"]
     assert ev["kind"] == "torn" and ev["attempt"] == 1 and 0 <= ev["detection_s"] < 5, ev
     torn, slow = s["storage_faults"]
-    assert (torn["kind"], torn["rank"], torn["attempt"], torn["checkpoint"]) == ("torn", 1, 1, "step-00000015"), torn
-    assert torn["file"] == "step-00000015/__1_0.distcp" and torn["bytes"] > 0, torn
-    assert "attempt 2 resumed from step 10, not the struck step-00000015" in torn["followed"], torn
+    # armed once step 10 is complete, it strikes the first save whose files open after that: step 15's,
+    # or under load in async mode step 20's (15's files were open already)
+    assert (torn["kind"], torn["rank"], torn["attempt"]) == ("torn", 1, 1), torn
+    step = int(torn["checkpoint"].split("-")[1])
+    assert step in (15, 20) and torn["file"] == f"{torn['checkpoint']}/__1_0.distcp" and torn["bytes"] > 0, torn
+    assert f"attempt 2 resumed from step {step - 5}, not the struck {torn['checkpoint']}" in torn["followed"], torn
     assert (slow["kind"], slow["rank"], slow["attempt"]) == (second, 1, 2), slow
     assert slow["followed"] == "the attempt went on and finished", slow
     if mode == "sync":
