@@ -5,8 +5,9 @@ a stall is over (or an error window closed); `error`: the first call it failed; 
 cut at `bytes` and the rank SIGKILLed. Read by one tolerant reader: a line this version cannot take
 is a warning, never the report's failure."""
 import dataclasses
-import json
 from typing import List, Optional
+
+from . import live
 
 EVENTS = ("begin", "end", "error", "cut")
 
@@ -48,21 +49,5 @@ class IOFaultEvent:
 
 
 def read(path: str, warnings: List[str]) -> List[IOFaultEvent]:
-    """The phase's events in the file's order ([] when there is none)."""
-    out = []
-    try:
-        with open(path, errors="replace") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    ev = IOFaultEvent.from_json(json.loads(line))
-                except ValueError:
-                    ev = None
-                if ev is None:
-                    warnings.append(f"{path}:{n}: not a storage-fault event: ignored")
-                else:
-                    out.append(ev)
-    except FileNotFoundError:
-        pass
-    return out
+    """The file's records in order ([] when there is none); a line this version cannot take is named."""
+    return live.read_typed(path, IOFaultEvent.from_json, "a storage-fault event", warnings)

@@ -9,6 +9,8 @@ import dataclasses
 import json
 from typing import List, Optional, Tuple
 
+from . import live
+
 
 @dataclasses.dataclass(frozen=True)
 class NodeChange:
@@ -48,20 +50,5 @@ class JobRun:
 
 
 def read(path: str, warnings: List[str]) -> List[JobRun]:
-    out = []
-    try:
-        with open(path, errors="replace") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = JobRun.from_json(json.loads(line))
-                except ValueError:
-                    rec = None
-                if rec is None:
-                    warnings.append(f"{path}:{n}: not a job-run record: ignored")
-                else:
-                    out.append(rec)
-    except FileNotFoundError:
-        pass
-    return out
+    """The file's records in order ([] when there is none); a line this version cannot take is named."""
+    return live.read_typed(path, JobRun.from_json, "a job-run record", warnings)

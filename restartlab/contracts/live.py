@@ -91,6 +91,19 @@ def read_records(path, warnings=None) -> List[dict]:
     return out
 
 
+def read_typed(path, from_json, what: str, warnings=None) -> list:
+    """read_records' lines as one record type (`from_json`: a record, or None for a line it cannot
+    take, which is left out and named)."""
+    out = []
+    for rec in read_records(path, warnings):
+        x = from_json(rec)
+        if x is not None:
+            out.append(x)
+        elif warnings is not None:
+            warnings.append(Malformed(f"{path}: a line that is not {what}: ignored"))
+    return out
+
+
 def job_ids(expt_dir: str) -> List[str]:
     """Every batch job that worked on an experiment, in order: its jobs log (each run writes a
     line; a chain adds its continuations), else the id `restartlab submit` wrote (submitted, not
