@@ -4,7 +4,9 @@ with the probe off and on alternating, and the probe's own time inside each step
 directly (the hook wrapped with a clock). collection.state_every 1 (the parameters' and
 optimizer's crcs every step) and 10 (the default).
 Target: the probe's time <= 2% of a step at the default (its own clock; the A/B ratio of whole
-steps is printed beside it, noisier on a shared machine).
+steps is printed beside it, noisier on a shared machine). And the whole fingerprint of the same
+parameters as DTensors (what an FSDP rank takes, for a resume across a change in the number of
+ranks) within 4x the crc of their bytes, measured in the same run.
 
 Usage: python bench/state_probe.py [--model small] [--steps 4] [--repeats 3] [--json F]
 """
@@ -17,6 +19,7 @@ import tempfile
 import time
 
 TARGET = 0.02
+WHOLE_TARGET = 4.0  # the whole fingerprint of a sharded tensor against the crc of its bytes
 
 
 def main(argv=None):
@@ -47,14 +50,6 @@ def main(argv=None):
         opt.step()
         opt.zero_grad()
 
-    def block(n):
-        ts = []
-        for _ in range(n):
-            t = time.perf_counter()
-            step()
-            ts.append(time.perf_counter() - t)
-        return ts
-
     for _ in range(2):  # the optimizer's state made, the allocator warm
         step()
     out = {"model": a.model, "state_mb": round(state_mb, 1), "settings": {}}
@@ -69,9 +64,9 @@ def main(argv=None):
             spent.append(time.perf_counter() - t)
         off, on = [], []
         for rep in range(a.repeats):
-            off += block(a.steps)
+            off += durations(step, a.steps)
             h = register_optimizer_step_pre_hook(timed)
-            on += block(a.steps)
+            on += durations(step, a.steps)
             h.remove()
         step_s = statistics.median(off)
         share = sum(spent) / (len(spent) * step_s)
@@ -81,13 +76,51 @@ def main(argv=None):
                                        "note": "steady state: the crcs at steps 1, %d+1, ... (an attempt's first 2 too)" % every}
         print(f"state_every {every:>2}: step {step_s:.3f} s (median, probe off), probe {sum(spent) / len(spent) * 1e3:.1f} ms "
               f"a step = {share:.1%} of a step (target <= {TARGET:.0%} at every 10, the default); whole steps on/off {ratio:.3f}")
+    out["whole"] = whole_ratio(model, tmp)
+    print(f"whole fingerprint of the parameters as DTensors (#63.3, a resume across a change in the number of "
+          f"ranks) against the crc of the same bytes: {out['whole']['ratio']:.2f}x "
+          f"({out['whole']['whole_s'] * 1e3:.1f} ms / {out['whole']['crc_s'] * 1e3:.1f} ms; target <= {WHOLE_TARGET:.0f}x)")
     out["target"] = TARGET
-    out["ok"] = out["settings"]["10"]["probe_share"] <= TARGET
+    out["ok"] = out["settings"]["10"]["probe_share"] <= TARGET and out["whole"]["ratio"] <= WHOLE_TARGET
     print(f"{a.model}: {state_mb:.0f} MB of parameters and AdamW state; {'OK' if out['ok'] else 'OVER TARGET'}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
     return 0
+
+
+def durations(f, n) -> list:
+    """Seconds each of n calls of f() took."""
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t)
+    return ts
+
+
+def whole_ratio(model, tmp, repeats=5) -> dict:
+    """The model's parameters as DTensors sharded on a 1-rank mesh (a gloo group through a file store:
+    no network): state_probe.fingerprint's time (the whole fingerprint, #63.3) against digest's
+    (the crc32 of the same bytes), medians of `repeats`."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from restartlab.trainer import state_probe
+    dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        plain = [p.detach() for p in model.parameters()]
+        sharded = [distribute_tensor(p, mesh, [Shard(0)]) for p in plain]
+
+        crc_s = statistics.median(durations(lambda: state_probe.digest(plain), repeats))
+        whole_s = statistics.median(durations(lambda: state_probe.fingerprint(sharded), repeats))
+    finally:
+        dist.destroy_process_group()
+    return {"crc_s": round(crc_s, 5), "whole_s": round(whole_s, 5), "ratio": round(whole_s / crc_s, 2),
+            "target": WHOLE_TARGET}
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from .contracts.registry import Registry
 
 class FailureKind:
     name = ""
-    signal = "KILL"              # default signal (a scenario's failures.signal overrides)
+    signal: Optional[str] = "KILL"  # default signal (a scenario's failures.signal overrides)
     one_rank = False             # strike one rank's process tree per node, not all of them
     host_fault = False           # not a signal: the node's link (runtime/netfault.py), its ranks left alive
     storage_fault = False        # not a signal: the ranks' checkpoint writes (runtime/iofault), armed for the next save
@@ -191,7 +191,7 @@ FUZZ_KINDS = ("kill", "node", "rank", "torn")
 TORN_SPAN = 1 << 20  # a fuzzed torn strike cuts at a byte drawn below this
 
 
-def kinds_of(kind: str, at_steps=None, fuzz_kinds: Optional[str] = None) -> List[str]:
+def kinds_of(kind: Optional[str], at_steps=None, fuzz_kinds: Optional[str] = None) -> List[str]:
     """Every kind a phase's failures may strike with: failures.kind, the at_steps items' and the
     fuzz's draw."""
     out = {kind or "kill"} | {k for k in (at_steps or []) if k}

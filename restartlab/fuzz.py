@@ -14,6 +14,7 @@ import copy
 import json
 import os
 import sys
+from typing import Any, Dict, List
 import time
 
 from .contracts import iofaults, layout, live
@@ -100,8 +101,8 @@ def plan(sc: dict, a):
 def outcomes(phase_dir: str, verdict: survival.Verdict) -> list:
     """One row per kill: where it struck, and what the attempt after it did."""
     after = {r.attempt: r for r in verdict.restarts}
-    cuts = {e.id: e for e in iofaults.read(layout.Phase(phase_dir).iofaults, []) if e.event == "cut"}
-    rows = []
+    cuts: Dict[Any, Any] = {e.id: e for e in iofaults.read(layout.Phase(phase_dir).iofaults, []) if e.event == "cut"}
+    rows: List[dict] = []
     for rec in (r for r in live.read_injections(phase_dir) if r.struck):
         k = rec.attempt
         where = rec.where or "?"

@@ -14,10 +14,10 @@ import re
 import socket
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from .contracts.envvars import LAUNCH_TS_VAR, SLOW_WRITES_VAR, STATE_DIR_VAR, STATE_EVERY_VAR
 from .contracts.registry import Registry
 
-FORWARD = ("RESTARTLAB_LAUNCH_TS", "MASTER_ADDR", "MASTER_PORT", "RESTARTLAB_STATE_DIR", "RESTARTLAB_STATE_EVERY",
-           "RESTARTLAB_SLOW_WRITES")
+FORWARD = (LAUNCH_TS_VAR, "MASTER_ADDR", "MASTER_PORT", STATE_DIR_VAR, STATE_EVERY_VAR, SLOW_WRITES_VAR)
 
 
 class Launcher:

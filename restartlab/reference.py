@@ -12,7 +12,7 @@ import inspect
 import os
 import re
 import sys
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 from . import failures, programs, scenario
 from .contracts import layout, usage
@@ -91,7 +91,7 @@ def exit_statuses() -> str:
     tools = [(tool, exits, set(names)) for tool, names in exits.BY_TOOL.items()] + \
         [("kill-ranks", killer, None), ("node-check", nodes, None)]
     for tool, mod, own in tools:
-        seen = {}
+        seen: Dict[int, List[str]] = {}
         if own is None:  # the constants the module assigns (not the ones it imports)
             own = set()
             for names in re.findall(r"^(EXIT_\w+(?:, EXIT_\w+)*) *=", inspect.getsource(mod), re.M):
@@ -254,7 +254,7 @@ def targets_table(data: dict) -> List[str]:
         verdict, tgt = "", ""
         if target and (r is not None or target[0] == "measured"):
             on, op, bound = target
-            v = r if on == "ratio" else m
+            v: Any = r if on == "ratio" else m  # r is not None where on is the ratio
             ok = {"<=": v <= bound, "<": v < bound, ">=": v >= bound}[op]
             tgt = f"{on} {op} {bound:g}" + (" s" if on == "measured" and unit == "s" else "")
             verdict = "met" if ok else "**missed**"
@@ -305,7 +305,7 @@ def ckpt_sizes_table(data: dict) -> List[str]:
     return out
 
 
-def benchmark_results(path: str = None) -> str:
+def benchmark_results(path: Optional[str] = None) -> str:
     """The committed bench/results.json (written by `make bench`): every figure of every benchmark."""
     import json
     path = path or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "results.json")

@@ -176,6 +176,40 @@ def cleanup_tag(tag):
     killer.kill_ranks(tag)
 
 
+def kill_and_reap(pids, timeout=30.0):
+    """SIGKILL these PIDs and wait until each is gone (a killed process is still in /proc, its
+    environment readable, until the kernel has torn it down: under load, a while). Returns the
+    description (`describe`) of any still there after `timeout`."""
+    import psutil
+    procs = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            p.kill()
+            procs.append(p)
+        except psutil.Error:
+            pass
+    _gone, alive = psutil.wait_procs(procs, timeout=timeout)
+    return [d for d in describe([p.pid for p in alive]) if d.get("status") != psutil.STATUS_ZOMBIE]  # dead, unreaped
+
+
+def describe(pids):
+    """What a reader of a failed assertion needs about each process: pid, state, parent, node (its
+    SLURMD_NODENAME), age and command line."""
+    import psutil
+    out = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            with p.oneshot():
+                env = p.environ() if p.status() != psutil.STATUS_ZOMBIE else {}
+                out.append({"pid": pid, "status": p.status(), "ppid": p.ppid(), "node": env.get("SLURMD_NODENAME"),
+                            "age_s": round(time.time() - p.create_time(), 1), "cmdline": p.cmdline()[:6]})
+        except psutil.Error as e:
+            out.append({"pid": pid, "gone": type(e).__name__})
+    return out
+
+
 def raw_rows(path):
     """Whole rows ({timestamp, rank, metrics}); unparsable lines are skipped."""
     out = []

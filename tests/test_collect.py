@@ -14,6 +14,7 @@ import pytest
 from restartlab.analysis import collect, report
 from restartlab.runtime import killer
 from restartlab.contracts import layout, live
+from restartlab.contracts.jobruns import JobRun, NodeChange
 from tests.helpers import assert_each_file_read_once, counted_opens, job_tag, report_args, run_story, wait_for
 
 
@@ -97,7 +98,14 @@ def test_an_attempt_cut_short_with_its_job_is_placed_by_its_launch_record(tmp_pa
         with open(att.launched, "w") as f:
             json.dump({"attempt": k, "launch_ts": rec["launch_ts"], "job": "42.head", "job_start": start}, f)
     os.remove(layout.Phase(ph).attempt(2).record)  # cut short with its job: no record of its end
+    # what the job script's job-run line wrote for each run (runtime/jobrun.py), Slurm's words
+    with open(layout.Expt(str(tmp_path)).job_runs, "w") as f:
+        f.write(JobRun("42.head", 90.0, "slurm", run=1, hosts=("n1", "n2")).to_json() + "\n")
+        f.write(JobRun("42.head", 190.0, "slurm", run=2, started=190.0, hosts=("n1", "n3"), requeued=150.0,
+                       eligible=185.0, nodes=(NodeChange("n2", "down*", 140.0, "Not responding"),)).to_json() + "\n")
     p = collect.load_phase("sync", phase_dir=ph)
+    # its missing record is explained by the rerun: no warning (the report's between-runs line tells it)
+    assert not any("no readable attempt record" in str(w) for w in p.warnings), p.warnings
     assert collect.handovers(p) == []
     ev = collect.failure_events(p)
     assert [e["attempt"] for e in ev] == [1, 2]
@@ -107,10 +115,41 @@ def test_an_attempt_cut_short_with_its_job_is_placed_by_its_launch_record(tmp_pa
     assert p.attempts[2].first_ts >= 202.0 and e["downtime_s"] == pytest.approx(p.attempts[2].first_ts - 117.0), e
     r = e["rerun"]
     assert (r["end_ts"], r["run_start"], r["between_runs_s"]) == (117.0, 190.0, 73.0), r
+    assert (r["requeued_at"], r["eligible_at"], r["scheduler"]) == (150.0, 185.0, "slurm"), r
+    # the nodes: each run's record names them (the attempts do not: the scheduler chose them)
+    assert e["recovery"] == "the job's next run: n1, n3 (n3 for n2)" and e["hosts_before"] == ["n1", "n2"], e
+    # detected when the scheduler set the node down (140), the gap from there
+    assert e["detection_s"] == pytest.approx(140.0 - 117.0) and e["launch_gap_s"] == pytest.approx(200.0 - 140.0), e
+    text = report.rerun_text(dict(e, downtime_s=e["downtime_s"]))
+    assert "Slurm requeued job 42.head at " in text and "n2 down* since " in text and "(Not responding)" in text, text
+    assert "eligible to run again at " in text and "73 s between the runs" in text, text
     s = collect.summarize_phase(p)
     assert s["wall_s"] == pytest.approx(213.0 - 100.0) and s["queue_wait_s"] == 0, s["wall_s"]
+    # the issue's own case: a fault at 115.5 (a rank stopped), the watchdog decides at 140 (its marker, written before any
+    # teardown), then the job's run ends under it and the scheduler requeues the job
+    with open(layout.Phase(ph).injections, "w") as f:
+        f.write(json.dumps({"time": 115.5, "killed": 1, "kind": "hang", "signal": "STOP"}) + "\n")
+    hang = layout.Phase(ph).attempt(2).hang
+    open(hang, "w").close()
+    os.utime(hang, (140.0, 140.0))
+    td = layout.Phase(ph).attempt(2).teardown_log  # its stop went on until 150 (a node it could not reach)
+    with open(td, "w") as f:
+        f.write("restartlab teardown: TERM ... unreachable: n2\n")
+    os.utime(td, (150.0, 150.0))
+    p = collect.load_phase("sync", phase_dir=ph)
+    e = collect.failure_events(p)[1]
+    assert e["detected_by"] == "watchdog" and e["rerun"]["stopped_at"] == 140.0, e
+    # detected at the decision, the gap from there to the next run's launch (200); the downtime from the fault
+    assert e["detection_s"] == pytest.approx(140.0 - 115.5) and e["launch_gap_s"] == pytest.approx(200.0 - 140.0), e
+    assert e["downtime_s"] == pytest.approx(p.attempts[2].first_ts - 115.5), e
+    assert report.rerun_text(e).startswith("the watchdog decided to stop attempt 2 at "), report.rerun_text(e)
+    assert p.attempts[1].end_ts == 150.0, p.attempts[1].evidence  # its last sign of life: the stop's log
+    os.remove(hang)
+    os.remove(td)
     os.remove(layout.Phase(ph).attempt(2).launched)  # without it, nothing tells the runs apart
-    assert [e["rerun"] for e in collect.failure_events(collect.load_phase("sync", phase_dir=ph))] == [None, None]
+    p = collect.load_phase("sync", phase_dir=ph)
+    assert [e["rerun"] for e in collect.failure_events(p)] == [None, None]
+    assert any("2: no readable attempt record" in str(w) for w in p.warnings), p.warnings
 
 
 def test_overhead_adds_up_with_residual():
@@ -201,6 +240,18 @@ def test_report_exit_status_comes_from_typed_problems(tmp_path):
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "report", str(clean), "--no-plots"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_the_crash_line_is_the_programs_not_a_note_of_restartlab():
+    """CI (stop 68): ezpz's FSDP+TP program crashed in gloo; the crash line quoted was the probe's
+    note "restartlab: whole-state fingerprints not taken: ValueError: ...", written just before."""
+    tail = ("[1] restartlab: whole-state fingerprints not taken: ValueError: strided sharding: not compared whole\n"
+            "restartlab: rank hooks off: OSError: no such file\n"
+            "[1] step 5 loss 2.3\n"
+            "[1] RuntimeError: [enforce fail at gloo/transport/tcp/pair.cc:446] op.preamble.length <= op.nbytes\n"
+            "[0] RuntimeError: Connection closed by peer\n")
+    assert collect.error_line(tail).startswith("RuntimeError: [enforce fail at gloo")
+    assert collect.error_line(tail.split("[1] step")[0]) is None
 
 
 def test_young_daly():

@@ -459,7 +459,12 @@ def test_a_torchft_program_of_yours_is_launched_through_the_hook_in_its_python()
     assert argv[at + 1:at + 5] == ["--", "python", "-m", "restartlab.trainer.ft_hook"], argv
     assert argv[argv.index("--replica-group") + 1] == "{group}" and argv[argv.index("--outdir") + 1] == "{attempt_dir}"
     assert argv[argv.index("--train-iters") + 1] == "60"
-    prog = argv[len(argv) - argv[::-1].index("--"):]
+    from restartlab.contracts import pycmd
+    from restartlab.trainer import ft_hook
+    # python -m restartlab.trainer.ft_hook ARGS -- PROGRAM, as group 0 runs it, read by the hook's own parser
+    hook = pycmd.parse(spec.for_group(0, "t").program)
+    _, cmd = ft_hook.parse_args(list(hook.args))
+    prog = [cmd.target, *cmd.args]
     assert prog[0] == os.path.join(ROOT, "scenarios", "examples", "..", "..", "examples", "torchft", "train.py")
     assert prog[1:] == ["--steps", "60", "--delay", "0.15", "--async-quorum"] and ctx["phases"][0]["strategy"] == "torchft"
 

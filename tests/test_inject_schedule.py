@@ -201,3 +201,30 @@ def test_the_fuzz_window_shrinks_after_an_attempt_ends_before_its_kill(tmp_path)
     assert got[0][1].attempt == 2 and 6 <= got[0][0] <= 6 + window + inject.POLL_S, got
     assert got[1][1].attempt == 3 and got[1][0] - got[0][0] - 1 <= window + inject.POLL_S, got  # it stays that small
     assert w.slept < 20
+
+
+def test_a_step_schedule_with_no_step_to_strike_says_so_and_strikes_nothing(tmp_path):
+    """--every-steps at --train-iters leaves no step: the injector says so and ends (found by the type
+    checker, #64.3: it took that for a timed schedule with no time given, and died of a TypeError)."""
+    w = World()
+    a = config(tmp_path, "--every-steps", "100", "--train-iters", "100", "--gate", "none")
+    inj = Injector(a, w)
+    assert inj.run() == 0 and kills(tmp_path) == []
+    assert any("no step to strike" in s for s in inj.said), inj.said
+
+
+def test_a_step_schedule_without_its_phase_dir_is_refused_unless_gated_on_complete(tmp_path):
+    """The steps are read from the phase's metrics: without --phase-dir a step schedule gated on the
+    step seen once died of a TypeError at its first wait (found by the type checker, #64.3); it is
+    refused up front. Gated on .complete (the default), --ckpt-dir is enough, as docs/how-it-runs.md
+    shows it (review: my first fix refused that too)."""
+    import subprocess
+    import sys
+    base = [sys.executable, "-m", "restartlab.cli", "inject", "--at-steps", "5", "--tag", "t", "--fanout", "local"]
+    r = subprocess.run(base + ["--gate", "none"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "a step schedule with --gate none needs --phase-dir" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    (tmp_path / "done").write_text("")
+    r = subprocess.run(base + ["--ckpt-dir", str(tmp_path), "--until", str(tmp_path / "done")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "stopping" in r.stdout + r.stderr, r.stdout + r.stderr

@@ -95,7 +95,10 @@ def reparses(tree) -> list:
             args = n.args
             if n.func.attr == "index" and args and isinstance(args[0], ast.Constant) and args[0].value == "--":
                 out.append((n.lineno, '.index("--")'))
-            if n.func.attr == "replace" and args and isinstance(args[0], ast.Attribute) and args[0].attr == "tag":
+            tag = args and (isinstance(args[0], ast.Attribute) and args[0].attr == "tag" or  # cfg.tag, ctx["tag"]
+                            isinstance(args[0], ast.Subscript) and isinstance(args[0].slice, ast.Constant)
+                            and args[0].slice.value == "tag")
+            if n.func.attr == "replace" and tag:
                 out.append((n.lineno, ".replace(tag, ...) on words"))
         if isinstance(n, ast.Compare):
             for side in [n.left, *n.comparators]:
@@ -105,16 +108,56 @@ def reparses(tree) -> list:
     return out
 
 
+# the one place an idiom reads no launch: a golden job script's text with its tag normalised
+TEXT_NOT_LAUNCH = {("tests/test_render.py", ".replace(tag, ...) on words")}
+
+
 def test_no_module_takes_a_launch_apart_again():
-    found = [(rel, line, what) for rel in source_scan.modules()
-             for line, what in reparses(source_scan.parse(os.path.join(source_scan.ROOT, rel)))]
+    """Over restartlab/, trainer/, tests/ and bench/ (this file plants the idioms), and the job
+    templates' text (no @RL_ marker word)."""
+    found = [(rel, line, what) for rel in source_scan.modules(("tests/test_launch_spec.py",),
+                                                              tops=("restartlab", "trainer", "tests", "bench"))
+             for line, what in reparses(source_scan.parse(os.path.join(source_scan.ROOT, rel)))
+             if (rel, what) not in TEXT_NOT_LAUNCH]
     assert found == [], found
+    templates = os.path.join(source_scan.ROOT, "templates")
+    marked = [f for f in os.listdir(templates) if "@RL_" in open(os.path.join(templates, f)).read()]
+    assert os.listdir(templates) and marked == [], marked
+
+
+PY_FLAGS = ("-m", "-c")
+
+
+def python_words(tree) -> list:
+    """[(line, what)] of a Python command line read by hand: a word compared to -m or -c (==, !=, in a
+    tuple or list), the job of contracts/pycmd.py alone (#64.4: the warm pool, preflight, the ezpz
+    check and the torchft hook each had their own)."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Compare):
+            for side in [n.left, *n.comparators]:
+                consts = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                if any(isinstance(c, ast.Constant) and c.value in PY_FLAGS for c in consts):
+                    out.append((n.lineno, "a word compared to -m/-c"))
+                    break
+    return out
+
+
+def test_one_reader_of_a_python_command_line():
+    """Over restartlab/, trainer/ and bench/: only contracts/pycmd.py compares a word to -m or -c (the
+    tests compare argv to the words they expect, which is no reading). Planted: found."""
+    own = ("restartlab/contracts/pycmd.py",)
+    found = [(rel, line, what) for rel in source_scan.modules(own, tops=("restartlab", "trainer", "bench"))
+             for line, what in python_words(source_scan.parse(os.path.join(source_scan.ROOT, rel)))]
+    assert found == [], found
+    assert len(python_words(ast.parse('if argv[1] == "-m":\n    pass\nok = w in ("-u", "-c")'))) == 2
 
 
 @pytest.mark.parametrize("planted", [
     'NODES = "@RL_NNODES@"',
     'at = argv.index("--") + 1',
     'argv = [w.replace(cfg.tag, tag) for w in argv]',
+    'argv = [w.replace(ctx["tag"], "{tag}") for w in argv]',  # the subscript form (job/reuse.py had it)
     'if [run, target] != verbs.module_argv("rankenv"):\n    pass',
 ])
 def test_the_scan_finds_each_idiom_when_it_is_planted(planted):

@@ -8,6 +8,7 @@ import statistics
 import pytest
 
 from restartlab.analysis import collect, report
+from restartlab.contracts import launch_snapshot
 
 
 def _lost(k: int, interval: int, lag: int) -> int:
@@ -31,7 +32,7 @@ def test_the_save_interval_is_read_from_what_the_launches_found():
     for snap in ({"checkpoints": [[20, True], [30, True], [40, True]]},
                  {"checkpoints": [[50, True], [60, True], [70, False]]}, {}, {"checkpoints": "bad"}):
         a = collect.AttemptData(path="x", index=len(ph.attempts) + 1)
-        a.at_launch = snap
+        a.at_launch = launch_snapshot.from_dict(snap)
         ph.attempts.append(a)
     assert collect.save_interval_steps(ph) == 10.0  # the torn 70 and the malformed snapshot left out
     assert collect.save_interval_steps(collect.PhaseData("q")) is None

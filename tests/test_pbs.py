@@ -649,7 +649,8 @@ def test_pbs_node_lost_mid_phase(pbs):
         assert ev[1]["hosts_after"] == pbs.nodes[:2] and outcomes[1] in ("newest", "first"), (ev, v)
     else:
         # cut short: the attempt that carried on (the rerun's) ran on the job's first two hosts again
-        assert len(ev) == 1 and ev[0]["hosts_after"] == pbs.nodes[:2] and ev[0]["recovery"] == "same nodes", ev
+        assert len(ev) == 1 and ev[0]["hosts_after"] == pbs.nodes[:2], ev
+        assert ev[0]["recovery"] == "the job's next run, on the same nodes", ev
         assert outcomes[1] == "cut_short", v
     assert "the scheduler requeued the job" in " ".join(x["text"] for x in v["restarts"]), v
     assert left_running(expt) == []

@@ -244,6 +244,18 @@ def test_a_program_found_as_the_ranks_find_it(tmp_path):
 
 
 
+def test_a_program_given_as_inline_code_is_not_taken_for_a_script(tmp_path):
+    """`python -c CODE` (contracts/pycmd reads the command): the code was once taken for a relative
+    script's path and refused ("'import x' is relative ..."); `python -u -W ignore script` still
+    finds the script after the interpreter's options."""
+    f = check(scen(tmp_path, PROG.format(cmd='[python, -c, "print(1)"]')), probe_fn=no_probe)
+    assert found(f, check_="program") == [], [x.line() for x in f]  # no error of the program's
+    assert found(f, preflight.OK, "program") == ["python -c: the program is inline code (no file to check)"]
+    (tmp_path / "train.py").write_text("print('step 1')\n")
+    f = check(scen(tmp_path, PROG.format(cmd='[python, -u, -W, ignore, "{scenario_dir}/train.py"]')), probe_fn=no_probe)
+    assert found(f, preflight.OK, "program") == [str(tmp_path / "train.py")], [x.line() for x in f]
+
+
 def test_submit_refuses_a_framework_the_programs_python_lacks_after_the_setup_lines(tmp_path):
     """`submit`'s preflight asks the program's Python, after launch.setup, for the adapter's
     framework (as `run` and `fuzz` refuse it here): Debian's Python has no deepspeed."""

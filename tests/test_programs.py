@@ -45,7 +45,6 @@ def test_progress_takes_dt_and_ignores_other_lines():
     ({"progress": r"step (\d+)"}, "progress", "has no (?P<step>...) group"),
     ({"checkpoints": "ckpt-(?P<step>"}, "checkpoints", "is not a valid regular expression"),
     ({"checkpoints": None}, "checkpoints", "required for adapter 'generic'"),
-    ({"progress": None}, "progress", "required for adapter 'generic'"),
     ({"complete": "file:"}, "complete", "is not one of"),
     ({"complete": "pointer:a/b"}, "complete", "is not one of"),
     ({"selects": "newest"}, "selects", "is not one of"),
@@ -58,6 +57,23 @@ def test_spec_errors_name_the_key(change, key, says):
 
 def test_the_bundled_trainer_needs_no_progress_regex():
     assert programs.spec_errors(programs.resolve({"adapter": "restartlab"})) == []
+
+
+def test_no_progress_takes_the_steps_from_the_probe_unless_it_is_off(tmp_path):
+    """#63.6: a program without `progress` (or progress_file) is valid: its steps are rank 0's torch
+    optimizer steps, from the training-state probe. With the probe off (collection.state_every: 0)
+    there would be no steps: refused, naming the file, line and key."""
+    from restartlab import scenario
+    assert programs.spec_errors(spec(progress=None)) == []
+    p = tmp_path / "s.yaml"
+    text = ("name: t\ntrainer:\n  program:\n    command: [python, x.py]\n    checkpoints: '{ckpt_dir}/c-(?P<step>\\d+)'\n"
+            "    steps: 10\nphases: [{name: a}]\n")
+    p.write_text(text)
+    assert scenario.load(str(p))["trainer"]["train_iters"] == 10
+    p.write_text(text + "collection: {state_every: 0}\n")
+    with pytest.raises(scenario.ScenarioError) as e:
+        scenario.load(str(p))
+    assert f"{p}:3: trainer.program.progress: required when collection.state_every is 0" in str(e.value), str(e.value)
 
 
 def test_complete_rules_and_the_programs_own_selection(tmp_path):
@@ -208,6 +224,61 @@ def test_tap_turns_output_into_metrics_rows(tmp_path):
     assert rows[-1] == {"train/iter": 23, "train/finished": True}
 
 
+def test_tap_without_progress_takes_the_probes_steps_and_the_programs_loss_lines(tmp_path):
+    """#63.6: no progress pattern. The steps are rank 0's optimizer steps from the probe's records
+    (loads and another optimizer's steps left out), numbered from the checkpoint the program's rule
+    loads (here 20; its resume line wins where it prints one), at the times they began. A loss line
+    is booked at the step the probe counted when the program printed it (its logged_loss record),
+    whatever the order the tap reads things in: here the loss of step 1 comes after step 2's record."""
+    att = layout.Attempt(str(tmp_path / "1"))
+    os.makedirs(att.path)
+    t = tap.Tap(spec(progress=None, resumed=None), att, 1000.0, [programs.Ckpt(20, "x", True, 0.0)], loads=20)
+    t.from_probe = True
+    for rec in ({"step": 0, "opt": 0, "time": 1001.0, "load": "Optimizer.load_state_dict"},
+                {"step": 1, "opt": 0, "time": 1002.0}, {"step": 1, "opt": 1, "time": 1002.1},
+                {"step": 2, "opt": 0, "time": 1002.5}, {"step": 1, "opt": 0, "time": 1002.4, "logged_loss": "5.399"},
+                {"step": 2, "opt": 0, "time": 1002.9, "logged_loss": "5.385"}, {"step": 2, "time": 1003, "logged_loss": "x"}):
+        t.probe_record(rec)
+    t.feed(b"{'loss': '9.999', 'grad_norm': '0.87'}\n", 1002.6)  # the output's copy: not read for the loss
+    assert t.finish(0, last_step=22) is None
+    rows = _rows(att)
+    assert [(r["train/iter"], r.get("train/loss_logged")) for r in rows] == [(21, None), (22, None), (21, 5.399),
+                                                                             (22, 5.385), (22, None)], rows
+    assert rows[0]["train/resumed_from"] == 20 and rows[0]["train/restart_seconds"] == pytest.approx(2.0)
+    assert rows[1]["train/dt"] == pytest.approx(0.5) and rows[-1] == {"train/iter": 22, "train/finished": True}
+    # its resume line, where it prints one, numbers the steps
+    att2 = layout.Attempt(str(tmp_path / "2"))
+    os.makedirs(att2.path)
+    t = tap.Tap(spec(progress=None), att2, 1000.0, [programs.Ckpt(20, "x", True, 0.0)], loads=20)
+    t.from_probe = True
+    t.feed(b"resumed from step 15\n", 1001.0)
+    t.probe_record({"step": 1, "opt": 0, "time": 1002.0})
+    t.finish(1, last_step=30)
+    assert _rows(att2)[0]["train/iter"] == 16 and _rows(att2)[0]["program/resume_evidence"] == "line"
+    # no step recorded at all: said where the steps were to come from
+    att3 = layout.Attempt(str(tmp_path / "3"))
+    os.makedirs(att3.path)
+    t = tap.Tap(spec(progress=None), att3, 1000.0, [])
+    t.from_probe = True
+    assert "(no trainer.program.progress: the steps are rank 0's torch optimizer steps, and none was recorded)" \
+        in t.finish(1, last_step=30)
+
+
+@pytest.mark.parametrize("rc, final_saved, finished", [(0, True, True), (134, True, True), (134, False, False),
+                                                       (0, False, True)])
+def test_tap_a_program_that_ends_badly_after_its_last_step_finished_once_its_last_save_is_complete(
+        tmp_path, rc, final_saved, finished):
+    """#63.5: the last step logged, then a crash at exit (rc 134) with the last step's checkpoint complete:
+    finished, not relaunched to train nothing; without that checkpoint (killed before or in its save) not:
+    the relaunch resumes and writes it. An exit 0 after the last step is finished either way."""
+    att = layout.Attempt(str(tmp_path / "1"))
+    os.makedirs(att.path)
+    t = tap.Tap(spec(resumed=None), att, 0.0, [])
+    t.feed(b"step 22 loss 1\nstep 23 loss 1\n", 1.0)
+    t.finish(rc, 23, final_saved)
+    assert (_rows(att)[-1] == {"train/iter": 23, "train/finished": True}) == finished, _rows(att)
+
+
 def test_tap_books_the_programs_save_lines_as_save_stalls(tmp_path):
     att = layout.Attempt(str(tmp_path / "1"))
     os.makedirs(att.path)
@@ -262,7 +333,7 @@ def test_tap_prefers_the_programs_resume_line_and_writes_no_final_row_on_failure
     os.makedirs(att.path)
     t = tap.Tap(spec(), att, 0.0, [programs.Ckpt(20, "y", True, 0.0)])
     t.feed(b"resumed from step 15\nstep 16 loss 1\n", 1.0)
-    assert t.finish(9, last_step=16) is None            # killed: no final row
+    assert t.finish(9, last_step=16, final_saved=False) is None  # killed before its last save: no final row
     rows = _rows(att)
     assert rows[0]["train/resumed_from"] == 15 and rows[0]["program/resume_evidence"] == "line"
     assert not any(r.get("train/finished") for r in rows)
@@ -415,7 +486,7 @@ def test_crash_loop_unfinished_and_hung(tmp_path):
     _attempt(ph, 6, None, rc=9, hang=True, snap=_snap([]))
     v = survival.phase_verdict(ph.path)
     assert any(f.startswith("crash loop") and "attempt 5" in f for f in v.findings)
-    assert any(f.startswith("did not finish (no attempt reached the last step and exited 0)") for f in v.findings)
+    assert any(f.startswith("did not finish (no attempt reached the last step)") for f in v.findings)
     assert v.restarts[-1].outcome == "hung" and "trainer.program.progress" in v.restarts[-1].text
 
 
@@ -742,8 +813,45 @@ def test_follow_skips_an_earlier_attempts_records_and_restarts_on_a_rewrite(tmp_
 def test_progress_file_keys_are_checked():
     assert programs.spec_errors(spec(progress=None, progress_file="{attempt_dir}/m.jsonl")) == []
     assert [k for k, _ in programs.spec_errors(spec(progress=None, progress_file="m.txt"))] == ["progress_file"]
-    assert [k for k, _ in programs.spec_errors(spec(progress=None))] == ["progress"]
+    assert programs.spec_errors(spec(progress=None)) == []  # #63.6: the steps from the state probe
     errs = programs.spec_errors(spec(progress_file="m.csv", progress_fields={"iter": "x"}))
     assert errs == [("progress_fields", "iter: not one of step, loss, dt (each names the record's key or column "
                      "that holds it)")]
     assert programs.spec_errors(spec(progress_fields={"step": "x"})) == [("progress_fields", "only with progress_file")]
+
+
+def test_a_relaunch_that_trains_past_the_last_step_is_a_finding(tmp_path):
+    """#63.5: a program resumed at its final checkpoint that trains on (the issue's Trainer run: resumed
+    from checkpoint-80 with max_steps=80, it trained step 81) is a finding of its own; the run's last
+    step comes from the scenario. transformers 5.25.0 as run here (examples/transformers/train.py run
+    twice on one output dir, one epoch of data) trained no step the second time: this guards the rule."""
+    ph = layout.Phase(str(tmp_path / "p"))
+    _attempt(ph, 1, _steps(1, 20, 0), rc=137, snap=_snap([(20, True)]))
+    _attempt(ph, 2, _steps(21, 21, 20) + [{"train/iter": 21, "train/finished": True}], completed=True,
+             snap=_snap([(20, True)], 20))
+    v = survival.phase_verdict(ph.path, last_step=20)
+    assert v.restarts[1].outcome == "past_last" and v.restarts[1].text.endswith(
+        "then trained past the last step (step 21 of 20: it resumed at the final checkpoint)"), v
+    assert any(f.startswith("attempt 2: ") and "trained past the last step" in f for f in v.findings), v
+    assert survival.phase_verdict(ph.path).restarts[1].outcome != "past_last"  # no last step given: not judged
+
+
+@pytest.mark.parametrize("how, finding, words", [
+    ("crash", True, "then finished (step 20) and crashed at exit, "),
+    ("hang", True, "then finished (step 20) and hung at exit: the watchdog stopped it"),
+    ("struck", False, "then finished (step 20) and was struck before its exit"),
+    ("struck_earlier", True, "then finished (step 20) and crashed at exit, "),
+])
+def test_a_finished_attempt_that_ended_badly(tmp_path, how, finding, words):
+    """#63.5: the last step reached, then a crash or a hang at exit: a finding of the program's (not "a crash");
+    a strike of ours after the last step is not; one before it (a fault the attempt survived) does not hide
+    a crash at exit."""
+    ph = layout.Phase(str(tmp_path / "p"))
+    rows = _steps(1, 20, 0) + [{"train/iter": 20, "train/finished": True}]
+    _attempt(ph, 1, rows, rc=134, completed=True, snap=_snap([]), hang=how == "hang")
+    if how.startswith("struck"):
+        with open(ph.injections, "a") as f:  # by time: after its last step (120 s), or at 105 s
+            f.write(json.dumps({"time": 130.0 if how == "struck" else 105.0, "killed": 1}) + "\n")
+    v = survival.phase_verdict(ph.path)
+    assert v.finished and len(v.restarts) == 1 and words in v.restarts[0].text, v
+    assert bool(v.findings) == finding and (v.restarts[0].outcome == "exit_crash") == finding, v

@@ -322,3 +322,30 @@ def test_what_is_not_a_summary_is_named_with_its_file(tmp_path, text, why):
     with pytest.raises(SummaryError) as e:
         Summary.read(str(p))
     assert str(e.value).startswith(f"{p}: ") and why in str(e.value)
+
+
+def test_the_launch_snapshot_round_trips_and_reads_what_it_can(tmp_path):
+    """#64.1: the at-launch checkpoint snapshot (contracts/launch_snapshot): one writer, one tolerant
+    reader. What it writes reads back equal; a field of the wrong type reads as absent, a
+    checkpoint entry that is not [step, complete] is left out; no file, not JSON, not a mapping, or
+    an empty one: None (the verdict then judges without it, as before)."""
+    import json
+    from restartlab.contracts import launch_snapshot as LS
+    snap = LS.LaunchSnapshot("/c", "highest", "file:.complete", ((10, True), (20, False)), 10, "/c/step-10",
+                             LS.WillLoad(20, "/c/step-20", False, "no .complete", ("a.pt", "b.pt")))
+    path = str(tmp_path / "at-launch.json")
+    LS.write(path, snap)
+    assert LS.read(path) == snap and snap.states == {10: True, 20: False}
+    assert json.load(open(path))["will_load"] == {"step": 20, "path": "/c/step-20", "complete": False,
+                                                  "why": "no .complete", "holds": ["a.pt", "b.pt"]}
+    odd = LS.from_dict({"checkpoints": [[10, True], "x", [20], [30.0, False], ["40", True]], "newest_complete": "10",
+                        "will_load": {"step": 30, "complete": "yes"}, "ckpt_dir": 3})
+    assert odd.checkpoints == ((10, True), (30, False)) and odd.newest_complete is None and odd.ckpt_dir is None
+    assert odd.will_load == LS.WillLoad(30, None, False)
+    for text in (None, "not json", "[1, 2]", "{}"):
+        if text is not None:
+            with open(path, "w") as f:
+                f.write(text)
+        else:
+            os.remove(path)
+        assert LS.read(path) is None, text

@@ -44,7 +44,8 @@ def test_slurm_header_golden():
     text, _ = rendered("local", "slurm", ["job.nodes=2", "job.queue=debug"])
     head = [l for l in text.splitlines() if l.startswith("#SBATCH")]
     assert head == ["#SBATCH --job-name=local", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2",
-                    "#SBATCH --time=00:30:00", "#SBATCH --partition=debug", "#SBATCH --output=/expt/x/job-%j.out"]
+                    "#SBATCH --time=00:30:00", "#SBATCH --partition=debug", "#SBATCH --output=/expt/x/job-%j.out",
+                    "#SBATCH --open-mode=append"]
 
 
 def test_body_structure():

@@ -150,3 +150,16 @@ def test_an_experiments_copy_keeps_its_scenario_dir_for_baseline_reuse(tmp_path)
                                            str(tmp_path / "c"))
     with pytest.raises(reuse.ReuseError, match="ran another command"):
         reuse.check(other, str(tmp_path / "a"))
+    # relaunch.on_node_loss spares: each experiment's launch names its own host file (review: the spec
+    # comparison once refused every such reuse for it)
+    spares = ["relaunch.on_node_loss=spares", "job.spare_nodes=1"]
+    _, theirs = experiment.create(scenario.load(plain, spares), "local", expt_dir=str(tmp_path / "d"))
+    os.makedirs(theirs["phases"][0]["dir"])
+    pathlib.Path(layout.Phase(theirs["phases"][0]["dir"]).completed).touch()
+    _, mine, _ = experiment.render_script(scenario.load(plain, spares), "local", str(tmp_path / "e"))
+    assert mine["phases"][0]["launch"].count(str(tmp_path / "e")) == 1  # its host file
+    assert list(reuse.check(mine, str(tmp_path / "d"))) == ["baseline"]
+    _, mine, _ = experiment.render_script(scenario.load(plain, spares + ["launch.env.X=1"]), "local",
+                                          str(tmp_path / "f"))
+    with pytest.raises(reuse.ReuseError, match="launched otherwise"):  # the same program, other ranks' env
+        reuse.check(mine, str(tmp_path / "d"))

@@ -9,6 +9,7 @@ from restartlab.runtime import fanout
 from restartlab.runtime.smoke import one_line
 from restartlab import schedulers
 from restartlab.schedulers import pbs as pbs_module
+from restartlab.schedulers import slurm as slurm_module
 from restartlab.schedulers.base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, SchedulerError
 
 pbs, slurm = schedulers.get("pbs"), schedulers.get("slurm")
@@ -155,3 +156,37 @@ def test_a_fanout_error_in_one_line():
         "rc=1: srun: error: rl3: task 0: Exited with exit code 1"  # only the tool spoke: its words
     assert one_line("rc=1: srun: error: a\nsrun: error: b", "srun") == "rc=1: srun: error: b"
     assert one_line("timed out after 60s") == "timed out after 60s" and one_line("") == "no message"
+
+
+def test_slurm_rerun_facts_from_scontrol_and_sinfo():
+    """What a requeued job's new run reads (Slurm.run_facts): how many times it ran, when Slurm requeued
+    it (SubmitTime, set anew by the requeue), when it could start again, and the node that went down
+    since the previous run began; nodes whose reason is older than that run, or unset, are not named."""
+    rec = os.path.join(os.path.dirname(__file__), "data", "slurm")
+    job = open(os.path.join(rec, "scontrol-show-job-requeued.txt")).read()
+    nodes = open(os.path.join(rec, "sinfo-N-node-down.txt")).read()
+    stamp = slurm_module.slurm_stamp
+    calls = []
+
+    def run(argv):
+        calls.append(argv[:2])
+        return (0, job, "") if argv[0] == "scontrol" else (0, nodes + nodes, "")  # a node in two partitions
+    f = slurm.run_facts("2", stamp("2026-12-06T12:41:12"), run)
+    assert calls == [["scontrol", "show"], ["sinfo", "-h"]]
+    assert f["run"] == 2 and f["requeued"] == stamp("2026-12-06T12:49:03")
+    assert f["eligible"] - f["requeued"] == 121 and f["started"] == stamp("2026-12-06T12:51:04")
+    assert f["nodes"] == [{"node": "rl2", "state": "down*", "since": stamp("2026-12-06T12:42:31"),
+                           "comment": "Not responding"}]
+    # the node went down before the previous run began: not this rerun's news
+    assert slurm.run_facts("2", stamp("2026-12-06T12:43:00"), run)["nodes"] == []
+    with pytest.raises(SchedulerError, match="scontrol show job 2 failed"):
+        slurm.run_facts("2", None, lambda argv: (1, "", "slurm_load_jobs error: Invalid job id specified"))
+    # a job never requeued: one run, no requeue time
+    first = slurm_module.parse_run_facts("JobId=3 JobState=RUNNING Restarts=0 SubmitTime=2026-12-06T12:00:00 "
+                                         "StartTime=2026-12-06T12:00:01 EndTime=Unknown", "", None)
+    assert first == {"run": 1, "started": stamp("2026-12-06T12:00:01"), "requeued": None, "eligible": None, "nodes": []}
+
+
+def test_slurm_rerun_facts_a_reason_with_the_separator_in_it():
+    f = slurm_module.parse_run_facts("Restarts=1", "rl2|down*|disk | ib errors|2026-12-06T12:42:31\n", 0.0)
+    assert f["nodes"][0]["comment"] == "disk | ib errors" and f["nodes"][0]["since"], f

@@ -15,15 +15,17 @@ over loopback, and a node cannot really go down."""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from restartlab import schedulers
 from restartlab.runtime import killer
 from restartlab.contracts import layout
-from tests.helpers import final_crc, job_tag, losses, rows, wait_for
+from tests.helpers import describe, final_crc, job_tag, kill_and_reap, losses, rows, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multirank, pytest.mark.timeout(900)]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -388,6 +390,7 @@ relaunch: {{max_attempts: 4, backoff: 0s, hang_timeout: 120s, on_node_loss: {pol
 phases:
   - {{name: baseline, checkpoint: none}}
   - {{name: sync, checkpoint: sync, failures: false}}
+collection: {{state_every: 5}}
 """
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)
@@ -457,6 +460,11 @@ def test_slurm_node_loss_shrink_same_losses(slurm, tmp_path):
     worst = max(abs(loss / base[it] - 1) for it, loss in after)
     assert worst <= 1e-6, worst
     assert "accum=2" in open(layout.Expt(expt).phase("sync").attempt(2).output).read()
+    # #63.3: the resume's state verdict across the change, every piece it can compare compared whole
+    st, = [x["state"] for x in phases["sync"]["survival"]["restarts"] if x["attempt"] == 2]
+    assert st["across"] == [2, 1] and st["forgot"] == [], st
+    assert {"params", "opt_state", "batch", "lr", "opt_step"} <= set(st["equal"]), st
+    assert "across a change from 2 ranks to 1" in st["text"] and "rng_torch" in st["incomparable"], st
     assert leftover_ranks(expt) == []
 
 
@@ -549,3 +557,103 @@ phases:
     assert e["launch_gap_s"] == 0 and abs(e["downtime_s"] - (e["detection_s"] + e["restart_s"])) < 1e-3, e
     assert "step 20: struck by an earlier job" in open(layout.Expt(expt).phase("sync").injector_log).read()
     assert leftover_ranks(expt) == []
+
+
+def _slurm_procs_of(node, tag, prefix):
+    """A "node" of the private Slurm, as processes: its slurmd (its pid file), and the job's slurmstepd
+    on it with everything under it (found from the job's ranks on that node: the tag and
+    SLURMD_NODENAME in their environments, then up to their slurmstepd)."""
+    import psutil
+    with open(os.path.join(prefix, "run", f"slurmd-{node}.pid")) as f:
+        pids = {int(f.read().strip())}
+    for pid in killer.find_by_env(f"{killer.TAG_VAR}={tag}"):
+        try:
+            p = psutil.Process(pid)
+            if p.environ().get("SLURMD_NODENAME") != node:
+                continue
+            while p is not None and not p.name().startswith("slurmstepd"):
+                p = p.parent()
+            if p is not None:
+                pids |= {p.pid, *(c.pid for c in p.children(recursive=True))}
+        except psutil.Error:
+            continue
+    return sorted(pids)
+
+
+def test_slurm_node_frozen_until_slurm_requeues_the_job_the_time_between_runs_is_downtime(slurm, tmp_path):
+    """#65 on Slurm: a 2-node job whose second node stops answering (the hang kind stops its rank, the
+    test then stops that node's slurmd and slurmstepd: nothing on it runs or answers), the watchdog
+    slower (hang_timeout 300 s) than Slurm (SlurmdTimeout 60 s). Slurm sets the node DOWN, requeues the
+    job (JobRequeue=1) and runs it again on the other two nodes, after the hold it puts on a requeued
+    job. The time from the fault to the rerun's first step is the failure's downtime, in the wall time
+    and the ETTR; the report tells it in its parts (when Slurm requeued it, the node it set down, when
+    the job could start again); the first run's output is still in the job's output file."""
+    path = scenario(tmp_path, "slurm", "slurm-requeue", ppn=1, iters=80, phases=[("sync", "sync")],
+                    at_steps=("{step: 20, kind: hang}",), extra="  node: 1\n",
+                    env='RESTARTLAB_DELAY: "step:*:*:0.2"')
+    text = open(path).read().replace("hang_timeout: 120s", "hang_timeout: 300s")
+    open(path, "w").write(text)
+    t0 = time.time()
+    jid, expt = submit(path)
+    e = layout.Expt(expt)
+    ph = e.phase("sync")
+    wait_for(lambda: os.path.exists(ph.injections) and open(ph.injections).read().strip(), 300, "the hang's strike")
+    inj = json.loads(open(ph.injections).readline())
+    lost = job_nodes(expt, jid)[1]
+    assert inj["kind"] == "hang" and inj["hosts"] == [lost], inj
+    frozen = _slurm_procs_of(lost, job_tag(expt), slurm["prefix"])
+    try:
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        # the node stays frozen to the end: thawed sooner, it may answer again before the requeued job
+        # starts, and the job run on it again (seen once)
+        seen = wait_state("slurm", jid, {"finished", "failed"}, 600)
+    finally:
+        for pid in frozen:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        # the first run's processes on the frozen node: nobody was there to end them. Any other still
+        # tagged once the job has finished is restartlab's (or Slurm's) leftover: asserted below
+        tagged = killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}")
+        elsewhere = [d for d in describe(tagged) if "gone" not in d and d["status"] != "zombie" and d["node"] != lost]
+        unkilled = kill_and_reap(tagged)
+        subprocess.run(["scontrol", "update", f"nodename={lost}", "state=RESUME"], capture_output=True, timeout=30)
+    out = open(os.path.join(expt, f"job-{jid}.out")).read()
+    assert seen[-1] == "finished", out[-3000:]
+    jobs = [json.loads(x) for x in open(e.jobs)]
+    runs = [json.loads(x) for x in open(e.job_runs)]
+    assert len(jobs) == 2 and jobs[0]["job"] == jobs[1]["job"] == jid, jobs
+    other, = [n for n in slurm["nodes"] if n not in runs[0]["hosts"]]
+    assert runs[0]["hosts"] == [runs[1]["hosts"][0], lost] and runs[1]["hosts"] == sorted([runs[0]["hosts"][0], other]), runs
+    assert [r["run"] for r in runs] == [1, 2] and runs[1]["requeued"] and runs[1]["eligible"] >= runs[1]["requeued"], runs
+    assert [n["node"] for n in runs[1]["nodes"]] == [lost] and "down" in runs[1]["nodes"][0]["state"], runs
+    # both runs' output in the one file (--open-mode=append: Slurm truncates it on a requeue otherwise)
+    assert out.count(f"restartlab: job {jid} on 2 node(s)") == 2, out[:3000]
+    s = json.load(open(e.summary))["phases"][0]
+    report = open(e.report).read()
+    print(json.dumps(runs), json.dumps(s["failures"], default=str)[:3000], report.partition("## Failures")[2][:3000])
+    ev, = s["failures"]
+    assert ev["detected_by"] == "scheduler" and ev["rerun"] and ev["kind"] == "hang", ev
+    assert ev["downtime_s"] == pytest.approx(ev["rerun"]["first_ts"] - inj["time"], abs=0.01), ev
+    assert jobs[1]["start"] - inj["time"] < ev["downtime_s"] < time.time() - t0, ev
+    # detection: the fault -> Slurm set the node down; R = detection + gap + restart = the downtime
+    assert ev["detection_s"] == pytest.approx(runs[1]["nodes"][0]["since"] - inj["time"], abs=0.01), ev
+    assert ev["detection_s"] + ev["launch_gap_s"] + ev["restart_s"] == pytest.approx(ev["downtime_s"], abs=0.05), ev
+    atts = [json.loads(open(a.record).read()) for a in ph.attempts() if os.path.exists(a.record)]
+    assert s["wall_s"] == pytest.approx(max(a["end_ts"] for a in atts) - json.load(open(ph.attempt(1).launched))["launch_ts"],
+                                        abs=0.5), s["wall_s"]
+
+    def steps(k):
+        return [r for r in rows(ph.attempt(k).metrics(0)) if {"train/dt", "train/iter", "train/loss"} <= set(r)]
+    kept = sum(r["train/dt"] for r in steps(1) if r["train/iter"] <= ev["resumed_from"]) + \
+        sum(r["train/dt"] for r in steps(ev["rerun"]["next_attempt"]))
+    wall = max(a["end_ts"] for a in atts) - json.load(open(ph.attempt(1).launched))["launch_ts"]
+    assert s["ettr"] == pytest.approx(kept / wall, rel=1e-6), (s["ettr"], kept, wall)
+    assert f"Slurm requeued job {jid} at " in report and f"{lost} down* since" in report, report
+    assert "eligible to run again at" in report and "s between the runs" in report, report
+    assert "the scheduler requeued the job" in s["survival"]["restarts"][0]["text"], s["survival"]
+    assert elsewhere == [] and unkilled == [], (elsewhere, unkilled)
+    left = killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}")
+    assert left == [], describe(left)

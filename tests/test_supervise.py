@@ -156,11 +156,23 @@ class FakeProcs:
         self.events.append(("launch", att.index, self.clock.t))
         return a
 
+    unreachable = ()  # each teardown's unreachable nodes, in turn (then none)
+    answers = ()      # answering(): each call's nodes that answer, in turn (then all of them)
+
     def teardown(self, att, sig="KILL"):
         self.teardowns.append((att.index, sig))
         self.events.append(("teardown", att.index, sig))
         if self.launched:
             self.launched[-1].ranks_signalled(sig)
+        lost, self.unreachable = list(self.unreachable[:1]), list(self.unreachable[1:])
+        return lost[0] if lost else []
+
+    def answering(self, names):
+        self.events.append(("answering", tuple(names), self.clock.t))
+        answers = list(self.answers)
+        back = answers.pop(0) if answers else names
+        self.answers = answers
+        return [n for n in names if n in back]
 
     def dump_stacks(self, att):
         self.events.append(("stacks", att.index))
@@ -587,3 +599,72 @@ def test_preempted_by_the_launcher_or_by_the_first_rank_that_ended(tmp_path, fir
         RankExit("0", "rl1", 10, 5, None, 10.02).write(att.rank_exit("0"))
     attempt.record(att, phase, 1, 0.0, 11.0, launcher_rc, ITERS, "srun", out=io.StringIO())
     assert json.load(open(att.record))["preempted"] is preempted
+
+
+def test_a_node_the_stop_could_not_reach_holds_the_relaunch_on_the_same_nodes_until_it_answers(tmp_path):
+    """on_node_loss same: the teardown of attempt 1 could not reach h1 (cut off); a launch onto it would fail
+    at once and spend the budget, so the supervisor asks h1 every NODE_POLL_S until it answers, then
+    relaunches. A node that never answers within relaunch.node_wait ends the phase with the reason, not a
+    crash loop; node_wait 0 relaunches at once (the old behaviour); another policy does not wait (its node
+    check chooses the nodes)."""
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=5), FakeAttempt(rc=0, runs=5)],
+                                    node_wait=60.0)
+    procs.unreachable, procs.answers = [["h1"]], [[], [], ["h1"]]
+    assert sup.run() == supervise.EXIT_OK
+    asks = [e for e in procs.events if e[0] == "answering"]
+    assert [a[1] for a in asks] == [("h1",)] * 3
+    assert [round(a[2] - asks[0][2], 3) for a in asks] == [0.0, supervise.NODE_POLL_S, 2 * supervise.NODE_POLL_S]
+    launches = [e for e in procs.events if e[0] == "launch"]
+    assert launches[1][2] >= asks[-1][2] and len(launches) == 2
+    # once it answers, the stop is made again (attempt 1's ranks there may still run), then the relaunch
+    assert procs.teardowns == [(1, "KILL"), (1, "KILL")]
+
+    # the node answers, but the stop made again cannot reach it once more: the wait goes on
+    sup, procs, clock, phase = make(tmp_path / "again", [FakeAttempt(rc=137, runs=5), FakeAttempt(rc=0, runs=5)],
+                                    node_wait=60.0)
+    procs.unreachable, procs.answers = [["h1"], ["h1"]], [["h1"], [], ["h1"]]
+    assert sup.run() == supervise.EXIT_OK and procs.teardowns == [(1, "KILL")] * 3
+    assert len([e for e in procs.events if e[0] == "answering"]) == 3
+
+    # the walltime margin ends the wait: no launch after it
+    sup, procs, clock, phase = make(tmp_path / "late", [FakeAttempt(rc=137, runs=5), FakeAttempt(rc=0, runs=5)],
+                                    node_wait=600.0, stop_at=1000.0 + 40, walltime_margin=0)
+    procs.unreachable, procs.answers = [["h1"]], [[]] * 100
+    assert sup.run() == supervise.EXIT_WALLTIME and len(procs.launched) == 1
+    assert len([e for e in procs.events if e[0] == "answering"]) <= 5
+
+    sup, procs, clock, phase = make(tmp_path / "never", [FakeAttempt(rc=137, runs=5), FakeAttempt(rc=0, runs=5)],
+                                    node_wait=25.0)
+    procs.unreachable, procs.answers = [["h1"]], [[]] * 100
+    assert sup.run() == supervise.EXIT_FAILED
+    assert len(procs.launched) == 1 and len([e for e in procs.events if e[0] == "answering"]) == 4  # 0, 10, 20, 25 s
+    end = [json.loads(x) for x in open(phase.ended)][-1]
+    assert end["how"] == "failed" and end["why"] == ("h1 did not answer for 25 s after attempt 1's stop could not reach it: relaunching on the "
+                          "same nodes cannot help (relaunch.on_node_loss: spares or shrink go on without it)"), end
+
+    for kw in ({"node_wait": 0.0}, {"node_wait": 60.0, "node_policy": "shrink"}):
+        sup, procs, clock, phase = make(tmp_path / str(len(kw)), [FakeAttempt(rc=137, runs=5), FakeAttempt(rc=0, runs=5)],
+                                        **kw)
+        procs.unreachable, procs.answers = [["h1"]], [[]] * 100
+        if "node_policy" in kw:
+            procs.nodes, procs.hosts_file = [3, 2], str(tmp_path / "hosts")
+            sup.cfg.node_check, sup.cfg.hosts_file = {}, procs.hosts_file
+        assert sup.run() == supervise.EXIT_OK and not [e for e in procs.events if e[0] == "answering"], kw
+
+
+def test_the_launchers_status_after_its_kill_is_waited_for():
+    """Supervisor.stop waits for the launcher's end after its KILL (wait(None)). With a pidfd open
+    (Linux), wait(None) once read None as a zero timeout: a launcher not yet gone the instant after
+    the KILL gave the attempt no exit status (found by the type checker, #64.3). Forced: a process
+    that is still running when wait(None) is called, and one killed and waited for at once."""
+    import subprocess
+    import sys
+    import time
+    from restartlab.runtime.attempt_launch import Launched
+    run = Launched(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"]))
+    t0 = time.monotonic()
+    assert run.wait(None) == 0 and time.monotonic() - t0 > 0.2
+    run = Launched(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+    assert run.wait(0) is None
+    run.signal(signal.SIGKILL)
+    assert run.wait(None) == 128 + signal.SIGKILL

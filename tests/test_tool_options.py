@@ -46,49 +46,48 @@ def test_scenario_defaults_are_the_tables():
     assert tool_options.schema_fields(tool_options.REPORT, "collection")  # collection.mtbf: from the table
 
 
-def test_the_supervisors_config_is_its_table():
-    """supervise.Config, made from its table (contracts/options.config_class): the launch argv, then
-    one field per option of the table in the table's order, required ones without a default, the
-    others with the table's."""
+def _configs():
+    """Each tool's settings class, written out, with its table and what the table does not say."""
+    from typing import Any, Dict, List, Optional, Tuple
+    from restartlab.runtime import inject, nodes, supervise
+    return {
+        "supervise": (supervise.Config, tool_options.SUPERVISE, dict(
+            head=[("argv", List[str])], values={"node_check": Dict[str, Any], "inject": Dict[str, Any]})),
+        "inject": (inject.Config, tool_options.INJECT, dict(
+            values={"at_steps": List[Tuple[int, Optional[str]]]}, tail=[("python", Optional[str], None)])),
+        "node-check": (nodes.Config, tool_options.NODE_CHECK, {}),
+    }
+
+
+@pytest.mark.parametrize("tool", ["supervise", "inject", "node-check"])
+def test_each_tools_settings_class_is_its_table(tool):
+    """#64.2: supervise.Config, inject.Config and nodes.Config are written out (a reader, an editor
+    and a type checker see their fields); each is kept equal to its option table, the one definition
+    of each flag, help and default: its fields in the table's order (the required ones first, then
+    the head and tail the table does not hold), each default the table's, each type the option's."""
+    from restartlab.contracts.options import config_problems
+    cls, table, extra = _configs()[tool]
+    assert config_problems(cls, table, **extra) == []
+
+
+def test_a_table_and_its_class_that_disagree_are_named():
+    """The check itself: an option added to the table with no field, a default changed, a type
+    changed, a field the table lacks: each named."""
     import dataclasses
-    from restartlab.runtime.supervise import Config
-    fs = dataclasses.fields(Config)
-    assert [f.name for f in fs] == ["argv"] + [o.key for o in sorted(tool_options.SUPERVISE, key=lambda o: not o.required)]
-    for f, o in zip(fs[1:], sorted(tool_options.SUPERVISE, key=lambda o: not o.required)):
-        if o.flag in ("--inject", "--node-check"):  # on: the embedded tool's values (--inject-*, ...); off: None
-            assert o.type == "flag" and f.default is None, o.flag
-            continue
-        assert (f.default is dataclasses.MISSING) if o.required else f.default == o.default, o.flag
-
-
-@pytest.mark.parametrize("tool", ["node-check", "inject"])
-def test_each_tools_config_is_its_table(tool):
-    """nodes.Config and inject.Config, made from their tables: one field per option of the tool's
-    table in its order (inject's then the Python its killers run with), each default the table's."""
-    import dataclasses
-    from restartlab.runtime import inject, nodes
-    cls, table = {"node-check": (nodes.Config, tool_options.NODE_CHECK), "inject": (inject.Config, tool_options.INJECT)}[tool]
-    fs = dataclasses.fields(cls)
-    assert [f.name for f in fs][:len(table)] == [o.key for o in table]
-    assert [f.name for f in fs][len(table):] == (["python"] if tool == "inject" else [])
-    for f, o in zip(fs, table):
-        assert f.default == o.default, o.flag
-
-
-def test_an_option_added_to_a_table_is_a_setting_with_no_other_edit():
-    """The table is the one definition: a new option is a field with its default, a required one
-    a field without; a value that is not the flag's own keeps its type and None."""
-    import dataclasses
-    from restartlab.contracts.options import Opt, config_class
-    table = [Opt("--speed", "duration", 2.0, "how fast"), Opt("--name", "str", None, "who", required=True),
-             Opt("--extra", "flag", False, "an embedded tool's values when on")]
-    cls = config_class("C", table, "settings", __name__, head=[("argv", list)], tail=[("python", str, "py")],
-                       values={"extra": dict})
-    assert [f.name for f in dataclasses.fields(cls)] == ["argv", "name", "speed", "extra", "python"]
-    c = cls(argv=[], name="n")
-    assert (c.speed, c.extra, c.python) == (2.0, None, "py") and cls.__doc__ == "settings"
-    with pytest.raises(TypeError):
-        cls(argv=[])  # the required option
+    from restartlab.contracts.options import Opt, config_problems
+    cls, table, extra = _configs()["node-check"]
+    added = table + [Opt("--speed", "duration", 2.0, "how fast")]
+    assert config_problems(cls, added) == ["Config's fields are not the table's: no field for: speed"]
+    moved = [dataclasses.replace(o, default=99) if o.key == "timeout" else o for o in table]
+    assert config_problems(cls, moved) == ["timeout: default 60.0, the table's 99"]
+    equal_but_int = [dataclasses.replace(o, default=60) if o.key == "timeout" else o for o in table]  # 60 == 60.0
+    assert config_problems(cls, equal_but_int) == ["timeout: default 60.0, the table's 60"]
+    typed = [dataclasses.replace(o, type="str") if o.key == "attempt" else o for o in table]
+    assert config_problems(cls, typed) == ["attempt: type <class 'int'>, the table's <class 'str'>"]
+    fewer = [o for o in table if o.key != "log"]
+    assert config_problems(cls, fewer) == ["Config's fields are not the table's: not in the table: log"]
+    required = [dataclasses.replace(o, required=True, default=None) if o.key == "log" else o for o in table]
+    assert config_problems(cls, required)[0] == "Config's fields are not the table's: another order"
 
 
 def test_report_and_chain_round_trip_through_the_verbs_own_parsers():

@@ -5,7 +5,10 @@ import os
 
 import pytest
 
+from restartlab.analysis import state_compare
 from restartlab.contracts import ckptdir, layout
+from restartlab.contracts import state_record as SR
+from restartlab.contracts.envvars import STATE_DIR_VAR, STATE_EVERY_VAR
 from tests.helpers import final_crc, losses, rows, run_trainer, shared_trainer_run, start_and_kill_at
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
@@ -130,15 +133,37 @@ def test_shrink_resume_keeps_the_global_batch(tmp_path, tmp_path_factory):
     """4 ranks killed after step 22; the resume runs on 2 ranks with --dp-global 4: each rank
     accumulates the micro-batches of a missing rank, so every loss matches the uninterrupted
     4-rank run within 1e-6 (relative; measured about 8e-8: the reduction order changes). The
-    same resume without --dp-global trains on half the samples: losses differ by far more."""
+    same resume without --dp-global trains on half the samples: losses differ by far more.
+    #63.3: the state verdict across the change (4 ranks' records against 2's, compared whole): with
+    --dp-global every piece it can compare is equal and the RNG streams are said not comparable;
+    without it, the batch is named: the data position did not follow the change."""
     ref, run, half = reference(tmp_path_factory, "fsdp4"), str(tmp_path / "run"), str(tmp_path / "half")
     base = dict(losses(os.path.join(ref, "out", layout.metrics_name(0))))
+    verdicts = {}
     for d, extra in ((run, ["--dp-global", "4"]), (half, [])):
         metrics = os.path.join(d, "out", layout.metrics_name(0))
-        receipt, rc, out = start_and_kill_at(4, args_for(d), metrics, 9)
+        probe = {STATE_EVERY_VAR: "1"}
+        for k in (1, 2):
+            os.makedirs(f"{d}/a{k}")
+        receipt, rc, out = start_and_kill_at(4, args_for(d), metrics, 9, env={**probe, STATE_DIR_VAR: f"{d}/a1"})
         assert rc != 0 and ckptdir.newest_complete_step(os.path.join(d, "ckpts")) == 6, out[-2000:]
-        r = run_trainer(2, args_for(d, extra=extra))
+        r = run_trainer(2, args_for(d, extra=extra), env={**probe, STATE_DIR_VAR: f"{d}/a2"})
         assert r.returncode == 0 and "RESUMED from step=6" in r.stdout, r.stdout[-3000:]
+        recs = [{rank: SR.read(f) for rank, f in layout.Attempt(f"{d}/a{k}").state_files().items()} for k in (1, 2)]
+        assert sorted(recs[0]) == [0, 1, 2, 3] and sorted(recs[1]) == [0, 1], recs
+        verdicts[d] = state_compare.compare(2, recs[1], 6, recs[0], against="attempt 1's")
+    rs = verdicts[run]
+    assert rs.across == (4, 2) and rs.forgot == [] and set(rs.not_observed) == {"rng_device", "scale"}, rs.text()
+    assert set(rs.equal) == {"params", "opt_state", "batch", "opt_step", "lr"}, rs.text()
+    assert set(rs.incomparable) == {"rng_torch", "rng_python", "rng_numpy"}, rs.text()
+    assert rs.text().startswith("state at the resume (step 7) against attempt 1's, across a change from 4 ranks to 2 "
+                                "(compared whole: "), rs.text()
+    assert "not comparable across the change: Python's RNG, NumPy's RNG, torch's CPU RNG (one stream per rank: " \
+        "each rank's is its own)" in rs.text(), rs.text()
+    rs = verdicts[half]
+    assert rs.forgot == ["batch"] and rs.differ_step == 7 and rs.differ["batch"][0][1] * 2 == rs.differ["batch"][1][1], rs
+    assert "the batch differs: the samples of all ranks at this step (8) are not attempt 1's (16): the data position " \
+        "did not follow the change from 4 ranks to 2" in rs.text(), rs.text()
     after = [(it, loss) for it, loss in losses(os.path.join(run, "out", layout.metrics_name(0))) if it > 6]
     assert len(after) >= ITERS - 6
     assert max(abs(loss / base[it] - 1) for it, loss in after) <= 1e-6
@@ -197,17 +222,29 @@ def test_raw_checkpoint_resumes_under_another_layout_and_format(tmp_path, tmp_pa
     """A raw checkpoint of FSDP 2 x TP 2 (4 ranks), resumed on 2 ranks without TP (FSDP 2: the
     same data-parallel width, so the same samples) by a run that writes DCP's own format: every tensor item is narrowed across the TP cut
     (dim 1: targets that are not contiguous, read through a buffer), the format is taken from
-    manifest.json, and the losses follow the uninterrupted run within LAYOUT_CHANGE_TOL."""
+    manifest.json, and the losses follow the uninterrupted run within LAYOUT_CHANGE_TOL.
+    #63.3: the state verdict across the change (4 ranks' records against 2's): the parameters and
+    moments, sharded FSDP2 over TP (_StridedShard) before and FSDP after, equal whole; the batch equal
+    (a TP pair's batch counted once); the RNG streams not comparable."""
     ref, run = reference(tmp_path_factory, "fsdp2xtp2-raw"), str(tmp_path / "run")
     raw = LAYOUTS["fsdp2xtp2-raw"][1]
     base = dict(losses(os.path.join(ref, "out", layout.metrics_name(0))))
     metrics = os.path.join(run, "out", layout.metrics_name(0))
-    receipt, rc, out = start_and_kill_at(4, args_for(run, tp=2, extra=raw), metrics, 9)
+    for k in (1, 2):
+        os.makedirs(f"{run}/a{k}")
+    probe = {STATE_EVERY_VAR: "1"}
+    receipt, rc, out = start_and_kill_at(4, args_for(run, tp=2, extra=raw), metrics, 9,
+                                         env={**probe, STATE_DIR_VAR: f"{run}/a1"})
     assert rc != 0 and ckptdir.newest_complete_step(os.path.join(run, "ckpts")) == 6, out[-2000:]
     with open(os.path.join(ckptdir.step_path(os.path.join(run, "ckpts"), 6), ckptdir.MANIFEST)) as f:
         assert json.load(f)["format"] == "raw"
-    r = run_trainer(2, args_for(run, extra=["--ckpt-format", "dcp"]))
+    r = run_trainer(2, args_for(run, extra=["--ckpt-format", "dcp"]), env={**probe, STATE_DIR_VAR: f"{run}/a2"})
     assert r.returncode == 0 and "RESUMED from step=6" in r.stdout, r.stdout[-3000:]
+    assert "fingerprints not taken" not in out + r.stdout, (out + r.stdout)[-3000:]
+    recs = [{rank: SR.read(f) for rank, f in layout.Attempt(f"{run}/a{k}").state_files().items()} for k in (1, 2)]
+    rs = state_compare.compare(2, recs[1], 6, recs[0], against="attempt 1's")
+    assert rs.across == (4, 2) and rs.forgot == [], rs.text()
+    assert set(rs.equal) == {"params", "opt_state", "batch", "opt_step", "lr"}, rs.text()
     after = [(it, loss) for it, loss in dict(losses(metrics)).items() if it > 6]
     assert [it for it, _ in after] == list(range(7, ITERS + 1))
     worst = max(abs(loss / base[it] - 1) for it, loss in after)

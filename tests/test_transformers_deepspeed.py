@@ -8,6 +8,7 @@ lacks it is refused before anything runs."""
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -63,6 +64,33 @@ def test_transformers_trainer_through_run_resumes_exactly(expt):
     # its saves' stalls, estimated from its "Saving model checkpoint to" lines (it logs no length)
     ph = _summary(expt)["restart"]
     assert ph["saves_estimated"] >= 2 and ph["saves_estimated"] == ph["save"]["ckpt_save_seconds"]["count"], ph["save"]
+
+
+def test_an_unmodified_trainer_script_gets_its_steps_and_full_verdict(expt):
+    """#63.6: the Trainer as it comes (no callback printing a step, no `progress` in the scenario):
+    the steps are rank 0's optimizer steps from the training-state probe, the loss its own
+    {'loss': '5.399', ...} lines (4 significant digits). Two kills gated on checkpoint-15's and
+    checkpoint-25's completion land (the program waits after those saves, --hold-at: the kill lands
+    there however loaded the machine), the relaunches resume from them (numbered by the Trainer's own
+    resume line), and the verdict is whole: every step's loss compared (said rounded), the state at
+    each resume equal."""
+    need("transformers")
+    r = restartlab("run", HF, "--expt-dir", expt, "--plain", "--set", "trainer.program.progress=null",
+                   "--set", 'phases=[{name: baseline, checkpoint: none, args: [--no-step-lines]}, '
+                   '{name: restart, checkpoint: sync, args: [--save-steps, "5", --no-step-lines, --hold-at, "15,25"]}]')
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert not re.search(r"\bstep \d+ loss", _output(expt, 1)), _output(expt, 1)[-2000:]  # no progress line printed
+    ph = _summary(expt)["restart"]
+    v = ph["survival"]
+    assert ph["completed"] and ph["kills"] == 2, ph
+    assert [(x["outcome"], x["resumed_from"]) for x in v["restarts"]] == [("first", 0), ("newest", 15),
+                                                                          ("newest", 25)], v
+    assert v["survived"] and v["baseline"] == ("loss identical to the baseline's at all 30 steps both logged (the "
+                                               "losses of the program's own log lines, as rounded as it prints "
+                                               "them)"), v
+    for x in v["restarts"][1:]:
+        st = x["state"]
+        assert not st["forgot"] and {"params", "opt_state", "opt_step", "lr", "rng_torch", "batch"} <= set(st["equal"]), st
 
 
 def test_transformers_killed_inside_a_save_crash_loops_and_the_verdict_says_why(expt):

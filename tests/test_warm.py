@@ -79,9 +79,9 @@ def _log_pid(sb, stub_pid, timeout=30.0, told=False) -> int:
 
 # ---------------------------------------------------------------- what the pool can run
 def test_split_python_takes_modules_scripts_code_and_refuses_the_rest():
-    assert warm_pool.split_python([PY, "-m", "pkg.mod", "--x", "1"], PY) == ("-m", "pkg.mod", ["--x", "1"], False)
+    assert warm_pool.split_python([PY, "-m", "pkg.mod", "--x", "1"], PY) == ("module", "pkg.mod", ["--x", "1"], False)
     assert warm_pool.split_python([PY, "-u", "train.py", "a"], PY) == ("script", "train.py", ["a"], True)
-    assert warm_pool.split_python([PY, "-c", "print(1)", "z"], PY) == ("-c", "print(1)", ["z"], False)
+    assert warm_pool.split_python([PY, "-c", "print(1)", "z"], PY) == ("code", "print(1)", ["z"], False)
     # another name of the same binary in the same directory (a venv's python and python3)
     twin = os.path.join(os.path.dirname(PY), "python3" if os.path.basename(PY) != "python3" else "python")
     if os.path.exists(twin) and os.path.realpath(twin) == os.path.realpath(PY):

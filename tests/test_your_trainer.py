@@ -95,6 +95,29 @@ def test_a_plain_program_through_run(expt):
     assert {"ckpt-35", "ckpt-40"} <= set(_ckpts(expt, "restart"))
 
 
+def test_a_program_that_crashes_at_exit_after_its_last_step_is_finished_not_relaunched(expt):
+    """#63.5: rank 1 dies of SIGABRT after the last step (as a Trainer script that never destroys its
+    process group does, gloo's threads aborting at exit). The training is finished: the phase completes
+    after that one attempt, and the verdict names the crash at exit as a finding. Before, it was a crash:
+    each relaunch resumed at the final checkpoint, had nothing to train, crashed at exit again, and the
+    relaunch budget ran out."""
+    r = restartlab("run", PLAIN, "--expt-dir", expt, "--plain", "--set",
+                   'phases=[{name: restart, checkpoint: sync, failures: false, '
+                   'args: [--save-every, "5", --abort-at-exit, "1"]}]')
+    s = _summary(expt)["restart"]
+    assert s["completed"] and s["attempts"] == 1, (s, r.stdout[-2000:], r.stderr[-2000:])
+    rec = json.load(open(layout.Expt(expt).phase("restart").attempt(1).record))
+    assert rec["completed"] and rec["exit_code"] != 0 and rec["rank_exit"]["rank"] == "1", rec
+    assert "attempt 1 reached the last step, then exited" in open(layout.Expt(expt).job_out).read()
+    v = s["survival"]
+    assert v["finished"] and [x["outcome"] for x in v["restarts"]] == ["exit_crash"], v
+    f, = v["findings"]
+    assert f.startswith("attempt 1: started from step 0; then finished (step 40) and crashed at exit, SIGABRT "
+                        "(signal 6) in rank 1 on ") and ", the first rank to end" in f, v
+    # the phase completed: `restartlab run` exits 0 as for any finished run; the verdict is not "survived"
+    assert r.returncode == 0 and not v["survived"], r.stdout[-2000:]
+
+
 @pytest.mark.parametrize("log", ["{attempt_dir}/metrics.jsonl", "{phase_dir}/progress.csv"])
 def test_progress_from_a_file_the_program_appends_to(expt, tmp_path, log):
     """trainer.program.progress_file instead of the output: a JSONL file per attempt, or one CSV

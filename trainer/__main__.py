@@ -7,6 +7,7 @@ _T_IMPORT0 = time.time()
 import faulthandler  # noqa: E402
 import signal  # noqa: E402
 
+from restartlab.contracts.envvars import LAUNCH_TS_VAR  # noqa: E402
 from restartlab.contracts.trainer_options import STACKS_SIGNAL  # noqa: E402
 
 
@@ -81,8 +82,8 @@ def check_args(a, world_size):
 def launch_ts():
     """When this attempt was launched: RESTARTLAB_LAUNCH_TS (set by the relaunch loop before
     mpiexec), else this process's start time."""
-    if "RESTARTLAB_LAUNCH_TS" in os.environ:
-        return float(os.environ["RESTARTLAB_LAUNCH_TS"])
+    if LAUNCH_TS_VAR in os.environ:
+        return float(os.environ[LAUNCH_TS_VAR])
     try:
         import psutil
         return psutil.Process().create_time()

@@ -33,6 +33,7 @@ import zlib
 from typing import Optional
 
 from restartlab.contracts import layout
+from restartlab.contracts.envvars import LAUNCH_TS_VAR
 from restartlab.contracts.exits import EXIT_FAILED, EXIT_USAGE
 from restartlab.trainer.metrics import MetricsWriter  # torch-free
 from restartlab.contracts import metric_keys as K
@@ -234,7 +235,7 @@ class StepLog:
         # rank 0's metrics file is opened at the first commit: the relaunch loop's watchdog takes
         # a metrics file as "stepped" (startup timeout before it, hang timeout after)
         self.outdir, self.metrics = outdir, None
-        self.t_launch = float(os.environ.get("RESTARTLAB_LAUNCH_TS") or time.time())
+        self.t_launch = float(os.environ.get(LAUNCH_TS_VAR) or time.time())
         self.first = True
         self.attempted = 0
 

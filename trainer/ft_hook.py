@@ -34,7 +34,7 @@ import time
 import traceback
 from typing import Optional
 
-from restartlab.contracts import layout
+from restartlab.contracts import layout, pycmd
 from restartlab.contracts.exits import EXIT_USAGE
 
 from .ft import StepLog, state_crc
@@ -57,10 +57,10 @@ def parse_args(argv):
     program = a.program
     if program[:1] != ["--"]:
         p.error("no program given: ... -- PROGRAM.py [ARGS] (or -- -m MODULE [ARGS])")
-    program = program[1:]
-    if not program or (program[0] == "-m" and len(program) < 2):
+    cmd = pycmd.parse([sys.executable, *program[1:]])
+    if cmd.run not in ("module", "script") or not cmd.target or cmd.options:
         p.error("no program given: ... -- PROGRAM.py [ARGS] (or -- -m MODULE [ARGS])")
-    return a, program
+    return a, cmd
 
 
 def _manager_crc(m) -> Optional[int]:
@@ -209,7 +209,7 @@ class Observer:
 
 
 def main(argv=None) -> int:
-    a, program = parse_args(list(sys.argv[1:] if argv is None else argv))
+    a, cmd = parse_args(list(sys.argv[1:] if argv is None else argv))
     import importlib.util
     if importlib.util.find_spec("torchft") is None:
         print("restartlab.trainer.ft_hook: error: torchft is not installed (pip install 'restartlab[torchft]')",
@@ -224,16 +224,16 @@ def main(argv=None) -> int:
             obs.crashed(args.exc_type, args.exc_value, args.exc_traceback)
         default_thread_hook(args)
     threading.excepthook = thread_hook
-    if program[0] == "-m":
-        sys.argv = [program[1]] + program[2:]
-        run = lambda: runpy.run_module(program[1], run_name="__main__", alter_sys=True)  # noqa: E731
+    if cmd.run == "module":
+        sys.argv = [cmd.target, *cmd.args]
+        run = lambda: runpy.run_module(cmd.target, run_name="__main__", alter_sys=True)  # noqa: E731
     else:
-        if not os.path.isfile(program[0]):
-            print(f"restartlab.trainer.ft_hook: error: {program[0]}: no such file", file=sys.stderr)
+        if not os.path.isfile(cmd.target):
+            print(f"restartlab.trainer.ft_hook: error: {cmd.target}: no such file", file=sys.stderr)
             return EXIT_USAGE
-        sys.argv = list(program)
-        sys.path[0] = os.path.dirname(os.path.abspath(program[0]))
-        run = lambda: runpy.run_path(program[0], run_name="__main__")  # noqa: E731
+        sys.argv = [cmd.target, *cmd.args]
+        sys.path[0] = os.path.dirname(os.path.abspath(cmd.target))
+        run = lambda: runpy.run_path(cmd.target, run_name="__main__")  # noqa: E731
     try:
         run()
     except SystemExit as e:

@@ -16,7 +16,13 @@ they read every byte of the rank's state; bench/state_probe.py measures what tha
 optimizer's step count (Adam's `step`), the RNG streams (Python, NumPy's global one when NumPy is
 loaded, torch's CPU one, CUDA's or XPU's when initialised: not verified here, no GPU), the latest
 batch a DataLoader gave (with gradient accumulation, the step's last micro-batch) and the scaler's
-scale. A probe that fails says so once on stderr and stops; the program never sees it."""
+scale. A probe that fails says so once on stderr and stops; the program never sees it.
+
+Loads too (install_load_hooks): right after the program calls an RNG setter (torch's, Python's,
+NumPy's) or an optimizer's or scheduler's load_state_dict, a record of the pieces that call set,
+marked with the load's name. A resume's verdict tells "restored, then changed before the first
+step" from "not restored" by them (analysis/state_compare.py)."""
+import json
 import os
 import random
 import sys
@@ -32,10 +38,11 @@ except ImportError:
     from zlib import crc32
 
 from restartlab.contracts import layout
-from restartlab.contracts.envvars import STATE_DIR_VAR, STATE_EVERY_VAR
+from restartlab.contracts.envvars import LOSS_LINE_VAR, STATE_DIR_VAR, STATE_EVERY_VAR
 from restartlab.contracts.state_record import StateRecord
 
 FIRST = 2  # an attempt's first steps always carry the heavy crcs: a resume's are compared there
+HELD = 256  # batches hashed between two steps for a heavy step's whole fingerprint (more: not observed)
 DCP_STATE_DICT = os.path.join("distributed", "checkpoint", "state_dict.py")
 
 
@@ -86,6 +93,223 @@ def digest(tensors) -> str:
     return f"{device_digest(tensors) if on_device else tensors_crc(tensors):08x}"
 
 
+# Layout-independent fingerprints, for a resume onto another number of ranks (#63.3): each element
+# weighted by its place in the whole tensor (a DTensor's global offset), the products summed modulo
+# 2**32. The sum over every rank's part is the whole tensor's, however it is sharded: the collector
+# adds the ranks' parts (contracts/state_record.whole_tensors).
+_K1, _K2, _K3 = -7046029254386353131, -4658895280553007687, 7640891576956012809  # odd 64-bit constants
+
+
+def _mix(h):
+    """A 64-bit finaliser (splitmix64's shape; arithmetic shifts, deterministic) on an int64 tensor."""
+    h = (h ^ (h >> 31)) * _K1
+    h = (h ^ (h >> 29)) * _K2
+    return h ^ (h >> 32)
+
+
+def _i64(v: int) -> int:
+    """A Python int wrapped to a signed 64-bit one (torch refuses a larger scalar)."""
+    return (v + (1 << 63)) % (1 << 64) - (1 << 63)
+
+
+def _hex32(v) -> str:
+    return f"{int(v) & 0xFFFFFFFF:08x}"
+
+
+def _bits(t):
+    return t.contiguous().view(_BITS[t.element_size()]).to(torch.int64)
+
+
+MASK = 0xFFFFFFFF  # whole fingerprints are taken modulo 2**32 (contracts/state_record.add32)
+
+
+def _row_sums(part, wcol):
+    """sum(bits(part[r, c]) * wcol[c]) over c for each row r, modulo 2**32 (wrapping int32
+    arithmetic; 8-byte elements in int64, reduced). On the host a NumPy matrix-vector product: one
+    pass (torch's integer multiply and sum take several times longer here)."""
+    size = part.element_size()
+    if part.device.type == "cpu":
+        import numpy as np
+        a = part.contiguous().view(_BITS[size]).numpy()
+        if size == 8:
+            return torch.from_numpy((a @ wcol.numpy()) & MASK)
+        return torch.from_numpy((a.astype(np.int32, copy=False) @ wcol.numpy().astype(np.int32)).astype(np.int64) & MASK)
+    return (_bits(part) * wcol).sum(dim=1) & MASK
+
+
+def _mesh_key(mesh):
+    """A mesh as a dict key: itself (torch hashes a mesh by its ranks and layout), else its id."""
+    try:
+        hash(mesh)
+        return mesh
+    except TypeError:
+        return id(mesh)
+
+
+_INDICES: dict = {}  # (mesh, global shape, placements) -> _split_indices: a layout's indices, made once
+
+
+def _local_indices(t, coord) -> list:
+    """_split_indices of DTensor t, once per layout (a model's tensors keep theirs from step to step)."""
+    key = (_mesh_key(t.device_mesh), tuple(t.shape), tuple(t.placements))
+    if key not in _INDICES:
+        _INDICES[key] = _split_indices(t, coord)
+    return _INDICES[key]
+
+
+def _split_indices(t, coord) -> list:
+    """For each dimension of DTensor t, the global indices of this rank's local elements along it
+    (int64 tensors). Each sharding placement, left to right along the mesh, splits the index list of
+    its dimension as torch splits the tensor itself (the placement's own split: a _StridedShard's
+    rows, FSDP2 over tensor parallel, come out interleaved as they are), and this rank keeps its
+    piece. Checked against torch's own local shape and first offset; raises where they differ, a
+    placement is not known, or the values are partial sums."""
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    idx = [torch.arange(n) for n in t.shape]
+    for md, p in enumerate(t.placements):
+        if p.is_replicate():
+            continue
+        d, split = getattr(p, "dim", None), getattr(p, "_split_tensor", None)
+        if p.is_partial() or d is None or split is None:
+            raise ValueError(f"placement {p}: not compared whole")
+        pieces, _ = split(idx[d].reshape([1] * d + [-1]), t.device_mesh.size(md), with_padding=False)
+        idx[d] = pieces[coord[md]].reshape(-1)
+    shape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
+    got = tuple(len(x) for x in idx)
+    if got != tuple(shape) or any(len(x) and int(x[0]) != o for x, o in zip(idx, offset)):
+        raise ValueError(f"the split of {t.placements} is not torch's: {got} against {tuple(shape)} at {tuple(offset)}")
+    return idx
+
+
+_FIRST_COPY: dict = {}  # a mesh -> whether this rank's copy of it counts (_first_copy)
+
+
+def _first_copy(mesh) -> bool:
+    """Whether this rank's mesh is the first copy of it. A DTensor on a mesh that does not span the
+    job (FSDP's data-parallel slice of a data x tensor-parallel mesh: the parameters tensor
+    parallelism leaves alone) has a copy on each other slice; their ranks hold the same values and
+    must not add them again. torch lays the copies out from the mesh's own layout (its
+    `_layout.remap_to_tensor`, read in torch 2.13.0: sliced, flattened and unflattened meshes alike);
+    the first of them counts. Not told apart: pipeline stages, whose slices hold different tensors
+    (each is taken for a copy: only the first stage's are added)."""
+    key = _mesh_key(mesh)
+    if key not in _FIRST_COPY:
+        layout, rank_map = getattr(mesh, "_layout", None), getattr(mesh, "_rank_map", None)
+        if layout is None or rank_map is None:
+            raise ValueError("this torch's DeviceMesh has no layout: its copies are not known")
+        copies = layout.remap_to_tensor(rank_map)
+        _FIRST_COPY[key] = mesh.get_rank() in copies.reshape(copies.shape[0], -1)[0].tolist()
+    return _FIRST_COPY[key]
+
+
+def _shard_part(i: int, t) -> tuple:
+    """Tensor number i of a DTensor: (this rank's part of its whole fingerprint; the same, or 0 on a
+    replica that is not the first along a replicated mesh dimension, so that the sum over ranks
+    counts each element once). The whole fingerprint is sum(bits(x[r, c]) * wrow[r] * wcol[c])
+    modulo 2**32 over the global tensor's rows r (its first dimension) and columns c (the rest,
+    flattened), with odd pseudo-random weights from the global indices: a sum, so any split among
+    ranks gives the same total; odd weights, so any one changed element changes it. Raises where the
+    layout is not known. Measured on this machine's CPU: 2.5 times a crc32's time for one tensor of
+    25 M float32 elements, 3.4 times for a model's many small ones (bench/state_probe.py). Modulo
+    2**32, an element's bits times an odd weight keep their trailing zero bits: several elements that
+    change together among round values (many zero low bits) cancel out more often than 2**-32;
+    trained weights and moments have full mantissas."""
+    coord = t.device_mesh.get_coordinate()
+    if coord is None:
+        return 0, 0
+    counted = _first_copy(t.device_mesh) and all(not p.is_replicate() or c == 0 for p, c in zip(t.placements, coord))
+    local = t.to_local().detach()
+    idx = _local_indices(t, coord)
+    if tuple(local.shape) != tuple(len(x) for x in idx):
+        raise ValueError(f"local shape {tuple(local.shape)} is not {tuple(len(x) for x in idx)}")
+    if not local.numel():
+        return 0, 0
+    if not local.dim():
+        local, idx, gshape = local.reshape(1, 1), [torch.zeros(1, dtype=torch.int64)] * 2, (1, 1)
+    else:
+        gshape = tuple(t.shape)
+    dev = local.device
+    col = torch.zeros((), dtype=torch.int64, device=dev)  # each local column's global index within a row
+    stride = 1
+    for d in range(len(idx) - 1, 0, -1):
+        col = col + (idx[d].to(dev) * stride).reshape([-1] + [1] * (len(idx) - 1 - d))
+        stride *= gshape[d]
+    wcol = (_mix(col.reshape(-1) + _i64(i * _K3)) | 1) & MASK
+    rows_idx = idx[0].to(dev)
+    total = 0
+    rows = max(1, CHUNK // max(1, wcol.numel()))
+    for a in range(0, local.shape[0], rows):
+        part = local[a:a + rows].reshape(min(rows, local.shape[0] - a), -1)
+        wrow = (_mix(rows_idx[a:a + part.shape[0]] + _i64((i + 1) * _K2)) | 1) & MASK
+        total += int((_row_sums(part, wcol) * wrow).sum())  # wrapping int64: exact modulo 2**32
+    return total & MASK, (total & MASK) if counted else 0
+
+
+_WHOLE_OFF = []  # the first error of a whole fingerprint (said once on stderr)
+
+
+def _softly(fn):
+    """fn(), or None where it fails (a layout the whole fingerprints do not know): said once on
+    stderr; the other pieces go on."""
+    try:
+        return fn()
+    except Exception as e:
+        if not _WHOLE_OFF:
+            _WHOLE_OFF.append(e)
+            sys.stderr.write(f"restartlab: whole-state fingerprints not taken: {type(e).__name__}: {e}\n")
+        return None
+
+
+def fingerprint(tensors) -> tuple:
+    """(this rank's fingerprint of the tensors, their whole fingerprint: [the DTensors' part, to be
+    summed over the ranks; the plain tensors' digest, each rank's whole copy], None where there are
+    none). Plain tensors only: the digest, as always. DTensors: their global-position hashes (one
+    pass serves both), the plain ones' digest beside; where their layout is not known, the digest
+    of every local shard and no whole fingerprint."""
+    tensors = list(tensors)
+    dt, plain = [], []
+    for i, t in enumerate(tensors):
+        if hasattr(t, "to_local") and hasattr(t, "placements"):
+            dt.append((i, t))
+        else:
+            plain.append(t)
+    pd = digest(plain) if plain else None
+    if not dt:
+        return pd, [None, pd]
+    parts = _softly(lambda: [_shard_part(i, t) for i, t in dt])
+    if parts is None:
+        return digest(tensors), None
+    mine = "w" + _hex32(sum(p[0] for p in parts))  # "w": the weighted sum, not a crc (records of older probes)
+    return (mine if pd is None else f"{mine}:{pd}"), [_hex32(sum(p[1] for p in parts)), pd]
+
+
+def samples_part(batch):
+    """[a fingerprint of the batch as a set of samples (each row of its tensors hashed as one sample,
+    the rows' hashes summed: the same samples give the same sum in any order, split in any way
+    among ranks and micro-batches), how many samples, a sample's width (its elements, all tensors)].
+    A batch whose tensors do not share their first dimension counts as one sample. A sample padded to
+    the longest in its batch has another width, and another hash, when the batches are split
+    otherwise: the verdict does not compare such batches across a change in the number of ranks."""
+    leaves = [t.detach() for t in _leaves(batch, [])]
+    if leaves and all(x.dim() >= 1 for x in leaves) and \
+            len({x.shape[0] for x in leaves}) == 1:
+        n = leaves[0].shape[0]
+        rows = [x.reshape(n, -1) for x in leaves]
+    else:
+        n, rows = 1, [x.reshape(1, -1) for x in leaves]
+    acc = None
+    for i, r in enumerate(rows):
+        if not r.numel():
+            continue
+        pos = torch.arange(r.shape[1], device=r.device) + _i64(i * _K3)
+        s = _mix(_bits(r) ^ _mix(pos)).sum(dim=1)
+        acc = s if acc is None else acc + s
+    width = sum(r.shape[1] for r in rows)
+    if acc is None:
+        return [_hex32(0), n, width]
+    return [_hex32(_mix(acc + _K2).sum()), n, width]
+
+
 def _leaves(obj, out):
     """The tensors of a batch (nested tuples, lists, dicts, and objects with tensor attributes)."""
     if isinstance(obj, torch.Tensor):
@@ -102,32 +326,60 @@ def _leaves(obj, out):
     return out
 
 
-def rng_pieces() -> dict:
-    py = zlib.crc32(repr(random.getstate()).encode())
-    np_ = None
+def rng_python() -> str:
+    return f"{zlib.crc32(repr(random.getstate()).encode()):08x}"
+
+
+def rng_numpy():
+    """NumPy's global RNG, where NumPy is loaded (None elsewhere)."""
     np = sys.modules.get("numpy")
-    if np is not None:
-        try:
-            name, keys, pos, has_gauss, cached = np.random.get_state()
-            np_ = zlib.crc32(repr((name, pos, has_gauss, cached)).encode(), zlib.crc32(keys.tobytes()))
-        except Exception:
-            np_ = None
-    dev = None
+    if np is None:
+        return None
+    try:
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        return f"{zlib.crc32(repr((name, pos, has_gauss, cached)).encode(), zlib.crc32(keys.tobytes())):08x}"
+    except Exception:
+        return None
+
+
+def rng_device():
+    """CUDA's or XPU's RNG where initialised (None elsewhere; not verified here: no GPU)."""
     try:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
-            dev = digest([torch.cuda.get_rng_state()])
-        elif hasattr(torch, "xpu") and torch.xpu.is_available() and torch.xpu.is_initialized():
-            dev = digest([torch.xpu.get_rng_state()])
+            return digest([torch.cuda.get_rng_state()])
+        if hasattr(torch, "xpu") and torch.xpu.is_available() and torch.xpu.is_initialized():
+            return digest([torch.xpu.get_rng_state()])
     except Exception:
-        dev = None
-    return {"rng_python": f"{py:08x}", "rng_numpy": None if np_ is None else f"{np_:08x}",
-            "rng_torch": digest([torch.get_rng_state()]), "rng_device": dev}
+        return None
+    return None
+
+
+def rng_pieces() -> dict:
+    return {"rng_python": rng_python(), "rng_numpy": rng_numpy(),
+            "rng_torch": digest([torch.get_rng_state()]), "rng_device": rng_device()}
 
 
 def _num(v):
     if isinstance(v, torch.Tensor):
         return float(v.detach().cpu().reshape(-1)[0]) if v.numel() else None
     return float(v) if isinstance(v, (int, float)) else None
+
+
+TORCH_RNG_RESTORERS = (os.path.join("torch", "utils", "checkpoint.py"), os.path.join("torch", "random.py"))
+
+
+def _in_torch_rng_restore() -> bool:
+    """Called from torch's own save-and-restore of the RNG: activation checkpointing's recompute
+    (torch/utils/checkpoint.py, twice a backward) or torch.random.fork_rng. Not a load of the
+    program's. Told by the calling frames (the wrapper's caller and a few above it)."""
+    f = sys._getframe(3)
+    for _ in range(4):
+        if f is None:
+            return False
+        if f.f_code.co_filename.endswith(TORCH_RNG_RESTORERS):
+            return True
+        f = f.f_back
+    return False
 
 
 def _in_dcp_init() -> bool:
@@ -154,9 +406,12 @@ class Probe:
         self.fd = None
         self.opts = {}    # id(optimizer) -> its number (by first step)
         self.steps = {}   # its number -> steps so far in this attempt
-        self.batch, self.loader_seen = None, False
+        self.batch, self.loader_seen, self.batch_pos = None, False, None
+        self.held = []    # the samples_part of each batch since the last step, before a heavy step (None: not observed)
         self.scale = None
-        self.off = False
+        self.off = self.dead = False  # off: no fingerprints (a failure); dead: no records (the file)
+        self.pid = os.getpid()
+        self.pending = {}  # id(optimizer) -> its load records, until its first step numbers it
         self.lock = threading.Lock()
 
     def retarget(self, path: str, every: int) -> None:
@@ -167,57 +422,186 @@ class Probe:
             os.close(self.fd)
         self.path, self.every, self.fd = path, max(1, every), None
         self.opts, self.steps = {}, {}
-        self.batch, self.loader_seen, self.scale = None, False, None
+        self.batch, self.loader_seen, self.scale, self.held, self.batch_pos = None, False, None, [], None
+        self.pending, self.pid = {}, os.getpid()
 
     def _write(self, rec: StateRecord) -> None:
+        self._write_line(rec.to_json())
+
+    def _write_line(self, line: str) -> None:
         if self.fd is None:  # opened at the first record: a process that never steps writes nothing
             self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(self.fd, (rec.to_json() + "\n").encode())  # one write per line: a fork never repeats it
+        os.write(self.fd, (line + "\n").encode())  # one write per line: a fork never repeats it
 
     def _fail(self, e: BaseException) -> None:
-        self.off = True
-        sys.stderr.write(f"restartlab: training-state fingerprints stopped: {type(e).__name__}: {e}\n")
-
-    def on_batch(self, batch) -> None:
-        """The latest batch, held (not fingerprinted) until the next step: a program that skips
-        batches by iterating at a resume, or accumulates gradients, pays for one crc a step."""
+        """The fingerprints stop (said once); the steps go on being recorded without them (where the
+        steps come from these records, a failed fingerprint must not look like a hang)."""
         if not self.off:
-            with self.lock:
-                self.batch, self.loader_seen = batch, True
+            sys.stderr.write(f"restartlab: training-state fingerprints stopped: {type(e).__name__}: {e}\n")
+        self.off = True
+
+    def on_batch(self, batch, pos=None) -> None:
+        """The latest batch, held (not fingerprinted) until the next step: a program that skips
+        batches by iterating at a resume, or accumulates gradients, pays for one crc a step.
+        Where the next step is heavy, each batch's samples are also hashed as it comes (samples_part:
+        the whole fingerprint, kept small; at most HELD batches a step, else not observed).
+        `pos`: [its number in its epoch (1: the first), the batches in the epoch], where a
+        DataLoader's iterator says (the verdict tells an epoch's reset or skip by it)."""
+        if self.off:
+            return
+        heavy = self.heavy(self.steps.get(0, 0) + 1)
+        part = _softly(lambda: samples_part(batch)) if heavy and self.held is not None and len(self.held) < HELD \
+            else None
+        with self.lock:
+            self.batch, self.loader_seen, self.batch_pos = batch, True, pos
+            if heavy and self.held is not None:
+                self.held = None if part is None else self.held + [part]  # too many, or a failure: not observed
 
     def pre_step(self, opt, args, kwargs) -> None:
-        if self.off or _in_dcp_init():
+        if self.dead or _in_dcp_init():
             return
         try:
-            self._record(opt)
+            n = self.opts.setdefault(id(opt), len(self.opts))
+            k = self.steps[n] = self.steps.get(n, 0) + 1
+            for rec in self.pending.pop(id(opt), []):  # its loads, numbered now (optimizers: by their first step)
+                self._write(rec._replace(opt=n))
+            pieces = {}
+            if not self.off:
+                try:
+                    pieces = self._pieces(opt, k)
+                except Exception as e:
+                    self._fail(e)
+            self._write(StateRecord(k, n, time.time(), pieces))
+        except Exception as e:  # the file cannot be written: nothing more is recorded
+            self.dead = True
+            sys.stderr.write(f"restartlab: training-state records stopped: {type(e).__name__}: {e}\n")
+
+    def heavy(self, k: int) -> bool:
+        """An attempt's first steps, and each step after a multiple of `every` (where a resume from a
+        checkpoint at such a step begins: the baseline has the same step's then)."""
+        return k <= FIRST or (k - 1) % self.every == 0
+
+    def _pieces(self, opt, k: int) -> dict:
+        heavy = self.heavy(k)
+        params = [p for g in opt.param_groups for p in g["params"]]
+        with self.lock:
+            batch = f"{tensors_crc(_leaves(self.batch, [])):08x}" if self.loader_seen else None
+            held, self.held, pos = self.held, [], self.batch_pos
+        mine, whole = fingerprint(params) if heavy else (None, None)
+        pieces = {**opt_pieces(opt, heavy), "params": mine, "batch": batch, "scale": self.scale, **rng_pieces(),
+                  "batch_pos": pos, "threads": torch.get_num_threads()}
+        if heavy:  # the same, whole: comparable across a change in the number of ranks
+            pieces["params_g"] = whole
+            pieces["batch_g"] = None if not self.loader_seen or held is None else held
+        return pieces
+
+    def on_loss_line(self, loss: str) -> None:
+        """The program printed its loss (watch_output): one record {step: the optimizer steps so far,
+        logged_loss} (contracts/state_record.py: not a step record), booked by the tap at that step."""
+        if self.dead:
+            return
+        try:
+            self._write_line(json.dumps({"step": self.steps.get(0, 0), "opt": 0, "time": time.time(),
+                                         "logged_loss": loss}, separators=(",", ":")))
+        except Exception:
+            pass
+
+    def on_load(self, what: str, pieces, of_opt=None) -> None:
+        """A load the program made (`what`, a contracts.state_record.LOADS name) has returned: the
+        pieces it set, fingerprinted as a step's record would (`pieces()`). A resume's verdict tells
+        "restored, then changed before the first step" from "not restored" by them, so only the loads
+        before this attempt's first optimizer step are recorded, in the process that installed the
+        probe (not a DataLoader worker it forked), and not torch's own save-and-restore of the RNG
+        (activation checkpointing, fork_rng: _in_torch_rng_restore). An optimizer's load (`of_opt()`:
+        its optimizer) is held until that optimizer's first step numbers it."""
+        if self.off or self.steps or os.getpid() != self.pid or _in_torch_rng_restore():
+            return
+        try:
+            opt = None if of_opt is None else of_opt()
+            rec = StateRecord(0, 0, time.time(), pieces(), what)
+            if opt is None:
+                self._write(rec)
+            elif id(opt) in self.opts:
+                self._write(rec._replace(opt=self.opts[id(opt)]))
+            else:
+                self.pending.setdefault(id(opt), []).append(rec)
         except Exception as e:
             self._fail(e)
 
-    def _record(self, opt) -> None:
-        n = self.opts.setdefault(id(opt), len(self.opts))
-        k = self.steps[n] = self.steps.get(n, 0) + 1
-        # an attempt's first steps, and each step after a multiple of `every` (where a resume from a
-        # checkpoint at such a step begins: the baseline has the same step's then)
-        heavy = k <= FIRST or (k - 1) % self.every == 0
-        params = [p for g in opt.param_groups for p in g["params"]]
-        opt_step, moments = None, []
-        for p in params:
+
+def _moments(opt) -> list:
+    """Every optimizer state tensor but the step count, in the param groups' order."""
+    return [st[key] for g in opt.param_groups for p in g["params"] for st in [opt.state.get(p) or {}]
+            for key in sorted(st) if key != "step" and isinstance(st[key], torch.Tensor)]
+
+
+def opt_pieces(opt, heavy: bool = True) -> dict:
+    """An optimizer's pieces: its param groups' learning rates, its step count (Adam's `step`) and,
+    where `heavy`, a fingerprint of its state tensors (the moments)."""
+    opt_step = None
+    for g in opt.param_groups:
+        for p in g["params"]:
             st = opt.state.get(p) or {}
-            for key in sorted(st):
-                v = st[key]
-                if key == "step":
-                    opt_step = _num(v) if opt_step is None else opt_step
-                elif isinstance(v, torch.Tensor):
-                    moments.append(v)
-        with self.lock:
-            batch = f"{tensors_crc(_leaves(self.batch, [])):08x}" if self.loader_seen else None
-        pieces = {"lr": [_num(g.get("lr")) for g in opt.param_groups],
-                  "opt_step": 0.0 if opt_step is None else opt_step,  # no state yet: no step taken
-                  "params": digest(params) if heavy else None,
-                  # "empty": no state yet (Adam before its first step) or none kept (plain SGD)
-                  "opt_state": (digest(moments) if moments else "empty") if heavy else None,
-                  "batch": batch, "scale": self.scale, **rng_pieces()}
-        self._write(StateRecord(k, n, time.time(), pieces))
+            if "step" in st and opt_step is None:
+                opt_step = _num(st["step"])
+    moments = _moments(opt) if heavy else []
+    mine, whole = fingerprint(moments) if moments else ("empty", None)
+    out = {"lr": [_num(g.get("lr")) for g in opt.param_groups],
+           "opt_step": 0.0 if opt_step is None else opt_step,  # no state yet: no step taken
+           # "empty": no state yet (Adam before its first step) or none kept (plain SGD)
+           "opt_state": mine if heavy else None}
+    if heavy:
+        out["opt_g"] = whole if moments else [None, None]
+    return out
+
+
+def _after(owner, name: str, what: str, pieces, of_opt=None) -> None:
+    """owner.name wrapped: once the call returns, the probe records the load `what`; `pieces(*args)`
+    fingerprints what it set; `of_opt(*args)`: the optimizer it belongs to (numbered as its steps)."""
+    orig = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        out = orig(*args, **kwargs)
+        if _PROBE is not None:
+            _PROBE.on_load(what, lambda: pieces(*args), None if of_opt is None else lambda: of_opt(*args))
+        return out
+    wrapper.__wrapped__ = orig
+    wrapper.__name__, wrapper.__doc__ = getattr(orig, "__name__", name), getattr(orig, "__doc__", None)
+    setattr(owner, name, wrapper)
+
+
+def install_load_hooks() -> None:
+    """The loads a resume makes, seen from outside the program: the RNG setters (torch's, Python's,
+    NumPy's global one), any optimizer's and scheduler's load_state_dict (torch.distributed.checkpoint's
+    set_state_dict loads an optimizer through the latter). A program that calls them under another
+    name (bound before the probe was installed) is not seen: its pieces read "not restored" as before."""
+    import torch.random
+    _after(torch.random, "set_rng_state", "torch.set_rng_state", lambda *a: {"rng_torch": digest([torch.get_rng_state()])})
+    torch.set_rng_state = torch.random.set_rng_state
+    _after(random, "setstate", "random.setstate", lambda *a: {"rng_python": rng_python()})
+    np = sys.modules.get("numpy")  # torch imports it where it is installed
+    if np is not None:
+        _after(np.random, "set_state", "numpy.random.set_state", lambda *a: {"rng_numpy": rng_numpy()})
+    for cls in _own_loaders(torch.optim.Optimizer):
+        _after(cls, "load_state_dict", "Optimizer.load_state_dict",
+               lambda opt, *a, **kw: opt_pieces(opt), of_opt=lambda opt, *a, **kw: opt)
+    from torch.optim.lr_scheduler import LRScheduler
+    for cls in _own_loaders(LRScheduler):
+        _after(cls, "load_state_dict", "LRScheduler.load_state_dict",
+               lambda sched, *a, **kw: {"lr": opt_pieces(sched.optimizer, False)["lr"]},
+               of_opt=lambda sched, *a, **kw: sched.optimizer)
+
+
+def _own_loaders(base) -> list:
+    """`base` and each subclass defined so far that has a load_state_dict of its own (torch's LambdaLR
+    does not call its base's). A subclass defined later with its own is not seen."""
+    out, todo = [], [base]
+    while todo:
+        cls = todo.pop()
+        if "load_state_dict" in vars(cls):
+            out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out
 
 
 _PROBE = None
@@ -232,13 +616,18 @@ def install(out_dir: str, rank, every: int = 1) -> Probe:
     probe = _PROBE = Probe(layout.Attempt(out_dir).state(rank), every)
     from torch.optim.optimizer import register_optimizer_step_pre_hook
     register_optimizer_step_pre_hook(probe.pre_step)
+    install_load_hooks()
     from torch.utils.data import dataloader
     base = dataloader._BaseDataLoaderIter
     nxt = base.__next__
 
     def __next__(self):
         batch = nxt(self)
-        probe.on_batch(batch)
+        try:
+            pos = [int(self._num_yielded), len(self)]
+        except Exception:  # an iterable dataset has no length
+            pos = None
+        probe.on_batch(batch, pos)
         return batch
     base.__next__ = __next__
     try:
@@ -273,8 +662,53 @@ def rank_of(env=os.environ) -> str:
 
 def install_from_env(env=os.environ):
     """install() where restartlab asked for it (RESTARTLAB_STATE_DIR, and RESTARTLAB_STATE_EVERY not
-    0); None elsewhere."""
+    0); None elsewhere. On rank 0, with RESTARTLAB_LOSS_LINE, the program's loss lines too (watch_output)."""
     where, every = env.get(STATE_DIR_VAR), env.get(STATE_EVERY_VAR, "1")
     if not where or every == "0":
         return None
-    return install(where, rank_of(env), int(every) if every.isdigit() else 1)
+    rank = rank_of(env)
+    probe = install(where, rank, int(every) if every.isdigit() else 1)
+    if env.get(LOSS_LINE_VAR) and rank == "0":
+        watch_output(probe, env[LOSS_LINE_VAR])
+    return probe
+
+
+class _LossLines:
+    """sys.stdout or sys.stderr as it was, each line written through it also read for the program's
+    loss line (`rx`, a `loss` group): the probe books it at this process's step count, so a loss
+    line belongs to the step it was printed after, whatever its delay through the launcher."""
+
+    def __init__(self, stream, probe, rx):
+        self._stream, self._probe, self._rx, self._part = stream, probe, rx, ""
+
+    def write(self, text):
+        n = self._stream.write(text)
+        try:
+            *lines, part = (self._part + text).split("\n")  # a line ends with its newline: the rest waits
+            self._part = part[-4096:]
+            for line in lines:
+                m = self._rx.search(line.strip())
+                if m:
+                    self._probe.on_loss_line(m.group("loss"))
+        except Exception:  # never the program's failure (bytes written to a text stream: not read)
+            pass
+        return n
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def watch_output(probe, rx: str) -> None:
+    """The program's loss lines read where it writes them (sys.stdout and sys.stderr, wrapped once)."""
+    import re
+    try:
+        compiled = re.compile(rx)
+    except re.error as e:
+        sys.stderr.write(f"restartlab: loss line not watched: {e}\n")
+        return
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, _LossLines):
+            stream._probe, stream._rx = probe, compiled
+        elif stream is not None:
+            setattr(sys, name, _LossLines(stream, probe, compiled))

@@ -10,6 +10,7 @@ import os
 import queue
 import threading
 
+from restartlab.contracts.envvars import ATTEMPT_VAR, EXPT_VAR, PHASE_VAR
 from restartlab.contracts.exits import EXIT_PREEMPTED
 from restartlab.contracts import metric_keys as K
 
@@ -22,9 +23,9 @@ def run_context(env=None):
     """(experiment, phase, attempt) from the relaunch loop's environment (outside a job script:
     the run is named after the process)."""
     env = os.environ if env is None else env
-    expt = env.get("RESTARTLAB_EXPT", "restartlab")
-    phase = env.get("RESTARTLAB_PHASE", "run")
-    attempt = int(env.get("RESTARTLAB_ATTEMPT", "1"))
+    expt = env.get(EXPT_VAR, "restartlab")
+    phase = env.get(PHASE_VAR, "run")
+    attempt = int(env.get(ATTEMPT_VAR, "1"))
     return expt, phase, attempt
 
 

@@ -16,6 +16,22 @@ so a checkpoint is absent or whole. On a relaunch it loads the newest and prints
   sampler     the epoch restarts from its first batch (the data position is lost)
   optimizer   the optimizer's state is not loaded (moments, step count and its groups' learning rate)
   step        the optimizer's state is loaded but its step count reset (Adam's bias correction restarts)
+  sched_ahead the scheduler is loaded, then stepped once more before the first step (pytorch issue 140900,
+              DeepSpeed issues 5788/3875: the learning rate jumps on resume)
+  epoch       a mid-epoch resume keeps the position within the epoch but resets the epoch to 0: the
+              batches are epoch 0's (accelerate PR 4071)
+  rng_draw    the RNG states are restored, then a DataLoader iterator is made, which draws its base
+              seed from torch's RNG: one draw the run from step 0 never made there (Megatron-Bridge
+              issue 5257; transformers PR 46628: skip_first_batches consumes RNG after the restore)
+  epoch_skip  a resume at an epoch's end moves on to the next epoch at its load, and the loop moves on
+              once more: a whole epoch skipped, and the run still ends well (verl issue 7401)
+  initial_lr  the optimizer's param groups come back without `initial_lr` (DCP's optimizer state dict
+              drops it: pytorch issue 140900) and the scheduler is made after the load at the step
+              resumed from (last_epoch), which needs it: every relaunch fails in its start-up
+  rng_saved_late  the save takes torch's RNG state one draw later than the rest of its state (inside
+              fork_rng: the run itself is unchanged), as a save made after another draw does (a
+              validation pass, the next batch's augmentation): the load restores what the checkpoint
+              holds, and that is not the run's state at its step; a bug of the save, not of the load
   none        nothing (the control: an exact resume)
 One rank is enough (the pieces are per rank); under a launcher each rank trains the same copy."""
 import argparse
@@ -28,7 +44,8 @@ import time
 import numpy as np
 import torch
 
-PIECES = ("none", "scheduler", "rng", "sampler", "optimizer", "step")
+PIECES = ("none", "scheduler", "rng", "sampler", "optimizer", "step", "sched_ahead", "epoch", "rng_draw", "epoch_skip",
+          "initial_lr", "rng_saved_late")
 
 
 def batches_of(loader_gen_state, dataset, batch, skip):
@@ -41,6 +58,13 @@ def batches_of(loader_gen_state, dataset, batch, skip):
     for _ in range(skip):
         next(it)
     return it
+
+
+def next_epoch(gen, epoch_gen_state, n):
+    """The sampler generator's state at the next epoch's start: the epoch that ended used one draw."""
+    gen.set_state(epoch_gen_state)
+    torch.randperm(n, generator=gen)
+    return gen.get_state()
 
 
 def newest(d):
@@ -85,16 +109,28 @@ def main():
         if a.forget == "step":
             for st in opt.state.values():
                 st["step"] = torch.zeros_like(st["step"])
-        if a.forget != "scheduler":
+        if a.forget == "initial_lr":  # the groups as DCP gives them back; the scheduler made after the load
+            for g in opt.param_groups:
+                g.pop("initial_lr", None)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.97 ** s, last_epoch=ck["step"])
+        elif a.forget != "scheduler":
             sched.load_state_dict(ck["scheduler"])
+        if a.forget == "sched_ahead":
+            sched.step()
         if a.forget != "rng":
             torch.set_rng_state(ck["rng"]["torch"])
             np.random.set_state(ck["rng"]["numpy"])
             random.setstate(ck["rng"]["python"])
+        if a.forget == "rng_draw":  # a loader made after the restore: its iterator draws a base seed
+            iter(torch.utils.data.DataLoader(dataset, batch_size=8))
         epoch, into, start = ck["data"]["epoch"], ck["data"]["into"], ck["step"]
         epoch_gen_state = ck["data"]["gen_state"]
         if a.forget == "sampler":
             into = 0
+        if a.forget == "epoch":  # epoch 0's order, the position within the epoch kept
+            epoch, epoch_gen_state = 0, torch.Generator().manual_seed(2).get_state()
+        if a.forget == "epoch_skip" and into == len(dataset) // 8:  # the epoch is done: on to the next one
+            epoch, epoch_gen_state = epoch + 1, next_epoch(sampler_gen, epoch_gen_state, len(dataset))
         print(f"resumed from step {start}", flush=True)
     os.makedirs(a.ckpt, exist_ok=True)
 
@@ -103,9 +139,7 @@ def main():
     for n in range(start + 1, a.steps + 1):
         if into == per_epoch:  # the next epoch: its order from where the generator now is
             epoch, into = epoch + 1, 0
-            sampler_gen.set_state(epoch_gen_state)
-            torch.randperm(len(dataset), generator=sampler_gen)  # the epoch that ended used one draw
-            epoch_gen_state = sampler_gen.get_state()
+            epoch_gen_state = next_epoch(sampler_gen, epoch_gen_state, len(dataset))
             it = batches_of(epoch_gen_state, dataset, 8, 0)
         x, y = next(it)
         into += 1
@@ -120,16 +154,22 @@ def main():
         time.sleep(a.step_time)
         print(f"step {n} loss {loss.item():.12f}", flush=True)
         if a.save_every and n % a.save_every == 0:
-            save(a.ckpt, n, model, opt, sched, epoch, into, epoch_gen_state)
+            save(a.ckpt, n, model, opt, sched, epoch, into, epoch_gen_state, late=a.forget == "rng_saved_late")
         if n == a.hold_at and start == 0:
             time.sleep(120)
     return 0
 
 
-def save(d, n, model, opt, sched, epoch, into, epoch_gen_state):
-    """Everything a resume needs, as one torch.save, written aside and renamed into place."""
+def save(d, n, model, opt, sched, epoch, into, epoch_gen_state, late=False):
+    """Everything a resume needs, as one torch.save, written aside and renamed into place (late: torch's
+    RNG state as one more draw would leave it, the run's own left as it is)."""
+    rng_torch = torch.get_rng_state()
+    if late:
+        with torch.random.fork_rng(devices=[]):
+            torch.rand(1)
+            rng_torch = torch.get_rng_state()
     ck = {"step": n, "model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-          "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+          "rng": {"torch": rng_torch, "numpy": np.random.get_state(), "python": random.getstate()},
           "data": {"epoch": epoch, "into": into, "gen_state": epoch_gen_state}}
     tmp = os.path.join(d, f".tmp-ckpt-{n}.pt")
     torch.save(ck, tmp)

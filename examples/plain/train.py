@@ -9,6 +9,7 @@ The ranks take their rank from RANK (torchrun-style); every rank steps, rank 0 l
                  the highest ckpt-N without looking at done (as many real programs do).
 
 A save takes --save-time seconds (a big checkpoint, written in 10 chunks), a step --step-time.
+--abort-at-exit RANK: that rank dies of SIGABRT after the last step (a crash at exit).
 --log-file PATH: rank 0 also appends a record per step there, as a JSON object ({"train/iter": N,
 "train/loss": X}; PATH ends .jsonl) or a CSV row (columns step, train_loss; PATH ends .csv)."""
 import argparse
@@ -90,6 +91,9 @@ def main():
     p.add_argument("--step-time", type=float, default=0.05)
     p.add_argument("--save-time", type=float, default=0.3)
     p.add_argument("--log-file", default=None)
+    p.add_argument("--abort-at-exit", type=int, default=None, metavar="RANK",
+                   help="that rank aborts (SIGABRT) after the last step, as a process whose gloo threads "
+                        "outlive it does at exit")
     a = p.parse_args()
     rank = int(os.environ.get("RANK", "0"))
     print(f"rank {rank}/{os.environ.get('WORLD_SIZE')} local {os.environ.get('LOCAL_RANK')}", flush=True)
@@ -114,6 +118,15 @@ def main():
                 t0 = time.time()
                 save(a.ckpt, n, x, a.save, a.save_time)
                 print(f"saved step {n} in {time.time() - t0:.3f}s", flush=True)
+    if a.abort_at_exit == rank:
+        # the ranks of this program share no collective: this one waits for rank 0's last save (a barrier's
+        # stand-in), then aborts
+        last = os.path.join(a.ckpt, f"ckpt-{a.steps}")
+        deadline = time.time() + 60
+        while a.save_every and a.steps % a.save_every == 0 and not os.path.isdir(last) and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # after rank 0's last lines
+        os.abort()
     return 0
 
 

@@ -27,9 +27,10 @@ from bisect import bisect_left, bisect_right
 from itertools import chain
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, cast
 
-from ..contracts import ckptdir, layout, state_record
+from ..contracts import ckptdir, launch_snapshot, layout, state_record
+from ..contracts.launch_snapshot import LaunchSnapshot
 from ..contracts.attempts import (INJECTION_SLACK_S, AttemptRecord, LaunchRecord, NotARecord, completed_row, injected,
                                   injections_into, phase_end)
 from ..contracts.attempts import number as _num  # the records' rule for a number, on every row too
@@ -55,7 +56,7 @@ class AttemptData:
     path: str                             # rank 0's metrics file
     number: Optional[int] = None          # its directory's number (attempts/<k>), when read from one
     record: Optional[AttemptRecord] = None         # the supervisor's record of it (None: none)
-    at_launch: dict = field(default_factory=dict)  # the checkpoints its launch found (layout.Attempt.at_launch)
+    at_launch: Optional[LaunchSnapshot] = None  # the checkpoints its launch found (layout.Attempt.at_launch)
     first_row: Optional[dict] = None      # the first metrics row with a step and a loss
     last_row: Optional[dict] = None       # the last good metrics row (the final one: a checksum)
     error: Optional[str] = None           # the line of its output naming a crash (not completed)
@@ -69,6 +70,7 @@ class AttemptData:
     timed_out: bool = False               # a rank's process-group timeout fired
     walltime: bool = False                # the job script's walltime warning stopped it
     hosts: Optional[List[str]] = None     # the nodes it ran on (node-check chose them), if known
+    unrecorded: bool = False              # it has a launch record but no end record (cut short with its job)
     ranks: Optional[int] = None
     warm_ranks: Optional[int] = None      # ranks forked by the warm standby pools (None: cold phase)
     job: Optional[str] = None             # the batch job it ran in (a chain has several)
@@ -132,6 +134,7 @@ class PhaseData:
     warnings: List[str] = field(default_factory=list)
     ended: Optional[dict] = None          # how its latest supervisor ended (contracts/attempts.py: phase_end)
     losses: Optional[Dict[int, float]] = None  # {step: loss} of the steps it kept (losses=True)
+    losses_logged: bool = False           # some came from the program's own log line (rounded as it prints them)
     _kill_index: Optional[tuple] = field(default=None, repr=False)
 
     def kills(self, t0, t1, number=None) -> List[Injection]:
@@ -195,7 +198,7 @@ class _Rows:
     attempt resumed from, which the attempt before it needs) before the rest is streamed. What the
     look ahead finds wrong is told when the stream reaches it, in the file's order."""
 
-    def __init__(self, path):
+    def __init__(self, path) -> None:
         self._said: list = []          # warnings until the stream starts
         self._to = self._said
         self._rows = iter_rows(path, self)
@@ -238,20 +241,10 @@ def _finalize_latencies(ckpt_dir, warnings) -> List[float]:
     return out
 
 
-def _json_mapping(path) -> Optional[dict]:
-    """A JSON file's mapping; {} when it holds something else; None when it is missing or not JSON."""
-    try:
-        with open(path) as f:
-            d = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return d if isinstance(d, dict) else {}
-
-
 def _attempt_from_dir(a: AttemptData, att: layout.Attempt, warnings) -> None:
     """The attempt's record (the supervisor's), or without one its launch record; its launch
     snapshot; and for an attempt that did not complete, what its output says (one read)."""
-    a.at_launch = _json_mapping(att.at_launch) or {}
+    a.at_launch = launch_snapshot.read(att.at_launch)
     _read_record(a, att, warnings)
     try:  # the watchdog's decision, made before its stop: there even when its supervisor died in the stop
         a.hang_ts = os.stat(att.hang).st_mtime
@@ -321,7 +314,7 @@ def _read_record(a: AttemptData, att: layout.Attempt, warnings) -> None:
         warnings.append(Malformed(f"{att.record}: malformed ({e})"))
         return
     if rec is None:
-        warnings.append(f"{att.path}: no readable attempt record")
+        a.unrecorded = True  # warned of in load_phase unless its job ran again (the report tells that)
         launch = LaunchRecord.read(att)
         if launch is None:
             return
@@ -366,11 +359,16 @@ def _read_output(path, chunk: int = 1 << 20) -> tuple:
     return seen, error_line(tail.decode("utf-8", "replace"))
 
 
+OURS = "restartlab:"  # how restartlab's own notes in a rank's output begin (never the program's crash)
+
+
 def error_line(text: str, width: int = 300) -> Optional[str]:
-    """The first line of `text` (an output's tail) that names a crash, cut to `width`, or None."""
+    """The first line of `text` (an output's tail) that names a crash, cut to `width`, or None.
+    restartlab's own notes are passed over: "restartlab: ... off: ValueError: ..." says a probe or hook
+    stood aside, and a crash after it is the program's."""
     for raw in text.splitlines():
         line = clean_line(raw)
-        if ERROR_LINE.search(line):
+        if ERROR_LINE.search(line) and not line.startswith(OURS):
             return line if len(line) <= width else line[:width - 3] + "..."
     return None
 
@@ -380,6 +378,7 @@ def _stream_attempt(a: AttemptData, rows, keep_upto, want, ph: PhaseData) -> Non
     each step's loss, when the phase keeps them)."""
     losses, busy, idle, saves = ph.losses, ph.dt_busy, ph.dt_idle, ph.saves
     ITER, LOSS, DT, INFLIGHT, PREEMPTED = K.ITER, K.LOSS, K.DT, K.CKPT_INFLIGHT, K.PREEMPTED  # locals: the hot loop
+    LOGGED = K.LOSS_LOGGED
     m = None
     gaps, prev, floor = a.gaps, None, 0.0  # the longest gaps between steps, kept as a small heap
     for n, m, ts in rows:
@@ -424,6 +423,11 @@ def _stream_attempt(a: AttemptData, rows, keep_upto, want, ph: PhaseData) -> Non
                 loss = m[LOSS]
                 if isinstance(loss, (int, float)) and not isinstance(loss, bool):
                     losses[it] = float(loss)
+        elif LOGGED in m and losses is not None:  # the program's own log line's loss (its step from the probe)
+            loss = _num(m[LOGGED])
+            if loss is not None:
+                losses[it] = loss
+                ph.losses_logged = True
         if PREEMPTED in m and _num(m[PREEMPTED]) is not None:
             a.emergency_step = int(m[PREEMPTED])
         failed = m.get(K.CKPT_FAILED, m.get(K.CKPT_FAILED_STEP))
@@ -501,6 +505,10 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, loss
     _ends(atts)
     if phase_dir and any(rerun(a, b) for a, b in zip(atts, atts[1:])):  # read only where a job ran again
         ph.job_runs = jobruns.read(layout.Expt(os.path.dirname(os.path.abspath(phase_dir))).job_runs, ph.warnings)
+    for a, b in zip(atts, atts[1:] + [None]):
+        # an attempt without an end record whose job ran again is explained (the report's between-runs line)
+        if a.unrecorded and not (b is not None and rerun(a, b)):
+            ph.warnings.append(f"{os.path.dirname(a.path)}: no readable attempt record")
     return ph
 
 
@@ -546,7 +554,7 @@ def failure_events(ph: PhaseData) -> List[dict]:
         lost = a.last_iter - b.resumed_from
         newest = kills[0].newest_complete if kills else None  # what was complete when it struck
         again = rerun(a, b)
-        ev = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),
+        ev: Dict[str, Any] = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),
               "kind": kills[0].booked_kind if kills else None, "detected_by": detected_by(a, again),
               "detection_s": (a.end_ts - kill_ts) if (a.end_ts and kill_ts) else None,
               "step_at_kill": a.last_iter, "resumed_from": b.resumed_from, "lost_steps": lost,
@@ -559,13 +567,22 @@ def failure_events(ph: PhaseData) -> List[dict]:
               "gate": kills[0].gate if kills else None}
         if lost > 1 and a.last_iter in b.ts_at and b.first_ts:
             ev["recompute_s"] = b.ts_at[a.last_iter] - b.first_ts
-        ev.update(node_recovery(a, b, ph.node_checks))
+        ev.update(node_recovery(a, b, ph.node_checks, ph.job_runs if again else ()))
         ev["rerun"] = requeue_parts(a, b, ph.job_runs) if again else None
+        if again and not a.recorded and a.hang_ts and kill_ts is not None and kill_ts <= a.hang_ts:
+            # the watchdog decided, then the job's run ended under it: detected at the decision (its marker's
+            # time), the gap from there (the stop that could not finish, the requeue, the next run's start)
+            ev["detection_s"] = a.hang_ts - kill_ts
+            if b.launch_ts:
+                ev["launch_gap_s"] = b.launch_ts - a.hang_ts
         if ev["detected_by"] == "scheduler":
             # no end record: what is known is when the scheduler marked one of its nodes down (not when
             # the run ended: between that and the next run's start)
-            downs = [n["since"] for n in ev["rerun"]["nodes"] if "down" in str(n.get("state"))
+            downs = [n["since"] for n in ev["rerun"]["nodes"] if "down" in str(n.get("state")).lower()
                      and kill_ts is not None and kill_ts <= n["since"] <= (b.job_start or n["since"])]
+            t = ev["rerun"]["requeued_at"]
+            if not downs and t and kill_ts is not None and kill_ts <= t <= (b.job_start or t):  # no node named: the requeue's
+                downs = [t]
             ev["detection_s"] = (min(downs) - kill_ts) if downs else None
             if downs and b.launch_ts:  # the gap from the scheduler's noticing on: R = detection + gap + restart
                 ev["launch_gap_s"] = b.launch_ts - min(downs)
@@ -573,19 +590,31 @@ def failure_events(ph: PhaseData) -> List[dict]:
     return out
 
 
-def node_recovery(a: AttemptData, b: AttemptData, checks: List[dict]) -> dict:
+def node_recovery(a: AttemptData, b: AttemptData, checks: List[dict], runs: Sequence[JobRun] = ()) -> dict:
     """Which nodes the health checks after attempt a, up to b's, found bad, and how the relaunch recovered:
-    the same nodes, a spare in a bad node's place, or fewer nodes (ranks before -> after)."""
+    the same nodes, a spare in a bad node's place, or fewer nodes (ranks before -> after). Where b ran in
+    another run of a's job (`runs`: the job's run records), the nodes each run had where the attempts do
+    not name theirs: the scheduler chose them."""
     bad = bad_nodes_between(checks, a.index, b.index)
+    before, after = a.hosts, b.hosts
+    if runs:
+        ra, rb = run_record(runs, a), run_record(runs, b)
+        before = before or (list(ra.hosts) if ra and ra.hosts else None)
+        after = after or (list(rb.hosts) if rb and rb.hosts else None)
     ev = {"bad_nodes": bad, "ranks_before": a.ranks, "ranks_after": b.ranks,
-          "hosts_before": a.hosts, "hosts_after": b.hosts, "recovery": "same nodes"}
-    if a.hosts and b.hosts and a.hosts != b.hosts:
-        gone = [h for h in a.hosts if h not in b.hosts]
-        new = [h for h in b.hosts if h not in a.hosts]
-        if len(b.hosts) == len(a.hosts):
+          "hosts_before": before, "hosts_after": after,
+          "recovery": ("the job's next run, on the same nodes" if before and before == after else
+                       "the job's next run (its nodes not recorded)") if runs else "same nodes"}
+    if before and after and before != after:
+        gone = [h for h in before if h not in after]
+        new = [h for h in after if h not in before]
+        if runs:
+            ev["recovery"] = f"the job's next run: {', '.join(after)}" + (
+                f" ({', '.join(new)} for {', '.join(gone)})" if gone and new else "")
+        elif len(after) == len(before):
             ev["recovery"] = f"spares: {', '.join(new)} for {', '.join(gone)}"
         else:
-            ev["recovery"] = f"shrink: {len(a.hosts)} -> {len(b.hosts)} node(s), without {', '.join(gone)}"
+            ev["recovery"] = f"shrink: {len(before)} -> {len(after)} node(s), without {', '.join(gone)}"
     return ev
 
 
@@ -630,6 +659,7 @@ def requeue_parts(a: AttemptData, b: AttemptData, runs: List[JobRun]) -> dict:
             "end_ts": a.end_ts, "end_evidence": (a.evidence or (None, None))[1] if not a.recorded else "its end record",
             "run_start": b.job_start, "run": run.run if run else None,
             "scheduler_start": run.started if run else None, "scheduler": run.scheduler if run else None,
+            "requeued_at": run.requeued if run else None, "eligible_at": run.eligible if run else None,
             "scheduler_error": run.error if run else None,
             "nodes": [dataclasses.asdict(n) for n in run.nodes] if run else [],
             "launch_ts": b.launch_ts, "first_ts": b.first_ts,
@@ -653,7 +683,7 @@ def by_kind(events: List[dict]) -> Dict[str, dict]:
     return out
 
 
-def quantiles(xs: List[float]) -> dict:
+def quantiles(xs: Sequence[float]) -> dict:
     if not xs:
         return {"count": 0, "median": None, "p90": None, "total": 0.0}
     s = sorted(xs)
@@ -663,7 +693,7 @@ def quantiles(xs: List[float]) -> dict:
 
 def summarize_phase(ph: PhaseData) -> dict:
     atts = [a for a in ph.attempts if a.launch_ts is not None]
-    wall = (max(a.end_ts for a in atts if a.end_ts) - min(a.launch_ts for a in atts)) if atts else None
+    wall = (max(a.end_ts for a in atts if a.end_ts) - min(cast(float, a.launch_ts) for a in atts)) if atts else None
     hand = handovers(ph)
     queued = sum(h["queue_wait_s"] or 0 for h in hand)
     if wall is not None:
@@ -673,7 +703,7 @@ def summarize_phase(ph: PhaseData) -> dict:
     ev = failure_events(ph)
     productive = sum(a.kept_dt for a in ph.attempts)
     stalls = sum(sum(ph.saves[k]) for k in SAVE_KEYS)
-    first = min(atts, key=lambda a: a.launch_ts) if atts else None
+    first = min(atts, key=lambda a: cast(float, a.launch_ts)) if atts else None
     inter = interference(ph)
     inter_s = inter["busy_steps"] * (inter["busy_dt_s"] - inter["idle_dt_s"]) if inter else 0.0
     step_dt = (ph.dt_idle[1] / ph.dt_idle[0]) if ph.dt_idle[0] else None
@@ -704,7 +734,7 @@ def summarize_phase(ph: PhaseData) -> dict:
         "network_faults": netfaults.accounts(ph, step_dt),
         # each storage fault (stall_writes, slow_storage, write_errors, torn): the rank, the write, what followed
         "storage_faults": storagefaults.accounts(ph, ph.storage_strikes, ph.iofaults),
-        "first_start_s": (first.first_ts - first.launch_ts) if first and first.first_ts else None,
+        "first_start_s": (first.first_ts - cast(float, first.launch_ts)) if first and first.first_ts else None,
         "jobs": sorted({a.job for a in ph.attempts if a.job}),
         "handovers": hand, "queue_wait_s": queued,
         # what a failure at a random time would lose, beside the measured (kills gated on .complete
@@ -717,8 +747,7 @@ def summarize_phase(ph: PhaseData) -> dict:
 def save_interval_steps(ph: PhaseData) -> Optional[float]:
     """The phase's own save interval in steps: the median gap between the complete checkpoints its
     attempts' launches found (any program's: layout.Attempt.at_launch); None with fewer than two."""
-    steps = sorted({c[0] for a in ph.attempts for c in (a.at_launch.get("checkpoints") or [])
-                    if isinstance(c, list) and len(c) == 2 and c[1] is True and _num(c[0]) is not None})
+    steps = sorted({s for a in ph.attempts if a.at_launch for s, complete in a.at_launch.checkpoints if complete})
     gaps = [y - x for x, y in zip(steps, steps[1:]) if y > x]
     return float(statistics.median(gaps)) if gaps else None
 

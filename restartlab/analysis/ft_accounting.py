@@ -30,7 +30,7 @@ A crash or failed heal that matches a torchft behaviour known here (KNOWN) is na
 import json
 import re
 import statistics
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..contracts import layout, live
 from ..contracts.injections import Injection
@@ -71,7 +71,7 @@ def _crashes(att: layout.Attempt) -> Dict[int, dict]:
     """{rank: its crash record} of one attempt (a program run through ft_hook that died of an
     exception); none when the attempt exited 0 (an exception that ended a thread of a program that
     then finished is no death)."""
-    out = {}
+    out: Dict[int, dict] = {}
     try:
         rec = AttemptRecord.read(att)
     except NotARecord:
@@ -177,7 +177,7 @@ def _account(groups: dict, injections: List[Injection], train_iters: int, n_grou
 def _failure(inj: Injection, groups: dict, median_dt: Optional[float]) -> dict:
     t = inj.time
     struck = struck_groups(inj)
-    out = {"time": t, "kind": inj.kind, "struck_groups": struck, "survivors": [], "detection_s": None,
+    out: Dict[str, Any] = {"time": t, "kind": inj.kind, "struck_groups": struck, "survivors": [], "detection_s": None,
            "survivor_stall_s": None, "uncommitted_steps": 0, "relaunch": {}}
     survivors = [g for g in groups if g not in struck]
     out["survivors"] = survivors

@@ -77,6 +77,7 @@ def account(ph, inj, step_dt: Optional[float]) -> dict:
         if a.timed_out:
             layers["pg_timeout_s"] = _rel(a.end_ts, start)
     if again:  # the scheduler ended the run and requeued the job: what its next run's record says
+        assert b is not None  # again only with a next attempt
         run = run_record(ph.job_runs, b)
         hosts = {h.split(".", 1)[0] for h in inj.hosts}
         downs = [n.since for n in (run.nodes if run else ()) if n.node.split(".", 1)[0] in hosts

@@ -139,7 +139,8 @@ def build(a):
         spec = _program(data)
         for s, ph in zip(summaries, phases):
             d = expt.phase(s["phase"]).path
-            s["survival"] = survival.judge(ph, base_ph if s is not base else None, _tolerance(data)).as_dict()
+            s["survival"] = survival.judge(ph, base_ph if s is not base else None, _tolerance(data),
+                                           _last_step(data)).as_dict()
             s["ended"] = ph.ended
             s["own_metrics"] = own_metrics.phase(spec, d, s["failures"]) if spec else None
             s["reused_from"] = expt.phase(s["phase"]).reused_from()
@@ -186,13 +187,18 @@ def torchft_phases(expt_dir) -> List[str]:
     return [n for n in names if layout.Expt(expt_dir).phase(n).groups()]
 
 
+def _last_step(data) -> Optional[int]:
+    """The run's last step (trainer.train_iters), None where the scenario does not say."""
+    try:
+        return int(data["trainer"]["train_iters"])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
 def torchft_summaries(expt_dir, data) -> Dict[str, dict]:
     """{phase: its accounting and verdict} (ft_accounting), from the run's files."""
     from . import ft_accounting
-    try:
-        iters = int(data["trainer"]["train_iters"])
-    except (TypeError, KeyError, ValueError):
-        iters = 0
+    iters = _last_step(data) or 0
     return {n: ft_accounting.summarize(layout.Expt(expt_dir).phase(n).path, iters) for n in torchft_phases(expt_dir)}
 
 
@@ -246,6 +252,9 @@ def _clock(t) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t else "?"
 
 
+SCHEDULER_NAMES = {"pbs": "PBS", "slurm": "Slurm"}  # as the reports write them
+
+
 def rerun_text(e: dict) -> str:
     """A failure whose next attempt ran in another run of the same job (the scheduler requeued it),
     told in its parts, each with its time."""
@@ -256,9 +265,12 @@ def rerun_text(e: dict) -> str:
     parts.append(f"its last sign of life at {_clock(r['end_ts'])} ({r['end_evidence']})")
     nodes = "; ".join(f"{n['node']} {n['state']} since {_clock(n['since'])}"
                       + (f" ({n['comment']})" if n.get("comment") else "") for n in r["nodes"])
-    who = (r["scheduler"] or "the scheduler").upper() if r["scheduler"] == "pbs" else (r["scheduler"] or "the scheduler")
-    parts.append(f"{who} requeued job {r['job']}" + (f": {nodes}" if nodes else "")
+    who = SCHEDULER_NAMES.get(r["scheduler"], r["scheduler"] or "the scheduler")
+    at = f" at {_clock(r['requeued_at'])}" if r.get("requeued_at") else ""
+    parts.append(f"{who} requeued job {r['job']}{at}" + (f": {nodes}" if nodes else "")
                  + (f" (not asked: {r['scheduler_error']})" if r.get("scheduler_error") else ""))
+    if r.get("eligible_at"):
+        parts.append(f"eligible to run again at {_clock(r['eligible_at'])}")
     parts.append(f"run {r['run'] or 2} began {_clock(r['scheduler_start'] or r['run_start'])}")
     parts.append(f"attempt {r.get('next_attempt') or e['attempt'] + 1} launched {_clock(r['launch_ts'])}, "
                  f"first step {_clock(r['first_ts'])}")

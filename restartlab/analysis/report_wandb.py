@@ -3,6 +3,7 @@ the experiment's group (the trainer's per-attempt runs are in "<experiment>/<pha
 imported only here, only when asked for; torch never."""
 import glob
 import os
+from typing import List, Union, cast
 
 PHASE_COLS = ["phase", "wall_s", "steps", "attempts", "kills", "lost_steps", "downtime_s", "recompute_s",
               "save_stall_s", "interference_s", "ettr", "overhead_s", "residual_s"]
@@ -48,8 +49,9 @@ def log(summaries, out_dir, name, cfg) -> str:
         run = wandb.init(project=cfg["project"], entity=cfg["entity"], mode=cfg["mode"], group=name,
                          job_type="report", name=f"{name}-report", dir=os.path.abspath(out_dir),
                          settings=wandb.Settings(silent=True, console="off"))
-        run.log({"report/phases": wandb.Table(columns=PHASE_COLS, data=phase_rows(summaries)),
-                 "report/failures": wandb.Table(columns=FAILURE_COLS, data=failure_rows(summaries))})
+        cols = List[Union[str, int]]  # wandb.Table's columns (a list, invariant): names are str
+        run.log({"report/phases": wandb.Table(columns=cast(cols, PHASE_COLS), data=phase_rows(summaries)),
+                 "report/failures": wandb.Table(columns=cast(cols, FAILURE_COLS), data=failure_rows(summaries))})
         for png in sorted(glob.glob(os.path.join(out_dir, "*.png"))):
             run.log({f"report/{os.path.basename(png)[:-4]}": wandb.Image(png)})
         for s in summaries:

@@ -17,7 +17,6 @@ are independent: each replica draws them all at once and the run is the cumulati
 no per-step loop). The same draws serve every interval and both modes (common random numbers:
 the curves are smooth and their differences are not noise). ETTR = useful compute seconds /
 wall seconds; the run's end keeps all work done (the job ends with a save)."""
-import json
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -27,7 +26,8 @@ import numpy as np
 
 from .collect import restart_cost
 from .collect import young_daly as collect_young_daly  # the report's: one definition of C, R and M
-from ..contracts.summary import Summary, SummaryError
+from ..contracts import launch_snapshot
+from ..contracts.summary import PhaseSummary, Summary, SummaryError
 
 
 PREEMPT = "preempt"
@@ -215,7 +215,7 @@ def default_intervals(costs: Costs, fail: Failures, n: int = 20) -> List[int]:
 
 
 # ---------------------------------------------------------------- measured costs
-def load_summary(path: str) -> Dict[str, dict]:
+def load_summary(path: str) -> Dict[str, PhaseSummary]:
     """{phase name: phase summary} from a report's summary; a clear error otherwise."""
     try:
         return Summary.read(path).by_phase()
@@ -243,7 +243,7 @@ def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Cos
     use = {n: p for n, p in allp.items() if not phases or n in phases}
     if phases and not use:
         raise SimulateError(f"{path}: no phase named {', '.join(phases)} (has: {', '.join(allp)})")
-    src = {}
+    src: Dict[str, str] = {}
     with_steps = [(n, p) for n, p in allp.items() if p.get("steps") and p.get("productive_s")]
     # the baseline: the phase with checkpoint: none (the report records each phase's mode)
     name, p = next(((n, q) for n, q in with_steps if q.get("checkpoint") == "none"),
@@ -286,7 +286,7 @@ def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Cos
 
 # ---------------------------------------------------------------- replay of a measured phase
 def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults, cold_start_s: float,
-               exit_s: float = None) -> dict:
+               exit_s: Optional[float] = None) -> dict:
     """The model run once, deterministically, with the failures a real phase had. `faults`:
     [(seconds from the end of that attempt's first step to the fault, kind, own)], where `own`
     maps any of restart_s / detection_s / gap_s / kept_steps to that failure's own measured value
@@ -328,11 +328,8 @@ def _program_interval(expt, phase: str, program: dict) -> int:
     from .. import programs
     ph = expt.phase(phase)
     ckpt_dir = ph.ckpts  # unless its first launch recorded another (every launch records the same)
-    try:
-        with open(ph.attempt(1).at_launch) as f:
-            ckpt_dir = json.load(f).get("ckpt_dir") or ckpt_dir
-    except (OSError, ValueError, AttributeError):
-        pass
+    snap = launch_snapshot.read(ph.attempt(1).at_launch)
+    ckpt_dir = (snap.ckpt_dir if snap else None) or ckpt_dir
     interval = programs.save_interval(programs.list_ckpts(programs.resolve(program), ckpt_dir))
     if not interval:
         raise SimulateError(f"{ckpt_dir}: no checkpoint of phase {phase} whose step is known, to read the "
@@ -385,19 +382,21 @@ def replay(expt_dir: str, phase: str) -> dict:
     if first is None or first.first_ts is None or first.launch_ts is None:
         raise SimulateError(f"{expt_dir}/{phase}: its first attempt has no launch time or first step")
     faults = []
-    for e in ph.get("failures") or []:
-        a = attempts[e["attempt"] - 1]
-        own = {"restart_s": e.get("restart_s"), "gap_s": e.get("launch_gap_s"), "detection_s": e.get("detection_s"),
-               "kept_steps": (e["resumed_from"] - (a.resumed_from or 0))
-               if isinstance(e.get("resumed_from"), int) else None}
+    for ev in ph.get("failures") or []:  # not `e`: the except clause above binds that name
+        a = attempts[ev["attempt"] - 1]
+        own = {"restart_s": ev.get("restart_s"), "gap_s": ev.get("launch_gap_s"),
+               "detection_s": ev.get("detection_s"),
+               "kept_steps": (ev["resumed_from"] - (a.resumed_from or 0))
+               if isinstance(ev.get("resumed_from"), int) else None}
         # an attempt that died before its first step spent all of it starting up
-        faults.append((e["kill_ts"] - a.first_ts if a.first_ts is not None else 0.0, e.get("kind") or "kill",
+        faults.append((ev["kill_ts"] - a.first_ts if a.first_ts is not None else 0.0, ev.get("kind") or "kill",
                        {k: v for k, v in own.items() if isinstance(v, (int, float))}))
     cold = first.first_ts - first.launch_ts
     # the phase's wall runs to its last attempt's end: the time after its last step is its own
     # (0.14-0.24 s in 7 local-scenario runs here beside a busy process; it grows with the load)
     last = attempts[-1]
     exit_s = max(0.0, last.end_ts - last.last_ts) if last.end_ts and last.last_ts and last.completed else None
+    assert interval is not None  # the scenario's, or read from the program's checkpoints above
     sim = replay_run(costs, mode, interval, steps, faults, cold, exit_s)
     med = replay_run(costs, mode, interval, steps, [(t, kind, {}) for t, kind, _ in faults], cold, exit_s)
     measured = ph.get("ettr")

@@ -8,7 +8,7 @@ checkpoint was ever completed."""
 import dataclasses
 import os
 import re
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from .. import failures
 from ..contracts.iofaults import IOFaultEvent
@@ -120,7 +120,7 @@ def effective(injections, events: List[IOFaultEvent]):
     time and strikes at the rank's next checkpoint write: as a failure it counts only where its cut or
     its first error happened, at that time, found by time (a stall or a slowed write, which ends no
     attempt, is no failure: its account is the storage table's)."""
-    first = {}
+    first: Dict[Optional[int], IOFaultEvent] = {}  # strike id -> its first end; asked for None too (no id)
     for e in events:
         if e.event in ENDS_ATTEMPT and (e.id not in first or e.at < first[e.id].at):
             first[e.id] = e

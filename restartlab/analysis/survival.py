@@ -20,26 +20,27 @@ caller that has only the directories)."""
 import math
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Dict, List, Optional, Sequence, cast
 
 from ..contracts import live
+from ..contracts.launch_snapshot import LaunchSnapshot
 from ..contracts import rank_exit
 from ..contracts.attempts import AttemptRecord, completed_row
 from . import collect, state_compare
 from .runs import rerun
-from ..contracts import state_record
 from ..contracts import metric_keys as K
 
 CRASH_LOOP = 3
 FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung", "crash", "crash_loop",
-            "unfinished", "diverged", "unrepeatable", "params_differ", "lost", "unstopped", "saves_failed")
+            "unfinished", "diverged", "unrepeatable", "params_differ", "lost", "unstopped", "saves_failed",
+            "exit_crash", "past_last")
 
 
 @dataclass
 class Restart:
-    attempt: int
+    attempt: Optional[int]     # the attempt's number (None: a phase read from metrics files, not attempt directories)
     outcome: str               # newest | older | incomplete | fresh | first | load_crash | startup_crash
-    #                            | startup_kill | hung | crash | lost | unjudged
+    #                            | startup_kill | hung | crash | lost | unjudged | exit_crash | past_last
     text: str
     resumed_from: Optional[int] = None
     expected: Optional[int] = None
@@ -77,16 +78,16 @@ def _how(rec: Optional[AttemptRecord]) -> str:
     return mine if first.how() == said else f"{mine} (the launcher reported {said})"
 
 
-def _unfinished_saves(resumed: int, last: Optional[int], after: dict) -> List[int]:
+def _unfinished_saves(resumed: int, last: Optional[int], after: Optional[LaunchSnapshot]) -> List[int]:
     """The checkpoints this attempt began and left not complete, as the next launch found them:
     steps above the one it resumed from, up to the last it logged."""
-    if last is None:
+    if last is None or after is None:
         return []
-    return [int(s) for s, c in after.get("checkpoints") or [] if not c and resumed < int(s) <= last]
+    return [s for s, c in after.checkpoints if not c and resumed < s <= last]
 
 
-def _ended_badly(a: collect.AttemptData, last: Optional[int], resumed: int, after: dict,
-                 struck: bool, lost_nodes: List[str] = ()) -> Optional[str]:
+def _ended_badly(a: collect.AttemptData, last: Optional[int], resumed: int, after: Optional[LaunchSnapshot],
+                 struck: bool, lost_nodes: Sequence[Optional[str]] = ()) -> Optional[str]:
     """How an attempt that took steps ended, when that is a finding: it crashed (a non-zero exit
     nobody caused) or hung, with the save it left unfinished and the line its output names. An
     attempt whose nodes the next health check found bad died with its node: a failure to recover
@@ -107,18 +108,19 @@ def _ended_badly(a: collect.AttemptData, last: Optional[int], resumed: int, afte
     return what + (f": {err}" if err else "")
 
 
-def _resume(k: int, first: dict, snap: dict) -> Restart:
-    """What an attempt that took a step resumed from, against what it should have."""
+def _resume(k: Optional[int], first: dict, snap: Optional[LaunchSnapshot]) -> Restart:
+    """What an attempt that took a step resumed from, against what it should have (`snap`: what its
+    launch found; None where no snapshot was written)."""
     r = int(first.get(K.RESUMED_FROM) or 0)
-    expected = snap.get("newest_complete")
-    states = {int(s): bool(c) for s, c in snap.get("checkpoints") or []}
+    expected = snap.newest_complete if snap else None
+    states = snap.states if snap else {}
     how = " (inferred: the program printed no resume line)" if first.get(K.RESUME_EVIDENCE) == "inferred" else ""
     if r and snap and not states:
         return Restart(k, "unjudged", f"resumed from step {r}; no checkpoint was seen at the launch (check "
                        "trainer.program.checkpoints): not judged", r, expected)
     if r and (states.get(r) is False or (expected is not None and r > expected) or (expected is None and snap)):
-        pick = snap.get("will_load") or {}
-        why = f" ({pick['why']})" if pick.get("why") and pick.get("step") == r else ""
+        pick = snap.will_load if snap else None
+        why = f" ({pick.why})" if pick is not None and pick.why and pick.step == r else ""
         return Restart(k, "incomplete", f"resumed from step {r}, whose checkpoint was not complete at the launch"
                        + why + how, r, expected)
     if expected is None:
@@ -126,14 +128,15 @@ def _resume(k: int, first: dict, snap: dict) -> Restart:
     if r == expected:
         return Restart(k, "newest", f"resumed from the newest complete checkpoint (step {r}){how}", r, expected)
     if r == 0:
-        why = f" (its own rule, selects: {snap['selects']}, found nothing to load)" \
-            if snap.get("selects") and not snap.get("will_load") else ""
+        why = f" (its own rule, selects: {snap.selects}, found nothing to load)" \
+            if snap and snap.selects and not snap.will_load else ""
         return Restart(k, "fresh", f"started over from step 0 although step {expected} was complete{why}", r, expected)
     return Restart(k, "older", f"resumed from step {r}, older than the newest complete (step {expected}): "
                    f"{expected - r} step(s) lost beyond necessity{how}", r, expected)
 
 
-def _no_step(k: int, rec: Optional[AttemptRecord], snap: dict, struck: bool, err: Optional[str] = None) -> Restart:
+def _no_step(k: Optional[int], rec: Optional[AttemptRecord], snap: Optional[LaunchSnapshot], struck: bool,
+             err: Optional[str] = None) -> Restart:
     """An attempt that died before its first step (`err`: the line of its output naming a crash)."""
     if struck:
         return Restart(k, "startup_kill", "killed in start-up (before its first step): a new kill, no verdict")
@@ -143,21 +146,21 @@ def _no_step(k: int, rec: Optional[AttemptRecord], snap: dict, struck: bool, err
                        f"own program check trainer.program.progress){said}")
     if rec is not None and rec.exit_code == 0:
         return Restart(k, "startup_crash", "exited 0 without a progress line seen (check trainer.program.progress)")
-    pick = snap.get("will_load")
-    if pick:
-        if pick.get("complete"):
+    pick = snap.will_load if snap else None
+    if snap and pick:
+        if pick.complete:
             state, safe = "complete", ""
         else:
-            rule = f" by its rule {snap['complete_rule']}" if snap.get("complete_rule") else ""
-            why = f" ({pick['why']})" if pick.get("why") else ""
-            holds = f"; it holds {', '.join(pick['holds'])}" if pick.get("holds") else ""
+            rule = f" by its rule {snap.complete_rule}" if snap.complete_rule else ""
+            why = f" ({pick.why})" if pick.why else ""
+            holds = f"; it holds {', '.join(pick.holds)}" if pick.holds else ""
             state = f"NOT complete{rule}{why}: a save that did not finish{holds}"
-            good = snap.get("newest_complete")
-            safe = (f"; loading the newest complete checkpoint, step {good} ({snap.get('newest_complete_path')}), "
+            good = snap.newest_complete
+            safe = (f"; loading the newest complete checkpoint, step {good} ({snap.newest_complete_path}), "
                     "would have been safe" if good is not None else
                     "; no checkpoint was complete: starting from step 0 would have been safe")
         return Restart(k, "load_crash", f"crashed before its first step, {_how(rec)}: the program "
-                       f"would load {pick.get('path')} (step {pick.get('step')}, {state}){said}{safe}")
+                       f"would load {pick.path} (step {pick.step}, {state}){said}{safe}")
     return Restart(k, "startup_crash", f"crashed before its first step, {_how(rec)} (no progress "
                    f"seen: a crash, or check trainer.program.progress){said}")
 
@@ -167,12 +170,12 @@ def _max(*xs):
     return max(xs) if xs else None
 
 
-def _lost(k: int, snap: dict, best: Optional[int]) -> Optional[str]:
+def _lost(k: Optional[int], snap: Optional[LaunchSnapshot], best: Optional[int]) -> Optional[str]:
     """Saved work lost: a complete checkpoint known to have existed (at an earlier launch, or seen
     by the injector) is gone at this launch, with nothing as new in its place."""
-    if best is None or not snap:
+    if best is None or snap is None:
         return None
-    now = snap.get("newest_complete")
+    now = snap.newest_complete
     if now is not None and now >= best:
         return None
     return (f"saved work lost: the complete checkpoint of step {best} is gone at this launch (the program deleted "
@@ -194,7 +197,7 @@ def _first_run(ph: collect.PhaseData) -> set:
 def final_crc(ph: collect.PhaseData):
     """The bundled trainer's checksum of the final parameters (its last attempt's final row), or None."""
     m = ph.attempts[-1].last_row if ph.attempts else None
-    return m.get(K.PARAMS_CRC) if completed_row(m) else None
+    return cast(dict, m).get(K.PARAMS_CRC) if completed_row(m) else None  # completed_row: a dict
 
 
 def compare(ph: collect.PhaseData, base: collect.PhaseData, tolerance: float = 0.0) -> tuple:
@@ -210,7 +213,10 @@ def compare(ph: collect.PhaseData, base: collect.PhaseData, tolerance: float = 0
             return "params_differ", f"final parameters differ from the baseline's (crc {crc} vs {base_crc})"
         crc_note = "; final parameters identical (crc)"
     if not both:
-        return None, "no step logged in both this phase and the baseline: loss not compared" + crc_note
+        return None, ("no loss logged at a step of both this phase and the baseline: loss not compared (the steps "
+                      "carry no loss: give trainer.program.progress a loss group, or, where the steps come from "
+                      "the state probe, a loss_line)" if any(a.first_row for a in ph.attempts) else
+                      "no step logged in both this phase and the baseline: loss not compared") + crc_note
     first = _first_run(ph)
     for s in both:
         a, b = mine[s], theirs[s]
@@ -222,28 +228,33 @@ def compare(ph: collect.PhaseData, base: collect.PhaseData, tolerance: float = 0
                                         "nondeterministic kernels?), so the loss cannot judge its restarts")
             return "diverged", f"diverged from the baseline at step {s} (loss {a!r} vs {b!r})"
     what = "identical" if tolerance == 0 else f"within {tolerance:g} (relative)"
-    return None, f"loss {what} to the baseline's at all {len(both)} steps both logged" + crc_note
+    rounded = " (the losses of the program's own log lines, as rounded as it prints them)" \
+        if ph.losses_logged or base.losses_logged else ""
+    return None, f"loss {what} to the baseline's at all {len(both)} steps both logged{rounded}" + crc_note
 
 
-def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: float = 0.0) -> Verdict:
+def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: float = 0.0,
+                  last_step: Optional[int] = None) -> Verdict:
     """judge() for a caller that has the directories: loads the phase (and the baseline) first."""
     ph = collect.load_phase(os.path.basename(os.path.normpath(phase_dir)), phase_dir=phase_dir,
                             losses=bool(base_dir))
     base = collect.load_phase("baseline", phase_dir=base_dir, losses=True) if base_dir else None
-    return judge(ph, base, tolerance)
+    return judge(ph, base, tolerance, last_step)
 
 
-def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, tolerance: float = 0.0) -> Verdict:
-    """The verdict on a phase read by collect.load_phase (against the baseline's, if given)."""
+def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, tolerance: float = 0.0,
+          last_step: Optional[int] = None) -> Verdict:
+    """The verdict on a phase read by collect.load_phase (against the baseline's, if given);
+    `last_step`: the run's last step (trainer.train_iters), where a step past it is a finding."""
     v = Verdict(ph.name)
     dead, best = 0, None  # best: the newest complete checkpoint known to have existed before
     attempts = ph.attempts
     for i, a in enumerate(attempts):
         k, rec, snap = a.number, a.record, a.at_launch
-        after = attempts[i + 1].at_launch if i + 1 < len(attempts) else {}
+        after = attempts[i + 1].at_launch if i + 1 < len(attempts) else None
         gone = _lost(k, snap, best)
         # a loss is told once: from here on, what is there now is what can be lost next
-        best = _max(None if gone else best, snap.get("newest_complete"),
+        best = _max(None if gone else best, snap.newest_complete if snap else None,
                     *(r.newest_complete_seen for r in ph.kills(None, None, k)))
         v.finished = v.finished or bool(rec and rec.completed)
         first, last = a.first_row, a.last_step
@@ -266,15 +277,30 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
                 v.findings.append(f"crash loop: {CRASH_LOOP} attempts in a row died before a step, none "
                                   f"of them killed (the last: attempt {k})")
         nxt = attempts[i + 1].number if i + 1 < len(attempts) else None
-        lost_nodes = live.bad_nodes_between(ph.node_checks, k, nxt) if nxt is not None else []
+        # numbered like the next one (a phase's attempts are all read from attempt directories, or none)
+        lost_nodes = live.bad_nodes_between(ph.node_checks, cast(int, k), nxt) if nxt is not None else []
         bad = _ended_badly(a, last, r.resumed_from or 0, after, struck, lost_nodes) \
             if first is not None else None
         if bad:
+            assert rec is not None  # _ended_badly finds nothing without a record
             r = Restart(k, "hung" if rec.hang else "crash", f"{r.text}; then {bad}", r.resumed_from,
                         r.expected)
         if k == 1 and r.outcome == "first":
             r.text = "started from step 0"
-        if rec is not None and rec.hang and first is not None and not bad:
+        if rec is not None and rec.completed and rec.exit_code not in (0, None) and first is not None \
+                and not (rec.preempted or rec.walltime):
+            # it reached the last step, then ended badly: finished (nothing is relaunched to train nothing),
+            # and a crash or a hang at exit is the program's to fix (a strike of ours after its last step is not)
+            if ph.kills(a.last_ts if a.last_ts is not None else rec.launch_ts, rec.end_ts):
+                r = Restart(k, r.outcome, f"{r.text}; then finished (step {last}) and was struck before its exit",
+                            r.resumed_from, r.expected)
+            elif rec.hang:
+                r = Restart(k, "exit_crash", f"{r.text}; then finished (step {last}) and hung at exit: the watchdog "
+                            "stopped it", r.resumed_from, r.expected)
+            else:
+                r = Restart(k, "exit_crash", f"{r.text}; then finished (step {last}) and crashed at exit, {_how(rec)}"
+                            + (f": {a.error}" if a.error else ""), r.resumed_from, r.expected)
+        if rec is not None and rec.hang and first is not None and not bad and r.outcome != "exit_crash":
             if rec.completed:  # the watchdog decided, its stop never happened (a node it could not reach)
                 r = Restart(k, "unstopped", f"{r.text}; then the watchdog decided to stop it (no progress for "
                             f"relaunch.hang_timeout) and the stop did not take effect: it finished by itself"
@@ -283,6 +309,12 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
             else:
                 r.text += "; then the watchdog stopped it (no progress for relaunch.hang_timeout)" + (
                     f"; its stop could not reach {', '.join(a.unreached)}" if a.unreached else "")
+        if rec is not None and not rec.completed and i + 1 < len(attempts) and rerun(a, attempts[i + 1]):
+            # it ended (its record), and before the next launch the job's run ended and the scheduler requeued it
+            b = attempts[i + 1]
+            gap = (b.job_start - a.end_ts) if (b.job_start and a.end_ts) else None
+            r.text += ("; before the next launch its job's run ended and the scheduler requeued the job"
+                       + (f": the next run began {gap:.0f} s after it ended" if gap is not None else ""))
         if rec is None and first is not None and i + 1 < len(attempts):
             b = attempts[i + 1]
             if a.hang_ts:
@@ -298,6 +330,12 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
             r.text += f"; then ended with its node ({', '.join(map(str, lost_nodes))} found bad at the next launch)"
         if gone:
             r = Restart(k, "lost", f"{gone}; then: {r.text}", r.resumed_from, r.expected)
+        if last_step and first is not None and last is not None and last > last_step:
+            # the program's own stop rule went past the run's last step (a resume at the final checkpoint
+            # that trains on): a finding of its own, whatever else the attempt did
+            past = (f"{r.text}; then trained past the last step (step {last} of {last_step}"
+                    f"{': it resumed at the final checkpoint' if (r.resumed_from or 0) >= last_step else ''})")
+            r = Restart(k, r.outcome if r.finding else "past_last", past, r.resumed_from, r.expected)
         v.restarts.append(r)
         if r.finding:
             v.findings.append(f"attempt {k}: {r.text}")
@@ -305,7 +343,7 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
     if failed:
         v.findings.append(failed_saves_text(failed))
     if not v.finished:
-        v.findings.append("did not finish (no attempt reached the last step and exited 0): "
+        v.findings.append("did not finish (no attempt reached the last step): "
                           + (ph.ended or {}).get("text", "not started"))
     if base is not None:
         finding, v.baseline = compare(ph, base, tolerance)
@@ -342,7 +380,7 @@ def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List
     first = next((a.state for a in ph.attempts if a.state and a.first_row is not None and not a.resumed_from), {})
     not_judged, matched = state_compare.repeatability(first, base_state) if first and base_state else ([], 0)
     left = _left_baseline(ph, base)
-    offsets = {}  # attempt number -> the step it resumed from (0: from the start)
+    offsets: Dict[Optional[int], int] = {}  # attempt number -> the step it resumed from (0: from the start)
     findings = []
     for r in restarts:
         offsets[r.attempt] = r.resumed_from or 0
@@ -350,8 +388,12 @@ def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List
         if a is None or not r.resumed_from or r.outcome in ("first", "fresh") or a.first_row is None:
             continue  # a start from step 0 restored nothing to compare
         if left is not None and left <= r.resumed_from:
-            saver = next((k for k in sorted(offsets, reverse=True) if k < r.attempt and by_number.get(k)
-                          and by_number[k].last_iter > r.resumed_from and offsets[k] < r.resumed_from), None)
+            # an unnumbered attempt (a phase read from metrics files: report --sync FILES) has no saver
+            # to find (its None once met None < None here, beside a baseline with state records)
+            saver = None if r.attempt is None else next(
+                (k for k in sorted((k for k in offsets if k is not None), reverse=True)
+                 if k < r.attempt and by_number.get(k)
+                 and by_number[k].last_iter > r.resumed_from and offsets[k] < r.resumed_from), None)
             if saver is None:
                 r.state = {"text": f"state not compared: the phase left the baseline at step {left}, before this "
                                    f"resume's checkpoint, and no earlier attempt recorded step {r.resumed_from + 1}",
@@ -368,9 +410,7 @@ def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List
         if state_left is not None and (left is None or state_left < left):
             left = state_left
         if rs.forgot:
-            findings.append(f"attempt {r.attempt}: the resume at step {rs.step} did not restore "
-                            + ", ".join(state_record.WORDS[k] + rs.where(k) for k in rs.forgot)
-                            + ("" if rs.differ_step == rs.step else f" (they differ from step {rs.differ_step})"))
+            findings.append(f"attempt {r.attempt}: {rs.finding()}")
     return findings
 
 

@@ -10,7 +10,7 @@ import enum
 import json
 import os
 import time
-from typing import Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from . import layout, live
 from .injections import Injection
@@ -18,16 +18,16 @@ from .rank_exit import RankExit
 from .metric_keys import FINISHED, PARAMS_CRC
 
 
-def number(x) -> Optional[float]:
+def number(x: object) -> Optional[float]:
     """A JSON number as a float; None for anything else (a bool is no number)."""
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def _int(x) -> Optional[int]:
+def _int(x: object) -> Optional[int]:
     return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
-def _str(x) -> Optional[str]:
+def _str(x: object) -> Optional[str]:
     return x if isinstance(x, str) else None
 
 
@@ -88,13 +88,13 @@ class AttemptRecord:
     warm_ranks: Optional[int] = None     # in a warm phase, how many ranks the pools forked
     job_start: Optional[float] = None    # when that run of the job began (a requeued job runs again)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Dict[str, Any]:
         d = dataclasses.asdict(self)
         d["rank_exit"] = self.rank_exit._asdict() if self.rank_exit else None
         return d
 
     @classmethod
-    def from_json(cls, d) -> "AttemptRecord":
+    def from_json(cls, d: object) -> "AttemptRecord":
         if not isinstance(d, dict):
             raise NotARecord(f"a {type(d).__name__}, not a mapping")
         try:
@@ -166,7 +166,7 @@ class EndRecord:
     why: Optional[str] = None          # for CANNOT_RUN, and FAILED where the supervisor knows why
     time: float = 0.0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Dict[str, Any]:
         out = {"time": self.time or time.time(), "how": self.how.value, "attempt": self.attempt,
                "job": self.job, "signal": self.signal}
         if self.why:
@@ -174,7 +174,7 @@ class EndRecord:
         return out
 
     @classmethod
-    def from_json(cls, d) -> Optional["EndRecord"]:
+    def from_json(cls, d: object) -> Optional["EndRecord"]:
         """The record, or None for a line this version cannot take as one (not an end a supervisor
         writes, no attempt number): the reader then goes by the attempts alone."""
         if not isinstance(d, dict) or d.get("how") not in {e.value for e in WRITTEN}:
@@ -198,7 +198,7 @@ class EndRecord:
                                       why=self.why or "the program cannot run here")
 
 
-def phase_end(phase: layout.Phase) -> dict:
+def phase_end(phase: layout.Phase) -> Dict[str, Any]:
     """The one reader: how the phase's latest supervisor ended, as the summary carries it:
     {how, attempt, job, signal, text}, `how` a PhaseEnd (DIED: it left no end record after its
     last attempt, SIGKILLed or its node lost)."""
@@ -223,13 +223,13 @@ def phase_end(phase: layout.Phase) -> dict:
 INJECTION_SLACK_S = 0.5
 
 
-def completed_row(m) -> bool:
+def completed_row(m: object) -> bool:
     """Rank 0's final row: the bundled trainer's carries the parameters' checksum at the last step;
-    a tapped program's is train/finished (tap.py: it exited 0 after logging the last step)."""
+    a tapped program's is train/finished (tap.py: it ended after logging the last step)."""
     return isinstance(m, dict) and (PARAMS_CRC in m or m.get(FINISHED) is True)
 
 
-def injected(record: Injection, t0, t1, number=None) -> bool:
+def injected(record: Injection, t0: Optional[float], t1: Optional[float], number: Optional[int] = None) -> bool:
     """Whether an injection record struck attempt `number` that ran from t0 to t1: by the attempt
     the record names (the injector's, when it ran with the phase dir), else by its time."""
     if not record.struck:
@@ -240,5 +240,6 @@ def injected(record: Injection, t0, t1, number=None) -> bool:
     return t is not None and t0 is not None and t1 is not None and t0 <= t <= t1 + INJECTION_SLACK_S
 
 
-def injections_into(records: Iterable[Injection], t0, t1, number=None) -> List[Injection]:
+def injections_into(records: Iterable[Injection], t0: Optional[float], t1: Optional[float],
+                    number: Optional[int] = None) -> List[Injection]:
     return [r for r in records if injected(r, t0, t1, number)]

@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 import zlib
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 try:  # ISA-L's CRC-32: the same checksum as zlib's, ~7x faster here (SIMD), GIL released
     from isal.isal_zlib import crc32
@@ -94,7 +94,7 @@ def checked_complete_steps(ckpt_dir: str, checksums: bool = False) -> Iterator[T
 
 
 def newest_complete_step(ckpt_dir: str, verify: bool = True, checksums: bool = False,
-                         log=None) -> Optional[int]:
+                         log: Optional[Callable[[str], object]] = None) -> Optional[int]:
     """Newest step with `.complete` (and a manifest that matches the files, if `verify`)."""
     if not verify:
         complete = complete_steps(ckpt_dir)
@@ -107,7 +107,7 @@ def newest_complete_step(ckpt_dir: str, verify: bool = True, checksums: bool = F
     return None
 
 
-def file_crc32(path: str, sink=None, chunk: int = 1 << 22) -> Dict[str, int]:
+def file_crc32(path: str, sink: Optional[IO[bytes]] = None, chunk: int = 1 << 22) -> Dict[str, int]:
     """{"bytes", "crc32"} of a file read once in chunks; each chunk also goes to `sink` (a
     writable file) when given, so a copy and its checksum cost one read."""
     crc, n = 0, 0
@@ -171,7 +171,7 @@ def crc32_segment(crc_to_start: int, crc_to_end: int, length: int) -> int:
 def same_file_system(a: str, b: str) -> bool:
     """Whether two paths (existing or not: their nearest existing ancestors count) are on one
     file system (the same st_dev)."""
-    def dev(p):
+    def dev(p: str) -> int:
         p = os.path.abspath(p)
         while not os.path.exists(p):
             p = os.path.dirname(p)
@@ -201,7 +201,7 @@ def write_atomic(path: str, data: bytes, mode: Optional[int] = None) -> None:
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def mark_complete(step_dir: str, info: Dict) -> None:
+def mark_complete(step_dir: str, info: Dict[str, Any]) -> None:
     write_atomic(os.path.join(step_dir, COMPLETE), json.dumps(info).encode())
 
 

@@ -3,12 +3,18 @@
 ranks), a warm pool's pid and a warm rank's mark; and this node's name as the scheduler spells it."""
 import os
 import socket
+from typing import Optional, Tuple
 
+LAUNCH_TS_VAR = "RESTARTLAB_LAUNCH_TS"  # when the supervisor launched the attempt (time.time(), repr): its ranks' clock zero
+ATTEMPT_VAR = "RESTARTLAB_ATTEMPT"      # the attempt's number (1: the phase's first)
+PHASE_VAR = "RESTARTLAB_PHASE"          # the phase's name
+EXPT_VAR = "RESTARTLAB_EXPT"            # the experiment directory's name
 TAG_VAR = "RESTARTLAB_JOB_TAG"         # the job tag the killer finds ranks by
 TOOL_VAR = "RESTARTLAB_TOOL"           # in the injector's environment (and its children's): never ranks
 SERVER_VAR = "RESTARTLAB_WARM_SERVER"  # a warm standby pool's own pid, in the pool's (and its ranks') environment
 WARM_VAR = "RESTARTLAB_WARM"           # "1" in a warm rank's os.environ (its startup row records it)
 STATE_DIR_VAR = "RESTARTLAB_STATE_DIR"   # where a rank writes its training-state fingerprints (its attempt's directory)
+LOSS_LINE_VAR = "RESTARTLAB_LOSS_LINE"      # where steps come from the probe: the program's loss line (a regex); rank 0's probe books it
 STATE_EVERY_VAR = "RESTARTLAB_STATE_EVERY"  # the parameters' and optimizer state's crcs every Nth step (collection.state_every)
 SLOW_WRITES_VAR = "RESTARTLAB_SLOW_WRITES"  # RANK:SECONDS[:before]: that rank's torch.save files held half-written, or held before they begin (failures.slow_writes)
 GROUP_TAG_SEP = ".g"                   # a torchft phase's replica group k carries the tag <tag>.g<k>
@@ -41,7 +47,7 @@ def slow_writes_value(rank: int, seconds: float, hold: str = "inside") -> str:
     return f"{rank}:{seconds:g}" + (f":{hold}" if hold != SLOW_WRITES_HOLDS[0] else "")
 
 
-def parse_slow_writes(value: str):
+def parse_slow_writes(value: str) -> Optional[Tuple[int, float, str]]:
     """slow_writes_value's reader: 'R:S[:HOLD]' -> (rank, seconds, hold); None when off ('' or
     S = 0); ValueError when malformed."""
     if not value:

@@ -9,19 +9,19 @@ import json
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 
-def _int(v) -> Optional[int]:
+def _int(v: object) -> Optional[int]:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _num(v) -> Optional[float]:
+def _num(v: object) -> Optional[float]:
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _str(v) -> Optional[str]:
+def _str(v: object) -> Optional[str]:
     return v if isinstance(v, str) else None
 
 
-def _list(v) -> tuple:
+def _list(v: object) -> Tuple[Any, ...]:
     return tuple(v) if isinstance(v, list) else ()
 
 
@@ -39,7 +39,7 @@ class Injection:
     complete_mtime: Optional[float] = None  # newest_complete's newest file time (its marker's, for
                                             # the bundled trainer): when a gated strike's gate opened
     hosts: Tuple[str, ...] = ()
-    receipts: Tuple[dict, ...] = ()        # each node's killer receipt (what it signalled)
+    receipts: Tuple[Dict[str, Any], ...] = ()  # each node's killer receipt (what it signalled)
     where: Optional[str] = None            # start-up, save or between saves (Injector.where)
     attempt: Optional[int] = None          # the attempt it struck (None: by its time)
     saving: Tuple[str, ...] = ()           # what was being written when it struck

@@ -32,7 +32,7 @@ class IOFaultEvent:
     size: Optional[int] = None  # cut: the file's length as left (a writer that sized it first: its full length)
 
     @classmethod
-    def from_json(cls, d) -> Optional["IOFaultEvent"]:
+    def from_json(cls, d: object) -> Optional["IOFaultEvent"]:
         if not isinstance(d, dict) or d.get("event") not in EVENTS:
             return None
         try:

@@ -7,7 +7,7 @@ between two runs of one job in its parts. One tolerant reader: a line this versi
 out with a warning."""
 import dataclasses
 import json
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from . import live
 
@@ -30,12 +30,14 @@ class JobRun:
     nodes: Tuple[NodeChange, ...] = ()  # the previous run's nodes whose state changed since it began
     error: Optional[str] = None   # the scheduler could not be asked: why
     hosts: Tuple[str, ...] = ()   # this run's nodes (its node file): the next run's record looks at these
+    requeued: Optional[float] = None  # when the scheduler requeued the job (Slurm's SubmitTime after a requeue)
+    eligible: Optional[float] = None  # when the requeued job could start again (Slurm's EligibleTime)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
 
     @classmethod
-    def from_json(cls, d) -> Optional["JobRun"]:
+    def from_json(cls, d: object) -> Optional["JobRun"]:
         if not isinstance(d, dict) or not isinstance(d.get("job"), str):
             return None
         try:
@@ -44,9 +46,13 @@ class JobRun:
             return cls(d["job"], float(d["start"]), str(d.get("scheduler") or ""),
                        int(d["run"]) if d.get("run") is not None else None,
                        float(d["started"]) if d.get("started") is not None else None, nodes, d.get("error"),
-                       tuple(str(h) for h in d.get("hosts") or []))
+                       tuple(str(h) for h in d.get("hosts") or []), _time(d.get("requeued")), _time(d.get("eligible")))
         except (KeyError, TypeError, ValueError):
             return None
+
+
+def _time(v: Any) -> Optional[float]:
+    return float(v) if v is not None else None
 
 
 def read(path: str, warnings: List[str]) -> List[JobRun]:

@@ -17,10 +17,10 @@ job script's template (through the render context) and the tests ask these class
 Pure paths: nothing here creates or reads a file except the listings."""
 import glob
 import os
-from typing import List, Optional
+from typing import Callable, Dict, List, Optional, Union, cast
 
 
-def smoke_record_name(rank: int) -> str:
+def smoke_record_name(rank: Union[int, str]) -> str:
     """A smoke job's rank record (restartlab.trainer.smoke), in its launch's directory."""
     return f"rank-{rank}.json"
 
@@ -33,12 +33,12 @@ def metrics_name(rank: int) -> str:
 METRICS_GLOB = "metrics-*.jsonl"
 
 
-def ft_record_name(rank) -> str:
+def ft_record_name(rank: Union[int, str]) -> str:
     """A torchft replica group's rank's step records (trainer/ft.py), in its attempt's directory."""
     return f"ft-rank{rank}.jsonl"
 
 
-def ft_crash_name(rank) -> str:
+def ft_crash_name(rank: Union[int, str]) -> str:
     """The exception that ended a program run through the torchft hook (trainer/ft_hook.py)."""
     return f"ft-rank{rank}-crash.json"
 
@@ -53,7 +53,7 @@ def served_name(node: str) -> str:
     return f"{node}.served.jsonl"
 
 
-def _by_rank(pattern: str, make) -> dict:
+def _by_rank(pattern: str, make: Callable[[str], str]) -> Dict[int, str]:
     """{rank: path} of the files `make(rank)` names that match `pattern` (a glob of make("*"))."""
     head, _, tail = os.path.basename(make("*")).partition("*")
     out = {}
@@ -64,13 +64,13 @@ def _by_rank(pattern: str, make) -> dict:
     return out
 
 
-def state_name(rank) -> str:
+def state_name(rank: Union[int, str]) -> str:
     """One rank's training-state fingerprints, a line per optimizer step (contracts.state_record),
     in its attempt's directory."""
     return f"state-{rank}.jsonl"
 
 
-def rank_exit_name(rank) -> str:
+def rank_exit_name(rank: Union[int, str]) -> str:
     """How one rank ended (contracts.rank_exit), in its attempt's exits/ (`rank`: its number, or
     pid-<pid> where no launcher named it)."""
     return f"{rank}.json"
@@ -86,7 +86,7 @@ class Attempt:
     def index(self) -> int:
         return int(os.path.basename(self.path))
 
-    def _f(self, name):
+    def _f(self, name: str) -> str:
         return os.path.join(self.path, name)
 
     record = property(lambda self: self._f("attempt.json"))   # written by the supervisor at its end
@@ -107,7 +107,7 @@ class Attempt:
 
     exits_dir = property(lambda self: self._f("exits"))  # a file per rank that ended on its own
 
-    def rank_exit(self, rank) -> str:
+    def rank_exit(self, rank: Union[int, str]) -> str:
         return os.path.join(self.exits_dir, rank_exit_name(rank))
 
     def rank_exits(self) -> List[str]:
@@ -116,18 +116,18 @@ class Attempt:
     def smoke_records(self) -> List[str]:
         return glob.glob(self._f(smoke_record_name("*")))
 
-    def state(self, rank) -> str:
+    def state(self, rank: Union[int, str]) -> str:
         return self._f(state_name(rank))
 
-    def state_files(self) -> dict:
+    def state_files(self) -> Dict[int, str]:
         """{rank: path} of the ranks' training-state fingerprints (contracts.state_record)."""
         return _by_rank(self._f(state_name("*")), state_name)
 
-    def ft_records(self) -> dict:
+    def ft_records(self) -> Dict[int, str]:
         """{rank: path} of a torchft group's attempt's step records."""
         return _by_rank(self._f(ft_record_name("*")), ft_record_name)
 
-    def ft_crashes(self) -> dict:
+    def ft_crashes(self) -> Dict[int, str]:
         """{rank: path} of the exceptions that ended the ranks of a program run through the torchft hook."""
         return _by_rank(self._f(ft_crash_name("*")), ft_crash_name)
 
@@ -142,7 +142,7 @@ class Phase:
     def name(self) -> str:
         return os.path.basename(self.path.rstrip("/"))
 
-    def _f(self, name):
+    def _f(self, name: str) -> str:
         return os.path.join(self.path, name)
 
     ckpts = property(lambda self: self._f("ckpts"))              # default checkpoint directory
@@ -195,7 +195,7 @@ class Phase:
 
     def groups(self) -> List["Phase"]:
         found = [p for p in map(Phase, glob.glob(os.path.join(self.groups_dir, "g*"))) if p.is_group]
-        return sorted(found, key=lambda p: p.group_index)
+        return sorted(found, key=lambda p: p.group_index or 0)  # is_group: an index
 
     def reused_from(self) -> Optional[str]:
         """The experiment this phase was copied from (restartlab run --baseline-from); None: it ran here."""
@@ -229,7 +229,7 @@ class Expt:
     def __init__(self, root: str):
         self.root = root
 
-    def _f(self, name):
+    def _f(self, name: str) -> str:
         return os.path.join(self.root, name)
 
     scenario = property(lambda self: self._f("scenario.yaml"))  # the resolved scenario
@@ -272,4 +272,5 @@ class Expt:
 
 def sidecar_scenario(script_path: str) -> str:
     """`restartlab render -o FILE`: the resolved scenario is written next to FILE."""
-    return os.path.splitext(script_path)[0] + "." + os.path.basename(Expt("").scenario)
+    # cast: the paths are property(lambda ...), which mypy reads as Any
+    return os.path.splitext(script_path)[0] + "." + os.path.basename(cast(str, Expt("").scenario))

@@ -3,7 +3,7 @@ newest step a phase's current attempt has logged, the injection records. Used wh
 by the injector, the relaunch loop and the progress view; the accounting is in collect.py."""
 import json
 import os
-from typing import List, Optional
+from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 from . import layout
 from .injections import Injection
@@ -11,13 +11,15 @@ from . import metric_keys as K
 
 TAIL_BYTES = 8192
 
+T = TypeVar("T")
+
 
 class Malformed(str):
     """A warning about input that was malformed and skipped (a typed problem: `restartlab report`
     exits 2 when it met one; other warnings are information)."""
 
 
-def last_row(path, key=None) -> Optional[dict]:
+def last_row(path: str, key: Optional[str] = None) -> Optional[Dict[str, Any]]:
     """Metrics of the last parsable line of a metrics file (that has `key`, if given), reading
     only the file's tail."""
     try:
@@ -52,25 +54,25 @@ def newest_step_seen(phase_dir: str) -> int:
         return 0
 
 
-def read_injections(phase_dir, warnings=None) -> List[Injection]:
+def read_injections(phase_dir: str, warnings: Optional[List[str]] = None) -> List[Injection]:
     """The phase's injection records (one per strike, and a kind's follow-ups); malformed lines
     are skipped, and named in `warnings` when a list is given."""
     return [Injection.from_json(r) for r in read_records(layout.Phase(phase_dir).injections, warnings)]
 
 
-def read_node_checks(phase_dir, warnings=None) -> List[dict]:
+def read_node_checks(phase_dir: str, warnings: Optional[List[str]] = None) -> List[Dict[str, Any]]:
     """The phase's node-check records: one per node per health check (restartlab node-check)."""
     return read_records(layout.Phase(phase_dir).node_checks, warnings)
 
 
-def bad_nodes_between(checks: List[dict], after: int, upto: int) -> List[str]:
+def bad_nodes_between(checks: List[Dict[str, Any]], after: int, upto: int) -> List[Optional[str]]:
     """The nodes the health checks found bad after attempt `after` ended, up to the launch of
     attempt `upto` (attempts cut short in between included)."""
     return [c.get("node") for c in checks if isinstance(c.get("attempt"), int)
             and after < c["attempt"] <= upto and c.get("ok") is False]
 
 
-def read_records(path, warnings=None) -> List[dict]:
+def read_records(path: str, warnings: Optional[List[str]] = None) -> List[Dict[str, Any]]:
     """JSON lines with a numeric `time` where present; malformed lines are skipped and named."""
     out = []
     try:
@@ -91,7 +93,8 @@ def read_records(path, warnings=None) -> List[dict]:
     return out
 
 
-def read_typed(path, from_json, what: str, warnings=None) -> list:
+def read_typed(path: str, from_json: Callable[[Dict[str, Any]], Optional[T]], what: str,
+               warnings: Optional[List[str]] = None) -> List[T]:
     """read_records' lines as one record type (`from_json`: a record, or None for a line it cannot
     take, which is left out and named)."""
     out = []

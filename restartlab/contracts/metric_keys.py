@@ -6,6 +6,8 @@ the relaunch loop and the live views read them. A key's meaning is its comment."
 # every progress row
 ITER = "train/iter"                        # the step this row is about (a final row: the last step)
 LOSS = "train/loss"                        # the step's loss (a row with ITER and LOSS is a step taken)
+LOSS_LOGGED = "train/loss_logged"          # the loss the program's own log line gave for step ITER (not a step:
+#                                            runtime/tap.py, where the steps come from the state probe)
 DT = "train/dt"                            # seconds the step took
 
 # the first step of an attempt
@@ -36,7 +38,7 @@ CKPT_FINALIZE_S = "train/ckpt_finalize_seconds"
 
 # the end of an attempt
 PARAMS_CRC = "train/params_crc"            # rank 0's final row: the parameters' checksum at the last step
-FINISHED = "train/finished"                # a tapped program's final row: it exited 0 after the last step
+FINISHED = "train/finished"                # a tapped program's final row: it ended after the last step (tap.py)
 PREEMPTED = "train/preempted"              # the step of the emergency checkpoint (preemption, walltime)
 
 # torchft replica groups (trainer/ft.py)

@@ -7,7 +7,7 @@ scenario key the value read from the scenario (`from_scenario`) and the schema's
 import argparse
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 from .units import parse_duration
 
@@ -18,7 +18,7 @@ class Opt:
     type: str                         # int | float | str | duration | flag
     default: Any
     help: str
-    choices: Optional[Sequence[str]] = None
+    choices: Union[Sequence[str], Callable[[], Sequence[str]], None] = None  # a function: the registry's names
     scenario: Optional[str] = None    # the scenario key it comes from (relaunch.max_attempts)
     scenario_default: Any = None      # the schema's default when it differs from the tool's
     required: bool = False
@@ -31,7 +31,7 @@ class Opt:
         return self.flag[2:].replace("-", "_")
 
 
-def problem(o, v) -> Optional[str]:
+def problem(o: Any, v: Any) -> Optional[str]:
     """What is wrong with the value `v` of option (or schema field) `o` against its bounds: its
     minimum, > 0, its choices; None: nothing. The one check of the tools' argparse, the trainer and
     the scenario's validation."""
@@ -46,7 +46,7 @@ def problem(o, v) -> Optional[str]:
 
 
 def _checked(parse: Callable[[str], Any], o: Opt) -> Callable[[str], Any]:
-    def check(v):
+    def check(v: str) -> Any:
         try:
             x = parse(v)
         except ValueError as e:
@@ -58,10 +58,11 @@ def _checked(parse: Callable[[str], Any], o: Opt) -> Callable[[str], Any]:
     return check
 
 
-PARSE = {"int": int, "float": float, "str": str, "duration": parse_duration}
+PARSE: Dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "duration": parse_duration}
 
 
-def add_to_parser(parser, table: List[Opt], parsers: Optional[Dict[str, Callable]] = None) -> None:
+def add_to_parser(parser: argparse._ActionsContainer, table: List[Opt],
+                  parsers: Optional[Dict[str, Callable[[str], Any]]] = None) -> None:
     """argparse arguments from `table` (`parsers`: a flag's own parser instead of its type's)."""
     for o in table:
         hlp = argparse.SUPPRESS if o.hidden else o.help
@@ -74,7 +75,7 @@ def add_to_parser(parser, table: List[Opt], parsers: Optional[Dict[str, Callable
         parser.add_argument(o.flag, type=conv, default=o.default, choices=choices, required=o.required, help=hlp)
 
 
-def _word(o: Opt, v) -> str:
+def _word(o: Opt, v: Any) -> str:
     if o.type == "duration":
         return f"{v:g}s" if isinstance(v, (int, float)) else str(v)
     return str(v)
@@ -98,15 +99,15 @@ def to_argv(table: List[Opt], values: Dict[str, Any], defaults: bool = False) ->
     return argv
 
 
-def scenario_value(sc: dict, dotted: str):
+def scenario_value(sc: Dict[str, Any], dotted: str) -> Any:
     """The value at `dotted` in a loaded scenario (None where a mapping on the way is absent)."""
-    cur = sc
+    cur: Any = sc
     for part in dotted.split("."):
         cur = (cur or {}).get(part)
     return cur
 
 
-def from_scenario(table: List[Opt], sc: dict) -> Dict[str, Any]:
+def from_scenario(table: List[Opt], sc: Dict[str, Any]) -> Dict[str, Any]:
     """{key: value} of every option that comes from a scenario key."""
     return {o.key: scenario_value(sc, o.scenario) for o in table if o.scenario}
 
@@ -114,25 +115,44 @@ def from_scenario(table: List[Opt], sc: dict) -> Dict[str, Any]:
 _TYPES = {"int": int, "float": float, "duration": float, "str": str, "flag": bool}
 
 
-def config_class(name: str, table: List[Opt], doc: str, module: str, head=(), tail=(),
-                 values: Optional[Dict[str, Any]] = None, bases=()):
-    """A tool's settings as a dataclass made from its option table, so that the table is the one
-    definition of each setting and its default: `head` fields (name, type), then one field per
-    option (the required ones first, without a default; the others with the table's default),
-    then `tail` fields (name, type, default). `values`: {key: type} of options whose value is not
-    the flag's own (supervise's --inject holds the injector's values, None when off); `bases`
-    carry the class's methods."""
+def config_problems(cls: Type[Any], table: List[Opt], head: Sequence[Tuple[str, Any]] = (),
+                    tail: Sequence[Tuple[str, Any, Any]] = (), values: Optional[Dict[str, Any]] = None) -> List[str]:
+    """What differs between a tool's settings class (a dataclass written out, for a reader and a
+    type checker) and its option table, the one definition of each flag, help and default: [] when
+    they agree. The class has the `head` fields (name, type), then one field per option (the required
+    ones first, without a default, of the option's type; the others with the table's default, Optional
+    where it is None), then the `tail` fields (name, type, default). `values`: {key: type} of options
+    whose value is not the flag's own (the supervisor's --inject holds the injector's values: Optional,
+    None when off)."""
+    import typing
     values = values or {}
+    missing = dataclasses.MISSING
 
-    def field(o: Opt):
-        typ = values.get(o.key) or _TYPES[o.type]
-        typ = Optional[typ] if o.default is None or o.key in values else typ
+    def want(o: Opt) -> Tuple[str, Any, Any]:
+        base = values.get(o.key) or _TYPES[o.type]
         if o.required:
-            return o.key, typ
-        return o.key, typ, dataclasses.field(default=None if o.key in values else o.default)
+            return o.key, base, missing
+        if o.key in values:
+            return o.key, Optional[base], None
+        return o.key, Optional[base] if o.default is None else base, o.default
 
-    fields = [*head, *(field(o) for o in sorted(table, key=lambda o: not o.required)),
-              *((n, t, dataclasses.field(default=d)) for n, t, d in tail)]
-    cls = dataclasses.make_dataclass(name, fields, bases=tuple(bases), namespace={"__doc__": doc})
-    cls.__module__ = module
-    return cls
+    wanted = [(n, t, missing) for n, t in head] + [want(o) for o in sorted(table, key=lambda o: not o.required)] \
+        + list(tail)
+    fields = dataclasses.fields(cls)
+    names = [f.name for f in fields]
+    if names != [w[0] for w in wanted]:
+        extra, lacking = set(names) - {w[0] for w in wanted}, [w[0] for w in wanted if w[0] not in names]
+        return [f"{cls.__name__}'s fields are not the table's: " + "; ".join(
+            p for p in (f"not in the table: {', '.join(sorted(extra))}" if extra else "",
+                        f"no field for: {', '.join(lacking)}" if lacking else "",
+                        "another order" if not extra and not lacking else "") if p)]
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f, (name, typ, default) in zip(fields, wanted):
+        # (type() too: False == 0 and 1 == 1.0, but a flag's default is a bool and a duration's a float)
+        both_required = f.default is missing and default is missing
+        if (f.default != default or type(f.default) is not type(default)) and not both_required:
+            out.append(f"{name}: default {f.default!r}, the table's {'(required)' if default is missing else repr(default)}")
+        if hints.get(name) != typ:
+            out.append(f"{name}: type {hints.get(name)}, the table's {typ}")
+    return out

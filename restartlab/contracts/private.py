@@ -17,6 +17,7 @@ import pwd
 import shutil
 import stat
 import tempfile
+from typing import IO, Any
 
 
 class UnsafePath(OSError):
@@ -94,13 +95,13 @@ def remove_tree(path: str) -> None:
     shutil.rmtree(path)  # fd-based on Linux: a symlink inside is removed, never followed
 
 
-def open_new(path: str, mode: str = "wb"):
+def open_new(path: str, mode: str = "wb") -> IO[Any]:
     """A new file at `path`, 0600, created exclusively (an existing file or symlink: FileExistsError)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     return os.fdopen(fd, mode)
 
 
-def open_private(path: str, mode: str = "wb"):
+def open_private(path: str, mode: str = "wb") -> IO[Any]:
     """A file at `path` inside a private directory, created or truncated, 0600, never through a
     symlink (O_NOFOLLOW: a symlink there raises ELOOP)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

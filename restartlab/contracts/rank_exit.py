@@ -11,7 +11,7 @@ import json
 import os
 import signal
 import time
-from typing import Iterable, List, NamedTuple, Optional
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional
 
 
 class RankExit(NamedTuple):  # a NamedTuple: dataclasses costs the recorder's start-up ~10 ms of imports
@@ -23,14 +23,14 @@ class RankExit(NamedTuple):  # a NamedTuple: dataclasses costs the recorder's st
     time: float                   # when its parent saw it end
 
     @classmethod
-    def from_status(cls, rank: str, node: str, pid: int, status: int, when: float = None) -> "RankExit":
+    def from_status(cls, rank: str, node: str, pid: int, status: int, when: Optional[float] = None) -> "RankExit":
         """From a waitpid status."""
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         return cls(str(rank), node, pid, None if sig else os.WEXITSTATUS(status), sig,
                    time.time() if when is None else when)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RankExit":
+    def from_dict(cls, d: Dict[str, Any]) -> "RankExit":
         return cls(str(d["rank"]), str(d["node"]), int(d["pid"]),
                    None if d.get("exit_code") is None else int(d["exit_code"]),
                    None if d.get("signal") is None else int(d["signal"]), float(d["time"]))
@@ -52,7 +52,7 @@ class RankExit(NamedTuple):  # a NamedTuple: dataclasses costs the recorder's st
         os.replace(tmp, path)
 
 
-def how(sig: Optional[int], exit_code) -> str:
+def how(sig: Optional[int], exit_code: Optional[int]) -> str:
     """An end in words: 'SIGABRT (signal 6)' for a signal, else 'exit 3'."""
     if sig:
         try:

@@ -1,14 +1,15 @@
 """One registry per kind of plug-in (schedulers, launchers, failure kinds): a decorator that
 registers a class under its `name` and refuses a duplicate, lookups with a clear error, and the
 list of names that scenario validation and CLI choices are generated from."""
-from typing import Dict, Generic, List, TypeVar
+from typing import Dict, Generic, List, TypeVar, cast
 
 T = TypeVar("T")
+C = TypeVar("C", bound=type)  # a registered class, handed back as it is
 
 
 class RegistryError(KeyError):
-    def __str__(self):
-        return self.args[0]
+    def __str__(self) -> str:
+        return cast(str, self.args[0])  # the message this module gives it
 
 
 class Registry(Generic[T]):
@@ -16,7 +17,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self._items: Dict[str, T] = {}
 
-    def register(self, cls):
+    def register(self, cls: C) -> C:
         """Class decorator: registers one instance of `cls` under `cls.name`."""
         obj = cls()
         if obj.name in self._items:
@@ -41,5 +42,5 @@ class Registry(Generic[T]):
     def all(self) -> List[T]:
         return list(self._items.values())
 
-    def __contains__(self, name) -> bool:
+    def __contains__(self, name: object) -> bool:
         return name in self._items

@@ -3,7 +3,7 @@ for the injector, the killer, the scenario's validation and the tools' option ta
 import signal as _signal
 
 
-def parse_signal(name) -> int:
+def parse_signal(name: object) -> int:
     """'KILL', 'SIGTERM', '9' -> the signal's number; ValueError for anything else."""
     s = str(name).strip().upper()
     try:

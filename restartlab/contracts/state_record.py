@@ -13,7 +13,7 @@ no GradScaler, no NumPy, a CPU run's device RNG); never compared as equal.
 
 Standard library only: the collector reads these on a login node."""
 import json
-from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 # (key, what it is in a verdict's words, whether those words are plural, what it means when a
 # resume did not restore it)
@@ -31,6 +31,20 @@ PIECES: Tuple[Tuple[str, str, bool, str], ...] = (
     ("scale", "the grad scaler's scale", False, "the gradient scaler's state was not restored"),
 )
 KEYS = tuple(p[0] for p in PIECES)
+# the same pieces whole, comparable across a change in the number of ranks (trainer/state_probe.py:
+# whole, samples_part), on the records that carry the parameters' fingerprint:
+#   params_g, opt_g: [this rank's part of the DTensors' fingerprint (hex; the ranks' parts summed
+#                     modulo 2**32 are the whole tensors'), the plain tensors' digest (each rank's whole copy)]
+#   batch_g:          [[fingerprint (hex; summed likewise), samples] of each batch since the last step]
+WHOLE = ("params_g", "opt_g", "batch_g")
+# not compared as pieces, but read for the verdict's words: batch_pos [the batch's number in its epoch
+# (1: the first), the batches in the epoch], where a DataLoader's iterator says; threads: torch's
+# intra-op threads in the rank (torch.get_num_threads(): another count adds the same sums in another
+# order, and the numbers leave another run's in their last bits)
+AUX = ("batch_pos", "threads")
+# pieces every rank holds the same of (a data-parallel program), and pieces each rank has its own of
+SAME_ON_ALL = ("opt_step", "lr", "scale")
+PER_RANK = ("rng_python", "rng_numpy", "rng_torch", "rng_device")
 WORDS = {p[0]: p[1] for p in PIECES}
 PLURAL = {p[0]: p[2] for p in PIECES}
 MEANING = {p[0]: p[3] for p in PIECES}
@@ -41,14 +55,28 @@ class StateRecord(NamedTuple):
     opt: int                  # which optimizer of the program (numbered by their first step)
     time: float
     pieces: Dict[str, object]  # KEYS -> fingerprint (an int or hex digest, a float, a list), None: not observed
+    load: Optional[str] = None  # a load's record: what the program called (LOADS), taken right after it;
+    #                             then `step` is the steps taken before it (0: before the attempt's first)
 
     def to_json(self) -> str:
-        return json.dumps({"step": self.step, "opt": self.opt, "time": self.time,
-                           **{k: self.pieces.get(k) for k in KEYS}}, separators=(",", ":"))
+        d: Dict[str, object] = {"step": self.step, "opt": self.opt, "time": self.time}
+        if self.load:
+            d["load"] = self.load
+        d.update({k: self.pieces.get(k) for k in KEYS})
+        d.update({k: self.pieces[k] for k in WHOLE + AUX if self.pieces.get(k) is not None})
+        return json.dumps(d, separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, d: dict) -> "StateRecord":
-        return cls(int(d["step"]), int(d.get("opt", 0)), float(d.get("time", 0.0)), {k: d.get(k) for k in KEYS})
+    def from_dict(cls, d: Dict[str, Any]) -> "StateRecord":
+        return cls(int(d["step"]), int(d.get("opt", 0)), float(d.get("time", 0.0)),
+                   {k: d.get(k) for k in KEYS + WHOLE + AUX}, d.get("load") or None)
+
+
+# the loads the probe sees (trainer/state_probe.py), by the name a record gives them; each fingerprints
+# the pieces it sets, as an optimizer step's record would, right after the call returns
+LOADS = {"torch.set_rng_state": ("rng_torch",), "random.setstate": ("rng_python",),
+         "numpy.random.set_state": ("rng_numpy",),
+         "Optimizer.load_state_dict": ("opt_state", "opt_step", "lr"), "LRScheduler.load_state_dict": ("lr",)}
 
 
 def read(path: str) -> List[StateRecord]:
@@ -58,7 +86,9 @@ def read(path: str) -> List[StateRecord]:
         with open(path) as f:
             for line in f:
                 try:
-                    out.append(StateRecord.from_dict(json.loads(line)))
+                    d = json.loads(line)
+                    if "logged_loss" not in d:  # the program's loss line, booked by the tap: not a state record
+                        out.append(StateRecord.from_dict(d))
                 except (ValueError, KeyError, TypeError):
                     continue
     except OSError:
@@ -67,12 +97,27 @@ def read(path: str) -> List[StateRecord]:
 
 
 def by_step(records: Iterable[StateRecord], offset: int = 0, opt: int = 0) -> Dict[int, StateRecord]:
-    """{global step: record} of one optimizer's records, the attempt's step k numbered offset + k
-    (offset: the step the attempt resumed from; 0 for a run from the start)."""
-    return {offset + r.step: r for r in records if r.opt == opt}
+    """{global step: record} of one optimizer's step records, the attempt's step k numbered offset + k
+    (offset: the step the attempt resumed from; 0 for a run from the start). Loads are not steps."""
+    return {offset + r.step: r for r in records if r.opt == opt and not r.load}
 
 
-def describe(key: str, value) -> Optional[str]:
+def loaded(records: Iterable[StateRecord], opt: int = 0) -> Dict[str, Tuple[object, str]]:
+    """{piece: (its fingerprint right after the last load that set it, that load's name)}, of the
+    loads made before the attempt's first optimizer step (where a resume loads its checkpoint)."""
+    out: Dict[str, Tuple[object, str]] = {}
+    for r in records:
+        if r.load and r.step == 0 and (r.opt == opt or r.load not in OPT_LOADS):
+            for k in LOADS.get(r.load, ()):
+                if r.pieces.get(k) is not None:
+                    out[k] = (r.pieces[k], r.load)
+    return out
+
+
+OPT_LOADS = ("Optimizer.load_state_dict", "LRScheduler.load_state_dict")
+
+
+def describe(key: str, value: object) -> Optional[str]:
     """A value as a verdict shows it: a learning rate or a scale as a number, a fingerprint as is."""
     if value is None:
         return None
@@ -81,3 +126,19 @@ def describe(key: str, value) -> Optional[str]:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
+
+
+def add32(parts: Iterable[str]) -> str:
+    """Fingerprint parts (hex) summed modulo 2**32: the whole of what the ranks' parts cover."""
+    return f"{sum(int(p, 16) for p in parts) & 0xFFFFFFFF:08x}"
+
+
+def whole_tensors(parts: List[Any]) -> Optional[object]:
+    """The ranks' params_g (or opt_g) at one step, as one value: the DTensors' parts summed, and the
+    plain tensors' digest where every rank has the same one; "per rank" where they differ (each rank
+    holds its own plain tensors: not comparable across a change); None where a rank has no record."""
+    if not parts or any(not isinstance(p, list) or len(p) != 2 for p in parts):
+        return None
+    sharded = add32(p[0] for p in parts if p[0]) if any(p[0] for p in parts) else None
+    plain = {p[1] for p in parts}
+    return [sharded, plain.pop() if len(plain) == 1 else "per rank"]

@@ -7,7 +7,7 @@ analysis/report.build), and a test holds a fresh report's keys to this list."""
 import dataclasses
 import json
 import os
-from typing import Dict, List, Optional, TypedDict
+from typing import Any, Dict, List, Optional, TypedDict
 
 
 class SummaryError(ValueError):
@@ -22,37 +22,40 @@ class PhaseSummary(TypedDict, total=False):
     kills: int
     steps: int
     completed: bool
-    failures: List[dict]            # one per failure: collect.failure_events
-    by_kind: Dict[str, dict]        # per failure kind: counts and medians (collect.by_kind)
+    failures: List[Dict[str, Any]]  # one per failure: collect.failure_events
+    by_kind: Dict[str, Dict[str, Any]]  # per failure kind: counts and medians (collect.by_kind)
     lost_steps: int
     downtime_s: float
     recompute_s: float
     save_stall_s: float
     saves_estimated: int            # of the saves, how many were estimated from step times (tap.py)
-    save: Dict[str, dict]           # per save figure: count, median, p90, total
-    finalize: dict
+    save: Dict[str, Dict[str, Any]]  # per save figure: count, median, p90, total
+    finalize: Dict[str, Any]
     productive_s: float
     ettr: Optional[float]
-    walltime_stop: Optional[dict]
-    interference: Optional[dict]
+    walltime_stop: Optional[Dict[str, Any]]
+    interference: Optional[Dict[str, Any]]
     interference_s: float
     step_dt_s: Optional[float]
-    network_faults: List[dict]      # each partition, flap, slow_link: down, stand-still, who noticed when (netfaults.py)
-    storage_faults: List[dict]      # each stall_writes, slow_storage, write_errors, torn on a rank (storagefaults.py)
+    # each partition, flap, slow_link: down, stand-still, who noticed when (netfaults.py)
+    network_faults: List[Dict[str, Any]]
+    # each stall_writes, slow_storage, write_errors, torn on a rank (storagefaults.py)
+    storage_faults: List[Dict[str, Any]]
     first_start_s: Optional[float]
     jobs: List[str]
-    handovers: List[dict]
+    handovers: List[Dict[str, Any]]
     queue_wait_s: float
-    expected_loss: Optional[dict]   # a failure at a random time: per_failure, save_interval_steps, complete_lag_steps
+    # a failure at a random time: per_failure, save_interval_steps, complete_lag_steps
+    expected_loss: Optional[Dict[str, Any]]
     # added by the report (analysis/report.build)
     checkpoint: Optional[str]
     warnings: List[str]
-    overhead: Optional[dict]
-    young_daly: dict
+    overhead: Optional[Dict[str, Any]]
+    young_daly: Dict[str, Any]
     policy: str
-    survival: Optional[dict]
-    ended: Optional[dict]
-    own_metrics: Optional[dict]
+    survival: Optional[Dict[str, Any]]
+    ended: Optional[Dict[str, Any]]
+    own_metrics: Optional[Dict[str, Any]]
     reused_from: Optional[str]
 
 
@@ -65,9 +68,9 @@ class Summary:
     phases: List[PhaseSummary]
     missing: List[str] = dataclasses.field(default_factory=list)
     problems: List[str] = dataclasses.field(default_factory=list)
-    jobs: List[dict] = dataclasses.field(default_factory=list)      # the batch jobs' states
-    torchft: Dict[str, dict] = dataclasses.field(default_factory=dict)  # per torchft phase: its accounting
-    strategies: Optional[List[dict]] = None                         # the strategies' table (with torchft)
+    jobs: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # the batch jobs' states
+    torchft: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)  # per torchft phase: its accounting
+    strategies: Optional[List[Dict[str, Any]]] = None               # the strategies' table (with torchft)
 
     def by_phase(self) -> Dict[str, PhaseSummary]:
         return {p["phase"]: p for p in self.phases}

@@ -2,6 +2,7 @@
 The trainer's argparse, the scenario schema (`trainer:` keys) and the renderer's trainer argv are
 all generated from it, so they cannot drift. Torch-free: the orchestration side reads it on a
 login node."""
+import argparse
 import dataclasses
 from typing import Any, Dict, List, Optional
 
@@ -110,14 +111,15 @@ def scenario_options() -> List[Opt]:
     return [o for o in OPTIONS if o.scenario]
 
 
-def add_to_parser(parser) -> None:
+def add_to_parser(parser: argparse.ArgumentParser) -> None:
     """The trainer's argparse arguments, from the table (a value below its minimum: an argparse
     error, one line)."""
     options.add_to_parser(parser, OPTIONS)
 
 
 def scenario_value(trainer: Dict[str, Any], o: Opt) -> Any:
-    """An option's value in a loaded scenario's `trainer:` mapping."""
+    """An option's value in a loaded scenario's `trainer:` mapping (an option that has a scenario key)."""
+    assert o.scenario is not None, o.flag
     return options.scenario_value({"trainer": trainer}, o.scenario)
 
 

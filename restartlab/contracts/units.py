@@ -3,7 +3,7 @@ import math
 import re
 
 
-def parse_duration(v, where="") -> float:
+def parse_duration(v: object, where: str = "") -> float:
     """'90s', '5m', '1.5h', '01:30:00', or a number of seconds (finite, >= 0)."""
     if isinstance(v, bool):
         raise ValueError(f"{where}expected a duration like 90s, 5m, 1h, got {v!r}")
@@ -31,7 +31,7 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50}
 
 
-def parse_bytes(v) -> int:
+def parse_bytes(v: object) -> int:
     """'23.8GB', '1.5 TiB', '300M' or a number of bytes (>= 0) -> bytes."""
     if isinstance(v, bool):
         raise ValueError(f"expected a size like 24GB or 300MiB, got {v!r}")

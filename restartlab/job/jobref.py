@@ -30,7 +30,7 @@ def by_form(jid: str) -> List[str]:
     return [s.name for s in schedulers.SCHEDULERS.all() if s.jobid_pattern and re.fullmatch(s.jobid_pattern, jid)]
 
 
-def _bare_number(jid: str) -> Optional[str]:
+def _bare_number(jid: str) -> str:
     """A bare sequence number: Slurm's form, and one PBS accepts too; the query tool on PATH says
     which (both on PATH: ambiguous)."""
     here = [s.name for s in schedulers.on_path()]

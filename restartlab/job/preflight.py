@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional
 
 from .. import launchers, programs, schedulers
-from ..contracts import placeholders
+from ..contracts import placeholders, pycmd
 from ..contracts.units import hms, human_bytes
 from ..scenario import is_torchft
 from ..scenario.source import fmt_path
@@ -28,7 +28,6 @@ from . import probe as probe_mod, queues, render, sizing, storage
 ERROR, WARNING, OK = "error", "warning", "ok"
 WARN_SHARE = 0.5  # a run that would take more than this share of what is free is a warning
 PLACEHOLDER = re.compile(r"/path/to/")
-PYTHON = re.compile(r"^python[0-9.]*$")
 
 
 @dataclass
@@ -239,16 +238,13 @@ class Preflight:
         if os.path.isabs(cmd) and not os.access(cmd, os.X_OK):
             self.add(ERROR, "program", f"{at}: {cmd} does not exist or is not executable")
             return
-        if PYTHON.match(os.path.basename(cmd)):
+        if pycmd.IS_PYTHON.match(os.path.basename(cmd)):
             pythons.append(cmd)
-            rest = words[1:]
-            i = 0
-            while i < len(rest) and rest[i].startswith("-") and rest[i] != "-m":
-                i += 2 if rest[i] in ("-W", "-X") else 1
-            if i < len(rest) and rest[i] == "-m":
-                self.module = (cmd, rest[i + 1] if i + 1 < len(rest) else "")
-            elif i < len(rest):
-                script = rest[i]
+            py = pycmd.parse(words)
+            if py.run == "module":
+                self.module = (cmd, py.target or "")
+            elif py.run == "script":  # (-c CODE was once taken for a script's path)
+                script = py.target or ""
                 if any(t in script for t in (placeholders.CKPT_DIR, placeholders.PHASE_DIR, placeholders.ATTEMPT_DIR)):
                     self.add(WARNING, "skipped", f"{at}: {script}: not checked: its path is known only per phase or "
                              "attempt")
@@ -262,6 +258,8 @@ class Preflight:
                     self.add(ERROR, "program", f"{at}: {script}: no such file")
                 else:
                     self.add(OK, "program", f"{script}")
+            elif py.run == "code":
+                self.add(OK, "program", f"{cmd} -c: the program is inline code (no file to check)")
         else:
             self.command = cmd
 
@@ -430,7 +428,7 @@ def framework_missing(sc, where) -> List[Finding]:
     cmd = placeholders.fill(prog["command"][0], {placeholders.SCENARIO_DIR: sdir})
     # the ranks find a bare `python` on the job's PATH, which `restartlab run` starts with its own
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-    exe = shutil.which(cmd, path=path) if PYTHON.match(os.path.basename(cmd)) else sys.executable
+    exe = shutil.which(cmd, path=path) if pycmd.IS_PYTHON.match(os.path.basename(cmd)) else sys.executable
     if not exe:
         return out  # the program check (preflight) names a command that is not there
     code = ("import importlib.util, sys; "

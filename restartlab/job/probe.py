@@ -6,7 +6,7 @@ import json
 import shlex
 import subprocess
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from .. import launchers
 
@@ -55,7 +55,7 @@ class Probe:
 
 
 def script(setup: List[str], launcher: Optional[str], pythons: List[str], modules=MODULES,
-           commands: List[str] = ()) -> str:
+           commands: Sequence[str] = ()) -> str:
     """The bash text: setup lines as the job runs them (each must succeed, as a job would need it
     to), then one marked block per thing asked. A command (a program of yours that is not a
     Python) is only looked up, never run."""
@@ -105,7 +105,7 @@ def parse(text: str, pythons: List[str], rc: int) -> Probe:
 
 
 def run(setup: List[str], launcher: Optional[str], pythons: List[str], timeout: float = 300, env=None,
-        commands: List[str] = (), modules=MODULES) -> Probe:
+        commands: Sequence[str] = (), modules=MODULES) -> Probe:
     try:
         # cwd /: a Python's first path entry is where it starts, and the job's is no source tree
         r = subprocess.run(["bash", "-c", script(setup, launcher, pythons, modules, commands)], capture_output=True, text=True,

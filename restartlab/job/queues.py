@@ -156,7 +156,8 @@ def pick(qs: ServerQueues, s: Shape, avoid: Sequence[str] = ()) -> Optional[str]
     user's running limit, else the first that takes it."""
     found = takers(qs, s, avoid)
     free = [n for n in found if not waits(qs, n, s)]
-    return (free or found or [None])[0]
+    best = free or found
+    return best[0] if best else None
 
 
 def summary(qs: ServerQueues, s: Shape, avoid: Sequence[str] = ()) -> str:

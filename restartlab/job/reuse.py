@@ -1,16 +1,19 @@
 """restartlab run --baseline-from EXPT_DIR: an earlier experiment's baseline phase (checkpoint:
 none) copied into this one instead of run again. The baseline is the same for every sync/async
 variant of a scenario, so a user comparing several pays for it once. It is taken only when it ran
-the same command: the same argv but for each experiment's own paths and job tag (the launcher and
-its ranks, the program, every argument, the environment the launcher passes to the ranks), and
-only when it finished. Its attempts keep their recorded times; the phase holds a `reused-from`
+the same command: the same launch spec (tools/launch.LaunchSpec: the launcher and its ranks, the
+program, every argument, the environment the launcher passes to the ranks) but for each
+experiment's own directory in the program's words and its job tag, and only when it finished. Its attempts keep their recorded times; the phase holds a `reused-from`
 file naming the experiment (layout.Phase.reused), which the supervisor and the report show."""
+import dataclasses
 import os
 import shutil
 from typing import List
 
 from . import experiment
 from ..contracts import layout
+from ..contracts.envvars import TAG_VAR
+from ..tools.launch import SPEC_KEYS, LaunchSpec
 from .. import scenario
 
 
@@ -18,8 +21,17 @@ class ReuseError(Exception):
     """A baseline that cannot be reused, with the reason (one line)."""
 
 
-def _normal(ctx: dict, argv: List[str]) -> List[str]:
-    return [a.replace(ctx["expt_dir"], "{expt_dir}").replace(ctx["tag"], "{tag}") for a in argv]
+def _spec(ctx: dict, phase: dict) -> LaunchSpec:
+    """A phase's launch as a spec, what makes it this experiment's left out: the job's tag (an
+    environment variable of its ranks) and the experiment's directory (in the program's words, the
+    ranks' environment and the host file: relaunch.on_node_loss spares or shrink writes one there)."""
+    spec = LaunchSpec.from_json(phase["launch"], phase["program"])
+
+    def own(w: str) -> str:
+        return w.replace(ctx["expt_dir"], "{expt_dir}")
+    return dataclasses.replace(spec, env={k: own(v) for k, v in spec.env.items() if k != TAG_VAR},
+                               program=tuple(own(w) for w in spec.program),
+                               hostfile=own(spec.hostfile) if spec.hostfile else spec.hostfile)
 
 
 def check(ctx: dict, other_dir: str) -> dict:
@@ -46,8 +58,14 @@ def check(ctx: dict, other_dir: str) -> dict:
         src = layout.Phase(q["dir"])
         if not os.path.exists(src.completed):
             raise ReuseError(f"{src.path}: that baseline did not finish (no `completed` marker): nothing to reuse")
-        a, b = _normal(ctx, p["argv"]), _normal(theirs, q["argv"])
-        if a != b:
+        mine_spec, their_spec = _spec(ctx, p), _spec(theirs, q)
+        if mine_spec != their_spec:
+            a, b = list(mine_spec.program), list(their_spec.program)
+            if a == b:  # the same program, launched otherwise
+                key = next(k for k in SPEC_KEYS if getattr(mine_spec, k) != getattr(their_spec, k))
+                raise ReuseError(f"{other_dir}: its baseline {p['name']!r} was launched otherwise, so it is not this "
+                                 f"scenario's: its launch's {key} is {getattr(their_spec, key)!r} there, "
+                                 f"{getattr(mine_spec, key)!r} here")
             i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             flag = f" (after {a[i - 1]})" if 0 < i <= len(a) and a[i - 1].startswith("-") else ""
             raise ReuseError(f"{other_dir}: its baseline {p['name']!r} ran another command, so it is not this "

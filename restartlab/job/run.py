@@ -83,6 +83,7 @@ def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run", ba
     with open(expt.nodefile, "w") as f:
         f.write(socket.gethostname() + "\n")
     local = schedulers.get("local")
+    assert local.jobid_var and local.nodefile_var  # the local scheduler names both
     env = {k: v for k, v in os.environ.items() if not any(k == s.jobid_var or k == s.nodefile_var
                                                           for s in schedulers.SCHEDULERS.all())}
     env.update({local.jobid_var: f"{os.getpid()}.local", local.nodefile_var: expt.nodefile}, **secrets)

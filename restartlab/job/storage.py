@@ -65,7 +65,8 @@ class Room:
 
     @property
     def quota_left(self) -> Optional[int]:
-        return self.tightest.left if self.quotas else None
+        tight = self.tightest
+        return tight.left if tight is not None else None
 
     @property
     def quota_text(self) -> str:

@@ -14,7 +14,8 @@ from .base import (ADAPTERS, KEYS, UNKNOWN_STEP, Adapter, Ckpt, COMPLETE_RULES, 
 from . import builtin  # noqa: F401,E402  (registers the built-in adapters)
 
 __all__ = ["ADAPTERS", "KEYS", "UNKNOWN_STEP", "Adapter", "Ckpt", "COMPLETE_RULES", "SELECT_RULES", "clean_line",
-           "in_flight", "list_ckpts", "newest_complete", "parse_progress", "parse_record", "parse_resumed", "parse_saved",
+           "in_flight", "list_ckpts", "newest_complete", "parse_progress", "parse_record",
+           "parse_resumed", "parse_saved",
            "parse_saving",
            "PROGRESS_FORMATS", "preflight", "resolve",
            "save_interval", "spec_errors", "why_not_complete", "will_load", "names", "get"]

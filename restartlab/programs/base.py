@@ -2,7 +2,9 @@
 program spec: a mapping of the scenario's `trainer.program` keys, the adapter's defaults filled in).
 
   progress     a regex over a line of the program's output (ANSI codes and `[rank0]:`-style
-               prefixes stripped first) with a `step` group, optionally `loss` and `dt`
+               prefixes stripped first) with a `step` group, optionally `loss` and `dt`. Without it
+               (and without progress_file) the steps are rank 0's torch optimizer steps, from the
+               training-state probe's records (collection.state_every must not be 0)
   checkpoints  a regex over paths under the checkpoint dir (`{ckpt_dir}` stands for it), with a
                `step` group; a checkpoint is a file or a directory. Where the group does not take
                part in a match (Lightning's last.ckpt), the step is read from the file (torchzip);
@@ -27,6 +29,11 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
                last (the newest last*.ckpt by mtime: Lightning's ckpt_path="last")
   resumed      optional: a regex for the program's own resume line, with a `step` group, or a
                `path` group (the checkpoint it names: its step from the listing at the launch)
+  loss_line    optional, where the steps come from the state probe (no progress): a regex for the
+               program's own log line that gives a loss without a step (the Trainer's
+               {'loss': '5.399', ...}), with a `loss` group. Rank 0's probe reads it where the program
+               writes it (its sys.stdout and sys.stderr), so the loss is the step's it was printed
+               after; as rounded as the program prints it
   saved        optional: a regex for the program's line after a save, with a `seconds` group (the
                time the training loop was blocked) and optionally `step` and `kind` (save | stage |
                drain: a sync save, an async save's staging, its drain; default save): booked as a
@@ -41,7 +48,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..contracts import placeholders
 from ..contracts.registry import Registry
@@ -52,7 +59,7 @@ KINDS = ("exists", "dcp", "torchzip", "torchzips", "dsshards", "hfrngs", "file",
 SELECT_RULES = ("newest_complete", "highest", "newest_mtime", "pointer", "last")
 UNKNOWN_STEP = -1
 KEYS = ("progress", "progress_file", "progress_fields", "checkpoints", "complete", "selects", "resumed", "saved",
-        "saving", "counts", "save_every")
+        "saving", "counts", "save_every", "loss_line")
 PROGRESS_FORMATS = (".jsonl", ".csv")  # a progress file's format, by its name's ending
 FIELDS = ("step", "loss", "dt")         # progress_fields: what a record's names may stand for
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
@@ -96,13 +103,13 @@ ADAPTERS: Registry[Adapter] = Registry("program adapter")
 
 def spec_errors(spec: dict) -> List[tuple]:
     """[(key, message)] of every problem in a resolved spec; [] when it is usable."""
-    out = []
-    for key in ("progress", "checkpoints", "resumed", "saved", "saving"):
+    out: List[Tuple[str, str]] = []
+    for key in ("progress", "checkpoints", "resumed", "saved", "saving", "loss_line"):
         rx = spec.get(key)
         if rx is None:
-            if key == "checkpoints" or (key == "progress" and spec.get("tap", True) and not spec.get("progress_file")):
+            if key == "checkpoints":
                 out.append((key, f"required for adapter {spec.get('adapter')!r} (a regex with a (?P<step>...) group)"))
-            continue
+            continue  # no progress: the steps are rank 0's torch optimizer steps (the state probe's records)
         try:
             c = re.compile(rx)
         except re.error as e:
@@ -110,6 +117,10 @@ def spec_errors(spec: dict) -> List[tuple]:
             continue
         if key == "saving":
             continue  # any regex: the line's arrival is what counts
+        if key == "loss_line":
+            if "loss" not in c.groupindex:
+                out.append((key, f"{rx!r} has no (?P<loss>...) group: restartlab reads the loss from it"))
+            continue
         if key == "saved":
             if "seconds" not in c.groupindex:
                 out.append((key, f"{rx!r} has no (?P<seconds>...) group: the save's blocking time"))
@@ -198,7 +209,7 @@ def parse_record(spec: dict, rec: dict) -> Optional[dict]:
     """{step, loss?, dt?} from one record of the progress file (a JSON object, or a CSV row by its
     header), through progress_fields (default: the names step, loss and dt)."""
     names = dict({f: f for f in FIELDS}, **(spec.get("progress_fields") or {}))
-    raw = rec.get(names["step"]) if isinstance(rec, dict) else None
+    raw: Any = rec.get(names["step"]) if isinstance(rec, dict) else None  # None: a TypeError below
     try:
         step = int(float(raw))
     except (TypeError, ValueError, OverflowError):
@@ -219,7 +230,7 @@ def parse_saved(spec: dict, line: str) -> Optional[dict]:
     m = _compiled(spec["saved"]).search(line) if spec.get("saved") else None
     if not m or _num(m.group("seconds")) is None:
         return None
-    kind = m.group("kind") if "kind" in m.re.groupindex else None
+    kind: Any = m.group("kind") if "kind" in m.re.groupindex else None
     kind = {"saving": "save", "staging": "stage"}.get(kind, kind)  # as torchtitan 0.3.0 words it
     out = {"seconds": _num(m.group("seconds")), "kind": kind if kind in SAVE_KINDS else "save"}
     if "step" in m.re.groupindex and (m.group("step") or "").isdigit():
@@ -232,7 +243,7 @@ def parse_saving(spec: dict, line: str) -> bool:
     return bool(spec.get("saving")) and _compiled(spec["saving"]).search(line) is not None
 
 
-def parse_resumed(spec: dict, line: str, ckpts: List[Ckpt] = ()) -> Optional[int]:
+def parse_resumed(spec: dict, line: str, ckpts: Sequence[Ckpt] = ()) -> Optional[int]:
     """The step a resume line names: its `step` group, or the step of the checkpoint its `path`
     group names among `ckpts` (UNKNOWN_STEP when it is not among them)."""
     m = _compiled(spec["resumed"]).search(line) if spec.get("resumed") else None
@@ -319,6 +330,7 @@ def _ds_shards_missing(path: str, names: Optional[set]) -> Optional[str]:
     shards = [n for n in names or () if n.endswith("_optim_states.pt") and "zero_pp_rank_" in n]
     if not shards:
         return None
+    assert names is not None  # shards came from it
     meta = next((n for n in DS_MODEL_STATES if n in names), None)
     size = torchzip.read_ints(os.path.join(path, meta), ("dp_world_size", "mp_world_size")) if meta else {}
     if "dp_world_size" not in size:
@@ -347,6 +359,7 @@ def _hf_rngs_missing(path: str, names: Optional[set]) -> Optional[str]:
     seed put it (_load_rng_state: "Didn't find an RNG file for process <r>", an info line)."""
     if not any(HF_RNG.fullmatch(n) for n in names or ()):
         return None
+    assert names is not None  # a name in it matched
     args = os.path.join(path, HF_ARGS)
     n = torchzip.read_attr_int(args, "PartialState", "num_processes")
     if n is None:  # not there yet (rank 0 writes it with the weights; other parts of the rule say so), or cut short
@@ -363,7 +376,8 @@ COUNTED = {"dsshards": _ds_shards_missing, "hfrngs": _hf_rngs_missing}
 def why_not_complete(rule: str, path: str, step: int, ckpt_dir: str) -> Optional[str]:
     """Why the checkpoint at `path` is not complete by `rule` (each part that fails, said), or None
     when it is. The folder is listed once, for all the parts that look inside it."""
-    out, listed = [], []
+    out: List[str] = []
+    listed: List[Optional[set]] = []
 
     def names() -> Optional[set]:
         if not listed:
@@ -428,7 +442,7 @@ def list_ckpts(spec: dict, ckpt_dir: str) -> List[Ckpt]:
     complete or not, in step order. Reads only: nothing of the program's is changed."""
     rx = _path_regex(spec, ckpt_dir)
     root = ckpt_dir.rstrip("/")
-    found = {}
+    found: Dict[str, int] = {}
     for e, _ in _entries(root, lambda e: not rx.fullmatch(e.path)):
         m = rx.fullmatch(e.path)
         if not m:

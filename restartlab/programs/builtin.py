@@ -70,8 +70,9 @@ class Transformers(Adapter):
     relaunch. With log_level="info" rank 0 logs "Resuming training from checkpoint with epoch E and
     global step N", and as a save starts "Saving model checkpoint to <dir>/checkpoint-N" (no line at
     its end: the stall is estimated from the step times, `saving`). Its own log lines round the
-    loss to 4 digits and carry no step: the scenario gives progress (the example prints full values
-    from a TrainerCallback)."""
+    loss to 4 significant digits and carry no step: without a progress pattern the steps come from
+    the training-state probe and the loss from those lines (`loss_line`); a scenario that wants full
+    values gives progress (the example prints them from a TrainerCallback)."""
     name = "transformers"
     requires = ("transformers",)
     extra = "transformers"
@@ -81,7 +82,9 @@ class Transformers(Adapter):
     defaults = {"checkpoints": r"{ckpt_dir}/checkpoint-(?P<step>\d+)", "complete": "file:trainer_state.json+torchzips+hfrngs",
                 "selects": "highest",
                 "resumed": r"Resuming training from checkpoint with epoch \d+ and global step (?P<step>\d+)",
-                "saving": r"Saving model checkpoint to \S*checkpoint-\d+"}
+                "saving": r"Saving model checkpoint to \S*checkpoint-\d+",
+                # its own log line (transformers 5.25.0, logging_steps): {'loss': '5.399', 'grad_norm': ...}
+                "loss_line": r"^\{'loss': '?(?P<loss>[-+0-9.eE]+|nan|inf)'?[,}]"}
 
 
 @ADAPTERS.register

@@ -9,7 +9,9 @@ import os
 import re
 import shutil
 import subprocess
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
+
+from ..contracts import pycmd
 
 # the package's folder, found without importing it (ezpz's __init__ imports torch: seconds)
 FIND = ("import importlib.util as u; s = u.find_spec('ezpz'); "
@@ -18,11 +20,13 @@ JOB_IDS = ("PBS_JOBID", "SLURM_JOB_ID", "SLURM_JOBID")
 FLAG = re.compile(r"--[A-Za-z0-9][\w-]*")
 
 
-def _module(argv: List[str]):
-    """(the python of `python -m ezpz.examples.X ...`, X's dotted name, the arguments after it)."""
-    for i, a in enumerate(argv[:-1]):
-        if a == "-m" and argv[i + 1].startswith("ezpz."):
-            return (argv[i - 1] if i else None), argv[i + 1], argv[i + 2:]
+def _module(argv: List[str]) -> Tuple[Optional[str], Optional[str], List[str]]:
+    """(the python of `python [options] -m ezpz.examples.X ...`, X's dotted name, the arguments after
+    it), read by contracts/pycmd (the python once read as the word before -m: `python -u -m ...` gave
+    "-u"); (None, None, []) for any other command."""
+    _, cmd = pycmd.find(argv)
+    if cmd.run == "module" and cmd.target and cmd.target.startswith("ezpz."):
+        return cmd.python, cmd.target, list(cmd.args)
     return None, None, []
 
 

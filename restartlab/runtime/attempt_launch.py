@@ -5,10 +5,11 @@ and the first rank that ended badly by its exit record."""
 import os
 import select
 import subprocess
-from typing import Dict, List, Optional
+from typing import IO, Any, Dict, List, Optional, Set, Tuple, cast
 
 from .. import programs
 from ..contracts import layout, placeholders, rank_exit
+from ..contracts.envvars import LAUNCH_TS_VAR, LOSS_LINE_VAR, STATE_DIR_VAR, STATE_EVERY_VAR
 from . import tap
 
 PUMP_DRAIN_S = 5.0  # after the launcher ended: how long the tap may still read what it wrote
@@ -17,17 +18,21 @@ PUMP_DRAIN_S = 5.0  # after the launcher ended: how long the tap may still read 
 class Launched:
     """One attempt's launcher process."""
 
-    def __init__(self, proc: subprocess.Popen):
+    def __init__(self, proc: subprocess.Popen[bytes]):
         self.proc = proc
         self.pid = proc.pid
         try:  # a pidfd wakes us the moment the launcher exits (Popen.wait polls in 50 ms steps)
-            self._fd = os.pidfd_open(proc.pid)
+            self._fd: Optional[int] = os.pidfd_open(proc.pid)
         except (AttributeError, OSError):
             self._fd = None
 
     def wait(self, timeout: Optional[float]) -> Optional[int]:
-        """The exit status once the launcher has ended, None if it still runs after `timeout`.
-        Death by signal N is 128+N, as a shell reports it (launchers.signal_of reads that)."""
+        """The exit status once the launcher has ended, None if it still runs after `timeout`
+        (None: wait until it ends). Death by signal N is 128+N, as a shell reports it
+        (launchers.signal_of reads that)."""
+        if timeout is None:  # (once read as 0 where a pidfd was open: the stop after a KILL got None)
+            rc = self.proc.wait()
+            return self._ended(rc)
         if self._fd is not None and self.proc.poll() is None and timeout:
             p = select.poll()
             p.register(self._fd, select.POLLIN)
@@ -36,6 +41,9 @@ class Launched:
             rc = self.proc.wait(timeout=0 if self._fd is not None else timeout)
         except subprocess.TimeoutExpired:
             return None
+        return self._ended(rc)
+
+    def _ended(self, rc: int) -> int:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -53,14 +61,16 @@ class AttemptLaunch:
     """The attempts of one phase: started, read and watched. `spec` is the program's adapter spec
     (programs.resolve); `ft_group` >= 0: a torchft replica group (progress is a committed step)."""
 
-    def __init__(self, spec: dict, ckpt_dir: Optional[str], phase_dir: str, ft_group: int = -1):
+    def __init__(self, spec: Dict[str, Any], ckpt_dir: Optional[str], phase_dir: str, ft_group: int = -1):
         self.spec, self.ckpt_dir, self.phase_dir, self.ft_group = spec, ckpt_dir, phase_dir, ft_group
-        self.taps = {}  # attempt path -> (Tap, Pump, Follow) of a program whose output is read
+        # attempt path -> (Tap, Pump, Follow) of a program whose output is read
+        self.taps: Dict[str, Tuple[tap.Tap, tap.Pump, Optional[tap.Follow]]] = {}
         self.launched_at: Dict[str, float] = {}  # attempt path -> its launch time
         self.launcher_pids: Dict[str, int] = {}  # attempt path -> its launcher's pid (a hang's process snapshot)
-        self.exits_read = {}  # attempt path -> (exit records read, [its first failure])
+        # attempt path -> (exit records read, [its first failure])
+        self.exits_read: Dict[str, Tuple[Set[str], List[Optional[rank_exit.RankExit]]]] = {}
 
-    def start(self, argv: List[str], att: layout.Attempt, env: dict) -> Launched:
+    def start(self, argv: List[str], att: layout.Attempt, env: Dict[str, str]) -> Launched:
         """Start the attempt; first, what the checkpoint dir holds (which checkpoint a correct
         resume loads, which one the program's own rule picks). A program that does not write
         restartlab's metrics rows has its output read by a tap (tap.py)."""
@@ -68,7 +78,7 @@ class AttemptLaunch:
         if self.ckpt_dir:
             ckpts = programs.list_ckpts(self.spec, self.ckpt_dir)
             tap.write_snapshot(att, tap.snapshot(self.spec, self.ckpt_dir, ckpts))
-        self.launched_at[att.path] = float(env["RESTARTLAB_LAUNCH_TS"])
+        self.launched_at[att.path] = float(env[LAUNCH_TS_VAR])
         env = dict(os.environ, **env)
         if not self.spec["tap"]:
             with open(att.output, "ab") as out:
@@ -76,17 +86,27 @@ class AttemptLaunch:
                                         stdin=subprocess.DEVNULL)
             self.launcher_pids[att.path] = proc.pid
             return Launched(proc)
+        from_probe = not self.spec.get("progress") and not self.spec.get("progress_file") and \
+            bool(env.get(STATE_DIR_VAR)) and env.get(STATE_EVERY_VAR, "1") != "0"
+        if from_probe and self.spec.get("loss_line"):  # rank 0's probe reads the loss lines as they are printed
+            env[LOSS_LINE_VAR] = self.spec["loss_line"]
         env.setdefault("PYTHONUNBUFFERED", "1")  # a Python program's progress lines as they happen (rankenv
         # makes each line whole: runtime/pystdio.py; the launcher and the exit recorder need no shim)
         proc = subprocess.Popen(argv, cwd=att.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
         self.launcher_pids[att.path] = proc.pid
-        t = tap.Tap(self.spec, att, float(env["RESTARTLAB_LAUNCH_TS"]), ckpts)
-        pump = tap.Pump(proc.stdout, att, t)
+        # where the steps come from the probe: the checkpoint the program's rule loads numbers them
+        loads = programs.will_load(self.spec, ckpts, self.ckpt_dir) if from_probe and ckpts and self.ckpt_dir else None
+        t = tap.Tap(self.spec, att, float(env[LAUNCH_TS_VAR]), ckpts, loads.step if loads else None)
+        pump = tap.Pump(cast(IO[bytes], proc.stdout), att, t)  # stdout=PIPE
         pump.start()
         follow = None
         if self.spec.get("progress_file"):  # progress from a file the program appends to
             follow = tap.Follow(self.placeholders(self.spec["progress_file"], att), t)
+            follow.start()
+        elif from_probe:  # no progress pattern: the steps are rank 0's optimizer steps (the probe's records)
+            t.from_probe = True
+            follow = tap.Follow(att.state(0), t, probe=True)
             follow.start()
         self.taps[att.path] = (t, pump, follow)
         return Launched(proc)
@@ -102,10 +122,18 @@ class AttemptLaunch:
         t, pump, follow = self.taps.pop(att.path, (None, None, None))
         if t is None:
             return None
+        assert pump is not None  # stored with its tap
         pump.join(PUMP_DRAIN_S)  # a rank that outlived its launcher may hold the pipe: not waited for
         if follow is not None:
             follow.stop()         # and the progress file's last records
-        return t.finish(rc, train_iters)
+        # a program that ended badly after its last step finished once its last step's checkpoint is complete
+        # (a program that saves: else the relaunch resumes and writes it; killed before that save, it did not)
+        final_saved = True
+        if rc != 0 and self.ckpt_dir:
+            newest = programs.newest_complete(programs.list_ckpts(self.spec, self.ckpt_dir)) \
+                if os.path.isdir(self.ckpt_dir) else None
+            final_saved = newest is not None and newest.step >= train_iters
+        return t.finish(rc, train_iters, final_saved)
 
     def last_activity(self, att: layout.Attempt) -> Optional[float]:
         """When the attempt last wrote output or a metrics row (file times); a tapped program:

@@ -9,17 +9,19 @@ from ..contracts import layout, live, rank_exit
 from ..contracts.attempts import AttemptRecord, EndRecord, LaunchRecord, PhaseEnd, completed_row, injections_into
 from ..contracts.exits import EXIT_PREEMPTED
 from ..contracts import metric_keys as K
+from typing import Any, Dict, Optional, TextIO, cast
 
 
 def reached_last_step(att: layout.Attempt, train_iters: int) -> bool:
     """True iff rank 0 wrote its final row (train/params_crc at train_iters) in this attempt."""
     m = live.last_row(att.metrics(0))
-    return completed_row(m) and m.get(K.ITER) == train_iters
+    return completed_row(m) and cast(Dict[str, Any], m).get(K.ITER) == train_iters  # completed_row: m is a dict
 
 
 def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, end_ts: float, rc: int,
-           train_iters: int, launcher: str = "hydra", ranks: int = 0, job=None, out=None,
-           warm_ranks: int = None) -> bool:
+           train_iters: int, launcher: str = "hydra", ranks: int = 0, job: Optional[str] = None,
+           out: Optional[TextIO] = None,
+           warm_ranks: Optional[int] = None) -> bool:
     """Write the attempt's record; True when the attempt completed the phase. `warm_ranks`: in a
     warm phase, how many of its ranks the standby pools forked (None: a cold phase)."""
     completed = reached_last_step(att, train_iters)
@@ -49,14 +51,14 @@ def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, e
     return completed
 
 
-def launched(att: layout.Attempt, k: int, launch_ts: float, job=None) -> None:
+def launched(att: layout.Attempt, k: int, launch_ts: float, job: Optional[str] = None) -> None:
     """What is known of an attempt at its launch (its number, launch time, job and that job's run),
     written before the launcher starts: an attempt cut short with its job (killed, requeued, its
     node lost) leaves no record, and this still tells which run of which job it was in."""
     LaunchRecord(k, launch_ts, job, _job_start()).write(att)
 
 
-def _job_start():
+def _job_start() -> Optional[float]:
     """When this run of the batch job started (the job script's RL_JOB_START): a job that PBS
     requeues runs again under the same id, and its attempts are told apart by it."""
     try:
@@ -70,6 +72,7 @@ def is_over(att: layout.Attempt) -> bool:
     return os.path.exists(att.record)
 
 
-def write_end(phase: layout.Phase, how: PhaseEnd, k: int, job=None, sig=None, why=None) -> None:
+def write_end(phase: layout.Phase, how: PhaseEnd, k: int, job: Optional[str] = None, sig: Optional[int] = None,
+              why: Optional[str] = None) -> None:
     """The supervisor's last word on the phase in this job (appended: a chain's jobs each add one)."""
     EndRecord(PhaseEnd(how), k, job, signal.Signals(sig).name if sig else None, why).append(phase)

@@ -2,7 +2,7 @@
 tag), and a hung attempt's account of where it was before the KILL."""
 import contextlib
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, List, Optional
 
 from ..contracts import layout
 from ..contracts.trainer_options import STACKS_SIGNAL
@@ -10,15 +10,15 @@ from ..contracts.trainer_options import STACKS_SIGNAL
 STACKS_WAIT_S = 2.0              # a hung attempt's ranks' time to write their stacks before the KILL
 
 
-def teardown(cfg, att: layout.Attempt, sig: str = "KILL") -> None:
+def teardown(cfg: Any, att: layout.Attempt, sig: str = "KILL") -> List[str]:  # cfg: supervise.Config (it imports us)
     """`sig` to whatever of this job's ranks is left, on every node (found by the tag), said in
-    the attempt's teardown log."""
-    from .teardown import teardown as fan
+    the attempt's teardown log; the nodes that did not answer."""
+    from .teardown import signal_all
     with open(att.teardown_log, "a") as log, contextlib.redirect_stdout(log):
-        fan(cfg.tag, sig, cfg.fanout, cfg.nodefile, cfg.launcher, timeout=cfg.teardown_timeout)
+        return signal_all(cfg.tag, sig, cfg.fanout, cfg.nodefile, cfg.launcher, timeout=cfg.teardown_timeout)[0]
 
 
-def dump_stacks(cfg, att: layout.Attempt, launcher_pid: Optional[int], say: Callable[..., None]) -> None:
+def dump_stacks(cfg: Any, att: layout.Attempt, launcher_pid: Optional[int], say: Callable[..., None]) -> None:
     """A hung attempt says where it was: its processes on this node (procsnap: the launcher's
     tree and the tagged ones, each one's state and the kernel function it sleeps in) into
     layout.Attempt.hang_procs; and the bundled trainer's ranks that can still run write their

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .. import failures, launchers, schedulers
 from ..tools import verbs
@@ -32,7 +32,7 @@ def read_nodefile(nodefile: Optional[str]) -> Tuple[List[str], List[int]]:
     return (hosts, slots) if hosts else ([socket.gethostname()], [0])
 
 
-def job_nodes(nodefile: Optional[str], fanout: str) -> Tuple[List[str], Optional[List[int]]]:
+def job_nodes(nodefile: Optional[str], fanout: Optional[str]) -> Tuple[List[str], Optional[List[int]]]:
     """read_nodefile; without a node file (a user's own job), the hosts the scheduler gave it."""
     hosts, slots = read_nodefile(nodefile)
     if not nodefile and fanout in schedulers.names():
@@ -43,12 +43,13 @@ def job_nodes(nodefile: Optional[str], fanout: str) -> Tuple[List[str], Optional
 
 
 # ---------------------------------------------------------------- fan-out
-def killer_argv(python, tag, sig, kind: failures.FailureKind):
+def killer_argv(python: str, tag: Optional[str], sig: str, kind: failures.FailureKind) -> List[str]:
     """kill-ranks on one node; tag None: every rank of the batch job it runs in."""
     return verbs.argv(python, "kill-ranks", *(["--tag", tag] if tag else []), "--signal", sig, *kind.killer_args())
 
 
-def fanout_cmds(fanout, hosts, indices, argv, slots=None, launcher="pals") -> List[List[str]]:
+def fanout_cmds(fanout: str, hosts: List[str], indices: Iterable[int], argv: List[str],
+                slots: Optional[List[int]] = None, launcher: str = "pals") -> List[List[str]]:
     """The commands that run `argv` once on each node in `indices`: one per node through the
     scheduler (pbsdsh, srun --overlap), or one launch over exactly those hosts (`mpiexec`, ALCF
     style, in the job's launcher's syntax)."""
@@ -73,7 +74,7 @@ def relay_dir() -> str:
 
 def _relayed(path: str) -> Tuple[Optional[int], str, str]:
     """(exit status or None when the command never finished there, stdout, stderr)."""
-    def read(suffix):
+    def read(suffix: str) -> Optional[str]:
         try:
             with open(path + suffix, errors="replace") as f:
                 return f.read()
@@ -83,7 +84,8 @@ def _relayed(path: str) -> Tuple[Optional[int], str, str]:
     return (int(rc) if rc and rc.strip().isdigit() else None), read(".out") or "", read(".err") or ""
 
 
-def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals", timeout=FANOUT_TIMEOUT_S) -> List[dict]:
+def fan_out(fanout: str, hosts: List[str], indices: Iterable[int], argv: List[str], slots: Optional[List[int]] = None,
+            launcher: str = "pals", timeout: float = FANOUT_TIMEOUT_S) -> List[Dict[str, Any]]:
     """Run `argv` once on each node in `indices` (in parallel); parse each JSON receipt. A node that has
     not answered in `timeout` seconds (they all start together: one deadline) gets a receipt of its
     own, `unreachable` and named, and holds up no other."""
@@ -97,7 +99,7 @@ def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals", timeout=F
         cmds = fanout_cmds(fanout, hosts, indices, argv, slots, launcher)
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
     deadline = time.time() + timeout  # one deadline for all: they run in parallel
-    receipts = []
+    receipts: List[Dict[str, Any]] = []
     try:
         for i, c, p in zip(indices, cmds, procs):
             try:
@@ -128,18 +130,22 @@ def fan_out(fanout, hosts, indices, argv, slots=None, launcher="pals", timeout=F
             if not got:
                 receipts.append({"host": hosts[i], "cmd": c, "error": f"rc={rc}: {err.strip()[-300:]}"})
     finally:
+        for p in procs:  # interrupted (a signal to the supervisor): none of ours outlives the fan-out
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         if relay is not None:
             shutil.rmtree(relay, ignore_errors=True)
     return receipts
 
 
-def _no_answer(host: str, cmd, timeout: float) -> dict:
+def _no_answer(host: str, cmd: List[str], timeout: float) -> Dict[str, Any]:
     return {"host": host, "node": host, "cmd": cmd, "unreachable": True,
             "error": f"no answer from {host} in {timeout:g}s (unreachable, or its command still runs)"}
 
 
-def _parse(out: str) -> List[dict]:
-    got = []
+def _parse(out: str) -> List[Dict[str, Any]]:
+    got: List[Dict[str, Any]] = []
     for line in (out or "").splitlines():
         try:
             r = json.loads(line)
@@ -150,7 +156,7 @@ def _parse(out: str) -> List[dict]:
     return got
 
 
-def describe_receipt(r: dict) -> str:
+def describe_receipt(r: Dict[str, Any]) -> str:
     """One line per node: what was signalled there, and which ranks."""
     if r.get("error"):
         return f"{r.get('node') or r.get('host') or r.get('cmd')}: error: {r['error']}"

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, TextIO
 
 from .. import launchers
 from ..contracts import layout, options
@@ -40,7 +40,7 @@ POLL_S = 0.2
 DONE_GRACE_VAR = "RESTARTLAB_FT_DONE_GRACE_S"
 
 
-def lighthouse_argv(exe: str, host: str, port: int, cfg) -> List[str]:
+def lighthouse_argv(exe: str, host: str, port: int, cfg: Any) -> List[str]:  # cfg: supervise.Config (it imports us)
     return [exe, "--bind", f"{host}:{port}", "--min_replicas", str(cfg.ft_min_replicas),
             "--join_timeout_ms", str(int(cfg.ft_join_timeout * 1000)),
             "--heartbeat_timeout_ms", str(int(cfg.ft_heartbeat_timeout * 1000))]
@@ -63,7 +63,7 @@ def last_line(path: str) -> str:
     return lines[-1] if lines else ""
 
 
-def group_argv(cfg, g: int) -> List[str]:
+def group_argv(cfg: Any, g: int) -> List[str]:
     """`restartlab supervise` of replica group g: the phase's settings but its own directory, no
     injector (the phase's strikes every group) and no groups of its own."""
     vals = {o.key: getattr(cfg, o.key) for o in tool_options.SUPERVISE}
@@ -76,12 +76,12 @@ def group_argv(cfg, g: int) -> List[str]:
 
 
 class FtPhase:
-    def __init__(self, cfg, procs, out=None):
+    def __init__(self, cfg: Any, procs: Any, out: Optional[TextIO] = None) -> None:
         self.cfg, self.procs = cfg, procs   # procs: the supervisor's Procs (its injector)
         self.phase = layout.Phase(cfg.phase_dir)
         self.out = out or sys.stdout
-        self.lighthouse: Optional[subprocess.Popen] = None
-        self.groups: Dict[int, subprocess.Popen] = {}
+        self.lighthouse: Optional[subprocess.Popen[bytes]] = None
+        self.groups: Dict[int, subprocess.Popen[bytes]] = {}
         self.stopped: List[int] = []  # groups stopped because the training was done
 
     def say(self, msg: str, err: bool = False) -> None:
@@ -142,7 +142,7 @@ class FtPhase:
                 self.groups[g] = subprocess.Popen(group_argv(self.cfg, g), env=env, stdout=log,
                                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
-    def stop_groups(self, sig=signal.SIGTERM, which=None) -> None:
+    def stop_groups(self, sig: int = signal.SIGTERM, which: Optional[List[int]] = None) -> None:
         procs = [p for g, p in self.groups.items() if which is None or g in which]
         for p in procs:
             if p.poll() is None:
@@ -164,7 +164,7 @@ class FtPhase:
         atts = gp.attempts()
         return not atts or not atts[-1].metrics_files() or os.path.exists(atts[-1].record)
 
-    def wait_groups(self) -> Dict[int, int]:
+    def wait_groups(self) -> Dict[int, Optional[int]]:
         """Until every group's loop has ended. Once one group has completed the last step the
         training is done: a group still relaunching (no commit in its current attempt) is stopped
         at once (it would find no peer and train the whole run again from a fresh start); the
@@ -208,7 +208,7 @@ class FtPhase:
             return EXIT_FAILED
         self.say(f"torchft: lighthouse at {self.address} (min_replicas {cfg.ft_min_replicas}, heartbeat timeout "
                  f"{cfg.ft_heartbeat_timeout:g}s); {cfg.ft_groups} replica group(s), each under its own relaunch loop")
-        rcs: Dict[int, int] = {}
+        rcs: Dict[int, Optional[int]] = {}
         try:
             self.start_groups()
             if cfg.inject is not None:

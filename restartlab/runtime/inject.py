@@ -4,6 +4,7 @@ processes itself: on each node the failure kind strikes it runs `restartlab kill
 --tag: one restartlab run's ranks; without: every rank of this batch job, whatever program it
 runs; see killer.py) and records the receipts."""
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -11,7 +12,8 @@ import signal
 import socket
 import sys
 import time
-from typing import Iterator, List, Optional, Tuple
+from types import FrameType
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
 from . import attempt_record, iofault, killer
 from .clock import Clock
@@ -31,7 +33,8 @@ SAVE_WAIT_WINDOWS = 2  # --fuzz: a kill aimed at a save waits this many --fuzz-w
 
 
 # ---------------------------------------------------------------- schedules (pure)
-def step_targets(at_steps=None, every_steps=None, train_iters=None) -> List[Tuple[int, Optional[str]]]:
+def step_targets(at_steps: Optional[Sequence[Union[int, Sequence[Any]]]] = None, every_steps: Optional[int] = None,
+                 train_iters: Optional[int] = None) -> List[Tuple[int, Optional[str]]]:
     """[(step, failure kind or None for the default)], in step order."""
     if at_steps:
         return sorted(set((s, None) if isinstance(s, int) else tuple(s) for s in at_steps),
@@ -42,32 +45,68 @@ def step_targets(at_steps=None, every_steps=None, train_iters=None) -> List[Tupl
     return []
 
 
-def timed_offsets(every=None, mtbf=None, seed=0) -> Iterator[float]:
+def timed_offsets(every: Optional[float] = None, mtbf: Optional[float] = None, seed: int = 0) -> Iterator[float]:
     """Seconds from the clock start at which timed kills fire (exponential gaps for mtbf)."""
     t = 0.0
     rng = random.Random(seed)
     while True:
-        t += every if every else rng.expovariate(1.0 / mtbf)
+        t += every if every else rng.expovariate(1.0 / cast(float, mtbf))  # run(): one of them is given
         yield t
 
 
 # ---------------------------------------------------------------- the loop
-class _Settings:
+@dataclasses.dataclass
+class Config:
+    """The injector's settings: one field per option of tools/options.INJECT, in its order, then the
+    Python its killers run with. The table holds each option's flag, help and default;
+    tests/test_tool_options.py keeps this class equal to it (contracts/options.config_problems).
+    `at_steps` holds the parsed schedule [(step, kind or None)] (tools/options.parse_at_steps)."""
+    kind: str = "kill"
+    signal: Optional[str] = None
+    grace: float = 60.0
+    node: Optional[int] = None
+    duration: float = 30.0
+    flaps: int = 3
+    flap_up: float = 5.0
+    rate: str = "1mbit"
+    rank: int = 0
+    all_ranks: bool = False
+    errno: str = "EIO"
+    after_bytes: int = 0
+    root_cmd: Optional[str] = None
+    every: Optional[float] = None
+    at_steps: Optional[List[Tuple[int, Optional[str]]]] = None
+    every_steps: Optional[int] = None
+    mtbf: Optional[float] = None
+    fuzz: Optional[int] = None
+    seed: int = 0
+    gate: Optional[str] = None
+    wait_first_complete: bool = False
+    max_kills: Optional[int] = None
+    fuzz_window: float = 10.0
+    fuzz_save_share: float = 0.5
+    fuzz_save_jitter: float = 0.02
+    fuzz_after_complete: bool = False
+    fuzz_kinds: Optional[str] = None
+    until: Optional[str] = None
+    job_end: float = 0.0
+    ckpt_dir: Optional[str] = None
+    program: Optional[str] = None
+    phase_dir: Optional[str] = None
+    train_iters: Optional[int] = None
+    tag: Optional[str] = None
+    fanout: Optional[str] = None
+    nodefile: Optional[str] = None
+    launcher: str = "hydra"
+    python: Optional[str] = None
+
     @classmethod
     def from_args(cls, a: argparse.Namespace) -> "Config":
         return cls(python=a.python, **{o.key: getattr(a, o.key) for o in tool_options.INJECT})
 
 
-# at_steps holds the parsed schedule [(step, kind or None)] (tools/options.parse_at_steps)
-Config = options.config_class(
-    "Config", tool_options.INJECT, module=__name__, values={"at_steps": List[Tuple[int, Optional[str]]]},
-    tail=[("python", Optional[str], None)], bases=[_Settings],
-    doc="""The injector's settings: one field per option of tools/options.INJECT, in its order, each
-    default the table's; then the Python its killers run with.""")
-
-
 class Injector:
-    def __init__(self, a: Config, clock: Clock = None):
+    def __init__(self, a: Config, clock: Optional[Clock] = None):
         self.a = a
         self.clock = clock or Clock()  # the schedule's time (the tests' is fake)
         self.kills = 0
@@ -76,12 +115,12 @@ class Injector:
         self.hosts, self.slots = job_nodes(a.nodefile, a.fanout)
         self.rng = random.Random(a.seed)
         self.striking = False   # between the first signal of a strike and its record
-        self.terminated = None  # the signal that asked us to stop
+        self.terminated: Optional[str] = None  # the signal that asked us to stop
         self.spec = programs.resolve(json.loads(a.program) if a.program else {"adapter": "restartlab"})
         self.seen_complete: Optional[int] = None  # the newest complete checkpoint ever seen here
         self.complete_mtime: Optional[float] = None  # the newest complete checkpoint's file time
 
-    def ckpts(self):
+    def ckpts(self) -> List[programs.Ckpt]:
         return programs.list_ckpts(self.spec, self.a.ckpt_dir) if self.a.ckpt_dir else []
 
     def newest_complete(self) -> Optional[int]:
@@ -99,6 +138,7 @@ class Injector:
         atts = layout.Phase(self.a.phase_dir).attempts() if self.a.phase_dir else []
         if not atts:
             return None
+        assert self.a.phase_dir is not None  # it listed them
         return layout.Phase(self.a.phase_dir).attempt(atts[-1].index + 1) if attempt_record.is_over(atts[-1]) else atts[-1]
 
     def unmatched(self) -> bool:
@@ -108,7 +148,7 @@ class Injector:
         except OSError:
             return False
 
-    def where(self, att: Optional[layout.Attempt]) -> dict:
+    def where(self, att: Optional[layout.Attempt]) -> Dict[str, Any]:
         """Where a strike landed in attempt `att`, looked at once its ranks are dead (the fan-out
         takes a while, the program went on meanwhile): start-up (no step logged), save (something
         in the checkpoint dir that is not a complete checkpoint was written to since the launch:
@@ -123,14 +163,14 @@ class Injector:
         where = "start-up" if not os.path.exists(att.metrics(0)) else "save" if torn else "between saves"
         return {"where": where, "attempt": att.index, "saving": tuple(torn)}
 
-    def on_terminate(self, signum, _frame):
+    def on_terminate(self, signum: int, _frame: Optional[FrameType]) -> None:
         """SIGTERM/SIGINT: stop now, except in the middle of a strike, which is finished and
         recorded first (a strike without its record would be booked as an uninjected crash)."""
         self.terminated = signal.Signals(signum).name
         if not self.striking:
             raise SystemExit(self.done())
 
-    def say(self, msg):
+    def say(self, msg: str) -> None:
         print(f"[inject {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
     def stop_reason(self) -> Optional[str]:
@@ -147,7 +187,7 @@ class Injector:
                 return "training finished"
         return None
 
-    def sleep_until(self, pred, deadline=None) -> bool:
+    def sleep_until(self, pred: Callable[[], bool], deadline: Optional[float] = None) -> bool:
         """Poll pred() every POLL_S; False if we must stop (or the deadline passed) first."""
         while True:
             if pred():
@@ -156,35 +196,36 @@ class Injector:
                 return False
             self.clock.sleep(POLL_S)
 
-    def strike(self, kind, idx, sig):
+    def strike(self, kind: failures.FailureKind, idx: List[int], sig: str) -> Tuple[int, List[Dict[str, Any]]]:
         """Fan `sig` out to the nodes `idx`; (distinct process trees reached, receipts). On the local
         scheduler every node is this host: the killer runs in this process (a `kill-ranks`
         process would first spend ~0.15 s starting Python, while the program goes on)."""
         if self.a.fanout == "local":
             receipts = [self.strike_here(kind, sig) for _ in idx]
         else:
-            receipts = fan_out(self.a.fanout, self.hosts, idx, killer_argv(self.a.python, self.a.tag, sig, kind),
+            receipts = fan_out(cast(str, self.a.fanout), self.hosts, idx,  # main() sets both
+                               killer_argv(cast(str, self.a.python), self.a.tag, sig, kind),
                                self.slots, self.a.launcher)
         # distinct (host, pid) of the trees' roots (a rank's exit recorder and its program are one):
         # two scheduler nodes on one host may both see the same rank
         return len({(r.get("host"), p) for r in receipts if not r.get("dry_run")
                     for p in r.get("roots", r.get("pids", []))}), receipts
 
-    def strike_here(self, kind, sig) -> dict:
+    def strike_here(self, kind: failures.FailureKind, sig: str) -> Dict[str, Any]:
         """`restartlab kill-ranks` on this host, in this process: the same receipt."""
         try:
             return killer.kill_ranks(self.a.tag, parse_signal(sig), one="--one" in kind.killer_args())
         except (OSError, killer.KillerError) as e:
             return {"host": socket.gethostname(), "error": str(e)}
 
-    def seen(self, newest: Optional[int], struck: Optional[layout.Attempt]) -> dict:
+    def seen(self, newest: Optional[int], struck: Optional[layout.Attempt]) -> Dict[str, Any]:
         """What a strike's record says of the training it hit (a kill's and a network fault's alike):
         rank 0's newest step, the newest complete checkpoint (ever, and its time), where it landed."""
         return dict(step_seen=newest_step_seen(self.a.phase_dir) if self.a.phase_dir else None,
                     newest_complete=newest, newest_complete_seen=self.seen_complete,
                     complete_mtime=self.complete_mtime if newest is not None else None, **self.where(struck))
 
-    def fault_argv(self, kind, i: int) -> List[str]:
+    def fault_argv(self, kind: failures.FailureKind, i: int) -> List[str]:
         """runtime/netfault.py's line for node `i`: the link to another node of the job (the first,
         else the second) is the one struck."""
         a = self.a
@@ -197,9 +238,10 @@ class Injector:
                         ("--log", layout.Phase(a.phase_dir).faults if a.phase_dir else None)):
             if v:
                 args += [flag, v]
-        return verbs.argv(a.python, "net-fault", *args)
+        return verbs.argv(cast(str, a.python), "net-fault", *args)  # main() sets it (default: sys.executable)
 
-    def fault(self, reason, target_step, kind, gate):
+    def fault(self, reason: str, target_step: Optional[int], kind: failures.FailureKind,
+              gate: Optional[str]) -> Injection:
         """A network fault on the kind's node: its link down or capped there, the ranks left alone;
         the record's time is when the fault begins (the receipt's `at`)."""
         a = self.a
@@ -208,9 +250,10 @@ class Injector:
         newest = self.newest_complete()
         struck = self.target()
         self.striking = True
-        receipts = []
+        receipts: List[Dict[str, Any]] = []
         for i in idx:
-            receipts += fan_out(a.fanout, self.hosts, [i], self.fault_argv(kind, i), self.slots, a.launcher,
+            receipts += fan_out(cast(str, a.fanout),  # main() sets it
+                                self.hosts, [i], self.fault_argv(kind, i), self.slots, a.launcher,
                                 timeout=FAULT_FANOUT_S)
         ok = [r for r in receipts if not r.get("error") and r.get("at")]
         rec = Injection(time=min((r["at"] for r in ok), default=t0), reason=reason, target_step=target_step,
@@ -233,12 +276,13 @@ class Injector:
             raise SystemExit(self.done())
         return rec
 
-    def io_fault(self, reason, target_step, kind, gate):
+    def io_fault(self, reason: str, target_step: Optional[int], kind: failures.FailureKind,
+                 gate: Optional[str]) -> Injection:
         """A storage fault: the phase's strike file written whole; the struck rank's preload takes it at
         its next checkpoint write (runtime/iofault). The record's time is the arming. A fuzzed torn
         strike cuts at a byte drawn from the seed (below failures.TORN_SPAN)."""
         a = self.a
-        phase = layout.Phase(a.phase_dir)
+        phase = layout.Phase(cast(str, a.phase_dir))  # main() refuses a storage kind without it
         t0 = self.clock.time()
         newest, struck = self.newest_complete(), self.target()
         strike_id = int(t0 * 1000)  # unique across a chain's jobs: each rank takes a strike once
@@ -262,14 +306,15 @@ class Injector:
             raise SystemExit(self.done())
         return rec
 
-    def kill(self, reason, target_step=None, kind_name=None, gate=None):
+    def kill(self, reason: str, target_step: Optional[int] = None, kind_name: Optional[str] = None,
+             gate: Optional[str] = None) -> Injection:
         a = self.a
         kind = failures.get(kind_name) if kind_name else self.kind
         if kind.host_fault:
             return self.fault(reason, target_step, kind, gate)
         if kind.storage_fault:
             return self.io_fault(reason, target_step, kind, gate)
-        sig = a.signal or kind.signal
+        sig = cast(str, a.signal or kind.signal)  # every kind but the faults (returned above) has one
         idx = kind.nodes(len(self.hosts), a.node, self.rng)
         t_kill = self.clock.time()
         newest = self.newest_complete()
@@ -303,7 +348,7 @@ class Injector:
                 self.say(f"  follow-up: {more}")
         return rec
 
-    def record(self, rec: Injection):
+    def record(self, rec: Injection) -> None:
         if self.log_path:
             with open(self.log_path, "a") as f:
                 f.write(rec.to_json() + "\n")
@@ -313,10 +358,10 @@ class Injector:
     def live_attempt(self, after: int) -> Optional[layout.Attempt]:
         """The newest attempt, once one numbered above `after` is launched and not over (None: we
         must stop first)."""
-        found = []
+        found: List[layout.Attempt] = []
 
-        def launched():
-            atts = layout.Phase(self.a.phase_dir).attempts()
+        def launched() -> bool:
+            atts = layout.Phase(cast(str, self.a.phase_dir)).attempts()  # main() refuses --fuzz without it
             if atts and atts[-1].index > after and os.path.exists(atts[-1].at_launch) \
                     and not attempt_record.is_over(atts[-1]):
                 found[:] = [atts[-1]]
@@ -324,7 +369,7 @@ class Injector:
             return False
         return found[0] if self.sleep_until(launched) else None
 
-    def fuzz(self):
+    def fuzz(self) -> int:
         """One kill per attempt at a random point: inside a save (the moment a checkpoint being
         written shows up, plus up to --fuzz-save-jitter: 20 ms by default) or anywhere from the launch on (uniformly within
         --fuzz-window). A kill aimed at a save that sees none within SAVE_WAIT_WINDOWS windows of the
@@ -334,7 +379,7 @@ class Injector:
         each record."""
         a, last = self.a, 0
         told, window = False, a.fuzz_window
-        while self.kills < a.fuzz:
+        while self.kills < cast(int, a.fuzz):  # run() calls fuzz() only with it
             att = self.live_attempt(last)
             if att is None:
                 break
@@ -350,7 +395,7 @@ class Injector:
                 # existed: one deleted before the next is written counts) is struck
                 while True:
                     ready = not a.fuzz_after_complete or self.seen_complete is not None
-                    if ready and programs.in_flight(self.spec, a.ckpt_dir, t0):
+                    if ready and programs.in_flight(self.spec, cast(str, a.ckpt_dir), t0):  # main(): --fuzz needs it
                         break
                     now = self.newest_complete()
                     unseen = now is not None and (before is None or now > before) and not a.fuzz_after_complete
@@ -390,12 +435,15 @@ class Injector:
         kinds = [k.strip() for k in (self.a.fuzz_kinds or "").split(",") if k.strip()]
         return (self.rng.choice(kinds) if len(kinds) > 1 else kinds[0]) if kinds else None
 
-    def run(self):
+    def run(self) -> int:
         a = self.a
         if a.fuzz:
             return self.fuzz()
         targets = step_targets(a.at_steps, a.every_steps, a.train_iters)
-        if targets:
+        if a.at_steps or a.every_steps:  # a step schedule, even one with no step to strike
+            if not targets:  # (once taken for a timed one with no time given: a TypeError)
+                self.say(f"--every-steps {a.every_steps} is at or past --train-iters {a.train_iters}: no step to "
+                         "strike")
             gate = tool_options.gate_of(a.gate, step_schedule=True)
             # a chained job's injector: the steps an earlier job's injector struck are done
             done = {r.target_step for r in live.read_injections(a.phase_dir) if r.struck} \
@@ -406,14 +454,19 @@ class Injector:
                     continue
                 if gate == "complete":
                     ok = self.sleep_until(lambda: (self.newest_complete() or -1) >= s or self.unmatched())
+                    if ok and self.unmatched() and not a.phase_dir:
+                        self.say(f"the checkpoint dir {a.ckpt_dir} holds files but nothing matches the checkpoint "
+                                 f"pattern {self.spec.get('checkpoints')!r}, and without --phase-dir no step is "
+                                 "seen: stopping")
+                        break
                     if ok and self.unmatched():
                         gate = "none"
                         self.say(f"the checkpoint dir {a.ckpt_dir} holds files but nothing matches the "
                                  f"checkpoint pattern {self.spec.get('checkpoints')!r} (check "
                                  f"trainer.program.checkpoints): step-aimed kills fire when the step is seen")
-                        ok = self.sleep_until(lambda: newest_step_seen(a.phase_dir) >= s)
-                else:
-                    ok = self.sleep_until(lambda: newest_step_seen(a.phase_dir) >= s)
+                        ok = self.sleep_until(lambda: newest_step_seen(cast(str, a.phase_dir)) >= s)  # main()
+                else:  # main(): a step schedule has its --phase-dir
+                    ok = self.sleep_until(lambda: newest_step_seen(cast(str, a.phase_dir)) >= s)
                 if not ok:
                     break
                 self.kill(f"step {s} ({'after .complete' if gate == 'complete' else 'step seen'})", s, kind,
@@ -431,12 +484,12 @@ class Injector:
                 self.kill(f"timed +{off:.1f}s ({'every' if a.every else 'mtbf'})")
         return self.done()
 
-    def done(self):
+    def done(self) -> int:
         self.say(f"stopping: {self.stop_reason() or 'schedule exhausted'}; {self.kills} kill(s)")
         return 0
 
 
-def add_args(p):
+def add_args(p: argparse.ArgumentParser) -> None:
     tool_options.add_inject_args(p)
 
 
@@ -477,6 +530,10 @@ def main(args: argparse.Namespace) -> int:
         print("restartlab inject: error: --wait-first-complete needs --ckpt-dir", file=sys.stderr)
         return 2
     step_schedule = bool(a.at_steps or a.every_steps)
+    if step_schedule and not a.phase_dir and tool_options.gate_of(a.gate, True) != "complete":
+        print(f"restartlab inject: error: a step schedule with --gate {a.gate} needs --phase-dir: the steps are read "
+              "from the phase's metrics", file=sys.stderr)  # (gated on .complete, --ckpt-dir is enough)
+        return 2
     if tool_options.gate_of(a.gate, step_schedule) == "complete" and step_schedule and not a.ckpt_dir:
         print("restartlab inject: error: gated step schedules need --ckpt-dir", file=sys.stderr)
         return 2

@@ -12,8 +12,8 @@ INJECTOR_GRACE_S = 5.0           # the injector stops by itself once the done ma
 
 
 class InjectorProcess:
-    def __init__(self):
-        self.proc: Optional[subprocess.Popen] = None
+    def __init__(self) -> None:
+        self.proc: Optional[subprocess.Popen[bytes]] = None
 
     def start(self, args: List[str], phase: layout.Phase) -> None:
         argv = verbs.argv(sys.executable, "inject", *args)

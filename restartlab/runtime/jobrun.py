@@ -7,6 +7,7 @@ experiment's jobs with an earlier start): a first run costs nothing but this pro
 exit status is 0."""
 import argparse
 import sys
+from typing import List, Optional
 
 from .. import schedulers
 from ..contracts import jobruns, layout, live
@@ -18,7 +19,8 @@ def _short(host: str) -> str:
     return host.split(".", 1)[0]
 
 
-def record(expt_dir: str, job: str, start: float, scheduler: str, nodefile=None, run=None) -> JobRun:
+def record(expt_dir: str, job: str, start: float, scheduler: str, nodefile: Optional[str] = None,
+           run: Optional[schedulers.base.Runner] = None) -> JobRun:
     expt = layout.Expt(expt_dir)
     hosts = tuple(read_nodefile(nodefile)[0]) if nodefile else ()
     before = [r for r in jobruns.read(expt.job_runs, []) if r.job == job and r.start < start]
@@ -28,8 +30,8 @@ def record(expt_dir: str, job: str, start: float, scheduler: str, nodefile=None,
         rec = JobRun(job, start, scheduler, run=1, hosts=hosts)
     else:
         try:
-            facts = schedulers.get(scheduler).run_facts(job, max(earlier), run or schedulers.run_tool)
-        except (KeyError, schedulers.SchedulerError, ValueError) as e:
+            facts = schedulers.get(scheduler).run_facts(job, max(earlier), run or schedulers.base.run_tool)
+        except (KeyError, schedulers.base.SchedulerError, ValueError) as e:
             rec = JobRun(job, start, scheduler, error=f"{type(e).__name__}: {e}", hosts=hosts)
         else:
             facts = facts or {"run": len(earlier) + 1}
@@ -44,7 +46,7 @@ def record(expt_dir: str, job: str, start: float, scheduler: str, nodefile=None,
     return rec
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m restartlab.runtime.jobrun")
     p.add_argument("--expt-dir", required=True)
     p.add_argument("--job", required=True)

@@ -28,7 +28,7 @@ import signal as _signal
 import socket
 import sys
 import time
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple, cast
 
 import psutil
 
@@ -36,6 +36,9 @@ from .. import launchers, schedulers
 from ..contracts import private, usage
 from ..contracts.envvars import SERVER_VAR, TAG_VAR, TOOL_VAR, node_name, tag_matches
 from ..contracts.signals import parse_signal
+
+if TYPE_CHECKING:  # build_parser imports it when called
+    import argparse
 
 EXIT_KILLED, EXIT_ERROR, EXIT_USAGE, EXIT_NONE = 0, 1, 2, 10
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
@@ -90,8 +93,8 @@ def _other_host(pid: int, mine: Optional[int]) -> bool:
         return False
 
 
-def _scan(entry: str, unreadable: list = None, this_node: bool = False,
-          others: dict = None, standby: bool = False) -> Dict[int, Tuple[dict, int]]:
+def _scan(entry: str, unreadable: Optional[List[int]] = None, this_node: bool = False,
+          others: Optional[Dict[int, str]] = None, standby: bool = False) -> Dict[int, Tuple[Dict[str, str], int]]:
     """{pid: (environment, parent pid)} of this user's live processes whose environment holds
     the exact entry NAME=value, read once each (`unreadable` collects the PIDs whose environment
     we may not read; `others` {pid: user} those of another user that match). `this_node`: only
@@ -124,26 +127,27 @@ def _scan(entry: str, unreadable: list = None, this_node: bool = False,
     return found
 
 
-def find_by_env(entry: str, unreadable: list = None) -> List[int]:
+def find_by_env(entry: str, unreadable: Optional[List[int]] = None) -> List[int]:
     """Live PIDs whose environment holds the exact entry NAME=value."""
     return sorted(_scan(entry, unreadable))
 
 
-def find_tagged(tag: str, unreadable: list = None, others: dict = None, standby: bool = False) -> List[int]:
+def find_tagged(tag: str, unreadable: Optional[List[int]] = None, others: Optional[Dict[int, str]] = None,
+                standby: bool = False) -> List[int]:
     """This user's PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly (or a torchft
     phase's group's <tag>.g<k>, envvars.group_tag); under Slurm,
     only those of this Slurm node (`standby`: the warm standby pool too)."""
     return sorted(_scan(f"{TAG_VAR}={tag}", unreadable, this_node=True, others=others, standby=standby))
 
 
-def _environ(pid: int) -> dict:
+def _environ(pid: int) -> Dict[str, str]:
     try:
         return psutil.Process(pid).environ()
     except (psutil.Error, OSError):
         return {}
 
 
-def ancestors(pid: int) -> set:
+def ancestors(pid: int) -> Set[int]:
     try:
         return {pid} | {p.pid for p in psutil.Process(pid).parents()}
     except _GONE:
@@ -159,7 +163,7 @@ def _ending(p: psutil.Process) -> bool:
         return False
 
 
-def _tree(pid: int, others: dict = None) -> List[psutil.Process]:
+def _tree(pid: int, others: Optional[Dict[int, str]] = None) -> List[psutil.Process]:
     """The process and its descendants that are this user's (`others` {pid: user}: the rest)."""
     try:
         root = psutil.Process(pid)
@@ -196,12 +200,12 @@ def no_job_error() -> str:
             f"give the run's --tag")
 
 
-def job_id_entry(env: Mapping[str, str] = None) -> Optional[str]:
+def job_id_entry(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """'SLURM_JOB_ID=123' / 'PBS_JOBID=4.server': this batch job's id, from the first scheduler
     whose id variable is in `env` (default: ours); None outside a batch job."""
     env = os.environ if env is None else env
     s = schedulers.from_env(env)
-    return f"{s.jobid_var}={env[s.jobid_var]}" if s else None
+    return f"{s.jobid_var}={env[cast(str, s.jobid_var)]}" if s else None  # from_env: s has a jobid_var
 
 
 def rank_entries(env: Mapping[str, str]) -> List[str]:
@@ -210,7 +214,8 @@ def rank_entries(env: Mapping[str, str]) -> List[str]:
     return [f"{ln.rank_var}={env[ln.rank_var]}" for ln in launchers.LAUNCHERS.all() if ln.matches(env)]
 
 
-def job_ranks(job: str, unreadable: list = None, others: dict = None) -> Dict[int, str]:
+def job_ranks(job: str, unreadable: Optional[List[int]] = None,
+              others: Optional[Dict[int, str]] = None) -> Dict[int, str]:
     """{pid: 'PMI_RANK=3'}: this node's ranks of the job `job` ('VAR=id'), by the rules in the
     module's docstring."""
     procs = _scan(job, unreadable, this_node=True, others=others)
@@ -236,8 +241,9 @@ def job_ranks(job: str, unreadable: list = None, others: dict = None) -> Dict[in
     return {pid: what for pid, what in ranks.items() if pid not in launchers_ and pid not in protected}
 
 
-def targets(tag: str, roots: List[int] = None, unreadable: list = None, others: dict = None,
-            standby: bool = False, trees: list = None) -> Dict[int, str]:
+def targets(tag: Optional[str], roots: Optional[List[int]] = None, unreadable: Optional[List[int]] = None,
+            others: Optional[Dict[int, str]] = None, standby: bool = False,
+            trees: Optional[List[int]] = None) -> Dict[int, str]:
     """This user's tagged processes (or `roots`) and their descendants, minus ourselves and our
     ancestors (`others` {pid: user}: the matching processes of another user, left alone;
     `standby`: the warm standby pool too). `trees` collects the found processes that no other
@@ -245,8 +251,11 @@ def targets(tag: str, roots: List[int] = None, unreadable: list = None, others: 
     program, or a program and its workers, are one), judged from each walk as it ran, so a rank
     whose recorder dies meanwhile (Hydra's teardown racing a strike) is not counted twice."""
     protected = ancestors(os.getpid())
-    found, walked, below = {}, [], set()
-    for root in (find_tagged(tag, unreadable, others, standby) if roots is None else roots):
+    found: Dict[int, str] = {}
+    walked: List[int] = []
+    below: Set[int] = set()
+    # tag None (kill_ranks of a batch job) comes with its roots: never looked for
+    for root in (find_tagged(cast(str, tag), unreadable, others, standby) if roots is None else roots):
         tree = _tree(root, others)
         if tree:
             walked.append(tree[0].pid)
@@ -259,7 +268,7 @@ def targets(tag: str, roots: List[int] = None, unreadable: list = None, others: 
     return found
 
 
-def _rank_roots(tag: str, others: dict = None) -> List[int]:
+def _rank_roots(tag: str, others: Optional[Dict[int, str]] = None) -> List[int]:
     """This user's tagged processes whose parent is untagged (the ranks, not their children).
     Under warm restart those are the stubs and the ranks the pool forked: the forked ones, which
     do the work (a SIGSTOP to a stub would stop nothing; the stub mirrors its rank's death)."""
@@ -270,11 +279,11 @@ def _rank_roots(tag: str, others: dict = None) -> List[int]:
 
 
 def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = False, one: bool = False,
-               job: Optional[str] = None, standby: bool = False) -> dict:
+               job: Optional[str] = None, standby: bool = False) -> Dict[str, Any]:
     """Signal this node's ranks (by `tag`, else of the batch job `job`, default this one) and
     their process trees; `one`: only the lowest-PID rank; `standby`: the run's warm standby pool
     too (teardown at the end). Returns the receipt."""
-    unreadable: list = []
+    unreadable: List[int] = []
     others: Dict[int, str] = {}
     ranks: Dict[int, str] = {}
     trees: List[int] = []
@@ -291,7 +300,7 @@ def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = F
                         others=others, trees=trees)
     else:
         procs = targets(tag, unreadable=unreadable, others=others, standby=standby, trees=trees)
-    receipt = {"host": socket.gethostname(), "node": node_name(), "time": time.time(), "tag": tag,
+    receipt: Dict[str, Any] = {"host": socket.gethostname(), "node": node_name(), "time": time.time(), "tag": tag,
                "job": job if tag is None else None,
                "signal": _signal.Signals(sig).name, "dry_run": dry_run,
                "pids": sorted(procs), "cmdlines": {str(p): c for p, c in sorted(procs.items())},
@@ -318,7 +327,7 @@ def is_gone(pid: int) -> bool:
         return True
 
 
-def build_parser():
+def build_parser() -> "argparse.ArgumentParser":
     import argparse
     p = argparse.ArgumentParser(prog="restartlab kill-ranks",
                                 description="kill this node's training ranks of one job (found by their environment)",
@@ -333,7 +342,7 @@ def build_parser():
     return p
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     a = build_parser().parse_args(argv)
     if a.tag is None and job_id_entry() is None:
         print(f"restartlab kill-ranks: error: {no_job_error()}", file=sys.stderr)

@@ -26,7 +26,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import List, Optional
+from types import FrameType
+from typing import IO, Any, Dict, List, Optional, Tuple, cast
 
 from ..contracts.envvars import node_name
 from ..tools import verbs
@@ -51,7 +52,7 @@ def tool(name: str) -> str:
     return found
 
 
-def _run(cmd: List[str]) -> subprocess.CompletedProcess:
+def _run(cmd: List[str]) -> subprocess.CompletedProcess[str]:
     """cmd, its first word that is ip or tc by its path (FileNotFoundError: not there)."""
     cmd = [tool(c) if c in ("ip", "tc") else c for c in cmd]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
@@ -66,13 +67,13 @@ def route_dev(peer: str) -> str:
     r = _run(["ip", "-j", "route", "get", addr])
     if r.returncode != 0:
         raise ValueError(f"ip route get {addr}: {r.stderr.strip() or r.returncode}")
-    dev = (json.loads(r.stdout) or [{}])[0].get("dev")
+    dev: Optional[str] = (json.loads(r.stdout) or [{}])[0].get("dev")
     if not dev or dev == "lo":
         raise ValueError(f"the route to {peer} ({addr}) leaves on {dev or 'no link'}: {peer} is this node")
     return dev
 
 
-def plan(a) -> List[tuple]:
+def plan(a: argparse.Namespace) -> List[Tuple[str, float]]:
     """[(action, seconds to hold it)]: what the restorer does, in order."""
     hold = a.duration if a.duration > 0 else a.max
     if a.kind == "slow_link":
@@ -87,18 +88,18 @@ def plan(a) -> List[tuple]:
 
 
 class Restorer:
-    def __init__(self, a):
+    def __init__(self, a: argparse.Namespace) -> None:
         self.a = a
         self.root = a.root_cmd.split() if a.root_cmd else []
         self.stop: Optional[str] = None
-        self.windows: List[list] = []  # [[start, end or None], ...]: the link down (or capped)
+        self.windows: List[List[Optional[float]]] = []  # [[start, end or None], ...]: the link down (or capped)
         self.errors: List[str] = []
         self.down = self.capped = False
 
-    def on_signal(self, signum, _frame):
+    def on_signal(self, signum: int, _frame: Optional[FrameType]) -> None:
         self.stop = signal.Signals(signum).name
 
-    def ip(self, *args) -> bool:
+    def ip(self, *args: str) -> bool:
         try:
             r = _run(self.root + list(args))
         except (OSError, subprocess.SubprocessError) as e:
@@ -181,7 +182,7 @@ class Restorer:
                 f.write(json.dumps(rec) + "\n")
 
 
-def start(a) -> dict:
+def start(a: argparse.Namespace) -> Dict[str, Any]:
     """The foreground part: the link, the permission, the restorer started; the receipt."""
     receipt = {"host": socket.gethostname(), "node": node_name(), "time": time.time(), "kind": a.kind, "pids": []}
     try:
@@ -190,7 +191,7 @@ def start(a) -> dict:
         return dict(receipt, error=str(e))
 
 
-def _start(a, receipt: dict) -> dict:
+def _start(a: argparse.Namespace, receipt: Dict[str, Any]) -> Dict[str, Any]:
     dev = a.dev or route_dev(a.peer)
     root = a.root_cmd.split() if a.root_cmd else []
     if root:  # by its path: the restorer must not look it up on a PATH behind the link it takes down
@@ -221,14 +222,14 @@ def _start(a, receipt: dict) -> dict:
                              start_new_session=True, close_fds=True, env=env)
     finally:
         if a.log:
-            err.close()
+            cast(IO[str], err).close()  # the log file opened above
     until = at + sum(sec for _, sec in plan(a)) if a.duration > 0 else None
     return dict(receipt, dev=dev, at=at, until=until, restorer=p.pid,
                 duration=a.duration, flaps=a.flaps if a.kind == "flap" else None,
                 rate=a.rate if a.kind == "slow_link" else None)
 
 
-def _pass_on(a) -> List[str]:
+def _pass_on(a: argparse.Namespace) -> List[str]:
     out = ["--kind", a.kind, "--duration", repr(a.duration), "--flaps", str(a.flaps), "--flap-up", repr(a.flap_up),
            "--rate", a.rate, "--max", repr(a.max)]
     for k in ("root_cmd", "until", "log", "tag"):
@@ -257,7 +258,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     a = parser().parse_args(argv)
     if a.restore:
         return Restorer(a).run()

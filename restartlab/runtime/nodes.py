@@ -13,6 +13,7 @@ largest number of healthy nodes that divides `--need` (each remaining rank then 
 number of the missing ranks' micro-batches), no fewer than `--min-nodes`. Exit 3 when too few
 nodes are healthy."""
 import argparse
+import dataclasses
 import glob
 import json
 import os
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 from ..contracts import options, usage
 from ..tools import options as tool_options, verbs
@@ -36,7 +37,7 @@ DEVICE_GLOBS = {"cuda": "/dev/nvidia[0-9]*", "xpu": "/dev/dri/renderD*"}
 
 # ---------------------------------------------------------------- on one node
 def check_here(stage_dir: Optional[str], min_free: int, device: str, gpus: int,
-               site_cmd: Optional[str], timeout: float) -> dict:
+               site_cmd: Optional[str], timeout: float) -> Dict[str, Any]:
     t0 = time.time()
     problems = []
     if device in DEVICE_GLOBS and gpus:
@@ -90,7 +91,8 @@ def read_bad(path: Optional[str]) -> List[str]:
         return [x.strip() for x in f if x.strip()]
 
 
-def choose(hosts: List[str], bad: List[str], policy: str, need: int, min_nodes: int):
+def choose(hosts: List[str], bad: List[str], policy: str, need: int,
+           min_nodes: int) -> Tuple[Optional[List[str]], Optional[str]]:
     """(hosts for the next attempt, error or None)."""
     if policy == "same":
         return hosts[:need], None
@@ -107,16 +109,37 @@ def choose(hosts: List[str], bad: List[str], policy: str, need: int, min_nodes: 
     return good[:k], None
 
 
-class _Settings:
+@dataclasses.dataclass
+class Config:
+    """node-check's settings: one field per option of tools/options.NODE_CHECK, in its order. The
+    table holds each option's flag, help and default; tests/test_tool_options.py keeps this class
+    equal to it (contracts/options.config_problems)."""
+    local: bool = False
+    stage_dir: Optional[str] = None
+    min_free: int = 0
+    device: str = "cpu"
+    gpus: int = 0
+    site_cmd: Optional[str] = None
+    timeout: float = 60.0
+    fanout: str = "local"
+    launcher: str = "hydra"
+    nodefile: Optional[str] = None
+    bad_file: Optional[str] = None
+    log: Optional[str] = None
+    attempt: int = 0
+    policy: str = "same"
+    need: int = 0
+    min_nodes: int = 1
+    hosts_out: Optional[str] = None
+
     @classmethod
     def from_args(cls, a: argparse.Namespace) -> "Config":
         return cls(**{o.key: getattr(a, o.key) for o in tool_options.NODE_CHECK})
 
 
-Config = options.config_class(
-    "Config", tool_options.NODE_CHECK, module=__name__, bases=[_Settings],
-    doc="""node-check's settings: one field per option of tools/options.NODE_CHECK, in its order, each
-    default the table's.""")
+def _local_argv(**vals: Any) -> List[str]:
+    """`restartlab node-check --local` with these values: what a fan-out runs on each node."""
+    return [*verbs.argv(sys.executable, "node-check"), *options.to_argv(tool_options.NODE_CHECK, dict(vals, local=True))]
 
 
 def check_all(a: Config) -> Optional[int]:
@@ -126,9 +149,8 @@ def check_all(a: Config) -> Optional[int]:
     hosts, slots = fanout.job_nodes(a.nodefile, a.fanout)
     bad = read_bad(a.bad_file)
     todo = [i for i, h in enumerate(hosts) if h not in bad]
-    argv = [*verbs.argv(sys.executable, "node-check"), *options.to_argv(tool_options.NODE_CHECK, {
-        "local": True, "timeout": a.timeout, "min_free": a.min_free, "device": a.device, "gpus": a.gpus,
-        "stage_dir": a.stage_dir, "site_cmd": a.site_cmd})]
+    argv = _local_argv(timeout=a.timeout, min_free=a.min_free, device=a.device, gpus=a.gpus,
+                       stage_dir=a.stage_dir, site_cmd=a.site_cmd)
     t0 = time.time()
     receipts = fanout.fan_out(a.fanout, hosts, todo, argv, slots, a.launcher, timeout=a.timeout) if todo else []
     results = []
@@ -158,11 +180,27 @@ def check_all(a: Config) -> Optional[int]:
         return None
     if a.hosts_out:
         with open(a.hosts_out, "w") as f:
-            f.writelines(h + "\n" for h in chosen)
-    return len(chosen)
+            f.writelines(h + "\n" for h in cast(List[str], chosen))  # no error: choose gave hosts
+    return len(cast(List[str], chosen))
 
 
-def _by_node(receipts: List[dict], names: List[str]) -> List[Optional[dict]]:
+def answering(fanout: str, nodefile: Optional[str], launcher: str, names: List[str], timeout: float) -> List[str]:
+    """Which of the job's nodes `names` answer a node check (`restartlab node-check --local`) within
+    `timeout`: reachable, whatever their check found (the supervisor waits on this before relaunching
+    on the same nodes after a stop that could not reach one)."""
+    from . import fanout as fan
+    hosts, slots = fan.read_nodefile(nodefile)  # the teardown's names for them (runtime/teardown.py)
+    todo = [i for i, h in enumerate(hosts) if h in names]
+    unknown = [n for n in names if n not in hosts]  # not the node file's: nothing to ask, nothing to wait for
+    if not todo:
+        return unknown
+    argv = _local_argv(timeout=timeout)
+    receipts = fan.fan_out(fanout, hosts, todo, argv, slots, launcher, timeout=timeout)
+    return unknown + [hosts[i] for i, r in zip(todo, _by_node(receipts, [hosts[i] for i in todo]))
+                      if r is not None and "ok" in r]
+
+
+def _by_node(receipts: List[Dict[str, Any]], names: List[str]) -> Sequence[Optional[Dict[str, Any]]]:
     """Receipts in the order of `names` (fan_out keeps the order of its commands; a receipt
     that names its node is matched by name, as two scheduler nodes may share one host)."""
     if len(receipts) == len(names):
@@ -171,14 +209,14 @@ def _by_node(receipts: List[dict], names: List[str]) -> List[Optional[dict]]:
     return [by.get(n) for n in names]
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="restartlab node-check", description=__doc__.split("\n\n")[0],
                                 epilog=usage.epilog("node-check"), formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_to_parser(p, tool_options.NODE_CHECK)
     return p
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     a = Config.from_args(build_parser().parse_args(argv))
     a.nodefile = tool_options.nodefile_default(a.nodefile)
     if a.local:

@@ -7,19 +7,21 @@ PID the killer finds and the signals the launcher sends are the program's. Varia
 are kept (a launcher that sets them knows best)."""
 import os
 import sys
+from typing import Dict, List, Mapping, Optional
 
 from .. import launchers
+from ..contracts.envvars import ATTEMPT_VAR
 from . import pystdio
 
 
-def torchrun_env(env) -> dict:
+def torchrun_env(env: Mapping[str, str]) -> Dict[str, str]:
     """The torchrun-style variables for this rank ({} when no launcher started us)."""
     found = launchers.discover(env, exclude=("torchrun",))  # the variables we set are not a launcher's
     if found is None:
         return {}
     rank, size, local_rank, _ = found
     local = launchers.local_size(env) or size
-    attempt = env.get("RESTARTLAB_ATTEMPT", "1")
+    attempt = env.get(ATTEMPT_VAR, "1")
     # torchrun's own: frameworks take TORCHELASTIC_RUN_ID as "launched by torchrun" (Lightning then
     # uses its TorchElastic environment: it starts no processes and never initializes MPI)
     return {"RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_RANK": str(local_rank),
@@ -28,7 +30,7 @@ def torchrun_env(env) -> dict:
             "TORCHELASTIC_RESTART_COUNT": str(max(0, int(attempt) - 1) if attempt.isdigit() else 0)}
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:
         argv = argv[1:]

@@ -24,6 +24,7 @@ import resource
 import signal
 import sys
 import time
+from typing import List, Mapping, Optional, cast
 
 from ..contracts import layout
 from ..contracts.envvars import node_name
@@ -49,7 +50,7 @@ def die_with_parent() -> None:
         pass
 
 
-def rank_name(env=os.environ) -> str:
+def rank_name(env: Mapping[str, str] = os.environ) -> str:
     """The launcher's rank number, or pid-<pid> where no launcher (or a malformed one) names it."""
     from .. import launchers
     try:
@@ -77,14 +78,14 @@ def become_subreaper() -> bool:
     PR_SET_CHILD_SUBREAPER); False where it does not exist."""
     try:
         import ctypes
-        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+        return cast(bool, ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 
 
-def _children(me: int):
+def _children(me: int) -> List[int]:
     """The pids whose parent is `me` (from /proc: standard library only)."""
-    out = []
+    out: List[int] = []
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
@@ -133,7 +134,7 @@ def sweep_orphans(me: int, grace: float = 0.0, rounds: int = 50) -> int:
     return len(killed)
 
 
-def run(argv, attempt_dir: str) -> int:
+def run(argv: List[str], attempt_dir: str) -> int:
     parent = os.getpid()
     for s in SHIELDED:
         signal.signal(s, lambda *_: None)
@@ -170,7 +171,7 @@ def record(attempt_dir: str, pid: int, status: int, who: str = "restartlab rank"
         print(f"{who}: cannot record rank {rec.rank}'s end ({rec.how()}): {e}", file=sys.stderr, flush=True)
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] != ["--dir"] or len(argv) < 3:
         print("restartlab.runtime.rankexit: usage: python -m restartlab.runtime.rankexit --dir ATTEMPT_DIR "

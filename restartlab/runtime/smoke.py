@@ -26,7 +26,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, cast
 
 from .. import launchers
 from ..contracts import ckptdir, layout, placeholders
@@ -67,10 +67,10 @@ class Check:
 
 
 # ------------------------------------------------------------------ on each host
-def node_main(a) -> int:
+def node_main(a: argparse.Namespace) -> int:
     """One host's receipt: its name, whether it sees the token the job wrote in the experiment
     directory (a shared file system), and a stage directory made, written and removed there."""
-    out = {"host": node_name(), "hostname": socket.gethostname(), "python": sys.executable}
+    out: Dict[str, Any] = {"host": node_name(), "hostname": socket.gethostname(), "python": sys.executable}
     try:
         with open(a.token_file) as f:
             out["token_seen"] = f.read().strip() == a.token
@@ -95,28 +95,28 @@ def node_main(a) -> int:
 
 # ------------------------------------------------------------------ the job's side
 class Smoke:
-    def __init__(self, a):
+    def __init__(self, a: argparse.Namespace) -> None:
         self.a = a
         self.expt = layout.Expt(a.expt_dir)
         self.hosts, self.slots = fanout.read_nodefile(a.nodefile)
         self.checks: List[Check] = []
         self.py = sys.executable
 
-    def say(self, msg):
+    def say(self, msg: str) -> None:
         print(f"restartlab smoke: {msg}", flush=True)
 
-    def add(self, name, ok, detail, failed=()):
+    def add(self, name: str, ok: object, detail: str, failed: Iterable[str] = ()) -> bool:
         c = Check(name, bool(ok), detail, sorted(set(failed)))
         self.checks.append(c)
         self.say(c.line())
         return c.ok
 
-    def fan(self, argv, indices=None) -> Dict[str, dict]:
+    def fan(self, argv: List[str], indices: Optional[List[int]] = None) -> Dict[Optional[str], Dict[str, Any]]:
         """`argv` once on each host (or those at `indices`): {host: receipt} (an error receipt for a
         host whose command did not run or answer)."""
         indices = list(range(len(self.hosts))) if indices is None else indices
         got = fanout.fan_out(self.a.fanout, self.hosts, indices, argv, self.slots, self.a.launcher)
-        by_host = {}
+        by_host: Dict[Optional[str], Dict[str, Any]] = {}  # None: a receipt that names no node
         for i, r in zip(indices, got):  # a receipt names its node (the scheduler's name: Slurm's, else the host's)
             by_host[r.get("node") or r.get("host") if not r.get("error") else self.hosts[i]] = r
         for i in indices:
@@ -126,7 +126,7 @@ class Smoke:
                 r["error"] = one_line(r["error"], os.path.basename(str((r.get("cmd") or [""])[0])))
         return by_host
 
-    def nodes(self):
+    def nodes(self) -> None:
         token = uuid.uuid4().hex
         path = self.expt.smoke_token
         ckptdir.write_atomic(path, token.encode())
@@ -147,7 +147,7 @@ class Smoke:
                  f"on {len(reached) - len(badstage)} of {len(self.hosts)} host(s)" + unchecked
                  + "".join(f"; {h}: {got[h].get('stage')}" for h in badstage), badstage)
 
-    def launch(self, k: int, hold: bool):
+    def launch(self, k: int, hold: bool) -> Tuple[subprocess.Popen[bytes], str]:
         att = self.expt.smoke_attempt(k)
         outdir = att.path
         os.makedirs(outdir, exist_ok=True)
@@ -163,7 +163,7 @@ class Smoke:
         return proc, outdir
 
     @staticmethod
-    def read_records(outdir) -> Dict[int, dict]:
+    def read_records(outdir: str) -> Dict[int, Dict[str, Any]]:
         recs = {}
         for path in layout.Attempt(outdir).smoke_records():
             with open(path) as fh:
@@ -171,7 +171,7 @@ class Smoke:
             recs[r["rank"]] = r
         return recs
 
-    def records(self, proc, outdir, wait_exit: bool):
+    def records(self, proc: subprocess.Popen[bytes], outdir: str, wait_exit: bool) -> Dict[int, Dict[str, Any]]:
         """The ranks' records once all are written (and, wait_exit, the launch has ended), or the
         launch ended, or the time is up. A rank that failed (its record says why) leaves its peers
         waiting for a group that cannot form: the others get FAILED_GRACE_S to write theirs."""
@@ -186,14 +186,15 @@ class Smoke:
             time.sleep(0.2)
         return self.read_records(outdir)
 
-    def tail(self, outdir, n=4):
+    def tail(self, outdir: str, n: int = 4) -> str:
         try:
             with open(layout.Attempt(outdir).output, errors="replace") as f:
                 return " | ".join(x.strip() for x in f.read().strip().splitlines()[-n:])[-400:]
         except OSError:
             return ""
 
-    def ranks_checks(self, recs, proc, outdir, attempt):
+    def ranks_checks(self, recs: Dict[int, Dict[str, Any]], proc: subprocess.Popen[bytes], outdir: str,
+                     attempt: int) -> bool:
         want = self.a.ranks
         missing = sorted(set(range(want)) - set(recs))
         hosts_seen = sorted({r["host"] for r in recs.values()})
@@ -229,7 +230,7 @@ class Smoke:
                  + "".join(f"; rank {r['rank']} on {r['host']}: {r.get('error')}" for r in recs.values()
                            if "torch" not in r), noimport)
         bad = [r for r in recs.values() if not r.get("allreduce_ok")]
-        backend = sorted({r.get("backend") for r in recs.values() if r.get("backend")})
+        backend = sorted(cast(Set[str], {r.get("backend") for r in recs.values() if r.get("backend")}))  # no None
         self.add("allreduce", not bad and not missing,
                  f"{'/'.join(backend) or 'no backend'}: {len(recs) - len(bad)} of {want} rank(s) all-reduced to "
                  f"{next(iter(recs.values())).get('allreduce_expected', '?')}"
@@ -237,10 +238,10 @@ class Smoke:
                  [r["host"] for r in bad])
         return ok
 
-    def killer(self, extra):
+    def killer(self, extra: List[str]) -> List[str]:
         return verbs.argv(self.py, "kill-ranks", "--tag", self.a.tag, *extra)
 
-    def kill_and_teardown(self, proc, outdir):
+    def kill_and_teardown(self, proc: subprocess.Popen[bytes], outdir: str) -> None:
         per_host = self.a.ranks // len(self.hosts)
         found = self.fan(self.killer(["--dry-run"]))
         short = [h for h in self.hosts if found[h].get("error") or len(found[h].get("pids", [])) < per_host]
@@ -266,7 +267,7 @@ class Smoke:
             self.fan(self.killer([]))
         self.stop(proc)
 
-    def stop(self, proc):
+    def stop(self, proc: subprocess.Popen[bytes]) -> None:
         """A launch still running (its ranks waiting for a group that cannot form): its ranks on
         every host killed by the tag, then the launcher. Nothing of the job outlives its check."""
         if proc.poll() is None:
@@ -305,7 +306,7 @@ class Smoke:
         self.ranks_checks(recs, proc2, outdir2, 2)
         return self.report(time.time() - t0)
 
-    def report(self, took) -> int:
+    def report(self, took: float) -> int:
         ok = all(c.ok for c in self.checks)
         data = {"ok": ok, "hosts": self.hosts, "ranks": self.a.ranks, "tag": self.a.tag, "seconds": round(took, 1),
                 "checks": [asdict(c) for c in self.checks]}
@@ -331,7 +332,7 @@ def summary(path: str) -> Optional[List[str]]:
         [f"  {Check(**c).line()}" for c in data.get("checks", [])]
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m restartlab.runtime.smoke")
     sub = p.add_subparsers(dest="what", required=True)
     r = sub.add_parser("run", help="the smoke job's checks (its job script runs this)")

@@ -17,6 +17,7 @@ The decisions live in `Supervisor`; the side effects (processes, signals, the no
 injector) in `Procs`, and time in `Clock`: the tests replace both (a fake clock, fake attempts)."""
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -25,14 +26,16 @@ import signal
 import socket
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Dict, List, NoReturn, Optional, TextIO, Tuple, cast
 
 from . import attempt_record, iofault
 from .clock import Clock
 from .. import failures, launchers, programs
 from ..contracts import layout, options, placeholders, rank_exit
 from ..contracts.attempts import PhaseEnd
-from ..contracts.envvars import SLOW_WRITES_VAR, STATE_DIR_VAR, STATE_EVERY_VAR, slow_writes_value
+from ..contracts.envvars import (ATTEMPT_VAR, EXPT_VAR, LAUNCH_TS_VAR, PHASE_VAR, SLOW_WRITES_VAR, STATE_DIR_VAR,
+                                 STATE_EVERY_VAR, slow_writes_value)
 from . import attempt_stop
 from .attempt_launch import AttemptLaunch, Launched
 from .injector_proc import INJECTOR_GRACE_S, InjectorProcess
@@ -40,7 +43,10 @@ from ..tools import options as tool_options
 from ..tools.launch import LaunchSpec, SpecError
 from ..contracts.exits import (EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_USAGE,
                                EXIT_WALLTIME)
+if TYPE_CHECKING:  # start_pool imports it when the pools start
+    from .warm.route import WarmRoute
 STOP_GRACE_S = 5.0               # the launcher's time to end after a TERM before it gets a KILL
+NODE_POLL_S = 10.0               # between two asks of a node the stop could not reach (wait_for_nodes)
 
 
 # ---------------------------------------------------------------- the parts the tests replace
@@ -55,7 +61,7 @@ class Procs:
         self.spec = programs.resolve(json.loads(cfg.program) if cfg.program else {"adapter": "restartlab"})
         self.attempts = AttemptLaunch(self.spec, cfg.ckpt_dir, cfg.phase_dir, cfg.ft_group)
         self.injector = InjectorProcess()
-        self.warm = None  # the warm standby pools' route (warm.route.WarmRoute), once started
+        self.warm: Optional["WarmRoute"] = None  # the warm standby pools' route, once started
 
     def which(self, exe: str) -> bool:
         return shutil.which(exe) is not None
@@ -68,7 +74,7 @@ class Procs:
         return int(os.environ.get("MASTER_PORT") or launchers.free_port())
 
     # -- the attempt (attempt_launch)
-    def launch(self, argv: List[str], att: layout.Attempt, env: dict) -> Launched:
+    def launch(self, argv: List[str], att: layout.Attempt, env: Dict[str, str]) -> Launched:
         return self.attempts.start(argv, att, env)
 
     def finish(self, att: layout.Attempt, rc: int) -> Optional[str]:
@@ -84,8 +90,9 @@ class Procs:
         return self.attempts.failed_rank(att)
 
     # -- what is left of it (attempt_stop)
-    def teardown(self, att: layout.Attempt, sig: str = "KILL") -> None:
-        attempt_stop.teardown(self.cfg, att, sig)
+    def teardown(self, att: layout.Attempt, sig: str = "KILL") -> List[str]:
+        """The nodes that did not answer."""
+        return attempt_stop.teardown(self.cfg, att, sig)
 
     def dump_stacks(self, att: layout.Attempt) -> None:
         attempt_stop.dump_stacks(self.cfg, att, self.attempts.launcher_pids.get(att.path), self.say)
@@ -102,6 +109,11 @@ class Procs:
                            attempt=k, hosts_out=self.cfg.hosts_file)
         with open(phase.node_check_log, "a") as log, contextlib.redirect_stderr(log):
             return nodes.check_all(cfg)
+
+    def answering(self, names: List[str]) -> List[str]:
+        """Which of the nodes `names` answer now (each given relaunch.teardown_timeout)."""
+        from . import nodes
+        return nodes.answering(self.cfg.fanout, self.cfg.nodefile, self.cfg.launcher, names, self.cfg.teardown_timeout)
 
     def hosts(self) -> List[str]:
         from .fanout import read_nodefile
@@ -140,7 +152,52 @@ class Procs:
 
 
 # ---------------------------------------------------------------- configuration
-class _Settings:
+@dataclasses.dataclass
+class Config:
+    """The supervisor's settings: the program's argv, then one field per option of
+    tools/options.SUPERVISE (the required ones first). The table holds each option's flag, help and
+    default; tests/test_tool_options.py keeps this class equal to it (contracts/options.config_problems).
+    `node_check` and `inject` hold the embedded tool's values (--node-check-*, --inject-*), None when
+    off. `launch_spec` is the launch (--launch and the program) as a LaunchSpec."""
+    argv: List[str]
+    phase: str
+    phase_dir: str
+    tag: str
+    launch: str
+    train_iters: int = 100
+    max_attempts: int = 10
+    backoff: float = 0.0
+    master_suffix: str = ""
+    hang_timeout: float = 600.0
+    teardown_timeout: float = 15.0
+    node_wait: float = 600.0
+    startup_timeout: float = 1200.0
+    rank_exit_grace: float = 60.0
+    walltime_margin: float = 120.0
+    stop_at: float = 0.0
+    preempt_signal: str = "TERM"
+    fanout: str = "local"
+    nodefile: Optional[str] = None
+    job: str = "local"
+    node_policy: str = "same"
+    node_check: Optional[Dict[str, Any]] = None
+    hosts_file: Optional[str] = None
+    inject: Optional[Dict[str, Any]] = None
+    ckpt_dir: Optional[str] = None
+    program: Optional[str] = None
+    warm: bool = False
+    warm_preload: Optional[str] = None
+    state_every: int = 10
+    slow_writes_rank: int = 0
+    slow_writes_seconds: float = 0.0
+    slow_writes_hold: str = "inside"
+    tick: float = 1.0
+    ft_groups: int = 0
+    ft_min_replicas: int = 1
+    ft_heartbeat_timeout: float = 5.0
+    ft_join_timeout: float = 60.0
+    ft_group: int = -1
+
     @classmethod
     def from_args(cls, a: argparse.Namespace, argv: List[str]) -> "Config":
         """SpecError when --launch is not a launch spec."""
@@ -162,15 +219,6 @@ class _Settings:
         return self.launch_spec.launcher
 
 
-Config = options.config_class(
-    "Config", tool_options.SUPERVISE, module=__name__, head=[("argv", List[str])],
-    # on: the embedded tool's values (--inject-*, --node-check-*); off: None
-    values={"node_check": Dict[str, Any], "inject": Dict[str, Any]}, bases=[_Settings],
-    doc="""The supervisor's settings: the program's argv, then one field per option of
-    tools/options.SUPERVISE (its required ones first), each default the table's; `launch_spec`
-    is the launch (--launch and the program) as a LaunchSpec.""")
-
-
 class Interrupted(Exception):
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -179,14 +227,15 @@ class Interrupted(Exception):
 
 # ---------------------------------------------------------------- the loop
 class Supervisor:
-    def __init__(self, cfg: "Config", clock: Clock = None, procs: Procs = None, out=None):
+    def __init__(self, cfg: "Config", clock: Optional[Clock] = None, procs: Optional[Procs] = None,
+                 out: Optional[TextIO] = None):
         self.cfg = cfg
         self.clock = clock or Clock()
         self.procs = procs or Procs(cfg)
         self.phase = layout.Phase(cfg.phase_dir)
         self.out = out or sys.stdout
         self.current: Optional[Launched] = None
-        self.bad_rank_seen = {}  # attempt path -> when this loop first saw a rank's bad end
+        self.bad_rank_seen: Dict[str, float] = {}  # attempt path -> when this loop first saw a rank's bad end
         self.io_env: Dict[str, str] = {}
         self.io_kinds: List[str] = []
         self.end_why: Optional[str] = None  # why the phase failed, where a reason is known (its end record's `why`)
@@ -221,7 +270,8 @@ class Supervisor:
         return self.cfg.stop_at > 0 and self.clock.time() >= self.cfg.stop_at
 
     # -- one attempt
-    def _argv_and_env(self, k: int, att: layout.Attempt, relaunch: bool = True):
+    def _argv_and_env(self, k: int, att: layout.Attempt,
+                      relaunch: bool = True) -> Tuple[Optional[List[str]], Optional[Dict[str, str]], int]:
         """The attempt's argv (from the launch spec: the program's {attempt_dir} filled in, the nodes
         the node check chose), the variables the ranks get and the rank count when the node check
         chose it (0: the scenario's)."""
@@ -235,6 +285,7 @@ class Supervisor:
                 return None, None, 0
             if cfg.node_policy != "same":
                 launch = launch.with_nodes(n)
+                assert cfg.hosts_file is not None  # main(): --node-check needs --hosts-file
                 shutil.copyfile(cfg.hosts_file, att.hosts)
                 with open(cfg.hosts_file) as f:
                     first = next((h.strip() for h in f if h.strip()), None)
@@ -247,10 +298,10 @@ class Supervisor:
             text, fallback = note
             self.say(f"warm restart: {text}: {'cold' if fallback else 'warm'} launches from attempt {k}",
                      err=fallback)
-        env = {"RESTARTLAB_LAUNCH_TS": repr(self.clock.time()), "MASTER_ADDR": master,
+        env = {LAUNCH_TS_VAR: repr(self.clock.time()), "MASTER_ADDR": master,
                "MASTER_PORT": str(self.procs.free_port()),
-               "RESTARTLAB_EXPT": os.path.basename(os.path.dirname(os.path.abspath(cfg.phase_dir))),
-               "RESTARTLAB_PHASE": cfg.phase, "RESTARTLAB_ATTEMPT": str(k)}
+               EXPT_VAR: os.path.basename(os.path.dirname(os.path.abspath(cfg.phase_dir))),
+               PHASE_VAR: cfg.phase, ATTEMPT_VAR: str(k)}
         # the ranks' training-state fingerprints, into the attempt's directory (0: none); both always
         # set, so that a launcher's forwarding by name (Open MPI's -x) never names an unset variable
         env.update({STATE_DIR_VAR: os.path.abspath(att.path), STATE_EVERY_VAR: str(cfg.state_every)})
@@ -310,6 +361,7 @@ class Supervisor:
         if rc is None:
             run.signal(signal.SIGKILL)
             rc = run.wait(None)
+        assert rc is not None  # wait(None) waits for the end
         return rc
 
     def walltime_warning(self, att: layout.Attempt) -> None:
@@ -376,7 +428,7 @@ class Supervisor:
         self.say(f"FAILED: {tries} attempt(s) in this job did not reach the last step", err=True)
         return EXIT_BUDGET if verdict == PhaseEnd.BUDGET else EXIT_FAILED
 
-    def _attempts(self):
+    def _attempts(self) -> Tuple[PhaseEnd, int, int]:
         """(verdict, last attempt number, attempts made in this job); verdict is completed,
         walltime, budget (max_attempts used up), or failed (relaunching cannot help)."""
         cfg, phase = self.cfg, self.phase
@@ -393,9 +445,9 @@ class Supervisor:
             argv, env, ranks = self._argv_and_env(k, att, relaunch=tries > 1)
             if argv is None:
                 return PhaseEnd.FAILED, k, tries
-            launch_ts = float(env["RESTARTLAB_LAUNCH_TS"])
+            launch_ts = float(cast(Dict[str, str], env)[LAUNCH_TS_VAR])  # with an argv, an env
             attempt_record.launched(att, k, launch_ts, cfg.job or None)
-            self.current = self.procs.launch(argv, att, env)
+            self.current = self.procs.launch(argv, att, cast(Dict[str, str], env))
             try:
                 rc = self.watch(self.current, att)
             except Interrupted:
@@ -405,12 +457,16 @@ class Supervisor:
                 raise
             end_ts = self.clock.time()
             self.current = None
+            lost: List[str] = []
             if rc != 0:  # nothing of a failed attempt outlives it
-                self.procs.teardown(att)
+                lost = self.procs.teardown(att) or []
             warning = self.procs.finish(att, rc)
             if warning:
                 self.say(f"attempt {k}: {warning}", err=True)
             if self._record(att, k, launch_ts, rc, ranks, end_ts):
+                if rc != 0:  # relaunched, it would resume at its final checkpoint and train past the last step
+                    self.say(f"attempt {k} reached the last step, then exited {rc}: finished, not relaunched "
+                             "(a crash at exit: the report names it)", err=True)
                 return PhaseEnd.COMPLETED, k, tries
             if os.path.exists(att.walltime):
                 return PhaseEnd.WALLTIME, k, tries
@@ -423,10 +479,48 @@ class Supervisor:
                 self.say(f"{self.end_why}: not relaunching until space is freed", err=True)
                 return PhaseEnd.FAILED, k, tries
             if tries < cfg.max_attempts:
+                still = self.wait_for_nodes(lost, k, att)
+                if still:  # a launch onto a node that does not answer fails at once: a crash loop
+                    them = "it" if len(still) == 1 else "them"
+                    self.end_why = (f"{', '.join(still)} did not answer for {cfg.node_wait:.0f} s after attempt {k}'s "
+                                    f"stop could not reach {them}: relaunching on the same nodes cannot help "
+                                    f"(relaunch.on_node_loss: spares or shrink go on without {them})")
+                    self.say(f"{self.end_why}: not relaunching", err=True)
+                    return PhaseEnd.FAILED, k, tries
                 self.clock.sleep(cfg.backoff)
         return PhaseEnd.BUDGET, k, tries
 
-    def _record(self, att, k, launch_ts, rc, ranks, end_ts=None) -> bool:
+    def wait_for_nodes(self, lost: List[str], k: int, att: layout.Attempt) -> List[str]:
+        """With on_node_loss same, before the next launch: wait up to relaunch.node_wait for the nodes the
+        stop of attempt k could not reach (cut off, down) to answer again; the ones that still do not.
+        A launch onto such a node fails at once and each failure spends the relaunch budget (seen on the
+        OpenPBS cluster: two relaunches into a partition failed in 6 s and the phase failed, before PBS
+        marked the node down); meanwhile the scheduler may mark the node down and requeue the job. Once
+        they answer, the stop is made again (attempt k's ranks there may still run); the walltime margin
+        ends the wait (the next launch is not made then)."""
+        cfg = self.cfg
+        if not lost or cfg.node_policy != "same" or cfg.node_wait <= 0:
+            return []
+        self.say(f"attempt {k}'s stop could not reach {', '.join(lost)}: waiting up to {cfg.node_wait:.0f} s for "
+                 "it to answer before relaunching on the same nodes (relaunch.node_wait)", err=True)
+        deadline = self.clock.time() + cfg.node_wait
+        while True:
+            if self.past_stop():
+                return []  # the walltime margin: _attempts launches nothing more
+            back = self.procs.answering(lost)
+            lost = [h for h in lost if h not in back]
+            if not lost:
+                lost = self.procs.teardown(att) or []  # what is left of attempt k there, now reachable
+                if not lost:
+                    self.say("every node answers again, attempt's ranks stopped there: relaunching")
+                    return []
+            left = deadline - self.clock.time()
+            if left <= 0:
+                return lost
+            self.clock.sleep(min(NODE_POLL_S, left))
+
+    def _record(self, att: layout.Attempt, k: int, launch_ts: float, rc: int, ranks: int,
+                end_ts: Optional[float] = None) -> bool:
         return attempt_record.record(att, self.phase, k, launch_ts, end_ts or self.clock.time(), rc,
                                      self.cfg.train_iters, self.cfg.launcher, ranks, self.cfg.job,
                                      out=self.out, warm_ranks=self.procs.warm_ranks(k))
@@ -480,7 +574,7 @@ class _ParseError(Exception):
 
 
 class _Quiet(argparse.ArgumentParser):
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         raise _ParseError(message)
 
 
@@ -512,7 +606,7 @@ def main(a: argparse.Namespace) -> int:
         if problem:
             print(f"restartlab supervise: error: --inject: {problem}", file=sys.stderr)
             return EXIT_USAGE
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: Optional[FrameType]) -> None:
         raise Interrupted(signum)
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)

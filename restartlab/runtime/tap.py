@@ -16,7 +16,8 @@ without a save (at least MIN_REFERENCE of them, else the save is not booked and 
 dt), booked as {"train/ckpt_save_seconds": s, "train/ckpt_estimated": true}. The first row of an attempt carries train/resumed_from (the program's resume line when the adapter
 has one, else the highest checkpoint present at launch below the first step logged) and
 train/restart_seconds (launch -> first progress line). When the launcher exits 0 after the last
-step, a final row {"train/iter": N, "train/finished": true} marks the phase completed (the bundled
+step (or ends badly after it: a crash at exit, which the verdict names), a final row
+{"train/iter": N, "train/finished": true} marks the phase completed (the bundled
 trainer's final row carries its parameters' checksum instead). The first step logged in an attempt
 counts no step time unless the program's progress line gives its own `dt`."""
 import collections
@@ -26,9 +27,10 @@ import os
 import statistics
 import threading
 import time
-from typing import List, Optional
+from typing import IO, Any, Deque, Dict, List, Optional, TextIO
 
-from ..contracts import layout
+from ..contracts import launch_snapshot, layout
+from ..contracts.launch_snapshot import LaunchSnapshot, WillLoad
 from .. import programs
 from ..contracts import metric_keys as K
 
@@ -39,11 +41,15 @@ BLOCKING = ("save", "stage")  # save kinds that block the training loop (a drain
 
 
 class Tap:
-    def __init__(self, spec: dict, att: layout.Attempt, launch_ts: float, at_launch: List[programs.Ckpt]):
+    def __init__(self, spec: Dict[str, Any], att: layout.Attempt, launch_ts: float, at_launch: List[programs.Ckpt],
+                 loads: Optional[int] = None):
         self.spec, self.att, self.launch_ts = spec, att, launch_ts
         self.at_launch = at_launch
+        self.loads = loads                 # from_probe: the step of the checkpoint the program's rule loads
+        self.from_probe = False            # steps from the training-state probe (probe_record)
+        self.offset: Optional[int] = None  # ... numbered from here (the step resumed from)
         self.lock = threading.Lock()
-        self.out = None                    # the metrics file, opened at the first progress line
+        self.out: Optional[TextIO] = None  # the metrics file, opened at the first progress line
         self.last_step: Optional[int] = None
         self.last_ts: Optional[float] = None
         self.last_progress = launch_ts     # the watchdog's clock: the last progress line (or the launch)
@@ -52,7 +58,7 @@ class Tap:
         self.rows = 0
         self.blocked = 0.0                 # seconds of saves (their lines) since the last progress line
         self.saving = False                # a save's start line since the last progress line
-        self.plain = collections.deque(maxlen=REFERENCE)  # the last intervals without a save
+        self.plain: Deque[float] = collections.deque(maxlen=REFERENCE)  # the last intervals without a save
 
     @property
     def stepped(self) -> bool:
@@ -62,33 +68,59 @@ class Tap:
         text = raw.decode("utf-8", errors="replace")
         with self.lock:
             for part in text.splitlines():  # \n, and \r: a progress bar redraws with it
-                line = programs.clean_line(part)
-                if not line:
-                    continue
-                self.tail = (self.tail + [line])[-TAIL_LINES:]
-                if self.resumed is None and self.rows == 0:
-                    self.resumed = programs.parse_resumed(self.spec, line, self.at_launch)
-                p = None if self.spec.get("progress_file") else programs.parse_progress(self.spec, line)
-                if p is not None:
-                    self._row(p, ts)
-                    continue
-                saved = programs.parse_saved(self.spec, line)
-                if saved is not None and self.out is not None:  # a save before the first step: not booked
-                    self._write(ts, {K.ITER: saved.get("step", self.last_step),
-                                     K.ckpt_seconds(saved['kind']): saved["seconds"]})
-                    if saved["kind"] in BLOCKING:
-                        self.blocked += saved["seconds"]
-                elif self.out is not None and programs.parse_saving(self.spec, line):
-                    self.saving = True
+                self._line(programs.clean_line(part), ts)
 
-    def record(self, rec: dict, ts: float) -> None:
+    def _line(self, line: str, ts: float) -> None:
+        if not line:
+            return
+        self.tail = (self.tail + [line])[-TAIL_LINES:]
+        if self.resumed is None and self.rows == 0:
+            self.resumed = programs.parse_resumed(self.spec, line, self.at_launch)
+        p = None if self.spec.get("progress_file") else programs.parse_progress(self.spec, line)
+        if p is not None:
+            self._row(p, ts)
+            return
+        saved = programs.parse_saved(self.spec, line)
+        if saved is not None and self.out is not None:  # a save before the first step: not booked
+            self._write(ts, {K.ITER: saved.get("step", self.last_step),
+                             K.ckpt_seconds(saved['kind']): saved["seconds"]})
+            if saved["kind"] in BLOCKING:
+                self.blocked += saved["seconds"]
+        elif self.out is not None and programs.parse_saving(self.spec, line):
+            self.saving = True
+
+    def record(self, rec: Dict[str, Any], ts: float) -> None:
         """One record of the program's progress file (Follow)."""
         p = programs.parse_record(self.spec, rec)
         if p is not None:
             with self.lock:
                 self._row(p, ts)
 
-    def _row(self, p: dict, ts: float) -> None:
+    def probe_record(self, rec: Dict[str, Any]) -> None:
+        """One record of rank 0's training-state probe (trainer/state_probe.py), where the scenario
+        gives no progress: each optimizer step is a step, at the time it began, numbered from the
+        step the attempt resumed from (its own resume line, else the checkpoint its rule loads at
+        the launch: `loads`). A load's record and another optimizer's are not steps."""
+        if not isinstance(rec, dict) or rec.get("load") or rec.get("opt", 0) != 0:
+            return
+        try:
+            k, ts = int(rec["step"]), float(rec["time"])
+        except (KeyError, TypeError, ValueError):
+            return
+        with self.lock:
+            if "logged_loss" in rec:  # the program's loss line, as rank 0's probe saw it printed after step k
+                try:
+                    loss = float(rec["logged_loss"])
+                except (TypeError, ValueError):
+                    loss = None
+                if loss is not None and k >= 1 and self.offset is not None and self.out is not None:
+                    self._write(ts, {K.ITER: self.offset + k, K.LOSS_LOGGED: loss})
+                return
+            if self.offset is None:
+                self.offset = self.resumed if self.resumed is not None else (self.loads or 0)
+            self._row({"step": self.offset + k}, ts)
+
+    def _row(self, p: Dict[str, Any], ts: float) -> None:
         step = p["step"]
         if self.last_step is not None and step <= self.last_step:
             return  # another rank's copy of a line already booked, or a repeated line
@@ -123,26 +155,33 @@ class Tap:
         self._write(ts, {K.ITER: self.last_step, K.SAVE_S: stall, K.SAVE_ESTIMATED: True})
         return interval - stall
 
-    def _write(self, ts, m) -> None:
+    def _write(self, ts: float, m: Dict[str, Any]) -> None:
+        assert self.out is not None  # opened by the first row, before any other is written
         self.out.write(json.dumps({"timestamp": ts, "rank": 0, "metrics": m}) + "\n")
         self.out.flush()
         self.rows += 1
 
-    def finish(self, rc: int, last_step: int) -> Optional[str]:
+    def finish(self, rc: int, last_step: int, final_saved: bool = True) -> Optional[str]:
         """After the launcher exited: the final row when the program reached its last step and
-        exited 0; a warning (one sentence) when no progress line was seen at all."""
+        ended (a crash at exit included, once its last step's checkpoint is complete, `final_saved`:
+        the verdict names the crash; without that checkpoint the relaunch writes it); a warning (one
+        sentence) when no progress line was seen at all."""
         with self.lock:
             now = time.time()
-            if rc == 0 and self.rows == 0 and self.resumed is not None and self.resumed >= last_step:
+            resumed = self.resumed if self.resumed is not None or not self.from_probe else self.loads
+            if rc == 0 and self.rows == 0 and resumed is not None and resumed >= last_step:
                 # killed between its last save and its exit: the relaunch resumed at the last step and
                 # had nothing left to train. It finished (a phase that waited for a progress line here
                 # would relaunch it until its budget ran out).
                 self.out = open(self.att.metrics(0), "a")
-                self._write(now, {K.ITER: self.resumed, K.LOSS: None, K.RESUMED_FROM: self.resumed,
-                                  K.RESUME_EVIDENCE: "line", K.RESTART_S: now - self.launch_ts,
-                                  K.STARTUP_LAUNCH_TS: self.launch_ts})
-                self.last_step = self.resumed
-            if rc == 0 and self.last_step is not None and self.last_step >= last_step:
+                self._write(now, {K.ITER: resumed, K.LOSS: None, K.RESUMED_FROM: resumed,
+                                  K.RESUME_EVIDENCE: "line" if self.resumed is not None else "inferred",
+                                  K.RESTART_S: now - self.launch_ts, K.STARTUP_LAUNCH_TS: self.launch_ts})
+                self.last_step = resumed
+            if self.last_step is not None and self.last_step >= last_step and (rc == 0 or final_saved):
+                # it reached the last step: finished, whatever its exit (a crash at exit, e.g. gloo's threads
+                # aborting a process that never destroyed its group, is a finding of survival.py; relaunched,
+                # it would resume at its final checkpoint and train past the last step)
                 self._write(now, {K.ITER: self.last_step, K.FINISHED: True})
             if self.out is not None:
                 self.out.close()
@@ -151,6 +190,8 @@ class Tap:
                 shown = " | ".join(self.tail) or "(no output)"
                 where = (f"its progress file (check trainer.program.progress_file: {self.spec['progress_file']!r} "
                          f"and progress_fields)") if self.spec.get("progress_file") else \
+                    (f"{self.att.state(0)} (no trainer.program.progress: the steps are rank 0's torch optimizer "
+                     f"steps, and none was recorded)") if self.from_probe else \
                     f"{self.att.output} (check trainer.program.progress: {self.spec.get('progress')!r})"
                 return f"no progress seen in {where}; its last lines: {shown[-600:]}"
         return None
@@ -164,23 +205,25 @@ class Follow(threading.Thread):
     line is read once it ends with a newline; stop() reads what is left."""
     POLL_S = 0.1
 
-    def __init__(self, path: str, tap: Tap):
+    def __init__(self, path: str, tap: Tap, probe: bool = False):
         super().__init__(daemon=True, name="restartlab-follow")
-        self.path, self.tap = path, tap
+        self.path, self.tap, self.probe = path, tap, probe  # probe: the records are the state probe's
         self.csv = path.endswith(".csv")
         self.halt = threading.Event()
+        self.header: Optional[List[str]]  # the CSV header row, once read
         self.ino, self.pos, self.header, self.rest = None, 0, None, b""
+        self.lock = threading.Lock()  # poll() from this thread and from stop()'s
         st = self._stat()
         if st is not None:  # an earlier attempt's records: skipped
             self.ino, self.pos = st.st_ino, st.st_size
 
-    def _stat(self):
+    def _stat(self) -> Optional[os.stat_result]:
         try:
             return os.stat(self.path)
         except OSError:
             return None
 
-    def run(self):
+    def run(self) -> None:
         while not self.halt.wait(self.POLL_S):
             self.poll()
 
@@ -191,6 +234,10 @@ class Follow(threading.Thread):
         self.poll()
 
     def poll(self) -> None:
+        with self.lock:
+            self._poll()
+
+    def _poll(self) -> None:
         st = self._stat()
         if st is None:
             return
@@ -226,18 +273,21 @@ class Follow(threading.Thread):
                 self.header = row
                 return
             rec = dict(zip(self.header, row))
-        self.tap.record(rec, ts)
+        if self.probe:
+            self.tap.probe_record(rec)
+        else:
+            self.tap.record(rec, ts)
 
 
 class Pump(threading.Thread):
     """Copies a pipe to the attempt's output file and the tap, line by line, as it arrives."""
 
-    def __init__(self, pipe, att: layout.Attempt, tap: Tap):
+    def __init__(self, pipe: IO[bytes], att: layout.Attempt, tap: Tap):
         super().__init__(daemon=True, name="restartlab-tap")
         self.pipe, self.tap = pipe, tap
         self.log = open(att.output, "ab", buffering=0)
 
-    def run(self):
+    def run(self) -> None:
         try:
             for raw in iter(self.pipe.readline, b""):
                 self.log.write(raw)
@@ -248,19 +298,18 @@ class Pump(threading.Thread):
             self.log.close()
 
 
-def snapshot(spec: dict, ckpt_dir: str, ckpts: List[programs.Ckpt]) -> dict:
+def snapshot(spec: Dict[str, Any], ckpt_dir: str, ckpts: List[programs.Ckpt]) -> LaunchSnapshot:
     """What the checkpoint dir holds at a launch: every checkpoint (step, complete), the newest
     complete one (what a correct resume loads) and the one the program's own rule picks."""
     good, pick = programs.newest_complete(ckpts), programs.will_load(spec, ckpts, ckpt_dir)
     loads = None
-    if pick:
-        loads = {"step": pick.step, "path": pick.path, "complete": pick.complete}
-        if not pick.complete:  # why the torn one is not complete, and what it holds, for the verdict
-            loads["why"] = programs.why_not_complete(spec["complete"], pick.path, pick.step, ckpt_dir)
-            loads["holds"] = _holds(pick.path)
-    return {"ckpt_dir": ckpt_dir, "selects": spec.get("selects"), "complete_rule": spec.get("complete"),
-            "checkpoints": [[c.step, c.complete] for c in ckpts], "newest_complete": good.step if good else None,
-            "newest_complete_path": good.path if good else None, "will_load": loads}
+    if pick:  # a torn one: why it is not complete, and what it holds, for the verdict
+        loads = WillLoad(pick.step, pick.path, pick.complete) if pick.complete else WillLoad(
+            pick.step, pick.path, False, programs.why_not_complete(spec["complete"], pick.path, pick.step, ckpt_dir),
+            tuple(_holds(pick.path)))
+    return LaunchSnapshot(ckpt_dir, spec.get("selects"), spec.get("complete"),
+                          tuple((c.step, c.complete) for c in ckpts), good.step if good else None,
+                          good.path if good else None, loads)
 
 
 def _holds(path: str, most: int = 12) -> List[str]:
@@ -271,8 +320,5 @@ def _holds(path: str, most: int = 12) -> List[str]:
         return []
 
 
-def write_snapshot(att: layout.Attempt, snap: dict) -> None:
-    tmp = att.at_launch + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(snap, f)
-    os.replace(tmp, att.at_launch)
+def write_snapshot(att: layout.Attempt, snap: LaunchSnapshot) -> None:
+    launch_snapshot.write(att.at_launch, snap)

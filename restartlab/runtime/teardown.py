@@ -4,6 +4,7 @@ too), and its walltime warning (the trainer's preemption signal). Also `restartl
 import signal
 import sys
 import time
+from typing import List, Optional, Tuple
 
 from .. import failures
 from ..contracts.signals import parse_signal
@@ -11,12 +12,20 @@ from . import killer
 from .fanout import fan_out, killer_argv, read_nodefile
 
 
-def teardown(tag: str, sig_name: str = "KILL", fanout: str = "local", nodefile=None,
+def teardown(tag: str, sig_name: str = "KILL", fanout: str = "local", nodefile: Optional[str] = None,
              launcher: str = "hydra", standby: bool = False, timeout: float = 15.0) -> int:
+    """`restartlab teardown`: signal_all, its exit status 1 when a node could not be reached or a
+    killer failed (0 otherwise)."""
+    lost, errors = signal_all(tag, sig_name, fanout, nodefile, launcher, standby, timeout)
+    return 1 if errors else 0
+
+
+def signal_all(tag: str, sig_name: str = "KILL", fanout: str = "local", nodefile: Optional[str] = None,
+               launcher: str = "hydra", standby: bool = False, timeout: float = 15.0) -> Tuple[List[str], List[str]]:
     """Signal the ranks tagged `tag` on every node of the node file (`standby`: the warm standby
     pool too), each node given `timeout` seconds to answer; prints one line, with its time, the
-    seconds it took and the nodes that did not answer; returns 1 when a node could not be reached
-    (0 otherwise)."""
+    seconds it took and the nodes that did not answer; returns (the nodes that did not answer, the
+    errors)."""
     sig = parse_signal(sig_name)
     hosts, slots = read_nodefile(nodefile)
     t0 = time.time()
@@ -34,4 +43,4 @@ def teardown(tag: str, sig_name: str = "KILL", fanout: str = "local", nodefile=N
           f"{len(ranks)} tree(s) of {tag} {verb} on {len(hosts) - len(lost)} of {len(hosts)} node(s) in "
           f"{time.time() - t0:.1f}s" + (f"; unreachable: {', '.join(lost)}" if lost else "")
           + (f"; errors: {'; '.join(errors)}" if errors else ""), flush=True)
-    return 1 if errors else 0
+    return lost, errors

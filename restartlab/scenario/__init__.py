@@ -5,7 +5,7 @@ misspelling, and the CLI exits 2 (ScenarioError.exit_code). The package: `source
 lines, extends and --set), `schema` (the keys, generated from the option tables where a tool owns
 them), `validate` (types, bounds, cross-key checks), `secrets` (credentials in launch.env)."""
 import os
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import yaml
 
@@ -16,14 +16,14 @@ from .source import ScenarioError, apply_set, load_file
 from .validate import Validator, cross_checks, resolve_data, resolve_kind, effective_failures, is_torchft, step_of  # noqa: F401
 
 
-def load(path: str, overrides: List[str] = (), resolved: bool = False) -> dict:
+def load(path: str, overrides: Sequence[str] = (), resolved: bool = False) -> dict:
     """Load, extend, override and validate a scenario. Raises ScenarioError with every problem.
     resolved: an experiment's own copy of its scenario (layout.Expt.scenario), which also names its expt_dir
     and the file it was made from (its `source`: where {scenario_dir} points)."""
     return load_located(path, overrides, resolved)[0]
 
 
-def load_located(path: str, overrides: List[str] = (), resolved: bool = False):
+def load_located(path: str, overrides: Sequence[str] = (), resolved: bool = False):
     """(the scenario as load() gives it, where(key path) -> 'file:line' of the value that came last:
     what a finding about that key quotes)."""
     lines: Dict = {}

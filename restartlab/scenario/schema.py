@@ -31,7 +31,12 @@ PROGRAM = {
                  + "; ".join(f"{a.name}: {a.doc}" for a in programs.ADAPTERS.all()), choices=programs.names),
     "progress": F("str", None, "regex over a line of rank 0's output with a (?P<step>...) group, "
                   "optionally (?P<loss>...) and (?P<dt>...) (ANSI codes and [rankN]: prefixes stripped); "
-                  "not used when progress_file is given"),
+                  "not used when progress_file is given. Without either: the steps are rank 0's torch "
+                  "optimizer steps, from the training-state probe (collection.state_every must not be 0)"),
+    "loss_line": F("str", None, "without progress: regex for the program's own log line that gives a loss "
+                   "without a step, with a (?P<loss>...) group (default: the adapter's; transformers: its "
+                   "{'loss': '5.399', ...} lines); rank 0's probe reads it as the program writes it, so the loss is "
+                   "the step's it was printed after, rounded as the program prints it"),
     "progress_file": F("str", None, "instead of progress: a file rank 0 appends a record to per step, "
                        "ending .jsonl (a JSON object per line) or .csv (a header row, then a row per step); "
                        "{ckpt_dir}, {phase_dir}, {attempt_dir} and {scenario_dir} are replaced. What it holds "
@@ -58,7 +63,7 @@ PROGRAM = {
     "checkpoint_bytes": F("bytes", None, "what one of the program's checkpoints takes on disk (e.g. 24GB): "
                           "preflight sizes the run from it (x the saves, steps / save_every) against the free "
                           "space and quota where the experiment is written"),
-    "steps": F("int", None, "the last step: a phase is completed when the program logged it and exited 0",
+    "steps": F("int", None, "the last step: a phase is completed when the program logged it and exited (a crash at exit once its last checkpoint is complete: a finding, not a relaunch)",
                required=True, positive=True),
     "tolerance": F("float", 0.0, "the survival verdict: the loss after a resume may differ from the "
                    "baseline's at the same step by this relative amount (0: identical)", min=0),

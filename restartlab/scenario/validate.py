@@ -9,7 +9,7 @@ import re
 from typing import Optional
 
 from .. import failures, programs
-from ..contracts import options
+from ..contracts import options, pycmd
 from ..contracts.units import parse_bytes, parse_duration
 from ..tools import options as tool_options
 from ..contracts.signals import parse_signal
@@ -183,8 +183,13 @@ def _program_checks(sc, v: Validator) -> None:
         return
     if not prog["command"]:
         v.err(("trainer", "program", "command"), "required: the program's argv, e.g. [python, train.py]")
-    for key, msg in programs.spec_errors(programs.resolve(prog)):
+    spec = programs.resolve(prog)
+    for key, msg in programs.spec_errors(spec):
         v.err(("trainer", "program", key), msg)
+    if spec["tap"] and not spec.get("progress") and not spec.get("progress_file") and \
+            not (sc.get("collection") or {}).get("state_every", 1):
+        v.err(("trainer", "program", "progress"), "required when collection.state_every is 0: without it the steps "
+              "are rank 0's torch optimizer steps, which the training-state probe records")
     sc["trainer"]["train_iters"] = prog["steps"]
 
 
@@ -192,7 +197,6 @@ def is_torchft(phase) -> bool:
     return (phase.get("recovery") or {}).get("strategy") == "torchft"
 
 
-PYTHON = re.compile(r"^python[0-9.]*$")
 
 
 def _torchft_checks(sc, v: Validator) -> None:
@@ -206,7 +210,7 @@ def _torchft_checks(sc, v: Validator) -> None:
         if restarts:
             v.err(("trainer", "program", "adapter"), f"torchft: a torchft program runs only in torchft phases "
                   f"(recovery.strategy: torchft); phase(s) {', '.join(restarts)} restart")
-        if prog["command"] and not PYTHON.match(os.path.basename(prog["command"][0])):
+        if prog["command"] and not pycmd.IS_PYTHON.match(os.path.basename(prog["command"][0])):
             v.err(("trainer", "program", "command"), f"{prog['command'][0]!r}: a torchft program's command starts "
                   "with its Python (python PROGRAM.py ... or python -m MODULE ...): restartlab's hook on its "
                   "Manager runs in that interpreter")

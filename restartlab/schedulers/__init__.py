@@ -33,7 +33,7 @@ def from_env(env: Mapping[str, str]) -> Optional[Scheduler]:
 
 def job_id(env: Mapping[str, str], default: str = "local") -> str:
     s = from_env(env)
-    return env[s.jobid_var] if s else default
+    return env[s.jobid_var] if s and s.jobid_var else default
 
 
 def on_path() -> List[Scheduler]:

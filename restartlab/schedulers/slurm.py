@@ -1,7 +1,9 @@
 """Slurm: #SBATCH header, sbatch --parsable / sacct (squeue where accounting is off) / scancel,
 srun --overlap fan-out."""
 import os
+import re
 import subprocess
+import time
 
 from ..contracts.units import hms
 from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, QueueLimits, Scheduler,
@@ -27,9 +29,9 @@ def _by_id(tool, stdout, returncode, stderr, min_fields):
 
 def _exit_code(field: str):
     """sacct's ExitCode is 'code:signal'."""
-    code, _, sig = field.partition(":")
+    code_s, _, sig_s = field.partition(":")
     try:
-        code, sig = int(code), int(sig or 0)
+        code, sig = int(code_s), int(sig_s or 0)
     except ValueError:
         return None
     return 128 + sig if sig else code
@@ -45,6 +47,45 @@ def slurm_time(v):
     while len(parts) < 3:
         parts.insert(0, 0)
     return (int(days or 0) * 24 + parts[0]) * 3600 + parts[1] * 60 + parts[2]
+
+
+def slurm_stamp(v):
+    """A date as scontrol and sinfo print it (2026-12-06T12:42:31, the controller's local time) as epoch
+    seconds; None for Unknown, None or (null)."""
+    try:
+        return time.mktime(time.strptime(str(v).strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def job_fields(text):
+    """`scontrol show job -o JOBID` -> {key: value} for the one-word values (JobName, Command and the
+    like may hold spaces: not read)."""
+    return dict(re.findall(r"(?:^|\s)([A-Za-z]+)=(\S*)", text))
+
+
+def parse_run_facts(job_text, nodes_text, since):
+    """What a requeued job's new run learns from Slurm (22.05 here, measured on the private Slurm):
+    `scontrol show job -o` gives Restarts (how many times it was requeued), StartTime (this run's),
+    SubmitTime (set anew when the job is requeued: the requeue's time) and EligibleTime (a requeued
+    job waits before it may start again); `sinfo -N -o '%N|%T|%E|%H'` gives each node's state, reason
+    and the reason's time: the nodes whose reason was set since `since` (went down, drained)."""
+    f = job_fields(job_text)
+    restarts = int(f["Restarts"]) if f.get("Restarts", "").isdigit() else None
+    facts = {"run": restarts + 1 if restarts is not None else None, "started": slurm_stamp(f.get("StartTime")),
+             "requeued": slurm_stamp(f.get("SubmitTime")) if restarts else None,
+             "eligible": slurm_stamp(f.get("EligibleTime")) if restarts else None, "nodes": []}
+    seen = set()
+    for line in nodes_text.splitlines():
+        p = line.strip().split("|")
+        if len(p) < 4 or p[0] in seen:  # a node in several partitions is listed once for each
+            continue
+        seen.add(p[0])
+        t, reason = slurm_stamp(p[-1]), "|".join(p[2:-1])  # a reason may hold the separator
+        if t is not None and since is not None and t >= since:
+            facts["nodes"].append({"node": p[0], "state": p[1], "since": t,
+                                   "comment": reason if reason not in ("", "none") else None})
+    return facts
 
 
 def parse_partitions(text):
@@ -101,6 +142,9 @@ class Slurm(Scheduler):
         if j["queue"]:
             out.append(f"--partition={j['queue']}")
         out.append(f"--output={sc['expt_dir']}/job-%j.out")
+        # a requeued job runs again under its id into the same file: without append, Slurm truncates it
+        # and the first run's output is lost (Slurm 22.05, measured on the private Slurm)
+        out.append("--open-mode=append")
         return out + list(j["directives"])
 
     def submit_cmd(self, script, pass_env=()):
@@ -189,6 +233,19 @@ class Slurm(Scheduler):
                 for p in part.split(","):
                     mine.setdefault(p, []).append(jid)
         return ServerQueues(queues, default, mine, "scontrol show partition" + "".join(f"; {x}" for x in notes))
+
+    def run_facts(self, jobid, since, run):
+        """A rerun's facts (parse_run_facts) from scontrol and sinfo: they answer without accounting
+        (the rerun is a live job); sacct --duplicates would keep each run only where slurmdbd runs. Dates
+        in Slurm's standard form whatever the user's SLURM_TIME_FORMAT (this process is jobrun's, short-lived)."""
+        os.environ["SLURM_TIME_FORMAT"] = "standard"
+        rc, out, err = run(["scontrol", "show", "job", "-o", jobid])
+        if rc:
+            raise SchedulerError(f"scontrol show job {jobid} failed (rc {rc}): {err.strip() or out.strip()}")
+        rc, nodes, err = run(["sinfo", "-h", "-N", "-o", "%N|%T|%E|%H"])
+        if rc:
+            raise SchedulerError(f"sinfo -N failed (rc {rc}): {err.strip() or nodes.strip()}")
+        return parse_run_facts(out, nodes, since)
 
     def cancel_cmd(self, jobid):
         # -v: without it scancel of an unknown id prints nothing and exits 0 (seen with Slurm 22.05)

@@ -16,7 +16,7 @@ torchrun-style variables. `python` is the interpreter that runs restartlab's own
 (the exit recorder, the warm stub, rankenv)."""
 import dataclasses
 import json
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 from .. import launchers
 from ..contracts import placeholders
@@ -85,7 +85,7 @@ class LaunchSpec:
                                                  *(["--rankenv"] if self.rankenv else []), "--") + list(self.program)
 
     # -- the routes
-    def filled(self, values: Dict[str, str]) -> "LaunchSpec":
+    def filled(self, values: Dict[str, Optional[str]]) -> "LaunchSpec":
         """The program's placeholders ({attempt_dir}, {group}, ...) filled in."""
         return dataclasses.replace(self, program=tuple(placeholders.fill(w, values) for w in self.program))
 
@@ -107,7 +107,7 @@ class LaunchSpec:
                           separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str, program) -> "LaunchSpec":
+    def from_json(cls, text: str, program: Sequence[str]) -> "LaunchSpec":
         """The spec from --launch's JSON and the program's words; SpecError names what is wrong."""
         try:
             d = json.loads(text)
@@ -136,6 +136,7 @@ class LaunchSpec:
             raise SpecError(f"'{bad[0]}' holds {json.dumps(bad[1])}: every value must be a JSON string")
         if d.get("launcher", "hydra") not in launchers.names():
             raise SpecError(f"'launcher': {d['launcher']!r} is not one of {', '.join(launchers.names())}")
-        spec = cls(program=tuple(program), **{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+        spec = cls(program=tuple(program),  # d's types checked above
+                   **cast(Dict[str, Any], {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}))
         spec.launcher_argv()  # SpecError: the launcher cannot carry it
         return spec

@@ -6,7 +6,7 @@ tools inside the job."""
 import argparse
 import dataclasses
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .. import failures, launchers, schedulers
 from ..contracts.signals import parse_signal
@@ -39,6 +39,10 @@ SUPERVISE = [
     Opt("--teardown-timeout", "duration", 15.0, "seconds each node has to answer the stop of an attempt (its "
         "stacks, then KILL): a node that has not (cut off, down) is named unreachable in the attempt's teardown "
         "log and the stop goes ahead on the others", scenario="relaunch.teardown_timeout", positive=True),
+    Opt("--node-wait", "duration", 600.0, "with on_node_loss same: how long a node the stop of an attempt could "
+        "not reach has to answer again before the next launch on the same nodes (a launch onto it fails at "
+        "once); meanwhile the scheduler may mark it down and requeue the job; 0: relaunch at once",
+        scenario="relaunch.node_wait", min=0.0),
     Opt("--startup-timeout", "duration", 1200.0, "the same, before the attempt's first step (imports, "
         "rendezvous and the checkpoint load may take minutes at scale)", scenario="relaunch.startup_timeout",
         positive=True),
@@ -166,7 +170,7 @@ CHAIN = [
 ]
 
 
-def signal_name(v):
+def signal_name(v: str) -> str:
     try:
         parse_signal(v)
     except ValueError as e:
@@ -174,9 +178,9 @@ def signal_name(v):
     return v
 
 
-def parse_at_steps(text: str):
+def parse_at_steps(text: str) -> List[Tuple[int, Optional[str]]]:
     """'500,1000:hang,1500:preempt' -> [(500, None), (1000, 'hang'), (1500, 'preempt')]."""
-    out = []
+    out: List[Tuple[int, Optional[str]]] = []
     for item in filter(None, (x.strip() for x in str(text).split(","))):
         step, _, kind = item.partition(":")
         if not step.isdigit() or int(step) < 1:
@@ -190,7 +194,7 @@ def parse_at_steps(text: str):
     return out
 
 
-def gate_of(gate, step_schedule: bool) -> str:
+def gate_of(gate: Optional[str], step_schedule: bool) -> str:
     """The injector's gate, decided once: as given, else `complete` for step-aimed schedules
     (a kill waits for step-S/.complete) and `none` for timed ones."""
     return gate or ("complete" if step_schedule else "none")
@@ -281,7 +285,7 @@ INJECT = [
 INJECT_PARSERS = {"--at-steps": parse_at_steps, "--signal": signal_name}
 
 
-def add_inject_args(p) -> None:
+def add_inject_args(p: argparse.ArgumentParser) -> None:
     """The injector's argparse: the table, with the schedule flags as one required group."""
     g = p.add_mutually_exclusive_group(required=True)
     add_to_parser(g, [o for o in INJECT if o.flag in SCHEDULE_FLAGS], INJECT_PARSERS)
@@ -307,9 +311,9 @@ class Embedded:
     prefix: str
     table: List[Opt]
     drop: Tuple[str, ...] = ()
-    parsers: Dict[str, Callable] = dataclasses.field(default_factory=dict)
+    parsers: Dict[str, Callable[[str], Any]] = dataclasses.field(default_factory=dict)
 
-    def _pairs(self):
+    def _pairs(self) -> Iterator[Tuple[Opt, Opt]]:
         for o in self.table:
             if o.flag not in self.drop:
                 yield o, dataclasses.replace(o, flag=f"--{self.prefix}-{o.flag[2:]}", scenario=None,
@@ -319,7 +323,7 @@ class Embedded:
     def options(self) -> List[Opt]:
         return [e for _, e in self._pairs()]
 
-    def add_to_parser(self, parser) -> None:
+    def add_to_parser(self, parser: argparse.ArgumentParser) -> None:
         add_to_parser(parser, self.options, {e.flag: self.parsers[o.flag] for o, e in self._pairs()
                                              if o.flag in self.parsers})
 
@@ -360,17 +364,17 @@ SUPERVISE_INJECT = Embedded("inject", INJECT, drop=INJECT_FROM_SUPERVISOR,
                             parsers={f: _as_written(p) for f, p in INJECT_PARSERS.items()})
 
 
-def nodefile_default(value, env=None):
+def nodefile_default(value: Optional[str], env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """A tool's --nodefile, else the job script's $RL_NODEFILE, else the node file of the batch
     job we run in (PBS_NODEFILE; the local scheduler's own), else None (this host)."""
     env = os.environ if env is None else env
     if value or env.get("RL_NODEFILE"):
         return value or env["RL_NODEFILE"]
-    return next((env[s.nodefile_var] for s in schedulers.SCHEDULERS.all()
+    return next((env[s.nodefile_var] for s in schedulers.base.SCHEDULERS.all()
                  if s.nodefile_var and env.get(s.nodefile_var)), None)
 
 
-def schema_fields(table, prefix: str):
+def schema_fields(table: List[Opt], prefix: str) -> Dict[str, Opt]:
     """{key: option} of the options that come from the scenario key `prefix`.<key>."""
     return {o.scenario.split(".", 1)[1]: o for o in table if o.scenario and o.scenario.startswith(prefix + ".")}
 

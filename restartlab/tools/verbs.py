@@ -7,7 +7,10 @@ against what it names (the CLI's own parser takes the subcommand and every flag 
 the module exists and runs as a program; the job script's templates call only verbs listed here), so
 a rename fails a test, not a job on a cluster. Only names, and the standard library: nothing here
 imports what it names (the warm pool re-executes itself through it and starts in a bare Python)."""
-from typing import List, NamedTuple, Optional
+from typing import TYPE_CHECKING, List, NamedTuple, Optional
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 CLI = "restartlab.cli"
 
@@ -55,7 +58,7 @@ def argv(python: str, verb: str, *args: str) -> List[str]:
     return [python, *module_argv(verb), *args]
 
 
-def options_module():
+def options_module() -> "ModuleType":
     """tools/options.py, where the tables named above are (imported when asked: this module stays light)."""
     from . import options
     return options

@@ -21,7 +21,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import Dict, Optional
+from typing import Dict, Mapping, Optional
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "iofault.c")
 COMPILERS = ("cc", "gcc", "clang")
@@ -63,7 +63,7 @@ def build(dest_dir: str) -> str:
     return out
 
 
-def rank_env(lib: str, ckpt_dir: str, ctl: str, log: str, env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+def rank_env(lib: str, ckpt_dir: str, ctl: str, log: str, env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """What a rank's environment gets: the library first in LD_PRELOAD (a site's own preloads kept
     after it), and where the checkpoints, the control file and the log are."""
     env = os.environ if env is None else env

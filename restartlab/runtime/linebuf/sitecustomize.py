@@ -19,12 +19,17 @@ scenario slows one rank's checkpoint writes (RESTARTLAB_SLOW_WRITES), by restart
 import importlib
 import os
 import sys
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _line_buffered() -> None:
-    out = sys.stdout
+    out: Any = sys.stdout  # whatever the program put there: one without reconfigure() is let be
     if out is None or getattr(out, "line_buffering", True):
         return
     try:
@@ -54,7 +59,8 @@ class _AfterTorch:
     optimizers, data loaders and gradient scaler are observed, not changed. Only where restartlab
     asked for it (RESTARTLAB_STATE_DIR); a program that never imports torch never loads it."""
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Optional[Sequence[str]] = None,
+                  target: "Optional[ModuleType]" = None) -> "Optional[ModuleSpec]":
         if name != "torch":
             return None
         sys.meta_path.remove(self)
@@ -63,10 +69,10 @@ class _AfterTorch:
             return spec
         run = spec.loader.exec_module
 
-        def exec_module(module):
+        def exec_module(module: "ModuleType") -> None:
             run(module)
             _arm()
-        spec.loader.exec_module = exec_module
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]  # wraps this spec's loader on purpose
         return spec
 
 
@@ -77,7 +83,7 @@ def _probe_wanted() -> bool:
 def _arm() -> None:
     """The state probe and the slowed writer, as a warm rank gets them (restartlab.trainer.rank_hooks)."""
     try:
-        from restartlab.trainer import rank_hooks
+        from restartlab.trainer import rank_hooks  # type: ignore[import-not-found]  # setup.cfg maps trainer/ here
         rank_hooks.install_from_env()
     except Exception as e:  # never the program's failure
         sys.stderr.write(f"restartlab: rank hooks off: {type(e).__name__}: {e}\n")

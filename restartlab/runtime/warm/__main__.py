@@ -1,9 +1,10 @@
 """python -m restartlab.runtime.warm serve|stub: the standby pool, or the stub in a rank's place.
 Each imports only its own side (the stub: the standard library and the wire)."""
 import sys
+from typing import List, Optional
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     import argparse
     p = argparse.ArgumentParser(prog="python -m restartlab.runtime.warm", description="warm standby restart: the pool, or the stub in a rank's place")
     sub = p.add_subparsers(dest="verb", required=True)

@@ -12,16 +12,22 @@ import time
 
 from .. import pystdio
 from ..rankexit import die_with_parent
-from ...contracts import layout
-from ...contracts.envvars import SERVER_VAR, TAG_VAR, WARM_VAR, node_name
+from ...contracts import layout, pycmd
+from ...contracts.envvars import ATTEMPT_VAR, PHASE_VAR, SERVER_VAR, TAG_VAR, WARM_VAR, node_name
 from ...tools import verbs
 from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_msg, unix_path
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    import argparse
+    import selectors
+    from types import FrameType
 
 
 # ---------------------------------------------------------------- what the pool can run
-def split_python(argv, python: str):
-    """(run, target, args, unbuffered) for `python [-u] (-m MOD | SCRIPT | -c CODE) ARGS`, where
-    python is the pool's own interpreter (its path, or a name PATH resolves to that path). PoolError
+def split_python(argv: Sequence[str], python: str) -> Tuple[str, str, List[str], bool]:
+    """(run: "module", "code" or "script" as contracts/pycmd reads it, target, args, unbuffered) for
+    `python [-u] (-m MOD | SCRIPT | -c CODE) ARGS`, where python is the pool's own interpreter (its path, or a name PATH resolves to that path). PoolError
     otherwise."""
     import shutil
     if not argv:
@@ -33,24 +39,21 @@ def split_python(argv, python: str):
     if exe != mine and not (os.path.dirname(exe) == os.path.dirname(mine)
                             and os.path.realpath(exe) == os.path.realpath(mine)):
         raise PoolError(f"{argv[0]} is not the pool's interpreter {python}")
-    rest, unbuffered = list(argv[1:]), False
-    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c", "-"):
-        if rest[0] != "-u":
-            raise PoolError(f"interpreter option {rest[0]} is not supported warm")
-        unbuffered = True
-        rest.pop(0)
-    if not rest:
-        raise PoolError("no module or script")
-    if rest[0] in ("-m", "-c"):
-        if len(rest) < 2:
-            raise PoolError(f"{rest[0]} without an argument")
-        return rest[0], rest[1], rest[2:], unbuffered
-    if rest[0] == "-":
+    cmd = pycmd.parse(argv)
+    other = [f for f in cmd.flags if f != "-u"]
+    if other:
+        raise PoolError(f"interpreter option {other[0]} is not supported warm")
+    unbuffered = "-u" in cmd.flags
+    if cmd.run == "stdin":
         raise PoolError("a program on standard input is not supported warm")
-    return "script", rest[0], rest[1:], unbuffered
+    if not cmd.run:
+        raise PoolError("no module or script")
+    if cmd.target is None:
+        raise PoolError(f"{'-m' if cmd.run == 'module' else '-c'} without an argument")
+    return cmd.run, cmd.target, list(cmd.args), unbuffered
 
 
-def add_rankenv(env: dict) -> None:
+def add_rankenv(env: Dict[str, str]) -> None:
     """The variables restartlab.runtime.rankenv gives a cold rank, added to a warm one's `env`."""
     from ..rankenv import torchrun_env
     for k, v in torchrun_env(env).items():
@@ -62,14 +65,15 @@ def add_rankenv(env: dict) -> None:
 def _std_streams(unbuffered: bool) -> None:
     """sys.std* rebuilt on the received fds 0-2 (the pool's own were its log)."""
     import io
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(  # type: ignore[misc]  # sys.__std*__: Final in typeshed
+        io.FileIO(0, "r", closefd=False))
     # unbuffered (restartlab's PYTHONUNBUFFERED, or -u): line-buffered, as a cold rank's through
     # pystdio: each line whole in one write, still at once (another rank's output never inside it)
     line = unbuffered or os.isatty(1)
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
-                                                   line_buffering=line)
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True,
-                                                   errors="backslashreplace")
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(  # type: ignore[misc]  # sys.__std*__: Final in typeshed
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), line_buffering=line)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(  # type: ignore[misc]  # sys.__std*__: Final in typeshed
+        io.FileIO(2, "w", closefd=False), line_buffering=True, errors="backslashreplace")
 
 
 def _torch_threads() -> None:
@@ -103,7 +107,7 @@ def _rank_hooks() -> None:
         sys.stderr.write(f"restartlab: rank hooks off: {type(e).__name__}: {e}\n")
 
 
-def become(req: dict, fds, pool_pid: int, close) -> None:
+def become(req: Dict[str, Any], fds: List[int], pool_pid: int, close: List[int]) -> None:
     """In the forked child: become the rank the stub asked for; never returns."""
     code = 1
     try:
@@ -154,9 +158,9 @@ def become(req: dict, fds, pool_pid: int, close) -> None:
     _exit_like_python(code)
 
 
-def _run_main(run: str, target: str, args) -> int:
+def _run_main(run: str, target: str, args: List[str]) -> int:
     import runpy
-    if run == "-m":
+    if run == "module":
         sys.argv = [target] + list(args)  # runpy puts the module's path in argv[0]
         # a preloaded module runs afresh as __main__ (a package stays: its __main__ runs)
         sys.modules.pop(target + ".__main__", None)
@@ -164,7 +168,7 @@ def _run_main(run: str, target: str, args) -> int:
             sys.modules.pop(target, None)
         sys.path[0:0] = [os.getcwd()]
         runpy.run_module(target, run_name="__main__", alter_sys=True)
-    elif run == "-c":
+    elif run == "code":
         sys.argv = ["-c"] + list(args)
         sys.path[0:0] = [""]
         exec(compile(target, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
@@ -208,8 +212,8 @@ REQUEST_TIMEOUT_S = 10.0  # a stub sends its request at once; the pool waits no 
 TESTPOINT_VAR = "RESTARTLAB_WARM_TESTPOINT"  # tests: "before_fork=S,before_reply=S,child_start=S" (seconds of delay)
 
 
-def _testpoints(text: str) -> dict:
-    out = {}
+def _testpoints(text: str) -> Dict[str, float]:
+    out: Dict[str, float] = {}
     for part in filter(None, text.split(",")):
         k, _, v = part.partition("=")
         out[k.strip()] = float(v)
@@ -217,14 +221,14 @@ def _testpoints(text: str) -> dict:
 
 
 class Pool:
-    def __init__(self, sock_path: str, python: str, state_dir: str = None):
+    def __init__(self, sock_path: str, python: str, state_dir: Optional[str] = None):
         self.path, self.python, self.state_dir = sock_path, python, state_dir
-        self.children = {}  # pid -> (conn, pidfd)
+        self.children: Dict[int, Tuple[socket.socket, int]] = {}  # pid -> (conn, pidfd)
         self.stopping = False
         # fault points for the tests: widen the windows in which a stub can die or be signalled
         self.delay = _testpoints(os.environ.get(TESTPOINT_VAR, ""))
 
-    def preload(self, modules) -> float:
+    def preload(self, modules: List[str]) -> float:
         import importlib
         t0 = time.time()
         for m in modules:
@@ -235,7 +239,7 @@ class Pool:
                             f"library's thread count to 1 for the pool, or preload less)")
         return time.time() - t0
 
-    def serve(self, on_ready=None) -> None:
+    def serve(self, on_ready: Optional[Callable[[], None]] = None) -> None:
         import selectors
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with contextlib.suppress(OSError, KeyError, ValueError):
@@ -265,10 +269,10 @@ class Pool:
         for pid in list(self.children):
             _kill(pid)
 
-    def _accept(self, listener, sel) -> None:
+    def _accept(self, listener: socket.socket, sel: "selectors.DefaultSelector") -> None:
         import selectors
         conn, _ = listener.accept()
-        fds = []
+        fds: List[int] = []
         try:
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
             uid = struct.unpack("3i", creds)[1]
@@ -330,18 +334,18 @@ class Pool:
             return
         _log(f"stub pid {req.get('stub_pid')} told its rank pid {pid}")  # (from here the stub is the rank's)
 
-    def _served(self, pid: int, stub_pid, env: dict) -> None:
+    def _served(self, pid: int, stub_pid: Optional[int], env: Dict[str, str]) -> None:
         """A line per rank forked, for the supervisor's attempt record (which attempt: from the
         stub's environment, as the launcher passed it on)."""
         if not self.state_dir:
             return
-        rec = {"attempt": env.get("RESTARTLAB_ATTEMPT"), "phase": env.get("RESTARTLAB_PHASE"), "node": node_name(),
+        rec = {"attempt": env.get(ATTEMPT_VAR), "phase": env.get(PHASE_VAR), "node": node_name(),
                "rank_pid": pid, "stub_pid": stub_pid, "time": time.time()}
         with contextlib.suppress(OSError):
             with open(os.path.join(self.state_dir, layout.served_name(node_name())), "a") as f:
                 f.write(json.dumps(rec) + "\n")
 
-    def _stub_gone(self, pid: int, sel) -> None:
+    def _stub_gone(self, pid: int, sel: "selectors.DefaultSelector") -> None:
         conn, _ = self.children[pid]
         try:
             data = conn.recv(4096)  # a stub sends nothing after its request: anything else is dropped
@@ -351,7 +355,7 @@ class Pool:
             _kill(pid)
             sel.unregister(conn)
 
-    def _reap(self, pid: int, sel) -> None:
+    def _reap(self, pid: int, sel: "selectors.DefaultSelector") -> None:
         conn, pidfd = self.children.pop(pid)
         _, status = os.waitpid(pid, 0)
         sel.unregister(pidfd)
@@ -373,7 +377,7 @@ def _kill(pid: int) -> None:
         pass
 
 
-def serve_main(a) -> int:
+def serve_main(a: "argparse.Namespace") -> int:
     if a.parent:  # the pool dies with its supervisor (and its ranks with it: their own PDEATHSIG)
         die_with_parent()
         if os.getppid() != a.parent:
@@ -396,12 +400,12 @@ def serve_main(a) -> int:
             return 1
     pool = Pool(os.path.join(d, SOCKET_NAME), a.python or sys.executable, a.state_dir)
 
-    def ready():
+    def ready() -> None:
         if a.state_dir:
             with open(os.path.join(a.state_dir, layout.ready_name(node_name())), "w") as f:
                 f.write(f"{os.getpid()}\n")
 
-    def stop(signum, frame):
+    def stop(signum: int, frame: Optional["FrameType"]) -> None:
         pool.stopping = True
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -3,7 +3,7 @@ routed through their stubs when they serve (cold through the exit recorder when 
 said once), stopped at the phase's end."""
 import os
 import time
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ... import programs
 from ...contracts import layout
@@ -13,12 +13,12 @@ from .wire import PoolError
 
 
 class WarmRoute:
-    def __init__(self, cfg, spec: dict):
+    def __init__(self, cfg: Any, spec: Dict[str, Any]):  # cfg: supervise.Config (it imports us)
         self.cfg, self.spec = cfg, spec   # the supervisor's settings; the program's adapter spec
         self.pool: Optional[Standby] = None
         self.served = False  # said that they serve
 
-    def start(self, phase: layout.Phase, hosts: List[str], slots) -> Optional[str]:
+    def start(self, phase: layout.Phase, hosts: List[str], slots: Optional[List[int]]) -> Optional[str]:
         """Start the pools (one per node) without waiting for them: they preload while the phase's
         first attempt starts cold. None, or why they cannot start."""
         cfg = self.cfg

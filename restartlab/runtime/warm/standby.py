@@ -15,13 +15,14 @@ from ...contracts.placeholders import NODE_TOKEN
 from ...contracts.trainer_options import WARM_PRELOAD
 from ...tools import verbs
 from .wire import PoolError
+from typing import List, Mapping, Optional, Sequence, cast
 
 
 POOL_BIN = tuple(verbs.module_argv("warm-pool"))
 READY_POLL_S = 0.05
 
 
-def default_preload(program) -> str:
+def default_preload(program: Sequence[str]) -> str:
     """The bundled trainer's warm-up module for the bundled trainer, else torch."""
     return WARM_PRELOAD if list(program[1:3]) == verbs.module_argv("trainer") else "torch"
 
@@ -43,8 +44,9 @@ class Standby:
     each of the job's nodes, started through the job's fan-out (srun --overlap, pbsdsh, mpiexec);
     started once per phase, stopped at its end."""
 
-    def __init__(self, python: str, tag: str, log_path: str, preload: str, env=None, fanout: str = "local",
-                 hosts=None, slots=None, launcher: str = "hydra", state_dir: str = None):
+    def __init__(self, python: str, tag: str, log_path: str, preload: str, env: Optional[Mapping[str, str]] = None,
+                 fanout: str = "local", hosts: Optional[List[str]] = None, slots: Optional[List[int]] = None,
+                 launcher: str = "hydra", state_dir: Optional[str] = None):
         import secrets
         import shutil
         import subprocess
@@ -57,6 +59,7 @@ class Standby:
         if self.own_state:
             self.state_dir = tempfile.mkdtemp(prefix="restartlab-warm-state-")
         else:  # the phase's: this job's pools start afresh
+            assert state_dir is not None  # own_state is False
             self.state_dir = state_dir
             shutil.rmtree(state_dir, ignore_errors=True)
             os.makedirs(state_dir)
@@ -80,9 +83,12 @@ class Standby:
                 # pbsdsh hands no output back (it goes to the job's output file): each pool
                 # appends to the log itself (the phase dir is on the shared file system)
                 argv_ = ["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', os.path.abspath(log_path), *argv_]
-            cmds = fanout_cmds(fanout, hosts, range(len(hosts)), argv_, slots, launcher)
-            self.expect, self.remote = len(hosts), True
-        self.started, self.ready_after = time.time(), None
+            # hosts: a fan-out's caller gives them (warm/route.py)
+            cmds = fanout_cmds(fanout, cast(List[str], hosts), range(len(cast(List[str], hosts))), argv_, slots,
+                               launcher)
+            self.expect, self.remote = len(cast(List[str], hosts)), True
+        self.started = time.time()
+        self.ready_after: Optional[float] = None
         with open(log_path, "ab") as log:
             self.procs = [subprocess.Popen(c, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
                           for c in cmds]
@@ -122,7 +128,8 @@ class Standby:
         from ... import failures
         from ..fanout import fan_out, killer_argv
         argv = killer_argv(sys.executable, self.tag, "TERM", failures.get("kill")) + ["--standby"]
-        fan_out(self.fanout, self.hosts, range(len(self.hosts)), argv, self.slots, self.launcher)
+        fan_out(self.fanout, cast(List[str], self.hosts), range(len(cast(List[str], self.hosts))), argv, self.slots,
+                self.launcher)  # remote: hosts given
 
     def alive(self) -> bool:
         return all(p.poll() is None for p in self.procs)

@@ -9,13 +9,18 @@ import os
 import signal
 import socket
 import sys
+from typing import TYPE_CHECKING, List, Optional
 
 from .. import rankexit
 from ...contracts.envvars import node_name
 from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_msg, unix_path
 
+if TYPE_CHECKING:
+    import argparse
+    from types import FrameType
 
-def stub_main(a) -> int:
+
+def stub_main(a: "argparse.Namespace") -> int:
     """Hand this rank to the pool and stand in for it; the program cold (exec) when the pool
     cannot take it."""
     argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
@@ -23,10 +28,11 @@ def stub_main(a) -> int:
         print("restartlab warm stub: error: no program (give it after --)", file=sys.stderr)
         return 2
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    pending = []
+    pending: List[int] = []
     rank = [0]
+    s: int  # a signal number: FORWARDED's below, then pending's
 
-    def forward(signum, frame):
+    def forward(signum: int, frame: "Optional[FrameType]") -> None:
         if rank[0]:
             try:
                 os.kill(rank[0], signum)

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import struct
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ...contracts.envvars import node_name
 from ...contracts.placeholders import NODE_TOKEN, fill
@@ -29,7 +30,7 @@ UNIX_PATH_MAX = 107  # sun_path: 108 bytes on Linux, the last one a NUL
 
 
 @contextlib.contextmanager
-def unix_path(path: str):
+def unix_path(path: str) -> Iterator[str]:
     """`path` as an AF_UNIX address: itself when short enough, else through a descriptor of its
     directory (/proc/self/fd/N/name: Linux). A batch job's TMPDIR can be long (PBS's is
     /var/tmp/pbs.<jobid>, with the server's full name in the job id; the OpenPBS test cluster's
@@ -44,7 +45,7 @@ def unix_path(path: str):
         os.close(fd)
 
 
-def send_msg(sock: socket.socket, obj, fds=()) -> None:
+def send_msg(sock: socket.socket, obj: Dict[str, Any], fds: Sequence[int] = ()) -> None:
     data = json.dumps(obj).encode()
     payload = _HDR.pack(len(data)) + data
     if fds:
@@ -53,7 +54,7 @@ def send_msg(sock: socket.socket, obj, fds=()) -> None:
         sock.sendall(payload)
 
 
-def recv_msg(sock: socket.socket, want_fds: int = 0):
+def recv_msg(sock: socket.socket, want_fds: int = 0) -> Tuple[Optional[Dict[str, Any]], List[int]]:
     """(message, fds); (None, []) at EOF."""
     fds = array.array("i")
     head = b""

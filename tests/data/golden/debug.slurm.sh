@@ -5,6 +5,7 @@
 #SBATCH --time=01:00:00
 #SBATCH --partition=workq
 #SBATCH --output=/expt/x/job-%j.out
+#SBATCH --open-mode=append
 # restartlab job script for Slurm, rendered from ROOT/scenarios/debug.yaml
 # Inspect it, do not edit it: change the scenario and re-render.
 set -uo pipefail
