@@ -33,7 +33,7 @@ from ..contracts import ckptdir, launch_snapshot, layout, state_record
 from ..contracts.launch_snapshot import LaunchSnapshot
 from ..contracts.attempts import (INJECTION_SLACK_S, AttemptRecord, LaunchRecord, NotARecord, completed_row, injected,
                                   injections_into, phase_end)
-from ..contracts.attempts import number as _num  # the records' rule for a number, on every row too
+from ..contracts.jsonvalue import number as _num  # the records' rule for a number, on every row too
 from ..programs.base import clean_line
 from ..contracts.injections import Injection
 from ..contracts import iofaults, jobruns

@@ -10,6 +10,7 @@ import os
 from typing import List, Optional
 
 from ..contracts import layout
+from ..contracts.jsonvalue import number
 from .. import programs
 from .collect import quantiles
 from ..programs.base import SAVE_KINDS as KINDS
@@ -30,10 +31,6 @@ def _rows(path: str):
         return
 
 
-def _num(v) -> Optional[float]:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def phase(spec: dict, phase_dir: str, failures: List[dict]) -> Optional[dict]:
     """{file, restarts: [{attempt, program_restart_s, restart_s, uncounted_s}], save|stage|drain:
     quantiles} for an adapter with own metrics; None otherwise or when no attempt wrote them."""
@@ -49,9 +46,9 @@ def phase(spec: dict, phase_dir: str, failures: List[dict]) -> Optional[dict]:
         for m in (m for p in files for m in _rows(p)):
             found = True
             if restart is None and own.get("restart") in m:
-                restart = _num(m[own["restart"]])
+                restart = number(m[own["restart"]])
             for k in KINDS:
-                v = _num(m.get(own.get(k) or ""))
+                v = number(m.get(own.get(k) or ""))
                 if v is not None:
                     out[k].append(v)
         ours = measured.get(att.index)

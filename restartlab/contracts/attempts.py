@@ -13,22 +13,10 @@ import time
 from typing import Any, Dict, Iterable, List, Optional
 
 from . import layout, live
+from .jsonvalue import integer, number, text
 from .injections import Injection
 from .rank_exit import RankExit
 from .metric_keys import FINISHED, PARAMS_CRC
-
-
-def number(x: object) -> Optional[float]:
-    """A JSON number as a float; None for anything else (a bool is no number)."""
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
-
-
-def _int(x: object) -> Optional[int]:
-    return x if isinstance(x, int) and not isinstance(x, bool) else None
-
-
-def _str(x: object) -> Optional[str]:
-    return x if isinstance(x, str) else None
 
 
 class NotARecord(ValueError):
@@ -62,7 +50,7 @@ class LaunchRecord:
             return None
         if not isinstance(d, dict):
             return cls()
-        return cls(_int(d.get("attempt")), number(d.get("launch_ts")), _str(d.get("job")), number(d.get("job_start")))
+        return cls(integer(d.get("attempt")), number(d.get("launch_ts")), text(d.get("job")), number(d.get("job_start")))
 
 
 @dataclasses.dataclass
@@ -102,12 +90,12 @@ class AttemptRecord:
         except (KeyError, ValueError, TypeError, AttributeError):
             first = None
         hosts = d.get("hosts")
-        return cls(attempt=_int(d.get("attempt")), launch_ts=number(d.get("launch_ts")), end_ts=number(d.get("end_ts")),
-                   exit_code=_int(d.get("exit_code")), signal=_int(d.get("signal")), launcher=_str(d.get("launcher")),
-                   rank_exit=first, ranks_recorded=_int(d.get("ranks_recorded")) or 0,
+        return cls(attempt=integer(d.get("attempt")), launch_ts=number(d.get("launch_ts")), end_ts=number(d.get("end_ts")),
+                   exit_code=integer(d.get("exit_code")), signal=integer(d.get("signal")), launcher=text(d.get("launcher")),
+                   rank_exit=first, ranks_recorded=integer(d.get("ranks_recorded")) or 0,
                    **{k: d.get(k) is True for k in ("completed", "hang", "preempted", "walltime", "injected")},
                    hosts=[str(h) for h in hosts] if isinstance(hosts, list) else None,
-                   ranks=_int(d.get("ranks")), job=_str(d.get("job")), warm_ranks=_int(d.get("warm_ranks")),
+                   ranks=integer(d.get("ranks")), job=text(d.get("job")), warm_ranks=integer(d.get("warm_ranks")),
                    job_start=number(d.get("job_start")))
 
     def write(self, att: layout.Attempt) -> None:
@@ -179,12 +167,10 @@ class EndRecord:
         writes, no attempt number): the reader then goes by the attempts alone."""
         if not isinstance(d, dict) or d.get("how") not in {e.value for e in WRITTEN}:
             return None
-        k = d.get("attempt")
-        if not isinstance(k, int) or isinstance(k, bool):
+        k = integer(d.get("attempt"))
+        if k is None:
             return None
-        t = d.get("time")
-        return cls(PhaseEnd(d["how"]), k, d.get("job"), d.get("signal"), d.get("why"),
-                   float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0)
+        return cls(PhaseEnd(d["how"]), k, d.get("job"), d.get("signal"), d.get("why"), number(d.get("time")) or 0.0)
 
     def append(self, phase: layout.Phase) -> None:
         """The one writer: a line appended to the phase's end records."""

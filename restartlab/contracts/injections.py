@@ -8,21 +8,7 @@ import dataclasses
 import json
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-
-def _int(v: object) -> Optional[int]:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _num(v: object) -> Optional[float]:
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _str(v: object) -> Optional[str]:
-    return v if isinstance(v, str) else None
-
-
-def _list(v: object) -> Tuple[Any, ...]:
-    return tuple(v) if isinstance(v, list) else ()
+from .jsonvalue import integer, items, number, text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,11 +62,11 @@ class Injection:
         if not isinstance(d, Mapping):
             raise ValueError(f"an injection record is a JSON object, not {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(time=_num(d.get("time")), killed=_int(d.get("killed")) or 0, kind=_str(d.get("kind")),
-                   reason=_str(d.get("reason")), signal=_str(d.get("signal")), target_step=_int(d.get("target_step")),
-                   step_seen=_int(d.get("step_seen")), newest_complete=_int(d.get("newest_complete")),
-                   newest_complete_seen=_int(d.get("newest_complete_seen")),
-                   complete_mtime=_num(d.get("complete_mtime")), hosts=_list(d.get("hosts")),
-                   receipts=tuple(r for r in _list(d.get("receipts")) if isinstance(r, dict)),
-                   where=_str(d.get("where")), attempt=_int(d.get("attempt")), saving=_list(d.get("saving")),
-                   follow_up_of=_num(d.get("follow_up_of")), gate=_str(d.get("gate")), extra={k: v for k, v in d.items() if k not in known})
+        return cls(time=number(d.get("time")), killed=integer(d.get("killed")) or 0, kind=text(d.get("kind")),
+                   reason=text(d.get("reason")), signal=text(d.get("signal")), target_step=integer(d.get("target_step")),
+                   step_seen=integer(d.get("step_seen")), newest_complete=integer(d.get("newest_complete")),
+                   newest_complete_seen=integer(d.get("newest_complete_seen")),
+                   complete_mtime=number(d.get("complete_mtime")), hosts=items(d.get("hosts")),
+                   receipts=tuple(r for r in items(d.get("receipts")) if isinstance(r, dict)),
+                   where=text(d.get("where")), attempt=integer(d.get("attempt")), saving=items(d.get("saving")),
+                   follow_up_of=number(d.get("follow_up_of")), gate=text(d.get("gate")), extra={k: v for k, v in d.items() if k not in known})

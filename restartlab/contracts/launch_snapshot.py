@@ -10,6 +10,7 @@ import json
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import ckptdir
+from .jsonvalue import integer, text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,36 +56,22 @@ def write(path: str, snap: LaunchSnapshot) -> None:
     ckptdir.write_atomic(path, snap.to_json().encode())
 
 
-def _int(v: object) -> Optional[int]:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    return None
-
-
-def _str(v: object) -> Optional[str]:
-    return v if isinstance(v, str) else None
-
-
 def from_dict(d: Dict[str, Any]) -> LaunchSnapshot:
     """A snapshot from its JSON mapping; a field of the wrong type reads as absent (a checkpoint
     entry that is not [step, complete] is left out)."""
     pairs: List[Tuple[int, bool]] = []
     listed = d.get("checkpoints")
     for c in listed if isinstance(listed, list) else []:
-        if isinstance(c, list) and len(c) == 2 and _int(c[0]) is not None and isinstance(c[1], bool):
+        if isinstance(c, list) and len(c) == 2 and integer(c[0]) is not None and isinstance(c[1], bool):
             pairs.append((int(c[0]), c[1]))
     w = d.get("will_load")
     pick = None
     if isinstance(w, dict):
         holds = w.get("holds")
-        pick = WillLoad(_int(w.get("step")), _str(w.get("path")), w.get("complete") is True, _str(w.get("why")),
+        pick = WillLoad(integer(w.get("step")), text(w.get("path")), w.get("complete") is True, text(w.get("why")),
                         tuple(h for h in holds if isinstance(h, str)) if isinstance(holds, list) else ())
-    return LaunchSnapshot(_str(d.get("ckpt_dir")), _str(d.get("selects")), _str(d.get("complete_rule")),
-                          tuple(pairs), _int(d.get("newest_complete")), _str(d.get("newest_complete_path")), pick)
+    return LaunchSnapshot(text(d.get("ckpt_dir")), text(d.get("selects")), text(d.get("complete_rule")),
+                          tuple(pairs), integer(d.get("newest_complete")), text(d.get("newest_complete_path")), pick)
 
 
 def read(path: str) -> Optional[LaunchSnapshot]:

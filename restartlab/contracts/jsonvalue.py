@@ -1,0 +1,37 @@
+"""How a tolerant reader takes one value of a JSON record. A value of the wrong type reads as
+absent (None), so a hand-edited or torn record is reported by its reader, not raised as a traceback.
+Every record reader in contracts/ takes its fields through these: before them there were three
+helpers that disagreed (one kept an int a float, one refused 3.0 for a count, one took it).
+
+The rules:
+- a bool is never a number (JSON's true is not 1);
+- a number is read as a float;
+- a count is an int, or a float with no fraction (3.0 from a writer that is not ours);
+- a list is read as a tuple; anything else as the empty tuple."""
+from typing import Any, Optional, Tuple
+
+
+def number(v: object) -> Optional[float]:
+    """A JSON number as a float; None for anything else."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def integer(v: object) -> Optional[int]:
+    """A JSON count as an int: an int, or a float with no fraction; None for anything else."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
+def text(v: object) -> Optional[str]:
+    """A JSON string; None for anything else."""
+    return v if isinstance(v, str) else None
+
+
+def items(v: object) -> Tuple[Any, ...]:
+    """A JSON list as a tuple; the empty tuple for anything else."""
+    return tuple(v) if isinstance(v, list) else ()
