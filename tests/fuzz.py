@@ -137,7 +137,7 @@ def one_run(cfg, ref, rng, kills_left, stats, workdir, say, warm):
                     t_kill = time.time()
                     receipt = killer.kill_ranks(tag)
                     killed = where(trace, t0, t_kill, len(rows(metrics)) > n_rows)
-                    if not receipt["pids"]:
+                    if not receipt.pids:
                         killed = None
             try:
                 p.wait(timeout=600)

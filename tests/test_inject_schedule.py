@@ -10,6 +10,7 @@ import os
 import pytest
 
 from restartlab.contracts import ckptdir, layout, live
+from restartlab.contracts.receipts import Receipt
 from restartlab.runtime import inject
 from restartlab.runtime.clock import Clock
 from restartlab.tools import options as tool_options
@@ -51,7 +52,7 @@ class Injector(inject.Injector):
         self.strikes.append((round(self.world.t - T0, 3), sig, n))
         if n and self.on_strike:
             self.on_strike(self.world.t - T0)
-        return n, [{"host": "h", "roots": list(range(n))}]
+        return n, [Receipt(host="h", roots=tuple(range(n)))]
 
     def say(self, msg):
         self.said = getattr(self, "said", []) + [msg]

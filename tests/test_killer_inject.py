@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from restartlab.contracts import ckptdir, layout
+from restartlab.contracts.receipts import Receipt
 from restartlab.runtime import fanout, inject, killer
 from restartlab.tools import options as tool_options
 from restartlab import launchers
@@ -72,10 +73,10 @@ def test_only_tagged_ranks_and_their_children_die(procs):
     wait_for(lambda: len(killer.targets(tag)) >= 2, 10, "rank + child visible")
     assert psutil.Process(rank_pid).ppid() == launcher.pid      # the launcher really is the parent
     dry = killer.kill_ranks(tag, dry_run=True)
-    assert rank_pid in dry["pids"] and len(dry["pids"]) == 2 and launcher.pid not in dry["pids"]
+    assert rank_pid in dry.pids and len(dry.pids) == 2 and launcher.pid not in dry.pids
     receipt = killer.kill_ranks(tag)
-    assert set(receipt["pids"]) == set(dry["pids"]) and receipt["signal"] == "SIGKILL"
-    for pid in receipt["pids"]:
+    assert set(receipt.pids) == set(dry.pids) and receipt.signal == "SIGKILL"
+    for pid in receipt.pids:
         wait_for(lambda: killer.is_gone(pid), 10, f"pid {pid} dies")
     assert alive(decoy) and alive(twin) and alive(launcher)
 
@@ -170,7 +171,7 @@ def test_kill_tears_down_a_real_mpiexec_attempt(tmp_path):
         wait_for(lambda: len(killer.find_tagged(tag)) == 2, 30, "2 ranks")
         assert killer.TAG_VAR.encode() + b"=" + tag.encode() not in open(f"/proc/{p.pid}/environ", "rb").read()
         r = killer.kill_ranks(tag)
-        assert len(r["pids"]) == 2
+        assert len(r.pids) == 2
         assert p.wait(timeout=30) != 0  # Hydra tears the whole attempt down
     finally:
         if p.poll() is None:
@@ -185,7 +186,7 @@ def test_mpiexec_fanout_reaches_only_the_chosen_nodes():
     me = socket.gethostname()
     argv = [sys.executable, "-c", "import json, socket; print(json.dumps({'host': socket.gethostname(), 'pids': []}))"]
     receipts = fanout.fan_out("mpiexec", ["no-such-host.invalid", me], [1], argv, launcher="hydra")
-    assert receipts == [{"host": me, "pids": []}], receipts
+    assert [r.to_dict() for r in receipts] == [{"host": me}], receipts
     assert launchers.get("hydra").fanout_argv(["a", "b"], ["x"]) == ["mpiexec", "-n", "2", "-ppn", "1", "-hosts", "a,b", "x"]
     assert launchers.get("pals").fanout_argv(["a"], ["x"]) == ["mpiexec", "-n", "1", "--ppn", "1", "--hosts", "a", "x"]
 
@@ -295,7 +296,7 @@ def test_sigterm_during_a_strike_waits_for_its_record(tmp_path):
     def strike(kind, idx, sig):
         os.kill(os.getpid(), signal.SIGTERM)  # the script's TERM, mid-strike
         time.sleep(0.2)
-        return 2, [{"node": "n1", "signal": "SIGKILL", "pids": [11, 12], "ranks": {"11": "PMI_RANK=0"}}]
+        return 2, [Receipt(node="n1", signal="SIGKILL", pids=(11, 12), ranks={"11": "PMI_RANK=0"})]
     inj.strike = strike
     old = signal.signal(signal.SIGTERM, inj.on_terminate)
     try:

@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from restartlab.contracts.receipts import NodeCheck
 from restartlab.runtime import netfault
 
 from .helpers import wait_for
@@ -191,7 +192,7 @@ def test_a_node_without_tc_says_so(monkeypatch):
     monkeypatch.setenv("PATH", "/nowhere/either")
     a = netfault.parser().parse_args(["--kind", "slow_link", "--duration", "5", "--dev", "eth9"])
     rec = netfault.start(a)
-    assert rec["error"] == "ip (iproute2) is not on this node (PATH, /nowhere)", rec
+    assert rec.error == "ip (iproute2) is not on this node (PATH, /nowhere)", rec
 
 
 def test_the_restorers_plan():
@@ -303,7 +304,7 @@ def test_a_partition_that_never_healed_relaunched_on_a_spare_counts_its_lost_ste
     b = _attempt(2, 126, 160, _steps(135, 160, 6), resumed=5, completed=True)
     b.hosts = b.record.hosts = ["h0", "h1", "h3"]
     ph = _phase([a, b], until=None, windows=((110.0, 161.0),), ended_by="/x/sync/done exists")
-    ph.node_checks = [{"attempt": 2, "node": "h2", "ok": False, "time": 131.0}]
+    ph.node_checks = [NodeCheck("h2", False, time=131.0, attempt=2)]
     f, = netfaults.accounts(ph, 1.0)
     assert f["outcome"] == "relaunched on a spare (h3 for h2)" and f["lost_steps"] == 5, f
     assert f["layers"] == {"watchdog_s": 9.0, "stop": "stopped; the stop could not reach h2", "attempt_end_s": 15.0,

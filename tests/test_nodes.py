@@ -30,18 +30,18 @@ def test_choose_per_policy():
 
 def test_local_check_finds_each_problem(tmp_path):
     ok = nodes.check_here(str(tmp_path / "stage"), 1, "cpu", 0, "true", 5)
-    assert ok["ok"] and ok["reason"] == "" and not os.path.exists(tmp_path / "stage")  # nothing left behind
+    assert ok.ok and ok.reason == "" and not os.path.exists(tmp_path / "stage")  # nothing left behind
     full = nodes.check_here(str(tmp_path), 2 ** 62, "cpu", 0, None, 5)
-    assert not full["ok"] and "free, a shard needs" in full["reason"]
+    assert not full.ok and "free, a shard needs" in full.reason
     (tmp_path / "file").write_text("")
     unwritable = nodes.check_here(str(tmp_path / "file" / "stage"), 0, "cpu", 0, None, 5)
-    assert not unwritable["ok"] and "not writable" in unwritable["reason"]
+    assert not unwritable.ok and "not writable" in unwritable.reason
     site = nodes.check_here(None, 0, "cpu", 0, "echo broken >&2; exit 4", 5)
-    assert not site["ok"] and site["reason"] == "site check exited 4: broken"
+    assert not site.ok and site.reason == "site check exited 4: broken"
     slow = nodes.check_here(None, 0, "cpu", 0, "sleep 5", 0.5)
-    assert not slow["ok"] and "did not finish" in slow["reason"]
+    assert not slow.ok and "did not finish" in slow.reason
     gpus = nodes.check_here(None, 0, "cuda", 64, None, 5)  # no machine here shows 64 GPUs
-    assert not gpus["ok"] and "64 expected" in gpus["reason"]
+    assert not gpus.ok and "64 expected" in gpus.reason
 
 
 def test_job_wide_check_excludes_bad_nodes_for_good(tmp_path):

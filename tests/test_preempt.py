@@ -39,7 +39,7 @@ def test_sigterm_emergency_checkpoint_zero_lost_steps(tmp_path, tmp_path_factory
     try:
         wait_for(lambda: any(m.get("train/iter", 0) >= 13 for m in rows(metrics)), 120, "step 13")
         receipt = killer.kill_ranks(tag, signal.SIGTERM)
-        assert len(receipt["pids"]) >= 4
+        assert len(receipt.pids) >= 4
         out, _ = p.communicate(timeout=120)
         check_warm(out, True)
     finally:

@@ -260,7 +260,7 @@ def test_the_recorded_injection_line_reads_whole_and_writes_back_the_same():
         raw = json.loads(f.readline())
     inj = Injection.from_json(raw)
     assert inj.struck and inj.killed == 2 and inj.attempt == 1 and inj.target_step == 9 and inj.booked_kind == "kill"
-    assert inj.where == "between saves" and inj.newest_complete_seen == 10 and inj.receipts[0]["host"] == "vm"
+    assert inj.where == "between saves" and inj.newest_complete_seen == 10 and inj.receipts[0].host == "vm"
     assert json.loads(inj.to_json()) == raw and not inj.extra
 
 

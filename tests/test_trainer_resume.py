@@ -52,7 +52,7 @@ def test_kill_between_saves_and_inside_save_resumes_bit_exact(tmp_path, tmp_path
     metrics = os.path.join(run, "out", layout.metrics_name(0))
     # attempt 1: SIGKILL all ranks between the saves at 6 and 12
     receipt, rc, out = start_and_kill_at(4, args_for(run, tp, extra), metrics, 9)
-    assert rc != 0 and len(receipt["pids"]) >= 4, (receipt, out[-2000:])
+    assert rc != 0 and len(receipt.pids) >= 4, (receipt, out[-2000:])
     assert ckptdir.newest_complete_step(os.path.join(run, "ckpts")) == 6
     # attempt 2: SIGKILL inside the save at step 12 (first shard bytes written, no .complete)
     r = run_trainer(4, args_for(run, tp, extra), env={"RESTARTLAB_FAULT": "write:12"})

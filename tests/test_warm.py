@@ -325,16 +325,16 @@ def test_the_pool_dies_with_its_supervisor(tmp_path):
 # ---------------------------------------------------------------- the killer and teardown
 def test_the_killer_never_counts_the_idle_pool_and_the_pool_recovers_from_a_strike(pool):
     sb, tag = pool
-    assert killer.kill_ranks(tag, dry_run=True)["pids"] == []
-    assert killer.kill_ranks(tag, dry_run=True, standby=True)["pids"] == [sb.proc.pid]
+    assert killer.kill_ranks(tag, dry_run=True).pids == ()
+    assert killer.kill_ranks(tag, dry_run=True, standby=True).pids == (sb.proc.pid,)
     p = stub(sb, tag, "import time; time.sleep(600)")
     rank = _log_pid(sb, p.pid)
     # one rank (a hang, a single rank's death): the forked rank, which does the work, not its stub
     r = killer.kill_ranks(tag, signal.SIGSTOP, one=True)
-    assert r["pids"] == [rank]
+    assert r.pids == (rank,)
     _wait(lambda: psutil.Process(rank).status() == psutil.STATUS_STOPPED, what="the rank to stop")
     r = killer.kill_ranks(tag)  # a strike: the stub and its rank, never the pool
-    assert set(r["pids"]) == {p.pid, rank} and sb.alive()
+    assert set(r.pids) == {p.pid, rank} and sb.alive()
     p.wait(timeout=30)
     assert p.returncode == -signal.SIGKILL
     q = stub(sb, tag, "print('again')")
@@ -357,9 +357,9 @@ def test_the_no_tag_killer_finds_a_warm_rank_and_its_stub_in_its_job(tmp_path):
         p = stub(sb, tag, "import time; time.sleep(600)", env=rank_vars)
         rank = _log_pid(sb, p.pid)
         one = killer.kill_ranks(None, signal.SIGSTOP, dry_run=True, one=True, job=job)
-        assert one["pids"] == [rank], one
+        assert one.pids == (rank,), one
         every = killer.kill_ranks(None, signal.SIGKILL, job=job)
-        assert set(every["pids"]) == {p.pid, rank} and sb.alive(), every
+        assert set(every.pids) == {p.pid, rank} and sb.alive(), every
         p.wait(timeout=30)
     finally:
         sb.stop()

@@ -39,6 +39,7 @@ from ..contracts.injections import Injection
 from ..contracts import iofaults, jobruns
 from ..contracts.jobruns import JobRun
 from ..contracts.iofaults import IOFaultEvent
+from ..contracts.receipts import NodeCheck
 from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks, read_records
 from ..contracts import metric_keys as K
 from . import netfaults, storagefaults
@@ -123,7 +124,7 @@ class PhaseData:
     saves: Dict[str, "array"] = field(default_factory=lambda: {k: array("d") for k in SAVE_KEYS})
     saves_estimated: int = 0  # of them, estimated from the step times (a program's save-start line)
     finalize: List[float] = field(default_factory=list)
-    node_checks: List[dict] = field(default_factory=list)
+    node_checks: List[NodeCheck] = field(default_factory=list)
     faults: List[dict] = field(default_factory=list)  # the network faults' restorers' lines (layout.Phase.faults)
     iofaults: List[IOFaultEvent] = field(default_factory=list)  # the storage faults' events (layout.Phase.iofaults)
     storage_strikes: List[Injection] = field(default_factory=list)  # as armed (injections: as they struck)
@@ -590,7 +591,7 @@ def failure_events(ph: PhaseData) -> List[dict]:
     return out
 
 
-def node_recovery(a: AttemptData, b: AttemptData, checks: List[dict], runs: Sequence[JobRun] = ()) -> dict:
+def node_recovery(a: AttemptData, b: AttemptData, checks: List[NodeCheck], runs: Sequence[JobRun] = ()) -> dict:
     """Which nodes the health checks after attempt a, up to b's, found bad, and how the relaunch recovered:
     the same nodes, a spare in a bad node's place, or fewer nodes (ranks before -> after). Where b ran in
     another run of a's job (`runs`: the job's run records), the nodes each run had where the attempts do

@@ -101,8 +101,8 @@ def struck_groups(inj: Injection) -> List[int]:
     """The replica groups a strike reached: the --replica-group of the ranks it signalled."""
     found = set()
     for r in inj.receipts:
-        for cmd in (r.get("cmdlines") or {}).values():
-            m = GROUP_ARG.search(cmd or "")
+        for cmd in r.cmdlines.values():
+            m = GROUP_ARG.search(cmd)
             if m:
                 found.add(int(m.group(1)))
     return sorted(found)

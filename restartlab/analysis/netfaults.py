@@ -6,7 +6,7 @@ the process-group timeout, the attempt's end, the node check), and how the job c
 resumed by itself, relaunched (on the same nodes, a spare, fewer), or not at all. Opens no file:
 collect.load_phase read everything. The scheduler's own view (PBS or Slurm marking the node down)
 is not seen from inside the job: not measured here."""
-from typing import List, Optional
+from typing import List, Optional, cast
 
 from .. import failures
 from .runs import rerun, run_record
@@ -86,11 +86,10 @@ def account(ph, inj, step_dt: Optional[float]) -> dict:
             layers["scheduler_down_s"] = _rel(min(downs), start)
         layers["next_run_s"] = _rel(b.job_start, start)
     if b is not None:
-        bad = [c for c in ph.node_checks if isinstance(c.get("attempt"), int) and c.get("ok") is False
-               and (a.number or 0) < c["attempt"] <= (b.number or 0) and c.get("node") in inj.hosts
-               and isinstance(c.get("time"), (int, float))]
+        bad = [c for c in ph.node_checks if c.attempt is not None and not c.ok
+               and (a.number or 0) < c.attempt <= (b.number or 0) and c.node in inj.hosts and c.time is not None]
         if bad:
-            layers["node_check_s"] = _rel(min(c["time"] for c in bad), start)
+            layers["node_check_s"] = _rel(min(cast(float, c.time) for c in bad), start)
     span_end = end if end is not None else a.end_ts
     if inj.kind == "slow_link":
         steps = [(t, it) for t, it in a.trace if start <= t <= (span_end or t)]

@@ -9,6 +9,7 @@ import json
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .jsonvalue import integer, items, number, text
+from .receipts import Receipt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Injection:
     complete_mtime: Optional[float] = None  # newest_complete's newest file time (its marker's, for
                                             # the bundled trainer): when a gated strike's gate opened
     hosts: Tuple[str, ...] = ()
-    receipts: Tuple[Dict[str, Any], ...] = ()  # each node's killer receipt (what it signalled)
+    receipts: Tuple[Receipt, ...] = ()     # each node's receipt: its killer's (what it signalled), or its fault's
     where: Optional[str] = None            # start-up, save or between saves (Injector.where)
     attempt: Optional[int] = None          # the attempt it struck (None: by its time)
     saving: Tuple[str, ...] = ()           # what was being written when it struck
@@ -47,7 +48,7 @@ class Injection:
 
     def to_dict(self) -> Dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        d.update(hosts=list(self.hosts), receipts=list(self.receipts), saving=list(self.saving))
+        d.update(hosts=list(self.hosts), receipts=[r.to_dict() for r in self.receipts], saving=list(self.saving))
         for k in ("follow_up_of", "gate", "complete_mtime"):  # absent from the lines that have none (as before they existed)
             if d[k] is None:
                 del d[k]
@@ -67,6 +68,6 @@ class Injection:
                    step_seen=integer(d.get("step_seen")), newest_complete=integer(d.get("newest_complete")),
                    newest_complete_seen=integer(d.get("newest_complete_seen")),
                    complete_mtime=number(d.get("complete_mtime")), hosts=items(d.get("hosts")),
-                   receipts=tuple(r for r in items(d.get("receipts")) if isinstance(r, dict)),
+                   receipts=tuple(Receipt.from_json(r) for r in items(d.get("receipts")) if isinstance(r, dict)),
                    where=text(d.get("where")), attempt=integer(d.get("attempt")), saving=items(d.get("saving")),
                    follow_up_of=number(d.get("follow_up_of")), gate=text(d.get("gate")), extra={k: v for k, v in d.items() if k not in known})

@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 from . import layout
 from .injections import Injection
+from .receipts import NodeCheck
 from . import metric_keys as K
 
 TAIL_BYTES = 8192
@@ -60,16 +61,15 @@ def read_injections(phase_dir: str, warnings: Optional[List[str]] = None) -> Lis
     return [Injection.from_json(r) for r in read_records(layout.Phase(phase_dir).injections, warnings)]
 
 
-def read_node_checks(phase_dir: str, warnings: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+def read_node_checks(phase_dir: str, warnings: Optional[List[str]] = None) -> List[NodeCheck]:
     """The phase's node-check records: one per node per health check (restartlab node-check)."""
-    return read_records(layout.Phase(phase_dir).node_checks, warnings)
+    return read_typed(layout.Phase(phase_dir).node_checks, NodeCheck.from_json, "a node check", warnings)
 
 
-def bad_nodes_between(checks: List[Dict[str, Any]], after: int, upto: int) -> List[Optional[str]]:
+def bad_nodes_between(checks: List[NodeCheck], after: int, upto: int) -> List[str]:
     """The nodes the health checks found bad after attempt `after` ended, up to the launch of
     attempt `upto` (attempts cut short in between included)."""
-    return [c.get("node") for c in checks if isinstance(c.get("attempt"), int)
-            and after < c["attempt"] <= upto and c.get("ok") is False]
+    return [c.node for c in checks if c.attempt is not None and after < c.attempt <= upto and not c.ok]
 
 
 def read_records(path: str, warnings: Optional[List[str]] = None) -> List[Dict[str, Any]]:

@@ -12,6 +12,7 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .. import failures, launchers, schedulers
+from ..contracts.receipts import Receipt
 from ..tools import verbs
 
 FANOUT_TIMEOUT_S = 60
@@ -85,7 +86,7 @@ def _relayed(path: str) -> Tuple[Optional[int], str, str]:
 
 
 def fan_out(fanout: str, hosts: List[str], indices: Iterable[int], argv: List[str], slots: Optional[List[int]] = None,
-            launcher: str = "pals", timeout: float = FANOUT_TIMEOUT_S) -> List[Dict[str, Any]]:
+            launcher: str = "pals", timeout: float = FANOUT_TIMEOUT_S) -> List[Receipt]:
     """Run `argv` once on each node in `indices` (in parallel); parse each JSON receipt. A node that has
     not answered in `timeout` seconds (they all start together: one deadline) gets a receipt of its
     own, `unreachable` and named, and holds up no other."""
@@ -99,7 +100,7 @@ def fan_out(fanout: str, hosts: List[str], indices: Iterable[int], argv: List[st
         cmds = fanout_cmds(fanout, hosts, indices, argv, slots, launcher)
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
     deadline = time.time() + timeout  # one deadline for all: they run in parallel
-    receipts: List[Dict[str, Any]] = []
+    receipts: List[Receipt] = []
     try:
         for i, c, p in zip(indices, cmds, procs):
             try:
@@ -110,7 +111,7 @@ def fan_out(fanout: str, hosts: List[str], indices: Iterable[int], argv: List[st
                 if relay is None and fanout == "mpiexec":  # one launch for every node: name those that did not answer
                     got = _parse(out)
                     receipts += got
-                    seen = {r.get("host") for r in got} | {r.get("node") for r in got}
+                    seen = {r.host for r in got} | {r.node for r in got}
                     receipts += [_no_answer(hosts[j], c, timeout) for j in indices if hosts[j] not in seen]
                     continue
                 answered = relay is not None and _relayed(os.path.join(relay, str(i)))[0] is not None
@@ -121,14 +122,14 @@ def fan_out(fanout: str, hosts: List[str], indices: Iterable[int], argv: List[st
             if relay is not None:
                 rc, out, task_err = _relayed(os.path.join(relay, str(i)))
                 if rc is None:
-                    receipts.append({"host": hosts[i], "cmd": c, "error": f"the command did not run on node {hosts[i]} "
-                                     f"({c[0]} exited {p.returncode}: {err.strip()[-300:] or 'no message'})"})
+                    receipts.append(Receipt(host=hosts[i], cmd=tuple(c), error=f"the command did not run on node "
+                                            f"{hosts[i]} ({c[0]} exited {p.returncode}: {err.strip()[-300:] or 'no message'})"))
                     continue
                 err = task_err + err
             got = _parse(out)
             receipts += got
             if not got:
-                receipts.append({"host": hosts[i], "cmd": c, "error": f"rc={rc}: {err.strip()[-300:]}"})
+                receipts.append(Receipt(host=hosts[i], cmd=tuple(c), error=f"rc={rc}: {err.strip()[-300:]}"))
     finally:
         for p in procs:  # interrupted (a signal to the supervisor): none of ours outlives the fan-out
             if p.poll() is None:
@@ -139,27 +140,26 @@ def fan_out(fanout: str, hosts: List[str], indices: Iterable[int], argv: List[st
     return receipts
 
 
-def _no_answer(host: str, cmd: List[str], timeout: float) -> Dict[str, Any]:
-    return {"host": host, "node": host, "cmd": cmd, "unreachable": True,
-            "error": f"no answer from {host} in {timeout:g}s (unreachable, or its command still runs)"}
+def _no_answer(host: str, cmd: List[str], timeout: float) -> Receipt:
+    return Receipt(host=host, node=host, cmd=tuple(cmd), unreachable=True,
+                   error=f"no answer from {host} in {timeout:g}s (unreachable, or its command still runs)")
 
 
-def _parse(out: str) -> List[Dict[str, Any]]:
-    got: List[Dict[str, Any]] = []
+def _parse(out: str) -> List[Receipt]:
+    got: List[Receipt] = []
     for line in (out or "").splitlines():
         try:
             r = json.loads(line)
         except ValueError:
             continue
         if isinstance(r, dict):
-            got.append(r)
+            got.append(Receipt.from_json(r))
     return got
 
 
-def describe_receipt(r: Dict[str, Any]) -> str:
+def describe_receipt(r: Receipt) -> str:
     """One line per node: what was signalled there, and which ranks."""
-    if r.get("error"):
-        return f"{r.get('node') or r.get('host') or r.get('cmd')}: error: {r['error']}"
-    ranks = r.get("ranks") or {}
-    what = ", ".join(f"{p}" + (f" ({ranks[str(p)]})" if str(p) in ranks else "") for p in r.get("pids", []))
-    return f"{r.get('node')}: {r.get('signal')} {'would reach' if r.get('dry_run') else '->'} {what or 'nothing'}"
+    if r.error:
+        return f"{r.where or list(r.cmd)}: error: {r.error}"
+    what = ", ".join(f"{p}" + (f" ({r.ranks[str(p)]})" if str(p) in r.ranks else "") for p in r.pids)
+    return f"{r.node}: {r.signal} {'would reach' if r.dry_run else '->'} {what or 'nothing'}"

@@ -23,6 +23,7 @@ from .fanout import describe_receipt, fan_out, job_nodes, killer_argv
 from .. import failures, programs, schedulers
 from ..contracts import layout, live, options
 from ..contracts.injections import Injection
+from ..contracts.receipts import Receipt
 from ..contracts.live import newest_step_seen
 from ..contracts.signals import parse_signal
 
@@ -196,7 +197,7 @@ class Injector:
                 return False
             self.clock.sleep(POLL_S)
 
-    def strike(self, kind: failures.FailureKind, idx: List[int], sig: str) -> Tuple[int, List[Dict[str, Any]]]:
+    def strike(self, kind: failures.FailureKind, idx: List[int], sig: str) -> Tuple[int, List[Receipt]]:
         """Fan `sig` out to the nodes `idx`; (distinct process trees reached, receipts). On the local
         scheduler every node is this host: the killer runs in this process (a `kill-ranks`
         process would first spend ~0.15 s starting Python, while the program goes on)."""
@@ -208,15 +209,14 @@ class Injector:
                                self.slots, self.a.launcher)
         # distinct (host, pid) of the trees' roots (a rank's exit recorder and its program are one):
         # two scheduler nodes on one host may both see the same rank
-        return len({(r.get("host"), p) for r in receipts if not r.get("dry_run")
-                    for p in r.get("roots", r.get("pids", []))}), receipts
+        return len({(r.host, p) for r in receipts if not r.dry_run for p in r.trees}), receipts
 
-    def strike_here(self, kind: failures.FailureKind, sig: str) -> Dict[str, Any]:
+    def strike_here(self, kind: failures.FailureKind, sig: str) -> Receipt:
         """`restartlab kill-ranks` on this host, in this process: the same receipt."""
         try:
             return killer.kill_ranks(self.a.tag, parse_signal(sig), one="--one" in kind.killer_args())
         except (OSError, killer.KillerError) as e:
-            return {"host": socket.gethostname(), "error": str(e)}
+            return Receipt(host=socket.gethostname(), error=str(e))
 
     def seen(self, newest: Optional[int], struck: Optional[layout.Attempt]) -> Dict[str, Any]:
         """What a strike's record says of the training it hit (a kill's and a network fault's alike):
@@ -250,28 +250,29 @@ class Injector:
         newest = self.newest_complete()
         struck = self.target()
         self.striking = True
-        receipts: List[Dict[str, Any]] = []
+        receipts: List[Receipt] = []
         for i in idx:
             receipts += fan_out(cast(str, a.fanout),  # main() sets it
                                 self.hosts, [i], self.fault_argv(kind, i), self.slots, a.launcher,
                                 timeout=FAULT_FANOUT_S)
-        ok = [r for r in receipts if not r.get("error") and r.get("at")]
-        rec = Injection(time=min((r["at"] for r in ok), default=t0), reason=reason, target_step=target_step,
+        ok = [r for r in receipts if not r.error and r.at]
+        rec = Injection(time=min((cast(float, r.at) for r in ok), default=t0), reason=reason, target_step=target_step,
                         gate=gate, kind=kind.name, hosts=tuple(self.hosts[i] for i in idx), killed=0,
                         receipts=tuple(receipts), **self.seen(newest, struck), extra={"faulted": len(ok), "fault": {
                             "duration": a.duration, "flaps": a.flaps if kind.name == "flap" else None,
                             "flap_up": a.flap_up if kind.name == "flap" else None,
                             "rate": a.rate if kind.name == "slow_link" else None,
-                            "until": max((r.get("until") or 0 for r in ok), default=None) or None}})
+                            "until": max((r.until or 0 for r in ok), default=None) or None}})
         self.record(rec)
         self.striking = False
         self.kills += 1
         what = f"{kind.name} of {', '.join(rec.hosts)}" + (f" for {a.duration:g}s" if a.duration else ", never healing")
         self.say(f"fault #{self.kills} ({reason}): {what}: " + ("begun" if ok else "NOT made"))
         for r in receipts:
-            self.say("  " + (f"{r.get('host')}: error: {r['error']}" if r.get("error") else
-                             f"{r.get('host')}: {r.get('dev')} from {time.strftime('%H:%M:%S', time.localtime(r['at']))}"
-                             + (f" to {time.strftime('%H:%M:%S', time.localtime(r['until']))}" if r.get("until") else "")))
+            self.say("  " + (f"{r.host}: error: {r.error}" if r.error else
+                             f"{r.host}: {r.dev}: no start time in its receipt" if not r.at else
+                             f"{r.host}: {r.dev} from {time.strftime('%H:%M:%S', time.localtime(r.at))}"
+                             + (f" to {time.strftime('%H:%M:%S', time.localtime(r.until))}" if r.until else "")))
         if self.terminated:
             raise SystemExit(self.done())
         return rec

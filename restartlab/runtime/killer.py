@@ -35,6 +35,7 @@ import psutil
 from .. import launchers, schedulers
 from ..contracts import private, usage
 from ..contracts.envvars import SERVER_VAR, TAG_VAR, TOOL_VAR, node_name, tag_matches
+from ..contracts.receipts import Receipt
 from ..contracts.signals import parse_signal
 
 if TYPE_CHECKING:  # build_parser imports it when called
@@ -279,7 +280,7 @@ def _rank_roots(tag: str, others: Optional[Dict[int, str]] = None) -> List[int]:
 
 
 def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = False, one: bool = False,
-               job: Optional[str] = None, standby: bool = False) -> Dict[str, Any]:
+               job: Optional[str] = None, standby: bool = False) -> Receipt:
     """Signal this node's ranks (by `tag`, else of the batch job `job`, default this one) and
     their process trees; `one`: only the lowest-PID rank; `standby`: the run's warm standby pool
     too (teardown at the end). Returns the receipt."""
@@ -300,14 +301,7 @@ def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = F
                         others=others, trees=trees)
     else:
         procs = targets(tag, unreadable=unreadable, others=others, standby=standby, trees=trees)
-    receipt: Dict[str, Any] = {"host": socket.gethostname(), "node": node_name(), "time": time.time(), "tag": tag,
-               "job": job if tag is None else None,
-               "signal": _signal.Signals(sig).name, "dry_run": dry_run,
-               "pids": sorted(procs), "cmdlines": {str(p): c for p, c in sorted(procs.items())},
-               "roots": trees,
-               "ranks": {str(p): ranks[p] for p in sorted(procs) if p in ranks},
-               "unreadable": len(unreadable),
-               "skipped_other_user": {str(p): u for p, u in sorted(others.items())}, "errors": {}}
+    errors: Dict[str, str] = {}
     if not dry_run:
         for pid in procs:
             try:
@@ -315,8 +309,13 @@ def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = F
             except ProcessLookupError:
                 pass
             except OSError as e:
-                receipt["errors"][str(pid)] = str(e)
-    return receipt
+                errors[str(pid)] = str(e)
+    return Receipt(host=socket.gethostname(), node=node_name(), time=time.time(), tag=tag,
+                   job=job if tag is None else None, signal=_signal.Signals(sig).name, dry_run=dry_run,
+                   pids=tuple(sorted(procs)), cmdlines={str(p): c for p, c in sorted(procs.items())},
+                   roots=tuple(trees), ranks={str(p): ranks[p] for p in sorted(procs) if p in ranks},
+                   unreadable=len(unreadable), skipped_other_user={str(p): u for p, u in sorted(others.items())},
+                   errors=errors)
 
 
 def is_gone(pid: int) -> bool:
@@ -355,9 +354,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         receipt = kill_ranks(a.tag, sig, a.dry_run, a.one, standby=a.standby)
     except OSError as e:
-        print(json.dumps({"host": socket.gethostname(), "error": str(e)}))
+        print(Receipt(host=socket.gethostname(), error=str(e)).to_json())
         return EXIT_ERROR
-    print(json.dumps(receipt), flush=True)
-    if receipt["errors"]:
+    print(receipt.to_json(), flush=True)
+    if receipt.errors:
         return EXIT_ERROR
-    return EXIT_KILLED if receipt["pids"] else EXIT_NONE
+    return EXIT_KILLED if receipt.pids else EXIT_NONE

@@ -30,6 +30,7 @@ from types import FrameType
 from typing import IO, Any, Dict, List, Optional, Tuple, cast
 
 from ..contracts.envvars import node_name
+from ..contracts.receipts import Receipt
 from ..tools import verbs
 
 NETFAULT_VAR = "RESTARTLAB_NETFAULT"
@@ -182,16 +183,16 @@ class Restorer:
                 f.write(json.dumps(rec) + "\n")
 
 
-def start(a: argparse.Namespace) -> Dict[str, Any]:
+def start(a: argparse.Namespace) -> Receipt:
     """The foreground part: the link, the permission, the restorer started; the receipt."""
-    receipt = {"host": socket.gethostname(), "node": node_name(), "time": time.time(), "kind": a.kind, "pids": []}
+    receipt = Receipt(host=socket.gethostname(), node=node_name(), time=time.time(), kind=a.kind)
     try:
         return _start(a, receipt)
     except (OSError, ValueError, subprocess.SubprocessError) as e:
-        return dict(receipt, error=str(e))
+        return receipt.replace(error=str(e))
 
 
-def _start(a: argparse.Namespace, receipt: Dict[str, Any]) -> Dict[str, Any]:
+def _start(a: argparse.Namespace, receipt: Receipt) -> Receipt:
     dev = a.dev or route_dev(a.peer)
     root = a.root_cmd.split() if a.root_cmd else []
     if root:  # by its path: the restorer must not look it up on a PATH behind the link it takes down
@@ -203,13 +204,13 @@ def _start(a: argparse.Namespace, receipt: Dict[str, Any]) -> Dict[str, Any]:
     check = _run(root + ["ip", "link", "set", "dev", dev, "up"])
     if check.returncode != 0:
         why = check.stderr.strip() or f"exit {check.returncode}"
-        return dict(receipt, dev=dev, error=f"cannot change {dev} here ({' '.join(root + ['ip'])}: {why}): a "
+        return receipt.replace(dev=dev, error=f"cannot change {dev} here ({' '.join(root + ['ip'])}: {why}): a "
                     f"{a.kind} needs CAP_NET_ADMIN on the node (the job as root, or failures.root_cmd such "
                     f"as 'sudo -n' allowed to run ip and tc)")
     if a.kind == "slow_link":  # tc there, and allowed (a sudoers rule may name ip and not tc)
         check = _run(root + ["tc", "qdisc", "show", "dev", dev])
         if check.returncode != 0:
-            return dict(receipt, dev=dev, error=f"cannot run tc here ({' '.join(root + ['tc'])}: "
+            return receipt.replace(dev=dev, error=f"cannot run tc here ({' '.join(root + ['tc'])}: "
                         f"{check.stderr.strip() or check.returncode}): slow_link needs it")
     at = time.time() + a.delay
     argv = verbs.argv(sys.executable, "net-fault", "--restore", "--at", repr(at), "--dev", dev, *_pass_on(a))
@@ -224,9 +225,8 @@ def _start(a: argparse.Namespace, receipt: Dict[str, Any]) -> Dict[str, Any]:
         if a.log:
             cast(IO[str], err).close()  # the log file opened above
     until = at + sum(sec for _, sec in plan(a)) if a.duration > 0 else None
-    return dict(receipt, dev=dev, at=at, until=until, restorer=p.pid,
-                duration=a.duration, flaps=a.flaps if a.kind == "flap" else None,
-                rate=a.rate if a.kind == "slow_link" else None)
+    return receipt.replace(dev=dev, at=at, until=until, restorer=p.pid, duration=a.duration,
+                           flaps=a.flaps if a.kind == "flap" else None, rate=a.rate if a.kind == "slow_link" else None)
 
 
 def _pass_on(a: argparse.Namespace) -> List[str]:
@@ -263,11 +263,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     if a.restore:
         return Restorer(a).run()
     if not (a.dev or a.peer):
-        print(json.dumps({"host": socket.gethostname(), "node": node_name(), "error": "--peer or --dev needed"}))
+        print(Receipt(host=socket.gethostname(), node=node_name(), error="--peer or --dev needed").to_json())
         return 2
     r = start(a)
-    print(json.dumps(r), flush=True)
-    return 1 if r.get("error") else 0
+    print(r.to_json(), flush=True)
+    return 1 if r.error else 0
 
 
 if __name__ == "__main__":

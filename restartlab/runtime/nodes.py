@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 from ..contracts import options, usage
 from ..tools import options as tool_options, verbs
 from ..contracts.envvars import node_name
+from ..contracts.receipts import NodeCheck, Receipt
 
 EXIT_OK, EXIT_USAGE, EXIT_TOO_FEW = 0, 2, 3
 POLICIES = tool_options.POLICIES
@@ -37,7 +38,7 @@ DEVICE_GLOBS = {"cuda": "/dev/nvidia[0-9]*", "xpu": "/dev/dri/renderD*"}
 
 # ---------------------------------------------------------------- on one node
 def check_here(stage_dir: Optional[str], min_free: int, device: str, gpus: int,
-               site_cmd: Optional[str], timeout: float) -> Dict[str, Any]:
+               site_cmd: Optional[str], timeout: float) -> Receipt:
     t0 = time.time()
     problems = []
     if device in DEVICE_GLOBS and gpus:
@@ -53,8 +54,8 @@ def check_here(stage_dir: Optional[str], min_free: int, device: str, gpus: int,
                 problems.append(f"site check exited {r.returncode}: {(r.stderr or r.stdout).strip()[-200:]}")
         except subprocess.TimeoutExpired:
             problems.append(f"site check did not finish in {timeout:g}s")
-    return {"node": node_name(), "host": socket.gethostname(), "ok": not problems,
-            "reason": "; ".join(problems), "seconds": round(time.time() - t0, 3)}
+    return Receipt(node=node_name(), host=socket.gethostname(), ok=not problems, reason="; ".join(problems),
+                   seconds=round(time.time() - t0, 3))
 
 
 def _check_dir(path: str, min_free: int) -> List[str]:
@@ -155,13 +156,12 @@ def check_all(a: Config) -> Optional[int]:
     receipts = fanout.fan_out(a.fanout, hosts, todo, argv, slots, a.launcher, timeout=a.timeout) if todo else []
     results = []
     for i, r in zip(todo, _by_node(receipts, [hosts[i] for i in todo])):
-        if r is None or "ok" not in r:
-            err = (r or {}).get("error", "no answer")
-            r = {"node": hosts[i], "ok": False, "reason": f"no healthy answer: {err}",
-                 "seconds": round(time.time() - t0, 3)}
-        r["node"] = hosts[i]  # the node file's name for it (what the launcher is given)
-        results.append(r)
-    newly_bad = [r["node"] for r in results if not r["ok"]]
+        if r is None or r.ok is None:
+            why = (r.error if r is not None else None) or "no answer"
+            results.append(NodeCheck(hosts[i], False, f"no healthy answer: {why}", round(time.time() - t0, 3)))
+        else:  # named as the node file names it (what the launcher is given)
+            results.append(NodeCheck(hosts[i], r.ok, r.reason or "", r.seconds, host=r.host))
+    newly_bad = [c.node for c in results if not c.ok]
     if newly_bad and a.policy != "same":
         bad += newly_bad
         if a.bad_file:
@@ -169,11 +169,11 @@ def check_all(a: Config) -> Optional[int]:
                 f.writelines(n + "\n" for n in newly_bad)
     if a.log:
         with open(a.log, "a") as f:
-            for r in results:
-                f.write(json.dumps(dict(r, time=time.time(), attempt=a.attempt, policy=a.policy)) + "\n")
-    for r in results:
-        if not r["ok"]:
-            print(f"restartlab node-check: {r['node']}: BAD: {r['reason']}", file=sys.stderr)
+            for c in results:
+                f.write(dataclasses.replace(c, time=time.time(), attempt=a.attempt, policy=a.policy).to_json() + "\n")
+    for c in results:
+        if not c.ok:
+            print(f"restartlab node-check: {c.node}: BAD: {c.reason}", file=sys.stderr)
     chosen, err = choose(hosts, bad, a.policy, a.need or len(hosts), a.min_nodes)
     if err:
         print(f"restartlab node-check: {err}", file=sys.stderr)
@@ -197,15 +197,15 @@ def answering(fanout: str, nodefile: Optional[str], launcher: str, names: List[s
     argv = _local_argv(timeout=timeout)
     receipts = fan.fan_out(fanout, hosts, todo, argv, slots, launcher, timeout=timeout)
     return unknown + [hosts[i] for i, r in zip(todo, _by_node(receipts, [hosts[i] for i in todo]))
-                      if r is not None and "ok" in r]
+                      if r is not None and r.ok is not None]
 
 
-def _by_node(receipts: List[Dict[str, Any]], names: List[str]) -> Sequence[Optional[Dict[str, Any]]]:
+def _by_node(receipts: List[Receipt], names: List[str]) -> Sequence[Optional[Receipt]]:
     """Receipts in the order of `names` (fan_out keeps the order of its commands; a receipt
     that names its node is matched by name, as two scheduler nodes may share one host)."""
     if len(receipts) == len(names):
         return receipts
-    by = {r.get("node"): r for r in receipts if r.get("node")}
+    by = {r.node: r for r in receipts if r.node}
     return [by.get(n) for n in names]
 
 
@@ -220,7 +220,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = Config.from_args(build_parser().parse_args(argv))
     a.nodefile = tool_options.nodefile_default(a.nodefile)
     if a.local:
-        print(json.dumps(check_here(a.stage_dir, a.min_free, a.device, a.gpus, a.site_cmd, a.timeout)), flush=True)
+        print(check_here(a.stage_dir, a.min_free, a.device, a.gpus, a.site_cmd, a.timeout).to_json(), flush=True)
         return EXIT_OK
     n = check_all(a)
     if n is None:

@@ -31,6 +31,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, cast
 from .. import launchers
 from ..contracts import ckptdir, layout, placeholders
 from ..contracts.envvars import node_name
+from ..contracts.receipts import Receipt
 from . import fanout
 from ..tools import verbs
 
@@ -111,19 +112,18 @@ class Smoke:
         self.say(c.line())
         return c.ok
 
-    def fan(self, argv: List[str], indices: Optional[List[int]] = None) -> Dict[Optional[str], Dict[str, Any]]:
+    def fan(self, argv: List[str], indices: Optional[List[int]] = None) -> Dict[Optional[str], Receipt]:
         """`argv` once on each host (or those at `indices`): {host: receipt} (an error receipt for a
-        host whose command did not run or answer)."""
+        host whose command did not run or answer). A smoke node's own fields are in `extra`."""
         indices = list(range(len(self.hosts))) if indices is None else indices
         got = fanout.fan_out(self.a.fanout, self.hosts, indices, argv, self.slots, self.a.launcher)
-        by_host: Dict[Optional[str], Dict[str, Any]] = {}  # None: a receipt that names no node
+        by_host: Dict[Optional[str], Receipt] = {}  # None: a receipt that names no node
         for i, r in zip(indices, got):  # a receipt names its node (the scheduler's name: Slurm's, else the host's)
-            by_host[r.get("node") or r.get("host") if not r.get("error") else self.hosts[i]] = r
+            if r.error:
+                r = r.replace(error=one_line(r.error, os.path.basename(r.cmd[0] if r.cmd else "")))
+            by_host[r.where if not r.error else self.hosts[i]] = r
         for i in indices:
-            by_host.setdefault(self.hosts[i], {"error": "no receipt came back"})
-        for r in by_host.values():
-            if r.get("error"):
-                r["error"] = one_line(r["error"], os.path.basename(str((r.get("cmd") or [""])[0])))
+            by_host.setdefault(self.hosts[i], Receipt(error="no receipt came back"))
         return by_host
 
     def nodes(self) -> None:
@@ -132,20 +132,20 @@ class Smoke:
         ckptdir.write_atomic(path, token.encode())
         got = self.fan(verbs.argv(self.py, "smoke", "node", "--token-file", path, "--token", token,
                                   "--stage-root", self.a.stage_root))
-        bad = [h for h in self.hosts if got[h].get("error") or got[h].get("host") != h]  # host: node_name()
+        bad = [h for h in self.hosts if got[h].error or got[h].host != h]  # host: node_name()
         self.add("fanout", not bad, f"{self.a.fanout} reached {len(self.hosts) - len(bad)} of {len(self.hosts)} host(s)"
-                 + "".join(f"; {h}: {got[h].get('error', 'answered as ' + str(got[h].get('host')))}" for h in bad), bad)
+                 + "".join(f"; {h}: {got[h].error or 'answered as ' + str(got[h].host)}" for h in bad), bad)
         reached = [h for h in self.hosts if h not in bad]
         unchecked = f" ({', '.join(bad)} not reached: not checked there)" if bad else ""
-        unshared = [h for h in reached if not got[h].get("token_seen")]
+        unshared = [h for h in reached if not got[h].extra.get("token_seen")]
         self.add("shared", not unshared and reached, f"{self.expt.root} is the same directory on "
                  f"{len(reached) - len(unshared)} of {len(self.hosts)} host(s)" + unchecked
-                 + "".join(f"; {h} does not see the file the job wrote there ({got[h].get('token_error', 'other content')})"
+                 + "".join(f"; {h} does not see the file the job wrote there ({got[h].extra.get('token_error', 'other content')})"
                            for h in unshared), unshared)
-        badstage = [h for h in reached if got[h].get("stage") != "ok"]
+        badstage = [h for h in reached if got[h].extra.get("stage") != "ok"]
         self.add("stage", not badstage and reached, f"node-local {self.a.stage_root}: a private directory written "
                  f"on {len(reached) - len(badstage)} of {len(self.hosts)} host(s)" + unchecked
-                 + "".join(f"; {h}: {got[h].get('stage')}" for h in badstage), badstage)
+                 + "".join(f"; {h}: {got[h].extra.get('stage')}" for h in badstage), badstage)
 
     def launch(self, k: int, hold: bool) -> Tuple[subprocess.Popen[bytes], str]:
         att = self.expt.smoke_attempt(k)
@@ -244,25 +244,25 @@ class Smoke:
     def kill_and_teardown(self, proc: subprocess.Popen[bytes], outdir: str) -> None:
         per_host = self.a.ranks // len(self.hosts)
         found = self.fan(self.killer(["--dry-run"]))
-        short = [h for h in self.hosts if found[h].get("error") or len(found[h].get("pids", [])) < per_host]
+        short = [h for h in self.hosts if found[h].error or len(found[h].pids) < per_host]
         self.add("killers", not short, f"each host's killer found its ranks by the tag {self.a.tag}: "
-                 + ", ".join(f"{h} {len(found[h].get('pids', []))}" for h in self.hosts) + f" (want {per_host} each)"
-                 + "".join(f"; {h}: {found[h]['error']}" for h in short if found[h].get("error")), short)
+                 + ", ".join(f"{h} {len(found[h].pids)}" for h in self.hosts) + f" (want {per_host} each)"
+                 + "".join(f"; {h}: {found[h].error}" for h in short if found[h].error), short)
         last = len(self.hosts) - 1  # rank 0's host keeps its ranks: the launcher must notice a far one
         got = self.fan(self.killer(["--one"]), [last])[self.hosts[last]]
-        took = bool(got.get("pids")) and not got.get("error")
-        self.add("kill", took, f"SIGKILL on {self.hosts[last]} took pid(s) {got.get('pids')}"
-                 + (f": {got['error']}" if got.get("error") else ""), [] if took else [self.hosts[last]])
+        took = bool(got.pids) and not got.error
+        self.add("kill", took, f"SIGKILL on {self.hosts[last]} took pid(s) {list(got.pids)}"
+                 + (f": {got.error}" if got.error else ""), [] if took else [self.hosts[last]])
         try:
             rc = proc.wait(timeout=TEARDOWN_TIMEOUT_S)
             ended = f"the launcher ended the other ranks and exited {rc}"
         except subprocess.TimeoutExpired:
             rc, ended = None, f"the launcher did not end the other ranks in {TEARDOWN_TIMEOUT_S} s"
         left = self.fan(self.killer(["--dry-run"]))
-        stayed = [h for h in self.hosts if left[h].get("pids") or left[h].get("error")]
+        stayed = [h for h in self.hosts if left[h].pids or left[h].error]
         self.add("teardown", rc is not None and not stayed, ended + (
             "; nothing of the job left on any host" if not stayed else
-            "; left: " + ", ".join(f"{h} {left[h].get('pids') or left[h].get('error')}" for h in stayed)), stayed)
+            "; left: " + ", ".join(f"{h} {list(left[h].pids) or left[h].error}" for h in stayed)), stayed)
         if stayed:  # nothing of this job outlives the check
             self.fan(self.killer([]))
         self.stop(proc)

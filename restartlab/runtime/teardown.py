@@ -34,10 +34,10 @@ def signal_all(tag: str, sig_name: str = "KILL", fanout: str = "local", nodefile
     else:
         argv = killer_argv(sys.executable, tag, sig_name, failures.get("kill")) + (["--standby"] if standby else [])
         receipts = fan_out(fanout, hosts, range(len(hosts)), argv, slots, launcher, timeout=timeout)
-    killed = sorted({(r.get("host"), p) for r in receipts for p in r.get("pids", [])})
-    ranks = {(r.get("host"), p) for r in receipts for p in r.get("roots", r.get("pids", []))}
-    errors = [r["error"] for r in receipts if r.get("error")]
-    lost = [r["host"] for r in receipts if r.get("unreachable")]
+    killed = sorted({(r.host, p) for r in receipts for p in r.pids})
+    ranks = {(r.host, p) for r in receipts for p in r.trees}
+    errors = [r.error for r in receipts if r.error]
+    lost = [str(r.host) for r in receipts if r.unreachable]
     verb = "killed" if sig == signal.SIGKILL else f"sent SIG{signal.Signals(sig).name.removeprefix('SIG')}"
     print(f"[{time.strftime('%H:%M:%S', time.localtime(t0))}] restartlab teardown: {len(killed)} process(es) in "
           f"{len(ranks)} tree(s) of {tag} {verb} on {len(hosts) - len(lost)} of {len(hosts)} node(s) in "

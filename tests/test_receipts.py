@@ -1,0 +1,48 @@
+"""The nodes' receipts and the node checks (contracts/receipts.py): one writer each, one tolerant
+reader, and the JSON they write as it was before they were typed."""
+import json
+
+from restartlab.contracts.injections import Injection
+from restartlab.contracts.receipts import NodeCheck, Receipt
+
+# a killer's receipt as kill-ranks printed it before the type (every field, empty or not)
+KILLER = {"host": "x1", "node": "n1", "time": 5.0, "tag": "t", "job": None, "signal": "SIGKILL", "dry_run": False,
+          "pids": [11, 12], "cmdlines": {"11": "python a.py", "12": "python b.py"}, "roots": [11],
+          "ranks": {"11": "PMI_RANK=0"}, "unreadable": 0, "skipped_other_user": {}, "errors": {}}
+
+
+def test_a_killers_receipt_reads_and_writes_as_before():
+    r = Receipt.from_json(KILLER)
+    assert r.pids == (11, 12) and r.trees == (11,) and r.where == "n1" and r.ranks == {"11": "PMI_RANK=0"}
+    assert r.to_dict() == KILLER
+    old = dict(KILLER)
+    del old["roots"]  # before roots were kept: every process is a tree's root
+    assert Receipt.from_json(old).trees == (11, 12)
+
+
+def test_a_faults_receipt_keeps_its_until_none():
+    began = Receipt(host="h", kind="partition", dev="eth0", at=9.0, restorer=77, duration=0.0)
+    assert began.to_dict()["until"] is None and began.to_dict()["rate"] is None
+    failed = Receipt(host="h", kind="partition", dev="eth0", error="cannot change eth0")
+    assert failed.to_dict() == {"host": "h", "kind": "partition", "dev": "eth0", "error": "cannot change eth0"}
+
+
+def test_the_reader_is_tolerant_and_keeps_what_it_does_not_know():
+    r = Receipt.from_json({"host": 3, "pids": [1, "2", True, 4.0], "ranks": {"1": 5, "2": "PMI_RANK=1"},
+                           "ok": "yes", "token_seen": True, "stage": "ok"})
+    assert r.host is None and r.pids == (1, 4) and r.ranks == {"2": "PMI_RANK=1"} and r.ok is None
+    assert r.extra == {"token_seen": True, "stage": "ok"} and r.to_dict()["stage"] == "ok"
+
+
+def test_an_injection_record_carries_its_receipts_typed():
+    rec = Injection(time=1.0, killed=1, kind="kill", receipts=(Receipt.from_json(KILLER),))
+    back = Injection.from_json(json.loads(rec.to_json()))
+    assert back.receipts[0].cmdlines == KILLER["cmdlines"] and json.loads(rec.to_json())["receipts"] == [KILLER]
+
+
+def test_a_node_check_line():
+    line = {"node": "n2", "ok": False, "reason": "site check exited 4", "seconds": 0.2, "time": 7.0,
+            "attempt": 2, "policy": "spare", "host": "x2"}
+    c = NodeCheck.from_json(line)
+    assert c is not None and not c.ok and c.attempt == 2 and json.loads(c.to_json()) == line
+    assert NodeCheck.from_json({"node": "n2"}) is None and NodeCheck.from_json({"ok": True}) is None
