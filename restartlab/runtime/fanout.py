@@ -9,7 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from .. import failures, launchers, schedulers
 from ..contracts.receipts import Receipt

@@ -14,8 +14,9 @@ from .. import pystdio
 from ..rankexit import die_with_parent
 from ...contracts import layout, pycmd
 from ...contracts.envvars import ATTEMPT_VAR, PHASE_VAR, SERVER_VAR, TAG_VAR, WARM_VAR, node_name
+from ...contracts.served import Served
 from ...tools import verbs
-from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_msg, unix_path
+from .wire import FORWARDED, SOCKET_NAME, Ended, PoolError, Refused, Started, node_dir, recv_request, send_msg, unix_path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
@@ -281,26 +282,26 @@ class Pool:
                 conn.close()
                 return
             conn.settimeout(REQUEST_TIMEOUT_S)  # a peer that connects and sends nothing cannot hold the pool
-            req, fds = recv_msg(conn, want_fds=3)
+            req, fds = recv_request(conn)
             conn.settimeout(None)
             if req is None or len(fds) != 3:
                 raise PoolError("a request without its argv or its three standard fds")
-            env = dict(req["env"])
-            if req.get("rankenv"):
+            env = dict(req.env)
+            if req.rankenv:
                 add_rankenv(env)
-            run, target, args, unbuffered = split_python(req["argv"], self.python)
-        except (PoolError, ValueError, KeyError, OSError) as e:
+            run, target, args, unbuffered = split_python(req.argv, self.python)
+        except (PoolError, ValueError, OSError) as e:
             _log(f"a request refused: {type(e).__name__}: {e}")  # the stub starts its rank cold: say why
             try:
-                send_msg(conn, {"error": str(e)})
+                send_msg(conn, Refused(str(e)))
             except OSError:
                 pass
             conn.close()
             for fd in fds:
                 os.close(fd)
             return
-        job = {"cwd": req["cwd"], "env": env, "run": run, "target": target, "args": args, "unbuffered": unbuffered}
-        _log(f"request from stub pid {req.get('stub_pid')}")
+        job = {"cwd": req.cwd, "env": env, "run": run, "target": target, "args": args, "unbuffered": unbuffered}
+        _log(f"request from stub pid {req.stub_pid}")
         time.sleep(self.delay.get("before_fork", 0))
         sys.stdout.flush()
         sys.stderr.flush()
@@ -325,25 +326,24 @@ class Pool:
         self.children[pid] = (conn, pidfd)
         sel.register(conn, selectors.EVENT_READ, ("stub", pid))
         sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
-        _log(f"rank pid {pid} for stub pid {req.get('stub_pid')}: {run} {target}")
-        self._served(pid, req.get("stub_pid"), env)
+        _log(f"rank pid {pid} for stub pid {req.stub_pid}: {run} {target}")
+        self._served(pid, req.stub_pid, env)
         time.sleep(self.delay.get("before_reply", 0))
         try:
-            send_msg(conn, {"pid": pid})
+            send_msg(conn, Started(pid))
         except OSError:  # the stub is gone: its EOF (next select) kills the rank
             return
-        _log(f"stub pid {req.get('stub_pid')} told its rank pid {pid}")  # (from here the stub is the rank's)
+        _log(f"stub pid {req.stub_pid} told its rank pid {pid}")  # (from here the stub is the rank's)
 
     def _served(self, pid: int, stub_pid: Optional[int], env: Dict[str, str]) -> None:
         """A line per rank forked, for the supervisor's attempt record (which attempt: from the
         stub's environment, as the launcher passed it on)."""
         if not self.state_dir:
             return
-        rec = {"attempt": env.get(ATTEMPT_VAR), "phase": env.get(PHASE_VAR), "node": node_name(),
-               "rank_pid": pid, "stub_pid": stub_pid, "time": time.time()}
+        rec = Served(env.get(ATTEMPT_VAR), env.get(PHASE_VAR), node_name(), pid, stub_pid, time.time())
         with contextlib.suppress(OSError):
             with open(os.path.join(self.state_dir, layout.served_name(node_name())), "a") as f:
-                f.write(json.dumps(rec) + "\n")
+                f.write(rec.to_json() + "\n")
 
     def _stub_gone(self, pid: int, sel: "selectors.DefaultSelector") -> None:
         conn, _ = self.children[pid]
@@ -363,11 +363,11 @@ class Pool:
         with contextlib.suppress(OSError, KeyError, ValueError):
             sel.unregister(conn)
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
-        msg = {"signal": sig} if sig else {"exit": os.WEXITSTATUS(status)}
+        end = Ended(signal=sig) if sig else Ended(exit=os.WEXITSTATUS(status))
         with contextlib.suppress(OSError, KeyError, ValueError):
-            send_msg(conn, msg)
+            send_msg(conn, end)
         conn.close()
-        _log(f"rank pid {pid} ended: {msg}")
+        _log(f"rank pid {pid} ended: {end.to_dict()}")
 
 
 def _kill(pid: int) -> None:

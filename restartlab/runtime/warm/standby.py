@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from ...contracts import layout
+from ...contracts import layout, served
 from ...contracts.envvars import TAG_VAR
 from ...contracts.placeholders import NODE_TOKEN
 from ...contracts.trainer_options import WARM_PRELOAD
@@ -30,13 +30,7 @@ def default_preload(program: Sequence[str]) -> str:
 def served_in(state_dir: str, attempt: int) -> int:
     """How many ranks of `attempt` the pools forked, from their <node>.served.jsonl in
     `state_dir` (0 when there is none: every rank started cold)."""
-    n = 0
-    for path in glob.glob(os.path.join(state_dir, layout.served_name("*"))):
-        with contextlib.suppress(OSError), open(path) as f:
-            for line in f:
-                with contextlib.suppress(ValueError, AttributeError):
-                    n += json.loads(line).get("attempt") == str(attempt)
-    return n
+    return sum(r.attempt == str(attempt) for r in served.read(glob.glob(os.path.join(state_dir, layout.served_name("*")))))
 
 
 class Standby:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 from .. import rankexit
 from ...contracts.envvars import node_name
-from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_msg, send_msg, unix_path
+from .wire import FORWARDED, SOCKET_NAME, PoolError, Refused, Request, node_dir, recv_end, recv_reply, send_msg, unix_path
 
 if TYPE_CHECKING:
     import argparse
@@ -45,11 +45,10 @@ def stub_main(a: "argparse.Namespace") -> int:
             sock.connect(addr)
         for s in FORWARDED:  # from now on a signal is the rank's
             signal.signal(s, forward)
-        send_msg(sock, {"argv": argv, "rankenv": a.rankenv, "env": dict(os.environ), "cwd": os.getcwd(),
-                        "stub_pid": os.getpid()}, fds=(0, 1, 2))
-        msg, _ = recv_msg(sock)
-        if msg is None or "pid" not in msg:
-            raise PoolError((msg or {}).get("error", "the pool hung up"))
+        send_msg(sock, Request(argv, dict(os.environ), os.getcwd(), a.rankenv, os.getpid()), fds=(0, 1, 2))
+        reply = recv_reply(sock)
+        if reply is None or isinstance(reply, Refused):
+            raise PoolError(reply.error if reply else "the pool hung up")
     except (OSError, PoolError) as e:
         for s in FORWARDED:
             signal.signal(s, signal.SIG_DFL)
@@ -66,19 +65,19 @@ def stub_main(a: "argparse.Namespace") -> int:
         except OSError as e2:
             print(f"restartlab warm stub: error: cannot run {argv[0]!r}: {e2.strerror}", file=sys.stderr)
             return 127
-    rank[0] = msg["pid"]
+    rank[0] = reply.pid
     for s in pending:
         forward(s, None)
     while True:
         try:
-            msg, _ = recv_msg(sock)
+            end = recv_end(sock)
             break
         except InterruptedError:
             continue
-    if msg is None:  # the pool died (and its ranks with it)
+    if end is None:  # the pool died (and its ranks with it)
         print("restartlab warm stub: the standby pool died", file=sys.stderr, flush=True)
         return 137
-    status = (msg["signal"] & 0x7f) if msg.get("signal") else (int(msg.get("exit", 1)) & 0xff) << 8
+    status = end.status
     if a.attempt_dir:
         rankexit.record(a.attempt_dir, rank[0], status, "restartlab warm stub")
     return rankexit.end_as(status)  # die as the rank died: the launcher reports the same

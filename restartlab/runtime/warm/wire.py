@@ -1,14 +1,20 @@
 """The standby pool's wire, spoken by the stub and the pool: the pool's socket in its private
 directory (one per node), length-prefixed JSON messages, the stub's standard fds by SCM_RIGHTS.
-Standard library only (and this node's name): the stub imports it."""
+Standard library only (and this node's name): the stub imports it.
+
+The messages, in order: the stub's `Request` (with its three fds); the pool's `Started` (the rank's
+pid), or `Refused` (why: the stub then starts its rank cold); when the rank ends, the pool's `Ended`
+(its signal or exit status). Each is written by `send_msg` and read by the reader for its place in
+the exchange (`recv_request`, `recv_reply`, `recv_end`), which refuses a message of another shape."""
 import array
 import contextlib
+import dataclasses
 import json
 import os
 import signal
 import socket
 import struct
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ...contracts.envvars import node_name
 from ...contracts.placeholders import NODE_TOKEN, fill
@@ -45,7 +51,61 @@ def unix_path(path: str) -> Iterator[str]:
         os.close(fd)
 
 
-def send_msg(sock: socket.socket, obj: Dict[str, Any], fds: Sequence[int] = ()) -> None:
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """The stub's request: run this rank's program in a fork of the pool."""
+    argv: List[str]             # the rank's command line, as the launcher gave it to the stub
+    env: Dict[str, str]         # the stub's environment (the launcher's rank variables in it)
+    cwd: str
+    rankenv: bool = False       # add the ranks' torch.distributed variables (runtime/rankenv)
+    stub_pid: Optional[int] = None
+
+    @classmethod
+    def from_json(cls, d: object) -> "Request":
+        if not (isinstance(d, dict) and isinstance(d.get("argv"), list) and all(isinstance(x, str) for x in d["argv"])
+                and isinstance(d.get("env"), dict) and isinstance(d.get("cwd"), str)):
+            raise PoolError("a request without its argv, environment or working directory")
+        pid = d.get("stub_pid")
+        return cls(list(d["argv"]), {str(k): str(v) for k, v in d["env"].items()}, d["cwd"], d.get("rankenv") is True,
+                   pid if isinstance(pid, int) and not isinstance(pid, bool) else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Started:
+    """The pool forked the rank: its pid (the stub forwards its signals to it)."""
+    pid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """The pool cannot run the request; the stub starts its rank cold."""
+    error: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """The rank ended: by a signal (its number), else with an exit status."""
+    signal: int = 0
+    exit: int = 0
+
+    @property
+    def status(self) -> int:
+        """As os.waitpid gives it."""
+        return (self.signal & 0x7f) if self.signal else (self.exit & 0xff) << 8
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"signal": self.signal} if self.signal else {"exit": self.exit}
+
+
+Message = Union[Request, Started, Refused, Ended]
+
+
+def _int(v: object) -> Optional[int]:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def send_msg(sock: socket.socket, msg: Message, fds: Sequence[int] = ()) -> None:
+    obj = msg.to_dict() if isinstance(msg, Ended) else dataclasses.asdict(msg)
     data = json.dumps(obj).encode()
     payload = _HDR.pack(len(data)) + data
     if fds:
@@ -54,8 +114,41 @@ def send_msg(sock: socket.socket, obj: Dict[str, Any], fds: Sequence[int] = ()) 
         sock.sendall(payload)
 
 
-def recv_msg(sock: socket.socket, want_fds: int = 0) -> Tuple[Optional[Dict[str, Any]], List[int]]:
-    """(message, fds); (None, []) at EOF."""
+def recv_request(sock: socket.socket) -> Tuple[Optional[Request], List[int]]:
+    """The stub's request and its three fds; (None, fds) at EOF. PoolError: not a request."""
+    d, fds = _recv(sock, want_fds=3)
+    try:
+        return (None if d is None else Request.from_json(d)), fds
+    except PoolError:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def recv_reply(sock: socket.socket) -> Union[Started, Refused, None]:
+    """The pool's answer to a request; None at EOF. PoolError: neither answer."""
+    d, _ = _recv(sock)
+    if d is None:
+        return None
+    if isinstance(d, dict) and _int(d.get("pid")) is not None:
+        return Started(d["pid"])
+    if isinstance(d, dict) and isinstance(d.get("error"), str):
+        return Refused(d["error"])
+    raise PoolError(f"not an answer to a request: {str(d)[:80]}")
+
+
+def recv_end(sock: socket.socket) -> Optional[Ended]:
+    """How the rank ended; None at EOF (the pool died). A message of another shape reads as exit 1."""
+    d, _ = _recv(sock)
+    if d is None:
+        return None
+    sig = _int(d.get("signal")) if isinstance(d, dict) else None
+    code = _int(d.get("exit")) if isinstance(d, dict) else None
+    return Ended(signal=sig) if sig else Ended(exit=1 if code is None else code)
+
+
+def _recv(sock: socket.socket, want_fds: int = 0) -> Tuple[Optional[Any], List[int]]:
+    """(the message's JSON, fds); (None, []) at EOF."""
     fds = array.array("i")
     head = b""
     while len(head) < _HDR.size:
@@ -78,4 +171,9 @@ def recv_msg(sock: socket.socket, want_fds: int = 0) -> Tuple[Optional[Dict[str,
         if not chunk:
             return None, list(fds)
         body += chunk
-    return json.loads(body), list(fds)
+    try:
+        return json.loads(body), list(fds)
+    except ValueError:
+        for fd in fds:
+            os.close(fd)
+        raise PoolError("a message that is not JSON") from None
