@@ -13,7 +13,7 @@ tolerant: a field of the wrong type reads as absent, and a field it does not kno
 own) is kept in `extra` and written back."""
 import dataclasses
 import json
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .jsonvalue import integer, items, number, text
 
@@ -120,6 +120,20 @@ class Receipt:
                    duration=number(d.get("duration")), flaps=integer(d.get("flaps")), rate=text(d.get("rate")),
                    ok=d["ok"] if isinstance(d.get("ok"), bool) else None, reason=text(d.get("reason")),
                    seconds=number(d.get("seconds")), extra={k: v for k, v in d.items() if k not in known})
+
+
+def parse(out: Optional[str]) -> List[Receipt]:
+    """The receipts in a fan-out's output: each line that is a JSON object (a launcher's or the
+    shell's own lines between them are passed over)."""
+    got = []
+    for line in (out or "").splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(r, dict):
+            got.append(Receipt.from_json(r))
+    return got
 
 
 @dataclasses.dataclass(frozen=True)

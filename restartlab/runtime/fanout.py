@@ -2,17 +2,16 @@
 srun --overlap) or one launch over exactly those hosts (mpiexec), with each node's JSON receipt
 parsed. The injector, the node check, teardown and the warm pools' stop all reach the nodes here;
 the job's nodes come from its node file (PBS Pro: one line per MPI slot) or the scheduler."""
-import json
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 from .. import failures, launchers, schedulers
-from ..contracts.receipts import Receipt
+from ..contracts.receipts import Receipt, parse as parse_receipts
 from ..tools import verbs
 
 FANOUT_TIMEOUT_S = 60
@@ -109,7 +108,7 @@ def fan_out(fanout: str, hosts: List[str], indices: Iterable[int], argv: List[st
                 p.kill()
                 out, err = p.communicate()
                 if relay is None and fanout == "mpiexec":  # one launch for every node: name those that did not answer
-                    got = _parse(out)
+                    got = parse_receipts(out)
                     receipts += got
                     seen = {r.host for r in got} | {r.node for r in got}
                     receipts += [_no_answer(hosts[j], c, timeout) for j in indices if hosts[j] not in seen]
@@ -126,7 +125,7 @@ def fan_out(fanout: str, hosts: List[str], indices: Iterable[int], argv: List[st
                                             f"{hosts[i]} ({c[0]} exited {p.returncode}: {err.strip()[-300:] or 'no message'})"))
                     continue
                 err = task_err + err
-            got = _parse(out)
+            got = parse_receipts(out)
             receipts += got
             if not got:
                 receipts.append(Receipt(host=hosts[i], cmd=tuple(c), error=f"rc={rc}: {err.strip()[-300:]}"))
@@ -144,17 +143,6 @@ def _no_answer(host: str, cmd: List[str], timeout: float) -> Receipt:
     return Receipt(host=host, node=host, cmd=tuple(cmd), unreachable=True,
                    error=f"no answer from {host} in {timeout:g}s (unreachable, or its command still runs)")
 
-
-def _parse(out: str) -> List[Receipt]:
-    got: List[Receipt] = []
-    for line in (out or "").splitlines():
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(r, dict):
-            got.append(Receipt.from_json(r))
-    return got
 
 
 def describe_receipt(r: Receipt) -> str:
