@@ -177,7 +177,7 @@ def cmd_status(a):
     except jobref.RefError as e:
         print(f"restartlab status: {e}", file=sys.stderr)
         return e.code
-    from .runtime import smoke
+    from .contracts import smoke
     if not ids and not local:
         print("restartlab status: no jobs (an experiment directory without its jobs log?)", file=sys.stderr)
         return 2
@@ -188,7 +188,8 @@ def cmd_status(a):
         s = st[jid]
         print(json.dumps(s.as_dict()) if a.json else f"{jid}\t{s.state}\t{s.detail}")
     for d in a.jobids:  # a smoke job's readiness report, where there is one
-        lines = smoke.summary(layout.Expt(d).smoke_report) if os.path.isdir(d) else None
+        report = smoke.read_report(layout.Expt(d).smoke_report) if os.path.isdir(d) else None
+        lines = report.lines() if report else None
         if lines and not a.json:
             print("\n".join(f"{d}: {x}" if i == 0 else x for i, x in enumerate(lines)))
     return 0

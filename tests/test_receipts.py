@@ -46,3 +46,21 @@ def test_a_node_check_line():
     c = NodeCheck.from_json(line)
     assert c is not None and not c.ok and c.attempt == 2 and json.loads(c.to_json()) == line
     assert NodeCheck.from_json({"node": "n2"}) is None and NodeCheck.from_json({"ok": True}) is None
+
+
+def test_the_smoke_jobs_records(tmp_path):
+    from restartlab.contracts import smoke
+    rank = smoke.SmokeRank(rank=1, world_size=2, host="n1", torch="2.13.0", allreduce=3.0, allreduce_expected=3.0,
+                           allreduce_ok=True, where=("a", "b"))
+    p = tmp_path / "rank-1.json"
+    p.write_text(rank.to_json())
+    assert smoke.read_rank(str(p)) == rank
+    p.write_text(json.dumps({"rank": "1", "torch": "2.13.0"}))
+    assert smoke.read_rank(str(p)) is None  # no rank number: no record
+    p.write_text(json.dumps({"rank": 0, "allreduce_ok": "yes", "devices": True}))
+    assert smoke.read_rank(str(p)) == smoke.SmokeRank(rank=0)
+    report = smoke.SmokeReport(False, ["a", "b"], 4, "t", 12.5, [smoke.Check("torch", False, "import torch", ["b"])])
+    p.write_text(report.to_json())
+    assert smoke.read_report(str(p)) == report
+    assert report.lines() == ["smoke: NOT READY (2 host(s))", "  FAIL torch     import torch [on b]"]
+    assert smoke.read_report(str(tmp_path / "none.json")) is None

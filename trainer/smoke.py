@@ -4,7 +4,7 @@ imports torch, counts the scenario's devices, forms the process group on the sce
 all-reduces once across every rank; its record goes to DIR/rank-<R>.json (whole or not at all).
 With --hold it then waits, to be found and killed by the job's killers."""
 import argparse
-import json
+import dataclasses
 import os
 import socket
 import sys
@@ -14,6 +14,7 @@ import traceback
 from restartlab import launchers
 from restartlab.contracts import ckptdir, layout
 from restartlab.contracts.envvars import TAG_VAR, node_name
+from restartlab.contracts.smoke import SmokeRank
 from restartlab.trainer import dist as rdist
 
 
@@ -28,32 +29,32 @@ def main(argv=None) -> int:
     info = rdist.discover_ranks()
     ln = launchers.get(info.launcher) if info.launcher != "none" else None
     names = [v for v in ((ln.rank_var, ln.size_var, ln.local_rank_var, *ln.local_size_vars) if ln else ()) if v]
-    rec = {"rank": info.rank, "world_size": info.world_size, "local_rank": info.local_rank,
-           "launcher": info.launcher, "host": node_name(), "hostname": socket.gethostname(), "pid": os.getpid(),
-           "rank_vars": {k: os.environ[k] for k in names if k in os.environ}, "tag": os.environ.get(TAG_VAR)}
+    rec = SmokeRank(rank=info.rank, world_size=info.world_size, local_rank=info.local_rank, launcher=info.launcher,
+                    host=node_name(), hostname=socket.gethostname(), pid=os.getpid(),
+                    rank_vars={k: os.environ[k] for k in names if k in os.environ}, tag=os.environ.get(TAG_VAR))
     code = 0
     try:
         import torch
-        rec["torch"] = torch.__version__
+        rec = dataclasses.replace(rec, torch=torch.__version__)
         device_type, backend = rdist.pick_device(a.device)
-        rec.update(device=device_type, backend=backend, device_order=a.device_order,
-                   devices=getattr(torch, device_type).device_count() if device_type != "cpu" else 0)
+        rec = dataclasses.replace(rec, device=device_type, backend=backend, device_order=a.device_order,
+                                  devices=getattr(torch, device_type).device_count() if device_type != "cpu" else 0)
         t0 = time.time()
         device = rdist.init(info, device_type, backend, timeout_s=a.timeout, order=a.device_order)
         import torch.distributed as tdist
         x = torch.full((1,), float(info.rank + 1), device=device)
         tdist.all_reduce(x)
         want = info.world_size * (info.world_size + 1) / 2
-        rec.update(allreduce=float(x.item()), allreduce_expected=want, allreduce_ok=float(x.item()) == want,
-                   group_s=round(time.time() - t0, 3))
+        rec = dataclasses.replace(rec, allreduce=float(x.item()), allreduce_expected=want,
+                                  allreduce_ok=float(x.item()) == want, group_s=round(time.time() - t0, 3))
     except Exception as e:  # the record says what failed on this rank; the job's report names it
-        rec["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
-        rec["where"] = traceback.format_exc().strip().splitlines()[-3:-1]
+        rec = dataclasses.replace(rec, error=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}",
+                                  where=tuple(traceback.format_exc().strip().splitlines()[-3:-1]))
         code = 1
     os.makedirs(a.outdir, exist_ok=True)
-    ckptdir.write_atomic(os.path.join(a.outdir, layout.smoke_record_name(info.rank)), json.dumps(rec).encode())
-    print(f"restartlab smoke: rank {info.rank}/{info.world_size} on {rec['host']}: "
-          + (rec.get("error") or f"all-reduce {rec['allreduce']:g} (want {rec['allreduce_expected']:g})"), flush=True)
+    ckptdir.write_atomic(os.path.join(a.outdir, layout.smoke_record_name(info.rank)), rec.to_json().encode())
+    print(f"restartlab smoke: rank {info.rank}/{info.world_size} on {rec.host}: "
+          + (rec.error or f"all-reduce {rec.allreduce:g} (want {rec.allreduce_expected:g})"), flush=True)
     if code == 0 and a.hold > 0:
         time.sleep(a.hold)
     if code == 0:

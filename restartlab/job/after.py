@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Optional
 
-from ..contracts import layout
+from ..contracts import layout, smoke
 from ..schedulers.base import PENDING, RUNNING, UNKNOWN, SchedulerError, run_tool
 from . import jobref
 
@@ -109,15 +109,14 @@ def _is_smoke(d: str) -> bool:
 
 
 def smoke_verdict(d: str, out) -> int:
-    from ..runtime import smoke
     expt = layout.Expt(d)
-    lines = smoke.summary(expt.smoke_report)
-    if lines is None:
+    report = smoke.read_report(expt.smoke_report)
+    if report is None:
         print(f"restartlab submit --after: the smoke job ended without a readiness report ({expt.smoke_report}; its "
               f"output: {expt.job_out}): nothing submitted", file=out)
         return 1
-    print("\n".join(f"restartlab submit --after: {x}" for x in lines), file=out)
-    if not lines[0].startswith("smoke: READY"):
+    print("\n".join(f"restartlab submit --after: {x}" for x in report.lines()), file=out)
+    if not report.ok:
         print("restartlab submit --after: the smoke job is NOT READY: nothing submitted", file=out)
         return 1
     return 0

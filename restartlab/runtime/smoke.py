@@ -25,12 +25,12 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, cast
 
 from .. import launchers
 from ..contracts import ckptdir, layout, placeholders
 from ..contracts.envvars import node_name
+from ..contracts.smoke import Check, SmokeRank, SmokeReport, read_rank
 from ..contracts.receipts import Receipt
 from . import fanout
 from ..tools import verbs
@@ -53,18 +53,6 @@ def one_line(error: str, tool: str = "") -> str:
     said = [x for x in [first, *lines[1:]] if x]
     mine = [x for x in said if not (tool and x.startswith(tool + ": "))]
     return (head + ": " + (mine or said)[-1])[-300:]
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    failed_hosts: List[str] = field(default_factory=list)
-
-    def line(self) -> str:
-        where = f" [on {', '.join(self.failed_hosts)}]" if self.failed_hosts else ""
-        return f"{'ok  ' if self.ok else 'FAIL'} {self.name:<9} {self.detail}{where}"
 
 
 # ------------------------------------------------------------------ on each host
@@ -163,15 +151,15 @@ class Smoke:
         return proc, outdir
 
     @staticmethod
-    def read_records(outdir: str) -> Dict[int, Dict[str, Any]]:
+    def read_records(outdir: str) -> Dict[int, SmokeRank]:
         recs = {}
         for path in layout.Attempt(outdir).smoke_records():
-            with open(path) as fh:
-                r = json.load(fh)
-            recs[r["rank"]] = r
+            r = read_rank(path)
+            if r is not None:
+                recs[r.rank] = r
         return recs
 
-    def records(self, proc: subprocess.Popen[bytes], outdir: str, wait_exit: bool) -> Dict[int, Dict[str, Any]]:
+    def records(self, proc: subprocess.Popen[bytes], outdir: str, wait_exit: bool) -> Dict[int, SmokeRank]:
         """The ranks' records once all are written (and, wait_exit, the launch has ended), or the
         launch ended, or the time is up. A rank that failed (its record says why) leaves its peers
         waiting for a group that cannot form: the others get FAILED_GRACE_S to write theirs."""
@@ -181,7 +169,7 @@ class Smoke:
             done = proc.poll() is not None
             if (len(recs) >= want and (not wait_exit or done)) or done:
                 break
-            if any(r.get("error") for r in recs.values()):
+            if any(r.error for r in recs.values()):
                 deadline = min(deadline, time.time() + FAILED_GRACE_S)
             time.sleep(0.2)
         return self.read_records(outdir)
@@ -193,11 +181,11 @@ class Smoke:
         except OSError:
             return ""
 
-    def ranks_checks(self, recs: Dict[int, Dict[str, Any]], proc: subprocess.Popen[bytes], outdir: str,
+    def ranks_checks(self, recs: Dict[int, SmokeRank], proc: subprocess.Popen[bytes], outdir: str,
                      attempt: int) -> bool:
         want = self.a.ranks
         missing = sorted(set(range(want)) - set(recs))
-        hosts_seen = sorted({r["host"] for r in recs.values()})
+        hosts_seen = sorted({str(r.host) for r in recs.values()})
         stray = [h for h in hosts_seen if h not in self.hosts]
         idle = [h for h in self.hosts if h not in hosts_seen]
         why = ""
@@ -206,7 +194,7 @@ class Smoke:
             why = (f"; ranks {missing[:8]}{'...' if len(missing) > 8 else ''} never wrote their record "
                    + (f"(the launcher exited {ended}: {self.tail(outdir)})" if ended is not None else
                       f"in {RANKS_TIMEOUT_S} s"))
-        names = ", ".join(sorted({r["launcher"] for r in recs.values()}))
+        names = ", ".join(sorted({str(r.launcher) for r in recs.values()}))
         ok = self.add("ranks" if attempt == 1 else "relaunch",
                       not missing and not stray and not idle and (attempt == 1 or proc.returncode == 0),
                       f"launch {attempt}: {len(recs)} of {want} rank(s) on {len(hosts_seen)} of {len(self.hosts)} "
@@ -222,20 +210,20 @@ class Smoke:
             self.add("torch", False, "not seen: no rank reported")
             self.add("allreduce", False, "not seen: no rank reported")
             return ok
-        noimport = sorted({r["host"] for r in recs.values() if "torch" not in r})
-        devs = sorted({(r.get("device"), r.get("devices")) for r in recs.values() if "torch" in r}, key=str)
-        versions = sorted({r["torch"] for r in recs.values() if "torch" in r})
+        noimport = sorted({str(r.host) for r in recs.values() if r.torch is None})
+        devs = sorted({(r.device, r.devices) for r in recs.values() if r.torch is not None}, key=str)
+        versions = sorted({r.torch for r in recs.values() if r.torch is not None})
         self.add("torch", not noimport, f"torch {', '.join(versions) or '?'}"
-                 f" on {len(recs) - sum(1 for r in recs.values() if 'torch' not in r)} rank(s); device, count: {devs}"
-                 + "".join(f"; rank {r['rank']} on {r['host']}: {r.get('error')}" for r in recs.values()
-                           if "torch" not in r), noimport)
-        bad = [r for r in recs.values() if not r.get("allreduce_ok")]
-        backend = sorted(cast(Set[str], {r.get("backend") for r in recs.values() if r.get("backend")}))  # no None
+                 f" on {len(recs) - sum(1 for r in recs.values() if r.torch is None)} rank(s); device, count: {devs}"
+                 + "".join(f"; rank {r.rank} on {r.host}: {r.error}" for r in recs.values() if r.torch is None), noimport)
+        bad = [r for r in recs.values() if not r.allreduce_ok]
+        backend = sorted({r.backend for r in recs.values() if r.backend})
+        expected = next(iter(recs.values())).allreduce_expected
         self.add("allreduce", not bad and not missing,
                  f"{'/'.join(backend) or 'no backend'}: {len(recs) - len(bad)} of {want} rank(s) all-reduced to "
-                 f"{next(iter(recs.values())).get('allreduce_expected', '?')}"
-                 + "".join(f"; rank {r['rank']} on {r['host']}: {r.get('error') or r.get('allreduce')}" for r in bad[:4]),
-                 [r["host"] for r in bad])
+                 f"{'?' if expected is None else expected}"
+                 + "".join(f"; rank {r.rank} on {r.host}: {r.error or r.allreduce}" for r in bad[:4]),
+                 [str(r.host) for r in bad])
         return ok
 
     def killer(self, extra: List[str]) -> List[str]:
@@ -290,7 +278,7 @@ class Smoke:
             # A rank whose record has an error does not hold (trainer/smoke.py): it is exiting, and the
             # killers would race its exit. Decided from the records, not from whether the launcher
             # happens to be running yet (a fresh-clone CI run lost that race once).
-            failed = sorted(r for r, rec in recs.items() if rec.get("error"))
+            failed = sorted(r for r, rec in recs.items() if rec.error)
             if started and not failed and proc.poll() is None:
                 self.kill_and_teardown(proc, outdir)
             else:
@@ -308,9 +296,8 @@ class Smoke:
 
     def report(self, took: float) -> int:
         ok = all(c.ok for c in self.checks)
-        data = {"ok": ok, "hosts": self.hosts, "ranks": self.a.ranks, "tag": self.a.tag, "seconds": round(took, 1),
-                "checks": [asdict(c) for c in self.checks]}
-        ckptdir.write_atomic(self.expt.smoke_report, json.dumps(data, indent=1).encode())
+        report = SmokeReport(ok, self.hosts, self.a.ranks, self.a.tag, round(took, 1), self.checks)
+        ckptdir.write_atomic(self.expt.smoke_report, report.to_json().encode())
         lines = [f"# restartlab smoke job: {'READY' if ok else 'NOT READY'}", "",
                  f"{len(self.hosts)} host(s): {', '.join(self.hosts)}; {self.a.ranks} rank(s); {took:.0f} s", "",
                  "```"] + [c.line() for c in self.checks] + ["```", ""]
@@ -319,17 +306,6 @@ class Smoke:
         self.say(("READY: every check passed" if ok else f"NOT READY: {', '.join(failed)} failed")
                  + f" ({self.expt.smoke_md})")
         return 0 if ok else 1
-
-
-def summary(path: str) -> Optional[List[str]]:
-    """The readiness report's lines for `restartlab status` (None: no smoke report there)."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return [f"smoke: {'READY' if data.get('ok') else 'NOT READY'} ({len(data.get('hosts', []))} host(s))"] + \
-        [f"  {Check(**c).line()}" for c in data.get("checks", [])]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
