@@ -64,3 +64,16 @@ def test_the_smoke_jobs_records(tmp_path):
     assert smoke.read_report(str(p)) == report
     assert report.lines() == ["smoke: NOT READY (2 host(s))", "  FAIL torch     import torch [on b]"]
     assert smoke.read_report(str(tmp_path / "none.json")) is None
+
+
+def test_the_probes_python_answer():
+    """job/probe.py: the job's Python answers in one JSON line (PY_CODE); one that does not read is
+    said, not raised."""
+    from restartlab.job import probe
+    good = json.dumps({"exe": "/x/python", "version": "3.11.2", "modules": {"mpi4py": True, "x": "?"},
+                       "torch": "2.13.0", "cuda": None, "xpu": False})
+    text = f"RL-SETUP-DONE\nRL-ASK py\nRL-OUT RL-PY {good}\nRL-ASK bad\nRL-OUT RL-PY {{\"torch\": 1}}\nRL-OUT oops\n"
+    p = probe.parse(text, ["py", "bad"], 0)
+    assert p.pythons["py"] == probe.Python("py", True, "/x/python", "2.13.0", "", None, False, {"mpi4py": True})
+    bad = p.pythons["bad"]
+    assert not bad.found and bad.torch_error.startswith("an answer that does not read") and bad.torch_error.endswith("oops")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 from .. import launchers
+from ..contracts.jsonvalue import text
 
 # run by the job's Python (and a program's own): never imports restartlab, which it may not have
 PY_CODE = r"""
@@ -42,6 +43,20 @@ class Python:
     cuda: Optional[str] = None
     xpu: bool = False
     modules: Dict[str, bool] = field(default_factory=dict)
+
+    @classmethod
+    def from_line(cls, asked: str, line: str) -> "Python":
+        """The Python's answer (PY_CODE's JSON, this module's one writer of it); a line that does
+        not read as one is said in torch_error, a field of the wrong type is absent."""
+        try:
+            d = json.loads(line)
+        except ValueError:
+            d = None
+        if not isinstance(d, dict) or not isinstance(d.get("exe"), str):
+            return cls(asked, False, torch_error=f"an answer that does not read: {line[:120]!r}")
+        mods = d.get("modules")
+        return cls(asked, True, d["exe"], text(d.get("torch")), text(d.get("torch_error")) or "", text(d.get("cuda")),
+                   d.get("xpu") is True, {k: v for k, v in mods.items() if isinstance(v, bool)} if isinstance(mods, dict) else {})
 
 
 @dataclass
@@ -93,9 +108,7 @@ def parse(text: str, pythons: List[str], rc: int) -> Probe:
             asked = line[len("RL-ASK "):]
             out.pythons[asked] = Python(asked, False)
         elif line.startswith("RL-OUT RL-PY ") and asked:
-            d = json.loads(line[len("RL-OUT RL-PY "):])
-            out.pythons[asked] = Python(asked, True, d["exe"], d.get("torch"), d.get("torch_error", ""),
-                                        d.get("cuda"), bool(d.get("xpu")), d.get("modules", {}))
+            out.pythons[asked] = Python.from_line(asked, line[len("RL-OUT RL-PY "):])
         elif line.startswith("RL-OUT ") and asked and not out.pythons[asked].found:
             out.pythons[asked].torch_error = (out.pythons[asked].torch_error + " " + line[7:]).strip()[-300:]
     out.launcher_version = "\n".join(version)
