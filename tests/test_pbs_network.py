@@ -135,7 +135,7 @@ def test_pbs_partition_longer_than_the_watchdog_the_stop_goes_ahead_and_the_repo
     d = pbs.user_dir("netlong")
     path = net_scenario(pbs, d, "netlong", "{kind: partition, node: 2, duration: 16s, root_cmd: '%s', gate: complete, "
                         "schedule: {at_steps: [100]}}" % net_admin,
-                        "{max_attempts: 3, backoff: 0s, hang_timeout: 8s, teardown_timeout: 4s}")
+                        "{max_attempts: 3, backoff: 0s, hang_timeout: 8s, teardown_timeout: 4s}", iters=200)
     expt, ph = run_job(pbs, path)
     teardown = open(ph.attempt(1).teardown_log).read()
     first = next(ln for ln in teardown.splitlines() if "restartlab teardown:" in ln)
@@ -174,7 +174,7 @@ def test_pbs_partition_that_never_heals_the_stop_names_the_node_and_a_spare_carr
                         "schedule: {at_steps: [100]}}" % net_admin,
                         "{max_attempts: 3, backoff: 0s, hang_timeout: 8s, teardown_timeout: 5s, on_node_loss: spares, "
                         "node_check_timeout: 5s}", nodes=2,
-                        extra_job=" spare_nodes: 1, directives: ['-W tolerate_node_failures=all'],")
+                        extra_job=" spare_nodes: 1, directives: ['-W tolerate_node_failures=all'],", iters=200)
     expt, ph = run_job(pbs, path)
     tag = job_tag(expt)
     f, = [json.loads(x) for x in open(ph.faults)]
@@ -218,7 +218,7 @@ def test_pbs_partition_watchdog_decides_then_pbs_requeues_the_job_the_time_betwe
     d = pbs.user_dir("netrequeue")
     path = net_scenario(pbs, d, "netrequeue", "{kind: partition, node: 1, duration: 150s, root_cmd: '%s', gate: "
                         "complete, schedule: {at_steps: [100]}}" % net_admin,
-                        "{max_attempts: 3, backoff: 0s, hang_timeout: 20s, teardown_timeout: 5s}", nodes=2, iters=300)
+                        "{max_attempts: 3, backoff: 0s, hang_timeout: 20s, teardown_timeout: 5s}", nodes=2, iters=200)
     t0 = time.time()
     expt, ph = run_job(pbs, path)
     e = layout.Expt(expt)

@@ -25,7 +25,6 @@ The step's batch is a pure function of (seed, step, slot * G + group rank): the 
 one step read disjoint batches, whichever of them are alive."""
 import argparse
 import datetime
-import json
 import os
 import sys
 import time
@@ -33,6 +32,7 @@ import zlib
 from typing import Optional
 
 from restartlab.contracts import layout
+from restartlab.contracts.ft_records import FtStep
 from restartlab.contracts.envvars import LAUNCH_TS_VAR
 from restartlab.contracts.exits import EXIT_FAILED, EXIT_USAGE
 from restartlab.trainer.metrics import MetricsWriter  # torch-free
@@ -217,9 +217,9 @@ class Replica:
         # too: the groups' quorum changes at the same step) and the last step
         checked = healed or quorum != self.last_quorum or step == a.train_iters
         self.last_quorum = quorum
-        return {"t0": t0, "tq": t_quorum, "t": time.time(), "step": step, "commit": bool(commit), "quorum": quorum,
-                "participants": n, "slot": slot, "healed": healed, "heal_s": (t_quorum - t0) if healed else None,
-                "crc": shards_crc(self.model) if checked else None, "loss": float(loss.detach())}
+        return FtStep(t0=t0, tq=t_quorum, t=time.time(), step=step, commit=bool(commit), quorum=quorum, participants=n,
+                      slot=slot, healed=healed, heal_s=(t_quorum - t0) if healed else None,
+                      crc=shards_crc(self.model) if checked else None, loss=float(loss.detach()))
 
 
 class StepLog:
@@ -239,26 +239,26 @@ class StepLog:
         self.first = True
         self.attempted = 0
 
-    def write(self, row: dict) -> None:
+    def write(self, row: FtStep) -> None:
         self.attempted += 1
-        self.rec.write(json.dumps(row) + "\n")
-        if self.rank == 0 and row["commit"] and self.first:
+        self.rec.write(row.to_json() + "\n")
+        if self.rank == 0 and row.commit and self.first:
             self.metrics = MetricsWriter(self.outdir, 0)
-        if self.metrics and row["commit"]:
-            m = {K.ITER: row["step"], K.DT: row["t"] - row["t0"]}
-            if row.get("loss") is not None:
-                m[K.LOSS] = row["loss"]
+        if self.metrics and row.commit:
+            m = {K.ITER: row.step, K.DT: row.t - row.t0}
+            if row.loss is not None:
+                m[K.LOSS] = row.loss
             if self.first:
-                m.update({K.STARTUP_LAUNCH_TS: self.t_launch, K.FT_FIRST_STEP: row["step"]})
-                if row["step"] > 1:
-                    m.update({K.RESTART_S: row["t"] - self.t_launch, K.RESUMED_FROM: row["step"] - 1})
+                m.update({K.STARTUP_LAUNCH_TS: self.t_launch, K.FT_FIRST_STEP: row.step})
+                if row.step > 1:
+                    m.update({K.RESTART_S: row.t - self.t_launch, K.RESUMED_FROM: row.step - 1})
                 self.first = False
-            self.metrics.write(m, ts=row["t"])
-        if self.rank == 0 and (row["step"] % self.log_interval == 0 or not row["commit"] or row["healed"]):
-            print(f"[g{self.group} rank0] step={row['step']} commit={row['commit']} "
-                  f"participants={row['participants']} quorum={row['quorum']}"
-                  + (f" healed in {row['heal_s']:.2f}s" if row["healed"] else "")
-                  + (f" error: {row['error']}" if row.get("error") else ""), flush=True)
+            self.metrics.write(m, ts=row.t)
+        if self.rank == 0 and (row.step % self.log_interval == 0 or not row.commit or row.healed):
+            print(f"[g{self.group} rank0] step={row.step} commit={row.commit} "
+                  f"participants={row.participants} quorum={row.quorum}"
+                  + (f" healed in {row.heal_s:.2f}s" if row.healed and row.heal_s is not None else "")
+                  + (f" error: {row.error}" if row.error else ""), flush=True)
 
     def close(self, last_step: int, crc: Optional[int], finished: bool = False) -> None:
         """The final row (rank 0): the last step and the state's crc; `finished`: a program of

@@ -25,7 +25,6 @@ that ends the program (in its main thread or another) is written to DIR/ft-rank<
 (type, message, the innermost frame and its source line) before Python reports it as it would
 have; the exit status is unchanged. The loss is not known to the hook (the program's output has it)."""
 import argparse
-import json
 import os
 import runpy
 import sys
@@ -35,6 +34,7 @@ import traceback
 from typing import Optional
 
 from restartlab.contracts import layout, pycmd
+from restartlab.contracts.ft_records import FtCrash, FtStep
 from restartlab.contracts.exits import EXIT_USAGE
 
 from .ft import StepLog, state_crc
@@ -176,11 +176,10 @@ class Observer:
         checked = self.healed or quorum != self.last_quorum or step == self.a.train_iters
         crc = _manager_crc(m) if checked else None
         tq = self.tq if self.tq is not None else self.t0
-        row = {"t0": self.t0, "tq": tq, "t": t, "step": step, "commit": bool(commit), "quorum": quorum,
-               "participants": m.num_participants(), "slot": m.participating_rank(), "heal": self.heal,
-               "healed": self.healed, "heal_s": (tq - self.t0) if self.heal else None, "crc": crc,
-               "error": _error(m), "loss": None}
-        self.log.write(row)
+        self.log.write(FtStep(t0=self.t0, tq=tq, t=t, step=step, commit=bool(commit), quorum=quorum,
+                              participants=m.num_participants(), slot=m.participating_rank(), heal=self.heal,
+                              healed=self.healed, heal_s=(tq - self.t0) if self.heal else None, crc=crc,
+                              error=_error(m), loss=None))
         self.last_quorum = quorum
         self.t0, self.tq, self.heal, self.healed = time.time(), None, False, False
 
@@ -193,13 +192,13 @@ class Observer:
                 return
             frames = traceback.extract_tb(tb)
             last = frames[-1] if frames else None
-            rec = {"time": time.time(), "type": exc_type.__name__, "message": str(exc).strip()[:2000],
-                   "file": last.filename if last else None, "line": last.lineno if last else None,
-                   "code": last.line if last else None, "thread": threading.current_thread().name,
-                   "step": (self.manager.current_step() + 1) if self.manager is not None else None}
+            rec = FtCrash(time=time.time(), type=exc_type.__name__, message=str(exc).strip()[:2000],
+                          file=last.filename if last else None, line=last.lineno if last else None,
+                          code=last.line if last else None, thread=threading.current_thread().name,
+                          step=(self.manager.current_step() + 1) if self.manager is not None else None)
             os.makedirs(self.a.outdir, exist_ok=True)
             with open(path, "w") as f:
-                json.dump(rec, f)
+                f.write(rec.to_json())
 
     def finish(self) -> None:
         if self.log is not None:

@@ -27,12 +27,14 @@ named in `stopped_when_done`); did a program die of an exception of its own (ft-
 written by restartlab.trainer.ft_hook; a crash of a struck group after the strike is the strike's);
 did a heal fail (a step whose quorum asked the group to heal, not applied, with torchft's error).
 A crash or failed heal that matches a torchft behaviour known here (KNOWN) is named with it."""
+import dataclasses
 import json
 import re
 import statistics
 from typing import Any, Dict, List, Optional
 
-from ..contracts import layout, live
+from ..contracts import ft_records, layout, live
+from ..contracts.ft_records import FtCrash, FtStep
 from ..contracts.injections import Injection
 from ..contracts.attempts import AttemptRecord, LaunchRecord, NotARecord, PhaseEnd, phase_end
 
@@ -62,16 +64,43 @@ def _attempt_launch(att: layout.Attempt) -> Optional[float]:
     return rec.launch_ts if rec is not None else None
 
 
-def _steps(att: layout.Attempt) -> Dict[int, List[dict]]:
+@dataclasses.dataclass
+class GroupAttempt:
+    """One attempt of a replica group, as its files tell it."""
+    attempt: int
+    launch_ts: Optional[float]
+    steps: Dict[int, List[FtStep]]   # rank -> its step records
+    crashes: Dict[int, FtCrash]      # rank -> the exception it died of
+
+    @property
+    def rank0(self) -> List[FtStep]:
+        return self.steps.get(0, [])
+
+
+@dataclasses.dataclass
+class Group:
+    attempts: List[GroupAttempt]
+    end: PhaseEnd                    # how its loop ended (attempts.phase_end)
+
+
+@dataclasses.dataclass(frozen=True)
+class Commit:
+    """A committed step of rank 0 of a group's attempt."""
+    group: int
+    attempt: int
+    rec: FtStep
+
+
+def _steps(att: layout.Attempt) -> Dict[int, List[FtStep]]:
     """{rank: its step records} of one attempt."""
-    return {r: live.read_records(f) for r, f in att.ft_records().items()}
+    return {r: ft_records.read_steps(f) for r, f in att.ft_records().items()}
 
 
-def _crashes(att: layout.Attempt) -> Dict[int, dict]:
+def _crashes(att: layout.Attempt) -> Dict[int, FtCrash]:
     """{rank: its crash record} of one attempt (a program run through ft_hook that died of an
     exception); none when the attempt exited 0 (an exception that ended a thread of a program that
     then finished is no death)."""
-    out: Dict[int, dict] = {}
+    out: Dict[int, FtCrash] = {}
     try:
         rec = AttemptRecord.read(att)
     except NotARecord:
@@ -79,11 +108,9 @@ def _crashes(att: layout.Attempt) -> Dict[int, dict]:
     if rec is not None and rec.exit_code == 0:
         return out
     for r, f in att.ft_crashes().items():
-        try:
-            with open(f) as fh:
-                out[r] = json.load(fh)
-        except (OSError, ValueError):
-            continue
+        c = ft_records.read_crash(f)
+        if c is not None:
+            out[r] = c
     return out
 
 
@@ -110,55 +137,44 @@ def struck_groups(inj: Injection) -> List[int]:
 
 def summarize(phase_dir: str, train_iters: int) -> dict:
     phase = layout.Phase(phase_dir)
-    groups = {}
+    groups: Dict[int, Group] = {}
     for gp in phase.groups():
-        g = gp.group_index
-        atts = []
-        for att in gp.attempts():
-            steps = _steps(att)
-            r0 = steps.get(0, [])
-            atts.append({"attempt": att.index, "launch_ts": _attempt_launch(att), "steps": steps,
-                         "attempted": len(r0), "committed": sum(1 for x in r0 if x.get("commit")),
-                         "crashes": _crashes(att)})
-        groups[g] = {"attempts": atts, "end": phase_end(gp)}
+        if gp.group_index is None:  # phase.groups() lists g<k> folders only
+            continue
+        atts = [GroupAttempt(att.index, _attempt_launch(att), _steps(att), _crashes(att)) for att in gp.attempts()]
+        groups[gp.group_index] = Group(atts, phase_end(gp)["how"])
     injections = [r for r in live.read_injections(phase.path) if r.struck]
     return _account(groups, injections, train_iters, len(groups))
 
 
-def _commits(groups: dict, rank: int = 0) -> List[dict]:
-    """Every committed step record of `rank` of every group, in time order, with its group."""
-    out = []
-    for g, gr in groups.items():
-        for a in gr["attempts"]:
-            for x in a["steps"].get(rank, []):
-                if x.get("commit"):
-                    out.append(dict(x, group=g, attempt=a["attempt"]))
-    return sorted(out, key=lambda x: x["t"])
+def _commits(groups: Dict[int, Group]) -> List[Commit]:
+    """Every committed step record of rank 0 of every group, in time order, with its group."""
+    out = [Commit(g, a.attempt, x) for g, gr in groups.items() for a in gr.attempts for x in a.rank0 if x.commit]
+    return sorted(out, key=lambda c: c.rec.t)
 
 
-def _account(groups: dict, injections: List[Injection], train_iters: int, n_groups: int) -> dict:
+def _account(groups: Dict[int, Group], injections: List[Injection], train_iters: int, n_groups: int) -> dict:
     commits = _commits(groups)
     per_group = {}
     for g, gr in groups.items():
         per_group[str(g)] = {
-            "attempts": len(gr["attempts"]),
-            "steps_attempted": sum(a["attempted"] for a in gr["attempts"]),
-            "steps_committed": sum(a["committed"] for a in gr["attempts"]),
-            "last_step": max((x["step"] for a in gr["attempts"] for x in a["steps"].get(0, []) if x.get("commit")),
-                             default=0),
+            "attempts": len(gr.attempts),
+            "steps_attempted": sum(len(a.rank0) for a in gr.attempts),
+            "steps_committed": sum(1 for a in gr.attempts for x in a.rank0 if x.commit),
+            "last_step": max((x.step for a in gr.attempts for x in a.rank0 if x.commit), default=0),
         }
     # the job's progress: each step counted once (its first commit); its step time the median of its records
-    first_commit: Dict[int, dict] = {}
-    for x in commits:
-        first_commit.setdefault(x["step"], x)
-    dts = [x["t"] - x["t0"] for x in commits]
+    first_commit: Dict[int, FtStep] = {}
+    for c in commits:
+        first_commit.setdefault(c.rec.step, c.rec)
+    dts = [c.rec.t - c.rec.t0 for c in commits]
     median_dt = statistics.median(dts) if dts else None
-    launches = [a["launch_ts"] for gr in groups.values() for a in gr["attempts"] if a["launch_ts"]]
-    t_start = min(launches) if launches else (commits[0]["t0"] if commits else None)
-    t_end = commits[-1]["t"] if commits else None
-    wall = (t_end - t_start) if commits and t_start else None
-    productive = sum(x["t"] - x["t0"] for x in first_commit.values())
-    batches = sum(x.get("participants", 0) for x in first_commit.values())
+    launches = [a.launch_ts for gr in groups.values() for a in gr.attempts if a.launch_ts]
+    t_start = min(launches) if launches else (commits[0].rec.t0 if commits else None)
+    t_end = commits[-1].rec.t if commits else None
+    wall = (t_end - t_start) if t_end is not None and t_start else None
+    productive = sum(x.t - x.t0 for x in first_commit.values())
+    batches = sum(x.participants or 0 for x in first_commit.values())
     failures = [_failure(inj, groups, median_dt) for inj in sorted(injections, key=lambda r: r.time or 0.0)]
     verdict = _verdict(groups, commits, failures, train_iters)
     return {
@@ -174,7 +190,7 @@ def _account(groups: dict, injections: List[Injection], train_iters: int, n_grou
     }
 
 
-def _failure(inj: Injection, groups: dict, median_dt: Optional[float]) -> dict:
+def _failure(inj: Injection, groups: Dict[int, Group], median_dt: Optional[float]) -> dict:
     t = inj.time
     struck = struck_groups(inj)
     out: Dict[str, Any] = {"time": t, "kind": inj.kind, "struck_groups": struck, "survivors": [], "detection_s": None,
@@ -182,48 +198,48 @@ def _failure(inj: Injection, groups: dict, median_dt: Optional[float]) -> dict:
     survivors = [g for g in groups if g not in struck]
     out["survivors"] = survivors
     for g in survivors:
-        recs = [x for a in groups[g]["attempts"] for x in a["steps"].get(0, [])]
-        before = [x for x in recs if x["t"] <= t]
-        after = [x for x in recs if x["t"] > t]
-        if not before or not after:
+        recs = [x for a in groups[g].attempts for x in a.rank0]
+        before = [x for x in recs if t is not None and x.t <= t]
+        after = [x for x in recs if t is not None and x.t > t]
+        if not before or not after or t is None:
             continue
-        q0 = before[-1].get("quorum")
-        newq = next((x for x in after if x.get("quorum") != q0), None)
+        q0 = before[-1].quorum
+        newq = next((x for x in after if x.quorum != q0), None)
         if newq is None:
             continue
         if out["detection_s"] is None:
-            out["detection_s"] = newq.get("tq", newq["t0"]) - t
+            out["detection_s"] = newq.quorum_time - t
         # what the survivors spent not training: the steps they attempted and could not commit,
         # then the wait for the quorum without the struck group
-        lost = [x for x in after if not x.get("commit") and x["t0"] < newq["t0"]]
+        lost = [x for x in after if not x.commit and x.t0 < newq.t0]
         out["uncommitted_steps"] = max(out["uncommitted_steps"], len(lost))
-        stall = sum(x["t"] - x["t0"] for x in lost) + (newq.get("tq", newq["t0"]) - newq["t0"])
+        stall = sum(x.t - x.t0 for x in lost) + (newq.quorum_time - newq.t0)
         out["survivor_stall_s"] = max(out["survivor_stall_s"] or 0.0, stall)
     for g in struck:
-        later = [a for a in groups.get(g, {"attempts": []})["attempts"] if a["launch_ts"] and a["launch_ts"] > t]
-        if not later:
+        later = [a for a in (groups[g].attempts if g in groups else []) if a.launch_ts and t is not None and a.launch_ts > t]
+        if not later or t is None:
             out["relaunch"][str(g)] = None
             continue
         a = later[0]
-        r0 = a["steps"].get(0, [])
-        healed = next((x for x in r0 if x.get("healed")), None)
-        first_c = next((x for x in r0 if x.get("commit")), None)
+        launched = a.launch_ts or 0.0  # later: launched after the strike
+        healed = next((x for x in a.rank0 if x.healed), None)
+        first_c = next((x for x in a.rank0 if x.commit), None)
         out["relaunch"][str(g)] = {
-            "attempt": a["attempt"], "relaunched_after_s": a["launch_ts"] - t,
-            "process_start_s": (r0[0]["t0"] - a["launch_ts"]) if r0 else None,
-            "heal_s": healed.get("heal_s") if healed else None, "healed_at_step": healed["step"] if healed else None,
-            "rejoin_s": (first_c["t"] - t) if first_c else None,
-            "first_step": first_c["step"] if first_c else None,
+            "attempt": a.attempt, "relaunched_after_s": launched - t,
+            "process_start_s": (a.rank0[0].t0 - launched) if a.rank0 else None,
+            "heal_s": healed.heal_s if healed else None, "healed_at_step": healed.step if healed else None,
+            "rejoin_s": (first_c.t - t) if first_c else None,
+            "first_step": first_c.step if first_c else None,
         }
     return out
 
 
-def _throughput(first_commit: Dict[int, dict], failures: List[dict], t_start, t_end) -> dict:
+def _throughput(first_commit: Dict[int, FtStep], failures: List[dict], t_start, t_end) -> dict:
     """Committed steps per second before the first failure, while a struck group was out (the
     kill to its rejoin), and after the last rejoin."""
     if not first_commit or t_start is None:
         return {}
-    times = sorted(x["t"] for x in first_commit.values())
+    times = sorted(x.t for x in first_commit.values())
 
     def rate(a, b):
         n = sum(1 for x in times if a < x <= b)
@@ -242,35 +258,35 @@ def _throughput(first_commit: Dict[int, dict], failures: List[dict], t_start, t_
     return out
 
 
-def _verdict(groups: dict, commits: List[dict], failures: List[dict], train_iters: int) -> dict:
+def _verdict(groups: Dict[int, Group], commits: List[Commit], failures: List[dict], train_iters: int) -> dict:
     struck = {g for f in failures for g in f["struck_groups"]}
-    restarted = sorted(g for g, gr in groups.items() if g not in struck and len(gr["attempts"]) > 1)
+    restarted = sorted(g for g, gr in groups.items() if g not in struck and len(gr.attempts) > 1)
     # every rank's shard crc by (step, rank) as the survivors committed it
     crcs: Dict[tuple, set] = {}
     heals = []
     for g, gr in groups.items():
-        for a in gr["attempts"]:
-            for r, recs in a["steps"].items():
+        for a in gr.attempts:
+            for r, recs in a.steps.items():
                 for x in recs:
-                    if x.get("commit") and x.get("crc") is not None:  # the trainer checks a quorum's first step
-                        crcs.setdefault((x["step"], r), set()).add(x["crc"])
-                    if x.get("healed") and r == 0:
-                        heals.append((g, a["attempt"], x["step"]))
+                    if x.commit and x.crc is not None:  # the trainer checks a quorum's first step
+                        crcs.setdefault((x.step, r), set()).add(x.crc)
+                    if x.healed and r == 0:
+                        heals.append((g, a.attempt, x.step))
     unequal = sorted({f"step {s} rank {r}" for (s, r), v in crcs.items() if len(v) > 1})
     crashes, heal_failures = _crashes_and_heal_failures(groups, failures)
     # a start over: a step committed below one committed before it (a group's own first steps
     # before the others' are in lockstep: allowed while no other group has committed past it)
     start_over = None
     best = 0
-    for x in commits:
-        if x["step"] < best - 1:
-            start_over = {"group": x["group"], "attempt": x["attempt"], "step": x["step"], "after_step": best,
-                          "time": x["t"]}
+    for c in commits:
+        if c.rec.step < best - 1:
+            start_over = {"group": c.group, "attempt": c.attempt, "step": c.rec.step, "after_step": best,
+                          "time": c.rec.t}
             break
-        best = max(best, x["step"])
+        best = max(best, c.rec.step)
     # finished: a group completed the last step (the others complete theirs with it, or are
     # stopped by the phase once the training is done: still relaunching, or behind)
-    ends = {g: gr["end"]["how"] for g, gr in groups.items()}
+    ends = {g: gr.end for g, gr in groups.items()}
     finished = any(h == PhaseEnd.COMPLETED for h in ends.values())
     stopped = sorted(g for g, h in ends.items() if h == PhaseEnd.INTERRUPTED)
     return {
@@ -284,31 +300,31 @@ def _verdict(groups: dict, commits: List[dict], failures: List[dict], train_iter
     }
 
 
-def _crashes_and_heal_failures(groups: dict, failures: List[dict]):
+def _crashes_and_heal_failures(groups: Dict[int, Group], failures: List[dict]):
     """The exceptions programs died of on their own (not a struck group's after its strike), and
     per group attempt the heals that failed (asked by the quorum, not applied, torchft's error)."""
     strikes = [(f["time"], set(f["struck_groups"])) for f in failures]
     crashes, heals = [], []
     for g, gr in groups.items():
-        for a in gr["attempts"]:
-            for r, c in sorted(a["crashes"].items()):
-                t = c.get("time") or 0
-                if any(g in gs and a["launch_ts"] and a["launch_ts"] <= ft <= t for ft, gs in strikes):
+        for a in gr.attempts:
+            for r, c in sorted(a.crashes.items()):
+                t = c.time or 0
+                if any(g in gs and a.launch_ts and a.launch_ts <= ft <= t for ft, gs in strikes):
                     continue  # its group was struck while it ran: the strike's doing
-                error = f"{c.get('type')}: {c.get('message') or ''}".rstrip(": ")
-                where = f"{_short(c.get('file'))}:{c.get('line')}"
-                crashes.append({"group": g, "attempt": a["attempt"], "rank": r, "step": c.get("step"), "error": error,
-                                "where": where, "code": c.get("code"),
-                                "known": known(f"{error} at {where} {c.get('code') or ''}")})
-            failed = [x for x in a["steps"].get(0, []) if x.get("heal") and not x.get("healed") and x.get("error")]
+                error = f"{c.type}: {c.message}".rstrip(": ")
+                where = f"{_short(c.file)}:{c.line}"
+                crashes.append({"group": g, "attempt": a.attempt, "rank": r, "step": c.step, "error": error,
+                                "where": where, "code": c.code, "known": known(f"{error} at {where} {c.code or ''}")})
+            failed = [x for x in a.rank0 if x.heal and not x.healed and x.error]
             if failed:
-                t0, t1 = failed[0]["t0"], failed[-1]["t"]
+                t0, t1 = failed[0].t0, failed[-1].t
                 # meanwhile the others: their steps not committed that overlap (a heal's peer waits on it)
-                stalled = [x for o, ogr in groups.items() if o != g for oa in ogr["attempts"]
-                           for x in oa["steps"].get(0, []) if not x.get("commit") and x["t0"] <= t1 and x["t"] >= t0]
-                heals.append({"group": g, "attempt": a["attempt"], "times": len(failed), "step": failed[0]["step"],
-                              "error": failed[0]["error"], "known": known(failed[0]["error"]),
-                              "others_uncommitted_s": sum(x["t"] - x["t0"] for x in stalled)})
+                stalled = [x for o, ogr in groups.items() if o != g for oa in ogr.attempts
+                           for x in oa.rank0 if not x.commit and x.t0 <= t1 and x.t >= t0]
+                error = failed[0].error or ""
+                heals.append({"group": g, "attempt": a.attempt, "times": len(failed), "step": failed[0].step,
+                              "error": error, "known": known(error),
+                              "others_uncommitted_s": sum(x.t - x.t0 for x in stalled)})
     return crashes, heals
 
 

@@ -1,4 +1,4 @@
-"""The nodes' receipts and the node checks (contracts/receipts.py): one writer each, one tolerant
+"""The records typed in #64 (contracts/receipts, smoke, ft_records; job/probe): one writer each, one tolerant
 reader, and the JSON they write as it was before they were typed."""
 import json
 
@@ -77,3 +77,21 @@ def test_the_probes_python_answer():
     assert p.pythons["py"] == probe.Python("py", True, "/x/python", "2.13.0", "", None, False, {"mpi4py": True})
     bad = p.pythons["bad"]
     assert not bad.found and bad.torch_error.startswith("an answer that does not read") and bad.torch_error.endswith("oops")
+
+
+def test_torchft_records(tmp_path):
+    from restartlab.contracts import ft_records
+    step = ft_records.FtStep(t0=1.0, t=2.0, step=5, commit=True, tq=1.5, quorum=3, participants=2, crc=77)
+    p = tmp_path / "ft-rank0.jsonl"
+    p.write_text(step.to_json() + "\n" + json.dumps({"t0": 2.0, "t": 3.0, "step": "6"}) + "\n"
+                 + json.dumps({"t0": 3, "t": 4, "step": 6, "commit": 1, "crc": "x"}) + "\n" + '{"t0": 4, "t"')
+    got = ft_records.read_steps(str(p))
+    assert got[0] == step and got[0].quorum_time == 1.5
+    assert got[1] == ft_records.FtStep(3.0, 4.0, 6) and got[1].quorum_time == 3.0  # commit 1 is no commit
+    assert len(got) == 2  # no step number, a torn line: passed over
+    c = tmp_path / "ft-rank0-crash.json"
+    crash = ft_records.FtCrash("RuntimeError", "boom", 5.0, "torchft/x.py", 12, "raise", "MainThread", 4)
+    c.write_text(crash.to_json())
+    assert ft_records.read_crash(str(c)) == crash
+    c.write_text(json.dumps({"message": "no type"}))
+    assert ft_records.read_crash(str(c)) is None
