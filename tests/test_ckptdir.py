@@ -10,7 +10,7 @@ def _fake(ckpt, step, complete=True):
     with open(os.path.join(d, "__0_0.distcp"), "wb") as f:
         f.write(b"x" * 100)
     if complete:
-        ckptdir.mark_complete(d, {"step": step})
+        ckptdir.mark_complete(d, ckptdir.Marker(step))
 
 
 def test_prune_keeps_the_newest_and_never_leaves_a_half_deleted_step(tmp_path):

@@ -109,7 +109,7 @@ def _fake_complete(ckpt, step):
     d = ckptdir.step_path(ckpt, step)
     os.makedirs(d, exist_ok=True)
     t = time.time()
-    ckptdir.mark_complete(d, {"step": step})
+    ckptdir.mark_complete(d, ckptdir.Marker(step))
     return t
 
 

@@ -78,7 +78,7 @@ def made_up_experiment(root):
     for s in (5, 10):
         step = ckptdir.step_path(ph.ckpts, s)
         os.makedirs(step)
-        ckptdir.mark_complete(step, {"save_start": t + s, "complete_ts": t + s + 0.2})
+        ckptdir.mark_complete(step, ckptdir.Marker(s, save_start=t + s, complete_ts=t + s + 0.2))
     return expt
 
 

@@ -95,3 +95,16 @@ def test_torchft_records(tmp_path):
     assert ft_records.read_crash(str(c)) == crash
     c.write_text(json.dumps({"message": "no type"}))
     assert ft_records.read_crash(str(c)) is None
+
+
+def test_the_checkpoint_marker(tmp_path):
+    from restartlab.contracts import ckptdir
+    m = ckptdir.Marker(step=10, mode="async", save_start=1.0, world_size=4, durable_ts=1.5, complete_ts=1.75)
+    ckptdir.mark_complete(str(tmp_path), m)
+    path = str(tmp_path / ckptdir.COMPLETE)
+    assert ckptdir.read_marker(path) == m and m.finalize_s == 0.75
+    assert set(json.load(open(path))) == {"step", "mode", "save_start", "world_size", "durable_ts", "complete_ts"}
+    open(path, "w").close()
+    assert ckptdir.read_marker(path) is None  # another program's empty marker
+    open(path, "w").write('{"save_start": "x", "complete_ts": 2}')
+    assert ckptdir.read_marker(path).finalize_s is None

@@ -23,6 +23,7 @@ mark. Beside it, each its own module: the stager (ckpt_staging: the host buffers
 stream), the stage dir (ckpt_stage_dir: private, agreed, removed), the retention policy
 (ckpt_retention: the prune behind the saves) and the selection of what to load (ckpt_select).
 """
+import dataclasses
 import datetime
 import json
 import os
@@ -111,7 +112,7 @@ class Checkpointer:
         return row
 
     def _start_marker_info(self, step, t0):
-        return {"step": step, "mode": self.mode, "save_start": t0, "world_size": self.world_size}
+        return ckptdir.Marker(step=step, mode=self.mode, save_start=t0, world_size=self.world_size)
 
     def _prepare_dir(self, root, step):
         """Rank 0 removes a torn directory from an earlier attempt; nobody writes before it's gone."""
@@ -181,7 +182,8 @@ class Checkpointer:
         for g in gathered:
             all_files.update(g["files"])
         all_files[".metadata"] = ckptdir.file_crc32(metadata_path)
-        manifest = dict(self._start_marker_info(step, t0), mesh=self.mesh_info, format=self.ckpt_format,
+        manifest = dict(step=step, mode=self.mode, save_start=t0, world_size=self.world_size, mesh=self.mesh_info,
+                        format=self.ckpt_format,
                         files=all_files,
                         total_bytes=sum(f["bytes"] for f in all_files.values()),
                         trainer_version="0.1.0")
@@ -189,9 +191,9 @@ class Checkpointer:
         ckptdir.write_atomic(os.path.join(path, ckptdir.MANIFEST),
                              json.dumps(manifest, indent=1).encode())
         fault("mark", step, self.rank)
-        info = self._start_marker_info(step, t0)
-        info["durable_ts"] = max(g["durable_ts"] for g in gathered)  # the last rank's files durable
-        info["complete_ts"] = time.time()
+        info = dataclasses.replace(self._start_marker_info(step, t0),
+                                   durable_ts=max(g["durable_ts"] for g in gathered),  # the last rank's files durable
+                                   complete_ts=time.time())
         trace("marker", step, self.rank)
         ckptdir.mark_complete(path, info)
         trace("complete", step, self.rank)

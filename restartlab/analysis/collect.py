@@ -229,16 +229,18 @@ def _finalize_latencies(ckpt_dir, warnings) -> List[float]:
     out = []
     for c in ckptdir.complete_markers(ckpt_dir):
         try:
-            with open(c) as f:
-                text = f.read()
-            if not text:
-                continue
-            info = json.loads(text)
-            out.append(float(info["complete_ts"]) - float(info["save_start"]))
+            marker = ckptdir.read_marker(c)
         except OSError:
             warnings.append(f"{c}: unreadable marker")
-        except (ValueError, KeyError, TypeError):
+            continue
+        except ValueError:
+            marker = ckptdir.Marker()
+        if marker is None:
+            continue
+        if marker.finalize_s is None:
             warnings.append(Malformed(f"{c}: malformed marker (no complete_ts/save_start numbers)"))
+        else:
+            out.append(marker.finalize_s)
     return out
 
 

@@ -6,6 +6,7 @@ Only a step directory with `.complete` (and, when asked, a manifest whose files 
 is resumable. Everybody who asks "which checkpoint?" (trainer rank 0, injector, collector,
 pruner) asks here.
 """
+import dataclasses
 import functools
 import json
 import os
@@ -13,6 +14,8 @@ import re
 import shutil
 import zlib
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from . import jsonvalue
 
 try:  # ISA-L's CRC-32: the same checksum as zlib's, ~7x faster here (SIMD), GIL released
     from isal.isal_zlib import crc32
@@ -201,8 +204,44 @@ def write_atomic(path: str, data: bytes, mode: Optional[int] = None) -> None:
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def mark_complete(step_dir: str, info: Dict[str, Any]) -> None:
-    write_atomic(os.path.join(step_dir, COMPLETE), json.dumps(info).encode())
+@dataclasses.dataclass(frozen=True)
+class Marker:
+    """What the bundled trainer's .complete holds (written last, whole: write_atomic). Its one writer
+    is mark_complete (trainer/checkpoint.py's rank 0); its one reader read_marker (the collector's
+    finalize times)."""
+    step: Optional[int] = None
+    mode: Optional[str] = None             # sync or async
+    save_start: Optional[float] = None     # the save began (epoch s)
+    world_size: Optional[int] = None       # the ranks that wrote it
+    durable_ts: Optional[float] = None     # the last rank's files were durable (fsync)
+    complete_ts: Optional[float] = None    # the marker was written
+
+    @property
+    def finalize_s(self) -> Optional[float]:
+        """The save's start to its marker; None where either time is missing."""
+        if self.save_start is None or self.complete_ts is None:
+            return None
+        return self.complete_ts - self.save_start
+
+    @classmethod
+    def from_json(cls, d: object) -> "Marker":
+        if not isinstance(d, dict):
+            raise ValueError("not a JSON object")
+        return cls(jsonvalue.integer(d.get("step")), jsonvalue.text(d.get("mode")), jsonvalue.number(d.get("save_start")),
+                   jsonvalue.integer(d.get("world_size")), jsonvalue.number(d.get("durable_ts")),
+                   jsonvalue.number(d.get("complete_ts")))
+
+
+def mark_complete(step_dir: str, marker: Marker) -> None:
+    write_atomic(os.path.join(step_dir, COMPLETE), json.dumps(dataclasses.asdict(marker)).encode())
+
+
+def read_marker(path: str) -> Optional[Marker]:
+    """The marker at `path`; None for an empty one (another program's marker: ezpz's, say).
+    OSError: it cannot be read; ValueError: it holds something else."""
+    with open(path) as f:
+        text = f.read()
+    return Marker.from_json(json.loads(text)) if text else None
 
 
 def remove_trees(paths: List[str]) -> None:
