@@ -108,3 +108,16 @@ def test_the_checkpoint_marker(tmp_path):
     assert ckptdir.read_marker(path) is None  # another program's empty marker
     open(path, "w").write('{"save_start": "x", "complete_ts": 2}')
     assert ckptdir.read_marker(path).finalize_s is None
+
+
+def test_the_jobs_log(tmp_path):
+    from restartlab.contracts import jobslog, layout
+    e = layout.Expt(str(tmp_path))
+    with open(e.jobs, "w") as f:  # the job script's lines (printf in templates/body.j2), a torn one, a foreign one
+        f.write('{"job": "5.srv", "start": 1.5}\n{"job": "5.srv", "start": 9}\n{"start": 3}\n')
+    jobslog.append(e.jobs, jobslog.JobLine("6.srv", submitted_by="5.srv", time=10.0))
+    got = jobslog.read(e.jobs)
+    assert got == [jobslog.JobLine("5.srv", 1.5), jobslog.JobLine("5.srv", 9.0),
+                   jobslog.JobLine("6.srv", submitted_by="5.srv", time=10.0)]
+    assert json.loads(open(e.jobs).read().splitlines()[-1]) == {"job": "6.srv", "submitted_by": "5.srv", "time": 10.0}
+    assert jobslog.job_ids(str(tmp_path)) == ["5.srv", "6.srv"]

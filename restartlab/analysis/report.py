@@ -8,7 +8,7 @@ import time
 from typing import Dict, List, Optional
 
 from .. import programs
-from ..contracts import layout, options
+from ..contracts import jobslog, layout, options
 from ..contracts.attempts import PhaseEnd
 from ..contracts.live import Malformed
 from ..contracts.registry import RegistryError
@@ -151,10 +151,9 @@ def job_states(expt_dir, data):
     """[{jobid, state, exit_status, detail}] of the experiment's jobs, as its scheduler reports them
     now (one query), or [] where that cannot be asked (no queue, its tool not on PATH, an error:
     then one entry saying why)."""
-    from ..contracts import live
     from .. import schedulers
     try:
-        recs = live.job_ids(expt_dir)
+        recs = jobslog.job_ids(expt_dir)
     except (OSError, ValueError):
         recs = []  # a local run, or a log we cannot read: nothing to ask about
     name = (data or {}).get("scheduler") if isinstance(data, dict) else None

@@ -105,19 +105,3 @@ def read_typed(path: str, from_json: Callable[[Dict[str, Any]], Optional[T]], wh
         elif warnings is not None:
             warnings.append(Malformed(f"{path}: a line that is not {what}: ignored"))
     return out
-
-
-def job_ids(expt_dir: str) -> List[str]:
-    """Every batch job that worked on an experiment, in order: its jobs log (each run writes a
-    line; a chain adds its continuations), else the id `restartlab submit` wrote (submitted, not
-    started yet). OSError or ValueError when neither can be read."""
-    expt = layout.Expt(expt_dir)
-    path = expt.jobs if os.path.exists(expt.jobs) or not os.path.exists(expt.jobid) else expt.jobid
-    with open(path) as f:
-        lines = [line.strip() for line in f if line.strip()]
-    recs = [json.loads(line) for line in lines] if path == expt.jobs else [{"job": line} for line in lines]
-    out = []
-    for r in recs:
-        if isinstance(r, dict) and r.get("job") and str(r["job"]) not in out:
-            out.append(str(r["job"]))
-    return out

@@ -1,21 +1,20 @@
 """relaunch.chain: when the walltime margin or the relaunch budget ended a job before the last
 step, submit a continuation job that starts once this one has ended and resumes the experiment
 (`restartlab chain`, called by the job script). Every job is a line of the experiment's jobs log."""
-import json
 import os
 import subprocess
 import sys
 import time
 
 from .. import schedulers
-from ..contracts import layout, live, options
+from ..contracts import jobslog, layout, options
 from ..tools import options as tool_options
 from ..schedulers.base import SchedulerError
 
 
 def submitted(expt: layout.Expt) -> int:
     """Continuation jobs this experiment's chain has submitted so far."""
-    return sum(1 for r in live.read_records(expt.jobs) if r.get("submitted_by"))
+    return sum(1 for r in jobslog.read(expt.jobs) if r.submitted_by)
 
 
 def chain(expt_dir: str, scheduler: str, max_jobs: int, job: str, pass_env=()) -> int:
@@ -34,8 +33,7 @@ def chain(expt_dir: str, scheduler: str, max_jobs: int, job: str, pass_env=()) -
     except (OSError, subprocess.TimeoutExpired, SchedulerError) as e:
         print(f"restartlab: relaunch.chain: submitting the continuation failed: {e}", file=sys.stderr)
         return 1
-    with open(expt.jobs, "a") as f:
-        f.write(json.dumps({"job": nxt, "submitted_by": job, "time": time.time()}) + "\n")
+    jobslog.append(expt.jobs, jobslog.JobLine(nxt, submitted_by=job, time=time.time()))
     print(f"restartlab: continuation job {nxt} submitted ({used + 1} of {max_jobs}); it resumes {expt_dir} "
           f"after job {job}", flush=True)
     return 0

@@ -8,7 +8,7 @@ import re
 from typing import List, Optional, Tuple
 
 from .. import schedulers
-from ..contracts import layout, live
+from ..contracts import jobslog, layout
 from ..scenario import ScenarioError, read_resolved
 
 
@@ -55,7 +55,7 @@ def resolve(refs: List[str], scheduler: Optional[str] = None) -> Tuple[Optional[
                 continue
             names.add(scheduler or name)
             try:
-                ids += [j for j in live.job_ids(x) if j not in ids]
+                ids += [j for j in jobslog.job_ids(x) if j not in ids]
             except (OSError, ValueError) as e:
                 raise RefError(f"{x}: cannot read the experiment's jobs ({e})")
             continue

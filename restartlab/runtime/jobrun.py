@@ -10,7 +10,7 @@ import sys
 from typing import List, Optional
 
 from .. import schedulers
-from ..contracts import jobruns, layout, live
+from ..contracts import jobruns, jobslog, layout
 from ..contracts.jobruns import JobRun
 from .fanout import read_nodefile
 
@@ -24,8 +24,7 @@ def record(expt_dir: str, job: str, start: float, scheduler: str, nodefile: Opti
     expt = layout.Expt(expt_dir)
     hosts = tuple(read_nodefile(nodefile)[0]) if nodefile else ()
     before = [r for r in jobruns.read(expt.job_runs, []) if r.job == job and r.start < start]
-    earlier = [float(r["start"]) for r in live.read_records(expt.jobs)
-               if r.get("job") == job and isinstance(r.get("start"), (int, float)) and float(r["start"]) < start]
+    earlier = [r.start for r in jobslog.read(expt.jobs) if r.job == job and r.start is not None and r.start < start]
     if not earlier:
         rec = JobRun(job, start, scheduler, run=1, hosts=hosts)
     else:

@@ -1,0 +1,56 @@
+"""The jobs log (layout.Expt.jobs, jobs.jsonl): a line for each batch job that worked on an
+experiment. Two writers, one line shape each:
+- the job script, as a run of a job starts (templates/body.j2 and smoke.j2, in shell: printf
+  '{"job": ..., "start": ...}'): `start` set;
+- a chain's continuation, as it is submitted (job/chain.py, through `append`): `submitted_by` and
+  `time` set.
+One tolerant reader (`read`): a line without a job id is passed over, a field of the wrong type is
+absent."""
+import dataclasses
+import json
+import os
+from typing import List, Optional
+
+from . import layout, live
+from .jsonvalue import number, text
+
+
+@dataclasses.dataclass(frozen=True)
+class JobLine:
+    job: str
+    start: Optional[float] = None          # a run of the job started then (the job script's clock)
+    submitted_by: Optional[str] = None     # a continuation: the job that submitted it (relaunch.chain)
+    time: Optional[float] = None           # when it was submitted
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in dataclasses.asdict(self).items() if v is not None})
+
+    @classmethod
+    def from_json(cls, d: object) -> Optional["JobLine"]:
+        if not isinstance(d, dict) or d.get("job") in (None, ""):
+            return None
+        return cls(str(d["job"]), number(d.get("start")), text(d.get("submitted_by")), number(d.get("time")))
+
+
+def read(path: str, warnings: Optional[List[str]] = None) -> List[JobLine]:
+    return live.read_typed(path, JobLine.from_json, "a jobs log line", warnings)
+
+
+def append(path: str, line: JobLine) -> None:
+    with open(path, "a") as f:
+        f.write(line.to_json() + "\n")
+
+
+def job_ids(expt_dir: str) -> List[str]:
+    """Every batch job that worked on an experiment, in order: its jobs log (each run writes a
+    line; a chain adds its continuations), else the id `restartlab submit` wrote (submitted, not
+    started yet). OSError or ValueError when neither can be read."""
+    expt = layout.Expt(expt_dir)
+    path = expt.jobs if os.path.exists(expt.jobs) or not os.path.exists(expt.jobid) else expt.jobid
+    with open(path) as f:
+        lines = [line.strip() for line in f if line.strip()]
+    if path == expt.jobs:
+        ids = [r.job for r in map(JobLine.from_json, map(json.loads, lines)) if r is not None]
+    else:
+        ids = lines
+    return list(dict.fromkeys(ids))
