@@ -52,7 +52,7 @@ def test_an_end_record_reads_back_as_written(tmp_path, how):
     rec = EndRecord.from_json(raw)
     assert rec.how is how and rec.attempt == 2 and rec.job == "123.pbs" and rec.to_json() == raw
     end = phase_end(phase)
-    assert end["how"] is how and end["attempt"] == 2 and end["text"] == rec.text()
+    assert end.how is how and end.attempt == 2 and end.text == rec.text()
 
 
 # lines as 27b9e9f's attempt_record.write_end appended them, and what its phase_end made of them
@@ -74,7 +74,7 @@ def test_an_end_file_of_the_version_before_reads_the_same(tmp_path, line, summar
     with open(phase.ended, "w") as f:
         f.write(json.dumps({"time": 1, "how": "budget", "attempt": 1, "job": None, "signal": None}) + "\n")
         f.write(json.dumps(line) + "\n")  # the latest line is the one that counts
-    assert phase_end(phase) == summary
+    assert phase_end(phase).to_dict() == summary
 
 
 @pytest.mark.parametrize("line", [
@@ -90,11 +90,11 @@ def test_what_is_not_a_current_end_record_leaves_the_phase_to_its_attempts(tmp_p
     with open(phase.ended, "w") as f:
         f.write(json.dumps(line) + "\n")
     end = phase_end(phase)
-    assert end["how"] is PhaseEnd.DIED and end["attempt"] == 3 and "ended without a word during attempt 3" in end["text"]
+    assert end.how is PhaseEnd.DIED and end.attempt == 3 and "ended without a word during attempt 3" in end.text
 
 
 def test_no_attempt_and_no_record_is_not_started(tmp_path):
-    assert phase_end(_phase(tmp_path, 0))["how"] is PhaseEnd.NOT_STARTED
+    assert phase_end(_phase(tmp_path, 0)).how is PhaseEnd.NOT_STARTED
 
 
 # the attempt and launch records as 27b9e9f's attempt_record.record and .launched wrote them (before

@@ -398,7 +398,7 @@ def test_a_program_that_cannot_run_spends_no_attempt_and_says_why_once(tmp_path,
     assert sup.run() == supervise.EXIT_FAILED and procs.launched == [] and procs.events == []
     assert capsys.readouterr().err.count("ezpz is not installed") == 1 and phase.attempts() == []
     end = attempts.phase_end(phase)
-    assert end["how"] == "cannot_run" and end["text"] == "not started: ezpz is not installed for /usr/bin/python3"
+    assert end.how == "cannot_run" and end.text == "not started: ezpz is not installed for /usr/bin/python3"
 
 
 def test_injector_lives_as_long_as_the_phase(tmp_path):

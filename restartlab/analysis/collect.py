@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, cast
 from ..contracts import ckptdir, launch_snapshot, layout, state_record
 from ..contracts.launch_snapshot import LaunchSnapshot
 from ..contracts.attempts import (INJECTION_SLACK_S, AttemptRecord, LaunchRecord, NotARecord, completed_row, injected,
-                                  injections_into, phase_end)
+                                  injections_into, phase_end, PhaseOutcome)
 from ..contracts.jsonvalue import number as _num  # the records' rule for a number, on every row too
 from ..programs.base import clean_line
 from ..contracts.injections import Injection
@@ -133,7 +133,7 @@ class PhaseData:
     dt_busy: List[float] = field(default_factory=lambda: [0, 0.0])
     dt_idle: List[float] = field(default_factory=lambda: [0, 0.0])
     warnings: List[str] = field(default_factory=list)
-    ended: Optional[dict] = None          # how its latest supervisor ended (contracts/attempts.py: phase_end)
+    ended: Optional[PhaseOutcome] = None  # how its latest supervisor ended (contracts/attempts.py: phase_end)
     losses: Optional[Dict[int, float]] = None  # {step: loss} of the steps it kept (losses=True)
     losses_logged: bool = False           # some came from the program's own log line (rounded as it prints them)
     _kill_index: Optional[tuple] = field(default=None, repr=False)

@@ -142,7 +142,7 @@ def summarize(phase_dir: str, train_iters: int) -> dict:
         if gp.group_index is None:  # phase.groups() lists g<k> folders only
             continue
         atts = [GroupAttempt(att.index, _attempt_launch(att), _steps(att), _crashes(att)) for att in gp.attempts()]
-        groups[gp.group_index] = Group(atts, phase_end(gp)["how"])
+        groups[gp.group_index] = Group(atts, phase_end(gp).how)
     injections = [r for r in live.read_injections(phase.path) if r.struck]
     return _account(groups, injections, train_iters, len(groups))
 

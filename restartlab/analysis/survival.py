@@ -344,7 +344,7 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
         v.findings.append(failed_saves_text(failed))
     if not v.finished:
         v.findings.append("did not finish (no attempt reached the last step): "
-                          + (ph.ended or {}).get("text", "not started"))
+                          + (ph.ended.text if ph.ended else "not started"))
     if base is not None:
         finding, v.baseline = compare(ph, base, tolerance)
         if finding:

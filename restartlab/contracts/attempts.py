@@ -170,7 +170,8 @@ class EndRecord:
         k = integer(d.get("attempt"))
         if k is None:
             return None
-        return cls(PhaseEnd(d["how"]), k, d.get("job"), d.get("signal"), d.get("why"), number(d.get("time")) or 0.0)
+        return cls(PhaseEnd(d["how"]), k, text(d.get("job")), text(d.get("signal")), text(d.get("why")),
+                   number(d.get("time")) or 0.0)
 
     def append(self, phase: layout.Phase) -> None:
         """The one writer: a line appended to the phase's end records."""
@@ -184,24 +185,33 @@ class EndRecord:
                                       why=self.why or "the program cannot run here")
 
 
-def phase_end(phase: layout.Phase) -> Dict[str, Any]:
-    """The one reader: how the phase's latest supervisor ended, as the summary carries it:
-    {how, attempt, job, signal, text}, `how` a PhaseEnd (DIED: it left no end record after its
-    last attempt, SIGKILLed or its node lost)."""
+@dataclasses.dataclass(frozen=True)
+class PhaseOutcome:
+    """How a phase's latest supervisor ended, as the summary carries it (`to_dict`)."""
+    how: PhaseEnd                 # DIED: it left no end record after its last attempt (SIGKILLed, its node lost)
+    attempt: int                  # its last attempt (0: none started)
+    text: str                     # the sentence the report gives
+    job: Optional[str] = None
+    signal: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"how": self.how, "attempt": self.attempt, "job": self.job, "signal": self.signal, "text": self.text}
+
+
+def phase_end(phase: layout.Phase) -> PhaseOutcome:
+    """The one reader of the end records: how the phase's latest supervisor ended."""
     atts = phase.attempts()
     k = int(os.path.basename(atts[-1].path)) if atts else 0
     recs = live.read_records(phase.ended)
     last = EndRecord.from_json(recs[-1]) if recs else None
     if last is not None and last.attempt >= k:
-        return {"how": last.how, "attempt": last.attempt, "job": last.job, "signal": last.signal,
-                "text": last.text()}
+        return PhaseOutcome(last.how, last.attempt, last.text(), last.job, last.signal)
     if not k:
-        return {"how": PhaseEnd.NOT_STARTED, "attempt": 0, "job": None, "signal": None, "text": "not started"}
+        return PhaseOutcome(PhaseEnd.NOT_STARTED, 0, "not started")
     rec = atts[-1].record
-    return {"how": PhaseEnd.DIED, "attempt": k, "job": None, "signal": None,
-            "text": f"its supervisor ended without a word during attempt {k}"
-                    + ("" if os.path.exists(rec) else " (which has no record of its end)")
-                    + ": killed (SIGKILL), or its node was lost"}
+    return PhaseOutcome(PhaseEnd.DIED, k, f"its supervisor ended without a word during attempt {k}"
+                        + ("" if os.path.exists(rec) else " (which has no record of its end)")
+                        + ": killed (SIGKILL), or its node was lost")
 
 
 # an injection record is written just after its strike's signals went out; the launcher may see
