@@ -1,4 +1,4 @@
-"""The jobs log (layout.Expt.jobs, jobs.jsonl): a line for each batch job that worked on an
+"""The jobs log (layout.Expt.jobs): a line for each batch job that worked on an
 experiment. Two writers, one line shape each:
 - the job script, as a run of a job starts (templates/body.j2 and smoke.j2, in shell: printf
   '{"job": ..., "start": ...}'): `start` set;
