@@ -2,32 +2,34 @@
 
     python -m tests.mutate_supervise        # prints one line per mutation; exit 1 if one survives
 
-It edits restartlab/runtime/supervise.py in place (one mutation at a time, always restored), so run it
-alone, never beside the test suite."""
+It edits restartlab/runtime/supervise.py, or the module a decision moved to (runtime/watch.py: the
+watchdog and the stop), in place (one mutation at a time, always restored), so run it alone, never
+beside the test suite."""
 import os
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET = os.path.join(ROOT, "restartlab", "runtime", "supervise.py")
+RUNTIME = os.path.join(ROOT, "restartlab", "runtime")
+WATCH = "watch.py"
 
-# (decision, the code as written, the code broken)
+# (decision, the code as written, the code broken[, the module: supervise.py by default])
 MUTATIONS = [
     ("budget: max_attempts launches", "while tries < cfg.max_attempts:", "while tries <= cfg.max_attempts:"),
-    ("backoff between attempts only", "            if tries < cfg.max_attempts:\n                self.clock.sleep",
-     "            if True:\n                self.clock.sleep"),
+    ("backoff between attempts only", "            if tries < cfg.max_attempts:\n                still = ",
+     "            if True:\n                still = "),
     ("backoff is slept", "self.clock.sleep(cfg.backoff)", "self.clock.sleep(0)"),
     ("exit_no_checkpoint stops relaunching", "if rc == EXIT_NO_CHECKPOINT:", "if rc == -999:"),
     ("startup_timeout before the first step, hang_timeout after",
      "limit = cfg.hang_timeout if self.procs.has_stepped(att) else cfg.startup_timeout",
-     "limit = cfg.startup_timeout if self.procs.has_stepped(att) else cfg.hang_timeout"),
+     "limit = cfg.startup_timeout if self.procs.has_stepped(att) else cfg.hang_timeout", WATCH),
     ("the watchdog fires", "if last is not None and self.clock.time() - last > limit:",
-     "if last is not None and self.clock.time() - last > 10 * limit:"),
-    ("TERM, then KILL for a deaf launcher", "            run.signal(signal.SIGKILL)\n", "            pass\n"),
-    ("walltime warning during an attempt", "if not os.path.exists(att.walltime) and self.past_stop():", "if False:"),
-    ("no launch past the walltime margin", "            if self.past_stop():\n                self.say(f\"walltime margin",
+     "if last is not None and self.clock.time() - last > 10 * limit:", WATCH),
+    ("TERM, then KILL for a deaf launcher", "            run.signal(signal.SIGKILL)\n", "            pass\n", WATCH),
+    ("walltime warning during an attempt", "if not os.path.exists(att.walltime) and self.past_stop():", "if False:", WATCH),
+    ("no launch past the walltime margin", "            if self.watchdog.past_stop():\n                self.say(f\"walltime margin",
      "            if False:\n                self.say(f\"walltime margin"),
-    ("no phase starts past the walltime margin", "        if self.past_stop():\n            self.say(\"not started",
+    ("no phase starts past the walltime margin", "        if self.watchdog.past_stop():\n            self.say(\"not started",
      "        if False:\n            self.say(\"not started"),
     ("a walltime-stopped attempt is not relaunched", "            if os.path.exists(att.walltime):\n",
      "            if False:\n"),
@@ -49,16 +51,17 @@ MUTATIONS = [
 
 
 def main() -> int:
-    with open(TARGET) as f:
-        original = f.read()
     survived = 0
-    try:
-        for name, good, bad in MUTATIONS:
-            if original.count(good) != 1:
-                print(f"?? {name}: the code to break is not found once in supervise.py (update the mutation)")
-                survived += 1
-                continue
-            with open(TARGET, "w") as f:
+    for name, good, bad, *where in MUTATIONS:
+        target = os.path.join(RUNTIME, where[0] if where else "supervise.py")
+        with open(target) as f:
+            original = f.read()
+        if original.count(good) != 1:
+            print(f"?? {name}: the code to break is not found once in {os.path.basename(target)} (update the mutation)")
+            survived += 1
+            continue
+        try:
+            with open(target, "w") as f:
                 f.write(original.replace(good, bad))
             r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--timeout", "60",
                                 "-m", "not multirank", os.path.join(ROOT, "tests", "test_supervise.py")],
@@ -67,9 +70,9 @@ def main() -> int:
             failed = next((l for l in r.stdout.splitlines() if l.startswith("FAILED")), "")
             print(f"{'caught ' if caught else 'SURVIVED'} {name}" + (f"  <- {failed.split('::')[-1][:70]}" if failed else ""))
             survived += not caught
-    finally:
-        with open(TARGET, "w") as f:
-            f.write(original)
+        finally:
+            with open(target, "w") as f:
+                f.write(original)
     print(f"{len(MUTATIONS) - survived}/{len(MUTATIONS)} broken decisions caught by tests/test_supervise.py")
     return 1 if survived else 0
 

@@ -39,14 +39,14 @@ from ..contracts.envvars import (ATTEMPT_VAR, EXPT_VAR, LAUNCH_TS_VAR, PHASE_VAR
 from . import attempt_stop
 from .attempt_launch import AttemptLaunch, Launched
 from .injector_proc import INJECTOR_GRACE_S, InjectorProcess
+from .storage_faults import PhaseStorageFaults
+from .watch import NODE_POLL_S, STOP_GRACE_S, Watchdog, touch as _touch  # (the times: re-exported)
 from ..tools import options as tool_options
 from ..tools.launch import LaunchSpec, SpecError
 from ..contracts.exits import (EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_USAGE,
                                EXIT_WALLTIME)
 if TYPE_CHECKING:  # start_pool imports it when the pools start
     from .warm.route import WarmRoute
-STOP_GRACE_S = 5.0               # the launcher's time to end after a TERM before it gets a KILL
-NODE_POLL_S = 10.0               # between two asks of a node the stop could not reach (wait_for_nodes)
 
 
 # ---------------------------------------------------------------- the parts the tests replace
@@ -235,39 +235,13 @@ class Supervisor:
         self.phase = layout.Phase(cfg.phase_dir)
         self.out = out or sys.stdout
         self.current: Optional[Launched] = None
-        self.bad_rank_seen: Dict[str, float] = {}  # attempt path -> when this loop first saw a rank's bad end
+        self.watchdog = Watchdog(cfg, self.clock, self.procs, self.say)
+        self.io = PhaseStorageFaults(cfg.inject, self.phase, cfg.ckpt_dir, self.say)
         self.io_env: Dict[str, str] = {}
-        self.io_kinds: List[str] = []
         self.end_why: Optional[str] = None  # why the phase failed, where a reason is known (its end record's `why`)
 
     def say(self, msg: str, err: bool = False) -> None:
         print(f"restartlab: phase {self.cfg.phase}: {msg}", file=sys.stderr if err else self.out, flush=True)
-
-    def storage_env(self) -> Dict[str, str]:
-        """The ranks' preload and its settings where the phase's failures have a storage kind
-        (runtime/iofault, built into the phase's directory now); {} otherwise."""
-        inj = self.cfg.inject
-        if not inj:
-            return {}
-        steps = tool_options.parse_at_steps(inj["at_steps"]) if inj.get("at_steps") else []
-        kinds = failures.kinds_of(inj.get("kind"), [k for _, k in steps], inj.get("fuzz_kinds"))
-        io = [k for k in kinds if failures.get(k).storage_fault]
-        if not io:
-            return {}
-        self.io_kinds = io
-        lib = iofault.build(self.phase.iofault_dir)
-        self.say(f"storage faults: {', '.join(io)} through {lib} in the ranks")
-        return iofault.rank_env(lib, self.cfg.ckpt_dir or self.phase.ckpts, self.phase.iofault_ctl,
-                                self.phase.iofaults)
-
-    def heals_space(self) -> bool:
-        """This phase's own storage fault makes writes fail for a while only (write_errors with a
-        duration): a 'no space' it causes is no reason to stop relaunching."""
-        inj = self.cfg.inject or {}
-        return "write_errors" in self.io_kinds and (inj.get("duration") or 0) > 0
-
-    def past_stop(self) -> bool:
-        return self.cfg.stop_at > 0 and self.clock.time() >= self.cfg.stop_at
 
     # -- one attempt
     def _argv_and_env(self, k: int, att: layout.Attempt,
@@ -310,67 +284,6 @@ class Supervisor:
         env.update(self.io_env)  # failures.kind stall_writes, slow_storage, write_errors, torn (runtime/iofault)
         return argv, env, ranks
 
-    def watch(self, run: Launched, att: layout.Attempt) -> int:
-        """Wait for the attempt to end; the walltime warning and the watchdog meanwhile."""
-        cfg = self.cfg
-        while True:
-            rc = run.wait(cfg.tick)
-            if rc is not None:
-                return rc
-            if not os.path.exists(att.walltime) and self.past_stop():
-                self.walltime_warning(att)
-            if self.peers_left_waiting(att):
-                return self.stop_stuck(run, att)
-            last = self.procs.last_activity(att)
-            limit = cfg.hang_timeout if self.procs.has_stepped(att) else cfg.startup_timeout
-            if last is not None and self.clock.time() - last > limit:
-                self.say(f"no progress in {att.path} for {limit:g}s: stopping the attempt", err=True)
-                _touch(att.hang)
-                return self.stop_stuck(run, att)
-
-    def stop_stuck(self, run: Launched, att: layout.Attempt) -> int:
-        """An attempt that will not end by itself: where its ranks are (stacks, processes), then
-        KILL to them on every node, then the launcher stopped; its exit status."""
-        self.procs.dump_stacks(att)
-        self.procs.teardown(att)
-        return self.stop(run)
-
-    def peers_left_waiting(self, att: layout.Attempt) -> bool:
-        """A rank ended badly (its exit record) relaunch.rank_exit_grace ago, as this loop first saw
-        it, and the launch still runs: its peers wait for it in a collective or a rendezvous until
-        their own timeout, since a launcher may not end them (Hydra does only when a rank dies by a
-        signal; an exit status it leaves alone). Not after the walltime warning, whose emergency
-        checkpoint has the margin's time."""
-        grace = self.cfg.rank_exit_grace
-        if grace <= 0 or os.path.exists(att.walltime):
-            return False
-        bad = self.procs.failed_rank(att)
-        if bad is None:
-            return False
-        seen = self.bad_rank_seen.setdefault(att.path, self.clock.time())
-        if self.clock.time() - seen < grace:
-            return False
-        self.say(f"rank {bad.rank} on {bad.node} ended ({bad.how()}) and the others still run "
-                 f"{grace:g}s later: stopping the attempt (relaunch.rank_exit_grace)", err=True)
-        return True
-
-    def stop(self, run: Launched) -> int:
-        """TERM to the launcher, KILL after STOP_GRACE_S; its exit status."""
-        run.signal(signal.SIGTERM)
-        rc = run.wait(STOP_GRACE_S)
-        if rc is None:
-            run.signal(signal.SIGKILL)
-            rc = run.wait(None)
-        assert rc is not None  # wait(None) waits for the end
-        return rc
-
-    def walltime_warning(self, att: layout.Attempt) -> None:
-        """The ranks write an emergency checkpoint and exit; the marker says: do not relaunch."""
-        _touch(att.walltime)
-        self.say(f"walltime warning ({self.cfg.walltime_margin:g}s left): SIG{self.cfg.preempt_signal} to "
-                 f"the ranks for an emergency checkpoint", err=True)
-        self.procs.teardown(att, self.cfg.preempt_signal)
-
     # -- the phase
     def run(self) -> int:
         cfg, phase = self.cfg, self.phase
@@ -379,7 +292,7 @@ class Supervisor:
             self.say(f"recorded in {src} (restartlab run --baseline-from): not run again" if src
                      else "finished by an earlier job of this experiment")
             return EXIT_OK
-        if self.past_stop():
+        if self.watchdog.past_stop():
             self.say("not started (walltime): the walltime margin is reached", err=True)
             return EXIT_WALLTIME
         os.makedirs(phase.attempts_dir, exist_ok=True)
@@ -397,7 +310,7 @@ class Supervisor:
             return EXIT_FAILED
         iofault.disarm(phase.iofault_ctl)  # a strike armed by an earlier job's injector (SIGKILLed first) is over
         try:
-            self.io_env = self.storage_env()
+            self.io_env = self.io.rank_env()
         except iofault.BuildError as e:
             self.say(f"FAILED: the storage faults cannot be made: {e}", err=True)
             attempt_record.write_end(phase, PhaseEnd.CANNOT_RUN, 0, cfg.job or None, why=str(e))
@@ -436,7 +349,7 @@ class Supervisor:
         k = done[-1].index if done else 0  # a chained job goes on numbering the attempts before it
         tries = 0
         while tries < cfg.max_attempts:
-            if self.past_stop():
+            if self.watchdog.past_stop():
                 self.say(f"walltime margin reached: no attempt launched after attempt {k}", err=True)
                 return PhaseEnd.WALLTIME, k, tries
             k, tries = k + 1, tries + 1
@@ -449,9 +362,9 @@ class Supervisor:
             attempt_record.launched(att, k, launch_ts, cfg.job or None)
             self.current = self.procs.launch(argv, att, cast(Dict[str, str], env))
             try:
-                rc = self.watch(self.current, att)
+                rc = self.watchdog.watch(self.current, att)
             except Interrupted:
-                rc = self.stop(self.current)
+                rc = self.watchdog.stop(self.current)
                 self.procs.finish(att, rc)
                 self._record(att, k, launch_ts, rc, ranks)
                 raise
@@ -473,13 +386,13 @@ class Supervisor:
             if rc == EXIT_NO_CHECKPOINT:  # complete checkpoints exist, none loads: relaunching cannot help
                 self.say(f"no complete checkpoint loads (see {att.output}): not relaunching", err=True)
                 return PhaseEnd.FAILED, k, tries
-            full = out_of_space(att.output) if not self.heals_space() else None
+            full = out_of_space(att.output) if not self.io.heals_space() else None
             if full:  # a full file system or quota is still full at the next launch: relaunching cannot help
                 self.end_why = f"a rank's write failed for want of space ({full}; see {att.output})"
                 self.say(f"{self.end_why}: not relaunching until space is freed", err=True)
                 return PhaseEnd.FAILED, k, tries
             if tries < cfg.max_attempts:
-                still = self.wait_for_nodes(lost, k, att)
+                still = self.watchdog.wait_for_nodes(lost, k, att)
                 if still:  # a launch onto a node that does not answer fails at once: a crash loop
                     them = "it" if len(still) == 1 else "them"
                     self.end_why = (f"{', '.join(still)} did not answer for {cfg.node_wait:.0f} s after attempt {k}'s "
@@ -489,35 +402,6 @@ class Supervisor:
                     return PhaseEnd.FAILED, k, tries
                 self.clock.sleep(cfg.backoff)
         return PhaseEnd.BUDGET, k, tries
-
-    def wait_for_nodes(self, lost: List[str], k: int, att: layout.Attempt) -> List[str]:
-        """With on_node_loss same, before the next launch: wait up to relaunch.node_wait for the nodes the
-        stop of attempt k could not reach (cut off, down) to answer again; the ones that still do not.
-        A launch onto such a node fails at once and each failure spends the relaunch budget (seen on the
-        OpenPBS cluster: two relaunches into a partition failed in 6 s and the phase failed, before PBS
-        marked the node down); meanwhile the scheduler may mark the node down and requeue the job. Once
-        they answer, the stop is made again (attempt k's ranks there may still run); the walltime margin
-        ends the wait (the next launch is not made then)."""
-        cfg = self.cfg
-        if not lost or cfg.node_policy != "same" or cfg.node_wait <= 0:
-            return []
-        self.say(f"attempt {k}'s stop could not reach {', '.join(lost)}: waiting up to {cfg.node_wait:.0f} s for "
-                 "it to answer before relaunching on the same nodes (relaunch.node_wait)", err=True)
-        deadline = self.clock.time() + cfg.node_wait
-        while True:
-            if self.past_stop():
-                return []  # the walltime margin: _attempts launches nothing more
-            back = self.procs.answering(lost)
-            lost = [h for h in lost if h not in back]
-            if not lost:
-                lost = self.procs.teardown(att) or []  # what is left of attempt k there, now reachable
-                if not lost:
-                    self.say("every node answers again, attempt's ranks stopped there: relaunching")
-                    return []
-            left = deadline - self.clock.time()
-            if left <= 0:
-                return lost
-            self.clock.sleep(min(NODE_POLL_S, left))
 
     def _record(self, att: layout.Attempt, k: int, launch_ts: float, rc: int, ranks: int,
                 end_ts: Optional[float] = None) -> bool:
@@ -545,11 +429,6 @@ def out_of_space(output: str) -> Optional[str]:
         if any(w in line for w in NO_SPACE):
             return " ".join(line.split())[:200]
     return None
-
-
-def _touch(path: str) -> None:
-    with open(path, "a"):
-        pass
 
 
 # ---------------------------------------------------------------- the verb
@@ -630,7 +509,7 @@ def main(a: argparse.Namespace) -> int:
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, signal.SIG_IGN)  # finish stopping what we started
         if sup.current is not None:
-            sup.stop(sup.current)
+            sup.watchdog.stop(sup.current)
         sup.procs.injector.terminate()
         sup.procs.stop_injector()
         if sup.phase.started():

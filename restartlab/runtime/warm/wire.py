@@ -8,13 +8,12 @@ pid), or `Refused` (why: the stub then starts its rank cold); when the rank ends
 the exchange (`recv_request`, `recv_reply`, `recv_end`), which refuses a message of another shape."""
 import array
 import contextlib
-import dataclasses
 import json
 import os
 import signal
 import socket
 import struct
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ...contracts.envvars import node_name
 from ...contracts.placeholders import NODE_TOKEN, fill
@@ -51,8 +50,9 @@ def unix_path(path: str) -> Iterator[str]:
         os.close(fd)
 
 
-@dataclasses.dataclass(frozen=True)
-class Request:
+# NamedTuples, not dataclasses: the stub imports this module before every warm rank, and dataclasses
+# imports inspect (tens of milliseconds) and copy (which tries Jython's org.python.core)
+class Request(NamedTuple):
     """The stub's request: run this rank's program in a fork of the pool."""
     argv: List[str]             # the rank's command line, as the launcher gave it to the stub
     env: Dict[str, str]         # the stub's environment (the launcher's rank variables in it)
@@ -70,20 +70,17 @@ class Request:
                    pid if isinstance(pid, int) and not isinstance(pid, bool) else None)
 
 
-@dataclasses.dataclass(frozen=True)
-class Started:
+class Started(NamedTuple):
     """The pool forked the rank: its pid (the stub forwards its signals to it)."""
     pid: int
 
 
-@dataclasses.dataclass(frozen=True)
-class Refused:
+class Refused(NamedTuple):
     """The pool cannot run the request; the stub starts its rank cold."""
     error: str
 
 
-@dataclasses.dataclass(frozen=True)
-class Ended:
+class Ended(NamedTuple):
     """The rank ended: by a signal (its number), else with an exit status."""
     signal: int = 0
     exit: int = 0
@@ -105,7 +102,7 @@ def _int(v: object) -> Optional[int]:
 
 
 def send_msg(sock: socket.socket, msg: Message, fds: Sequence[int] = ()) -> None:
-    obj = msg.to_dict() if isinstance(msg, Ended) else dataclasses.asdict(msg)
+    obj = msg.to_dict() if isinstance(msg, Ended) else msg._asdict()
     data = json.dumps(obj).encode()
     payload = _HDR.pack(len(data)) + data
     if fds:
