@@ -272,6 +272,9 @@ def test_pbs_partition_watchdog_decides_then_pbs_requeues_the_job_the_time_betwe
     def steps(k):
         return [x for x in rows(ph.attempt(k).metrics(0)) if {"train/dt", "train/iter", "train/loss"} <= set(x)]
     kept = sum(x["train/dt"] for x in steps(1) if x["train/iter"] <= ev["resumed_from"]) + sum(x["train/dt"] for x in steps(2))
+    print(f"ETTR by hand: steps kept {len([x for x in steps(1) if x['train/iter'] <= ev['resumed_from']])} + "
+          f"{len(steps(2))}, their seconds {kept:.3f} / wall {wall:.3f} s (attempt 2's end_ts - attempt 1's launch_ts) "
+          f"= {kept / wall:.6f}; the report's {s['ettr']:.6f}; downtime {ev['downtime_s']:.2f} s")
     assert s["ettr"] == pytest.approx(kept / wall, rel=1e-6), (s["ettr"], kept, wall)
     t = s["survival"]["restarts"][0]["text"]
     assert f"then the watchdog stopped it (no progress for relaunch.hang_timeout); its stop could not reach {lost}; " \

@@ -93,8 +93,11 @@ def test_split_python_takes_modules_scripts_code_and_refuses_the_rest():
 
 
 def test_the_preload_a_program_gets_by_default():
-    assert standby.default_preload([PY, "-m", "restartlab.trainer", "--model", "tiny"]) == WARM_PRELOAD
-    assert standby.default_preload(["/usr/bin/python3.11", "train.py"]) == "torch"
+    """The adapter says what its pools import (the bundled trainer is told by its adapter, not by
+    the words of its command: #64.4)."""
+    from restartlab import programs
+    assert programs.ADAPTERS.get(programs.resolve({})["adapter"]).preload == "torch"
+    assert programs.ADAPTERS.get(programs.resolve({"adapter": "restartlab"})["adapter"]).preload == WARM_PRELOAD
 
 
 # ---------------------------------------------------------------- the hand-over

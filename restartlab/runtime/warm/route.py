@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ... import programs
 from ...contracts import layout
 from ...tools.launch import LaunchSpec
-from .standby import Standby, default_preload
+from .standby import Standby
 from .wire import PoolError
 
 
@@ -25,12 +25,14 @@ class WarmRoute:
         if cfg.fanout == "local" and len(hosts) > 1:
             return f"fanout local reaches this node only, and the job has {len(hosts)} nodes"
         try:
-            preload = cfg.warm_preload or programs.ADAPTERS.get(self.spec["adapter"]).preload
+            # what the pools import before they fork: relaunch.warm_preload, else the program's adapter's
+            # (the bundled trainer's warm-up module for the bundled trainer: programs/builtin.py)
+            preload = cfg.warm_preload or programs.ADAPTERS.get(self.spec["adapter"]).preload or "torch"
             # the pools import the program's modules (torch: its OpenMP and BLAS read their threads
             # then) in the ranks' environment (launch.env, which the launcher gives only the ranks)
             env = {**os.environ, **cfg.launch_spec.env}
             self.pool = Standby(cfg.launch_spec.python, cfg.tag, phase.warm_log,
-                                preload or default_preload(cfg.launch_spec.program), env=env, fanout=cfg.fanout,
+                                preload, env=env, fanout=cfg.fanout,
                                 hosts=hosts, slots=slots, launcher=cfg.launcher, state_dir=phase.warm_dir)
         except (PoolError, OSError) as e:
             self.stop()

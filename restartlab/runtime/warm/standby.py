@@ -12,19 +12,13 @@ import time
 from ...contracts import layout, served
 from ...contracts.envvars import TAG_VAR
 from ...contracts.placeholders import NODE_TOKEN
-from ...contracts.trainer_options import WARM_PRELOAD
 from ...tools import verbs
 from .wire import PoolError
-from typing import List, Mapping, Optional, Sequence, cast
+from typing import List, Mapping, Optional, cast
 
 
 POOL_BIN = tuple(verbs.module_argv("warm-pool"))
 READY_POLL_S = 0.05
-
-
-def default_preload(program: Sequence[str]) -> str:
-    """The bundled trainer's warm-up module for the bundled trainer, else torch."""
-    return WARM_PRELOAD if list(program[1:3]) == verbs.module_argv("trainer") else "torch"
 
 
 def served_in(state_dir: str, attempt: int) -> int:
