@@ -9,7 +9,7 @@ and the report use it on a login node.
 """
 from .base import (ADAPTERS, KEYS, UNKNOWN_STEP, Adapter, Ckpt, COMPLETE_RULES, SELECT_RULES, clean_line,  # noqa: F401
                    parse_record, parse_saved, parse_saving, PROGRESS_FORMATS, preflight,
-                   in_flight, list_ckpts, newest_complete, parse_progress, parse_resumed, resolve,
+                   from_argv, in_flight, list_ckpts, newest_complete, parse_progress, parse_resumed, resolve,
                    save_interval, spec_errors, why_not_complete, will_load)
 from . import builtin  # noqa: F401,E402  (registers the built-in adapters)
 
@@ -17,7 +17,7 @@ __all__ = ["ADAPTERS", "KEYS", "UNKNOWN_STEP", "Adapter", "Ckpt", "COMPLETE_RULE
            "in_flight", "list_ckpts", "newest_complete", "parse_progress", "parse_record",
            "parse_resumed", "parse_saved",
            "parse_saving",
-           "PROGRESS_FORMATS", "preflight", "resolve",
+           "PROGRESS_FORMATS", "from_argv", "preflight", "resolve",
            "save_interval", "spec_errors", "why_not_complete", "will_load", "names", "get"]
 
 

@@ -44,6 +44,7 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
                less the median of the attempt's intervals without a save before it (at least
                3 of them, runtime/tap.py; else it is not booked), and booked marked as estimated
 """
+import json
 import math
 import os
 import re
@@ -158,6 +159,13 @@ def spec_errors(spec: dict) -> List[tuple]:
     elif sel == "pointer" and kind != "pointer":
         out.append(("selects", "pointer needs complete: pointer:FILE (the file that names the step)"))
     return out
+
+
+def from_argv(text: Optional[str]) -> dict:
+    """The resolved spec as supervise and inject get it on their command lines (--program: the
+    scenario's trainer.program as JSON, written into the job script); the bundled trainer's without
+    it. ValueError: not JSON; AttributeError or KeyError: not a mapping of the spec's keys."""
+    return resolve(json.loads(text) if text else {"adapter": "restartlab"})
 
 
 def resolve(program: dict) -> dict:

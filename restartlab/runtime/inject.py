@@ -4,7 +4,6 @@ processes itself: on each node the failure kind strikes it runs `restartlab kill
 --tag: one restartlab run's ranks; without: every rank of this batch job, whatever program it
 runs; see killer.py) and records the receipts."""
 import argparse
-import json
 import os
 import random
 import signal
@@ -45,7 +44,7 @@ class Injector:
         self.rng = random.Random(a.seed)
         self.striking = False   # between the first signal of a strike and its record
         self.terminated: Optional[str] = None  # the signal that asked us to stop
-        self.spec = programs.resolve(json.loads(a.program) if a.program else {"adapter": "restartlab"})
+        self.spec = programs.from_argv(a.program)
         self.seen_complete: Optional[int] = None  # the newest complete checkpoint ever seen here
         self.complete_mtime: Optional[float] = None  # the newest complete checkpoint's file time
 
@@ -246,7 +245,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if a.program:
         try:
-            bad = programs.spec_errors(programs.resolve(json.loads(a.program)))
+            bad = programs.spec_errors(programs.from_argv(a.program))
         except (ValueError, AttributeError, KeyError) as e:
             bad = [("program", str(e))]
         if bad:

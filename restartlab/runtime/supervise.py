@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import dataclasses
 import functools
-import json
 import os
 import shutil
 import signal
@@ -58,7 +57,7 @@ class Procs:
 
     def __init__(self, cfg: "Config"):
         self.cfg = cfg
-        self.spec = programs.resolve(json.loads(cfg.program) if cfg.program else {"adapter": "restartlab"})
+        self.spec = programs.from_argv(cfg.program)
         self.attempts = AttemptLaunch(self.spec, cfg.ckpt_dir, cfg.phase_dir, cfg.ft_group)
         self.injector = InjectorProcess()
         self.warm: Optional["WarmRoute"] = None  # the warm standby pools' route, once started
