@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from restartlab import launchers
+from restartlab import launchers, programs
 from restartlab.contracts import layout
 from restartlab.runtime.warm import standby
 from restartlab.tools.launch import LaunchSpec
@@ -50,7 +50,7 @@ def measure(model: str, ranks: int, repeats: int, d: str) -> dict:
     ckpt_bytes = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(ck) for f in fs)
     cold, warm_rows = [], []
     pool = standby.Standby(sys.executable, f"rl-bench-{os.getpid()}", os.path.join(d, "pool.log"),
-                           standby.default_preload(trainer))
+                           programs.ADAPTERS.get("restartlab").preload)  # the bundled trainer's warm-up module
     try:
         t0 = time.time()
         pool.wait_ready(600)
