@@ -233,7 +233,7 @@ def _finalize_latencies(ckpt_dir, warnings) -> List[float]:
         except OSError:
             warnings.append(f"{c}: unreadable marker")
             continue
-        except ValueError:
+        except ValueError:  # not a marker's JSON: no times in it, named below as malformed
             marker = ckptdir.Marker()
         if marker is None:
             continue

@@ -197,11 +197,14 @@ def _failure(inj: Injection, groups: Dict[int, Group], median_dt: Optional[float
            "survivor_stall_s": None, "uncommitted_steps": 0, "relaunch": {}}
     survivors = [g for g in groups if g not in struck]
     out["survivors"] = survivors
+    if t is None:  # a strike record without its time (hand-edited): nothing to measure from
+        out["relaunch"] = {str(g): None for g in struck}
+        return out
     for g in survivors:
         recs = [x for a in groups[g].attempts for x in a.rank0]
-        before = [x for x in recs if t is not None and x.t <= t]
-        after = [x for x in recs if t is not None and x.t > t]
-        if not before or not after or t is None:
+        before = [x for x in recs if x.t <= t]
+        after = [x for x in recs if x.t > t]
+        if not before or not after:
             continue
         q0 = before[-1].quorum
         newq = next((x for x in after if x.quorum != q0), None)
@@ -216,8 +219,8 @@ def _failure(inj: Injection, groups: Dict[int, Group], median_dt: Optional[float
         stall = sum(x.t - x.t0 for x in lost) + (newq.quorum_time - newq.t0)
         out["survivor_stall_s"] = max(out["survivor_stall_s"] or 0.0, stall)
     for g in struck:
-        later = [a for a in (groups[g].attempts if g in groups else []) if a.launch_ts and t is not None and a.launch_ts > t]
-        if not later or t is None:
+        later = [a for a in (groups[g].attempts if g in groups else []) if a.launch_ts and a.launch_ts > t]
+        if not later:
             out["relaunch"][str(g)] = None
             continue
         a = later[0]

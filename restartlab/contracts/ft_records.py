@@ -11,7 +11,7 @@ import json
 from typing import Any, Dict, List, Optional
 
 from . import live
-from .jsonvalue import integer, number, text
+from .jsonvalue import integer, load_file, number, text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +79,4 @@ def read_steps(path: str) -> List[FtStep]:
 
 def read_crash(path: str) -> Optional[FtCrash]:
     """A rank's crash record, or None where there is none that reads."""
-    try:
-        with open(path) as f:
-            return FtCrash.from_json(json.load(f))
-    except (OSError, ValueError):
-        return None
+    return FtCrash.from_json(load_file(path))

@@ -8,7 +8,18 @@ The rules:
 - a number is read as a float;
 - a count is an int, or a float with no fraction (3.0 from a writer that is not ours);
 - a list is read as a tuple; anything else as the empty tuple."""
+import json
 from typing import Any, Optional, Tuple
+
+
+def load_file(path: str) -> object:
+    """The JSON value a whole file holds; None where the file cannot be read or is not JSON (its
+    record's reader then says there is none)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def number(v: object) -> Optional[float]:

@@ -2,11 +2,11 @@
 pool forked. The pool is its one writer (runtime/warm/pool.py); the supervisor reads them to count an
 attempt's warm ranks for its attempt record (runtime/warm/standby.served_in), through `read`: a line
 that is not a record, or a field of the wrong type, reads as absent."""
-import contextlib
 import dataclasses
 import json
 from typing import Iterable, List, Optional
 
+from . import live
 from .jsonvalue import integer, number, text
 
 
@@ -33,12 +33,4 @@ class Served:
 def read(paths: Iterable[str]) -> List[Served]:
     """The records in these files, in order; an unreadable file or line is passed over (a pool
     killed mid-write leaves a torn last line)."""
-    out = []
-    for path in paths:
-        with contextlib.suppress(OSError), open(path) as f:
-            for line in f:
-                with contextlib.suppress(ValueError):
-                    rec = Served.from_json(json.loads(line))
-                    if rec is not None:
-                        out.append(rec)
-    return out
+    return [r for p in paths for r in live.read_typed(p, Served.from_json, "a served record")]

@@ -11,7 +11,7 @@ import dataclasses
 import json
 from typing import Dict, List, Optional, Tuple
 
-from .jsonvalue import integer, items, number, text
+from .jsonvalue import integer, items, load_file, number, text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,19 +103,11 @@ class SmokeReport:
             [f"  {c.line()}" for c in self.checks]
 
 
-def _load(path: str) -> object:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def read_rank(path: str) -> Optional[SmokeRank]:
     """A rank's record, or None where the file cannot be read or holds none."""
-    return SmokeRank.from_json(_load(path))
+    return SmokeRank.from_json(load_file(path))
 
 
 def read_report(path: str) -> Optional[SmokeReport]:
     """The readiness report, or None where the file cannot be read or holds none."""
-    return SmokeReport.from_json(_load(path))
+    return SmokeReport.from_json(load_file(path))

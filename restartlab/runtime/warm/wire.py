@@ -65,9 +65,8 @@ class Request(NamedTuple):
         if not (isinstance(d, dict) and isinstance(d.get("argv"), list) and all(isinstance(x, str) for x in d["argv"])
                 and isinstance(d.get("env"), dict) and isinstance(d.get("cwd"), str)):
             raise PoolError("a request without its argv, environment or working directory")
-        pid = d.get("stub_pid")
         return cls(list(d["argv"]), {str(k): str(v) for k, v in d["env"].items()}, d["cwd"], d.get("rankenv") is True,
-                   pid if isinstance(pid, int) and not isinstance(pid, bool) else None)
+                   _int(d.get("stub_pid")))
 
 
 class Started(NamedTuple):
