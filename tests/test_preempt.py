@@ -60,3 +60,29 @@ def test_sigterm_emergency_checkpoint_zero_lost_steps(tmp_path, tmp_path_factory
     assert [it for it, _ in got] == list(range(1, 41))  # every step once: 0 lost, 0 recomputed
     assert all(loss == ref_l[it] for it, loss in got)
     assert final_crc(metrics) == final_crc(os.path.join(ref, "out", layout.metrics_name(0)))
+
+
+def test_a_second_stop_signal_during_the_first_ones_print_does_nothing(monkeypatch):
+    """A warm rank gets the preemption's TERM twice (the killer's and its stub's). The second can
+    land while the first handler prints; a nested print raised "reentrant call inside
+    BufferedWriter" and the rank died without its emergency checkpoint (CI, test_failure_kinds
+    [warm]). Forced here: the print itself delivers the second signal."""
+    import builtins
+    import signal as sig
+    from restartlab.trainer.__main__ import StopRequest
+    old = sig.getsignal(sig.SIGTERM)
+    try:
+        stop = StopRequest("TERM", rank=0)
+        printed = []
+        real_print = builtins.print
+
+        def print_then_signalled_again(*args, **kw):
+            printed.append(args)
+            if len(printed) == 1:
+                stop._handle(sig.SIGTERM, None)  # the second TERM, inside the first one's print
+        monkeypatch.setattr(builtins, "print", print_then_signalled_again)
+        stop._handle(sig.SIGTERM, None)
+        monkeypatch.setattr(builtins, "print", real_print)
+        assert stop.requested and len(printed) == 1, printed
+    finally:
+        sig.signal(sig.SIGTERM, old)

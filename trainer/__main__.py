@@ -116,9 +116,12 @@ class StopRequest:
         signal.signal(signal.Signals["SIG" + signame], self._handle)
 
     def _handle(self, signum, frame):
-        if not self.requested and self._rank == 0:
+        # the flag first: a second signal (a warm rank gets the TERM twice, from the killer and from
+        # its stub) can land while this one prints, and a print nested in a print raises
+        # "reentrant call inside BufferedWriter" (seen in CI: the rank died with exit 1, no checkpoint)
+        first, self.requested = not self.requested, True
+        if first and self._rank == 0:
             print(f"[rank0] received SIG{self.signame}: emergency checkpoint after this step", flush=True)
-        self.requested = True
 
 
 class Preempted(Exception):
