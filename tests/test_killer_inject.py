@@ -411,3 +411,33 @@ def test_a_recorder_ending_when_walked_is_not_a_tree(procs, monkeypatch, program
         assert set(found) == want and trees == sorted(want), (found, trees)
     finally:
         prog.kill()
+
+
+def test_a_recorder_that_ends_between_its_check_and_its_children_is_not_a_tree(procs, monkeypatch):
+    """The baseline run of session 16 (PBS three-host test, under CPU accounting): a host's receipt
+    held its rank's exit recorder and its program as two roots, both ended by the time their command
+    lines were read. The recorder passed its walk's check (alive, a command line), then ended before
+    its children were read: the kernel had handed its program to another parent, so the walk found
+    nothing below it and the program was walked as its own tree. Made on purpose on real processes:
+    the recorder is SIGKILLed inside the read of its children, which waits until the program is
+    reparented. The recorder, ended with nothing found below it, is no tree; the program is one."""
+    tag = f"t-{uuid.uuid4().hex[:8]}"
+    rec = spawn([sys.executable, "-c", RANK_WITH_CHILD, *SLEEPER], tag)
+    procs.append(rec)
+    wait_for(lambda: psutil.Process(rec.pid).children(), 20, "the program")
+    [prog] = psutil.Process(rec.pid).children()
+    children = psutil.Process.children
+
+    def die_then_read(self, recursive=False):
+        if self.pid == rec.pid:
+            os.kill(rec.pid, signal.SIGKILL)  # not reaped: a zombie until the fixture's wait
+            wait_for(lambda: prog.ppid() != rec.pid, 20, "the program reparented")
+        return children(self, recursive)
+    monkeypatch.setattr(psutil.Process, "children", die_then_read)
+    monkeypatch.setattr(killer, "find_tagged", lambda *a, **k: [rec.pid, prog.pid])
+    trees = []
+    try:
+        found = killer.targets(tag, trees=trees)
+        assert prog.pid in found and trees == [prog.pid], (found, trees)
+    finally:
+        prog.kill()

@@ -250,23 +250,37 @@ def targets(tag: Optional[str], roots: Optional[List[int]] = None, unreadable: O
     `standby`: the warm standby pool too). `trees` collects the found processes that no other
     found process had below it when walked: one per rank's tree (a rank's exit recorder and its
     program, or a program and its workers, are one), judged from each walk as it ran, so a rank
-    whose recorder dies meanwhile (Hydra's teardown racing a strike) is not counted twice."""
+    whose recorder dies meanwhile (Hydra's teardown racing a strike) is not counted twice.
+    A walked process whose walk found nothing below it and which has ended by the end of the
+    walks is no tree: it may have ended between its check and the read of its children (its
+    program, handed to another parent, is then walked as its own tree), and one that ended before
+    the strike is not a rank the strike took."""
     protected = ancestors(os.getpid())
     found: Dict[int, str] = {}
-    walked: List[int] = []
+    walked: Dict[int, int] = {}  # a walked process: how many of its descendants its walk found
     below: Set[int] = set()
     # tag None (kill_ranks of a batch job) comes with its roots: never looked for
     for root in (find_tagged(cast(str, tag), unreadable, others, standby) if roots is None else roots):
         tree = _tree(root, others)
         if tree:
-            walked.append(tree[0].pid)
+            walked[tree[0].pid] = len(tree) - 1
             below.update(p.pid for p in tree[1:])
         for p in tree:
             if p.pid not in protected and p.pid not in found:
                 found[p.pid] = _cmdline(p)
     if trees is not None:
-        trees.extend(sorted({pid for pid in walked if pid in found and pid not in below}))
+        trees.extend(sorted(pid for pid, n in walked.items()
+                            if pid in found and pid not in below and (n or not _ended(pid))))
     return found
+
+
+def _ended(pid: int) -> bool:
+    """Gone, a zombie, or ending (no command line left)."""
+    try:
+        p = psutil.Process(pid)
+        return p.status() == psutil.STATUS_ZOMBIE or _ending(p)
+    except _GONE:
+        return True
 
 
 def _rank_roots(tag: str, others: Optional[Dict[int, str]] = None) -> List[int]:

@@ -95,7 +95,10 @@ SlurmdUser=root
 SlurmctldPort=${CTLD_PORT}
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=${MUNGE_SOCK}
+# cred_expire: a job credential's lifetime, which is also "how long a requeued job must wait before
+# starting again" (slurm.conf(5) of Slurm 22.05.8, Debian 12's; default 120 s). 30 s: a requeue test
+# waits a quarter of the default's hold (tests/test_slurm.py, the frozen node)
+AuthInfo=socket=${MUNGE_SOCK},cred_expire=30
 StateSaveLocation=${SLURM_PREFIX}/state/ctld
 SlurmdSpoolDir=${SLURM_PREFIX}/state/d-%n
 SlurmctldPidFile=${SLURM_PREFIX}/run/slurmctld.pid
