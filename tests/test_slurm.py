@@ -583,9 +583,9 @@ def _slurm_procs_of(node, tag, prefix):
 def test_slurm_node_frozen_until_slurm_requeues_the_job_the_time_between_runs_is_downtime(slurm, tmp_path):
     """#65 on Slurm: a 2-node job whose second node stops answering (the hang kind stops its rank, the
     test then stops that node's slurmd and slurmstepd: nothing on it runs or answers), the watchdog
-    slower (hang_timeout 300 s) than Slurm (SlurmdTimeout 60 s). Slurm sets the node DOWN, requeues the
+    slower (hang_timeout 300 s) than Slurm (SlurmdTimeout 30 s). Slurm sets the node DOWN, requeues the
     job (JobRequeue=1) and runs it again on the other two nodes, after the hold it puts on a requeued
-    job. The time from the fault to the rerun's first step is the failure's downtime, in the wall time
+    job (AuthInfo's cred_expire, 30 s in tests/slurm/start_slurm.sh). The time from the fault to the rerun's first step is the failure's downtime, in the wall time
     and the ETTR; the report tells it in its parts (when Slurm requeued it, the node it set down, when
     the job could start again); the first run's output is still in the job's output file."""
     path = scenario(tmp_path, "slurm", "slurm-requeue", ppn=1, iters=80, phases=[("sync", "sync")],

@@ -124,7 +124,9 @@ ReturnToService=2
 MinJobAge=3600
 KillWait=5
 InactiveLimit=0
-SlurmdTimeout=60
+# SlurmdTimeout: how long slurmctld waits for a node's slurmd to answer before it sets the node
+# DOWN (slurm.conf(5), 22.05.8; default 300 s); 30 s: the frozen-node test waits for it (tests/test_slurm.py)
+SlurmdTimeout=30
 SlurmctldTimeout=60
 MessageTimeout=10
 JobRequeue=1
