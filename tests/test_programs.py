@@ -1,6 +1,7 @@
 """Program adapters (restartlab/programs), the progress tap (tap.py), rank variables for any
 program (rankenv.py) and the survival verdict (survival.py), without a training run: real files,
 real directories, real pipes; the multi-rank runs are in test_your_trainer.py."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -91,14 +92,14 @@ def test_complete_rules_and_the_programs_own_selection(tmp_path):
     assert [(c.step, c.complete) for c in ck] == [(5, False), (10, True), (20, False)]
     assert programs.newest_complete(ck).step == 10
     assert programs.will_load(s, ck, d).step == 10
-    assert programs.will_load(dict(s, selects="highest"), ck, d).step == 20
-    assert programs.will_load(dict(s, selects="newest_mtime"), ck, d).step in (5, 20)
+    assert programs.will_load(dataclasses.replace(s, selects="highest"), ck, d).step == 20
+    assert programs.will_load(dataclasses.replace(s, selects="newest_mtime"), ck, d).step in (5, 20)
     mk(f"{d}/ckpt-5.ptdone")                      # file:NAME beside a file checkpoint
     assert [c.complete for c in programs.list_ckpts(s, d)][0] is True
     # exists: whatever is there; dcp: DCP's .metadata inside the dir
-    assert all(c.complete for c in programs.list_ckpts(dict(s, complete="exists"), d))
+    assert all(c.complete for c in programs.list_ckpts(dataclasses.replace(s, complete="exists"), d))
     mk(f"{d}/ckpt-20/.metadata")
-    assert [c.step for c in programs.list_ckpts(dict(s, complete="dcp"), d) if c.complete] == [20]
+    assert [c.step for c in programs.list_ckpts(dataclasses.replace(s, complete="dcp"), d) if c.complete] == [20]
     assert os.listdir(f"{d}/ckpt-20") and os.path.exists(f"{d}/notes.txt")  # nothing changed
 
 
@@ -139,7 +140,7 @@ def test_deepspeeds_latest_tag_and_its_shards(tmp_path):
     ZeRO shard is there (its model states say 2 ranks); why one is not, said."""
     d = str(tmp_path)
     s = programs.resolve({"adapter": "deepspeed", "command": ["x"], "steps": 30, "progress": r"step (?P<step>\d+)"})
-    assert s["complete"] == "pointer:latest+torchzips+dsshards" and not programs.spec_errors(s)
+    assert s.complete == "pointer:latest+torchzips+dsshards" and not programs.spec_errors(s)
     states = {"dp_world_size": 2, "mp_world_size": 1, "global_steps": 5}
     for n in (5, 10):
         _zip(f"{d}/global_step{n}/mp_rank_00_model_states.pt", obj=states)
@@ -149,36 +150,36 @@ def test_deepspeeds_latest_tag_and_its_shards(tmp_path):
     ck = programs.list_ckpts(s, d)
     assert [(c.step, c.complete) for c in ck] == [(5, True), (10, False)]
     assert programs.will_load(s, ck, d).step == 5
-    assert programs.why_not_complete(s["complete"], f"{d}/global_step10", 10, d) == \
+    assert programs.why_not_complete(s.complete, f"{d}/global_step10", 10, d) == \
         "latest names step 5; zero_pp_rank_1_mp_rank_00_optim_states.pt cut short (its zip directory does not read)"
     mk(f"{d}/latest", "global_step10")  # rank 0's mark, before rank 1's shard is whole
     ck = programs.list_ckpts(s, d)
     assert [(c.step, c.complete) for c in ck] == [(5, True), (10, False)]
     assert programs.will_load(s, ck, d).step == 10 and programs.newest_complete(ck).step == 5
-    assert programs.why_not_complete(s["complete"], f"{d}/global_step10", 10, d) == \
+    assert programs.why_not_complete(s.complete, f"{d}/global_step10", 10, d) == \
         "latest names it, but zero_pp_rank_1_mp_rank_00_optim_states.pt cut short (its zip directory does not read)"
     assert programs.in_flight(s, d, 0) == ["global_step10", "latest"]
     _zip(f"{d}/global_step10/zero_pp_rank_1_mp_rank_00_optim_states.pt")
     assert [c.complete for c in programs.list_ckpts(s, d)] == [True, True]
     os.makedirs(f"{d}/global_step15")  # made, nothing written in it yet
-    assert programs.why_not_complete(s["complete"], f"{d}/global_step15", 15, d) == \
+    assert programs.why_not_complete(s.complete, f"{d}/global_step15", 15, d) == \
         "latest names step 10; no .pt or .pth file in it"
     # rank 0's files and its mark, rank 1's shard not begun (a soak saw `latest` 4 ms before it)
     _zip(f"{d}/global_step20/mp_rank_00_model_states.pt", obj=states)
     _zip(f"{d}/global_step20/zero_pp_rank_0_mp_rank_00_optim_states.pt")
     mk(f"{d}/latest", "global_step20")
-    assert programs.why_not_complete(s["complete"], f"{d}/global_step20", 20, d) == \
+    assert programs.why_not_complete(s.complete, f"{d}/global_step20", 20, d) == \
         "latest names it, but zero_pp_rank_1_mp_rank_00_optim_states.pt not there (2 x 1 ranks' shards)"
     assert [c.step for c in programs.list_ckpts(s, d) if c.complete] == [5, 10]
     _zip(f"{d}/global_step20/zero_pp_rank_1_mp_rank_00_optim_states.pt")
     assert programs.newest_complete(programs.list_ckpts(s, d)).step == 20
     _zip(f"{d}/global_step20/mp_rank_00_model_states.pt", whole=False)
     assert "mp_rank_00_model_states.pt does not say how many ranks wrote it" in \
-        programs.why_not_complete(s["complete"], f"{d}/global_step20", 20, d)
+        programs.why_not_complete(s.complete, f"{d}/global_step20", 20, d)
     mk(f"{d}/latest", "release")  # Megatron's word: no step
     assert programs.newest_complete(programs.list_ckpts(s, d)) is None
-    assert programs.spec_errors(dict(s, complete="pointer:latest+nope")) and \
-        programs.spec_errors(dict(s, complete="dcp+file:../x"))
+    assert programs.spec_errors(dataclasses.replace(s, complete="pointer:latest+nope")) and \
+        programs.spec_errors(dataclasses.replace(s, complete="dcp+file:../x"))
 
 
 def test_in_flight_sees_a_save_being_written_not_leftovers_nor_complete_ones(tmp_path):
@@ -631,33 +632,33 @@ def test_the_trainers_checkpoint_holds_every_processs_rng_state(tmp_path):
     assert torchzip.read_attr_int(HF_ARGS_2, "PartialState", "num_processes") == 2
     d = str(tmp_path)
     s = programs.resolve({"adapter": "transformers", "command": ["x"], "steps": 30, "progress": r"step (?P<step>\d+)"})
-    assert s["complete"] == "file:trainer_state.json+torchzips+hfrngs" and not programs.spec_errors(s)
+    assert s.complete == "file:trainer_state.json+torchzips+hfrngs" and not programs.spec_errors(s)
     ck = f"{d}/checkpoint-10"
     for n in ("optimizer.pt", "scheduler.pt", "rng_state_0.pth"):
         _zip(f"{ck}/{n}")
     shutil.copy(HF_ARGS_2, f"{ck}/training_args.bin")
     mk(f"{ck}/trainer_state.json", "{}")
-    assert programs.why_not_complete(s["complete"], ck, 10, d) == "rng_state_1.pth not there (2 processes' RNG states)"
+    assert programs.why_not_complete(s.complete, ck, 10, d) == "rng_state_1.pth not there (2 processes' RNG states)"
     assert [(c.step, c.complete) for c in programs.list_ckpts(s, d)] == [(10, False)]
     _zip(f"{ck}/rng_state_1.pth", whole=False)  # begun, cut short: torchzips says so
-    assert programs.why_not_complete(s["complete"], ck, 10, d) == "rng_state_1.pth cut short (its zip directory does not read)"
+    assert programs.why_not_complete(s.complete, ck, 10, d) == "rng_state_1.pth cut short (its zip directory does not read)"
     _zip(f"{ck}/rng_state_1.pth")
-    assert programs.why_not_complete(s["complete"], ck, 10, d) is None
+    assert programs.why_not_complete(s.complete, ck, 10, d) is None
     with open(HF_ARGS_2, "rb") as f:
         data = f.read()
     with open(f"{ck}/training_args.bin", "wb") as f:
         f.write(data[: len(data) // 2])
-    assert programs.why_not_complete(s["complete"], ck, 10, d) == \
+    assert programs.why_not_complete(s.complete, ck, 10, d) == \
         "training_args.bin cut short: it does not say how many processes wrote their RNG states"
     os.unlink(f"{ck}/training_args.bin")  # not there yet: the other parts judge (rank 0 writes it before its state)
-    assert programs.why_not_complete(s["complete"], ck, 10, d) is None
+    assert programs.why_not_complete(s.complete, ck, 10, d) is None
     _zip(f"{ck}/training_args.bin", obj={"output_dir": d})  # whole, no distributed_state: not judged
-    assert programs.why_not_complete(s["complete"], ck, 10, d) is None
+    assert programs.why_not_complete(s.complete, ck, 10, d) is None
     one = f"{d}/checkpoint-20"  # one process: rng_state.pth, no count needed
     for n in ("optimizer.pt", "rng_state.pth", "training_args.bin"):
         _zip(f"{one}/{n}")
     mk(f"{one}/trainer_state.json", "{}")
-    assert programs.why_not_complete(s["complete"], one, 20, d) is None
+    assert programs.why_not_complete(s.complete, one, 20, d) is None
 
 
 def test_torchzip_reads_the_step_without_running_the_pickle(tmp_path):

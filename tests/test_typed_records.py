@@ -121,3 +121,32 @@ def test_the_jobs_log(tmp_path):
                    jobslog.JobLine("6.srv", submitted_by="5.srv", time=10.0)]
     assert json.loads(open(e.jobs).read().splitlines()[-1]) == {"job": "6.srv", "submitted_by": "5.srv", "time": 10.0}
     assert jobslog.job_ids(str(tmp_path)) == ["5.srv", "6.srv"]
+
+
+# trainer.program's adapter spec as the job script carried it before the type (render.program_json)
+SPEC_JSON = ('{"adapter":"generic","progress":"step (?P<step>\\\\d+)","progress_file":null,"progress_fields":{},'
+             '"checkpoints":"{ckpt_dir}/ckpt-(?P<step>\\\\d+)","complete":null,"selects":null,"resumed":null,'
+             '"saved":null,"saving":null,"counts":"saves","save_every":5,"loss_line":null,"env":{"A":"1"}}')
+
+
+def test_the_adapter_spec_on_the_tools_command_lines():
+    from restartlab import programs
+    from restartlab.contracts.program_spec import Spec
+    s = Spec.from_json(SPEC_JSON)
+    assert s.progress == r"step (?P<step>\d+)" and s.save_every == 5 and s.env == {"A": "1"} and s.complete is None
+    assert s.to_json() == SPEC_JSON
+    # the tools' reader fills the adapter's defaults; what the scenario set stays
+    r = programs.from_argv(SPEC_JSON)
+    assert r.complete == "exists" and r.selects == "newest_complete" and r.counts == "saves" and r.env == {"A": "1"}
+    assert programs.from_argv(None).adapter == "restartlab" and not programs.taps(programs.from_argv(None))
+    # a value of the wrong type reads as unset (the adapter's default then), keys not the spec's are left
+    odd = json.loads(SPEC_JSON) | {"save_every": "5", "selects": 3, "command": ["python"], "env": {"A": 1}}
+    s = Spec.from_json(json.dumps(odd))
+    assert s.save_every is None and s.selects is None and s.env == {}
+    assert programs.resolve(s).selects == "newest_complete"
+    for bad in ("[1]", "not json"):
+        try:
+            Spec.from_json(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad!r} read as a spec")

@@ -96,8 +96,8 @@ def test_the_preload_a_program_gets_by_default():
     """The adapter says what its pools import (the bundled trainer is told by its adapter, not by
     the words of its command: #64.4)."""
     from restartlab import programs
-    assert programs.ADAPTERS.get(programs.resolve({})["adapter"]).preload == "torch"
-    assert programs.ADAPTERS.get(programs.resolve({"adapter": "restartlab"})["adapter"]).preload == WARM_PRELOAD
+    assert programs.ADAPTERS.get(programs.resolve({}).adapter).preload == "torch"
+    assert programs.ADAPTERS.get(programs.resolve({"adapter": "restartlab"}).adapter).preload == WARM_PRELOAD
 
 
 # ---------------------------------------------------------------- the hand-over

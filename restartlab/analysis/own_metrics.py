@@ -7,7 +7,7 @@ the imports before its clock starts). Reads only."""
 import glob
 import json
 import os
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..contracts import layout
 from ..contracts.jsonvalue import number
@@ -31,14 +31,14 @@ def _rows(path: str):
         return
 
 
-def phase(spec: dict, phase_dir: str, failures: List[dict]) -> Optional[dict]:
+def phase(spec: Optional[programs.Spec], phase_dir: str, failures: List[dict]) -> Optional[dict]:
     """{file, restarts: [{attempt, program_restart_s, restart_s, uncounted_s}], save|stage|drain:
     quantiles} for an adapter with own metrics; None otherwise or when no attempt wrote them."""
-    own = programs.ADAPTERS.get(spec.get("adapter") or "generic").own_metrics if spec else None
+    own = programs.ADAPTERS.get(spec.adapter).own_metrics if spec else None
     if not own:
         return None
     measured = {f["attempt"] + 1: f.get("restart_s") for f in failures}
-    out = {"adapter": spec["adapter"], "file": own["file"], "restarts": [], **{k: [] for k in KINDS}}
+    out: Dict[str, Any] = {"adapter": spec.adapter if spec else "", "file": own["file"], "restarts": [], **{k: [] for k in KINDS}}
     found = False
     for att in layout.Phase(phase_dir).attempts():
         files = sorted(glob.glob(os.path.join(att.path, own["file"])))

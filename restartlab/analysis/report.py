@@ -58,7 +58,7 @@ def find_phases(expt_dir, order=None):
     return sorted(out, key=lambda n: (rank.get(n, len(rank)), n))
 
 
-def _program(data) -> Optional[dict]:
+def _program(data) -> Optional[programs.Spec]:
     """The experiment's trainer.program resolved through its adapter (None: the bundled trainer)."""
     prog = ((data or {}).get("trainer") or {}).get("program") if isinstance(data, dict) else None
     try:

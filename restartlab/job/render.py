@@ -5,7 +5,6 @@ One filter owns shell quoting: `sh` with a context: 'arg' (one word, single-quot
 `sh_argv` for a list of words; `comment` keeps a text on its `#` line. Templates never put quotes
 around a filtered value."""
 import dataclasses
-import json
 import os
 import shlex
 import sys
@@ -99,13 +98,12 @@ def program_json(sc) -> Optional[str]:
     prog = sc["trainer"].get("program")
     if not prog:
         return None
-    spec = {k: prog[k] for k in ("adapter",) + programs.KEYS}
+    spec = programs.Spec.from_mapping(prog)  # as the scenario says it: each tool fills the adapter's defaults
+    # what the program's ranks get besides the job's environment (the adapter's preflight reads it)
     env = {k: v for k, v in sc["launch"]["env"].items() if k not in secret_names(sc)}
-    if env:  # what the program's ranks get besides the job's environment (the adapter's preflight reads it)
-        spec["env"] = env
-    if spec["progress_file"]:  # the supervisor fills the attempt's, the phase's and the checkpoint dir
-        spec["progress_file"] = placeholders.fill(spec["progress_file"], {placeholders.SCENARIO_DIR: _scenario_dir(sc)})
-    return json.dumps(spec, separators=(",", ":"))
+    # the supervisor fills the attempt's, the phase's and the checkpoint dir
+    pf = spec.progress_file and placeholders.fill(spec.progress_file, {placeholders.SCENARIO_DIR: _scenario_dir(sc)})
+    return dataclasses.replace(spec, env=env or None, progress_file=pf or None).to_json()
 
 
 def _scenario_dir(sc) -> str:

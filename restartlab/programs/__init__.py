@@ -4,13 +4,14 @@ progress comes from, which checkpoints exist and which are complete, which one t
 load (its own rule) and what its resume looks like. Torch-free: the job's supervisor, the injector
 and the report use it on a login node.
 
-    spec = programs.resolve({"adapter": "generic", "progress": ..., "checkpoints": ..., ...})
+    spec = programs.resolve({"adapter": "generic", "progress": ..., "checkpoints": ..., ...})  # a programs.Spec
     programs.list_ckpts(spec, ckpt_dir) -> [Ckpt]; programs.newest_complete(...), programs.will_load(...)
 """
 from .base import (ADAPTERS, KEYS, UNKNOWN_STEP, Adapter, Ckpt, COMPLETE_RULES, SELECT_RULES, clean_line,  # noqa: F401
                    parse_record, parse_saved, parse_saving, PROGRESS_FORMATS, preflight,
                    from_argv, in_flight, list_ckpts, newest_complete, parse_progress, parse_resumed, resolve,
-                   save_interval, spec_errors, why_not_complete, will_load)
+                   save_interval, spec_errors, taps, why_not_complete, will_load)
+from ..contracts.program_spec import Spec  # noqa: F401,E402
 from . import builtin  # noqa: F401,E402  (registers the built-in adapters)
 
 __all__ = ["ADAPTERS", "KEYS", "UNKNOWN_STEP", "Adapter", "Ckpt", "COMPLETE_RULES", "SELECT_RULES", "clean_line",
@@ -18,7 +19,7 @@ __all__ = ["ADAPTERS", "KEYS", "UNKNOWN_STEP", "Adapter", "Ckpt", "COMPLETE_RULE
            "parse_resumed", "parse_saved",
            "parse_saving",
            "PROGRESS_FORMATS", "from_argv", "preflight", "resolve",
-           "save_interval", "spec_errors", "why_not_complete", "will_load", "names", "get"]
+           "save_interval", "Spec", "spec_errors", "taps", "why_not_complete", "will_load", "names", "get"]
 
 
 def names():

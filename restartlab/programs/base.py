@@ -44,14 +44,15 @@ program spec: a mapping of the scenario's `trainer.program` keys, the adapter's 
                less the median of the attempt's intervals without a save before it (at least
                3 of them, runtime/tap.py; else it is not booked), and booked marked as estimated
 """
-import json
+import dataclasses
 import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..contracts import placeholders
+from ..contracts.program_spec import KEYS, Spec
 from ..contracts.registry import Registry
 from . import torchzip
 
@@ -59,8 +60,6 @@ COMPLETE_RULES = ("exists", "dcp", "torchzip", "torchzips", "dsshards", "hfrngs"
 KINDS = ("exists", "dcp", "torchzip", "torchzips", "dsshards", "hfrngs", "file", "pointer")
 SELECT_RULES = ("newest_complete", "highest", "newest_mtime", "pointer", "last")
 UNKNOWN_STEP = -1
-KEYS = ("progress", "progress_file", "progress_fields", "checkpoints", "complete", "selects", "resumed", "saved",
-        "saving", "counts", "save_every", "loss_line")
 PROGRESS_FORMATS = (".jsonl", ".csv")  # a progress file's format, by its name's ending
 FIELDS = ("step", "loss", "dt")         # progress_fields: what a record's names may stand for
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
@@ -102,14 +101,15 @@ class Adapter:
 ADAPTERS: Registry[Adapter] = Registry("program adapter")
 
 
-def spec_errors(spec: dict) -> List[tuple]:
+def spec_errors(spec: Spec) -> List[tuple]:
     """[(key, message)] of every problem in a resolved spec; [] when it is usable."""
     out: List[Tuple[str, str]] = []
-    for key in ("progress", "checkpoints", "resumed", "saved", "saving", "loss_line"):
-        rx = spec.get(key)
+    regexes = {"progress": spec.progress, "checkpoints": spec.checkpoints, "resumed": spec.resumed,
+               "saved": spec.saved, "saving": spec.saving, "loss_line": spec.loss_line}
+    for key, rx in regexes.items():
         if rx is None:
             if key == "checkpoints":
-                out.append((key, f"required for adapter {spec.get('adapter')!r} (a regex with a (?P<step>...) group)"))
+                out.append((key, f"required for adapter {spec.adapter!r} (a regex with a (?P<step>...) group)"))
             continue  # no progress: the steps are rank 0's torch optimizer steps (the state probe's records)
         try:
             c = re.compile(rx)
@@ -128,18 +128,18 @@ def spec_errors(spec: dict) -> List[tuple]:
         elif "step" not in c.groupindex and not (key == "resumed" and "path" in c.groupindex):
             out.append((key, f"{rx!r} has no (?P<step>...) group: restartlab reads the step number from it"
                         + (" (or a (?P<path>...) group: the checkpoint loaded)" if key == "resumed" else "")))
-    pf = spec.get("progress_file")
+    pf = spec.progress_file
     if pf is not None and not str(pf).endswith(PROGRESS_FORMATS):
         out.append(("progress_file", f"{pf!r}: its name must end with {' or '.join(PROGRESS_FORMATS)} (a JSON "
                     "object per line, or a header row then a row per step)"))
-    fields = spec.get("progress_fields") or {}
+    fields = spec.progress_fields or {}
     bad = sorted(set(fields) - set(FIELDS))
     if bad:
         out.append(("progress_fields", f"{', '.join(bad)}: not one of {', '.join(FIELDS)} (each names the record's "
                     "key or column that holds it)"))
     elif fields and not pf:
         out.append(("progress_fields", "only with progress_file"))
-    rule = spec.get("complete") or ""
+    rule = spec.complete or ""
     for part in rule.split("+"):
         kind, _, arg = part.partition(":")
         if kind not in KINDS or (kind in ("file", "pointer")) != bool(arg) \
@@ -148,12 +148,12 @@ def spec_errors(spec: dict) -> List[tuple]:
                         "(NAME and FILE: a plain file name)"))
             break
     kind = "pointer" if _pointer_file(rule) else rule.partition(":")[0]
-    if (spec.get("counts") or "steps") not in ("steps", "saves"):
-        out.append(("counts", f"{spec.get('counts')!r} is not one of steps, saves"))
-    elif spec.get("counts") == "saves" and not spec.get("save_every"):
+    if (spec.counts or "steps") not in ("steps", "saves"):
+        out.append(("counts", f"{spec.counts!r} is not one of steps, saves"))
+    elif spec.counts == "saves" and not spec.save_every:
         out.append(("save_every", "required with counts: saves (the steps between two saves: the step of "
                     "checkpoint K is (K + 1) x save_every)"))
-    sel = spec.get("selects") or ""
+    sel = spec.selects or ""
     if sel not in SELECT_RULES:
         out.append(("selects", f"{sel!r} is not one of {', '.join(SELECT_RULES)}"))
     elif sel == "pointer" and kind != "pointer":
@@ -161,28 +161,32 @@ def spec_errors(spec: dict) -> List[tuple]:
     return out
 
 
-def from_argv(text: Optional[str]) -> dict:
+def from_argv(text: Optional[str]) -> Spec:
     """The resolved spec as supervise and inject get it on their command lines (--program: the
     scenario's trainer.program as JSON, written into the job script); the bundled trainer's without
-    it. ValueError: not JSON; AttributeError or KeyError: not a mapping of the spec's keys."""
-    return resolve(json.loads(text) if text else {"adapter": "restartlab"})
+    it. ValueError: not a JSON object; KeyError (RegistryError): an adapter restartlab does not have."""
+    return resolve(Spec.from_json(text) if text else Spec(adapter="restartlab"))
 
 
-def resolve(program: dict) -> dict:
-    """The scenario's `trainer.program` with the adapter's defaults filled in (keys left unset)."""
-    ad = ADAPTERS.get(program.get("adapter") or "generic")
-    out = dict(program, adapter=ad.name, tap=ad.tap)
-    for k in KEYS:
-        if out.get(k) is None:
-            out[k] = ad.defaults.get(k)
-    return out
+def resolve(program: "Spec | Mapping[str, object]") -> Spec:
+    """The spec of a scenario's `trainer.program` (or a spec) with the adapter's defaults filled in
+    (keys left unset). KeyError: an adapter restartlab does not have."""
+    spec = program if isinstance(program, Spec) else Spec.from_mapping(program)
+    ad = ADAPTERS.get(spec.adapter)
+    return dataclasses.replace(spec, adapter=ad.name).with_defaults(ad.defaults)
 
 
-def preflight(spec: dict, program: List[str]) -> Optional[str]:
+def taps(spec: Spec) -> bool:
+    """Whether the program's progress comes from its output (read by the supervisor), not from
+    restartlab's own metrics rows (the bundled trainer)."""
+    return ADAPTERS.get(spec.adapter).tap
+
+
+def preflight(spec: Spec, program: List[str]) -> Optional[str]:
     """The adapter's preflight on the program's own argv (the launch spec's) and its environment (the
     job's, with the scenario's launch.env over it)."""
-    env = dict(os.environ, **(spec.get("env") or {}))
-    return ADAPTERS.get(spec.get("adapter") or "generic").preflight(list(program), env)
+    env = dict(os.environ, **(spec.env or {}))
+    return ADAPTERS.get(spec.adapter).preflight(list(program), env)
 
 
 def clean_line(text: str) -> str:
@@ -197,9 +201,9 @@ def _num(s):
         return None
 
 
-def parse_progress(spec: dict, line: str) -> Optional[dict]:
+def parse_progress(spec: Spec, line: str) -> Optional[dict]:
     """{step, loss?, dt?} when `line` (already cleaned) is a progress line."""
-    m = _compiled(spec["progress"]).search(line) if spec.get("progress") else None
+    m = _compiled(spec.progress).search(line) if spec.progress else None
     if not m:
         return None
     try:
@@ -213,10 +217,10 @@ def parse_progress(spec: dict, line: str) -> Optional[dict]:
     return out
 
 
-def parse_record(spec: dict, rec: dict) -> Optional[dict]:
+def parse_record(spec: Spec, rec: dict) -> Optional[dict]:
     """{step, loss?, dt?} from one record of the progress file (a JSON object, or a CSV row by its
     header), through progress_fields (default: the names step, loss and dt)."""
-    names = dict({f: f for f in FIELDS}, **(spec.get("progress_fields") or {}))
+    names = dict({f: f for f in FIELDS}, **(spec.progress_fields or {}))
     raw: Any = rec.get(names["step"]) if isinstance(rec, dict) else None  # None: a TypeError below
     try:
         step = int(float(raw))
@@ -233,9 +237,9 @@ def parse_record(spec: dict, rec: dict) -> Optional[dict]:
 SAVE_KINDS = ("save", "stage", "drain")
 
 
-def parse_saved(spec: dict, line: str) -> Optional[dict]:
+def parse_saved(spec: Spec, line: str) -> Optional[dict]:
     """{seconds, kind, step?} when `line` is the program's line after a save."""
-    m = _compiled(spec["saved"]).search(line) if spec.get("saved") else None
+    m = _compiled(spec.saved).search(line) if spec.saved else None
     if not m or _num(m.group("seconds")) is None:
         return None
     kind: Any = m.group("kind") if "kind" in m.re.groupindex else None
@@ -246,15 +250,16 @@ def parse_saved(spec: dict, line: str) -> Optional[dict]:
     return out
 
 
-def parse_saving(spec: dict, line: str) -> bool:
+def parse_saving(spec: Spec, line: str) -> bool:
     """Whether `line` is the program's line as a save starts (the adapter's `saving`)."""
-    return bool(spec.get("saving")) and _compiled(spec["saving"]).search(line) is not None
+    rx = spec.saving
+    return bool(rx) and _compiled(rx or "").search(line) is not None
 
 
-def parse_resumed(spec: dict, line: str, ckpts: Sequence[Ckpt] = ()) -> Optional[int]:
+def parse_resumed(spec: Spec, line: str, ckpts: Sequence[Ckpt] = ()) -> Optional[int]:
     """The step a resume line names: its `step` group, or the step of the checkpoint its `path`
     group names among `ckpts` (UNKNOWN_STEP when it is not among them)."""
-    m = _compiled(spec["resumed"]).search(line) if spec.get("resumed") else None
+    m = _compiled(spec.resumed).search(line) if spec.resumed else None
     if not m:
         return None
     if "path" in m.re.groupindex and m.group("path") is not None:  # a regex may have both groups
@@ -275,8 +280,8 @@ def _compiled(rx: str):
     return _CACHE[rx]
 
 
-def _path_regex(spec: dict, ckpt_dir: str):
-    return re.compile(placeholders.fill(spec["checkpoints"], {placeholders.CKPT_DIR: re.escape(ckpt_dir.rstrip("/"))}))
+def _path_regex(spec: Spec, ckpt_dir: str):
+    return re.compile(placeholders.fill(spec.checkpoints or "", {placeholders.CKPT_DIR: re.escape(ckpt_dir.rstrip("/"))}))
 
 
 def _mtime(path: str) -> float:
@@ -445,7 +450,7 @@ def _entries(root: str, descend) -> Iterator[tuple]:
             yield e, inside
 
 
-def list_ckpts(spec: dict, ckpt_dir: str) -> List[Ckpt]:
+def list_ckpts(spec: Spec, ckpt_dir: str) -> List[Ckpt]:
     """Every checkpoint under `ckpt_dir` (two levels deep at most) the spec's pattern matches,
     complete or not, in step order. Reads only: nothing of the program's is changed."""
     rx = _path_regex(spec, ckpt_dir)
@@ -463,10 +468,10 @@ def list_ckpts(spec: dict, ckpt_dir: str) -> List[Ckpt]:
             step = int(m.group("step"))
         except (TypeError, ValueError):
             continue
-        if spec.get("counts") == "saves":
-            step = (step + 1) * int(spec["save_every"])
+        if spec.counts == "saves" and spec.save_every:
+            step = (step + 1) * spec.save_every
         found.setdefault(e.path, step)
-    out = [Ckpt(step, p, _is_complete(spec["complete"], p, step, root), _mtime(p)) for p, step in found.items()]
+    out = [Ckpt(step, p, _is_complete(spec.complete or "", p, step, root), _mtime(p)) for p, step in found.items()]
     return sorted(out, key=lambda c: (c.step, c.mtime))
 
 
@@ -476,9 +481,9 @@ def newest_complete(ckpts: List[Ckpt]) -> Optional[Ckpt]:
     return max(good, key=lambda c: c.step) if good else None
 
 
-def will_load(spec: dict, ckpts: List[Ckpt], ckpt_dir: str) -> Optional[Ckpt]:
+def will_load(spec: Spec, ckpts: List[Ckpt], ckpt_dir: str) -> Optional[Ckpt]:
     """The checkpoint the program itself will load, by its own rule (spec `selects`)."""
-    rule = spec["selects"]
+    rule = spec.selects
     if rule == "newest_complete":
         return newest_complete(ckpts)
     if not ckpts:
@@ -490,7 +495,7 @@ def will_load(spec: dict, ckpts: List[Ckpt], ckpt_dir: str) -> Optional[Ckpt]:
     if rule == "last":
         last = [c for c in ckpts if os.path.basename(c.path).startswith("last")]
         return max(last, key=lambda c: c.mtime) if last else None
-    step = _pointer(ckpt_dir, _pointer_file(spec["complete"]) or "")
+    step = _pointer(ckpt_dir, _pointer_file(spec.complete or "") or "")
     return next((c for c in ckpts if c.step == step), None)
 
 
@@ -502,7 +507,7 @@ def save_interval(ckpts: List[Ckpt]) -> Optional[int]:
     return math.gcd(*steps) if steps else None
 
 
-def in_flight(spec: dict, ckpt_dir: str, since: float) -> List[str]:
+def in_flight(spec: Spec, ckpt_dir: str, since: float) -> List[str]:
     """What is being written in the checkpoint dir: the paths (relative to it) of entries written
     to at or after `since` that are not complete checkpoints: a checkpoint not complete yet, a temp
     dir or file a save renames later. A folder that holds checkpoints is looked into (two levels,

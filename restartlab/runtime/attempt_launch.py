@@ -61,7 +61,7 @@ class AttemptLaunch:
     """The attempts of one phase: started, read and watched. `spec` is the program's adapter spec
     (programs.resolve); `ft_group` >= 0: a torchft replica group (progress is a committed step)."""
 
-    def __init__(self, spec: Dict[str, Any], ckpt_dir: Optional[str], phase_dir: str, ft_group: int = -1):
+    def __init__(self, spec: programs.Spec, ckpt_dir: Optional[str], phase_dir: str, ft_group: int = -1):
         self.spec, self.ckpt_dir, self.phase_dir, self.ft_group = spec, ckpt_dir, phase_dir, ft_group
         # attempt path -> (Tap, Pump, Follow) of a program whose output is read
         self.taps: Dict[str, Tuple[tap.Tap, tap.Pump, Optional[tap.Follow]]] = {}
@@ -80,16 +80,16 @@ class AttemptLaunch:
             tap.write_snapshot(att, tap.snapshot(self.spec, self.ckpt_dir, ckpts))
         self.launched_at[att.path] = float(env[LAUNCH_TS_VAR])
         env = dict(os.environ, **env)
-        if not self.spec["tap"]:
+        if not programs.taps(self.spec):
             with open(att.output, "ab") as out:
                 proc = subprocess.Popen(argv, cwd=att.path, env=env, stdout=out, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL)
             self.launcher_pids[att.path] = proc.pid
             return Launched(proc)
-        from_probe = not self.spec.get("progress") and not self.spec.get("progress_file") and \
+        from_probe = not self.spec.progress and not self.spec.progress_file and \
             bool(env.get(STATE_DIR_VAR)) and env.get(STATE_EVERY_VAR, "1") != "0"
-        if from_probe and self.spec.get("loss_line"):  # rank 0's probe reads the loss lines as they are printed
-            env[LOSS_LINE_VAR] = self.spec["loss_line"]
+        if from_probe and self.spec.loss_line:  # rank 0's probe reads the loss lines as they are printed
+            env[LOSS_LINE_VAR] = self.spec.loss_line
         env.setdefault("PYTHONUNBUFFERED", "1")  # a Python program's progress lines as they happen (rankenv
         # makes each line whole: runtime/pystdio.py; the launcher and the exit recorder need no shim)
         proc = subprocess.Popen(argv, cwd=att.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -101,8 +101,8 @@ class AttemptLaunch:
         pump = tap.Pump(cast(IO[bytes], proc.stdout), att, t)  # stdout=PIPE
         pump.start()
         follow = None
-        if self.spec.get("progress_file"):  # progress from a file the program appends to
-            follow = tap.Follow(self.placeholders(self.spec["progress_file"], att), t)
+        if self.spec.progress_file:  # progress from a file the program appends to
+            follow = tap.Follow(self.placeholders(self.spec.progress_file, att), t)
             follow.start()
         elif from_probe:  # no progress pattern: the steps are rank 0's optimizer steps (the probe's records)
             t.from_probe = True

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 from .clock import Clock
 from ..contracts import layout
 from ..contracts.injections import Injection
+from ..contracts.program_spec import Spec
 from ..tools import options as tool_options
 
 
@@ -72,7 +73,7 @@ class Striker(Protocol):
     kills: int                     # strikes made
     striking: bool                 # between a strike's first signal and its record
     terminated: Optional[str]      # the signal that asked the injector to stop
-    spec: Dict[str, Any]           # the program's adapter spec (programs.resolve)
+    spec: Spec                     # the program's adapter spec (programs.resolve)
     seen_complete: Optional[int]   # the newest complete checkpoint ever seen
 
     def say(self, msg: str) -> None: ...

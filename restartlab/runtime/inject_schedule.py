@@ -49,13 +49,13 @@ def by_steps(inj: Striker) -> int:
             ok = inj.sleep_until(lambda: (inj.newest_complete() or -1) >= s or inj.unmatched())
             if ok and inj.unmatched() and not a.phase_dir:
                 inj.say(f"the checkpoint dir {a.ckpt_dir} holds files but nothing matches the checkpoint "
-                        f"pattern {inj.spec.get('checkpoints')!r}, and without --phase-dir no step is "
+                        f"pattern {inj.spec.checkpoints!r}, and without --phase-dir no step is "
                         "seen: stopping")
                 break
             if ok and inj.unmatched():
                 gate = "none"
                 inj.say(f"the checkpoint dir {a.ckpt_dir} holds files but nothing matches the "
-                        f"checkpoint pattern {inj.spec.get('checkpoints')!r} (check "
+                        f"checkpoint pattern {inj.spec.checkpoints!r} (check "
                         f"trainer.program.checkpoints): step-aimed kills fire when the step is seen")
                 ok = inj.sleep_until(lambda: newest_step_seen(cast(str, a.phase_dir)) >= s)  # main()
         else:  # main(): a step schedule has its --phase-dir

@@ -41,7 +41,7 @@ BLOCKING = ("save", "stage")  # save kinds that block the training loop (a drain
 
 
 class Tap:
-    def __init__(self, spec: Dict[str, Any], att: layout.Attempt, launch_ts: float, at_launch: List[programs.Ckpt],
+    def __init__(self, spec: programs.Spec, att: layout.Attempt, launch_ts: float, at_launch: List[programs.Ckpt],
                  loads: Optional[int] = None):
         self.spec, self.att, self.launch_ts = spec, att, launch_ts
         self.at_launch = at_launch
@@ -76,7 +76,7 @@ class Tap:
         self.tail = (self.tail + [line])[-TAIL_LINES:]
         if self.resumed is None and self.rows == 0:
             self.resumed = programs.parse_resumed(self.spec, line, self.at_launch)
-        p = None if self.spec.get("progress_file") else programs.parse_progress(self.spec, line)
+        p = None if self.spec.progress_file else programs.parse_progress(self.spec, line)
         if p is not None:
             self._row(p, ts)
             return
@@ -188,11 +188,11 @@ class Tap:
                 self.out = None
             if self.rows == 0:
                 shown = " | ".join(self.tail) or "(no output)"
-                where = (f"its progress file (check trainer.program.progress_file: {self.spec['progress_file']!r} "
-                         f"and progress_fields)") if self.spec.get("progress_file") else \
+                where = (f"its progress file (check trainer.program.progress_file: {self.spec.progress_file!r} "
+                         f"and progress_fields)") if self.spec.progress_file else \
                     (f"{self.att.state(0)} (no trainer.program.progress: the steps are rank 0's torch optimizer "
                      f"steps, and none was recorded)") if self.from_probe else \
-                    f"{self.att.output} (check trainer.program.progress: {self.spec.get('progress')!r})"
+                    f"{self.att.output} (check trainer.program.progress: {self.spec.progress!r})"
                 return f"no progress seen in {where}; its last lines: {shown[-600:]}"
         return None
 
@@ -298,16 +298,16 @@ class Pump(threading.Thread):
             self.log.close()
 
 
-def snapshot(spec: Dict[str, Any], ckpt_dir: str, ckpts: List[programs.Ckpt]) -> LaunchSnapshot:
+def snapshot(spec: programs.Spec, ckpt_dir: str, ckpts: List[programs.Ckpt]) -> LaunchSnapshot:
     """What the checkpoint dir holds at a launch: every checkpoint (step, complete), the newest
     complete one (what a correct resume loads) and the one the program's own rule picks."""
     good, pick = programs.newest_complete(ckpts), programs.will_load(spec, ckpts, ckpt_dir)
     loads = None
     if pick:  # a torn one: why it is not complete, and what it holds, for the verdict
         loads = WillLoad(pick.step, pick.path, pick.complete) if pick.complete else WillLoad(
-            pick.step, pick.path, False, programs.why_not_complete(spec["complete"], pick.path, pick.step, ckpt_dir),
+            pick.step, pick.path, False, programs.why_not_complete(spec.complete or "", pick.path, pick.step, ckpt_dir),
             tuple(_holds(pick.path)))
-    return LaunchSnapshot(ckpt_dir, spec.get("selects"), spec.get("complete"),
+    return LaunchSnapshot(ckpt_dir, spec.selects, spec.complete,
                           tuple((c.step, c.complete) for c in ckpts), good.step if good else None,
                           good.path if good else None, loads)
 

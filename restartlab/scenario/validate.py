@@ -186,7 +186,7 @@ def _program_checks(sc, v: Validator) -> None:
     spec = programs.resolve(prog)
     for key, msg in programs.spec_errors(spec):
         v.err(("trainer", "program", key), msg)
-    if spec["tap"] and not spec.get("progress") and not spec.get("progress_file") and \
+    if programs.taps(spec) and not spec.progress and not spec.progress_file and \
             not (sc.get("collection") or {}).get("state_every", 1):
         v.err(("trainer", "program", "progress"), "required when collection.state_every is 0: without it the steps "
               "are rank 0's torch optimizer steps, which the training-state probe records")

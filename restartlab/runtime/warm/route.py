@@ -13,7 +13,7 @@ from .wire import PoolError
 
 
 class WarmRoute:
-    def __init__(self, cfg: Any, spec: Dict[str, Any]):  # cfg: supervise.Config (it imports us)
+    def __init__(self, cfg: Any, spec: programs.Spec):  # cfg: supervise.Config (it imports us)
         self.cfg, self.spec = cfg, spec   # the supervisor's settings; the program's adapter spec
         self.pool: Optional[Standby] = None
         self.served = False  # said that they serve
@@ -27,7 +27,7 @@ class WarmRoute:
         try:
             # what the pools import before they fork: relaunch.warm_preload, else the program's adapter's
             # (the bundled trainer's warm-up module for the bundled trainer: programs/builtin.py)
-            preload = cfg.warm_preload or programs.ADAPTERS.get(self.spec["adapter"]).preload or "torch"
+            preload = cfg.warm_preload or programs.ADAPTERS.get(self.spec.adapter).preload or "torch"
             # the pools import the program's modules (torch: its OpenMP and BLAS read their threads
             # then) in the ranks' environment (launch.env, which the launcher gives only the ranks)
             env = {**os.environ, **cfg.launch_spec.env}
