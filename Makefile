@@ -54,8 +54,10 @@ $(FRAMEWORKS): $(STAMP) setup.cfg
 	$(BIN)/python -c 'import torch; print("torch==" + torch.__version__)' > $(VENV)/torch-constraint.txt
 	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[frameworks,torchft,transformers,deepspeed]'
 	@# DeepSpeed on CPU builds a communication op with g++ at its first init (tests/conftest.py keeps
-	@# it in the venv's own TORCH_EXTENSIONS_DIR): built here once, not inside the first test's launch
-	TORCH_EXTENSIONS_DIR=$(CURDIR)/$(VENV)/torch-extensions DS_ACCELERATOR=cpu $(BIN)/python -c \
+	@# it in the venv's own TORCH_EXTENSIONS_DIR): built here once, not inside the first test's launch.
+	@# With the PATH the tests have (the venv's bin first): torch builds it with the first ninja on PATH,
+	@# and a build by the venv's ninja (1.13) and one by Debian's (1.11) each rebuild the other's (60 CPU-s)
+	PATH=$(CURDIR)/$(BIN):$$PATH TORCH_EXTENSIONS_DIR=$(CURDIR)/$(VENV)/torch-extensions DS_ACCELERATOR=cpu $(BIN)/python -c \
 	  'from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load()' >/dev/null 2>&1 \
 	  || echo "make: DeepSpeed's CPU op not prebuilt: the first DeepSpeed launch builds it"
 	touch $(FRAMEWORKS)
