@@ -15,6 +15,7 @@ import uuid
 import psutil
 import pytest
 
+from restartlab import programs
 from restartlab.contracts import layout
 from restartlab.contracts.trainer_options import WARM_PRELOAD
 from restartlab.runtime import killer
@@ -473,7 +474,7 @@ def test_the_pools_start_in_the_ranks_environment(tmp_path, monkeypatch):
     cfg = SimpleNamespace(fanout="local", warm_preload="json", tag=_tag(), launcher="hydra",
                           launch_spec=LaunchSpec(PY, ("train.py",), env={"OMP_NUM_THREADS": "1", "FOO": "bar"}))
     ph = SimpleNamespace(warm_log=str(tmp_path / "w.log"), warm_dir=str(tmp_path / "w"))
-    assert route.WarmRoute(cfg, {"adapter": "generic"}).start(ph, ["localhost"], None) is None
+    assert route.WarmRoute(cfg, programs.resolve({})).start(ph, ["localhost"], None) is None
     assert seen["OMP_NUM_THREADS"] == "1" and seen["FOO"] == "bar" and seen["PATH"] == os.environ["PATH"]
 
 @pytest.mark.multirank

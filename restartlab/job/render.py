@@ -103,7 +103,7 @@ def program_json(sc) -> Optional[str]:
     env = {k: v for k, v in sc["launch"]["env"].items() if k not in secret_names(sc)}
     # the supervisor fills the attempt's, the phase's and the checkpoint dir
     pf = spec.progress_file and placeholders.fill(spec.progress_file, {placeholders.SCENARIO_DIR: _scenario_dir(sc)})
-    return dataclasses.replace(spec, env=env or None, progress_file=pf or None).to_json()
+    return dataclasses.replace(spec, env=env or None, progress_file=pf).to_json()
 
 
 def _scenario_dir(sc) -> str:

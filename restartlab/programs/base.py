@@ -1,5 +1,5 @@
 """The adapter interface and the rules every adapter is built from (pure functions over a resolved
-program spec: a mapping of the scenario's `trainer.program` keys, the adapter's defaults filled in).
+program spec: a `Spec` of the scenario's `trainer.program` keys, the adapter's defaults filled in).
 
   progress     a regex over a line of the program's output (ANSI codes and `[rank0]:`-style
                prefixes stripped first) with a `step` group, optionally `loss` and `dt`. Without it

@@ -257,30 +257,32 @@ def targets(tag: Optional[str], roots: Optional[List[int]] = None, unreadable: O
     the strike is not a rank the strike took."""
     protected = ancestors(os.getpid())
     found: Dict[int, str] = {}
-    walked: Dict[int, int] = {}  # a walked process: how many of its descendants its walk found
+    walked: Dict[int, Tuple[psutil.Process, int]] = {}  # a walked process: how many descendants its walk found
     below: Set[int] = set()
     # tag None (kill_ranks of a batch job) comes with its roots: never looked for
     for root in (find_tagged(cast(str, tag), unreadable, others, standby) if roots is None else roots):
         tree = _tree(root, others)
         if tree:
-            walked[tree[0].pid] = len(tree) - 1
+            walked[tree[0].pid] = (tree[0], len(tree) - 1)
             below.update(p.pid for p in tree[1:])
         for p in tree:
             if p.pid not in protected and p.pid not in found:
                 found[p.pid] = _cmdline(p)
     if trees is not None:
-        trees.extend(sorted(pid for pid, n in walked.items()
-                            if pid in found and pid not in below and (n or not _ended(pid))))
+        trees.extend(sorted(pid for pid, (p, n) in walked.items()
+                            if pid in found and pid not in below and (n or not _ended(p))))
     return found
 
 
-def _ended(pid: int) -> bool:
-    """Gone, a zombie, or ending (no command line left)."""
+def _ended(p: psutil.Process) -> bool:
+    """Gone (its pid not reused since the walk: psutil compares start times), a zombie, or ending
+    (no command line left); another user's process we may not read is not taken for ended."""
     try:
-        p = psutil.Process(pid)
-        return p.status() == psutil.STATUS_ZOMBIE or _ending(p)
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE or _ending(p)
     except _GONE:
         return True
+    except psutil.AccessDenied:
+        return False
 
 
 def _rank_roots(tag: str, others: Optional[Dict[int, str]] = None) -> List[int]:
