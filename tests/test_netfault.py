@@ -1,6 +1,7 @@
 """The network fault kinds' node-side part (runtime/netfault.py), for real: two network namespaces this
 test makes (a veth pair, 10.251.<n>.0/30: no address outside them), the fault made in one by root,
 its link's state, its traffic and its undoing read back; the kinds' validation."""
+import dataclasses
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import uuid
 
 import pytest
 
+from restartlab.contracts.faultlog import FaultLog
 from restartlab.contracts.receipts import NodeCheck
 from restartlab.runtime import netfault
 
@@ -265,8 +267,7 @@ def _phase(attempts, start=110.0, until=120.0, windows=((110.0, 120.0),), ended_
     ph = collect.PhaseData("sync", attempts=attempts)
     ph.injections = [Injection(time=start, kind="partition", hosts=("h2",), extra={"faulted": 1, "fault": {
         "duration": (until - start) if until else 0, "until": until}})]
-    ph.faults = [{"host": "h2", "planned_at": start, "windows": [list(w) for w in windows], "restored": True,
-                  "ended_by": ended_by}]
+    ph.faults = [FaultLog(host="h2", planned_at=start, windows=tuple(windows), restored=True, ended_by=ended_by)]
     return ph
 
 
@@ -327,7 +328,7 @@ def test_an_attempt_that_logged_a_step_inside_the_fault_and_was_relaunched_is_no
 def test_a_fault_whose_node_could_not_make_it_and_one_with_no_record_are_said_so():
     a = _attempt(1, 99, 141, _steps(100, 140, 1), completed=True)
     ph = _phase([a])
-    ph.faults[0].update(windows=[], restored=True, errors=["link set dev eth0 down: Operation not permitted"])
+    ph.faults[0] = dataclasses.replace(ph.faults[0], windows=(), errors=("link set dev eth0 down: Operation not permitted",))
     f, = netfaults.accounts(ph, 1.0)
     assert f["outcome"] == "never began: link set dev eth0 down: Operation not permitted", f
     ph.faults = []

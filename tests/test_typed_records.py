@@ -150,3 +150,20 @@ def test_the_adapter_spec_on_the_tools_command_lines():
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} read as a spec")
+
+
+# a network fault's line as the restorer wrote it before the type (runtime/netfault.py)
+FAULT_LINE = ('{"host": "rlpbs-n2", "node": "rlpbs-n2", "kind": "flap", "dev": "eth0", "tag": "t1", "planned_at": '
+              '1796611636.25, "duration": 5.0, "rate": null, "windows": [[1.0, 6.0], [8.0, 13.0]], "restored": true, '
+              '"ended_by": "duration", "errors": []}')
+
+
+def test_a_network_faults_record():
+    from restartlab.contracts.faultlog import FaultLog
+    f = FaultLog.from_json(json.loads(FAULT_LINE))
+    assert f.windows == ((1.0, 6.0), (8.0, 13.0)) and f.restored is True and f.planned_at == 1796611636.25
+    assert f.to_json() == FAULT_LINE
+    # the link never came back: its window open; a window that is not [number, number or null] left out
+    odd = json.loads(FAULT_LINE) | {"windows": [[1.0, None], ["x", 2.0], [3.0]], "restored": "yes", "errors": ["e", 5]}
+    f = FaultLog.from_json(odd)
+    assert f.windows == ((1.0, None),) and f.restored is None and f.errors == ("e",)

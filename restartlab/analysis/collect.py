@@ -40,7 +40,8 @@ from ..contracts import iofaults, jobruns
 from ..contracts.jobruns import JobRun
 from ..contracts.iofaults import IOFaultEvent
 from ..contracts.receipts import NodeCheck
-from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks, read_records
+from ..contracts.faultlog import FaultLog
+from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks, read_typed
 from ..contracts import metric_keys as K
 from . import netfaults, storagefaults
 from .runs import rerun, run_record
@@ -125,7 +126,7 @@ class PhaseData:
     saves_estimated: int = 0  # of them, estimated from the step times (a program's save-start line)
     finalize: List[float] = field(default_factory=list)
     node_checks: List[NodeCheck] = field(default_factory=list)
-    faults: List[dict] = field(default_factory=list)  # the network faults' restorers' lines (layout.Phase.faults)
+    faults: List[FaultLog] = field(default_factory=list)  # the network faults' restorers' lines (layout.Phase.faults)
     iofaults: List[IOFaultEvent] = field(default_factory=list)  # the storage faults' events (layout.Phase.iofaults)
     storage_strikes: List[Injection] = field(default_factory=list)  # as armed (injections: as they struck)
     job_runs: List[JobRun] = field(default_factory=list)  # what the scheduler said of each rerun (layout.Expt.job_runs)
@@ -464,7 +465,7 @@ def load_phase(name, attempt_dirs=None, metrics_files=None, phase_dir=None, loss
             ph.warnings.append(Malformed(f"{x}: malformed attempts entry (not a numbered directory): ignored"))
         ph.injections = read_injections(phase_dir, ph.warnings)
         ph.node_checks = read_node_checks(phase_dir, ph.warnings)
-        ph.faults = read_records(lp.faults, ph.warnings)
+        ph.faults = read_typed(lp.faults, FaultLog.from_json, "a network fault's record", ph.warnings)
         ph.iofaults = iofaults.read(lp.iofaults, ph.warnings)
         ph.storage_strikes, ph.injections = storagefaults.effective(ph.injections, ph.iofaults)
         ph.finalize = _finalize_latencies(lp.ckpts, ph.warnings)

@@ -9,16 +9,16 @@ is not seen from inside the job: not measured here."""
 from typing import List, Optional, cast
 
 from .. import failures
+from ..contracts.faultlog import FaultLog
 from .runs import rerun, run_record
 
 MATCH_S = 1e-3   # a restorer's planned_at is the receipt's `at`, the record's time, to the float
 
 
-def _restorer(ph, inj) -> Optional[dict]:
+def _restorer(ph, inj) -> Optional[FaultLog]:
     """The node's restorer's line for this fault: its planned_at is the receipt's `at`, the
     record's time, to the float (a host's name may differ between the node file and the node)."""
-    return next((f for f in ph.faults if isinstance(f.get("planned_at"), (int, float))
-                 and abs(f["planned_at"] - inj.time) < MATCH_S), None)
+    return next((f for f in ph.faults if f.planned_at is not None and abs(f.planned_at - inj.time) < MATCH_S), None)
 
 
 def _attempt_at(ph, t: float):
@@ -41,18 +41,19 @@ def _rel(t: Optional[float], start: float) -> Optional[float]:
 def account(ph, inj, step_dt: Optional[float]) -> dict:
     """One network fault's account (collect.summarize_phase's `network_faults`)."""
     r = _restorer(ph, inj)
-    windows = [w for w in (r or {}).get("windows") or [] if isinstance(w, list) and len(w) == 2]
+    windows = list(r.windows) if r else []
+    closed = [(a, b) for a, b in windows if b is not None]
     start = windows[0][0] if windows else inj.time
     end = windows[-1][1] if windows else (inj.extra.get("fault") or {}).get("until")
     out = {"kind": inj.kind, "nodes": list(inj.hosts), "start": start, "end": end, "windows": len(windows),
            "planned_s": (inj.extra.get("fault") or {}).get("duration") or None,
-           "down_s": round(sum(b - a for a, b in windows), 3) if windows and windows[-1][1] is not None else None,
-           "restored": (r or {}).get("restored"), "ended_by": (r or {}).get("ended_by"),
-           "errors": list((r or {}).get("errors") or []),
+           "down_s": round(sum(b - a for a, b in closed), 3) if windows and len(closed) == len(windows) else None,
+           "restored": r.restored if r else None, "ended_by": r.ended_by if r else None,
+           "errors": list(r.errors) if r else [],
            "recorded": r is not None, "stood_still_s": None,
            "outcome": None, "lost_steps": 0, "layers": {}, "attempt": None}
     if r is not None and not windows:
-        out["outcome"] = "never began: " + ("; ".join(r.get("errors") or []) or f"ended first ({r.get('ended_by')})")
+        out["outcome"] = "never began: " + ("; ".join(r.errors) or f"ended first ({r.ended_by})")
         out["text"] = describe(out)
         return out
     i = _attempt_at(ph, start)

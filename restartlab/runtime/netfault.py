@@ -30,6 +30,7 @@ from types import FrameType
 from typing import IO, Any, Dict, List, Optional, Tuple, cast
 
 from ..contracts.envvars import node_name
+from ..contracts.faultlog import FaultLog
 from ..contracts.receipts import Receipt
 from ..tools import verbs
 
@@ -174,13 +175,13 @@ class Restorer:
         return 0 if not self.errors else 1
 
     def write_log(self) -> None:
-        rec = {"host": socket.gethostname(), "node": node_name(), "kind": self.a.kind, "dev": self.a.dev,
-               "tag": self.a.tag, "planned_at": self.a.at, "duration": self.a.duration, "rate": self.a.rate,
-               "windows": self.windows, "restored": not (self.down or self.capped),
-               "ended_by": self.stop or "duration", "errors": self.errors}
+        rec = FaultLog(host=socket.gethostname(), node=node_name(), kind=self.a.kind, dev=self.a.dev, tag=self.a.tag,
+                       planned_at=self.a.at, duration=self.a.duration, rate=self.a.rate,
+                       windows=tuple((cast(float, w[0]), w[1]) for w in self.windows), restored=not (self.down or self.capped),
+                       ended_by=self.stop or "duration", errors=tuple(self.errors))
         if self.a.log:
             with open(self.a.log, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+                f.write(rec.to_json() + "\n")
 
 
 def start(a: argparse.Namespace) -> Receipt:
