@@ -35,10 +35,10 @@ def phase(spec: Optional[programs.Spec], phase_dir: str, failures: List[dict]) -
     """{file, restarts: [{attempt, program_restart_s, restart_s, uncounted_s}], save|stage|drain:
     quantiles} for an adapter with own metrics; None otherwise or when no attempt wrote them."""
     own = programs.ADAPTERS.get(spec.adapter).own_metrics if spec else None
-    if not own:
+    if spec is None or not own:
         return None
     measured = {f["attempt"] + 1: f.get("restart_s") for f in failures}
-    out: Dict[str, Any] = {"adapter": spec.adapter if spec else "", "file": own["file"], "restarts": [], **{k: [] for k in KINDS}}
+    out: Dict[str, Any] = {"adapter": spec.adapter, "file": own["file"], "restarts": [], **{k: [] for k in KINDS}}
     found = False
     for att in layout.Phase(phase_dir).attempts():
         files = sorted(glob.glob(os.path.join(att.path, own["file"])))

@@ -8,11 +8,6 @@ from typing import Any, Dict, Mapping, Optional
 
 from .jsonvalue import integer, text
 
-# the spec's keys besides `adapter` and `env`, in the order the job script writes them
-KEYS = ("progress", "progress_file", "progress_fields", "checkpoints", "complete", "selects", "resumed", "saved",
-        "saving", "counts", "save_every", "loss_line")
-
-
 @dataclass(frozen=True)
 class Spec:
     adapter: str = "generic"
@@ -59,6 +54,10 @@ class Spec:
         filled: Dict[str, Any] = {f.name: defaults[f.name] for f in fields(self)
                   if getattr(self, f.name) is None and defaults.get(f.name) is not None}
         return replace(self, **filled) if filled else self
+
+
+# the spec's keys besides `adapter` and `env`, in the order the job script writes them
+KEYS = tuple(f.name for f in fields(Spec) if f.name not in ("adapter", "env"))
 
 
 def _strmap(v: object) -> Optional[Dict[str, str]]:

@@ -252,8 +252,9 @@ def parse_saved(spec: Spec, line: str) -> Optional[dict]:
 
 def parse_saving(spec: Spec, line: str) -> bool:
     """Whether `line` is the program's line as a save starts (the adapter's `saving`)."""
-    rx = spec.saving
-    return bool(rx) and _compiled(rx or "").search(line) is not None
+    if not spec.saving:
+        return False
+    return _compiled(spec.saving).search(line) is not None
 
 
 def parse_resumed(spec: Spec, line: str, ckpts: Sequence[Ckpt] = ()) -> Optional[int]:
