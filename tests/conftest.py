@@ -60,6 +60,8 @@ def _group(item) -> "str | None":
     for shared in ("slurm", "pbs"):
         if shared in names:
             return shared
+    if "cluster" in names:  # tests/test_schedulers.py: the cluster the test's parameter names
+        return item.callspec.params["cluster"]
     for name in names:
         for d in item._fixtureinfo.name2fixturedefs.get(name, ()):
             if d.scope != "function" and getattr(d.func, "__module__", "").startswith("tests"):
@@ -135,6 +137,16 @@ def slurm():
             os.environ["SLURM_CONF"] = old
         assert r.returncode == 0, f"stop_slurm.sh: {r.stdout[-1500:]}"
         shutil.rmtree(prefix, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", params=[pytest.param("slurm", marks=pytest.mark.slurm),
+                                         pytest.param("pbs", marks=pytest.mark.pbs)])
+def cluster(request, tmp_path_factory):
+    """The harness of one real scheduler (tests/clusters.py): a test that takes it runs on each.
+    Its tests go to the group of the cluster they use (_group above). Session-wide, so that a
+    module fixture (one job that several tests assert on) can take it."""
+    from tests import clusters
+    return clusters.of(request.param, request.getfixturevalue(request.param), tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

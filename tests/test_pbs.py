@@ -3,13 +3,12 @@ three hosts, each a network namespace of this machine with its own MoM; jobs as 
 
 - the whole experiment through `restartlab submit`: MPICH's Hydra over PBS's TM interface on the
   three hosts, gated kills fanned out with `pbsdsh` (one killer per host), every restart bit-exact;
-- `status` of held, running, finished and unknown jobs in one qstat call; `cancel`; what qdel does;
 - every directive `restartlab render` writes for a PBS profile, accepted by the real qsub;
 - a bad submission: PBS's own message, a non-zero exit, the experiment marked as never submitted;
-- walltime (restartlab's margin first; PBS's own kill), a SIGKILLed supervisor, a chain over the
-  walltime with a secret through qsub -v, `restartlab inject` in a user's own job, warm pools
-  through pbsdsh, and a host lost in the middle of a phase (PBS requeues the job; its rerun
-  carries the experiment on).
+- PBS's own kill at the walltime, a SIGKILLed supervisor, warm pools through pbsdsh, and a host lost
+  in the middle of a phase (PBS requeues the job; its rerun carries the experiment on).
+What both schedulers do the same (status and cancel, `inject` without flags, the walltime margin, a
+chain over the walltime with a secret) is tested once on each in tests/test_schedulers.py.
 
 What this cluster cannot be: the hosts share one kernel (their processes are visible to each
 other: each host's killer leaves another host's alone by its UTS namespace), there is no PALS, and
@@ -64,12 +63,6 @@ def submit(pbs, path):
     return jid, expt
 
 
-def status(pbs, *ids):
-    r = pbs.run([sys.executable, "-m", "restartlab.cli", "status", "--scheduler", "pbs", "--json", *ids])
-    assert r.returncode == 0, r.stderr
-    return {d["jobid"]: d for d in map(json.loads, r.stdout.splitlines())}
-
-
 def job_output(expt, jid):
     """The job's output file: `-o <expt>/` makes PBS write <job id>.OU into the experiment directory
     (-k doe: as the job runs; -j oe: stderr too)."""
@@ -85,126 +78,6 @@ def summary(expt):
 def left_running(expt):
     """Anything still carrying the experiment's tag, on any host (the hosts share this kernel)."""
     return killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}")
-
-
-@pytest.fixture(scope="module")
-def three_host_job(pbs):
-    """One job on the three hosts, asserted on by the end-to-end and the warm tests (#49: a job and
-    a baseline less): baseline, `sync` and `async` relaunched cold, `warm` (sync checkpoints)
-    relaunched from a standby pool on each host, two gated kills in each restart phase.
-    Returns (job id, experiment, PBS's record of the job, its output)."""
-    d = pbs.user_dir("e2e")
-    path = scenario(pbs, d, "pbs-e2e", [("baseline", "none"), ("sync", "sync"), ("async", "async"), ("warm", "sync")])
-    pbs.write(path, open(path).read().replace("{name: warm, checkpoint: sync}", "{name: warm, checkpoint: sync, warm: true}"))
-    jid, expt = submit(pbs, path)
-    rec = pbs.wait_job(jid, {"F"}, 600)
-    return jid, expt, rec, job_output(expt, jid)
-
-
-def test_pbs_experiment_three_hosts_kills_through_pbsdsh(pbs, three_host_job):
-    """`restartlab submit` on PBS: baseline, sync and async phases on the three hosts (Hydra's
-    mpiexec reaching n1 and n2 through pbs_tmrsh), two gated kills per restart phase fanned out
-    with pbsdsh -n to one killer per host (each killer takes only its own host's rank: its
-    receipt comes back through the shared file system, since pbsdsh hands nothing back), every
-    restart resumed from a complete checkpoint and bit-exact with the baseline; then the finished
-    job through `restartlab status`, and nothing of it left running."""
-    jid, expt, rec, out = three_host_job
-    assert re.fullmatch(r"\d+\.rlpbs-head", jid), jid
-    assert rec["Exit_status"] == 0, (rec, out[-3000:])
-    assert f"job {jid} on 3 node(s)" in out, out[-2000:]
-    assert rec["Job_Owner"].startswith(pbs.user + "@"), rec["Job_Owner"]
-    assert len({h.split("/")[0] for h in rec["exec_host"].split("+")}) == 3, rec["exec_host"]
-    phases = summary(expt)
-    assert phases["baseline"]["completed"] and phases["baseline"]["attempts"] == 1
-    crc = {}
-    for ph in ("baseline", "sync", "async"):
-        crc[ph] = final_crc(layout.Expt(expt).phase(ph).attempt(phases[ph]["attempts"]).metrics(0))
-    assert crc["baseline"] is not None and crc["sync"] == crc["baseline"] == crc["async"], crc
-    for ph in ("sync", "async"):
-        p = phases[ph]
-        assert p["completed"] and p["kills"] == 2 and p["attempts"] == 3, p
-        with open(layout.Expt(expt).phase(ph).injections) as f:
-            recs = [json.loads(line) for line in f]
-        assert len(recs) == 2
-        for r in recs:
-            assert r["hosts"] == pbs.nodes, r
-            # one receipt per host, from that host's killer (the receipt names its host)
-            assert [x.get("host") for x in r["receipts"]] == pbs.nodes, r["receipts"]
-            assert not any(x.get("error") for x in r["receipts"]), r["receipts"]
-            # a host's killer took at most its own rank (Hydra may end the others first)
-            # (whole receipts on failure: the soak saw a host with two trees, 2 of 10 runs under load)
-            assert all(len(x["roots"]) <= 1 for x in r["receipts"]) and 1 <= r["killed"] <= 3, \
-                json.dumps([{k: x.get(k) for k in ("host", "pids", "roots", "cmdlines")} for x in r["receipts"]])
-        for e, r in zip(p["failures"], recs):
-            assert e["resumed_from"] >= r["newest_complete"] and e["lost_steps"] >= 0, (e, r)
-        # cold relaunches: no pool (the warm phase's come later) served them
-        assert [json.load(open(layout.Expt(expt).phase(ph).attempt(k).record))["warm_ranks"]
-                for k in (1, 2, 3)] == [None] * 3
-    assert os.path.exists(layout.Expt(expt).report)
-    assert not glob.glob(os.path.join(expt, ".restartlab-fanout-*"))  # the relay files are cleaned up
-    st = status(pbs, jid)[jid]
-    assert st["state"] == "finished" and st["exit_status"] == 0, st
-    r = pbs.run([sys.executable, "-m", "restartlab.cli", "status", "--scheduler", "pbs", expt])
-    assert r.returncode == 0 and r.stdout.split()[:2] == [jid, "finished"], r.stdout + r.stderr
-    assert left_running(expt) == []
-
-
-def counting(pbs, tool):
-    """A PATH whose `tool` logs each call, then runs PBS's: (env, log path)."""
-    d = pbs.user_dir("count")
-    log = os.path.join(d, f"{tool}.calls")
-    pbs.write(os.path.join(d, tool), f'#!/bin/sh\necho "$*" >> {log}\nexec {pbs.bindir}/{tool} "$@"\n', 0o755)
-    return pbs.env(PATH=os.pathsep.join([d, pbs.bindir, os.environ["PATH"]])), log
-
-
-def test_pbs_status_and_cancel_real_states(pbs):
-    """`restartlab status` of a finished, a running, a held (qsub -h) and an unknown job in one
-    `qstat -f -F json -x` call; `restartlab cancel` of the running one (its script traps SIGTERM and
-    goes on: PBS sends SIGKILL kill_delay later, Exit_status 271 = 256 + SIGTERM) and of the held
-    one; a job depending on the cancelled one with afterany then runs."""
-    d = pbs.user_dir("states")
-    done = pbs.write(os.path.join(d, "done.sh"), "#!/bin/bash\n#PBS -l walltime=60\ntrue\n")
-    stubborn = pbs.write(os.path.join(d, "stubborn.sh"), "#!/bin/bash\n#PBS -l walltime=300\n"
-                         f"trap 'echo got TERM >> {d}/stubborn.log' TERM\n"
-                         f"for i in $(seq 600); do sleep 0.5; done\n")
-    after = pbs.write(os.path.join(d, "after.sh"), f"#!/bin/bash\n#PBS -l walltime=60\ndate +%s.%N > {d}/after.ran\n")
-
-    def qsub(*args):
-        r = pbs.as_user(["qsub", *args], cwd=d)
-        assert r.returncode == 0, r.stderr
-        return r.stdout.strip()
-    j_done = qsub(done)
-    j_run = qsub(stubborn)
-    j_held = qsub("-h", done)
-    j_after = qsub("-W", f"depend=afterany:{j_run}", after)
-    pbs.wait_job(j_done, {"F"}, 60)
-    pbs.wait_job(j_run, {"R"}, 60)
-    env, log = counting(pbs, "qstat")
-    unknown = "999999.rlpbs-head"
-    r = pbs.run([sys.executable, "-m", "restartlab.cli", "status", "--scheduler", "pbs", "--json",
-                 j_done, j_run, j_held, unknown], env=env)
-    assert r.returncode == 0, r.stderr
-    st = {x["jobid"]: x for x in map(json.loads, r.stdout.splitlines())}
-    assert [st[j]["state"] for j in (j_done, j_run, j_held, unknown)] == \
-        ["finished", "running", "pending", "unknown"], st
-    assert st[j_done]["exit_status"] == 0
-    assert len(open(log).read().splitlines()) == 1  # one qstat for the four
-    assert status(pbs, j_after)[j_after]["state"] == "pending"  # held by its dependency
-    t0 = os.path.getmtime(log)
-    for j in (j_run, j_held):
-        r = pbs.run([sys.executable, "-m", "restartlab.cli", "cancel", "--scheduler", "pbs", j])
-        assert r.returncode == 0 and f"cancelled {j}" in r.stdout, r.stdout + r.stderr
-    rec = pbs.wait_job(j_run, {"F"}, 60)
-    assert rec["Exit_status"] == 271, rec
-    st = status(pbs, j_run, j_held)
-    assert st[j_run]["state"] == "failed" and "signal 15" in st[j_run]["detail"], st
-    assert st[j_held]["state"] in ("failed", "finished"), st
-    assert "got TERM" in open(os.path.join(d, "stubborn.log")).read()
-    pbs.wait_job(j_after, {"F"}, 60)
-    ran = float(open(os.path.join(d, "after.ran")).read())
-    assert ran >= t0, (ran, t0)  # the dependent ran only once its predecessor had ended
-    r = pbs.run([sys.executable, "-m", "restartlab.cli", "cancel", "--scheduler", "pbs", unknown])
-    assert r.returncode == 1 and unknown in r.stderr, r.stdout + r.stderr
 
 
 PBS_PROFILES = ("pbs", "sunspot", "aurora", "polaris")
@@ -313,38 +186,22 @@ def report_of(pbs, expt):
         return json.load(f), open(layout.Expt(expt).report).read()
 
 
-def test_pbs_walltime_margin_and_walltime_kill(pbs):
-    """Two one-host jobs side by side. One has relaunch.walltime_margin 30s of a 60 s walltime:
-    restartlab stops it first (the ranks write an emergency checkpoint of their last step, exit 5,
-    nothing relaunched), so the job ends before PBS's limit with Exit_status 5. The other has no
-    margin: PBS kills it at its walltime (SIGTERM to every process of the job, SIGKILL kill_delay
-    later; Exit_status -29, `=>> PBS: job killed: walltime` in its output); the report names the
-    phase and attempt it ended in, how (interrupted by SIGTERM), and what PBS says of the job."""
+def test_pbs_walltime_kill(pbs):
+    """A one-host job without a walltime margin: PBS kills it at its walltime (SIGTERM to every
+    process of the job, SIGKILL kill_delay later; Exit_status -29, `=>> PBS: job killed: walltime`
+    in its output); the report names the phase and attempt it ended in, how (interrupted by
+    SIGTERM), and what PBS says of the job. (restartlab's own stop before the limit, the margin, is
+    tests/test_schedulers.py's, on both schedulers.)"""
     d = pbs.user_dir("walltime")
-    one = dict(nodes=1, iters=1000000, phases=[("p", "async")], extra="")
-    margin = scenario(pbs, d, "margin", walltime="00:01:00", **one).replace(".yaml", "")
-    killed = scenario(pbs, d, "killed", walltime="00:00:30", **one).replace(".yaml", "")
-    for path, m in ((margin, "30s"), (killed, "0s")):
-        text = open(path + ".yaml").read().replace("hang_timeout: 120s}", f"hang_timeout: 120s, walltime_margin: {m}}}")
-        text = text.replace("phases:\n  - {name: p, checkpoint: async}", "phases:\n  - {name: p, checkpoint: async, failures: false}")
-        # 0.2 s a step (a test-only delay point): the subject is the walltime, not the compute in it
-        text = text.replace("  ranks_per_node: 1\n", '  ranks_per_node: 1\n  env: {RESTARTLAB_DELAY: "step:*:*:0.2"}\n')
-        pbs.write(path + ".yaml", text)
-    jm, em = submit(pbs, margin + ".yaml")
-    jk, ek = submit(pbs, killed + ".yaml")
-    rm = pbs.wait_job(jm, {"F"}, 180)
+    path = scenario(pbs, d, "killed", [("p", "async")], nodes=1, iters=1000000, walltime="00:00:30")
+    text = open(path).read().replace("hang_timeout: 120s}", "hang_timeout: 120s, walltime_margin: 0s}")
+    text = text.replace("phases:\n  - {name: p, checkpoint: async}", "phases:\n  - {name: p, checkpoint: async, failures: false}")
+    # 0.2 s a step (a test-only delay point): the subject is the walltime, not the compute in it
+    text = text.replace("  ranks_per_node: 1\n", '  ranks_per_node: 1\n  env: {RESTARTLAB_DELAY: "step:*:*:0.2"}\n')
+    pbs.write(path, text)
+    jk, ek = submit(pbs, path)
     rk = pbs.wait_job(jk, {"F"}, 180)
-    out_m, out_k = job_output(em, jm), job_output(ek, jk)
-    # restartlab's own stop, before PBS's
-    assert rm["Exit_status"] == 5, (rm, out_m[-3000:])
-    assert "walltime warning (30s left)" in out_m and "PBS: job killed" not in out_m, out_m[-3000:]
-    s, _ = report_of(pbs, em)
-    p = s["phases"][0]
-    w = p["walltime_stop"]
-    assert w and w["lost_steps"] == 0 and w["emergency_checkpoint"] == w["last_step"] > 5, p
-    assert p["ended"]["how"] == "walltime" and p["attempts"] == 1, p["ended"]
-    assert s["jobs"] == [{"jobid": jm, "state": "failed", "exit_status": 5, "detail": "exit code 5"}], s["jobs"]
-    # PBS's kill at walltime
+    out_k = job_output(ek, jk)
     assert rk["Exit_status"] == -29, (rk, out_k[-3000:])
     assert re.search(r"=>> PBS: job killed: walltime \d+ exceeded limit 30", out_k), out_k[-3000:]
     s, md = report_of(pbs, ek)
@@ -353,7 +210,7 @@ def test_pbs_walltime_margin_and_walltime_kill(pbs):
     assert p["ended"]["how"] == "interrupted" and p["ended"]["signal"] == "SIGTERM" and p["ended"]["attempt"] == 1, p["ended"]
     assert s["jobs"][0]["exit_status"] == -29 and "walltime exceeded" in s["jobs"][0]["detail"], s["jobs"]
     assert "interrupted by SIGTERM in attempt 1" in md and f"job {jk}: failed, exit status -29" in md, md
-    assert left_running(em) == [] and left_running(ek) == []
+    assert left_running(ek) == []
 
 
 def test_pbs_supervisor_killed_is_named(pbs):
@@ -395,159 +252,6 @@ def test_pbs_supervisor_killed_is_named(pbs):
     assert "supervisor ended without a word during attempt 1" in md, md
     assert s["jobs"] == [{"jobid": jid, "state": "failed", "exit_status": 1, "detail": "exit code 1"}], s["jobs"]
     wait_for(lambda: left_running(expt) == [], 30, "PBS to end what the dead supervisor left")
-
-
-PLAIN = """import os, subprocess, sys, time
-d = sys.argv[1]
-rank = os.environ["PMI_RANK"]
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-with open(os.path.join(d, f"rank-{rank}.pid"), "w") as f:
-    f.write(f"{os.getpid()} {child.pid} {os.uname().nodename}")
-time.sleep(120)  # only the injector ends it early
-"""
-
-
-def test_inject_without_flags_in_a_pbs_job(pbs):
-    """`restartlab inject --every 10s`, no other flag, in a user's own PBS job beside a plain
-    program of 4 ranks on 2 hosts (2 per host: PBS_NODEFILE lists each host twice, and `pbsdsh -n`
-    must name each host's first line, or the second host's killer never runs). A strike reaches
-    both hosts, each host's killer takes only that program's ranks (and their children) on its own
-    host; the job script, a job process without a rank variable and the launcher survive."""
-    import signal as _signal
-    d = pbs.user_dir("plain")
-    pbs.write(os.path.join(d, "plain.py"), PLAIN)
-    bindir = os.path.dirname(sys.executable)
-    pbs.write(os.path.join(d, "plain.sh"), f"""#!/bin/bash
-#PBS -l select=2:ncpus=2:mpiprocs=2
-#PBS -l place=scatter
-#PBS -l walltime=00:04:00
-#PBS -j oe
-#PBS -o {d}/plain.out
-cd {d}
-export PATH={bindir}:$PATH
-restartlab inject --every 10s > inject.log 2>&1 &
-inj=$!
-sleep 300 &
-innocent=$!
-mpiexec -launcher rsh -launcher-exec {pbs.tmrsh} -n 4 -ppn 2 python plain.py {d}
-echo "mpiexec rc=$?"
-kill $inj; wait $inj
-kill -0 $innocent && echo "innocent alive"
-kill $innocent
-echo "script done"
-""", 0o755)
-    r = pbs.as_user(["qsub", os.path.join(d, "plain.sh")], cwd=d)
-    assert r.returncode == 0, r.stderr
-    jid = r.stdout.strip()
-    rec = pbs.wait_job(jid, {"F"}, 240)
-    out = open(os.path.join(d, "plain.out")).read()
-    assert "innocent alive" in out and "script done" in out and "mpiexec rc=0" not in out, (rec, out[-3000:])
-    ranks = {}
-    for f in glob.glob(os.path.join(d, "rank-*.pid")):
-        pid, child, host = open(f).read().split()
-        ranks[int(pid)] = (os.path.basename(f)[5:-4], int(child), host)
-    assert sorted(v[0] for v in ranks.values()) == ["0", "1", "2", "3"]
-    hosts = sorted({v[2] for v in ranks.values()})
-    assert len(hosts) == 2, ranks
-    log = open(os.path.join(d, "inject.log")).read()
-    recs = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
-    assert recs, log
-    first = recs[0]
-    assert sorted(first["hosts"]) == hosts and sorted(x.get("host") for x in first["receipts"]) == hosts, first
-    # a rank's child is named by its rank when Hydra ended that rank while this host's killer
-    # scanned: the orphan then carries the rank's variable with no rank above it (the killer test
-    # test_no_tag_takes_a_dead_ranks_orphaned_child_by_its_inherited_rank makes that on purpose)
-    owner = {pid: (name, host) for pid, (name, _, host) in ranks.items()}
-    owner.update({child: (name, host) for name, child, host in ranks.values()})
-    struck = set()
-    for x in first["receipts"]:
-        assert x["job"] == f"PBS_JOBID={jid}" and not x["errors"], x
-        assert set(x["pids"]) <= set(owner), (x, ranks)   # no launcher, proxy, script or bystander
-        for pid, what in x["ranks"].items():
-            name, host = owner[int(pid)]
-            assert host == x["host"] and what == f"PMI_RANK={name}", (x, ranks)  # its own host's only
-            struck.add(host)
-    # each host's killer ran there (the receipts above); one of them may find nothing left: Hydra
-    # ends the other host's ranks 0.1-0.2 s after the first dies
-    assert struck, first
-    assert first["signal"] == _signal.Signals.SIGKILL.name.removeprefix("SIG"), first
-
-
-def test_pbs_warm_restart_a_pool_on_each_host(pbs, three_host_job):
-    """relaunch.warm on the three PBS hosts (the `warm` phase of the shared job): one standby pool
-    per host, started through pbsdsh; Hydra starts the stubs, each host's pool forks that host's
-    rank; the kills strike stubs and ranks (never a pool); every relaunch is warm and bit-exact;
-    the pools stop at the phase's end and nothing tagged is left."""
-    jid, expt, rec, out = three_host_job
-    assert rec["Exit_status"] == 0, (rec, out[-3000:])
-    assert "warm restart: the standby pool serves" in out and "cold launches" not in out, out[-3000:]
-    phases = summary(expt)
-    warm = phases["warm"]
-    assert warm["completed"] and warm["kills"] == 2 and warm["attempts"] == 3, warm
-    crc = {ph: final_crc(layout.Expt(expt).phase(ph).attempt(phases[ph]["attempts"]).metrics(0))
-           for ph in ("baseline", "warm")}
-    assert crc["warm"] is not None and crc["warm"] == crc["baseline"], crc
-    recs = [json.load(open(layout.Expt(expt).phase("warm").attempt(k).record)) for k in (1, 2, 3)]
-    log = open(layout.Expt(expt).phase("warm").warm_log).read()
-    # what a stub said when it started its rank cold (the cause of a warm count short of 3)
-    cold = [ln for k in (2, 3) for ln in open(layout.Expt(expt).phase("warm").attempt(k).output, errors="replace")
-            if "warm stub" in ln]
-    print("".join(cold), log[-5000:])  # whole, in the report's captured output (an assertion message is cut)
-    assert [r["warm_ranks"] for r in recs] == [0, 3, 3], (cold, [r["warm_ranks"] for r in recs], log[-3000:])
-    state = layout.Expt(expt).phase("warm").warm_dir
-    assert sorted(f for f in os.listdir(state) if f.endswith(".ready")) == sorted(f"{n}.ready" for n in pbs.nodes)
-    assert sum(1 for line in log.splitlines() if line.endswith(": stopped")) == 3, log[-3000:]
-    assert killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}") == []
-
-
-def test_pbs_chain_over_the_walltime_with_a_secret(pbs):
-    """relaunch.chain on PBS: a job whose walltime (60 s, margin 25 s) ends before the last step
-    stops with an emergency checkpoint and submits its continuation from inside the job (qsub -W
-    depend=afterany, found under PBS_EXEC: the job's PATH has no /opt/pbs/bin); the next job
-    resumes the same experiment and finishes; every step is trained once. A secret in launch.env
-    reaches both jobs by name through `qsub -v` (the job script stops at once without it) and is
-    written in no file. The trainer is slowed to 1 s a step (a test-only delay point)."""
-    from tests.helpers import losses, wait_for
-    d = pbs.user_dir("chain")
-    text = f"""extends: {REPO}/scenarios/systems/pbs.yaml
-name: pbs-chain
-expt_root: {d}/expt
-job: {{nodes: 1, walltime: "00:01:00"}}
-launch:
-  ranks_per_node: 1
-  env: {{RESTARTLAB_DELAY: "step:*:*:1.0", RL_TEST_TOKEN: "${{RL_TEST_TOKEN}}"}}
-{pbs.hydra_launch()}trainer: {{model: tiny, train_iters: 40, save_interval: 5, device: cpu}}
-relaunch: {{max_attempts: 3, backoff: 0s, hang_timeout: 120s, walltime_margin: 25s, chain: 2}}
-phases:
-  - {{name: sync, checkpoint: sync, failures: false}}
-"""
-    path = pbs.write(os.path.join(d, "chain.yaml"), text)
-    secret = "s3cr3t-value-for-the-pbs-chain"
-    r = pbs.as_user([sys.executable, "-m", "restartlab.cli", "submit", path], env={"RL_TEST_TOKEN": secret})
-    assert r.returncode == 0, r.stdout + r.stderr
-    jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
-    expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
-    wait_for(lambda: os.path.exists(layout.Expt(expt).phase("sync").completed), 400, "the chain to finish the phase")
-    with open(layout.Expt(expt).jobs) as f:
-        ids = list(dict.fromkeys(json.loads(x)["job"] for x in f))
-    assert ids[0] == jid and len(ids) >= 2, ids
-    recs = [pbs.wait_job(j, {"F"}, 120) for j in ids]
-    assert recs[0]["Exit_status"] == 5 and recs[-1]["Exit_status"] == 0, [(r["Exit_status"], r.get("depend")) for r in recs]
-    # (a finished job keeps no depend attribute: its submission says it)
-    assert f"-W depend=afterany:{ids[0]}" in recs[1]["Submit_arguments"], recs[1]["Submit_arguments"]
-    assert "RL_TEST_TOKEN" in recs[1]["Variable_List"]  # passed on by name to the continuation
-    st = status(pbs, *ids)
-    assert st[ids[-1]]["state"] == "finished", st
-    s, md = report_of(pbs, expt)
-    p = s["phases"][0]
-    assert p["completed"] and p["failures"] == [] and p["jobs"] == sorted(ids), p
-    assert len(p["handovers"]) == len(ids) - 1 and all(h["walltime_stop"] and h["lost_steps"] == 0 for h in p["handovers"])
-    seen = sorted(it for a in os.listdir(layout.Expt(expt).phase("sync").attempts_dir)
-                  for it, _ in losses(layout.Expt(expt).phase("sync").attempt(int(a)).metrics(0)))
-    assert seen == list(range(1, 41))  # every step trained, none twice across the jobs
-    for f in glob.glob(os.path.join(expt, "*")):
-        if os.path.isfile(f):
-            assert secret not in open(f, errors="replace").read(), f
 
 
 def test_pbs_node_lost_mid_phase(pbs):

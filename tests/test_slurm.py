@@ -1,13 +1,15 @@
 """A real scheduler in the tests: a private Slurm with 2 nodes on this machine (conftest `slurm`).
 
 - Slurm backend end to end: `restartlab submit` -> sbatch -> srun --mpi=pmi2 ranks on both nodes
-  -> injector fan-out with `srun --overlap` to each node -> SIGKILLs -> relaunch -> report;
-  `restartlab status` / `cancel` against the real scheduler for pending, running, finished and
-  unknown jobs.
-(PBS meets a real OpenPBS server in tests/test_pbs.py.)
+  -> injector fan-out with `srun --overlap` to each node -> SIGKILLs -> relaunch -> report; warm
+  pools on each node; node loss (spares, shrink, a frozen node Slurm requeues); a chain after the
+  relaunch budget runs out.
+(What both schedulers do the same, status and cancel, `inject` without flags, the walltime margin
+and a chain over the walltime, is tested once on each in tests/test_schedulers.py; PBS's own in
+tests/test_pbs.py.)
 
-The chain, walltime and node-loss tests run one rank per node (their subject is the job's clock
-or its nodes, not how srun places tasks on one; the end-to-end and warm tests keep two per node).
+The chain and node-loss tests run one rank per node (their subject is the job's clock or its
+nodes, not how srun places tasks on one; the end-to-end and warm tests keep two per node).
 
 What one machine cannot show: both "nodes" are the same host (each node's killer takes only the
 ranks whose SLURMD_NODENAME is its own, so a node's ranks can be struck alone), the ranks talk
@@ -25,6 +27,7 @@ import pytest
 from restartlab import schedulers
 from restartlab.runtime import killer
 from restartlab.contracts import layout
+from tests import clusters
 from tests.helpers import describe, final_crc, job_tag, kill_and_reap, losses, rows, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multirank, pytest.mark.timeout(900)]
@@ -81,46 +84,8 @@ def status(sched, *ids, env=None):
 
 
 def wait_state(sched, jid, states, timeout):
-    """The states a job went through until one of `states`: the scheduler's status asked in this
-    process, once a second (`restartlab status` itself: test_slurm_status_and_cancel_real_states;
-    started anew every half second it took ~10 s of CPU per test from the ranks beside it)."""
-    seen, backend = [], schedulers.get(sched)
-
-    def pred():
-        st = backend.status([jid], schedulers.run_tool)[jid].state
-        if not seen or seen[-1] != st:
-            seen.append(st)
-        return st in states
-    wait_for(pred, timeout, f"job {jid} to reach {states} (seen {seen})", interval=1.0)
-    return seen
-
-
-def check_experiment(expt, nodes):
-    """The report and raw files of a finished 2-phase experiment with 2 kills in `sync`."""
-    with open(layout.Expt(expt).summary) as f:
-        phases = {p["phase"]: p for p in json.load(f)["phases"]}
-    sync, base = phases["sync"], phases["baseline"]
-    assert base["completed"] and base["attempts"] == 1
-    assert sync["completed"] and sync["kills"] == 2 and sync["attempts"] == 3, sync
-    # resumed exactly: the final parameters equal the uninterrupted baseline's
-    crc = {ph: final_crc(layout.Expt(expt).phase(ph).attempt(phases[ph]["attempts"]).metrics(0))
-           for ph in ("baseline", "sync")}
-    assert crc["sync"] is not None and crc["sync"] == crc["baseline"], crc
-    with open(layout.Expt(expt).phase("sync").injections) as f:
-        recs = [json.loads(line) for line in f]
-    assert len(recs) == 2
-    for r in recs:
-        # one killer per node, reached through the scheduler's own fan-out
-        assert sorted(x.get("node") for x in r["receipts"]) == sorted(nodes), r["receipts"]
-        # each node's killer takes its own node's ranks; srun --kill-on-bad-exit may end the
-        # other node's before its killer arrives, so that one finds 0 to 2
-        assert 2 <= r["killed"] <= 4 and not any(x.get("error") for x in r["receipts"]), r
-    ev = sync["failures"]
-    # resumed from the newest complete checkpoint; it may be newer than the one the injector saw:
-    # a node struck after a save's gather leaves rank 0 free to finish that save's .complete
-    assert all(e["resumed_from"] >= r["newest_complete"] for e, r in zip(ev, recs)), (ev, recs)
-    assert all(e["lost_steps"] == e["step_at_kill"] - e["resumed_from"] >= 0 for e in ev)
-    assert os.path.exists(layout.Expt(expt).report)
+    """The states a job went through until one of `states` (tests/clusters.py)."""
+    return clusters.wait_states(sched, schedulers.run_tool, jid, states, timeout)
 
 
 def test_slurm_node_loss_and_preemption(slurm, tmp_path):
@@ -168,212 +133,6 @@ def job_nodes(expt, jid):
 
 def leftover_ranks(expt):
     return killer.find_tagged(job_tag(expt))
-
-
-@pytest.fixture(scope="module")
-def cold_and_warm(slurm, tmp_path_factory):
-    """One job asserted on by the end-to-end and the warm tests (#49: a job and a baseline less):
-    baseline, then `sync` relaunched cold and `warm` relaunched from a standby pool on each node,
-    the same two gated kills in each. Returns (job id, experiment, the job's output, its phases)."""
-    tmp = tmp_path_factory.mktemp("slurm-cold-warm")
-    path = scenario(tmp, "slurm", "slurm-e2e", phases=[("baseline", "none"), ("sync", "sync"), ("warm", "sync")])
-    with open(path) as f:
-        text = f.read().replace("{name: warm, checkpoint: sync}", "{name: warm, checkpoint: sync, warm: true}")
-    with open(path, "w") as f:
-        f.write(text)
-    jid, expt = submit(path)
-    seen = wait_state("slurm", jid, {"finished", "failed"}, 420)
-    out = open(os.path.join(expt, f"job-{jid}.out")).read()
-    assert seen[-1] == "finished", out[-3000:]
-    with open(layout.Expt(expt).summary) as f:
-        phases = {p["phase"]: p for p in json.load(f)["phases"]}
-    return jid, expt, out, phases
-
-
-def test_slurm_backend_end_to_end(cold_and_warm):
-    jid, expt, out, _ = cold_and_warm
-    assert "on 2 node(s)" in out
-    check_experiment(expt, job_nodes(expt, jid))
-    # the ranks were launched by srun over both Slurm nodes, and knew it (local rank from srun)
-    script = open(layout.Expt(expt).job_script).read()
-    assert '"launcher":"srun","nodes":2,"ranks_per_node":2' in script  # the launch spec the supervisor read
-    assert "# each attempt's launcher: srun -N 2 -n 4 --ntasks-per-node=2" in script
-    first = open(layout.Expt(expt).phase("sync").attempt(1).output).read()
-    assert "launcher=srun threads=1" in first, first[-2000:]
-    # the cold phase's relaunches were cold (no pool of the warm phase served them)
-    recs = [json.load(open(layout.Expt(expt).phase("sync").attempt(k).record)) for k in (1, 2, 3)]
-    assert [r["warm_ranks"] for r in recs] == [None, None, None], recs
-    assert leftover_ranks(expt) == []
-
-
-def test_slurm_warm_restart_a_pool_on_each_node(cold_and_warm):
-    """relaunch.warm on 2 Slurm nodes (the `warm` phase of the shared job): one standby pool per
-    node, started through srun --overlap; srun starts the stubs, each node's pool forks that
-    node's ranks; the kills strike stubs and ranks (never a pool); every relaunch is warm and
-    bit-exact; nothing tagged is left, the pools included."""
-    jid, expt, out, phases = cold_and_warm
-    assert "warm restart: the standby pool serves" in out and "cold launches" not in out, out[-3000:]
-    warm = phases["warm"]
-    assert warm["completed"] and warm["kills"] == 2 and warm["attempts"] == 3, warm
-    crc = {ph: final_crc(layout.Expt(expt).phase(ph).attempt(phases[ph]["attempts"]).metrics(0))
-           for ph in ("baseline", "warm")}
-    assert crc["warm"] is not None and crc["warm"] == crc["baseline"], crc
-    assert [e["startup"].get("startup/warm") for e in warm["failures"]] == [1, 1], warm["failures"]
-    log = open(layout.Expt(expt).phase("warm").warm_log).read()
-    nodes = job_nodes(expt, jid)
-    assert all(f"on {n}" in log for n in nodes), log[-3000:]  # a pool preloaded on each node
-    pools = {line.split("[")[1].split("]")[0] for line in log.splitlines() if "rank pid" in line and " for stub " in line}
-    assert len(pools) == 2, log[-3000:]  # and each forked ranks
-    # each pool stopped at the phase's end (TERM by the tag on every node), not by the job's end
-    assert sum(1 for line in log.splitlines() if line.endswith(": stopped")) == 2, log[-3000:]
-    state = layout.Expt(expt).phase("warm").warm_dir
-    assert sorted(f for f in os.listdir(state) if f.endswith(".ready")) == sorted(f"{n}.ready" for n in nodes)
-    recs = [json.load(open(layout.Expt(expt).phase("warm").attempt(k).record)) for k in (1, 2, 3)]
-    # the first attempt starts cold beside the pools; every rank of every relaunch, both nodes, warm
-    assert [r["warm_ranks"] for r in recs] == [0, 4, 4], recs
-    with open(layout.Expt(expt).phase("warm").injections) as f:
-        for r in map(json.loads, f):
-            assert r["killed"] >= 2 and not any(x.get("error") for x in r["receipts"]), r
-    assert killer.find_tagged(job_tag(expt), standby=True) == []
-
-
-def test_slurm_status_and_cancel_real_states(slurm, tmp_path):
-    def sbatch(*args):
-        r = subprocess.run(["sbatch", "--parsable", "-o", str(tmp_path / "%j.out"), *args],
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        return r.stdout.strip().split(";")[0]
-    done = sbatch("--wrap", "true")
-    running = sbatch("--wrap", "sleep 300")
-    held = sbatch("--hold", "--wrap", "true")
-    wait_state("slurm", done, {"finished"}, 60)
-    wait_state("slurm", running, {"running"}, 60)
-    st = status("slurm", done, running, held, "999999")
-    assert [st[j]["state"] for j in (done, running, held, "999999")] == \
-        ["finished", "running", "pending", "unknown"], st
-    for j in (running, held):
-        r = rl("cancel", "--scheduler", "slurm", j)
-        assert r.returncode == 0 and f"cancelled {j}" in r.stdout, r.stderr
-    wait_state("slurm", running, {"failed"}, 60)
-    st = status("slurm", running, held)
-    assert all(s["state"] == "failed" and "CANCELLED" in s["detail"] for s in st.values()), st
-    r = rl("cancel", "--scheduler", "slurm", "999999")
-    assert r.returncode == 1 and "999999" in r.stderr
-
-
-PLAIN = """import os, subprocess, sys, time
-d, phase = sys.argv[1], sys.argv[2]
-rank = os.environ.get("PMI_RANK") if phase == "hydra" else os.environ["SLURM_PROCID"]
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(90)"])
-with open(os.path.join(d, f"{phase}-{rank}.pid"), "w") as f:
-    f.write(f"{os.getpid()} {child.pid}")
-time.sleep(90)  # only the injector ends it early
-"""
-
-
-def test_inject_without_flags_strikes_a_plain_program(slurm, tmp_path):
-    """The design's usage line in a user's own job: `restartlab inject --every 10s`, no other flag,
-    next to a plain multi-rank Python program (not restartlab's trainer) launched first by srun,
-    then by Hydra's mpiexec (whose proxies srun starts: launchers with a rank variable of their
-    own). Each strike takes only that program's ranks and their children on both nodes; the job
-    script, a job process without a rank variable and the launchers survive; the receipts say
-    which ranks they took."""
-    d = tmp_path / "plain"
-    d.mkdir()
-    (d / "plain.py").write_text(PLAIN)
-    bindir = os.path.dirname(sys.executable)
-    script = d / "plain.sh"
-    script.write_text(f"""#!/bin/bash
-#SBATCH --nodes=2 --ntasks-per-node=2 --time=00:05:00 --output={d}/plain.out
-export PATH={bindir}:$PATH
-cd {d}
-restartlab inject --every 10s > inject.log 2>&1 &
-inj=$!
-sleep 300 &
-innocent=$!
-srun --mpi=pmi2 python plain.py {d} srun
-echo "srun rc=$?"
-mpiexec -n 4 -ppn 2 python plain.py {d} hydra
-echo "mpiexec rc=$?"
-kill $inj; wait $inj
-kill -0 $innocent && echo "innocent alive"
-kill $innocent
-echo "script done"
-""")
-    r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    jid = r.stdout.strip().split(";")[0]
-    wait_state("slurm", jid, {"finished", "failed"}, 240)
-    out = (d / "plain.out").read_text()
-    assert "innocent alive" in out and "script done" in out, out
-    assert "srun rc=0" not in out and "mpiexec rc=0" not in out, out  # both programs were struck
-    ranks = {}
-    for f in d.glob("*.pid"):
-        pid, child = map(int, f.read_text().split())
-        ranks[pid] = (f.name[:-4], child)
-    assert sorted(v[0] for v in ranks.values()) == [f"{ph}-{i}" for ph in ("hydra", "srun") for i in range(4)]
-    log = (d / "inject.log").read_text()
-    recs = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
-    assert len(recs) >= 2, log
-    allowed = set(ranks) | {c for _, c in ranks.values()}
-    struck = {phase: set() for phase in ("srun", "hydra")}
-    for rec in recs[:2]:
-        assert len(rec["hosts"]) == 2 and sorted(x.get("node") for x in rec["receipts"]) == sorted(rec["hosts"]), rec
-        for x in rec["receipts"]:
-            assert x["job"] == f"SLURM_JOB_ID={jid}" and not x["errors"], x
-            assert set(x["pids"]) <= allowed, (x, ranks)       # no launcher, script or bystander
-            for pid, what in x["ranks"].items():
-                name = ranks[int(pid)][0]
-                struck[name.split("-")[0]].add(name)
-                assert what == ("PMI_RANK=" if name.startswith("hydra") else "SLURM_PROCID=") + name.split("-")[1]
-    assert struck["srun"] and struck["hydra"], (struck, log)
-    assert "SLURM_PROCID=" in log and "PMI_RANK=" in log  # the injector's own lines name the ranks
-    assert all(killer.is_gone(p) for p in allowed)
-
-
-def test_slurm_walltime_warning_nothing_lost(slurm, tmp_path):
-    """A job with a 1-minute walltime and relaunch.walltime_margin 30s: half a minute in, the job
-    script sends SIGTERM (the trainer's preemption signal) to the ranks on both nodes (one each) through
-    srun --overlap; the async phase waits for its save in flight, writes an emergency checkpoint of
-    its last step and exits 5; nothing is relaunched; the job ends (exit 5) before Slurm's limit
-    with its newest complete checkpoint = its last step. The trainer sleeps 0.2 s a step (a
-    test-only delay point): the subject is the minute's end, not what the ranks compute in it."""
-    text = f"""extends: systems/slurm.yaml
-name: slurm-walltime
-expt_root: {tmp_path}/expt
-job: {{nodes: 2, walltime: "00:01:00"}}
-{launch_line(1, 'RESTARTLAB_DELAY: "step:*:*:0.2"')}
-trainer: {{model: tiny, train_iters: 1000000, save_interval: 7, device: cpu}}
-relaunch: {{max_attempts: 5, backoff: 0s, hang_timeout: 120s, walltime_margin: 30s}}
-phases:
-  - {{name: async, checkpoint: async, failures: false}}
-"""
-    path = tmp_path / "walltime.yaml"
-    path.write_text(text)
-    jid, expt = submit(str(path))
-    assert "--time=00:01:00" in open(layout.Expt(expt).job_script).read()
-    seen = wait_state("slurm", jid, {"finished", "failed"}, 240)
-    out = open(os.path.join(expt, f"job-{jid}.out")).read()
-    st = status("slurm", jid)[jid]
-    # the test Slurm keeps no accounting (no exit code from squeue): the controller still knows
-    sc = subprocess.run(["scontrol", "show", "job", jid], capture_output=True, text=True, timeout=30).stdout
-    assert seen[-1] == "failed" and "ExitCode=5:0" in sc, (st, sc, out[-3000:])
-    assert "walltime warning (30s left)" in out and "TIMEOUT" not in st["detail"], (st, out[-3000:])
-    adir = layout.Expt(expt).phase("async").attempt(1).path
-    a = json.load(open(layout.Attempt(adir).record))
-    # every rank exited 5 (their own records); the launcher says 5, or 143 when srun's
-    # --kill-on-bad-exit ended the slower rank's task after the first one's exit 5
-    assert a["walltime"] and a["preempted"] and a["rank_exit"]["exit_code"] == 5 and a["exit_code"] in (5, 143), a
-    assert 20 <= a["end_ts"] - a["launch_ts"] < 58, a       # stopped after the warning (30 s after the script started), before the limit
-    assert not os.path.exists(layout.Expt(expt).phase("async").attempt(2).path)
-    # two ranks: each its exit recorder and the trainer (4 processes, 2 trees)
-    assert "4 process(es) in 2 tree(s)" in open(layout.Attempt(adir).teardown_log).read().splitlines()[0]
-    with open(layout.Expt(expt).summary) as f:
-        w = json.load(f)["phases"][0]["walltime_stop"]
-    assert w["lost_steps"] == 0 and w["emergency_checkpoint"] == w["last_step"] > 7, w
-    from restartlab.contracts import ckptdir
-    assert ckptdir.newest_complete_step(layout.Expt(expt).phase("async").ckpts) == w["last_step"]
-    assert leftover_ranks(expt) == []
 
 
 def node_loss_run(tmp_path, name, spares, policy):
@@ -465,58 +224,6 @@ def test_slurm_node_loss_shrink_same_losses(slurm, tmp_path):
     assert st["across"] == [2, 1] and st["forgot"] == [], st
     assert {"params", "opt_state", "batch", "lr", "opt_step"} <= set(st["equal"]), st
     assert "across a change from 2 ranks to 1" in st["text"] and "rng_torch" in st["incomparable"], st
-    assert leftover_ranks(expt) == []
-
-
-def test_slurm_chained_jobs_report_as_one(slurm, tmp_path):
-    """relaunch.chain: a job whose walltime (1 minute, margin 25 s) ends before the last step
-    stops with an emergency checkpoint and submits its continuation (sbatch --dependency=
-    afterany); the next job resumes the same experiment directory, numbering its attempts on,
-    and finishes. The report covers both jobs as one experiment, the hand-over is not a failure,
-    its queue wait is counted apart from the wall time, and `restartlab status EXPT_DIR` follows
-    the chain. The trainer is slowed to 1 s a step (a test-only delay point) so that one job
-    cannot finish 40 steps. Under load (a fresh-clone CI run) a second job can be stopped by the
-    margin too, so the chain may submit up to 3; and the report makes no plots, so that what is
-    left of the last job's walltime after its last step is always enough for it (with plots, a
-    loaded machine once ran the last job past its time limit: TIMEOUT, after the phase was done)."""
-    text = f"""extends: systems/slurm.yaml
-name: slurm-chain
-expt_root: {tmp_path}/expt
-job: {{nodes: 2, walltime: "00:01:00"}}
-{launch_line(1, 'RESTARTLAB_DELAY: "step:*:*:1.0"')}
-trainer: {{model: tiny, train_iters: 40, save_interval: 5, device: cpu}}
-relaunch: {{max_attempts: 3, backoff: 0s, hang_timeout: 120s, walltime_margin: 25s, chain: 3}}
-phases:
-  - {{name: sync, checkpoint: sync, failures: false}}
-collection: {{plots: false}}
-"""
-    path = tmp_path / "chain.yaml"
-    path.write_text(text)
-    jid, expt = submit(str(path))
-    wait_for(lambda: os.path.exists(layout.Expt(expt).phase("sync").completed), 420, "the chain to finish the phase")
-
-    def jobs():
-        with open(layout.Expt(expt).jobs) as f:
-            return [json.loads(x) for x in f]
-    ids = list(dict.fromkeys(r["job"] for r in jobs()))
-    assert ids[0] == jid and len(ids) >= 2, jobs()
-    for j in ids:
-        wait_state("slurm", j, {"finished", "failed"}, 120)
-    r = rl("status", "--scheduler", "slurm", expt)
-    assert r.returncode == 0 and [x.split()[0] for x in r.stdout.splitlines()] == ids, r.stdout + r.stderr
-    assert [x.split()[1] for x in r.stdout.splitlines()][-1] == "finished", r.stdout
-    with open(layout.Expt(expt).summary) as f:
-        s = json.load(f)["phases"][0]
-    assert s["completed"] and s["failures"] == [] and s["jobs"] == sorted(ids), s
-    hand = s["handovers"]
-    assert len(hand) == len(ids) - 1 and all(h["walltime_stop"] and h["lost_steps"] == 0 for h in hand), hand
-    assert all(h["queue_wait_s"] >= 0 for h in hand) and s["queue_wait_s"] == sum(h["queue_wait_s"] for h in hand)
-    first = json.load(open(layout.Expt(expt).phase("sync").attempt(1).record))
-    assert first["walltime"] and first["job"] == jid
-    seen = sorted(it for a in os.listdir(layout.Expt(expt).phase("sync").attempts_dir)
-                  for it, _ in losses(layout.Expt(expt).phase("sync").attempt(int(a)).metrics(0)))
-    assert seen == list(range(1, 41))  # every step trained, none twice across the jobs
-    assert f"job {ids[0]} -> job {ids[1]}" in open(layout.Expt(expt).report).read()
     assert leftover_ranks(expt) == []
 
 
