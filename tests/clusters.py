@@ -45,10 +45,11 @@ def wait_states(sched, run, jid, states, timeout):
 class Cluster:
     name = ""           # restartlab's name of the scheduler (--scheduler, systems/<name>.yaml)
     job_var = ""        # the job id's variable in a job's environment
-    query_tool = ""     # what `restartlab status` asks: once for many jobs
+    query_tools = ()    # what `restartlab status` asks, each once for many jobs
     unknown = ""        # a job id the server never gave
     cancelled = ""      # what `restartlab status` says of a cancelled running job (in its detail)
     held_cancelled = ()  # the states `restartlab status` may give a job cancelled while held
+    held_detail = ""     # and what its detail says ('': nothing to say)
 
     def __init__(self, nodes):
         self.nodes = nodes
@@ -72,15 +73,16 @@ class Cluster:
         """A scheduler command as its manager (root) -> (rc, stdout, stderr)."""
         raise NotImplementedError
 
-    def counting_env(self, tool, d):
-        """An environment for `tool` (as the manager) whose PATH logs each call of `tool` to
-        d/<tool>.calls, then runs the real one: (env, log path)."""
-        log = os.path.join(d, f"{tool}.calls")
-        real = shutil.which(tool, path=self.tool_env()["PATH"])
-        self.write(os.path.join(d, tool), f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n', 0o755)
-        env = self.tool_env()
+    def counting_env(self, tools, d):
+        """An environment (as the manager) whose PATH logs each call of each of `tools` to
+        d/<tool>.calls, then runs the real one: (env, {tool: its log's path})."""
+        env, logs = self.tool_env(), {}
+        for tool in tools:
+            logs[tool] = os.path.join(d, f"{tool}.calls")
+            real = shutil.which(tool, path=env["PATH"])
+            self.write(os.path.join(d, tool), f'#!/bin/sh\necho "$*" >> {logs[tool]}\nexec {real} "$@"\n', 0o755)
         env["PATH"] = os.pathsep.join([d, env["PATH"]])
-        return env, log
+        return env, logs
 
     def tool_env(self):
         return dict(os.environ)
@@ -158,6 +160,10 @@ class Cluster:
         """Whether the job's output says the scheduler killed it at its walltime."""
         raise NotImplementedError
 
+    def walltime_directive(self, hms):
+        """The job script's line of a walltime HH:MM:SS, as `restartlab render` writes it."""
+        raise NotImplementedError
+
     # ---- the end-to-end job (tests/test_schedulers.py's e2e_job)
     e2e_nodes, e2e_ppn = 2, 1   # the nodes it asks for, ranks on each
 
@@ -183,8 +189,9 @@ class Cluster:
 
 
 class Slurm(Cluster):
-    name, job_var, query_tool, unknown, cancelled = "slurm", "SLURM_JOB_ID", "squeue", "999999", "CANCELLED"
-    held_cancelled = ("failed",)
+    name, job_var, unknown, cancelled = "slurm", "SLURM_JOB_ID", "999999", "CANCELLED"
+    query_tools = ("sacct", "squeue")  # sacct first; squeue where (as here) accounting is off
+    held_cancelled, held_detail = ("failed",), "CANCELLED"
 
     def __init__(self, info, tmp):
         super().__init__(info["nodes"])
@@ -213,10 +220,14 @@ class Slurm(Cluster):
         rc, out, err = self.tool(["scontrol", "show", "job", jid])
         m = re.search(r"\bExitCode=(\d+):(\d+)", out)
         assert m, out + err
-        return int(m.group(1))
+        code, sig = int(m.group(1)), int(m.group(2))
+        return 256 + sig if sig else code  # ended by a signal: 256 + it, as PBS says a job it killed
 
     def killed_at_walltime(self, out):
         return "DUE TO TIME LIMIT" in out
+
+    def walltime_directive(self, hms):
+        return f"--time={hms}"
 
     def header(self, *, nodes=1, ppn=1, walltime_s=60, output=None):
         out = f" --output={output}" if output else ""
@@ -250,7 +261,8 @@ class Slurm(Cluster):
 
 
 class Pbs(Cluster):
-    name, job_var, query_tool, cancelled = "pbs", "PBS_JOBID", "qstat", "signal 15"
+    name, job_var, cancelled = "pbs", "PBS_JOBID", "signal 15"
+    query_tools = ("qstat",)
     unknown = "999999.rlpbs-head"
     held_cancelled = ("failed", "finished")
 
@@ -295,6 +307,9 @@ class Pbs(Cluster):
 
     def killed_at_walltime(self, out):
         return "PBS: job killed: walltime" in out
+
+    def walltime_directive(self, hms):
+        return f"#PBS -l walltime={hms}"
 
     def header(self, *, nodes=1, ppn=1, walltime_s=60, output=None):
         out = f"#PBS -j oe\n#PBS -o {output}\n" if output else ""

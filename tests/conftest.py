@@ -57,11 +57,14 @@ def wandb_offline(monkeypatch, tmp_path):
 # (make test runs those after the rest, on one worker): three that failed beside a second worker.
 def _group(item) -> "str | None":
     names = item.fixturenames
+    # tests/test_schedulers.py: the cluster the test's parameter names (first: such a test may take
+    # a fixture that names the other cluster's fixture too)
+    callspec = getattr(item, "callspec", None)
+    if "cluster" in names and callspec is not None and callspec.params.get("cluster"):
+        return callspec.params["cluster"]
     for shared in ("slurm", "pbs"):
         if shared in names:
             return shared
-    if "cluster" in names:  # tests/test_schedulers.py: the cluster the test's parameter names
-        return item.callspec.params["cluster"]
     for name in names:
         for d in item._fixtureinfo.name2fixturedefs.get(name, ()):
             if d.scope != "function" and getattr(d.func, "__module__", "").startswith("tests"):
