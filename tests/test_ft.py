@@ -5,6 +5,7 @@ Real parts: torchft 0.2.0's own lighthouse executable, real mpiexec groups, the 
 injector and killer; the accounting test reads records written the way the trainer writes them."""
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from restartlab.analysis import ft_accounting
 from restartlab.contracts import layout
+from restartlab.contracts.ft_summary import FtSummary, GroupStats
 from restartlab.contracts.envvars import group_tag, tag_matches
 from restartlab.contracts.exits import EXIT_FAILED
 from restartlab.runtime import killer
@@ -81,30 +83,42 @@ def _phase_with_one_failure(tmp_path, heal_crc=1000 + 6):
 
 def test_the_accounting_of_a_failure_from_recorded_logs(tmp_path):
     s = ft_accounting.summarize(_phase_with_one_failure(tmp_path), 10)
-    f, = s["failures"]
-    assert f["struck_groups"] == [1] and f["survivors"] == [0]
-    assert f["detection_s"] == pytest.approx(106.3 - 104.5)
-    assert f["uncommitted_steps"] == 1
-    assert f["survivor_stall_s"] == pytest.approx(0.8 + 1.5)   # the failed step, then the quorum's wait
-    r = f["relaunch"]["1"]
-    assert r["attempt"] == 2 and r["relaunched_after_s"] == pytest.approx(0.5)
-    assert r["process_start_s"] == pytest.approx(3.0) and r["heal_s"] == pytest.approx(0.3)
-    assert r["healed_at_step"] == 8 and r["rejoin_s"] == pytest.approx(109.0 - 104.5)
-    assert s["per_group"]["0"] == {"attempts": 1, "steps_attempted": 11, "steps_committed": 10, "last_step": 10}
-    assert s["per_group"]["1"]["attempts"] == 2 and s["per_group"]["1"]["steps_committed"] == 7
-    assert s["steps_committed"] == 10
+    f, = s.failures
+    assert f.struck_groups == [1] and f.survivors == [0]
+    assert f.detection_s == pytest.approx(106.3 - 104.5)
+    assert f.uncommitted_steps == 1
+    assert f.survivor_stall_s == pytest.approx(0.8 + 1.5)   # the failed step, then the quorum's wait
+    r = f.relaunch["1"]
+    assert r.attempt == 2 and r.relaunched_after_s == pytest.approx(0.5)
+    assert r.process_start_s == pytest.approx(3.0) and r.heal_s == pytest.approx(0.3)
+    assert r.healed_at_step == 8 and r.rejoin_s == pytest.approx(109.0 - 104.5)
+    assert s.per_group["0"] == GroupStats(attempts=1, steps_attempted=11, steps_committed=10, last_step=10)
+    assert s.per_group["1"].attempts == 2 and s.per_group["1"].steps_committed == 7
+    assert s.steps_committed == 10
     # torchft's terms: each step's participants / groups (steps 5-7 trained with one group of two)
-    assert s["torchft_efficiency"] == pytest.approx((7 * 2 + 3 * 1) / (10 * 2))
-    assert s["wall_s"] == pytest.approx(112.0 - 99.0) and s["ettr"] == pytest.approx(s["productive_s"] / 13.0)
-    v = s["verdict"]
-    assert v["ok"] and v["state_equal"] and v["started_over"] is None and v["survivor_restarted"] == [] \
-        and v["finished"], v
+    assert s.torchft_efficiency == pytest.approx((7 * 2 + 3 * 1) / (10 * 2))
+    assert s.wall_s == pytest.approx(112.0 - 99.0) and s.ettr == pytest.approx(s.productive_s / 13.0)
+    v = s.verdict
+    assert v.ok and v.state_equal and v.started_over is None and v.survivor_restarted == [] and v.finished, v
     assert "torchft verdict: OK" in ft_accounting.describe(s)[0]
+    # ft.json: the keys in the order the accounting wrote them as a dict (the file reads as before)
+    d = s.to_dict()
+    assert list(d) == ["strategy", "groups", "train_iters", "per_group", "failures", "steps_committed", "median_step_s",
+                       "wall_s", "productive_s", "ettr", "batches_committed", "torchft_efficiency", "throughput",
+                       "verdict"]
+    assert list(d["failures"][0]) == ["time", "kind", "struck_groups", "survivors", "detection_s", "survivor_stall_s",
+                                      "uncommitted_steps", "relaunch"]
+    assert list(d["failures"][0]["relaunch"]["1"]) == ["attempt", "relaunched_after_s", "process_start_s", "heal_s",
+                                                       "healed_at_step", "rejoin_s", "first_step"]
+    assert list(d["verdict"]) == ["survivor_restarted", "heals", "state_equal", "unequal", "started_over", "finished",
+                                  "stopped_when_done", "crashes", "heal_failures", "ok"]
+    assert d["verdict"]["heals"] == [{"group": 1, "attempt": 2, "step": 8}]
+    assert FtSummary.from_dict(json.loads(json.dumps(d))) == s  # the reader reads what the writer wrote
 
 
 def test_the_verdict_names_a_healed_state_that_differs(tmp_path):
     s = ft_accounting.summarize(_phase_with_one_failure(tmp_path, heal_crc=5), 10)
-    assert not s["verdict"]["ok"] and s["verdict"]["unequal"] == ["step 8 rank 0"]
+    assert not s.verdict.ok and s.verdict.unequal == ["step 8 rank 0"]
     assert "state differs from the survivors' at step 8 rank 0" in ft_accounting.describe(s)[0]
 
 
@@ -116,19 +130,21 @@ def test_a_struck_groups_crash_is_the_strikes_and_a_survivors_is_named(tmp_path)
     crash = {"time": 104.6, "type": "RuntimeError", "message": "Connection closed by peer", "file": "/x/site-packages/"
              "torch/distributed/x.py", "line": 3, "code": "work.wait()", "thread": "MainThread", "step": 5}
     json.dump(crash, open(os.path.join(layout.Phase(root).group(1).attempt(1).path, "ft-rank0-crash.json"), "w"))
-    assert ft_accounting.summarize(root, 10)["verdict"]["crashes"] == []
+    assert ft_accounting.summarize(root, 10).verdict.crashes == []
     json.dump(dict(crash, time=109.5, type="AssertionError", message="", file="/v/lib/site-packages/torchft/ddp.py",
                    line=76, code="assert fut._fut"),
               open(os.path.join(layout.Phase(root).group(0).attempt(1).path, "ft-rank0-crash.json"), "w"))
     s = ft_accounting.summarize(root, 10)
-    c, = s["verdict"]["crashes"]
-    assert (c["group"], c["attempt"], c["where"]) == (0, 1, "torchft/ddp.py:76") and not s["verdict"]["ok"]
-    assert "DistributedDataParallel" in c["known"]
+    c, = s.verdict.crashes
+    assert (c.group, c.attempt, c.where) == (0, 1, "torchft/ddp.py:76") and not s.verdict.ok
+    assert "DistributedDataParallel" in (c.known or "")
+    assert list(s.to_dict()["verdict"]["crashes"][0]) == ["group", "attempt", "rank", "step", "error", "where", "code",
+                                                          "known"]
     assert "group 0 attempt 1 rank 0 died of its own exception at step 5: AssertionError at torchft/ddp.py:76 " \
         "`assert fut._fut` -- known: torchft 0.2.0's DistributedDataParallel" in "\n".join(ft_accounting.describe(s))
     # the same exception in an attempt that exited 0 ended a thread, not the program
     json.dump({"exit_code": 0}, open(layout.Phase(root).group(0).attempt(1).record, "w"))
-    assert ft_accounting.summarize(root, 10)["verdict"]["crashes"] == []
+    assert ft_accounting.summarize(root, 10).verdict.crashes == []
 
 
 def test_the_verdict_names_a_survivor_that_restarted_and_a_silent_start_over(tmp_path):
@@ -136,9 +152,10 @@ def test_the_verdict_names_a_survivor_that_restarted_and_a_silent_start_over(tmp
     _group(root, 0, [(99.0, _lockstep(1, 6, 100)), (107.0, _lockstep(1, 3, 108))])  # from step 1 again
     _group(root, 1, [(99.0, _lockstep(1, 10, 100))])
     s = ft_accounting.summarize(root, 10)
-    v = s["verdict"]
-    assert v["survivor_restarted"] == [0] and v["started_over"]["group"] == 0 and v["started_over"]["step"] == 1
-    assert v["started_over"]["after_step"] >= 6 and not v["ok"]
+    v = s.verdict
+    assert v.survivor_restarted == [0] and v.started_over and v.started_over.group == 0 and v.started_over.step == 1
+    assert v.started_over.after_step >= 6 and not v.ok
+    assert list(s.to_dict()["verdict"]["started_over"]) == ["group", "attempt", "step", "after_step", "time"]
     line = ft_accounting.describe(s)[0]
     assert "group(s) [0] restarted though no failure struck them" in line and "STARTED OVER SILENTLY" in line
 
@@ -260,10 +277,15 @@ def test_a_torchft_program_of_yours_through_run_heals_and_its_survivor_never_res
     as torchft's train_ddp.py example is, torchft's default asynchronous quorum) as 2 replica
     groups under the hook; a group's rank killed at step 15; the survivor never restarts, the
     struck group heals and its state (the Manager's registered state dicts) equals the survivor's;
-    the report has the torchft section."""
+    the report has the torchft section. The steps take 0.4 s here (the example's 0.15 s): under load
+    (3 workers beside both clusters) the survivor once finished its last 45 steps (7 s) before the
+    struck group's relaunch took its first step (8.3 s), and that group then started over alone."""
     expt = str(tmp_path / "expt")
+    cmd = 'trainer.program.command=[python, "{scenario_dir}/../../examples/torchft/train.py", --steps, "60", ' \
+          '--delay, "0.4", --async-quorum]'
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", os.path.join(ROOT, "scenarios", "examples",
-                        "torchft.yaml"), "--expt-dir", expt, "--plain"], capture_output=True, text=True, timeout=300)
+                        "torchft.yaml"), "--expt-dir", expt, "--plain", "--set", cmd], capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     phase = layout.Expt(expt).phase("torchft")
     s = json.load(open(phase.ft_summary))
@@ -532,3 +554,41 @@ time.sleep(60)
     assert log.count("restartlab: ") == 2 and "Address already in use" in log, log
     assert "torchft: lighthouse at http://" in r.stdout, r.stdout + r.stderr
     assert r.returncode != 0 and "Traceback" not in r.stderr  # the group's program (false) failed: the phase did
+
+
+def test_a_group_that_started_over_alone_when_the_training_is_done_is_stopped_at_once(tmp_path, monkeypatch):
+    """The interleaving made on purpose, with real processes as the groups' loops: group 1 has
+    completed the last step (60); group 0's relaunch found no peer and has already committed its
+    own steps 1-3 (a fresh start), so it is no longer "relaunching". It is not in step: the phase
+    stops it as soon as the training is done (the old rule gave it the grace of a group in step,
+    60 s here, in which it trained on from step 3). A group whose newest commit is 59 is in step: it
+    gets the grace (1 s in the second half) and is stopped after it."""
+    import io
+    from types import SimpleNamespace
+
+    from restartlab.runtime.ft_phase import FtPhase
+    root = str(tmp_path / "ft")
+    _group(root, 1, [(99.0, _lockstep(1, 60, 100))])
+    open(layout.Phase(root).group(1).completed, "w").close()
+
+    def phase(g0_steps):
+        shutil.rmtree(layout.Phase(root).group(0).path, ignore_errors=True)
+        _group(root, 0, [(99.0, _lockstep(1, 14, 100)), (170.0, g0_steps)])
+        att = layout.Phase(root).group(0).attempt(2)
+        open(att.metrics(0), "w").close()  # it has begun: not "relaunching"
+        out = io.StringIO()
+        ft = FtPhase(SimpleNamespace(phase="ft", phase_dir=root), None, out=out)
+        ft.groups = {0: subprocess.Popen(["sleep", "120"]), 1: subprocess.Popen(["true"])}
+        return ft, out
+    monkeypatch.setenv("RESTARTLAB_FT_DONE_GRACE_S", "60")
+    ft, out = phase(_lockstep(1, 3, 171))
+    rcs = ft.wait_groups()
+    assert ft.stopped == [0] and rcs[0] is None, (ft.stopped, rcs)
+    said = out.getvalue()
+    assert "stopping group(s) [0], still relaunching or not in step" in said and "behind after" not in said, said
+    monkeypatch.setenv("RESTARTLAB_FT_DONE_GRACE_S", "1")
+    ft, out = phase(_lockstep(15, 59, 171))  # in step: one behind the done group's 60
+    assert ft.late(60) == [] and ft.late(62) == [0]
+    ft.wait_groups()
+    said = out.getvalue()
+    assert ft.stopped == [0] and "stopping group(s) [0], behind after 1s" in said and "not in step" not in said, said

@@ -2,6 +2,7 @@
 reader, and the JSON they write as it was before they were typed."""
 import json
 
+from restartlab.contracts import layout
 from restartlab.contracts.injections import Injection
 from restartlab.contracts.receipts import NodeCheck, Receipt
 
@@ -167,3 +168,38 @@ def test_a_network_faults_record():
     odd = json.loads(FAULT_LINE) | {"windows": [[1.0, None], ["x", 2.0], [3.0]], "restored": "yes", "errors": ["e", 5]}
     f = FaultLog.from_json(odd)
     assert f.windows == ((1.0, None),) and f.restored is None and f.errors == ("e",)
+
+
+def test_a_torchft_phases_summary_read_back(tmp_path):
+    """contracts/ft_summary: what the report's summary holds of a torchft phase reads back typed
+    (simulate --from reads it); a field of the wrong type reads as unset, a failure without its
+    struck groups and a phase's entry that is not a summary are left out."""
+    from restartlab.contracts.ft_summary import FtSummary
+    from restartlab.contracts.summary import Summary
+    rel = {"attempt": 2, "relaunched_after_s": 0.5, "process_start_s": 3.0, "heal_s": "x", "healed_at_step": 8,
+           "rejoin_s": 4.5, "first_step": 8}
+    d = {"strategy": "torchft", "groups": 2, "train_iters": 10, "per_group": {"0": {"attempts": 1, "steps_attempted": 11,
+         "steps_committed": 10, "last_step": 10}, "1": {"attempts": "two"}},
+         "failures": [{"time": 104.5, "kind": "rank", "struck_groups": [1], "survivors": [0], "detection_s": 1.8,
+                       "survivor_stall_s": 2.3, "uncommitted_steps": 1, "relaunch": {"1": rel}}, {"kind": "rank"}],
+         "steps_committed": 10, "median_step_s": 1.0, "wall_s": 13.0, "productive_s": 10.0, "ettr": 0.77,
+         "batches_committed": 17, "torchft_efficiency": 0.85, "throughput": {"overall": 0.8, "before": None},
+         "verdict": {"survivor_restarted": [], "heals": [{"group": 1, "attempt": 2, "step": 8}], "state_equal": True,
+                     "unequal": [], "started_over": None, "finished": True, "stopped_when_done": [], "crashes": [],
+                     "heal_failures": [{"group": 1, "attempt": 1, "times": 3, "step": 2, "error": "RuntimeError: x",
+                                        "known": None, "others_uncommitted_s": 1.5}], "ok": False}}
+    s = FtSummary.from_dict(d)
+    assert s is not None and list(s.per_group) == ["0"] and len(s.failures) == 1
+    r = s.failures[0].relaunch["1"]
+    assert r is not None and r.heal_s is None and r.rejoin_s == 4.5
+    assert s.verdict.heal_failures[0].times == 3 and s.throughput == {"overall": 0.8, "before": None}
+    assert FtSummary.from_dict({"groups": 2}) is None and FtSummary.from_dict([]) is None
+    path = layout.Expt(str(tmp_path)).summary
+    Summary(source="t", phases=[{"phase": "ft"}], torchft={"ft": s}).write(path)
+    with open(path) as f:
+        raw = json.load(f)
+    raw["torchft"]["bad"] = {"verdict": "no"}
+    with open(path, "w") as f:
+        json.dump(raw, f)
+    back = Summary.read(path)
+    assert list(back.torchft) == ["ft"] and back.torchft["ft"] == s

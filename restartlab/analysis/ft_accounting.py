@@ -31,10 +31,12 @@ import dataclasses
 import json
 import re
 import statistics
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from ..contracts import ft_records, layout, live
 from ..contracts.ft_records import FtCrash, FtStep
+from ..contracts.ft_summary import (Crash, FtFailure, FtSummary, FtVerdict, GroupStats, Heal, HealFailure, Relaunch,
+                                    StartOver)
 from ..contracts.injections import Injection
 from ..contracts.attempts import AttemptRecord, LaunchRecord, NotARecord, PhaseEnd, phase_end
 
@@ -135,7 +137,7 @@ def struck_groups(inj: Injection) -> List[int]:
     return sorted(found)
 
 
-def summarize(phase_dir: str, train_iters: int) -> dict:
+def summarize(phase_dir: str, train_iters: int) -> FtSummary:
     phase = layout.Phase(phase_dir)
     groups: Dict[int, Group] = {}
     for gp in phase.groups():
@@ -153,16 +155,13 @@ def _commits(groups: Dict[int, Group]) -> List[Commit]:
     return sorted(out, key=lambda c: c.rec.t)
 
 
-def _account(groups: Dict[int, Group], injections: List[Injection], train_iters: int, n_groups: int) -> dict:
+def _account(groups: Dict[int, Group], injections: List[Injection], train_iters: int, n_groups: int) -> FtSummary:
     commits = _commits(groups)
-    per_group = {}
-    for g, gr in groups.items():
-        per_group[str(g)] = {
-            "attempts": len(gr.attempts),
-            "steps_attempted": sum(len(a.rank0) for a in gr.attempts),
-            "steps_committed": sum(1 for a in gr.attempts for x in a.rank0 if x.commit),
-            "last_step": max((x.step for a in gr.attempts for x in a.rank0 if x.commit), default=0),
-        }
+    per_group = {str(g): GroupStats(attempts=len(gr.attempts),
+                                    steps_attempted=sum(len(a.rank0) for a in gr.attempts),
+                                    steps_committed=sum(1 for a in gr.attempts for x in a.rank0 if x.commit),
+                                    last_step=max((x.step for a in gr.attempts for x in a.rank0 if x.commit), default=0))
+                 for g, gr in groups.items()}
     # the job's progress: each step counted once (its first commit); its step time the median of its records
     first_commit: Dict[int, FtStep] = {}
     for c in commits:
@@ -177,30 +176,22 @@ def _account(groups: Dict[int, Group], injections: List[Injection], train_iters:
     batches = sum(x.participants or 0 for x in first_commit.values())
     failures = [_failure(inj, groups, median_dt) for inj in sorted(injections, key=lambda r: r.time or 0.0)]
     verdict = _verdict(groups, commits, failures, train_iters)
-    return {
-        "strategy": "torchft", "groups": n_groups, "train_iters": train_iters,
-        "per_group": per_group, "failures": failures,
-        "steps_committed": len(first_commit), "median_step_s": median_dt,
-        "wall_s": wall, "productive_s": productive,
-        "ettr": (productive / wall) if wall else None,
-        "batches_committed": batches,
-        "torchft_efficiency": (batches / (len(first_commit) * n_groups)) if first_commit and n_groups else None,
-        "throughput": _throughput(first_commit, failures, t_start, t_end),
-        "verdict": verdict,
-    }
+    return FtSummary(
+        strategy="torchft", groups=n_groups, train_iters=train_iters, per_group=per_group, failures=failures,
+        steps_committed=len(first_commit), median_step_s=median_dt, wall_s=wall, productive_s=productive,
+        ettr=(productive / wall) if wall else None, batches_committed=batches,
+        torchft_efficiency=(batches / (len(first_commit) * n_groups)) if first_commit and n_groups else None,
+        throughput=_throughput(first_commit, failures, t_start, t_end), verdict=verdict)
 
 
-def _failure(inj: Injection, groups: Dict[int, Group], median_dt: Optional[float]) -> dict:
+def _failure(inj: Injection, groups: Dict[int, Group], median_dt: Optional[float]) -> FtFailure:
     t = inj.time
     struck = struck_groups(inj)
-    out: Dict[str, Any] = {"time": t, "kind": inj.kind, "struck_groups": struck, "survivors": [], "detection_s": None,
-           "survivor_stall_s": None, "uncommitted_steps": 0, "relaunch": {}}
-    survivors = [g for g in groups if g not in struck]
-    out["survivors"] = survivors
+    out = FtFailure(time=t, kind=inj.kind, struck_groups=struck, survivors=[g for g in groups if g not in struck])
     if t is None:  # a strike record without its time (hand-edited): nothing to measure from
-        out["relaunch"] = {str(g): None for g in struck}
+        out.relaunch = {str(g): None for g in struck}
         return out
-    for g in survivors:
+    for g in out.survivors:
         recs = [x for a in groups[g].attempts for x in a.rank0]
         before = [x for x in recs if x.t <= t]
         after = [x for x in recs if x.t > t]
@@ -210,34 +201,32 @@ def _failure(inj: Injection, groups: Dict[int, Group], median_dt: Optional[float
         newq = next((x for x in after if x.quorum != q0), None)
         if newq is None:
             continue
-        if out["detection_s"] is None:
-            out["detection_s"] = newq.quorum_time - t
+        if out.detection_s is None:
+            out.detection_s = newq.quorum_time - t
         # what the survivors spent not training: the steps they attempted and could not commit,
         # then the wait for the quorum without the struck group
         lost = [x for x in after if not x.commit and x.t0 < newq.t0]
-        out["uncommitted_steps"] = max(out["uncommitted_steps"], len(lost))
+        out.uncommitted_steps = max(out.uncommitted_steps, len(lost))
         stall = sum(x.t - x.t0 for x in lost) + (newq.quorum_time - newq.t0)
-        out["survivor_stall_s"] = max(out["survivor_stall_s"] or 0.0, stall)
+        out.survivor_stall_s = max(out.survivor_stall_s or 0.0, stall)
     for g in struck:
         later = [a for a in (groups[g].attempts if g in groups else []) if a.launch_ts and a.launch_ts > t]
         if not later:
-            out["relaunch"][str(g)] = None
+            out.relaunch[str(g)] = None
             continue
         a = later[0]
         launched = a.launch_ts or 0.0  # later: launched after the strike
         healed = next((x for x in a.rank0 if x.healed), None)
         first_c = next((x for x in a.rank0 if x.commit), None)
-        out["relaunch"][str(g)] = {
-            "attempt": a.attempt, "relaunched_after_s": launched - t,
-            "process_start_s": (a.rank0[0].t0 - launched) if a.rank0 else None,
-            "heal_s": healed.heal_s if healed else None, "healed_at_step": healed.step if healed else None,
-            "rejoin_s": (first_c.t - t) if first_c else None,
-            "first_step": first_c.step if first_c else None,
-        }
+        out.relaunch[str(g)] = Relaunch(
+            attempt=a.attempt, relaunched_after_s=launched - t,
+            process_start_s=(a.rank0[0].t0 - launched) if a.rank0 else None,
+            heal_s=healed.heal_s if healed else None, healed_at_step=healed.step if healed else None,
+            rejoin_s=(first_c.t - t) if first_c else None, first_step=first_c.step if first_c else None)
     return out
 
 
-def _throughput(first_commit: Dict[int, FtStep], failures: List[dict], t_start, t_end) -> dict:
+def _throughput(first_commit: Dict[int, FtStep], failures: List[FtFailure], t_start, t_end) -> Dict[str, Optional[float]]:
     """Committed steps per second before the first failure, while a struck group was out (the
     kill to its rejoin), and after the last rejoin."""
     if not first_commit or t_start is None:
@@ -249,10 +238,10 @@ def _throughput(first_commit: Dict[int, FtStep], failures: List[dict], t_start, 
         return (n / (b - a)) if b > a else None
     out = {"overall": rate(t_start, t_end)}
     if failures:
-        f0 = failures[0]["time"]
+        f0 = failures[0].time
         out["before"] = rate(t_start, f0)
-        outs = [(f["time"], f["time"] + r["rejoin_s"]) for f in failures for r in f["relaunch"].values()
-                if r and r.get("rejoin_s") is not None]
+        outs = [(f.time, f.time + r.rejoin_s) for f in failures if f.time is not None for r in f.relaunch.values()
+                if r and r.rejoin_s is not None]
         if outs:
             n = sum(1 for x in times if any(a < x <= b for a, b in outs))
             span = sum(b - a for a, b in outs)
@@ -261,8 +250,8 @@ def _throughput(first_commit: Dict[int, FtStep], failures: List[dict], t_start, 
     return out
 
 
-def _verdict(groups: Dict[int, Group], commits: List[Commit], failures: List[dict], train_iters: int) -> dict:
-    struck = {g for f in failures for g in f["struck_groups"]}
+def _verdict(groups: Dict[int, Group], commits: List[Commit], failures: List[FtFailure], train_iters: int) -> FtVerdict:
+    struck = {g for f in failures for g in f.struck_groups}
     restarted = sorted(g for g, gr in groups.items() if g not in struck and len(gr.attempts) > 1)
     # every rank's shard crc by (step, rank) as the survivors committed it
     crcs: Dict[tuple, set] = {}
@@ -279,12 +268,11 @@ def _verdict(groups: Dict[int, Group], commits: List[Commit], failures: List[dic
     crashes, heal_failures = _crashes_and_heal_failures(groups, failures)
     # a start over: a step committed below one committed before it (a group's own first steps
     # before the others' are in lockstep: allowed while no other group has committed past it)
-    start_over = None
+    start_over: Optional[StartOver] = None
     best = 0
     for c in commits:
         if c.rec.step < best - 1:
-            start_over = {"group": c.group, "attempt": c.attempt, "step": c.rec.step, "after_step": best,
-                          "time": c.rec.t}
+            start_over = StartOver(group=c.group, attempt=c.attempt, step=c.rec.step, after_step=best, time=c.rec.t)
             break
         best = max(best, c.rec.step)
     # finished: a group completed the last step (the others complete theirs with it, or are
@@ -292,32 +280,29 @@ def _verdict(groups: Dict[int, Group], commits: List[Commit], failures: List[dic
     ends = {g: gr.end for g, gr in groups.items()}
     finished = any(h == PhaseEnd.COMPLETED for h in ends.values())
     stopped = sorted(g for g, h in ends.items() if h == PhaseEnd.INTERRUPTED)
-    return {
-        "survivor_restarted": restarted,
-        "heals": [{"group": g, "attempt": k, "step": s} for g, k, s in heals],
-        "state_equal": not unequal, "unequal": unequal[:10],
-        "started_over": start_over,
-        "finished": finished, "stopped_when_done": stopped,
-        "crashes": crashes, "heal_failures": heal_failures,
-        "ok": not restarted and not unequal and start_over is None and finished and not crashes and not heal_failures,
-    }
+    return FtVerdict(
+        survivor_restarted=restarted, heals=[Heal(g, k, s) for g, k, s in heals],
+        state_equal=not unequal, unequal=unequal[:10], started_over=start_over,
+        finished=finished, stopped_when_done=stopped, crashes=crashes, heal_failures=heal_failures,
+        ok=not restarted and not unequal and start_over is None and finished and not crashes and not heal_failures)
 
 
-def _crashes_and_heal_failures(groups: Dict[int, Group], failures: List[dict]):
+def _crashes_and_heal_failures(groups: Dict[int, Group], failures: List[FtFailure]):
     """The exceptions programs died of on their own (not a struck group's after its strike), and
     per group attempt the heals that failed (asked by the quorum, not applied, torchft's error)."""
-    strikes = [(f["time"], set(f["struck_groups"])) for f in failures]
-    crashes, heals = [], []
+    strikes = [(f.time, set(f.struck_groups)) for f in failures]
+    crashes: List[Crash] = []
+    heals: List[HealFailure] = []
     for g, gr in groups.items():
         for a in gr.attempts:
             for r, c in sorted(a.crashes.items()):
                 t = c.time or 0
-                if any(g in gs and a.launch_ts and a.launch_ts <= ft <= t for ft, gs in strikes):
+                if any(g in gs and a.launch_ts and ft is not None and a.launch_ts <= ft <= t for ft, gs in strikes):
                     continue  # its group was struck while it ran: the strike's doing
                 error = f"{c.type}: {c.message}".rstrip(": ")
                 where = f"{_short(c.file)}:{c.line}"
-                crashes.append({"group": g, "attempt": a.attempt, "rank": r, "step": c.step, "error": error,
-                                "where": where, "code": c.code, "known": known(f"{error} at {where} {c.code or ''}")})
+                crashes.append(Crash(group=g, attempt=a.attempt, rank=r, step=c.step, error=error, where=where,
+                                     code=c.code, known=known(f"{error} at {where} {c.code or ''}")))
             failed = [x for x in a.rank0 if x.heal and not x.healed and x.error]
             if failed:
                 t0, t1 = failed[0].t0, failed[-1].t
@@ -325,56 +310,57 @@ def _crashes_and_heal_failures(groups: Dict[int, Group], failures: List[dict]):
                 stalled = [x for o, ogr in groups.items() if o != g for oa in ogr.attempts
                            for x in oa.rank0 if not x.commit and x.t0 <= t1 and x.t >= t0]
                 error = failed[0].error or ""
-                heals.append({"group": g, "attempt": a.attempt, "times": len(failed), "step": failed[0].step,
-                              "error": error, "known": known(error),
-                              "others_uncommitted_s": sum(x.t - x.t0 for x in stalled)})
+                heals.append(HealFailure(group=g, attempt=a.attempt, times=len(failed), step=failed[0].step,
+                                         error=error, known=known(error),
+                                         others_uncommitted_s=sum(x.t - x.t0 for x in stalled)))
     return crashes, heals
 
 
-def findings(v: dict) -> List[str]:
+def findings(v: FtVerdict) -> List[str]:
     """One line per exception a program died of and per group attempt whose heal failed."""
     out = []
-    for c in v.get("crashes", []):
-        out.append(f"group {c['group']} attempt {c['attempt']} rank {c['rank']} died of its own exception at step "
-                   f"{c['step']}: {c['error']} at {c['where']}" + (f" `{c['code']}`" if c.get("code") else "")
-                   + (f" -- known: {c['known']}" if c["known"] else ""))
-    for h in v.get("heal_failures", []):
-        out.append(f"group {h['group']} attempt {h['attempt']}: its heal failed {h['times']} time(s) from step "
-                   f"{h['step']}: {h['error']}; meanwhile the other groups spent {h['others_uncommitted_s']:.1f}s "
-                   "in steps they could not commit" + (f" -- known: {h['known']}" if h["known"] else ""))
+    for c in v.crashes:
+        out.append(f"group {c.group} attempt {c.attempt} rank {c.rank} died of its own exception at step "
+                   f"{c.step}: {c.error} at {c.where}" + (f" `{c.code}`" if c.code else "")
+                   + (f" -- known: {c.known}" if c.known else ""))
+    for h in v.heal_failures:
+        out.append(f"group {h.group} attempt {h.attempt}: its heal failed {h.times} time(s) from step "
+                   f"{h.step}: {h.error}; meanwhile the other groups spent {h.others_uncommitted_s:.1f}s "
+                   "in steps they could not commit" + (f" -- known: {h.known}" if h.known else ""))
     return out
 
 
-def describe(summary: dict) -> List[str]:
+def describe(summary: FtSummary) -> List[str]:
     """The phase's last lines: the verdict, then each failure in one line."""
-    v = summary["verdict"]
-    lines = [f"torchft verdict: {'OK' if v['ok'] else 'NOT OK'}: "
+    v = summary.verdict
+    so = v.started_over
+    lines = [f"torchft verdict: {'OK' if v.ok else 'NOT OK'}: "
              + "; ".join([
-                 "no survivor restarted" if not v["survivor_restarted"] else
-                 f"group(s) {v['survivor_restarted']} restarted though no failure struck them",
-                 f"{len(v['heals'])} heal(s), state equal to the survivors'" if v["state_equal"] else
-                 f"state differs from the survivors' at {', '.join(v['unequal'])}",
-                 "never started over" if v["started_over"] is None else
-                 "STARTED OVER SILENTLY: group {group} attempt {attempt} committed step {step} after step "
-                 "{after_step} had been committed (every group was lost: a fresh initialisation)".format(**v["started_over"]),
-                 "finished" if v["finished"] else "did not finish"]
-                + ([f"{len(v['crashes'])} program(s) died of an exception of their own"] if v.get("crashes") else [])
-                + ([f"heals failed in group(s) {sorted({h['group'] for h in v['heal_failures']})}"]
-                   if v.get("heal_failures") else []))]
+                 "no survivor restarted" if not v.survivor_restarted else
+                 f"group(s) {v.survivor_restarted} restarted though no failure struck them",
+                 f"{len(v.heals)} heal(s), state equal to the survivors'" if v.state_equal else
+                 f"state differs from the survivors' at {', '.join(v.unequal)}",
+                 "never started over" if so is None else
+                 f"STARTED OVER SILENTLY: group {so.group} attempt {so.attempt} committed step {so.step} after step "
+                 f"{so.after_step} had been committed (every group was lost: a fresh initialisation)",
+                 "finished" if v.finished else "did not finish"]
+                + ([f"{len(v.crashes)} program(s) died of an exception of their own"] if v.crashes else [])
+                + ([f"heals failed in group(s) {sorted({h.group for h in v.heal_failures})}"]
+                   if v.heal_failures else []))]
     lines += findings(v)
-    for i, f in enumerate(summary["failures"], 1):
-        parts = [f"failure {i} ({f['kind']}) struck group(s) {f['struck_groups']}"]
-        if f["detection_s"] is not None:
-            parts.append(f"detected in {f['detection_s']:.2f}s")
-        if f["survivor_stall_s"] is not None:
-            parts.append(f"survivors stalled {f['survivor_stall_s']:.2f}s")
-        for g, r in f["relaunch"].items():
-            if r and r.get("rejoin_s") is not None:
-                parts.append(f"group {g} rejoined after {r['rejoin_s']:.1f}s (process start "
-                             f"{r['process_start_s']:.1f}s, heal {r['heal_s'] or 0:.2f}s)")
+    for i, f in enumerate(summary.failures, 1):
+        parts = [f"failure {i} ({f.kind}) struck group(s) {f.struck_groups}"]
+        if f.detection_s is not None:
+            parts.append(f"detected in {f.detection_s:.2f}s")
+        if f.survivor_stall_s is not None:
+            parts.append(f"survivors stalled {f.survivor_stall_s:.2f}s")
+        for g, r in f.relaunch.items():
+            if r and r.rejoin_s is not None:
+                parts.append(f"group {g} rejoined after {r.rejoin_s:.1f}s (process start "
+                             f"{r.process_start_s or 0:.1f}s, heal {r.heal_s or 0:.2f}s)")
         lines.append(", ".join(parts))
-    if summary.get("ettr") is not None:
-        lines.append(f"ETTR {summary['ettr']:.3f}, torchft efficiency {summary['torchft_efficiency']:.3f} "
+    if summary.ettr is not None:
+        lines.append(f"ETTR {summary.ettr:.3f}, torchft efficiency {summary.torchft_efficiency or 0:.3f} "
                      f"(batches committed / committed steps x groups)")
     return lines
 
@@ -389,7 +375,7 @@ def main(argv=None) -> int:
         return 2
     summary = summarize(args[0], int(args[1]))
     with open(layout.Phase(args[0]).ft_summary, "w") as f:
-        json.dump(summary, f, indent=1)
+        json.dump(summary.to_dict(), f, indent=1)
     for line in describe(summary):
         print(line, flush=True)
     return 0

@@ -15,6 +15,7 @@ from ..contracts.registry import RegistryError
 from ..tools import options as tool_options
 from . import collect, own_metrics, strategies, survival
 from ..contracts import metric_keys as K
+from ..contracts.ft_summary import FtSummary
 from ..contracts.summary import Summary
 
 
@@ -194,7 +195,7 @@ def _last_step(data) -> Optional[int]:
         return None
 
 
-def torchft_summaries(expt_dir, data) -> Dict[str, dict]:
+def torchft_summaries(expt_dir, data) -> Dict[str, FtSummary]:
     """{phase: its accounting and verdict} (ft_accounting), from the run's files."""
     from . import ft_accounting
     iters = _last_step(data) or 0

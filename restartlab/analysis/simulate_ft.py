@@ -87,16 +87,15 @@ def analytic(c: FtCosts, mtbf_s: float) -> float:
 
 def costs_from_summary(summary: Summary) -> Optional[FtCosts]:
     """The torchft phases of a report's summary (its `torchft`): the medians over their failures."""
-    fts = [f for f in summary.torchft.values() if f.get("failures")]
+    fts = [f for f in summary.torchft.values() if f.failures]
     if not fts:
         return None
-    stalls = [x["survivor_stall_s"] for f in fts for x in f["failures"] if x.get("survivor_stall_s") is not None]
-    rejoins = [r["rejoin_s"] for f in fts for x in f["failures"] for r in x["relaunch"].values()
-               if r and r.get("rejoin_s") is not None]
+    stalls = [x.survivor_stall_s for f in fts for x in f.failures if x.survivor_stall_s is not None]
+    rejoins = [r.rejoin_s for f in fts for x in f.failures for r in x.relaunch.values() if r and r.rejoin_s is not None]
     if not stalls or not rejoins:
         return None
     src = "measured (median over the summary's torchft failures)"
-    return FtCosts(groups=int(fts[0]["groups"]), stall_s=statistics.median(stalls), rejoin_s=statistics.median(rejoins),
+    return FtCosts(groups=fts[0].groups, stall_s=statistics.median(stalls), rejoin_s=statistics.median(rejoins),
                    sources={"stall_s": src, "rejoin_s": src, "groups": "the summary's torchft phase",
                             "step_overhead": "assumed (0: --ft-step-overhead)"})
 

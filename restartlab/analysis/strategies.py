@@ -6,6 +6,7 @@ import statistics
 from typing import Dict, List, Optional
 
 from . import ft_accounting
+from ..contracts.ft_summary import FtSummary, Relaunch
 
 
 def _median(xs) -> Optional[float]:
@@ -36,47 +37,47 @@ def restart_row(s: dict, warm: bool, baseline_wall: Optional[float]) -> dict:
                                   for f in surv.get("findings", []))[:200])}
 
 
-def torchft_row(name: str, ft: dict, baseline_wall: Optional[float]) -> dict:
+def torchft_row(name: str, ft: FtSummary, baseline_wall: Optional[float]) -> dict:
     """A torchft phase: its cost per failure is the survivors' stall (the job trains on without
     the struck group), its lost work the steps the survivors attempted and could not commit; the
     struck group's own rejoin is in the torchft section."""
-    v = ft["verdict"]
+    v = ft.verdict
     findings = []
-    if v["survivor_restarted"]:
-        findings.append(f"survivor(s) {v['survivor_restarted']} restarted")
-    if not v["state_equal"]:
+    if v.survivor_restarted:
+        findings.append(f"survivor(s) {v.survivor_restarted} restarted")
+    if not v.state_equal:
         findings.append("healed state differs")
-    if v["started_over"]:
-        findings.append(f"STARTED OVER at step {v['started_over']['after_step']}")
-    if not v["finished"]:
+    if v.started_over:
+        findings.append(f"STARTED OVER at step {v.started_over.after_step}")
+    if not v.finished:
         findings.append("did not finish")
-    if v.get("crashes"):
-        findings.append(f"{len(v['crashes'])} program crash(es)")
-    if v.get("heal_failures"):
-        findings.append(f"heals failed in group(s) {sorted({h['group'] for h in v['heal_failures']})}")
-    return {"phase": name, "strategy": f"torchft ({ft['groups']} groups)", "wall_s": ft["wall_s"],
-            "steps": ft["steps_committed"], "failures": len(ft["failures"]), "ettr": ft["ettr"],
-            "vs_baseline_s": (ft["wall_s"] - baseline_wall) if ft["wall_s"] is not None and baseline_wall else None,
-            "recovery_s": _median(f["survivor_stall_s"] for f in ft["failures"]),
-            "work_lost_steps": sum(f["uncommitted_steps"] for f in ft["failures"]),
+    if v.crashes:
+        findings.append(f"{len(v.crashes)} program crash(es)")
+    if v.heal_failures:
+        findings.append(f"heals failed in group(s) {sorted({h.group for h in v.heal_failures})}")
+    return {"phase": name, "strategy": f"torchft ({ft.groups} groups)", "wall_s": ft.wall_s,
+            "steps": ft.steps_committed, "failures": len(ft.failures), "ettr": ft.ettr,
+            "vs_baseline_s": (ft.wall_s - baseline_wall) if ft.wall_s is not None and baseline_wall else None,
+            "recovery_s": _median(f.survivor_stall_s for f in ft.failures),
+            "work_lost_steps": sum(f.uncommitted_steps for f in ft.failures),
             # the groups' batches of committed steps that no group trained (a group out, or healing)
-            "batches_skipped": ft["steps_committed"] * ft["groups"] - ft["batches_committed"],
-            "restarted_processes": "the struck group's" if ft["failures"] else "-",
+            "batches_skipped": ft.steps_committed * ft.groups - ft.batches_committed,
+            "restarted_processes": "the struck group's" if ft.failures else "-",
             "verdict": "; ".join(findings) or "no survivor restarted, healed state equal"}
 
 
-def rows(summaries: List[dict], ft: Dict[str, dict], warm: Dict[str, bool], order: List[str]) -> List[dict]:
+def rows(summaries: List[dict], ft: Dict[str, FtSummary], warm: Dict[str, bool], order: List[str]) -> List[dict]:
     """One row per phase. `failure_cost_s`: the wall time against the same strategy without
     failures: a restart phase against the baseline, a torchft phase against a torchft phase with
     no failure (torchft's own step protocol, a quorum and a commit every step, is no failure's
     cost; without such a phase it is not separated, and the cell says so)."""
     base = next((s for s in summaries if s.get("checkpoint") == "none"), None)
     bw = base["wall_s"] if base else None
-    ft_base = next((f for f in ft.values() if not f["failures"] and f["wall_s"]), None)
+    ft_base = next((f for f in ft.values() if not f.failures and f.wall_s), None)
     out = {s["phase"]: restart_row(s, warm.get(s["phase"], False), bw) for s in summaries}
     for n, f in ft.items():
         out[n] = torchft_row(n, f, bw)
-        out[n]["failure_cost_s"] = (f["wall_s"] - ft_base["wall_s"]) if ft_base and f["failures"] and f["wall_s"] \
+        out[n]["failure_cost_s"] = (f.wall_s - ft_base.wall_s) if ft_base and ft_base.wall_s and f.failures and f.wall_s \
             else None
     for s in summaries:
         out[s["phase"]]["failure_cost_s"] = out[s["phase"]]["vs_baseline_s"]
@@ -84,7 +85,7 @@ def rows(summaries: List[dict], ft: Dict[str, dict], warm: Dict[str, bool], orde
     return [out[n] for n in sorted(out, key=lambda n: (rank.get(n, len(rank)), n))]
 
 
-def markdown(table: List[dict], ft: Dict[str, dict]) -> List[str]:
+def markdown(table: List[dict], ft: Dict[str, FtSummary]) -> List[str]:
     if not ft:
         return []
     L = ["## Recovery strategies side by side", "",
@@ -108,35 +109,35 @@ def markdown(table: List[dict], ft: Dict[str, dict]) -> List[str]:
           "own per-step quorum and commit; '-' when there is none).", ""]
     L += ["## torchft phases", ""]
     for name, s in ft.items():
-        v = s["verdict"]
-        L.append(f"### {name}: {'OK' if v['ok'] else 'NOT OK'}")
+        v = s.verdict
+        L.append(f"### {name}: {'OK' if v.ok else 'NOT OK'}")
         L.append("")
-        L.append(f"- {s['groups']} replica groups; per group: " + "; ".join(
-            f"g{g} {p['attempts']} attempt(s), {p['steps_attempted']} steps attempted, {p['steps_committed']} committed"
-            for g, p in s["per_group"].items()))
-        L.append(f"- ETTR {_fmt(s['ettr'], 3)}; torchft efficiency {_fmt(s['torchft_efficiency'], 3)} (batches "
+        L.append(f"- {s.groups} replica groups; per group: " + "; ".join(
+            f"g{g} {p.attempts} attempt(s), {p.steps_attempted} steps attempted, {p.steps_committed} committed"
+            for g, p in s.per_group.items()))
+        L.append(f"- ETTR {_fmt(s.ettr, 3)}; torchft efficiency {_fmt(s.torchft_efficiency, 3)} (batches "
                  "committed, torchft's Manager.batches_committed, / committed steps x groups)")
-        t = s.get("throughput") or {}
+        t = s.throughput  # named rates: a plain mapping
         L.append(f"- committed steps/s: before the first failure {_fmt(t.get('before'))}, while a group was out "
                  f"{_fmt(t.get('during'))}, after {_fmt(t.get('after'))}")
-        if v["started_over"]:
-            so = v["started_over"]
-            L.append(f"- **started over silently**: group {so['group']} attempt {so['attempt']} committed step "
-                     f"{so['step']} after step {so['after_step']} (every group was lost)")
-        if not v["state_equal"]:
-            L.append(f"- **healed state differs** from the survivors' at {', '.join(v['unequal'])}")
-        if v["survivor_restarted"]:
-            L.append(f"- **restarted though no failure struck it**: group(s) {v['survivor_restarted']}")
+        so = v.started_over
+        if so:
+            L.append(f"- **started over silently**: group {so.group} attempt {so.attempt} committed step "
+                     f"{so.step} after step {so.after_step} (every group was lost)")
+        if not v.state_equal:
+            L.append(f"- **healed state differs** from the survivors' at {', '.join(v.unequal)}")
+        if v.survivor_restarted:
+            L.append(f"- **restarted though no failure struck it**: group(s) {v.survivor_restarted}")
         L += [f"- **{line}**" for line in ft_accounting.findings(v)]
         L += ["", "| failure | kind | struck groups | detection s | survivors' stall s | uncommitted steps | "
               "group | relaunched after s | process start s | heal s | healed at step | rejoin s |", "|" + "---|" * 12]
-        for i, f in enumerate(s["failures"], 1):
-            rel = f["relaunch"] or {"-": None}
-            for g, r in rel.items():
-                r = r or {}
-                L.append(f"| {i} | {f['kind']} | {f['struck_groups']} | {_fmt(f['detection_s'])} | "
-                         f"{_fmt(f['survivor_stall_s'])} | {f['uncommitted_steps']} | {g} | "
-                         f"{_fmt(r.get('relaunched_after_s'))} | {_fmt(r.get('process_start_s'))} | "
-                         f"{_fmt(r.get('heal_s'))} | {_fmt(r.get('healed_at_step'))} | {_fmt(r.get('rejoin_s'))} |")
+        for i, f in enumerate(s.failures, 1):
+            rel: Dict[str, Optional[Relaunch]] = f.relaunch or {"-": None}
+            for g, re_ in rel.items():
+                cells = [re_.relaunched_after_s, re_.process_start_s, re_.heal_s, re_.healed_at_step,
+                         re_.rejoin_s] if re_ else [None] * 5
+                L.append(f"| {i} | {f.kind} | {f.struck_groups} | {_fmt(f.detection_s)} | "
+                         f"{_fmt(f.survivor_stall_s)} | {f.uncommitted_steps} | {g} | "
+                         + " | ".join(_fmt(c) for c in cells) + " |")
         L.append("")
     return L

@@ -9,6 +9,8 @@ import json
 import os
 from typing import Any, Dict, List, Optional, TypedDict
 
+from .ft_summary import FtSummary
+
 
 class SummaryError(ValueError):
     pass
@@ -69,7 +71,7 @@ class Summary:
     missing: List[str] = dataclasses.field(default_factory=list)
     problems: List[str] = dataclasses.field(default_factory=list)
     jobs: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # the batch jobs' states
-    torchft: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)  # per torchft phase: its accounting
+    torchft: Dict[str, FtSummary] = dataclasses.field(default_factory=dict)  # per torchft phase: its accounting
     strategies: Optional[List[Dict[str, Any]]] = None               # the strategies' table (with torchft)
 
     def by_phase(self) -> Dict[str, PhaseSummary]:
@@ -78,8 +80,10 @@ class Summary:
     def write(self, path: str) -> None:
         """Whole or not at all (a reader never sees half a summary)."""
         tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:  # its fields as they are (asdict would deep-copy every failure first)
-            json.dump({fl.name: getattr(self, fl.name) for fl in dataclasses.fields(self)}, f, indent=1, default=str)
+        d = {fl.name: getattr(self, fl.name) for fl in dataclasses.fields(self)}  # (asdict would deep-copy every failure)
+        d["torchft"] = {n: ft.to_dict() for n, ft in self.torchft.items()}
+        with open(tmp, "w") as f:
+            json.dump(d, f, indent=1, default=str)
         os.replace(tmp, path)
 
     @classmethod
@@ -97,4 +101,6 @@ class Summary:
             raise SummaryError(f"{path}: not a restartlab report summary (no list of phases, each with its name)")
         vals = {f.name: d[f.name] for f in dataclasses.fields(cls) if d.get(f.name) is not None}
         vals.setdefault("source", "")
+        fts = ((n, FtSummary.from_dict(ft)) for n, ft in (d["torchft"].items() if isinstance(d.get("torchft"), dict) else ()))
+        vals["torchft"] = {n: ft for n, ft in fts if ft is not None}  # a phase's entry that does not read is left out
         return cls(**vals)

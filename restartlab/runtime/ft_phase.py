@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, List, Optional, TextIO
 
 from .. import launchers
-from ..contracts import layout, options
+from ..contracts import ft_records, layout, options
 from ..contracts.attempts import PhaseEnd
 from ..contracts.envvars import group_tag
 from ..contracts.exits import EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_WALLTIME
@@ -164,22 +164,46 @@ class FtPhase:
         atts = gp.attempts()
         return not atts or not atts[-1].metrics_files() or os.path.exists(atts[-1].record)
 
+    def newest_commit(self, g: int) -> Optional[int]:
+        """The newest step group g's current attempt committed (its rank 0's records); None: none."""
+        atts = self.phase.group(g).attempts()
+        path = atts[-1].ft_records().get(0) if atts else None
+        steps = [x.step for x in ft_records.read_steps(path) if x.commit] if path else []
+        return max(steps) if steps else None
+
+    def late(self, done_step: Optional[int]) -> List[int]:
+        """The running groups to stop as soon as the training is done: those still relaunching, and
+        those not in step: a relaunch that found no peer (the others done, or leaving) and started
+        over alone commits its own step 1, 2, ... (seen under load: the survivor finished its last
+        45 steps before the struck group's relaunch took its first, and that group then trained the
+        whole run again). In step: its newest commit within one of the step the done group completed."""
+        out = []
+        for g, p in self.groups.items():
+            if p.poll() is not None:
+                continue
+            newest = self.newest_commit(g)
+            if self.relaunching(g) or (done_step is not None and (newest is None or newest < done_step - 1)):
+                out.append(g)
+        return sorted(out)
+
     def wait_groups(self) -> Dict[int, Optional[int]]:
         """Until every group's loop has ended. Once one group has completed the last step the
         training is done: a group still relaunching (no commit in its current attempt) is stopped
-        at once (it would find no peer and train the whole run again from a fresh start); the
-        others get DONE_GRACE_S to complete theirs (in the quorum they are in step), then their
-        loops are stopped too. {group: exit status}; a stopped group's is None (self.stopped
+        at once (it would find no peer and train the whole run again from a fresh start), and so is
+        one that has already started over (late()); the others get DONE_GRACE_S to complete theirs
+        (in the quorum they are in step), then their loops are stopped too. {group: exit status}; a stopped group's is None (self.stopped
         names them)."""
         done_at = None
         while any(p.poll() is None for p in self.groups.values()):
-            if done_at is None and any(os.path.exists(self.phase.group(g).completed) for g in self.groups):
+            done = [g for g in self.groups if os.path.exists(self.phase.group(g).completed)]
+            if done_at is None and done:
                 done_at = time.time()
-                late = sorted(g for g, p in self.groups.items() if p.poll() is None and self.relaunching(g))
+                steps = [s for s in map(self.newest_commit, done) if s is not None]
+                late = self.late(max(steps) if steps else None)
                 if late:
                     self.stopped = late
                     self.say(f"the training is done (a group completed the last step): stopping group(s) {late}, "
-                             "still relaunching")
+                             "still relaunching or not in step")
                     self.stop_groups(which=late)
             if done_at is not None and time.time() - done_at > float(os.environ.get(DONE_GRACE_VAR) or DONE_GRACE_S):
                 behind = sorted(g for g, p in self.groups.items() if p.poll() is None)
