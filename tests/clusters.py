@@ -18,23 +18,28 @@ import tempfile
 
 from restartlab import schedulers
 from restartlab.contracts import layout
+from tests import pbs_cluster
 from tests.helpers import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ("slurm", "pbs")
 
 
-def wait_states(sched, run, jid, states, timeout):
+def wait_states(sched, run, jid, states, timeout, stuck=None):
     """The states (restartlab's words) job `jid` of scheduler `sched` went through until one of
     `states`, asked through restartlab's backend in this process once a second with `run` (a
-    command started every half second took ~10 s of CPU per test from the ranks beside it)."""
+    command started every half second took ~10 s of CPU per test from the ranks beside it).
+    `stuck(status)`: why the job will never get there (an AssertionError at once), or None."""
     seen, backend = [], schedulers.get(sched)
 
     def pred():
-        st = backend.status([jid], run)[jid].state
-        if not seen or seen[-1] != st:
-            seen.append(st)
-        return st in states
+        st = backend.status([jid], run)[jid]
+        if not seen or seen[-1] != st.state:
+            seen.append(st.state)
+        why = stuck(st) if stuck and st.state not in states else None
+        if why:
+            raise AssertionError(f"job {jid}: {why}")
+        return st.state in states
     try:
         wait_for(pred, timeout, f"job {jid} to reach {states}", interval=1.0)
     except AssertionError as e:
@@ -120,7 +125,11 @@ class Cluster:
 
     def wait(self, jid, states, timeout):
         """The states (restartlab's words) a job went through until one of `states`."""
-        return wait_states(self.name, self.tool, jid, states, timeout)
+        return wait_states(self.name, self.tool, jid, states, timeout, self.stuck)
+
+    def stuck(self, status):
+        """Why a job in this status will never run on, or None."""
+        return None
 
     def wait_end(self, jid, timeout):
         """Wait until the job has ended; its last state (finished or failed)."""
@@ -297,6 +306,13 @@ class Pbs(Cluster):
 
     def launcher_lines(self):
         return self.pbs.hydra_launch()
+
+    def stuck(self, status):
+        # PBS gave up starting it (held after 20 failed starts): say so now, with what its daemons
+        # logged, not after the wait's timeout (docs/contributing.md: seen in soaks, cause not established)
+        if status.state == "pending" and pbs_cluster.HELD_BY_PBS in status.detail:
+            return f"{status.detail}\n{self.pbs.why_not_started(status.jobid)}"
+        return None
 
     def output_path(self, expt, jid):
         # `-o <expt>/`: PBS writes <job id>.OU into the experiment directory as the job runs (-k doe)
