@@ -557,7 +557,8 @@ time.sleep(60)
 
 
 def test_a_group_that_started_over_alone_when_the_training_is_done_is_stopped_at_once(tmp_path, monkeypatch):
-    """The interleaving made on purpose, with real processes as the groups' loops: group 1 has
+    """The state of that interleaving made on purpose: the groups' records on disk, and stand-in
+    processes (sleep, true) as the groups' loops, which the phase signals and reaps. Group 1 has
     completed the last step (60); group 0's relaunch found no peer and has already committed its
     own steps 1-3 (a fresh start), so it is no longer "relaunching". It is not in step: the phase
     stops it as soon as the training is done (the old rule gave it the grace of a group in step,
@@ -571,14 +572,15 @@ def test_a_group_that_started_over_alone_when_the_training_is_done_is_stopped_at
     _group(root, 1, [(99.0, _lockstep(1, 60, 100))])
     open(layout.Phase(root).group(1).completed, "w").close()
 
-    def phase(g0_steps):
+    def phase(g0_steps, first=14):
         shutil.rmtree(layout.Phase(root).group(0).path, ignore_errors=True)
-        _group(root, 0, [(99.0, _lockstep(1, 14, 100)), (170.0, g0_steps)])
+        _group(root, 0, [(99.0, _lockstep(1, first, 100)), (170.0, g0_steps)])
         att = layout.Phase(root).group(0).attempt(2)
         open(att.metrics(0), "w").close()  # it has begun: not "relaunching"
         out = io.StringIO()
         ft = FtPhase(SimpleNamespace(phase="ft", phase_dir=root), None, out=out)
         ft.groups = {0: subprocess.Popen(["sleep", "120"]), 1: subprocess.Popen(["true"])}
+        ft.groups[1].wait()  # group 1's loop has ended (it completed)
         return ft, out
     monkeypatch.setenv("RESTARTLAB_FT_DONE_GRACE_S", "60")
     ft, out = phase(_lockstep(1, 3, 171))
@@ -592,3 +594,11 @@ def test_a_group_that_started_over_alone_when_the_training_is_done_is_stopped_at
     ft.wait_groups()
     said = out.getvalue()
     assert ft.stopped == [0] and "stopping group(s) [0], behind after 1s" in said and "not in step" not in said, said
+    # only the current attempt counts (its first reached step 59); a group whose records do not read
+    # yet is not known to be out of step
+    ft, out = phase(_lockstep(1, 3, 171), first=59)
+    assert ft.late(60) == [0]
+    ft.stop_groups()
+    ft, out = phase([])
+    assert ft.late(60) == []
+    ft.stop_groups()

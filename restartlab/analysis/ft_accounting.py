@@ -239,7 +239,7 @@ def _throughput(first_commit: Dict[int, FtStep], failures: List[FtFailure], t_st
     out = {"overall": rate(t_start, t_end)}
     if failures:
         f0 = failures[0].time
-        out["before"] = rate(t_start, f0)
+        out["before"] = rate(t_start, f0) if f0 is not None else None
         outs = [(f.time, f.time + r.rejoin_s) for f in failures if f.time is not None for r in f.relaunch.values()
                 if r and r.rejoin_s is not None]
         if outs:
@@ -356,12 +356,12 @@ def describe(summary: FtSummary) -> List[str]:
             parts.append(f"survivors stalled {f.survivor_stall_s:.2f}s")
         for g, r in f.relaunch.items():
             if r and r.rejoin_s is not None:
-                parts.append(f"group {g} rejoined after {r.rejoin_s:.1f}s (process start "
-                             f"{r.process_start_s or 0:.1f}s, heal {r.heal_s or 0:.2f}s)")
+                start = "-" if r.process_start_s is None else f"{r.process_start_s:.1f}s"
+                parts.append(f"group {g} rejoined after {r.rejoin_s:.1f}s (process start {start}, heal {r.heal_s or 0:.2f}s)")
         lines.append(", ".join(parts))
     if summary.ettr is not None:
-        lines.append(f"ETTR {summary.ettr:.3f}, torchft efficiency {summary.torchft_efficiency or 0:.3f} "
-                     f"(batches committed / committed steps x groups)")
+        eff = "-" if summary.torchft_efficiency is None else f"{summary.torchft_efficiency:.3f}"
+        lines.append(f"ETTR {summary.ettr:.3f}, torchft efficiency {eff} (batches committed / committed steps x groups)")
     return lines
 
 

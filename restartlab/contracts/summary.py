@@ -80,7 +80,7 @@ class Summary:
     def write(self, path: str) -> None:
         """Whole or not at all (a reader never sees half a summary)."""
         tmp = f"{path}.tmp"
-        d = {fl.name: getattr(self, fl.name) for fl in dataclasses.fields(self)}  # (asdict would deep-copy every failure)
+        d = {fl.name: getattr(self, fl.name) for fl in dataclasses.fields(self)}  # the phases as they are (no deep copy)
         d["torchft"] = {n: ft.to_dict() for n, ft in self.torchft.items()}
         with open(tmp, "w") as f:
             json.dump(d, f, indent=1, default=str)

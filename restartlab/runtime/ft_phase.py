@@ -181,8 +181,8 @@ class FtPhase:
         for g, p in self.groups.items():
             if p.poll() is not None:
                 continue
-            newest = self.newest_commit(g)
-            if self.relaunching(g) or (done_step is not None and (newest is None or newest < done_step - 1)):
+            newest = self.newest_commit(g)  # None (no record that reads): not known to be out of step
+            if self.relaunching(g) or (done_step is not None and newest is not None and newest < done_step - 1):
                 out.append(g)
         return sorted(out)
 
