@@ -18,11 +18,23 @@ import tempfile
 
 from restartlab import schedulers
 from restartlab.contracts import layout
+from restartlab.runtime import killer
 from tests import pbs_cluster
-from tests.helpers import wait_for
+from tests.helpers import job_tag, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NAMES = ("slurm", "pbs")
+
+
+def submitted(stdout):
+    """(job id, experiment directory) from what `restartlab submit` printed."""
+    jid = re.search(r"^job (\S+)$", stdout, re.M).group(1)
+    expt = re.search(r"^experiment (\S+)$", stdout, re.M).group(1)
+    return jid, expt
+
+
+def left_running(expt):
+    """Anything still carrying the experiment's tag (the PBS hosts share this machine's kernel)."""
+    return killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}")
 
 
 def wait_states(sched, run, jid, states, timeout, stuck=None):
@@ -113,9 +125,7 @@ class Cluster:
         """`restartlab submit PATH` -> (job id, experiment directory)."""
         r = self.rl("submit", path, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
-        jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
-        expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
-        return jid, expt
+        return submitted(r.stdout)
 
     def status(self, *ids, env=None):
         """`restartlab status --json` of jobs (or an experiment directory) -> {job id: its line}."""
@@ -180,7 +190,7 @@ class Cluster:
         """The job's nodes, in order."""
         raise NotImplementedError
 
-    def check_launch(self, expt, jid, out):
+    def check_launch(self, expt, jid):
         """What this scheduler's launch of a finished end-to-end job must show."""
 
     # ---- a user's own job script
@@ -204,7 +214,7 @@ class Slurm(Cluster):
 
     def __init__(self, info, tmp):
         super().__init__(info["nodes"])
-        self.info, self.tmp = info, tmp
+        self.tmp = tmp
 
     def dir(self, name):
         return tempfile.mkdtemp(prefix=f"{name}-", dir=self.tmp)
@@ -256,7 +266,7 @@ class Slurm(Cluster):
         with open(os.path.join(expt, f"nodefile.{jid}")) as f:
             return [x.strip() for x in f if x.strip()]
 
-    def check_launch(self, expt, jid, out):
+    def check_launch(self, expt, jid):
         # srun over both nodes, and the ranks knew it (their local rank from srun)
         script = open(layout.Expt(expt).job_script).read()
         assert '"launcher":"srun","nodes":2,"ranks_per_node":2' in script  # the launch spec the supervisor read
@@ -343,7 +353,7 @@ class Pbs(Cluster):
     def job_hosts(self, expt, jid):
         return self.nodes  # three nodes asked of three
 
-    def check_launch(self, expt, jid, out):
+    def check_launch(self, expt, jid):
         rec = self.pbs.job(jid)
         assert re.fullmatch(r"\d+\.rlpbs-head", jid), jid
         assert rec["Job_Owner"].startswith(self.pbs.user + "@"), rec["Job_Owner"]

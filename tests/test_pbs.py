@@ -23,6 +23,7 @@ import time
 import pytest
 
 from tests import pbs_cluster
+from tests.clusters import left_running, submitted
 
 from restartlab.runtime import killer
 from restartlab.contracts import layout
@@ -58,9 +59,7 @@ failures:
 def submit(pbs, path):
     r = rl(pbs, "submit", path)
     assert r.returncode == 0, r.stdout + r.stderr
-    jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
-    expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
-    return jid, expt
+    return submitted(r.stdout)
 
 
 def job_output(expt, jid):
@@ -73,11 +72,6 @@ def job_output(expt, jid):
 def summary(expt):
     with open(layout.Expt(expt).summary) as f:
         return {p["phase"]: p for p in json.load(f)["phases"]}
-
-
-def left_running(expt):
-    """Anything still carrying the experiment's tag, on any host (the hosts share this kernel)."""
-    return killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}")
 
 
 PBS_PROFILES = ("pbs", "sunspot", "aurora", "polaris")

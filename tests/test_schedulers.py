@@ -27,14 +27,10 @@ import pytest
 
 from restartlab.contracts import ckptdir, layout
 from restartlab.runtime import killer
+from tests.clusters import left_running
 from tests.helpers import final_crc, job_tag, losses, wait_for
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(900)]
-
-
-def left_running(expt):
-    """Anything still carrying the experiment's tag (the PBS hosts share this machine's kernel)."""
-    return killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}")
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +80,7 @@ def test_experiment_end_to_end_kills_fanned_out_every_restart_bit_exact(cluster,
     n = cluster.e2e_nodes * cluster.e2e_ppn
     assert len(hosts) == cluster.e2e_nodes and f"job {jid} on {cluster.e2e_nodes} node(s)" in out, out[-2000:]
     assert cluster.exit_status(jid) == 0
-    cluster.check_launch(expt, jid, out)
+    cluster.check_launch(expt, jid)
     assert phases["baseline"]["completed"] and phases["baseline"]["attempts"] == 1
     crc = {ph: crc_of(expt, phases, ph) for ph in ("baseline", "sync", "async")}
     assert crc["baseline"] is not None and crc["sync"] == crc["baseline"] == crc["async"], crc

@@ -16,7 +16,6 @@ ranks whose SLURMD_NODENAME is its own, so a node's ranks can be struck alone), 
 over loopback, and a node cannot really go down."""
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -72,9 +71,7 @@ failures:
 def submit(path, env=None):
     r = rl("submit", path, env=env)
     assert r.returncode == 0, r.stderr
-    jid = re.search(r"^job (\S+)$", r.stdout, re.M).group(1)
-    expt = re.search(r"^experiment (\S+)$", r.stdout, re.M).group(1)
-    return jid, expt
+    return clusters.submitted(r.stdout)
 
 
 def status(sched, *ids, env=None):
@@ -323,7 +320,7 @@ def test_slurm_node_frozen_until_slurm_requeues_the_job_the_time_between_runs_is
                 pass
         # the first run's processes on the frozen node: nobody was there to end them. Any other still
         # tagged once the job has finished is restartlab's (or Slurm's) leftover: asserted below
-        tagged = killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}")
+        tagged = clusters.left_running(expt)
         elsewhere = [d for d in describe(tagged) if "gone" not in d and d["status"] != "zombie" and d["node"] != lost]
         unkilled = kill_and_reap(tagged)
         subprocess.run(["scontrol", "update", f"nodename={lost}", "state=RESUME"], capture_output=True, timeout=30)
@@ -362,5 +359,5 @@ def test_slurm_node_frozen_until_slurm_requeues_the_job_the_time_between_runs_is
     assert "eligible to run again at" in report and "s between the runs" in report, report
     assert "the scheduler requeued the job" in s["survival"]["restarts"][0]["text"], s["survival"]
     assert elsewhere == [] and unkilled == [], (elsewhere, unkilled)
-    left = killer.find_by_env(f"{killer.TAG_VAR}={job_tag(expt)}")
+    left = clusters.left_running(expt)
     assert left == [], describe(left)

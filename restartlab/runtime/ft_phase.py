@@ -177,26 +177,24 @@ class FtPhase:
         over alone commits its own step 1, 2, ... (seen under load: the survivor finished its last
         45 steps before the struck group's relaunch took its first, and that group then trained the
         whole run again). In step: its newest commit within one of the step the done group completed."""
-        out = []
-        for g, p in self.groups.items():
-            if p.poll() is not None:
-                continue
+        def out_of_step(g: int) -> bool:
             newest = self.newest_commit(g)  # None (no record that reads): not known to be out of step
-            if self.relaunching(g) or (done_step is not None and newest is not None and newest < done_step - 1):
-                out.append(g)
-        return sorted(out)
+            return done_step is not None and newest is not None and newest < done_step - 1
+        return sorted(g for g, p in self.groups.items()
+                      if p.poll() is None and (self.relaunching(g) or out_of_step(g)))
 
     def wait_groups(self) -> Dict[int, Optional[int]]:
         """Until every group's loop has ended. Once one group has completed the last step the
         training is done: a group still relaunching (no commit in its current attempt) is stopped
         at once (it would find no peer and train the whole run again from a fresh start), and so is
         one that has already started over (late()); the others get DONE_GRACE_S to complete theirs
-        (in the quorum they are in step), then their loops are stopped too. {group: exit status}; a stopped group's is None (self.stopped
-        names them)."""
+        (in the quorum they are in step), then their loops are stopped too. {group: exit status}; a
+        stopped group's is None (self.stopped names them)."""
         done_at = None
         while any(p.poll() is None for p in self.groups.values()):
-            done = [g for g in self.groups if os.path.exists(self.phase.group(g).completed)]
-            if done_at is None and done:
+            done = [] if done_at is not None else \
+                [g for g in self.groups if os.path.exists(self.phase.group(g).completed)]
+            if done:
                 done_at = time.time()
                 steps = [s for s in map(self.newest_commit, done) if s is not None]
                 late = self.late(max(steps) if steps else None)
