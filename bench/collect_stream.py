@@ -121,7 +121,7 @@ def main():
             gen = time.perf_counter() - t0
             wall, rss = measure(d)
             summ = Summary.read(layout.Expt(d).summary).phases[0]
-            assert summ["attempts"] == att and summ["kills"] == att - 1, summ
+            assert summ.attempts == att and summ.kills == att - 1, summ
             out[name] = {"attempts": att, "rows": n, "wall_s": wall, "peak_rss_mib": rss,
                          "rows_per_s": n / wall}
             print(f"  {name:5s} {att:5d} attempts {n:9,d} rows  report {wall:6.2f} s "

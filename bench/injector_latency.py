@@ -61,10 +61,10 @@ def main():
             sys.stderr.write(r.stdout[-3000:] + "\ninjector_latency: restartlab run failed\n")
             return 1
         phases = Summary.read(layout.Expt(expt).summary).phases
-        ev = [e for p in phases for e in p["failures"] if e.get("kind") == "kill"]
+        ev = [e for p in phases for e in p.failures if e.kind == "kill"]
         figures = {"gated kill (.complete -> SIGKILL)": gated_latencies(expt),
-                   "kill -> every rank gone": [e["detection_s"] for e in ev if e.get("detection_s") is not None],
-                   "attempt end -> next launch": [e["launch_gap_s"] for e in ev if e.get("launch_gap_s") is not None]}
+                   "kill -> every rank gone": [e.detection_s for e in ev if e.detection_s is not None],
+                   "attempt end -> next launch": [e.launch_gap_s for e in ev if e.launch_gap_s is not None]}
     finally:
         shutil.rmtree(expt, ignore_errors=True)
     out = {}

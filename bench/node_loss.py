@@ -76,13 +76,13 @@ def run(d, policy):
         if lost:
             sh("scontrol", "update", f"nodename={lost}", "state=RESUME")
     s = Summary.read(layout.Expt(expt).summary).by_phase()["sync"]
-    ev = s["failures"][0] if s["failures"] else {}
-    return {"policy": policy, "completed": s["completed"], "attempts": s["attempts"],
-            "ranks": f"{ev.get('ranks_before') or 4} -> {ev.get('ranks_after') or 4}",
-            "recovery": ev.get("recovery"), "detection_s": ev.get("detection_s"),
-            "relaunch_gap_s": ev.get("launch_gap_s"), "restart_s": ev.get("restart_s"),
-            "downtime_s": ev.get("downtime_s"), "lost_steps": ev.get("lost_steps"),
-            "wall_s": s["wall_s"], "ettr": s["ettr"], "expt": expt}
+    ev = s.failures[0] if s.failures else None
+    return {"policy": policy, "completed": s.completed, "attempts": s.attempts,
+            "ranks": f"{ev and ev.ranks_before or 4} -> {ev and ev.ranks_after or 4}",
+            "recovery": ev and ev.recovery, "detection_s": ev and ev.detection_s,
+            "relaunch_gap_s": ev and ev.launch_gap_s, "restart_s": ev and ev.restart_s,
+            "downtime_s": ev and ev.downtime_s, "lost_steps": ev and ev.lost_steps,
+            "wall_s": s.wall_s, "ettr": s.ettr, "expt": expt}
 
 
 def main():

@@ -1,6 +1,7 @@
 """Accounting on synthetic metrics with known answers (kill right after a save, a kill before
 any checkpoint, off-by-one cases), and one real `restartlab run` checked against its raw files."""
 import argparse
+from dataclasses import asdict, replace
 import json
 import os
 import pathlib
@@ -15,6 +16,7 @@ from restartlab.analysis import collect, report
 from restartlab.runtime import killer
 from restartlab.contracts import layout, live
 from restartlab.contracts.jobruns import JobRun, NodeChange
+from restartlab.contracts.phase_summary import FailureEvent, PhaseSummary
 from tests.helpers import assert_each_file_read_once, counted_opens, job_tag, report_args, run_story, wait_for
 
 
@@ -59,21 +61,21 @@ def test_accounting_known_answers(tmp_path):
             f.write(json.dumps({"time": t, "killed": 2}) + "\n")
     p = collect.load_phase("sync", phase_dir=ph)
     ev = collect.failure_events(p)
-    assert [(e["step_at_kill"], e["resumed_from"], e["lost_steps"]) for e in ev] == [(7, 0, 7), (10, 10, 0), (14, 10, 4)]
+    assert [(e.step_at_kill, e.resumed_from, e.lost_steps) for e in ev] == [(7, 0, 7), (10, 10, 0), (14, 10, 4)]
     # kill right after the save at 10: attempt 3 resumes at 10 -> the save is not lost
     assert list(p.saves["train/ckpt_save_seconds"]) == [2.0]
     # downtime = first step of the next attempt - kill time
-    assert ev[0]["downtime_s"] == pytest.approx(113.0 - 107.5)
-    assert ev[2]["downtime_s"] == pytest.approx(135.0 - 130.5)
+    assert ev[0].downtime_s == pytest.approx(113.0 - 107.5)
+    assert ev[2].downtime_s == pytest.approx(135.0 - 130.5)
     # recompute: steps 12..14 recomputed after the first one (11, inside downtime): 3 s
-    assert ev[2]["recompute_s"] == pytest.approx(3.0)
-    assert ev[2]["restart_s"] == 5.0
+    assert ev[2].recompute_s == pytest.approx(3.0)
+    assert ev[2].restart_s == 5.0
     s = collect.summarize_phase(p)
-    assert s["lost_steps"] == 11 and s["kills"] == 3 and s["attempts"] == 4
-    assert s["wall_s"] == pytest.approx(50.0)
+    assert s.lost_steps == 11 and s.kills == 3 and s.attempts == 4
+    assert s.wall_s == pytest.approx(50.0)
     # productive: only kept steps (1..10 of attempt 2, 11..20 of attempt 4), 1 s each
-    assert s["productive_s"] == pytest.approx(20.0)
-    assert s["ettr"] == pytest.approx(20.0 / 50.0)
+    assert s.productive_s == pytest.approx(20.0)
+    assert s.ettr == pytest.approx(20.0 / 50.0)
     assert any("skipped a malformed line" in w and ":8:" in w for w in p.warnings)
 
 
@@ -108,23 +110,23 @@ def test_an_attempt_cut_short_with_its_job_is_placed_by_its_launch_record(tmp_pa
     assert not any("no readable attempt record" in str(w) for w in p.warnings), p.warnings
     assert collect.handovers(p) == []
     ev = collect.failure_events(p)
-    assert [e["attempt"] for e in ev] == [1, 2]
+    assert [e.attempt for e in ev] == [1, 2]
     e = ev[1]
     # the files it left are dated now, outside its span (110 .. 200): no evidence; its last step is
-    assert e["detected_by"] == "scheduler" and p.attempts[1].evidence == (117.0, "its last step"), e
-    assert p.attempts[2].first_ts >= 202.0 and e["downtime_s"] == pytest.approx(p.attempts[2].first_ts - 117.0), e
-    r = e["rerun"]
-    assert (r["end_ts"], r["run_start"], r["between_runs_s"]) == (117.0, 190.0, 73.0), r
-    assert (r["requeued_at"], r["eligible_at"], r["scheduler"]) == (150.0, 185.0, "slurm"), r
+    assert e.detected_by == "scheduler" and p.attempts[1].evidence == (117.0, "its last step"), e
+    assert p.attempts[2].first_ts >= 202.0 and e.downtime_s == pytest.approx(p.attempts[2].first_ts - 117.0), e
+    r = e.rerun
+    assert (r.end_ts, r.run_start, r.between_runs_s) == (117.0, 190.0, 73.0), r
+    assert (r.requeued_at, r.eligible_at, r.scheduler) == (150.0, 185.0, "slurm"), r
     # the nodes: each run's record names them (the attempts do not: the scheduler chose them)
-    assert e["recovery"] == "the job's next run: n1, n3 (n3 for n2)" and e["hosts_before"] == ["n1", "n2"], e
+    assert e.recovery == "the job's next run: n1, n3 (n3 for n2)" and e.hosts_before == ["n1", "n2"], e
     # detected when the scheduler set the node down (140), the gap from there
-    assert e["detection_s"] == pytest.approx(140.0 - 117.0) and e["launch_gap_s"] == pytest.approx(200.0 - 140.0), e
-    text = report.rerun_text(dict(e, downtime_s=e["downtime_s"]))
+    assert e.detection_s == pytest.approx(140.0 - 117.0) and e.launch_gap_s == pytest.approx(200.0 - 140.0), e
+    text = report.rerun_text(e)
     assert "Slurm requeued job 42.head at " in text and "n2 down* since " in text and "(Not responding)" in text, text
     assert "eligible to run again at " in text and "73 s between the runs" in text, text
     s = collect.summarize_phase(p)
-    assert s["wall_s"] == pytest.approx(213.0 - 100.0) and s["queue_wait_s"] == 0, s["wall_s"]
+    assert s.wall_s == pytest.approx(213.0 - 100.0) and s.queue_wait_s == 0, s.wall_s
     # the issue's own case: a fault at 115.5 (a rank stopped), the watchdog decides at 140 (its marker, written before any
     # teardown), then the job's run ends under it and the scheduler requeues the job
     with open(layout.Phase(ph).injections, "w") as f:
@@ -138,45 +140,45 @@ def test_an_attempt_cut_short_with_its_job_is_placed_by_its_launch_record(tmp_pa
     os.utime(td, (150.0, 150.0))
     p = collect.load_phase("sync", phase_dir=ph)
     e = collect.failure_events(p)[1]
-    assert e["detected_by"] == "watchdog" and e["rerun"]["stopped_at"] == 140.0, e
+    assert e.detected_by == "watchdog" and e.rerun.stopped_at == 140.0, e
     # detected at the decision, the gap from there to the next run's launch (200); the downtime from the fault
-    assert e["detection_s"] == pytest.approx(140.0 - 115.5) and e["launch_gap_s"] == pytest.approx(200.0 - 140.0), e
-    assert e["downtime_s"] == pytest.approx(p.attempts[2].first_ts - 115.5), e
+    assert e.detection_s == pytest.approx(140.0 - 115.5) and e.launch_gap_s == pytest.approx(200.0 - 140.0), e
+    assert e.downtime_s == pytest.approx(p.attempts[2].first_ts - 115.5), e
     assert report.rerun_text(e).startswith("the watchdog decided to stop attempt 2 at "), report.rerun_text(e)
     assert p.attempts[1].end_ts == 150.0, p.attempts[1].evidence  # its last sign of life: the stop's log
     os.remove(hang)
     os.remove(td)
     os.remove(layout.Phase(ph).attempt(2).launched)  # without it, nothing tells the runs apart
     p = collect.load_phase("sync", phase_dir=ph)
-    assert [e["rerun"] for e in collect.failure_events(p)] == [None, None]
+    assert [e.rerun for e in collect.failure_events(p)] == [None, None]
     assert any("2: no readable attempt record" in str(w) for w in p.warnings), p.warnings
 
 
 def test_overhead_adds_up_with_residual():
-    base = {"wall_s": 20.0, "completed": True}
-    ph = {"wall_s": 50.0, "downtime_s": 14.0, "recompute_s": 3.0, "save_stall_s": 2.0, "completed": True}
+    base = PhaseSummary(phase="b", wall_s=20.0, completed=True)
+    ph = PhaseSummary(phase="s", wall_s=50.0, downtime_s=14.0, recompute_s=3.0, save_stall_s=2.0, completed=True)
     o = collect.overhead(ph, base)
-    assert o["measured_s"] == 30.0 and o["residual_s"] == pytest.approx(11.0)
+    assert o.measured_s == 30.0 and o.residual_s == pytest.approx(11.0)
     # a phase (or baseline) that did not reach its last step: its wall time compares with nothing
-    assert collect.overhead(dict(ph, completed=False), base) is None
-    assert collect.overhead(ph, dict(base, completed=False)) is None
+    assert collect.overhead(replace(ph, completed=False), base) is None
+    assert collect.overhead(ph, replace(base, completed=False)) is None
     # background interference is a named part; each phase is taken net of its first start-up
-    base = {"wall_s": 20.0, "first_start_s": 4.0, "completed": True}  # a cold first launch
-    ph = dict(ph, interference_s=1.5, first_start_s=1.0)
+    base = PhaseSummary(phase="b", wall_s=20.0, first_start_s=4.0, completed=True)  # a cold first launch
+    ph = replace(ph, interference_s=1.5, first_start_s=1.0)
     o = collect.overhead(ph, base)
-    assert o["measured_s"] == pytest.approx((50.0 - 1.0) - (20.0 - 4.0))
-    assert o["residual_s"] == pytest.approx(33.0 - 14.0 - 3.0 - 2.0 - 1.5)
-    assert o["interference_s"] == 1.5
+    assert o.measured_s == pytest.approx((50.0 - 1.0) - (20.0 - 4.0))
+    assert o.residual_s == pytest.approx(33.0 - 14.0 - 3.0 - 2.0 - 1.5)
+    assert o.interference_s == 1.5
 
 
 def test_step_time_drift_is_named_and_leaves_the_residual_alone():
     """A phase whose every step ran 10% slower (a noisy neighbour) than the baseline's: that
     time is the drift column, not the residual."""
-    base = {"wall_s": 100.0, "step_dt_s": 1.0, "steps": 100, "completed": True}
-    ph = {"wall_s": 125.0, "downtime_s": 10.0, "recompute_s": 3.0, "save_stall_s": 2.0, "interference_s": 0.0,
-          "step_dt_s": 1.1, "steps": 100, "completed": True}
+    base = PhaseSummary(phase="b", wall_s=100.0, step_dt_s=1.0, steps=100, completed=True)
+    ph = PhaseSummary(phase="s", wall_s=125.0, downtime_s=10.0, recompute_s=3.0, save_stall_s=2.0, interference_s=0.0,
+                      step_dt_s=1.1, steps=100, completed=True)
     o = collect.overhead(ph, base)
-    assert o["drift_s"] == pytest.approx(10.0) and o["residual_s"] == pytest.approx(0.0)
+    assert o.drift_s == pytest.approx(10.0) and o.residual_s == pytest.approx(0.0)
 
 
 def test_baseline_is_the_phase_without_checkpoints_whatever_its_name(tmp_path):
@@ -189,21 +191,21 @@ def test_baseline_is_the_phase_without_checkpoints_whatever_its_name(tmp_path):
         f.write("phases: [{name: ref, checkpoint: none}, {name: sync, checkpoint: sync}]\n")
     a = argparse.Namespace(expt_dir=str(d), baseline=None, sync=None, async_=None, expect=None, mtbf=3600.0)
     _, summaries, _, _, _ = report.build(a)
-    by = {s["phase"]: s for s in summaries}
-    assert [s["phase"] for s in summaries] == ["ref", "sync"]  # the scenario's order
-    assert by["ref"]["overhead"] is None and by["sync"]["overhead"]["measured_s"] == pytest.approx(0.0)
+    by = {s.phase: s for s in summaries}
+    assert [s.phase for s in summaries] == ["ref", "sync"]  # the scenario's order
+    assert by["ref"].overhead is None and by["sync"].overhead.measured_s == pytest.approx(0.0)
 
 
 def test_report_and_simulate_share_the_restart_cost(tmp_path):
     """One R (detection + relaunch gap + restart) and one Young-Daly for the report and
     `simulate --from`: the same run gets the same interval from both."""
     from restartlab.analysis import simulate
-    ev = [{"restart_s": 4.0, "launch_gap_s": 0.01, "detection_s": 0.3, "kind": "kill"},
-          {"restart_s": 6.0, "launch_gap_s": 0.03, "detection_s": 0.5, "kind": "kill"}]
+    ev = [FailureEvent(attempt=1, detected_by="launcher", restart_s=4.0, launch_gap_s=0.01, detection_s=0.3, kind="kill"),
+          FailureEvent(attempt=2, detected_by="launcher", restart_s=6.0, launch_gap_s=0.03, detection_s=0.5, kind="kill")]
     summary = {"phases": [
         {"phase": "b", "checkpoint": "none", "steps": 10, "productive_s": 10.0, "failures": [],
          "save": {}, "finalize": {}},
-        {"phase": "s", "checkpoint": "sync", "steps": 10, "productive_s": 11.0, "failures": ev,
+        {"phase": "s", "checkpoint": "sync", "steps": 10, "productive_s": 11.0, "failures": [asdict(e) for e in ev],
          "save": {"ckpt_save_seconds": {"median": 2.0}}, "finalize": {}}]}
     path = layout.Expt(str(tmp_path)).summary
     with open(path, "w") as f:
@@ -214,7 +216,7 @@ def test_report_and_simulate_share_the_restart_cost(tmp_path):
     costs = simulate.costs_from_summary(str(path))
     assert costs.step_s == pytest.approx(1.0)  # from the phase with checkpoint: none
     sim_yd = simulate.young_daly(costs, simulate.Failures(mtbf_s=3600.0), "sync")
-    assert sim_yd["daly_s"] == pytest.approx(report_yd["daly_s"])
+    assert sim_yd.daly_s == pytest.approx(report_yd.daly_s)
 
 
 def test_detection_is_a_registry_key():
@@ -256,8 +258,8 @@ def test_the_crash_line_is_the_programs_not_a_note_of_restartlab():
 
 def test_young_daly():
     yd = collect.young_daly(2.0, 10.0, 3600.0)
-    assert yd["young_s"] == pytest.approx((2 * 2 * 3600) ** 0.5)
-    assert yd["daly_s"] == pytest.approx((2 * 2 * 3610) ** 0.5 - 2)
+    assert yd.young_s == pytest.approx((2 * 2 * 3600) ** 0.5)
+    assert yd.daly_s == pytest.approx((2 * 2 * 3610) ** 0.5 - 2)
 
 
 def test_report_names_missing_phase_and_reads_ezpz_globs(tmp_path):
@@ -323,7 +325,7 @@ def test_real_restartlab_run(tmp_path):
         again = report.build(report_args(d))[1]
     assert_each_file_read_once(str(d), opens, [layout.Expt(d).phase(p).attempt(k).metrics(0)
                                                for p, k in (("baseline", 1), ("async", 1), ("async", 2))])
-    assert [x["survival"] for x in again] == [x["survival"] for x in s["phases"]]
+    assert [x.survival for x in again] == [x["survival"] for x in s["phases"]]
 
     # a sync variant of the same scenario takes that baseline instead of running it again
     # (restartlab run --baseline-from): copied, not run, and the sync phase judged against it

@@ -4,11 +4,13 @@ loss, what a failure at a random time loses on average in the phase (its own sav
 steps a background save is still incomplete)."""
 import random
 import statistics
+from dataclasses import replace
 
 import pytest
 
 from restartlab.analysis import collect, report
 from restartlab.contracts import launch_snapshot
+from restartlab.contracts.phase_summary import FailureEvent, PhaseSummary
 
 
 def _lost(k: int, interval: int, lag: int) -> int:
@@ -23,7 +25,7 @@ def test_the_expected_loss_is_what_kills_at_random_steps_lose(interval, lag):
     """The formula against the process it describes: kills at random steps of a long run."""
     rnd = random.Random(interval * 100 + lag)
     lost = [_lost(k, interval, lag) for k in (rnd.randrange(10 * interval, 10_000) for _ in range(40_000))]
-    want = collect.expected_loss(float(interval), float(lag))["per_failure"]
+    want = collect.expected_loss(float(interval), float(lag)).per_failure
     assert statistics.mean(lost) == pytest.approx(want, abs=0.05 * interval), (statistics.mean(lost), want)
 
 
@@ -40,8 +42,8 @@ def test_the_save_interval_is_read_from_what_the_launches_found():
 
 
 def _summary(gate, after=(2, 3, 1)):
-    ev = [{"lost_steps": a, "steps_after_save": a, "gate": gate} for a in after]
-    return {"phase": "sync", "failures": ev, "expected_loss": collect.expected_loss(10.0, 0.0)}
+    ev = [FailureEvent(lost_steps=a, steps_after_save=a, gate=gate) for a in after]
+    return PhaseSummary(phase="sync", failures=ev, expected_loss=collect.expected_loss(10.0, 0.0))
 
 
 def test_the_report_sets_the_measured_loss_beside_the_expected_one():
@@ -53,8 +55,8 @@ def test_the_report_sets_the_measured_loss_beside_the_expected_one():
     # timed kills (no gate), or records from before gates: the facts, no claim about why
     line, = [x for x in report.lost_steps_lines([_summary(None)]) if x]
     assert "`.complete`" not in line and "4.5 on average" in line
-    async_ = dict(_summary("step"), expected_loss=collect.expected_loss(10.0, 1.8))
+    async_ = replace(_summary("step"), expected_loss=collect.expected_loss(10.0, 1.8))
     line, = [x for x in report.lost_steps_lines([async_]) if x]
     assert "loses 6.3 on average here (a save every 10 steps, and 1.8 steps a save is still being written" in line
-    assert report.lost_steps_lines([dict(_summary("complete"), expected_loss=None)]) == []
-    assert report.lost_steps_lines([dict(_summary("complete"), failures=[])]) == []
+    assert report.lost_steps_lines([replace(_summary("complete"), expected_loss=None)]) == []
+    assert report.lost_steps_lines([replace(_summary("complete"), failures=[])]) == []

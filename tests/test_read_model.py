@@ -92,7 +92,7 @@ def test_the_report_reads_each_file_once_and_survival_none(tmp_path):
     for k in (1, 2, 4):
         must += [ph.attempt(k).metrics(0), ph.attempt(k).record, ph.attempt(k).at_launch]
     assert_each_file_read_once(expt.root, opens, must)
-    v = {s["phase"]: s["survival"] for s in summaries}
+    v = {s.phase: s.survival for s in summaries}
     assert not missing and not problems
     # the verdict from the records is the one the files say
     sync = v["sync"]

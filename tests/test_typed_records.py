@@ -175,6 +175,7 @@ def test_a_torchft_phases_summary_read_back(tmp_path):
     (simulate --from reads it); a field of the wrong type reads as unset, a failure without its
     struck groups and a phase's entry that is not a summary are left out."""
     from restartlab.contracts.ft_summary import FtSummary
+    from restartlab.contracts.phase_summary import PhaseSummary
     from restartlab.contracts.summary import Summary
     rel = {"attempt": 2, "relaunched_after_s": 0.5, "process_start_s": 3.0, "heal_s": "x", "healed_at_step": 8,
            "rejoin_s": 4.5, "first_step": 8}
@@ -195,7 +196,7 @@ def test_a_torchft_phases_summary_read_back(tmp_path):
     assert s.verdict.heal_failures[0].times == 3 and s.throughput == {"overall": 0.8, "before": None}
     assert FtSummary.from_dict({"groups": 2}) is None and FtSummary.from_dict([]) is None
     path = layout.Expt(str(tmp_path)).summary
-    Summary(source="t", phases=[{"phase": "ft"}], torchft={"ft": s}).write(path)
+    Summary(source="t", phases=[PhaseSummary(phase="ft")], torchft={"ft": s}).write(path)
     with open(path) as f:
         raw = json.load(f)
     raw["torchft"]["bad"] = {"verdict": "no"}
@@ -203,3 +204,100 @@ def test_a_torchft_phases_summary_read_back(tmp_path):
         json.dump(raw, f)
     back = Summary.read(path)
     assert list(back.torchft) == ["ft"] and back.torchft["ft"] == s
+
+
+# ---------------------------------------------------------------- a phase's summary (contracts/phase_summary)
+# the keys each part had, in their order, when the collector and the report wrote dicts (59f235c)
+OLD_KEYS = {
+    "failure": ["attempt", "kill_ts", "injected", "kind", "detected_by", "detection_s", "step_at_kill", "resumed_from",
+                "lost_steps", "downtime_s", "recompute_s", "restart_s", "startup", "warm_ranks", "launch_gap_s",
+                "queue_wait_s", "newest_complete_at_kill", "steps_after_save", "gate", "bad_nodes", "ranks_before",
+                "ranks_after", "hosts_before", "hosts_after", "recovery", "rerun"],
+    "rerun": ["job", "next_attempt", "stopped_at", "stopped_by", "end_ts", "end_evidence", "run_start", "run",
+              "scheduler_start", "scheduler", "requeued_at", "eligible_at", "scheduler_error", "nodes", "launch_ts",
+              "first_ts", "between_runs_s"],
+    "node": ["node", "state", "since", "comment"],
+    "kind": ["failures", "detected_by", "detection_s", "launch_gap_s", "restart_s", "lost_steps", "recompute_s",
+             "downtime_s"],
+    "quantiles": ["count", "median", "p90", "total"],
+    "handover": ["attempt", "from_job", "to_job", "queue_wait_s", "walltime_stop", "lost_steps"],
+    "interference": ["busy_steps", "idle_steps", "busy_dt_s", "idle_dt_s", "slowdown"],
+    "walltime_stop": ["attempt", "last_step", "emergency_checkpoint", "lost_steps"],
+    "expected_loss": ["per_failure", "save_interval_steps", "complete_lag_steps"],
+    "overhead": ["downtime_s", "recompute_s", "save_stall_s", "interference_s", "drift_s", "measured_s", "residual_s",
+                 "first_start_s", "baseline_first_start_s"],
+    "young_daly": ["young_s", "daly_s", "mtbf_s", "save_cost_s", "restart_cost_s"],
+    "ended": ["how", "attempt", "job", "signal", "text"],
+    "own_metrics": ["adapter", "file", "restarts", "save", "stage", "drain"],
+    "own_restart": ["attempt", "program_restart_s", "restart_s", "uncounted_s"],
+}
+
+
+def _full_phase():
+    from restartlab.contracts import phase_summary as P
+    from restartlab.contracts.jobruns import NodeChange
+    q = P.Quantiles(count=3, median=0.5, p90=0.9, total=1.7)
+    ev = P.FailureEvent(attempt=2, kill_ts=10.5, injected=True, kind="kill", detected_by="scheduler", detection_s=1.5,
+                        step_at_kill=14, resumed_from=10, lost_steps=4, downtime_s=30.0, recompute_s=2.0,
+                        restart_s=5.0, startup={"startup/import_s": 1.0}, warm_ranks=2, launch_gap_s=0.5,
+                        queue_wait_s=0.0, newest_complete_at_kill=10, steps_after_save=4, gate="complete",
+                        bad_nodes=["n2"], ranks_before=4, ranks_after=2, hosts_before=["n1", "n2"], hosts_after=["n1"],
+                        recovery="shrink", rerun=P.RequeueParts(job="7.pbs", next_attempt=3, stopped_at=11.0,
+                                                                stopped_by="watchdog", end_ts=12.0, end_evidence="x",
+                                                                run_start=20.0, run=2, scheduler_start=19.0,
+                                                                scheduler="pbs", requeued_at=15.0, eligible_at=16.0,
+                                                                scheduler_error=None,
+                                                                nodes=[NodeChange("n2", "down", 13.0, "lost")],
+                                                                launch_ts=21.0, first_ts=26.0, between_runs_s=8.0))
+    return P.PhaseSummary(
+        phase="sync", wall_s=100.0, attempts=3, kills=1, steps=40, completed=True, failures=[ev],
+        by_kind={"kill": P.KindStats(1, ["scheduler"], 1.5, 0.5, 5.0, 4.0, 2.0, 30.0)}, lost_steps=4,
+        downtime_s=30.0, recompute_s=2.0, save_stall_s=1.7, saves_estimated=1, save={"ckpt_save_seconds": q},
+        finalize=P.Quantiles(), productive_s=60.0, ettr=0.6,
+        walltime_stop=P.WalltimeStop(3, 40, 38, 2), interference=P.Interference(5, 30, 0.2, 0.1, 1.0),
+        interference_s=0.5, step_dt_s=0.1, network_faults=[{"kind": "partition"}], storage_faults=[],
+        first_start_s=3.0, jobs=["7.pbs"], handovers=[P.Handover(1, "7.pbs", "8.pbs", 40.0, True, 0)],
+        queue_wait_s=40.0, expected_loss=P.ExpectedLoss(4.5, 10.0, 0.0), checkpoint="sync", warnings=["w"],
+        overhead=P.Overhead(30.0, 2.0, 1.7, 0.5, 0.1, 40.0, 5.7, 3.0, 2.0),
+        young_daly=P.YoungDaly(60.0, 58.0, 3600.0, 0.5, 7.0), policy="same",
+        survival={"survived": True}, ended=P.Ended("completed", 3, "7.pbs", None, "completed"),
+        own_metrics=P.OwnMetrics("ezpz", "m.jsonl", [P.OwnRestart(2, 4.0, 5.0, 1.0)], q, P.Quantiles(), P.Quantiles()),
+        reused_from=None)
+
+
+def test_a_phase_summary_writes_the_keys_of_the_dicts_it_replaced_in_their_order():
+    from restartlab.contracts.phase_summary import PHASE_FIELDS
+    d = _full_phase().to_dict()
+    ev = d["failures"][0]
+    assert list(d) == list(PHASE_FIELDS)
+    assert list(ev) == OLD_KEYS["failure"] and list(ev["rerun"]) == OLD_KEYS["rerun"]
+    assert list(ev["rerun"]["nodes"][0]) == OLD_KEYS["node"] and list(d["by_kind"]["kill"]) == OLD_KEYS["kind"]
+    assert list(d["save"]["ckpt_save_seconds"]) == list(d["finalize"]) == OLD_KEYS["quantiles"]
+    for part in ("interference", "walltime_stop", "expected_loss", "overhead", "young_daly", "ended", "own_metrics"):
+        assert list(d[part]) == OLD_KEYS[part], part
+    assert list(d["handovers"][0]) == OLD_KEYS["handover"]
+    assert list(d["own_metrics"]["restarts"][0]) == OLD_KEYS["own_restart"]
+    assert list(d["own_metrics"]["save"]) == OLD_KEYS["quantiles"]
+
+
+def test_a_phase_summary_reads_back_field_for_field():
+    from restartlab.contracts.phase_summary import PhaseSummary
+    s = _full_phase()
+    assert PhaseSummary.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+
+
+def test_a_phase_summary_read_back_takes_a_wrong_value_as_absent():
+    """typed_json's rules: a value of the wrong type reads as absent (None, or the field's default), an
+    item of a list or a mapping that does not read is left out, and a phase without its name does not read."""
+    from restartlab.contracts.phase_summary import FailureEvent, PhaseSummary, Quantiles
+    s = PhaseSummary.from_dict({
+        "phase": "p", "wall_s": "5", "kills": True, "steps": 3.0, "completed": 1, "ettr": 0.5,
+        "failures": [5, {"attempt": "2", "lost_steps": 3, "kill_ts": 7, "rerun": {"nodes": [{"node": "n"}, 3]}}],
+        "save": {"a": [], "b": {"count": 2.0, "median": "x"}}, "jobs": ["1", 2], "young_daly": "no",
+        "ended": {"how": "died", "attempt": 2}, "finalize": None, "extra": 1})
+    assert (s.wall_s, s.kills, s.steps, s.completed, s.ettr, s.jobs, s.young_daly) == (None, 0, 3, False, 0.5, ["1"], None)
+    ev, = s.failures
+    assert ev == FailureEvent(attempt=0, lost_steps=3, kill_ts=7.0, rerun=ev.rerun) and ev.rerun.nodes == []
+    assert s.save == {"b": Quantiles(count=2)} and s.finalize == Quantiles() and s.ended.how == "died"
+    assert PhaseSummary.from_dict({"wall_s": 1.0}) is None and PhaseSummary.from_dict({"phase": 3}) is None
+    assert PhaseSummary.from_dict([]) is None

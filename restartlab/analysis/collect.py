@@ -25,9 +25,8 @@ import statistics
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import chain
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, cast
+from typing import Dict, List, Optional, Sequence, cast
 
 from ..contracts import ckptdir, launch_snapshot, layout, state_record
 from ..contracts.launch_snapshot import LaunchSnapshot
@@ -43,6 +42,8 @@ from ..contracts.receipts import NodeCheck
 from ..contracts.faultlog import FaultLog
 from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks, read_typed
 from ..contracts import metric_keys as K
+from ..contracts.phase_summary import (ExpectedLoss, FailureEvent, Handover, Interference, KindStats, Overhead,
+                                       PhaseSummary, Quantiles, RequeueParts, WalltimeStop, YoungDaly, save_figure)
 from . import netfaults, storagefaults
 from .runs import rerun, run_record
 
@@ -525,12 +526,12 @@ def _queue_wait(a: AttemptData, b: AttemptData) -> Optional[float]:
     return (b.launch_ts - a.end_ts) if (b.launch_ts and a.end_ts) else 0.0
 
 
-def handovers(ph: PhaseData) -> List[dict]:
+def handovers(ph: PhaseData) -> List[Handover]:
     """Where one job of a chain ended and the next took over (not failures): the queue wait
     between them and the steps the hand-over lost (0 after a walltime stop)."""
     ran = _ran(ph)
-    return [{"attempt": a.index, "from_job": a.job, "to_job": b.job, "queue_wait_s": _queue_wait(a, b),
-             "walltime_stop": a.walltime, "lost_steps": a.last_iter - b.resumed_from}
+    return [Handover(attempt=a.index, from_job=a.job, to_job=b.job, queue_wait_s=_queue_wait(a, b),
+                     walltime_stop=a.walltime, lost_steps=a.last_iter - b.resumed_from)
             for a, b in zip(ran, ran[1:]) if _queue_wait(a, b) is not None]
 
 
@@ -541,7 +542,7 @@ def _ran(ph: PhaseData) -> List[AttemptData]:
     return [a for a in ph.attempts if a.recorded or a.first_ts is not None]
 
 
-def failure_events(ph: PhaseData) -> List[dict]:
+def failure_events(ph: PhaseData) -> List[FailureEvent]:
     """One event per attempt that ended without finishing and was followed by another (a chain's
     hand-over after a walltime stop is not a failure: see handovers; after a failure that
     used up the relaunch budget it is one, and the queue wait is not in its downtime)."""
@@ -558,68 +559,68 @@ def failure_events(ph: PhaseData) -> List[dict]:
         lost = a.last_iter - b.resumed_from
         newest = kills[0].newest_complete if kills else None  # what was complete when it struck
         again = rerun(a, b)
-        ev: Dict[str, Any] = {"attempt": a.index, "kill_ts": kill_ts, "injected": bool(kills),
-              "kind": kills[0].booked_kind if kills else None, "detected_by": detected_by(a, again),
-              "detection_s": (a.end_ts - kill_ts) if (a.end_ts and kill_ts) else None,
-              "step_at_kill": a.last_iter, "resumed_from": b.resumed_from, "lost_steps": lost,
-              "downtime_s": (b.first_ts - kill_ts - queued) if (b.first_ts and kill_ts) else None,
-              "recompute_s": 0.0, "restart_s": b.restart_seconds, "startup": b.startup, "warm_ranks": b.warm_ranks,
-              "launch_gap_s": (b.launch_ts - a.end_ts - queued) if (b.launch_ts and a.end_ts) else None,
-              "queue_wait_s": queued, "newest_complete_at_kill": newest,
-              # where it landed: the steps taken since the newest complete save
-              "steps_after_save": (a.last_iter - newest) if newest is not None else None,
-              "gate": kills[0].gate if kills else None}
+        ev = FailureEvent(
+            attempt=a.index, kill_ts=kill_ts, injected=bool(kills),
+            kind=kills[0].booked_kind if kills else None, detected_by=detected_by(a, again),
+            detection_s=(a.end_ts - kill_ts) if (a.end_ts and kill_ts) else None,
+            step_at_kill=a.last_iter, resumed_from=b.resumed_from, lost_steps=lost,
+            downtime_s=(b.first_ts - kill_ts - queued) if (b.first_ts and kill_ts) else None,
+            recompute_s=0.0, restart_s=b.restart_seconds, startup=b.startup, warm_ranks=b.warm_ranks,
+            launch_gap_s=(b.launch_ts - a.end_ts - queued) if (b.launch_ts and a.end_ts) else None,
+            queue_wait_s=queued, newest_complete_at_kill=newest,
+            # where it landed: the steps taken since the newest complete save
+            steps_after_save=(a.last_iter - newest) if newest is not None else None,
+            gate=kills[0].gate if kills else None,
+            rerun=requeue_parts(a, b, ph.job_runs) if again else None)
         if lost > 1 and a.last_iter in b.ts_at and b.first_ts:
-            ev["recompute_s"] = b.ts_at[a.last_iter] - b.first_ts
-        ev.update(node_recovery(a, b, ph.node_checks, ph.job_runs if again else ()))
-        ev["rerun"] = requeue_parts(a, b, ph.job_runs) if again else None
+            ev.recompute_s = b.ts_at[a.last_iter] - b.first_ts
+        node_recovery(ev, a, b, ph.node_checks, ph.job_runs if again else ())
         if again and not a.recorded and a.hang_ts and kill_ts is not None and kill_ts <= a.hang_ts:
             # the watchdog decided, then the job's run ended under it: detected at the decision (its marker's
             # time), the gap from there (the stop that could not finish, the requeue, the next run's start)
-            ev["detection_s"] = a.hang_ts - kill_ts
+            ev.detection_s = a.hang_ts - kill_ts
             if b.launch_ts:
-                ev["launch_gap_s"] = b.launch_ts - a.hang_ts
-        if ev["detected_by"] == "scheduler":
+                ev.launch_gap_s = b.launch_ts - a.hang_ts
+        if ev.detected_by == "scheduler" and ev.rerun:
             # no end record: what is known is when the scheduler marked one of its nodes down (not when
             # the run ended: between that and the next run's start)
-            downs = [n["since"] for n in ev["rerun"]["nodes"] if "down" in str(n.get("state")).lower()
-                     and kill_ts is not None and kill_ts <= n["since"] <= (b.job_start or n["since"])]
-            t = ev["rerun"]["requeued_at"]
+            downs = [n.since for n in ev.rerun.nodes if "down" in str(n.state).lower()
+                     and kill_ts is not None and kill_ts <= n.since <= (b.job_start or n.since)]
+            t = ev.rerun.requeued_at
             if not downs and t and kill_ts is not None and kill_ts <= t <= (b.job_start or t):  # no node named: the requeue's
                 downs = [t]
-            ev["detection_s"] = (min(downs) - kill_ts) if downs else None
+            ev.detection_s = (min(downs) - kill_ts) if downs and kill_ts is not None else None
             if downs and b.launch_ts:  # the gap from the scheduler's noticing on: R = detection + gap + restart
-                ev["launch_gap_s"] = b.launch_ts - min(downs)
+                ev.launch_gap_s = b.launch_ts - min(downs)
         out.append(ev)
     return out
 
 
-def node_recovery(a: AttemptData, b: AttemptData, checks: List[NodeCheck], runs: Sequence[JobRun] = ()) -> dict:
-    """Which nodes the health checks after attempt a, up to b's, found bad, and how the relaunch recovered:
-    the same nodes, a spare in a bad node's place, or fewer nodes (ranks before -> after). Where b ran in
-    another run of a's job (`runs`: the job's run records), the nodes each run had where the attempts do
-    not name theirs: the scheduler chose them."""
+def node_recovery(ev: FailureEvent, a: AttemptData, b: AttemptData, checks: List[NodeCheck],
+                  runs: Sequence[JobRun] = ()) -> None:
+    """Into ev: which nodes the health checks after attempt a, up to b's, found bad, and how the relaunch
+    recovered: the same nodes, a spare in a bad node's place, or fewer nodes (ranks before -> after). Where
+    b ran in another run of a's job (`runs`: the job's run records), the nodes each run had where the
+    attempts do not name theirs: the scheduler chose them."""
     bad = bad_nodes_between(checks, a.index, b.index)
     before, after = a.hosts, b.hosts
     if runs:
         ra, rb = run_record(runs, a), run_record(runs, b)
         before = before or (list(ra.hosts) if ra and ra.hosts else None)
         after = after or (list(rb.hosts) if rb and rb.hosts else None)
-    ev = {"bad_nodes": bad, "ranks_before": a.ranks, "ranks_after": b.ranks,
-          "hosts_before": before, "hosts_after": after,
-          "recovery": ("the job's next run, on the same nodes" if before and before == after else
-                       "the job's next run (its nodes not recorded)") if runs else "same nodes"}
+    ev.bad_nodes, ev.ranks_before, ev.ranks_after, ev.hosts_before, ev.hosts_after = bad, a.ranks, b.ranks, before, after
+    ev.recovery = ("the job's next run, on the same nodes" if before and before == after else
+                   "the job's next run (its nodes not recorded)") if runs else "same nodes"
     if before and after and before != after:
         gone = [h for h in before if h not in after]
         new = [h for h in after if h not in before]
         if runs:
-            ev["recovery"] = f"the job's next run: {', '.join(after)}" + (
+            ev.recovery = f"the job's next run: {', '.join(after)}" + (
                 f" ({', '.join(new)} for {', '.join(gone)})" if gone and new else "")
         elif len(after) == len(before):
-            ev["recovery"] = f"spares: {', '.join(new)} for {', '.join(gone)}"
+            ev.recovery = f"spares: {', '.join(new)} for {', '.join(gone)}"
         else:
-            ev["recovery"] = f"shrink: {len(before)} -> {len(after)} node(s), without {', '.join(gone)}"
-    return ev
+            ev.recovery = f"shrink: {len(before)} -> {len(after)} node(s), without {', '.join(gone)}"
 
 
 @dataclass(frozen=True)
@@ -653,53 +654,56 @@ def detected_by(a: AttemptData, again: bool = False) -> str:
     return "launcher"
 
 
-def requeue_parts(a: AttemptData, b: AttemptData, runs: List[JobRun]) -> dict:
+def requeue_parts(a: AttemptData, b: AttemptData, runs: List[JobRun]) -> RequeueParts:
     """The time between two runs of one job, in its parts: how attempt a ended (the watchdog's
     decision, the last evidence), what the scheduler said when the job ran again (the next run's
     record, runtime/jobrun.py: the nodes that went down or came back), the run's start, b's launch
     and first step."""
     run = run_record(runs, b)
-    return {"job": a.job, "next_attempt": b.number or b.index, "stopped_at": a.hang_ts, "stopped_by": "watchdog" if a.hang_ts else None,
-            "end_ts": a.end_ts, "end_evidence": (a.evidence or (None, None))[1] if not a.recorded else "its end record",
-            "run_start": b.job_start, "run": run.run if run else None,
-            "scheduler_start": run.started if run else None, "scheduler": run.scheduler if run else None,
-            "requeued_at": run.requeued if run else None, "eligible_at": run.eligible if run else None,
-            "scheduler_error": run.error if run else None,
-            "nodes": [dataclasses.asdict(n) for n in run.nodes] if run else [],
-            "launch_ts": b.launch_ts, "first_ts": b.first_ts,
-            "between_runs_s": (b.job_start - a.end_ts) if (b.job_start and a.end_ts) else None}
+    return RequeueParts(
+        job=a.job, next_attempt=b.number or b.index, stopped_at=a.hang_ts, stopped_by="watchdog" if a.hang_ts else None,
+        end_ts=a.end_ts, end_evidence=(a.evidence or (None, None))[1] if not a.recorded else "its end record",
+        run_start=b.job_start, run=run.run if run else None,
+        scheduler_start=run.started if run else None, scheduler=run.scheduler if run else None,
+        requeued_at=run.requeued if run else None, eligible_at=run.eligible if run else None,
+        scheduler_error=run.error if run else None, nodes=list(run.nodes) if run else [],
+        launch_ts=b.launch_ts, first_ts=b.first_ts,
+        between_runs_s=(b.job_start - a.end_ts) if (b.job_start and a.end_ts) else None)
 
 
 KIND_FIGURES = ("detection_s", "launch_gap_s", "restart_s", "lost_steps", "recompute_s", "downtime_s")
 
 
-def by_kind(events: List[dict]) -> Dict[str, dict]:
+def by_kind(events: List[FailureEvent]) -> Dict[str, KindStats]:
     """Per failure kind: how many, and the median of each figure (detection: fault -> attempt
     end; relaunch gap: attempt end -> next launch; restart: launch -> first step)."""
     out = {}
-    for kind in sorted({e["kind"] or "not injected" for e in events}):
-        evs = [e for e in events if (e["kind"] or "not injected") == kind]
-        row = {"failures": len(evs), "detected_by": sorted({e["detected_by"] for e in evs})}
-        for key in KIND_FIGURES:
-            xs = [e[key] for e in evs if e.get(key) is not None]
-            row[key] = statistics.median(xs) if xs else None
-        out[kind] = row
+    for kind in sorted({e.kind or "not injected" for e in events}):
+        evs = [e for e in events if (e.kind or "not injected") == kind]
+        out[kind] = KindStats(len(evs), sorted({e.detected_by for e in evs}),
+                              **{key: known_median(getattr(e, key) for e in evs) for key in KIND_FIGURES})
     return out
 
 
-def quantiles(xs: Sequence[float]) -> dict:
+def known_median(xs) -> Optional[float]:
+    """The median of the values that are known; None without any."""
+    known = [x for x in xs if x is not None]
+    return statistics.median(known) if known else None
+
+
+def quantiles(xs: Sequence[float]) -> Quantiles:
     if not xs:
-        return {"count": 0, "median": None, "p90": None, "total": 0.0}
+        return Quantiles(count=0, median=None, p90=None, total=0.0)
     s = sorted(xs)
     p90 = s[min(len(s) - 1, int(math.ceil(0.9 * len(s))) - 1)]
-    return {"count": len(s), "median": statistics.median(s), "p90": p90, "total": sum(s)}
+    return Quantiles(count=len(s), median=statistics.median(s), p90=p90, total=sum(s))
 
 
-def summarize_phase(ph: PhaseData) -> dict:
+def summarize_phase(ph: PhaseData) -> PhaseSummary:
     atts = [a for a in ph.attempts if a.launch_ts is not None]
     wall = (max(a.end_ts for a in atts if a.end_ts) - min(cast(float, a.launch_ts) for a in atts)) if atts else None
     hand = handovers(ph)
-    queued = sum(h["queue_wait_s"] or 0 for h in hand)
+    queued = sum(h.queue_wait_s or 0 for h in hand)
     if wall is not None:
         # waiting in the queue between jobs of a chain is not the job's wall time; the time between
         # two runs of one job (a requeue) is: it is a failure's downtime
@@ -709,43 +713,43 @@ def summarize_phase(ph: PhaseData) -> dict:
     stalls = sum(sum(ph.saves[k]) for k in SAVE_KEYS)
     first = min(atts, key=lambda a: cast(float, a.launch_ts)) if atts else None
     inter = interference(ph)
-    inter_s = inter["busy_steps"] * (inter["busy_dt_s"] - inter["idle_dt_s"]) if inter else 0.0
+    inter_s = inter.busy_steps * (inter.busy_dt_s - inter.idle_dt_s) if inter else 0.0
     step_dt = (ph.dt_idle[1] / ph.dt_idle[0]) if ph.dt_idle[0] else None
-    return {
-        "phase": ph.name, "wall_s": wall, "attempts": len(ph.attempts),
-        "kills": sum(1 for r in ph.injections if r.struck),
-        "steps": max((a.last_iter for a in ph.attempts), default=0),
-        "completed": any(a.completed for a in ph.attempts),
-        "failures": ev,
-        "by_kind": by_kind(ev),
-        "lost_steps": sum(e["lost_steps"] for e in ev),
-        "downtime_s": sum(e["downtime_s"] or 0 for e in ev),
-        "recompute_s": sum(e["recompute_s"] or 0 for e in ev),
-        "save_stall_s": stalls,
-        "saves_estimated": ph.saves_estimated,
-        "save": {k.split("/")[-1]: quantiles(v) for k, v in ph.saves.items()},
-        "finalize": quantiles(ph.finalize),
-        "productive_s": productive,
-        "ettr": (productive / wall) if wall else None,
-        "walltime_stop": walltime_stop(ph),
-        "interference": inter,
+    return PhaseSummary(
+        phase=ph.name, wall_s=wall, attempts=len(ph.attempts),
+        kills=sum(1 for r in ph.injections if r.struck),
+        steps=max((a.last_iter for a in ph.attempts), default=0),
+        completed=any(a.completed for a in ph.attempts),
+        failures=ev,
+        by_kind=by_kind(ev),
+        lost_steps=sum(e.lost_steps for e in ev),
+        downtime_s=sum(e.downtime_s or 0 for e in ev),
+        recompute_s=sum(e.recompute_s or 0 for e in ev),
+        save_stall_s=stalls,
+        saves_estimated=ph.saves_estimated,
+        save={save_figure(k): quantiles(v) for k, v in ph.saves.items()},
+        finalize=quantiles(ph.finalize),
+        productive_s=productive,
+        ettr=(productive / wall) if wall else None,
+        walltime_stop=walltime_stop(ph),
+        interference=inter,
         # the seconds the steps beside a background save took beyond the same steps without one
-        "interference_s": inter_s,
+        interference_s=inter_s,
         # mean time of a step with no save in flight and not an attempt's first (its warm-up is in
         # the start-up or the downtime): the phase's own step time, which step-time drift compares
-        "step_dt_s": step_dt,
+        step_dt_s=step_dt,
         # each network fault (partition, flap, slow_link): its time down, the stand-still, who noticed when
-        "network_faults": netfaults.accounts(ph, step_dt),
+        network_faults=netfaults.accounts(ph, step_dt),
         # each storage fault (stall_writes, slow_storage, write_errors, torn): the rank, the write, what followed
-        "storage_faults": storagefaults.accounts(ph, ph.storage_strikes, ph.iofaults),
-        "first_start_s": (first.first_ts - cast(float, first.launch_ts)) if first and first.first_ts else None,
-        "jobs": sorted({a.job for a in ph.attempts if a.job}),
-        "handovers": hand, "queue_wait_s": queued,
+        storage_faults=storagefaults.accounts(ph, ph.storage_strikes, ph.iofaults),
+        first_start_s=(first.first_ts - cast(float, first.launch_ts)) if first and first.first_ts else None,
+        jobs=sorted({a.job for a in ph.attempts if a.job}),
+        handovers=hand, queue_wait_s=queued,
         # what a failure at a random time would lose, beside the measured (kills gated on .complete
         # land just after a save: their loss is the least a failure costs, not the typical)
-        "expected_loss": expected_loss(save_interval_steps(ph), ph.dt_busy[0] / len(ph.saves[K.STAGE_S])
-                                       if ph.saves[K.STAGE_S] else 0.0),
-    }
+        expected_loss=expected_loss(save_interval_steps(ph), ph.dt_busy[0] / len(ph.saves[K.STAGE_S])
+                                    if ph.saves[K.STAGE_S] else 0.0),
+        warnings=ph.warnings)
 
 
 def save_interval_steps(ph: PhaseData) -> Optional[float]:
@@ -756,7 +760,7 @@ def save_interval_steps(ph: PhaseData) -> Optional[float]:
     return float(statistics.median(gaps)) if gaps else None
 
 
-def expected_loss(interval: Optional[float], lag_steps: float = 0.0) -> Optional[dict]:
+def expected_loss(interval: Optional[float], lag_steps: float = 0.0) -> Optional[ExpectedLoss]:
     """The steps a failure at a random time loses on average, from the save interval S (steps) and
     the steps a save stays incomplete while the loop trains on (l: a background save's steps in
     flight; 0 for a sync save, complete before the loop goes on): a failure x whole steps after a
@@ -764,27 +768,27 @@ def expected_loss(interval: Optional[float], lag_steps: float = 0.0) -> Optional
     if not interval:
         return None
     lag = min(interval, lag_steps)
-    return {"per_failure": (interval - 1) / 2 + lag, "save_interval_steps": interval, "complete_lag_steps": lag}
+    return ExpectedLoss(per_failure=(interval - 1) / 2 + lag, save_interval_steps=interval, complete_lag_steps=lag)
 
 
-def interference(ph: PhaseData) -> Optional[dict]:
+def interference(ph: PhaseData) -> Optional[Interference]:
     """How much slower a step is while an async save runs in the background (mean step time
     beside a save / without one - 1); None without steps of both kinds."""
     (nb, sb), (ni, si) = ph.dt_busy, ph.dt_idle
     if not nb or not ni or not si:
         return None
-    return {"busy_steps": nb, "idle_steps": ni, "busy_dt_s": sb / nb, "idle_dt_s": si / ni,
-            "slowdown": (sb / nb) / (si / ni) - 1.0}
+    return Interference(busy_steps=int(nb), idle_steps=int(ni), busy_dt_s=sb / nb, idle_dt_s=si / ni,
+                        slowdown=(sb / nb) / (si / ni) - 1.0)
 
 
-def walltime_stop(ph: PhaseData) -> Optional[dict]:
+def walltime_stop(ph: PhaseData) -> Optional[WalltimeStop]:
     """The phase's last attempt, when the walltime warning ended it: its last step, the step of
     its emergency checkpoint and the steps that checkpoint does not hold (0 when it landed)."""
     a = ph.attempts[-1] if ph.attempts else None
     if a is None or not a.walltime:
         return None
-    return {"attempt": a.index, "last_step": a.last_iter, "emergency_checkpoint": a.emergency_step,
-            "lost_steps": (a.last_iter - a.emergency_step) if a.emergency_step is not None else None}
+    return WalltimeStop(attempt=a.index, last_step=a.last_iter, emergency_checkpoint=a.emergency_step,
+                        lost_steps=(a.last_iter - a.emergency_step) if a.emergency_step is not None else None)
 
 
 def is_baseline(phase_checkpoint: Optional[str]) -> bool:
@@ -792,7 +796,7 @@ def is_baseline(phase_checkpoint: Optional[str]) -> bool:
     return phase_checkpoint == "none"
 
 
-def overhead(phase: dict, baseline: dict) -> Optional[dict]:
+def overhead(phase: PhaseSummary, baseline: Optional[PhaseSummary]) -> Optional[Overhead]:
     """What a phase costs beyond the baseline, and what explains it: overhead = downtime +
     recompute + save stalls + background interference + step-time drift + residual. Both phases
     are taken net of their first launch's start-up (launch -> first step), so that a cold first
@@ -801,20 +805,18 @@ def overhead(phase: dict, baseline: dict) -> Optional[dict]:
     steps (those without a save in flight, first steps left out) against the baseline's, times the
     phase's steps (a shared node's noise moves every step of a phase: +-10-30% per phase measured
     here), so the residual is only what nothing explains."""
-    if not baseline or phase["wall_s"] is None or baseline["wall_s"] is None:
+    if not baseline or phase.wall_s is None or baseline.wall_s is None:
         return None
-    if not (phase.get("completed") and baseline.get("completed")):
+    if not (phase.completed and baseline.completed):
         return None  # a phase that did not reach its last step has no wall time to compare
-    first, base_first = phase.get("first_start_s") or 0.0, baseline.get("first_start_s") or 0.0
-    diff = (phase["wall_s"] - first) - (baseline["wall_s"] - base_first)
+    first, base_first = phase.first_start_s or 0.0, baseline.first_start_s or 0.0
+    diff = (phase.wall_s - first) - (baseline.wall_s - base_first)
     drift = None
-    if phase.get("step_dt_s") is not None and baseline.get("step_dt_s") is not None:
-        drift = (phase["step_dt_s"] - baseline["step_dt_s"]) * (phase.get("steps") or 0)
-    parts = {"downtime_s": phase["downtime_s"], "recompute_s": phase["recompute_s"],
-             "save_stall_s": phase["save_stall_s"], "interference_s": phase.get("interference_s") or 0.0,
-             "drift_s": drift or 0.0}
-    return dict(parts, measured_s=diff, residual_s=diff - sum(parts.values()), first_start_s=first,
-                baseline_first_start_s=base_first)
+    if phase.step_dt_s is not None and baseline.step_dt_s is not None:
+        drift = (phase.step_dt_s - baseline.step_dt_s) * (phase.steps or 0)
+    parts = (phase.downtime_s, phase.recompute_s, phase.save_stall_s, phase.interference_s or 0.0, drift or 0.0)
+    return Overhead(*parts, measured_s=diff, residual_s=diff - sum(parts), first_start_s=first,
+                    baseline_first_start_s=base_first)
 
 
 def restart_cost(restart_s, gap_s, detection_s) -> float:
@@ -823,21 +825,20 @@ def restart_cost(restart_s, gap_s, detection_s) -> float:
     return (restart_s or 0.0) + (gap_s or 0.0) + (detection_s or 0.0)
 
 
-def phase_restart_cost(events: List[dict]) -> Optional[float]:
+def phase_restart_cost(events: List[FailureEvent]) -> Optional[float]:
     """R from a phase's failures: the medians of restart, relaunch gap and detection."""
-    def med(key):
-        xs = [e[key] for e in events if e.get(key) is not None]
-        return statistics.median(xs) if xs else None
-    parts = [med("restart_s"), med("launch_gap_s"), med("detection_s")]
+    parts = [known_median(e.restart_s for e in events), known_median(e.launch_gap_s for e in events),
+             known_median(e.detection_s for e in events)]
     return None if all(x is None for x in parts) else restart_cost(*parts)
 
 
-def young_daly(save_cost_s, restart_cost_s, mtbf_s) -> dict:
+def young_daly(save_cost_s, restart_cost_s, mtbf_s) -> YoungDaly:
     """Young: sqrt(2 C M); Daly (first order): sqrt(2 C (M + R)) - C, for C < 2M (C the save's
-    stall, R = restart_cost(), M the MTBF)."""
+    stall, R = restart_cost(), M the MTBF), with what they were computed from."""
+    made_of = dict(mtbf_s=mtbf_s, save_cost_s=save_cost_s, restart_cost_s=restart_cost_s)
     if not save_cost_s or save_cost_s <= 0 or not mtbf_s:
-        return {"young_s": None, "daly_s": None}
+        return YoungDaly(young_s=None, daly_s=None, **made_of)
     young = math.sqrt(2 * save_cost_s * mtbf_s)
     daly = math.sqrt(2 * save_cost_s * (mtbf_s + (restart_cost_s or 0))) - save_cost_s \
         if save_cost_s < 2 * mtbf_s else mtbf_s
-    return {"young_s": young, "daly_s": daly}
+    return YoungDaly(young_s=young, daly_s=daly, **made_of)

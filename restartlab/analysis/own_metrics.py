@@ -7,9 +7,11 @@ the imports before its clock starts). Reads only."""
 import glob
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from ..contracts import layout
+from ..contracts import metric_keys as K
+from ..contracts.phase_summary import FailureEvent, OwnMetrics, OwnRestart, PhaseSummary, Quantiles
 from ..contracts.jsonvalue import number
 from .. import programs
 from .collect import quantiles
@@ -31,14 +33,15 @@ def _rows(path: str):
         return
 
 
-def phase(spec: Optional[programs.Spec], phase_dir: str, failures: List[dict]) -> Optional[dict]:
-    """{file, restarts: [{attempt, program_restart_s, restart_s, uncounted_s}], save|stage|drain:
-    quantiles} for an adapter with own metrics; None otherwise or when no attempt wrote them."""
+def phase(spec: Optional[programs.Spec], phase_dir: str, failures: List[FailureEvent]) -> Optional[OwnMetrics]:
+    """Its restarts beside ours and its saves' quantiles, for an adapter with own metrics; None
+    otherwise or when no attempt wrote them."""
     own = programs.ADAPTERS.get(spec.adapter).own_metrics if spec else None
     if spec is None or not own:
         return None
-    measured = {f["attempt"] + 1: f.get("restart_s") for f in failures}
-    out: Dict[str, Any] = {"adapter": spec.adapter, "file": own["file"], "restarts": [], **{k: [] for k in KINDS}}
+    measured = {f.attempt + 1: f.restart_s for f in failures}
+    timed: Dict[str, List[float]] = {k: [] for k in KINDS}
+    restarts: List[OwnRestart] = []
     found = False
     for att in layout.Phase(phase_dir).attempts():
         files = sorted(glob.glob(os.path.join(att.path, own["file"])))
@@ -50,41 +53,38 @@ def phase(spec: Optional[programs.Spec], phase_dir: str, failures: List[dict]) -
             for k in KINDS:
                 v = number(m.get(own.get(k) or ""))
                 if v is not None:
-                    out[k].append(v)
+                    timed[k].append(v)
         ours = measured.get(att.index)
         if restart is not None and ours is not None:
-            out["restarts"].append({"attempt": att.index, "program_restart_s": restart, "restart_s": ours,
-                                    "uncounted_s": ours - restart})
+            restarts.append(OwnRestart(attempt=att.index, program_restart_s=restart, restart_s=ours,
+                                       uncounted_s=ours - restart))
     if not found:
         return None
-    for k in KINDS:
-        out[k] = quantiles(out[k])
-    return out
+    return OwnMetrics(adapter=spec.adapter, file=own["file"], restarts=restarts,
+                      **{k: quantiles(xs) for k, xs in timed.items()})
 
 
-def markdown(summaries: List[dict]) -> List[str]:
-    said = [s for s in summaries if s.get("own_metrics") and (s["own_metrics"]["restarts"] or any(
-        s["own_metrics"][k]["count"] for k in KINDS))]
-    rows = [(s["phase"], s["own_metrics"]) for s in said]
+def markdown(summaries: List[PhaseSummary]) -> List[str]:
+    rows = [(s, s.own_metrics) for s in summaries
+            if s.own_metrics and (s.own_metrics.restarts or any(s.own_metrics.timed(k).count for k in KINDS))]
     if not rows:
         return []
     L = ["## The program's own timers", "",
-         f"What {rows[0][1]['adapter']} wrote about itself ({rows[0][1]['file']} in each attempt's directory) beside what "
+         f"What {rows[0][1].adapter} wrote about itself ({rows[0][1].file} in each attempt's directory) beside what "
          "restartlab measured. Its restart time starts inside the program, so it leaves out the launcher, "
          "the interpreter and the imports before its clock starts (the difference column); a save is written in "
          "the row after it, so the last save's time is never written.", "",
          "| phase | attempt | its restart s | restartlab's restart s (launch -> first step) | difference s |",
          "|---|---|---|---|---|"]
-    for name, own in rows:
-        for r in own["restarts"]:
-            L.append(f"| {name} | {r['attempt']} | {r['program_restart_s']:.2f} | {r['restart_s']:.2f} | "
-                     f"{r['uncounted_s']:.2f} |")
+    for s, own in rows:
+        for r in own.restarts:
+            L.append(f"| {s.phase} | {r.attempt} | {r.program_restart_s:.2f} | {r.restart_s:.2f} | "
+                     f"{r.uncounted_s:.2f} |")
     L += ["", "| phase | its save s (count, median) | its stage s | its drain s | restartlab booked (count, median) |",
           "|---|---|---|---|---|"]
-    for (name, own), s in zip(rows, said):
-        def q(x):
-            return f"{x['count']}, {x['median']:.4f}" if x["count"] else "-"
-        booked = s["save"]["ckpt_save_seconds"] if s["save"]["ckpt_save_seconds"]["count"] else \
-            s["save"]["ckpt_stage_seconds"]
-        L.append(f"| {name} | {q(own['save'])} | {q(own['stage'])} | {q(own['drain'])} | {q(booked)} |")
+    def q(x: Quantiles) -> str:
+        return f"{x.count}, {x.median:.4f}" if x.count else "-"
+    for s, own in rows:
+        booked = s.saves(K.SAVE_S) if s.saves(K.SAVE_S).count else s.saves(K.STAGE_S)
+        L.append(f"| {s.phase} | {q(own.save)} | {q(own.stage)} | {q(own.drain)} | {q(booked)} |")
     return L + [""]

@@ -2,7 +2,10 @@
 import os
 
 import matplotlib
+from typing import List
+
 from ..contracts import metric_keys as K
+from ..contracts.phase_summary import PhaseSummary
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -57,15 +60,15 @@ def progress_plot(phases, out):
     return _save(fig, out, "progress.png")
 
 
-def failures_plot(summaries, out):
+def failures_plot(summaries: List[PhaseSummary], out):
     """Downtime and recompute of every failure, stacked."""
-    evs = [(s["phase"], e) for s in summaries for e in s["failures"]]
+    evs = [(s.phase, e) for s in summaries for e in s.failures]
     if not evs:
         return None
     fig, ax = plt.subplots(figsize=(8, 4))
-    labels = [f"{ph}#{e['attempt']}" for ph, e in evs]
-    down = [e["downtime_s"] or 0 for _, e in evs]
-    rec = [e["recompute_s"] or 0 for _, e in evs]
+    labels = [f"{ph}#{e.attempt}" for ph, e in evs]
+    down = [e.downtime_s or 0 for _, e in evs]
+    rec = [e.recompute_s or 0 for _, e in evs]
     ax.bar(labels, down, label="downtime (kill -> first step)")
     ax.bar(labels, rec, bottom=down, label="recompute")
     ax.set_ylabel("seconds")
@@ -98,6 +101,6 @@ def stalls_plot(phases, out):
     return _save(fig, out, "save_stalls.png")
 
 
-def all_plots(phases, summaries, out):
+def all_plots(phases, summaries: List[PhaseSummary], out):
     paths = [progress_plot(phases, out), failures_plot(summaries, out), stalls_plot(phases, out)]
     return [p for p in paths if p]

@@ -16,6 +16,7 @@ from ..tools import options as tool_options
 from . import collect, own_metrics, strategies, survival
 from ..contracts import metric_keys as K
 from ..contracts.ft_summary import FtSummary
+from ..contracts.phase_summary import Ended, FailureEvent, PhaseSummary
 from ..contracts.summary import Summary
 
 
@@ -37,12 +38,12 @@ def add_args(p):
     p.add_argument("--wandb-mode", choices=("online", "offline", "disabled"))
 
 
-def _start_kind(event: dict) -> str:
+def _start_kind(event: FailureEvent) -> str:
     """How the restart's ranks started: warm (forked from the standby pools, their imports done:
     the pools' own count in the attempt record, else the bundled trainer's startup row) or cold."""
-    n = event.get("warm_ranks")
+    n = event.warm_ranks
     if n is None:
-        n = (event.get("startup") or {}).get(K.STARTUP_WARM)
+        n = event.startup.get(K.STARTUP_WARM)
     return "warm" if n else "cold"
 
 
@@ -125,26 +126,25 @@ def build(a):
             else:
                 phases.append(collect.load_phase(name, metrics_files=files, losses=losses))
                 modes[name] = mode
-    summaries = [dict(collect.summarize_phase(p), checkpoint=modes.get(p.name), warnings=p.warnings) for p in phases]
-    base = next((s for s in summaries if collect.is_baseline(s["checkpoint"])), None)
+    summaries = [collect.summarize_phase(p) for p in phases]
     for s in summaries:
-        s["overhead"] = collect.overhead(s, base) if s is not base else None
-        cost = s["save"]["ckpt_save_seconds"]["median"] or s["save"]["ckpt_stage_seconds"]["median"]
-        r = collect.phase_restart_cost(s["failures"])
-        s["young_daly"] = dict(collect.young_daly(cost, r, a.mtbf), mtbf_s=a.mtbf, save_cost_s=cost,
-                               restart_cost_s=r)
-        s["policy"] = policy  # relaunch.on_node_loss: what its ETTR was measured under
+        s.checkpoint = modes.get(s.phase)
+    base = next((s for s in summaries if collect.is_baseline(s.checkpoint)), None)
+    for s in summaries:
+        s.overhead = collect.overhead(s, base) if s is not base else None
+        s.young_daly = collect.young_daly(s.save_cost(), collect.phase_restart_cost(s.failures), a.mtbf)
+        s.policy = policy  # relaunch.on_node_loss: what its ETTR was measured under
     if a.expt_dir:
         expt = layout.Expt(a.expt_dir)
         base_ph = next((p for p, s in zip(phases, summaries) if s is base), None)
         spec = _program(data)
         for s, ph in zip(summaries, phases):
-            d = expt.phase(s["phase"]).path
-            s["survival"] = survival.judge(ph, base_ph if s is not base else None, _tolerance(data),
-                                           _last_step(data)).as_dict()
-            s["ended"] = ph.ended.to_dict() if ph.ended else None
-            s["own_metrics"] = own_metrics.phase(spec, d, s["failures"]) if spec else None
-            s["reused_from"] = expt.phase(s["phase"]).reused_from()
+            d = expt.phase(s.phase).path
+            s.survival = survival.judge(ph, base_ph if s is not base else None, _tolerance(data),
+                                        _last_step(data)).as_dict()
+            s.ended = Ended(**ph.ended.to_dict()) if ph.ended else None
+            s.own_metrics = own_metrics.phase(spec, d, s.failures) if spec else None
+            s.reused_from = expt.phase(s.phase).reused_from()
     return phases, summaries, missing, problems, data
 
 
@@ -211,31 +211,31 @@ def _warm(data) -> Dict[str, bool]:
         return {}
 
 
-def _save_then(e) -> str:
+def _save_then(e: FailureEvent) -> str:
     """The newest complete save when a kill struck, and how many steps the run had taken since."""
-    n, after = e.get("newest_complete_at_kill"), e.get("steps_after_save")
+    n, after = e.newest_complete_at_kill, e.steps_after_save
     return "-" if n is None else f"{n} (+{after})" if after is not None else str(n)
 
 
-def lost_steps_lines(summaries) -> list:
+def lost_steps_lines(summaries: List[PhaseSummary]) -> list:
     """Per phase with failures: the measured loss beside what a failure at a random time loses on
     average there, and where the kills landed, so that a gated minimum is not read as the typical cost."""
     out = []
     for s in summaries:
-        ev, exp = s["failures"], s.get("expected_loss")
+        ev, exp = s.failures, s.expected_loss
         if not ev or not exp:
             continue
-        lost = statistics.median(e["lost_steps"] for e in ev)
-        after = [e["steps_after_save"] for e in ev if e.get("steps_after_save") is not None]
-        lag = exp["complete_lag_steps"]
-        line = f"- **{s['phase']}**: {_fmt(lost)} step(s) lost per failure (median of {len(ev)})"
+        lost = statistics.median(e.lost_steps for e in ev)
+        after = [e.steps_after_save for e in ev if e.steps_after_save is not None]
+        lag = exp.complete_lag_steps
+        line = f"- **{s.phase}**: {_fmt(lost)} step(s) lost per failure (median of {len(ev)})"
         if after:
             line += f", struck {_fmt(statistics.median(after))} step(s) after the newest complete save (median)"
-        line += (f"; a failure at a random time strikes {(exp['save_interval_steps'] - 1) / 2:.1f} steps after one "
-                 f"and loses {exp['per_failure']:.1f} on average here (a save every {exp['save_interval_steps']:g} "
+        line += (f"; a failure at a random time strikes {(exp.save_interval_steps - 1) / 2:.1f} steps after one "
+                 f"and loses {exp.per_failure:.1f} on average here (a save every {exp.save_interval_steps:g} "
                  f"steps" + (f", and {lag:.1f} steps a save is still being written while training goes on" if lag
                              else "") + ")")
-        if all(e.get("gate") == "complete" for e in ev):
+        if all(e.gate == "complete" for e in ev):
             line += (". These kills waited for a step's `.complete` and landed just after a save: their loss is "
                      "near the least a failure costs, not its typical cost")
         out.append(line + ".")
@@ -255,41 +255,43 @@ def _clock(t) -> str:
 SCHEDULER_NAMES = {"pbs": "PBS", "slurm": "Slurm"}  # as the reports write them
 
 
-def rerun_text(e: dict) -> str:
+def rerun_text(e: FailureEvent) -> str:
     """A failure whose next attempt ran in another run of the same job (the scheduler requeued it),
     told in its parts, each with its time."""
-    r = e["rerun"]
+    r = e.rerun
+    if r is None:
+        return "the job was not requeued"
     parts = []
-    if r["stopped_at"]:
-        parts.append(f"the watchdog decided to stop attempt {e['attempt']} at {_clock(r['stopped_at'])}")
-    parts.append(f"its last sign of life at {_clock(r['end_ts'])} ({r['end_evidence']})")
-    nodes = "; ".join(f"{n['node']} {n['state']} since {_clock(n['since'])}"
-                      + (f" ({n['comment']})" if n.get("comment") else "") for n in r["nodes"])
-    who = SCHEDULER_NAMES.get(r["scheduler"], r["scheduler"] or "the scheduler")
-    at = f" at {_clock(r['requeued_at'])}" if r.get("requeued_at") else ""
-    parts.append(f"{who} requeued job {r['job']}{at}" + (f": {nodes}" if nodes else "")
-                 + (f" (not asked: {r['scheduler_error']})" if r.get("scheduler_error") else ""))
-    if r.get("eligible_at"):
-        parts.append(f"eligible to run again at {_clock(r['eligible_at'])}")
-    parts.append(f"run {r['run'] or 2} began {_clock(r['scheduler_start'] or r['run_start'])}")
-    parts.append(f"attempt {r.get('next_attempt') or e['attempt'] + 1} launched {_clock(r['launch_ts'])}, "
-                 f"first step {_clock(r['first_ts'])}")
-    gap = f"{r['between_runs_s']:.0f} s between the runs" if r["between_runs_s"] is not None else "the time between the runs unknown"
-    return "; ".join(parts) + f": {gap}, {e['downtime_s']:.0f} s of downtime" if e["downtime_s"] is not None else \
+    if r.stopped_at:
+        parts.append(f"the watchdog decided to stop attempt {e.attempt} at {_clock(r.stopped_at)}")
+    parts.append(f"its last sign of life at {_clock(r.end_ts)} ({r.end_evidence})")
+    nodes = "; ".join(f"{n.node} {n.state} since {_clock(n.since)}"
+                      + (f" ({n.comment})" if n.comment else "") for n in r.nodes)
+    who = SCHEDULER_NAMES.get(r.scheduler or "", r.scheduler or "the scheduler")
+    at = f" at {_clock(r.requeued_at)}" if r.requeued_at else ""
+    parts.append(f"{who} requeued job {r.job}{at}" + (f": {nodes}" if nodes else "")
+                 + (f" (not asked: {r.scheduler_error})" if r.scheduler_error else ""))
+    if r.eligible_at:
+        parts.append(f"eligible to run again at {_clock(r.eligible_at)}")
+    parts.append(f"run {r.run or 2} began {_clock(r.scheduler_start or r.run_start)}")
+    parts.append(f"attempt {r.next_attempt or e.attempt + 1} launched {_clock(r.launch_ts)}, "
+                 f"first step {_clock(r.first_ts)}")
+    gap = f"{r.between_runs_s:.0f} s between the runs" if r.between_runs_s is not None else "the time between the runs unknown"
+    return "; ".join(parts) + f": {gap}, {e.downtime_s:.0f} s of downtime" if e.downtime_s is not None else \
         "; ".join(parts) + f": {gap}"
 
 
-def rerun_lines(summaries) -> List[str]:
-    rows = [(s["phase"], e) for s in summaries for e in s["failures"] if e.get("rerun")]
+def rerun_lines(summaries: List[PhaseSummary]) -> List[str]:
+    rows = [(s.phase, e) for s in summaries for e in s.failures if e.rerun]
     if not rows:
         return []
     return ["", "Between two runs of one job (the scheduler requeued it): the time is the failure's downtime, "
             "in the phase's wall time and its ETTR.", ""] + [f"- {ph}: {rerun_text(e)}" for ph, e in rows]
 
 
-def storage_lines(summaries) -> List[str]:
+def storage_lines(summaries: List[PhaseSummary]) -> List[str]:
     """## Storage faults: each strike on each rank that took it (analysis/storagefaults.py)."""
-    rows = [(s["phase"], f) for s in summaries for f in s.get("storage_faults") or []]
+    rows = [(s.phase, f) for s in summaries for f in s.storage_faults]
     if not rows:
         return []
     L = ["", "## Storage faults: what each write met, and what followed", "",
@@ -301,11 +303,11 @@ def storage_lines(summaries) -> List[str]:
     return L
 
 
-def markdown(summaries, missing, src, problems=(), strategy_lines=()):
+def markdown(summaries: List[PhaseSummary], missing, src, problems=(), strategy_lines=()) -> str:
     L = [f"# restartlab report: {src}", ""]
     if missing:
         L += [f"**Missing phases:** {', '.join(missing)}", ""]
-    verdicts = [s["survival"] for s in summaries if s.get("survival")]
+    verdicts = [s.survival for s in summaries if s.survival]
     if verdicts:
         L += survival.markdown(verdicts)
     L += list(strategy_lines)
@@ -313,12 +315,12 @@ def markdown(summaries, missing, src, problems=(), strategy_lines=()):
           "recompute s | save stall s | interference s | step-time drift s | ETTR | overhead vs baseline s | "
           "residual s |", "|" + "---|" * 14]
     for s in summaries:
-        o = s["overhead"] or {}
-        L.append(f"| {s['phase']} | {_fmt(s['wall_s'], 1)} | {s['steps']} | {s['attempts']} | {s['kills']} | "
-                 f"{s['lost_steps']} | {_fmt(s['downtime_s'])} | {_fmt(s['recompute_s'])} | "
-                 f"{_fmt(s['save_stall_s'])} | {_fmt(s.get('interference_s'))} | {_fmt(o.get('drift_s'))} | "
-                 f"{_fmt(s['ettr'], 3)} | {_fmt(o.get('measured_s'))} | {_fmt(o.get('residual_s'))} |")
-    starts = ", ".join(f"{s['phase']} {_fmt(s.get('first_start_s'))} s" for s in summaries)
+        o = s.overhead
+        L.append(f"| {s.phase} | {_fmt(s.wall_s, 1)} | {s.steps} | {s.attempts} | {s.kills} | "
+                 f"{s.lost_steps} | {_fmt(s.downtime_s)} | {_fmt(s.recompute_s)} | "
+                 f"{_fmt(s.save_stall_s)} | {_fmt(s.interference_s)} | {_fmt(o and o.drift_s)} | "
+                 f"{_fmt(s.ettr, 3)} | {_fmt(o and o.measured_s)} | {_fmt(o and o.residual_s)} |")
+    starts = ", ".join(f"{s.phase} {_fmt(s.first_start_s)} s" for s in summaries)
     L += ["", "Overhead = downtime + recompute + save stalls + background interference + step-time drift + "
           "residual. Background interference: the steps that ran beside an async save, times how much longer "
           "such a step took than one without. Step-time drift: (the phase's mean step time - the "
@@ -326,59 +328,58 @@ def markdown(summaries, missing, src, problems=(), strategy_lines=()):
           "what the named parts do not explain. The baseline is the phase with checkpoint: none. Each phase is compared with the baseline net of its first "
           f"launch's start-up (launch -> first step: {starts}): whichever phase runs first pays the cold "
           "file cache, which is no failure's cost; relaunches' start-ups are in the downtime.", ""]
-    est = [f"{s['phase']} ({s['saves_estimated']} of {sum(v['count'] for v in s['save'].values() if v)})"
-           for s in summaries if s.get("saves_estimated")]
+    est = [f"{s.phase} ({s.saves_estimated} of {sum(v.count for v in s.save.values())})"
+           for s in summaries if s.saves_estimated]
     if est:
         L += ["Save stalls estimated from the step times, not measured: " + ", ".join(est) + ". The program logs a "
               "save's start, not its length: each is the time between the two progress lines around that line "
               "less the median of the attempt's steps without a save before it.", ""]
     for s in summaries:
-        if s.get("reused_from"):
-            L += [f"Phase {s['phase']} was not run in this experiment: it is the baseline recorded in "
-                  f"{s['reused_from']} (restartlab run --baseline-from: the same command, finished there).", ""]
-    policies = sorted({s["policy"] for s in summaries if s.get("policy")})
+        if s.reused_from:
+            L += [f"Phase {s.phase} was not run in this experiment: it is the baseline recorded in "
+                  f"{s.reused_from} (restartlab run --baseline-from: the same command, finished there).", ""]
+    policies = sorted({s.policy for s in summaries if s.policy})
     if policies and policies != ["same"]:
         L += [f"Recovery from node loss (relaunch.on_node_loss): {', '.join(policies)}.", ""]
     for s in summaries:
-        e = s.get("ended")
-        if e and e["how"] not in _FINISHED:
-            L.append(f"- **{s['phase']} did not finish**: {e['text']}; no overhead is computed for it.")
-        w = s.get("walltime_stop")
+        end = s.ended
+        if end and end.how not in _FINISHED:
+            L.append(f"- **{s.phase} did not finish**: {end.text}; no overhead is computed for it.")
+        w = s.walltime_stop
         if w:
-            ck = w["emergency_checkpoint"]
-            L.append(f"- **{s['phase']} stopped by the walltime warning** (attempt {w['attempt']}): last step "
-                     f"{w['last_step']}, " + (f"emergency checkpoint of step {ck}: {w['lost_steps']} step(s) "
-                                              f"not in a checkpoint" if ck is not None else
-                                              "no emergency checkpoint was written") + ".")
-        for h in s.get("handovers") or []:
-            L.append(f"- **{s['phase']}: job {h['from_job']} -> job {h['to_job']}** (chained after attempt "
-                     f"{h['attempt']}): {_fmt(h['queue_wait_s'])} s waiting in the queue (not in the wall "
-                     f"time above), {h['lost_steps']} step(s) lost at the hand-over.")
-    if any(s.get("walltime_stop") or s.get("handovers") or (s.get("ended") or {}).get("how") not in
-           (None, *_FINISHED) for s in summaries):
+            ck = w.emergency_checkpoint
+            L.append(f"- **{s.phase} stopped by the walltime warning** (attempt {w.attempt}): last step "
+                     f"{w.last_step}, " + (f"emergency checkpoint of step {ck}: {w.lost_steps} step(s) "
+                                           f"not in a checkpoint" if ck is not None else
+                                           "no emergency checkpoint was written") + ".")
+        for h in s.handovers:
+            L.append(f"- **{s.phase}: job {h.from_job} -> job {h.to_job}** (chained after attempt "
+                     f"{h.attempt}): {_fmt(h.queue_wait_s)} s waiting in the queue (not in the wall "
+                     f"time above), {h.lost_steps} step(s) lost at the hand-over.")
+    if any(s.walltime_stop or s.handovers or (s.ended and s.ended.how not in _FINISHED) for s in summaries):
         L.append("")
     L += ["## Failures", "", "| phase | attempt | kind | bad nodes | recovery | ranks | step at kill | "
           "newest complete save then | resumed from | lost steps | downtime s | restart s (launch->first step) | start | "
           "import s | dist init s | build s | load s | recompute s |", "|" + "---|" * 18]
     for s in summaries:
-        for e in s["failures"]:
-            st = e["startup"] or {}
-            ranks = (f"{e.get('ranks_before')} -> {e.get('ranks_after')}" if e.get("ranks_before") else "-")
-            L.append(f"| {s['phase']} | {e['attempt']} | {e['kind'] or 'not injected'} | "
-                     f"{', '.join(e.get('bad_nodes') or []) or '-'} | {e.get('recovery', '-')} | {ranks} | {e['step_at_kill']} | "
-                     f"{_save_then(e)} | {e['resumed_from']} | {e['lost_steps']} | {_fmt(e['downtime_s'])} | {_fmt(e['restart_s'])} | "
+        for e in s.failures:
+            st = e.startup
+            ranks = (f"{e.ranks_before} -> {e.ranks_after}" if e.ranks_before else "-")
+            L.append(f"| {s.phase} | {e.attempt} | {e.kind or 'not injected'} | "
+                     f"{', '.join(e.bad_nodes) or '-'} | {e.recovery} | {ranks} | {e.step_at_kill} | "
+                     f"{_save_then(e)} | {e.resumed_from} | {e.lost_steps} | {_fmt(e.downtime_s)} | {_fmt(e.restart_s)} | "
                      f"{_start_kind(e)} | {_fmt(st.get(K.STARTUP_IMPORT_S))} | {_fmt(st.get(K.STARTUP_DIST_INIT_S))} | "
-                     f"{_fmt(st.get(K.STARTUP_BUILD_S))} | {_fmt(st.get(K.STARTUP_LOAD_S))} | {_fmt(e['recompute_s'])} |")
+                     f"{_fmt(st.get(K.STARTUP_BUILD_S))} | {_fmt(st.get(K.STARTUP_LOAD_S))} | {_fmt(e.recompute_s)} |")
     L += lost_steps_lines(summaries)
     L += rerun_lines(summaries)
     L += ["", "## By failure kind (medians)", "", "| phase | kind | failures | detection s (fault -> attempt end) | "
           "relaunch gap s | restart s | downtime s | lost steps | recompute s | detected by |", "|" + "---|" * 10]
     for s in summaries:
-        for kind, k in s["by_kind"].items():
-            L.append(f"| {s['phase']} | {kind} | {k['failures']} | {_fmt(k['detection_s'])} | {_fmt(k['launch_gap_s'])} | "
-                     f"{_fmt(k['restart_s'])} | {_fmt(k['downtime_s'])} | {_fmt(k['lost_steps'])} | "
-                     f"{_fmt(k['recompute_s'])} | {'; '.join(collect.DETECTIONS[d].text for d in k['detected_by'])} |")
-    nets = [(s["phase"], f) for s in summaries for f in s.get("network_faults") or []]
+        for kind, k in s.by_kind.items():
+            L.append(f"| {s.phase} | {kind} | {k.failures} | {_fmt(k.detection_s)} | {_fmt(k.launch_gap_s)} | "
+                     f"{_fmt(k.restart_s)} | {_fmt(k.downtime_s)} | {_fmt(k.lost_steps)} | "
+                     f"{_fmt(k.recompute_s)} | {'; '.join(collect.DETECTIONS[d].text for d in k.detected_by)} |")
+    nets = [(s.phase, f) for s in summaries for f in s.network_faults]
     if nets:
         L += ["", "## Network faults: who noticed, and when (seconds from the fault's start)", "",
               "| phase | kind | node(s) | down s | stood still s | watchdog | its stop | process-group timeout | "
@@ -396,24 +397,24 @@ def markdown(summaries, missing, src, problems=(), strategy_lines=()):
     L += ["", "## Save cost (seconds the training loop was blocked)", "",
           "| phase | kind | count | median | p90 |", "|---|---|---|---|---|"]
     for s in summaries:
-        for kind, q in list(s["save"].items()) + [("finalize (save -> .complete)", s["finalize"])]:
-            if q["count"]:
-                L.append(f"| {s['phase']} | {kind} | {q['count']} | {_fmt(q['median'], 4)} | {_fmt(q['p90'], 4)} |")
+        for kind, q in list(s.save.items()) + [("finalize (save -> .complete)", s.finalize)]:
+            if q.count:
+                L.append(f"| {s.phase} | {kind} | {q.count} | {_fmt(q.median, 4)} | {_fmt(q.p90, 4)} |")
     for s in summaries:
-        i = s.get("interference")
+        i = s.interference
         if i:
-            L.append(f"\n{s['phase']}: a step beside a background save takes {i['busy_dt_s']:.4f} s, "
-                     f"without one {i['idle_dt_s']:.4f} s ({100 * i['slowdown']:+.1f}%; means over "
-                     f"{i['busy_steps']} and {i['idle_steps']} steps)")
+            L.append(f"\n{s.phase}: a step beside a background save takes {i.busy_dt_s:.4f} s, "
+                     f"without one {i.idle_dt_s:.4f} s ({100 * i.slowdown:+.1f}%; means over "
+                     f"{i.busy_steps} and {i.idle_steps} steps)")
     L += [""] + own_metrics.markdown(summaries)
     L += ["## Checkpoint interval (Young-Daly)", ""]
     for s in summaries:
-        yd = s["young_daly"]
-        if yd["young_s"]:
-            L.append(f"- {s['phase']}: save cost {yd['save_cost_s']:.4f} s, restart cost R (detection + gap + "
-                     f"restart) {_fmt(yd['restart_cost_s'])} s, MTBF {yd['mtbf_s']:.0f} s -> "
-                     f"Young {yd['young_s']:.1f} s, Daly {yd['daly_s']:.1f} s between checkpoints")
-    warn = list(problems) + [w for s in summaries for w in s["warnings"]]
+        yd = s.young_daly
+        if yd and yd.young_s:
+            L.append(f"- {s.phase}: save cost {yd.save_cost_s:.4f} s, restart cost R (detection + gap + "
+                     f"restart) {_fmt(yd.restart_cost_s)} s, MTBF {yd.mtbf_s:.0f} s -> "
+                     f"Young {yd.young_s:.1f} s, Daly {yd.daly_s:.1f} s between checkpoints")
+    warn = list(problems) + [w for s in summaries for w in s.warnings]
     if warn:
         L += ["", "## Warnings", ""] + [f"- {w}" for w in warn[:50]]
     return "\n".join(L) + "\n"
@@ -456,7 +457,7 @@ def main(a) -> int:
     out = a.out or a.expt_dir or "."
     os.makedirs(out, exist_ok=True)
     src = a.expt_dir or "ezpz metrics"
-    warnings = list(problems) + [w for s in summaries for w in s["warnings"]]
+    warnings = list(problems) + [w for s in summaries for w in s.warnings]
     for w in warnings:
         print(f"restartlab report: warning: {w}", file=sys.stderr)
     if missing:

@@ -5,6 +5,8 @@ import glob
 import os
 from typing import List, Union, cast
 
+from ..contracts.phase_summary import PhaseSummary
+
 PHASE_COLS = ["phase", "wall_s", "steps", "attempts", "kills", "lost_steps", "downtime_s", "recompute_s",
               "save_stall_s", "interference_s", "ettr", "overhead_s", "residual_s"]
 FAILURE_COLS = ["phase", "attempt", "kind", "step_at_kill", "resumed_from", "lost_steps", "downtime_s",
@@ -25,20 +27,20 @@ def settings(scenario, project=None, entity=None, mode=None):
     return s
 
 
-def phase_rows(summaries):
+def phase_rows(summaries: List[PhaseSummary]):
     rows = []
     for s in summaries:
-        o = s.get("overhead") or {}
-        vals = dict(s, overhead_s=o.get("measured_s"), residual_s=o.get("residual_s"))
+        o = s.overhead
+        vals = dict(s.to_dict(), overhead_s=o and o.measured_s, residual_s=o and o.residual_s)
         rows.append([vals.get(c) for c in PHASE_COLS])
     return rows
 
 
-def failure_rows(summaries):
-    return [[s["phase"]] + [e.get(c) for c in FAILURE_COLS[1:]] for s in summaries for e in s["failures"]]
+def failure_rows(summaries: List[PhaseSummary]):
+    return [[s.phase] + [getattr(e, c, None) for c in FAILURE_COLS[1:]] for s in summaries for e in s.failures]
 
 
-def log(summaries, out_dir, name, cfg) -> str:
+def log(summaries: List[PhaseSummary], out_dir, name, cfg) -> str:
     """One W&B run (job type "report") with the Phases and Failures tables, each phase's figures
     in the run summary and every plot in out_dir. Returns the run's directory."""
     try:
@@ -55,9 +57,11 @@ def log(summaries, out_dir, name, cfg) -> str:
         for png in sorted(glob.glob(os.path.join(out_dir, "*.png"))):
             run.log({f"report/{os.path.basename(png)[:-4]}": wandb.Image(png)})
         for s in summaries:
-            for k in ("ettr", "wall_s", "downtime_s", "lost_steps", "save_stall_s"):
-                if s.get(k) is not None:
-                    run.summary[f"{s['phase']}/{k}"] = s[k]
+            figures = {"ettr": s.ettr, "wall_s": s.wall_s, "downtime_s": s.downtime_s, "lost_steps": s.lost_steps,
+                       "save_stall_s": s.save_stall_s}
+            for k, v in figures.items():
+                if v is not None:
+                    run.summary[f"{s.phase}/{k}"] = v
         where = run.dir
         run.finish()
         wandb.teardown()

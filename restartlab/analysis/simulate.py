@@ -27,7 +27,9 @@ import numpy as np
 from .collect import restart_cost
 from .collect import young_daly as collect_young_daly  # the report's: one definition of C, R and M
 from ..contracts import launch_snapshot
-from ..contracts.summary import PhaseSummary, Summary, SummaryError
+from ..contracts import metric_keys as K
+from ..contracts.phase_summary import PhaseSummary, YoungDaly
+from ..contracts.summary import Summary, SummaryError
 
 
 PREEMPT = "preempt"
@@ -170,12 +172,13 @@ def sweep(costs: Costs, fail: Failures, intervals: Sequence[int], modes=("sync",
                          "lost_h_per_day": float(np.mean([r["lost_s"] for r in runs])) / 3600 / days,
                          "downtime_h_per_day": float(np.mean([r["downtime_s"] for r in runs])) / 3600 / days})
         best = max(rows, key=lambda r: r["ettr"])
-        out[mode] = {"rows": rows, "best": best, **young_daly(costs, fail, mode)}
+        yd = young_daly(costs, fail, mode)
+        out[mode] = {"rows": rows, "best": best, "young_s": yd.young_s, "daly_s": yd.daly_s}
     return out
 
 
 # ---------------------------------------------------------------- analytic references
-def young_daly(costs: Costs, fail: Failures, mode: str) -> dict:
+def young_daly(costs: Costs, fail: Failures, mode: str) -> YoungDaly:
     """Young: sqrt(2 C M); Daly's first-order refinement: sqrt(2 C (M + R)) - C (seconds of work
     between saves; C the loop's stall per save, R the downtime per failure)."""
     r = restart_cost(costs.restart_s, costs.gap_s, _mean_detection(costs, fail))
@@ -207,7 +210,7 @@ def first_order_ettr(costs: Costs, fail: Failures, interval: int, mode: str = "s
 
 def default_intervals(costs: Costs, fail: Failures, n: int = 20) -> List[int]:
     """n intervals (in steps), log-spaced from a tenth to ten times Young's, whole and distinct."""
-    ys = [y for y in (young_daly(costs, fail, m)["young_s"] for m in ("sync", "async")) if y]
+    ys = [y for y in (young_daly(costs, fail, m).young_s for m in ("sync", "async")) if y]
     y = min(ys) if ys else 100 * costs.step_s
     lo, hi = max(costs.step_s, y / 10), max(costs.step_s, y * 10)
     steps = sorted({max(1, round(x / costs.step_s)) for x in np.geomspace(lo, hi, n)})
@@ -229,11 +232,6 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
-def _save_median(ph, key):
-    v = ((ph.get("save") or {}).get(key) or {}).get("median")
-    return v if isinstance(v, (int, float)) else None
-
-
 def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Costs:
     """Costs from a report's summary (only the phases named, if given): step time from the
     baseline (else the first phase with steps); the sync stall from a phase with sync saves; the
@@ -244,39 +242,39 @@ def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Cos
     if phases and not use:
         raise SimulateError(f"{path}: no phase named {', '.join(phases)} (has: {', '.join(allp)})")
     src: Dict[str, str] = {}
-    with_steps = [(n, p) for n, p in allp.items() if p.get("steps") and p.get("productive_s")]
+    with_steps = [(n, p) for n, p in allp.items() if p.steps and p.productive_s]
     # the baseline: the phase with checkpoint: none (the report records each phase's mode)
-    name, p = next(((n, q) for n, q in with_steps if q.get("checkpoint") == "none"),
-                   with_steps[0] if with_steps else (None, None))
-    if p is None:
+    found = next(((n, q) for n, q in with_steps if q.checkpoint == "none"), with_steps[0] if with_steps else None)
+    if found is None:
         raise SimulateError(f"{path}: no phase with steps and productive_s: cannot tell the step time")
-    c = Costs(step_s=p["productive_s"] / p["steps"], sources=src)
+    name, p = found
+    c = Costs(step_s=p.productive_s / p.steps, sources=src)
     src["step_s"] = f"{path}: {name} productive_s / steps"
     for n, ph in use.items():
-        s = _save_median(ph, "ckpt_save_seconds")
+        s = ph.saves(K.SAVE_S).median
         if s is not None and "sync_stall_s" not in src:
             c.sync_stall_s, src["sync_stall_s"] = s, f"{path}: {n} save.ckpt_save_seconds median"
-        st = _save_median(ph, "ckpt_stage_seconds")
+        st = ph.saves(K.STAGE_S).median
         if st is not None and "async_stall_s" not in src:
-            c.async_stall_s = st + (_save_median(ph, "ckpt_drain_seconds") or 0.0)
+            c.async_stall_s = st + (ph.saves(K.DRAIN_S).median or 0.0)
             src["async_stall_s"] = f"{path}: {n} save stage + drain medians"
-            fin = (ph.get("finalize") or {}).get("median")
-            if isinstance(fin, (int, float)):
+            fin = ph.finalize.median
+            if fin is not None:
                 c.async_durable_s = fin
                 src["async_durable_s"] = f"{path}: {n} finalize (save -> .complete) median"
-            slow = (ph.get("interference") or {}).get("slowdown")
-            if isinstance(slow, (int, float)):
+            if ph.interference:
+                slow = ph.interference.slowdown
                 c.interference = max(0.0, slow)
                 src["interference"] = (f"{path}: {n} mean step time beside a background save / "
                                        f"without one - 1 ({slow:+.3f})")
-    evs = [e for ph in use.values() for e in ph.get("failures") or [] if isinstance(e, dict)]
+    evs = [e for ph in use.values() for e in ph.failures]
     for key, attr in (("restart_s", "restart_s"), ("launch_gap_s", "gap_s")):
-        v = _median(e.get(key) for e in evs)
+        v = _median(getattr(e, key) for e in evs)
         if v is not None:
             setattr(c, attr, v)
             src[attr] = f"{path}: median {key} over {len(evs)} failure(s)"
-    kinds = {e.get("kind") or "kill" for e in evs}
-    det = {k: _median(e.get("detection_s") for e in evs if (e.get("kind") or "kill") == k) for k in kinds}
+    kinds = {e.kind or "kill" for e in evs}
+    det = {k: _median(e.detection_s for e in evs if (e.kind or "kill") == k) for k in kinds}
     det = {k: v for k, v in det.items() if v is not None}
     if det:
         c.detection_s = det
@@ -370,10 +368,10 @@ def replay(expt_dir: str, phase: str) -> dict:
         raise SimulateError(f"phase {phase} saves no checkpoints (checkpoint: {mode}): nothing to replay")
     if program:  # its own program's saves: the interval its checkpoints show
         interval = _program_interval(expt, phase, program)
-    if not ph.get("steps") or not ph.get("productive_s"):
+    if not ph.steps or not ph.productive_s:
         raise SimulateError(f"{summary}: phase {phase} has no productive steps to replay")
     costs = costs_from_summary(summary, [phase])
-    costs.step_s = ph["productive_s"] / ph["steps"]  # its own step time
+    costs.step_s = ph.productive_s / ph.steps  # its own step time
     costs.sources["step_s"] = f"{summary}: {phase} productive_s / steps"
     # that mean already holds the slowdown of the steps beside a save: not a second time
     costs.interference, costs.sources["interference"] = 0.0, "in the phase's own mean step time"
@@ -382,15 +380,15 @@ def replay(expt_dir: str, phase: str) -> dict:
     if first is None or first.first_ts is None or first.launch_ts is None:
         raise SimulateError(f"{expt_dir}/{phase}: its first attempt has no launch time or first step")
     faults = []
-    for ev in ph.get("failures") or []:  # not `e`: the except clause above binds that name
-        a = attempts[ev["attempt"] - 1]
-        own = {"restart_s": ev.get("restart_s"), "gap_s": ev.get("launch_gap_s"),
-               "detection_s": ev.get("detection_s"),
-               "kept_steps": (ev["resumed_from"] - (a.resumed_from or 0))
-               if isinstance(ev.get("resumed_from"), int) else None}
+    for ev in ph.failures:  # not `e`: the except clause above binds that name
+        if not 1 <= ev.attempt <= len(attempts) or ev.kill_ts is None:
+            raise SimulateError(f"{summary}: phase {phase} has a failure without its attempt or its time")
+        a = attempts[ev.attempt - 1]
+        own = {"restart_s": ev.restart_s, "gap_s": ev.launch_gap_s, "detection_s": ev.detection_s,
+               "kept_steps": ev.resumed_from - (a.resumed_from or 0)}
         # an attempt that died before its first step spent all of it starting up
-        faults.append((ev["kill_ts"] - a.first_ts if a.first_ts is not None else 0.0, ev.get("kind") or "kill",
-                       {k: v for k, v in own.items() if isinstance(v, (int, float))}))
+        faults.append((ev.kill_ts - a.first_ts if a.first_ts is not None else 0.0, ev.kind or "kill",
+                       {k: v for k, v in own.items() if v is not None}))
     cold = first.first_ts - first.launch_ts
     # the phase's wall runs to its last attempt's end: the time after its last step is its own
     # (0.14-0.24 s in 7 local-scenario runs here beside a busy process; it grows with the load)
@@ -399,13 +397,13 @@ def replay(expt_dir: str, phase: str) -> dict:
     assert interval is not None  # the scenario's, or read from the program's checkpoints above
     sim = replay_run(costs, mode, interval, steps, faults, cold, exit_s)
     med = replay_run(costs, mode, interval, steps, [(t, kind, {}) for t, kind, _ in faults], cold, exit_s)
-    measured = ph.get("ettr")
+    measured = ph.ettr
 
     def err(x):
         return (x / measured - 1) if measured and x else None
     return {"phase": phase, "mode": mode, "interval_steps": interval, "steps": steps,
             "failures": len(faults), "simulated_ettr": sim["ettr"], "simulated_wall_s": sim["wall_s"],
-            "measured_ettr": measured, "measured_wall_s": ph.get("wall_s"), "relative_error": err(sim["ettr"]),
+            "measured_ettr": measured, "measured_wall_s": ph.wall_s, "relative_error": err(sim["ettr"]),
             "median_ettr": med["ettr"], "median_wall_s": med["wall_s"], "median_relative_error": err(med["ettr"]),
             "exit_s": exit_s,
             "costs": asdict(costs)}

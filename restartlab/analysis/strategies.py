@@ -2,36 +2,32 @@
 (restart cold, restart warm, torchft replica groups), in the same terms, and the torchft phases'
 own section. Numbers come from the phase summaries (collect.summarize_phase, survival) and the
 torchft accounting (ft_accounting.summarize); nothing is measured here."""
-import statistics
 from typing import Dict, List, Optional
 
 from . import ft_accounting
+from .collect import known_median
 from ..contracts.ft_summary import FtSummary, Relaunch
-
-
-def _median(xs) -> Optional[float]:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
+from ..contracts.phase_summary import PhaseSummary
 
 
 def _fmt(x, nd=2):
     return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
 
 
-def restart_row(s: dict, warm: bool, baseline_wall: Optional[float]) -> dict:
+def restart_row(s: PhaseSummary, warm: bool, baseline_wall: Optional[float]) -> dict:
     """A phase of the relaunch loop: its cost per failure is its downtime (the kill to the first
     step after the resume), its lost work the steps computed again."""
-    surv = s.get("survival") or {}
-    checkpoint = s.get("checkpoint")
+    surv = s.survival or {}
+    checkpoint = s.checkpoint
     strategy = "none (baseline)" if checkpoint == "none" else f"restart {'warm' if warm else 'cold'} ({checkpoint})"
-    return {"phase": s["phase"], "strategy": strategy, "wall_s": s["wall_s"], "steps": s["steps"],
-            "failures": s["kills"], "ettr": s["ettr"],
-            "vs_baseline_s": (s["wall_s"] - baseline_wall) if s["wall_s"] is not None and baseline_wall is not None
+    return {"phase": s.phase, "strategy": strategy, "wall_s": s.wall_s, "steps": s.steps,
+            "failures": s.kills, "ettr": s.ettr,
+            "vs_baseline_s": (s.wall_s - baseline_wall) if s.wall_s is not None and baseline_wall is not None
             and checkpoint != "none" else None,
-            "recovery_s": _median(e.get("downtime_s") for e in s["failures"]),
-            "work_lost_steps": s["lost_steps"], "batches_skipped": 0,
-            "restarted_processes": "every rank" if s["kills"] else "-",
-            "verdict": ("did not finish" if not surv.get("finished", s.get("completed")) else
+            "recovery_s": known_median(e.downtime_s for e in s.failures),
+            "work_lost_steps": s.lost_steps, "batches_skipped": 0,
+            "restarted_processes": "every rank" if s.kills else "-",
+            "verdict": ("did not finish" if not surv.get("finished", s.completed) else
                         "resumed as it should" if surv.get("survived", True) else
                         "; ".join(f.get("text", str(f)) if isinstance(f, dict) else str(f)
                                   for f in surv.get("findings", []))[:200])}
@@ -58,7 +54,7 @@ def torchft_row(name: str, ft: FtSummary, baseline_wall: Optional[float]) -> dic
     return {"phase": name, "strategy": f"torchft ({ft.groups} groups)", "wall_s": ft.wall_s,
             "steps": ft.steps_committed, "failures": len(ft.failures), "ettr": ft.ettr,
             "vs_baseline_s": (ft.wall_s - baseline_wall) if ft.wall_s is not None and baseline_wall else None,
-            "recovery_s": _median(f.survivor_stall_s for f in ft.failures),
+            "recovery_s": known_median(f.survivor_stall_s for f in ft.failures),
             "work_lost_steps": sum(f.uncommitted_steps for f in ft.failures),
             # the groups' batches of committed steps that no group trained (a group out, or healing)
             "batches_skipped": ft.steps_committed * ft.groups - ft.batches_committed,
@@ -66,21 +62,21 @@ def torchft_row(name: str, ft: FtSummary, baseline_wall: Optional[float]) -> dic
             "verdict": "; ".join(findings) or "no survivor restarted, healed state equal"}
 
 
-def rows(summaries: List[dict], ft: Dict[str, FtSummary], warm: Dict[str, bool], order: List[str]) -> List[dict]:
+def rows(summaries: List[PhaseSummary], ft: Dict[str, FtSummary], warm: Dict[str, bool], order: List[str]) -> List[dict]:
     """One row per phase. `failure_cost_s`: the wall time against the same strategy without
     failures: a restart phase against the baseline, a torchft phase against a torchft phase with
     no failure (torchft's own step protocol, a quorum and a commit every step, is no failure's
     cost; without such a phase it is not separated, and the cell says so)."""
-    base = next((s for s in summaries if s.get("checkpoint") == "none"), None)
-    bw = base["wall_s"] if base else None
+    base = next((s for s in summaries if s.checkpoint == "none"), None)
+    bw = base.wall_s if base else None
     ft_base = next((f for f in ft.values() if not f.failures and f.wall_s), None)
-    out = {s["phase"]: restart_row(s, warm.get(s["phase"], False), bw) for s in summaries}
+    out = {s.phase: restart_row(s, warm.get(s.phase, False), bw) for s in summaries}
     for n, f in ft.items():
         out[n] = torchft_row(n, f, bw)
         out[n]["failure_cost_s"] = (f.wall_s - ft_base.wall_s) if ft_base and ft_base.wall_s and f.failures and f.wall_s \
             else None
     for s in summaries:
-        out[s["phase"]]["failure_cost_s"] = out[s["phase"]]["vs_baseline_s"]
+        out[s.phase]["failure_cost_s"] = out[s.phase]["vs_baseline_s"]
     rank = {n: i for i, n in enumerate(order)}
     return [out[n] for n in sorted(out, key=lambda n: (rank.get(n, len(rank)), n))]
 

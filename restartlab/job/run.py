@@ -125,12 +125,12 @@ def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run", ba
         print(f"report: {expt.report}")
         try:
             for s in Summary.read(expt.summary).phases:
-                w = s.get("walltime_stop")
-                print(f"  {s['phase']:>10}: wall {s['wall_s'] or 0:6.1f}s  kills {s['kills']}  "
-                      f"lost steps {s['lost_steps']}  ETTR {s['ettr'] or 0:.3f}"
-                      + (f"  walltime stop at step {w['last_step']} (emergency checkpoint "
-                         f"{w['emergency_checkpoint']})" if w else ""))
-        except (SummaryError, KeyError) as e:
+                w = s.walltime_stop
+                print(f"  {s.phase:>10}: wall {s.wall_s or 0:6.1f}s  kills {s.kills}  "
+                      f"lost steps {s.lost_steps}  ETTR {s.ettr or 0:.3f}"
+                      + (f"  walltime stop at step {w.last_step} (emergency checkpoint "
+                         f"{w.emergency_checkpoint})" if w else ""))
+        except SummaryError as e:
             print(f"restartlab {verb}: the summary cannot be shown: {e}", file=sys.stderr)
     return rc
 

@@ -1,0 +1,81 @@
+"""One tolerant reader for the records declared as dataclasses: `read(cls, value)` takes a JSON object
+field by field, each by its declared type, through jsonvalue's rules. The writer is the dataclass
+itself (`dataclasses.asdict`: the keys in the order of the fields).
+
+The rules, for a field:
+- a value of the wrong type reads as absent: None where the field is Optional, else its default;
+- a field without a default, or named in the class's REQUIRED, that does not read makes the whole
+  record unreadable (None): a list of such records leaves it out, as each reader in contracts/ does
+  with a torn line;
+- a list or a mapping keeps the items that read and leaves out the rest;
+- `Any` is taken as it is (a framework's or another module's JSON, not ours to check here).
+
+Standard library only: the collector and `simulate` run on a login node."""
+import dataclasses
+import functools
+import typing
+from typing import Any, Dict, Hashable, Optional, Tuple, Type, TypeVar, Union, cast
+
+from .jsonvalue import integer, number, text
+
+T = TypeVar("T")
+_UNREAD = object()  # a value that does not read as its type
+
+
+def read(cls: Type[T], v: object) -> Optional[T]:
+    """v as a cls; None where v is not a JSON object or a REQUIRED field of cls does not read."""
+    if not isinstance(v, dict):
+        return None
+    vals: Dict[str, Any] = {}
+    for name, (tp, required) in _fields(cast(Hashable, cls)).items():
+        got = _value(tp, v.get(name))
+        if got is _UNREAD:
+            if required:
+                return None
+            continue  # the field's default
+        vals[name] = got
+    return cls(**vals)
+
+
+@functools.lru_cache(maxsize=None)
+def _fields(cls: Any) -> Dict[str, Tuple[Any, bool]]:
+    """{field: (its type, whether the record needs it)}, in the fields' order."""
+    hints, named = typing.get_type_hints(cls), getattr(cls, "REQUIRED", ())
+    return {f.name: (hints[f.name], f.name in named or (f.default is dataclasses.MISSING and
+                                                        f.default_factory is dataclasses.MISSING))
+            for f in dataclasses.fields(cls)}
+
+
+def _value(tp: Any, v: object) -> Any:
+    if tp is Any:
+        return v
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Union:
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) != 1:
+            raise TypeError(f"typed_json reads Optional[X], not {tp}")
+        got = None if v is None else _value(inner[0], v)
+        return None if got is _UNREAD else got
+    x: object
+    if tp is float:
+        x = number(v)
+    elif tp is int:
+        x = integer(v)
+    elif tp is str:
+        x = text(v)
+    elif tp is bool:
+        x = v if isinstance(v, bool) else None
+    elif origin is list:
+        if not isinstance(v, list):
+            return _UNREAD
+        return [y for y in (_value(args[0], i) for i in v) if y is not _UNREAD]
+    elif origin is dict:
+        if not isinstance(v, dict):
+            return _UNREAD
+        got = ((k, _value(args[1], i)) for k, i in v.items() if isinstance(k, str))
+        return {k: y for k, y in got if y is not _UNREAD}
+    elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        x = read(tp, v)
+    else:
+        raise TypeError(f"typed_json has no reader for {tp}")
+    return _UNREAD if x is None else x
