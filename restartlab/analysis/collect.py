@@ -17,7 +17,6 @@ Streams each metrics file once with constant memory per row (kept: one number pe
 bounded, thinned (time, step) trace per attempt for the plots and, only for a comparison with the
 baseline, the loss of each step)."""
 import heapq
-import json
 import math
 import os
 import re
@@ -42,6 +41,7 @@ from ..contracts.receipts import NodeCheck
 from ..contracts.faultlog import FaultLog
 from ..contracts.live import Malformed, bad_nodes_between, read_injections, read_node_checks, read_typed
 from ..contracts import metric_keys as K
+from ..contracts.metrics_row import read_line
 from ..contracts.phase_summary import (ExpectedLoss, FailureEvent, Handover, Interference, KindStats, Overhead,
                                        PhaseSummary, Quantiles, RequeueParts, WalltimeStop, YoungDaly, save_figure)
 from . import netfaults, storagefaults
@@ -166,26 +166,14 @@ class PhaseData:
         return [r for _, r in sorted(hits, key=lambda x: x[0])]
 
 
-_DECODE = json.JSONDecoder().raw_decode
-_WS = re.compile(r"[ \t\n\r]*")  # JSON's whitespace, as json.loads skips it
-
-
 def iter_rows(path, warnings):
-    """(line number, metrics dict, timestamp) for each good line; garbage is reported and skipped.
-    A last line without its newline is an attempt killed mid-write: named, not called malformed."""
+    """(line number, metrics dict, timestamp) for each good line (contracts/metrics_row); garbage is
+    reported and skipped. A last line without its newline is an attempt killed mid-write: named, not
+    called malformed."""
     with open(path, errors="replace") as f:
         for n, line in enumerate(f, 1):
             try:
-                # json.loads without its wrapper: a row is a JSON object alone on its line
-                row, end = _DECODE(line, 0 if line[:1] == "{" else _WS.match(line).end())
-                if not (end == len(line) - 1 and line[end] == "\n") and _WS.match(line, end).end() != len(line):
-                    raise json.JSONDecodeError("Extra data", line, end)
-                m = row["metrics"]
-                ts = row["timestamp"]
-                if ts.__class__ is not float:
-                    ts = _num(ts)
-                if m.__class__ is not dict or ts is None:
-                    raise TypeError("metrics is not a mapping" if ts is not None else "timestamp is not a number")
+                m, ts = read_line(line)
             except (ValueError, KeyError, TypeError) as e:
                 if not line.strip():
                     continue
