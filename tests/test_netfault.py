@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from restartlab.contracts.typed_json import to_dict  # the account as the summary writes it
 from restartlab.contracts.faultlog import FaultLog
 from restartlab.contracts.receipts import NodeCheck
 from restartlab.runtime import netfault
@@ -278,7 +279,7 @@ def _steps(t0, t1, s0, dt=1.0):
 def test_a_partition_healed_in_place_stood_still_and_resumed_by_itself():
     steps = _steps(100, 109, 1) + _steps(124, 140, 11)  # the step after 109 s came at 124 s: 15 s, a step's 1 s
     ph = _phase([_attempt(1, 99, 141, steps, completed=True)])
-    f, = netfaults.accounts(ph, 1.0)
+    f, = to_dict(netfaults.accounts(ph, 1.0))
     assert f["outcome"] == "resumed by itself" and f["stood_still_s"] == 14.0 and f["lost_steps"] == 0, f
     assert f["down_s"] == 10.0 and f["layers"] == {}, f
     assert f["text"] == "a partition of h2 (10 s): training stood still 14 s; resumed by itself; 0 step(s) lost"
@@ -291,7 +292,7 @@ def test_a_watchdog_stop_that_never_happened_is_a_finding_and_said_with_the_node
     steps = _steps(100, 109, 1) + _steps(164, 180, 11)
     a = _attempt(1, 99, 181, steps, completed=True, hang=True, hang_ts=140.0, unreached=["h2"])
     ph = _phase([a], until=150.0, windows=((110.0, 150.0),))
-    f, = netfaults.accounts(ph, 1.0)
+    f, = to_dict(netfaults.accounts(ph, 1.0))
     assert f["layers"]["watchdog_s"] == 30.0 and f["stood_still_s"] == 54.0, f
     assert f["layers"]["stop"] == "its stop did not take effect: the attempt finished by itself; the stop could " \
         "not reach h2", f
@@ -306,7 +307,7 @@ def test_a_partition_that_never_healed_relaunched_on_a_spare_counts_its_lost_ste
     b.hosts = b.record.hosts = ["h0", "h1", "h3"]
     ph = _phase([a, b], until=None, windows=((110.0, 161.0),), ended_by="/x/sync/done exists")
     ph.node_checks = [NodeCheck("h2", False, time=131.0, attempt=2)]
-    f, = netfaults.accounts(ph, 1.0)
+    f, = to_dict(netfaults.accounts(ph, 1.0))
     assert f["outcome"] == "relaunched on a spare (h3 for h2)" and f["lost_steps"] == 5, f
     assert f["layers"] == {"watchdog_s": 9.0, "stop": "stopped; the stop could not reach h2", "attempt_end_s": 15.0,
                            "node_check_s": 21.0}, f
@@ -321,7 +322,7 @@ def test_an_attempt_that_logged_a_step_inside_the_fault_and_was_relaunched_is_no
     attempt and the relaunch carried on: relaunched, with its steps lost, not "resumed by itself"."""
     a = _attempt(1, 99, 125, _steps(100, 109, 1) + [(110.3, 11)], hang=True, hang_ts=119.0)
     b = _attempt(2, 126, 160, _steps(135, 160, 6), resumed=5, completed=True)
-    f, = netfaults.accounts(_phase([a, b]), 1.0)
+    f, = to_dict(netfaults.accounts(_phase([a, b]), 1.0))
     assert f["outcome"] == "relaunched on the same nodes" and f["lost_steps"] == 6 and f["stood_still_s"] == 23.7, f
 
 
@@ -329,11 +330,11 @@ def test_a_fault_whose_node_could_not_make_it_and_one_with_no_record_are_said_so
     a = _attempt(1, 99, 141, _steps(100, 140, 1), completed=True)
     ph = _phase([a])
     ph.faults[0] = dataclasses.replace(ph.faults[0], windows=(), errors=("link set dev eth0 down: Operation not permitted",))
-    f, = netfaults.accounts(ph, 1.0)
+    f, = to_dict(netfaults.accounts(ph, 1.0))
     assert f["outcome"] == "never began: link set dev eth0 down: Operation not permitted", f
     ph.faults = []
-    f, = netfaults.accounts(ph, 1.0)
+    f, = to_dict(netfaults.accounts(ph, 1.0))
     assert "(no record from its node)" in f["text"] and "the times are the injector's plan" in f["text"], f
     ph.injections[0] = Injection(time=50.0, kind="partition", hosts=("h2",), extra={"faulted": 1})
-    f, = netfaults.accounts(ph, 1.0)
+    f, = to_dict(netfaults.accounts(ph, 1.0))
     assert f["outcome"] == "struck no attempt" and f["text"], f

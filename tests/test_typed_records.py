@@ -230,6 +230,11 @@ OLD_KEYS = {
     "ended": ["how", "attempt", "job", "signal", "text"],
     "own_metrics": ["adapter", "file", "restarts", "save", "stage", "drain"],
     "own_restart": ["attempt", "program_restart_s", "restart_s", "uncounted_s"],
+    # step_s_during only for a slowed link, and each layer only where it noticed (none: no key)
+    "network_fault": ["kind", "nodes", "start", "end", "windows", "planned_s", "down_s", "restored", "ended_by", "errors",
+                      "recorded", "stood_still_s", "outcome", "lost_steps", "layers", "attempt", "text"],
+    "storage_fault": ["kind", "id", "rank", "armed_at", "armed_step", "took_at", "file", "checkpoint", "attempt",
+                      "blocked_s", "errno", "bytes", "effect", "followed", "text"],
 }
 
 
@@ -255,7 +260,12 @@ def _full_phase():
         downtime_s=30.0, recompute_s=2.0, save_stall_s=1.7, saves_estimated=1, save={"ckpt_save_seconds": q},
         finalize=P.Quantiles(), productive_s=60.0, ettr=0.6,
         walltime_stop=P.WalltimeStop(3, 40, 38, 2), interference=P.Interference(5, 30, 0.2, 0.1, 1.0),
-        interference_s=0.5, step_dt_s=0.1, network_faults=[{"kind": "partition"}], storage_faults=[],
+        interference_s=0.5, step_dt_s=0.1,
+        network_faults=[P.NetworkFault("partition", ["n2"], 1.0, 41.0, 1, 40.0, 40.0, True, "duration", [], True, 54.0,
+                                       "resumed by itself", 0, P.Layers(watchdog_s=30.0, stop="stopped"), 1, None, "t"),
+                        P.NetworkFault("slow_link", ["n1"], step_s_during=0.5)],
+        storage_faults=[P.StorageFault("torn", 3, 0, 5.0, 10, 6.0, "step-10/a", "step-10", 1, None, None, 100,
+                                       "cut", "resumed", "t")],
         first_start_s=3.0, jobs=["7.pbs"], handovers=[P.Handover(1, "7.pbs", "8.pbs", 40.0, True, 0)],
         queue_wait_s=40.0, expected_loss=P.ExpectedLoss(4.5, 10.0, 0.0), checkpoint="sync", warnings=["w"],
         overhead=P.Overhead(30.0, 2.0, 1.7, 0.5, 0.1, 40.0, 5.7, 3.0, 2.0),
@@ -278,6 +288,10 @@ def test_a_phase_summary_writes_the_keys_of_the_dicts_it_replaced_in_their_order
     assert list(d["handovers"][0]) == OLD_KEYS["handover"]
     assert list(d["own_metrics"]["restarts"][0]) == OLD_KEYS["own_restart"]
     assert list(d["own_metrics"]["save"]) == OLD_KEYS["quantiles"]
+    cut, slowed = d["network_faults"]
+    assert list(cut) == OLD_KEYS["network_fault"] and cut["layers"] == {"watchdog_s": 30.0, "stop": "stopped"}
+    assert slowed["step_s_during"] == 0.5 and slowed["layers"] == {}
+    assert list(d["storage_faults"][0]) == OLD_KEYS["storage_fault"]
 
 
 def test_a_phase_summary_reads_back_field_for_field():

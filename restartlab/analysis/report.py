@@ -16,7 +16,7 @@ from ..tools import options as tool_options
 from . import collect, own_metrics, strategies, survival
 from ..contracts import metric_keys as K
 from ..contracts.ft_summary import FtSummary
-from ..contracts.phase_summary import Ended, FailureEvent, PhaseSummary
+from ..contracts.phase_summary import Ended, FailureEvent, Layers, PhaseSummary
 from ..contracts.summary import Summary
 
 
@@ -242,9 +242,9 @@ def lost_steps_lines(summaries: List[PhaseSummary]) -> list:
     return ([""] + out) if out else []
 
 
-def _scheduler_layers(la: dict) -> str:
-    parts = ([f"node down {_fmt(la['scheduler_down_s'])}"] if "scheduler_down_s" in la else []) + \
-        ([f"ran again {_fmt(la['next_run_s'])}"] if "next_run_s" in la else [])
+def _scheduler_layers(la: Layers) -> str:
+    parts = ([f"node down {_fmt(la.scheduler_down_s)}"] if la.scheduler_down_s is not None else []) + \
+        ([f"ran again {_fmt(la.next_run_s)}"] if la.next_run_s is not None else [])
     return "; ".join(parts) or "-"
 
 
@@ -297,9 +297,9 @@ def storage_lines(summaries: List[PhaseSummary]) -> List[str]:
     L = ["", "## Storage faults: what each write met, and what followed", "",
          "| phase | kind | armed at step | rank | attempt | file | effect | what followed |", "|" + "---|" * 8]
     for ph_name, f in rows:
-        L.append(f"| {ph_name} | {f['kind']} | {f['armed_step'] if f['armed_step'] is not None else '-'} | "
-                 f"{f['rank'] if f['rank'] is not None else '-'} | {f['attempt'] or '-'} | {f['file'] or '-'} | "
-                 f"{f['effect']} | {f['followed'] or '-'} |")
+        L.append(f"| {ph_name} | {f.kind} | {f.armed_step if f.armed_step is not None else '-'} | "
+                 f"{f.rank if f.rank is not None else '-'} | {f.attempt or '-'} | {f.file or '-'} | "
+                 f"{f.effect} | {f.followed or '-'} |")
     return L
 
 
@@ -385,12 +385,12 @@ def markdown(summaries: List[PhaseSummary], missing, src, problems=(), strategy_
               "| phase | kind | node(s) | down s | stood still s | watchdog | its stop | process-group timeout | "
               "attempt end | node check | scheduler | outcome | lost steps |", "|" + "---|" * 13]
         for ph_name, f in nets:
-            la = f["layers"]
-            L.append(f"| {ph_name} | {f['kind']} | {', '.join(f['nodes'])} | {_fmt(f['down_s'])} | "
-                     f"{_fmt(f['stood_still_s'])} | {_fmt(la.get('watchdog_s'))} | {la.get('stop', '-')} | "
-                     f"{_fmt(la.get('pg_timeout_s'))} | {_fmt(la.get('attempt_end_s'))} | {_fmt(la.get('node_check_s'))} | "
-                     f"{_scheduler_layers(la)} | {f['outcome']} | {f['lost_steps']} |")
-        L += [""] + [f"- {ph_name}: {f['text']}" for ph_name, f in nets] + ["", "The scheduler's own view (the node "
+            la = f.layers
+            L.append(f"| {ph_name} | {f.kind} | {', '.join(f.nodes)} | {_fmt(f.down_s)} | "
+                     f"{_fmt(f.stood_still_s)} | {_fmt(la.watchdog_s)} | {la.stop or '-'} | "
+                     f"{_fmt(la.pg_timeout_s)} | {_fmt(la.attempt_end_s)} | {_fmt(la.node_check_s)} | "
+                     f"{_scheduler_layers(la)} | {f.outcome} | {f.lost_steps} |")
+        L += [""] + [f"- {ph_name}: {f.text}" for ph_name, f in nets] + ["", "The scheduler's own view (the node "
               "it marked down, the job's next run) is read where it requeued the job (the next run asks it); "
               "otherwise it is not seen from inside the job."]
     L += storage_lines(summaries)

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional
 
 from .. import failures
 from ..contracts.iofaults import IOFaultEvent
+from ..contracts.phase_summary import StorageFault
 from .netfaults import _attempt_at
 
 ERRNO_NAMES = {5: "EIO", 28: "ENOSPC"}
@@ -30,7 +31,7 @@ def _step_of(ckpt: Optional[str]) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
-def account(ph, inj, events: List[IOFaultEvent], rank: Optional[int]) -> dict:
+def account(ph, inj, events: List[IOFaultEvent], rank: Optional[int]) -> StorageFault:
     """One strike on one rank (rank None: no rank took it)."""
     fault = inj.extra.get("fault") or {}
     mine = [e for e in events if e.rank == rank] if rank is not None else []
@@ -38,71 +39,70 @@ def account(ph, inj, events: List[IOFaultEvent], rank: Optional[int]) -> dict:
     end = next((e for e in mine if e.event == "end"), None)
     err = next((e for e in mine if e.event == "error"), None)
     cut = next((e for e in mine if e.event == "cut"), None)
-    out = {"kind": inj.kind, "id": fault.get("id"), "rank": rank, "armed_at": inj.time, "armed_step": inj.step_seen,
-           "took_at": begin.at if begin else None, "file": None, "checkpoint": None, "attempt": None,
-           "blocked_s": None, "errno": None, "bytes": None, "effect": None, "followed": None}
+    out = StorageFault(kind=inj.kind, id=fault.get("id"), rank=rank, armed_at=inj.time, armed_step=inj.step_seen,
+                       took_at=begin.at if begin else None)
     if begin is None:
-        out["effect"] = "armed; no checkpoint write of " + ("any rank" if (fault.get("rank") or 0) < 0 else
-                                                           f"rank {fault.get('rank')}") + " followed"
-        out["text"] = describe(out)
+        out.effect = "armed; no checkpoint write of " + ("any rank" if (fault.get("rank") or 0) < 0 else
+                                                         f"rank {fault.get('rank')}") + " followed"
+        out.text = describe(out)
         return out
     first = cut or err or begin
-    out["file"] = os.path.relpath(first.file, first.dir) if first.file and first.dir else first.file
-    out["checkpoint"] = _checkpoint(first)
+    out.file = os.path.relpath(first.file, first.dir) if first.file and first.dir else first.file
+    out.checkpoint = _checkpoint(first)
     if inj.kind == "stall_writes":
-        out["blocked_s"] = round(end.at - begin.at, 3) if end else None
-        out["effect"] = (f"its writes blocked {out['blocked_s']:.1f} s" if end else
-                         f"its writes blocked from then on (no end seen: the rank ended first)")
+        out.blocked_s = round(end.at - begin.at, 3) if end else None
+        out.effect = (f"its writes blocked {out.blocked_s:.1f} s" if end else
+                      f"its writes blocked from then on (no end seen: the rank ended first)")
     elif inj.kind == "slow_storage":
-        out["effect"] = f"its writes held to {begin.rate / 1e6:g} MB/s for {begin.duration:g} s"
+        out.effect = f"its writes held to {begin.rate / 1e6:g} MB/s for {begin.duration:g} s"
     elif inj.kind == "write_errors":
         if err:
-            out["errno"], out["bytes"] = ERRNO_NAMES.get(err.errno, str(err.errno)), err.bytes
-            out["effect"] = (f"{out['errno']} from write/fsync/rename after {err.bytes} byte(s) of the save"
-                             + (f", for {begin.duration:g} s" if begin.duration else ", for good"))
+            out.errno, out.bytes = ERRNO_NAMES.get(err.errno, str(err.errno)), err.bytes
+            out.effect = (f"{out.errno} from write/fsync/rename after {err.bytes} byte(s) of the save"
+                          + (f", for {begin.duration:g} s" if begin.duration else ", for good"))
         else:
-            out["effect"] = f"its save wrote fewer than {begin.after} byte(s): no call failed"
+            out.effect = f"its save wrote fewer than {begin.after} byte(s): no call failed"
     elif inj.kind == "torn":
         if cut:
-            out["bytes"] = cut.bytes
-            out["effect"] = f"{out['file']} cut at byte {cut.bytes} and the rank SIGKILLed"
+            out.bytes = cut.bytes
+            out.effect = f"{out.file} cut at byte {cut.bytes} and the rank SIGKILLed"
         else:
-            out["effect"] = "taken, but no write reached the cut"
+            out.effect = "taken, but no write reached the cut"
     i = _attempt_at(ph, begin.at)
     if i is not None:
         a = ph.attempts[i]
         b = ph.attempts[i + 1] if i + 1 < len(ph.attempts) else None
-        out["attempt"] = a.number or a.index
-        out["followed"] = _followed(a, b, out, begin.at)
-    out["text"] = describe(out)
+        out.attempt = a.number or a.index
+        out.followed = _followed(a, b, out, begin.at)
+    out.text = describe(out)
     return out
 
 
-def _followed(a, b, out, t) -> str:
+def _followed(a, b, out: StorageFault, t) -> str:
     """What became of the attempt the strike hit, and of the checkpoint it hit."""
     if a.end_ts is None:
         return "the attempt had not ended when the records stop"
     if a.completed:
         return "the attempt went on and finished"
-    ended = f"attempt {out['attempt']} ended {a.end_ts - t:.1f} s later" + (
+    ended = f"attempt {out.attempt} ended {a.end_ts - t:.1f} s later" + (
         f" (exit {a.exit_code})" if a.exit_code is not None else "")
     if b is None:
         return ended + "; no attempt followed"
     if b.first_ts is None:
         return ended + f"; attempt {b.number or b.index} took no step (the verdict says why)"
-    step = _step_of(out["checkpoint"])
+    step = _step_of(out.checkpoint)
     res = f"attempt {b.number or b.index} resumed from step {b.resumed_from}"
-    if step is not None and out["kind"] in ("torn", "write_errors"):
-        res += (f", not the struck {out['checkpoint']}" if b.resumed_from != step else
-                f": the struck {out['checkpoint']} itself, LOADED")
+    if step is not None and out.kind in ("torn", "write_errors"):
+        res += (f", not the struck {out.checkpoint}" if b.resumed_from != step else
+                f": the struck {out.checkpoint} itself, LOADED")
     return ended + "; " + res
 
 
-def describe(f: dict) -> str:
-    who = f"rank {f['rank']}" if f["rank"] is not None else "no rank"
-    where = f" at {f['file']}" if f["file"] else ""
-    return (f"{f['kind']} (armed at step {f['armed_step']}): {who}{where}: {f['effect']}"
-            + (f"; {f['followed']}" if f["followed"] else ""))
+def describe(f: StorageFault) -> str:
+    who = f"rank {f.rank}" if f.rank is not None else "no rank"
+    where = f" at {f.file}" if f.file else ""
+    return (f"{f.kind} (armed at step {f.armed_step}): {who}{where}: {f.effect}"
+            + (f"; {f.followed}" if f.followed else ""))
 
 
 def _is_storage(inj) -> bool:
@@ -138,7 +138,7 @@ def effective(injections, events: List[IOFaultEvent]):
     return armed, struck
 
 
-def accounts(ph, strikes, events: List[IOFaultEvent]) -> List[dict]:
+def accounts(ph, strikes, events: List[IOFaultEvent]) -> List[StorageFault]:
     """Each storage strike of the phase (as armed), on each rank that took it (collect.summarize_phase's
     `storage_faults`)."""
     out = []

@@ -8,11 +8,11 @@ last lines).
 
 Standard library only: the collector runs on a login node."""
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, cast
 
 from . import metric_keys as K
 from .jobruns import NodeChange
-from .typed_json import read
+from .typed_json import read, to_dict
 
 
 @dataclasses.dataclass
@@ -157,6 +157,69 @@ class YoungDaly:
 
 
 @dataclasses.dataclass
+class Layers:
+    """Who noticed a network fault, and when: seconds from its start. A layer that did not is left
+    out of the JSON (OMIT_NONE), not written as null."""
+    OMIT_NONE = ("watchdog_s", "stop", "attempt_end_s", "pg_timeout_s", "scheduler_down_s", "next_run_s",
+                 "node_check_s")
+
+    watchdog_s: Optional[float] = None       # the watchdog decided to stop the attempt
+    stop: Optional[str] = None               # what became of that stop
+    attempt_end_s: Optional[float] = None
+    pg_timeout_s: Optional[float] = None     # the process-group timeout ended the attempt
+    scheduler_down_s: Optional[float] = None  # the scheduler marked the node down (its next run's record)
+    next_run_s: Optional[float] = None       # the job, requeued, ran again
+    node_check_s: Optional[float] = None     # the node check found the node bad
+
+
+@dataclasses.dataclass
+class NetworkFault:
+    """One partition, flap or slow_link (analysis/netfaults.account): when its node's link was down,
+    how long the training stood still, who noticed when, and how the job came through."""
+    OMIT_NONE = ("step_s_during",)
+
+    kind: Optional[str] = None
+    nodes: List[str] = dataclasses.field(default_factory=list)
+    start: Optional[float] = None
+    end: Optional[float] = None
+    windows: int = 0                        # the times the link went down
+    planned_s: Optional[float] = None
+    down_s: Optional[float] = None
+    restored: Optional[bool] = None         # the node's restorer put the link back
+    ended_by: Optional[str] = None          # what ended the restorer's wait
+    errors: List[str] = dataclasses.field(default_factory=list)
+    recorded: bool = False                  # the node's restorer left its record
+    stood_still_s: Optional[float] = None
+    outcome: Optional[str] = None
+    lost_steps: int = 0
+    layers: Layers = dataclasses.field(default_factory=Layers)
+    attempt: Optional[int] = None
+    step_s_during: Optional[float] = None   # a slowed link's step time under it
+    text: str = ""
+
+
+@dataclasses.dataclass
+class StorageFault:
+    """One storage strike on one rank (analysis/storagefaults.account): what the write met and what
+    followed."""
+    kind: Optional[str] = None
+    id: Optional[int] = None
+    rank: Optional[int] = None              # None: no rank took it
+    armed_at: Optional[float] = None
+    armed_step: Optional[int] = None
+    took_at: Optional[float] = None
+    file: Optional[str] = None
+    checkpoint: Optional[str] = None
+    attempt: Optional[int] = None
+    blocked_s: Optional[float] = None
+    errno: Optional[str] = None
+    bytes: Optional[int] = None
+    effect: Optional[str] = None
+    followed: Optional[str] = None
+    text: str = ""
+
+
+@dataclasses.dataclass
 class Ended:
     """How the phase's latest supervisor ended (attempts.PhaseOutcome, as the summary carries it)."""
     how: str = ""                   # an attempts.PhaseEnd
@@ -217,9 +280,9 @@ class PhaseSummary:
     interference_s: float = 0.0
     step_dt_s: Optional[float] = None
     # each partition, flap, slow_link: down, stand-still, who noticed when (netfaults.py)
-    network_faults: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    network_faults: List[NetworkFault] = dataclasses.field(default_factory=list)
     # each stall_writes, slow_storage, write_errors, torn on a rank (storagefaults.py)
-    storage_faults: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    storage_faults: List[StorageFault] = dataclasses.field(default_factory=list)
     first_start_s: Optional[float] = None
     jobs: List[str] = dataclasses.field(default_factory=list)
     handovers: List[Handover] = dataclasses.field(default_factory=list)
@@ -237,7 +300,7 @@ class PhaseSummary:
     reused_from: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
+        return cast(Dict[str, Any], to_dict(self))
 
     @classmethod
     def from_dict(cls, d: object) -> Optional["PhaseSummary"]:

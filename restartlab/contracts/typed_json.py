@@ -1,6 +1,8 @@
 """One tolerant reader for the records declared as dataclasses: `read(cls, value)` takes a JSON object
-field by field, each by its declared type, through jsonvalue's rules. The writer is the dataclass
-itself (`dataclasses.asdict`: the keys in the order of the fields).
+field by field, each by its declared type, through jsonvalue's rules. One writer, `to_dict(record)`:
+the keys in the order of the fields, each nested record a mapping, and a field named in the class's
+OMIT_NONE left out where it is None (a record whose keys say what happened: a layer that did not
+notice a fault has no key, not a null).
 
 The rules, for a field:
 - a value of the wrong type reads as absent: None where the field is Optional, else its default;
@@ -20,6 +22,19 @@ from .jsonvalue import integer, number, text
 
 T = TypeVar("T")
 _UNREAD = object()  # a value that does not read as its type
+
+
+def to_dict(record: Any) -> Any:
+    """A record (or a list or mapping of them) as the JSON value it is written as."""
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        omit = getattr(record, "OMIT_NONE", ())
+        got = ((f.name, getattr(record, f.name)) for f in dataclasses.fields(record))
+        return {k: to_dict(v) for k, v in got if not (v is None and k in omit)}
+    if isinstance(record, (list, tuple)):
+        return [to_dict(v) for v in record]
+    if isinstance(record, dict):
+        return {k: to_dict(v) for k, v in record.items()}
+    return record
 
 
 def read(cls: Type[T], v: object) -> Optional[T]:
