@@ -30,8 +30,8 @@ def main():
     c = sim.Costs(step_s=1.0, sync_stall_s=10.0, async_stall_s=1.0, async_durable_s=20.0, restart_s=300.0,
                   gap_s=5.0, detection_s={"kill": 30.0})
     f = sim.Failures(480.0)
-    row = sim.sweep(c, f, [50], ("sync",), days=30, replicas=20)["sync"]["rows"][0]
-    n = int(row["failures_per_day"] * 30 * 20)
+    row = sim.sweep(c, f, [50], ("sync",), days=30, replicas=20)["sync"].rows[0]
+    n = int(row.failures_per_day * 30 * 20)
     rng = np.random.default_rng(0)
     floor = best_of(lambda: rng.exponential(520.0, n), a.repeats)
     mc = best_of(lambda: sim.sweep(c, f, [50], ("sync",), days=30, replicas=20), a.repeats)

@@ -17,6 +17,7 @@ from restartlab.runtime import killer
 from restartlab.contracts import layout, live
 from restartlab.contracts.jobruns import JobRun, NodeChange
 from restartlab.contracts.phase_summary import FailureEvent, PhaseSummary
+from restartlab.contracts.typed_json import to_dict
 from tests.helpers import assert_each_file_read_once, counted_opens, job_tag, report_args, run_story, wait_for
 
 
@@ -325,7 +326,7 @@ def test_real_restartlab_run(tmp_path):
         again = report.build(report_args(d))[1]
     assert_each_file_read_once(str(d), opens, [layout.Expt(d).phase(p).attempt(k).metrics(0)
                                                for p, k in (("baseline", 1), ("async", 1), ("async", 2))])
-    assert [x.survival for x in again] == [x["survival"] for x in s["phases"]]
+    assert [to_dict(x.survival) for x in again] == [x["survival"] for x in s["phases"]]
 
     # a sync variant of the same scenario takes that baseline instead of running it again
     # (restartlab run --baseline-from): copied, not run, and the sync phase judged against it

@@ -96,13 +96,13 @@ def test_the_report_reads_each_file_once_and_survival_none(tmp_path):
     assert not missing and not problems
     # the verdict from the records is the one the files say
     sync = v["sync"]
-    assert [r["outcome"] for r in sync["restarts"]] == ["first", "crash", "cut_short", "newest"], sync
-    assert "RuntimeError: the disk is full" in sync["restarts"][1]["text"]
-    assert "loss identical to the baseline's at all 20 steps both logged; final parameters identical" in sync["baseline"]
+    assert [r.outcome for r in sync.restarts] == ["first", "crash", "cut_short", "newest"], sync
+    assert "RuntimeError: the disk is full" in sync.restarts[1].text
+    assert "loss identical to the baseline's at all 20 steps both logged; final parameters identical" in sync.baseline
     # survival opens nothing: it judges what collect read
     loaded = [collect.load_phase(n, phase_dir=expt.phase(n).path, losses=True) for n in ("baseline", "sync")]
     with counted_opens() as opens:
-        again = survival.judge(loaded[1], loaded[0]).as_dict()
+        again = survival.judge(loaded[1], loaded[0]).summary()
     assert not opens and again == sync
 
 

@@ -28,16 +28,16 @@ def test_no_failures_ettr_is_step_over_step_plus_stall():
     never = sim.Failures(1e15)
     r = sim.sweep(c, never, [10, 40], ("sync", "async"), days=30, replicas=4)
     for mode, stall in (("sync", 2.0), ("async", 0.1)):
-        for row in r[mode]["rows"]:
-            expect = 0.5 / (0.5 + stall / row["interval_steps"])
-            assert row["ettr"] == pytest.approx(expect, abs=1e-5) and row["failures_per_day"] == 0
+        for row in r[mode].rows:
+            expect = 0.5 / (0.5 + stall / row.interval_steps)
+            assert row.ettr == pytest.approx(expect, abs=1e-5) and row.failures_per_day == 0
     # an async background longer than the cycle stalls the loop: at most one save in flight
-    slow = sim.sweep(c, never, [4], ("async",), days=30, replicas=2)["async"]["rows"][0]
-    assert slow["ettr"] == pytest.approx(2.0 / (0.1 + 2.9), abs=1e-5)
+    slow = sim.sweep(c, never, [4], ("async",), days=30, replicas=2)["async"].rows[0]
+    assert slow.ettr == pytest.approx(2.0 / (0.1 + 2.9), abs=1e-5)
     # steps that run beside a background save are slower by `interference`
     c.interference = 0.5
-    busy = sim.sweep(c, never, [40], ("async",), days=30, replicas=2)["async"]["rows"][0]
-    assert busy["ettr"] == pytest.approx(20.0 / (0.1 + 20.0 + 2.9 * 0.5), abs=1e-5)
+    busy = sim.sweep(c, never, [40], ("async",), days=30, replicas=2)["async"].rows[0]
+    assert busy.ettr == pytest.approx(20.0 / (0.1 + 20.0 + 2.9 * 0.5), abs=1e-5)
 
 
 @pytest.mark.parametrize("interval", [100, 400, 1000])
@@ -47,12 +47,12 @@ def test_exponential_failures_match_the_analytic_models(mode, interval):
     renewal-reward value within twice its 95% confidence half-width, and the first-order model
     (W/L)(1 - (R + D + G + B + L/2)/M) within that plus ((R + D + G + L)/M)^2, its stated error."""
     c, f = sim.Costs(**COSTS), sim.Failures(3 * 3600)
-    row = sim.sweep(c, f, [interval], (mode,), days=30, replicas=20, seed=1)[mode]["rows"][0]
-    assert abs(row["ettr"] - sim.renewal_ettr(c, f, interval, mode)) <= 2 * row["ci95"], row
+    row = sim.sweep(c, f, [interval], (mode,), days=30, replicas=20, seed=1)[mode].rows[0]
+    assert abs(row.ettr - sim.renewal_ettr(c, f, interval, mode)) <= 2 * row.ci95, row
     w, L, B = sim._cycle(c, interval, mode)
     err = ((c.restart_s + 30 + c.gap_s + L) / f.mtbf_s) ** 2
-    assert abs(row["ettr"] - sim.first_order_ettr(c, f, interval, mode)) <= err + 2 * row["ci95"]
-    assert row["failures_per_day"] == pytest.approx(24 / 3, rel=0.05)
+    assert abs(row.ettr - sim.first_order_ettr(c, f, interval, mode)) <= err + 2 * row.ci95
+    assert row.failures_per_day == pytest.approx(24 / 3, rel=0.05)
 
 
 def test_simulated_optimum_is_near_youngs_interval():
@@ -62,8 +62,8 @@ def test_simulated_optimum_is_near_youngs_interval():
     c, f = sim.Costs(step_s=1.0, sync_stall_s=5.0), sim.Failures(1e5)
     ivs = list(range(500, 2001, 25))
     r = sim.sweep(c, f, ivs, ("sync",), days=365, replicas=40, seed=0)["sync"]
-    assert r["young_s"] == pytest.approx(1000.0)
-    assert abs(r["best"]["interval_s"] / r["young_s"] - 1) <= 0.15, r["best"]
+    assert r.young_s == pytest.approx(1000.0)
+    assert abs(r.best.interval_s / r.young_s - 1) <= 0.15, r.best
     assert max(ivs, key=lambda iv: sim.renewal_ettr(c, f, iv)) == 1000
 
 
@@ -73,8 +73,8 @@ def test_seeded_and_the_confidence_interval_covers_another_seed():
     assert a == sim.sweep(c, f, [200, 500], days=10, replicas=10, seed=7)
     b = sim.sweep(c, f, [200, 500], days=10, replicas=10, seed=8)
     for mode in ("sync", "async"):
-        for x, y in zip(a[mode]["rows"], b[mode]["rows"]):
-            assert x["ettr"] != y["ettr"] and abs(x["ettr"] - y["ettr"]) <= x["ci95"] + y["ci95"]
+        for x, y in zip(a[mode].rows, b[mode].rows):
+            assert x.ettr != y.ettr and abs(x.ettr - y.ettr) <= x.ci95 + y.ci95
 
 
 def test_failure_kinds_and_scale():
@@ -82,11 +82,11 @@ def test_failure_kinds_and_scale():
     per-node MTBF shrinks the job's MTBF with the node count; correlated failures (several nodes
     at once) make fewer, larger interruptions."""
     c = sim.Costs(**dict(COSTS, detection_s={"kill": 30.0, "preempt": 1.0, "hang": 600.0}))
-    pre = sim.sweep(c, sim.Failures(3600, {"preempt": 1}), [600], ("sync",), days=5, replicas=4)["sync"]["rows"][0]
-    kill = sim.sweep(c, sim.Failures(3600, {"kill": 1}), [600], ("sync",), days=5, replicas=4)["sync"]["rows"][0]
-    hang = sim.sweep(c, sim.Failures(3600, {"hang": 1}), [600], ("sync",), days=5, replicas=4)["sync"]["rows"][0]
-    assert pre["lost_h_per_day"] == 0 < kill["lost_h_per_day"] and pre["ettr"] > kill["ettr"] > hang["ettr"]
-    assert hang["downtime_h_per_day"] > kill["downtime_h_per_day"]
+    pre = sim.sweep(c, sim.Failures(3600, {"preempt": 1}), [600], ("sync",), days=5, replicas=4)["sync"].rows[0]
+    kill = sim.sweep(c, sim.Failures(3600, {"kill": 1}), [600], ("sync",), days=5, replicas=4)["sync"].rows[0]
+    hang = sim.sweep(c, sim.Failures(3600, {"hang": 1}), [600], ("sync",), days=5, replicas=4)["sync"].rows[0]
+    assert pre.lost_h_per_day == 0 < kill.lost_h_per_day and pre.ettr > kill.ettr > hang.ettr
+    assert hang.downtime_h_per_day > kill.downtime_h_per_day
     assert sim.Failures.at_scale(1000 * 3600, 100).mtbf_s == pytest.approx(10 * 3600)
     assert sim.Failures.at_scale(1000 * 3600, 100, correlated=0.5, burst=3).mtbf_s == pytest.approx(20 * 3600)
     with pytest.raises(sim.SimulateError, match="no detection time for failure kind"):
@@ -124,8 +124,8 @@ def test_simulate_is_fast():
     import time
     c, f = sim.Costs(**COSTS), sim.Failures(480)
     t = time.process_time()
-    row = sim.sweep(c, f, [50], ("sync",), days=30, replicas=20)["sync"]["rows"][0]
-    assert row["failures_per_day"] * 30 * 20 > 95_000
+    row = sim.sweep(c, f, [50], ("sync",), days=30, replicas=20)["sync"].rows[0]
+    assert row.failures_per_day * 30 * 20 > 95_000
     assert time.process_time() - t < 60  # a guard against a per-step loop; the figure is in bench/
 
 

@@ -233,6 +233,8 @@ OLD_KEYS = {
     # step_s_during only for a slowed link, and each layer only where it noticed (none: no key)
     "network_fault": ["kind", "nodes", "start", "end", "windows", "planned_s", "down_s", "restored", "ended_by", "errors",
                       "recorded", "stood_still_s", "outcome", "lost_steps", "layers", "attempt", "text"],
+    "survival": ["phase", "finished", "survived", "findings", "baseline", "restarts"],
+    "restart": ["attempt", "outcome", "text", "resumed_from", "expected", "state", "finding"],
     "storage_fault": ["kind", "id", "rank", "armed_at", "armed_step", "took_at", "file", "checkpoint", "attempt",
                       "blocked_s", "errno", "bytes", "effect", "followed", "text"],
 }
@@ -270,7 +272,9 @@ def _full_phase():
         queue_wait_s=40.0, expected_loss=P.ExpectedLoss(4.5, 10.0, 0.0), checkpoint="sync", warnings=["w"],
         overhead=P.Overhead(30.0, 2.0, 1.7, 0.5, 0.1, 40.0, 5.7, 3.0, 2.0),
         young_daly=P.YoungDaly(60.0, 58.0, 3600.0, 0.5, 7.0), policy="same",
-        survival={"survived": True}, ended=P.Ended("completed", 3, "7.pbs", None, "completed"),
+        survival=P.SurvivalVerdict("sync", True, False, ["attempt 2: x"], "identical",
+                                   [P.RestartVerdict(2, "older", "x", 5, 10, {"text": "t", "forgot": []}, True)]),
+        ended=P.Ended("completed", 3, "7.pbs", None, "completed"),
         own_metrics=P.OwnMetrics("ezpz", "m.jsonl", [P.OwnRestart(2, 4.0, 5.0, 1.0)], q, P.Quantiles(), P.Quantiles()),
         reused_from=None)
 
@@ -292,6 +296,7 @@ def test_a_phase_summary_writes_the_keys_of_the_dicts_it_replaced_in_their_order
     assert list(cut) == OLD_KEYS["network_fault"] and cut["layers"] == {"watchdog_s": 30.0, "stop": "stopped"}
     assert slowed["step_s_during"] == 0.5 and slowed["layers"] == {}
     assert list(d["storage_faults"][0]) == OLD_KEYS["storage_fault"]
+    assert list(d["survival"]) == OLD_KEYS["survival"] and list(d["survival"]["restarts"][0]) == OLD_KEYS["restart"]
 
 
 def test_a_phase_summary_reads_back_field_for_field():
@@ -315,3 +320,34 @@ def test_a_phase_summary_read_back_takes_a_wrong_value_as_absent():
     assert s.save == {"b": Quantiles(count=2)} and s.finalize == Quantiles() and s.ended.how == "died"
     assert PhaseSummary.from_dict({"wall_s": 1.0}) is None and PhaseSummary.from_dict({"phase": 3}) is None
     assert PhaseSummary.from_dict([]) is None
+
+
+def test_the_strategies_table_writes_the_keys_it_wrote_as_dicts():
+    from restartlab.analysis import strategies
+    from restartlab.contracts.phase_summary import PhaseSummary
+    from restartlab.contracts.typed_json import to_dict
+    base = PhaseSummary(phase="baseline", checkpoint="none", wall_s=10.0, completed=True)
+    sync = PhaseSummary(phase="sync", checkpoint="sync", wall_s=14.0, kills=1, completed=True)
+    rows = to_dict(strategies.rows([base, sync], {}, {"sync": True}, ["baseline", "sync"]))
+    assert [list(r) for r in rows] == [["phase", "strategy", "wall_s", "steps", "failures", "ettr", "vs_baseline_s",
+                                        "recovery_s", "work_lost_steps", "batches_skipped", "restarted_processes",
+                                        "verdict", "failure_cost_s"]] * 2
+    assert rows[1]["strategy"] == "restart warm (sync)" and rows[1]["failure_cost_s"] == 4.0
+    assert rows[1]["verdict"] == "resumed as it should" and rows[0]["vs_baseline_s"] is None
+
+
+def test_simulates_results_write_the_keys_they_wrote_as_dicts():
+    from restartlab.analysis import simulate as sim
+    from restartlab.contracts.sim_result import Replay, SweepResult
+    from restartlab.contracts.typed_json import to_dict
+    modes = sim.sweep(sim.Costs(step_s=1.0, sync_stall_s=2.0), sim.Failures(3600), [10, 20], ("sync",), days=1,
+                      replicas=2)
+    d = to_dict(SweepResult(nodes=None, mtbf_s=3600.0, kinds={"kill": 1.0}, modes=modes))
+    assert list(d) == ["nodes", "mtbf_s", "kinds", "modes"]  # torchft only with its costs
+    assert list(d["modes"]["sync"]) == ["rows", "best", "young_s", "daly_s"]
+    assert list(d["modes"]["sync"]["best"]) == ["interval_steps", "interval_s", "ettr", "ci95", "failures_per_day",
+                                                "lost_h_per_day", "downtime_h_per_day"]
+    assert d["modes"]["sync"]["best"] in d["modes"]["sync"]["rows"]
+    assert list(to_dict(Replay())) == ["phase", "mode", "interval_steps", "steps", "failures", "simulated_ettr",
+                                       "simulated_wall_s", "measured_ettr", "measured_wall_s", "relative_error",
+                                       "median_ettr", "median_wall_s", "median_relative_error", "exit_s", "costs"]

@@ -141,7 +141,7 @@ def build(a):
         for s, ph in zip(summaries, phases):
             d = expt.phase(s.phase).path
             s.survival = survival.judge(ph, base_ph if s is not base else None, _tolerance(data),
-                                        _last_step(data)).as_dict()
+                                        _last_step(data)).summary()
             s.ended = Ended(**ph.ended.to_dict()) if ph.ended else None
             s.own_metrics = own_metrics.phase(spec, d, s.failures) if spec else None
             s.reused_from = expt.phase(s.phase).reused_from()

@@ -29,6 +29,7 @@ from .collect import young_daly as collect_young_daly  # the report's: one defin
 from ..contracts import launch_snapshot
 from ..contracts import metric_keys as K
 from ..contracts.phase_summary import PhaseSummary, YoungDaly
+from ..contracts.sim_result import ModeSweep, Replay, SweepRow
 from ..contracts.summary import Summary, SummaryError
 
 
@@ -154,26 +155,26 @@ def draw(costs: Costs, fail: Failures, hours: float, rng: np.random.Generator) -
 
 
 def sweep(costs: Costs, fail: Failures, intervals: Sequence[int], modes=("sync", "async"),
-          days: float = 30.0, replicas: int = 20, seed: int = 0) -> dict:
+          days: float = 30.0, replicas: int = 20, seed: int = 0) -> Dict[str, ModeSweep]:
     """ETTR per (mode, interval): mean over replicas and a 95% confidence half-width."""
     rng = np.random.default_rng(seed)
     hours = days * 24.0
     reps = [draw(costs, fail, hours, rng) for _ in range(replicas)]
-    out = {}
+    out: Dict[str, ModeSweep] = {}
     for mode in modes:
         rows = []
         for iv in intervals:
             runs = [simulate_run(costs, fail, iv, mode, hours, d) for d in reps]
             e = np.array([r["ettr"] for r in runs])
             half = 1.96 * e.std(ddof=1) / math.sqrt(len(e)) if len(e) > 1 else float("nan")
-            rows.append({"interval_steps": iv, "interval_s": iv * costs.step_s, "ettr": float(e.mean()),
-                         "ci95": float(half),
-                         "failures_per_day": float(np.mean([r["failures"] for r in runs])) / days,
-                         "lost_h_per_day": float(np.mean([r["lost_s"] for r in runs])) / 3600 / days,
-                         "downtime_h_per_day": float(np.mean([r["downtime_s"] for r in runs])) / 3600 / days})
-        best = max(rows, key=lambda r: r["ettr"])
+            rows.append(SweepRow(interval_steps=iv, interval_s=iv * costs.step_s, ettr=float(e.mean()),
+                                 ci95=float(half),
+                                 failures_per_day=float(np.mean([r["failures"] for r in runs])) / days,
+                                 lost_h_per_day=float(np.mean([r["lost_s"] for r in runs])) / 3600 / days,
+                                 downtime_h_per_day=float(np.mean([r["downtime_s"] for r in runs])) / 3600 / days))
+        best = max(rows, key=lambda r: r.ettr)
         yd = young_daly(costs, fail, mode)
-        out[mode] = {"rows": rows, "best": best, "young_s": yd.young_s, "daly_s": yd.daly_s}
+        out[mode] = ModeSweep(rows=rows, best=best, young_s=yd.young_s, daly_s=yd.daly_s)
     return out
 
 
@@ -335,7 +336,7 @@ def _program_interval(expt, phase: str, program: dict) -> int:
     return interval
 
 
-def replay(expt_dir: str, phase: str) -> dict:
+def replay(expt_dir: str, phase: str) -> Replay:
     """Simulated vs measured ETTR of one phase of a finished experiment: its own measured costs
     (the report's summary: its step time, save cost, restarts, gaps and detections; its first
     attempt's cold start), its scenario's save interval and steps, its actual failure times.
@@ -401,9 +402,8 @@ def replay(expt_dir: str, phase: str) -> dict:
 
     def err(x):
         return (x / measured - 1) if measured and x else None
-    return {"phase": phase, "mode": mode, "interval_steps": interval, "steps": steps,
-            "failures": len(faults), "simulated_ettr": sim["ettr"], "simulated_wall_s": sim["wall_s"],
-            "measured_ettr": measured, "measured_wall_s": ph.wall_s, "relative_error": err(sim["ettr"]),
-            "median_ettr": med["ettr"], "median_wall_s": med["wall_s"], "median_relative_error": err(med["ettr"]),
-            "exit_s": exit_s,
-            "costs": asdict(costs)}
+    return Replay(phase=phase, mode=mode, interval_steps=interval, steps=steps,
+                  failures=len(faults), simulated_ettr=sim["ettr"], simulated_wall_s=sim["wall_s"],
+                  measured_ettr=measured, measured_wall_s=ph.wall_s, relative_error=err(sim["ettr"]),
+                  median_ettr=med["ettr"], median_wall_s=med["wall_s"], median_relative_error=err(med["ettr"]),
+                  exit_s=exit_s, costs=asdict(costs))

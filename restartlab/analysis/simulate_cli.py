@@ -13,6 +13,8 @@ from . import simulate_ft as sim_ft
 from .simulate import SimulateError
 from ..contracts.units import parse_duration
 from ..contracts.summary import Summary, SummaryError
+from ..contracts.sim_result import SweepResult
+from ..contracts.typed_json import to_dict
 
 
 def duration(text: str) -> float:
@@ -162,7 +164,15 @@ def _fmt_s(x):
     return f"{x / 3600:.2f} h" if x >= 3600 else f"{x / 60:.1f} min" if x >= 120 else f"{x:.2f} s"
 
 
-def run_sweep(a, costs, nodes=None, ft_costs=None) -> dict:
+def _num(x: Optional[float], spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _pct(x: Optional[float]) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def run_sweep(a, costs, nodes=None, ft_costs=None) -> SweepResult:
     fail = failures_from_args(a, nodes)
     modes = [m for m in (x.strip() for x in a.modes.split(",")) if m]
     bad = [m for m in modes if m not in ("sync", "async")]
@@ -172,51 +182,50 @@ def run_sweep(a, costs, nodes=None, ft_costs=None) -> dict:
     if a.days <= 0 or a.replicas < 2:
         raise SimulateError("--days must be > 0 and --replicas >= 2 (the confidence interval needs two)")
     res = sim.sweep(costs, fail, ivs, modes, a.days, a.replicas, a.seed)
-    out = {"nodes": nodes, "mtbf_s": fail.mtbf_s, "kinds": fail.kinds, "modes": res}
-    if ft_costs is not None:
-        out["torchft"] = sim_ft.simulate(ft_costs, fail.mtbf_s, a.days, a.replicas, a.seed)
-    return out
+    return SweepResult(nodes=nodes, mtbf_s=fail.mtbf_s, kinds=fail.kinds, modes=res,
+                       torchft=sim_ft.simulate(ft_costs, fail.mtbf_s, a.days, a.replicas, a.seed)
+                       if ft_costs is not None else None)
 
 
-def print_sweep(r, costs):
-    print(f"failure model: job MTBF {_fmt_s(r['mtbf_s'])}"
-          + (f" ({r['nodes']} nodes)" if r["nodes"] else "") + f", kinds {r['kinds']}")
-    for mode, m in r["modes"].items():
-        print(f"\n{mode}: save stall {_fmt_s(costs.save_cost(mode))}; Young {_fmt_s(m['young_s'])}, "
-              f"Daly {_fmt_s(m['daly_s'])}; best simulated {m['best']['interval_steps']} steps "
-              f"({_fmt_s(m['best']['interval_s'])}) ETTR {m['best']['ettr']:.4f} +- {m['best']['ci95']:.4f}")
+def print_sweep(r: SweepResult, costs):
+    print(f"failure model: job MTBF {_fmt_s(r.mtbf_s)}"
+          + (f" ({r.nodes} nodes)" if r.nodes else "") + f", kinds {r.kinds}")
+    for mode, m in r.modes.items():
+        print(f"\n{mode}: save stall {_fmt_s(costs.save_cost(mode))}; Young {_fmt_s(m.young_s)}, "
+              f"Daly {_fmt_s(m.daly_s)}; best simulated {m.best.interval_steps} steps "
+              f"({_fmt_s(m.best.interval_s)}) ETTR {m.best.ettr:.4f} +- {m.best.ci95:.4f}")
         print(f"  {'interval':>10} {'seconds':>10} {'ETTR':>8} {'+-95%':>7} {'fail/day':>9} {'lost h/day':>10} "
               f"{'down h/day':>10}")
-        for row in m["rows"]:
-            mark = " <- best" if row is m["best"] else ""
-            print(f"  {row['interval_steps']:>10} {row['interval_s']:>10.1f} {row['ettr']:>8.4f} {row['ci95']:>7.4f} "
-                  f"{row['failures_per_day']:>9.2f} {row['lost_h_per_day']:>10.3f} {row['downtime_h_per_day']:>10.3f}{mark}")
+        for row in m.rows:
+            mark = " <- best" if row is m.best else ""
+            print(f"  {row.interval_steps:>10} {row.interval_s:>10.1f} {row.ettr:>8.4f} {row.ci95:>7.4f} "
+                  f"{row.failures_per_day:>9.2f} {row.lost_h_per_day:>10.3f} {row.downtime_h_per_day:>10.3f}{mark}")
 
 
-def print_torchft(r):
-    ft = r.get("torchft")
+def print_torchft(r: SweepResult):
+    ft = r.torchft
     if not ft:
         return
-    best = max((m["best"]["ettr"], mode) for mode, m in r["modes"].items())
+    best = max((m.best.ettr, mode) for mode, m in r.modes.items())
     print(f"\ntorchft, {ft['groups']} replica groups, the same failures: goodput {ft['goodput']:.4f} +- {ft['ci95']:.4f} "
           f"(first order {ft['analytic']:.4f}); every group lost at once {ft['all_groups_lost_per_run']:.2f} time(s) "
           f"per run; restart's best ({best[1]}) ETTR {best[0]:.4f}")
 
 
-def plot(results, path):
+def plot(results: List[SweepResult], path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for r in results:
-        for mode, m in r["modes"].items():
-            x = [row["interval_s"] for row in m["rows"]]
-            y = [row["ettr"] for row in m["rows"]]
-            label = f"{mode}" + (f", {r['nodes']} nodes" if r["nodes"] else "")
+        for mode, m in r.modes.items():
+            x = [row.interval_s for row in m.rows]
+            y = [row.ettr for row in m.rows]
+            label = f"{mode}" + (f", {r.nodes} nodes" if r.nodes else "")
             line, = ax.plot(x, y, marker=".", label=label, linestyle="-" if mode == "sync" else "--")
-            if m["young_s"]:
-                ax.axvline(m["young_s"], color=line.get_color(), linestyle=":", linewidth=1)
-            ax.plot([m["best"]["interval_s"]], [m["best"]["ettr"]], "o", color=line.get_color())
+            if m.young_s:
+                ax.axvline(m.young_s, color=line.get_color(), linestyle=":", linewidth=1)
+            ax.plot([m.best.interval_s], [m.best.ettr], "o", color=line.get_color())
     ax.set_xscale("log")
     ax.set_xlabel("seconds of training between checkpoints (dotted: Young's interval; dot: simulated best)")
     ax.set_ylabel("ETTR (useful compute / wall)")
@@ -238,17 +247,17 @@ def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:
         if a.replay:
-            r = sim.replay(a.replay, a.phase)
+            rep = sim.replay(a.replay, a.phase)
             if a.json:
-                print(json.dumps(r, indent=1))
+                print(json.dumps(to_dict(rep), indent=1))
             else:
-                print(f"replay of {a.replay} phase {r['phase']} ({r['mode']}, a save every {r['interval_steps']} "
-                      f"steps, {r['steps']} steps, {r['failures']} failure(s) at their measured times):")
-                print(f"  measured  ETTR {r['measured_ettr']:.4f} (wall {r['measured_wall_s']:.1f} s)")
-                print(f"  simulated ETTR {r['simulated_ettr']:.4f} (wall {r['simulated_wall_s']:.1f} s), "
-                      f"relative error {100 * r['relative_error']:+.1f}%: each failure's own restart, gap, detection")
-                print(f"  simulated ETTR {r['median_ettr']:.4f} (wall {r['median_wall_s']:.1f} s), "
-                      f"relative error {100 * r['median_relative_error']:+.1f}%: the medians, as a forecast")
+                print(f"replay of {a.replay} phase {rep.phase} ({rep.mode}, a save every {rep.interval_steps} "
+                      f"steps, {rep.steps} steps, {rep.failures} failure(s) at their measured times):")
+                print(f"  measured  ETTR {_num(rep.measured_ettr, '.4f')} (wall {_num(rep.measured_wall_s, '.1f')} s)")
+                print(f"  simulated ETTR {rep.simulated_ettr:.4f} (wall {rep.simulated_wall_s:.1f} s), "
+                      f"relative error {_pct(rep.relative_error)}: each failure's own restart, gap, detection")
+                print(f"  simulated ETTR {rep.median_ettr:.4f} (wall {rep.median_wall_s:.1f} s), "
+                      f"relative error {_pct(rep.median_relative_error)}: the medians, as a forecast")
             return 0
         costs = costs_from_args(a)
         nodes = _ints(a.nodes, "--nodes") if a.nodes else [None]
@@ -261,7 +270,7 @@ def main(argv=None) -> int:
         return 2
     out = a.out or (os.path.dirname(os.path.abspath(a.summary if not os.path.isdir(a.summary or "")
                                                   else os.path.join(a.summary, "x"))) if a.summary else ".")
-    doc = {"costs": asdict(costs), "days": a.days, "replicas": a.replicas, "seed": a.seed, "results": results}
+    doc = {"costs": asdict(costs), "days": a.days, "replicas": a.replicas, "seed": a.seed, "results": to_dict(results)}
     if a.json:
         print(json.dumps(doc, indent=1))
     else:
@@ -277,11 +286,11 @@ def main(argv=None) -> int:
         if len(results) > 1:
             print("\nscale:")
             print(f"  {'nodes':>7} {'job MTBF':>10} " + " ".join(
-                f"{m + ' best':>18} {m + ' ETTR':>10} {m + ' Young':>12}" for m in results[0]["modes"]))
+                f"{m + ' best':>18} {m + ' ETTR':>10} {m + ' Young':>12}" for m in results[0].modes))
             for r in results:
-                cells = " ".join(f"{_fmt_s(m['best']['interval_s']):>18} {m['best']['ettr']:>10.4f} "
-                                 f"{_fmt_s(m['young_s']):>12}" for m in r["modes"].values())
-                print(f"  {r['nodes']:>7} {_fmt_s(r['mtbf_s']):>10} {cells}")
+                cells = " ".join(f"{_fmt_s(m.best.interval_s):>18} {m.best.ettr:>10.4f} "
+                                 f"{_fmt_s(m.young_s):>12}" for m in r.modes.values())
+                print(f"  {r.nodes:>7} {_fmt_s(r.mtbf_s):>10} {cells}")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "simulate.json"), "w") as f:
         json.dump(doc, f, indent=1)

@@ -7,33 +7,31 @@ from typing import Dict, List, Optional
 from . import ft_accounting
 from .collect import known_median
 from ..contracts.ft_summary import FtSummary, Relaunch
-from ..contracts.phase_summary import PhaseSummary
+from ..contracts.phase_summary import PhaseSummary, StrategyRow
 
 
 def _fmt(x, nd=2):
     return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
 
 
-def restart_row(s: PhaseSummary, warm: bool, baseline_wall: Optional[float]) -> dict:
+def restart_row(s: PhaseSummary, warm: bool, baseline_wall: Optional[float]) -> StrategyRow:
     """A phase of the relaunch loop: its cost per failure is its downtime (the kill to the first
     step after the resume), its lost work the steps computed again."""
-    surv = s.survival or {}
+    surv = s.survival
     checkpoint = s.checkpoint
     strategy = "none (baseline)" if checkpoint == "none" else f"restart {'warm' if warm else 'cold'} ({checkpoint})"
-    return {"phase": s.phase, "strategy": strategy, "wall_s": s.wall_s, "steps": s.steps,
-            "failures": s.kills, "ettr": s.ettr,
-            "vs_baseline_s": (s.wall_s - baseline_wall) if s.wall_s is not None and baseline_wall is not None
-            and checkpoint != "none" else None,
-            "recovery_s": known_median(e.downtime_s for e in s.failures),
-            "work_lost_steps": s.lost_steps, "batches_skipped": 0,
-            "restarted_processes": "every rank" if s.kills else "-",
-            "verdict": ("did not finish" if not surv.get("finished", s.completed) else
-                        "resumed as it should" if surv.get("survived", True) else
-                        "; ".join(f.get("text", str(f)) if isinstance(f, dict) else str(f)
-                                  for f in surv.get("findings", []))[:200])}
+    return StrategyRow(
+        phase=s.phase, strategy=strategy, wall_s=s.wall_s, steps=s.steps, failures=s.kills, ettr=s.ettr,
+        vs_baseline_s=(s.wall_s - baseline_wall) if s.wall_s is not None and baseline_wall is not None
+        and checkpoint != "none" else None,
+        recovery_s=known_median(e.downtime_s for e in s.failures),
+        work_lost_steps=s.lost_steps, batches_skipped=0,
+        restarted_processes="every rank" if s.kills else "-",
+        verdict=("did not finish" if not (surv.finished if surv else s.completed) else
+                 "resumed as it should" if not surv or surv.survived else "; ".join(surv.findings)[:200]))
 
 
-def torchft_row(name: str, ft: FtSummary, baseline_wall: Optional[float]) -> dict:
+def torchft_row(name: str, ft: FtSummary, baseline_wall: Optional[float]) -> StrategyRow:
     """A torchft phase: its cost per failure is the survivors' stall (the job trains on without
     the struck group), its lost work the steps the survivors attempted and could not commit; the
     struck group's own rejoin is in the torchft section."""
@@ -51,18 +49,20 @@ def torchft_row(name: str, ft: FtSummary, baseline_wall: Optional[float]) -> dic
         findings.append(f"{len(v.crashes)} program crash(es)")
     if v.heal_failures:
         findings.append(f"heals failed in group(s) {sorted({h.group for h in v.heal_failures})}")
-    return {"phase": name, "strategy": f"torchft ({ft.groups} groups)", "wall_s": ft.wall_s,
-            "steps": ft.steps_committed, "failures": len(ft.failures), "ettr": ft.ettr,
-            "vs_baseline_s": (ft.wall_s - baseline_wall) if ft.wall_s is not None and baseline_wall else None,
-            "recovery_s": known_median(f.survivor_stall_s for f in ft.failures),
-            "work_lost_steps": sum(f.uncommitted_steps for f in ft.failures),
-            # the groups' batches of committed steps that no group trained (a group out, or healing)
-            "batches_skipped": ft.steps_committed * ft.groups - ft.batches_committed,
-            "restarted_processes": "the struck group's" if ft.failures else "-",
-            "verdict": "; ".join(findings) or "no survivor restarted, healed state equal"}
+    return StrategyRow(
+        phase=name, strategy=f"torchft ({ft.groups} groups)", wall_s=ft.wall_s,
+        steps=ft.steps_committed, failures=len(ft.failures), ettr=ft.ettr,
+        vs_baseline_s=(ft.wall_s - baseline_wall) if ft.wall_s is not None and baseline_wall else None,
+        recovery_s=known_median(f.survivor_stall_s for f in ft.failures),
+        work_lost_steps=sum(f.uncommitted_steps for f in ft.failures),
+        # the groups' batches of committed steps that no group trained (a group out, or healing)
+        batches_skipped=ft.steps_committed * ft.groups - ft.batches_committed,
+        restarted_processes="the struck group's" if ft.failures else "-",
+        verdict="; ".join(findings) or "no survivor restarted, healed state equal")
 
 
-def rows(summaries: List[PhaseSummary], ft: Dict[str, FtSummary], warm: Dict[str, bool], order: List[str]) -> List[dict]:
+def rows(summaries: List[PhaseSummary], ft: Dict[str, FtSummary], warm: Dict[str, bool],
+         order: List[str]) -> List[StrategyRow]:
     """One row per phase. `failure_cost_s`: the wall time against the same strategy without
     failures: a restart phase against the baseline, a torchft phase against a torchft phase with
     no failure (torchft's own step protocol, a quorum and a commit every step, is no failure's
@@ -73,15 +73,15 @@ def rows(summaries: List[PhaseSummary], ft: Dict[str, FtSummary], warm: Dict[str
     out = {s.phase: restart_row(s, warm.get(s.phase, False), bw) for s in summaries}
     for n, f in ft.items():
         out[n] = torchft_row(n, f, bw)
-        out[n]["failure_cost_s"] = (f.wall_s - ft_base.wall_s) if ft_base and ft_base.wall_s and f.failures and f.wall_s \
+        out[n].failure_cost_s = (f.wall_s - ft_base.wall_s) if ft_base and ft_base.wall_s and f.failures and f.wall_s \
             else None
     for s in summaries:
-        out[s.phase]["failure_cost_s"] = out[s.phase]["vs_baseline_s"]
+        out[s.phase].failure_cost_s = out[s.phase].vs_baseline_s
     rank = {n: i for i, n in enumerate(order)}
     return [out[n] for n in sorted(out, key=lambda n: (rank.get(n, len(rank)), n))]
 
 
-def markdown(table: List[dict], ft: Dict[str, FtSummary]) -> List[str]:
+def markdown(table: List[StrategyRow], ft: Dict[str, FtSummary]) -> List[str]:
     if not ft:
         return []
     L = ["## Recovery strategies side by side", "",
@@ -89,10 +89,10 @@ def markdown(table: List[dict], ft: Dict[str, FtSummary]) -> List[str]:
          "batches skipped | processes restarted | ETTR | wall vs baseline s | failure cost s | verdict |",
          "|" + "---|" * 13]
     for r in table:
-        L.append(f"| {r['phase']} | {r['strategy']} | {_fmt(r['wall_s'], 1)} | {r['steps']} | {r['failures']} | "
-                 f"{_fmt(r['recovery_s'])} | {r['work_lost_steps']} | {r['batches_skipped']} | {r['restarted_processes']} | "
-                 f"{_fmt(r['ettr'], 3)} | {_fmt(r['vs_baseline_s'], 1)} | {_fmt(r.get('failure_cost_s'), 1)} | "
-                 f"{r['verdict']} |")
+        L.append(f"| {r.phase} | {r.strategy} | {_fmt(r.wall_s, 1)} | {r.steps} | {r.failures} | "
+                 f"{_fmt(r.recovery_s)} | {r.work_lost_steps} | {r.batches_skipped} | {r.restarted_processes} | "
+                 f"{_fmt(r.ettr, 3)} | {_fmt(r.vs_baseline_s, 1)} | {_fmt(r.failure_cost_s, 1)} | "
+                 f"{r.verdict} |")
     L += ["", "Recovery per failure: restart, the kill to the first step after the resume (downtime); torchft, "
           "the survivors' stall (the steps they could not commit and the wait for a quorum without the struck "
           "group). Work lost: restart, the steps computed again; torchft, the survivors' uncommitted steps (the "

@@ -29,6 +29,8 @@ from ..contracts.attempts import AttemptRecord, completed_row
 from . import collect, state_compare
 from .runs import rerun
 from ..contracts import metric_keys as K
+from ..contracts.phase_summary import RestartVerdict, SurvivalVerdict
+from ..contracts.typed_json import to_dict
 
 CRASH_LOOP = 3
 FINDINGS = ("older", "incomplete", "fresh", "load_crash", "startup_crash", "hung", "crash", "crash_loop",
@@ -59,10 +61,14 @@ class Verdict:
     findings: List[str] = field(default_factory=list)
     baseline: Optional[str] = None  # the comparison with the baseline, one sentence
 
+    def summary(self) -> SurvivalVerdict:
+        """The verdict as the report's summary carries it."""
+        return SurvivalVerdict(phase=self.phase, finished=self.finished, survived=not self.findings,
+                               findings=list(self.findings), baseline=self.baseline,
+                               restarts=[RestartVerdict(**vars(r), finding=r.finding) for r in self.restarts])
+
     def as_dict(self) -> dict:
-        return {"phase": self.phase, "finished": self.finished, "survived": not self.findings,
-                "findings": self.findings, "baseline": self.baseline,
-                "restarts": [dict(vars(r), finding=r.finding) for r in self.restarts]}
+        return to_dict(self.summary())
 
 
 def _how(rec: Optional[AttemptRecord]) -> str:
@@ -424,20 +430,20 @@ def failed_saves_text(failed) -> str:
             f"resumed from the checkpoint before")
 
 
-def markdown(verdicts: List[dict]) -> List[str]:
-    """The report's first section, from Verdict.as_dict() of each phase."""
+def markdown(verdicts: List[SurvivalVerdict]) -> List[str]:
+    """The report's first section, from each phase's verdict."""
     L = ["## Did it survive?", ""]
     for v in verdicts:
-        stopped = sum(1 for r in v["restarts"] if "the watchdog stopped it" in r["text"])
+        stopped = sum(1 for r in v.restarts if "the watchdog stopped it" in r.text)
         head = (("survived" + (f" ({stopped} attempt(s) stopped by the watchdog)" if stopped else ""))
-                if v["survived"] else f"**{len(v['findings'])} finding(s)**")
-        L.append(f"- **{v['phase']}**: {'finished' if v['finished'] else 'did not finish'}; {head}"
-                 + (f"; {v['baseline']}" if v["baseline"] else ""))
-        for r in v["restarts"]:
-            L.append(f"  - attempt {r['attempt']}: {r['text']}" + (" **(finding)**" if r["finding"] else ""))
-            if r.get("state"):
-                L.append(f"    - {r['state']['text']}" + (" **(finding)**" if r["state"]["forgot"] else ""))
-        for f in v["findings"]:
+                if v.survived else f"**{len(v.findings)} finding(s)**")
+        L.append(f"- **{v.phase}**: {'finished' if v.finished else 'did not finish'}; {head}"
+                 + (f"; {v.baseline}" if v.baseline else ""))
+        for r in v.restarts:
+            L.append(f"  - attempt {r.attempt}: {r.text}" + (" **(finding)**" if r.finding else ""))
+            if r.state:
+                L.append(f"    - {r.state['text']}" + (" **(finding)**" if r.state["forgot"] else ""))
+        for f in v.findings:
             if not f.startswith("attempt "):
                 L.append(f"  - **{f}**")
     return L + [""]

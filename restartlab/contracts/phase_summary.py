@@ -220,6 +220,29 @@ class StorageFault:
 
 
 @dataclasses.dataclass
+class RestartVerdict:
+    """What one restart did (analysis/survival.Restart, as the summary carries it)."""
+    attempt: Optional[int] = None           # None: a phase read from metrics files
+    outcome: str = ""                       # survival's outcomes: newest, older, fresh, crash, ...
+    text: str = ""
+    resumed_from: Optional[int] = None
+    expected: Optional[int] = None
+    state: Optional[Dict[str, Any]] = None  # what the resume restored, piece by piece (state_compare)
+    finding: bool = False
+
+
+@dataclasses.dataclass
+class SurvivalVerdict:
+    """Did the phase survive (analysis/survival.Verdict, as the summary carries it)."""
+    phase: str = ""
+    finished: bool = False
+    survived: bool = False
+    findings: List[str] = dataclasses.field(default_factory=list)
+    baseline: Optional[str] = None          # the comparison with the baseline, one sentence
+    restarts: List[RestartVerdict] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
 class Ended:
     """How the phase's latest supervisor ended (attempts.PhaseOutcome, as the summary carries it)."""
     how: str = ""                   # an attempts.PhaseEnd
@@ -294,7 +317,7 @@ class PhaseSummary:
     overhead: Optional[Overhead] = None
     young_daly: Optional[YoungDaly] = None
     policy: Optional[str] = None
-    survival: Optional[Dict[str, Any]] = None     # survival.Verdict.as_dict
+    survival: Optional[SurvivalVerdict] = None
     ended: Optional[Ended] = None
     own_metrics: Optional[OwnMetrics] = None
     reused_from: Optional[str] = None
@@ -319,6 +342,25 @@ class PhaseSummary:
 def save_figure(key: str) -> str:
     """A save figure's name in PhaseSummary.save: its metrics key's last part."""
     return key.split("/")[-1]
+
+
+@dataclasses.dataclass
+class StrategyRow:
+    """One phase in the strategies' table (analysis/strategies.rows): whatever its strategy (restart
+    cold, restart warm, torchft), in the same terms."""
+    phase: str = ""
+    strategy: str = ""
+    wall_s: Optional[float] = None
+    steps: int = 0
+    failures: int = 0
+    ettr: Optional[float] = None
+    vs_baseline_s: Optional[float] = None
+    recovery_s: Optional[float] = None      # per failure, the median: a restart's downtime, torchft's stall
+    work_lost_steps: int = 0
+    batches_skipped: int = 0
+    restarted_processes: str = ""
+    verdict: str = ""
+    failure_cost_s: Optional[float] = None  # against the same strategy without failures
 
 
 PHASE_FIELDS = tuple(f.name for f in dataclasses.fields(PhaseSummary))

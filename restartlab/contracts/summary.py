@@ -9,7 +9,8 @@ import os
 from typing import Any, Dict, List, Optional
 
 from .ft_summary import FtSummary
-from .phase_summary import PhaseSummary
+from .phase_summary import PhaseSummary, StrategyRow
+from .typed_json import read, to_dict
 
 
 class SummaryError(ValueError):
@@ -24,7 +25,7 @@ class Summary:
     problems: List[str] = dataclasses.field(default_factory=list)
     jobs: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # the batch jobs' states
     torchft: Dict[str, FtSummary] = dataclasses.field(default_factory=dict)  # per torchft phase: its accounting
-    strategies: Optional[List[Dict[str, Any]]] = None               # the strategies' table (with torchft)
+    strategies: Optional[List[StrategyRow]] = None                  # the strategies' table (with torchft)
 
     def by_phase(self) -> Dict[str, PhaseSummary]:
         return {p.phase: p for p in self.phases}
@@ -34,6 +35,7 @@ class Summary:
         tmp = f"{path}.tmp"
         d = {fl.name: getattr(self, fl.name) for fl in dataclasses.fields(self)}  # the phases as they are (no deep copy)
         d["phases"] = [p.to_dict() for p in self.phases]
+        d["strategies"] = to_dict(self.strategies)
         d["torchft"] = {n: ft.to_dict() for n, ft in self.torchft.items()}
         with open(tmp, "w") as f:
             json.dump(d, f, indent=1, default=str)
@@ -55,6 +57,8 @@ class Summary:
         vals = {f.name: d[f.name] for f in dataclasses.fields(cls) if d.get(f.name) is not None}
         vals.setdefault("source", "")
         vals["phases"] = [p for p in map(PhaseSummary.from_dict, d["phases"]) if p is not None]
+        if isinstance(d.get("strategies"), list):
+            vals["strategies"] = [r for r in (read(StrategyRow, x) for x in d["strategies"]) if r is not None]
         fts = ((n, FtSummary.from_dict(ft)) for n, ft in (d["torchft"].items() if isinstance(d.get("torchft"), dict) else ()))
         vals["torchft"] = {n: ft for n, ft in fts if ft is not None}  # a phase's entry that does not read is left out
         return cls(**vals)
