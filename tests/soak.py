@@ -51,6 +51,24 @@ def stop_loads(procs) -> None:
         p.wait()
 
 
+def stop_pytest(p, grace: float = 120.0) -> None:
+    """A run cut short (the soak was stopped): SIGINT first, pytest's KeyboardInterrupt, so that its
+    session fixtures stop the test clusters; SIGKILL after `grace` seconds."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _terminated(signum, frame):
+    """SIGTERM (kill PID) ends the soak as Ctrl-C does: the finally blocks stop its run and its loads.
+    Without it the busy loads outlived a stopped soak (session 18: two of them, 85 minutes)."""
+    raise SystemExit(128 + signum)
+
+
 def failures_of(xml_path: str):
     """[(test id, message)] of the failed and errored test cases in a JUnit report."""
     try:
@@ -112,7 +130,12 @@ def run_once(i: int, a, out: str):
     t0 = time.time()
     try:
         with open(os.path.join(rundir, "pytest.log"), "w") as log:
-            rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+            p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                rc = p.wait()
+            except BaseException:
+                stop_pytest(p)
+                raise
     finally:
         stop_loads(loads)
     took = time.time() - t0
@@ -157,6 +180,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.path.join(ROOT, "build", "soak"))
     p.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     a = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminated)
     if a.runs < 1 or a.load < 0 or a.workers < 0:
         p.error("--runs must be at least 1, --load and --workers not negative")
     os.makedirs(a.out, exist_ok=True)

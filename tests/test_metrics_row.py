@@ -17,6 +17,7 @@ LINES = [
     '{"timestamp": 1.5, "metrics": {"train/loss": NaN}}\n',     # Python's json writes NaN
     '{"timestamp": 1.5, "metrics": {"train/loss": -Infinity}}\n',
     '{"timestamp": 1e400, "metrics": {}}\n',                    # beyond a float: inf, as json reads it
+    '{"timestamp": 1' + '0' * 400 + ', "metrics": {}}\n',      # an integer beyond a float: not a number
     '{"timestamp": true, "metrics": {}}\n',
     '{"timestamp": "5", "metrics": {}}\n',
     '{"timestamp": 1.0, "metrics": [1]}\n',
@@ -42,6 +43,12 @@ def _answer(fn, line):
 def test_a_line_reads_the_same_whichever_decoder_reads_it(line):
     assert metrics_row._FAST is not None  # msgspec is installed here (setup.cfg): the fast path is tried
     assert _answer(metrics_row.read_line, line) == _answer(metrics_row._read_slow, line)
+
+
+def test_an_integer_beyond_a_float_is_a_malformed_line_not_a_crash():
+    """float() of a 400-digit integer raises OverflowError, which the collector did not catch."""
+    with pytest.raises(TypeError, match="timestamp is not a number"):
+        metrics_row.read_line('{"timestamp": 1' + '0' * 400 + ', "metrics": {}}\n')
 
 
 def test_the_fast_path_takes_the_common_line_and_leaves_nan_to_the_standard_library(monkeypatch):

@@ -318,6 +318,7 @@ def test_a_phase_summary_read_back_takes_a_wrong_value_as_absent():
     ev, = s.failures
     assert ev == FailureEvent(attempt=0, lost_steps=3, kill_ts=7.0, rerun=ev.rerun) and ev.rerun.nodes == []
     assert s.save == {"b": Quantiles(count=2)} and s.finalize == Quantiles() and s.ended.how == "died"
+    assert PhaseSummary.from_dict({"phase": "p", "wall_s": 10 ** 400}).wall_s is None  # beyond a float: absent
     assert PhaseSummary.from_dict({"wall_s": 1.0}) is None and PhaseSummary.from_dict({"phase": 3}) is None
     assert PhaseSummary.from_dict([]) is None
 

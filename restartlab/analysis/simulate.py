@@ -382,13 +382,16 @@ def replay(expt_dir: str, phase: str) -> Replay:
         raise SimulateError(f"{expt_dir}/{phase}: its first attempt has no launch time or first step")
     faults = []
     for ev in ph.failures:  # not `e`: the except clause above binds that name
-        if not 1 <= ev.attempt <= len(attempts) or ev.kill_ts is None:
-            raise SimulateError(f"{summary}: phase {phase} has a failure without its attempt or its time")
+        if not 1 <= ev.attempt <= len(attempts):
+            raise SimulateError(f"{summary}: phase {phase} has a failure whose attempt it does not have ({ev.attempt})")
         a = attempts[ev.attempt - 1]
+        if ev.kill_ts is None and a.first_ts is not None:
+            raise SimulateError(f"{summary}: phase {phase}'s failure of attempt {ev.attempt} has no time")
         own = {"restart_s": ev.restart_s, "gap_s": ev.launch_gap_s, "detection_s": ev.detection_s,
                "kept_steps": ev.resumed_from - (a.resumed_from or 0)}
         # an attempt that died before its first step spent all of it starting up
-        faults.append((ev.kill_ts - a.first_ts if a.first_ts is not None else 0.0, ev.kind or "kill",
+        faults.append((ev.kill_ts - a.first_ts if ev.kill_ts is not None and a.first_ts is not None else 0.0,
+                       ev.kind or "kill",
                        {k: v for k, v in own.items() if v is not None}))
     cold = first.first_ts - first.launch_ts
     # the phase's wall runs to its last attempt's end: the time after its last step is its own

@@ -23,8 +23,14 @@ def load_file(path: str) -> object:
 
 
 def number(v: object) -> Optional[float]:
-    """A JSON number as a float; None for anything else."""
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """A JSON number as a float; None for anything else, and for an integer beyond a float (JSON has
+    no bound on its digits: float() would raise)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except OverflowError:
+        return None
 
 
 def integer(v: object) -> Optional[int]:
