@@ -6,9 +6,25 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import Dict, Optional, cast
 
-from .scenario import ScenarioError
-from .schedulers.base import SchedulerError, run_tool
+
+
+def _loaded(module: str, name: str) -> tuple:
+    """(the class `name` of `module`,) if that module was imported, else (): an except clause
+    over it catches nothing when the verb never loaded it. So the verbs a job script runs many
+    times (supervise, inject, kill-ranks, report) start without the scenario and scheduler
+    packages, which only raise these errors once imported (tests/test_cli_start.py)."""
+    m = sys.modules.get(f"{__package__}.{module}")
+    return (getattr(m, name),) if m else ()
+
+
+def _scenario_error() -> tuple:
+    return _loaded("scenario.source", "ScenarioError")
+
+
+def _scheduler_error() -> tuple:
+    return _loaded("schedulers.base", "SchedulerError")
 
 
 def _load(path, sets):
@@ -17,6 +33,7 @@ def _load(path, sets):
 
 
 def cmd_validate(a):
+    from .scenario import ScenarioError
     bad = 0
     for path in a.scenarios:
         try:
@@ -76,6 +93,8 @@ def cmd_preflight(a):
 def cmd_submit(a):
     from .job import experiment, preflight, render
     from . import scenario, schedulers
+    from .scenario import ScenarioError
+    from .schedulers.base import SchedulerError
     sc, where = scenario.load_located(a.scenario, a.set)
     name = a.scheduler or sc["scheduler"]
     sched = schedulers.get(name)
@@ -171,6 +190,7 @@ def cmd_submit(a):
 
 def cmd_status(a):
     from .job import jobref
+    from .schedulers.base import run_tool
     from .contracts import layout
     try:
         sched, ids, local = jobref.resolve(a.jobids, a.scheduler)
@@ -197,6 +217,7 @@ def cmd_status(a):
 
 def cmd_cancel(a):
     from .job import jobref
+    from .schedulers.base import run_tool
     try:
         sched, ids, local = jobref.resolve(a.jobids, a.scheduler)
     except jobref.RefError as e:
@@ -288,29 +309,31 @@ def cmd_render_all(a):
     return 0
 
 
-def build_parser():
+def _scen(sp, many=False):
+    sp.add_argument("scenarios" if many else "scenario", nargs="+" if many else None)
+    sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                    help="override a scenario value (repeatable); extends=FILE swaps the site profile")
+
+
+def _schedulers(queued_only=False):
     from . import schedulers
-    from .job import preflight
-    every, queued = schedulers.names(), schedulers.names(queued_only=True)
-    from . import __version__
-    p = argparse.ArgumentParser(prog="restartlab", description=__doc__)
-    p.add_argument("--version", action="version", version=f"restartlab {__version__}")
-    sub = p.add_subparsers(dest="verb", required=True)
+    return schedulers.names(queued_only=queued_only)
 
-    def scen(sp, many=False):
-        sp.add_argument("scenarios" if many else "scenario", nargs="+" if many else None)
-        sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
-                        help="override a scenario value (repeatable); extends=FILE swaps the site profile")
 
-    scen(sub.add_parser("validate", help="check scenarios against the schema"), many=True)
-    sp = sub.add_parser("render", help="print (or -o write) the job script")
-    scen(sp)
-    sp.add_argument("--scheduler", choices=every)
+def _args_validate(sp):
+    _scen(sp, many=True)
+
+
+def _args_render(sp):
+    _scen(sp)
+    sp.add_argument("--scheduler", choices=_schedulers())
     sp.add_argument("-o", "--output")
     sp.add_argument("--expt-dir", help="experiment directory baked into the script")
-    sp = sub.add_parser("submit", help="render + qsub/sbatch; prints the job id and experiment dir")
-    scen(sp)
-    sp.add_argument("--scheduler", choices=queued)
+
+
+def _args_submit(sp):
+    _scen(sp)
+    sp.add_argument("--scheduler", choices=_schedulers(queued_only=True))
     sp.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
     sp.add_argument("--smoke", action="store_true",
                     help="submit the smoke job instead: the experiment's shape for a few minutes, proving on the "
@@ -328,19 +351,27 @@ def build_parser():
                     "first is waiting or running")
     sp.add_argument("--poll", type=float, default=30.0, metavar="SECONDS",
                     help="--after: seconds between two questions to the server (default 30)")
-    sp = sub.add_parser("preflight", help="check on the login node that the job can work where it is going "
-                        "(account, queue limits, checkpoint bytes vs free space, program, Python, launcher)",
-                        description=preflight.__doc__.split("\n\n")[0])
-    scen(sp)
-    sp.add_argument("--scheduler", choices=queued + ["local"])
-    sp = sub.add_parser("status", help="state of many jobs in one query")
+
+
+def _args_preflight(sp):
+    from .job import preflight
+    sp.description = preflight.__doc__.split("\n\n")[0]
+    _scen(sp)
+    sp.add_argument("--scheduler", choices=_schedulers(queued_only=True) + ["local"])
+
+
+def _args_status(sp):
     sp.add_argument("jobids", nargs="+", help="job ids, or experiment directories (every job of a chain)")
-    sp.add_argument("--scheduler", choices=queued)
+    sp.add_argument("--scheduler", choices=_schedulers(queued_only=True))
     sp.add_argument("--json", action="store_true")
-    sp = sub.add_parser("cancel", help="cancel jobs: job ids, or experiment directories (every job of a chain)")
+
+
+def _args_cancel(sp):
     sp.add_argument("jobids", nargs="+", help="job ids, or experiment directories (every job of a chain)")
-    sp.add_argument("--scheduler", choices=queued)
-    sp = sub.add_parser("run", help="the whole experiment on this machine (local scheduler)")
+    sp.add_argument("--scheduler", choices=_schedulers(queued_only=True))
+
+
+def _args_run(sp):
     sp.add_argument("scenario", nargs="?", default=None, help="default: the shipped scenarios/local.yaml")
     sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
     sp.add_argument("--expt-dir", help="default: <expt_root>/<name>-<time>")
@@ -350,37 +381,95 @@ def build_parser():
     sp.add_argument("--baseline-from", metavar="EXPT_DIR",
                     help="copy the baseline phase (checkpoint: none) of this earlier experiment instead of running "
                     "it again; refused unless it ran the same command and finished")
-    from . import fuzz
+
+
+def _args_inject(sp):
     from .runtime import inject
-    inject.add_args(sub.add_parser("inject", help="the failure injector"))
-    fuzz.add_args(sub.add_parser("fuzz", help="kill anywhere: random SIGKILLs (many inside saves) into any "
-                                 "program, and whether each restart really survived (exit 1 on a finding)"))
-    sub.add_parser("kill-ranks", help="node-local: kill the job's ranks by env tag", add_help=False)
-    sub.add_parser("node-check", help="health of every node of the job; the hosts of the next attempt",
-                   add_help=False)
+    inject.add_args(sp)
+
+
+def _args_fuzz(sp):
+    from . import fuzz
+    fuzz.add_args(sp)
+
+
+def _args_report(sp):
     from .analysis import report
-    report.add_args(sub.add_parser("report", help="tables, plots and goodput for an experiment"))
-    sub.add_parser("simulate", help="goodput and the best checkpoint interval at scale, from measured costs",
-                   add_help=False)
+    report.add_args(sp)
+
+
+def _args_diff(sp):
     from .contracts import diff_args
-    diff_args.add_args(sub.add_parser("diff", help="two checkpoints compared key by key (DCP, torch.save, a "
-                                      "framework's folder): what differs, by how much, what one side lacks"))
-    from .contracts import options
+    diff_args.add_args(sp)
+
+
+def _args_supervise(sp):
     from .runtime import supervise
+    sp.description = supervise.__doc__.split("\n\n")[0]
+    supervise.build_parser(sp)
+
+
+def _args_teardown(sp):
+    from .contracts import options
     from .tools import options as tool_options
-    supervise.build_parser(sub.add_parser(
-        "supervise", help="the relaunch loop of one phase (the job script runs it)",
-        description=supervise.__doc__.split("\n\n")[0]))
-    options.add_to_parser(sub.add_parser("teardown", help="signal a job's ranks on every node (by tag)"),
-                          tool_options.TEARDOWN)
+    options.add_to_parser(sp, tool_options.TEARDOWN)
+
+
+def _args_chain(sp):
     from .job import chain
-    chain.add_args(sub.add_parser("chain", help="submit the continuation job of a chained experiment"))
-    sp = sub.add_parser("render-all", help=argparse.SUPPRESS)
+    chain.add_args(sp)
+
+
+def _args_render_all(sp):
     sp.add_argument("outdir")
+
+
+def _no_args(sp):
+    """A verb with a parser of its own (main() hands it its arguments unparsed)."""
+
+
+# every verb in --help's order: its one-line help and what adds its arguments (the module behind
+# them imported only when that verb's parser is built); add_help False: the verb's own parser answers
+VERB_ARGS = {
+    "validate": ("check scenarios against the schema", _args_validate),
+    "render": ("print (or -o write) the job script", _args_render),
+    "submit": ("render + qsub/sbatch; prints the job id and experiment dir", _args_submit),
+    "preflight": ("check on the login node that the job can work where it is going (account, queue limits, "
+                  "checkpoint bytes vs free space, program, Python, launcher)", _args_preflight),
+    "status": ("state of many jobs in one query", _args_status),
+    "cancel": ("cancel jobs: job ids, or experiment directories (every job of a chain)", _args_cancel),
+    "run": ("the whole experiment on this machine (local scheduler)", _args_run),
+    "inject": ("the failure injector", _args_inject),
+    "fuzz": ("kill anywhere: random SIGKILLs (many inside saves) into any program, and whether each restart "
+             "really survived (exit 1 on a finding)", _args_fuzz),
+    "kill-ranks": ("node-local: kill the job's ranks by env tag", _no_args),
+    "node-check": ("health of every node of the job; the hosts of the next attempt", _no_args),
+    "report": ("tables, plots and goodput for an experiment", _args_report),
+    "simulate": ("goodput and the best checkpoint interval at scale, from measured costs", _no_args),
+    "diff": ("two checkpoints compared key by key (DCP, torch.save, a framework's folder): what differs, by how "
+             "much, what one side lacks", _args_diff),
+    "supervise": ("the relaunch loop of one phase (the job script runs it)", _args_supervise),
+    "teardown": ("signal a job's ranks on every node (by tag)", _args_teardown),
+    "chain": ("submit the continuation job of a chained experiment", _args_chain),
+    "render-all": (argparse.SUPPRESS, _args_render_all),
+}
+OWN_PARSER = ("kill-ranks", "node-check", "simulate")
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command line's parser: every verb, or with `only`, every verb named and that one's
+    arguments alone (what main() parses with: a verb imports only its own modules)."""
+    from . import __version__
     from .contracts import usage
-    for verb, sp in sub.choices.items():  # an example line at the end of every verb's --help
-        if verb in usage.EXAMPLES:
-            sp.epilog, sp.formatter_class = usage.epilog(verb), argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="restartlab", description=__doc__)
+    p.add_argument("--version", action="version", version=f"restartlab {__version__}")
+    sub = p.add_subparsers(dest="verb", required=True)
+    for verb, (text, add) in VERB_ARGS.items():
+        sp = sub.add_parser(verb, help=text, add_help=verb not in OWN_PARSER)
+        if only in (None, verb):
+            add(sp)
+            if verb in usage.EXAMPLES:  # an example line at the end of the verb's --help
+                sp.epilog, sp.formatter_class = usage.epilog(verb), argparse.RawDescriptionHelpFormatter
     return p
 
 
@@ -408,8 +497,8 @@ def verb_parser(verb: str) -> argparse.ArgumentParser:
     if verb == "simulate":
         from .analysis import simulate_cli
         return simulate_cli.build_parser()
-    sub = next(a for a in build_parser()._actions if a.dest == "verb")
-    return sub.choices[verb]
+    sub = next(a for a in build_parser(only=verb)._actions if a.dest == "verb")
+    return cast(Dict[str, argparse.ArgumentParser], sub.choices)[verb]
 
 
 VERBS = {"validate": cmd_validate, "render": cmd_render, "submit": cmd_submit, "preflight": cmd_preflight, "status": cmd_status,
@@ -431,16 +520,16 @@ def main(argv=None):
         from .analysis import simulate_cli
         return simulate_cli.main(argv[1:])
     if argv[:1] == ["diff"]:  # tensors are loaded in the trainer's process: orchestration never imports torch
-        build_parser().parse_args(argv)  # usage errors said here, before torch starts
+        build_parser(only="diff").parse_args(argv)  # usage errors said here, before torch starts
         from .tools import verbs
         return subprocess.call(verbs.argv(sys.executable, "ckpt-diff", *argv[1:]))
-    a = build_parser().parse_args(argv)
+    a = build_parser(only=argv[0] if argv and argv[0] in VERB_ARGS else None).parse_args(argv)
     try:
         return VERBS[a.verb](a)
-    except ScenarioError as e:
+    except _scenario_error() as e:
         print(str(e), file=sys.stderr)
         return e.exit_code
-    except SchedulerError as e:
+    except _scheduler_error() as e:
         print(f"restartlab {a.verb}: {e}", file=sys.stderr)
         return 1
 
