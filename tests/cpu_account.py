@@ -11,19 +11,29 @@ sitecustomize appends each Python process's pid, argv and PYTEST_CURRENT_TEST (w
 process a test starts inherits) to DIR/pids.log. `report` joins the two by pid and walks each
 process up its parents to the test that started it. Processes that do not inherit the test's
 environment (a PBS job's, unless qsub -V) count as "?"; a process killed with threads of its own
-is recorded under its last thread's name (pt_gloo_runloop, ...)."""
+is recorded under its last thread's name (pt_gloo_runloop, ...).
+
+A pid is not a process: the suite starts about 50,000 processes and the kernel's pids wrap at
+32,768, so about 20,000 pids were used twice in one run (2026-12-07). Each process is therefore
+known by its pid and its start: its parent is the process of that pid alive when it started, and
+its line in pids.log the one of its pid written while it ran (joined by pid alone, a test's trainer
+pool of one worker took 80 CPU-s of later tests' ranks). Still wrong, and said: the ranks a
+standby pool forks (tests/helpers.trainer_pool, relaunch.warm) count for the test that started
+the pool, since a fork writes no line (in that run: about 190 CPU-s of about 40 tests' ranks
+under test_trainer_resume's fsdp4 case, the first of its worker to use the pool)."""
 import collections
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import time
 
-HOOK = '''import os, sys
+HOOK = '''import os, sys, time
 try:
     with open(os.path.join({d!r}, "pids.log"), "a") as f:
         f.write(f"{{os.getpid()}}\\t{{os.getppid()}}\\t{{' '.join(sys.orig_argv[1:])[:300]}}\\t"
-                f"{{os.environ.get('PYTEST_CURRENT_TEST', '').split(' (')[0]}}\\n")
+                f"{{os.environ.get('PYTEST_CURRENT_TEST', '').split(' (')[0]}}\\t{{time.time():.2f}}\\n")
 except OSError:
     pass
 '''
@@ -52,14 +62,52 @@ def run(d, cmd):
 
 
 def records(d):
-    """[(comm, cpu seconds, pid, ppid)] from dump-acct (its times are in 1/100 s)."""
+    """[(comm, cpu seconds, pid, ppid, start, end)] from dump-acct: its times are in 1/100 s, the
+    start (btime) a local-time date to the second."""
     out = subprocess.run(["dump-acct", os.path.join(d, "pacct")], capture_output=True, text=True, check=True).stdout
     recs = []
     for line in out.splitlines():
         f = [x.strip() for x in line.split("|")]
-        if len(f) > 10:
-            recs.append((f[0], (float(f[2]) + float(f[3])) / 100, int(f[9]), int(f[10])))
+        if len(f) > 14:
+            start = time.mktime(time.strptime(f[14], "%a %b %d %H:%M:%S %Y"))
+            recs.append((f[0], (float(f[2]) + float(f[3])) / 100, int(f[9]), int(f[10]), start,
+                         start + float(f[4]) / 100))
     return recs
+
+
+def python_lines(d):
+    """pid -> [(time, ppid, argv, test)] from pids.log, each pid's lines in the order written (a
+    line without its time, from an older hook, gets None)."""
+    py = collections.defaultdict(list)
+    with open(os.path.join(d, "pids.log")) as f:
+        for line in f:
+            p = line.rstrip("\n").split("\t")
+            if len(p) in (4, 5):
+                py[int(p[0])].append((float(p[4]) if len(p) == 5 else None, int(p[1]), p[2], p[3]))
+    return py
+
+
+SLACK = 1.5  # s: btime is to the second, and a line is written a little after its process starts
+
+
+def link(recs, py):
+    """For each record (by its index): its Python line (or None) and the index of its parent's
+    record (or None: the parent outlived the accounting, or was never recorded)."""
+    by_pid = collections.defaultdict(list)
+    for i, r in enumerate(recs):
+        by_pid[r[2]].append(i)
+
+    def alive(pid, t):  # the record of `pid` that was running at time t
+        for i in by_pid.get(pid, ()):
+            if recs[i][4] - SLACK <= t <= recs[i][5] + SLACK:
+                return i
+        return None
+    line, parent = [], []
+    for _, _, pid, ppid, start, end in recs:
+        ls = [x for x in py.get(pid, ()) if x[0] is None or start - SLACK <= x[0] <= end + SLACK]
+        line.append(ls[0] if ls else None)
+        parent.append(alive(ppid, start))
+    return line, parent
 
 
 def kind(argv):
@@ -77,28 +125,22 @@ def kind(argv):
 
 def report(d):
     recs = records(d)
-    py = {}
-    with open(os.path.join(d, "pids.log")) as f:
-        for line in f:
-            p = line.rstrip("\n").split("\t")
-            if len(p) == 4:
-                py[int(p[0])] = (int(p[1]), p[2], p[3])
-    parent = {pid: ppid for _, _, pid, ppid in recs}
-    parent.update({pid: v[0] for pid, v in py.items() if pid not in parent})
+    py = python_lines(d)
+    line, parent = link(recs, py)
 
-    def test_of(pid):
+    def test_of(i):
         for _ in range(50):
-            if pid in py and py[pid][2]:
-                return py[pid][2]
-            pid = parent.get(pid)
-            if not pid:
+            if line[i] is not None and line[i][3]:
+                return line[i][3]
+            if parent[i] is None:
                 break
+            i = parent[i]
         return "?"
     by_kind, by_test, ranks = collections.Counter(), collections.Counter(), collections.defaultdict(list)
-    for comm, cpu, pid, _ in recs:
-        k = kind(py[pid][1]) if pid in py else comm
+    for i, (comm, cpu, *_) in enumerate(recs):
+        k = kind(line[i][2]) if line[i] is not None else comm
         by_kind[k] += cpu
-        t = test_of(pid)
+        t = test_of(i)
         by_test[t] += cpu
         if k.startswith("training rank"):
             ranks[t].append(cpu)
