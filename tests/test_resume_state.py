@@ -15,6 +15,7 @@ import pytest
 
 from restartlab.analysis import state_compare
 from restartlab.contracts import layout
+from restartlab.contracts import restart_state as RS
 from restartlab.contracts import state_record as SR
 from restartlab.runtime import pystdio
 from tests.helpers import cleanup_tag, job_tag
@@ -283,12 +284,12 @@ def test_a_piece_one_rank_forgot_is_named_with_that_rank():
         return {0: runs[0][0], 1: runs[1][0]}
     base = two(30)
     rs = state_compare.compare(2, two(20, 10, lambda s: {"rng_torch": "other"}), 10, base)
-    assert rs.forgot == ["rng_torch"] and rs.ranks == 2 and rs.as_dict()["differ"]["rng_torch"]["ranks"] == [1]
+    assert rs.forgot == ["rng_torch"] and rs.ranks == 2 and rs.record().differ["rng_torch"].ranks == [1]
     assert "torch's CPU RNG differs on rank 1 of 2: " in rs.text()
     both = {r: recs for r, recs in two(20, 10, lambda s: {"rng_torch": "other"}).items()}
     both[0] = _run(20, 10, lambda s: {"rng_torch": "other"})[0]
     rs = state_compare.compare(2, both, 10, base)
-    assert "torch's CPU RNG differs: " in rs.text() and rs.as_dict()["differ"]["rng_torch"]["ranks"] == [0, 1]
+    assert "torch's CPU RNG differs: " in rs.text() and rs.record().differ["rng_torch"].ranks == [0, 1]
 
 
 def test_a_piece_used_one_step_later_is_the_resumes_and_a_later_one_is_not_blamed():
@@ -323,7 +324,7 @@ def test_a_resume_that_runs_another_thread_count_is_told_so_as_the_cause_of_a_la
     odd = _run(20, offset=10, change=lambda s: {"threads": 2, "batch": "x" if s >= 18 else "0"})
     rs = state_compare.compare(2, odd, 10, base, first_matched=10)
     assert rs.later == (18, ["batch"]) and "thread counts above" not in rs.text() and "nondeterminism" in rs.text()
-    assert rs.as_dict()["threads"] == {"attempt": [2], "reference": [1]}
+    assert rs.record().threads == RS.Threads(attempt=[2], reference=[1])
     for same in (lambda s: {"threads": 1, "params": "x" if s >= 18 else "0"},
                  lambda s: {"params": "x" if s >= 18 else "0"}):  # no count recorded: nothing said
         rs = state_compare.compare(2, _run(20, offset=10, change=same), 10, base)
@@ -605,13 +606,13 @@ def test_after_a_resume_that_forgot_the_next_one_is_judged_against_the_attempt_t
                 survival.Restart(3, "newest", "", 20)]
     findings = survival.resumed_state(ph, base, restarts)
     assert findings == ["attempt 2: the resume at step 11 did not restore the batch"]
-    assert restarts[1].state["against"] == "the baseline's" and restarts[1].state["forgot"] == ["batch"]
+    assert restarts[1].state.against == "the baseline's" and restarts[1].state.forgot == ["batch"]
     st = restarts[2].state
-    assert st["forgot"] == [] and st["against"].startswith("attempt 2's, which saved it (the phase left the baseline at step 11")
+    assert st.forgot == [] and st.against.startswith("attempt 2's, which saved it (the phase left the baseline at step 11")
     ph.attempts[1].last_iter = 20  # attempt 2 killed as its step-20 save completed: no record of step 21
     restarts = [survival.Restart(k, o, "", r) for k, o, r in ((1, "first", 0), (2, "newest", 10), (3, "newest", 20))]
     survival.resumed_state(ph, base, restarts)
-    assert restarts[2].state["text"].startswith("state not compared: the phase left the baseline at step 11")
+    assert restarts[2].state.text.startswith("state not compared: the phase left the baseline at step 11")
 
 
 
@@ -636,9 +637,9 @@ def test_a_phase_whose_state_left_the_baseline_after_an_exact_resume_judges_the_
     restarts = [survival.Restart(1, "first", "", 0), survival.Restart(2, "newest", "", 10),
                 survival.Restart(3, "newest", "", 20)]
     assert survival.resumed_state(ph, base, restarts) == []
-    assert restarts[1].state["forgot"] == [] and restarts[1].state["later"]["step"] == 15
+    assert restarts[1].state.forgot == [] and restarts[1].state.later.step == 15
     st = restarts[2].state
-    assert st["forgot"] == [] and st["against"].startswith("attempt 2's, which saved it (the phase left the baseline "
+    assert st.forgot == [] and st.against.startswith("attempt 2's, which saved it (the phase left the baseline "
                                                           "at step 15"), st
 
 
@@ -687,7 +688,7 @@ def test_a_warm_forked_rank_records_its_state_too(tmp_path):
     from restartlab.runtime.warm.standby import served_in
     assert served_in(layout.Expt(d).phase("exact").warm_dir, 2) == 1  # the relaunch's rank was forked by the pool
     st = ph["survival"]["restarts"][1]["state"]
-    assert st["step"] == 16 and st["forgot"] == [] and {"params", "opt_state", "batch", "lr"} <= set(st["equal"]), st
+    assert st.step == 16 and st.forgot == [] and {"params", "opt_state", "batch", "lr"} <= set(st.equal), st
     assert ph["survival"]["survived"]
 
 
@@ -709,7 +710,7 @@ def test_the_repeatability_check_uses_the_phases_first_run_from_step_0_that_reco
     restarts = [survival.Restart(1, "startup_kill", "", None), survival.Restart(2, "first", "", 0),
                 survival.Restart(3, "newest", "", 10)]
     assert survival.resumed_state(ph, base, restarts) == []
-    assert restarts[2].state["unrepeatable"] == ["rng_python"] and restarts[2].state["forgot"] == []
+    assert restarts[2].state.unrepeatable == ["rng_python"] and restarts[2].state.forgot == []
 
 
 def test_a_phase_read_from_metrics_files_beside_a_baseline_with_records_is_not_compared():
@@ -725,4 +726,4 @@ def test_a_phase_read_from_metrics_files_beside_a_baseline_with_records_is_not_c
                losses={s: 1.0 if s < 5 else 2.0 for s in range(1, 31)})
     r = survival.Restart(None, "newest", "resumed", resumed_from=10)
     assert survival.resumed_state(files, base, [r]) == []
-    assert r.state["text"].startswith("state not compared: the phase left the baseline at step 5"), r.state
+    assert r.state.text.startswith("state not compared: the phase left the baseline at step 5"), r.state

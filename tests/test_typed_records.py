@@ -240,6 +240,39 @@ OLD_KEYS = {
 }
 
 
+def _full_state():
+    """A resume's comparison with every part set (analysis/state_compare.ResumeState)."""
+    from restartlab.analysis.state_compare import ResumeState
+    return ResumeState(attempt=2, step=11, equal=["params"], differ={"lr": (0.1, 0.2), "rng_torch": ("a", "b")},
+                       differ_step=11, differ_on={"lr": [0, 1]}, not_observed=["scale"], unrepeatable=["rng_device"],
+                       later=(14, ["batch"]), matches={"lr": 9}, epochs={"batch": (1, 3, 8)},
+                       restored={"lr": (10, "the scheduler's load")}, several={"rng_torch": [3, 4]},
+                       loaded_other={"rng_torch": ("torch.load", None)}, first_matched=10, ranks=2, note=None,
+                       against="the baseline's", across=(2, 4), incomparable={"opt_state": "sharded"},
+                       threads=([2, 2], [1, 1]))
+
+
+def test_a_restarts_state_writes_the_dict_it_replaced():
+    """What survival wrote with ResumeState.as_dict (0f7d0c3 and before), key for key and in order."""
+    from restartlab.contracts.restart_state import RestartState
+    from restartlab.contracts.typed_json import read, to_dict
+    rs = _full_state()
+    old = {"attempt": 2, "step": 11, "equal": ["params"], "forgot": rs.forgot, "differ_step": 11,
+           "differ": {"lr": {"attempt": 0.1, "baseline": 0.2, "ranks": [0, 1]},
+                      "rng_torch": {"attempt": "a", "baseline": "b", "ranks": []}},
+           "not_observed": ["scale"], "unrepeatable": ["rng_device"], "later": {"step": 14, "pieces": ["batch"]},
+           "first_matched": 10, "ranks": 2, "note": None, "against": "the baseline's", "matches": {"lr": 9},
+           "restored": {"lr": {"step": 10, "load": "the scheduler's load"}}, "disturbed": rs.disturbed,
+           "several": {"rng_torch": [3, 4]}, "loaded_other": {"rng_torch": {"load": "torch.load", "step": None}},
+           "epochs": {"batch": {"off": 1, "batch": 3, "per_epoch": 8}}, "across": [2, 4],
+           "incomparable": {"opt_state": "sharded"}, "threads": {"attempt": [2, 2], "reference": [1, 1]},
+           "text": rs.text()}
+    written = json.loads(json.dumps(to_dict(rs.record())))
+    assert list(written) == list(old) and written == old
+    assert rs.forgot and rs.disturbed == ["lr"]  # the derived lists are not empty: their order is checked too
+    assert read(RestartState, written) == rs.record()
+
+
 def _full_phase():
     from restartlab.contracts import phase_summary as P
     from restartlab.contracts.jobruns import NodeChange
@@ -273,7 +306,7 @@ def _full_phase():
         overhead=P.Overhead(30.0, 2.0, 1.7, 0.5, 0.1, 40.0, 5.7, 3.0, 2.0),
         young_daly=P.YoungDaly(60.0, 58.0, 3600.0, 0.5, 7.0), policy="same",
         survival=P.SurvivalVerdict("sync", True, False, ["attempt 2: x"], "identical",
-                                   [P.RestartVerdict(2, "older", "x", 5, 10, {"text": "t", "forgot": []}, True)]),
+                                   [P.RestartVerdict(2, "older", "x", 5, 10, _full_state().record(), True)]),
         ended=P.Ended("completed", 3, "7.pbs", None, "completed"),
         own_metrics=P.OwnMetrics("ezpz", "m.jsonl", [P.OwnRestart(2, 4.0, 5.0, 1.0)], q, P.Quantiles(), P.Quantiles()),
         reused_from=None)

@@ -17,6 +17,7 @@ Pure: the collector has read the records (collect.AttemptData.state)."""
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, cast
 
+from ..contracts import restart_state as RS
 from ..contracts import state_record as SR
 
 Records = Dict[int, List[SR.StateRecord]]  # {rank: its records}
@@ -83,22 +84,20 @@ class ResumeState:
         return (f"the resume at step {self.step} " + "; ".join(parts)
                 + ("" if self.differ_step == self.step else f" (they differ from step {self.differ_step})"))
 
-    def as_dict(self) -> dict:
-        return {"attempt": self.attempt, "step": self.step, "equal": self.equal, "forgot": self.forgot,
-                "differ_step": self.differ_step,
-                "differ": {k: {"attempt": a, "baseline": b, "ranks": self.differ_on.get(k, [])}
-                           for k, (a, b) in self.differ.items()},
-                "not_observed": self.not_observed, "unrepeatable": self.unrepeatable,
-                "later": None if self.later is None else {"step": self.later[0], "pieces": self.later[1]},
-                "first_matched": self.first_matched, "ranks": self.ranks, "note": self.note, "against": self.against,
-                "matches": self.matches, "restored": {k: {"step": m, "load": what} for k, (m, what) in self.restored.items()},
-                "disturbed": self.disturbed,
-                "several": self.several,
-                "loaded_other": {k: {"load": what, "step": m} for k, (what, m) in self.loaded_other.items()},
-                "epochs": {k: {"off": n, "batch": b, "per_epoch": per} for k, (n, b, per) in self.epochs.items()},
-                "across": self.across, "incomparable": self.incomparable,
-                "threads": None if self.threads is None else {"attempt": self.threads[0], "reference": self.threads[1]},
-                "text": self.text()}
+    def record(self) -> RS.RestartState:
+        """As the summary carries it (contracts/restart_state)."""
+        return RS.RestartState(
+            attempt=self.attempt, step=self.step, equal=self.equal, forgot=self.forgot, differ_step=self.differ_step,
+            differ={k: RS.PieceDiffer(a, b, self.differ_on.get(k, [])) for k, (a, b) in self.differ.items()},
+            not_observed=self.not_observed, unrepeatable=self.unrepeatable,
+            later=None if self.later is None else RS.LaterDiffer(self.later[0], self.later[1]),
+            first_matched=self.first_matched, ranks=self.ranks, note=self.note, against=self.against,
+            matches=self.matches, restored={k: RS.Restored(m, what) for k, (m, what) in self.restored.items()},
+            disturbed=self.disturbed, several=self.several,
+            loaded_other={k: RS.LoadedOther(what, m) for k, (what, m) in self.loaded_other.items()},
+            epochs={k: RS.EpochsOff(n, b, per) for k, (n, b, per) in self.epochs.items()},
+            across=None if self.across is None else list(self.across), incomparable=self.incomparable,
+            threads=None if self.threads is None else RS.Threads(*self.threads), text=self.text())
 
     def _meaning(self, k: str) -> str:
         if k in self.restored:

@@ -30,6 +30,7 @@ from . import collect, state_compare
 from .runs import rerun
 from ..contracts import metric_keys as K
 from ..contracts.phase_summary import RestartVerdict, SurvivalVerdict
+from ..contracts.restart_state import RestartState
 from ..contracts.typed_json import to_dict
 
 CRASH_LOOP = 3
@@ -46,7 +47,7 @@ class Restart:
     text: str
     resumed_from: Optional[int] = None
     expected: Optional[int] = None
-    state: Optional[dict] = None  # what the resume restored, piece by piece (state_compare.ResumeState.as_dict)
+    state: Optional[RestartState] = None  # what the resume restored, piece by piece (state_compare.ResumeState)
 
     @property
     def finding(self) -> bool:
@@ -401,9 +402,10 @@ def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List
                  if k < r.attempt and by_number.get(k)
                  and by_number[k].last_iter > r.resumed_from and offsets[k] < r.resumed_from), None)
             if saver is None:
-                r.state = {"text": f"state not compared: the phase left the baseline at step {left}, before this "
-                                   f"resume's checkpoint, and no earlier attempt recorded step {r.resumed_from + 1}",
-                           "forgot": []}
+                why = (f"the phase left the baseline at step {left}, before this resume's checkpoint, and no "
+                       f"earlier attempt recorded step {r.resumed_from + 1}")
+                r.state = RestartState(attempt=r.attempt, step=r.resumed_from + 1, note=why,
+                                       text=f"state not compared: {why}")
                 continue
             rs = state_compare.compare(r.attempt, a.state, r.resumed_from, by_number[saver].state, not_judged,
                                        base_offset=offsets[saver],
@@ -411,7 +413,7 @@ def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List
                                                f"at step {left})")
         else:
             rs = state_compare.compare(r.attempt, a.state, r.resumed_from, base_state, not_judged, matched)
-        r.state = rs.as_dict()
+        r.state = rs.record()
         state_left = rs.differ_step if rs.forgot else (rs.later[0] if rs.later else None)
         if state_left is not None and (left is None or state_left < left):
             left = state_left
@@ -442,7 +444,7 @@ def markdown(verdicts: List[SurvivalVerdict]) -> List[str]:
         for r in v.restarts:
             L.append(f"  - attempt {r.attempt}: {r.text}" + (" **(finding)**" if r.finding else ""))
             if r.state:
-                L.append(f"    - {r.state['text']}" + (" **(finding)**" if r.state["forgot"] else ""))
+                L.append(f"    - {r.state.text}" + (" **(finding)**" if r.state.forgot else ""))
         for f in v.findings:
             if not f.startswith("attempt "):
                 L.append(f"  - **{f}**")

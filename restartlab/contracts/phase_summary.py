@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, cast
 
 from . import metric_keys as K
 from .jobruns import NodeChange
+from .restart_state import RestartState
 from .typed_json import read, to_dict
 
 
@@ -227,7 +228,7 @@ class RestartVerdict:
     text: str = ""
     resumed_from: Optional[int] = None
     expected: Optional[int] = None
-    state: Optional[Dict[str, Any]] = None  # what the resume restored, piece by piece (state_compare)
+    state: Optional[RestartState] = None  # what the resume restored, piece by piece (state_compare)
     finding: bool = False
 
 
