@@ -253,7 +253,7 @@ def _full_state():
 
 
 def test_a_restarts_state_writes_the_dict_it_replaced():
-    """What survival wrote with ResumeState.as_dict (0f7d0c3 and before), key for key and in order."""
+    """What survival wrote with ResumeState.as_dict (fafcf2a and before), key for key and in order."""
     from restartlab.contracts.restart_state import RestartState
     from restartlab.contracts.typed_json import read, to_dict
     rs = _full_state()
@@ -385,3 +385,25 @@ def test_simulates_results_write_the_keys_they_wrote_as_dicts():
     assert list(to_dict(Replay())) == ["phase", "mode", "interval_steps", "steps", "failures", "simulated_ettr",
                                        "simulated_wall_s", "measured_ettr", "measured_wall_s", "relative_error",
                                        "median_ettr", "median_wall_s", "median_relative_error", "exit_s", "costs"]
+
+
+def test_the_summarys_jobs_write_the_dicts_they_were_and_read_back(tmp_path):
+    """The batch jobs' states in the report's summary (contracts/job_status): the keys schedulers/base's
+    as_dict wrote (efa1751 and before), in that order; read back as records, a torn entry left out."""
+    from restartlab.analysis.report import jobs_markdown
+    from restartlab.contracts.job_status import JobStatus
+    from restartlab.contracts.summary import Summary
+    jobs = [JobStatus("7.pbs", "failed", 1, "exit code 1"), JobStatus("8.pbs", "running")]
+    path = str(tmp_path / "s.json")
+    Summary(source="x", phases=[], jobs=jobs).write(path)
+    with open(path) as f:
+        raw = json.load(f)
+    assert raw["jobs"] == [{"jobid": "7.pbs", "state": "failed", "exit_status": 1, "detail": "exit code 1"},
+                           {"jobid": "8.pbs", "state": "running", "exit_status": None, "detail": ""}]
+    assert [list(j) for j in raw["jobs"]] == [["jobid", "state", "exit_status", "detail"]] * 2
+    raw["jobs"].append({"state": "finished"})  # no job id: not a job's state
+    with open(path, "w") as f:
+        json.dump(raw, f)
+    assert Summary.read(path).jobs == jobs
+    assert jobs_markdown(jobs).splitlines()[-2:] == ["- job 7.pbs: failed, exit status 1 (exit code 1)",
+                                                     "- job 8.pbs: running"]

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional
 from .. import programs
 from ..contracts import jobslog, layout, options
 from ..contracts.attempts import PhaseEnd
+from ..contracts.job_status import JobStatus
 from ..contracts.live import Malformed
 from ..contracts.registry import RegistryError
 from ..tools import options as tool_options
@@ -148,8 +149,8 @@ def build(a):
     return phases, summaries, missing, problems, data
 
 
-def job_states(expt_dir, data):
-    """[{jobid, state, exit_status, detail}] of the experiment's jobs, as its scheduler reports them
+def job_states(expt_dir, data) -> List[JobStatus]:
+    """The states of the experiment's jobs, as its scheduler reports them
     now (one query), or [] where that cannot be asked (no queue, its tool not on PATH, an error:
     then one entry saying why)."""
     from .. import schedulers
@@ -167,8 +168,8 @@ def job_states(expt_dir, data):
     try:
         st = sched.status(recs, schedulers.run_tool)
     except (schedulers.SchedulerError, OSError) as e:
-        return [{"jobid": ",".join(recs), "state": "unknown", "exit_status": None, "detail": f"not asked: {e}"}]
-    return [st[j].as_dict() for j in recs]
+        return [JobStatus(",".join(recs), "unknown", None, f"not asked: {e}")]
+    return [st[j] for j in recs]
 
 
 def _tolerance(data) -> float:
@@ -433,13 +434,13 @@ def _log_wandb(a, scenario, summaries, out) -> bool:
         return False
 
 
-def jobs_markdown(jobs) -> str:
+def jobs_markdown(jobs: List[JobStatus]) -> str:
     if not jobs:
         return ""
     L = ["", "## The jobs", "", "As the scheduler reports them when this report was written:", ""]
     for j in jobs:
-        code = "" if j["exit_status"] is None else f", exit status {j['exit_status']}"
-        L.append(f"- job {j['jobid']}: {j['state']}{code}" + (f" ({j['detail']})" if j.get("detail") else ""))
+        code = "" if j.exit_status is None else f", exit status {j.exit_status}"
+        L.append(f"- job {j.jobid}: {j.state}{code}" + (f" ({j.detail})" if j.detail else ""))
     return "\n".join(L) + "\n"
 
 

@@ -9,6 +9,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from .ft_summary import FtSummary
+from .job_status import JobStatus
 from .phase_summary import PhaseSummary, StrategyRow
 from .typed_json import read, to_dict
 
@@ -23,7 +24,7 @@ class Summary:
     phases: List[PhaseSummary]
     missing: List[str] = dataclasses.field(default_factory=list)
     problems: List[str] = dataclasses.field(default_factory=list)
-    jobs: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # the batch jobs' states
+    jobs: List[JobStatus] = dataclasses.field(default_factory=list)  # the batch jobs' states
     torchft: Dict[str, FtSummary] = dataclasses.field(default_factory=dict)  # per torchft phase: its accounting
     strategies: Optional[List[StrategyRow]] = None                  # the strategies' table (with torchft)
 
@@ -36,6 +37,7 @@ class Summary:
         d = {fl.name: getattr(self, fl.name) for fl in dataclasses.fields(self)}  # the phases as they are (no deep copy)
         d["phases"] = [p.to_dict() for p in self.phases]
         d["strategies"] = to_dict(self.strategies)
+        d["jobs"] = to_dict(self.jobs)
         d["torchft"] = {n: ft.to_dict() for n, ft in self.torchft.items()}
         with open(tmp, "w") as f:
             json.dump(d, f, indent=1, default=str)
@@ -57,6 +59,8 @@ class Summary:
         vals = {f.name: d[f.name] for f in dataclasses.fields(cls) if d.get(f.name) is not None}
         vals.setdefault("source", "")
         vals["phases"] = [p for p in map(PhaseSummary.from_dict, d["phases"]) if p is not None]
+        vals["jobs"] = [j for j in (read(JobStatus, x) for x in d.get("jobs") or ()) if j is not None] \
+            if isinstance(d.get("jobs"), list) else []
         if isinstance(d.get("strategies"), list):
             vals["strategies"] = [r for r in (read(StrategyRow, x) for x in d["strategies"]) if r is not None]
         fts = ((n, FtSummary.from_dict(ft)) for n, ft in (d["torchft"].items() if isinstance(d.get("torchft"), dict) else ()))

@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..contracts.job_status import JobStatus  # noqa: F401  (re-exported: what status() gives)
 from ..contracts.registry import Registry
 
 # states, common to all schedulers
@@ -16,18 +17,6 @@ PENDING, RUNNING, FINISHED, FAILED, UNKNOWN = "pending", "running", "finished", 
 
 # run(argv) -> (returncode, stdout, stderr): how the CLI executes a query (tests pass recorded output)
 Runner = Callable[[List[str]], Tuple[int, str, str]]
-
-
-@dataclass
-class JobStatus:
-    jobid: str
-    state: str
-    exit_status: Optional[int] = None
-    detail: str = ""
-
-    def as_dict(self):
-        return {"jobid": self.jobid, "state": self.state, "exit_status": self.exit_status,
-                "detail": self.detail}
 
 
 class SchedulerError(Exception):
