@@ -688,7 +688,7 @@ def test_a_warm_forked_rank_records_its_state_too(tmp_path):
     from restartlab.runtime.warm.standby import served_in
     assert served_in(layout.Expt(d).phase("exact").warm_dir, 2) == 1  # the relaunch's rank was forked by the pool
     st = ph["survival"]["restarts"][1]["state"]
-    assert st.step == 16 and st.forgot == [] and {"params", "opt_state", "batch", "lr"} <= set(st.equal), st
+    assert st["step"] == 16 and st["forgot"] == [] and {"params", "opt_state", "batch", "lr"} <= set(st["equal"]), st
     assert ph["survival"]["survived"]
 
 
