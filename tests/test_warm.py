@@ -102,6 +102,18 @@ def test_the_preload_a_program_gets_by_default():
 
 
 # ---------------------------------------------------------------- the hand-over
+def test_the_preload_is_frozen_and_the_collector_back_on():
+    """Pool.preload imports with the cyclic collector off, then freezes what the imports made (no
+    collection, in the pool or a forked rank, passes over it again) and turns the collector back on
+    (the pool and the ranks still collect their own garbage). In a process of its own: a freeze in
+    pytest's would hold the suite's objects. Fails with the freeze or the enable taken out."""
+    code = ("import gc, sys\nfrom restartlab.runtime.warm.pool import Pool\n"
+            "before = gc.get_freeze_count()\nPool('/nonexistent', sys.executable).preload(['json', 'csv'])\n"
+            "print(gc.isenabled(), gc.get_freeze_count() > before, 'csv' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["True", "True", "True"], r.stdout + r.stderr
+
+
 def test_the_rank_gets_the_stubs_argv_env_cwd_streams_and_its_exit_status_comes_back(pool, tmp_path):
     sb, tag = pool
     code = ("import json, os, sys; line = sys.stdin.readline().strip(); "
