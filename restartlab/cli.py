@@ -12,9 +12,9 @@ from typing import Dict, Optional, cast
 
 def _loaded(module: str, name: str) -> tuple:
     """(the class `name` of `module`,) if that module was imported, else (): an except clause
-    over it catches nothing when the verb never loaded it. So the verbs a job script runs many
-    times (supervise, inject, kill-ranks, report) start without the scenario and scheduler
-    packages, which only raise these errors once imported (tests/test_cli_start.py)."""
+    over it catches nothing when the verb never loaded it (nothing could have raised it). So the
+    verbs a job script runs many times (supervise, inject, kill-ranks, report) start without the
+    scenario package, preflight, fuzz and Jinja (tests/test_cli_start.py)."""
     m = sys.modules.get(f"{__package__}.{module}")
     return (getattr(m, name),) if m else ()
 

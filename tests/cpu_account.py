@@ -21,6 +21,7 @@ pool of one worker took 80 CPU-s of later tests' ranks). Still wrong, and said: 
 standby pool forks (tests/helpers.trainer_pool, relaunch.warm) count for the test that started
 the pool, since a fork writes no line (in that run: about 190 CPU-s of about 40 tests' ranks
 under test_trainer_resume's fsdp4 case, the first of its worker to use the pool)."""
+import calendar
 import collections
 import os
 import shutil
@@ -32,7 +33,7 @@ import time
 HOOK = '''import os, sys, time
 try:
     with open(os.path.join({d!r}, "pids.log"), "a") as f:
-        f.write(f"{{os.getpid()}}\\t{{os.getppid()}}\\t{{' '.join(sys.orig_argv[1:])[:300]}}\\t"
+        f.write(f"{{os.getpid()}}\\t{{os.getppid()}}\\t{{' '.join(' '.join(sys.orig_argv[1:]).split())[:300]}}\\t"
                 f"{{os.environ.get('PYTEST_CURRENT_TEST', '').split(' (')[0]}}\\t{{time.time():.2f}}\\n")
 except OSError:
     pass
@@ -64,12 +65,14 @@ def run(d, cmd):
 def records(d):
     """[(comm, cpu seconds, pid, ppid, start, end)] from dump-acct: its times are in 1/100 s, the
     start (btime) a local-time date to the second."""
-    out = subprocess.run(["dump-acct", os.path.join(d, "pacct")], capture_output=True, text=True, check=True).stdout
+    # in UTC: a local time is ambiguous in the hour a clock goes back
+    out = subprocess.run(["dump-acct", os.path.join(d, "pacct")], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, TZ="UTC")).stdout
     recs = []
     for line in out.splitlines():
         f = [x.strip() for x in line.split("|")]
         if len(f) > 14:
-            start = time.mktime(time.strptime(f[14], "%a %b %d %H:%M:%S %Y"))
+            start = calendar.timegm(time.strptime(f[14], "%a %b %d %H:%M:%S %Y"))
             recs.append((f[0], (float(f[2]) + float(f[3])) / 100, int(f[9]), int(f[10]), start,
                          start + float(f[4]) / 100))
     return recs
@@ -106,7 +109,9 @@ def link(recs, py):
     for _, _, pid, ppid, start, end in recs:
         ls = [x for x in py.get(pid, ()) if x[0] is None or start - SLACK <= x[0] <= end + SLACK]
         line.append(ls[0] if ls else None)
-        parent.append(alive(ppid, start))
+        # the parent it started under: its line's (getppid() at its start), else the record's (the
+        # kernel's at its exit: an orphan's reaper by then)
+        parent.append(alive(ls[0][1] if ls else ppid, start))
     return line, parent
 
 

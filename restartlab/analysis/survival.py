@@ -402,10 +402,9 @@ def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List
                  if k < r.attempt and by_number.get(k)
                  and by_number[k].last_iter > r.resumed_from and offsets[k] < r.resumed_from), None)
             if saver is None:
-                why = (f"the phase left the baseline at step {left}, before this resume's checkpoint, and no "
-                       f"earlier attempt recorded step {r.resumed_from + 1}")
-                r.state = RestartState(attempt=r.attempt, step=r.resumed_from + 1, note=why,
-                                       text=f"state not compared: {why}")
+                why = (f"state not compared: the phase left the baseline at step {left}, before this resume's "
+                       f"checkpoint, and no earlier attempt recorded step {r.resumed_from + 1}")
+                r.state = RestartState(attempt=r.attempt, step=r.resumed_from + 1, note=why, text=why)  # as compare()'s
                 continue
             rs = state_compare.compare(r.attempt, a.state, r.resumed_from, by_number[saver].state, not_judged,
                                        base_offset=offsets[saver],

@@ -68,8 +68,8 @@ class RestartState:
     later: Optional[LaterDiffer] = None
     first_matched: int = 0  # steps at which the phase's first attempt equalled the baseline
     ranks: int = 0          # ranks compared
-    note: Optional[str] = None  # why nothing could be compared
-    against: str = ""           # the reference, in words
+    note: Optional[str] = None  # why nothing could be compared: the whole sentence, `text` then too
+    against: str = ""           # the reference, in words ("": none, when nothing was compared)
     matches: Dict[str, int] = dataclasses.field(default_factory=dict)  # piece -> the reference step it has
     restored: Dict[str, Restored] = dataclasses.field(default_factory=dict)
     disturbed: List[str] = dataclasses.field(default_factory=list)  # restored, then changed before the step

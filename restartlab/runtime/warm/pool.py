@@ -238,13 +238,15 @@ class Pool:
         import gc
         import importlib
         t0 = time.time()
+        collecting = gc.isenabled()
         gc.disable()
         try:
             for m in modules:
                 importlib.import_module(m)
         finally:
             gc.freeze()
-            gc.enable()
+            if collecting:
+                gc.enable()
         n = _threads()
         if n > 1:
             raise PoolError(f"the preload left {n} threads running; a fork copies only one (set the "
