@@ -9,7 +9,6 @@ import sys
 from typing import Dict, Optional, cast
 
 
-
 def _loaded(module: str, name: str) -> tuple:
     """(the class `name` of `module`,) if that module was imported, else (): an except clause
     over it catches nothing when the verb never loaded it (nothing could have raised it). So the

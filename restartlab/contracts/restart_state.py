@@ -8,6 +8,7 @@ the parameters' fingerprint, the optimizer's state, the learning rate, the data 
 import dataclasses
 from typing import Any, Dict, List, Optional
 
+
 @dataclasses.dataclass
 class PieceDiffer:
     """A piece that differs at the resume: its value in this attempt and in the reference."""

@@ -59,8 +59,8 @@ class Summary:
         vals = {f.name: d[f.name] for f in dataclasses.fields(cls) if d.get(f.name) is not None}
         vals.setdefault("source", "")
         vals["phases"] = [p for p in map(PhaseSummary.from_dict, d["phases"]) if p is not None]
-        vals["jobs"] = [j for j in (read(JobStatus, x) for x in d.get("jobs") or ()) if j is not None] \
-            if isinstance(d.get("jobs"), list) else []
+        jobs = d["jobs"] if isinstance(d.get("jobs"), list) else []
+        vals["jobs"] = [j for j in (read(JobStatus, x) for x in jobs) if j is not None]
         if isinstance(d.get("strategies"), list):
             vals["strategies"] = [r for r in (read(StrategyRow, x) for x in d["strategies"]) if r is not None]
         fts = ((n, FtSummary.from_dict(ft)) for n, ft in (d["torchft"].items() if isinstance(d.get("torchft"), dict) else ()))

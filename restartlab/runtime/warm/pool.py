@@ -14,6 +14,7 @@ from .. import pystdio
 from ..rankexit import die_with_parent
 from ...contracts import layout, pycmd
 from ...contracts.envvars import ATTEMPT_VAR, PHASE_VAR, SERVER_VAR, TAG_VAR, WARM_VAR, node_name
+from ...contracts.frozen_imports import frozen_imports
 from ...contracts.served import Served
 from ...tools import verbs
 from .wire import FORWARDED, SOCKET_NAME, Ended, PoolError, Refused, Started, node_dir, recv_request, send_msg, unix_path
@@ -230,23 +231,13 @@ class Pool:
         self.delay = _testpoints(os.environ.get(TESTPOINT_VAR, ""))
 
     def preload(self, modules: List[str]) -> float:
-        """Import `modules`, as CPython's gc docs advise for a process that forks without exec: no
-        cyclic collection while they come in (a collector's pass over torch's ~300k new objects at
-        every threshold: about a fifth of the preload's CPU here), then all of it frozen, so that no
-        collection, in the pool or a forked rank, touches those objects again (each touch writes the
-        page: copy-on-write in every rank)."""
-        import gc
+        """Import `modules` frozen (contracts/frozen_imports): no collection, in the pool or a forked
+        rank, touches those objects again (each touch writes the page: copy-on-write in every rank)."""
         import importlib
         t0 = time.time()
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with frozen_imports():
             for m in modules:
                 importlib.import_module(m)
-        finally:
-            gc.freeze()
-            if collecting:
-                gc.enable()
         n = _threads()
         if n > 1:
             raise PoolError(f"the preload left {n} threads running; a fork copies only one (set the "
