@@ -37,8 +37,8 @@ def cmd_validate(a):
     for path in a.scenarios:
         try:
             sc = _load(path, a.set)
-            print(f"{path}: ok ({sc['scheduler']}, {sc['job']['nodes']} node(s) x "
-                  f"{sc['launch']['ranks_per_node']} ranks, phases: {', '.join(p['name'] for p in sc['phases'])})")
+            print(f"{path}: ok ({sc.scheduler}, {sc.job.nodes} node(s) x "
+                  f"{sc.launch.ranks_per_node} ranks, phases: {', '.join(p.name for p in sc.phases)})")
         except ScenarioError as e:
             print(str(e), file=sys.stderr)
             bad = 1
@@ -53,7 +53,7 @@ def _take_auto(p, sc, verb, refused="nothing submitted") -> bool:
         preflight.report(p.findings, refused=refused)
         return False
     print(f"restartlab {verb}: job.queue auto: {p.chosen_queue}", file=sys.stderr)
-    sc["job"]["queue"] = p.chosen_queue
+    sc.job.queue = p.chosen_queue
     return True
 
 
@@ -61,17 +61,17 @@ def cmd_render(a):
     from .job import experiment, preflight
     from . import scenario, schedulers
     sc, where = scenario.load_located(a.scenario, a.set)
-    name = a.scheduler or sc["scheduler"]
-    if sc["job"]["queue"] == "auto" and schedulers.get(name).has_queue:
+    name = a.scheduler or sc.scheduler
+    if sc.job.queue == "auto" and schedulers.get(name).has_queue:
         p = preflight.Preflight(sc, where, name)
         p.queue()  # the server's queues decide: without them, the line says the key and why
         if not _take_auto(p, sc, "render", "nothing rendered"):
             return 2
     text, ctx, resolved = experiment.render_script(sc, a.scheduler, expt_dir=a.expt_dir)
-    if not sc["job"]["account"] and (sc["site"]["account_required"] or ctx["unfilled"]):
+    if not sc.job.account and (sc.site.account_required or ctx["unfilled"]):
         print(f"restartlab render: warning: {where(('job', 'account'))}: job.account is not set: "
               + "; ".join(x for x in (
-                  "the script charges no project (-A), which the site requires" if sc["site"]["account_required"] else "",
+                  "the script charges no project (-A), which the site requires" if sc.site.account_required else "",
                   "its paths hold a literal {account}, so it stops at once if run" if ctx["unfilled"] else "") if x)
               + ": render it again with --set job.account=PROJECT", file=sys.stderr)
     if a.output and a.output != "-":
@@ -95,10 +95,10 @@ def cmd_submit(a):
     from .scenario import ScenarioError
     from .schedulers.base import SchedulerError
     sc, where = scenario.load_located(a.scenario, a.set)
-    name = a.scheduler or sc["scheduler"]
+    name = a.scheduler or sc.scheduler
     sched = schedulers.get(name)
     judged = render.smoke_scenario(sc) if a.smoke else sc  # the job preflight judges: the smoke job's shape
-    if sched.has_queue and sc["job"]["queue"] == "auto" and (a.dry_run or a.no_preflight):
+    if sched.has_queue and sc.job.queue == "auto" and (a.dry_run or a.no_preflight):
         # the choice needs the server either way: asked alone, without the other checks
         p = preflight.Preflight(judged, where, name)
         p.queue()
@@ -300,7 +300,7 @@ def cmd_render_all(a):
         if fn.endswith(".yaml"):
             sc = _load(os.path.join(d, fn), [])
             for s in schedulers.names():
-                text, _, _ = experiment.render_script(sc, s, expt_dir=f"/path/to/expt/{sc['name']}")
+                text, _, _ = experiment.render_script(sc, s, expt_dir=f"/path/to/expt/{sc.name}")
                 out = os.path.join(a.outdir, f"{fn[:-5]}.{s}.sh")
                 with open(out, "w") as f:
                     f.write(text)

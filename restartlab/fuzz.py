@@ -10,18 +10,21 @@ that ran the same command, as `restartlab run --baseline-from`).
 Exit 0: every kill was survived as expected; 1: any finding (resumed from an incomplete or an
 older checkpoint, started over, crashed while loading, a crash loop, hung, did not finish, diverged
 from the baseline); 2: bad input. The table is printed and written to the experiment dir."""
+import argparse
 import copy
+import dataclasses
 import json
 import os
 import sys
-from typing import Any, Dict, List
 import time
+from typing import Any, Dict, List, Tuple
 
 from .contracts import iofaults, layout, live
 from .job import preflight, run
 from . import failures, scenario
 from .analysis import survival
 from .analysis.collect import is_baseline
+from .contracts.scenario_record import Scenario, Schedule
 from .contracts.units import parse_duration
 
 
@@ -55,7 +58,7 @@ class FuzzInputError(scenario.ScenarioError):
     pass
 
 
-def plan(sc: dict, a):
+def plan(sc: Scenario, a: argparse.Namespace) -> Tuple[Scenario, str]:
     """(the scenario to run, the fuzzed phase's name): the baseline (unless --no-baseline) and the
     fuzzed phase, whose failures are the kill-anywhere schedule."""
     if a.kills < 1:
@@ -68,34 +71,32 @@ def plan(sc: dict, a):
         raise FuzzInputError(f"--kinds {a.kinds}: each of {', '.join(failures.FUZZ_KINDS)} (got {', '.join(bad) or 'none'})")
     if a.no_baseline and a.baseline_from:
         raise FuzzInputError("--no-baseline and --baseline-from: choose one")
-    phases = sc["phases"]
+    phases = sc.phases
     if a.phase:
-        target = next((p for p in phases if p["name"] == a.phase), None)
+        target = sc.phase(a.phase)
         if target is None:
-            raise FuzzInputError(f"{sc['source']}: phases: no phase named {a.phase!r} "
-                                 f"(phases: {', '.join(p['name'] for p in phases)})")
+            raise FuzzInputError(f"{sc.source}: phases: no phase named {a.phase!r} "
+                                 f"(phases: {', '.join(p.name for p in phases)})")
     else:
-        target = next((p for p in phases if p["checkpoint"] != "none"), None)
+        target = next((p for p in phases if p.checkpoint != "none"), None)
         if target is None:
-            raise FuzzInputError(f"{sc['source']}: phases: no phase saves checkpoints: nothing to fuzz")
-    if target["checkpoint"] == "none":
-        raise FuzzInputError(f"{sc['source']}: phases: {target['name']!r} saves no checkpoints (checkpoint: none)")
-    base = next((p for p in phases if is_baseline(p["checkpoint"])), None) if not a.no_baseline else None
-    out = copy.deepcopy(sc)
-    f = copy.deepcopy(sc["failures"])
-    f.update(kind=kinds[0], fuzz_kinds=",".join(kinds) if len(kinds) > 1 else None,
-             signal=None, gate=None, wait_first_complete=False, max_kills=None,
-             fuzz_window=a.window or f.get("fuzz_window") or 10.0, fuzz_save_share=a.save_share,
-             fuzz_save_jitter=a.save_jitter if a.save_jitter is not None else f.get("fuzz_save_jitter", 0.02),
-             fuzz_after_complete=a.after_complete,
-             schedule={k: None for k in f["schedule"]})
-    f["schedule"].update(fuzz=a.kills, seed=a.seed)
-    fuzzed = dict(copy.deepcopy(target), failures=f)
-    out["phases"] = ([dict(copy.deepcopy(base), failures=False)] if base else []) + [fuzzed]
-    # every kill costs an attempt; a program that crash-loops stops after survival.CRASH_LOOP more
-    out["relaunch"]["max_attempts"] = a.kills + survival.CRASH_LOOP + 1
-    out["collection"]["plots"] = False
-    return out, target["name"]
+            raise FuzzInputError(f"{sc.source}: phases: no phase saves checkpoints: nothing to fuzz")
+    if target.checkpoint == "none":
+        raise FuzzInputError(f"{sc.source}: phases: {target.name!r} saves no checkpoints (checkpoint: none)")
+    base = next((p for p in phases if is_baseline(p.checkpoint)), None) if not a.no_baseline else None
+    f = dataclasses.replace(
+        copy.deepcopy(sc.failures), kind=kinds[0], fuzz_kinds=",".join(kinds) if len(kinds) > 1 else None,
+        signal=None, gate=None, wait_first_complete=False, max_kills=None,
+        fuzz_window=a.window or sc.failures.fuzz_window or 10.0, fuzz_save_share=a.save_share,
+        fuzz_save_jitter=a.save_jitter if a.save_jitter is not None else sc.failures.fuzz_save_jitter,
+        fuzz_after_complete=a.after_complete, schedule=Schedule(fuzz=a.kills, seed=a.seed))
+    fuzzed = dataclasses.replace(copy.deepcopy(target), failures=f)
+    out = dataclasses.replace(
+        copy.deepcopy(sc), phases=([dataclasses.replace(copy.deepcopy(base), failures=False)] if base else []) + [fuzzed],
+        # every kill costs an attempt; a program that crash-loops stops after survival.CRASH_LOOP more
+        relaunch=dataclasses.replace(sc.relaunch, max_attempts=a.kills + survival.CRASH_LOOP + 1),
+        collection=dataclasses.replace(sc.collection, plots=False))
+    return out, target.name
 
 
 def outcomes(phase_dir: str, verdict: survival.Verdict) -> list:
@@ -162,19 +163,19 @@ def main(a) -> int:
         preflight.report(refused)
         return 2
     expt_dir = os.path.abspath(a.expt_dir) if a.expt_dir else os.path.join(
-        os.path.abspath(sc["expt_root"]), f"{sc['name']}-fuzz-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.path.abspath(sc.expt_root), f"{sc.name}-fuzz-{time.strftime('%Y%m%d-%H%M%S')}")
     rc = run.run_scenario(sc, a.scenario, expt_dir, a.plain, verb="fuzz", baseline_from=a.baseline_from)
     if rc in (2, 130):
         return rc
     expt = layout.Expt(expt_dir)
-    base = next((p["name"] for p in sc["phases"] if is_baseline(p["checkpoint"])), None)
-    tol = float((sc["trainer"].get("program") or {}).get("tolerance") or 0.0)
+    base = next((p.name for p in sc.phases if is_baseline(p.checkpoint)), None)
+    tol = sc.trainer.program.tolerance if sc.trainer.program else 0.0
     v = survival.phase_verdict(expt.phase(name).path, expt.phase(base).path if base else None, tol)
     rows = outcomes(expt.phase(name).path, v)
     text = table(rows)
-    where = {w: sum(1 for r in rows if r["where"].startswith(w)) for w in ("start-up", "save", "between saves")}
-    summary = (f"{len(rows)} of {a.kills} kill(s) landed ({where['save']} inside a save, {where['between saves']} "
-               f"between saves, {where['start-up']} in start-up); "
+    landed = {w: sum(1 for r in rows if r["where"].startswith(w)) for w in ("start-up", "save", "between saves")}
+    summary = (f"{len(rows)} of {a.kills} kill(s) landed ({landed['save']} inside a save, {landed['between saves']} "
+               f"between saves, {landed['start-up']} in start-up); "
                + ("survived every one" if not v.findings else f"{len(v.findings)} finding(s)"))
     notes = [f"- {f}" for f in v.findings]
     if v.baseline:

@@ -85,7 +85,7 @@ def shipped_pbs_scenarios():
     out = []
     for path in sorted(glob.glob(os.path.join(REPO, "scenarios", "*.yaml")) +
                        glob.glob(os.path.join(REPO, "scenarios", "examples", "*.yaml"))):
-        if scen.load(path, [])["scheduler"] == "pbs":
+        if scen.load(path, []).scheduler == "pbs":
             out.append((os.path.relpath(path, REPO), path, ["job.account=datascience"]))
     for prof in PBS_PROFILES:
         out.append((f"local.yaml on systems/{prof}.yaml", os.path.join(REPO, "scenarios", "local.yaml"),

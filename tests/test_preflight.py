@@ -172,7 +172,7 @@ def test_checkpoints_that_cannot_fit_are_refused_with_the_bytes(tmp_path, small_
 def test_a_default_keep_cannot_fill_a_file_system_by_itself():
     sc = scenario.load(os.path.join(REPO, "scenarios", "agpt2b.yaml"))
     (sync, asyn) = sizing.phase_bytes(sc)
-    assert sc["trainer"]["keep"] == 3 and sync.saves == 20 and sync.kept == 4  # not 20 x 23.8 GB a phase
+    assert sc.trainer.keep == 3 and sync.saves == 20 and sync.kept == 4  # not 20 x 23.8 GB a phase
     assert round(sync.per_save / 1e9, 1) == 23.8 and sizing.node_hours(sc) == 4.0
 
 
@@ -196,7 +196,7 @@ def test_the_account_a_site_requires(tmp_path):
     # every shipped ALCF profile requires it, and names its project space by it
     for site in ("aurora", "sunspot", "polaris"):
         sc = scenario.load(os.path.join(REPO, "scenarios", "systems", f"{site}.yaml"), ["phases=[{name: a}]"])
-        assert sc["site"]["account_required"] and "{account}" in sc["expt_root"], site
+        assert sc.site.account_required and "{account}" in sc.expt_root, site
 
 
 @pytest.mark.parametrize("target", ["sunspot-expt", "aurora-expt", "polaris-expt"])

@@ -70,7 +70,7 @@ def test_no_progress_takes_the_steps_from_the_probe_unless_it_is_off(tmp_path):
     text = ("name: t\ntrainer:\n  program:\n    command: [python, x.py]\n    checkpoints: '{ckpt_dir}/c-(?P<step>\\d+)'\n"
             "    steps: 10\nphases: [{name: a}]\n")
     p.write_text(text)
-    assert scenario.load(str(p))["trainer"]["train_iters"] == 10
+    assert scenario.load(str(p)).trainer.train_iters == 10
     p.write_text(text + "collection: {state_every: 0}\n")
     with pytest.raises(scenario.ScenarioError) as e:
         scenario.load(str(p))

@@ -33,7 +33,7 @@ def toy_scheduler():
         jobid_var = "TOYFLUX_JOB_ID"
 
         def directives(self, sc):
-            return [f"--nodes={sc['job']['nodes']}", f"--time-limit={int(sc['job']['walltime'])}s"]
+            return [f"--nodes={sc.job.nodes}", f"--time-limit={int(sc.job.walltime)}s"]
 
         def submit_cmd(self, script):
             return ["flux", "batch", script]
@@ -45,7 +45,7 @@ def toy_scheduler():
 def test_toy_scheduler_is_one_class(tmp_path, toy_scheduler):
     # the scenario schema, the CLI choices, the job-id detection and the renderer all see it
     sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["scheduler=toyflux", "job.nodes=2"])
-    assert sc["scheduler"] == "toyflux"
+    assert sc.scheduler == "toyflux"
     text, _ = render.render(sc, None, str(tmp_path / "expt"))
     lines = text.splitlines()
     assert lines[:3] == ["#!/bin/bash", "#FLUX: --nodes=2", "#FLUX: --time-limit=1800s"]
@@ -129,7 +129,7 @@ def test_toy_failure_kind_selects_nodes():
 
     try:
         sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["failures.kind=every-other-node"])
-        assert sc["failures"]["kind"] == "every-other-node"
+        assert sc.failures.kind == "every-other-node"
         _, ctx = render.render(sc, "local", "/expt/x")
         assert "every-other-node" in ctx["phases"][1]["inject"]
         assert failures.get("every-other-node").nodes(5, None, random.Random(0)) == [0, 2, 4]
@@ -140,8 +140,8 @@ def test_toy_failure_kind_selects_nodes():
 
 def test_the_older_name_target_is_gone():
     base = os.path.join(SCEN, "local.yaml")
-    assert scenario.load(base, ["failures.kind=rank"])["failures"]["kind"] == "rank"
-    assert scenario.load(base, ["failures.kind=null"])["failures"]["kind"] == "kill"
+    assert scenario.load(base, ["failures.kind=rank"]).failures.kind == "rank"
+    assert scenario.load(base, ["failures.kind=null"]).failures.kind == "kill"
     with pytest.raises(scenario.ScenarioError, match="failures.target"):
         scenario.load(base, ["failures.target=one-node"])
     with pytest.raises(scenario.ScenarioError, match="one-node"):
@@ -183,7 +183,7 @@ def test_every_trainer_option_reachable_from_a_scenario_and_back():
         argv = ph["program"]
         a = parse_args(argv[argv.index("restartlab.trainer") + 1:])
         for o in trainer_options.scenario_options():
-            want = trainer_options.scenario_value(sc["trainer"], o)
+            want = trainer_options.scenario_value(sc.trainer, o)
             want = 0 if (o.key == "save_interval" and ph["checkpoint"] == "none") else want
             assert getattr(a, o.key) == want, (ph["name"], o.key)
         assert a.ckpt_dir == f"{ph['dir']}/ckpts" and a.outdir == "."

@@ -22,7 +22,7 @@ EXAMPLES = sorted(os.path.relpath(str(p), SCEN)[:-len(".yaml")]
                   for d in (SCEN, *(os.path.join(SCEN, x) for x in ("examples", "aurora", "polaris")))
                   for p in pathlib.Path(d).glob("*.yaml"))
 # the bundled trainer's (the hostile values go into its options)
-BUNDLED = [n for n in EXAMPLES if not (scenario.load(os.path.join(SCEN, f"{n}.yaml"))["trainer"] or {}).get("program")]
+BUNDLED = [n for n in EXAMPLES if not scenario.load(os.path.join(SCEN, f"{n}.yaml")).trainer.program]
 HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "a'b", 'a"b', "two words", "line\nbreak; touch PWNED", "a,b"]
 
 
@@ -129,11 +129,11 @@ def test_hostile_values_execute_nothing(tmp_path, name, sched):
     _stub(fakepy, f'if [ "$1 $2" = "-m restartlab.cli" ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n' + body)
     sets = [f"launch.python={fakepy}", "launch.setup=[]", "collection.plots=false"]
     sc = scenario.load(os.path.join(SCEN, f"{name}.yaml"), sets)
-    sc["trainer"]["extra_args"] = list(HOSTILE)
+    sc.trainer.extra_args = list(HOSTILE)
     # srun --export cannot carry commas (refused at render time, tested below)
-    sc["launch"]["env"] = {f"V{i}": h for i, h in enumerate(HOSTILE)
-                           if sc["launch"]["launcher"] != "srun" or "," not in h}
-    sc["phases"][0]["stage_dir"] = "/tmp/st $(touch PWNED)"
+    sc.launch.env = {f"V{i}": h for i, h in enumerate(HOSTILE)
+                     if sc.launch.launcher != "srun" or "," not in h}
+    sc.phases[0].stage_dir = "/tmp/st $(touch PWNED)"
     expt = str(tmp_path / "ex $(touch PWNED) `touch PWNED` 'a\"b")
     text, _ = render.render(sc, sched, expt)
     script = pathlib.Path(layout.Expt(tmp_path).job_script)

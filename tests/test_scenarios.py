@@ -83,10 +83,10 @@ def test_extends_and_set(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text(GOOD)
     sc = scenario.load(str(p), ["trainer.train_iters=30", "phases.0.checkpoint=async", "job.account=proj"])
-    assert sc["scheduler"] == "local"                      # from systems/local.yaml
-    assert sc["trainer"]["train_iters"] == 30
-    assert sc["phases"][0]["checkpoint"] == "async"
-    assert sc["job"]["account"] == "proj"
+    assert sc.scheduler == "local"                      # from systems/local.yaml
+    assert sc.trainer.train_iters == 30
+    assert sc.phases[0].checkpoint == "async"
+    assert sc.job.account == "proj"
     with pytest.raises(ScenarioError) as e:
         scenario.load(str(p), ["trainer.train_iter=30"])
     assert "--set trainer.train_iter" in str(e.value) and "did you mean 'train_iters'" in str(e.value)
@@ -112,7 +112,7 @@ def test_trainer_data_is_relative_to_the_scenario_and_must_exist(tmp_path):
     p = tmp_path / "sub" / "s.yaml"
     p.write_text("name: t\ntrainer:\n  data: text.bin\nphases: [{name: a}]\n")
     sc = scenario.load(str(p))
-    assert sc["trainer"]["data"] == str(tmp_path / "sub" / "text.bin")
+    assert sc.trainer.data == str(tmp_path / "sub" / "text.bin")
     p.write_text("name: t\ntrainer:\n  data: missing.bin\nphases: [{name: a}]\n")
     with pytest.raises(ScenarioError) as e:
         scenario.load(str(p))
@@ -124,10 +124,10 @@ def test_set_extends_swaps_the_site_profile():
     systems/local.yaml): the new profile's scheduler and launcher, the scenario's own keys kept,
     nothing left of the old profile."""
     sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["extends=systems/slurm.yaml", "job.nodes=2"])
-    assert (sc["scheduler"], sc["launch"]["launcher"]) == ("slurm", "srun")
-    assert sc["trainer"]["train_iters"] == 120 and sc["job"]["nodes"] == 2
+    assert (sc.scheduler, sc.launch.launcher) == ("slurm", "srun")
+    assert sc.trainer.train_iters == 120 and sc.job.nodes == 2
     local = scenario.load(os.path.join(SCEN, "local.yaml"))
-    assert (local["scheduler"], local["launch"]["launcher"]) == ("local", "hydra")
+    assert (local.scheduler, local.launch.launcher) == ("local", "hydra")
     with pytest.raises(scenario.ScenarioError, match="--set: extends: 'systems/nope.yaml' not found"):
         scenario.load(os.path.join(SCEN, "local.yaml"), ["extends=systems/nope.yaml"])
 
@@ -143,7 +143,7 @@ def test_an_experiments_copy_keeps_its_scenario_dir_for_baseline_reuse(tmp_path)
     _, theirs = experiment.create(sc, "local", expt_dir=str(tmp_path / "a"))
     os.makedirs(theirs["phases"][0]["dir"])
     pathlib.Path(layout.Phase(theirs["phases"][0]["dir"]).completed).touch()  # as if it had finished
-    assert scenario.load(layout.Expt(str(tmp_path / "a")).scenario, resolved=True)["source"] == plain
+    assert scenario.load(layout.Expt(str(tmp_path / "a")).scenario, resolved=True).source == plain
     _, mine, _ = experiment.render_script(scenario.load(plain), "local", str(tmp_path / "b"))
     assert list(reuse.check(mine, str(tmp_path / "a"))) == ["baseline"]
     _, other, _ = experiment.render_script(scenario.load(plain, ['phases.0.args=[--steps, "30"]']), "local",

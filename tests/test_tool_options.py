@@ -42,7 +42,7 @@ def test_scenario_defaults_are_the_tables():
     for table, prefix in ((tool_options.SUPERVISE, "relaunch"), (tool_options.NODE_CHECK, "relaunch"),
                           (tool_options.REPORT, "collection")):
         for key, o in tool_options.schema_fields(table, prefix).items():
-            assert sc[prefix][key] == o.default, key
+            assert options.scenario_value(sc, f"{prefix}.{key}") == o.default, key
     assert tool_options.schema_fields(tool_options.REPORT, "collection")  # collection.mtbf: from the table
 
 
@@ -117,14 +117,14 @@ def test_supervise_round_trip_from_a_scenario(name):
     ph = ctx["phases"][-1]
     argv = ctx["supervise_args"] + ["--phase", "p", "--phase-dir", "d", "--launch", ph["launch"]]
     a = _parser(tool_options.SUPERVISE).parse_args(argv)
-    want = options.from_scenario(tool_options.SUPERVISE, dict(sc, scheduler="pbs"))
+    want = options.from_scenario(tool_options.SUPERVISE, dataclasses.replace(sc, scheduler="pbs"))
     for key, v in want.items():
         assert getattr(a, key) == v, key
     assert a.max_attempts == 7 and a.hang_timeout == 300 and a.tag == ctx["tag"]
     # the launch: the scenario's launcher, nodes, ranks and environment, as the spec the supervisor reads
     spec = LaunchSpec.from_json(a.launch, ph["program"])
-    ln = sc["launch"]
-    assert (spec.launcher, spec.nodes, spec.ranks_per_node) == (ln["launcher"], sc["job"]["nodes"], ln["ranks_per_node"])
+    ln = sc.launch
+    assert (spec.launcher, spec.nodes, spec.ranks_per_node) == (ln.launcher, sc.job.nodes, ln.ranks_per_node)
     assert spec == dataclasses.replace(ctx["launch"], program=tuple(ph["program"]), rankenv=spec.rankenv)
     assert spec.argv() == ph["argv"] and spec.env[TAG_VAR] == ctx["tag"]
 

@@ -13,6 +13,7 @@ from ..contracts.attempts import PhaseEnd
 from ..contracts.job_status import JobStatus
 from ..contracts.live import Malformed
 from ..contracts.registry import RegistryError
+from ..contracts.scenario_record import Scenario
 from ..tools import options as tool_options
 from . import collect, own_metrics, strategies, survival
 from ..contracts import metric_keys as K
@@ -61,17 +62,17 @@ def find_phases(expt_dir, order=None):
     return sorted(out, key=lambda n: (rank.get(n, len(rank)), n))
 
 
-def _program(data) -> Optional[programs.Spec]:
+def _program(data: Optional[Scenario]) -> Optional[programs.Spec]:
     """The experiment's trainer.program resolved through its adapter (None: the bundled trainer)."""
-    prog = ((data or {}).get("trainer") or {}).get("program") if isinstance(data, dict) else None
+    prog = data.trainer.program if data else None
     try:
-        return programs.resolve(prog) if isinstance(prog, dict) else None
+        return programs.resolve(prog) if prog else None
     except RegistryError:  # an adapter this restartlab does not know
         return None
 
 
-def _scenario(scen, problems):
-    """The experiment's resolved scenario as a mapping (None if absent or malformed)."""
+def _scenario(scen: str, problems: list) -> Optional[Scenario]:
+    """The experiment's resolved scenario (None if absent or malformed)."""
     if not os.path.exists(scen):
         return None
     from .. import scenario
@@ -82,24 +83,18 @@ def _scenario(scen, problems):
         return None
 
 
-def _expected_phases(data):
+def _expected_phases(data: Optional[Scenario]) -> Optional[List[str]]:
     """Phase names from the resolved scenario (None if it cannot tell)."""
-    return [str(p["name"]) for p in data["phases"]] if data else None
+    return [p.name for p in data.phases] if data else None
 
 
-def _checkpoint_modes(data):
+def _checkpoint_modes(data: Optional[Scenario]) -> Dict[str, str]:
     """{phase name: checkpoint mode} from the resolved scenario ({} if it cannot tell)."""
-    try:
-        return {str(p["name"]): str(p.get("checkpoint", "sync")) for p in data["phases"]}
-    except (TypeError, KeyError, AttributeError):
-        return {}
+    return {p.name: p.checkpoint for p in data.phases} if data else {}
 
 
-def _policy(data):
-    try:
-        return str(data["relaunch"]["on_node_loss"])
-    except (TypeError, KeyError):
-        return None
+def _policy(data: Optional[Scenario]) -> Optional[str]:
+    return data.relaunch.on_node_loss if data else None
 
 
 def build(a):
@@ -149,7 +144,7 @@ def build(a):
     return phases, summaries, missing, problems, data
 
 
-def job_states(expt_dir, data) -> List[JobStatus]:
+def job_states(expt_dir: str, data: Optional[Scenario]) -> List[JobStatus]:
     """The states of the experiment's jobs, as its scheduler reports them
     now (one query), or [] where that cannot be asked (no queue, its tool not on PATH, an error:
     then one entry saying why)."""
@@ -158,7 +153,7 @@ def job_states(expt_dir, data) -> List[JobStatus]:
         recs = jobslog.job_ids(expt_dir)
     except (OSError, ValueError):
         recs = []  # a local run, or a log we cannot read: nothing to ask about
-    name = (data or {}).get("scheduler") if isinstance(data, dict) else None
+    name = data.scheduler if data else None
     if not recs or name not in schedulers.names(queued_only=True):
         return []
     sched = schedulers.get(name)
@@ -172,11 +167,9 @@ def job_states(expt_dir, data) -> List[JobStatus]:
     return [st[j] for j in recs]
 
 
-def _tolerance(data) -> float:
-    try:
-        return float((data["trainer"].get("program") or {}).get("tolerance") or 0.0)
-    except (TypeError, KeyError, AttributeError, ValueError):
-        return 0.0
+def _tolerance(data: Optional[Scenario]) -> float:
+    prog = data.trainer.program if data else None
+    return prog.tolerance if prog else 0.0
 
 
 def torchft_phases(expt_dir) -> List[str]:
@@ -188,28 +181,23 @@ def torchft_phases(expt_dir) -> List[str]:
     return [n for n in names if layout.Expt(expt_dir).phase(n).groups()]
 
 
-def _last_step(data) -> Optional[int]:
-    """The run's last step (trainer.train_iters), None where the scenario does not say."""
-    try:
-        return int(data["trainer"]["train_iters"])
-    except (TypeError, KeyError, ValueError):
-        return None
+def _last_step(data: Optional[Scenario]) -> Optional[int]:
+    """The run's last step (trainer.train_iters), None without a scenario."""
+    return data.trainer.train_iters if data else None
 
 
-def torchft_summaries(expt_dir, data) -> Dict[str, FtSummary]:
+def torchft_summaries(expt_dir: str, data: Optional[Scenario]) -> Dict[str, FtSummary]:
     """{phase: its accounting and verdict} (ft_accounting), from the run's files."""
     from . import ft_accounting
     iters = _last_step(data) or 0
     return {n: ft_accounting.summarize(layout.Expt(expt_dir).phase(n).path, iters) for n in torchft_phases(expt_dir)}
 
 
-def _warm(data) -> Dict[str, bool]:
+def _warm(data: Optional[Scenario]) -> Dict[str, bool]:
     """{phase: relaunched warm} from the resolved scenario."""
-    try:
-        default = bool(data["relaunch"].get("warm"))
-        return {str(p["name"]): bool(default if p.get("warm") is None else p["warm"]) for p in data["phases"]}
-    except (TypeError, KeyError, AttributeError):
+    if not data:
         return {}
+    return {p.name: data.relaunch.warm if p.warm is None else p.warm for p in data.phases}
 
 
 def _save_then(e: FailureEvent) -> str:

@@ -29,6 +29,7 @@ from .collect import young_daly as collect_young_daly  # the report's: one defin
 from ..contracts import launch_snapshot
 from ..contracts import metric_keys as K
 from ..contracts.phase_summary import PhaseSummary, YoungDaly
+from ..contracts.scenario_record import Program
 from ..contracts.sim_result import ModeSweep, Replay, SweepRow
 from ..contracts.summary import Summary, SummaryError
 
@@ -321,7 +322,7 @@ def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults,
     return {"wall_s": wall, "ettr": total / wall if wall else None, "failures": len(faults)}
 
 
-def _program_interval(expt, phase: str, program: dict) -> int:
+def _program_interval(expt, phase: str, program: Program) -> int:
     """A program's save interval (its own arguments set it, which restartlab does not parse): the
     steps of the checkpoints in the phase's checkpoint dir (the one its launches recorded)."""
     from .. import programs
@@ -358,11 +359,10 @@ def replay(expt_dir: str, phase: str) -> Replay:
     ph = phases[phase]
     try:
         sc = scenario.read_resolved(expt.scenario)
-        mode = next(p["checkpoint"] for p in sc["phases"] if p["name"] == phase)
-        program = (sc.get("trainer") or {}).get("program")
-        interval, steps = (None, int(program["steps"])) if program else \
-            (int(sc["trainer"]["save_interval"]), int(sc["trainer"]["train_iters"]))
-    except (scenario.ScenarioError, ValueError, KeyError, TypeError, StopIteration) as e:
+        mode = next(p.checkpoint for p in sc.phases if p.name == phase)
+        program = sc.trainer.program
+        interval, steps = (None, program.steps) if program else (sc.trainer.save_interval, sc.trainer.train_iters)
+    except (scenario.ScenarioError, StopIteration) as e:
         raise SimulateError(f"{expt.scenario}: cannot read phase {phase}'s checkpoint mode, "
                             f"trainer.save_interval and trainer.train_iters ({type(e).__name__}: {e})") from None
     if mode not in ("sync", "async"):

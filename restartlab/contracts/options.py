@@ -99,15 +99,16 @@ def to_argv(table: List[Opt], values: Dict[str, Any], defaults: bool = False) ->
     return argv
 
 
-def scenario_value(sc: Dict[str, Any], dotted: str) -> Any:
-    """The value at `dotted` in a loaded scenario (None where a mapping on the way is absent)."""
+def scenario_value(sc: Any, dotted: str) -> Any:
+    """The value at `dotted` in a loaded scenario (contracts/scenario_record), or in one of its
+    sections with the section's name left out: field by field."""
     cur: Any = sc
     for part in dotted.split("."):
-        cur = (cur or {}).get(part)
+        cur = getattr(cur, part)
     return cur
 
 
-def from_scenario(table: List[Opt], sc: Dict[str, Any]) -> Dict[str, Any]:
+def from_scenario(table: List[Opt], sc: Any) -> Dict[str, Any]:
     """{key: value} of every option that comes from a scenario key."""
     return {o.key: scenario_value(sc, o.scenario) for o in table if o.scenario}
 

@@ -3,10 +3,11 @@
 as JSON on a command line: the job script gives it to the supervisor and the injector (`--program`).
 One writer (`to_json`, the job script's render) and one reader (`from_json`, the tools)."""
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Dict, Mapping, Optional
 
 from .jsonvalue import integer, text
+from .scenario_record import Program
 
 @dataclass(frozen=True)
 class Spec:
@@ -33,6 +34,11 @@ class Spec:
                    progress_fields=_strmap(d.get("progress_fields")), save_every=integer(d.get("save_every")),
                    env=_strmap(d.get("env")),
                    **{k: text(d.get(k)) for k in KEYS if k not in ("progress_fields", "save_every")})
+
+    @classmethod
+    def from_program(cls, p: Program) -> "Spec":
+        """The spec of a scenario's trainer.program (its other keys, as command, are not the spec's)."""
+        return cls.from_mapping(asdict(p))
 
     @classmethod
     def from_json(cls, s: str) -> "Spec":

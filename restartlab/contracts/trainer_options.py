@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional
 from . import options
 from .models import PRESETS
 from .options import Opt
+from .scenario_record import Trainer
 
 MODELS = tuple(PRESETS)
 
@@ -117,19 +118,19 @@ def add_to_parser(parser: argparse.ArgumentParser) -> None:
     options.add_to_parser(parser, OPTIONS)
 
 
-def scenario_value(trainer: Dict[str, Any], o: Opt) -> Any:
-    """An option's value in a loaded scenario's `trainer:` mapping (an option that has a scenario key)."""
+def scenario_value(trainer: Trainer, o: Opt) -> Any:
+    """An option's value in a loaded scenario's `trainer:` section (an option that has a scenario key)."""
     assert o.scenario is not None, o.flag
-    return options.scenario_value({"trainer": trainer}, o.scenario)
+    return options.scenario_value(trainer, o.scenario.split(".", 1)[1])
 
 
-def trainer_argv(trainer: Dict[str, Any], checkpoint: str, ckpt_dir: str,
+def trainer_argv(trainer: Trainer, checkpoint: str, ckpt_dir: str,
                  stage_dir: Optional[str] = None, outdir: str = ".", dp_global: int = 0) -> List[str]:
     """The trainer's arguments for one phase: every scenario option, then the phase's own."""
-    vals = options.from_scenario(OPTIONS, {"trainer": trainer})
+    vals = {o.key: scenario_value(trainer, o) for o in scenario_options()}
     vals.update(ckpt_dir=ckpt_dir, outdir=outdir, dp_global=dp_global or None)
     if checkpoint == "none":
         vals.update(save_interval=0, no_resume=True)
     elif checkpoint == "async":
         vals.update(async_ckpt=True, ckpt_stage_dir=stage_dir)
-    return options.to_argv(OPTIONS, vals, defaults=True) + list(trainer.get("extra_args") or [])
+    return options.to_argv(OPTIONS, vals, defaults=True) + list(trainer.extra_args)

@@ -10,13 +10,14 @@ The rules, for a field:
   record unreadable (None): a list of such records leaves it out, as each reader in contracts/ does
   with a torn line;
 - a list or a mapping keeps the items that read and leaves out the rest;
+- a Union reads as the first of its types that reads the value; a Literal only as one of its values;
 - `Any` is taken as it is (a framework's or another module's JSON, not ours to check here).
 
 Standard library only: the collector and `simulate` run on a login node."""
 import dataclasses
 import functools
 import typing
-from typing import Any, Dict, Hashable, Optional, Tuple, Type, TypeVar, Union, cast
+from typing import Any, Dict, Hashable, Literal, Optional, Tuple, Type, TypeVar, Union, cast
 
 from .jsonvalue import integer, number, text
 
@@ -53,10 +54,31 @@ def read(cls: Type[T], v: object) -> Optional[T]:
 
 
 @functools.lru_cache(maxsize=None)
+def hints(cls: Any) -> Dict[str, Any]:
+    """{field: its declared type} of a record class."""
+    return typing.get_type_hints(cls)
+
+
+def record_class(tp: Any) -> Optional[type]:
+    """The record class a field of type tp holds (in an Optional or a Union), else None."""
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return tp
+    return next((a for a in typing.get_args(tp) if isinstance(a, type) and dataclasses.is_dataclass(a)), None) \
+        if typing.get_origin(tp) is Union else None
+
+
+def item_type(tp: Any) -> Any:
+    """The item type of a list field (in an Optional); Any when tp is no list."""
+    if typing.get_origin(tp) is Union:
+        tp = next((a for a in typing.get_args(tp) if typing.get_origin(a) is list), Any)
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is list else Any
+
+
+@functools.lru_cache(maxsize=None)
 def _fields(cls: Any) -> Dict[str, Tuple[Any, bool]]:
     """{field: (its type, whether the record needs it)}, in the fields' order."""
-    hints, named = typing.get_type_hints(cls), getattr(cls, "REQUIRED", ())
-    return {f.name: (hints[f.name], f.name in named or (f.default is dataclasses.MISSING and
+    got, named = hints(cls), getattr(cls, "REQUIRED", ())
+    return {f.name: (got[f.name], f.name in named or (f.default is dataclasses.MISSING and
                                                         f.default_factory is dataclasses.MISSING))
             for f in dataclasses.fields(cls)}
 
@@ -66,11 +88,13 @@ def _value(tp: Any, v: object) -> Any:
         return v
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is Union:
-        inner = [a for a in args if a is not type(None)]
-        if len(inner) != 1:
-            raise TypeError(f"typed_json reads Optional[X], not {tp}")
-        got = None if v is None else _value(inner[0], v)
-        return None if got is _UNREAD else got
+        if v is None:
+            return None if type(None) in args else _UNREAD
+        # the first of its types that reads it (Union[int, AtStep]: a number, else a record)
+        got = next((g for g in (_value(a, v) for a in args if a is not type(None)) if g is not _UNREAD), _UNREAD)
+        return None if got is _UNREAD and type(None) in args else got
+    if origin is Literal:
+        return v if any(v is a or (type(v) is type(a) and v == a) for a in args) else _UNREAD
     x: object
     if tp is float:
         x = number(v)

@@ -5,15 +5,16 @@ import os
 from typing import Optional, Tuple
 
 from ..contracts import ckptdir, layout
+from ..contracts.scenario_record import Scenario
 from . import render
 from ..scenario import dump_resolved
 
 
-def render_script(sc: dict, scheduler: Optional[str] = None,
+def render_script(sc: Scenario, scheduler: Optional[str] = None,
                   expt_dir: Optional[str] = None) -> Tuple[str, dict, str]:
     """(script text, render context, resolved scenario YAML)."""
     text, ctx = render.render(sc, scheduler, expt_dir)
-    return text, ctx, dump_resolved(dict(ctx["sc"], expt_dir=ctx["expt_dir"]))
+    return text, ctx, dump_resolved(ctx["sc"])  # the scenario as rendered: its expt_dir set
 
 
 def write_script(path: str, text: str, resolved: str, resolved_path: str) -> None:
@@ -25,13 +26,13 @@ def write_script(path: str, text: str, resolved: str, resolved_path: str) -> Non
     ckptdir.write_atomic(path, text.encode(), mode=0o755)
 
 
-def create(sc: dict, scheduler: Optional[str] = None, expt_dir: Optional[str] = None,
+def create(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[str] = None,
            smoke: bool = False) -> Tuple[str, dict]:
     """Make the experiment's job script and resolved scenario; returns (job script path, context).
     smoke: the smoke job's script instead (render.render_smoke), with the same resolved scenario."""
     if smoke:
         text, ctx = render.render_smoke(sc, scheduler, expt_dir)
-        resolved = dump_resolved(dict(ctx["sc"], expt_dir=ctx["expt_dir"]))
+        resolved = dump_resolved(ctx["sc"])
     else:
         text, ctx, resolved = render_script(sc, scheduler, expt_dir)
     expt = layout.Expt(ctx["expt_dir"])

@@ -20,8 +20,8 @@ class RefError(Exception):
 
 def experiment_scheduler(d: str) -> str:
     try:
-        return str(read_resolved(layout.Expt(d).scenario)["scheduler"])
-    except (ScenarioError, KeyError, TypeError) as e:
+        return read_resolved(layout.Expt(d).scenario).scheduler
+    except ScenarioError as e:
         raise RefError(f"{d}: not an experiment directory restartlab made ({e})")
 
 

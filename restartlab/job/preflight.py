@@ -17,6 +17,7 @@ from typing import Callable, List, Optional
 
 from .. import programs, schedulers
 from ..contracts import placeholders, pycmd
+from ..contracts.scenario_record import Scenario
 from ..scenario import is_torchft
 from ..scenario.source import fmt_path
 from ..schedulers.base import run_tool
@@ -34,11 +35,11 @@ class Preflight:
     scenario, `where(path)` ('file:line' of a key: scenario.load_located), the scheduler, `run` (how
     its tools are asked), `probe` (how the job's setup, launcher and Python are), the findings."""
 
-    def __init__(self, sc: dict, where: Callable, scheduler: Optional[str] = None, run=run_tool,
+    def __init__(self, sc: Scenario, where: Callable, scheduler: Optional[str] = None, run=run_tool,
                  probe=probe_mod.run, environ=os.environ, ignore_jobs=()):
         self.sc, self.where, self.run, self.probe_fn, self.env = sc, where, run, probe, environ
-        self.sched = schedulers.get(scheduler or sc["scheduler"])
-        self.site = sc["site"]["name"] or f"this {self.sched.title or self.sched.name} site"
+        self.sched = schedulers.get(scheduler or sc.scheduler)
+        self.site = sc.site.name or f"this {self.sched.title or self.sched.name} site"
         self.findings: List[Finding] = []
         self.root = render.expt_root(sc)
         self.chosen_queue: Optional[str] = None  # job.queue: auto's choice, once queue() has run
@@ -71,11 +72,11 @@ class Preflight:
         return self.findings
 
 
-def torchft_missing(sc, where) -> List[Finding]:
+def torchft_missing(sc: Scenario, where: Callable) -> List[Finding]:
     """`restartlab run`'s own check (its job runs this Python): a torchft phase without torchft
     installed, refused before anything runs (validation leaves what is installed to preflight)."""
     import importlib.util
-    for i, ph in enumerate(sc["phases"]):
+    for i, ph in enumerate(sc.phases):
         if is_torchft(ph) and importlib.util.find_spec("torchft") is None:
             return [Finding(ERROR, "python", f"{where(('phases', i, 'recovery', 'strategy'))}: "
                             f"{fmt_path(('phases', i, 'recovery', 'strategy'))}: torchft is not installed for {sys.executable} "
@@ -83,17 +84,17 @@ def torchft_missing(sc, where) -> List[Finding]:
     return []
 
 
-def framework_missing(sc, where) -> List[Finding]:
+def framework_missing(sc: Scenario, where: Callable) -> List[Finding]:
     """A scenario whose program adapter names a framework (transformers, deepspeed) that the
     program's Python cannot import, or a torchft phase without torchft: refused before anything
     runs (`restartlab run` and `fuzz` run the job here, with these Pythons)."""
     out = torchft_missing(sc, where)
-    prog = sc["trainer"]["program"]
-    adapter = programs.ADAPTERS.get(prog["adapter"]) if prog else None
-    if not adapter or not adapter.requires:
+    prog = sc.trainer.program
+    adapter = programs.ADAPTERS.get(prog.adapter) if prog else None
+    if not prog or not adapter or not adapter.requires:
         return out
-    sdir = os.path.dirname(os.path.abspath(sc["source"]))
-    cmd = placeholders.fill(prog["command"][0], {placeholders.SCENARIO_DIR: sdir})
+    sdir = os.path.dirname(os.path.abspath(sc.source))
+    cmd = placeholders.fill(prog.command[0], {placeholders.SCENARIO_DIR: sdir})
     # the ranks find a bare `python` on the job's PATH, which `restartlab run` starts with its own
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     exe = shutil.which(cmd, path=path) if pycmd.IS_PYTHON.match(os.path.basename(cmd)) else sys.executable

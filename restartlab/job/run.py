@@ -14,6 +14,7 @@ from ..runtime import killer
 from ..contracts import exits, layout, live
 from .. import scenario, schedulers
 from ..contracts.resources import resource_dir
+from ..contracts.scenario_record import Scenario
 from ..contracts.summary import Summary, SummaryError
 
 
@@ -55,7 +56,7 @@ def main(a) -> int:
     return run_scenario(sc, path, a.expt_dir, a.plain, baseline_from=a.baseline_from, smoke=a.smoke)
 
 
-def run_scenario(sc: dict, path: str, expt_dir=None, plain=False, verb="run", baseline_from=None,
+def run_scenario(sc: Scenario, path: str, expt_dir=None, plain=False, verb="run", baseline_from=None,
                  smoke=False) -> int:
     """Run a loaded scenario's job script here; its exit status (130 on Ctrl-C, 2 on bad input).
     baseline_from: an experiment whose baseline phase is copied in instead of run (reuse.py);

@@ -53,6 +53,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..contracts import placeholders
 from ..contracts.program_spec import KEYS, Spec
+from ..contracts.scenario_record import Program
 from ..contracts.registry import Registry
 from . import torchzip
 
@@ -168,10 +169,11 @@ def from_argv(text: Optional[str]) -> Spec:
     return resolve(Spec.from_json(text) if text else Spec(adapter="restartlab"))
 
 
-def resolve(program: "Spec | Mapping[str, object]") -> Spec:
+def resolve(program: "Spec | Program | Mapping[str, object]") -> Spec:
     """The spec of a scenario's `trainer.program` (or a spec) with the adapter's defaults filled in
     (keys left unset). KeyError: an adapter restartlab does not have."""
-    spec = program if isinstance(program, Spec) else Spec.from_mapping(program)
+    spec = (program if isinstance(program, Spec) else Spec.from_program(program) if isinstance(program, Program)
+            else Spec.from_mapping(program))
     ad = ADAPTERS.get(spec.adapter)
     return dataclasses.replace(spec, adapter=ad.name).with_defaults(ad.defaults)
 

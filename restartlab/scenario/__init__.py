@@ -4,11 +4,14 @@ Every error names the file, the line and the key path, suggests the nearest vali
 misspelling, and the CLI exits 2 (ScenarioError.exit_code). The package: `source` (the files, their
 lines, extends and --set), `schema` (the keys, generated from the option tables where a tool owns
 them), `validate` (types, bounds, cross-key checks), `secrets` (credentials in launch.env)."""
+import dataclasses
 import os
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import yaml
 
+from ..contracts import scenario_record
+from ..contracts.scenario_record import Scenario
 from ..contracts.units import parse_duration  # noqa: F401  (re-exported: scenario.parse_duration)
 from .schema import F, ListOf, PROGRAM, SCHEMA  # noqa: F401  (the reference pages and tests read them)
 from .secrets import is_secret, reference, secret_names, secret_values  # noqa: F401
@@ -16,14 +19,14 @@ from .source import ScenarioError, apply_set, load_file
 from .validate import Validator, cross_checks, resolve_data, resolve_kind, effective_failures, is_torchft, step_of  # noqa: F401
 
 
-def load(path: str, overrides: Sequence[str] = (), resolved: bool = False) -> dict:
+def load(path: str, overrides: Sequence[str] = (), resolved: bool = False) -> Scenario:
     """Load, extend, override and validate a scenario. Raises ScenarioError with every problem.
     resolved: an experiment's own copy of its scenario (layout.Expt.scenario), which also names its expt_dir
     and the file it was made from (its `source`: where {scenario_dir} points)."""
     return load_located(path, overrides, resolved)[0]
 
 
-def load_located(path: str, overrides: Sequence[str] = (), resolved: bool = False):
+def load_located(path: str, overrides: Sequence[str] = (), resolved: bool = False) -> Tuple[Scenario, Callable[..., str]]:
     """(the scenario as load() gives it, where(key path) -> 'file:line' of the value that came last:
     what a finding about that key quotes)."""
     lines: Dict = {}
@@ -41,35 +44,35 @@ def load_located(path: str, overrides: Sequence[str] = (), resolved: bool = Fals
         if not a.startswith("extends="):
             apply_set(data, a, lines)
     v = Validator(lines, path, files, own)
-    sc = v.mapping(SCHEMA, data, ())
-    if not v.errors:
-        resolve_kind(sc["failures"])
-        for ph in sc["phases"]:
-            resolve_kind(ph["failures"])
-    if not v.errors:
+    checked = v.mapping(SCHEMA, data, ())
+    if not v.errors:  # each value has its type: the record, then the checks across keys
+        sc = scenario_record.from_checked(checked)
+        resolve_kind(sc.failures)
+        for ph in sc.phases:
+            resolve_kind(ph.failures)
         cross_checks(sc, v)
         resolve_data(sc, path, v)
     if v.errors:
         raise ScenarioError("\n".join(dict.fromkeys(v.errors)))  # each problem once
-    sc["source"] = os.path.abspath(source)
+    sc.source = os.path.abspath(source)
     return sc, v.where
 
 
-def dump_resolved(sc: dict) -> str:
+def dump_resolved(sc: Scenario) -> str:
     """The resolved scenario as YAML, each secret of launch.env as a reference, never its value;
     `source` names the file it was loaded from (load(resolved=True) takes {scenario_dir} from it)."""
-    out = {k: v for k, v in sc.items() if k != "source"}
-    if sc.get("source"):
-        out["source"] = sc["source"]
-    out["launch"] = dict(out["launch"], env={k: reference(k) if is_secret(k) else v
-                                            for k, v in out["launch"]["env"].items()})
+    out = scenario_record.to_mapping(dataclasses.replace(sc, launch=dataclasses.replace(
+        sc.launch, env={k: reference(k) if is_secret(k) else v for k, v in sc.launch.env.items()})))
+    if not sc.source:
+        del out["source"]
     return yaml.safe_dump(out, sort_keys=False)
 
 
-def read_resolved(path: str) -> dict:
-    """An experiment's own copy of its scenario (layout.Expt.scenario) as data, for the analysis:
-    not validated again (the experiment may have moved to a machine without its files), only
-    checked to be a mapping with named phases. ScenarioError when it is absent or malformed."""
+def read_resolved(path: str) -> Scenario:
+    """An experiment's own copy of its scenario (layout.Expt.scenario), for the analysis: not
+    validated again (the experiment may have moved to a machine without its files), read by the
+    record's tolerant reader (a value of the wrong type reads as its default). ScenarioError when
+    it is absent, not YAML, or not a mapping with a list of named phases."""
     try:
         with open(path, errors="replace") as f:
             data = yaml.safe_load(f)
@@ -77,5 +80,8 @@ def read_resolved(path: str) -> dict:
     except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError) as e:
         raise ScenarioError(f"{path}: malformed {os.path.basename(path)} ({type(e).__name__}: "
                             f"{(str(e).splitlines() or [''])[0][:100]})") from None
-    return data
+    sc = scenario_record.read(data)
+    if sc is None or len(sc.phases) != len(data["phases"]):
+        raise ScenarioError(f"{path}: malformed {os.path.basename(path)} (a phase without a name)")
+    return sc
 

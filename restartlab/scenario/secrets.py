@@ -2,8 +2,9 @@
 through the job's environment by name and never written into a file restartlab makes."""
 import os
 import re
-from typing import Dict, List
+from typing import Dict, List, Mapping, Optional
 
+from ..contracts.scenario_record import Scenario
 from .source import ScenarioError
 
 
@@ -17,8 +18,8 @@ def is_secret(name: str) -> bool:
     return bool(SECRET_NAME.search(name.upper()))
 
 
-def secret_names(sc: dict) -> List[str]:
-    return sorted(k for k in sc["launch"]["env"] if is_secret(k))
+def secret_names(sc: Scenario) -> List[str]:
+    return sorted(k for k in sc.launch.env if is_secret(k))
 
 
 def reference(name: str) -> str:
@@ -27,16 +28,16 @@ def reference(name: str) -> str:
     return "${" + name + "}"
 
 
-def secret_values(sc: dict, environ=None) -> Dict[str, str]:
+def secret_values(sc: Scenario, environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """{name: value} of the scenario's secrets for the job's environment: a value written as
     `${NAME}` is taken from `environ` (default: ours); ScenarioError when it is not set there."""
     environ = os.environ if environ is None else environ
     out = {}
     for k in secret_names(sc):
-        v = str(sc["launch"]["env"][k])
+        v = str(sc.launch.env[k])
         if v == reference(k):
             if k not in environ:
-                raise ScenarioError(f"{sc.get('source', 'scenario')}: launch.env.{k}: {v} asks for the value "
+                raise ScenarioError(f"{sc.source or 'scenario'}: launch.env.{k}: {v} asks for the value "
                                     f"from the environment, and {k} is not set here")
             v = environ[k]
         out[k] = v

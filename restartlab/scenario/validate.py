@@ -2,16 +2,18 @@
 file, line and key path (the nearest valid key suggested for a misspelling), each value checked
 by the same bounds check as the tool or trainer option it feeds (contracts.options.problem)."""
 import copy
+import dataclasses
 import difflib
 import math
 import os
 import re
-from typing import Optional
+from typing import Any, Dict, Optional, Union
 
 from .. import failures, programs
 from ..contracts import options, pycmd
 from ..contracts.units import parse_bytes, parse_duration
 from ..tools import options as tool_options
+from ..contracts.scenario_record import AtStep, Failures, Phase, Scenario, step_of  # noqa: F401 (step_of: re-exported)
 from ..contracts.signals import parse_signal
 from .schema import FAILURES, MAX_INT, PROGRAM, SAFE_NAME, TOP_ONLY, ListOf
 from .source import fmt_path
@@ -162,143 +164,143 @@ def _step_item(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and 0 < x <= MAX_INT
 
 
-def step_of(x) -> int:
-    return x["step"] if isinstance(x, dict) else x
-
-
-def resolve_kind(f):
+def resolve_kind(f: Union[Failures, bool, None]) -> None:
     """failures.kind: the injector's default (kill) when given as null."""
-    if isinstance(f, dict):
-        f["kind"] = f.get("kind") or FAILURES["kind"].default
+    if isinstance(f, Failures):
+        f.kind = f.kind or FAILURES["kind"].default
 
 
-def _program_checks(sc, v: Validator) -> None:
+def scheduled(f: Failures) -> Dict[str, Any]:
+    """{name: value} of the schedule's kinds that are set (every, at_steps, ...; not its seed)."""
+    return {fd.name: getattr(f.schedule, fd.name) for fd in dataclasses.fields(f.schedule)
+            if fd.name != "seed" and getattr(f.schedule, fd.name) is not None}
+
+
+def _program_checks(sc: Scenario, v: Validator) -> None:
     """trainer.program: a command, patterns that compile with a step group, known rules; its
     `steps` is the phase's last step (trainer.train_iters for everything that reads it)."""
-    prog = sc["trainer"]["program"]
-    for i, ph in enumerate(sc["phases"]):
-        if ph["args"] and not prog:
+    prog = sc.trainer.program
+    for i, ph in enumerate(sc.phases):
+        if ph.args and not prog:
             v.err(("phases", i, "args"), "only for trainer.program (the bundled trainer takes trainer.extra_args)")
     if not prog:
         return
-    if not prog["command"]:
+    if not prog.command:
         v.err(("trainer", "program", "command"), "required: the program's argv, e.g. [python, train.py]")
     spec = programs.resolve(prog)
     for key, msg in programs.spec_errors(spec):
         v.err(("trainer", "program", key), msg)
     if programs.taps(spec) and not spec.progress and not spec.progress_file and \
-            not (sc.get("collection") or {}).get("state_every", 1):
+            not sc.collection.state_every:
         v.err(("trainer", "program", "progress"), "required when collection.state_every is 0: without it the steps "
               "are rank 0's torch optimizer steps, which the training-state probe records")
-    sc["trainer"]["train_iters"] = prog["steps"]
+    sc.trainer.train_iters = prog.steps
 
 
-def is_torchft(phase) -> bool:
-    return (phase.get("recovery") or {}).get("strategy") == "torchft"
+def is_torchft(phase: Phase) -> bool:
+    return phase.torchft
 
 
-
-
-def _torchft_checks(sc, v: Validator) -> None:
+def _torchft_checks(sc: Scenario, v: Validator) -> None:
     """A phase whose recovery is torchft: what this version runs (the bundled trainer, FSDP inside
     a group, or a torchft program of yours; one node, no checkpoints) and torchft installed, each
     refused with its key."""
-    tr, ln = sc["trainer"], sc["launch"]
-    prog = tr["program"]
-    if prog and prog["adapter"] == "torchft":
-        restarts = [ph["name"] for ph in sc["phases"] if not is_torchft(ph)]
+    tr, ln = sc.trainer, sc.launch
+    prog = tr.program
+    if prog and prog.adapter == "torchft":
+        restarts = [ph.name for ph in sc.phases if not is_torchft(ph)]
         if restarts:
             v.err(("trainer", "program", "adapter"), f"torchft: a torchft program runs only in torchft phases "
                   f"(recovery.strategy: torchft); phase(s) {', '.join(restarts)} restart")
-        if prog["command"] and not pycmd.IS_PYTHON.match(os.path.basename(prog["command"][0])):
-            v.err(("trainer", "program", "command"), f"{prog['command'][0]!r}: a torchft program's command starts "
+        if prog.command and not pycmd.IS_PYTHON.match(os.path.basename(prog.command[0])):
+            v.err(("trainer", "program", "command"), f"{prog.command[0]!r}: a torchft program's command starts "
                   "with its Python (python PROGRAM.py ... or python -m MODULE ...): restartlab's hook on its "
                   "Manager runs in that interpreter")
-    for i, ph in enumerate(sc["phases"]):
+    for i, ph in enumerate(sc.phases):
         if not is_torchft(ph):
             continue
-        rc, at = ph["recovery"], ("phases", i, "recovery")
-        if tr["program"] and tr["program"]["adapter"] != "torchft":
+        rc, at = ph.recovery, ("phases", i, "recovery")
+        if tr.program and tr.program.adapter != "torchft":
             v.err(at + ("strategy",), f"a program of yours in a torchft phase is a torchft program: "
                   f"trainer.program.adapter: torchft (restartlab's hook on its Manager), not "
-                  f"{tr['program']['adapter']!r}")
-        if ph["checkpoint"] != "none":
-            v.err(("phases", i, "checkpoint"), f"{ph['checkpoint']}: a torchft phase recovers from its "
+                  f"{tr.program.adapter!r}")
+        if ph.checkpoint != "none":
+            v.err(("phases", i, "checkpoint"), f"{ph.checkpoint}: a torchft phase recovers from its "
                   "surviving groups and keeps no checkpoints in this version: checkpoint: none")
-        if ph["warm"]:
+        if ph.warm:
             v.err(("phases", i, "warm"), "a torchft phase relaunches a group cold (warm standby restart is "
                   "the restart strategy's)")
-        if sc["job"]["nodes"] != 1:
+        if sc.job.nodes != 1:
             v.err(at + ("strategy",), f"torchft phases run on one node in this version (job.nodes is "
-                  f"{sc['job']['nodes']})")
-        if tr["tp"] != 1 or tr["dp_replicate"] != 1:
+                  f"{sc.job.nodes})")
+        if tr.tp != 1 or tr.dp_replicate != 1:
             v.err(at + ("strategy",), f"the torchft trainer shards with FSDP inside a group and replicates "
-                  f"across groups itself: trainer.tp ({tr['tp']}) and trainer.dp_replicate "
-                  f"({tr['dp_replicate']}) must be 1")
-        if rc["groups"] < 1 or ln["ranks_per_node"] % rc["groups"]:
-            v.err(at + ("groups",), f"{rc['groups']} replica groups do not divide launch.ranks_per_node "
-                  f"({ln['ranks_per_node']})")
-        if rc["min_replicas"] > rc["groups"]:
-            v.err(at + ("min_replicas",), f"{rc['min_replicas']} is more than the {rc['groups']} groups: "
+                  f"across groups itself: trainer.tp ({tr.tp}) and trainer.dp_replicate "
+                  f"({tr.dp_replicate}) must be 1")
+        if rc.groups < 1 or ln.ranks_per_node % rc.groups:
+            v.err(at + ("groups",), f"{rc.groups} replica groups do not divide launch.ranks_per_node "
+                  f"({ln.ranks_per_node})")
+        if rc.min_replicas > rc.groups:
+            v.err(at + ("min_replicas",), f"{rc.min_replicas} is more than the {rc.groups} groups: "
                   "no step would ever commit")
 
 
-def cross_checks(sc, v: Validator):
+def cross_checks(sc: Scenario, v: Validator) -> None:
     _program_checks(sc, v)
     _torchft_checks(sc, v)
-    tr, ln = sc["trainer"], sc["launch"]
-    nranks = sc["job"]["nodes"] * ln["ranks_per_node"]
-    if sc["job"]["nodes"] < 1:
+    tr, ln = sc.trainer, sc.launch
+    nranks = sc.job.nodes * ln.ranks_per_node
+    if sc.job.nodes < 1:
         v.err(("job", "nodes"), "must be >= 1")
-    if ln["ranks_per_node"] < 1:
+    if ln.ranks_per_node < 1:
         v.err(("launch", "ranks_per_node"), "must be >= 1")
-    elif tr["tp"] < 1 or nranks % tr["tp"]:
-        v.err(("trainer", "tp"), f"{tr['tp']} does not divide the {nranks} ranks "
-              f"({sc['job']['nodes']} nodes x {ln['ranks_per_node']})")
-    elif tr["dp_replicate"] >= 1 and (nranks // tr["tp"]) % tr["dp_replicate"]:
-        v.err(("trainer", "dp_replicate"), f"{tr['dp_replicate']} does not divide the "
-              f"{nranks // tr['tp']} data-parallel ranks ({nranks} ranks / tp {tr['tp']})")
-    if tr["train_iters"] < 1:
+    elif tr.tp < 1 or nranks % tr.tp:
+        v.err(("trainer", "tp"), f"{tr.tp} does not divide the {nranks} ranks "
+              f"({sc.job.nodes} nodes x {ln.ranks_per_node})")
+    elif tr.dp_replicate >= 1 and (nranks // tr.tp) % tr.dp_replicate:
+        v.err(("trainer", "dp_replicate"), f"{tr.dp_replicate} does not divide the "
+              f"{nranks // tr.tp} data-parallel ranks ({nranks} ranks / tp {tr.tp})")
+    if tr.train_iters < 1:
         v.err(("trainer", "train_iters"), "must be >= 1")
-    if sc["relaunch"]["max_attempts"] < 1:
+    if sc.relaunch.max_attempts < 1:
         v.err(("relaunch", "max_attempts"), "must be >= 1")
-    rl = sc["relaunch"]
-    if rl["on_node_loss"] == "spares" and sc["job"]["spare_nodes"] < 1:
+    rl = sc.relaunch
+    if rl.on_node_loss == "spares" and sc.job.spare_nodes < 1:
         v.err(("relaunch", "on_node_loss"), "spares needs job.spare_nodes >= 1")
-    if rl["on_node_loss"] == "shrink":
-        if rl["min_nodes"] > sc["job"]["nodes"]:
-            v.err(("relaunch", "min_nodes"), f"{rl['min_nodes']} is more than job.nodes ({sc['job']['nodes']})")
-        if ln["ranks_per_node"] % max(1, tr["tp"]):
-            v.err(("relaunch", "on_node_loss"), f"shrink drops whole nodes: trainer.tp ({tr['tp']}) must "
-                  f"divide launch.ranks_per_node ({ln['ranks_per_node']})")
+    if rl.on_node_loss == "shrink":
+        if rl.min_nodes > sc.job.nodes:
+            v.err(("relaunch", "min_nodes"), f"{rl.min_nodes} is more than job.nodes ({sc.job.nodes})")
+        if ln.ranks_per_node % max(1, tr.tp):
+            v.err(("relaunch", "on_node_loss"), f"shrink drops whole nodes: trainer.tp ({tr.tp}) must "
+                  f"divide launch.ranks_per_node ({ln.ranks_per_node})")
         else:
-            n = sc["job"]["nodes"]
-            bad = [d for d in range(max(1, rl["min_nodes"]), n + 1) if not n % d
-                   and (d * ln["ranks_per_node"] // max(1, tr["tp"])) % max(1, tr["dp_replicate"])]
+            n = sc.job.nodes
+            bad = [d for d in range(max(1, rl.min_nodes), n + 1) if not n % d
+                   and (d * ln.ranks_per_node // max(1, tr.tp)) % max(1, tr.dp_replicate)]
             if bad:
-                v.err(("trainer", "dp_replicate"), f"{tr['dp_replicate']} replicas do not divide the "
+                v.err(("trainer", "dp_replicate"), f"{tr.dp_replicate} replicas do not divide the "
                       f"data-parallel ranks of a job shrunk to {bad[0]} node(s) (relaunch.on_node_loss: "
                       f"shrink); raise relaunch.min_nodes or use a replica count that divides them")
-    if sc["relaunch"]["walltime_margin"] >= sc["job"]["walltime"]:
+    if sc.relaunch.walltime_margin >= sc.job.walltime:
         v.err(("relaunch", "walltime_margin"), f"must be shorter than job.walltime "
-              f"({sc['relaunch']['walltime_margin']:g}s >= {sc['job']['walltime']:g}s): nothing would train")
-    if not sc["phases"]:
+              f"({sc.relaunch.walltime_margin:g}s >= {sc.job.walltime:g}s): nothing would train")
+    if not sc.phases:
         v.err(("phases",), "at least one phase is needed")
-    saving = [p for p in sc["phases"] if p["checkpoint"] != "none"]
-    if saving and tr["save_interval"] < 1 and not tr["program"]:
-        v.err(("trainer", "save_interval"), f"{tr['save_interval']} saves no checkpoint, but phase "
-              f"{saving[0]['name']!r} checkpoints ({saving[0]['checkpoint']}): every kill would restart "
+    saving = [p for p in sc.phases if p.checkpoint != "none"]
+    if saving and tr.save_interval < 1 and not tr.program:
+        v.err(("trainer", "save_interval"), f"{tr.save_interval} saves no checkpoint, but phase "
+              f"{saving[0].name!r} checkpoints ({saving[0].checkpoint}): every kill would restart "
               "it from step 0; give an interval >= 1, or checkpoint: none")
-    names = [p["name"] for p in sc["phases"]]
-    for i, n in enumerate(names):
-        if n in names[:i]:
-            v.err(("phases", i, "name"), f"duplicate phase name {n!r}")
-    for i, ph in enumerate(sc["phases"]):
+    names = [p.name for p in sc.phases]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            v.err(("phases", i, "name"), f"duplicate phase name {name!r}")
+    for i, ph in enumerate(sc.phases):
         f = effective_failures(sc, ph)
         if not f:
             continue
-        sched = {k: x for k, x in f["schedule"].items() if x is not None and k != "seed"}
-        base = ("phases", i, "failures") if ph["failures"] else ("failures",)
+        sched = scheduled(f)
+        base = ("phases", i, "failures") if ph.failures else ("failures",)
         if len(sched) != 1:
             # the key that came last (a file that extends another, or --set) made the conflict
             keys = sorted(sched, key=lambda k: (v.order(base + ("schedule", k)), v.line(base + ("schedule", k))))
@@ -306,83 +308,84 @@ def cross_checks(sc, v: Validator):
             v.err(base + ("schedule",) + tuple(keys[-1:]),
                   f"give exactly one of every, at_steps, every_steps, mtbf, fuzz (got {got})")
         step_schedule = "at_steps" in sched or "every_steps" in sched
-        gated = tool_options.gate_of(f.get("gate"), step_schedule) == "complete" or f.get("wait_first_complete")
-        if gated and ph["checkpoint"] == "none":
-            v.err(base + ("gate",), f"phase {ph['name']!r} saves no checkpoints, so a kill gated on .complete "
+        gated = tool_options.gate_of(f.gate, step_schedule) == "complete" or f.wait_first_complete
+        if gated and ph.checkpoint == "none":
+            v.err(base + ("gate",), f"phase {ph.name!r} saves no checkpoints, so a kill gated on .complete "
                   "would never fire: set gate: none (and no wait_first_complete), or save checkpoints")
         try:
-            if f["signal"] is not None:
-                parse_signal(f["signal"])
+            if f.signal is not None:
+                parse_signal(f.signal)
         except ValueError as e:
             v.err(base + ("signal",), str(e))
-        last = "trainer.program.steps" if tr["program"] else "trainer.train_iters"  # the key the user wrote
-        for s in map(step_of, sched.get("at_steps") or []):
-            if s > tr["train_iters"]:
-                v.err(base + ("schedule", "at_steps"), f"step {s} is beyond the last step ({last}: "
-                      f"{tr['train_iters']}, {v.where(tuple(last.split('.')))})")
-        if f["node"] is not None and f["node"] >= sc["job"]["nodes"]:
-            v.err(base + ("node",), f"node {f['node']} is out of range for {sc['job']['nodes']} nodes")
+        last = "trainer.program.steps" if tr.program else "trainer.train_iters"  # the key the user wrote
+        for step in map(step_of, f.schedule.at_steps or []):
+            if step > tr.train_iters:
+                v.err(base + ("schedule", "at_steps"), f"step {step} is beyond the last step ({last}: "
+                      f"{tr.train_iters}, {v.where(tuple(last.split('.')))})")
+        if f.node is not None and f.node >= sc.job.nodes:
+            v.err(base + ("node",), f"node {f.node} is out of range for {sc.job.nodes} nodes")
         _network_checks(sc, f, sched, base, v)
         _storage_checks(sc, ph, f, sched, base, v)
 
 
-def _network_checks(sc, f, sched, base, v: Validator) -> None:
+def _network_checks(sc: Scenario, f: Failures, sched: Dict[str, Any], base: tuple, v: Validator) -> None:
     """The network kinds (failures.NetworkKind) need what a signal does not: another node to be cut
     off from, and the right to change a node's link; refused here with the reason, never run as a
     fault that silently does nothing."""
-    kinds = {f["kind"]} | {x["kind"] for x in sched.get("at_steps") or [] if isinstance(x, dict)}
+    kinds = {f.kind} | {x.kind for x in f.schedule.at_steps or [] if isinstance(x, AtStep)}
     net = sorted(k for k in kinds if failures.get(k).host_fault)
     if not net:
         return
-    key = base + ("kind",) if f["kind"] in net else base + ("schedule", "at_steps")
+    key = base + ("kind",) if f.kind in net else base + ("schedule", "at_steps")
     what = ", ".join(net)
-    if sc["scheduler"] == "local":
+    if sc.scheduler == "local":
         v.err(key, f"{what} strikes one node's link to the others: it needs a job of 2 or more nodes on a batch scheduler "
               f"(scheduler: local runs every rank on this host)")
-    elif sc["scheduler"] != "pbs":
+    elif sc.scheduler != "pbs":
         v.err(key, f"{what} is made and undone on the node by a process of its own, which outlives the fan-out "
-              f"that started it on PBS (tested: tests/test_pbs_network.py); on {sc['scheduler']} it is not tested "
+              f"that started it on PBS (tested: tests/test_pbs_network.py); on {sc.scheduler} it is not tested "
               f"(Slurm may end it with its step, leaving a link down): refused")
-    elif sc["job"]["nodes"] < 2:
-        v.err(key, f"{what} strikes one node's link to the others: it needs job.nodes >= 2 (got {sc['job']['nodes']})")
-    if f["node"] == 0:
+    elif sc.job.nodes < 2:
+        v.err(key, f"{what} strikes one node's link to the others: it needs job.nodes >= 2 (got {sc.job.nodes})")
+    if f.node == 0:
         v.err(base + ("node",), f"node 0 runs the relaunch loop and the injector: {what} there would cut them off "
               f"too; pick another node (or none: one is drawn from the seed among the others)")
-    if sc["site"].get("root") is False:
-        v.err(key, f"{what} needs {failures.NetworkKind.needs}; {sc['site'].get('name') or 'this site'}'s jobs run "
+    if sc.site.root is False:
+        v.err(key, f"{what} needs {failures.NetworkKind.needs}; {sc.site.name or 'this site'}'s jobs run "
               f"without root (site.root: false, {v.where(('site', 'root'))}). Set site.root: true only where your "
               f"allocation grants it")
-    if "slow_link" in net and not failures.RATE.fullmatch(str(f["rate"])):
-        v.err(base + ("rate",), f"{f['rate']!r} is not a tc rate (a number and one of bit, kbit, mbit, gbit, bps, "
+    if "slow_link" in net and not failures.RATE.fullmatch(str(f.rate)):
+        v.err(base + ("rate",), f"{f.rate!r} is not a tc rate (a number and one of bit, kbit, mbit, gbit, bps, "
               f"kbps, mbps, gbps: 500kbit, 1mbit)")
-    if f["duration"] == 0 and any(k != "partition" for k in net):
+    if f.duration == 0 and any(k != "partition" for k in net):
         v.err(base + ("duration",), f"0 (never heals) is for partition only; {', '.join(k for k in net if k != 'partition')} "
               f"needs a duration > 0")
 
 
-def _storage_checks(sc, ph, f, sched, base, v: Validator) -> None:
+def _storage_checks(sc: Scenario, ph: Phase, f: Failures, sched: Dict[str, Any], base: tuple,
+                    v: Validator) -> None:
     """The storage kinds (failures.StorageKind) reach the ranks through a preload built when the
     phase starts; refused here where it cannot be built or cannot reach the ranks."""
-    drawn = [k.strip() for k in (f.get("fuzz_kinds") or "").split(",") if k.strip()]
+    drawn = [k.strip() for k in (f.fuzz_kinds or "").split(",") if k.strip()]
     bad = [k for k in drawn if k not in failures.FUZZ_KINDS]
     if bad:
         v.err(base + ("fuzz_kinds",), f"{', '.join(bad)}: a fuzz draws among {', '.join(failures.FUZZ_KINDS)} (each "
               f"ends the attempt it strikes; one per attempt)")
         return
-    kinds = failures.kinds_of(f["kind"], [x["kind"] for x in sched.get("at_steps") or [] if isinstance(x, dict)],
-                              f.get("fuzz_kinds"))
+    kinds = failures.kinds_of(f.kind, [x.kind for x in f.schedule.at_steps or [] if isinstance(x, AtStep)],
+                              f.fuzz_kinds)
     io = sorted(k for k in kinds if failures.get(k).storage_fault)
     if not io:
         return
-    key = (base + ("kind",) if f["kind"] in io else base + ("fuzz_kinds",) if set(io) & set(drawn)
+    key = (base + ("kind",) if f.kind in io else base + ("fuzz_kinds",) if set(io) & set(drawn)
            else base + ("schedule", "at_steps"))
     what = ", ".join(io)
     import shutil
     if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
         v.err(key, f"{what} needs {failures.StorageKind.needs}: none found on PATH here")
-    if ph["checkpoint"] == "none":
-        v.err(key, f"{what} strikes checkpoint writes, and phase {ph['name']!r} saves none")
-    warm = ph.get("warm") if ph.get("warm") is not None else sc["relaunch"].get("warm")
+    if ph.checkpoint == "none":
+        v.err(key, f"{what} strikes checkpoint writes, and phase {ph.name!r} saves none")
+    warm = ph.warm if ph.warm is not None else sc.relaunch.warm
     if warm:
         v.err(key, f"{what} is put into a rank by its environment at launch; a warm phase forks its ranks from a "
               f"pool started before (not built yet): run it in a cold phase")
@@ -392,43 +395,40 @@ def _storage_checks(sc, ph, f, sched, base, v: Validator) -> None:
         v.err(key, f"{', '.join(k for k in io if k not in failures.FUZZ_KINDS)} with failures.schedule.fuzz: a fuzz "
               f"strikes once per attempt and waits for the next, and this kind may not end its attempt; of the storage "
               f"kinds a fuzz draws torn (failures.fuzz_kinds)")
-    if f["duration"] == 0 and any(k in ("stall_writes", "slow_storage") for k in io):
+    if f.duration == 0 and any(k in ("stall_writes", "slow_storage") for k in io):
         v.err(base + ("duration",), "0 is for partition and write_errors (for good); stall_writes and slow_storage "
               "need a duration > 0")
     if "slow_storage" in io:
         try:
-            failures.rate_bytes(f["rate"])
+            failures.rate_bytes(f.rate)
         except ValueError as e:
             v.err(base + ("rate",), str(e))
-    ranks = sc["job"]["nodes"] * sc["launch"]["ranks_per_node"]
-    if f["rank"] >= ranks and not f.get("all_ranks"):
-        v.err(base + ("rank",), f"rank {f['rank']} is out of range for {ranks} rank(s) (job.nodes x "
+    ranks = sc.job.nodes * sc.launch.ranks_per_node
+    if f.rank >= ranks and not f.all_ranks:
+        v.err(base + ("rank",), f"rank {f.rank} is out of range for {ranks} rank(s) (job.nodes x "
               f"launch.ranks_per_node); all_ranks: true strikes every rank")
 
 
-def effective_failures(sc, phase) -> Optional[dict]:
+def effective_failures(sc: Scenario, phase: Phase) -> Optional[Failures]:
     """The failure settings of a phase (False/None: no injector). Phases without a `failures`
     key inherit the top-level one, except checkpoint-less phases (the baseline)."""
-    f = phase.get("failures")
+    f = phase.failures
     if f is False:
         return None
     if f is None:
-        if phase["checkpoint"] == "none" and not is_torchft(phase):  # a torchft phase is no baseline
+        if phase.checkpoint == "none" and not is_torchft(phase):  # a torchft phase is no baseline
             return None
-        f = sc["failures"]
-    sched = {k: x for k, x in f["schedule"].items() if x is not None and k != "seed"}
-    if not sched:
-        return None
-    return f
+        f = sc.failures
+    return f if scheduled(f) else None
 
 
-def resolve_data(sc, path, v: "Validator"):
+def resolve_data(sc: Scenario, path: str, v: Validator) -> None:
     """trainer.data: relative to the scenario file; it must exist where the job is submitted
     (a missing token file found before the job is queued, not after it started)."""
-    tr = sc["trainer"]
-    if not tr.get("data"):
+    tr = sc.trainer
+    if not tr.data:
         return
-    tr["data"] = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.expanduser(tr["data"]))
-    if not os.path.isfile(tr["data"]):
-        v.err(("trainer", "data"), f"{tr['data']}: no such file (a token file: python -m "
+    tr.data = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.expanduser(tr.data))
+    if not os.path.isfile(tr.data):
+        v.err(("trainer", "data"), f"{tr.data}: no such file (a token file: python -m "
               f"restartlab.trainer.prepare_data writes one)")

@@ -11,6 +11,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..contracts.job_status import JobStatus  # noqa: F401  (re-exported: what status() gives)
 from ..contracts.registry import Registry
+from ..contracts.scenario_record import Scenario
 
 # states, common to all schedulers
 PENDING, RUNNING, FINISHED, FAILED, UNKNOWN = "pending", "running", "finished", "failed", "unknown"
@@ -88,7 +89,7 @@ class Scheduler:
     def has_queue(self) -> bool:
         return type(self).submit_cmd is not Scheduler.submit_cmd
 
-    def directives(self, sc: dict) -> List[str]:
+    def directives(self, sc: Scenario) -> List[str]:
         """Directive bodies (after the prefix), deterministic."""
         return []
 

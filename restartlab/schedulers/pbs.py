@@ -5,8 +5,9 @@ import os
 import re
 import shutil
 import time
-from typing import Optional
+from typing import List, Optional
 
+from ..contracts.scenario_record import Scenario
 from ..contracts.units import hms, parse_duration
 from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, QueueLimits, Scheduler, SchedulerError,
                    ServerQueues,
@@ -168,28 +169,28 @@ class PBS(Scheduler):
         return path if os.path.isabs(path) and os.access(path, os.X_OK) else None
     nodefile_sh = 'RL_NODEFILE="${{PBS_NODEFILE:?PBS_NODEFILE is not set: is this running under PBS?}}"'
 
-    def directives(self, sc):
-        j, ln = sc["job"], sc["launch"]
-        sel = f"select={j['nodes'] + j['spare_nodes']}"  # spares: allocated, kept idle
-        if j["ncpus"]:
-            sel += f":ncpus={j['ncpus']}"
-        sel += f":mpiprocs={ln['ranks_per_node']}"
-        if j["select"]:
-            sel += f":{j['select']}"
-        out = [f"-N {sc['name'][:236]}"]
-        if j["account"]:
-            out.append(f"-A {j['account']}")
-        if j["queue"]:
-            out.append(f"-q {j['queue']}")
-        out += [f"-l {sel}", f"-l walltime={hms(j['walltime'])}"]
-        if j["place"]:
-            out.append(f"-l place={j['place']}")
-        if j["filesystems"]:
-            out.append(f"-l filesystems={j['filesystems']}")
+    def directives(self, sc: Scenario) -> List[str]:
+        j, ln = sc.job, sc.launch
+        sel = f"select={j.nodes + j.spare_nodes}"  # spares: allocated, kept idle
+        if j.ncpus:
+            sel += f":ncpus={j.ncpus}"
+        sel += f":mpiprocs={ln.ranks_per_node}"
+        if j.select:
+            sel += f":{j.select}"
+        out = [f"-N {sc.name[:236]}"]
+        if j.account:
+            out.append(f"-A {j.account}")
+        if j.queue:
+            out.append(f"-q {j.queue}")
+        out += [f"-l {sel}", f"-l walltime={hms(j.walltime)}"]
+        if j.place:
+            out.append(f"-l place={j.place}")
+        if j.filesystems:
+            out.append(f"-l filesystems={j.filesystems}")
         # the job's output into the experiment directory: a directory given to -o (the trailing
         # slash) is filled with <job id>.OU, so a chain's jobs each keep their own (OpenPBS 23.06, measured)
-        out += ["-k doe", "-j oe", f"-o {sc['expt_dir']}/"]
-        return out + list(j["directives"])
+        out += ["-k doe", "-j oe", f"-o {sc.expt_dir}/"]
+        return out + list(j.directives)
 
     def submit_cmd(self, script, pass_env=()):
         # qsub -v NAME (no value): the value is taken from qsub's own environment

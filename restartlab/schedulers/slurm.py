@@ -4,7 +4,9 @@ import os
 import re
 import subprocess
 import time
+from typing import List
 
+from ..contracts.scenario_record import Scenario
 from ..contracts.units import hms
 from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, QueueLimits, Scheduler,
                    SchedulerError, ServerQueues, register)
@@ -131,21 +133,21 @@ class Slurm(Scheduler):
     nodefile_sh = ('RL_NODEFILE={nodefile}."$SLURM_JOB_ID"\n'
                    'scontrol show hostnames "${{SLURM_JOB_NODELIST:?not running under Slurm}}" > "$RL_NODEFILE"')
 
-    def directives(self, sc):
-        j, ln = sc["job"], sc["launch"]
-        out = [f"--job-name={sc['name']}", f"--nodes={j['nodes'] + j['spare_nodes']}",
-               f"--ntasks-per-node={ln['ranks_per_node']}", f"--time={hms(j['walltime'])}"]
-        if sc["relaunch"]["on_node_loss"] != "same":
+    def directives(self, sc: Scenario) -> List[str]:
+        j, ln = sc.job, sc.launch
+        out = [f"--job-name={sc.name}", f"--nodes={j.nodes + j.spare_nodes}",
+               f"--ntasks-per-node={ln.ranks_per_node}", f"--time={hms(j.walltime)}"]
+        if sc.relaunch.on_node_loss != "same":
             out.append("--no-kill")  # a failed node leaves the allocation; the job lives on
-        if j["account"]:
-            out.append(f"--account={j['account']}")
-        if j["queue"]:
-            out.append(f"--partition={j['queue']}")
-        out.append(f"--output={sc['expt_dir']}/job-%j.out")
+        if j.account:
+            out.append(f"--account={j.account}")
+        if j.queue:
+            out.append(f"--partition={j.queue}")
+        out.append(f"--output={sc.expt_dir}/job-%j.out")
         # a requeued job runs again under its id into the same file: without append, Slurm truncates it
         # and the first run's output is lost (Slurm 22.05, measured on the private Slurm)
         out.append("--open-mode=append")
-        return out + list(j["directives"])
+        return out + list(j.directives)
 
     def submit_cmd(self, script, pass_env=()):
         # sbatch passes the submitting environment on (--export=ALL, its default): pass_env included

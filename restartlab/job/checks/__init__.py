@@ -5,6 +5,8 @@ next check is handed (the program's Pythons, for the environment check)."""
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Set
 
+from ...contracts.scenario_record import Scenario
+
 ERROR, WARNING, OK = "error", "warning", "ok"
 
 
@@ -20,7 +22,7 @@ class Finding:
 
 class Preflight(Protocol):
     """What a check reads and writes of the preflight that runs it (job/preflight.Preflight)."""
-    sc: Dict[str, Any]                 # the loaded scenario
+    sc: Scenario                       # the loaded scenario
     where: Callable[..., str]          # 'file:line' of a key
     sched: Any                         # the scheduler (schedulers.Scheduler)
     site: str                          # the site's name, as a finding says it

@@ -28,17 +28,17 @@ class EnvironmentCheck(Check):
 
     def run(self, found: Found) -> None:
         """The job's setup lines, launcher and Pythons, asked in one shell (probe.py)."""
-        sc, ln = self.sc, self.sc["launch"]
-        job_py = ln["python"] or sys.executable
-        launch_cmd = render.launch_spec(sc, 1, 1, {}, ()).launcher_argv()[0] if launchers.get(ln["launcher"]).launchable else None
+        sc, ln = self.sc, self.sc.launch
+        job_py = ln.python or sys.executable
+        launch_cmd = render.launch_spec(sc, 1, 1, {}, ()).launcher_argv()[0] if launchers.get(ln.launcher).launchable else None
         pythons, command = found.pythons, found.command
         asked = [job_py] + [p for p in pythons if p != job_py]
-        prog = sc["trainer"]["program"]
-        adapter = programs.ADAPTERS.get(prog["adapter"]) if prog else None
+        prog = sc.trainer.program
+        adapter = programs.ADAPTERS.get(prog.adapter) if prog else None
         needs = tuple(adapter.requires) if adapter else ()
-        print(f"preflight: asking the job's environment (setup lines: {len(ln['setup'])}, {launch_cmd}, "
+        print(f"preflight: asking the job's environment (setup lines: {len(ln.setup)}, {launch_cmd}, "
               f"{', '.join(asked)}) ...", file=sys.stderr, flush=True)
-        pr = self.pf.probe_fn(ln["setup"], launch_cmd, asked, env=self.job_env(),
+        pr = self.pf.probe_fn(ln.setup, launch_cmd, asked, env=self.job_env(),
                               commands=[command] if command else [], modules=probe_mod.MODULES + ((found.module[1],) if found.module else ()) + needs)
         if not pr.ok:
             self.add(ERROR, "python", f"{self.key('launch', 'setup')}: {pr.error}")
@@ -48,7 +48,7 @@ class EnvironmentCheck(Check):
             self.add(WARNING, "skipped", f"{', '.join(x for x in skipped if x)}: not checked, because the setup lines "
                      "failed and they are asked after them: fix launch.setup and run preflight again")
             return
-        self.python(pr.pythons[job_py], job_py, bundled=not sc["trainer"]["program"])
+        self.python(pr.pythons[job_py], job_py, bundled=not sc.trainer.program)
         for py in pythons:
             if py != job_py:
                 self.python(pr.pythons[py], py, bundled=False, program=True)
@@ -71,7 +71,7 @@ class EnvironmentCheck(Check):
         self.launcher(pr, launch_cmd)
 
     def python(self, p, asked, bundled, program=False):
-        sc, tr = self.sc, self.sc["trainer"]
+        sc, tr = self.sc, self.sc.trainer
         at = self.key("trainer", "program", "command") if program else self.key("launch", "python")
         who = "your program's Python" if program else "the job's Python"
         if not p.found:
@@ -86,7 +86,7 @@ class EnvironmentCheck(Check):
                      + (": the trainer needs it; load the site's PyTorch in launch.setup (module load frameworks)"
                         if bundled else ""))
             return
-        device = tr["device"] if not tr["program"] else None
+        device = tr.device if not tr.program else None
         dev_at = self.key("trainer", "device")
         if device == "cuda" and not p.cuda:
             self.add(ERROR, "python", f"{dev_at}: cuda, but {who}'s torch {p.torch} ({p.exe}) was built without CUDA: "
@@ -99,16 +99,16 @@ class EnvironmentCheck(Check):
             built = ", ".join(x for x in ("CUDA " + p.cuda if p.cuda else "", "XPU" if p.xpu else "",
                                           "IPEX" if p.modules.get("intel_extension_for_pytorch") else "") if x)
             self.add(OK, "python", f"{p.exe}: torch {p.torch}" + (f" ({built})" if built else " (CPU only)"))
-        if any(is_torchft(ph) for ph in sc["phases"]) and not p.modules.get("torchft"):
-            i = next(i for i, ph in enumerate(sc["phases"]) if is_torchft(ph))
+        if any(is_torchft(ph) for ph in sc.phases) and not p.modules.get("torchft"):
+            i = next(i for i, ph in enumerate(sc.phases) if is_torchft(ph))
             self.add(ERROR, "python", f"{self.key('phases', i, 'recovery', 'strategy')}: torchft is not installed for "
                      f"{p.exe} (pip install 'restartlab[torchft]', which keeps the torch that is there)")
 
     def launcher(self, pr, cmd):
         if not cmd:
             return
-        name = self.sc["launch"]["launcher"]
-        at = self.key("launch", "mpiexec") if cmd == self.sc["launch"]["mpiexec"] else self.key("launch", "launcher")
+        name = self.sc.launch.launcher
+        at = self.key("launch", "mpiexec") if cmd == self.sc.launch.mpiexec else self.key("launch", "launcher")
         if not pr.launcher_path:
             self.add(ERROR, "launcher", f"{at}: {cmd!r} is not found after launch.setup (the job's PATH): give its "
                      "path, or load its module in launch.setup")

@@ -23,14 +23,14 @@ class ProgramCheck(Check):
     def program_words(self):
         """The program's argv as the ranks will run it, with the placeholders the renderer fills
         ({scenario_dir}); a word with a per-phase or per-attempt placeholder is left as it is."""
-        prog = self.sc["trainer"]["program"]
-        sdir = os.path.dirname(os.path.abspath(self.sc["source"]))
-        return [placeholders.fill(w, {placeholders.SCENARIO_DIR: sdir}) for w in prog["command"]]
+        prog = self.sc.trainer.program
+        sdir = os.path.dirname(os.path.abspath(self.sc.source))
+        return [placeholders.fill(w, {placeholders.SCENARIO_DIR: sdir}) for w in prog.command]
 
     def run(self, found: Found) -> None:
         """The program's command (and its script or module) found as the ranks look for them: in
         <expt>/<phase>/attempts/<k>, their working directory, which holds nothing of yours."""
-        prog = self.sc["trainer"]["program"]
+        prog = self.sc.trainer.program
         if not prog:
             return
         words = self.program_words()
@@ -39,7 +39,7 @@ class ProgramCheck(Check):
             if PLACEHOLDER.search(w):
                 self.add(ERROR, "program", f"{at}: {w!r} is the shipped example's placeholder: put the real path")
                 return
-        sdir = os.path.dirname(os.path.abspath(self.sc["source"]))
+        sdir = os.path.dirname(os.path.abspath(self.sc.source))
         cmd = words[0]
         if "/" in cmd and not os.path.isabs(cmd):
             self.add(ERROR, "program", f"{at}: {cmd!r} is relative, and ranks run in their attempt directory "

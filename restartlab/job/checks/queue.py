@@ -10,17 +10,17 @@ class QueueCheck(Check):
     the job (the preflight's chosen_queue)."""
 
     def shape(self) -> queues.Shape:
-        j = self.sc["job"]
-        nodes = j["nodes"] + j["spare_nodes"]
-        asked = f"{nodes} node(s)" + (f" ({j['nodes']} + {j['spare_nodes']} spare)" if j["spare_nodes"] else "")
-        return queues.Shape(nodes, j["walltime"], asked, at_once=2 if self.sc["relaunch"]["chain"] else 1,
+        j = self.sc.job
+        nodes = j.nodes + j.spare_nodes
+        asked = f"{nodes} node(s)" + (f" ({j.nodes} + {j.spare_nodes} spare)" if j.spare_nodes else "")
+        return queues.Shape(nodes, j.walltime, asked, at_once=2 if self.sc.relaunch.chain else 1,
                             user=queues.user_name(self.env), wall_at=self.where(("job", "walltime")))
 
     def run(self):
         if not self.sched.has_queue:
             return
-        j, at, s = self.sc["job"], self.key("job", "queue"), self.shape()
-        auto = j["queue"] == queues.AUTO
+        j, at, s = self.sc.job, self.key("job", "queue"), self.shape()
+        auto = j.queue == queues.AUTO
         try:
             qs = self.sched.server_queues(self.pf.run, s.user)
         except ToolMissing as e:
@@ -42,7 +42,7 @@ class QueueCheck(Check):
             qs.mine = {q: [x for x in ids if x.split(".")[0] not in self.pf.ignore_jobs] for q, ids in qs.mine.items()}
         for note in qs.source.split("; ")[1:]:
             self.add(WARNING, "queue", f"{note}: not checked")
-        avoid = j["queue_avoid"]
+        avoid = j.queue_avoid
         if auto:
             name = queues.pick(qs, s, avoid)
             if name is None:
@@ -53,7 +53,7 @@ class QueueCheck(Check):
             self.add(OK, "queue", f"job.queue auto: {name}, the first of the queues here that take {s.text()}"
                      + (f" (also: {', '.join(others)})" if others else "") + " (the choice goes into the job script)")
         else:
-            name = j["queue"] or qs.default
+            name = j.queue or qs.default
             if not name:
                 self.add(WARNING, "queue", f"{at}: no queue given and the server names no default queue")
                 return

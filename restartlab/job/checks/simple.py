@@ -7,15 +7,15 @@ from . import ERROR, OK, Check
 
 class AccountCheck(Check):
     def run(self):
-        j, site = self.sc["job"], self.sc["site"]
-        if site["account_required"] and not j["account"]:
+        j, site = self.sc.job, self.sc.site
+        if site.account_required and not j.account:
             self.add(ERROR, "account", f"{self.key('job', 'account')}: {self.site} charges every job to a project "
                      "and rejects one without it: set job.account (or --set job.account=PROJECT; make: ACCOUNT=PROJECT)"
-                     + (f"; {site['docs']}" if site["docs"] else ""))
-        elif "{account}" in self.sc["expt_root"] and not j["account"]:
+                     + (f"; {site.docs}" if site.docs else ""))
+        elif "{account}" in self.sc.expt_root and not j.account:
             self.add(ERROR, "account", f"{self.key('expt_root')}: names {{account}}, but job.account is not set")
-        elif j["account"]:
-            self.add(OK, "account", f"job.account {j['account']}")
+        elif j.account:
+            self.add(OK, "account", f"job.account {j.account}")
 
 
 class FanoutCheck(Check):
@@ -33,10 +33,10 @@ class FanoutCheck(Check):
 
 class CostCheck(Check):
     def run(self):
-        j = self.sc["job"]
+        j = self.sc.job
         if not self.sched.has_queue:
             return
-        jobs = 1 + self.sc["relaunch"]["chain"]
-        self.add(OK, "cost", f"at most {sizing.node_hours(self.sc):.1f} node-hours: {j['nodes'] + j['spare_nodes']} "
-                 f"node(s) x {hms(j['walltime'])} walltime x {jobs} job(s) (phases "
-                 f"{', '.join(p['name'] for p in self.sc['phases'])} run one after another in each)")
+        jobs = 1 + self.sc.relaunch.chain
+        self.add(OK, "cost", f"at most {sizing.node_hours(self.sc):.1f} node-hours: {j.nodes + j.spare_nodes} "
+                 f"node(s) x {hms(j.walltime)} walltime x {jobs} job(s) (phases "
+                 f"{', '.join(p.name for p in self.sc.phases)} run one after another in each)")

@@ -21,11 +21,11 @@ class StorageCheck(Check):
                      f"phase(s) {', '.join(unknown)} cannot be sized: set trainer.program.checkpoint_bytes (one "
                      f"checkpoint, e.g. 24GB) and save_every, and preflight checks they fit")
         total = sum(p.peak or 0 for p in phases)
-        account = self.sc["job"]["account"]
+        account = self.sc.job.account
         try:
             r = storage.room(root, project=account)
         except storage.NotMounted as e:
-            whose = f"{self.sc['site']['name']}'s" if self.sc["site"]["name"] else "this site's"
+            whose = f"{self.sc.site.name}'s" if self.sc.site.name else "this site's"
             self.add(ERROR, "where", f"{self.key('expt_root')}: {root}: {e.strerror}: its file system is not mounted "
                      f"here (not {whose} login node?): neither the space nor the quota could be measured")
             return
@@ -35,12 +35,12 @@ class StorageCheck(Check):
         if not r.writable:
             self.add(ERROR, "where", f"{self.key('expt_root')}: {root} cannot be created: {r.path} is not writable "
                      "by you")
-        if in_home and self.sc["site"]["project_root"]:
-            proj = self.sc["site"]["project_root"]
+        if in_home and self.sc.site.project_root:
+            proj = self.sc.site.project_root
             self.add(WARNING, "where", f"{self.key('expt_root')}: {root} is under $HOME ({home}); the run keeps up "
                      f"to {human_bytes(total)} of checkpoints there. {self.site}'s project space is "
                      f"{proj}: set expt_root: {proj}/restartlab")
-        proj = self.sc["site"]["project_root"]
+        proj = self.sc.site.project_root
         if proj and account and "{account}" in proj:
             mine = proj.replace("{account}", account)
             under = os.path.abspath(root).startswith(os.path.abspath(mine).rstrip("/") + "/")
@@ -59,7 +59,7 @@ class StorageCheck(Check):
         left = r.usable
         what = f"{human_bytes(left)} free at {r.path}" + (f" (quota: {r.quota_text})" if r.quota_left is not None
                                                           else "")
-        keep_at = self.key("trainer", "program", "checkpoint_bytes") if self.sc["trainer"]["program"] \
+        keep_at = self.key("trainer", "program", "checkpoint_bytes") if self.sc.trainer.program \
             else self.key("trainer", "keep")
         if total > left:
             self.add(ERROR, "bytes", f"{keep_at}: the run keeps up to {human_bytes(total)} of checkpoints "
