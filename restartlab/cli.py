@@ -68,11 +68,11 @@ def cmd_render(a):
         if not _take_auto(p, sc, "render", "nothing rendered"):
             return 2
     text, ctx, resolved = experiment.render_script(sc, a.scheduler, expt_dir=a.expt_dir)
-    if not sc.job.account and (sc.site.account_required or ctx["unfilled"]):
+    if not sc.job.account and (sc.site.account_required or ctx.unfilled):
         print(f"restartlab render: warning: {where(('job', 'account'))}: job.account is not set: "
               + "; ".join(x for x in (
                   "the script charges no project (-A), which the site requires" if sc.site.account_required else "",
-                  "its paths hold a literal {account}, so it stops at once if run" if ctx["unfilled"] else "") if x)
+                  "its paths hold a literal {account}, so it stops at once if run" if ctx.unfilled else "") if x)
               + ": render it again with --set job.account=PROJECT", file=sys.stderr)
     if a.output and a.output != "-":
         from .contracts import layout
@@ -157,13 +157,13 @@ def cmd_submit(a):
             checked += f"preflight: job.queue auto: {p.chosen_queue}\n"  # the experiment's record of the choice
     script, ctx = experiment.create(sc, name, smoke=a.smoke)
     from .contracts import layout
-    expt = layout.Expt(ctx["expt_dir"])
+    expt = layout.Expt(ctx.expt_dir)
     with open(expt.preflight, "w") as f:
         f.write(checked)
     why = None
     try:
         r = subprocess.run(sched.submit_cmd(script, sorted(secrets)), capture_output=True, text=True,
-                           cwd=ctx["expt_dir"], timeout=120, env=dict(os.environ, **secrets))
+                           cwd=ctx.expt_dir, timeout=120, env=dict(os.environ, **secrets))
         if r.returncode:
             why = " ".join((r.stderr.strip() or r.stdout.strip() or "no message").split())
             why = f"{tool} refused the job (exit {r.returncode}): {why}"
@@ -181,9 +181,9 @@ def cmd_submit(a):
         return 1
     with open(expt.jobid, "w") as f:
         f.write(jid + "\n")
-    print(f"job {jid}\nexperiment {ctx['expt_dir']}")
+    print(f"job {jid}\nexperiment {ctx.expt_dir}")
     if a.smoke:
-        print(f"smoke job: its readiness report will be {expt.smoke_md} (restartlab status {ctx['expt_dir']})")
+        print(f"smoke job: its readiness report will be {expt.smoke_md} (restartlab status {ctx.expt_dir})")
     return 0
 
 

@@ -454,19 +454,18 @@ def test_the_job_script_runs_each_group_under_its_own_loop():
     from restartlab.job import render
     sc = scenario.load(os.path.join(os.path.dirname(os.path.dirname(__file__)), "scenarios", "strategies.yaml"))
     text, ctx = render.render(sc, "pbs", "/expt/x")
-    ft = next(p for p in ctx["phases"] if p["name"] == "torchft")
-    assert ft["ft"] == ["--ft-groups", "2", "--ft-min-replicas", "1", "--ft-heartbeat-timeout", "1s",
+    ft = ctx.phase("torchft")
+    assert ft.ft == ["--ft-groups", "2", "--ft-min-replicas", "1", "--ft-heartbeat-timeout", "1s",
                         "--ft-join-timeout", "5s"]
-    spec = LaunchSpec.from_json(ft["launch"], ft["program"])
+    spec = LaunchSpec.from_json(ft.launch, ft.program)
     argv = spec.argv()
     assert argv[:3] == ["mpiexec", "-n", "1"] and "restartlab.trainer.ft" in argv and not spec.rankenv
     # a group's launch: its own tag on its ranks and its number in the program, nothing else changed
-    g1 = spec.for_group(1, group_tag(ctx["tag"], 1))
-    assert g1.env[killer.TAG_VAR] == group_tag(ctx["tag"], 1) and spec.env[killer.TAG_VAR] == ctx["tag"]
+    g1 = spec.for_group(1, group_tag(ctx.tag, 1))
+    assert g1.env[killer.TAG_VAR] == group_tag(ctx.tag, 1) and spec.env[killer.TAG_VAR] == ctx.tag
     assert g1.program[g1.program.index("--replica-group") + 1] == "1" and g1.launcher_argv()[:3] == argv[:3]
     assert argv[argv.index("--replica-group") + 1] == "{group}" and argv[argv.index("--outdir") + 1] == "{attempt_dir}"
-    assert "--inject-at-steps 300,600" in " ".join(ft["inject"]) and next(
-        p for p in ctx["phases"] if p["name"] == "torchft-nofail")["inject"] is None
+    assert "--inject-at-steps 300,600" in " ".join(ft.inject) and ctx.phase("torchft-nofail").inject is None
     line = next(x for x in text.splitlines() if x.startswith("rl_phase --phase torchft "))
     assert "--ft-groups 2" in line
 
@@ -476,7 +475,7 @@ def test_a_torchft_program_of_yours_is_launched_through_the_hook_in_its_python()
     from restartlab.job import render
     sc = scenario.load(os.path.join(ROOT, "scenarios", "examples", "torchft.yaml"))
     text, ctx = render.render(sc, "pbs", "/expt/x")
-    spec = LaunchSpec.from_json(ctx["phases"][0]["launch"], ctx["phases"][0]["program"])
+    spec = LaunchSpec.from_json(ctx.phases[0].launch, ctx.phases[0].program)
     argv = spec.argv()
     assert spec.rankenv and spec.program[:3] == ("python", "-m", "restartlab.trainer.ft_hook"), spec
     at = argv.index("restartlab.runtime.rankenv")
@@ -490,7 +489,7 @@ def test_a_torchft_program_of_yours_is_launched_through_the_hook_in_its_python()
     _, cmd = ft_hook.parse_args(list(hook.args))
     prog = [cmd.target, *cmd.args]
     assert prog[0] == os.path.join(ROOT, "scenarios", "examples", "..", "..", "examples", "torchft", "train.py")
-    assert prog[1:] == ["--steps", "60", "--delay", "0.15", "--async-quorum"] and ctx["phases"][0]["strategy"] == "torchft"
+    assert prog[1:] == ["--steps", "60", "--delay", "0.15", "--async-quorum"] and ctx.phases[0].strategy == "torchft"
 
 
 def test_restartlab_run_shows_a_torchft_phases_progress(tmp_path):
@@ -503,7 +502,7 @@ def test_restartlab_run_shows_a_torchft_phases_progress(tmp_path):
     for g, k, step in ((0, 1, 4), (1, 2, 6)):
         with open(layout.Phase(root).group(g).attempt(k).metrics(0), "w") as f:
             f.write(json.dumps({"timestamp": 1, "rank": 0, "metrics": {"train/iter": step}}) + "\n")
-    text, cur = run.progress({"phases": [{"name": "ft", "dir": root}], "train_iters": 10}, 0)
+    text, cur = run.progress([("ft", root)], 10, 0)
     assert cur == 0 and text.startswith("phase 1/1 ft: step 6/10, kills 0, restarts 1"), text
 
 

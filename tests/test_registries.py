@@ -106,7 +106,7 @@ def test_toy_launcher_argv_and_rank_discovery():
         assert intra_op_threads({"TOY_LOCAL_SIZE": "4"}, 8) == 2
         sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["launch.launcher=toyrun"])
         text, ctx = render.render(sc, "local", "/expt/x")
-        assert ctx["phases"][0]["argv"][:2] == ["toyrun", "-n2"]
+        assert ctx.phases[0].argv[:2] == ["toyrun", "-n2"]
         assert "--launcher toyrun" in text
     finally:
         launchers.LAUNCHERS.unregister("toyrun")
@@ -131,7 +131,7 @@ def test_toy_failure_kind_selects_nodes():
         sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["failures.kind=every-other-node"])
         assert sc.failures.kind == "every-other-node"
         _, ctx = render.render(sc, "local", "/expt/x")
-        assert "every-other-node" in ctx["phases"][1]["inject"]
+        assert "every-other-node" in ctx.phases[1].inject
         assert failures.get("every-other-node").nodes(5, None, random.Random(0)) == [0, 2, 4]
         assert Injection.from_json({"kind": "every-other-node"}).booked_kind == "every-other-node"
     finally:
@@ -179,17 +179,17 @@ def test_every_trainer_option_reachable_from_a_scenario_and_back():
     sc = scenario.load(os.path.join(SCEN, "local.yaml"), sets)
     _, ctx = render.render(sc, "local", "/expt/x")
     seen_flags = set()
-    for ph in ctx["phases"]:
-        argv = ph["program"]
+    for ph in ctx.phases:
+        argv = ph.program
         a = parse_args(argv[argv.index("restartlab.trainer") + 1:])
         for o in trainer_options.scenario_options():
             want = trainer_options.scenario_value(sc.trainer, o)
-            want = 0 if (o.key == "save_interval" and ph["checkpoint"] == "none") else want
-            assert getattr(a, o.key) == want, (ph["name"], o.key)
-        assert a.ckpt_dir == f"{ph['dir']}/ckpts" and a.outdir == "."
-        assert a.no_resume == (ph["checkpoint"] == "none")
-        assert a.async_ckpt == (ph["checkpoint"] == "async")
-        assert a.ckpt_stage_dir == ("/st" if ph["checkpoint"] == "async" else None)
+            want = 0 if (o.key == "save_interval" and ph.checkpoint == "none") else want
+            assert getattr(a, o.key) == want, (ph.name, o.key)
+        assert a.ckpt_dir == f"{ph.dir}/ckpts" and a.outdir == "."
+        assert a.no_resume == (ph.checkpoint == "none")
+        assert a.async_ckpt == (ph.checkpoint == "async")
+        assert a.ckpt_stage_dir == ("/st" if ph.checkpoint == "async" else None)
         assert a.dp_global == 2  # shrink: the global batch of 1 node x 4 ranks / tp 2
         seen_flags |= {t for t in argv if t.startswith("--")}
     assert {o.flag for o in trainer_options.OPTIONS} <= seen_flags

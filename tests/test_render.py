@@ -59,7 +59,7 @@ def test_body_structure():
         assert not any(line.split()[:1] == [loop] for line in code if line), f"a {loop} loop in the job script"
     assert "restartlab.cli supervise" in text and "record-attempt" not in text
     # the job tag reaches the ranks through the launcher only, never the script's environment
-    assert f"--env RESTARTLAB_JOB_TAG={ctx['tag']}" in text
+    assert f"--env RESTARTLAB_JOB_TAG={ctx.tag}" in text
     assert "export RESTARTLAB_JOB_TAG" not in text
     assert "--async-ckpt" in text and "--at-steps 500,1000,1500" in text.replace("'", "")
     assert 'restartlab.cli report "$RL_EXPT_DIR"' in text
@@ -176,7 +176,7 @@ def test_rendered_script_golden(name, sched, sets):
     normalised). A change to the script shows here as a diff to review; regenerate with
     RESTARTLAB_REGEN_GOLDEN=1 pytest tests/test_render.py -k golden."""
     text, ctx = rendered(name, sched, sets)
-    text = text.replace(ctx["tag"], "TAG").replace(ctx["python"], "PYTHON").replace(os.path.dirname(HERE), "ROOT")
+    text = text.replace(ctx.tag, "TAG").replace(ctx.python, "PYTHON").replace(os.path.dirname(HERE), "ROOT")
     path = os.path.join(GOLDEN, f"{name.replace('/', '-')}.{sched}.sh")
     if os.environ.get("RESTARTLAB_REGEN_GOLDEN"):
         with open(path, "w") as f:

@@ -141,8 +141,8 @@ def test_an_experiments_copy_keeps_its_scenario_dir_for_baseline_reuse(tmp_path)
     plain = os.path.join(os.path.dirname(HERE), "scenarios", "examples", "plain.yaml")
     sc = scenario.load(plain)
     _, theirs = experiment.create(sc, "local", expt_dir=str(tmp_path / "a"))
-    os.makedirs(theirs["phases"][0]["dir"])
-    pathlib.Path(layout.Phase(theirs["phases"][0]["dir"]).completed).touch()  # as if it had finished
+    os.makedirs(theirs.phases[0].dir)
+    pathlib.Path(layout.Phase(theirs.phases[0].dir).completed).touch()  # as if it had finished
     assert scenario.load(layout.Expt(str(tmp_path / "a")).scenario, resolved=True).source == plain
     _, mine, _ = experiment.render_script(scenario.load(plain), "local", str(tmp_path / "b"))
     assert list(reuse.check(mine, str(tmp_path / "a"))) == ["baseline"]
@@ -154,10 +154,10 @@ def test_an_experiments_copy_keeps_its_scenario_dir_for_baseline_reuse(tmp_path)
     # comparison once refused every such reuse for it)
     spares = ["relaunch.on_node_loss=spares", "job.spare_nodes=1"]
     _, theirs = experiment.create(scenario.load(plain, spares), "local", expt_dir=str(tmp_path / "d"))
-    os.makedirs(theirs["phases"][0]["dir"])
-    pathlib.Path(layout.Phase(theirs["phases"][0]["dir"]).completed).touch()
+    os.makedirs(theirs.phases[0].dir)
+    pathlib.Path(layout.Phase(theirs.phases[0].dir).completed).touch()
     _, mine, _ = experiment.render_script(scenario.load(plain, spares), "local", str(tmp_path / "e"))
-    assert mine["phases"][0]["launch"].count(str(tmp_path / "e")) == 1  # its host file
+    assert mine.phases[0].launch.count(str(tmp_path / "e")) == 1  # its host file
     assert list(reuse.check(mine, str(tmp_path / "d"))) == ["baseline"]
     _, mine, _ = experiment.render_script(scenario.load(plain, spares + ["launch.env.X=1"]), "local",
                                           str(tmp_path / "f"))

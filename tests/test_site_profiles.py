@@ -40,7 +40,7 @@ def test_the_polaris_profile_asks_for_reversed_gpus_in_the_trainer_and_the_smoke
 @pytest.mark.parametrize("name", ["aurora/agpt2b.yaml", "agpt2b.yaml"])
 def test_pmix_goes_on_mpiexecs_line_not_to_the_ranks(name):
     text, ctx = render.render(_load(name), None, "/expt/x")
-    argv = ctx["phases"][1]["spec"].argv()
+    argv = ctx.phases[1].spec.argv()
     assert argv[:2] == ["mpiexec", "--pmi=pmix"], argv[:6]
     assert not any("PALS_PMI" in a or "FI_PROVIDER" in a for a in argv), argv
 

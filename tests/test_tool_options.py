@@ -98,14 +98,14 @@ def test_report_and_chain_round_trip_through_the_verbs_own_parsers():
         "collection.mtbf=2h", "collection.plots=false", "relaunch.chain=3", "launch.env.MY_TOKEN=${MY_TOKEN}"])
     ctx = render.context(sc, "pbs", "/expt/x")
     p = cli.build_parser()
-    r = p.parse_args(["report", "/expt/x", *ctx["report_args"]])
+    r = p.parse_args(["report", "/expt/x", *ctx.report_args])
     assert (r.mtbf, r.no_plots) == (7200, True)
-    c = p.parse_args(["chain", "/expt/x", *ctx["chain_args"], "--job", "1.pbs"])
+    c = p.parse_args(["chain", "/expt/x", *ctx.chain_args, "--job", "1.pbs"])
     assert (c.scheduler, c.max, c.pass_env, c.job) == ("pbs", 3, "MY_TOKEN", "1.pbs")
     text, _ = render.render(sc, "pbs", "/expt/x")
     assert "--mtbf 7200s --no-plots" in text and "--scheduler pbs --max 3 --pass-env MY_TOKEN --job" in text
     plain = render.context(scenario.load(os.path.join(SCEN, "local.yaml")), "local", "/expt/y")
-    assert plain["report_args"] == [] and plain["chain_args"] == []  # the defaults: nothing to pass
+    assert plain.report_args == [] and plain.chain_args == []  # the defaults: nothing to pass
 
 
 @pytest.mark.parametrize("name", ["local", "agpt2b", "debug"])
@@ -114,19 +114,19 @@ def test_supervise_round_trip_from_a_scenario(name):
     sc = scenario.load(os.path.join(SCEN, f"{name}.yaml"), ["relaunch.max_attempts=7", "relaunch.hang_timeout=5m",
                                                          "relaunch.on_node_loss=same"])
     ctx = render.context(sc, "pbs", "/expt/x")
-    ph = ctx["phases"][-1]
-    argv = ctx["supervise_args"] + ["--phase", "p", "--phase-dir", "d", "--launch", ph["launch"]]
+    ph = ctx.phases[-1]
+    argv = ctx.supervise_args + ["--phase", "p", "--phase-dir", "d", "--launch", ph.launch]
     a = _parser(tool_options.SUPERVISE).parse_args(argv)
     want = options.from_scenario(tool_options.SUPERVISE, dataclasses.replace(sc, scheduler="pbs"))
     for key, v in want.items():
         assert getattr(a, key) == v, key
-    assert a.max_attempts == 7 and a.hang_timeout == 300 and a.tag == ctx["tag"]
+    assert a.max_attempts == 7 and a.hang_timeout == 300 and a.tag == ctx.tag
     # the launch: the scenario's launcher, nodes, ranks and environment, as the spec the supervisor reads
-    spec = LaunchSpec.from_json(a.launch, ph["program"])
+    spec = LaunchSpec.from_json(a.launch, ph.program)
     ln = sc.launch
     assert (spec.launcher, spec.nodes, spec.ranks_per_node) == (ln.launcher, sc.job.nodes, ln.ranks_per_node)
-    assert spec == dataclasses.replace(ctx["launch"], program=tuple(ph["program"]), rankenv=spec.rankenv)
-    assert spec.argv() == ph["argv"] and spec.env[TAG_VAR] == ctx["tag"]
+    assert spec == dataclasses.replace(ctx.launch, program=tuple(ph.program), rankenv=spec.rankenv)
+    assert spec.argv() == ph.argv and spec.env[TAG_VAR] == ctx.tag
 
 
 def test_node_check_and_inject_round_trip():
@@ -138,21 +138,21 @@ def test_node_check_and_inject_round_trip():
         "relaunch.on_node_loss=shrink", "relaunch.node_check_timeout=45s", "relaunch.min_nodes=1",
         "failures.kind=node", "failures.node=0", "failures.grace=20s", "failures.schedule={every: 30s}"])
     ctx = render.context(sc, "slurm", "/expt/x")
-    sync = next(p for p in ctx["phases"] if p["inject"])
+    sync = next(p for p in ctx.phases if p.inject)
     p = supervise.build_parser(argparse.ArgumentParser())
-    a = p.parse_args(ctx["supervise_args"] + ["--phase", "p", "--phase-dir", sync["dir"], "--ckpt-dir", sync["ckpts"],
-                                              *sync["inject"], "--launch", sync["launch"], "--", "train"])
+    a = p.parse_args(ctx.supervise_args + ["--phase", "p", "--phase-dir", sync.dir, "--ckpt-dir", sync.ckpts,
+                                              *sync.inject, "--launch", sync.launch, "--", "train"])
     cfg = supervise.Config.from_args(a, ["train"])
     nc = cfg.node_check
     assert cfg.node_policy == "shrink" and nc["timeout"] == 45 and nc["need"] == 1 and nc["bad_file"].startswith("/expt/x/")
     assert a.hosts_file.startswith("/expt/x/")
-    argv = supervise.inject_argv(dataclasses.replace(cfg, nodefile=None), layout.Phase(sync["dir"]))
-    assert shlex.join(argv) == sync["inject_plan"]  # the plan the script shows is what the injector runs
+    argv = supervise.inject_argv(dataclasses.replace(cfg, nodefile=None), layout.Phase(sync.dir))
+    assert shlex.join(argv) == sync.inject_plan  # the plan the script shows is what the injector runs
     inj_p = argparse.ArgumentParser()
     tool_options.add_inject_args(inj_p)
     i = inj_p.parse_args(argv)
     assert (i.every, i.kind, i.node, i.grace, i.fanout) == (30, "node", 0, 20, "slurm")
-    assert i.until == os.path.join(sync["dir"], os.path.basename(i.until)) and i.tag == ctx["tag"]
+    assert i.until == os.path.join(sync.dir, os.path.basename(i.until)) and i.tag == ctx.tag
 
 
 def test_no_tool_flag_travels_as_one_string():
@@ -160,7 +160,7 @@ def test_no_tool_flag_travels_as_one_string():
     never holds another tool's flags to be split again)."""
     sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["relaunch.on_node_loss=spares", "job.spare_nodes=1"])
     ctx = render.context(sc, "pbs", "/expt/x")
-    words = ctx["supervise_args"] + [w for p in ctx["phases"] for w in (p["inject"] or [])]
+    words = ctx.supervise_args + [w for p in ctx.phases for w in (p.inject or [])]
     assert not [w for w in words if not w.startswith("--") and " --" in w], words
 
 

@@ -124,7 +124,7 @@ def test_scenario_wandb_mapping_renders_flags(tmp_path):
     p.write_text("name: t\ntrainer:\n  wandb:\n    project: agpt\n    mode: offline\nphases: [{name: a}]\n")
     sc = scenario.load(str(p))
     _, ctx = render.render(sc, "local", "/expt/x")
-    argv = ctx["phases"][0]["argv"]
+    argv = ctx.phases[0].argv
     assert argv[argv.index("--wandb-project") + 1] == "agpt" and argv[argv.index("--wandb-mode") + 1] == "offline"
     assert "--wandb-entity" not in argv
     p.write_text("name: t\ntrainer:\n  wandb:\n    mode: sometimes\nphases: [{name: a}]\n")

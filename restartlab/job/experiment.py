@@ -6,15 +6,16 @@ from typing import Optional, Tuple
 
 from ..contracts import ckptdir, layout
 from ..contracts.scenario_record import Scenario
+from .script_context import ScriptContext
 from . import render
 from ..scenario import dump_resolved
 
 
 def render_script(sc: Scenario, scheduler: Optional[str] = None,
-                  expt_dir: Optional[str] = None) -> Tuple[str, dict, str]:
+                  expt_dir: Optional[str] = None) -> Tuple[str, ScriptContext, str]:
     """(script text, render context, resolved scenario YAML)."""
     text, ctx = render.render(sc, scheduler, expt_dir)
-    return text, ctx, dump_resolved(ctx["sc"])  # the scenario as rendered: its expt_dir set
+    return text, ctx, dump_resolved(ctx.sc)  # the scenario as rendered: its expt_dir set
 
 
 def write_script(path: str, text: str, resolved: str, resolved_path: str) -> None:
@@ -27,15 +28,15 @@ def write_script(path: str, text: str, resolved: str, resolved_path: str) -> Non
 
 
 def create(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[str] = None,
-           smoke: bool = False) -> Tuple[str, dict]:
+           smoke: bool = False) -> Tuple[str, ScriptContext]:
     """Make the experiment's job script and resolved scenario; returns (job script path, context).
     smoke: the smoke job's script instead (render.render_smoke), with the same resolved scenario."""
     if smoke:
         text, ctx = render.render_smoke(sc, scheduler, expt_dir)
-        resolved = dump_resolved(ctx["sc"])
+        resolved = dump_resolved(ctx.sc)
     else:
         text, ctx, resolved = render_script(sc, scheduler, expt_dir)
-    expt = layout.Expt(ctx["expt_dir"])
+    expt = layout.Expt(ctx.expt_dir)
     os.makedirs(expt.root, exist_ok=True)
     write_script(expt.job_script, text, resolved, expt.scenario)
     return expt.job_script, ctx

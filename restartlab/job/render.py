@@ -21,6 +21,7 @@ from ..contracts.exits import EXIT_BUDGET, EXIT_WALLTIME
 from ..contracts import placeholders
 from ..contracts.resources import resource_dir
 from ..contracts.scenario_record import Failures, Phase, Scenario
+from .script_context import PhasePlan, ScriptContext
 from ..tools import options as tool_options, verbs
 from ..tools.launch import LaunchSpec, SpecError
 from ..scenario import ScenarioError, effective_failures, is_torchft, secret_names
@@ -197,7 +198,7 @@ def expt_root(sc: Scenario) -> str:
     return os.path.abspath(root)
 
 
-def context(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[str] = None) -> Dict[str, Any]:
+def context(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[str] = None) -> ScriptContext:
     sched_name = scheduler or sc.scheduler
     sc = dataclasses.replace(sc, scheduler=sched_name)
     if expt_dir is None:
@@ -220,7 +221,7 @@ def context(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[st
     hosts_file = expt.hosts_attempt if policy != "same" else None
     # recovering from node loss: the supervisor decides the node count and the hosts before each attempt
     launch = launch_spec(sc, sc.job.nodes, ln.ranks_per_node, rank_env, secrets, hostfile=hosts_file)
-    phases = []
+    phases: List[PhasePlan] = []
     for ph in sc.phases:
         phase = expt.phase(ph.name)
         f = effective_failures(sc, ph)
@@ -241,30 +242,26 @@ def context(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[st
                 dp_global=sc.job.nodes * ln.ranks_per_node // sc.trainer.tp if policy == "shrink" else 0)
             spec = dataclasses.replace(launch, program=tuple(program), rankenv=own)
             ft, strategy, warm_on = None, "restart", rl.warm if ph.warm is None else ph.warm
-        phases.append({
-            "name": ph.name, "dir": phase.path, "checkpoint": ph.checkpoint, "ckpts": phase.ckpts,
-            # the launch: as --launch and the program's words (the supervisor's), and whole (a reader's)
-            "spec": spec, "launch": spec.to_json(), "program": list(spec.program), "argv": spec.argv(),
-            "warm": warm_on, "ft": ft, "strategy": strategy,
-            "inject": inject, "inject_plan": shlex.join(inject_plan(sc, f, phase, tag)) if f else "",
-        })
-    return {
-        "sc": sc, "scheduler": sched_name, "prefix": sched.prefix, "scheduler_title": sched.title,
-        "header_template": sched.header_template, "launcher": ln.launcher,
-        "directives": sched.directives(sc), "nodefile_sh": sched.nodefile_sh.format(nodefile=sh(expt.nodefile)),
-        "jobid_sh": _jobid_sh(schedulers.jobid_vars()), "files": {"jobs": expt.jobs, "bad_nodes": expt.bad_nodes},
-        "expt_dir": expt_dir, "python": python, "tag": tag, "phases": phases, "secrets": secrets, "launch": launch,
-        "train_iters": sc.trainer.train_iters, "setup": ln.setup,
-        "supervise_args": supervise_args(sc, tag, policy, node_check, expt),
-        # the walltime margin's stop, in seconds from the script's start (0: off)
-        "stop_after": int(sc.job.walltime) - int(rl.walltime_margin) if rl.walltime_margin else 0,
-        "chain": rl.chain, "exit_walltime": EXIT_WALLTIME, "exit_budget": EXIT_BUDGET,
-        "report": sc.collection.report, "source": sc.source, "unfilled": unfilled(sc),
-        "report_args": options.to_argv(tool_options.REPORT, {"mtbf": sc.collection.mtbf,
-                                                             "no_plots": not sc.collection.plots}),
-        "chain_args": options.to_argv(tool_options.CHAIN, {"scheduler": sched_name, "max": rl.chain,
-                                                           "pass_env": ",".join(secrets)}) if rl.chain else [],
-    }
+        phases.append(PhasePlan(
+            name=ph.name, dir=phase.path, checkpoint=ph.checkpoint, ckpts=phase.ckpts,
+            spec=spec, launch=spec.to_json(), program=list(spec.program), argv=spec.argv(),
+            warm=warm_on, ft=ft, strategy=strategy,
+            inject=inject, inject_plan=shlex.join(inject_plan(sc, f, phase, tag)) if f else ""))
+    return ScriptContext(
+        sc=sc, scheduler=sched_name, prefix=sched.prefix, scheduler_title=sched.title,
+        header_template=sched.header_template, launcher=ln.launcher,
+        directives=sched.directives(sc), nodefile_sh=sched.nodefile_sh.format(nodefile=sh(expt.nodefile)),
+        jobid_sh=_jobid_sh(schedulers.jobid_vars()), files={"jobs": expt.jobs, "bad_nodes": expt.bad_nodes},
+        expt_dir=expt_dir, python=python, tag=tag, phases=phases, secrets=secrets, launch=launch,
+        train_iters=sc.trainer.train_iters, setup=ln.setup,
+        supervise_args=supervise_args(sc, tag, policy, node_check, expt),
+        stop_after=int(sc.job.walltime) - int(rl.walltime_margin) if rl.walltime_margin else 0,
+        chain=rl.chain, exit_walltime=EXIT_WALLTIME, exit_budget=EXIT_BUDGET,
+        report=sc.collection.report, source=sc.source, unfilled=unfilled(sc),
+        report_args=options.to_argv(tool_options.REPORT, {"mtbf": sc.collection.mtbf,
+                                                          "no_plots": not sc.collection.plots}),
+        chain_args=options.to_argv(tool_options.CHAIN, {"scheduler": sched_name, "max": rl.chain,
+                                                        "pass_env": ",".join(secrets)}) if rl.chain else [])
 
 
 def unfilled(sc: Scenario) -> str:
@@ -293,34 +290,37 @@ def smoke_scenario(sc: Scenario) -> Scenario:
                                relaunch=dataclasses.replace(sc.relaunch, on_node_loss="same", chain=0))
 
 
-def smoke_context(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[str] = None) -> Dict[str, Any]:
+def smoke_context(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[str] = None) -> ScriptContext:
     """The smoke job's context: the experiment's own (header, nodes, launcher line, environment,
     setup lines, Python) with a walltime of minutes, and the smoke rank program where the training
     would run (restartlab.trainer.smoke: the scenario's device and backend, one all-reduce)."""
     sc = smoke_scenario(sc)
     ctx = context(sc, scheduler, expt_dir)  # on_node_loss same: its launch line has the nodes and no host file
     ln = sc.launch
-    smoke = verbs.argv(ctx["python"], "trainer-smoke", "--outdir", placeholders.ATTEMPT_DIR, "--device", sc.trainer.device,
+    smoke = verbs.argv(ctx.python, "trainer-smoke", "--outdir", placeholders.ATTEMPT_DIR, "--device", sc.trainer.device,
                         "--device-order", sc.trainer.device_order)
-    ctx["smoke_argv"] = dataclasses.replace(ctx["launch"], program=tuple(smoke)).argv()
+    ctx.smoke_argv = dataclasses.replace(ctx.launch, program=tuple(smoke)).argv()
     stage = next((p.stage_dir for p in sc.phases if p.stage_dir and p.stage_dir != "none"), None)
-    ctx["smoke_args"] = ["--fanout", ctx["scheduler"], "--launcher", ln.launcher, "--tag", ctx["tag"],
+    ctx.smoke_args = ["--fanout", ctx.scheduler, "--launcher", ln.launcher, "--tag", ctx.tag,
                          "--ranks", str(sc.job.nodes * ln.ranks_per_node)] + \
         (["--stage-root", os.path.dirname(stage.rstrip("/")) or "/"] if stage else []) + \
         (["--master-suffix", ln.master_addr_suffix] if ln.master_addr_suffix else [])
     return ctx
 
 
-def render_smoke(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[str] = None) -> Tuple[str, Dict[str, Any]]:
+def render_smoke(sc: Scenario, scheduler: Optional[str] = None,
+                 expt_dir: Optional[str] = None) -> Tuple[str, ScriptContext]:
     """-> (the smoke job's script text, context)."""
     ctx = smoke_context(sc, scheduler, expt_dir)
     env = _env()
-    return env.get_template(ctx["header_template"]).render(**ctx) + env.get_template("smoke.j2").render(**ctx), ctx
+    vals = ctx.template_values()
+    return env.get_template(ctx.header_template).render(**vals) + env.get_template("smoke.j2").render(**vals), ctx
 
 
-def render(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[str] = None) -> Tuple[str, Dict[str, Any]]:
+def render(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[str] = None) -> Tuple[str, ScriptContext]:
     """-> (script text, context). Deterministic for a given context except the tag and time."""
     ctx = context(sc, scheduler, expt_dir)
     env = _env()
-    text = env.get_template(ctx["header_template"]).render(**ctx) + env.get_template("body.j2").render(**ctx)
+    vals = ctx.template_values()
+    text = env.get_template(ctx.header_template).render(**vals) + env.get_template("body.j2").render(**vals)
     return text, ctx

@@ -8,12 +8,13 @@ file naming the experiment (layout.Phase.reused), which the supervisor and the r
 import dataclasses
 import os
 import shutil
-from typing import List
+from typing import Dict, List
 
 from . import experiment
 from ..contracts import layout
 from ..contracts.envvars import TAG_VAR
 from ..tools.launch import SPEC_KEYS, LaunchSpec
+from .script_context import PhasePlan, ScriptContext
 from .. import scenario
 
 
@@ -21,27 +22,27 @@ class ReuseError(Exception):
     """A baseline that cannot be reused, with the reason (one line)."""
 
 
-def _spec(ctx: dict, phase: dict) -> LaunchSpec:
+def _spec(ctx: ScriptContext, phase: PhasePlan) -> LaunchSpec:
     """A phase's launch as a spec, what makes it this experiment's left out: the job's tag (an
     environment variable of its ranks) and the experiment's directory (in the program's words, the
     ranks' environment and the host file: relaunch.on_node_loss spares or shrink writes one there)."""
-    spec = LaunchSpec.from_json(phase["launch"], phase["program"])
+    spec = phase.spec
 
     def own(w: str) -> str:
-        return w.replace(ctx["expt_dir"], "{expt_dir}")
+        return w.replace(ctx.expt_dir, "{expt_dir}")
     return dataclasses.replace(spec, env={k: own(v) for k, v in spec.env.items() if k != TAG_VAR},
                                program=tuple(own(w) for w in spec.program),
                                hostfile=own(spec.hostfile) if spec.hostfile else spec.hostfile)
 
 
-def check(ctx: dict, other_dir: str) -> dict:
+def check(ctx: ScriptContext, other_dir: str) -> Dict[str, str]:
     """{phase name: the other experiment's phase dir} for each baseline phase of the experiment
     being made (ctx: its render context), or ReuseError: other_dir is no experiment, has no
     such baseline, its baseline did not finish or ran another command."""
     other = layout.Expt(os.path.abspath(other_dir))
     if not os.path.isfile(other.scenario):
         raise ReuseError(f"{other_dir}: not an experiment directory (no {os.path.basename(other.scenario)})")
-    mine = [p for p in ctx["phases"] if p["checkpoint"] == "none"]
+    mine = [p for p in ctx.phases if p.checkpoint == "none"]
     if not mine:
         raise ReuseError("this scenario has no baseline phase (checkpoint: none) to take from another experiment")
     try:
@@ -49,13 +50,13 @@ def check(ctx: dict, other_dir: str) -> dict:
     except scenario.ScenarioError as e:
         raise ReuseError(f"{other_dir}: its scenario does not load: {e}") from None
     _, theirs, _ = experiment.render_script(sc, "local", other.root)
-    by_name = {p["name"]: p for p in theirs["phases"] if p["checkpoint"] == "none"}
+    by_name = {p.name: p for p in theirs.phases if p.checkpoint == "none"}
     for p in mine:
-        q = by_name.get(p["name"])
+        q = by_name.get(p.name)
         if q is None:
-            raise ReuseError(f"{other.scenario}: no baseline phase named {p['name']!r} (its baselines: "
+            raise ReuseError(f"{other.scenario}: no baseline phase named {p.name!r} (its baselines: "
                              f"{', '.join(by_name) or 'none'})")
-        src = layout.Phase(q["dir"])
+        src = layout.Phase(q.dir)
         if not os.path.exists(src.completed):
             raise ReuseError(f"{src.path}: that baseline did not finish (no `completed` marker): nothing to reuse")
         mine_spec, their_spec = _spec(ctx, p), _spec(theirs, q)
@@ -63,21 +64,21 @@ def check(ctx: dict, other_dir: str) -> dict:
             a, b = list(mine_spec.program), list(their_spec.program)
             if a == b:  # the same program, launched otherwise
                 key = next(k for k in SPEC_KEYS if getattr(mine_spec, k) != getattr(their_spec, k))
-                raise ReuseError(f"{other_dir}: its baseline {p['name']!r} was launched otherwise, so it is not this "
+                raise ReuseError(f"{other_dir}: its baseline {p.name!r} was launched otherwise, so it is not this "
                                  f"scenario's: its launch's {key} is {getattr(their_spec, key)!r} there, "
                                  f"{getattr(mine_spec, key)!r} here")
             i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             flag = f" (after {a[i - 1]})" if 0 < i <= len(a) and a[i - 1].startswith("-") else ""
-            raise ReuseError(f"{other_dir}: its baseline {p['name']!r} ran another command, so it is not this "
+            raise ReuseError(f"{other_dir}: its baseline {p.name!r} ran another command, so it is not this "
                              f"scenario's: argument {i + 1}{flag} is {b[i] if i < len(b) else '(none)'!r} there, "
                              f"{a[i] if i < len(a) else '(none)'!r} here")
-    return {p["name"]: by_name[p["name"]]["dir"] for p in mine}
+    return {p.name: by_name[p.name].dir for p in mine}
 
 
-def copy(ctx: dict, found: dict, other_dir: str) -> List[str]:
+def copy(ctx: ScriptContext, found: Dict[str, str], other_dir: str) -> List[str]:
     """Copy the baseline phases `check` found (its result) into the experiment just made (ctx);
     the names copied."""
-    dirs = {p["name"]: p["dir"] for p in ctx["phases"]}
+    dirs = {p.name: p.dir for p in ctx.phases}
     for name, src in found.items():
         shutil.copytree(src, dirs[name], dirs_exist_ok=True)
         with open(layout.Phase(dirs[name]).reused, "w") as f:

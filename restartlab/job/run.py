@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Optional, Sequence, Tuple
 
 from . import experiment, preflight, reuse
 from ..runtime import killer
@@ -18,25 +19,24 @@ from ..contracts.scenario_record import Scenario
 from ..contracts.summary import Summary, SummaryError
 
 
-def progress(ctx, t0):
-    """(text, phase index) describing where the experiment is."""
-    phases = ctx["phases"]
-    iters = ctx["train_iters"]
+def progress(phases: Sequence[Tuple[str, str]], iters: int, t0: float) -> Tuple[str, Optional[int]]:
+    """(text, phase index) describing where the experiment is: its phases (name, directory), each
+    of `iters` steps."""
     done_steps, cur, line = 0, None, None
-    for i, p in enumerate(phases):
-        phase = layout.Phase(p["dir"])
+    for i, (name, path) in enumerate(phases):
+        phase = layout.Phase(path)
         if os.path.exists(phase.done):
             done_steps += iters
             continue
         groups = phase.groups()  # a torchft phase: its replica groups' loops
         if phase.started() or groups:
             cur = i
-            step = live.newest_step_seen(p["dir"])
+            step = live.newest_step_seen(path)
             attempts = sum(len(g.attempts()) for g in groups) - len(groups) + 1 if groups else len(phase.attempts())
-            kills = sum(1 for r in live.read_injections(p["dir"]) if r.struck)
+            kills = sum(1 for r in live.read_injections(path) if r.struck)
             done_steps += step
             where = f"step {step}/{iters}" if step or attempts <= 1 else f"relaunching (attempt {attempts})"
-            line = (f"phase {i + 1}/{len(phases)} {p['name']}: {where}, "
+            line = (f"phase {i + 1}/{len(phases)} {name}: {where}, "
                     f"kills {kills}, restarts {max(0, attempts - 1)}")
         break
     elapsed = time.time() - t0
@@ -73,9 +73,9 @@ def run_scenario(sc: Scenario, path: str, expt_dir=None, plain=False, verb="run"
         except reuse.ReuseError as e:
             print(f"restartlab {verb}: error: --baseline-from {e}", file=sys.stderr)
             return 2
-        expt_dir = probe["expt_dir"]
+        expt_dir = probe.expt_dir
     _, ctx = experiment.create(sc, "local", expt_dir=os.path.abspath(expt_dir) if expt_dir else None, smoke=smoke)
-    d = ctx["expt_dir"]
+    d = ctx.expt_dir
     if baseline_from:
         names = reuse.copy(ctx, found, baseline_from)
         print(f"restartlab {verb}: baseline {', '.join(names)} taken from {os.path.abspath(baseline_from)} "
@@ -92,13 +92,14 @@ def run_scenario(sc: Scenario, path: str, expt_dir=None, plain=False, verb="run"
     print(f"restartlab {verb}: {path}\nexperiment: {d}\nlog: {expt.job_out}", flush=True)
     t0 = time.time()
     tty = sys.stdout.isatty() and not plain
+    plan = [(p.name, p.dir) for p in ctx.phases]
     with open(expt.job_out, "w") as out:
         proc = subprocess.Popen(["bash", expt.job_script], stdout=out, stderr=subprocess.STDOUT,
                                 env=env, cwd=d, start_new_session=True)
         last_plain, last_text = 0.0, None
         try:
             while proc.poll() is None:
-                text, _ = progress(ctx, t0) if not smoke else (f"smoke checks | elapsed {time.time() - t0:5.0f}s", 0)
+                text, _ = progress(plan, ctx.train_iters, t0) if not smoke else (f"smoke checks | elapsed {time.time() - t0:5.0f}s", 0)
                 if tty:
                     sys.stdout.write("\r\033[K" + text)
                     sys.stdout.flush()
@@ -109,13 +110,13 @@ def run_scenario(sc: Scenario, path: str, expt_dir=None, plain=False, verb="run"
                 time.sleep(0.5)
         except KeyboardInterrupt:
             print(f"\nrestartlab {verb}: interrupted; stopping the job script, the ranks and the injector", flush=True)
-            stop(proc, ctx["tag"])
+            stop(proc, ctx.tag)
             print(f"restartlab {verb}: stopped; partial results stay in {d}")
             return 130
     if tty:
         sys.stdout.write("\n")
     rc = proc.returncode
-    killer.kill_ranks(ctx["tag"], standby=True)  # nothing of this job may outlive it (a warm pool neither)
+    killer.kill_ranks(ctx.tag, standby=True)  # nothing of this job may outlive it (a warm pool neither)
     why = {exits.EXIT_PREEMPTED: " (stopped by the walltime warning: state saved, training "
            "not finished)"}.get(rc, "")
     print(f"restartlab {verb}: job script exited {rc} after {time.time() - t0:.0f}s{why}")
