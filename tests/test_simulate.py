@@ -188,27 +188,29 @@ def test_replay_run_takes_each_failures_own_costs():
     the wall moves by exactly the differences; none given, the medians; the kept work is the same."""
     c = sim.Costs(**dict(COSTS, restart_s=3.0, gap_s=0.1, detection_s={"kill": 0.5}))
     faults = [(4.0, "kill"), (7.5, "kill")]
-    med = sim.replay_run(c, "sync", 10, 200, [(t, k, {}) for t, k in faults], 2.0)
-    same = sim.replay_run(c, "sync", 10, 200, [(t, k, {"restart_s": 3.0, "gap_s": 0.1, "detection_s": 0.5})
+    F, own = sim.Fault, sim.FaultCosts
+    med = sim.replay_run(c, "sync", 10, 200, [F(t, k) for t, k in faults], 2.0)
+    same = sim.replay_run(c, "sync", 10, 200, [F(t, k, own(restart_s=3.0, gap_s=0.1, detection_s=0.5))
                                                  for t, k in faults], 2.0)
-    assert same["wall_s"] == pytest.approx(med["wall_s"])
-    own = sim.replay_run(c, "sync", 10, 200, [(4.0, "kill", {"restart_s": 5.0, "detection_s": 0.2}),
-                                               (7.5, "kill", {"gap_s": 0.4})], 2.0)
-    assert own["wall_s"] - med["wall_s"] == pytest.approx((5.0 - 3.0) + (0.2 - 0.5) + (0.4 - 0.1))
-    assert own["failures"] == med["failures"] == 2
+    assert same.wall_s == pytest.approx(med.wall_s)
+    mine = sim.replay_run(c, "sync", 10, 200, [F(4.0, "kill", own(restart_s=5.0, detection_s=0.2)),
+                                                F(7.5, "kill", own(gap_s=0.4))], 2.0)
+    assert mine.wall_s - med.wall_s == pytest.approx((5.0 - 3.0) + (0.2 - 0.5) + (0.4 - 0.1))
+    assert mine.failures == med.failures == 2
     # the last attempt's measured exit adds to the wall (sync: no background to stand in for)
-    assert sim.replay_run(c, "sync", 10, 200, [(t, k, {}) for t, k in faults], 2.0, exit_s=0.7)["wall_s"] \
-        - med["wall_s"] == pytest.approx(0.7)
+    assert sim.replay_run(c, "sync", 10, 200, [F(t, k) for t, k in faults], 2.0, exit_s=0.7).wall_s \
+        - med.wall_s == pytest.approx(0.7)
     # its own steps kept replace the model's lost work: the remaining work grows by the difference
     # (c.step_s a step), and with it the saves that work still needs
-    kept = sim.replay_run(c, "sync", 10, 200, [(25.0, "kill", {"kept_steps": 0}), (7.5, "kill", {})], 2.0)
-    model_kept = sim.replay_run(c, "sync", 10, 200, [(25.0, "kill", {}), (7.5, "kill", {})], 2.0)
-    assert kept["wall_s"] - model_kept["wall_s"] >= 10 * c.step_s  # the model kept a cycle there; this, nothing
-    none = sim.replay_run(c, "sync", 10, 200, [(25.0, "kill", {"kept_steps": 0}), (7.5, "kill", {"kept_steps": 0})], 2.0)
+    kept = sim.replay_run(c, "sync", 10, 200, [F(25.0, "kill", own(kept_steps=0)), F(7.5, "kill")], 2.0)
+    model_kept = sim.replay_run(c, "sync", 10, 200, [F(25.0, "kill"), F(7.5, "kill")], 2.0)
+    assert kept.wall_s - model_kept.wall_s >= 10 * c.step_s  # the model kept a cycle there; this, nothing
+    none = sim.replay_run(c, "sync", 10, 200, [F(25.0, "kill", own(kept_steps=0)), F(7.5, "kill", own(kept_steps=0))],
+                          2.0)
     w, L, _ = sim._cycle(c, 10, "sync")
     total = 200 * c.step_s  # nothing kept: the last attempt does all of it, with all its saves
     failed = (2.0 + 25.0) + 0.5 + 0.1 + (3.0 + 7.5) + 0.5 + 0.1
-    assert none["wall_s"] == pytest.approx(failed + 3.0 - c.step_s + total + math.ceil(total / w - 1e-9) * (L - w))
+    assert none.wall_s == pytest.approx(failed + 3.0 - c.step_s + total + math.ceil(total / w - 1e-9) * (L - w))
 
 
 # ---------------------------------------------------------------- torchft beside the restart strategy

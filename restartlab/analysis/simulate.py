@@ -35,6 +35,7 @@ from ..contracts.summary import Summary, SummaryError
 
 
 PREEMPT = "preempt"
+KILL = "kill"
 MAX_FAILURES = 5_000_000  # per replica: ~120 MB of draws
 
 
@@ -101,8 +102,18 @@ def _kept(t, kinds_idx, preempt_idx, costs, w, L, B):
     return kept
 
 
+@dataclass
+class RunResult:
+    """One replica of a simulated run."""
+    ettr: float
+    failures: int
+    lost_s: float       # work done and lost to the failures
+    downtime_s: float   # restarts, detections and gaps
+    useful_s: float
+
+
 def simulate_run(costs: Costs, fail: Failures, interval: int, mode: str, hours: float,
-                 draws: "Draws") -> dict:
+                 draws: "Draws") -> RunResult:
     """One replica (its `draws`) of a run of `hours` wall hours at this interval and mode."""
     horizon = hours * 3600.0
     w, L, B = _cycle(costs, interval, mode)
@@ -123,8 +134,8 @@ def simulate_run(costs: Costs, fail: Failures, interval: int, mode: str, hours: 
     useful = float(kept.sum()) + last
     down = float((np.minimum(t[:m], costs.restart_s) + det[:m] + costs.gap_s).sum()) + \
         min(horizon - start_last, costs.restart_s)
-    return {"ettr": useful / horizon, "failures": m, "lost_s": float((done - kept).sum()),
-            "downtime_s": down, "useful_s": useful}
+    return RunResult(ettr=useful / horizon, failures=m, lost_s=float((done - kept).sum()), downtime_s=down,
+                     useful_s=useful)
 
 
 @dataclass
@@ -166,13 +177,13 @@ def sweep(costs: Costs, fail: Failures, intervals: Sequence[int], modes=("sync",
         rows = []
         for iv in intervals:
             runs = [simulate_run(costs, fail, iv, mode, hours, d) for d in reps]
-            e = np.array([r["ettr"] for r in runs])
+            e = np.array([r.ettr for r in runs])
             half = 1.96 * e.std(ddof=1) / math.sqrt(len(e)) if len(e) > 1 else float("nan")
             rows.append(SweepRow(interval_steps=iv, interval_s=iv * costs.step_s, ettr=float(e.mean()),
                                  ci95=float(half),
-                                 failures_per_day=float(np.mean([r["failures"] for r in runs])) / days,
-                                 lost_h_per_day=float(np.mean([r["lost_s"] for r in runs])) / 3600 / days,
-                                 downtime_h_per_day=float(np.mean([r["downtime_s"] for r in runs])) / 3600 / days))
+                                 failures_per_day=float(np.mean([r.failures for r in runs])) / days,
+                                 lost_h_per_day=float(np.mean([r.lost_s for r in runs])) / 3600 / days,
+                                 downtime_h_per_day=float(np.mean([r.downtime_s for r in runs])) / 3600 / days))
         best = max(rows, key=lambda r: r.ettr)
         yd = young_daly(costs, fail, mode)
         out[mode] = ModeSweep(rows=rows, best=best, young_s=yd.young_s, daly_s=yd.daly_s)
@@ -285,12 +296,35 @@ def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Cos
 
 
 # ---------------------------------------------------------------- replay of a measured phase
-def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults, cold_start_s: float,
-               exit_s: Optional[float] = None) -> dict:
-    """The model run once, deterministically, with the failures a real phase had. `faults`:
-    [(seconds from the end of that attempt's first step to the fault, kind, own)], where `own`
-    maps any of restart_s / detection_s / gap_s / kept_steps to that failure's own measured value
-    (the costs' medians, and the model's own lost work, stand in for those missing); the first attempt reaches the end of its first
+@dataclass
+class FaultCosts:
+    """What one measured failure cost, where it was measured (None: the medians stand in, and for
+    kept_steps the model's own lost work)."""
+    restart_s: Optional[float] = None
+    detection_s: Optional[float] = None
+    gap_s: Optional[float] = None
+    kept_steps: Optional[int] = None
+
+
+@dataclass
+class Fault:
+    """A failure to replay: seconds from the end of its attempt's first step, its kind, its own costs."""
+    t: float
+    kind: str = "kill"
+    own: FaultCosts = field(default_factory=FaultCosts)
+
+
+@dataclass
+class ReplayRun:
+    wall_s: float
+    ettr: float      # 0 for a run with no work and no wall (replay refuses a phase without steps)
+    failures: int
+
+
+def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults: Sequence[Fault],
+               cold_start_s: float, exit_s: Optional[float] = None) -> ReplayRun:
+    """The model run once, deterministically, with the failures a real phase had, each with its own
+    measured costs where it has them; the first attempt reaches the end of its first
     step in `cold_start_s` (no checkpoint to load), every later one in its restart (both include
     that step, as the report's restart does, so one step moves from start-up to training: the
     save cycles of a resumed attempt start with its first step). Wall = each failed attempt
@@ -303,23 +337,25 @@ def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults,
     kept = wall = 0.0
     start = cold_start_s - costs.step_s
     run = Costs(**dict(asdict(costs), restart_s=0.0))  # times below are from the first step
-    for t, kind, own in faults:
-        ta = np.array([max(float(t) + costs.step_s, 0.0)])
-        detection = own.get("detection_s", costs.detection_s.get(kind, costs.detection_s.get("kill", 0.0)))
+    for fault in faults:
+        own, kind = fault.own, fault.kind
+        ta = np.array([max(float(fault.t) + costs.step_s, 0.0)])
+        detection = own.detection_s if own.detection_s is not None else \
+            costs.detection_s.get(kind, costs.detection_s.get(KILL, 0.0))
         if kind == PREEMPT:
             k = float(_work_done(ta, run, w, L)[0])
             wall += costs.sync_stall_s if mode == "sync" else costs.async_durable_s
         else:
             k = float(_kept(ta, np.array([0]), None, run, w, L, B)[0])
-        if "kept_steps" in own:
-            k = own["kept_steps"] * costs.step_s
+        if own.kept_steps is not None:
+            k = own.kept_steps * costs.step_s
         kept = min(total, kept + k)
-        wall += start + float(ta[0]) + detection + own.get("gap_s", costs.gap_s)
-        start = own.get("restart_s", costs.restart_s) - costs.step_s
+        wall += start + float(ta[0]) + detection + (own.gap_s if own.gap_s is not None else costs.gap_s)
+        start = (own.restart_s if own.restart_s is not None else costs.restart_s) - costs.step_s
     rest = total - kept
     saves = math.ceil(rest / w - 1e-9) if rest > 0 else 0
     wall += start + rest + saves * (L - w) + (exit_s if exit_s is not None else (B if saves else 0.0))
-    return {"wall_s": wall, "ettr": total / wall if wall else None, "failures": len(faults)}
+    return ReplayRun(wall_s=wall, ettr=total / wall if wall else 0.0, failures=len(faults))
 
 
 def _program_interval(expt, phase: str, program: Program) -> int:
@@ -387,12 +423,11 @@ def replay(expt_dir: str, phase: str) -> Replay:
         a = attempts[ev.attempt - 1]
         if ev.kill_ts is None and a.first_ts is not None:
             raise SimulateError(f"{summary}: phase {phase}'s failure of attempt {ev.attempt} has no time")
-        own = {"restart_s": ev.restart_s, "gap_s": ev.launch_gap_s, "detection_s": ev.detection_s,
-               "kept_steps": ev.resumed_from - (a.resumed_from or 0)}
+        own = FaultCosts(restart_s=ev.restart_s, gap_s=ev.launch_gap_s, detection_s=ev.detection_s,
+                         kept_steps=ev.resumed_from - (a.resumed_from or 0))
         # an attempt that died before its first step spent all of it starting up
-        faults.append((ev.kill_ts - a.first_ts if ev.kill_ts is not None and a.first_ts is not None else 0.0,
-                       ev.kind or "kill",
-                       {k: v for k, v in own.items() if v is not None}))
+        faults.append(Fault(ev.kill_ts - a.first_ts if ev.kill_ts is not None and a.first_ts is not None else 0.0,
+                            ev.kind or KILL, own))
     cold = first.first_ts - first.launch_ts
     # the phase's wall runs to its last attempt's end: the time after its last step is its own
     # (0.14-0.24 s in 7 local-scenario runs here beside a busy process; it grows with the load)
@@ -400,13 +435,13 @@ def replay(expt_dir: str, phase: str) -> Replay:
     exit_s = max(0.0, last.end_ts - last.last_ts) if last.end_ts and last.last_ts and last.completed else None
     assert interval is not None  # the scenario's, or read from the program's checkpoints above
     sim = replay_run(costs, mode, interval, steps, faults, cold, exit_s)
-    med = replay_run(costs, mode, interval, steps, [(t, kind, {}) for t, kind, _ in faults], cold, exit_s)
+    med = replay_run(costs, mode, interval, steps, [Fault(f.t, f.kind) for f in faults], cold, exit_s)
     measured = ph.ettr
 
     def err(x):
         return (x / measured - 1) if measured and x else None
     return Replay(phase=phase, mode=mode, interval_steps=interval, steps=steps,
-                  failures=len(faults), simulated_ettr=sim["ettr"], simulated_wall_s=sim["wall_s"],
-                  measured_ettr=measured, measured_wall_s=ph.wall_s, relative_error=err(sim["ettr"]),
-                  median_ettr=med["ettr"], median_wall_s=med["wall_s"], median_relative_error=err(med["ettr"]),
+                  failures=len(faults), simulated_ettr=sim.ettr, simulated_wall_s=sim.wall_s,
+                  measured_ettr=measured, measured_wall_s=ph.wall_s, relative_error=err(sim.ettr),
+                  median_ettr=med.ettr, median_wall_s=med.wall_s, median_relative_error=err(med.ettr),
                   exit_s=exit_s, costs=asdict(costs))

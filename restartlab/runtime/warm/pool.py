@@ -18,7 +18,7 @@ from ...contracts.frozen_imports import frozen_imports
 from ...contracts.served import Served
 from ...tools import verbs
 from .wire import FORWARDED, SOCKET_NAME, Ended, PoolError, Refused, Started, node_dir, recv_request, send_msg, unix_path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     import argparse
@@ -109,7 +109,17 @@ def _rank_hooks() -> None:
         sys.stderr.write(f"restartlab: rank hooks off: {type(e).__name__}: {e}\n")
 
 
-def become(req: Dict[str, Any], fds: List[int], pool_pid: int, close: List[int]) -> None:
+class RankJob(NamedTuple):
+    """What a forked child becomes: the stub's request, its program split into how Python runs it."""
+    cwd: str
+    env: Dict[str, str]
+    run: str            # how the program runs: a script, a module, or code (pycmd)
+    target: str
+    args: List[str]
+    unbuffered: bool
+
+
+def become(req: RankJob, fds: List[int], pool_pid: int, close: List[int]) -> None:
     """In the forked child: become the rank the stub asked for; never returns."""
     code = 1
     try:
@@ -131,16 +141,15 @@ def become(req: Dict[str, Any], fds: List[int], pool_pid: int, close: List[int])
         for fd in fds:
             if fd > 2:
                 os.close(fd)
-        os.chdir(req["cwd"])
+        os.chdir(req.cwd)
         os.environ.clear()
-        os.environ.update(req["env"])
+        os.environ.update(req.env)
         os.environ[WARM_VAR] = "1"
-        run, target, args, unbuffered = req["run"], req["target"], req["args"], req["unbuffered"]
-        unbuffered = unbuffered or bool(os.environ.get("PYTHONUNBUFFERED"))
+        unbuffered = req.unbuffered or bool(os.environ.get("PYTHONUNBUFFERED"))
         _std_streams(unbuffered)
         _torch_threads()
         _rank_hooks()
-        code = _run_main(run, target, args)
+        code = _run_main(req.run, req.target, req.args)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
@@ -304,7 +313,7 @@ class Pool:
             for fd in fds:
                 os.close(fd)
             return
-        job = {"cwd": req.cwd, "env": env, "run": run, "target": target, "args": args, "unbuffered": unbuffered}
+        job = RankJob(req.cwd, env, run, target, list(args), unbuffered)
         _log(f"request from stub pid {req.stub_pid}")
         time.sleep(self.delay.get("before_fork", 0))
         sys.stdout.flush()
