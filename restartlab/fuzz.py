@@ -17,9 +17,9 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from .contracts import iofaults, layout, live
+from .contracts import iofaults, layout, live, typed_json
 from .job import preflight, run
 from . import failures, scenario
 from .analysis import survival
@@ -99,11 +99,27 @@ def plan(sc: Scenario, a: argparse.Namespace) -> Tuple[Scenario, str]:
     return out, target.name
 
 
-def outcomes(phase_dir: str, verdict: survival.Verdict) -> list:
+@dataclasses.dataclass
+class KillRow:
+    """One kill of a fuzz: where it struck, and what the attempt after it did (the `kills` of
+    layout.Expt.fuzz_summary)."""
+    kill: int                               # its number, from 1
+    kind: Optional[str]
+    attempt: Optional[int]                  # the attempt it ended
+    where: str                              # start-up, save (...), between saves, torn (...)
+    saving: List[str]                       # what was being written when it struck
+    newest_complete: Optional[int]          # the newest complete checkpoint then
+    newest_complete_seen: Optional[int]     # the newest one seen before (if it is gone)
+    next: Optional[str]                     # the next attempt's outcome
+    text: str
+    finding: bool
+
+
+def outcomes(phase_dir: str, verdict: survival.Verdict) -> List[KillRow]:
     """One row per kill: where it struck, and what the attempt after it did."""
     after = {r.attempt: r for r in verdict.restarts}
     cuts: Dict[Any, Any] = {e.id: e for e in iofaults.read(layout.Phase(phase_dir).iofaults, []) if e.event == "cut"}
-    rows: List[dict] = []
+    rows: List[KillRow] = []
     for rec in (r for r in live.read_injections(phase_dir) if r.struck):
         k = rec.attempt
         where = rec.where or "?"
@@ -114,12 +130,11 @@ def outcomes(phase_dir: str, verdict: survival.Verdict) -> list:
             nxt_k = _attempt_of(phase_dir, cut.at) if cut else None
             k = nxt_k if nxt_k is not None else k
         nxt = after.get(k + 1) if k is not None else None
-        rows.append({"kill": len(rows) + 1, "kind": rec.kind, "attempt": k, "where": where,
-                     "saving": list(rec.saving), "newest_complete": rec.newest_complete,
-                     "newest_complete_seen": rec.newest_complete_seen,
-                     "next": nxt.outcome if nxt else None,
-                     "text": nxt.text if nxt else "no attempt after it (the phase ended)",
-                     "finding": bool(nxt and nxt.finding)})
+        rows.append(KillRow(kill=len(rows) + 1, kind=rec.kind, attempt=k, where=where, saving=list(rec.saving),
+                            newest_complete=rec.newest_complete, newest_complete_seen=rec.newest_complete_seen,
+                            next=nxt.outcome if nxt else None,
+                            text=nxt.text if nxt else "no attempt after it (the phase ended)",
+                            finding=bool(nxt and nxt.finding)))
     return rows
 
 
@@ -135,19 +150,19 @@ def _attempt_of(phase_dir: str, t: float):
     return best
 
 
-def _newest(r) -> str:
+def _newest(r: KillRow) -> str:
     """The newest complete checkpoint at the kill, and the newest one seen before if it is gone."""
-    now, seen = r["newest_complete"], r.get("newest_complete_seen")
+    now, seen = r.newest_complete, r.newest_complete_seen
     text = "-" if now is None else str(now)
     return text + (f" ({seen} before)" if seen is not None and seen != now else "")
 
 
-def table(rows) -> str:
+def table(rows: List[KillRow]) -> str:
     L = ["| kill | attempt | struck | being written | newest complete | next attempt |", "|---|---|---|---|---|---|"]
     for r in rows:
-        L.append(f"| {r['kill']} | {r['attempt']} | {r['where']} | {', '.join(map(str, r['saving'])) or '-'} | "
+        L.append(f"| {r.kill} | {r.attempt} | {r.where} | {', '.join(map(str, r.saving)) or '-'} | "
                  f"{_newest(r)} | "
-                 f"{r['text']}{' **(finding)**' if r['finding'] else ''} |")
+                 f"{r.text}{' **(finding)**' if r.finding else ''} |")
     return "\n".join(L)
 
 
@@ -173,9 +188,10 @@ def main(a) -> int:
     v = survival.phase_verdict(expt.phase(name).path, expt.phase(base).path if base else None, tol)
     rows = outcomes(expt.phase(name).path, v)
     text = table(rows)
-    landed = {w: sum(1 for r in rows if r["where"].startswith(w)) for w in ("start-up", "save", "between saves")}
-    summary = (f"{len(rows)} of {a.kills} kill(s) landed ({landed['save']} inside a save, {landed['between saves']} "
-               f"between saves, {landed['start-up']} in start-up); "
+    inside, between, startup = (sum(1 for r in rows if r.where.startswith(w)) for w in ("save", "between saves",
+                                                                                         "start-up"))
+    summary = (f"{len(rows)} of {a.kills} kill(s) landed ({inside} inside a save, {between} "
+               f"between saves, {startup} in start-up); "
                + ("survived every one" if not v.findings else f"{len(v.findings)} finding(s)"))
     notes = [f"- {f}" for f in v.findings]
     if v.baseline:
@@ -187,6 +203,7 @@ def main(a) -> int:
     with open(expt.fuzz_report, "w") as f:
         f.write(out)
     with open(expt.fuzz_summary, "w") as f:
-        json.dump({"phase": name, "seed": a.seed, "kills": rows, "verdict": v.as_dict()}, f, indent=1)
+        json.dump({"phase": name, "seed": a.seed, "kills": typed_json.to_dict(rows), "verdict": v.as_dict()}, f,
+                  indent=1)
     print("\n" + out + f"\nfuzz report: {expt.fuzz_report}")
     return 1 if v.findings else 0
