@@ -132,6 +132,27 @@ def test_scenario_wandb_mapping_renders_flags(tmp_path):
         scenario.load(str(p))
 
 
+def test_report_takes_the_project_from_the_experiments_scenario_and_the_flags_over_it(tmp_path):
+    """`report EXPT_DIR --wandb`: trainer.wandb of the experiment's own copy of its scenario, each flag
+    over its key (the report reads that copy as a record: this failed with an AttributeError when
+    the reader still took it for a mapping)."""
+    from restartlab import scenario
+    from restartlab.analysis import report_wandb
+    p = tmp_path / "s.yaml"
+    p.write_text("name: t\ntrainer:\n  wandb:\n    project: agpt\n    mode: offline\nphases: [{name: a}]\n")
+    sc = scenario.load(str(p))
+    sc.expt_dir = str(tmp_path)
+    copy = tmp_path / "copy.yaml"
+    copy.write_text(scenario.dump_resolved(sc))
+    back = scenario.read_resolved(str(copy))
+    got = report_wandb.settings(back)
+    assert (got.project, got.entity, got.mode) == ("agpt", None, "offline")
+    got = report_wandb.settings(back, project="rl", entity="me")
+    assert (got.project, got.entity, got.mode) == ("rl", "me", "offline")
+    with pytest.raises(report_wandb.WandbReportError, match="no project"):
+        report_wandb.settings(None)
+
+
 @pytest.mark.multirank
 def test_report_logs_its_tables_and_plots(tmp_path, wandb_offline):
     d = str(tmp_path / "run")

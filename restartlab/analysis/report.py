@@ -1,5 +1,6 @@
 """restartlab report: the report, its summary (+ PNG plots) for an experiment directory, or for
 ezpz-format JSONL files given with --baseline/--sync/--async globs."""
+import argparse
 import glob
 import os
 import statistics
@@ -409,7 +410,7 @@ def markdown(summaries: List[PhaseSummary], missing, src, problems=(), strategy_
     return "\n".join(L) + "\n"
 
 
-def _log_wandb(a, scenario, summaries, out) -> bool:
+def _log_wandb(a: argparse.Namespace, scenario: Optional[Scenario], summaries: List[PhaseSummary], out: str) -> bool:
     """`--wandb`: the report as a W&B run; False (after one line) when it could not be logged."""
     from . import report_wandb
     try:

@@ -3,9 +3,10 @@ the experiment's group (the trainer's per-attempt runs are in "<experiment>/<pha
 imported only here, only when asked for; torch never."""
 import glob
 import os
-from typing import List, Union, cast
+from typing import List, Optional, Union, cast
 
 from ..contracts.phase_summary import PhaseSummary
+from ..contracts.scenario_record import Scenario, Wandb
 
 PHASE_COLS = ["phase", "wall_s", "steps", "attempts", "kills", "lost_steps", "downtime_s", "recompute_s",
               "save_stall_s", "interference_s", "ettr", "overhead_s", "residual_s"]
@@ -17,12 +18,12 @@ class WandbReportError(RuntimeError):
     """One line for the user (exit 2)."""
 
 
-def settings(scenario, project=None, entity=None, mode=None):
+def settings(scenario: Optional[Scenario], project: Optional[str] = None, entity: Optional[str] = None,
+             mode: Optional[str] = None) -> Wandb:
     """project/entity/mode: the flags first, then the experiment's scenario (trainer.wandb)."""
-    own = ((scenario or {}).get("trainer") or {}).get("wandb") or {}
-    s = {"project": project or own.get("project"), "entity": entity or own.get("entity"),
-         "mode": mode or own.get("mode")}
-    if not s["project"]:
+    own = scenario.trainer.wandb if scenario else Wandb()
+    s = Wandb(project=project or own.project, entity=entity or own.entity, mode=mode or own.mode)
+    if not s.project:
         raise WandbReportError("--wandb: no project (give --wandb-project, or trainer.wandb.project in the scenario)")
     return s
 
@@ -40,7 +41,7 @@ def failure_rows(summaries: List[PhaseSummary]):
     return [[s.phase] + [getattr(e, c, None) for c in FAILURE_COLS[1:]] for s in summaries for e in s.failures]
 
 
-def log(summaries: List[PhaseSummary], out_dir, name, cfg) -> str:
+def log(summaries: List[PhaseSummary], out_dir: str, name: str, cfg: Wandb) -> str:
     """One W&B run (job type "report") with the Phases and Failures tables, each phase's figures
     in the run summary and every plot in out_dir. Returns the run's directory."""
     try:
@@ -48,7 +49,7 @@ def log(summaries: List[PhaseSummary], out_dir, name, cfg) -> str:
     except ImportError:
         raise WandbReportError("--wandb: wandb is not installed (pip install 'restartlab[wandb]')") from None
     try:
-        run = wandb.init(project=cfg["project"], entity=cfg["entity"], mode=cfg["mode"], group=name,
+        run = wandb.init(project=cfg.project, entity=cfg.entity, mode=cfg.mode, group=name,  # type: ignore[arg-type]
                          job_type="report", name=f"{name}-report", dir=os.path.abspath(out_dir),
                          settings=wandb.Settings(silent=True, console="off"))
         cols = List[Union[str, int]]  # wandb.Table's columns (a list, invariant): names are str
