@@ -6,7 +6,10 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Dict, Optional, cast
+from typing import TYPE_CHECKING, Dict, List, Optional, cast
+
+if TYPE_CHECKING:
+    from .contracts.scenario_record import Scenario
 
 
 def _loaded(module: str, name: str) -> tuple:
@@ -26,7 +29,7 @@ def _scheduler_error() -> tuple:
     return _loaded("schedulers.base", "SchedulerError")
 
 
-def _load(path, sets):
+def _load(path: str, sets: List[str]) -> "Scenario":
     from . import scenario
     return scenario.load(path, sets)
 
@@ -45,7 +48,7 @@ def cmd_validate(a):
     return 2 if bad else 0
 
 
-def _take_auto(p, sc, verb, refused="nothing submitted") -> bool:
+def _take_auto(p, sc: "Scenario", verb: str, refused: str = "nothing submitted") -> bool:
     """After preflight `p` judged the queues: job.queue auto's choice into `sc`, said (True); or its
     findings printed, when it refused (False)."""
     from .job import preflight
