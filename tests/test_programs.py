@@ -32,12 +32,12 @@ def mk(path, text="x"):
 @pytest.mark.parametrize("raw", ["step 3 loss 1.5", "[rank0]: step 3 loss 1.5", "[0] step 3 loss 1.5",
                                  "0: step 3 loss 1.5", "\x1b[32mstep 3\x1b[0m loss 1.5", "  [rank 0]:step 3 loss 1.5"])
 def test_progress_lines_with_ansi_codes_and_rank_prefixes(raw):
-    assert programs.parse_progress(spec(), programs.clean_line(raw)) == {"step": 3, "loss": 1.5}
+    assert programs.parse_progress(spec(), programs.clean_line(raw)) == programs.Progress(3, loss=1.5)
 
 
 def test_progress_takes_dt_and_ignores_other_lines():
     s = spec(progress=r"it (?P<step>\d+) dt (?P<dt>\S+)")
-    assert programs.parse_progress(s, "it 7 dt 0.25") == {"step": 7, "dt": 0.25}
+    assert programs.parse_progress(s, "it 7 dt 0.25") == programs.Progress(7, dt=0.25)
     assert programs.parse_progress(s, "loading it 7") is None
     assert programs.parse_resumed(spec(), "resumed from step 40") == 40
 
@@ -539,10 +539,10 @@ def test_torchtitan_adapter_on_recorded_lines_and_layout(tmp_path):
     assert programs.spec_errors(s) == []
     line = ("[rank0]:[titan] 2026-12-01 10:00:00,000 - root - INFO - \x1b[31mstep:  7  \x1b[32mloss:  9.8765  "
             "\x1b[33mgrad_norm:  1.2345  \x1b[34mmemory:  3.21GiB(4.05%)  \x1b[36mtps: 1,234  \x1b[35mmfu: 1.23%\x1b[39m")
-    assert programs.parse_progress(s, programs.clean_line(line)) == {"step": 7, "loss": 9.8765}
+    assert programs.parse_progress(s, programs.clean_line(line)) == programs.Progress(7, loss=9.8765)
     assert programs.parse_resumed(s, "[titan] ... - root - INFO - Loading the checkpoint at step 20.") == 20
     assert programs.parse_saved(s, "[titan] ... - root - INFO - Finished saving the checkpoint (or staging if async "
-                                   "is enabled)in 1.23 seconds.") == {"seconds": 1.23, "kind": "save"}
+                                   "is enabled)in 1.23 seconds.") == programs.Saved(1.23, "save")
     d = str(tmp_path)
     mk(f"{d}/step-10/.metadata")
     mk(f"{d}/step-10/__0_0.distcp")
@@ -554,9 +554,9 @@ def test_torchtitan_adapter_on_recorded_lines_and_layout(tmp_path):
     # saving or staging (async)
     assert programs.parse_resumed(s, f"[titan] ... - root - INFO - Loading the checkpoint from {d}/step-10.", ck) == 10
     assert programs.parse_saved(s, "[titan] ... INFO - Finished saving the checkpoint in 1.23 seconds.") == \
-        {"seconds": 1.23, "kind": "save"}
+        programs.Saved(1.23, "save")
     assert programs.parse_saved(s, "[titan] ... INFO - Finished staging the checkpoint in 0.40 seconds.") == \
-        {"seconds": 0.4, "kind": "stage"}
+        programs.Saved(0.4, "stage")
 
 
 
@@ -603,7 +603,7 @@ def test_torchtitan_adapter_on_what_torchtitan_030_wrote_and_logged(tmp_path):
     seed = open(os.path.join(TITAN, "seed.log")).read().splitlines()
     saves = [programs.parse_saved(s, programs.clean_line(x)) for x in seed]
     saves = [x for x in saves if x is not None]
-    assert len(saves) == 1 and saves[0]["kind"] == "save" and 0 < saves[0]["seconds"] < 60
+    assert len(saves) == 1 and saves[0].kind == "save" and 0 < saves[0].seconds < 60
     # the .metadata is DCP's own and names the shard the listing holds
     pytest.importorskip("torch")
     from torch.distributed.checkpoint import FileSystemReader
@@ -712,7 +712,7 @@ def test_megatron_adapter_on_recorded_lines_and_layout(tmp_path):
     line = (" [2026-12-01 10:00:00] iteration      120/     500 | consumed samples:         3840 | elapsed time per "
             "iteration (ms): 812.3 | learning rate: 1.500000E-04 | global batch size:    32 | lm loss: 6.123456E+00 "
             "| loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 |")
-    assert programs.parse_progress(s, programs.clean_line(line)) == {"step": 120, "loss": 6.123456}
+    assert programs.parse_progress(s, programs.clean_line(line)) == programs.Progress(120, loss=6.123456)
     assert programs.parse_resumed(s, "  successfully loaded checkpoint from /ckpt [ t 1/2, p 1/1 ] at iteration 100") == 100
     d = str(tmp_path)
     for n in (100, 200):
@@ -736,14 +736,14 @@ def test_ezpz_adapter_on_recorded_lines_and_layout(tmp_path):
     line = ("[2026-12-01 10:00:00,123456][I][examples/fsdp_tp:3643:train] iter=120   epoch=0 bidx=119 "
             "loss=6.123456(±0.012345) dt=0.456789(±0.001234) dtf=0.123456 dtb=0.333333 tokens=8192 "
             "tokens_seen=983040 tps=17934.512345 memory=12.3/64.0GB")
-    assert programs.parse_progress(s, programs.clean_line(line)) == {"step": 120, "loss": 6.123456, "dt": 0.456789}
+    assert programs.parse_progress(s, programs.clean_line(line)) == programs.Progress(120, loss=6.123456, dt=0.456789)
     nan = programs.parse_progress(s, "iter=7 epoch=0 bidx=6 loss=nan dtf=0.1")  # a NaN loss is kept; dtf is not dt
-    assert nan["step"] == 7 and nan["loss"] != nan["loss"] and "dt" not in nan
+    assert nan.step == 7 and nan.loss != nan.loss and nan.dt is None
     assert programs.parse_resumed(s, "[I] RESUMED from step=100 (epoch=0, batch_offset=100, tokens_seen=8192)") == 100
     assert programs.parse_saved(s, "[I] train/ckpt_save_seconds=2.5000 (sync save @ step 100)") == \
-        {"seconds": 2.5, "kind": "save", "step": 100}
+        programs.Saved(2.5, "save", step=100)
     assert programs.parse_saved(s, "[I] train/ckpt_stage_seconds=0.2500 (async stage @ step 200)") == \
-        {"seconds": 0.25, "kind": "stage", "step": 200}
+        programs.Saved(0.25, "stage", step=200)
     assert programs.parse_saved(s, "iter=101 loss=6.1 ckpt_save_seconds=2.5") is None  # the metric echoed: not a save
     d = str(tmp_path)
     for n in (100, 200, 300):

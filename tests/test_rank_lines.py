@@ -75,12 +75,12 @@ def test_another_ranks_line_never_lands_inside_a_progress_line(tmp_path):
     (tmp_path / "fixed").mkdir()
     out = _two_ranks_on_one_pipe(str(tmp_path / "fixed"))
     assert out.splitlines() == ["rank 1/2 local 1", "step 1 loss 3.290171837500"], out
-    assert programs.parse_progress(PLAIN_PROGRESS, out.splitlines()[1]) == {"step": 1, "loss": 3.2901718375}
+    assert programs.parse_progress(PLAIN_PROGRESS, out.splitlines()[1]) == programs.Progress(1, loss=3.2901718375)
 
     (tmp_path / "control").mkdir()
     out = _two_ranks_on_one_pipe(str(tmp_path / "control"), ("-S",))
     assert out.splitlines()[0] == "step 1 loss 3.290171837500rank 1/2 local 1", out
-    assert programs.parse_progress(PLAIN_PROGRESS, out.splitlines()[0]) == {"step": 1}
+    assert programs.parse_progress(PLAIN_PROGRESS, out.splitlines()[0]) == programs.Progress(1)
 
 
 def test_the_sitecustomize_it_hides_still_runs(tmp_path):

@@ -79,6 +79,35 @@ LOADS = {"torch.set_rng_state": ("rng_torch",), "random.setstate": ("rng_python"
          "Optimizer.load_state_dict": ("opt_state", "opt_step", "lr"), "LRScheduler.load_state_dict": ("lr",)}
 
 
+class ProbeLine(NamedTuple):
+    """What the tap takes from a line of rank 0's probe file as the program runs: an optimizer step
+    (its number and time), or the program's own loss line printed after step `step` (logged_loss)."""
+    step: int
+    time: float
+    opt: int = 0
+    load: bool = False            # a load's record: not a step
+    logged_loss: Optional[float] = None
+    loss_line: bool = False       # the line is the program's loss line (its loss None if it is not a number)
+
+
+def probe_line(d: object) -> Optional[ProbeLine]:
+    """A line of the probe file as the tap reads it; None without a step and a time."""
+    if not isinstance(d, dict):
+        return None
+    try:
+        step, ts = int(d["step"]), float(d["time"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    opt = d.get("opt", 0)
+    loss_line = "logged_loss" in d
+    try:
+        loss = float(d["logged_loss"]) if loss_line else None
+    except (TypeError, ValueError):
+        loss = None
+    return ProbeLine(step, ts, opt if isinstance(opt, int) and not isinstance(opt, bool) else -1,
+                     bool(d.get("load")), loss, loss_line)
+
+
 def read(path: str) -> List[StateRecord]:
     """The records of one rank's file; a torn last line (the rank killed while writing) is skipped."""
     out = []

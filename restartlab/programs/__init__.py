@@ -10,13 +10,13 @@ and the report use it on a login node.
 from .base import (ADAPTERS, KEYS, UNKNOWN_STEP, Adapter, Ckpt, COMPLETE_RULES, SELECT_RULES, clean_line,  # noqa: F401
                    parse_record, parse_saved, parse_saving, PROGRESS_FORMATS, preflight,
                    from_argv, in_flight, list_ckpts, newest_complete, parse_progress, parse_resumed, resolve,
-                   save_interval, spec_errors, taps, why_not_complete, will_load)
+                   save_interval, spec_errors, taps, why_not_complete, will_load, Progress, Saved)
 from ..contracts.program_spec import Spec  # noqa: F401,E402
 from . import builtin  # noqa: F401,E402  (registers the built-in adapters)
 
 __all__ = ["ADAPTERS", "KEYS", "UNKNOWN_STEP", "Adapter", "Ckpt", "COMPLETE_RULES", "SELECT_RULES", "clean_line",
            "in_flight", "list_ckpts", "newest_complete", "parse_progress", "parse_record",
-           "parse_resumed", "parse_saved",
+           "parse_resumed", "parse_saved", "Progress", "Saved",
            "parse_saving",
            "PROGRESS_FORMATS", "from_argv", "preflight", "resolve",
            "save_interval", "Spec", "spec_errors", "taps", "why_not_complete", "will_load", "names", "get"]

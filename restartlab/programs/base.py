@@ -49,7 +49,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..contracts import placeholders
 from ..contracts.program_spec import KEYS, Spec
@@ -203,53 +203,61 @@ def _num(s):
         return None
 
 
-def parse_progress(spec: Spec, line: str) -> Optional[dict]:
-    """{step, loss?, dt?} when `line` (already cleaned) is a progress line."""
+class Progress(NamedTuple):
+    """A step of the program's progress: from a line of its output, or a record of its progress file."""
+    step: int
+    loss: Optional[float] = None
+    dt: Optional[float] = None
+
+
+def parse_progress(spec: Spec, line: str) -> Optional[Progress]:
+    """The step (its loss and time where the pattern has them) when `line` (already cleaned) is a
+    progress line."""
     m = _compiled(spec.progress).search(line) if spec.progress else None
     if not m:
         return None
     try:
-        out = {"step": int(m.group("step"))}
+        step = int(m.group("step"))
     except (TypeError, ValueError):
         return None
     gi = m.re.groupindex
-    for k in ("loss", "dt"):
-        if k in gi and _num(m.group(k)) is not None:
-            out[k] = _num(m.group(k))
-    return out
+    loss, dt = (_num(m.group(k)) if k in gi else None for k in ("loss", "dt"))
+    return Progress(step, loss, dt)
 
 
-def parse_record(spec: Spec, rec: dict) -> Optional[dict]:
-    """{step, loss?, dt?} from one record of the progress file (a JSON object, or a CSV row by its
-    header), through progress_fields (default: the names step, loss and dt)."""
-    names = dict({f: f for f in FIELDS}, **(spec.progress_fields or {}))
-    raw: Any = rec.get(names["step"]) if isinstance(rec, dict) else None  # None: a TypeError below
+def parse_record(spec: Spec, rec: object) -> Optional[Progress]:
+    """The step, its loss and its time from one record of the progress file (a JSON object, or a CSV
+    row by its header: the program's own), through progress_fields (default: step, loss and dt)."""
+    if not isinstance(rec, dict):
+        return None
+    step_key, loss_key, dt_key = ((spec.progress_fields or {}).get(f, f) for f in FIELDS)
     try:
-        step = int(float(raw))
+        step = int(float(rec.get(step_key)))  # type: ignore[arg-type]  # None or a word: refused below
     except (TypeError, ValueError, OverflowError):
         return None
-    out = {"step": step}
-    for k in ("loss", "dt"):
-        v = _num(rec.get(names[k]))
-        if v is not None:
-            out[k] = v
-    return out
+    return Progress(step, _num(rec.get(loss_key)), _num(rec.get(dt_key)))
 
 
 SAVE_KINDS = ("save", "stage", "drain")
 
 
-def parse_saved(spec: Spec, line: str) -> Optional[dict]:
-    """{seconds, kind, step?} when `line` is the program's line after a save."""
+class Saved(NamedTuple):
+    """The program's line after a save: how long the training loop was blocked, by what, at which step."""
+    seconds: float
+    kind: str = "save"          # one of SAVE_KINDS
+    step: Optional[int] = None
+
+
+def parse_saved(spec: Spec, line: str) -> Optional[Saved]:
+    """The save's seconds, kind and step when `line` is the program's line after a save."""
     m = _compiled(spec.saved).search(line) if spec.saved else None
-    if not m or _num(m.group("seconds")) is None:
+    seconds = _num(m.group("seconds")) if m else None
+    if not m or seconds is None:
         return None
     kind: Any = m.group("kind") if "kind" in m.re.groupindex else None
     kind = {"saving": "save", "staging": "stage"}.get(kind, kind)  # as torchtitan 0.3.0 words it
-    out = {"seconds": _num(m.group("seconds")), "kind": kind if kind in SAVE_KINDS else "save"}
-    if "step" in m.re.groupindex and (m.group("step") or "").isdigit():
-        out["step"] = int(m.group("step"))
-    return out
+    digits: str = (m.group("step") if "step" in m.re.groupindex else None) or ""
+    return Saved(seconds, kind if kind in SAVE_KINDS else "save", int(digits) if digits.isdigit() else None)
 
 
 def parse_saving(spec: Spec, line: str) -> bool:

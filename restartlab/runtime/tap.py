@@ -29,7 +29,7 @@ import threading
 import time
 from typing import IO, Any, Deque, Dict, List, Optional, TextIO
 
-from ..contracts import launch_snapshot, layout
+from ..contracts import launch_snapshot, layout, state_record
 from ..contracts.launch_snapshot import LaunchSnapshot, WillLoad
 from .. import programs
 from ..contracts import metric_keys as K
@@ -82,10 +82,10 @@ class Tap:
             return
         saved = programs.parse_saved(self.spec, line)
         if saved is not None and self.out is not None:  # a save before the first step: not booked
-            self._write(ts, {K.ITER: saved.get("step", self.last_step),
-                             K.ckpt_seconds(saved['kind']): saved["seconds"]})
-            if saved["kind"] in BLOCKING:
-                self.blocked += saved["seconds"]
+            self._write(ts, {K.ITER: saved.step if saved.step is not None else self.last_step,
+                             K.ckpt_seconds(saved.kind): saved.seconds})
+            if saved.kind in BLOCKING:
+                self.blocked += saved.seconds
         elif self.out is not None and programs.parse_saving(self.spec, line):
             self.saving = True
 
@@ -101,32 +101,26 @@ class Tap:
         gives no progress: each optimizer step is a step, at the time it began, numbered from the
         step the attempt resumed from (its own resume line, else the checkpoint its rule loads at
         the launch: `loads`). A load's record and another optimizer's are not steps."""
-        if not isinstance(rec, dict) or rec.get("load") or rec.get("opt", 0) != 0:
+        line = state_record.probe_line(rec)
+        if line is None or line.load or line.opt != 0:
             return
-        try:
-            k, ts = int(rec["step"]), float(rec["time"])
-        except (KeyError, TypeError, ValueError):
-            return
+        k, ts = line.step, line.time
         with self.lock:
-            if "logged_loss" in rec:  # the program's loss line, as rank 0's probe saw it printed after step k
-                try:
-                    loss = float(rec["logged_loss"])
-                except (TypeError, ValueError):
-                    loss = None
-                if loss is not None and k >= 1 and self.offset is not None and self.out is not None:
-                    self._write(ts, {K.ITER: self.offset + k, K.LOSS_LOGGED: loss})
+            if line.loss_line:  # the program's loss line, as rank 0's probe saw it printed after step k
+                if line.logged_loss is not None and k >= 1 and self.offset is not None and self.out is not None:
+                    self._write(ts, {K.ITER: self.offset + k, K.LOSS_LOGGED: line.logged_loss})
                 return
             if self.offset is None:
                 self.offset = self.resumed if self.resumed is not None else (self.loads or 0)
-            self._row({"step": self.offset + k}, ts)
+            self._row(programs.Progress(self.offset + k), ts)
 
-    def _row(self, p: Dict[str, Any], ts: float) -> None:
-        step = p["step"]
+    def _row(self, p: programs.Progress, ts: float) -> None:
+        step = p.step
         if self.last_step is not None and step <= self.last_step:
             return  # another rank's copy of a line already booked, or a repeated line
-        m = {K.ITER: step, K.LOSS: p.get("loss")}
-        if "dt" in p:
-            m[K.DT] = p["dt"]
+        m: Dict[str, Any] = {K.ITER: step, K.LOSS: p.loss}
+        if p.dt is not None:
+            m[K.DT] = p.dt
         elif self.last_ts is not None:
             m[K.DT] = self._step_time(ts - self.last_ts, ts)
         self.blocked, self.saving = 0.0, False

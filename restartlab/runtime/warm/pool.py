@@ -17,7 +17,8 @@ from ...contracts.envvars import ATTEMPT_VAR, PHASE_VAR, SERVER_VAR, TAG_VAR, WA
 from ...contracts.frozen_imports import frozen_imports
 from ...contracts.served import Served
 from ...tools import verbs
-from .wire import FORWARDED, SOCKET_NAME, Ended, PoolError, Refused, Started, node_dir, recv_request, send_msg, unix_path
+from ...contracts.warm_messages import Ended, Refused, Started
+from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_request, send_msg, unix_path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:

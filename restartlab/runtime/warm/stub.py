@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, List, Optional
 
 from .. import rankexit
 from ...contracts.envvars import node_name
-from .wire import FORWARDED, SOCKET_NAME, PoolError, Refused, Request, node_dir, recv_end, recv_reply, send_msg, unix_path
+from ...contracts.warm_messages import Refused, Request
+from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_end, recv_reply, send_msg, unix_path
 
 if TYPE_CHECKING:
     import argparse

@@ -5,7 +5,8 @@ Standard library only (and this node's name): the stub imports it.
 The messages, in order: the stub's `Request` (with its three fds); the pool's `Started` (the rank's
 pid), or `Refused` (why: the stub then starts its rank cold); when the rank ends, the pool's `Ended`
 (its signal or exit status). Each is written by `send_msg` and read by the reader for its place in
-the exchange (`recv_request`, `recv_reply`, `recv_end`), which refuses a message of another shape."""
+the exchange (`recv_request`, `recv_reply`, `recv_end`), which refuses a message of another shape.
+The messages and their readers are records: contracts/warm_messages.py."""
 import array
 import contextlib
 import json
@@ -13,9 +14,11 @@ import os
 import signal
 import socket
 import struct
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ...contracts.envvars import node_name
+from ...contracts.warm_messages import (Ended, Message, Refused, Request, Started,  # noqa: F401 (tests/test_wire.py)
+                                        end_of, reply_of, request_of)
 from ...contracts.placeholders import NODE_TOKEN, fill
 
 SOCKET_NAME = "pool.sock"
@@ -50,59 +53,8 @@ def unix_path(path: str) -> Iterator[str]:
         os.close(fd)
 
 
-# NamedTuples, not dataclasses: the stub imports this module before every warm rank, and dataclasses
-# imports inspect (tens of milliseconds) and copy (which tries Jython's org.python.core)
-class Request(NamedTuple):
-    """The stub's request: run this rank's program in a fork of the pool."""
-    argv: List[str]             # the rank's command line, as the launcher gave it to the stub
-    env: Dict[str, str]         # the stub's environment (the launcher's rank variables in it)
-    cwd: str
-    rankenv: bool = False       # add the ranks' torch.distributed variables (runtime/rankenv)
-    stub_pid: Optional[int] = None
-
-    @classmethod
-    def from_json(cls, d: object) -> "Request":
-        if not (isinstance(d, dict) and isinstance(d.get("argv"), list) and all(isinstance(x, str) for x in d["argv"])
-                and isinstance(d.get("env"), dict) and isinstance(d.get("cwd"), str)):
-            raise PoolError("a request without its argv, environment or working directory")
-        return cls(list(d["argv"]), {str(k): str(v) for k, v in d["env"].items()}, d["cwd"], d.get("rankenv") is True,
-                   _int(d.get("stub_pid")))
-
-
-class Started(NamedTuple):
-    """The pool forked the rank: its pid (the stub forwards its signals to it)."""
-    pid: int
-
-
-class Refused(NamedTuple):
-    """The pool cannot run the request; the stub starts its rank cold."""
-    error: str
-
-
-class Ended(NamedTuple):
-    """The rank ended: by a signal (its number), else with an exit status."""
-    signal: int = 0
-    exit: int = 0
-
-    @property
-    def status(self) -> int:
-        """As os.waitpid gives it."""
-        return (self.signal & 0x7f) if self.signal else (self.exit & 0xff) << 8
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"signal": self.signal} if self.signal else {"exit": self.exit}
-
-
-Message = Union[Request, Started, Refused, Ended]
-
-
-def _int(v: object) -> Optional[int]:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
 def send_msg(sock: socket.socket, msg: Message, fds: Sequence[int] = ()) -> None:
-    obj = msg.to_dict() if isinstance(msg, Ended) else msg._asdict()
-    data = json.dumps(obj).encode()
+    data = json.dumps(msg.to_dict()).encode()
     payload = _HDR.pack(len(data)) + data
     if fds:
         sock.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
@@ -113,12 +65,14 @@ def send_msg(sock: socket.socket, msg: Message, fds: Sequence[int] = ()) -> None
 def recv_request(sock: socket.socket) -> Tuple[Optional[Request], List[int]]:
     """The stub's request and its three fds; (None, fds) at EOF. PoolError: not a request."""
     d, fds = _recv(sock, want_fds=3)
-    try:
-        return (None if d is None else Request.from_json(d)), fds
-    except PoolError:
+    if d is None:
+        return None, fds
+    req = request_of(d)
+    if req is None:
         for fd in fds:
             os.close(fd)
-        raise
+        raise PoolError("a request without its argv, environment or working directory")
+    return req, fds
 
 
 def recv_reply(sock: socket.socket) -> Union[Started, Refused, None]:
@@ -126,21 +80,16 @@ def recv_reply(sock: socket.socket) -> Union[Started, Refused, None]:
     d, _ = _recv(sock)
     if d is None:
         return None
-    if isinstance(d, dict) and _int(d.get("pid")) is not None:
-        return Started(d["pid"])
-    if isinstance(d, dict) and isinstance(d.get("error"), str):
-        return Refused(d["error"])
-    raise PoolError(f"not an answer to a request: {str(d)[:80]}")
+    reply = reply_of(d)
+    if reply is None:
+        raise PoolError(f"not an answer to a request: {str(d)[:80]}")
+    return reply
 
 
 def recv_end(sock: socket.socket) -> Optional[Ended]:
     """How the rank ended; None at EOF (the pool died). A message of another shape reads as exit 1."""
     d, _ = _recv(sock)
-    if d is None:
-        return None
-    sig = _int(d.get("signal")) if isinstance(d, dict) else None
-    code = _int(d.get("exit")) if isinstance(d, dict) else None
-    return Ended(signal=sig) if sig else Ended(exit=1 if code is None else code)
+    return None if d is None else end_of(d)
 
 
 def _recv(sock: socket.socket, want_fds: int = 0) -> Tuple[Optional[Any], List[int]]:
