@@ -41,9 +41,8 @@ def test_registries_are_in_their_pages():
 def test_the_benchmark_tables_read_every_figure_they_name():
     """Each row of the targets table finds its figures in the committed bench/results.json (a
     renamed key in a benchmark's output shows here, not as a blank cell)."""
-    import json
-    with open(os.path.join(ROOT, "bench", "results.json")) as f:
-        data = json.load(f)
+    from restartlab.contracts import bench_results
+    data = bench_results.read(os.path.join(ROOT, "bench", "results.json"))
     rows = reference.targets_table(data)[2:]
     assert len(rows) == len(reference.TARGETS) and not [r for r in rows if "not in this run" in r], rows
     assert len(reference.scaling_table(data)) == 2 + 3   # tiny, debug, small
@@ -52,9 +51,8 @@ def test_the_benchmark_tables_read_every_figure_they_name():
 def test_the_size_sweep_table_has_both_floors_for_every_series():
     """bench/ckpt_sizes.py's table: each series' per-byte ratio to its dd floor and to the memory
     floor (the same tensors written from and read into memory), each floor a row of its own."""
-    import json
-    with open(os.path.join(ROOT, "bench", "results.json")) as f:
-        data = json.load(f)
+    from restartlab.contracts import bench_results
+    data = bench_results.read(os.path.join(ROOT, "bench", "results.json"))
     rows = [r for r in reference.ckpt_sizes_table(data) if r.startswith("| ") and not r.startswith("| series")]
     cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows]
     floors = [c[0] for c in cells if c[3] == "floor"]
