@@ -124,7 +124,7 @@ def outcomes(phase_dir: str, verdict: survival.Verdict) -> List[KillRow]:
         k = rec.attempt
         where = rec.where or "?"
         if rec.kind == "torn":  # armed where the training was; struck at the next checkpoint write
-            cut = cuts.get((rec.extra.get("fault") or {}).get("id"))
+            cut = cuts.get(rec.storage_fault.id)
             where = (f"save (torn: {os.path.relpath(cut.file, cut.dir) if cut.file and cut.dir else cut.file} "
                      f"cut at byte {cut.bytes}, rank {cut.rank} killed)") if cut else "torn (no write followed)"
             nxt_k = _attempt_of(phase_dir, cut.at) if cut else None

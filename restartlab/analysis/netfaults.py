@@ -44,11 +44,11 @@ def account(ph, inj, step_dt: Optional[float]) -> NetworkFault:
     r = _restorer(ph, inj)
     windows = list(r.windows) if r else []
     closed = [(a, b) for a, b in windows if b is not None]
-    fault = inj.extra.get("fault") or {}
+    fault = inj.net_fault
     start = windows[0][0] if windows else inj.time
-    end = windows[-1][1] if windows else fault.get("until")
+    end = windows[-1][1] if windows else fault.until
     out = NetworkFault(kind=inj.kind, nodes=list(inj.hosts), start=start, end=end, windows=len(windows),
-                       planned_s=fault.get("duration") or None,
+                       planned_s=fault.duration or None,
                        down_s=round(sum(b - a for a, b in closed), 3) if windows and len(closed) == len(windows) else None,
                        restored=r.restored if r else None, ended_by=r.ended_by if r else None,
                        errors=list(r.errors) if r else [], recorded=r is not None)

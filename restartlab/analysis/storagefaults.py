@@ -33,17 +33,17 @@ def _step_of(ckpt: Optional[str]) -> Optional[int]:
 
 def account(ph, inj, events: List[IOFaultEvent], rank: Optional[int]) -> StorageFault:
     """One strike on one rank (rank None: no rank took it)."""
-    fault = inj.extra.get("fault") or {}
+    fault = inj.storage_fault
     mine = [e for e in events if e.rank == rank] if rank is not None else []
     begin = next((e for e in mine if e.event == "begin"), None)
     end = next((e for e in mine if e.event == "end"), None)
     err = next((e for e in mine if e.event == "error"), None)
     cut = next((e for e in mine if e.event == "cut"), None)
-    out = StorageFault(kind=inj.kind, id=fault.get("id"), rank=rank, armed_at=inj.time, armed_step=inj.step_seen,
+    out = StorageFault(kind=inj.kind, id=fault.id, rank=rank, armed_at=inj.time, armed_step=inj.step_seen,
                        took_at=begin.at if begin else None)
     if begin is None:
-        out.effect = "armed; no checkpoint write of " + ("any rank" if (fault.get("rank") or 0) < 0 else
-                                                         f"rank {fault.get('rank')}") + " followed"
+        out.effect = "armed; no checkpoint write of " + ("any rank" if (fault.rank or 0) < 0 else
+                                                         f"rank {fault.rank}") + " followed"
         out.text = describe(out)
         return out
     first = cut or err or begin
@@ -130,7 +130,7 @@ def effective(injections, events: List[IOFaultEvent]):
             struck.append(inj)
             continue
         armed.append(inj)
-        hit = first.get((inj.extra.get("fault") or {}).get("id"))
+        hit = first.get(inj.storage_fault.id)
         if hit is not None:
             struck.append(dataclasses.replace(inj, time=hit.at, attempt=None))
         else:
@@ -145,7 +145,7 @@ def accounts(ph, strikes, events: List[IOFaultEvent]) -> List[StorageFault]:
     for inj in strikes:
         if not inj.struck or not _is_storage(inj):
             continue
-        sid = (inj.extra.get("fault") or {}).get("id")
+        sid = inj.storage_fault.id
         mine = [e for e in events if e.id == sid]
         ranks = sorted({e.rank for e in mine})
         out += [account(ph, inj, mine, r) for r in ranks] or [account(ph, inj, [], None)]

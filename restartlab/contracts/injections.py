@@ -8,8 +8,32 @@ import dataclasses
 import json
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from . import typed_json
 from .jsonvalue import integer, items, number, text
 from .receipts import Receipt
+
+
+@dataclasses.dataclass(frozen=True)
+class NetFault:
+    """A network fault as the injector made it (runtime/inject_faults.net_fault): its length, its
+    flaps, its rate, and when the node's restorer planned to end it."""
+    duration: Optional[float] = None
+    flaps: Optional[int] = None     # a flap's
+    flap_up: Optional[float] = None
+    rate: Optional[str] = None      # a slow link's
+    until: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageFault:
+    """A storage fault as the injector armed it (runtime/inject_faults.io_fault): its id (what the
+    rank's preload logs), the rank (-1: every rank) and the kind's own settings."""
+    id: Optional[int] = None
+    rank: Optional[int] = None
+    duration: Optional[float] = None
+    errno: Optional[str] = None
+    after_bytes: Optional[int] = None
+    rate: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +64,16 @@ class Injection:
         """A strike that reached ranks, or a network fault that began on a node (what counts as a
         failure)."""
         return self.killed > 0 or bool(self.extra.get("faulted"))
+
+    @property
+    def net_fault(self) -> NetFault:
+        """Its network fault's settings (all None for another kind)."""
+        return typed_json.read(NetFault, self.extra.get("fault")) or NetFault()
+
+    @property
+    def storage_fault(self) -> StorageFault:
+        """Its storage fault's settings (all None for another kind)."""
+        return typed_json.read(StorageFault, self.extra.get("fault")) or StorageFault()
 
     @property
     def booked_kind(self) -> str:

@@ -9,7 +9,8 @@ from . import iofault
 from .fanout import fan_out
 from .. import failures
 from ..contracts import layout
-from ..contracts.injections import Injection
+from ..contracts.injections import Injection, NetFault, StorageFault
+from ..contracts.typed_json import to_dict
 from ..contracts.receipts import Receipt
 from ..tools import verbs
 from .inject_api import Striker
@@ -51,11 +52,11 @@ def net_fault(inj: Striker, reason: str, target_step: Optional[int], kind: failu
     ok = [r for r in receipts if not r.error and r.at]
     rec = Injection(time=min((cast(float, r.at) for r in ok), default=t0), reason=reason, target_step=target_step,
                     gate=gate, kind=kind.name, hosts=tuple(inj.hosts[i] for i in idx), killed=0,
-                    receipts=tuple(receipts), **inj.seen(newest, struck), extra={"faulted": len(ok), "fault": {
-                        "duration": a.duration, "flaps": a.flaps if kind.name == "flap" else None,
-                        "flap_up": a.flap_up if kind.name == "flap" else None,
-                        "rate": a.rate if kind.name == "slow_link" else None,
-                        "until": max((r.until or 0 for r in ok), default=None) or None}})
+                    receipts=tuple(receipts), **inj.seen(newest, struck), extra={"faulted": len(ok), "fault": to_dict(
+                        NetFault(duration=a.duration, flaps=a.flaps if kind.name == "flap" else None,
+                                 flap_up=a.flap_up if kind.name == "flap" else None,
+                                 rate=a.rate if kind.name == "slow_link" else None,
+                                 until=max((r.until or 0 for r in ok), default=None) or None))})
     inj.record(rec)
     inj.striking = False
     inj.kills += 1
@@ -83,16 +84,16 @@ def io_fault(inj: Striker, reason: str, target_step: Optional[int], kind: failur
     strike_id = int(t0 * 1000)  # unique across a chain's jobs: each rank takes a strike once
     rank = -1 if a.all_ranks else a.rank
     after = inj.rng.randrange(1, failures.TORN_SPAN) if a.fuzz and kind.name == "torn" else a.after_bytes
-    fault = {"id": strike_id, "rank": rank, "duration": a.duration,
-             "errno": a.errno if kind.name == "write_errors" else None,
-             "after_bytes": after if kind.name in ("write_errors", "torn") else None,
-             "rate": a.rate if kind.name == "slow_storage" else None}
+    fault = StorageFault(id=strike_id, rank=rank, duration=a.duration,
+                         errno=a.errno if kind.name == "write_errors" else None,
+                         after_bytes=after if kind.name in ("write_errors", "torn") else None,
+                         rate=a.rate if kind.name == "slow_storage" else None)
     os.makedirs(phase.iofault_dir, exist_ok=True)
     iofault.arm(phase.iofault_ctl, strike_id, kind.name, rank, seconds=a.duration,
                 rate=failures.rate_bytes(a.rate) if kind.name == "slow_storage" else 0.0,
                 errno_name=a.errno, after=after, duration=a.duration)
     rec = Injection(time=t0, reason=reason, target_step=target_step, gate=gate, kind=kind.name, killed=0,
-                    **inj.seen(newest, struck), extra={"faulted": 1, "fault": fault})
+                    **inj.seen(newest, struck), extra={"faulted": 1, "fault": to_dict(fault)})
     inj.record(rec)
     inj.kills += 1
     who = "every rank" if rank < 0 else f"rank {rank}"
