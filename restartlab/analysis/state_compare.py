@@ -253,17 +253,17 @@ def _whole(recs: Dict[int, Dict[int, SR.StateRecord]], s: int, k: str):
         return None
     at = cast(List[SR.StateRecord], got)  # none of them None
     if k in ("params", "opt_state"):
-        return SR.whole_tensors([r.pieces.get("params_g" if k == "params" else "opt_g") for r in at])
+        return SR.whole_tensors([r.params_g if k == "params" else r.opt_g for r in at])
     if k == "batch":
         taken: Dict[tuple, int] = {}  # each batch of the step -> the most times one rank took it
         for rank in sorted(recs):
-            held = recs[rank][s].pieces.get("batch_g")
-            if not isinstance(held, list):
+            held = recs[rank][s].batch_g
+            if held is None:
                 return None
             nxt = recs[rank].get(s + 1)
-            keep = len(cast(list, nxt.pieces["batch_g"])) \
-                if nxt is not None and isinstance(nxt.pieces.get("batch_g"), list) \
-                else len(held)  # a step's own batches: as many as the next step took (a resume's skip left out)
+            nxt_held = nxt.batch_g if nxt is not None else None
+            # a step's own batches: as many as the next step took (a resume's skip left out)
+            keep = len(nxt_held) if nxt_held is not None else len(held)
             mine: Dict[tuple, int] = {}
             for part in held[max(0, len(held) - keep):] if keep else []:
                 key = (part[0], part[1], part[2] if len(part) > 2 else None)
@@ -352,16 +352,16 @@ def _epochs_off(mine: Dict[int, SR.StateRecord], ref: Dict[int, SR.StateRecord],
     attempt's batch at s, the reference's at s and the reference's at m (whose batch it is) are at one
     place in epochs of one length and m - s is a whole number of them; None elsewhere."""
     at = [(mine.get(s), s), (ref.get(s), s), (ref.get(m), m)]
-    pos = [r.pieces.get("batch_pos") if r is not None else None for r, _ in at]
-    if any(not isinstance(p, list) or len(p) != 2 for p in pos) or pos[0] != pos[1] or pos[1] != pos[2]:
+    pos = [r.batch_pos if r is not None else None for r, _ in at]
+    if any(p is None for p in pos) or pos[0] != pos[1] or pos[1] != pos[2]:
         return None
     per = cast(list, pos[0])[1]
     # batches a step (gradient accumulation): the reference's count between step s and a neighbour in
     # the same epoch (the step before, or at an epoch's start the step after)
     each = 0
     for a, b in ((s - 1, s), (s, s + 1)):
-        pa, pb = (ref[x].pieces.get("batch_pos") if ref.get(x) is not None else None for x in (a, b))
-        if isinstance(pa, list) and isinstance(pb, list) and len(pa) == len(pb) == 2 and pa[1] == pb[1] == per \
+        pa, pb = (ref[x].batch_pos if ref.get(x) is not None else None for x in (a, b))
+        if pa is not None and pb is not None and pa[1] == pb[1] == per \
                 and pb[0] > pa[0]:
             each = pb[0] - pa[0]
             break
@@ -438,7 +438,7 @@ def _threads(mine, theirs, step: int) -> Optional[Tuple[List[int], List[int]]]:
     differs from the reference's same rank (or, across a change in rank count, the sets differ);
     None where equal or not recorded (a probe older than the count)."""
     def counts(recs):
-        return {r: recs[r][step].pieces.get("threads") for r in recs if step in recs[r]}
+        return {r: recs[r][step].threads for r in recs if step in recs[r]}
     a, b = counts(mine), counts(theirs)
     if None in a.values() or None in b.values() or not a or not b:
         return None

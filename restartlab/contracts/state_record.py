@@ -58,6 +58,31 @@ class StateRecord(NamedTuple):
     load: Optional[str] = None  # a load's record: what the program called (LOADS), taken right after it;
     #                             then `step` is the steps taken before it (0: before the attempt's first)
 
+    # the pieces that are not compared one by one (WHOLE, AUX), by name: None where not recorded
+    @property
+    def params_g(self) -> object:
+        return self.pieces.get("params_g")
+
+    @property
+    def opt_g(self) -> object:
+        return self.pieces.get("opt_g")
+
+    @property
+    def batch_g(self) -> Optional[List[Any]]:
+        """[[fingerprint, samples, ...] of each batch since the last step]; None: not a list."""
+        v = self.pieces.get("batch_g")
+        return v if isinstance(v, list) else None
+
+    @property
+    def batch_pos(self) -> Optional[List[Any]]:
+        """[the batch's number in its epoch, the batches in the epoch]; None: not such a pair."""
+        v = self.pieces.get("batch_pos")
+        return v if isinstance(v, list) and len(v) == 2 else None
+
+    @property
+    def threads(self) -> object:
+        return self.pieces.get("threads")
+
     def to_json(self) -> str:
         d: Dict[str, object] = {"step": self.step, "opt": self.opt, "time": self.time}
         if self.load:

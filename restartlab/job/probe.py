@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 from .. import launchers
-from ..contracts.jsonvalue import text
+from ..contracts import typed_json
 
 # run by the job's Python (and a program's own): never imports restartlab, which it may not have
 PY_CODE = r"""
@@ -49,14 +49,23 @@ class Python:
         """The Python's answer (PY_CODE's JSON, this module's one writer of it); a line that does
         not read as one is said in torch_error, a field of the wrong type is absent."""
         try:
-            d = json.loads(line)
+            got = typed_json.read(Answer, json.loads(line))
         except ValueError:
-            d = None
-        if not isinstance(d, dict) or not isinstance(d.get("exe"), str):
+            got = None
+        if got is None:
             return cls(asked, False, torch_error=f"an answer that does not read: {line[:120]!r}")
-        mods = d.get("modules")
-        return cls(asked, True, d["exe"], text(d.get("torch")), text(d.get("torch_error")) or "", text(d.get("cuda")),
-                   d.get("xpu") is True, {k: v for k, v in mods.items() if isinstance(v, bool)} if isinstance(mods, dict) else {})
+        return cls(asked, True, got.exe, got.torch, got.torch_error, got.cuda, got.xpu, got.modules)
+
+
+@dataclass
+class Answer:
+    """PY_CODE's line, as the job's Python prints it (read by typed_json: exe is required)."""
+    exe: str
+    torch: Optional[str] = None
+    torch_error: str = ""
+    cuda: Optional[str] = None
+    xpu: bool = False
+    modules: Dict[str, bool] = field(default_factory=dict)
 
 
 @dataclass
