@@ -219,15 +219,15 @@ def test_torchft_goodput_matches_its_first_order_when_failures_are_rare_and_coun
     c = ft.FtCosts(groups=4, stall_s=2.0, rejoin_s=60.0)
     r = ft.simulate(c, mtbf_s=3600.0, days=30, replicas=20, seed=1)
     # per failure: 3 survivors x 2 s + 60 s of the struck group, of 4 group-seconds per second
-    assert r["analytic"] == pytest.approx(1 - (3 * 2 + 60) / 4 / 3600)
-    assert abs(r["goodput"] - r["analytic"]) < max(3 * r["ci95"], 2e-4), r
-    assert r["all_groups_lost_per_run"] == 0 and 20 < r["failures_per_day"] < 28
+    assert r.analytic == pytest.approx(1 - (3 * 2 + 60) / 4 / 3600)
+    assert abs(r.goodput - r.analytic) < max(3 * r.ci95, 2e-4), r
+    assert r.all_groups_lost_per_run == 0 and 20 < r.failures_per_day < 28
     # 2 groups whose relaunch takes longer than the time between failures: both are out at once
     bad = ft.simulate(ft.FtCosts(groups=2, stall_s=1.0, rejoin_s=600.0), mtbf_s=300.0, days=1, replicas=5, seed=1)
-    assert bad["all_groups_lost_per_run"] > 1 and bad["goodput"] < 0.5, bad
+    assert bad.all_groups_lost_per_run > 1 and bad.goodput < 0.5, bad
     # torchft's own per-step overhead divides the goodput
     slow = ft.simulate(ft.FtCosts(groups=4, stall_s=2.0, rejoin_s=60.0, step_overhead=0.25), 3600.0, 30, 20, 1)
-    assert slow["goodput"] == pytest.approx(r["goodput"] / 1.25)
+    assert slow.goodput == pytest.approx(r.goodput / 1.25)
 
 
 def test_simulate_torchft_without_costs_is_a_usage_error(tmp_path):

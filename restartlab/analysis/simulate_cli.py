@@ -207,8 +207,8 @@ def print_torchft(r: SweepResult):
     if not ft:
         return
     best = max((m.best.ettr, mode) for mode, m in r.modes.items())
-    print(f"\ntorchft, {ft['groups']} replica groups, the same failures: goodput {ft['goodput']:.4f} +- {ft['ci95']:.4f} "
-          f"(first order {ft['analytic']:.4f}); every group lost at once {ft['all_groups_lost_per_run']:.2f} time(s) "
+    print(f"\ntorchft, {ft.groups} replica groups, the same failures: goodput {ft.goodput:.4f} +- {ft.ci95:.4f} "
+          f"(first order {ft.analytic:.4f}); every group lost at once {ft.all_groups_lost_per_run:.2f} time(s) "
           f"per run; restart's best ({best[1]}) ETTR {best[0]:.4f}")
 
 

@@ -20,6 +20,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from ..contracts.sim_result import FtSweep
 from ..contracts.summary import Summary
 
 
@@ -38,7 +39,16 @@ def _trained(out_until: np.ndarray, a: float, b: float) -> float:
     return float(np.sum(b - back))
 
 
-def one_run(c: FtCosts, mtbf_s: float, hours: float, rng: np.random.Generator) -> dict:
+@dataclass
+class FtRun:
+    """One replica of a simulated run of replica groups."""
+    goodput: float
+    failures: int
+    all_groups_lost: int   # failures that struck the last group still training
+    stall_s: float         # the survivors' stalls
+
+
+def one_run(c: FtCosts, mtbf_s: float, hours: float, rng: np.random.Generator) -> FtRun:
     G, T = c.groups, hours * 3600.0
     out_until = np.zeros(G)
     trained, t, failures, lost_all, stalled = 0.0, 0.0, 0, 0, 0.0
@@ -63,18 +73,18 @@ def one_run(c: FtCosts, mtbf_s: float, hours: float, rng: np.random.Generator) -
             stalled += c.stall_s
         t = nxt
     goodput = max(0.0, trained) / (G * T) / (1.0 + c.step_overhead)
-    return {"goodput": goodput, "failures": failures, "all_groups_lost": lost_all, "stall_s": stalled}
+    return FtRun(goodput=goodput, failures=failures, all_groups_lost=lost_all, stall_s=stalled)
 
 
-def simulate(c: FtCosts, mtbf_s: float, days: float, replicas: int, seed: int) -> dict:
+def simulate(c: FtCosts, mtbf_s: float, days: float, replicas: int, seed: int) -> FtSweep:
     rng = np.random.default_rng(seed + 7919)  # its own stream: the restart sweep's draws stay as they were
     runs = [one_run(c, mtbf_s, days * 24.0, rng) for _ in range(replicas)]
-    g = np.array([r["goodput"] for r in runs])
+    g = np.array([r.goodput for r in runs])
     half = 1.96 * g.std(ddof=1) / math.sqrt(len(g)) if len(g) > 1 else float("nan")
-    return {"groups": c.groups, "goodput": float(g.mean()), "ci95": float(half),
-            "failures_per_day": float(np.mean([r["failures"] for r in runs])) / days,
-            "all_groups_lost_per_run": float(np.mean([r["all_groups_lost"] for r in runs])),
-            "analytic": analytic(c, mtbf_s)}
+    return FtSweep(groups=c.groups, goodput=float(g.mean()), ci95=float(half),
+                   failures_per_day=float(np.mean([r.failures for r in runs])) / days,
+                   all_groups_lost_per_run=float(np.mean([r.all_groups_lost for r in runs])),
+                   analytic=analytic(c, mtbf_s))
 
 
 def analytic(c: FtCosts, mtbf_s: float) -> float:

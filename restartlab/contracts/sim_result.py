@@ -30,6 +30,17 @@ class ModeSweep:
 
 
 @dataclasses.dataclass
+class FtSweep:
+    """torchft replica groups under the same failures (analysis/simulate_ft.simulate)."""
+    groups: int = 0
+    goodput: float = 0.0
+    ci95: float = 0.0                      # the 95% confidence half-width of the goodput
+    failures_per_day: float = 0.0
+    all_groups_lost_per_run: float = 0.0   # how often no group was left to heal from
+    analytic: float = 0.0                  # the first-order estimate
+
+
+@dataclasses.dataclass
 class SweepResult:
     """One failure model's sweep (per node count, with --nodes)."""
     OMIT_NONE = ("torchft",)
@@ -38,7 +49,7 @@ class SweepResult:
     mtbf_s: float = 0.0
     kinds: Dict[str, float] = dataclasses.field(default_factory=dict)
     modes: Dict[str, ModeSweep] = dataclasses.field(default_factory=dict)
-    torchft: Optional[Dict[str, Any]] = None  # sim_ft.simulate's, with --torchft-* costs
+    torchft: Optional[FtSweep] = None  # with --torchft: replica groups beside the restarts
 
 
 @dataclasses.dataclass
