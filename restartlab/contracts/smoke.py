@@ -1,4 +1,5 @@
 """The smoke job's records (restartlab submit --smoke):
+- `SmokeNode`: one host's answer (runtime/smoke.node_main), which its receipt carries in `extra`;
 - `SmokeRank`: one rank's record (layout.smoke_record_name), written whole by the rank
   (trainer/smoke.py) and read by the smoke job (runtime/smoke.py);
 - `SmokeReport`: the job's readiness report (layout.Expt.smoke_report), with a `Check` per thing
@@ -9,9 +10,25 @@ a record without its key field (a rank's number, a report's verdict) is no recor
 Standard library only: the login node reads the report."""
 import dataclasses
 import json
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
+from . import typed_json
 from .jsonvalue import integer, items, load_file, number, text
+
+
+@dataclasses.dataclass(frozen=True)
+class SmokeNode:
+    """One host's answer to the smoke job (`restartlab smoke node`), beside its receipt's host,
+    hostname and python: whether it sees the token the job wrote in the experiment directory (a
+    shared file system), and how making a private stage directory there went ("ok", else why)."""
+    token_seen: bool = False
+    token_error: Optional[str] = None
+    stage: Optional[str] = None
+
+    @classmethod
+    def of(cls, extra: Mapping[str, object]) -> "SmokeNode":
+        """From the fields a receipt kept in `extra` (typed_json's rules)."""
+        return typed_json.read(cls, dict(extra)) or cls()
 
 
 @dataclasses.dataclass(frozen=True)

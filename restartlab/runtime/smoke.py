@@ -30,7 +30,8 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, cast
 from .. import launchers
 from ..contracts import ckptdir, layout, placeholders
 from ..contracts.envvars import node_name
-from ..contracts.smoke import Check, SmokeReport
+from ..contracts.smoke import Check, SmokeNode, SmokeReport
+from ..contracts.typed_json import to_dict
 from ..contracts.receipts import Receipt
 from . import fanout
 from .smoke_ranks import RankRecords
@@ -58,12 +59,12 @@ def one_line(error: str, tool: str = "") -> str:
 def node_main(a: argparse.Namespace) -> int:
     """One host's receipt: its name, whether it sees the token the job wrote in the experiment
     directory (a shared file system), and a stage directory made, written and removed there."""
-    out: Dict[str, Any] = {"host": node_name(), "hostname": socket.gethostname(), "python": sys.executable}
+    token_seen, token_error = False, None
     try:
         with open(a.token_file) as f:
-            out["token_seen"] = f.read().strip() == a.token
+            token_seen = f.read().strip() == a.token
     except OSError as e:
-        out["token_seen"], out["token_error"] = False, e.strerror
+        token_error = e.strerror
     root = a.stage_root
     try:
         d = tempfile.mkdtemp(prefix="restartlab-smoke-", dir=root)  # 0700, never through what is there
@@ -74,10 +75,12 @@ def node_main(a: argparse.Namespace) -> int:
         os.remove(probe)
         os.rmdir(d)
         private = (st.st_mode & 0o077) == 0 and st.st_uid == os.getuid()
-        out["stage"] = "ok" if private else f"{d} is not private to {getpass.getuser()} (mode {st.st_mode & 0o777:o})"
+        stage = "ok" if private else f"{d} is not private to {getpass.getuser()} (mode {st.st_mode & 0o777:o})"
     except OSError as e:
-        out["stage"] = f"{root}: {e.strerror}"
-    print(json.dumps(out), flush=True)
+        stage = f"{root}: {e.strerror}"
+    answer = {k: v for k, v in to_dict(SmokeNode(token_seen, token_error, stage)).items() if v is not None}
+    print(json.dumps({"host": node_name(), "hostname": socket.gethostname(), "python": sys.executable, **answer}),
+          flush=True)
     return 0
 
 
@@ -125,15 +128,16 @@ class Smoke:
                  + "".join(f"; {h}: {got[h].error or 'answered as ' + str(got[h].host)}" for h in bad), bad)
         reached = [h for h in self.hosts if h not in bad]
         unchecked = f" ({', '.join(bad)} not reached: not checked there)" if bad else ""
-        unshared = [h for h in reached if not got[h].extra.get("token_seen")]
+        said = {h: SmokeNode.of(got[h].extra) for h in reached}
+        unshared = [h for h in reached if not said[h].token_seen]
         self.add("shared", not unshared and reached, f"{self.expt.root} is the same directory on "
                  f"{len(reached) - len(unshared)} of {len(self.hosts)} host(s)" + unchecked
-                 + "".join(f"; {h} does not see the file the job wrote there ({got[h].extra.get('token_error', 'other content')})"
+                 + "".join(f"; {h} does not see the file the job wrote there ({said[h].token_error or 'other content'})"
                            for h in unshared), unshared)
-        badstage = [h for h in reached if got[h].extra.get("stage") != "ok"]
+        badstage = [h for h in reached if said[h].stage != "ok"]
         self.add("stage", not badstage and reached, f"node-local {self.a.stage_root}: a private directory written "
                  f"on {len(reached) - len(badstage)} of {len(self.hosts)} host(s)" + unchecked
-                 + "".join(f"; {h}: {got[h].extra.get('stage')}" for h in badstage), badstage)
+                 + "".join(f"; {h}: {said[h].stage}" for h in badstage), badstage)
 
     def launch(self, k: int, hold: bool) -> Tuple[subprocess.Popen[bytes], str]:
         att = self.expt.smoke_attempt(k)
