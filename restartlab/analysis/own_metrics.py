@@ -44,14 +44,14 @@ def phase(spec: Optional[programs.Spec], phase_dir: str, failures: List[FailureE
     restarts: List[OwnRestart] = []
     found = False
     for att in layout.Phase(phase_dir).attempts():
-        files = sorted(glob.glob(os.path.join(att.path, own["file"])))
+        files = sorted(glob.glob(os.path.join(att.path, own.file)))
         restart = None
         for m in (m for p in files for m in _rows(p)):
             found = True
-            if restart is None and own.get("restart") in m:
-                restart = number(m[own["restart"]])
+            if restart is None and own.restart in m:
+                restart = number(m[own.restart])
             for k in KINDS:
-                v = number(m.get(own.get(k) or ""))
+                v = number(m.get(own.key(k) or ""))
                 if v is not None:
                     timed[k].append(v)
         ours = measured.get(att.index)
@@ -60,7 +60,7 @@ def phase(spec: Optional[programs.Spec], phase_dir: str, failures: List[FailureE
                                        uncounted_s=ours - restart))
     if not found:
         return None
-    return OwnMetrics(adapter=spec.adapter, file=own["file"], restarts=restarts,
+    return OwnMetrics(adapter=spec.adapter, file=own.file, restarts=restarts,
                       **{k: quantiles(xs) for k, xs in timed.items()})
 
 

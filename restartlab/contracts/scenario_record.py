@@ -288,8 +288,13 @@ def to_mapping(sc: Scenario) -> Dict[str, Any]:
 
 
 def read(data: object) -> Optional[Scenario]:
-    """An experiment's own copy, as written by to_mapping, read tolerantly (None: not a mapping)."""
-    return typed_json.read(Scenario, data)
+    """An experiment's own copy, as written by to_mapping, read tolerantly; None where it is not a
+    mapping with a list of phases, each a mapping with its name."""
+    phases = data.get("phases") if isinstance(data, dict) else None
+    if not isinstance(phases, list) or not all(isinstance(p, dict) and "name" in p for p in phases):
+        return None
+    sc = typed_json.read(Scenario, data)
+    return sc if sc is not None and len(sc.phases) == len(phases) else None
 
 
 def step_of(x: Union[int, AtStep]) -> int:

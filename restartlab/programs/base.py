@@ -76,6 +76,22 @@ class Ckpt:
     mtime: float  # the newest modification time of the checkpoint or anything directly in it
 
 
+@dataclass(frozen=True)
+class OwnMetricsFile:
+    """The metrics a program writes about itself (an adapter's own_metrics): the file each launch
+    writes (a glob in the launch's directory) and the keys of its restart and save timers in it."""
+    file: str
+    restart: Optional[str] = None
+    save: Optional[str] = None
+    stage: Optional[str] = None
+    drain: Optional[str] = None
+
+    def key(self, kind: str) -> Optional[str]:
+        """The timer's key for a save kind (SAVE_KINDS: save, stage, drain)."""
+        got: Optional[str] = getattr(self, kind) if kind in SAVE_KINDS else None
+        return got
+
+
 class Adapter:
     """One program's conventions: its defaults for the spec's keys, and whether its output must be
     read by restartlab (tap) or it writes restartlab's metrics rows itself (the bundled trainer)."""
@@ -87,7 +103,7 @@ class Adapter:
     # relaunch.warm_preload overrides): only imports that start no thread and open no device
     preload = "torch"
     # the metrics file each launch of the program writes about itself, and its keys (own_metrics)
-    own_metrics: Optional[Dict[str, str]] = None
+    own_metrics: Optional[OwnMetricsFile] = None
     # the Python modules the program's Python must import (the framework): refused before anything
     # runs when missing (job/preflight.py), with the extra of restartlab that installs them
     requires: Tuple[str, ...] = ()

@@ -4,7 +4,7 @@ the scenario's `trainer.program` keys."""
 from ..contracts import ckptdir
 from ..contracts.trainer_options import WARM_PRELOAD
 from . import ezpz_check
-from .base import ADAPTERS, Adapter
+from .base import ADAPTERS, Adapter, OwnMetricsFile
 
 
 @ADAPTERS.register
@@ -183,9 +183,9 @@ class Ezpz(Adapter):
                          r"@ step (?P<step>\d+)\)"}
 
     # History's JSONL, rewritten per launch in the launch's directory (an attempt's: its cwd)
-    own_metrics = {"file": "outputs/ezpz.examples.fsdp_tp/*/metrics-0.jsonl", "restart": "train/restart_seconds",
-                   "save": "train/ckpt_save_seconds", "stage": "train/ckpt_stage_seconds",
-                   "drain": "train/ckpt_drain_seconds"}
+    own_metrics = OwnMetricsFile("outputs/ezpz.examples.fsdp_tp/*/metrics-0.jsonl", restart="train/restart_seconds",
+                                 save="train/ckpt_save_seconds", stage="train/ckpt_stage_seconds",
+                                 drain="train/ckpt_drain_seconds")
 
     def preflight(self, argv, env):
         return ezpz_check.problem(argv, env)
