@@ -11,6 +11,7 @@ from restartlab import schedulers
 from restartlab.schedulers import pbs as pbs_module
 from restartlab.schedulers import slurm as slurm_module
 from restartlab.schedulers.base import FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, SchedulerError
+from restartlab.contracts.jobruns import NodeChange, RunFacts
 
 pbs, slurm = schedulers.get("pbs"), schedulers.get("slurm")
 
@@ -173,20 +174,47 @@ def test_slurm_rerun_facts_from_scontrol_and_sinfo():
         return (0, job, "") if argv[0] == "scontrol" else (0, nodes + nodes, "")  # a node in two partitions
     f = slurm.run_facts("2", stamp("2026-12-06T12:41:12"), run)
     assert calls == [["scontrol", "show"], ["sinfo", "-h"]]
-    assert f["run"] == 2 and f["requeued"] == stamp("2026-12-06T12:49:03")
-    assert f["eligible"] - f["requeued"] == 121 and f["started"] == stamp("2026-12-06T12:51:04")
-    assert f["nodes"] == [{"node": "rl2", "state": "down*", "since": stamp("2026-12-06T12:42:31"),
-                           "comment": "Not responding"}]
+    assert f.run == 2 and f.requeued == stamp("2026-12-06T12:49:03")
+    assert f.eligible - f.requeued == 121 and f.started == stamp("2026-12-06T12:51:04")
+    assert f.nodes == (NodeChange("rl2", "down*", stamp("2026-12-06T12:42:31"), "Not responding"),)
     # the node went down before the previous run began: not this rerun's news
-    assert slurm.run_facts("2", stamp("2026-12-06T12:43:00"), run)["nodes"] == []
+    assert slurm.run_facts("2", stamp("2026-12-06T12:43:00"), run).nodes == ()
     with pytest.raises(SchedulerError, match="scontrol show job 2 failed"):
         slurm.run_facts("2", None, lambda argv: (1, "", "slurm_load_jobs error: Invalid job id specified"))
     # a job never requeued: one run, no requeue time
     first = slurm_module.parse_run_facts("JobId=3 JobState=RUNNING Restarts=0 SubmitTime=2026-12-06T12:00:00 "
                                          "StartTime=2026-12-06T12:00:01 EndTime=Unknown", "", None)
-    assert first == {"run": 1, "started": stamp("2026-12-06T12:00:01"), "requeued": None, "eligible": None, "nodes": []}
+    assert first == RunFacts(run=1, started=stamp("2026-12-06T12:00:01"))
 
 
 def test_slurm_rerun_facts_a_reason_with_the_separator_in_it():
     f = slurm_module.parse_run_facts("Restarts=1", "rl2|down*|disk | ib errors|2026-12-06T12:42:31\n", 0.0)
-    assert f["nodes"][0]["comment"] == "disk | ib errors" and f["nodes"][0]["since"], f
+    assert f.nodes[0].comment == "disk | ib errors" and f.nodes[0].since, f
+
+
+def test_a_reruns_job_run_line_names_the_previous_runs_node_that_went_down(tmp_path):
+    """runtime/jobrun.record on a rerun: Slurm's facts (recorded scontrol and sinfo), the nodes kept to
+    the previous run's (by short name: that run's node file held rl1 and rl2.cluster, sinfo says rl2),
+    written as one job-run line and read back. A first run asks nothing."""
+    from restartlab.contracts import jobruns, jobslog, layout
+    from restartlab.runtime import jobrun
+    rec = os.path.join(os.path.dirname(__file__), "data", "slurm")
+    job = open(os.path.join(rec, "scontrol-show-job-requeued.txt")).read()
+    nodes = open(os.path.join(rec, "sinfo-N-node-down.txt")).read() + "rl9|down*|gone|2026-12-06T12:44:00\n"
+    asked = []
+
+    def run(argv):
+        asked.append(argv[0])
+        return (0, job, "") if argv[0] == "scontrol" else (0, nodes, "")
+    expt = layout.Expt(str(tmp_path))
+    nodefile = tmp_path / "nodes"
+    nodefile.write_text("rl1\nrl2.cluster\n")
+    stamp = slurm_module.slurm_stamp
+    first_start = stamp("2026-12-06T12:41:12")
+    jobslog.append(expt.jobs, jobslog.JobLine("2", start=first_start))
+    one = jobrun.record(str(tmp_path), "2", first_start, "slurm", str(nodefile), run=run)
+    assert asked == [] and one.run == 1 and one.hosts == ("rl1", "rl2.cluster")
+    again = jobrun.record(str(tmp_path), "2", first_start + 600, "slurm", str(nodefile), run=run)
+    assert asked == ["scontrol", "sinfo"] and again.run == 2 and again.requeued == stamp("2026-12-06T12:49:03")
+    assert again.nodes == (NodeChange("rl2", "down*", stamp("2026-12-06T12:42:31"), "Not responding"),)  # not rl9
+    assert jobruns.read(expt.job_runs, []) == [one, again]

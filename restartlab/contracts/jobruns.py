@@ -21,6 +21,17 @@ class NodeChange:
 
 
 @dataclasses.dataclass(frozen=True)
+class RunFacts:
+    """What the scheduler says of a run of a job as it starts (Scheduler.run_facts): the JobRun's
+    fields it fills."""
+    run: Optional[int] = None
+    started: Optional[float] = None
+    nodes: Tuple[NodeChange, ...] = ()  # the nodes whose state changed since the time asked about
+    requeued: Optional[float] = None
+    eligible: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class JobRun:
     job: str
     start: float                  # the job script's start (layout.Expt.jobs' `start`: the attempts carry it)

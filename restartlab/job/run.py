@@ -15,6 +15,7 @@ from ..runtime import killer
 from ..contracts import exits, layout, live
 from .. import scenario, schedulers
 from ..contracts.resources import resource_dir
+from ..schedulers.local import Local
 from ..contracts.scenario_record import Scenario
 from ..contracts.summary import Summary, SummaryError
 
@@ -83,7 +84,7 @@ def run_scenario(sc: Scenario, path: str, expt_dir=None, plain=False, verb="run"
     expt = layout.Expt(d)
     with open(expt.nodefile, "w") as f:
         f.write(socket.gethostname() + "\n")
-    local = schedulers.get("local")
+    local = schedulers.get(Local.name)
     assert local.jobid_var and local.nodefile_var  # the local scheduler names both
     env = {k: v for k, v in os.environ.items() if not any(k == s.jobid_var or k == s.nodefile_var
                                                           for s in schedulers.SCHEDULERS.all())}

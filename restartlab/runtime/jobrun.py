@@ -11,7 +11,7 @@ from typing import List, Optional
 
 from .. import schedulers
 from ..contracts import jobruns, jobslog, layout
-from ..contracts.jobruns import JobRun
+from ..contracts.jobruns import JobRun, RunFacts
 from .fanout import read_nodefile
 
 
@@ -33,13 +33,13 @@ def record(expt_dir: str, job: str, start: float, scheduler: str, nodefile: Opti
         except (KeyError, schedulers.base.SchedulerError, ValueError) as e:
             rec = JobRun(job, start, scheduler, error=f"{type(e).__name__}: {e}", hosts=hosts)
         else:
-            facts = facts or {"run": len(earlier) + 1}
+            facts = facts or RunFacts(run=len(earlier) + 1)
             prev = {_short(h) for h in before[-1].hosts} if before and before[-1].hosts else set()
             # the previous run's nodes only (none where its line does not name them: a cluster's other nodes
             # change too), by short name (a node file may hold the fully qualified one, pbsnodes the short)
-            facts["nodes"] = [n for n in facts.get("nodes") or [] if _short(str(n.get("node"))) in prev]
-            rec = JobRun.from_json(dict(facts, job=job, start=start, scheduler=scheduler, hosts=list(hosts))) or \
-                JobRun(job, start, scheduler, error=f"the scheduler's facts did not read: {facts!r}"[:300], hosts=hosts)
+            rec = JobRun(job, start, scheduler, run=facts.run, started=facts.started,
+                         nodes=tuple(n for n in facts.nodes if _short(n.node) in prev), hosts=hosts,
+                         requeued=facts.requeued, eligible=facts.eligible)
     with open(expt.job_runs, "a") as f:
         f.write(rec.to_json() + "\n")
     return rec

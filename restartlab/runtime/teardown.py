@@ -32,7 +32,7 @@ def signal_all(tag: str, sig_name: str = "KILL", fanout: str = "local", nodefile
     if fanout == "local":  # this node only: no second interpreter
         receipts = [killer.kill_ranks(tag, sig, standby=standby)]
     else:
-        argv = killer_argv(sys.executable, tag, sig_name, failures.get("kill")) + (["--standby"] if standby else [])
+        argv = killer_argv(sys.executable, tag, sig_name, failures.get(failures.Kill.name)) + (["--standby"] if standby else [])
         receipts = fan_out(fanout, hosts, range(len(hosts)), argv, slots, launcher, timeout=timeout)
     killed = sorted({(r.host, p) for r in receipts for p in r.pids})
     ranks = {(r.host, p) for r in receipts for p in r.trees}

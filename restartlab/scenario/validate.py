@@ -167,7 +167,7 @@ def _step_item(x) -> bool:
 def resolve_kind(f: Union[Failures, bool, None]) -> None:
     """failures.kind: the injector's default (kill) when given as null."""
     if isinstance(f, Failures):
-        f.kind = f.kind or FAILURES["kind"].default
+        f.kind = f.kind or Failures.kind  # the record's default: the schema's (tests/test_scenario_record.py)
 
 
 def scheduled(f: Failures) -> Dict[str, Any]:

@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..contracts.jobruns import RunFacts
 from ..contracts.job_status import JobStatus  # noqa: F401  (re-exported: what status() gives)
 from ..contracts.registry import Registry
 from ..contracts.scenario_record import Scenario
@@ -129,11 +130,11 @@ class Scheduler:
     # a job id of this scheduler, as `status` and `cancel` are given one (None: it has no queue)
     jobid_pattern: Optional[str] = None
 
-    def run_facts(self, jobid: str, since: Optional[float], run: Runner) -> Optional[dict]:
-        """What the scheduler says of this run of job `jobid`, asked from inside it as it starts:
-        {"run": how many times it has started, "started": epoch of this run's start, "nodes": [{"node",
-        "state", "since", "comment"}] of the nodes whose state changed after `since` (the job's previous
-        run's start)}. None where the scheduler keeps no such record (the local shell)."""
+    def run_facts(self, jobid: str, since: Optional[float], run: Runner) -> Optional[RunFacts]:
+        """What the scheduler says of this run of job `jobid`, asked from inside it as it starts: how
+        many times it has started, when this run started, and the nodes whose state changed after
+        `since` (the job's previous run's start). None where the scheduler keeps no such record (the
+        local shell)."""
         return None
 
     def cancel_error(self, returncode: int, stdout: str, stderr: str) -> Optional[str]:

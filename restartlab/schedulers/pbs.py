@@ -7,6 +7,7 @@ import shutil
 import time
 from typing import List, Optional
 
+from ..contracts.jobruns import NodeChange, RunFacts
 from ..contracts.scenario_record import Scenario
 from ..contracts.units import hms, parse_duration
 from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, QueueLimits, Scheduler, SchedulerError,
@@ -124,8 +125,8 @@ def queue_from_attrs(queue, attrs, user=None, source=None):
     """One queue's `qstat -Qf` attributes -> QueueLimits (what OpenPBS 23.06 prints: queue_type,
     enabled, started, resources_min/max.nodect and .walltime, route_destinations, from_route_only,
     max_run, max_queued, max_user_run; an attribute never set is not printed)."""
-    wall = {k: parse_duration(attrs[f"resources_{k}.walltime"]) for k in ("min", "max")
-            if f"resources_{k}.walltime" in attrs}
+    min_wall, max_wall = (parse_duration(attrs[f"resources_{k}.walltime"]) if f"resources_{k}.walltime" in attrs
+                          else None for k in ("min", "max"))
     run, run_said = user_limit(attrs, "max_run", "max_user_run", user)
     queued, queued_said = user_limit(attrs, "max_queued", None, user)
     route = tuple(d.strip() for d in attrs.get("route_destinations", "").split(",") if d.strip()) \
@@ -133,7 +134,7 @@ def queue_from_attrs(queue, attrs, user=None, source=None):
     return QueueLimits(queue, enabled=attrs.get("enabled") == "True", started=attrs.get("started") == "True",
                        min_nodes=_int(attrs.get("resources_min.nodect")),
                        max_nodes=_int(attrs.get("resources_max.nodect")),
-                       min_walltime=wall.get("min"), max_walltime=wall.get("max"),
+                       min_walltime=min_wall, max_walltime=max_wall,
                        source=source or f"qstat -Qf {queue}", route_to=route,
                        from_route_only=attrs.get("from_route_only") == "True",
                        user_run=run, user_run_said=run_said, user_queued=queued, user_queued_said=queued_said,
@@ -284,16 +285,15 @@ class PBS(Scheduler):
         if rc:
             raise SchedulerError(f"qstat -f -F json {jobid} failed (rc {rc}): {err.strip() or out.strip()}")
         job = next(iter((json.loads(out).get("Jobs") or {}).values()), {})
-        facts = {"run": _int(job.get("run_count")), "started": _pbs_time(job.get("stime")), "nodes": []}
-        rc, out, err = run([tool("pbsnodes"), "-av", "-F", "json"])
+        rc, nodes_out, err = run([tool("pbsnodes"), "-av", "-F", "json"])
         if rc:
-            raise SchedulerError(f"pbsnodes -av -F json failed (rc {rc}): {err.strip() or out.strip()}")
-        for name, n in sorted((json.loads(out).get("nodes") or {}).items()):
+            raise SchedulerError(f"pbsnodes -av -F json failed (rc {rc}): {err.strip() or nodes_out.strip()}")
+        changed = []
+        for name, n in sorted((json.loads(nodes_out).get("nodes") or {}).items()):
             t = n.get("last_state_change_time")
             if isinstance(t, (int, float)) and since is not None and t >= since:
-                facts["nodes"].append({"node": name, "state": n.get("state"), "since": float(t),
-                                       "comment": n.get("comment")})
-        return facts
+                changed.append(NodeChange(name, n.get("state"), float(t), n.get("comment")))
+        return RunFacts(run=_int(job.get("run_count")), started=_pbs_time(job.get("stime")), nodes=tuple(changed))
 
     def cancel_error(self, returncode, stdout, stderr):
         """None when the cancel went through, else the reason (qdel exits non-zero on failure)."""

@@ -6,6 +6,7 @@ import subprocess
 import time
 from typing import List
 
+from ..contracts.jobruns import NodeChange, RunFacts
 from ..contracts.scenario_record import Scenario
 from ..contracts.units import hms
 from .base import (FAILED, FINISHED, PENDING, RUNNING, UNKNOWN, JobStatus, QueueLimits, Scheduler,
@@ -74,9 +75,7 @@ def parse_run_facts(job_text, nodes_text, since):
     and the reason's time: the nodes whose reason was set since `since` (went down, drained)."""
     f = job_fields(job_text)
     restarts = int(f["Restarts"]) if f.get("Restarts", "").isdigit() else None
-    facts = {"run": restarts + 1 if restarts is not None else None, "started": slurm_stamp(f.get("StartTime")),
-             "requeued": slurm_stamp(f.get("SubmitTime")) if restarts else None,
-             "eligible": slurm_stamp(f.get("EligibleTime")) if restarts else None, "nodes": []}
+    changed = []
     seen = set()
     for line in nodes_text.splitlines():
         p = line.strip().split("|")
@@ -85,9 +84,10 @@ def parse_run_facts(job_text, nodes_text, since):
         seen.add(p[0])
         t, reason = slurm_stamp(p[-1]), "|".join(p[2:-1])  # a reason may hold the separator
         if t is not None and since is not None and t >= since:
-            facts["nodes"].append({"node": p[0], "state": p[1], "since": t,
-                                   "comment": reason if reason not in ("", "none") else None})
-    return facts
+            changed.append(NodeChange(p[0], p[1], t, reason if reason not in ("", "none") else None))
+    return RunFacts(run=restarts + 1 if restarts is not None else None, started=slurm_stamp(f.get("StartTime")),
+                    requeued=slurm_stamp(f.get("SubmitTime")) if restarts else None,
+                    eligible=slurm_stamp(f.get("EligibleTime")) if restarts else None, nodes=tuple(changed))
 
 
 def parse_partitions(text):

@@ -224,12 +224,22 @@ REQUEST_TIMEOUT_S = 10.0  # a stub sends its request at once; the pool waits no 
 TESTPOINT_VAR = "RESTARTLAB_WARM_TESTPOINT"  # tests: "before_fork=S,before_reply=S,child_start=S" (seconds of delay)
 
 
-def _testpoints(text: str) -> Dict[str, float]:
-    out: Dict[str, float] = {}
+class Delays(NamedTuple):
+    """The fault points' delays, in seconds (0: none)."""
+    before_fork: float = 0.0
+    child_start: float = 0.0
+    before_reply: float = 0.0
+
+
+def _testpoints(text: str) -> Delays:
+    """TESTPOINT_VAR's "name=seconds,..." (a name that is no fault point: ValueError)."""
+    got: Dict[str, float] = {}
     for part in filter(None, text.split(",")):
         k, _, v = part.partition("=")
-        out[k.strip()] = float(v)
-    return out
+        if k.strip() not in Delays._fields:
+            raise ValueError(f"{TESTPOINT_VAR}: {k.strip()!r} is not one of {', '.join(Delays._fields)}")
+        got[k.strip()] = float(v)
+    return Delays(**got)
 
 
 class Pool:
@@ -316,7 +326,7 @@ class Pool:
             return
         job = RankJob(req.cwd, env, run, target, list(args), unbuffered)
         _log(f"request from stub pid {req.stub_pid}")
-        time.sleep(self.delay.get("before_fork", 0))
+        time.sleep(self.delay.before_fork)
         sys.stdout.flush()
         sys.stderr.flush()
         close = [listener.fileno(), conn.fileno(), sel.fileno()] + \
@@ -330,7 +340,7 @@ class Pool:
             # unwind through the pool's frames, and serve_main's finally would remove the pool's
             # directory (#49: a rank whose streams broke when its stub was struck did, on PBS)
             try:
-                time.sleep(self.delay.get("child_start", 0))
+                time.sleep(self.delay.child_start)
                 become(job, fds, me, close)
             finally:
                 os._exit(1)
@@ -342,7 +352,7 @@ class Pool:
         sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
         _log(f"rank pid {pid} for stub pid {req.stub_pid}: {run} {target}")
         self._served(pid, req.stub_pid, env)
-        time.sleep(self.delay.get("before_reply", 0))
+        time.sleep(self.delay.before_reply)
         try:
             send_msg(conn, Started(pid))
         except OSError:  # the stub is gone: its EOF (next select) kills the rank

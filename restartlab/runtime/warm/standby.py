@@ -115,7 +115,7 @@ class Standby:
     def _term_remote(self) -> None:
         from ... import failures
         from ..fanout import fan_out, killer_argv
-        argv = killer_argv(sys.executable, self.tag, "TERM", failures.get("kill")) + ["--standby"]
+        argv = killer_argv(sys.executable, self.tag, "TERM", failures.get(failures.Kill.name)) + ["--standby"]
         fan_out(self.fanout, cast(List[str], self.hosts), range(len(cast(List[str], self.hosts))), argv, self.slots,
                 self.launcher)  # remote: hosts given
 
