@@ -174,7 +174,7 @@ def test_a_torchft_phases_summary_read_back(tmp_path):
     """contracts/ft_summary: what the report's summary holds of a torchft phase reads back typed
     (simulate --from reads it); a field of the wrong type reads as unset, a failure without its
     struck groups and a phase's entry that is not a summary are left out."""
-    from restartlab.contracts.ft_summary import FtSummary
+    from restartlab.contracts.ft_summary import FtSummary, Throughput
     from restartlab.contracts.phase_summary import PhaseSummary
     from restartlab.contracts.summary import Summary
     rel = {"attempt": 2, "relaunched_after_s": 0.5, "process_start_s": 3.0, "heal_s": "x", "healed_at_step": 8,
@@ -193,7 +193,7 @@ def test_a_torchft_phases_summary_read_back(tmp_path):
     assert s is not None and list(s.per_group) == ["0"] and len(s.failures) == 1
     r = s.failures[0].relaunch["1"]
     assert r is not None and r.heal_s is None and r.rejoin_s == 4.5
-    assert s.verdict.heal_failures[0].times == 3 and s.throughput == {"overall": 0.8, "before": None}
+    assert s.verdict.heal_failures[0].times == 3 and s.throughput == Throughput(overall=0.8)
     assert FtSummary.from_dict({"groups": 2}) is None and FtSummary.from_dict([]) is None
     path = layout.Expt(str(tmp_path)).summary
     Summary(source="t", phases=[PhaseSummary(phase="ft")], torchft={"ft": s}).write(path)

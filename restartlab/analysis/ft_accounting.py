@@ -35,7 +35,7 @@ from typing import Dict, List, Optional
 
 from ..contracts import ft_records, layout, live
 from ..contracts.ft_records import FtCrash, FtStep
-from ..contracts.ft_summary import (Crash, FtFailure, FtSummary, FtVerdict, GroupStats, Heal, HealFailure, Relaunch,
+from ..contracts.ft_summary import (Throughput, Crash, FtFailure, FtSummary, FtVerdict, GroupStats, Heal, HealFailure, Relaunch,
                                     StartOver)
 from ..contracts.injections import Injection
 from ..contracts.attempts import AttemptRecord, LaunchRecord, NotARecord, PhaseEnd, phase_end
@@ -226,28 +226,28 @@ def _failure(inj: Injection, groups: Dict[int, Group], median_dt: Optional[float
     return out
 
 
-def _throughput(first_commit: Dict[int, FtStep], failures: List[FtFailure], t_start, t_end) -> Dict[str, Optional[float]]:
+def _throughput(first_commit: Dict[int, FtStep], failures: List[FtFailure], t_start, t_end) -> Throughput:
     """Committed steps per second before the first failure, while a struck group was out (the
     kill to its rejoin), and after the last rejoin."""
     if not first_commit or t_start is None:
-        return {}
+        return Throughput()
     times = sorted(x.t for x in first_commit.values())
 
     def rate(a, b):
         n = sum(1 for x in times if a < x <= b)
         return (n / (b - a)) if b > a else None
-    out = {"overall": rate(t_start, t_end)}
-    if failures:
-        f0 = failures[0].time
-        out["before"] = rate(t_start, f0) if f0 is not None else None
-        outs = [(f.time, f.time + r.rejoin_s) for f in failures if f.time is not None for r in f.relaunch.values()
-                if r and r.rejoin_s is not None]
-        if outs:
-            n = sum(1 for x in times if any(a < x <= b for a, b in outs))
-            span = sum(b - a for a, b in outs)
-            out["during"] = n / span if span else None
-            out["after"] = rate(max(b for _, b in outs), t_end)
-    return out
+    overall = rate(t_start, t_end)
+    if not failures:
+        return Throughput(overall)
+    f0 = failures[0].time
+    before = rate(t_start, f0) if f0 is not None else None
+    outs = [(f.time, f.time + r.rejoin_s) for f in failures if f.time is not None for r in f.relaunch.values()
+            if r and r.rejoin_s is not None]
+    if not outs:
+        return Throughput(overall, before)
+    n = sum(1 for x in times if any(a < x <= b for a, b in outs))
+    span = sum(b - a for a, b in outs)
+    return Throughput(overall, before, n / span if span else None, rate(max(b for _, b in outs), t_end))
 
 
 def _verdict(groups: Dict[int, Group], commits: List[Commit], failures: List[FtFailure], train_iters: int) -> FtVerdict:

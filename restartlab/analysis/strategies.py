@@ -113,9 +113,9 @@ def markdown(table: List[StrategyRow], ft: Dict[str, FtSummary]) -> List[str]:
             for g, p in s.per_group.items()))
         L.append(f"- ETTR {_fmt(s.ettr, 3)}; torchft efficiency {_fmt(s.torchft_efficiency, 3)} (batches "
                  "committed, torchft's Manager.batches_committed, / committed steps x groups)")
-        t = s.throughput  # named rates: a plain mapping
-        L.append(f"- committed steps/s: before the first failure {_fmt(t.get('before'))}, while a group was out "
-                 f"{_fmt(t.get('during'))}, after {_fmt(t.get('after'))}")
+        t = s.throughput
+        L.append(f"- committed steps/s: before the first failure {_fmt(t.before)}, while a group was out "
+                 f"{_fmt(t.during)}, after {_fmt(t.after)}")
         so = v.started_over
         if so:
             L.append(f"- **started over silently**: group {so.group} attempt {so.attempt} committed step "

@@ -10,6 +10,7 @@ Standard library only: the collector runs on a login node."""
 import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import typed_json
 from .jsonvalue import integer, number, text
 
 
@@ -104,6 +105,16 @@ class FtVerdict:
 
 
 @dataclasses.dataclass(frozen=True)
+class Throughput:
+    """Committed steps per second: over the run, before the first failure, while a struck group was
+    out (the kill to its rejoin), after the last rejoin; None where there is no such span."""
+    overall: Optional[float] = None
+    before: Optional[float] = None
+    during: Optional[float] = None
+    after: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class FtSummary:
     strategy: str               # "torchft"
     groups: int
@@ -117,7 +128,7 @@ class FtSummary:
     ettr: Optional[float]
     batches_committed: int
     torchft_efficiency: Optional[float]
-    throughput: Dict[str, Optional[float]]  # committed steps/s: overall, and before, during, after the failures
+    throughput: Throughput
     verdict: FtVerdict
 
     def to_dict(self) -> Dict[str, Any]:
@@ -135,7 +146,7 @@ class FtSummary:
                    number(d.get("median_step_s")), number(d.get("wall_s")), number(d.get("productive_s")) or 0.0,
                    number(d.get("ettr")), integer(d.get("batches_committed")) or 0,
                    number(d.get("torchft_efficiency")),
-                   {k: number(v) for k, v in _dict(d.get("throughput")).items()}, _verdict(d["verdict"]))
+                   typed_json.read(Throughput, d.get("throughput")) or Throughput(), _verdict(d["verdict"]))
 
 
 def _dict(v: object) -> Dict[str, Any]:
