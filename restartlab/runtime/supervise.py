@@ -201,7 +201,7 @@ class Config:
     def from_args(cls, a: argparse.Namespace, argv: List[str]) -> "Config":
         """SpecError when --launch is not a launch spec."""
         vals = {o.key: getattr(a, o.key) for o in tool_options.SUPERVISE}
-        vals["nodefile"] = tool_options.nodefile_default(vals["nodefile"])
+        vals["nodefile"] = tool_options.nodefile_default(a.nodefile)
         vals["node_check"] = tool_options.SUPERVISE_NODE_CHECK.values(a) if a.node_check else None
         vals["inject"] = tool_options.SUPERVISE_INJECT.values(a) if a.inject else None
         cfg = cls(argv=list(argv), **vals)

@@ -102,9 +102,9 @@ def _from_tool_tables(prefix):
 
 
 # failures: the injector's table (tool_options.INJECT), but for at_steps, a list here and a string there
-FAILURES = _from_tool_tables("failures")
-FAILURES["schedule"] = {"at_steps": F("intlist", None, "kills aimed at these steps; an item may be {step: N, kind: K} "
-                                      "to mix failure kinds in one schedule"), **FAILURES["schedule"]}
+AT_STEPS = F("intlist", None, "kills aimed at these steps; an item may be {step: N, kind: K} to mix failure kinds "
+             "in one schedule")
+FAILURES = {k: {"at_steps": AT_STEPS, **v} if k == "schedule" else v for k, v in _from_tool_tables("failures").items()}
 
 
 def _ft(flag):

@@ -59,13 +59,13 @@ class EnvironmentCheck(Check):
             # the program's Python when its command is one, else the job's (a launcher's, say: bash -c
             # 'exec deepspeed ...' runs the Python on the job's PATH)
             py = pr.pythons[pythons[0] if pythons else job_py]
-            gone = [m for m in needs if not py.modules.get(m)]
+            gone = [m for m in needs if not py.imports(m)]
             if py.found and gone:
                 self.add(ERROR, "program", lacks_framework(self.key("trainer", "program", "command"), py.exe, gone,
                                                            adapter, " (after launch.setup)"))
         if found.module:
             py, module = found.module
-            if pr.pythons[py].found and not pr.pythons[py].modules.get(module):
+            if pr.pythons[py].found and not pr.pythons[py].imports(module):
                 self.add(ERROR, "program", f"{self.key('trainer', 'program', 'command')}: {py} -m {module}: no module "
                          f"{module!r} for that Python (after launch.setup)")
         self.launcher(pr, launch_cmd)
@@ -77,7 +77,7 @@ class EnvironmentCheck(Check):
         if not p.found:
             self.add(ERROR, "python", f"{at}: {who} {asked!r} cannot run: {p.torch_error or 'not found'}")
             return
-        if not program and not p.modules.get("restartlab"):
+        if not program and not p.has_restartlab:
             self.add(ERROR, "python", f"{at}: {who} {p.exe} cannot import restartlab (the job's supervisor runs "
                      "in it): install restartlab for it, or set launch.python")
         if not p.torch:
@@ -91,15 +91,15 @@ class EnvironmentCheck(Check):
         if device == "cuda" and not p.cuda:
             self.add(ERROR, "python", f"{dev_at}: cuda, but {who}'s torch {p.torch} ({p.exe}) was built without CUDA: "
                      "a CPU build installed over the site's? (make install before module load)")
-        elif device == "xpu" and not (p.xpu or p.modules.get("intel_extension_for_pytorch")):
+        elif device == "xpu" and not (p.xpu or p.has_ipex):
             self.add(ERROR, "python", f"{dev_at}: xpu, but {who}'s torch {p.torch} ({p.exe}) has no XPU support "
                      "(torch.xpu not compiled, no intel_extension_for_pytorch): a CPU build installed over the "
                      "site's? (make install before module load frameworks)")
         else:
             built = ", ".join(x for x in ("CUDA " + p.cuda if p.cuda else "", "XPU" if p.xpu else "",
-                                          "IPEX" if p.modules.get("intel_extension_for_pytorch") else "") if x)
+                                          "IPEX" if p.has_ipex else "") if x)
             self.add(OK, "python", f"{p.exe}: torch {p.torch}" + (f" ({built})" if built else " (CPU only)"))
-        if any(is_torchft(ph) for ph in sc.phases) and not p.modules.get("torchft"):
+        if any(is_torchft(ph) for ph in sc.phases) and not p.has_torchft:
             i = next(i for i, ph in enumerate(sc.phases) if is_torchft(ph))
             self.add(ERROR, "python", f"{self.key('phases', i, 'recovery', 'strategy')}: torchft is not installed for "
                      f"{p.exe} (pip install 'restartlab[torchft]', which keeps the torch that is there)")
