@@ -17,6 +17,11 @@ STATE_DIR_VAR = "RESTARTLAB_STATE_DIR"   # where a rank writes its training-stat
 LOSS_LINE_VAR = "RESTARTLAB_LOSS_LINE"      # where steps come from the probe: the program's loss line (a regex); rank 0's probe books it
 STATE_EVERY_VAR = "RESTARTLAB_STATE_EVERY"  # the parameters' and optimizer state's crcs every Nth step (collection.state_every)
 SLOW_WRITES_VAR = "RESTARTLAB_SLOW_WRITES"  # RANK:SECONDS[:before]: that rank's torch.save files held half-written, or held before they begin (failures.slow_writes)
+# the job script's own variables (templates/body.j2 sets them in bash) that its tools read
+JOB_START_VAR = "RL_JOB_START"          # when this run of the batch job started (epoch s)
+EXPT_DIR_VAR = "RL_EXPT_DIR"            # the experiment directory
+NODEFILE_VAR = "RL_NODEFILE"            # the job's node file, one line per host or per slot
+FANOUT_DIR_VAR = "RESTARTLAB_FANOUT_DIR"  # where a fan-out's receipts go, over the experiment directory
 GROUP_TAG_SEP = ".g"                   # a torchft phase's replica group k carries the tag <tag>.g<k>
 
 

@@ -7,6 +7,7 @@ import signal
 from .. import launchers
 from ..contracts import layout, live, rank_exit
 from ..contracts.attempts import AttemptRecord, EndRecord, LaunchRecord, PhaseEnd, completed_row, injections_into
+from ..contracts.envvars import JOB_START_VAR
 from ..contracts.exits import EXIT_PREEMPTED
 from ..contracts import metric_keys as K
 from typing import Any, Dict, Optional, TextIO, cast
@@ -62,7 +63,7 @@ def _job_start() -> Optional[float]:
     """When this run of the batch job started (the job script's RL_JOB_START): a job that PBS
     requeues runs again under the same id, and its attempts are told apart by it."""
     try:
-        return float(os.environ["RL_JOB_START"])
+        return float(os.environ[JOB_START_VAR])
     except (KeyError, ValueError):
         return None
 

@@ -11,6 +11,7 @@ import time
 from typing import Iterable, List, Optional, Tuple
 
 from .. import failures, launchers, schedulers
+from ..contracts.envvars import EXPT_DIR_VAR, FANOUT_DIR_VAR
 from ..contracts.receipts import Receipt, parse as parse_receipts
 from ..tools import verbs
 
@@ -67,7 +68,7 @@ _RELAY_SH = '"$@" >"$0.out" 2>"$0.err"; echo $? >"$0.rc.tmp" && mv "$0.rc.tmp" "
 def relay_dir() -> str:
     """Where a fan-out's commands leave their output when the scheduler does not relay it: a
     directory every node sees (the experiment's, else the job's submission directory, else here)."""
-    base = (os.environ.get("RESTARTLAB_FANOUT_DIR") or os.environ.get("RL_EXPT_DIR")
+    base = (os.environ.get(FANOUT_DIR_VAR) or os.environ.get(EXPT_DIR_VAR)
             or os.environ.get("PBS_O_WORKDIR") or os.getcwd())
     return tempfile.mkdtemp(prefix=".restartlab-fanout-", dir=base)
 

@@ -10,7 +10,7 @@ import sys
 from typing import Dict, List, Mapping, Optional
 
 from .. import launchers
-from ..contracts.envvars import ATTEMPT_VAR
+from ..contracts.envvars import ATTEMPT_VAR, TAG_VAR
 from . import pystdio
 
 
@@ -26,7 +26,7 @@ def torchrun_env(env: Mapping[str, str]) -> Dict[str, str]:
     # uses its TorchElastic environment: it starts no processes and never initializes MPI)
     return {"RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_RANK": str(local_rank),
             "LOCAL_WORLD_SIZE": str(local), "GROUP_RANK": str(rank // local),
-            "TORCHELASTIC_RUN_ID": env.get("RESTARTLAB_JOB_TAG") or "restartlab",
+            "TORCHELASTIC_RUN_ID": env.get(TAG_VAR) or "restartlab",
             "TORCHELASTIC_RESTART_COUNT": str(max(0, int(attempt) - 1) if attempt.isdigit() else 0)}
 
 

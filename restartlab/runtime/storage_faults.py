@@ -1,16 +1,16 @@
 """A phase's storage faults (failures.kind stall_writes, slow_storage, write_errors, torn): the
 ranks' preload and its settings, built for the phase (runtime/iofault), and whether a fault the
 phase makes heals by itself."""
-from typing import Any, Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from . import iofault
 from .. import failures
 from ..contracts import layout
-from ..tools import options as tool_options
+from .inject_api import Config as InjectConfig
 
 
 class PhaseStorageFaults:
-    def __init__(self, inject: Optional[Dict[str, Any]], phase: layout.Phase, ckpt_dir: Optional[str],
+    def __init__(self, inject: Optional[InjectConfig], phase: layout.Phase, ckpt_dir: Optional[str],
                  say: Callable[..., None]) -> None:
         self.inject, self.phase, self.ckpt_dir, self.say = inject, phase, ckpt_dir, say
         self.kinds: List[str] = []   # the phase's storage kinds, once rank_env has looked
@@ -21,8 +21,7 @@ class PhaseStorageFaults:
         inj = self.inject
         if not inj:
             return {}
-        steps = tool_options.parse_at_steps(inj["at_steps"]) if inj.get("at_steps") else []
-        kinds = failures.kinds_of(inj.get("kind"), [k for _, k in steps], inj.get("fuzz_kinds"))
+        kinds = failures.kinds_of(inj.kind, [k for _, k in inj.at_steps or []], inj.fuzz_kinds)
         io = [k for k in kinds if failures.get(k).storage_fault]
         if not io:
             return {}
@@ -35,5 +34,4 @@ class PhaseStorageFaults:
     def heals_space(self) -> bool:
         """This phase's own storage fault makes writes fail for a while only (write_errors with a
         duration): a 'no space' it causes is no reason to stop relaunching."""
-        inj = self.inject or {}
-        return "write_errors" in self.kinds and (inj.get("duration") or 0) > 0
+        return "write_errors" in self.kinds and self.inject is not None and self.inject.duration > 0

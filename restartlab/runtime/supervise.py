@@ -37,6 +37,7 @@ from ..contracts.envvars import (ATTEMPT_VAR, EXPT_VAR, LAUNCH_TS_VAR, PHASE_VAR
                                  STATE_EVERY_VAR, slow_writes_value)
 from . import attempt_stop
 from .attempt_launch import AttemptLaunch, Launched
+from .inject_api import Config as InjectConfig
 from .injector_proc import INJECTOR_GRACE_S, InjectorProcess
 from .storage_faults import PhaseStorageFaults
 from .watch import NODE_POLL_S, STOP_GRACE_S, Watchdog, touch as _touch  # (the times: re-exported)
@@ -235,7 +236,7 @@ class Supervisor:
         self.out = out or sys.stdout
         self.current: Optional[Launched] = None
         self.watchdog = Watchdog(cfg, self.clock, self.procs, self.say)
-        self.io = PhaseStorageFaults(cfg.inject, self.phase, cfg.ckpt_dir, self.say)
+        self.io = PhaseStorageFaults(injector_settings(cfg), self.phase, cfg.ckpt_dir, self.say)
         self.io_env: Dict[str, str] = {}
         self.end_why: Optional[str] = None  # why the phase failed, where a reason is known (its end record's `why`)
 
@@ -456,14 +457,26 @@ class _Quiet(argparse.ArgumentParser):
         raise _ParseError(message)
 
 
-def _inject_problem(argv: List[str]) -> Optional[str]:
+def _inject_parser() -> "_Quiet":
     p = _Quiet(prog="restartlab inject")
     tool_options.add_inject_args(p)
+    return p
+
+
+def _inject_problem(argv: List[str]) -> Optional[str]:
     try:
-        p.parse_args(argv)
+        _inject_parser().parse_args(argv)
     except _ParseError as e:
         return str(e)
     return None
+
+
+def injector_settings(cfg: Config) -> Optional[InjectConfig]:
+    """The phase's injector's settings as its own parser reads the line the supervisor starts it
+    with (None: the phase has no injector; main() has refused a line that does not parse)."""
+    if cfg.inject is None:
+        return None
+    return InjectConfig.from_args(_inject_parser().parse_args(inject_argv(cfg, layout.Phase(cfg.phase_dir))))
 
 
 def main(a: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 from .. import failures, launchers, schedulers
 from ..contracts.signals import parse_signal
 from ..contracts import layout
-from ..contracts.envvars import SLOW_WRITES_HOLDS
+from ..contracts.envvars import NODEFILE_VAR, SLOW_WRITES_HOLDS
 from ..contracts.options import Opt, add_to_parser, to_argv
 
 FANOUTS = lambda: schedulers.names() + ["mpiexec"]  # noqa: E731  (the registries fill in at import)
@@ -368,8 +368,8 @@ def nodefile_default(value: Optional[str], env: Optional[Mapping[str, str]] = No
     """A tool's --nodefile, else the job script's $RL_NODEFILE, else the node file of the batch
     job we run in (PBS_NODEFILE; the local scheduler's own), else None (this host)."""
     env = os.environ if env is None else env
-    if value or env.get("RL_NODEFILE"):
-        return value or env["RL_NODEFILE"]
+    if value or env.get(NODEFILE_VAR):
+        return value or env[NODEFILE_VAR]
     return next((env[s.nodefile_var] for s in schedulers.base.SCHEDULERS.all()
                  if s.nodefile_var and env.get(s.nodefile_var)), None)
 
