@@ -28,8 +28,8 @@ class Spec:
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, object]) -> "Spec":
-        """The spec's keys of a mapping (a scenario's trainer.program, validated; or the JSON read
-        back); a value of the wrong type reads as unset, other keys are not the spec's."""
+        """The spec's keys of a mapping (the JSON read back; a scenario's trainer.program comes
+        through from_program); a value of the wrong type reads as unset, other keys are not the spec's."""
         return cls(adapter=text(d.get("adapter")) or "generic",
                    progress_fields=_strmap(d.get("progress_fields")), save_every=integer(d.get("save_every")),
                    env=_strmap(d.get("env")),

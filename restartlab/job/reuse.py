@@ -25,8 +25,10 @@ class ReuseError(Exception):
 def _spec(ctx: ScriptContext, phase: PhasePlan) -> LaunchSpec:
     """A phase's launch as a spec, what makes it this experiment's left out: the job's tag (an
     environment variable of its ranks) and the experiment's directory (in the program's words, the
-    ranks' environment and the host file: relaunch.on_node_loss spares or shrink writes one there)."""
-    spec = phase.spec
+    ranks' environment and the host file: relaunch.on_node_loss spares or shrink writes one there).
+    As the supervisor gets it (--launch and the program's words): launch.depth 0 and unset are one
+    launch there, as they are on the launcher's line."""
+    spec = LaunchSpec.from_json(phase.launch, phase.program)
 
     def own(w: str) -> str:
         return w.replace(ctx.expt_dir, "{expt_dir}")
