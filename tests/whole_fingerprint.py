@@ -2,7 +2,6 @@
 same however it is laid out over the 4 ranks (FSDP, HSDP, tensor parallel, FSDP2 over tensor
 parallel: _StridedShard), and one changed element changes it. Prints one line on rank 0."""
 import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -10,6 +9,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.placement_types import _StridedShard
 
+from restartlab.trainer import dist as rdist
 from restartlab.trainer.state_probe import MASK, _shard_part
 
 rank, world = int(os.environ["PMI_RANK"]), int(os.environ["PMI_SIZE"])
@@ -78,5 +78,8 @@ for what, (tp_mesh, dp_mesh) in MODELS.items():
         bad.append(f"{what}: no strided placement in {sorted(kinds)}")
 if rank == 0:
     print("whole:", "; ".join(bad) or "all equal", flush=True)
-dist.destroy_process_group()
-sys.exit(0)
+# the trainer's way out (trainer/dist.clean_exit: flush, barrier, os._exit): tearing the gloo groups
+# down at interpreter exit can abort a rank ("terminate called without an active exception"; this
+# script's rank 0 was then SIGKILLed by Hydra, twice in the full suite on 2026-12-07, after it had
+# printed "whole: all equal")
+rdist.clean_exit(0)
