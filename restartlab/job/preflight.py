@@ -18,7 +18,6 @@ from typing import Callable, List, Optional
 from .. import programs, schedulers
 from ..contracts import placeholders, pycmd
 from ..contracts.scenario_record import Scenario
-from ..scenario import is_torchft
 from ..scenario.source import fmt_path
 from ..schedulers.base import run_tool
 from . import probe as probe_mod, render
@@ -77,7 +76,7 @@ def torchft_missing(sc: Scenario, where: Callable) -> List[Finding]:
     installed, refused before anything runs (validation leaves what is installed to preflight)."""
     import importlib.util
     for i, ph in enumerate(sc.phases):
-        if is_torchft(ph) and importlib.util.find_spec("torchft") is None:
+        if ph.torchft and importlib.util.find_spec("torchft") is None:
             return [Finding(ERROR, "python", f"{where(('phases', i, 'recovery', 'strategy'))}: "
                             f"{fmt_path(('phases', i, 'recovery', 'strategy'))}: torchft is not installed for {sys.executable} "
                             "(pip install 'restartlab[torchft]', which keeps the torch that is there)")]

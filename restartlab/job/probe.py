@@ -44,19 +44,6 @@ class Python:
     xpu: bool = False
     modules: Dict[str, bool] = field(default_factory=dict)  # each module asked: whether it imports
 
-    # the modules every probe asks about (MODULES) that the checks name
-    @property
-    def has_restartlab(self) -> bool:
-        return self.imports("restartlab")
-
-    @property
-    def has_ipex(self) -> bool:
-        return self.imports("intel_extension_for_pytorch")
-
-    @property
-    def has_torchft(self) -> bool:
-        return self.imports("torchft")
-
     def imports(self, module: str) -> bool:
         """Whether the module asked about imports (False: not asked, or it does not)."""
         return bool(self.modules.get(module))

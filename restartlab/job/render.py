@@ -24,7 +24,7 @@ from ..contracts.scenario_record import Failures, Phase, Scenario
 from .script_context import PhasePlan, ScriptContext
 from ..tools import options as tool_options, verbs
 from ..tools.launch import LaunchSpec, SpecError
-from ..scenario import ScenarioError, effective_failures, is_torchft, secret_names
+from ..scenario import ScenarioError, effective_failures, secret_names
 
 
 class RenderError(ScenarioError):
@@ -227,7 +227,7 @@ def context(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[st
         f = effective_failures(sc, ph)
         inject = ["--inject"] + tool_options.SUPERVISE_INJECT.argv(inject_settings(f)) if f else None
         own = bool(sc.trainer.program)
-        if is_torchft(ph):  # replica groups, each its own launch under its own relaunch loop
+        if ph.torchft:  # replica groups, each its own launch under its own relaunch loop
             program = (torchft_program_argv(sc, ph, phase) if own else
                        verbs.argv(python, "ft-trainer", *torchft_trainer_argv(sc, ph)))
             # a group has launch.ranks_per_node / recovery.groups ranks on the job's one node
@@ -239,7 +239,7 @@ def context(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[st
             # pool's stub (warm standby restart: the phase's, else relaunch.warm)
             program = program_argv(sc, ph, phase) if own else verbs.argv(python, "trainer") + trainer_options.trainer_argv(
                 sc.trainer, ph.checkpoint, phase.ckpts, ph.stage_dir,
-                dp_global=sc.job.nodes * ln.ranks_per_node // sc.trainer.tp if policy == "shrink" else 0)
+                dp_global=sc.ranks // sc.trainer.tp if policy == "shrink" else 0)
             spec = dataclasses.replace(launch, program=tuple(program), rankenv=own)
             ft, strategy, warm_on = None, "restart", rl.warm if ph.warm is None else ph.warm
         phases.append(PhasePlan(
@@ -302,7 +302,7 @@ def smoke_context(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optio
     ctx.smoke_argv = dataclasses.replace(ctx.launch, program=tuple(smoke)).argv()
     stage = next((p.stage_dir for p in sc.phases if p.stage_dir and p.stage_dir != "none"), None)
     ctx.smoke_args = ["--fanout", ctx.scheduler, "--launcher", ln.launcher, "--tag", ctx.tag,
-                         "--ranks", str(sc.job.nodes * ln.ranks_per_node)] + \
+                         "--ranks", str(sc.ranks)] + \
         (["--stage-root", os.path.dirname(stage.rstrip("/")) or "/"] if stage else []) + \
         (["--master-suffix", ln.master_addr_suffix] if ln.master_addr_suffix else [])
     return ctx

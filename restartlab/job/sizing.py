@@ -8,7 +8,6 @@ from typing import List, Optional
 
 from ..contracts.models import PRESETS
 from ..contracts.scenario_record import Scenario
-from ..scenario import is_torchft
 
 
 @dataclass
@@ -42,7 +41,7 @@ def phase_bytes(sc: Scenario) -> List[PhaseBytes]:
     tr, out = sc.trainer, []
     per = checkpoint_bytes(sc)
     for ph in sc.phases:
-        if ph.checkpoint == "none" or is_torchft(ph):
+        if ph.checkpoint == "none" or ph.torchft:
             continue
         if tr.program:
             every = tr.program.save_every

@@ -16,7 +16,7 @@ from ..contracts.units import parse_duration  # noqa: F401  (re-exported: scenar
 from .schema import F, ListOf, PROGRAM, SCHEMA  # noqa: F401  (the reference pages and tests read them)
 from .secrets import is_secret, reference, secret_names, secret_values  # noqa: F401
 from .source import ScenarioError, apply_set, load_file
-from .validate import Validator, cross_checks, resolve_data, resolve_kind, effective_failures, is_torchft, step_of  # noqa: F401
+from .validate import Validator, cross_checks, resolve_data, resolve_kind, effective_failures  # noqa: F401
 
 
 def load(path: str, overrides: Sequence[str] = (), resolved: bool = False) -> Scenario:

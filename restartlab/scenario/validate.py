@@ -13,7 +13,7 @@ from .. import failures, programs
 from ..contracts import options, pycmd
 from ..contracts.units import parse_bytes, parse_duration
 from ..tools import options as tool_options
-from ..contracts.scenario_record import AtStep, Failures, Phase, Scenario, step_of  # noqa: F401 (step_of: re-exported)
+from ..contracts.scenario_record import AtStep, Failures, Phase, Scenario, step_of
 from ..contracts.signals import parse_signal
 from .schema import FAILURES, MAX_INT, PROGRAM, SAFE_NAME, TOP_ONLY, ListOf
 from .source import fmt_path
@@ -197,10 +197,6 @@ def _program_checks(sc: Scenario, v: Validator) -> None:
     sc.trainer.train_iters = prog.steps
 
 
-def is_torchft(phase: Phase) -> bool:
-    return phase.torchft
-
-
 def _torchft_checks(sc: Scenario, v: Validator) -> None:
     """A phase whose recovery is torchft: what this version runs (the bundled trainer, FSDP inside
     a group, or a torchft program of yours; one node, no checkpoints) and torchft installed, each
@@ -208,7 +204,7 @@ def _torchft_checks(sc: Scenario, v: Validator) -> None:
     tr, ln = sc.trainer, sc.launch
     prog = tr.program
     if prog and prog.adapter == "torchft":
-        restarts = [ph.name for ph in sc.phases if not is_torchft(ph)]
+        restarts = [ph.name for ph in sc.phases if not ph.torchft]
         if restarts:
             v.err(("trainer", "program", "adapter"), f"torchft: a torchft program runs only in torchft phases "
                   f"(recovery.strategy: torchft); phase(s) {', '.join(restarts)} restart")
@@ -217,7 +213,7 @@ def _torchft_checks(sc: Scenario, v: Validator) -> None:
                   "with its Python (python PROGRAM.py ... or python -m MODULE ...): restartlab's hook on its "
                   "Manager runs in that interpreter")
     for i, ph in enumerate(sc.phases):
-        if not is_torchft(ph):
+        if not ph.torchft:
             continue
         rc, at = ph.recovery, ("phases", i, "recovery")
         if tr.program and tr.program.adapter != "torchft":
@@ -249,7 +245,7 @@ def cross_checks(sc: Scenario, v: Validator) -> None:
     _program_checks(sc, v)
     _torchft_checks(sc, v)
     tr, ln = sc.trainer, sc.launch
-    nranks = sc.job.nodes * ln.ranks_per_node
+    nranks = sc.ranks
     if sc.job.nodes < 1:
         v.err(("job", "nodes"), "must be >= 1")
     if ln.ranks_per_node < 1:
@@ -389,7 +385,7 @@ def _storage_checks(sc: Scenario, ph: Phase, f: Failures, sched: Dict[str, Any],
     if warm:
         v.err(key, f"{what} is put into a rank by its environment at launch; a warm phase forks its ranks from a "
               f"pool started before (not built yet): run it in a cold phase")
-    if is_torchft(ph):
+    if ph.torchft:
         v.err(key, f"{what} in a torchft phase is not built yet: run it in a restart phase")
     if "fuzz" in sched and any(k not in failures.FUZZ_KINDS for k in io):
         v.err(key, f"{', '.join(k for k in io if k not in failures.FUZZ_KINDS)} with failures.schedule.fuzz: a fuzz "
@@ -403,7 +399,7 @@ def _storage_checks(sc: Scenario, ph: Phase, f: Failures, sched: Dict[str, Any],
             failures.rate_bytes(f.rate)
         except ValueError as e:
             v.err(base + ("rate",), str(e))
-    ranks = sc.job.nodes * sc.launch.ranks_per_node
+    ranks = sc.ranks
     if f.rank >= ranks and not f.all_ranks:
         v.err(base + ("rank",), f"rank {f.rank} is out of range for {ranks} rank(s) (job.nodes x "
               f"launch.ranks_per_node); all_ranks: true strikes every rank")
@@ -416,7 +412,7 @@ def effective_failures(sc: Scenario, phase: Phase) -> Optional[Failures]:
     if f is False:
         return None
     if f is None:
-        if phase.checkpoint == "none" and not is_torchft(phase):  # a torchft phase is no baseline
+        if phase.checkpoint == "none" and not phase.torchft:  # a torchft phase is no baseline
             return None
         f = sc.failures
     return f if scheduled(f) else None

@@ -5,7 +5,6 @@ import os
 import sys
 
 from ... import launchers, programs
-from ...scenario import is_torchft
 from .. import probe as probe_mod, render
 from . import ERROR, OK, WARNING, Check
 from .program import Found
@@ -77,7 +76,7 @@ class EnvironmentCheck(Check):
         if not p.found:
             self.add(ERROR, "python", f"{at}: {who} {asked!r} cannot run: {p.torch_error or 'not found'}")
             return
-        if not program and not p.has_restartlab:
+        if not program and not p.imports("restartlab"):
             self.add(ERROR, "python", f"{at}: {who} {p.exe} cannot import restartlab (the job's supervisor runs "
                      "in it): install restartlab for it, or set launch.python")
         if not p.torch:
@@ -91,16 +90,16 @@ class EnvironmentCheck(Check):
         if device == "cuda" and not p.cuda:
             self.add(ERROR, "python", f"{dev_at}: cuda, but {who}'s torch {p.torch} ({p.exe}) was built without CUDA: "
                      "a CPU build installed over the site's? (make install before module load)")
-        elif device == "xpu" and not (p.xpu or p.has_ipex):
+        elif device == "xpu" and not (p.xpu or p.imports("intel_extension_for_pytorch")):
             self.add(ERROR, "python", f"{dev_at}: xpu, but {who}'s torch {p.torch} ({p.exe}) has no XPU support "
                      "(torch.xpu not compiled, no intel_extension_for_pytorch): a CPU build installed over the "
                      "site's? (make install before module load frameworks)")
         else:
             built = ", ".join(x for x in ("CUDA " + p.cuda if p.cuda else "", "XPU" if p.xpu else "",
-                                          "IPEX" if p.has_ipex else "") if x)
+                                          "IPEX" if p.imports("intel_extension_for_pytorch") else "") if x)
             self.add(OK, "python", f"{p.exe}: torch {p.torch}" + (f" ({built})" if built else " (CPU only)"))
-        if any(is_torchft(ph) for ph in sc.phases) and not p.has_torchft:
-            i = next(i for i, ph in enumerate(sc.phases) if is_torchft(ph))
+        if any(ph.torchft for ph in sc.phases) and not p.imports("torchft"):
+            i = next(i for i, ph in enumerate(sc.phases) if ph.torchft)
             self.add(ERROR, "python", f"{self.key('phases', i, 'recovery', 'strategy')}: torchft is not installed for "
                      f"{p.exe} (pip install 'restartlab[torchft]', which keeps the torch that is there)")
 
