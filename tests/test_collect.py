@@ -327,6 +327,10 @@ def test_real_restartlab_run(tmp_path):
     assert_each_file_read_once(str(d), opens, [layout.Expt(d).phase(p).attempt(k).metrics(0)
                                                for p, k in (("baseline", 1), ("async", 1), ("async", 2))])
     assert [to_dict(x.survival) for x in again] == [x["survival"] for x in s["phases"]]
+    # a replay of the baseline is refused: it saves nothing, so there is no failure to replay
+    r = subprocess.run([sys.executable, "-m", "restartlab.cli", "simulate", "--replay", str(d), "--phase", "baseline"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "saves no checkpoints" in r.stderr, r.stderr
 
     # a sync variant of the same scenario takes that baseline instead of running it again
     # (restartlab run --baseline-from): copied, not run, and the sync phase judged against it

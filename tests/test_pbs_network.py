@@ -74,11 +74,11 @@ def run_job(pbs, path):
     return expt, layout.Expt(expt).phase("sync")
 
 
-def net_scenario(pbs, d, name, fault, relaunch, nodes=3, extra_job="", iters=100):
+def net_scenario(pbs, d, name, fault, relaunch, nodes=3, extra_job="", iters=40):
     path = scenario(pbs, d, name, [("sync", "sync")], nodes=nodes, iters=iters)
     text = open(path).read()
     text = text.replace("trainer: {model: tiny, train_iters: %d, save_interval: 5, device: cpu}" % iters,
-                        "trainer: {model: tiny, train_iters: %d, save_interval: 50, device: cpu, seq_len: 256, "
+                        "trainer: {model: tiny, train_iters: %d, save_interval: 10, device: cpu, seq_len: 256, "
                         "batch_size: 8}" % iters)
     text = text.replace("relaunch: {max_attempts: 5, backoff: 0s, hang_timeout: 120s}", f"relaunch: {relaunch}")
     text = text.replace("failures:\n  kind: kill\n  schedule: {at_steps: [12, 24]}\n  gate: complete\n",
@@ -95,9 +95,9 @@ def test_pbs_partition_flap_and_slow_link_heal_in_place_and_the_report_says_what
     itself: one attempt, no step lost; the report gives each one's seconds."""
     d = pbs.user_dir("netheal")
     path = net_scenario(pbs, d, "netheal", "{kind: partition, node: 2, duration: 5s, flaps: 2, flap_up: 2s, "
-                        "rate: 10mbit, root_cmd: '%s', gate: complete, schedule: {at_steps: [50, {step: 150, kind: "
-                        "flap}, {step: 250, kind: slow_link}]}}" % net_admin,
-                        "{max_attempts: 3, backoff: 0s, hang_timeout: 60s}", iters=300)
+                        "rate: 10mbit, root_cmd: '%s', gate: complete, schedule: {at_steps: [20, {step: 60, kind: "
+                        "flap}, {step: 100, kind: slow_link}]}}" % net_admin,
+                        "{max_attempts: 3, backoff: 0s, hang_timeout: 60s}", iters=130)
     expt, ph = run_job(pbs, path)
     injected = [json.loads(x) for x in open(ph.injections)]
     assert [(r["kind"], r["hosts"], r["faulted"]) for r in injected] == \
@@ -134,7 +134,7 @@ def test_pbs_partition_longer_than_the_watchdog_the_stop_goes_ahead_and_the_repo
     stop, the stand-still, the steps lost; the verdict says the watchdog stopped attempt 1."""
     d = pbs.user_dir("netlong")
     path = net_scenario(pbs, d, "netlong", "{kind: partition, node: 2, duration: 16s, root_cmd: '%s', gate: complete, "
-                        "schedule: {at_steps: [50]}}" % net_admin,
+                        "schedule: {at_steps: [20]}}" % net_admin,
                         "{max_attempts: 3, backoff: 0s, hang_timeout: 8s, teardown_timeout: 4s}")
     expt, ph = run_job(pbs, path)
     teardown = open(ph.attempt(1).teardown_log).read()
@@ -171,7 +171,7 @@ def test_pbs_partition_that_never_heals_the_stop_names_the_node_and_a_spare_carr
     with the job."""
     d = pbs.user_dir("netnever")
     path = net_scenario(pbs, d, "netnever", "{kind: partition, node: 1, duration: 0, root_cmd: '%s', gate: complete, "
-                        "schedule: {at_steps: [50]}}" % net_admin,
+                        "schedule: {at_steps: [20]}}" % net_admin,
                         "{max_attempts: 3, backoff: 0s, hang_timeout: 8s, teardown_timeout: 5s, on_node_loss: spares, "
                         "node_check_timeout: 5s}", nodes=2,
                         extra_job=" spare_nodes: 1, directives: ['-W tolerate_node_failures=all'],")
@@ -217,7 +217,7 @@ def test_pbs_partition_watchdog_decides_then_pbs_requeues_the_job_the_time_betwe
     the job was requeued. (PBS alone, no watchdog: test_pbs_node_lost_mid_phase and the Slurm test.)"""
     d = pbs.user_dir("netrequeue")
     path = net_scenario(pbs, d, "netrequeue", "{kind: partition, node: 1, duration: 150s, root_cmd: '%s', gate: "
-                        "complete, schedule: {at_steps: [50]}}" % net_admin,
+                        "complete, schedule: {at_steps: [20]}}" % net_admin,
                         "{max_attempts: 3, backoff: 0s, hang_timeout: 20s, teardown_timeout: 5s}", nodes=2)
     t0 = time.time()
     expt, ph = run_job(pbs, path)

@@ -23,7 +23,7 @@ import pytest
 
 from restartlab.contracts import layout
 from tests import pbs_cluster
-from tests.test_pbs import job_output, left_running, rl as rl_pbs, scenario as pbs_scenario
+from tests.test_pbs import ONE_THREAD, job_output, left_running, rl as rl_pbs, scenario as pbs_scenario
 from tests.test_slurm import rl as rl_slurm, scenario as slurm_scenario, wait_state
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
@@ -292,8 +292,7 @@ def test_smoke_job_names_the_host_whose_torch_is_broken(pbs):
         for x in dirs + files:
             os.chown(os.path.join(root, x), *[int(v) for v in pbs.as_user(["id", "-u"]).stdout.split() * 2])
     path = pbs_scenario(pbs, d, "broken", [("sync", "sync")], nodes=3)
-    text = open(path).read().replace("launch:\n  ranks_per_node: 1\n",
-                                     f"launch:\n  ranks_per_node: 1\n  env: {{PYTHONPATH: {shadow}}}\n")
+    text = open(path).read().replace(ONE_THREAD, f"{ONE_THREAD}, PYTHONPATH: {shadow}")
     pbs.write(path, text)
     r = rl_pbs(pbs, "submit", "--smoke", path, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -18,7 +18,7 @@ import pytest
 from restartlab.contracts import layout
 from tests.helpers import job_tag
 # the same `restartlab` runner, experiment fixture and summary reader as the other frameworks' tests
-from tests.test_your_trainer import WARM, _summary, _warm_ranks, expt, restartlab  # noqa: F401 (expt: a fixture)
+from tests.test_your_trainer import WARM, _summary, _warm_ranks, baseline_of, expt, restartlab  # noqa: F401 (expt: a fixture)
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,7 +41,7 @@ def _output(d, attempt, phase="restart"):
         return f.read()
 
 
-def test_transformers_trainer_through_run_resumes_exactly(expt):
+def test_transformers_trainer_through_run_resumes_exactly(expt, tmp_path_factory):
     """Two kills, each after a save (checkpoint-15, checkpoint-25): the Trainer's own resume
     (get_last_checkpoint) takes the newest, says so in its log, and every step's loss equals the
     baseline's at full precision (the example prints them from a TrainerCallback: the Trainer's own
@@ -50,7 +50,8 @@ def test_transformers_trainer_through_run_resumes_exactly(expt):
     rank took its own OMP_NUM_THREADS, they ran the pool's 2 threads against the baseline's 1, and
     the loss left the baseline's at step 27 (3 of 3 runs); exact since (3 of 3)."""
     need("transformers")
-    r = restartlab("run", HF, "--expt-dir", expt, "--plain", *WARM)
+    # the Trainer's baseline, run once for the tests that compare against it (--baseline-from)
+    r = restartlab("run", HF, "--expt-dir", expt, "--plain", *WARM, "--baseline-from", baseline_of(tmp_path_factory, HF))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert _warm_ranks(expt) == [0, 2, 2]
     v = _summary(expt)["restart"]["survival"]
@@ -98,10 +99,12 @@ def test_transformers_killed_inside_a_save_crash_loops_and_the_verdict_says_why(
     that a save takes a while): the torn folder has no trainer_state.json, get_last_checkpoint
     takes it anyway (the highest number), and every relaunch crashes in start-up. The verdict
     names the folder the program chose, why it is not complete, the exception from its output,
-    the checkpoint that would have been safe, and the crash loop; the phase never finishes: exit 1."""
+    the checkpoint that would have been safe, and the crash loop; the phase never finishes: exit 1.
+    The relaunches are warm (forks of a pool that imported torch and transformers): a crash loop of
+    forked ranks is told as one of cold ones."""
     need("transformers")
     r = restartlab("fuzz", HF, "--expt-dir", expt, "--plain", "--kills", "1", "--save-share", "1",
-                   "--after-complete", "--no-baseline", "--window", "60s",
+                   "--after-complete", "--no-baseline", "--window", "60s", *WARM,
                    "--set", 'phases.1.args=[--save-steps, "5", --width, "1024"]')
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     with open(layout.Expt(expt).fuzz_summary) as f:
@@ -165,15 +168,17 @@ def test_a_framework_the_programs_python_lacks_is_refused_before_anything_runs(t
 
 
 
-def _fuzz_with_rank_1_slowed(scen, expt, *more, crashes=3, baseline=False):
+def _fuzz_with_rank_1_slowed(scen, expt, *more, crashes=3, baseline=None, warm=False):
     """`restartlab fuzz` with rank 1's torch.save files held half-written for 3 s and the one kill
-    aimed up to 2 s into a save (seed 1), `more` options added, the baseline run only when asked:
+    aimed up to 2 s into a save (seed 1), `more` options added, the baseline taken from the
+    experiment `baseline` names only when one is given, the relaunches warm when asked (forks of a pool
+    that imported torch and the framework: the kill lands in attempt 1, which is cold either way):
     exit 1 on its finding. (the kill's row, the checkpoint dir, the findings on attempts: one per
     relaunch the fuzz's budget allows, at least `crashes`)."""
     r = restartlab("fuzz", scen, "--expt-dir", expt, "--plain", "--kills", "1", "--seed", "1", "--save-share", "1",
                    "--after-complete", "--window", "60s", "--save-jitter", "2s",
                    "--set", "failures.slow_writes.rank=1", "--set", "failures.slow_writes.seconds=3s",
-                   *more, *(() if baseline else ("--no-baseline",)))
+                   *more, *(WARM if warm else ()), *(("--baseline-from", baseline) if baseline else ("--no-baseline",)))
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     with open(layout.Expt(expt).fuzz_summary) as f:
         data = json.load(f)
@@ -191,7 +196,7 @@ def test_transformers_trainer_state_lands_before_another_ranks_rng_state(expt):
     it and rank 1's torch.load of its RNG state fails. The verdict names the file cut short under
     the adapter's rule (file:trainer_state.json+torchzips+hfrngs), the exception, and checkpoint-5."""
     need("transformers")
-    kill, ckpts, crashes = _fuzz_with_rank_1_slowed(HF, expt)
+    kill, ckpts, crashes = _fuzz_with_rank_1_slowed(HF, expt, warm=True)
     assert kill["where"] == "save" and kill["saving"] == ["checkpoint-10"] and kill["newest_complete_seen"] == 5, kill
     assert os.path.exists(os.path.join(ckpts, "checkpoint-10", "trainer_state.json"))  # rank 0 had finished
     for f in crashes:
@@ -205,7 +210,7 @@ def test_transformers_trainer_state_lands_before_another_ranks_rng_state(expt):
     assert f"restartlab: slow write: {ckpts}/checkpoint-10/rng_state_1.pth held half-written" in out, out[-2000:]
 
 
-def test_transformers_rank_late_to_its_rng_state_resumes_with_that_ranks_rng_forgotten(expt):
+def test_transformers_rank_late_to_its_rng_state_resumes_with_that_ranks_rng_forgotten(expt, tmp_path_factory):
     """The same race with rank 1 late to begin its file (failures.slow_writes.hold: before, 3 s):
     the kill lands while checkpoint-10 holds everything rank 0 writes, trainer_state.json included,
     and no rng_state_1.pth. The relaunch resumes from it without an error (the Trainer's
@@ -215,7 +220,7 @@ def test_transformers_rank_late_to_its_rng_state_resumes_with_that_ranks_rng_for
     processes), the resume did not restore torch's RNG on rank 1, the loss left the baseline."""
     need("transformers")
     kill, ckpts, found = _fuzz_with_rank_1_slowed(HF, expt, "--set", "failures.slow_writes.hold=before", crashes=2,
-                                             baseline=True)
+                                             baseline=baseline_of(tmp_path_factory, HF), warm=True)
     assert kill["where"] == "save" and kill["saving"] == ["checkpoint-10"] and kill["newest_complete_seen"] == 5, kill
     held = set(os.listdir(os.path.join(ckpts, "checkpoint-10")))
     assert {"trainer_state.json", "rng_state_0.pth"} <= held and "rng_state_1.pth" not in held, held

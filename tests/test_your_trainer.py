@@ -276,7 +276,7 @@ def test_fuzz_kills_a_dcp_program_inside_its_saves(expt):
     load took past the scenario's 2 x 4 s before the second save (CI, 2 workers: all three kills
     struck at start-up or between saves)."""
     r, data = _fuzz_scenario(DCP, expt, "--kills", "3", "--seed", "1", "--save-share", "1", "--after-complete",
-                             "--no-baseline", "--window", "30s",
+                             "--no-baseline", "--window", "30s", *WARM,
                              "--set", 'phases.1.args=[--save-every, "5", --width, "262144"]')
     assert r.returncode == 0 and data, r.stdout[-3000:] + r.stderr[-3000:]
     inside = [k for k in data["kills"] if k["where"] == "save"]
@@ -347,7 +347,7 @@ def test_lightning_epoch_end_saves_diverge_after_the_second_resume(expt, tmp_pat
     the step seen (25, 35), far from any save."""
     pytest.importorskip("lightning")
     r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain",
-                   "--baseline-from", baseline_of(tmp_path_factory, LIGHTNING),
+                   "--baseline-from", baseline_of(tmp_path_factory, LIGHTNING), *WARM,
                    "--set", 'phases.1.args=[--save-every, "10"]', "--set", "failures.schedule.at_steps=[25, 35]",
                    "--set", "failures.gate=none")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -367,7 +367,7 @@ def test_lightning_fuzz_never_loads_a_torn_checkpoint(expt):
     that resumes one save older (allowed here); on the first one Lightning starts over from step 0
     (the next test makes it happen on purpose): allowed only with that reason."""
     pytest.importorskip("lightning")
-    r, data = _fuzz_scenario(LIGHTNING, expt, "--kills", "3", "--seed", "2", "--window", "4s", "--no-baseline",
+    r, data = _fuzz_scenario(LIGHTNING, expt, "--kills", "3", "--seed", "2", "--window", "4s", "--no-baseline", *WARM,
                              "--set", 'phases.1.args=[--save-every, "5", --width, "1024"]')
     assert r.returncode in (0, 1) and data, r.stdout[-3000:] + r.stderr[-3000:]
     assert len(data["kills"]) >= 2
