@@ -72,13 +72,27 @@ def _group(item) -> "str | None":
     return None
 
 
+def _long(item) -> bool:
+    """Ranks or a job script run for real: seconds to a minute (the rest: milliseconds)."""
+    return "multirank" in item.keywords or "slow" in item.keywords
+
+
 # tryfirst: xdist's worker reads the xdist_group marks in its own pytest_collection_modifyitems
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    groups, long_groups = {}, set()
     for item in items:
-        group = _group(item)
+        group = groups[item] = _group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+            if _long(item):
+                long_groups.add(group)
+    # the long tests first: xdist hands out the groups (largest first), then the tests on their own
+    # in this order, so the multi-rank ones (seconds to a minute each) start early and the unit tests
+    # (milliseconds) fill the workers at the end, not the other way round. A group moves as one (its
+    # module fixture is then built once in a run without xdist too); the sort is stable, so the
+    # order within each kind, and every worker's collection, stays the same
+    items.sort(key=lambda item: (groups[item] not in long_groups) if groups[item] else not _long(item))
     if shutil.which("mpiexec"):
         return
     why = "no mpiexec on PATH (pip install mpich)"
