@@ -274,7 +274,8 @@ def test_fuzz_kills_a_dcp_program_inside_its_saves(expt):
     program survives every kill: exit 0. The window is wide: it bounds how long a kill waits for a
     save to aim at (two windows from the launch, then it strikes anywhere), and a cold start under
     load took past the scenario's 2 x 4 s before the second save (CI, 2 workers: all three kills
-    struck at start-up or between saves)."""
+    struck at start-up or between saves). The relaunches are warm: the subject is the save, and a
+    fork of the pool starts in a fraction of a cold start's CPU."""
     r, data = _fuzz_scenario(DCP, expt, "--kills", "3", "--seed", "1", "--save-share", "1", "--after-complete",
                              "--no-baseline", "--window", "30s", *WARM,
                              "--set", 'phases.1.args=[--save-every, "5", --width, "262144"]')
@@ -365,7 +366,8 @@ def test_lightning_fuzz_never_loads_a_torn_checkpoint(expt):
     No save shows in the checkpoint dir (the temp file is in $TMPDIR), so a kill aimed at a save
     strikes as a checkpoint lands complete unseen: the step file, before last.ckpt. On a later save
     that resumes one save older (allowed here); on the first one Lightning starts over from step 0
-    (the next test makes it happen on purpose): allowed only with that reason."""
+    (the next test makes it happen on purpose): allowed only with that reason. The relaunches are
+    warm (forks of a pool that imported torch and Lightning)."""
     pytest.importorskip("lightning")
     r, data = _fuzz_scenario(LIGHTNING, expt, "--kills", "3", "--seed", "2", "--window", "4s", "--no-baseline", *WARM,
                              "--set", 'phases.1.args=[--save-every, "5", --width, "1024"]')
