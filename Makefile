@@ -83,8 +83,8 @@ $(EZPZ): $(FRAMEWORKS) setup.cfg
 WORKERS ?= 3
 TIMES   := build/test-times
 # the files that hold a test marked alone: the run after the rest collects those, not the whole
-# suite again (about 10 s before its one test began, 2026-12-07)
-ALONE   := $(shell grep -l 'pytest.mark.alone' tests/test_*.py)
+# suite again (about 10 s before its one test began, 2026-12-07); `=`: grep runs only when a recipe uses it
+ALONE    = $(shell grep -l 'pytest.mark.alone' tests/test_*.py)
 # the checkout's own modules compiled once, before the suite starts its ~5,000 Python processes:
 # where PYTHONDONTWRITEBYTECODE is set (this machine's environment sets it), no process caches
 # what it compiles, and each would compile every restartlab and trainer module it imports again
