@@ -2,6 +2,8 @@
 reader, and the JSON they write as it was before they were typed."""
 import json
 
+import pytest
+
 from restartlab.contracts import layout
 from restartlab.contracts.injections import Injection
 from restartlab.contracts.receipts import NodeCheck, Receipt
@@ -122,6 +124,18 @@ def test_the_jobs_log(tmp_path):
                    jobslog.JobLine("6.srv", submitted_by="5.srv", time=10.0)]
     assert json.loads(open(e.jobs).read().splitlines()[-1]) == {"job": "6.srv", "submitted_by": "5.srv", "time": 10.0}
     assert jobslog.job_ids(str(tmp_path)) == ["5.srv", "6.srv"]
+    with open(e.jobs, "a") as f:  # a job script's printf caught half-way: status and cancel still read the rest
+        f.write('{"job": "7.s')
+    assert jobslog.job_ids(str(tmp_path)) == ["5.srv", "6.srv"]
+
+
+def test_the_jobs_ids_before_any_job_ran(tmp_path):
+    from restartlab.contracts import jobslog, layout
+    e = layout.Expt(str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        jobslog.job_ids(str(tmp_path))  # neither file: the callers say they cannot read the jobs
+    open(e.jobid, "w").write("8.srv\n")
+    assert jobslog.job_ids(str(tmp_path)) == ["8.srv"]  # submitted, not started
 
 
 # trainer.program's adapter spec as the job script carried it before the type (render.program_json)

@@ -7,6 +7,7 @@ experiment. Two writers, one line shape each:
 One tolerant reader (`read`): a line without a job id is passed over, a field of the wrong type is
 absent."""
 import dataclasses
+import errno
 import json
 import os
 from typing import List, Optional
@@ -44,13 +45,14 @@ def append(path: str, line: JobLine) -> None:
 def job_ids(expt_dir: str) -> List[str]:
     """Every batch job that worked on an experiment, in order: its jobs log (each run writes a
     line; a chain adds its continuations), else the id `restartlab submit` wrote (submitted, not
-    started yet). OSError or ValueError when neither can be read."""
+    started yet). The log is read by `read`, so a line a job script is still writing is passed
+    over, not an error. OSError when neither file can be read."""
     expt = layout.Expt(expt_dir)
-    path = expt.jobs if os.path.exists(expt.jobs) or not os.path.exists(expt.jobid) else expt.jobid
-    with open(path) as f:
-        lines = [line.strip() for line in f if line.strip()]
-    if path == expt.jobs:
-        ids = [r.job for r in map(JobLine.from_json, map(json.loads, lines)) if r is not None]
+    if os.path.exists(expt.jobid) and not os.path.exists(expt.jobs):
+        with open(expt.jobid) as f:
+            ids = [line.strip() for line in f if line.strip()]
+    elif os.path.exists(expt.jobs):
+        ids = [r.job for r in read(expt.jobs)]
     else:
-        ids = lines
+        raise FileNotFoundError(errno.ENOENT, "no jobs log and no job id", expt.jobs)
     return list(dict.fromkeys(ids))
