@@ -4,7 +4,7 @@ say which of two tests sharing the cores spent it. Needs root and the kernel's p
 install acct`), which records every process that exits, SIGKILLed ranks included.
 
     python -m tests.cpu_account run DIR -- make test      # accounting on around the command
-    python -m tests.cpu_account report DIR                # CPU by kind, by test, rank start-ups
+    python -m tests.cpu_account report DIR                # CPU by kind, what no test started, by test, ranks
 
 `run` turns accounting on into DIR/pacct and puts DIR/hook first on PYTHONPATH: its
 sitecustomize appends each Python process's pid, argv and PYTEST_CURRENT_TEST (which every
@@ -115,13 +115,30 @@ def link(recs, py):
     return line, parent
 
 
-def kind(argv):
+# the threads torch.distributed starts: a process recorded under one of these names (its last
+# thread to end, when it was killed) was a rank that had joined a process group
+RANK_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop", "pt_tcpstore_uv")
+FLAGS_WITH_VALUE = ("-X", "-W")
+
+
+def kind(argv, comm=""):
+    """What a process was, from its Python argv (the hook's line) or, without one, its name."""
+    if not argv and comm in RANK_THREADS:
+        return "training rank (killed: recorded under a torch.distributed thread)"
+    if not argv and comm.startswith("python"):
+        return f"{comm} without a line (a standby pool's fork, or outside the tests' environment: a PBS job's)"
+    if not argv:
+        return comm
     words = argv.split()
+    while words and words[0].startswith("-") and words[0] not in ("-m", "-c"):  # python -u, -X dev, -B ...
+        words = words[2:] if words[0] in FLAGS_WITH_VALUE else words[1:]
     if words[:2] == ["-m", "restartlab.cli"] or words[:2] == ["-m", "restartlab.runtime.warm"]:
         return "python -m " + " ".join(words[1:3])  # with its verb: the program's argv may follow
     if "--model " in argv or "--train-iters" in argv:
         return "training rank (the bundled trainer or a program)"
-    if words[:2] == ["-m", "pytest"] or words[:1] == ["-c"]:  # xdist starts its workers with -c
+    if words[:2] == ["-m", "restartlab.runtime.rankenv"]:
+        return "training rank (a program, through restartlab.runtime.rankenv)"  # it execs the program
+    if words[:2] == ["-m", "pytest"] or words[:1] == ["-c"]:  # xdist starts its workers with -u -c
         return "pytest and its workers"
     if words[:1] == ["-m"] and len(words) > 1:
         return "python -m " + words[1]
@@ -142,17 +159,23 @@ def report(d):
             i = parent[i]
         return "?"
     by_kind, by_test, ranks = collections.Counter(), collections.Counter(), collections.defaultdict(list)
+    unbooked = collections.Counter()
     for i, (comm, cpu, *_) in enumerate(recs):
-        k = kind(line[i][2]) if line[i] is not None else comm
+        k = kind(line[i][2] if line[i] is not None else "", comm)
         by_kind[k] += cpu
         t = test_of(i)
         by_test[t] += cpu
+        if t == "?":
+            unbooked[k] += cpu
         if k.startswith("training rank"):
             ranks[t].append(cpu)
     total = sum(by_kind.values())
     print(f"CPU in all: {total:.0f} s, {len(recs)} processes")
     print("\nby kind of process (CPU s):")
     for k, v in by_kind.most_common(15):
+        print(f"{v:8.1f}  {k}")
+    print('\nnot booked to a test ("?": the installs, the PBS jobs, the clusters\' daemons), by kind (CPU s):')
+    for k, v in unbooked.most_common(10):
         print(f"{v:8.1f}  {k}")
     print("\nby test (CPU s, training ranks started, their CPU s):")
     for t, v in by_test.most_common(30):

@@ -21,3 +21,14 @@ def test_lines_without_their_time_still_join_by_pid():
     recs = [("python", 1.0, 7, 1, 0.0, 5.0)]
     line, parent = ca.link(recs, {7: [(None, 1, "-m x", "T")]})
     assert line[0][3] == "T" and parent == [None]
+
+
+def test_what_each_process_was():
+    assert ca.kind("-u -c import sys;exec(eval(sys.stdin.readline()))") == "pytest and its workers"  # xdist's worker
+    assert ca.kind("-X importtime -m pytest -q") == "pytest and its workers"
+    assert ca.kind("-m restartlab.runtime.rankenv -- python train.py").startswith("training rank (a program")
+    assert ca.kind("-m restartlab.trainer --model tiny").startswith("training rank (the bundled trainer")
+    assert ca.kind("", "pt_gloo_runloop").startswith("training rank (killed")  # a SIGKILLed rank's last thread
+    assert ca.kind("", "python").startswith("python without a line")  # a pool's fork writes none
+    assert ca.kind("", "qstat") == "qstat"
+    assert ca.kind("-m restartlab.cli supervise --phase x") == "python -m restartlab.cli supervise"
