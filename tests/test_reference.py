@@ -73,3 +73,20 @@ def test_the_size_fit_recovers_a_line():
         sys.path.remove(os.path.join(ROOT, "bench"))
     fixed, bw, worst = mod.fit([(n, 0.25 + n / 2e9) for n in (3e8, 8e8, 1.6e9, 2.6e9)])
     assert abs(fixed - 0.25) < 1e-9 and abs(bw - 2e9) < 1 and worst < 1e-9
+
+
+def test_a_docstrings_paragraphs_and_lists_stay_markdown():
+    """An adapter's or a layout class's docstring on its reference page: each paragraph one line,
+    a "- " list kept as a list (its indented lines part of the item above), blank lines between."""
+    from restartlab.reference import markdown
+    doc = """Lead line
+    wrapped here. The order:
+    - one,
+      still one;
+    - two.
+    After the list.
+
+    Old style: one paragraph
+    over two lines."""
+    assert markdown(doc) == ["Lead line wrapped here. The order:", "", "- one, still one;", "- two.", "",
+                             "After the list.", "", "Old style: one paragraph over two lines."]

@@ -1,21 +1,23 @@
 """Read an experiment once into attempt records, then account for it (pure numbers).
 
-The read model: `load_phase` opens every file of a phase once (each attempt's record, launch
-record, launch snapshot, output and rank 0's metrics stream; the phase's injections, node checks,
-end records and checkpoint markers) and keeps what any judge needs in one `AttemptData` per launch and
-one `PhaseData` (what was measured; `contracts.layout.Attempt` and `Phase` are where its files
-lie); `survival` and `report` judge those records without opening a file.
+The read model: `load_phase` opens every file of a phase once. Those files are:
+  - each attempt's record, launch record, launch snapshot, output and rank 0's metrics stream
+  - the phase's injections, node checks, end records and checkpoint markers
+It keeps what any judge needs in one `AttemptData` per launch and one `PhaseData` (what was measured).
+`contracts.layout.Attempt` and `Phase` are where its files lie.
+`survival` and `report` judge those records without opening a file.
 
 Definitions (docs/design.md):
   lost steps  = last step completed before the kill - step of the checkpoint resumed from
   downtime    = first step completed after the resume - kill time
-  recompute   = time from that first step to the step that equals the last step before the kill
-                (the rest of the steps computed twice; the first one is inside downtime)
+  recompute   = time from that first step to the step that equals the last step before the kill.
+                It is the rest of the steps computed twice. The first one is inside downtime.
   overhead    = wall(phase) - wall(baseline) = downtime + recompute + save stalls + residual
   ETTR        = productive time / wall time; productive = train/dt of every step that was kept
-Streams each metrics file once with constant memory per row (kept: one number per save, a
-bounded, thinned (time, step) trace per attempt for the plots and, only for a comparison with the
-baseline, the loss of each step)."""
+Each metrics file is streamed once, with constant memory per row. What is kept:
+  - one number per save
+  - a bounded, thinned (time, step) trace per attempt, for the plots
+  - the loss of each step, only for a comparison with the baseline"""
 import heapq
 import math
 import os
@@ -749,10 +751,14 @@ def save_interval_steps(ph: PhaseData) -> Optional[float]:
 
 
 def expected_loss(interval: Optional[float], lag_steps: float = 0.0) -> Optional[ExpectedLoss]:
-    """The steps a failure at a random time loses on average, from the save interval S (steps) and
-    the steps a save stays incomplete while the loop trains on (l: a background save's steps in
-    flight; 0 for a sync save, complete before the loop goes on): a failure x whole steps after a
-    save (x uniform over 0..S-1) loses x, or x + S during that save's first l steps: (S-1)/2 + l."""
+    """The steps a failure at a random time loses on average: (S-1)/2 + l.
+
+    S is the save interval, in steps. l is the number of steps a save stays incomplete while the
+    loop trains on. For a background save, l is its steps in flight. For a sync save, l is 0: the
+    save is complete before the loop goes on.
+
+    A failure x whole steps after a save loses x, with x uniform over 0..S-1. During that save's
+    first l steps, it loses x + S instead. On average that is (S-1)/2 + l."""
     if not interval:
         return None
     lag = min(interval, lag_steps)

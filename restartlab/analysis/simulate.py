@@ -246,10 +246,11 @@ def _median(xs):
 
 
 def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Costs:
-    """Costs from a report's summary (only the phases named, if given): step time from the
-    baseline (else the first phase with steps); the sync stall from a phase with sync saves; the
-    async stall (stage + drain) and durability (save -> .complete) from a phase with async
-    saves; restart, relaunch gap and detection per kind as medians over the phases' failures."""
+    """Costs from a report's summary, from only the phases named, if given:
+      - step time: from the baseline, else from the first phase with steps
+      - the sync stall: from a phase with sync saves
+      - the async stall (stage + drain) and durability (save -> .complete): from a phase with async saves
+      - restart, relaunch gap and detection per kind: medians over the phases' failures"""
     allp = load_summary(path)
     use = {n: p for n, p in allp.items() if not phases or n in phases}
     if phases and not use:

@@ -1,22 +1,36 @@
-"""Did it survive? For each phase of an experiment, what every restart did and whether the job came
-through, for any training program:
+"""Did it survive? For each phase of an experiment, this says what every restart did and whether the
+job came through. It works for any training program.
 
-  per restart   resumed from the newest complete checkpoint | from an older one (steps lost beyond
-                necessity) | from one that was not complete | started over from step 0 | crashed
-                while loading (which checkpoint, and whether it was complete) | killed in start-up
-                (a new kill, not a verdict) | hung; and how it ended when nobody killed it: crashed
-                at step N (its exit or signal, the line of its output that names the cause) or
-                hung, with any save it began and left not complete
-  per phase     finished | did not finish; a crash loop (CRASH_LOOP attempts in a row that died
-                before a step, none of them struck); against the baseline: the loss at every
-                step both logged identical (or within trainer.program.tolerance), or diverged
-                at step N (or differed before any restart: a program that does not repeat itself); the bundled trainer's final parameters' checksum equal or not
+Per restart, what it did:
+  - resumed from the newest complete checkpoint
+  - resumed from an older one (steps lost beyond necessity)
+  - resumed from one that was not complete
+  - started over from step 0
+  - crashed while loading (which checkpoint, and whether it was complete)
+  - killed in start-up (a new kill, not a verdict)
+  - hung
 
-"The newest complete checkpoint" is judged by the adapter's completion rule over what the
-checkpoint dir held at the launch (the supervisor's snapshot, layout.Attempt.at_launch), not by
-the program's own selection rule: a program whose rule picks something else is reported, not
-excused. Opens no file: it judges the records collect.load_phase read (phase_verdict loads them for a
-caller that has only the directories)."""
+Per restart, how it ended when nobody killed it:
+  - crashed at step N: its exit or signal, and the line of its output that names the cause
+  - hung
+Either way, it names any save the restart began and left not complete.
+
+Per phase:
+  - finished, or did not finish
+  - a crash loop: CRASH_LOOP attempts in a row that died before a step, none of them struck
+  - against the baseline, one of:
+      - the loss at every step both logged identical (or within trainer.program.tolerance)
+      - diverged at step N
+      - differed before any restart: a program that does not repeat itself
+  - the bundled trainer's final parameters' checksum, equal or not
+
+"The newest complete checkpoint" is judged by the adapter's completion rule. The rule runs over what
+the checkpoint dir held at the launch: the supervisor's snapshot, layout.Attempt.at_launch. It is not
+judged by the program's own selection rule. A program whose rule picks something else is reported,
+not excused.
+
+This module opens no file. It judges the records collect.load_phase read. phase_verdict loads them
+for a caller that has only the directories."""
 import math
 import os
 from dataclasses import dataclass, field

@@ -1,48 +1,66 @@
-"""The adapter interface and the rules every adapter is built from (pure functions over a resolved
-program spec: a `Spec` of the scenario's `trainer.program` keys, the adapter's defaults filled in).
+"""The adapter interface, and the rules every adapter is built from.
 
-  progress     a regex over a line of the program's output (ANSI codes and `[rank0]:`-style
-               prefixes stripped first) with a `step` group, optionally `loss` and `dt`. Without it
-               (and without progress_file) the steps are rank 0's torch optimizer steps, from the
-               training-state probe's records (collection.state_every must not be 0)
-  checkpoints  a regex over paths under the checkpoint dir (`{ckpt_dir}` stands for it), with a
-               `step` group; a checkpoint is a file or a directory. Where the group does not take
-               part in a match (Lightning's last.ckpt), the step is read from the file (torchzip);
-               a file whose step does not read is listed with step -1, not complete
-  complete     when a listed checkpoint is complete: exists | dcp (holds DCP's .metadata) |
-               torchzip (a torch.save file whose zip directory reads: written last) |
-               torchzips (a folder holding torch.save files, *.pt and *.pth, every one of them whole:
-               each rank's shard, each rank's RNG state) |
-               dsshards (DeepSpeed's ZeRO: a folder holding any zero_pp_rank_* file holds one
-               optimizer shard per data- and model-parallel rank, as many as its model states
-               file says: dp_world_size x mp_world_size) |
-               hfrngs (the Hugging Face Trainer's: a folder holding any rng_state_<r>.pth holds one
-               per process, as many as its training_args.bin says: distributed_state.num_processes) |
-               file:NAME[,NAME...] (files inside the checkpoint dir, or beside a checkpoint file:
-               all of them) | pointer:FILE (FILE in the checkpoint dir names the newest complete step:
-               a number, or a tag ending in one); several joined by + must all hold
-               (DeepSpeed: pointer:latest+torchzips+dsshards; the Trainer: file:trainer_state.json+torchzips+hfrngs)
-  counts       what the number in a checkpoint's name counts: steps, or saves (Accelerate's
-               checkpoint_<K>); with saves, step = (K + 1) x save_every
-  selects      which checkpoint the program itself loads on a restart: newest_complete |
-               highest (the highest step, complete or not) | newest_mtime | pointer |
-               last (the newest last*.ckpt by mtime: Lightning's ckpt_path="last")
-  resumed      optional: a regex for the program's own resume line, with a `step` group, or a
-               `path` group (the checkpoint it names: its step from the listing at the launch)
-  loss_line    optional, where the steps come from the state probe (no progress): a regex for the
-               program's own log line that gives a loss without a step (the Trainer's
-               {'loss': '5.399', ...}), with a `loss` group. Rank 0's probe reads it where the program
-               writes it (its sys.stdout and sys.stderr), so the loss is the step's it was printed
-               after; as rounded as the program prints it
-  saved        optional: a regex for the program's line after a save, with a `seconds` group (the
-               time the training loop was blocked) and optionally `step` and `kind` (save | stage |
-               drain: a sync save, an async save's staging, its drain; default save): booked as a
-               save stall of that kind
-  saving       optional, for a program that logs a save's start but not its length (the Hugging
-               Face Trainer, DeepSpeed): a regex for that line. The save's stall is then estimated
-               from the step times: the interval between two progress lines that holds the line,
-               less the median of the attempt's intervals without a save before it (at least
-               3 of them, runtime/tap.py; else it is not booked), and booked marked as estimated
+The rules are pure functions over a resolved program spec.
+A `Spec` holds the scenario's `trainer.program` keys, with the adapter's defaults filled in.
+
+  progress     A regex over a line of the program's output, with a `step` group and optionally `loss` and `dt`.
+               ANSI codes and `[rank0]:`-style prefixes are stripped from the line first.
+               Without it, and without progress_file, the steps are rank 0's torch optimizer steps.
+               They come from the training-state probe's records, so collection.state_every must not be 0.
+  checkpoints  A regex over paths under the checkpoint dir, with a `step` group. `{ckpt_dir}` stands for that dir.
+               A checkpoint is a file or a directory.
+               Where the group takes no part in a match, as for Lightning's last.ckpt,
+               the step is read from the file (torchzip).
+               A file whose step does not read is listed with step -1, not complete.
+  complete     When a listed checkpoint is complete. One of:
+               - exists
+               - dcp: it holds DCP's .metadata.
+               - torchzip: a torch.save file whose zip directory reads. The zip directory is written last.
+               - torchzips: a folder holding torch.save files, *.pt and *.pth, every one of them whole.
+                 These are each rank's shard and each rank's RNG state.
+               - dsshards: DeepSpeed's ZeRO. A folder holding any zero_pp_rank_* file holds one optimizer shard
+                 per data- and model-parallel rank. There are as many as its model states file says:
+                 dp_world_size x mp_world_size.
+               - hfrngs: the Hugging Face Trainer's. A folder holding any rng_state_<r>.pth holds one per process.
+                 There are as many as its training_args.bin says: distributed_state.num_processes.
+               - file:NAME[,NAME...]: all of these files are there.
+                 They are inside the checkpoint dir, or beside a checkpoint file.
+               - pointer:FILE: FILE in the checkpoint dir names the newest complete step.
+                 It holds a number, or a tag ending in one.
+               Several parts joined by + must all hold. Two examples:
+               - DeepSpeed: pointer:latest+torchzips+dsshards
+               - the Trainer: file:trainer_state.json+torchzips+hfrngs
+  counts       What the number in a checkpoint's name counts: steps, or saves (Accelerate's checkpoint_<K>).
+               With saves, step = (K + 1) x save_every.
+  selects      Which checkpoint the program itself loads on a restart. One of:
+               - newest_complete
+               - highest: the highest step, complete or not.
+               - newest_mtime
+               - pointer
+               - last: the newest last*.ckpt by mtime. This is Lightning's ckpt_path="last".
+  resumed      Optional. A regex for the program's own resume line.
+               It has a `step` group, or a `path` group.
+               A `path` names a checkpoint, and its step is taken from the listing at the launch.
+  loss_line    Optional, for when the steps come from the state probe (no progress).
+               A regex for the program's own log line that gives a loss without a step, with a `loss` group.
+               An example is the Trainer's {'loss': '5.399', ...}.
+               Rank 0's probe reads the line where the program writes it: its sys.stdout and sys.stderr.
+               So the loss is that of the step it was printed after.
+               It is as rounded as the program prints it.
+  saved        Optional. A regex for the program's line after a save, with a `seconds` group.
+               The seconds are the time the training loop was blocked.
+               It may also have `step` and `kind` groups. The kind is one of:
+               - save: a sync save. This is the default.
+               - stage: an async save's staging.
+               - drain: an async save's drain.
+               The line is booked as a save stall of that kind.
+  saving       Optional, for a program that logs a save's start but not its length.
+               The Hugging Face Trainer and DeepSpeed do this. The key is a regex for that start line.
+               The save's stall is then estimated from the step times:
+               - Take the interval between two progress lines that holds the line.
+               - Subtract the median of the attempt's intervals without a save before it.
+               - That median needs at least 3 such intervals (runtime/tap.py). Otherwise the stall is not booked.
+               The stall is booked marked as estimated.
 """
 import dataclasses
 import math
@@ -387,16 +405,22 @@ HF_RNG = re.compile(r"rng_state_(\d+)\.pth")
 
 
 def _hf_rngs_missing(path: str, names: Optional[set]) -> Optional[str]:
-    """Which of the Trainer's per-process RNG states (rng_state_<r>.pth) a checkpoint folder lacks,
-    said; None when it has them all, or holds none (one process writes rng_state.pth; a
-    save_only_model save, none), or its training_args.bin is not there yet (rank 0 writes it with
-    the weights, before trainer_state.json: the rule's other parts judge such a folder) or is whole
-    and does not say how many processes wrote it (a transformers or accelerate that pickles no
-    distributed_state): not judged.
-    Every process writes its own, with no barrier before rank 0 writes trainer_state.json (read from
-    transformers 5.25.0: Trainer._save_checkpoint, _save_rng_state): a rank late to begin its file
-    leaves a folder that looks finished, and a resume from it leaves that rank's RNG where its
-    seed put it (_load_rng_state: "Didn't find an RNG file for process <r>", an info line)."""
+    """Say which of the Trainer's per-process RNG states (rng_state_<r>.pth) a checkpoint folder lacks.
+
+    Return None when the folder has them all.
+    Also return None, and leave the folder not judged, in these cases:
+    - It holds none. One process writes rng_state.pth, and a save_only_model save writes none.
+    - Its training_args.bin is not there yet. Rank 0 writes it with the weights, before trainer_state.json.
+      The rule's other parts judge such a folder.
+    - Its training_args.bin is whole but does not say how many processes wrote it.
+      That happens with a transformers or accelerate that pickles no distributed_state.
+
+    Why this check exists: every process writes its own RNG state file.
+    There is no barrier before rank 0 writes trainer_state.json.
+    This was read from transformers 5.25.0: Trainer._save_checkpoint, _save_rng_state.
+    So a rank late to begin its file leaves a folder that looks finished.
+    A resume from it leaves that rank's RNG where its seed put it.
+    _load_rng_state says so only in an info line: "Didn't find an RNG file for process <r>"."""
     if not any(HF_RNG.fullmatch(n) for n in names or ()):
         return None
     assert names is not None  # a name in it matched

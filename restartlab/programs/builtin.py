@@ -57,22 +57,37 @@ class Lightning(Adapter):
 
 @ADAPTERS.register
 class Transformers(Adapter):
-    """The Hugging Face Trainer (read from transformers 5.25.0: trainer.py _save_checkpoint and
-    trainer_utils.get_last_checkpoint; run here with accelerate 1.15.0): output_dir/checkpoint-<N>,
-    N the global step; the model (model.safetensors) first, then optimizer.pt, scheduler.pt, each
-    rank's rng_state_<rank>.pth, and trainer_state.json last (rank 0, no barrier before it, no
-    marker, no rename: another rank's rng_state can still be being written when it lands, so
-    complete here is trainer_state.json there, every torch.save file in the folder whole, and one
-    rng_state_<r>.pth per process its training_args.bin counts: file:trainer_state.json+torchzips+
-    hfrngs); the documented resume, train(resume_from_checkpoint=get_last_checkpoint(
-    output_dir)), takes the highest-numbered checkpoint-<N> folder without a check, and a folder
-    without trainer_state.json then fails the start (a ValueError or FileNotFoundError) at every
-    relaunch. With log_level="info" rank 0 logs "Resuming training from checkpoint with epoch E and
-    global step N", and as a save starts "Saving model checkpoint to <dir>/checkpoint-N" (no line at
-    its end: the stall is estimated from the step times, `saving`). Its own log lines round the
-    loss to 4 significant digits and carry no step: without a progress pattern the steps come from
-    the training-state probe and the loss from those lines (`loss_line`); a scenario that wants full
-    values gives progress (the example prints them from a TrainerCallback)."""
+    """The Hugging Face Trainer.
+
+    Read from transformers 5.25.0: trainer.py _save_checkpoint and trainer_utils.get_last_checkpoint.
+    Run here with accelerate 1.15.0.
+
+    A save writes output_dir/checkpoint-<N>, where N is the global step. It writes, in this order:
+    - the model (model.safetensors) first;
+    - then optimizer.pt, scheduler.pt, and each rank's rng_state_<rank>.pth;
+    - trainer_state.json last, from rank 0.
+    There is no barrier before trainer_state.json, no marker and no rename.
+    So another rank's rng_state can still be being written when trainer_state.json lands.
+    Complete here therefore means all of these hold:
+    - trainer_state.json is there;
+    - every torch.save file in the folder is whole;
+    - there is one rng_state_<r>.pth per process that its training_args.bin counts.
+    In the rule's words: file:trainer_state.json+torchzips+hfrngs.
+
+    The documented resume is train(resume_from_checkpoint=get_last_checkpoint(output_dir)).
+    It takes the highest-numbered checkpoint-<N> folder without a check.
+    A folder without trainer_state.json then fails the start at every relaunch.
+    The failure is a ValueError or FileNotFoundError.
+
+    With log_level="info", rank 0 logs these lines:
+    - "Resuming training from checkpoint with epoch E and global step N" on a resume;
+    - "Saving model checkpoint to <dir>/checkpoint-N" as a save starts.
+    No line marks a save's end. So the stall is estimated from the step times (`saving`).
+
+    Its own log lines round the loss to 4 significant digits and carry no step.
+    Without a progress pattern, the steps come from the training-state probe.
+    The loss then comes from those lines (`loss_line`).
+    A scenario that wants full values gives progress. The example prints them from a TrainerCallback."""
     name = "transformers"
     requires = ("transformers",)
     extra = "transformers"
@@ -115,21 +130,30 @@ class Deepspeed(Adapter):
 
 @ADAPTERS.register
 class Torchtitan(Adapter):
-    """torchtitan's checkpointing (read from pytorch/torchtitan at commit 0128b99,
-    torchtitan/components/checkpoint.py, and from torchtitan 0.3.0's wheel,
-    components/checkpointer/dcp.py and components/metrics.py): DCP saves into
-    <dump_folder>/<checkpoint.folder>/step-<N> (the checkpoint dir here); a restart loads the
-    highest step-<N> that holds DCP's .metadata (0.3.0: or an HF model.safetensors.index.json, which
-    this adapter does not count) and logs "Loading the checkpoint at step N." (0128b99) or "Loading
-    the checkpoint from <dir>/step-N." (0.3.0); after a save "Finished saving the checkpoint (or
-    staging if async is enabled)in S seconds." (0128b99) or "Finished saving|staging the
-    checkpoint in S seconds." (0.3.0, staging: async), and after the last step's save (always
-    sync) "Last step checkpoint completed in S.SSs" (0.3.0); rank 0 logs "step: N  loss: X ..." with
-    ANSI colour codes between label and number. 0.3.0 was run here on CPU, one rank
-    (tests/data/torchtitan/record.sh): its seed checkpoint (step-0: .metadata and __0_0.distcp), and a
-    relaunch that loads step-0 over a step-5 cut short (no .metadata), in its own words; the adapter
-    is tested on what it wrote and logged. It does not train on CPU (llama3 takes FlexAttention,
-    which has no CPU backward): progress lines are tested in the format its source logs."""
+    """torchtitan's checkpointing.
+
+    Read from two sources:
+    - pytorch/torchtitan at commit 0128b99: torchtitan/components/checkpoint.py;
+    - torchtitan 0.3.0's wheel: components/checkpointer/dcp.py and components/metrics.py.
+
+    DCP saves into <dump_folder>/<checkpoint.folder>/step-<N>. That folder is the checkpoint dir here.
+    A restart loads the highest step-<N> that holds DCP's .metadata.
+    In 0.3.0 a folder with an HF model.safetensors.index.json also qualifies. This adapter does not count that.
+
+    The lines it logs:
+    - On a restart: "Loading the checkpoint at step N." (0128b99).
+      Or "Loading the checkpoint from <dir>/step-N." (0.3.0).
+    - After a save: "Finished saving the checkpoint (or staging if async is enabled)in S seconds." (0128b99).
+      Or "Finished saving|staging the checkpoint in S seconds." (0.3.0). It says staging when async.
+    - After the last step's save, which is always sync: "Last step checkpoint completed in S.SSs" (0.3.0).
+    - From rank 0: "step: N  loss: X ...". ANSI colour codes sit between label and number.
+
+    0.3.0 was run here on CPU, one rank (tests/data/torchtitan/record.sh). It recorded, in its own words:
+    - its seed checkpoint (step-0: .metadata and __0_0.distcp);
+    - a relaunch that loads step-0 over a step-5 cut short (no .metadata).
+    The adapter is tested on what it wrote and logged.
+    It does not train on CPU: llama3 takes FlexAttention, which has no CPU backward.
+    So progress lines are tested in the format its source logs."""
     name = "torchtitan"
     doc = "torchtitan (DCP step-<N> folders, .metadata written last; its 'step: N  loss: X' log lines)"
     defaults = {"checkpoints": r"{ckpt_dir}/step-(?P<step>\d+)", "complete": "dcp", "selects": "newest_complete",

@@ -1,7 +1,9 @@
-"""One attempt's launch and what the relaunch loop watches of it: the launcher process (a pidfd
-wakes the loop the moment it exits), the tap that reads a program's output when it writes no
-metrics rows of its own (tap.py), when the attempt last showed progress, whether it has stepped,
-and the first rank that ended badly by its exit record."""
+"""One attempt's launch, and what the relaunch loop watches of it:
+  - the launcher process: a pidfd wakes the loop the moment it exits
+  - the tap (tap.py): it reads a program's output when the program writes no metrics rows of its own
+  - when the attempt last showed progress
+  - whether it has stepped
+  - the first rank that ended badly, by its exit record"""
 import os
 import select
 import subprocess

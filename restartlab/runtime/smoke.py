@@ -1,6 +1,7 @@
-"""The smoke job's checks, run inside the allocation (restartlab submit --smoke): everything the
-experiment will rely on, proven on the nodes the scheduler gave, each check with the host it
-failed on, into a readiness report (<expt>/smoke.json, smoke.md):
+"""The smoke job's checks, run inside the allocation (restartlab submit --smoke).
+
+They prove everything the experiment will rely on, on the nodes the scheduler gave. Each check
+names the host it failed on. The results go into a readiness report (<expt>/smoke.json, smoke.md):
 
   fanout     the scheduler's fan-out (pbsdsh, srun --overlap) reached every host and came back
   shared     the experiment directory is the same file system on every host
@@ -42,10 +43,13 @@ TEARDOWN_TIMEOUT_S = 60  # the launcher to end the other ranks after one is kill
 
 
 def one_line(error: str, tool: str = "") -> str:
-    """A fan-out receipt's error in one line: its head (rc=1) and the last line that says what
-    happened (a Python's traceback ends with it), the program's own rather than the fan-out tool's
-    status line ("srun: error: rl3: task 0: Exited with exit code 1"): srun prints that line before
-    or after the task's own stderr as the timing falls (make soak, 2026-12-05: after, under load)."""
+    """A fan-out receipt's error in one line.
+
+    The line is its head (rc=1) and the last line that says what happened. A Python traceback ends
+    with that line. It is the program's own line, not the fan-out tool's status line
+    ("srun: error: rl3: task 0: Exited with exit code 1"). srun prints that status line before or
+    after the task's own stderr, as the timing falls. In make soak, 2026-12-05, it came after, under
+    load."""
     lines = [x.strip() for x in str(error).splitlines() if x.strip()]
     if len(lines) < 2:
         return lines[0][-300:] if lines else "no message"

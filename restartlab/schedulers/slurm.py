@@ -68,11 +68,16 @@ def job_fields(text):
 
 
 def parse_run_facts(job_text, nodes_text, since):
-    """What a requeued job's new run learns from Slurm (22.05 here, measured on the private Slurm):
-    `scontrol show job -o` gives Restarts (how many times it was requeued), StartTime (this run's),
-    SubmitTime (set anew when the job is requeued: the requeue's time) and EligibleTime (a requeued
-    job waits before it may start again); `sinfo -N -o '%N|%T|%E|%H'` gives each node's state, reason
-    and the reason's time: the nodes whose reason was set since `since` (went down, drained)."""
+    """What a requeued job's new run learns from Slurm (22.05 here, measured on the private Slurm).
+
+    `scontrol show job -o` gives:
+      - Restarts: how many times the job was requeued
+      - StartTime: this run's start
+      - SubmitTime: set anew when the job is requeued, so it is the requeue's time
+      - EligibleTime: a requeued job waits before it may start again
+
+    `sinfo -N -o '%N|%T|%E|%H'` gives each node's state, reason and the reason's time.
+    From it come the nodes whose reason was set since `since` (went down, drained)."""
     f = job_fields(job_text)
     restarts = int(f["Restarts"]) if f.get("Restarts", "").isdigit() else None
     changed = []
