@@ -66,7 +66,7 @@ def test_the_warm_stub_starts_on_the_standard_library_alone(tmp_path):
     """The stub a launcher starts per rank (python -m restartlab.runtime.warm stub): no pool here,
     so it starts the program cold through the exit recorder, having imported, beyond what a bare
     `python -c pass` imports on this machine (site and its .pth files), only the standard library
-    and its own: restartlab's package inits, the wire and its messages, the exit recorder, the launcher registry
+    and its own: restartlab's package inits, the wire and its messages, the signals it passes on, the exit recorder, the launcher registry
     (the rank's number) and the contracts they read (`-X importtime`). The recorder alone, which
     starts before every cold rank, imports the same but the warm package."""
     _, bare = _imports(["-c", "pass"])
@@ -79,7 +79,8 @@ def test_the_warm_stub_starts_on_the_standard_library_alone(tmp_path):
                 "restartlab.contracts.rank_exit", "restartlab.contracts.registry"}
     ours = {m for m in imported if m.split(".")[0] == "restartlab"}
     assert ours == recorder | {"restartlab.runtime.warm", "restartlab.runtime.warm.stub", "restartlab.runtime.warm.wire",
-                               "restartlab.contracts.placeholders", "restartlab.contracts.warm_messages"}, sorted(ours)
+                               "restartlab.contracts.placeholders", "restartlab.contracts.signals",
+                               "restartlab.contracts.warm_messages"}, sorted(ours)
     others = sorted(m for m in imported - bare - ours if m.split(".")[0] not in sys.stdlib_module_names)
     assert others == [], others
     r, imported = _imports(["-m", "restartlab.runtime.rankexit", "--dir", str(tmp_path / "att2"), "--",

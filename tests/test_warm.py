@@ -137,6 +137,53 @@ def test_death_by_a_signal_is_mirrored(pool, sig):
     assert p.returncode == -sig
 
 
+# a program that counts the TERMs it gets (a line each), forks a child that counts its own, and waits
+COUNTS_TERMS = """import os, signal, sys, time
+out = sys.argv[1]
+def count(who):
+    signal.signal(signal.SIGTERM, lambda s, f: open(out, "a").write(who + "\\n"))
+r, w = os.pipe()
+if os.fork() == 0:
+    count("child")
+    os.write(w, b"1")  # its handler is in place
+    while True:
+        time.sleep(0.05)
+count("rank")
+os.read(r, 1)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_the_killers_term_reaches_a_warm_rank_once_and_its_children_too(pool, tmp_path):
+    """kill-ranks by the run's tag finds a warm rank twice: its stub (under the launcher) and the rank
+    the pool forked. The stub passes a catchable signal on to its rank. Before the fix the killer
+    signalled the rank as well, so each TERM reached it twice (a preemption's emergency checkpoint
+    handler ran twice). Now the killer leaves the rank to its stub, and still signals the rank's own
+    children, as it does a cold rank's. SIGKILL still goes to every process. Mutation: signal the
+    forked rank too (killer.signalled returning every pid) -> two "rank" lines per TERM."""
+    sb, tag = pool
+    got = tmp_path / "terms"
+    p = stub(sb, tag, COUNTS_TERMS, str(got))
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        rank = _log_pid(sb, p.pid, told=True)  # the stub knows its rank: a signal is passed on, not held
+        for n in (1, 2):
+            rec = killer.kill_ranks(tag, signal.SIGTERM)
+            assert {p.pid, rank} <= set(rec.pids) and rec.signal == "SIGTERM", rec  # both struck, by the receipt
+            _wait(lambda: got.exists() and got.read_text().count("rank") >= n and got.read_text().count("child") >= n,
+                  30, f"TERM {n} at the rank and its child")
+            time.sleep(1.0)  # a second copy, were one sent, is passed on by the stub within milliseconds
+            lines = got.read_text().split()
+            assert lines.count("rank") == n and lines.count("child") == n, lines
+        assert p.poll() is None  # the program chose to go on: the stub stands in for it still
+    finally:
+        rec = killer.kill_ranks(tag, signal.SIGKILL)
+        p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL and rank in rec.pids
+
+
 def test_a_silent_or_chatty_peer_cannot_hold_the_pool(pool):
     """A connection that sends nothing is dropped after the request timeout (10 s), and the stub
     queued behind it is served then: the pool does not hang on it."""

@@ -2,6 +2,10 @@
 for the injector, the killer, the scenario's validation and the tools' option tables."""
 import signal as _signal
 
+# the signals a warm rank's stub (runtime/warm/stub.py) passes on to the rank the standby pool forked:
+# the catchable ones a launcher or a scheduler sends to end or warn a rank
+FORWARDED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGUSR1, _signal.SIGUSR2, _signal.SIGQUIT)
+
 
 def parse_signal(name: object) -> int:
     """'KILL', 'SIGTERM', '9' -> the signal's number; ValueError for anything else."""

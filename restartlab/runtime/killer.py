@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple
 import psutil
 
 from .. import launchers, schedulers
+from ..tools import verbs
 from ..contracts import private, usage
 from ..contracts.envvars import SERVER_VAR, TAG_VAR, TOOL_VAR, node_name, tag_matches
 from ..contracts.receipts import Receipt
-from ..contracts.signals import parse_signal
+from ..contracts.signals import FORWARDED, parse_signal
 
 if TYPE_CHECKING:  # build_parser imports it when called
     import argparse
@@ -295,6 +296,37 @@ def _rank_roots(tag: str, others: Optional[Dict[int, str]] = None) -> List[int]:
     return forked or roots
 
 
+def _stub(cmdline: str) -> bool:
+    """A warm rank's stub (runtime/warm/stub.py): it stands in for a rank the standby pool forked."""
+    return f" {' '.join(verbs.module_argv('warm-pool'))} stub " in f" {cmdline} "
+
+
+def _forked_ranks(pids: Dict[int, str]) -> Set[int]:
+    """The processes among `pids` that a standby pool forked as ranks: its direct children (the pool's
+    environment names the pool's pid). A rank's own children are not among them."""
+    out = set()
+    for pid in pids:
+        server = _environ(pid).get(SERVER_VAR, "")
+        try:
+            if server.isdigit() and psutil.Process(pid).ppid() == int(server):
+                out.add(pid)
+        except _GONE:
+            pass
+    return out
+
+
+def signalled(procs: Dict[int, str], sig: int) -> List[int]:
+    """Which of the struck processes get `sig` from the killer. A warm rank is found twice: its stub
+    (under the launcher) and the rank the pool forked. The stub passes a catchable signal on to its
+    rank, so for those signals the forked rank is left to its stub. Signalled here as well, it got
+    each one twice, and a preemption's handler ran twice. The rank's own children get it here, as a
+    cold rank's do. SIGKILL and SIGSTOP go to every process: a stub cannot pass those on."""
+    if sig not in FORWARDED or not any(_stub(c) for c in procs.values()):
+        return sorted(procs)
+    forked = _forked_ranks(procs)
+    return sorted(p for p in procs if p not in forked)
+
+
 def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = False, one: bool = False,
                job: Optional[str] = None, standby: bool = False) -> Receipt:
     """Signal this node's ranks (by `tag`, else of the batch job `job`, default this one) and
@@ -319,7 +351,7 @@ def kill_ranks(tag: Optional[str], sig: int = _signal.SIGKILL, dry_run: bool = F
         procs = targets(tag, unreadable=unreadable, others=others, standby=standby, trees=trees)
     errors: Dict[str, str] = {}
     if not dry_run:
-        for pid in procs:
+        for pid in signalled(procs, sig):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:

@@ -13,12 +13,13 @@ import time
 from .. import pystdio
 from ..rankexit import die_with_parent
 from ...contracts import layout, pycmd
+from ...contracts.signals import FORWARDED
 from ...contracts.envvars import ATTEMPT_VAR, PHASE_VAR, SERVER_VAR, TAG_VAR, WARM_VAR, node_name
 from ...contracts.frozen_imports import frozen_imports
 from ...contracts.served import Served
 from ...tools import verbs
 from ...contracts.warm_messages import Ended, Refused, Started
-from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_request, send_msg, unix_path
+from .wire import SOCKET_NAME, PoolError, node_dir, recv_request, send_msg, unix_path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:

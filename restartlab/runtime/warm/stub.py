@@ -2,9 +2,11 @@
 starts in a rank's place: it hands its argv, environment, working directory and standard fds to
 the node's pool, stands in for the rank it forks (signals forwarded, its exit status mirrored), and
 starts the program cold itself (through the exit recorder) when no pool can take it. It records the
-rank's end (contracts.rank_exit) as the exit recorder records a cold rank's. Standard library,
-`wire` and the recorder only (and the verbs' names, standard library too, when a program of yours
-starts cold through rankenv)."""
+rank's end (contracts.rank_exit) as the exit recorder records a cold rank's. The stub is what
+passes a catchable signal on to its rank: restartlab's killer finds both and leaves those signals
+to the stub (killer.signalled). Standard library, the shared contracts, `wire` and the recorder
+only (and the verbs' names, standard library too, when a program of yours starts cold through
+rankenv)."""
 import os
 import signal
 import socket
@@ -12,9 +14,10 @@ import sys
 from typing import TYPE_CHECKING, List, Optional
 
 from .. import rankexit
+from ...contracts.signals import FORWARDED
 from ...contracts.envvars import node_name
 from ...contracts.warm_messages import Refused, Request
-from .wire import FORWARDED, SOCKET_NAME, PoolError, node_dir, recv_end, recv_reply, send_msg, unix_path
+from .wire import SOCKET_NAME, PoolError, node_dir, recv_end, recv_reply, send_msg, unix_path
 
 if TYPE_CHECKING:
     import argparse

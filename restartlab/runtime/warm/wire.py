@@ -11,7 +11,6 @@ import array
 import contextlib
 import json
 import os
-import signal
 import socket
 import struct
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
@@ -22,7 +21,6 @@ from ...contracts.warm_messages import (Ended, Message, Refused, Request, Starte
 from ...contracts.placeholders import NODE_TOKEN, fill
 
 SOCKET_NAME = "pool.sock"
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
 _HDR = struct.Struct("!I")
 
 
