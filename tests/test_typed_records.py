@@ -1,6 +1,7 @@
 """The records typed in #64 (contracts/receipts, smoke, ft_records; job/probe): one writer each, one tolerant
 reader, and the JSON they write as it was before they were typed."""
 import json
+import os
 
 import pytest
 
@@ -136,6 +137,15 @@ def test_the_jobs_ids_before_any_job_ran(tmp_path):
         jobslog.job_ids(str(tmp_path))  # neither file: the callers say they cannot read the jobs
     open(e.jobid, "w").write("8.srv\n")
     assert jobslog.job_ids(str(tmp_path)) == ["8.srv"]  # submitted, not started
+    open(e.jobs, "w").write('{"job": "8.s')  # its first run's line, caught half-way: the id file still names it
+    assert jobslog.job_ids(str(tmp_path)) == ["8.srv"]
+    open(e.jobs, "a").write('rv", "start": 1}\n')  # the line finished
+    jobslog.append(e.jobs, jobslog.JobLine("9.srv", submitted_by="8.srv", time=1.0))
+    assert jobslog.job_ids(str(tmp_path)) == ["8.srv", "9.srv"]
+    os.unlink(e.jobs)
+    os.mkdir(e.jobs)  # a log that cannot be opened is an error, not "no jobs" (a directory: root too)
+    with pytest.raises(IsADirectoryError):
+        jobslog.job_ids(str(tmp_path))
 
 
 # trainer.program's adapter spec as the job script carried it before the type (render.program_json)
@@ -421,3 +431,20 @@ def test_the_summarys_jobs_write_the_dicts_they_were_and_read_back(tmp_path):
     assert Summary.read(path).jobs == jobs
     assert jobs_markdown(jobs).splitlines()[-2:] == ["- job 7.pbs: failed, exit status 1 (exit code 1)",
                                                      "- job 8.pbs: running"]
+
+
+def test_cancel_of_an_experiment_whose_files_name_no_job_is_an_error(tmp_path, monkeypatch):
+    """`restartlab cancel EXPT` (and status) when the job id file is empty and the jobs log holds
+    only a line caught half-way: an error naming both files, not a silent exit 0 with the job left
+    running (job_ids reads the log tolerantly, so it returns no id)."""
+    from restartlab.contracts import layout
+    from restartlab.job import jobref
+    e = layout.Expt(str(tmp_path))
+    open(e.jobid, "w").close()
+    open(e.jobs, "w").write('{"job": "8.s')
+    monkeypatch.setattr(jobref, "experiment_scheduler", lambda d: "pbs")
+    with pytest.raises(jobref.RefError, match="no job id in .*jobid.* or .*jobs"):
+        jobref.resolve([str(tmp_path)])
+    open(e.jobid, "w").write("8.srv\n")
+    sched, ids, local = jobref.resolve([str(tmp_path)])
+    assert ids == ["8.srv"] and sched.name == "pbs" and not local

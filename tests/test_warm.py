@@ -221,6 +221,27 @@ def test_a_pool_that_dies_before_its_forked_rank_first_runs_takes_the_rank_with_
     assert p.returncode == 137 and "standby pool died" in err, err
 
 
+@pytest.mark.parametrize("pool", ["child_start=2"], indirect=True)
+def test_a_term_passed_on_before_the_forked_child_becomes_the_rank_is_not_lost(pool):
+    """Fault point: the forked child waits 2 s before it becomes the rank, while the stub already
+    knows its pid. A TERM the stub passes on in that window reached the pool's own handler, still
+    the child's, which only marks a pool stopping: the rank then ran as if never signalled. The
+    pool now forks with the passed-on signals blocked, and the child unblocks them once the rank's
+    own dispositions are set, so the TERM ends it as it ends a cold rank that early (mutation: no
+    block -> the program runs, prints "ran" and sleeps, and this test times out)."""
+    sb, tag = pool
+    p = stub(sb, tag, "import time; print('ran', flush=True); time.sleep(600)")
+    try:
+        _log_pid(sb, p.pid, told=True)  # the child is in its 2 s wait
+        p.send_signal(signal.SIGTERM)  # as the launcher or the killer would
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            killer.kill_ranks(tag)
+            p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGTERM and "ran" not in out, (p.returncode, out, err)
+
+
 @pytest.mark.parametrize("pool", ["before_reply=3"], indirect=True)
 def test_a_signal_that_reaches_the_stub_before_it_knows_its_rank_is_forwarded(pool, tmp_path):
     """The pool forks, logs the rank, then (fault point) waits 3 s before telling the stub its pid:

@@ -43,16 +43,20 @@ def append(path: str, line: JobLine) -> None:
 
 
 def job_ids(expt_dir: str) -> List[str]:
-    """Every batch job that worked on an experiment, in order: its jobs log (each run writes a
-    line; a chain adds its continuations), else the id `restartlab submit` wrote (submitted, not
-    started yet). The log is read by `read`, so a line a job script is still writing is passed
-    over, not an error. OSError when neither file can be read."""
+    """Every batch job that worked on an experiment, in order: the id `restartlab submit` wrote (the
+    first job, known before it starts), then its jobs log's (each run writes a line; a chain adds
+    its continuations). The log is read by `read`, so a line a job script is still writing is passed
+    over, not an error. OSError when neither file is there, or the log cannot be opened; [] when
+    both hold no id (the callers say so)."""
     expt = layout.Expt(expt_dir)
-    if os.path.exists(expt.jobid) and not os.path.exists(expt.jobs):
+    if not os.path.exists(expt.jobid) and not os.path.exists(expt.jobs):
+        raise FileNotFoundError(errno.ENOENT, "no job id file and no jobs log", expt.jobs)
+    ids = []
+    if os.path.exists(expt.jobid):
         with open(expt.jobid) as f:
-            ids = [line.strip() for line in f if line.strip()]
-    elif os.path.exists(expt.jobs):
-        ids = [r.job for r in read(expt.jobs)]
-    else:
-        raise FileNotFoundError(errno.ENOENT, "no jobs log and no job id", expt.jobs)
+            ids += [line.strip() for line in f if line.strip()]
+    if os.path.exists(expt.jobs):
+        with open(expt.jobs):  # one we may not open is an error, not "no jobs" (read() passes over it)
+            pass
+        ids += [r.job for r in read(expt.jobs)]
     return list(dict.fromkeys(ids))

@@ -55,9 +55,12 @@ def resolve(refs: List[str], scheduler: Optional[str] = None) -> Tuple[Optional[
                 continue
             names.add(scheduler or name)
             try:
-                ids += [j for j in jobslog.job_ids(x) if j not in ids]
+                found = jobslog.job_ids(x)
             except (OSError, ValueError) as e:
                 raise RefError(f"{x}: cannot read the experiment's jobs ({e})")
+            if not found:  # both files there, neither with an id: nothing to cancel is not "cancelled"
+                raise RefError(f"{x}: no job id in {expt.jobid} or {expt.jobs}")
+            ids += [j for j in found if j not in ids]
             continue
         ids.append(x)
         if scheduler:

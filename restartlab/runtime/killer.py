@@ -323,6 +323,8 @@ def signalled(procs: Dict[int, str], sig: int) -> List[int]:
     cold rank's do. SIGKILL and SIGSTOP go to every process: a stub cannot pass those on."""
     if sig not in FORWARDED or not any(_stub(c) for c in procs.values()):
         return sorted(procs)
+    # every forked rank is left out, not only those whose stub is here: a rank's stub lives as long as
+    # the rank (the pool SIGKILLs a rank whose stub hangs up), so a rank without one is already ending
     forked = _forked_ranks(procs)
     return sorted(p for p in procs if p not in forked)
 

@@ -133,6 +133,9 @@ def become(req: RankJob, fds: List[int], pool_pid: int, close: List[int]) -> Non
             signal.signal(s, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as a fresh interpreter has it
+        # the pool forked with these blocked (Pool.serve): one sent since then is delivered now, to the
+        # rank's own dispositions, as it would reach a cold rank this early (not to the pool's handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         for fd in close:
             try:
                 os.close(fd)
@@ -335,16 +338,23 @@ class Pool:
         # the pool's pid, taken before the fork: the child's own getppid() is the reaper's when the
         # pool died before the child first ran, and become()'s check after its prctl would pass
         me = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            # the child never comes back into this code: an exception that escaped become() would
-            # unwind through the pool's frames, and serve_main's finally would remove the pool's
-            # directory (#49: a rank whose streams broke when its stub was struck did, on PBS)
-            try:
-                time.sleep(self.delay.child_start)
-                become(job, fds, me, close)
-            finally:
-                os._exit(1)
+        # the stub passes signals on from the moment it knows the pid, which can be before the child
+        # has dropped the pool's handlers (which only mark the pool stopping): blocked until it has
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                # the child never comes back into this code: an exception that escaped become() would
+                # unwind through the pool's frames, and serve_main's finally would remove the pool's
+                # directory (#49: a rank whose streams broke when its stub was struck did, on PBS)
+                try:
+                    time.sleep(self.delay.child_start)
+                    become(job, fds, me, close)
+                finally:
+                    os._exit(1)
+        finally:
+            if os.getpid() == me:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
