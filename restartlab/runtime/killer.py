@@ -306,11 +306,12 @@ def _forked_ranks(pids: Dict[int, str]) -> Set[int]:
     environment names the pool's pid). A rank's own children are not among them."""
     out = set()
     for pid in pids:
-        server = _environ(pid).get(SERVER_VAR, "")
         try:
-            if server.isdigit() and psutil.Process(pid).ppid() == int(server):
+            p = psutil.Process(pid)
+            server = p.environ().get(SERVER_VAR, "")
+            if server.isdigit() and p.ppid() == int(server):
                 out.add(pid)
-        except _GONE:
+        except (psutil.Error, OSError):
             pass
     return out
 

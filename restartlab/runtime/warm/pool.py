@@ -341,20 +341,21 @@ class Pool:
         # the stub passes signals on from the moment it knows the pid, which can be before the child
         # has dropped the pool's handlers (which only mark the pool stopping): blocked until it has
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        pid = -1
         try:
             pid = os.fork()
-            if pid == 0:
-                # the child never comes back into this code: an exception that escaped become() would
-                # unwind through the pool's frames, and serve_main's finally would remove the pool's
-                # directory (#49: a rank whose streams broke when its stub was struck did, on PBS)
-                try:
-                    time.sleep(self.delay.child_start)
-                    become(job, fds, me, close)
-                finally:
-                    os._exit(1)
         finally:
-            if os.getpid() == me:
+            if pid != 0:  # the parent (or no fork): the pool's own mask back; become() unblocks the child's
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if pid == 0:
+            # the child never comes back into this code: an exception that escaped become() would
+            # unwind through the pool's frames, and serve_main's finally would remove the pool's
+            # directory (#49: a rank whose streams broke when its stub was struck did, on PBS)
+            try:
+                time.sleep(self.delay.child_start)
+                become(job, fds, me, close)
+            finally:
+                os._exit(1)
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
