@@ -258,6 +258,33 @@ def test_a_signal_that_reaches_the_stub_before_it_knows_its_rank_is_forwarded(po
     assert p.returncode == 7 and "TERM" in out, (out, err)
 
 
+@pytest.mark.parametrize("pool", ["before_refusal=3"], indirect=True)
+def test_a_signal_held_for_a_rank_the_pool_then_refuses_ends_that_rank(pool, tmp_path):
+    """The pool refuses the rank (an interpreter option it cannot run: -X dev), then (fault point)
+    waits 3 s before it tells the stub. A TERM the launcher sends the stub in that window is held for
+    the rank. A cold rank signalled that early has no handler yet and dies of it, so the stub does
+    too, before it starts the program, and records that end as the rank's (mutation: the held
+    signal dropped -> the program starts cold, prints "ran" and sleeps, and this test times out)."""
+    sb, tag = pool
+    attempt = tmp_path / "attempt"
+    argv = [PY, "-m", "restartlab.runtime.warm", "stub", "--dir", sb.dir, "--attempt-dir", str(attempt), "--",
+            PY, "-X", "dev", "-c", "import time; print('ran', flush=True); time.sleep(600)"]
+    p = subprocess.Popen(argv, env=dict(os.environ, RESTARTLAB_JOB_TAG=tag), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        _wait(lambda: "a request refused" in open(sb.log_path).read(), what="the pool to refuse the rank")
+        p.send_signal(signal.SIGTERM)  # as the launcher or the killer would
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            killer.kill_ranks(tag)
+            p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGTERM and "ran" not in out, (p.returncode, out, err)
+    assert "standby pool not usable" in err and "SIGTERM arrived before the rank started" in err, err
+    ends = [json.load(open(f)) for f in layout.Attempt(str(attempt)).rank_exits()]
+    assert [(e["signal"], e["exit_code"], e["pid"]) for e in ends] == [(signal.SIGTERM, None, p.pid)], ends
+
+
 def test_a_killed_stub_takes_its_rank_with_it(pool, tmp_path):
     sb, tag = pool
     p = stub(sb, tag, "import time; time.sleep(600)")

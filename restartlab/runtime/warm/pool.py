@@ -225,7 +225,8 @@ def _threads() -> int:
 
 
 REQUEST_TIMEOUT_S = 10.0  # a stub sends its request at once; the pool waits no longer for one
-TESTPOINT_VAR = "RESTARTLAB_WARM_TESTPOINT"  # tests: "before_fork=S,before_reply=S,child_start=S" (seconds of delay)
+# tests: "before_fork=S,before_reply=S,child_start=S,before_refusal=S" (seconds of delay)
+TESTPOINT_VAR = "RESTARTLAB_WARM_TESTPOINT"
 
 
 class Delays(NamedTuple):
@@ -233,6 +234,7 @@ class Delays(NamedTuple):
     before_fork: float = 0.0
     child_start: float = 0.0
     before_reply: float = 0.0
+    before_refusal: float = 0.0
 
 
 def _testpoints(text: str) -> Delays:
@@ -320,6 +322,7 @@ class Pool:
             run, target, args, unbuffered = split_python(req.argv, self.python)
         except (PoolError, ValueError, OSError) as e:
             _log(f"a request refused: {type(e).__name__}: {e}")  # the stub starts its rank cold: say why
+            time.sleep(self.delay.before_refusal)
             try:
                 send_msg(conn, Refused(str(e)))
             except OSError:

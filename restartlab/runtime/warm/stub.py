@@ -59,6 +59,8 @@ def stub_main(a: "argparse.Namespace") -> int:
         print(f"restartlab warm stub: standby pool not usable ({e}; {os.path.join(node_dir(a.dir), SOCKET_NAME)} "
               f"on {node_name()}): starting the program cold", file=sys.stderr, flush=True)
         sock.close()
+        if pending:  # a signal the stub held for a rank that never started
+            return _signalled_before_start(pending[0], a.attempt_dir)
         if a.rankenv:  # the cold rank gets its variables as any cold rank does
             from ...tools import verbs
             argv = verbs.argv(sys.executable, "rankenv", "--", *argv)
@@ -85,3 +87,15 @@ def stub_main(a: "argparse.Namespace") -> int:
     if a.attempt_dir:
         rankexit.record(a.attempt_dir, rank[0], status, "restartlab warm stub")
     return rankexit.end_as(status)  # die as the rank died: the launcher reports the same
+
+
+def _signalled_before_start(sig: int, attempt_dir: Optional[str]) -> int:
+    """The stub held `sig` for its rank, and then the pool refused the rank. A cold rank signalled
+    that early has not set its handlers yet, so the signal ends it. The stub ends the same way, and
+    records that end as the rank's. Starting the program cold without the signal would lose it: a
+    preemption's TERM would go unanswered."""
+    print(f"restartlab warm stub: {signal.Signals(sig).name} arrived before the rank started: "
+          "the rank ends of it, as a cold rank would", file=sys.stderr, flush=True)
+    if attempt_dir:
+        rankexit.record(attempt_dir, os.getpid(), sig, "restartlab warm stub")
+    return rankexit.end_as(sig)  # a waitpid status of `sig` is the signal's number
