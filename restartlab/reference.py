@@ -1,12 +1,18 @@
-"""Reference pages generated from the code, never copied by hand: the scenario keys from the
-schema (scenario/schema.py), the command line from the verbs' argparse parsers, the adapters and the
-failure kinds from their registries, the experiment directory from layout.py.
+"""Reference pages generated from the code, never copied by hand.
+
+Each page has one source:
+- the scenario keys: the schema (scenario/schema.py);
+- the command line: the verbs' argparse parsers;
+- the adapters and the failure kinds: their registries;
+- the experiment directory: layout.py.
+
+Usage:
 
     python -m restartlab.reference docs/reference           # (re)write the pages
     python -m restartlab.reference docs/reference --check   # exit 1 naming every stale page
 
-tests/test_reference.py runs the check, so a change to the code that the committed pages do not
-show fails the suite."""
+The check runs in tests/test_reference.py. So a change to the code that the committed pages do
+not show fails the suite."""
 import argparse
 import inspect
 import os
@@ -48,6 +54,28 @@ def markdown(doc: str) -> List[str]:
     for block in blocks:
         out += ([""] if out else []) + block
     return out
+
+
+PLACEHOLDER = re.compile(r"<([A-Za-z_][\w.\-]*)>")  # <N>, <expt>, (?P<step>...): read as HTML tags
+CODE_SPAN = re.compile(r"(`+)(?:.+?)\1")
+
+
+def escape_placeholders(page: str) -> str:
+    """A page's `<name>` placeholders as text. Markdown passes `<N>` through as an HTML tag, and the
+    browser then shows nothing: `checkpoint-<N>` read `checkpoint-`, and the heading `<expt>/` read
+    `/`. Code blocks and code spans show them as they are, so they are left alone."""
+    out, fenced = [], False
+    for line in page.split("\n"):
+        if line.startswith("```"):
+            fenced = not fenced
+        if not fenced and not line.startswith("```"):
+            parts, last = [], 0
+            for m in CODE_SPAN.finditer(line):
+                parts += [PLACEHOLDER.sub(r"&lt;\1&gt;", line[last:m.start()]), m.group(0)]
+                last = m.end()
+            line = "".join(parts) + PLACEHOLDER.sub(r"&lt;\1&gt;", line[last:])
+        out.append(line)
+    return "\n".join(out)
 
 
 def _cell(text) -> str:
@@ -182,9 +210,10 @@ def _flat(prefix: str, v, out: List[tuple]) -> None:
 
 
 SE, LOAD = "save_efficiency", "efficiency"
-# the figures against their floors and targets (the benchmarks issue): (label, benchmark, the
-# measured figure's path, its unit, the floor's path and what it is, the ratio's path, the target:
-# (on "ratio" or "measured", "<=" or ">=", bound) or None, a note)
+# The figures against their floors and targets (the benchmarks issue). A row is (label, bench,
+# meas, unit, floor, floor_what, ratio, target, note). `meas` is the measured figure's path, in
+# `unit`. `floor` is the floor's path, and `floor_what` says what the floor is. `ratio` is the
+# ratio's path. `target` is (on "ratio" or "measured", "<=" or ">=", bound), or None.
 TARGETS = [
     ("async stall", "async_ckpt", ("medians", "async_stall"), "s", ("medians", "floor"), "copy into host buffers",
      ("floor_ratio",), ("ratio", "<=", 2.0), ""),
@@ -380,7 +409,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     stale = []
     for name, make in PAGES.items():
-        text = HEADER + make()
+        text = HEADER + escape_placeholders(make())
         path = os.path.join(a.outdir, name)
         try:
             with open(path) as f:
