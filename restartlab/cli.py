@@ -13,10 +13,12 @@ if TYPE_CHECKING:
 
 
 def _loaded(module: str, name: str) -> tuple:
-    """(the class `name` of `module`,) if that module was imported, else (): an except clause
-    over it catches nothing when the verb never loaded it (nothing could have raised it). So the
-    verbs a job script runs many times (supervise, inject, kill-ranks, report) start without the
-    scenario package, preflight, fuzz and Jinja (tests/test_cli_start.py)."""
+    """The one-tuple (class `name` of `module`,) if that module was imported, else ().
+
+    An except clause over () catches nothing. That is right when the verb never loaded the
+    module: nothing in it could have raised. So the verbs a job script runs many times (supervise,
+    inject, kill-ranks, report) start without the scenario package, preflight, fuzz and Jinja
+    (tests/test_cli_start.py)."""
     m = sys.modules.get(f"{__package__}.{module}")
     return (getattr(m, name),) if m else ()
 
@@ -430,8 +432,9 @@ def _no_args(sp):
     """A verb with a parser of its own (main() hands it its arguments unparsed)."""
 
 
-# every verb in --help's order: its one-line help and what adds its arguments (the module behind
-# them imported only when that verb's parser is built); add_help False: the verb's own parser answers
+# Every verb in --help's order, with its one-line help and the function that adds its arguments.
+# The module behind those arguments is imported only when that verb's parser is built.
+# add_help is False for a verb with its own parser: that parser answers --help.
 VERB_ARGS = {
     "validate": ("check scenarios against the schema", _args_validate),
     "render": ("print (or -o write) the job script", _args_render),
@@ -459,8 +462,10 @@ OWN_PARSER = ("kill-ranks", "node-check", "simulate")
 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
-    """The command line's parser: every verb, or with `only`, every verb named and that one's
-    arguments alone (what main() parses with: a verb imports only its own modules)."""
+    """The command line's parser.
+
+    Without `only`, every verb gets its arguments. With `only`, every verb is named but only that
+    one gets its arguments. main() parses with the latter, so a verb imports only its own modules."""
     from . import __version__
     from .contracts import usage
     p = argparse.ArgumentParser(prog="restartlab", description=__doc__)

@@ -97,16 +97,20 @@ class Preempt(FailureKind):
 
 
 class NetworkKind(FailureKind):
-    """A node's link to the others taken down or capped, its ranks left alive and waiting (runtime/
-    netfault.py, on the struck node); undone by that node itself, whatever becomes of the job."""
+    """A node's link to the others, taken down or capped, while its ranks stay alive and wait.
+
+    runtime/netfault.py does it on the struck node. That node undoes it itself, whatever becomes
+    of the job."""
     host_fault = True
     signal = None
     needs = ("CAP_NET_ADMIN on the struck node (ip and tc as root: the job runs as root, or failures.root_cmd, "
              "e.g. 'sudo -n', may run them) and a job of 2 or more nodes on a scheduler")
 
     def nodes(self, n_hosts, node, rng):
-        """failures.node, else one chosen from the seed among the nodes but the first (where the
-        injector and the relaunch loop run: cutting it off would cut them off too)."""
+        """failures.node, else a node drawn from the seed, never the first.
+
+        The injector and the relaunch loop run on the first node, so cutting it off would cut
+        them off too."""
         if node is not None:
             return [node]
         return [rng.randrange(1, n_hosts) if n_hosts > 1 else 0]
@@ -185,8 +189,8 @@ def rate_bytes(text: str) -> float:
     return float(m.group(1)) * _RATE_BYTES[m.group(2).lower()]
 
 
-# the kinds a kill-anywhere fuzz may draw: each ends the attempt it strikes (a stall, a crawl or an error
-# a program may survive would leave the fuzz waiting for an attempt that never comes)
+# The kinds a kill-anywhere fuzz may draw. Each ends the attempt it strikes. A stall, a crawl or an
+# error that a program may survive would leave the fuzz waiting for an attempt that never comes.
 FUZZ_KINDS = ("kill", "node", "rank", "torn")
 TORN_SPAN = 1 << 20  # a fuzzed torn strike cuts at a byte drawn below this
 

@@ -1,15 +1,22 @@
-"""restartlab fuzz SCENARIO: kill anywhere, for any training program. One phase of the scenario
-(the first that checkpoints, or --phase) runs on this machine with --kills SIGKILLs, one per
-attempt, at random points reproducible from --seed: about half inside a save (a checkpoint being
-written, seen in the checkpoint dir by the program's adapter), the rest anywhere from the launch on,
-start-up included. Each kill is followed by a relaunch; the next attempt's outcome is judged as the
-report's "Did it survive?" section judges it (survival.py), against the scenario's baseline phase,
-which runs first (--no-baseline: not; --baseline-from EXPT_DIR: copied from an earlier experiment
-that ran the same command, as `restartlab run --baseline-from`).
+"""restartlab fuzz SCENARIO: kill anywhere, for any training program.
 
-Exit 0: every kill was survived as expected; 1: any finding (resumed from an incomplete or an
-older checkpoint, started over, crashed while loading, a crash loop, hung, did not finish, diverged
-from the baseline); 2: bad input. The table is printed and written to the experiment dir."""
+One phase of the scenario runs on this machine: the first that checkpoints, or --phase. It gets
+--kills SIGKILLs, one per attempt, at random points reproducible from --seed. About half land
+inside a save: a checkpoint being written, as the program's adapter sees it in the checkpoint dir.
+The rest land anywhere from the launch on, start-up included.
+
+Each kill is followed by a relaunch. The next attempt's outcome is judged as the report's "Did it
+survive?" section judges it (survival.py). The reference is the scenario's baseline phase, which
+runs first. --no-baseline skips it. --baseline-from EXPT_DIR copies it from an earlier experiment
+that ran the same command, as `restartlab run --baseline-from` does.
+
+Exit codes:
+- 0: every kill was survived as expected.
+- 1: any finding: resumed from an incomplete or an older checkpoint, started over, crashed while
+  loading, a crash loop, hung, did not finish, diverged from the baseline.
+- 2: bad input.
+
+The table is printed and written to the experiment dir."""
 import argparse
 import copy
 import dataclasses

@@ -1,13 +1,19 @@
-"""Launcher plug-ins: one class per MPI launcher, registered by name in LAUNCHERS. A launcher
-owns its argv (from ranks, layout and the ranks' environment), how it passes a host file, the
-variables its ranks find their rank / world size / local rank / local size in (the trainer reads
-them from here: this module never imports torch) and how it reports a rank killed by a signal.
+"""Launcher plug-ins: one class per MPI launcher, registered by name in LAUNCHERS.
 
-`rank_env` reaches the training ranks only (never the launcher's own environment), which is how
-the job tag stays off the launcher and the injector. Variables already in the launcher's
-environment (RESTARTLAB_LAUNCH_TS, MASTER_ADDR/PORT, and `forward`: the scenario's secrets, which
-are never written on a command line) are forwarded by each launcher's own mechanism: Hydra, PALS
-and srun (--export=ALL) pass the launcher's environment on; Open MPI needs `-x NAME`."""
+A launcher owns:
+- its argv, built from the ranks, the layout and the ranks' environment;
+- how it passes a host file;
+- the variables its ranks find their rank, world size, local rank and local size in (the trainer
+  reads them from here, and this module never imports torch);
+- how it reports a rank killed by a signal.
+
+`rank_env` reaches the training ranks only, never the launcher's own environment. That is how the
+job tag stays off the launcher and the injector.
+
+Each launcher forwards the variables already in its own environment by its own mechanism. They are
+RESTARTLAB_LAUNCH_TS, MASTER_ADDR/PORT and `forward`, the scenario's secrets, which are never
+written on a command line. Hydra, PALS and srun (--export=ALL) pass the launcher's environment on.
+Open MPI needs `-x NAME`."""
 import os
 import random
 import re
@@ -152,8 +158,8 @@ class Srun(Launcher):
     local_size_vars = ("SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE")  # the latter: "2(x2)"
 
     def matches(self, env):
-        # the batch script and what it starts directly carry SLURM_PROCID=0 too, but no step id
-        # (measured on the private Slurm): only a task of an srun step is an srun rank
+        # The batch script, and what it starts directly, carry SLURM_PROCID=0 too, but no step id
+        # (measured on the private Slurm). Only a task of an srun step is an srun rank.
         return self.rank_var in env and ("SLURM_STEP_ID" in env or "SLURM_STEPID" in env)
 
     def argv(self, nodes, ppn, rank_env, cpu_bind=None, depth=None, hostfile=None, forward=()):
@@ -211,12 +217,12 @@ def build(name, **kw) -> List[str]:
     return get(name).argv(**kw)
 
 
-# where a rendezvous port is drawn: below the kernel's ephemeral range, which every bind to port 0
-# (gloo's pair listeners, a TCPStore on port 0, this very check) and every outgoing connection takes
-# its ports from. A port picked from that range may be taken by any of them in the seconds between
-# the pick and rank 0's bind (seen in CI, 2026-12-04: rank 0 failed with EADDRINUSE, the other rank
-# connected to a stranger's listener and waited 15 minutes); below it, only another explicit pick
-# can collide.
+# A rendezvous port is drawn below the kernel's ephemeral range. Every bind to port 0 takes its
+# port from that range: gloo's pair listeners, a TCPStore on port 0, this very check. So does every
+# outgoing connection. Any of them may take a port picked from that range in the seconds between
+# the pick and rank 0's bind. CI saw it on 2026-12-04: rank 0 failed with EADDRINUSE, and the other
+# rank connected to a stranger's listener and waited 15 minutes. Below the range, only another
+# explicit pick can collide.
 PORT_FLOOR = 20000
 EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 
@@ -232,8 +238,10 @@ def ephemeral_range(path: str = EPHEMERAL_RANGE) -> Tuple[int, int]:
 
 
 def port_pool(path: str = EPHEMERAL_RANGE) -> Tuple[int, int]:
-    """The ports free_port draws from: [PORT_FLOOR, the ephemeral range's start), or above its end
-    when a site's range starts so low that too few are left below it."""
+    """The ports free_port draws from.
+
+    That is [PORT_FLOOR, the ephemeral range's start). When a site's range starts so low that too
+    few ports are left below it, it is the ports above the range's end."""
     lo, hi = ephemeral_range(path)
     if lo - PORT_FLOOR >= 1000:
         return PORT_FLOOR, lo - 1
@@ -243,10 +251,11 @@ def port_pool(path: str = EPHEMERAL_RANGE) -> Tuple[int, int]:
 
 
 def free_port(host: str = "", rng=None, pool: Optional[Tuple[int, int]] = None, tries: int = 100) -> int:
-    """A TCP port free right now on this host, for a rendezvous store, drawn at random from
-    port_pool() (outside the ephemeral range) and checked by binding it. Still a pick, not a
-    reservation: the trainer's rank 0 reports a port taken before its bind, and its peers refuse a
-    listener that is not rank 0's store (trainer/dist.py)."""
+    """A TCP port free right now on this host, for a rendezvous store.
+
+    It is drawn at random from port_pool(), outside the ephemeral range, and checked by binding it.
+    It is still a pick, not a reservation. The trainer's rank 0 reports a port taken before its
+    bind, and its peers refuse a listener that is not rank 0's store (trainer/dist.py)."""
     rng = rng or random.SystemRandom()
     lo, hi = pool or port_pool()
     for _ in range(tries):

@@ -13,10 +13,12 @@ from restartlab.contracts.trainer_options import STACKS_SIGNAL  # noqa: E402
 
 
 def stacks_on_signal():
-    """On STACKS_SIGNAL (sent to a hung attempt before the relaunch loop kills it) every thread's
-    Python stack goes to this process's stderr, the attempt's output. Registered before the heavy
-    imports, so a rank stuck in them answers too; again in main(): a warm restart's forked rank
-    writes to a stderr of its own."""
+    """Dump every thread's Python stack on STACKS_SIGNAL.
+
+    The relaunch loop sends this signal to a hung attempt before it kills it. The stacks go to
+    this process's stderr, the attempt's output. The handler is registered before the heavy
+    imports, so a rank stuck in them answers too. main() registers it again, because a warm
+    restart's forked rank writes to a stderr of its own."""
     faulthandler.register(signal.Signals["SIG" + STACKS_SIGNAL], all_threads=True)
 
 
@@ -106,8 +108,10 @@ def params_fingerprint(model, dist, world_size) -> str:
 
 
 class StopRequest:
-    """A preemption or walltime warning (SIGTERM by default; never SIGUSR1, which NCCL uses): the
-    handler only takes note; the training loop agrees on it across ranks after the current step."""
+    """A preemption or walltime warning.
+
+    The signal is SIGTERM by default, never SIGUSR1, which NCCL uses. The handler only takes
+    note. The training loop agrees on it across ranks after the current step."""
 
     def __init__(self, signame: str, rank: int):
         self.requested = False
@@ -117,9 +121,9 @@ class StopRequest:
         signal.signal(signal.Signals["SIG" + signame], self._handle)
 
     def _handle(self, signum, frame):
-        # the flag first: a second signal (a warm rank gets the TERM twice, from the killer and from
-        # its stub) can land while this one prints, and a print nested in a print raises
-        # "reentrant call inside BufferedWriter" (seen in CI: the rank died with exit 1, no checkpoint)
+        # Set the flag first. A second signal can land while this one prints: a warm rank gets the
+        # TERM twice, from the killer and from its stub. A print nested in a print raises
+        # "reentrant call inside BufferedWriter". CI saw this: the rank died with exit 1, no checkpoint.
         first, self.requested = not self.requested, True
         if first and self._rank == 0:
             print(f"[rank0] received SIG{self.signame}: emergency checkpoint after this step", flush=True)
@@ -134,9 +138,9 @@ class Job:
     when each start-up stage ended (the first row's startup/* breakdown)."""
 
     def __init__(self, a, info, t_launch):
-        # torch comes in without the cyclic collector, then frozen: 2.19 -> 1.78 CPU-s for one rank
-        # of the tiny model here (8 runs each way), as the first step's freeze does for the model
-        # (startup/import_s has held torch._dynamo since: build_s held it before, 2026-12-07)
+        # torch is imported without the cyclic collector, then frozen, as the first step's freeze
+        # does for the model. CPU time goes 2.19 -> 1.78 CPU-s for one rank of the tiny model here
+        # (8 runs each way). Since 2026-12-07 startup/import_s holds torch._dynamo. Before, build_s held it.
         with frozen_imports():
             import torch
             import torch._dynamo  # noqa: F401  (FSDP2's DTensor imports it at the first shard: here, with the rest)
@@ -214,12 +218,17 @@ class Job:
         self._build_model()  # a rejected load may have written into the model: start clean
 
     def _stage_dir(self):
-        """(where, fresh) for the async save's stage, or (None, False) to write straight to the
-        checkpoint dir: a given path is the stage dir (private to this user, or refused); `none`
-        means none; by default a fresh private directory with an unguessable name under /tmp
-        (restartlab.contracts.private), unless /tmp is on the checkpoint dir's own file system, where
-        staging adds a second full write and nothing else (bench/async_ckpt.py: save ->
-        .complete about 1.7x vanilla dcp.async_save staged, 1.1x direct)."""
+        """Pick the async save's stage dir.
+
+        Returns (where, fresh), or (None, False) to write straight to the checkpoint dir.
+
+        - A given path is the stage dir. It must be private to this user, or it is refused.
+        - `none` means no stage dir.
+        - By default it is a fresh private directory with an unguessable name under /tmp
+          (restartlab.contracts.private). This does not apply when /tmp is on the checkpoint dir's
+          own file system. There staging adds a second full write and nothing else. In
+          bench/async_ckpt.py, save -> .complete takes about 1.7x vanilla dcp.async_save staged,
+          1.1x direct."""
         from restartlab.trainer.ckpt_stage_dir import STAGE_PARENT
         a = self.a
         if a.ckpt_stage_dir:
@@ -263,10 +272,12 @@ class Job:
             self.ckpt.before_param_update()  # GPU: a save's staging copies have read the parameters
         self.optim.step()
         self.optim.zero_grad(set_to_none=True)
-        # one collective carries the loss, whether any rank was asked to stop (a preemption
-        # signal reaches the ranks at slightly different times: they must stop after the same step)
-        # and whether every rank's background save has finished (each rank's thread finishes at its
-        # own time: they take its result, and an abort, after the same step)
+        # One collective carries three values:
+        # - The loss.
+        # - Whether any rank was asked to stop. A preemption signal reaches the ranks at slightly
+        #   different times. They must stop after the same step.
+        # - Whether every rank's background save has finished. Each rank's thread finishes at its
+        #   own time. The ranks take its result, and an abort, after the same step.
         done = float(bool(self.ckpt and self.ckpt.save_done()))
         both = torch.stack([loss.detach(), torch.tensor(float(self.stop.requested), device=loss.device),
                             torch.tensor(done, device=loss.device)])
@@ -320,9 +331,10 @@ def train(job: Job, metrics) -> None:
             row[K.CKPT_INFLIGHT] = 1
         if step == job.start + 1:
             row.update(job.startup_row(time.time()))
-            # the model, optimizer state and torch's own ~300k objects are here for good: out of
-            # the collector's sight, so that a full collection (0.17 s with them, measured on
-            # rank 0 inside a save, every rank waiting at the next collective) never scans them
+            # The model, optimizer state and torch's own ~300k objects are here for good. Freeze
+            # them out of the collector's sight, so that a full collection never scans them. With
+            # them it takes 0.17 s, measured on rank 0 inside a save. Every rank waits for it at
+            # the next collective.
             gc.freeze()
         if job.ckpt and job.save_done:  # every rank's: they all take the result now
             row.update(job.ckpt.poll())

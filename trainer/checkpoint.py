@@ -1,29 +1,37 @@
 """Checkpointer: save / poll / load_newest / close, sync or async, over PyTorch DCP.
 
-Layout and marker protocol are `restartlab.contracts.ckptdir`'s: shards + .metadata + manifest.json, then
-`.complete` last and atomically. Only the newest directory with `.complete` is ever loaded.
+The layout and marker protocol are `restartlab.contracts.ckptdir`'s: shards + .metadata +
+manifest.json, then `.complete` last and atomically. Only the newest directory with `.complete` is
+ever loaded.
 
-sync   dcp.save on the training group straight into <ckpt>/step-N; per-file crc32 is computed
-       as the bytes are written (a hashing stream under DCP's FileSystemWriter).
-async  the training loop blocks only to copy each rank's state into host buffers allocated once
-       and reused (on a GPU it does not even wait for that: the copies are queued on a side
-       stream into pinned buffers and overlap the next forward/backward; `before_param_update`
-       makes the optimizer's stream wait for them, and the background thread waits for them
-       before it reads the buffers); one background thread per rank then runs dcp.save into the
-       node-local stage dir on a *dedicated* gloo group, copies its files to <ckpt> (tmp +
-       rename, crc on the fly), gathers every rank's file list on that same group from that same
-       thread, and rank 0 stamps `.complete`. Without a stage dir (`--ckpt-stage-dir none`,
-       "direct") the background dcp.save writes straight into <ckpt>/step-N: one write instead of
-       two; the torn files of a killed direct save lie in the durable dir without .complete, so
-       they are never loaded. The main thread never issues a collective for checkpointing while a
-       save is in flight; it only looks at its own future. At most one save is in flight.
+- sync: dcp.save runs on the training group straight into <ckpt>/step-N. The per-file crc32 is
+  computed as the bytes are written, by a hashing stream under DCP's FileSystemWriter.
+- async: the training loop blocks only to copy each rank's state into host buffers. These are
+  allocated once and reused. On a GPU the loop does not even wait for that. The copies are queued
+  on a side stream into pinned buffers and overlap the next forward/backward.
+  `before_param_update` makes the optimizer's stream wait for them. The background thread waits
+  for them before it reads the buffers. Then one background thread per rank does the rest, on a
+  *dedicated* gloo group. It runs dcp.save into the node-local stage dir. It copies its files to
+  <ckpt> (tmp + rename, crc on the fly). It gathers every rank's file list on that same group, from
+  that same thread. Then rank 0 stamps `.complete`.
 
-This module is the checkpointer the trainer calls, and the sync save. Beside it, each its own
-module: the async save (ckpt_async: the background write, copy, gather and mark), the steps every
-save takes around its write (ckpt_finish: the torn directory, the agreement on errors, the manifest
-and `.complete`), the stager (ckpt_staging: the host buffers and the GPU side stream), the stage dir
-(ckpt_stage_dir: private, agreed, removed), the retention policy (ckpt_retention: the prune behind
-the saves) and the selection of what to load (ckpt_select).
+Without a stage dir (`--ckpt-stage-dir none`, "direct"), the background dcp.save writes straight
+into <ckpt>/step-N. That is one write instead of two. The torn files of a killed direct save lie in
+the durable dir without .complete, so they are never loaded.
+
+The main thread never issues a collective for checkpointing while a save is in flight. It only
+looks at its own future. At most one save is in flight.
+
+This module is the checkpointer the trainer calls, and the sync save. Beside it, each in its own
+module, are:
+
+- the async save (ckpt_async): the background write, copy, gather and mark;
+- the steps every save takes around its write (ckpt_finish): the torn directory, the agreement on
+  errors, the manifest and `.complete`;
+- the stager (ckpt_staging): the host buffers and the GPU side stream;
+- the stage dir (ckpt_stage_dir): private, agreed, removed;
+- the retention policy (ckpt_retention): the prune behind the saves;
+- the selection of what to load (ckpt_select).
 """
 import os
 import time
@@ -143,8 +151,9 @@ class Checkpointer:
         return self._async.wait(timeout) if self._async else 0.0
 
     def close(self) -> dict:
-        """Exit path: wait for the last save (no truncated final checkpoint), then remove the
-        stage dir this run created, and wait for the last prune's deletions."""
+        """Exit path: wait for the last save, so that no final checkpoint is truncated.
+
+        Then remove the stage dir this run created, and wait for the last prune's deletions."""
         self.wait()
         if self._async:
             self._async.close()

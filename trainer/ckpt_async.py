@@ -1,10 +1,16 @@
-"""The async save (trainer/checkpoint.py's `mode="async"`): the loop blocks only to stage the state
-into host buffers (ckpt_staging.HostStager); one background thread per rank then runs dcp.save into
-the node's stage dir on a group of its own, copies the files to the checkpoint dir (tmp + rename, crc
-on the fly), gathers every rank's file list on that group from that thread, and rank 0 marks
-`.complete` (ckpt_finish.SaveSteps). Without a stage dir ("direct") dcp.save writes straight into
-the checkpoint dir. The main thread never issues a collective for checkpointing while a save is in
-flight; it only looks at its own future. At most one save is in flight."""
+"""The async save (trainer/checkpoint.py's `mode="async"`).
+
+The loop blocks only to stage the state into host buffers (ckpt_staging.HostStager). Then one
+background thread per rank does the rest, on a group of its own:
+
+- it runs dcp.save into the node's stage dir;
+- it copies the files to the checkpoint dir (tmp + rename, crc on the fly);
+- it gathers every rank's file list on that group, from that thread;
+- rank 0 marks `.complete` (ckpt_finish.SaveSteps).
+
+Without a stage dir ("direct"), dcp.save writes straight into the checkpoint dir. The main thread
+never issues a collective for checkpointing while a save is in flight. It only looks at its own
+future. At most one save is in flight."""
 import datetime
 import os
 import shutil
@@ -75,13 +81,14 @@ class AsyncSave:
         return row
 
     def _background_save(self, step, staged, t0, event=None):
-        """Runs on the checkpoint thread: stage-dir write, durable copy, gather, mark. Returns
-        (seconds to .complete, [errors]): a failed save is agreed on by every rank and cleaned up
-        here, never left half-done.
+        """Run on the checkpoint thread: stage-dir write, durable copy, gather, mark.
 
-        The step's stage directory is shared by the ranks of a node: only its owner (local
-        rank 0) cleans and creates it, and removes it, each time behind a collective on the
-        checkpoint group, so no rank ever removes what another may be using."""
+        Returns (seconds to .complete, [errors]). Every rank agrees on a failed save. It is cleaned
+        up here, never left half-done.
+
+        The ranks of a node share the step's stage directory. Only its owner (local rank 0) cleans
+        and creates it, and removes it. Each time, this happens behind a collective on the
+        checkpoint group. So no rank ever removes what another may be using."""
         stage_path = None if self.direct else ckptdir.step_path(self.stage_dir, step)
         dst = ckptdir.step_path(self.ckpt_dir, step)
         err = None
@@ -145,8 +152,10 @@ class AsyncSave:
         return err
 
     def _copy_to_durable(self, w, stage_path, dst, step):
-        """The staged files into the durable dir (tmp + fsync + rename each, crc on the way,
-        checked against the crc of the write); returns their manifest entries."""
+        """Copy the staged files into the durable dir and return their manifest entries.
+
+        Each file goes as tmp + fsync + rename, with its crc computed on the way. That crc is
+        checked against the crc of the write."""
         files = {}
         os.makedirs(dst, exist_ok=True)
         for i, name in enumerate(sorted(w.fs.files)):

@@ -1,15 +1,22 @@
 """python -m restartlab.trainer.ckpt_diff A B (`restartlab diff`): two checkpoints compared key by key.
 
-A checkpoint is a DCP directory (one holding `.metadata`: read whole into host memory through
-torch.distributed.checkpoint.format_utils.dcp_to_torch_save, no process group), a torch.save file,
-or a directory of torch.save files and safetensors (a framework's folder: Lightning's .ckpt,
-Accelerate's checkpoint_<K>/ with model.safetensors, optimizer.bin, random_states_<rank>.pkl, the
-Hugging Face Trainer's checkpoint-N/): its files are matched by name, and each file's keys are
-prefixed with it. Nested dicts and lists are flattened ("optimizer.state.0.exp_avg"). Tensors are
-equal when their dtype, shape and every element are (NaNs in the same places count as equal);
-anything else by ==. Prints what differs (max absolute difference, dtype or shape), what exists on one
-side only, and how many keys are equal; exit 0 when identical, 1 when they differ, 2 when one
-cannot be read."""
+A checkpoint is one of:
+
+- a DCP directory, one holding `.metadata`. It is read whole into host memory through
+  torch.distributed.checkpoint.format_utils.dcp_to_torch_save, with no process group.
+- a torch.save file.
+- a directory of torch.save files and safetensors: a framework's folder. Examples are Lightning's
+  .ckpt, Accelerate's checkpoint_<K>/ with model.safetensors, optimizer.bin,
+  random_states_<rank>.pkl, and the Hugging Face Trainer's checkpoint-N/. Its files are matched by
+  name, and each file's keys are prefixed with it.
+
+Nested dicts and lists are flattened ("optimizer.state.0.exp_avg"). Tensors are equal when their
+dtype, shape and every element are. NaNs in the same places count as equal. Anything else is
+compared by ==.
+
+It prints what differs (max absolute difference, dtype or shape), what exists on one side only, and
+how many keys are equal. It exits 0 when identical, 1 when they differ, 2 when one cannot be
+read."""
 import io
 import json
 import os

@@ -1,7 +1,13 @@
-"""The steps every save takes around its write, sync or async (trainer/checkpoint.py's and
-ckpt_async.py's): remove a torn directory before anybody writes, agree on every rank's error, and on
-rank 0 write the manifest, then `.complete` (atomic, last), then prune; after a failed save, remove
-its partial directory. The layout and the marker are `restartlab.contracts.ckptdir`'s."""
+"""The steps every save takes around its write, sync or async.
+
+Both trainer/checkpoint.py and ckpt_async.py use them. The steps are:
+
+- remove a torn directory before anybody writes;
+- agree on every rank's error;
+- on rank 0, write the manifest, then `.complete` (atomic, last), then prune;
+- after a failed save, remove its partial directory.
+
+The layout and the marker are `restartlab.contracts.ckptdir`'s."""
 import dataclasses
 import json
 import os

@@ -1,7 +1,9 @@
-"""Checkpoint bytes with their checksums: DCP's file system, writer and reader wrapped so that
-every shard's bytes and crc32 (and each item's, from the running crc at its two ends) are known as
-they are written, and every item is checked against manifest.json as it is read; the durable copy
-of a staged file; one-line descriptions of storage errors."""
+"""Checkpoint bytes with their checksums.
+
+This module wraps DCP's file system, writer and reader. As they are written, every shard's bytes
+and crc32 are known. So is each item's, from the running crc at its two ends. As they are read,
+every item is checked against manifest.json. The module also makes the durable copy of a staged
+file and gives one-line descriptions of storage errors."""
 import bisect
 import contextlib
 import errno
@@ -72,8 +74,10 @@ class HashingStream(io.RawIOBase):
 
 
 class HashingFileSystem(FileSystem):
-    """DCP's FileSystem, recording {file name: (bytes, crc32)} of every shard written, and the
-    running crc32 at every write boundary (from which each item's own crc32 follows)."""
+    """DCP's FileSystem that records {file name: (bytes, crc32)} of every shard written.
+
+    It also records the running crc32 at every write boundary. Each item's own crc32 follows from
+    these."""
 
     def __init__(self, on_first_write=None, step=-1, rank=-1, private=False):
         super().__init__()
@@ -86,8 +90,10 @@ class HashingFileSystem(FileSystem):
         self._step, self._rank = step, rank
 
     def mkdir(self, path):
-        """As DCP's (mkdir -p), with the test delay points inside: another rank may create the
-        directory between our attempt and our check; nobody may remove it."""
+        """Create the directory as DCP's mkdir does (mkdir -p), with the test delay points inside.
+
+        Another rank may create the directory between our attempt and our check. Nobody may
+        remove it."""
         path = str(path)
         delay("mkdir", self._step, self._rank)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -148,15 +154,18 @@ def _tensor_bytes(t):
 
 
 class ChecksummingWriter(dcp.FileSystemWriter):
-    """DCP's writer; each shard file's entry also lists [offset, length, crc32] of every item in
-    it, derived from the running crc at the item's two ends (no second pass over the bytes), and
-    in fmt "dcp" a fourth number where a contiguous tensor's bytes begin inside the item's zip
-    (see _tensor_record; VerifyingReader confirms it before it reads them into the model).
+    """DCP's writer that also lists a checksum for every item.
 
-    fmt "dcp": DCP's own layout (each tensor item a torch.save zip; plain dcp.load and torch's
-    format tools read it). fmt "raw": each tensor item is its bytes and nothing else, one file per
-    rank, DCP's planning, metadata and file names unchanged; only VerifyingReader reads it (the
-    dtype and shape come from DCP's metadata): no per-item torch.save/torch.load."""
+    Each shard file's entry lists [offset, length, crc32] of every item in it. The crc32 comes from
+    the running crc at the item's two ends, so there is no second pass over the bytes. In fmt "dcp"
+    a fourth number gives where a contiguous tensor's bytes begin inside the item's zip. See
+    _tensor_record. VerifyingReader confirms it before it reads the bytes into the model.
+
+    - fmt "dcp": DCP's own layout. Each tensor item is a torch.save zip. Plain dcp.load and
+      torch's format tools read it.
+    - fmt "raw": each tensor item is its bytes and nothing else, one file per rank. DCP's
+      planning, metadata and file names are unchanged. Only VerifyingReader reads it. It takes
+      the dtype and shape from DCP's metadata. There is no per-item torch.save/torch.load."""
 
     fmt = "dcp"
 
@@ -175,11 +184,12 @@ class ChecksummingWriter(dcp.FileSystemWriter):
         return fut
 
     def _tensor_record(self, item, planner, si):
-        """[offset in the item] of a contiguous tensor's bytes inside its torch.save zip (they lie
-        there in C order): the one write of exactly the chunk's size within the item at a
-        multiple of 64 (torch.save writes a record in one write, aligned to 64 bytes). The reader
-        checks the zip's header of that record before it trusts the offset. [] otherwise: the
-        reader takes DCP's road for that item."""
+        """Return [offset in the item] of a contiguous tensor's bytes inside its torch.save zip.
+
+        The bytes lie there in C order. The offset is that of the one write of exactly the chunk's
+        size within the item at a multiple of 64. Each record that torch.save writes is one write,
+        aligned to 64 bytes. The reader checks the zip's header of that record before it trusts
+        the offset. Otherwise return []. The reader then takes DCP's road for that item."""
         if item.type == WriteItemType.BYTE_IO:
             return []
         n = _chunk_nbytes(item.tensor_data.chunk.sizes, item.tensor_data.properties.dtype)
@@ -191,8 +201,10 @@ class ChecksummingWriter(dcp.FileSystemWriter):
         return found if len(found) == 1 else []
 
     def _write_raw(self, plan, planner):
-        """One file, the items in plan order: DCP's other values (BYTE_IO) as DCP serializes
-        them, tensors as their bytes; fsync; a WriteResult per item, as DCP's own writer."""
+        """Write the plan's items into one file, in plan order, and fsync it.
+
+        DCP's other values (BYTE_IO) go in as DCP serializes them. Tensors go in as their bytes.
+        Returns a WriteResult per item, as DCP's own writer does."""
         name = f"{plan.storage_data.prefix}0{DEFAULT_SUFFIX}"
         results = []
         with self.fs.create_stream(self.fs.concat_path(self.path, name), "wb") as stream:
@@ -226,8 +238,10 @@ class ChecksumError(ValueError):
 
 
 def describe_error(e: BaseException) -> str:
-    """One line: errno name, message and path for a storage error (also inside DCP's wrapper, and
-    behind torch.save's own error when the OSError came first, e.g. a full disk mid-zip)."""
+    """Describe a storage error in one line: errno name, message and path.
+
+    It finds the error inside DCP's wrapper too. It also finds it behind torch.save's own error
+    when the OSError came first, e.g. a full disk mid-zip."""
     if isinstance(e, dcp.api.CheckpointException) and e.failures:
         first = next(iter(e.failures.values()))
         e = first[0] if isinstance(first, tuple) else first
@@ -262,17 +276,21 @@ class VerifyingFileSystem(FileSystem):
 
 
 class VerifyingReader(dcp.FileSystemReader):
-    """DCP's reader; every item's bytes are read once, checked against the crc32 that
-    manifest.json lists for them, and only then parsed: a damaged shard never reaches torch.load.
+    """DCP's reader that checks every item before it parses it.
 
-    Tensor items go straight into the tensor DCP asks to fill when it takes the whole saved chunk
-    as laid out (else into a buffer, then narrowed and copied, as DCP does):
-    - fmt "raw": an item is the tensor's bytes; dtype and shape from DCP's metadata;
-    - fmt "dcp" with the record's offset in the manifest (restartlab's writer lists it for a
-      contiguous tensor): the zip's head and tail are read beside the record, the three checked
-      as one item, then the head must end with the zip header of that record and the tail begin
-      with its sizes (stored, the metadata's size); else, and for a manifest without the offset,
-      DCP's road: the item read whole and torch.load-ed."""
+    Every item's bytes are read once and checked against the crc32 that manifest.json lists for
+    them. Only then are they parsed, so a damaged shard never reaches torch.load.
+
+    A tensor item goes straight into the tensor DCP asks to fill when that takes the whole saved
+    chunk as laid out. Otherwise it goes into a buffer and is then narrowed and copied, as DCP does.
+
+    - fmt "raw": an item is the tensor's bytes. The dtype and shape come from DCP's metadata.
+    - fmt "dcp" with the record's offset in the manifest: restartlab's writer lists the offset
+      for a contiguous tensor. The zip's head and tail are read beside the record. The three are
+      checked as one item. Then the head must end with the zip header of that record. The tail
+      must begin with its sizes (stored, the metadata's size).
+    - When these checks fail, and for a manifest without the offset, the reader takes DCP's road.
+      The item is read whole and torch.load-ed."""
 
     def __init__(self, path, manifest):
         super().__init__(path)
@@ -364,8 +382,10 @@ class VerifyingReader(dcp.FileSystemReader):
         return True
 
     def _fill(self, f, sinfo, at, t):
-        """Read item bytes [at, at + t's size) into the contiguous CPU tensor t and the rest of the
-        item (head, tail) as bytes; check the three against the item's crc32 as one."""
+        """Read item bytes [at, at + t's size) into the contiguous CPU tensor t.
+
+        The rest of the item (head, tail) is read as bytes. The three are checked against the
+        item's crc32 as one."""
         mv = _tensor_bytes(t)
         f.seek(sinfo.offset)
         head = f.read(at)
@@ -378,10 +398,12 @@ class VerifyingReader(dcp.FileSystemReader):
 
     @staticmethod
     def _record_is(head, n, tail):
-        """Whether the (checked) head of an item's zip ends with the local header of a stored,
-        uncompressed record of n bytes named .../data/0: the tensor's storage, right where the
-        manifest says. Zip's local file header and data descriptor (PKWARE APPNOTE 4.3.7, 4.3.9):
-        torch.save sets flag bit 3, so the sizes follow the record (32- or 64-bit) in the tail."""
+        """Whether the (checked) head of an item's zip ends with the local header of the tensor.
+
+        The header must be that of a stored, uncompressed record of n bytes named .../data/0. That
+        is the tensor's storage, right where the manifest says. See zip's local file header and
+        data descriptor (PKWARE APPNOTE 4.3.7, 4.3.9). Since torch.save sets flag bit 3, the sizes
+        follow the record (32- or 64-bit) in the tail."""
         at = head.rfind(b"PK\x03\x04")
         if at < 0 or len(head) - at < 30:
             return False

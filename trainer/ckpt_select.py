@@ -1,7 +1,8 @@
-"""What to load: the newest complete checkpoint that every rank reads without error, falling back
-to older ones. Rank 0 lists the candidates (complete, the manifest matching the files' sizes) and
-broadcasts them; each rank verifies every item's checksum as it reads (ckpt_io.VerifyingReader);
-all ranks agree on the verdict before moving on."""
+"""What to load: the newest complete checkpoint that every rank reads without error.
+
+It falls back to older ones. Rank 0 lists the candidates and broadcasts them. A candidate is
+complete, with the manifest matching the files' sizes. Each rank verifies every item's checksum as
+it reads (ckpt_io.VerifyingReader). All ranks agree on the verdict before moving on."""
 import json
 import os
 

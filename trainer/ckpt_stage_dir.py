@@ -1,10 +1,17 @@
-"""The node's private stage dir of the async save (restartlab.contracts.private: this user's, 0700,
-never through a symlink), agreed by every rank, and removed by its owner at the end. Local rank 0
-of each node owns it: `fresh`, it removes the stage dirs of this job's dead attempts on its node
-and makes a new one with an unguessable name under `where`; else `where` is the stage dir itself,
-created if absent, refused if it is not private. Two owners may still meet in one given path (a
-stage dir on a shared file system; several scheduler nodes on one host, as in the tests): nothing
-they do may fail on the other."""
+"""The node's private stage dir of the async save.
+
+It is private as restartlab.contracts.private makes it: this user's, 0700, never through a
+symlink. Every rank agrees on it, and its owner removes it at the end. Local rank 0 of each node
+owns it.
+
+- `fresh`: the owner removes the stage dirs of this job's dead attempts on its node. Then it makes
+  a new one with an unguessable name under `where`.
+- Otherwise `where` is the stage dir itself. It is created if absent, and refused if it is not
+  private.
+
+Two owners may still meet in one given path. This happens with a stage dir on a shared file
+system, or with several scheduler nodes on one host, as in the tests. Nothing they do may fail on
+the other."""
 import glob
 import os
 from typing import Optional, Tuple
@@ -72,8 +79,10 @@ def agree(where: str, fresh: bool, rank: int, local_rank: int, world_size: int, 
 
 
 def remove(stage_dir: str, local_rank: int, group, log) -> None:
-    """Checkpoint thread, at exit: the owner removes the stage dir it created, once every rank is
-    past its last save (a barrier on the checkpoint group); only if empty: never one with data of others."""
+    """Checkpoint thread, at exit: the owner removes the stage dir it created.
+
+    It waits until every rank is past its last save (a barrier on the checkpoint group). It removes
+    the dir only if empty, never one with data of others."""
     dist.barrier(group=group)
     marker = os.path.join(stage_dir, STAGE_MARKER) if stage_dir else None
     if local_rank == 0 and marker and os.path.exists(marker):

@@ -1,8 +1,10 @@
-"""The async save's stager: each rank's state copied into host buffers allocated once and reused
-(a DTensor's wrapper with them), so that the training loop blocks only for the copies. On a GPU
-the copies run on a side stream into pinned buffers and overlap the next forward/backward;
-`before_param_update` makes the training stream wait for them before the optimizer writes the
-parameters in place, and the background thread waits on `event` before it reads the buffers."""
+"""The async save's stager.
+
+It copies each rank's state into host buffers that are allocated once and reused, together with a
+DTensor's wrapper. So the training loop blocks only for the copies. On a GPU the copies run on a
+side stream into pinned buffers and overlap the next forward/backward. `before_param_update` makes
+the training stream wait for them before the optimizer writes the parameters in place. The
+background thread waits on `event` before it reads the buffers."""
 import contextlib
 
 import torch

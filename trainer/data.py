@@ -1,12 +1,14 @@
 """Training data whose batch is a pure function of (seed, step, data-parallel rank).
 
 Resuming at step N needs no replay of consumed batches: batch N is recomputed from its
-coordinates. Two sources:
-- `Synthetic`: each sequence is a copy task (its second half repeats the first exactly), so the
+coordinates. There are two sources:
+
+- `Synthetic`: each sequence is a copy task. Its second half repeats the first exactly, so the
   loss visibly falls.
-- `TokenFile` (`--data PATH`): a flat binary file of token ids (uint16 or uint32, no header: the
-  layout nanoGPT-style pipelines write, and `python -m restartlab.trainer.prepare_data`),
-  memory-mapped; each sequence is a window at an offset drawn from the same generator."""
+- `TokenFile` (`--data PATH`): a flat binary file of token ids, memory-mapped. The ids are uint16
+  or uint32, with no header. It is the layout that nanoGPT-style pipelines and
+  `python -m restartlab.trainer.prepare_data` write. Each sequence is a window at an offset drawn
+  from the same generator."""
 import json
 import os
 

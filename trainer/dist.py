@@ -21,9 +21,10 @@ class RankInfo:
 
 
 def discover_ranks(env=None) -> RankInfo:
-    """Rank, world size and local rank from whichever launcher started us (single process if
-    none): each launcher's variables come from the torch-free registry in restartlab.launchers,
-    tried in registration order."""
+    """Rank, world size and local rank from whichever launcher started us.
+
+    With no launcher, this is a single process. Each launcher's variables come from the torch-free
+    registry in restartlab.launchers, tried in registration order."""
     env = os.environ if env is None else env
     try:
         found = launchers.discover(env)
@@ -51,19 +52,21 @@ def rendezvous(info: RankInfo, env=None):
     if info.rank == 0:
         addr, port = socket.gethostname(), launchers.free_port()
     addr, port = MPI.COMM_WORLD.bcast((addr, port), root=0)
-    # MPI has done its one job. Caveat (measured with MPICH Hydra): once ranks have initialized
-    # MPI, the first to exit gets its slower peers SIGKILLed, finalized or not, and mpiexec may
-    # report "EXIT CODE: 9" after a successful run. restartlab's job scripts export MASTER_ADDR
-    # and MASTER_PORT, so this fallback is only for hand-launched runs.
+    # MPI has done its one job. A caveat, measured with MPICH Hydra: once ranks have initialized
+    # MPI, the first to exit gets its slower peers SIGKILLed, finalized or not. Then mpiexec may
+    # report "EXIT CODE: 9" after a successful run. This fallback is only for hand-launched runs,
+    # since restartlab's job scripts export MASTER_ADDR and MASTER_PORT.
     MPI.Finalize()
     return addr, port
 
 
 def intra_op_threads(env=None, cpus=None) -> Optional[int]:
-    """CPU threads per rank: the CPUs this process may use, split among the ranks on its node
-    (None: OMP_NUM_THREADS is set, and torch honours it). Without this each rank takes every core:
-    oversubscription, and (measured on 2 cores, 4 ranks under srun) 1 run in 8 whose parameters
-    differ in the last bits from run to run; with 1 thread per rank, 18 in 18 were identical."""
+    """CPU threads per rank: the CPUs this process may use, split among the ranks on its node.
+
+    Returns None when OMP_NUM_THREADS is set, as torch honours it. Without this, each rank takes
+    every core and the CPUs are oversubscribed. Measured on 2 cores with 4 ranks under srun, 1 run
+    in 8 had parameters that differ in the last bits from run to run. With 1 thread per rank, 18 in
+    18 were identical."""
     env = os.environ if env is None else env
     if env.get("OMP_NUM_THREADS"):
         return None
@@ -77,8 +80,9 @@ class BackendError(RuntimeError):
 
 
 def load_ipex(find_spec=importlib.util.find_spec, import_module=importlib.import_module) -> bool:
-    """Intel Extension for PyTorch: imported only when installed, and only on the xpu path
-    (torch before 2.4 has no native torch.xpu without it; on newer torch it adds fused kernels)."""
+    """Import Intel Extension for PyTorch, only when installed and only on the xpu path.
+
+    Without it, torch before 2.4 has no native torch.xpu. On newer torch it adds fused kernels."""
     if find_spec("intel_extension_for_pytorch") is None:
         return False
     import_module("intel_extension_for_pytorch")
@@ -174,12 +178,14 @@ def init(info: RankInfo, device_type: str, backend: str, timeout_s: float = 600.
 
 
 def create_store(info: RankInfo, addr: str, port: int, timeout_s: float, connect_s: float):
-    """Rank 0 listens on addr:port; the others wait for a listener there, then connect with a
-    short timeout before taking the collective one. Both ways a port that someone else took
-    ends this rank in seconds with one line, instead of a rank 0 dead on EADDRINUSE and peers
-    talking to a stranger's socket until the group's timeout (torch's own tcp:// rendezvous
-    retries that connection for the whole timeout). Every rank that fails exits; the supervisor
-    relaunches with a new port."""
+    """Create the group's store: rank 0 listens on addr:port.
+
+    The other ranks wait for a listener there. Then they connect with a short timeout before taking
+    the collective one. Both ways, a port that someone else took ends this rank in seconds with one
+    line. Otherwise rank 0 would die on EADDRINUSE, and its peers would talk to a stranger's socket
+    until the group's timeout. That is because torch's own tcp:// rendezvous retries that
+    connection for the whole timeout. Every rank that fails exits. The supervisor relaunches with a
+    new port."""
     import torch.distributed as dist
     where = f"{addr}:{port}"
     if info.rank == 0:
@@ -208,9 +214,10 @@ def create_store(info: RankInfo, addr: str, port: int, timeout_s: float, connect
 
 
 def wait_for_listener(addr, port, timeout=600.0, interval=0.02) -> bool:
-    """Poll until something accepts connections on addr:port (True), or timeout (False). torch's
-    own client retries with a backoff that cost up to ~1 s per restart here (measured: rank 0 1.0 s
-    late -> others joined after 2.3 s; with this poll, after 1.0 s)."""
+    """Poll until something accepts connections on addr:port (True), or until timeout (False).
+
+    torch's own client retries with a backoff that cost up to ~1 s per restart here. Measured: with
+    rank 0 1.0 s late, the others joined after 2.3 s. With this poll, they joined after 1.0 s."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
@@ -222,10 +229,12 @@ def wait_for_listener(addr, port, timeout=600.0, interval=0.02) -> bool:
 
 
 def clean_exit(code: int = 0, barrier: bool = False):
-    """Flush, barrier, os._exit: tearing the gloo group down at interpreter exit aborted about
-    one run in seven on CPU, so we never reach it. The barrier: on success, and on a failure every
-    rank meets at the same point (barrier=True), so that none is torn down by the launcher before
-    it has said why it stops."""
+    """Flush, barrier, os._exit.
+
+    Tearing the gloo group down at interpreter exit aborted about one run in seven on CPU. So we
+    never reach it. The barrier runs on success, and on a failure where every rank meets at the same
+    point (barrier=True). Then no rank is torn down by the launcher before it has said why it
+    stops."""
     import torch.distributed as dist
     sys.stdout.flush()
     sys.stderr.flush()

@@ -1,27 +1,39 @@
 """python -m restartlab.trainer.ft: the bundled model trained by one torchft replica group.
 
-Recovery without a restart (torchft 0.2.0, https://github.com/pytorch/torchft): a job is several
-replica groups, each its own launch (`mpiexec -n G ...`), all joined by torchft's lighthouse. Inside
-a group the ranks shard the model with FSDP2 over the group's own process group; between groups
-each rank allreduces its gradient shards with the same rank of every other group through torchft's
-Manager (a gloo process group torchft reconfigures at every quorum change): HSDP whose replicate
-dimension survives a group's death. When a group dies the others never restart: their allreduce
-fails, that step is not committed (torchft's `should_commit`), the next quorum leaves the dead
-group out and they train on; the group relaunched by restartlab heals from a survivor (torchft's
-HTTP state transfer, rank to same rank) and rejoins.
+This gives recovery without a restart (torchft 0.2.0, https://github.com/pytorch/torchft). A job
+is several replica groups. Each group is its own launch (`mpiexec -n G ...`), and torchft's
+lighthouse joins them all. Inside a group the ranks shard the model with FSDP2 over the group's own
+process group. Between groups, each rank allreduces its gradient shards with the same rank of every
+other group. It does this through torchft's Manager, a gloo process group that torchft
+reconfigures at every quorum change. The result is HSDP whose replicate dimension survives a
+group's death.
 
-What restartlab needs to account for it, written by every rank to `ft-rank{R}.jsonl` in --outdir,
-one line per step attempted (flushed; a SIGKILL loses at most the line being written):
-  {"t": end time, "t0": start time, "tq": its quorum's end, "step": the step attempted (committed steps before it + 1),
-   "commit": torchft's should_commit, "quorum": quorum id, "participants": replica groups in
-   this step, "slot": this group's place among them (null: not participating, e.g. healing),
-   "healed": this step's quorum healed this group from a peer (state transfer), "heal_s": how
-   long the quorum with the transfer took, "crc": crc32 of this rank's parameter shards after it,
-   at the first step of each quorum and the last step, else null}
-and the restartlab metrics rows on the group's rank 0 (train/iter = committed steps), so the
+When a group dies, the others never restart. Their allreduce fails, and that step is not committed
+(torchft's `should_commit`). The next quorum leaves the dead group out, and they train on.
+restartlab relaunches the dead group. It heals from a survivor (torchft's HTTP state transfer,
+rank to same rank) and rejoins.
+
+Every rank writes what restartlab needs to account for it to `ft-rank{R}.jsonl` in --outdir. It
+writes one line per step attempted. Each line is flushed, so a SIGKILL loses at most the line being
+written. A line holds these keys:
+
+- "t": end time.
+- "t0": start time.
+- "tq": its quorum's end.
+- "step": the step attempted (committed steps before it + 1).
+- "commit": torchft's should_commit.
+- "quorum": quorum id.
+- "participants": replica groups in this step.
+- "slot": this group's place among them (null: not participating, e.g. healing).
+- "healed": this step's quorum healed this group from a peer (state transfer).
+- "heal_s": how long the quorum with the transfer took.
+- "crc": crc32 of this rank's parameter shards after it. It is set at the first step of each
+  quorum and the last step, else null.
+
+The group's rank 0 also writes the restartlab metrics rows (train/iter = committed steps). So the
 relaunch loop's watchdog and attempt record read its progress as any attempt's.
 
-The step's batch is a pure function of (seed, step, slot * G + group rank): the replica groups of
+The step's batch is a pure function of (seed, step, slot * G + group rank). So the replica groups of
 one step read disjoint batches, whichever of them are alive."""
 import argparse
 import datetime
@@ -111,8 +123,10 @@ def shards_crc(model) -> int:
 
 
 class Replica:
-    """The model, optimizer and torchft Manager of this rank; the state torchft sends a healing
-    peer (this rank's shards as plain tensors: the peer's same rank has the same layout)."""
+    """The model, optimizer and torchft Manager of this rank.
+
+    It also gives the state torchft sends a healing peer. That state is this rank's shards as plain
+    tensors, since the peer's same rank has the same layout."""
 
     def __init__(self, a, info):
         import torch
@@ -175,8 +189,10 @@ class Replica:
         self.healed_at = time.time()
 
     def step(self) -> dict:
-        """One attempted step: quorum (a heal happens here), forward and backward on this
-        group's batch, gradients averaged across the groups in the quorum, commit or not."""
+        """Run one attempted step.
+
+        The step runs the quorum (a heal happens here), then forward and backward on this group's
+        batch. The gradients are averaged across the groups in the quorum. Then it commits or not."""
         import torch
         a, m, G = self.a, self.manager, self.info.world_size
         t0 = time.time()
@@ -195,8 +211,8 @@ class Replica:
             logits = self.model(x)
             loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, self.cfg.vocab), y.reshape(-1))
             loss.backward()
-        # one allreduce of every gradient shard, flattened (a bucket, as DDP's): torchft averages it
-        # over the groups in the quorum (a group not participating contributes zeros)
+        # One allreduce of every gradient shard, flattened into a bucket as DDP's. torchft averages
+        # it over the groups in the quorum. A group not participating contributes zeros.
         grads = []
         for p in self.model.parameters():
             if p.grad is None:
@@ -212,9 +228,10 @@ class Replica:
         if commit:
             self.optim.step()
         healed, quorum = self.healed_at is not None, m._quorum_id
-        # the shards' crc (a pass over every parameter byte) only where the verdict compares it: the
-        # first step of a quorum (a healed group's first step is one, and the survivors' same step
-        # too: the groups' quorum changes at the same step) and the last step
+        # Compute the shards' crc (a pass over every parameter byte) only where the verdict compares
+        # it. That is the first step of a quorum, and the last step. A healed group's first step is
+        # the first of a quorum. So is the survivors' same step, as the groups' quorum changes at
+        # the same step.
         checked = healed or quorum != self.last_quorum or step == a.train_iters
         self.last_quorum = quorum
         return FtStep(t0=t0, tq=t_quorum, t=time.time(), step=step, commit=bool(commit), quorum=quorum, participants=n,
@@ -223,17 +240,21 @@ class Replica:
 
 
 class StepLog:
-    """What a replica group's rank writes per step attempted: its ft-rank<R>.jsonl line, on the
-    group's rank 0 restartlab's metrics rows for a committed step (train/iter = the step) and a
-    console line every log_interval steps, for a step not committed and for a heal. Shared by the
-    bundled trainer (main below) and the hook on a program of yours (ft_hook)."""
+    """What a replica group's rank writes per step attempted.
+
+    Every rank writes its ft-rank<R>.jsonl line. The group's rank 0 also writes:
+
+    - restartlab's metrics rows for a committed step (train/iter = the step);
+    - a console line every log_interval steps, for a step not committed and for a heal.
+
+    The bundled trainer (main below) and the hook on a program of yours (ft_hook) share it."""
 
     def __init__(self, outdir: str, rank: int, group: int, log_interval: int):
         os.makedirs(outdir, exist_ok=True)
         self.rank, self.group, self.log_interval = rank, group, log_interval
         self.rec = open(os.path.join(outdir, layout.ft_record_name(rank)), "a", buffering=1)
-        # rank 0's metrics file is opened at the first commit: the relaunch loop's watchdog takes
-        # a metrics file as "stepped" (startup timeout before it, hang timeout after)
+        # Rank 0's metrics file is opened at the first commit. The relaunch loop's watchdog takes a
+        # metrics file as "stepped": the startup timeout applies before it, the hang timeout after.
         self.outdir, self.metrics = outdir, None
         self.t_launch = float(os.environ.get(LAUNCH_TS_VAR) or time.time())
         self.first = True
@@ -261,8 +282,10 @@ class StepLog:
                   + (f" error: {row.error}" if row.error else ""), flush=True)
 
     def close(self, last_step: int, crc: Optional[int], finished: bool = False) -> None:
-        """The final row (rank 0): the last step and the state's crc; `finished`: a program of
-        yours ended normally (the relaunch loop's "completed" is this row at the last step)."""
+        """Write the final row (rank 0): the last step and the state's crc.
+
+        `finished` means a program of yours ended normally. The relaunch loop's "completed" is this
+        row at the last step."""
         if self.metrics:
             final = {K.ITER: last_step, K.FT_ATTEMPTED: self.attempted}
             if crc is not None:

@@ -1,29 +1,36 @@
-"""python -m restartlab.trainer.ft_hook --outdir DIR --replica-group G --train-iters N -- PROGRAM.py [ARGS]
-   (or -- -m MODULE [ARGS]): a torchft program of yours as one replica group of a torchft phase.
+"""Run a torchft program of yours as one replica group of a torchft phase.
 
-The program runs in this interpreter, as `python PROGRAM.py ARGS` would run it (its __main__, its
-sys.argv and sys.path[0]), with torchft 0.2.0's Manager observed, not changed: restartlab wraps
-four of its methods and calls the originals. What the phase's accounting needs is then written as
-for the bundled torchft trainer (trainer/ft.py's StepLog): one line per step attempted in
-DIR/ft-rank<R>.jsonl (R: the Manager's group rank), restartlab's metrics rows on the group's rank 0.
+    python -m restartlab.trainer.ft_hook --outdir DIR --replica-group G --train-iters N -- PROGRAM.py [ARGS]
+    python -m restartlab.trainer.ft_hook --outdir DIR --replica-group G --train-iters N -- -m MODULE [ARGS]
 
-  Manager.__init__        the program's Manager (the first one; torchft programs make one)
-  Manager._async_quorum   the quorum's end time, and whether it asked this group to heal (it runs
-                          in torchft's quorum thread, with use_async_quorum or without)
-  Manager._apply_pending_state_dict   a heal applied (a survivor's state loaded)
-  Manager.should_commit   the step's line: step, commit, quorum id, participants, this group's
-                          slot, heal (asked), healed (applied), heal_s, the error torchft reported
-                          for the step (Manager.errored(): e.g. a heal that failed), and at a
-                          quorum's first step, a heal and the last step the crc32 of the state the
-                          Manager would send a healing peer (its registered state_dict functions,
-                          tensors only, in key order) as should_commit returns: before the step's
-                          optimizer update, so every group's is its state after the step before
+The program runs in this interpreter, as `python PROGRAM.py ARGS` would run it: its __main__, its
+sys.argv and sys.path[0]. The hook observes torchft 0.2.0's Manager and does not change it.
+restartlab wraps four of its methods and calls the originals. It then writes what the phase's
+accounting needs, as the bundled torchft trainer does (trainer/ft.py's StepLog):
+
+- one line per step attempted in DIR/ft-rank<R>.jsonl (R: the Manager's group rank);
+- restartlab's metrics rows on the group's rank 0.
+
+The wrapped methods record:
+
+- `Manager.__init__`: the program's Manager. It takes the first one, as torchft programs make one.
+- `Manager._async_quorum`: the quorum's end time, and whether it asked this group to heal. It runs
+  in torchft's quorum thread, with use_async_quorum or without.
+- `Manager._apply_pending_state_dict`: a heal applied (a survivor's state loaded).
+- `Manager.should_commit`: the step's line. The line holds step, commit, quorum id, participants,
+  this group's slot, heal (asked), healed (applied) and heal_s. It also holds the error torchft
+  reported for the step (Manager.errored(), e.g. a heal that failed). At a quorum's first step, a
+  heal and the last step, it holds the crc32 of the state the Manager would send a healing peer.
+  That state is its registered state_dict functions, tensors only, in key order. The crc is taken
+  as should_commit returns, before the step's optimizer update. So every group's crc is its state
+  after the step before.
 
 torchft's own structured loggers (torchft_quorums, torchft_commits) emit only through
-OpenTelemetry (torchft/otel.py), which a batch job here cannot reach: hence the hook. An exception
-that ends the program (in its main thread or another) is written to DIR/ft-rank<R>-crash.json
-(type, message, the innermost frame and its source line) before Python reports it as it would
-have; the exit status is unchanged. The loss is not known to the hook (the program's output has it)."""
+OpenTelemetry (torchft/otel.py). A batch job here cannot reach it, hence the hook. An exception
+that ends the program, in its main thread or another, is written to DIR/ft-rank<R>-crash.json. The
+record holds the type, message, the innermost frame and its source line. It is written before
+Python reports the exception as it would have. The exit status is unchanged. The hook does not
+know the loss. The program's output has it."""
 import argparse
 import os
 import runpy
@@ -91,8 +98,10 @@ class Observer:
         self.lock = threading.Lock()
 
     def install_when_imported(self) -> None:
-        """Wrap the Manager when the program imports torchft.manager (not before: the program's
-        first lines run as without the hook, e.g. what it sets before it imports torch)."""
+        """Wrap the Manager when the program imports torchft.manager.
+
+        It does not wrap it before. The program's first lines run as they would without the hook,
+        e.g. what it sets before it imports torch."""
         import importlib.abc
         import importlib.machinery
         obs = self
@@ -115,11 +124,14 @@ class Observer:
         sys.meta_path.insert(0, Finder())
 
     def host_store(self) -> None:
-        """The replica group's TCPStore at MASTER_ADDR:MASTER_PORT, which torchft's Manager joins as
-        a client: torchrun's agent hosts it and tells the ranks so (TORCHELASTIC_USE_AGENT_STORE,
-        then init_process_group joins it too); under mpiexec, PALS or srun (restartlab.runtime.rankenv)
-        nobody would, so group rank 0 hosts it here as torchrun would. Not when torchrun runs the
-        program, and not when the program's own init_process_group hosts it already (the port is taken)."""
+        """Host the replica group's TCPStore on group rank 0 when no launcher does.
+
+        The store is at MASTER_ADDR:MASTER_PORT, and torchft's Manager joins it as a client.
+        torchrun's agent hosts it and tells the ranks so (TORCHELASTIC_USE_AGENT_STORE). Then
+        init_process_group joins it too. Under mpiexec, PALS or srun (restartlab.runtime.rankenv)
+        nobody would host it. So group rank 0 hosts it here, as torchrun would. It does not when
+        torchrun runs the program. Nor does it when the program's own init_process_group hosts it
+        already (the port is taken)."""
         env = os.environ
         if env.get("TORCHELASTIC_USE_AGENT_STORE") or not env.get("MASTER_ADDR") or not env.get("MASTER_PORT"):
             return

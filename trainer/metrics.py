@@ -1,6 +1,7 @@
-"""Metrics rows in ezpz's History JSONL shape, one file per rank, appended (a relaunch with the
-same --outdir never overwrites an earlier attempt's rows), flushed every row (a SIGKILL loses
-at most the row being written)."""
+"""Metrics rows in ezpz's History JSONL shape, one file per rank.
+
+Rows are appended, so a relaunch with the same --outdir never overwrites an earlier attempt's rows.
+Each row is flushed, so a SIGKILL loses at most the row being written."""
 import json
 import os
 import time

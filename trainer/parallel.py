@@ -30,8 +30,10 @@ def build_mesh(device_type: str, world_size: int, tp: int, replicate: int = 1):
 
 
 def dp_mesh_of(mesh):
-    """The data-parallel part of the mesh: 1-D (FSDP) or 2-D replicate x shard (HSDP, which
-    fully_shard takes as a 2-D mesh: all-reduce across replicas, reduce-scatter within a shard group)."""
+    """The data-parallel part of the mesh: 1-D (FSDP) or 2-D replicate x shard (HSDP).
+
+    fully_shard takes HSDP as a 2-D mesh. It all-reduces across replicas and reduce-scatters within
+    a shard group."""
     names = mesh.mesh_dim_names or ()
     if "dp_replicate" in names:
         return mesh["dp_replicate", "dp_shard"]
@@ -39,8 +41,10 @@ def dp_mesh_of(mesh):
 
 
 def dp_rank_of(mesh) -> int:
-    """The flattened data-parallel rank (replica-major): the data position is a pure function of
-    it, so FSDP over 4 and HSDP 2 x 2 read the same samples on the same ranks."""
+    """The flattened data-parallel rank (replica-major).
+
+    The data position is a pure function of it. So FSDP over 4 and HSDP 2 x 2 read the same samples
+    on the same ranks."""
     names = mesh.mesh_dim_names or ()
     if "dp_replicate" in names:
         return mesh.get_local_rank("dp_replicate") * mesh["dp_shard"].size() + mesh.get_local_rank("dp_shard")

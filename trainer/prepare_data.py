@@ -1,12 +1,14 @@
-"""Write a token file for `--data` from any text files, with a byte-level tokenizer (no
-downloads, no vocabulary file): each byte is a token (0-255) and each input file ends with an
-end-of-text token (256), so a model needs a vocabulary of at least 257 (every preset has more).
+"""Write a token file for `--data` from any text files, with a byte-level tokenizer.
+
+The tokenizer needs no downloads and no vocabulary file. Each byte is a token (0-255). Each input
+file ends with an end-of-text token (256). So a model needs a vocabulary of at least 257, and
+every preset has more.
 
     python -m restartlab.trainer.prepare_data OUT.bin IN.txt [IN2.txt ...] [--dtype uint16]
 
-OUT.bin is a flat array of token ids (nanoGPT's layout, no header); OUT.bin.json beside it
-records the dtype, token count and vocabulary, which `--data-dtype auto` reads. Torch-free
-(numpy), so it runs on a login node; it streams, so inputs may be larger than memory."""
+OUT.bin is a flat array of token ids (nanoGPT's layout, no header). OUT.bin.json beside it
+records the dtype, token count and vocabulary, which `--data-dtype auto` reads. The script is
+torch-free (numpy), so it runs on a login node. It streams, so inputs may be larger than memory."""
 import argparse
 import json
 import os

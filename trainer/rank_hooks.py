@@ -1,9 +1,17 @@
-"""What restartlab installs in a rank of your program once torch is imported, where the scenario
-asked for it: the training-state probe (state_probe: RESTARTLAB_STATE_DIR, RESTARTLAB_STATE_EVERY not
-0) and a slowed checkpoint writer (slow_writes: RESTARTLAB_SLOW_WRITES). One entry point for both
-ways a rank starts: a cold rank's sitecustomize (runtime/linebuf), after the program's `import
-torch`; a warm rank, forked from a pool that imported torch already (runtime/warm/pool.py). Neither
-is ever the program's failure: each that cannot be installed is said on the rank's stderr."""
+"""What restartlab installs in a rank of your program once torch is imported.
+
+It installs only what the scenario asked for:
+
+- the training-state probe (state_probe), with RESTARTLAB_STATE_DIR set and RESTARTLAB_STATE_EVERY
+  not 0;
+- a slowed checkpoint writer (slow_writes), with RESTARTLAB_SLOW_WRITES.
+
+This is one entry point for both ways a rank starts:
+
+- a cold rank's sitecustomize (runtime/linebuf), after the program's `import torch`;
+- a warm rank, forked from a pool that imported torch already (runtime/warm/pool.py).
+
+Neither is ever the program's failure. When one cannot be installed, the rank's stderr says so."""
 import os
 import sys
 

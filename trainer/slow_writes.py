@@ -1,23 +1,27 @@
-"""A failure ingredient for any PyTorch program: one rank's checkpoint writes made slow, so that a
-kill can find that rank's file half-written, or not yet begun, while the other ranks have finished
-theirs (a framework that marks a checkpoint done from one rank without waiting for the others, as
-DeepSpeed's `latest` file and the Hugging Face Trainer's trainer_state.json do, then points at a
-torn checkpoint).
+"""A failure ingredient for any PyTorch program: one rank's checkpoint writes made slow.
 
-Set by the scenario (failures.slow_writes: {rank: R, seconds: S, hold: inside|before}); the
-supervisor passes it to the ranks as RESTARTLAB_SLOW_WRITES=R:S (hold inside) or R:S:before, and a
-Python rank of yours installs it when its program imports torch (the rank's sitecustomize,
-runtime/linebuf/; a warm-forked rank in its fork). On the rank whose RANK (the torchrun-style
-variable restartlab gives your ranks) is R, `torch.save` to a path:
-  inside  opens the path at once (empty from the call on, as torch.save's own writer opens it
-          before it writes), has torch.save write the file whole in a private temp dir ($TMPDIR),
-          then writes the first half of its bytes to the path, flushes, sleeps S seconds, writes
-          the rest: the file exists torn for S seconds, and is then byte for byte the file
-          torch.save would have written;
-  before  sleeps S seconds, then calls torch.save: for S seconds the file is not there at all (a
-          rank late to its save), then it is torch.save's own.
-A file object given to torch.save, DCP's writer and safetensors are not slowed. Each slowed write
-says so on the rank's standard error."""
+A kill can then find that rank's file half-written, or not yet begun, while the other ranks have
+finished theirs. Some frameworks mark a checkpoint done from one rank without waiting for the
+others, as DeepSpeed's `latest` file and the Hugging Face Trainer's trainer_state.json do. Such a
+framework then points at a torn checkpoint.
+
+The scenario sets it (failures.slow_writes: {rank: R, seconds: S, hold: inside|before}). The
+supervisor passes it to the ranks as RESTARTLAB_SLOW_WRITES=R:S (hold inside) or R:S:before. A
+Python rank of yours installs it when its program imports torch. The rank's sitecustomize does
+this (runtime/linebuf/). A warm-forked rank does it in its fork. It acts on the rank whose RANK is
+R. RANK is the torchrun-style variable restartlab gives your ranks. There, `torch.save` to a path
+works as follows:
+
+- inside: it opens the path at once. The path is empty from the call on, as torch.save's own
+  writer opens it before it writes. It has torch.save write the file whole in a private temp dir
+  ($TMPDIR). Then it writes the first half of the bytes to the path, flushes, sleeps S seconds
+  and writes the rest. The file exists torn for S seconds. Then it is byte for byte the file
+  torch.save would have written.
+- before: it sleeps S seconds, then calls torch.save. For S seconds the file is not there at all
+  (a rank late to its save). Then it is torch.save's own.
+
+A file object given to torch.save is not slowed. Neither are DCP's writer and safetensors. Each
+slowed write says so on the rank's standard error."""
 import os
 import shutil
 import sys
@@ -42,12 +46,14 @@ def install(seconds: float, hold: str = "inside") -> None:
             sys.stderr.flush()
             time.sleep(seconds)
             return whole(obj, f, *args, **kwargs)
-        # the path is there, empty, from the call on: torch.save opens it before it writes, and a
-        # file that shows only when its first half does would look, to a reader listing the folder
-        # meanwhile (DeepSpeed's other shards: all there and whole), like a save that has finished
+        # The path is there, empty, from the call on, because torch.save opens it before it writes.
+        # A file that shows only when its first half does would look like a save that has finished.
+        # That is how a reader listing the folder meanwhile would see it, with DeepSpeed's other
+        # shards all there and whole.
         with open(f, "wb") as out:
-            # torch.save names the archive inside the file after the file: written whole under the
-            # same name in a private temp dir, so the bytes are the ones it would have written in place
+            # torch.save names the archive inside the file after the file. So it is written whole
+            # under the same name in a private temp dir. The bytes are then the ones it would have
+            # written in place.
             tmp = tempfile.mkdtemp(prefix="rl-slow-")
             try:
                 staged = os.path.join(tmp, os.path.basename(os.fspath(f)))

@@ -1,8 +1,11 @@
-"""python -m restartlab.trainer.smoke --outdir DIR --device DEV [--hold S]: one rank of restartlab's
-smoke job (restartlab submit --smoke). It says where it runs (the scheduler's name for its node, the launcher's rank variables),
-imports torch, counts the scenario's devices, forms the process group on the scenario's backend and
-all-reduces once across every rank; its record goes to DIR/rank-<R>.json (whole or not at all).
-With --hold it then waits, to be found and killed by the job's killers."""
+"""One rank of restartlab's smoke job (restartlab submit --smoke).
+
+    python -m restartlab.trainer.smoke --outdir DIR --device DEV [--hold S]
+
+The rank says where it runs: the scheduler's name for its node, and the launcher's rank variables.
+It imports torch and counts the scenario's devices. It forms the process group on the scenario's
+backend and all-reduces once across every rank. Its record goes to DIR/rank-<R>.json, whole or not
+at all. With --hold it then waits, to be found and killed by the job's killers."""
 import argparse
 import dataclasses
 import os

@@ -1,27 +1,42 @@
-"""Training-state fingerprints from any PyTorch program, without changing it: each optimizer step
-writes one line of contracts.state_record into the attempt's state-<rank>.jsonl.
+"""Training-state fingerprints from any PyTorch program, without changing it.
 
-Reached from outside the program: torch's global optimizer step pre-hook
-(torch.optim.optimizer.register_optimizer_step_pre_hook: every optimizer of the process, whoever
-made it), the DataLoader's iterator (each batch it yields) and GradScaler.step (its scale); the
-zero-lr step torch.distributed.checkpoint's get_state_dict takes to initialise an optimizer before a
-load is not counted (torch 2.13's _init_optim_state). A Python rank of yours gets it through runtime/linebuf/sitecustomize.py once the program imports
-torch (when restartlab sets RESTARTLAB_STATE_DIR); the bundled trainer installs it itself.
+Each optimizer step writes one line of contracts.state_record into the attempt's
+state-<rank>.jsonl.
 
-What a record holds, taken as the step begins (contracts/state_record.py says why then): the
-parameters and every optimizer state tensor (this rank's: a DTensor's local shard) as crc32s of
-their bytes (on an accelerator, a fingerprint computed there: device_digest), on the attempt's
-first FIRST steps and at steps 1, N+1, 2N+1, ... (N: RESTARTLAB_STATE_EVERY, collection.state_every:
-they read every byte of the rank's state; bench/state_probe.py measures what that costs); on every step the learning rate of each param group, the
-optimizer's step count (Adam's `step`), the RNG streams (Python, NumPy's global one when NumPy is
-loaded, torch's CPU one, CUDA's or XPU's when initialised: not verified here, no GPU), the latest
-batch a DataLoader gave (with gradient accumulation, the step's last micro-batch) and the scaler's
-scale. A probe that fails says so once on stderr and stops; the program never sees it.
+The probe reaches the program from outside, through:
 
-Loads too (install_load_hooks): right after the program calls an RNG setter (torch's, Python's,
-NumPy's) or an optimizer's or scheduler's load_state_dict, a record of the pieces that call set,
-marked with the load's name. A resume's verdict tells "restored, then changed before the first
-step" from "not restored" by them (analysis/state_compare.py)."""
+- torch's global optimizer step pre-hook (torch.optim.optimizer.register_optimizer_step_pre_hook).
+  It covers every optimizer of the process, whoever made it.
+- the DataLoader's iterator (each batch it yields);
+- GradScaler.step (its scale).
+
+It does not count the zero-lr step that torch.distributed.checkpoint's get_state_dict takes to
+initialise an optimizer before a load (torch 2.13's _init_optim_state). A Python rank of yours gets
+the probe through runtime/linebuf/sitecustomize.py once the program imports torch. This happens
+when restartlab sets RESTARTLAB_STATE_DIR. The bundled trainer installs the probe itself.
+
+A record is taken as the step begins (contracts/state_record.py says why then). It holds:
+
+- The parameters and every optimizer state tensor, as crc32s of their bytes. These are this
+  rank's: a DTensor's local shard. On an accelerator it is a fingerprint computed there
+  (device_digest). They come on the attempt's first FIRST steps and at steps 1, N+1, 2N+1, ...
+  (N: RESTARTLAB_STATE_EVERY, collection.state_every). They read every byte of the rank's state.
+  bench/state_probe.py measures what that costs.
+- On every step, the learning rate of each param group and the optimizer's step count (Adam's
+  `step`).
+- On every step, the RNG streams: Python's, NumPy's global one when NumPy is loaded, torch's CPU
+  one, and CUDA's or XPU's when initialised. CUDA's and XPU's are not verified here (no GPU).
+- On every step, the latest batch a DataLoader gave. With gradient accumulation, this is the
+  step's last micro-batch.
+- On every step, the scaler's scale.
+
+A probe that fails says so once on stderr and stops. The program never sees it.
+
+Loads are recorded too (install_load_hooks). The program may call an RNG setter (torch's,
+Python's, NumPy's) or an optimizer's or scheduler's load_state_dict. Right after such a call, the
+probe writes a record of the pieces that the call set, marked with the load's name. With these
+records a resume's verdict tells "restored, then changed before the first step" from "not
+restored" (analysis/state_compare.py)."""
 import json
 import os
 import random
@@ -93,10 +108,10 @@ def digest(tensors) -> str:
     return f"{device_digest(tensors) if on_device else tensors_crc(tensors):08x}"
 
 
-# Layout-independent fingerprints, for a resume onto another number of ranks (#63.3): each element
-# weighted by its place in the whole tensor (a DTensor's global offset), the products summed modulo
-# 2**32. The sum over every rank's part is the whole tensor's, however it is sharded: the collector
-# adds the ranks' parts (contracts/state_record.whole_tensors).
+# Layout-independent fingerprints, for a resume onto another number of ranks (#63.3). Each element
+# is weighted by its place in the whole tensor (a DTensor's global offset). The products are summed
+# modulo 2**32. The sum over every rank's part is the whole tensor's, however it is sharded. The
+# collector adds the ranks' parts (contracts/state_record.whole_tensors).
 _K1, _K2, _K3 = -7046029254386353131, -4658895280553007687, 7640891576956012809  # odd 64-bit constants
 
 
@@ -158,12 +173,14 @@ def _local_indices(t, coord) -> list:
 
 
 def _split_indices(t, coord) -> list:
-    """For each dimension of DTensor t, the global indices of this rank's local elements along it
-    (int64 tensors). Each sharding placement, left to right along the mesh, splits the index list of
-    its dimension as torch splits the tensor itself (the placement's own split: a _StridedShard's
-    rows, FSDP2 over tensor parallel, come out interleaved as they are), and this rank keeps its
-    piece. Checked against torch's own local shape and first offset; raises where they differ, a
-    placement is not known, or the values are partial sums."""
+    """For each dimension of DTensor t, the global indices of this rank's local elements along it.
+
+    The indices are int64 tensors. Each sharding placement, left to right along the mesh, splits the
+    index list of its dimension. It splits it as torch splits the tensor itself, with the placement's
+    own split. So a _StridedShard's rows (FSDP2 over tensor parallel) come out interleaved as they
+    are. This rank keeps its piece. The result is checked against torch's own local shape and first
+    offset. It raises where they differ, where a placement is not known, or where the values are
+    partial sums."""
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
     idx = [torch.arange(n) for n in t.shape]
     for md, p in enumerate(t.placements):
@@ -185,13 +202,17 @@ _FIRST_COPY: dict = {}  # a mesh -> whether this rank's copy of it counts (_firs
 
 
 def _first_copy(mesh) -> bool:
-    """Whether this rank's mesh is the first copy of it. A DTensor on a mesh that does not span the
-    job (FSDP's data-parallel slice of a data x tensor-parallel mesh: the parameters tensor
-    parallelism leaves alone) has a copy on each other slice; their ranks hold the same values and
-    must not add them again. torch lays the copies out from the mesh's own layout (its
-    `_layout.remap_to_tensor`, read in torch 2.13.0: sliced, flattened and unflattened meshes alike);
-    the first of them counts. Not told apart: pipeline stages, whose slices hold different tensors
-    (each is taken for a copy: only the first stage's are added)."""
+    """Whether this rank's mesh is the first copy of it.
+
+    A DTensor on a mesh that does not span the job has a copy on each other slice. An example is
+    FSDP's data-parallel slice of a data x tensor-parallel mesh, for the parameters that tensor
+    parallelism leaves alone. The copies' ranks hold the same values and must not add them again.
+    The copies are laid out by torch from the mesh's own layout (its `_layout.remap_to_tensor`, read
+    in torch 2.13.0). This holds for sliced, flattened and unflattened meshes alike. The first copy
+    counts.
+
+    Pipeline stages are not told apart. Their slices hold different tensors, but each is taken for
+    a copy. So only the first stage's are added."""
     key = _mesh_key(mesh)
     if key not in _FIRST_COPY:
         layout, rank_map = getattr(mesh, "_layout", None), getattr(mesh, "_rank_map", None)
@@ -203,17 +224,26 @@ def _first_copy(mesh) -> bool:
 
 
 def _shard_part(i: int, t) -> tuple:
-    """Tensor number i of a DTensor: (this rank's part of its whole fingerprint; the same, or 0 on a
-    replica that is not the first along a replicated mesh dimension, so that the sum over ranks
-    counts each element once). The whole fingerprint is sum(bits(x[r, c]) * wrow[r] * wcol[c])
-    modulo 2**32 over the global tensor's rows r (its first dimension) and columns c (the rest,
-    flattened), with odd pseudo-random weights from the global indices: a sum, so any split among
-    ranks gives the same total; odd weights, so any one changed element changes it. Raises where the
-    layout is not known. Measured on this machine's CPU: 2.5 times a crc32's time for one tensor of
-    25 M float32 elements, 3.4 times for a model's many small ones (bench/state_probe.py). Modulo
-    2**32, an element's bits times an odd weight keep their trailing zero bits: several elements that
-    change together among round values (many zero low bits) cancel out more often than 2**-32;
-    trained weights and moments have full mantissas."""
+    """Fingerprint tensor number i of a DTensor.
+
+    Returns a pair:
+
+    - this rank's part of its whole fingerprint;
+    - the same, or 0 on a replica that is not the first along a replicated mesh dimension. So the
+      sum over ranks counts each element once.
+
+    The whole fingerprint is sum(bits(x[r, c]) * wrow[r] * wcol[c]) modulo 2**32. It runs over the
+    global tensor's rows r (its first dimension) and columns c (the rest, flattened). The weights
+    are odd and pseudo-random, from the global indices. It is a sum, so any split among ranks gives
+    the same total. The weights are odd, so any one changed element changes it. It raises where the
+    layout is not known.
+
+    Measured on this machine's CPU (bench/state_probe.py), it takes 2.5 times a crc32's time for one
+    tensor of 25 M float32 elements. It takes 3.4 times for a model's many small ones.
+
+    Modulo 2**32, an element's bits times an odd weight keep their trailing zero bits. So several
+    elements that change together among round values (many zero low bits) cancel out more often
+    than 2**-32. Trained weights and moments have full mantissas."""
     coord = t.device_mesh.get_coordinate()
     if coord is None:
         return 0, 0
@@ -284,12 +314,15 @@ def fingerprint(tensors) -> tuple:
 
 
 def samples_part(batch):
-    """[a fingerprint of the batch as a set of samples (each row of its tensors hashed as one sample,
-    the rows' hashes summed: the same samples give the same sum in any order, split in any way
-    among ranks and micro-batches), how many samples, a sample's width (its elements, all tensors)].
-    A batch whose tensors do not share their first dimension counts as one sample. A sample padded to
-    the longest in its batch has another width, and another hash, when the batches are split
-    otherwise: the verdict does not compare such batches across a change in the number of ranks."""
+    """Fingerprint a batch as a set of samples.
+
+    Returns [the fingerprint, how many samples, a sample's width (its elements, all tensors)]. Each
+    row of the batch's tensors is hashed as one sample, and the rows' hashes are summed. So the same
+    samples give the same sum in any order, split in any way among ranks and micro-batches.
+
+    A batch whose tensors do not share their first dimension counts as one sample. A sample padded
+    to the longest in its batch has another width, and another hash, when the batches are split
+    otherwise. The verdict does not compare such batches across a change in the number of ranks."""
     leaves = [t.detach() for t in _leaves(batch, [])]
     if leaves and all(x.dim() >= 1 for x in leaves) and \
             len({x.shape[0] for x in leaves}) == 1:
@@ -383,12 +416,15 @@ def _in_torch_rng_restore() -> bool:
 
 
 def _in_dcp_init() -> bool:
-    """Called from torch.distributed.checkpoint's _init_optim_state (torch 2.13): get_state_dict
-    initialises an optimizer that has no state yet (a relaunch, before its load) with one
-    optimizer.step() at lr 0: not a training step, and counted as one it would shift every step
-    number of the attempt. Told by the calling frames, not by wrapping the function: importing
-    torch.distributed.checkpoint to wrap it would add seconds to every rank's start (measured here:
-    half of `import torch`'s time), for programs that never use it."""
+    """Whether this is called from torch.distributed.checkpoint's _init_optim_state (torch 2.13).
+
+    get_state_dict initialises an optimizer that has no state yet (a relaunch, before its load). It
+    does so with one optimizer.step() at lr 0. That is not a training step. Counted as one, it would
+    shift every step number of the attempt.
+
+    The calling frames tell it, not a wrapper around the function. Importing
+    torch.distributed.checkpoint to wrap it would add seconds to every rank's start, for programs
+    that never use it. Measured here, that is half of `import torch`'s time."""
     f = sys._getframe(2)
     for _ in range(16):
         if f is None:
@@ -434,19 +470,24 @@ class Probe:
         os.write(self.fd, (line + "\n").encode())  # one write per line: a fork never repeats it
 
     def _fail(self, e: BaseException) -> None:
-        """The fingerprints stop (said once); the steps go on being recorded without them (where the
-        steps come from these records, a failed fingerprint must not look like a hang)."""
+        """Stop the fingerprints (said once).
+
+        The steps go on being recorded without them. Where the steps come from these records, a
+        failed fingerprint must not look like a hang."""
         if not self.off:
             sys.stderr.write(f"restartlab: training-state fingerprints stopped: {type(e).__name__}: {e}\n")
         self.off = True
 
     def on_batch(self, batch, pos=None) -> None:
-        """The latest batch, held (not fingerprinted) until the next step: a program that skips
-        batches by iterating at a resume, or accumulates gradients, pays for one crc a step.
-        Where the next step is heavy, each batch's samples are also hashed as it comes (samples_part:
-        the whole fingerprint, kept small; at most HELD batches a step, else not observed).
-        `pos`: [its number in its epoch (1: the first), the batches in the epoch], where a
-        DataLoader's iterator says (the verdict tells an epoch's reset or skip by it)."""
+        """Hold the latest batch, not fingerprinted, until the next step.
+
+        So a program that skips batches by iterating at a resume, or accumulates gradients, pays for
+        one crc a step. Where the next step is heavy, each batch's samples are also hashed as the
+        batch comes (samples_part). This is the whole fingerprint, kept small. At most HELD batches
+        a step are hashed. With more, the batches are not observed.
+
+        `pos` is [its number in its epoch (1: the first), the batches in the epoch], where a
+        DataLoader's iterator says. The verdict tells an epoch's reset or skip by it."""
         if self.off:
             return
         heavy = self.heavy(self.steps.get(0, 0) + 1)
@@ -477,8 +518,10 @@ class Probe:
             sys.stderr.write(f"restartlab: training-state records stopped: {type(e).__name__}: {e}\n")
 
     def heavy(self, k: int) -> bool:
-        """An attempt's first steps, and each step after a multiple of `every` (where a resume from a
-        checkpoint at such a step begins: the baseline has the same step's then)."""
+        """Whether step k is heavy: an attempt's first steps, and each step after a multiple of `every`.
+
+        A resume from a checkpoint at such a multiple begins at that step. The baseline has the same
+        step's fingerprints then."""
         return k <= FIRST or (k - 1) % self.every == 0
 
     def _pieces(self, opt, k: int) -> dict:
@@ -496,8 +539,10 @@ class Probe:
         return pieces
 
     def on_loss_line(self, loss: str) -> None:
-        """The program printed its loss (watch_output): one record {step: the optimizer steps so far,
-        logged_loss} (contracts/state_record.py: not a step record), booked by the tap at that step."""
+        """Record the loss the program printed (watch_output).
+
+        It writes one record {step: the optimizer steps so far, logged_loss}. This is not a step
+        record (contracts/state_record.py). The tap books it at that step."""
         if self.dead:
             return
         try:
@@ -507,13 +552,20 @@ class Probe:
             pass
 
     def on_load(self, what: str, pieces, of_opt=None) -> None:
-        """A load the program made (`what`, a contracts.state_record.LOADS name) has returned: the
-        pieces it set, fingerprinted as a step's record would (`pieces()`). A resume's verdict tells
-        "restored, then changed before the first step" from "not restored" by them, so only the loads
-        before this attempt's first optimizer step are recorded, in the process that installed the
-        probe (not a DataLoader worker it forked), and not torch's own save-and-restore of the RNG
-        (activation checkpointing, fork_rng: _in_torch_rng_restore). An optimizer's load (`of_opt()`:
-        its optimizer) is held until that optimizer's first step numbers it."""
+        """Record a load the program made, once it has returned.
+
+        `what` is a contracts.state_record.LOADS name. The record holds the pieces the load set,
+        fingerprinted as a step's record would be (`pieces()`). With them, a resume's verdict tells
+        "restored, then changed before the first step" from "not restored". So only these loads are
+        recorded:
+
+        - loads before this attempt's first optimizer step;
+        - loads in the process that installed the probe, not in a DataLoader worker it forked;
+        - not torch's own save-and-restore of the RNG (activation checkpointing, fork_rng:
+          _in_torch_rng_restore).
+
+        An optimizer's load (`of_opt()` gives its optimizer) is held until that optimizer's first
+        step numbers it."""
         if self.off or self.steps or os.getpid() != self.pid or _in_torch_rng_restore():
             return
         try:
@@ -556,8 +608,10 @@ def opt_pieces(opt, heavy: bool = True) -> dict:
 
 
 def _after(owner, name: str, what: str, pieces, of_opt=None) -> None:
-    """owner.name wrapped: once the call returns, the probe records the load `what`; `pieces(*args)`
-    fingerprints what it set; `of_opt(*args)`: the optimizer it belongs to (numbered as its steps)."""
+    """Wrap owner.name so that the probe records the load `what` once the call returns.
+
+    `pieces(*args)` fingerprints what the call set. `of_opt(*args)` gives the optimizer it belongs
+    to. The record takes that optimizer's number, as its steps do."""
     orig = getattr(owner, name)
 
     def wrapper(*args, **kwargs):
@@ -571,10 +625,12 @@ def _after(owner, name: str, what: str, pieces, of_opt=None) -> None:
 
 
 def install_load_hooks() -> None:
-    """The loads a resume makes, seen from outside the program: the RNG setters (torch's, Python's,
-    NumPy's global one), any optimizer's and scheduler's load_state_dict (torch.distributed.checkpoint's
-    set_state_dict loads an optimizer through the latter). A program that calls them under another
-    name (bound before the probe was installed) is not seen: its pieces read "not restored" as before."""
+    """Watch the loads a resume makes, from outside the program.
+
+    These are the RNG setters (torch's, Python's, NumPy's global one) and any optimizer's and
+    scheduler's load_state_dict. The latter is how torch.distributed.checkpoint's set_state_dict
+    loads an optimizer. A program that calls them under another name (bound before the probe was
+    installed) is not seen. Its pieces read "not restored" as before."""
     import torch.random
     _after(torch.random, "set_rng_state", "torch.set_rng_state", lambda *a: {"rng_torch": digest([torch.get_rng_state()])})
     torch.set_rng_state = torch.random.set_rng_state
@@ -674,9 +730,11 @@ def install_from_env(env=os.environ):
 
 
 class _LossLines:
-    """sys.stdout or sys.stderr as it was, each line written through it also read for the program's
-    loss line (`rx`, a `loss` group): the probe books it at this process's step count, so a loss
-    line belongs to the step it was printed after, whatever its delay through the launcher."""
+    """sys.stdout or sys.stderr as it was, also reading each line for the program's loss line.
+
+    `rx` is the loss line's pattern, with a `loss` group. The probe books the loss at this process's
+    step count. So a loss line belongs to the step it was printed after, whatever its delay through
+    the launcher."""
 
     def __init__(self, stream, probe, rx):
         self._stream, self._probe, self._rx, self._part = stream, probe, rx, ""

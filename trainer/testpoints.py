@@ -22,15 +22,20 @@ def fault(point: str, step: int, rank: int):
 
 def delay(point: str, step: int, rank: int):
     """Test-only delay points: RESTARTLAB_DELAY="point:step:rank:seconds[,...]" sleeps there.
-    The tests use them to force an interleaving of ranks that is otherwise rare (save: before a
-    save begins; stage-clean:
-    before the stage directory is cleaned; stage-open (step 0): before a node's owner opens its
-    stage dir at start-up; staged: after the write into the stage dir, before
-    the copy to the checkpoint dir; mkdir: before a rank creates a checkpoint directory;
-    mkdir-exists: after it found the directory already there, before it checks it again; saved:
-    at the end of an async save's background thread, its result ready; prune-delete: before
-    the trees a save's prune put out of sight are deleted, behind the save; step:
-    every training step, e.g. step:*:*:0.2 for a slower model). `*` matches any step or rank."""
+
+    The tests use them to force an interleaving of ranks that is otherwise rare. The points are:
+
+    - save: before a save begins.
+    - stage-clean: before the stage directory is cleaned.
+    - stage-open (step 0): before a node's owner opens its stage dir at start-up.
+    - staged: after the write into the stage dir, before the copy to the checkpoint dir.
+    - mkdir: before a rank creates a checkpoint directory.
+    - mkdir-exists: after it found the directory already there, before it checks it again.
+    - saved: at the end of an async save's background thread, its result ready.
+    - prune-delete: before the trees a save's prune put out of sight are deleted, behind the save.
+    - step: every training step, e.g. step:*:*:0.2 for a slower model.
+
+    `*` matches any step or rank."""
     for spec in filter(None, os.environ.get("RESTARTLAB_DELAY", "").split(",")):
         p, s, r, secs = spec.split(":")
         if p == point and s in ("*", str(step)) and r in ("*", str(rank)):

@@ -1,11 +1,11 @@
-"""Rank 0's metrics to Weights & Biases as well (optional; `pip install restartlab[wandb]`).
+"""Rank 0's metrics to Weights & Biases as well (optional, `pip install restartlab[wandb]`).
 
-The JSONL rows stay the collector's input; each row also goes to W&B under the same names, one W&B
-run per attempt, grouped by experiment and phase, with the attempt's resume step and, once its
-first step is done, its restart cost in the run's config. wandb is imported and its run started
-on a thread of its own, fed through a queue: the training loop never waits for W&B (its import,
-its service process, a slow network), and a W&B failure is a warning, never a failed attempt.
-Nothing here is imported unless --wandb-project is given."""
+The JSONL rows stay the collector's input. Each row also goes to W&B under the same names. There is
+one W&B run per attempt, grouped by experiment and phase. The run's config holds the attempt's
+resume step and, once its first step is done, its restart cost. The module imports wandb and
+starts its run on a thread of its own, fed through a queue. So the training loop never waits for
+W&B (its import, its service process, a slow network). A W&B failure is a warning, never a failed
+attempt. Nothing here is imported unless --wandb-project is given."""
 import os
 import queue
 import threading
@@ -73,8 +73,10 @@ class WandbSink:
             self._log(f"W&B logging off for this attempt: {self.error}")
 
     def close(self, exit_code: int = 0, timeout: float = None) -> None:
-        """Flush the queued rows and finish the run, waiting at most FINISH_TIMEOUT_S (after a
-        preemption PREEMPTED_TIMEOUT_S: the emergency checkpoint is what must fit in the margin)."""
+        """Flush the queued rows and finish the run, waiting at most FINISH_TIMEOUT_S.
+
+        After a preemption it waits at most PREEMPTED_TIMEOUT_S. The emergency checkpoint is what
+        must fit in the margin."""
         if timeout is None:
             timeout = PREEMPTED_TIMEOUT_S if exit_code == EXIT_PREEMPTED else FINISH_TIMEOUT_S
         self._exit_code = exit_code

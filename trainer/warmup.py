@@ -1,13 +1,14 @@
-"""What a warm standby pool (restartlab.runtime.warm) imports before it forks ranks of the bundled trainer:
-every module the trainer imports, and nothing that runs a torch op, opens a device, starts a
-thread or initialises a process group (a forked child could not use any of those). Importing this
-module has no other effect."""
+"""What a warm standby pool (restartlab.runtime.warm) imports before it forks ranks of the bundled trainer.
+
+That is every module the trainer imports. It is nothing that runs a torch op, opens a device,
+starts a thread or initialises a process group, since a forked child could not use any of those.
+Importing this module has no other effect."""
 import importlib
 
 MODULES = (
     "torch",
     # FSDP2's fully_shard imports torch._dynamo on its first call (torch._compile's disable
-    # wrapper): ~1.3 s of a warm rank's model build here until it was preloaded too (cProfile)
+    # wrapper). Until it was preloaded too, that took ~1.3 s of a warm rank's model build here (cProfile).
     "torch._dynamo",
     "torch.distributed",
     "torch.distributed.checkpoint",

@@ -143,9 +143,10 @@ class PhaseData:
     _kill_index: Optional[tuple] = field(default=None, repr=False)
 
     def kills(self, t0, t1, number=None) -> List[Injection]:
-        """The injections that struck attempt `number`, which ran from t0 to t1 (attempt.injected's
-        rule: by the attempt a record names, else by its time), in the injector's order: from an
-        index built once (by attempt; the others by time), not a scan of every record per attempt."""
+        """The injections that struck attempt `number`, which ran from t0 to t1, in the injector's order.
+
+        It follows attempt.injected's rule: by the attempt a record names, else by its time. It reads an
+        index built once (by attempt, the others by time), not a scan of every record per attempt."""
         if number is None:
             return injections_into(self.injections, t0, t1)
         if self._kill_index is None:
@@ -237,8 +238,9 @@ def _finalize_latencies(ckpt_dir, warnings) -> List[float]:
 
 
 def _attempt_from_dir(a: AttemptData, att: layout.Attempt, warnings) -> None:
-    """The attempt's record (the supervisor's), or without one its launch record; its launch
-    snapshot; and for an attempt that did not complete, what its output says (one read)."""
+    """The attempt's record (the supervisor's), or without one its launch record, and its launch snapshot.
+
+    For an attempt that did not complete, also what its output says (one read)."""
     a.at_launch = launch_snapshot.read(att.at_launch)
     _read_record(a, att, warnings)
     try:  # the watchdog's decision, made before its stop: there even when its supervisor died in the stop
@@ -259,8 +261,9 @@ EVIDENCE = (("output", "its output's last write"), ("teardown_log", "its teardow
 
 
 def _evidence(att: layout.Attempt) -> List[tuple]:
-    """(time, what) of each file an attempt without an end record left: its end is the newest of them
-    and its last step that falls inside its span (_ends)."""
+    """(time, what) of each file an attempt without an end record left.
+
+    Its end is the newest of them and its last step that falls inside its span (_ends)."""
     seen = []
     for name, what in EVIDENCE:
         try:
@@ -271,9 +274,10 @@ def _evidence(att: layout.Attempt) -> List[tuple]:
 
 
 def _ends(atts: List["AttemptData"]) -> None:
-    """Each attempt without an end record ends at its last sign of life: the newest of its last step
-    and the files it left, between its launch and the next attempt's (a file's time outside that span,
-    a copy's say, is no evidence)."""
+    """Each attempt without an end record ends at its last sign of life.
+
+    That is the newest of its last step and the files it left, between its launch and the next
+    attempt's. A file's time outside that span (a copy's, say) is no evidence."""
     for i, a in enumerate(atts):
         if a.recorded:
             continue
@@ -301,8 +305,9 @@ def _unreached(path) -> List[str]:
 
 
 def _read_record(a: AttemptData, att: layout.Attempt, warnings) -> None:
-    """Launch/end time, exit code and completion from the attempt's record; without one (cut short
-    with its job), its launch, job and job run from its launch record."""
+    """Launch/end time, exit code and completion from the attempt's record.
+
+    Without one (cut short with its job), its launch, job and job run come from its launch record."""
     try:
         rec = AttemptRecord.read(att)
     except NotARecord as e:
@@ -329,8 +334,8 @@ def _read_record(a: AttemptData, att: layout.Attempt, warnings) -> None:
 
 
 PG_TIMEOUT = b"Timed out waiting"  # what gloo says when a collective's peer never came
-# a line of a crashed program's output that says why: an exception with its message, a C++
-# exception's what(), a fatal signal's line; the first of them is the cause, the rest its echo
+# A line of a crashed program's output that says why: an exception with its message, a C++
+# exception's what(), or a fatal signal's line. The first of them is the cause, the rest its echo.
 ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception|EnforceNotMet)\b.*?:\s*\S|\bwhat\(\):\s*\S|Segmentation fault|"
                         r"\bFatal Python error\b")
 TAIL_BYTES = 256 * 1024
@@ -359,7 +364,8 @@ OURS = "restartlab:"  # how restartlab's own notes in a rank's output begin (nev
 
 def error_line(text: str, width: int = 300) -> Optional[str]:
     """The first line of `text` (an output's tail) that names a crash, cut to `width`, or None.
-    restartlab's own notes are passed over: "restartlab: ... off: ValueError: ..." says a probe or hook
+
+    restartlab's own notes are passed over. "restartlab: ... off: ValueError: ..." says a probe or hook
     stood aside, and a crash after it is the program's."""
     for raw in text.splitlines():
         line = clean_line(raw)
@@ -517,8 +523,9 @@ def _queue_wait(a: AttemptData, b: AttemptData) -> Optional[float]:
 
 
 def handovers(ph: PhaseData) -> List[Handover]:
-    """Where one job of a chain ended and the next took over (not failures): the queue wait
-    between them and the steps the hand-over lost (0 after a walltime stop)."""
+    """Where one job of a chain ended and the next took over. These are not failures.
+
+    Each gives the queue wait between them and the steps the hand-over lost (0 after a walltime stop)."""
     ran = _ran(ph)
     return [Handover(attempt=a.index, from_job=a.job, to_job=b.job, queue_wait_s=_queue_wait(a, b),
                      walltime_stop=a.walltime, lost_steps=a.last_iter - b.resumed_from)
@@ -533,9 +540,10 @@ def _ran(ph: PhaseData) -> List[AttemptData]:
 
 
 def failure_events(ph: PhaseData) -> List[FailureEvent]:
-    """One event per attempt that ended without finishing and was followed by another (a chain's
-    hand-over after a walltime stop is not a failure: see handovers; after a failure that
-    used up the relaunch budget it is one, and the queue wait is not in its downtime)."""
+    """One event per attempt that ended without finishing and was followed by another.
+
+    A chain's hand-over after a walltime stop is not a failure (see handovers). After a failure that
+    used up the relaunch budget, the hand-over is one, and the queue wait is not in its downtime."""
     out = []
     ran = _ran(ph)
     for k in range(len(ran) - 1):
@@ -566,14 +574,15 @@ def failure_events(ph: PhaseData) -> List[FailureEvent]:
             ev.recompute_s = b.ts_at[a.last_iter] - b.first_ts
         node_recovery(ev, a, b, ph.node_checks, ph.job_runs if again else ())
         if again and not a.recorded and a.hang_ts and kill_ts is not None and kill_ts <= a.hang_ts:
-            # the watchdog decided, then the job's run ended under it: detected at the decision (its marker's
-            # time), the gap from there (the stop that could not finish, the requeue, the next run's start)
+            # The watchdog decided, then the job's run ended under it. Detection is at the decision (its
+            # marker's time). The gap runs from there: the stop that could not finish, the requeue, the next
+            # run's start.
             ev.detection_s = a.hang_ts - kill_ts
             if b.launch_ts:
                 ev.launch_gap_s = b.launch_ts - a.hang_ts
         if ev.detected_by == "scheduler" and ev.rerun:
-            # no end record: what is known is when the scheduler marked one of its nodes down (not when
-            # the run ended: between that and the next run's start)
+            # No end record. What is known is when the scheduler marked one of its nodes down, not when the
+            # run ended (between that and the next run's start).
             downs = [n.since for n in ev.rerun.nodes if "down" in str(n.state).lower()
                      and kill_ts is not None and kill_ts <= n.since <= (b.job_start or n.since)]
             t = ev.rerun.requeued_at
@@ -588,10 +597,12 @@ def failure_events(ph: PhaseData) -> List[FailureEvent]:
 
 def node_recovery(ev: FailureEvent, a: AttemptData, b: AttemptData, checks: List[NodeCheck],
                   runs: Sequence[JobRun] = ()) -> None:
-    """Into ev: which nodes the health checks after attempt a, up to b's, found bad, and how the relaunch
-    recovered: the same nodes, a spare in a bad node's place, or fewer nodes (ranks before -> after). Where
-    b ran in another run of a's job (`runs`: the job's run records), the nodes each run had where the
-    attempts do not name theirs: the scheduler chose them."""
+    """Record into ev the nodes found bad after attempt a, and how the relaunch recovered.
+
+    The bad nodes are those the health checks after attempt a, up to b's, found bad. The relaunch used
+    the same nodes, a spare in a bad node's place, or fewer nodes (ranks before -> after). b may have
+    run in another run of a's job (`runs`: the job's run records). Then, where the attempts do not
+    name their nodes, it takes the nodes each run had: the scheduler chose them."""
     bad = bad_nodes_between(checks, a.index, b.index)
     before, after = a.hosts, b.hosts
     if runs:
@@ -645,10 +656,11 @@ def detected_by(a: AttemptData, again: bool = False) -> str:
 
 
 def requeue_parts(a: AttemptData, b: AttemptData, runs: List[JobRun]) -> RequeueParts:
-    """The time between two runs of one job, in its parts: how attempt a ended (the watchdog's
-    decision, the last evidence), what the scheduler said when the job ran again (the next run's
-    record, runtime/jobrun.py: the nodes that went down or came back), the run's start, b's launch
-    and first step."""
+    """The time between two runs of one job, in its parts.
+
+    The parts start with how attempt a ended: the watchdog's decision, the last evidence. Next is what
+    the scheduler said when the job ran again. That is the next run's record (runtime/jobrun.py): the
+    nodes that went down or came back. Then come the run's start, b's launch and b's first step."""
     run = run_record(runs, b)
     return RequeueParts(
         job=a.job, next_attempt=b.number or b.index, stopped_at=a.hang_ts, stopped_by="watchdog" if a.hang_ts else None,
@@ -665,8 +677,10 @@ KIND_FIGURES = ("detection_s", "launch_gap_s", "restart_s", "lost_steps", "recom
 
 
 def by_kind(events: List[FailureEvent]) -> Dict[str, KindStats]:
-    """Per failure kind: how many, and the median of each figure (detection: fault -> attempt
-    end; relaunch gap: attempt end -> next launch; restart: launch -> first step)."""
+    """Per failure kind: how many, and the median of each figure.
+
+    Detection is fault -> attempt end. Relaunch gap is attempt end -> next launch. Restart is
+    launch -> first step."""
     out = {}
     for kind in sorted({e.kind or "not injected" for e in events}):
         evs = [e for e in events if (e.kind or "not injected") == kind]
@@ -695,8 +709,8 @@ def summarize_phase(ph: PhaseData) -> PhaseSummary:
     hand = handovers(ph)
     queued = sum(h.queue_wait_s or 0 for h in hand)
     if wall is not None:
-        # waiting in the queue between jobs of a chain is not the job's wall time; the time between
-        # two runs of one job (a requeue) is: it is a failure's downtime
+        # Waiting in the queue between jobs of a chain is not the job's wall time. The time between
+        # two runs of one job (a requeue) is: it is a failure's downtime.
         wall -= queued
     ev = failure_events(ph)
     productive = sum(a.kept_dt for a in ph.attempts)
@@ -725,8 +739,8 @@ def summarize_phase(ph: PhaseData) -> PhaseSummary:
         interference=inter,
         # the seconds the steps beside a background save took beyond the same steps without one
         interference_s=inter_s,
-        # mean time of a step with no save in flight and not an attempt's first (its warm-up is in
-        # the start-up or the downtime): the phase's own step time, which step-time drift compares
+        # Mean time of a step with no save in flight and not an attempt's first. Its warm-up is in the
+        # start-up or the downtime. This is the phase's own step time, which step-time drift compares.
         step_dt_s=step_dt,
         # each network fault (partition, flap, slow_link): its time down, the stand-still, who noticed when
         network_faults=netfaults.accounts(ph, step_dt),
@@ -735,16 +749,18 @@ def summarize_phase(ph: PhaseData) -> PhaseSummary:
         first_start_s=(first.first_ts - cast(float, first.launch_ts)) if first and first.first_ts else None,
         jobs=sorted({a.job for a in ph.attempts if a.job}),
         handovers=hand, queue_wait_s=queued,
-        # what a failure at a random time would lose, beside the measured (kills gated on .complete
-        # land just after a save: their loss is the least a failure costs, not the typical)
+        # What a failure at a random time would lose, beside the measured loss. Kills gated on .complete
+        # land just after a save: their loss is the least a failure costs, not the typical.
         expected_loss=expected_loss(save_interval_steps(ph), ph.dt_busy[0] / len(ph.saves[K.STAGE_S])
                                     if ph.saves[K.STAGE_S] else 0.0),
         warnings=ph.warnings)
 
 
 def save_interval_steps(ph: PhaseData) -> Optional[float]:
-    """The phase's own save interval in steps: the median gap between the complete checkpoints its
-    attempts' launches found (any program's: layout.Attempt.at_launch); None with fewer than two."""
+    """The phase's own save interval in steps, or None with fewer than two checkpoints.
+
+    It is the median gap between the complete checkpoints its attempts' launches found (any
+    program's: layout.Attempt.at_launch)."""
     steps = sorted({s for a in ph.attempts if a.at_launch for s, complete in a.at_launch.checkpoints if complete})
     gaps = [y - x for x, y in zip(steps, steps[1:]) if y > x]
     return float(statistics.median(gaps)) if gaps else None
@@ -766,8 +782,9 @@ def expected_loss(interval: Optional[float], lag_steps: float = 0.0) -> Optional
 
 
 def interference(ph: PhaseData) -> Optional[Interference]:
-    """How much slower a step is while an async save runs in the background (mean step time
-    beside a save / without one - 1); None without steps of both kinds."""
+    """How much slower a step is while an async save runs in the background.
+
+    That is mean step time beside a save / without one - 1. None without steps of both kinds."""
     (nb, sb), (ni, si) = ph.dt_busy, ph.dt_idle
     if not nb or not ni or not si:
         return None
@@ -776,8 +793,10 @@ def interference(ph: PhaseData) -> Optional[Interference]:
 
 
 def walltime_stop(ph: PhaseData) -> Optional[WalltimeStop]:
-    """The phase's last attempt, when the walltime warning ended it: its last step, the step of
-    its emergency checkpoint and the steps that checkpoint does not hold (0 when it landed)."""
+    """The phase's last attempt, when the walltime warning ended it.
+
+    It gives the last step, the step of its emergency checkpoint, and the steps that checkpoint does
+    not hold (0 when it landed)."""
     a = ph.attempts[-1] if ph.attempts else None
     if a is None or not a.walltime:
         return None
@@ -791,14 +810,18 @@ def is_baseline(phase_checkpoint: Optional[str]) -> bool:
 
 
 def overhead(phase: PhaseSummary, baseline: Optional[PhaseSummary]) -> Optional[Overhead]:
-    """What a phase costs beyond the baseline, and what explains it: overhead = downtime +
-    recompute + save stalls + background interference + step-time drift + residual. Both phases
-    are taken net of their first launch's start-up (launch -> first step), so that a cold first
-    launch (the file cache, imports: whichever phase runs first pays it) is not booked as a
-    failure's cost; the start-ups of relaunches are in the downtime. Step-time drift: the phase's
-    steps (those without a save in flight, first steps left out) against the baseline's, times the
-    phase's steps (a shared node's noise moves every step of a phase: +-10-30% per phase measured
-    here), so the residual is only what nothing explains."""
+    """What a phase costs beyond the baseline, and what explains it.
+
+    Overhead = downtime + recompute + save stalls + background interference + step-time drift +
+    residual.
+
+    Both phases are taken net of their first launch's start-up (launch -> first step). So a cold first
+    launch is not booked as a failure's cost: whichever phase runs first pays the file cache and the
+    imports. The start-ups of relaunches are in the downtime.
+
+    Step-time drift is the phase's step time against the baseline's, times the phase's steps. It uses
+    the steps without a save in flight, first steps left out. A shared node's noise moves every step of
+    a phase: +-10-30% per phase measured here. So the residual is only what nothing explains."""
     if not baseline or phase.wall_s is None or baseline.wall_s is None:
         return None
     if not (phase.completed and baseline.completed):
@@ -827,8 +850,10 @@ def phase_restart_cost(events: List[FailureEvent]) -> Optional[float]:
 
 
 def young_daly(save_cost_s, restart_cost_s, mtbf_s) -> YoungDaly:
-    """Young: sqrt(2 C M); Daly (first order): sqrt(2 C (M + R)) - C, for C < 2M (C the save's
-    stall, R = restart_cost(), M the MTBF), with what they were computed from."""
+    """Young's and Daly's intervals, with what they were computed from.
+
+    Young: sqrt(2 C M). Daly (first order): sqrt(2 C (M + R)) - C, for C < 2M. C is the save's stall,
+    R = restart_cost() and M the MTBF."""
     made_of = dict(mtbf_s=mtbf_s, save_cost_s=save_cost_s, restart_cost_s=restart_cost_s)
     if not save_cost_s or save_cost_s <= 0 or not mtbf_s:
         return YoungDaly(young_s=None, daly_s=None, **made_of)

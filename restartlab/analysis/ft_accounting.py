@@ -1,31 +1,50 @@
-"""The accounting and the verdict of a phase of torchft replica groups (runtime/ft_phase.py), from
-its files only: each group's attempts (groups/g<k>/attempts/<n>: launch and end records, the
-trainer's ft-rank<R>.jsonl, one line per step attempted) and the phase's injection records.
+"""The accounting and the verdict of a phase of torchft replica groups (runtime/ft_phase.py).
 
-Per group: attempts, steps attempted and committed. Per failure (an injection that killed):
-which groups it struck (the struck ranks' command lines name their --replica-group), detection
-(the kill to the end of the survivors' first quorum without the struck group), the survivors'
-stall (the steps they attempted after the kill and could not commit, and that quorum's wait), the
-relaunched group's process start (its launch to its first step) and heal (the quorum in which it
-received a survivor's state), and its rejoin (the kill to its first commit). The job's progress:
-committed steps per second before the first failure, while a group was out, and after.
+It reads the phase's files only:
+
+- Each group's attempts (groups/g<k>/attempts/<n>): launch and end records, and the trainer's
+  ft-rank<R>.jsonl, one line per step attempted.
+- The phase's injection records.
+
+Per group it counts attempts, steps attempted and steps committed.
+
+Per failure (an injection that killed) it finds:
+
+- Which groups it struck. The struck ranks' command lines name their --replica-group.
+- Detection: the kill to the end of the survivors' first quorum without the struck group.
+- The survivors' stall: the steps they attempted after the kill and could not commit, and that
+  quorum's wait.
+- The relaunched group's process start (its launch to its first step). Its heal: the quorum in which
+  it received a survivor's state.
+- Its rejoin: the kill to its first commit.
+
+The job's progress is committed steps per second before the first failure, while a group was out,
+and after.
 
 Efficiency, two ways:
-- torchft's own terms: its Manager counts `batches_committed`, "the total number of batches
-  committed across all steps and replicas" (torchft 0.2.0, manager.py, Manager.batches_committed:
-  each committed step adds num_participants()). Here: batches committed / (committed steps x
-  replica groups), the share of the groups' step slots that trained.
-- restartlab's ETTR as for the other phases: productive time (the summed step time of every step
-  committed, the job's progress, counted once per step) / wall time.
 
-The verdict: did a group the failures did not strike restart (a survivor restarted); did every
-healed group's parameters equal the survivors' at its first commit (shard crc, rank by rank);
-did the job ever start over (a step committed below a step committed before it: torchft's
-`--min_replicas 1` with every group lost restarts from a fresh initialisation, silently); did it
-finish (a group completed the last step; a group still relaunching then is stopped by the phase and
-named in `stopped_when_done`); did a program die of an exception of its own (ft-rank<R>-crash.json,
-written by restartlab.trainer.ft_hook; a crash of a struck group after the strike is the strike's);
-did a heal fail (a step whose quorum asked the group to heal, not applied, with torchft's error).
+- torchft's own terms. Its Manager counts `batches_committed`, "the total number of batches
+  committed across all steps and replicas" (torchft 0.2.0, manager.py, Manager.batches_committed).
+  Each committed step adds num_participants(). Here it is batches committed / (committed steps x
+  replica groups): the share of the groups' step slots that trained.
+- restartlab's ETTR, as for the other phases: productive time / wall time. Productive time is the
+  summed step time of every step committed (the job's progress), counted once per step.
+
+The verdict asks:
+
+- Did a group the failures did not strike restart? That is a survivor restarted.
+- Did every healed group's parameters equal the survivors' at its first commit? This compares the
+  shard crc, rank by rank.
+- Did the job ever start over? That is a step committed below a step committed before it. With
+  torchft's `--min_replicas 1` and every group lost, torchft restarts from a fresh initialisation,
+  silently.
+- Did it finish? It did if a group completed the last step. A group still relaunching then is
+  stopped by the phase and named in `stopped_when_done`.
+- Did a program die of an exception of its own? The record is ft-rank<R>-crash.json, written by
+  restartlab.trainer.ft_hook. A crash of a struck group after the strike is the strike's.
+- Did a heal fail? That is a step whose quorum asked the group to heal and the heal was not applied,
+  with torchft's error.
+
 A crash or failed heal that matches a torchft behaviour known here (KNOWN) is named with it."""
 import dataclasses
 import json
@@ -99,9 +118,10 @@ def _steps(att: layout.Attempt) -> Dict[int, List[FtStep]]:
 
 
 def _crashes(att: layout.Attempt) -> Dict[int, FtCrash]:
-    """{rank: its crash record} of one attempt (a program run through ft_hook that died of an
-    exception); none when the attempt exited 0 (an exception that ended a thread of a program that
-    then finished is no death)."""
+    """{rank: its crash record} of one attempt.
+
+    A crash record means a program run through ft_hook died of an exception. There are none when the
+    attempt exited 0: an exception that ended a thread of a program that then finished is no death."""
     out: Dict[int, FtCrash] = {}
     try:
         rec = AttemptRecord.read(att)
@@ -266,8 +286,8 @@ def _verdict(groups: Dict[int, Group], commits: List[Commit], failures: List[FtF
                         heals.append((g, a.attempt, x.step))
     unequal = sorted({f"step {s} rank {r}" for (s, r), v in crcs.items() if len(v) > 1})
     crashes, heal_failures = _crashes_and_heal_failures(groups, failures)
-    # a start over: a step committed below one committed before it (a group's own first steps
-    # before the others' are in lockstep: allowed while no other group has committed past it)
+    # A start over is a step committed below one committed before it. A group's own first steps come
+    # before the others' are in lockstep. They are allowed while no other group has committed past it.
     start_over: Optional[StartOver] = None
     best = 0
     for c in commits:
@@ -275,8 +295,8 @@ def _verdict(groups: Dict[int, Group], commits: List[Commit], failures: List[FtF
             start_over = StartOver(group=c.group, attempt=c.attempt, step=c.rec.step, after_step=best, time=c.rec.t)
             break
         best = max(best, c.rec.step)
-    # finished: a group completed the last step (the others complete theirs with it, or are
-    # stopped by the phase once the training is done: still relaunching, or behind)
+    # Finished: a group completed the last step. The others complete theirs with it, or the phase
+    # stops them once the training is done (still relaunching, or behind).
     ends = {g: gr.end for g, gr in groups.items()}
     finished = any(h == PhaseEnd.COMPLETED for h in ends.values())
     stopped = sorted(g for g, h in ends.items() if h == PhaseEnd.INTERRUPTED)
@@ -288,8 +308,10 @@ def _verdict(groups: Dict[int, Group], commits: List[Commit], failures: List[FtF
 
 
 def _crashes_and_heal_failures(groups: Dict[int, Group], failures: List[FtFailure]):
-    """The exceptions programs died of on their own (not a struck group's after its strike), and
-    per group attempt the heals that failed (asked by the quorum, not applied, torchft's error)."""
+    """The exceptions programs died of on their own, and the heals that failed.
+
+    A struck group's exception after its strike does not count. The failed heals are per group
+    attempt: asked by the quorum, not applied, with torchft's error."""
     strikes = [(f.time, set(f.struck_groups)) for f in failures]
     crashes: List[Crash] = []
     heals: List[HealFailure] = []

@@ -1,11 +1,17 @@
-"""A phase's network faults (failures.NetworkKind: partition, flap, slow_link), each told as what it
-was: when its node's link went down (or was capped) and came back (the node's restorer's record,
-layout.Phase.faults; the injector's plan where there is none), how long the training stood still,
-who noticed and when (the watchdog's decision, whether its stop reached every node and took effect,
-the process-group timeout, the attempt's end, the node check), and how the job came through:
-resumed by itself, relaunched (on the same nodes, a spare, fewer), or not at all. Opens no file:
-collect.load_phase read everything. The scheduler's own view (PBS or Slurm marking the node down)
-is not seen from inside the job: not measured here."""
+"""A phase's network faults, each told as what it was.
+
+The kinds are failures.NetworkKind: partition, flap and slow_link. Each account tells:
+
+- When its node's link went down (or was capped) and came back. The times come from the node's
+  restorer's record (layout.Phase.faults), or from the injector's plan where there is none.
+- How long the training stood still.
+- Who noticed, and when. These are the watchdog's decision, whether its stop reached every node and
+  took effect, the process-group timeout, the attempt's end and the node check.
+- How the job came through: resumed by itself, relaunched (on the same nodes, a spare, or fewer), or
+  not at all.
+
+Opens no file: collect.load_phase read everything. The scheduler's own view (PBS or Slurm marking the
+node down) is not seen from inside the job. It is not measured here."""
 from typing import List, Optional, cast
 
 from .. import failures
@@ -17,8 +23,10 @@ MATCH_S = 1e-3   # a restorer's planned_at is the receipt's `at`, the record's t
 
 
 def _restorer(ph, inj) -> Optional[FaultLog]:
-    """The node's restorer's line for this fault: its planned_at is the receipt's `at`, the
-    record's time, to the float (a host's name may differ between the node file and the node)."""
+    """The node's restorer's line for this fault.
+
+    Its planned_at matches the receipt's `at`, the record's time, to the float. It is matched by time
+    because a host's name may differ between the node file and the node."""
     return next((f for f in ph.faults if f.planned_at is not None and abs(f.planned_at - inj.time) < MATCH_S), None)
 
 
@@ -113,8 +121,8 @@ def account(ph, inj, step_dt: Optional[float]) -> NetworkFault:
         out.outcome = f"relaunched {how}" + (" in the job's next run (the scheduler requeued it)" if again else "")
         out.lost_steps = max(0, a.last_iter - b.resumed_from)
     elif went_on:
-        # every gap between two steps that overlaps the fault's span, beyond a step's time (a flap: one
-        # per time down); a slowed link's steps are slow, not stood still
+        # Count every gap between two steps that overlaps the fault's span, beyond a step's time.
+        # A flap has one such gap per time down. A slowed link's steps are slow; they do not stand still.
         lo, hi = start, span_end if span_end is not None else start
         still = [g for g in a.gaps if g[2] >= lo and g[1] <= hi and g[0] > 2 * dt]
         if inj.kind != "slow_link":
@@ -127,8 +135,10 @@ def account(ph, inj, step_dt: Optional[float]) -> NetworkFault:
 
 
 def describe(f: NetworkFault) -> str:
-    """The fault in one sentence: "a partition of rlpbs-n2 (40 s): training stood still 54 s and
-    resumed by itself; the watchdog decided to stop the attempt 30 s in, ...; 0 steps lost"."""
+    """The fault in one sentence.
+
+    For example: "a partition of rlpbs-n2 (40 s): training stood still 54 s and resumed by itself;
+    the watchdog decided to stop the attempt 30 s in, ...; 0 steps lost"."""
     why = f.ended_by
     until = ((f" of {f.planned_s:.0f} s: undone when {_ended(why)}" if f.planned_s else
               f", never healed: undone when {_ended(why)}") if isinstance(why, str) and why != "duration" else "")

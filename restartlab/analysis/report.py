@@ -42,8 +42,10 @@ def add_args(p):
 
 
 def _start_kind(event: FailureEvent) -> str:
-    """How the restart's ranks started: warm (forked from the standby pools, their imports done:
-    the pools' own count in the attempt record, else the bundled trainer's startup row) or cold."""
+    """How the restart's ranks started: warm or cold.
+
+    Warm ranks are forked from the standby pools, with their imports done. Their count is the pools'
+    own count in the attempt record, else the bundled trainer's startup row."""
     n = event.warm_ranks
     if n is None:
         n = event.startup.get(K.STARTUP_WARM)
@@ -146,9 +148,10 @@ def build(a):
 
 
 def job_states(expt_dir: str, data: Optional[Scenario]) -> List[JobStatus]:
-    """The states of the experiment's jobs, as its scheduler reports them
-    now (one query), or [] where that cannot be asked (no queue, its tool not on PATH, an error:
-    then one entry saying why)."""
+    """The states of the experiment's jobs, as its scheduler reports them now (one query).
+
+    Returns [] where the scheduler cannot be asked: no queue, or its tool not on PATH. On an error it
+    returns one entry saying why."""
     from .. import schedulers
     try:
         recs = jobslog.job_ids(expt_dir)
@@ -208,8 +211,10 @@ def _save_then(e: FailureEvent) -> str:
 
 
 def lost_steps_lines(summaries: List[PhaseSummary]) -> list:
-    """Per phase with failures: the measured loss beside what a failure at a random time loses on
-    average there, and where the kills landed, so that a gated minimum is not read as the typical cost."""
+    """Per phase with failures: the measured loss beside what a failure at a random time loses on average.
+
+    The lines also show where the kills landed. This way a gated minimum is not read as the typical
+    cost."""
     out = []
     for s in summaries:
         ev, exp = s.failures, s.expected_loss
@@ -434,8 +439,10 @@ def jobs_markdown(jobs: List[JobStatus]) -> str:
 
 
 def main(a) -> int:
-    """Exit 0; 2 when the input is not an experiment, or when some of it was malformed (then the
-    report is still written from the rest, and each problem is named with its file and line)."""
+    """Exit 0, or 2 when the input is not an experiment or some of it was malformed.
+
+    With malformed input the report is still written from the rest. Each problem is named with its file
+    and line."""
     if not a.expt_dir and not (a.baseline or a.sync or a.async_):
         print("restartlab report: give an experiment directory or --baseline/--sync/--async globs", file=sys.stderr)
         return 2

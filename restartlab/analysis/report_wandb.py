@@ -1,6 +1,8 @@
-"""`restartlab report --wandb`: the report's tables, summary figures and plots as one W&B run in
-the experiment's group (the trainer's per-attempt runs are in "<experiment>/<phase>"). wandb is
-imported only here, only when asked for; torch never."""
+"""`restartlab report --wandb`: the report as one W&B run.
+
+The run holds the report's tables, summary figures and plots, in the experiment's group. The trainer's
+per-attempt runs are in "<experiment>/<phase>". Only this module imports wandb, and only when asked for.
+It never imports torch."""
 import glob
 import os
 from typing import List, Optional, Union, cast

@@ -1,7 +1,9 @@
-"""Which run of its job an attempt ran in: a scheduler may requeue a job (a node lost, a node's link
-cut), and it runs again under the same id, its attempts carrying that run's start (job_start). Two
-attempts in two runs of one job have the scheduler's requeue between them: a failure's time, not a
-chain's hand-over (different job ids: the queue's)."""
+"""Which run of its job an attempt ran in.
+
+A scheduler may requeue a job, for example when a node is lost or a node's link is cut. The job then
+runs again under the same id. Its attempts carry that run's start (job_start). Between two attempts in
+two runs of one job lies the scheduler's requeue. That time is a failure's, not a chain's hand-over.
+A chain hands over between different job ids, and that time is the queue's."""
 
 
 def rerun(a, b) -> bool:

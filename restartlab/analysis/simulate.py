@@ -1,22 +1,26 @@
-"""restartlab simulate: goodput (ETTR) and the best checkpoint interval of a long training run at
-any scale, from costs measured on a few nodes (a report's summary, or flags) and a failure
-model, by a seeded Monte Carlo.
+"""restartlab simulate: goodput (ETTR) and the best checkpoint interval of a long training run.
 
-The model (one attempt = one *segment*, from its launch to the next launch):
-- launch -> first productive step: `restart_s` (imports, rendezvous, checkpoint load);
-- then cycles of `interval` steps of work and one save. Sync: the loop blocks `sync_stall_s`, the
-  checkpoint is durable when the save returns. Async: the loop blocks `async_stall_s` (stage and
-  drain); the checkpoint is durable `async_durable_s` after the save began; steps that run while
-  a save is in the background are slower by `interference` (a fraction); at most one save is in
-  flight, so a background longer than a cycle stalls the loop;
-- a failure at time T after the launch keeps the work of every checkpoint durable before T and
-  loses the rest (a `preempt` keeps all of it and pays one emergency save); the segment ends
+It works at any scale, from costs measured on a few nodes (a report's summary, or flags) and a
+failure model. It runs a seeded Monte Carlo.
+
+In the model one attempt is one *segment*, from its launch to the next launch:
+
+- From launch to the first productive step takes `restart_s` (imports, rendezvous, checkpoint load).
+- Then come cycles of `interval` steps of work and one save.
+- Sync saves: the loop blocks `sync_stall_s`. The checkpoint is durable when the save returns.
+- Async saves: the loop blocks `async_stall_s` (stage and drain). The checkpoint is durable
+  `async_durable_s` after the save began. Steps that run while a save is in the background are
+  slower by `interference` (a fraction). At most one save is in flight, so a background longer than
+  a cycle stalls the loop.
+- A failure at time T after the launch keeps the work of every checkpoint durable before T. It
+  loses the rest. A `preempt` keeps all of it and pays one emergency save. The segment ends
   `detection_s[kind]` (fault -> attempt end) + `gap_s` (attempt end -> next launch) after T.
-Failures arrive as a Poisson process (exponential times to failure, the job MTBF), so segments
-are independent: each replica draws them all at once and the run is the cumulative sum (numpy;
-no per-step loop). The same draws serve every interval and both modes (common random numbers:
-the curves are smooth and their differences are not noise). ETTR = useful compute seconds /
-wall seconds; the run's end keeps all work done (the job ends with a save)."""
+
+Failures arrive as a Poisson process (exponential times to failure, the job MTBF), so segments are
+independent. Each replica draws them all at once, and the run is the cumulative sum (numpy, no
+per-step loop). The same draws serve every interval and both modes. With these common random numbers
+the curves are smooth and their differences are not noise. ETTR = useful compute seconds / wall
+seconds. The run's end keeps all work done, because the job ends with a save."""
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -66,9 +70,10 @@ class Failures:
 
     @staticmethod
     def at_scale(node_mtbf_s: float, nodes: int, kinds=None, correlated: float = 0.0, burst: int = 1):
-        """Per-node MTBF x node count: the job sees nodes/node_mtbf node failures per second;
-        a fraction `correlated` of interruptions take `burst` nodes at once (one interruption
-        for several node failures)."""
+        """The job's failures from the per-node MTBF x node count.
+
+        The job sees nodes/node_mtbf node failures per second. A fraction `correlated` of
+        interruptions take `burst` nodes at once: one interruption for several node failures."""
         per_event = 1.0 + correlated * (burst - 1)
         return Failures(node_mtbf_s * per_event / nodes, dict(kinds or {"kill": 1.0}))
 
@@ -192,8 +197,10 @@ def sweep(costs: Costs, fail: Failures, intervals: Sequence[int], modes=("sync",
 
 # ---------------------------------------------------------------- analytic references
 def young_daly(costs: Costs, fail: Failures, mode: str) -> YoungDaly:
-    """Young: sqrt(2 C M); Daly's first-order refinement: sqrt(2 C (M + R)) - C (seconds of work
-    between saves; C the loop's stall per save, R the downtime per failure)."""
+    """Young's and Daly's intervals, in seconds of work between saves.
+
+    Young: sqrt(2 C M). Daly's first-order refinement: sqrt(2 C (M + R)) - C. C is the loop's stall
+    per save, R the downtime per failure."""
     r = restart_cost(costs.restart_s, costs.gap_s, _mean_detection(costs, fail))
     return collect_young_daly(costs.save_cost(mode), r, fail.mtbf_s)
 
@@ -246,11 +253,12 @@ def _median(xs):
 
 
 def costs_from_summary(path: str, phases: Optional[Sequence[str]] = None) -> Costs:
-    """Costs from a report's summary, from only the phases named, if given:
-      - step time: from the baseline, else from the first phase with steps
-      - the sync stall: from a phase with sync saves
-      - the async stall (stage + drain) and durability (save -> .complete): from a phase with async saves
-      - restart, relaunch gap and detection per kind: medians over the phases' failures"""
+    """Costs from a report's summary, from only the phases named, if given.
+
+    The step time comes from the baseline, else from the first phase with steps. The sync stall comes
+    from a phase with sync saves. The async stall (stage + drain) and durability (save -> .complete)
+    come from a phase with async saves. Restart, relaunch gap and detection per kind are medians over
+    the phases' failures."""
     allp = load_summary(path)
     use = {n: p for n, p in allp.items() if not phases or n in phases}
     if phases and not use:
@@ -324,15 +332,20 @@ class ReplayRun:
 
 def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults: Sequence[Fault],
                cold_start_s: float, exit_s: Optional[float] = None) -> ReplayRun:
-    """The model run once, deterministically, with the failures a real phase had, each with its own
-    measured costs where it has them; the first attempt reaches the end of its first
-    step in `cold_start_s` (no checkpoint to load), every later one in its restart (both include
-    that step, as the report's restart does, so one step moves from start-up to training: the
-    save cycles of a resumed attempt start with its first step). Wall = each failed attempt
-    (start-up, training until the fault, detection) and gap, plus the last attempt (start-up,
-    the remaining steps and their saves; async: the last save's background before exit).
-    `exit_s`: the last attempt's measured time from its last step to its end (its exit, the
-    launcher's teardown, an async save's background), in place of the model's background."""
+    """The model run once, deterministically, with the failures a real phase had.
+
+    Each failure uses its own measured costs where it has them. The first attempt reaches the end of
+    its first step in `cold_start_s`, with no checkpoint to load. Every later one reaches it in its
+    restart. Both include that step, as the report's restart does. So one step moves from start-up to
+    training: the save cycles of a resumed attempt start with its first step.
+
+    Wall is each failed attempt (start-up, training until the fault, detection) and its gap. Add the
+    last attempt: start-up, the remaining steps and their saves. With async, add the last save's
+    background before exit.
+
+    `exit_s` is the last attempt's measured time from its last step to its end. It covers its exit,
+    the launcher's teardown and an async save's background. It takes the place of the model's
+    background."""
     w, L, B = _cycle(costs, interval, mode)
     total = total_steps * costs.step_s
     kept = wall = 0.0
@@ -360,8 +373,10 @@ def replay_run(costs: Costs, mode: str, interval: int, total_steps: int, faults:
 
 
 def _program_interval(expt, phase: str, program: Program) -> int:
-    """A program's save interval (its own arguments set it, which restartlab does not parse): the
-    steps of the checkpoints in the phase's checkpoint dir (the one its launches recorded)."""
+    """A program's save interval, read from its checkpoints.
+
+    The program's own arguments set it, and restartlab does not parse them. So the interval comes from
+    the steps of the checkpoints in the phase's checkpoint dir (the one its launches recorded)."""
     from .. import programs
     ph = expt.phase(phase)
     ckpt_dir = ph.ckpts  # unless its first launch recorded another (every launch records the same)
@@ -375,16 +390,23 @@ def _program_interval(expt, phase: str, program: Program) -> int:
 
 
 def replay(expt_dir: str, phase: str) -> Replay:
-    """Simulated vs measured ETTR of one phase of a finished experiment: its own measured costs
-    (the report's summary: its step time, save cost, restarts, gaps and detections; its first
-    attempt's cold start), its scenario's save interval and steps, its actual failure times.
-    Two runs of the model: `simulated_*` gives each failure its own measured restart, gap,
-    detection and steps kept (it checks the model's accounting of start-ups, saves and the
-    remaining work); `median_*` gives every failure the medians and the model's own lost work, as
-    a forecast from the report would. Its lost work is the model's from the failure's time: a
-    kill gated on a save's `.complete` lands at a cycle's edge, where a step-time spread of 1% can
-    move it a whole interval (10 steps, ~2% of a short phase), and the medians add the spread of
-    the restarts, which on a shared machine can move a few-failure phase by several percent."""
+    """Simulated vs measured ETTR of one phase of a finished experiment.
+
+    The inputs are the phase's own. Its measured costs come from the report's summary: its step time,
+    save cost, restarts, gaps and detections, and its first attempt's cold start. The save interval
+    and steps come from its scenario. The failure times are its actual ones.
+
+    The model runs twice:
+
+    - `simulated_*` gives each failure its own measured restart, gap, detection and steps kept. This
+      checks the model's accounting of start-ups, saves and the remaining work.
+    - `median_*` gives every failure the medians and the model's own lost work, as a forecast from the
+      report would.
+
+    In `median_*` the lost work is the model's, from the failure's time. A kill gated on a save's
+    `.complete` lands at a cycle's edge. There a step-time spread of 1% can move it a whole interval
+    (10 steps, ~2% of a short phase). The medians also add the spread of the restarts. On a shared
+    machine that can move a few-failure phase by several percent."""
     from . import collect
     from .. import scenario
     from ..contracts import layout
@@ -430,8 +452,8 @@ def replay(expt_dir: str, phase: str) -> Replay:
         faults.append(Fault(ev.kill_ts - a.first_ts if ev.kill_ts is not None and a.first_ts is not None else 0.0,
                             ev.kind or KILL, own))
     cold = first.first_ts - first.launch_ts
-    # the phase's wall runs to its last attempt's end: the time after its last step is its own
-    # (0.14-0.24 s in 7 local-scenario runs here beside a busy process; it grows with the load)
+    # The phase's wall runs to its last attempt's end, so the time after its last step is its own.
+    # It took 0.14-0.24 s in 7 local-scenario runs here, beside a busy process. It grows with the load.
     last = attempts[-1]
     exit_s = max(0.0, last.end_ts - last.last_ts) if last.end_ts and last.last_ts and last.completed else None
     assert interval is not None  # the scenario's, or read from the program's checkpoints above

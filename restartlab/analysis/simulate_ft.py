@@ -1,18 +1,24 @@
-"""restartlab simulate --torchft: the goodput of torchft replica groups under the same failure
-model as the restart strategy's (simulate.py), from costs measured in a torchft phase (a report's
-summary) or given as flags.
+"""restartlab simulate --torchft: the goodput of torchft replica groups.
 
-The model: G replica groups train in lockstep; failures arrive as a Poisson process at the job's
-MTBF, each striking one group (uniformly). At a failure every surviving group stalls `stall_s` (the
-step it could not commit and the wait for a quorum without the struck group), then trains on; the
-struck group is out for `rejoin_s` (the kill to its first commit: detection, relaunch, process
-start, heal), during which its share of every step is trained by nobody. A failure that strikes a
-group already out extends its absence. When every group is out at once there is no survivor to
-heal from: torchft starts over (`min_replicas` 1: silently, from a fresh initialisation), which this
-model counts (`all_groups_lost`) and, without checkpoints, charges as the loss of all the work done
-so far. Goodput = the groups' trained share of the step slots over wall time, times
-1 / (1 + step_overhead) (torchft's quorum and commit each step, as a fraction of a step).
-Seeded; independent replicas give a 95% confidence half-width."""
+It uses the same failure model as the restart strategy's (simulate.py). The costs are measured in a
+torchft phase (a report's summary) or given as flags.
+
+The model:
+
+- G replica groups train in lockstep.
+- Failures arrive as a Poisson process at the job's MTBF. Each strikes one group, chosen uniformly.
+- At a failure every surviving group stalls `stall_s`, then trains on. The stall is the step it could
+  not commit and the wait for a quorum without the struck group.
+- The struck group is out for `rejoin_s`: the kill to its first commit (detection, relaunch, process
+  start, heal). Meanwhile nobody trains its share of every step.
+- A failure that strikes a group already out extends its absence.
+- When every group is out at once, there is no survivor to heal from. Then torchft starts over. With
+  `min_replicas` 1 it does so silently, from a fresh initialisation. The model counts this
+  (`all_groups_lost`). Without checkpoints it charges it as the loss of all the work done so far.
+
+Goodput = the groups' trained share of the step slots over wall time, times 1 / (1 + step_overhead).
+The step overhead is torchft's quorum and commit each step, as a fraction of a step. The simulation
+is seeded. Independent replicas give a 95% confidence half-width."""
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -88,8 +94,10 @@ def simulate(c: FtCosts, mtbf_s: float, days: float, replicas: int, seed: int) -
 
 
 def analytic(c: FtCosts, mtbf_s: float) -> float:
-    """First order (failures rare, never two groups out at once): each failure costs every
-    surviving group stall_s and the struck group rejoin_s, of G group-seconds per second."""
+    """First-order goodput: failures are rare and never leave two groups out at once.
+
+    Each failure costs every surviving group stall_s and the struck group rejoin_s, out of G
+    group-seconds per second."""
     G = c.groups
     per_failure = ((G - 1) * c.stall_s + c.rejoin_s) / G
     return max(0.0, 1.0 - per_failure / mtbf_s) / (1.0 + c.step_overhead)

@@ -1,18 +1,21 @@
-"""What did the resume forget? A resumed attempt's training state at its first step set beside the
-baseline's at the same step, piece by piece (contracts/state_record.py: the parameters, the
-optimizer's moments and step count, the learning rate, the RNG streams, the batch, the scaler).
+"""What did the resume forget?
 
-At the resume's first step s (the checkpoint's step + 1) every piece of an exact resume equals the
-baseline's: the state step s starts from is the one the checkpoint of step s-1 carried, and the
-batch and learning rate are those step s uses. A piece that differs there is what the checkpoint
-(or the program's load) forgot. A piece that also differs between the phase's first attempt (no
-restart yet) and the baseline is not the resume's doing: the run does not repeat itself in it
-(unseeded, nondeterministic kernels) and it is named so, not judged. A piece equal at the resume
-that differs at a later step, while every piece was equal at the resume, is nondeterminism after
-an exact resume, not a resume bug.
+A resumed attempt's training state at its first step is set beside the baseline's at the same step,
+piece by piece. The pieces (contracts/state_record.py) are the parameters, the optimizer's moments
+and step count, the learning rate, the RNG streams, the batch and the scaler.
 
-Steps are numbered from the records: an attempt's k-th optimizer step is step resumed_from + k
-(one optimizer step per training step; a gradient scaler that skips a step shifts the rest).
+At the resume's first step s (the checkpoint's step + 1), every piece of an exact resume equals the
+baseline's. The state step s starts from is the one the checkpoint of step s-1 carried. The batch
+and learning rate are those step s uses. A piece that differs there is what the checkpoint (or the
+program's load) forgot.
+
+A piece may also differ between the phase's first attempt (no restart yet) and the baseline. Then it
+is not the resume's doing: the run does not repeat itself in it (unseeded, nondeterministic kernels).
+It is named so, not judged. A piece may be equal at the resume and differ at a later step, while
+every piece was equal at the resume. That is nondeterminism after an exact resume, not a resume bug.
+
+Steps are numbered from the records: an attempt's k-th optimizer step is step resumed_from + k. This
+assumes one optimizer step per training step. A gradient scaler that skips a step shifts the rest.
 Pure: the collector has read the records (collect.AttemptData.state)."""
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, cast
@@ -23,8 +26,8 @@ from ..contracts import state_record as SR
 Records = Dict[int, List[SR.StateRecord]]  # {rank: its records}
 
 
-WINDOW = 1  # a piece the load left out shows at the resume's step or the next (a scheduler's position
-#            is used by its first step() after the resume, at the end of the resume's first step)
+WINDOW = 1  # A piece the load left out shows at the resume's step or the next. A scheduler's position
+#            is used by its first step() after the resume, at the end of the resume's first step.
 
 
 @dataclass
@@ -46,8 +49,8 @@ class ResumeState:
     several: Dict[str, List[int]] = field(default_factory=dict)  # piece -> the reference steps that all have
     #                                                 its wrong value (a plateau): where it came from cannot be told
     loaded_other: Dict[str, Tuple[str, Optional[int]]] = field(default_factory=dict)  # piece -> (the load, the
-    #                                                 one reference step whose value it set, if any): the program
-    #                                                 loaded it, but not the value the run had at the save
+    #                                                 one reference step whose value it set, if any). The program
+    #                                                 loaded it, but not the value the run had at the save.
     first_matched: int = 0                            # steps at which the phase's first attempt equalled the baseline
     ranks: int = 0                                    # ranks compared
     note: Optional[str] = None                        # why nothing could be compared
@@ -129,8 +132,9 @@ class ResumeState:
                 f"last bits")
 
     def _position(self, k: str) -> Optional[str]:
-        """Where the reference had the piece's wrong value, in words: whole epochs off, ahead or
-        behind; None where at no step, several, or the run's start."""
+        """Where the reference had the piece's wrong value, in words.
+
+        It says whole epochs off, ahead or behind. None where at no step, several, or the run's start."""
         if k in self.epochs:
             n, pos, per = self.epochs[k]
             way = "earlier" if n < 0 else "later"
@@ -146,8 +150,9 @@ class ResumeState:
         return None
 
     def _changed(self, k: str) -> str:
-        """A piece the load restored that differs at the first step: what the load gave it, then what
-        it became, as far as the records say."""
+        """A piece the load restored that differs at the first step.
+
+        It says what the load gave it, then what it became, as far as the records say."""
         m, what = self.restored[k]
         head = (f"{what} restored it (right after the call it equalled {self.against} at step {m}, as the "
                 f"checkpoint of step {self.step - 1} left it), then it changed before step {self.step}")
@@ -157,9 +162,10 @@ class ResumeState:
         return f"{head}: {tail or DISTURBED.get(k, DISTURBED[None])}"
 
     def _loaded_other(self, k: str) -> str:
-        """A piece the program did load, to a value that is not the reference's record of the
-        checkpoint's step: the checkpoint holds it as of another moment, or the load read another
-        value; where the value is the reference's at one other step, which."""
+        """A piece the program did load, to a value that is not the reference's record of the checkpoint's step.
+
+        The checkpoint holds it as of another moment, or the load read another value. Where the value is
+        the reference's at one other step, it says which."""
         what, m = self.loaded_other[k]
         head = f"{what} set it, but not to its value in {self.against} record of step {self.step - 1}"
         if m is not None:
@@ -175,8 +181,9 @@ class ResumeState:
             n=f"{n} step{'s' if n > 1 else ''}", words=SR.WORDS[k], verb="are" if SR.PLURAL[k] else "is")
 
     def where(self, k: str) -> str:
-        """' on rank 1 of 2' where a piece differs on some of the ranks compared, not all (one rank's
-        file the checkpoint lacked); '' where on all of them."""
+        """' on rank 1 of 2' where a piece differs on some of the ranks compared, not all.
+
+        That happens where the checkpoint lacked one rank's file. Returns '' where it differs on all of them."""
         on = self.differ_on.get(k) or []
         if not on or len(on) >= self.ranks:
             return ""
@@ -226,8 +233,8 @@ class ResumeState:
         return text
 
 
-# what a piece that has the reference's value of a later step means (the issue's words: "the scheduler is
-# one step ahead"), and of an earlier step that is not the run's start
+# What a piece means when it has the reference's value of a later step (AHEAD), or of an earlier step
+# that is not the run's start (BEHIND). In the issue's words: "the scheduler is one step ahead".
 AHEAD = {"lr": "the scheduler is {n} ahead of where the checkpoint left it",
          "opt_step": "the optimizer's step count is {n} ahead",
          "batch": "the data position is {n} ahead: batches were skipped"}
@@ -246,8 +253,10 @@ PADDED_WHY = ("samples of more than one width (padded to the longest in each bat
 
 
 def _whole(recs: Dict[int, Dict[int, SR.StateRecord]], s: int, k: str):
-    """Piece k at step s over all the ranks, as one value; None where not observed (a rank without
-    the step's record, or without the piece); "per rank" where it cannot be one value."""
+    """Piece k at step s over all the ranks, as one value.
+
+    Returns None where not observed: a rank without the step's record, or without the piece. Returns
+    "per rank" where it cannot be one value."""
     got = [recs[r].get(s) for r in sorted(recs)]
     if not got or any(r is None for r in got):
         return None
@@ -280,10 +289,11 @@ def _whole(recs: Dict[int, Dict[int, SR.StateRecord]], s: int, k: str):
 
 
 def _across(rs: ResumeState, mine, theirs, step: int, judged: List[str]) -> ResumeState:
-    """A resume onto another number of ranks: each piece compared whole (_whole) at the resume's
-    first step (what the checkpoint restored, before any update under the new layout), the
-    learning rate, step count and scale at the next one too; the per-rank RNG streams said not
-    comparable."""
+    """A resume onto another number of ranks.
+
+    Each piece is compared whole (_whole) at the resume's first step. That is what the checkpoint
+    restored, before any update under the new layout. The learning rate, step count and scale are
+    compared at the next step too. The per-rank RNG streams are said to be not comparable."""
     rs.across, rs.ranks = (len(theirs), len(mine)), len(mine)
     keys = ("params", "opt_state", "batch") + SR.SAME_ON_ALL
     for k in SR.PER_RANK:
@@ -331,15 +341,17 @@ DISTURBED = {"rng_torch": _DREW, "rng_python": _DREW, "rng_numpy": _DREW, "rng_d
              None: "something changed it between the load and the first step"}
 
 
-# the loads that write a piece (where not every load that records it does): a scheduler's
-# load_state_dict records the param groups' rate as it finds them, but does not set it
+# The loads that write a piece, where not every load that records it does. A scheduler's
+# load_state_dict records the param groups' rate as it finds them, but does not set it.
 SETS = {"lr": ("Optimizer.load_state_dict",)}
 
 
 def _restored(k: str, value, ref: Dict[int, SR.StateRecord], resumed_from: int) -> Optional[int]:
-    """The reference step whose piece k the load's value equals, of the two a checkpoint taken after
-    step r holds: r (the RNG streams: a record is taken after its step's forward and backward drew)
-    or r + 1 (the optimizer's state and learning rate as step r left them); None where neither."""
+    """The reference step whose piece k the load's value equals, or None where neither step does.
+
+    A checkpoint taken after step r holds pieces of two steps. The RNG streams are those of step r: a
+    record is taken after its step's forward and backward drew. The optimizer's state and learning rate
+    are those of step r + 1, as step r left them."""
     for s in (resumed_from + 1, resumed_from):
         r = ref.get(s)
         if r is not None and value is not None and r.pieces.get(k) == value:
@@ -348,16 +360,18 @@ def _restored(k: str, value, ref: Dict[int, SR.StateRecord], resumed_from: int) 
 
 
 def _epochs_off(mine: Dict[int, SR.StateRecord], ref: Dict[int, SR.StateRecord], s: int, m: int):
-    """(whole epochs from step s to step m, the batch's number in its epoch, batches an epoch) where this
-    attempt's batch at s, the reference's at s and the reference's at m (whose batch it is) are at one
-    place in epochs of one length and m - s is a whole number of them; None elsewhere."""
+    """(whole epochs from step s to step m, the batch's number in its epoch, batches an epoch), or None.
+
+    Three batches must be at one place in epochs of one length: this attempt's at s, the reference's
+    at s and the reference's at m (whose batch it is). And m - s must be a whole number of those
+    epochs. Elsewhere it returns None."""
     at = [(mine.get(s), s), (ref.get(s), s), (ref.get(m), m)]
     pos = [r.batch_pos if r is not None else None for r, _ in at]
     if any(p is None for p in pos) or pos[0] != pos[1] or pos[1] != pos[2]:
         return None
     per = cast(list, pos[0])[1]
-    # batches a step (gradient accumulation): the reference's count between step s and a neighbour in
-    # the same epoch (the step before, or at an epoch's start the step after)
+    # Batches a step (gradient accumulation). This is the reference's count between step s and a
+    # neighbour in the same epoch: the step before, or at an epoch's start the step after.
     each = 0
     for a, b in ((s - 1, s), (s, s + 1)):
         pa, pb = (ref[x].batch_pos if ref.get(x) is not None else None for x in (a, b))
@@ -376,8 +390,9 @@ def _hits(k: str, value, ref: Dict[int, SR.StateRecord], step: Optional[int]) ->
 
 
 def _match(k: str, value, ref: Dict[int, SR.StateRecord], step: Optional[int]) -> Optional[int]:
-    """The one step of the reference's records (one rank's) whose piece k has `value`; None where no
-    step has it, or more than one (then the value says nothing of where it came from)."""
+    """The one step of the reference's records (one rank's) whose piece k has `value`.
+
+    None where no step has it, or more than one. Then the value says nothing of where it came from."""
     hits = _hits(k, value, ref, step)
     return hits[0] if len(hits) == 1 else None
 
@@ -401,8 +416,10 @@ def _at(records: Records, offset: int) -> Dict[int, Dict[int, SR.StateRecord]]:
 def _differing(mine: Dict[int, Dict[int, SR.StateRecord]], base: Dict[int, Dict[int, SR.StateRecord]],
                step: int, keys, on: Optional[Dict[str, List[int]]] = None) -> Tuple[Dict[str, Tuple[object, object]],
                                                                                   List[str], List[str]]:
-    """(differ {piece: (mine, baseline's) on the first rank that differs}, equal, not observed) at
-    `step`; `on`, when given, gets {piece: the ranks on which it differs}."""
+    """(differ, equal, not observed) at `step`.
+
+    `differ` is {piece: (mine, baseline's)} on the first rank that differs. `on`, when given, gets
+    {piece: the ranks on which it differs}."""
     differ, equal, unseen = {}, [], []
     for k in keys:
         seen_any, off = False, None
@@ -428,15 +445,19 @@ def _differing(mine: Dict[int, Dict[int, SR.StateRecord]], base: Dict[int, Dict[
 
 
 def _weighted(v) -> bool:
-    """A sharded tensor's fingerprint as this probe takes it (the weighted sum: "w..."), not an older
-    probe's crc of the same shard (a baseline reused from a run recorded before): the two do not compare."""
+    """A sharded tensor's fingerprint as this probe takes it: the weighted sum, "w...".
+
+    An older probe's crc of the same shard is not one. That happens with a baseline reused from a run
+    recorded before. The two do not compare."""
     return isinstance(v, str) and v.startswith("w")
 
 
 def _threads(mine, theirs, step: int) -> Optional[Tuple[List[int], List[int]]]:
-    """(this attempt's thread counts, the reference's) at the resume's first step, where any rank's
-    differs from the reference's same rank (or, across a change in rank count, the sets differ);
-    None where equal or not recorded (a probe older than the count)."""
+    """(this attempt's thread counts, the reference's) at the resume's first step, where they differ.
+
+    They differ where any rank's count differs from the reference's same rank. Across a change in rank
+    count, they differ where the sets differ. None where equal or not recorded (a probe older than the
+    count)."""
     def counts(recs):
         return {r: recs[r][step].threads for r in recs if step in recs[r]}
     a, b = counts(mine), counts(theirs)
@@ -453,9 +474,10 @@ def _common_steps(mine, theirs, after: int = 0) -> List[int]:
 
 
 def repeatability(first: Records, base: Records) -> Tuple[List[str], int]:
-    """The phase's first attempt (from step 0, no restart yet) against the baseline: (the pieces
-    that differ at the first step where any does: the run does not repeat itself in them; the
-    steps compared where all equalled)."""
+    """The phase's first attempt (from step 0, no restart yet) against the baseline.
+
+    Returns (the pieces that differ at the first step where any does, the steps compared where all
+    equalled). The run does not repeat itself in those pieces."""
     mine, theirs = _at(first, 0), _at(base, 0)
     matched = 0
     for s in _common_steps(mine, theirs):
@@ -469,9 +491,11 @@ def repeatability(first: Records, base: Records) -> Tuple[List[str], int]:
 def compare(attempt: Optional[int], records: Records, resumed_from: int, base: Records,
             not_judged: Sequence[str] = (), first_matched: int = 0, base_offset: int = 0,
             against: str = "the baseline's") -> ResumeState:
-    """A resumed attempt's records against the baseline's (`not_judged`: unrepeatable pieces;
-    `first_matched`: the steps at which the phase's first attempt equalled the baseline), or against
-    another attempt's (`base_offset`: the step it resumed from; `against`: its name in the verdict)."""
+    """A resumed attempt's records against the baseline's, or against another attempt's.
+
+    Against the baseline, `not_judged` is the unrepeatable pieces. `first_matched` is the steps at
+    which the phase's first attempt equalled the baseline. Against another attempt, `base_offset` is
+    the step it resumed from. `against` is its name in the verdict."""
     step = resumed_from + 1
     rs = ResumeState(attempt, step, first_matched=first_matched, against=against)
     if not records:

@@ -1,10 +1,16 @@
-"""A phase's storage faults (failures.StorageKind: stall_writes, slow_storage, write_errors, torn),
-each told as what it did: which rank took it at which checkpoint write, what the write met (blocked
-T s, held to a rate, an errno from byte N, a file cut at byte N and the rank killed), and what
-followed: the attempt went on, or ended and the next one resumed from which checkpoint (a torn or
-failed checkpoint named, and whether the resume stayed off it). From the injector's records and the
-ranks' preload's events (contracts/iofaults.py); opens no file but to see whether the struck
-checkpoint was ever completed."""
+"""A phase's storage faults, each told as what it did.
+
+The kinds are failures.StorageKind: stall_writes, slow_storage, write_errors and torn. Each account
+tells:
+
+- Which rank took it, at which checkpoint write.
+- What the write met: blocked T s, held to a rate, an errno from byte N, or a file cut at byte N and
+  the rank killed.
+- What followed. The attempt went on, or it ended and the next one resumed from some checkpoint. A
+  torn or failed checkpoint is named, with whether the resume stayed off it.
+
+The accounts come from the injector's records and the ranks' preload's events (contracts/iofaults.py).
+Opens no file, except to see whether the struck checkpoint was ever completed."""
 import dataclasses
 import os
 import re
@@ -116,10 +122,12 @@ ENDS_ATTEMPT = ("cut", "error")  # the events after which the rank's program end
 
 
 def effective(injections, events: List[IOFaultEvent]):
-    """(the storage strikes as armed, the injections as they struck). A storage strike is armed at one
-    time and strikes at the rank's next checkpoint write: as a failure it counts only where its cut or
-    its first error happened, at that time, found by time (a stall or a slowed write, which ends no
-    attempt, is no failure: its account is the storage table's)."""
+    """Return (the storage strikes as armed, the injections as they struck).
+
+    A storage strike is armed at one time and strikes at the rank's next checkpoint write. As a
+    failure it counts only where its cut or its first error happened, at that time. Its attempt is
+    found by that time. A stall or a slowed write ends no attempt, so it is no failure. Its account
+    is the storage table's."""
     first: Dict[Optional[int], IOFaultEvent] = {}  # strike id -> its first end; asked for None too (no id)
     for e in events:
         if e.event in ENDS_ATTEMPT and (e.id not in first or e.at < first[e.id].at):

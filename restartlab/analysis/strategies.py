@@ -15,8 +15,10 @@ def _fmt(x, nd=2):
 
 
 def restart_row(s: PhaseSummary, warm: bool, baseline_wall: Optional[float]) -> StrategyRow:
-    """A phase of the relaunch loop: its cost per failure is its downtime (the kill to the first
-    step after the resume), its lost work the steps computed again."""
+    """Row for a phase of the relaunch loop.
+
+    Its cost per failure is its downtime: the kill to the first step after the resume. Its lost work
+    is the steps computed again."""
     surv = s.survival
     checkpoint = s.checkpoint
     strategy = "none (baseline)" if checkpoint == "none" else f"restart {'warm' if warm else 'cold'} ({checkpoint})"
@@ -32,9 +34,11 @@ def restart_row(s: PhaseSummary, warm: bool, baseline_wall: Optional[float]) -> 
 
 
 def torchft_row(name: str, ft: FtSummary, baseline_wall: Optional[float]) -> StrategyRow:
-    """A torchft phase: its cost per failure is the survivors' stall (the job trains on without
-    the struck group), its lost work the steps the survivors attempted and could not commit; the
-    struck group's own rejoin is in the torchft section."""
+    """Row for a torchft phase.
+
+    Its cost per failure is the survivors' stall, because the job trains on without the struck group.
+    Its lost work is the steps the survivors attempted and could not commit. The struck group's own
+    rejoin is in the torchft section."""
     v = ft.verdict
     findings = []
     if v.survivor_restarted:
@@ -63,10 +67,12 @@ def torchft_row(name: str, ft: FtSummary, baseline_wall: Optional[float]) -> Str
 
 def rows(summaries: List[PhaseSummary], ft: Dict[str, FtSummary], warm: Dict[str, bool],
          order: List[str]) -> List[StrategyRow]:
-    """One row per phase. `failure_cost_s`: the wall time against the same strategy without
-    failures: a restart phase against the baseline, a torchft phase against a torchft phase with
-    no failure (torchft's own step protocol, a quorum and a commit every step, is no failure's
-    cost; without such a phase it is not separated, and the cell says so)."""
+    """One row per phase.
+
+    `failure_cost_s` is the wall time against the same strategy without failures. A restart phase
+    compares with the baseline. A torchft phase compares with a torchft phase with no failure.
+    torchft's own step protocol, a quorum and a commit every step, is not a failure's cost. Without
+    such a phase that cost is not separated, and the cell says so."""
     base = next((s for s in summaries if s.checkpoint == "none"), None)
     bw = base.wall_s if base else None
     ft_base = next((f for f in ft.values() if not f.failures and f.wall_s), None)

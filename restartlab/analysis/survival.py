@@ -87,9 +87,11 @@ class Verdict:
 
 
 def _how(rec: Optional[AttemptRecord]) -> str:
-    """How a crashed attempt ended: the first rank that ended badly, from the ranks' own records
-    (contracts.rank_exit; the launcher's one status names whichever rank it saw end first, or its
-    own teardown), else the launcher's status."""
+    """How a crashed attempt ended.
+
+    It names the first rank that ended badly, from the ranks' own records (contracts.rank_exit). The
+    launcher's one status names whichever rank it saw end first, or its own teardown. Without the
+    ranks' records, it uses the launcher's status."""
     rec = rec or AttemptRecord()
     said = rank_exit.how(rec.signal, rec.exit_code)
     first = rec.rank_exit
@@ -100,8 +102,9 @@ def _how(rec: Optional[AttemptRecord]) -> str:
 
 
 def _unfinished_saves(resumed: int, last: Optional[int], after: Optional[LaunchSnapshot]) -> List[int]:
-    """The checkpoints this attempt began and left not complete, as the next launch found them:
-    steps above the one it resumed from, up to the last it logged."""
+    """The checkpoints this attempt began and left not complete, as the next launch found them.
+
+    These are the steps above the one it resumed from, up to the last it logged."""
     if last is None or after is None:
         return []
     return [s for s, c in after.checkpoints if not c and resumed < s <= last]
@@ -109,10 +112,11 @@ def _unfinished_saves(resumed: int, last: Optional[int], after: Optional[LaunchS
 
 def _ended_badly(a: collect.AttemptData, last: Optional[int], resumed: int, after: Optional[LaunchSnapshot],
                  struck: bool, lost_nodes: Sequence[Optional[str]] = ()) -> Optional[str]:
-    """How an attempt that took steps ended, when that is a finding: it crashed (a non-zero exit
-    nobody caused) or hung, with the save it left unfinished and the line its output names. An
-    attempt whose nodes the next health check found bad died with its node: a failure to recover
-    from, like a kill, not a crash of the program."""
+    """How an attempt that took steps ended, when that is a finding.
+
+    It crashed (a non-zero exit nobody caused) or hung. The text adds the save it left unfinished and
+    the line its output names. An attempt whose nodes the next health check found bad died with its
+    node. That is a failure to recover from, like a kill, not a crash of the program."""
     rec = a.record
     if struck or lost_nodes or rec is None or rec.completed or rec.preempted or rec.walltime:
         return None
@@ -192,8 +196,10 @@ def _max(*xs):
 
 
 def _lost(k: Optional[int], snap: Optional[LaunchSnapshot], best: Optional[int]) -> Optional[str]:
-    """Saved work lost: a complete checkpoint known to have existed (at an earlier launch, or seen
-    by the injector) is gone at this launch, with nothing as new in its place."""
+    """Saved work lost.
+
+    A complete checkpoint known to have existed is gone at this launch, with nothing as new in its
+    place. It is known from an earlier launch, or the injector saw it."""
     if best is None or snap is None:
         return None
     now = snap.newest_complete
@@ -204,8 +210,10 @@ def _lost(k: Optional[int], snap: Optional[LaunchSnapshot], best: Optional[int])
 
 
 def _first_run(ph: collect.PhaseData) -> set:
-    """The steps the phase's first attempt logged from a start at step 0, up to where a later
-    attempt took over (a resume recomputes from there): what ran before any restart."""
+    """What ran before any restart.
+
+    These are the steps the phase's first attempt logged from a start at step 0. They go up to where
+    a later attempt took over, because a resume recomputes from there."""
     atts = ph.attempts
     first, last = (atts[0].first_row, atts[0].last_step) if atts else (None, None)
     if first is None or last is None:
@@ -265,8 +273,9 @@ def phase_verdict(phase_dir: str, base_dir: Optional[str] = None, tolerance: flo
 
 def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, tolerance: float = 0.0,
           last_step: Optional[int] = None) -> Verdict:
-    """The verdict on a phase read by collect.load_phase (against the baseline's, if given);
-    `last_step`: the run's last step (trainer.train_iters), where a step past it is a finding."""
+    """The verdict on a phase read by collect.load_phase, against the baseline's if given.
+
+    `last_step` is the run's last step (trainer.train_iters). A step past it is a finding."""
     v = Verdict(ph.name)
     dead, best = 0, None  # best: the newest complete checkpoint known to have existed before
     attempts = ph.attempts
@@ -284,8 +293,8 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
             r = _resume(k, first, snap)
             dead = 0
         elif rec is None and i + 1 < len(attempts):
-            # no record and another attempt after it: its supervisor died with the job (killed,
-            # requeued by the scheduler, its node lost) and a later job carried on
+            # No record, and another attempt after it: its supervisor died with the job (killed,
+            # requeued by the scheduler, or its node lost). A later job carried on.
             r = Restart(k, "cut_short", "cut short before its first step: its job's run ended under it and the "
                         "scheduler requeued the job; the next run carried on" if rerun(a, attempts[i + 1]) else
                         "cut short before its first step with its job (no record of its end: the job was killed or "
@@ -310,8 +319,9 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
             r.text = "started from step 0"
         if rec is not None and rec.completed and rec.exit_code not in (0, None) and first is not None \
                 and not (rec.preempted or rec.walltime):
-            # it reached the last step, then ended badly: finished (nothing is relaunched to train nothing),
-            # and a crash or a hang at exit is the program's to fix (a strike of ours after its last step is not)
+            # It reached the last step, then ended badly. It counts as finished: nothing is relaunched to
+            # train nothing. A crash or a hang at exit is the program's to fix. A strike of ours after its
+            # last step is not.
             if ph.kills(a.last_ts if a.last_ts is not None else rec.launch_ts, rec.end_ts):
                 r = Restart(k, r.outcome, f"{r.text}; then finished (step {last}) and was struck before its exit",
                             r.resumed_from, r.expected)
@@ -352,8 +362,8 @@ def judge(ph: collect.PhaseData, base: Optional[collect.PhaseData] = None, toler
         if gone:
             r = Restart(k, "lost", f"{gone}; then: {r.text}", r.resumed_from, r.expected)
         if last_step and first is not None and last is not None and last > last_step:
-            # the program's own stop rule went past the run's last step (a resume at the final checkpoint
-            # that trains on): a finding of its own, whatever else the attempt did
+            # The program's own stop rule went past the run's last step (a resume at the final checkpoint
+            # that trains on). That is a finding of its own, whatever else the attempt did.
             past = (f"{r.text}; then trained past the last step (step {last} of {last_step}"
                     f"{': it resumed at the final checkpoint' if (r.resumed_from or 0) >= last_step else ''})")
             r = Restart(k, r.outcome if r.finding else "past_last", past, r.resumed_from, r.expected)
@@ -384,15 +394,19 @@ def _left_baseline(ph: collect.PhaseData, base: collect.PhaseData) -> Optional[i
 
 
 def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List[Restart]) -> List[str]:
-    """Each resumed attempt's training state at its first step against the baseline's
-    (state_compare), on its Restart; the findings: each piece a resume did not restore. Once the
-    phase has left the baseline (its loss differs at or before the checkpoint's step, or an earlier
-    resume's state did: it forgot something, or its state differed some steps after an exact resume,
-    which the loss may not show: a warm rank with other threads than the baseline's did so), the
-    baseline is no reference for a later resume: the attempt that saved the checkpoint and ran past
-    it is (its state as the next step began is what it saved).
-    Nothing where neither the phase nor the baseline recorded any state (a program that never
-    imports torch, collection.state_every: 0)."""
+    """Each resumed attempt's training state at its first step, against the baseline's (state_compare).
+
+    The comparison goes on its Restart. The findings are each piece a resume did not restore.
+
+    Once the phase has left the baseline, the baseline is no reference for a later resume. The phase
+    leaves it when its loss differs at or before the checkpoint's step, or when an earlier resume's
+    state did. That resume forgot something, or its state differed some steps after an exact resume,
+    which the loss may not show. A warm rank with other threads than the baseline's did so. The
+    reference is then the attempt that saved the checkpoint and ran past it. Its state as the next
+    step began is what it saved.
+
+    Returns nothing where neither the phase nor the baseline recorded any state: a program that never
+    imports torch, or collection.state_every: 0."""
     by_number = {a.number: a for a in ph.attempts}
     base_state = base.attempts[0].state if base.attempts else {}
     if not base_state and not any(a.state for a in ph.attempts):
@@ -409,8 +423,8 @@ def resumed_state(ph: collect.PhaseData, base: collect.PhaseData, restarts: List
         if a is None or not r.resumed_from or r.outcome in ("first", "fresh") or a.first_row is None:
             continue  # a start from step 0 restored nothing to compare
         if left is not None and left <= r.resumed_from:
-            # an unnumbered attempt (a phase read from metrics files: report --sync FILES) has no saver
-            # to find (its None once met None < None here, beside a baseline with state records)
+            # An unnumbered attempt comes from a phase read from metrics files (report --sync FILES). It
+            # has no saver to find. Its None once met None < None here, beside a baseline with state records.
             saver = None if r.attempt is None else next(
                 (k for k in sorted((k for k in offsets if k is not None), reverse=True)
                  if k < r.attempt and by_number.get(k)

@@ -1,10 +1,15 @@
-"""What the relaunch loop and the collector agree on about attempts and phases: the attempt record
-(`AttemptRecord`: layout.Attempt.record, one writer `write`, one reader `read`), how a phase ended (`PhaseEnd`,
-the end record `EndRecord` with its one writer `append` and one reader `phase_end`), and the one
-definition of "completed" (rank 0's final row) and "injected" (an injection record with a kill
-inside an attempt's window). The supervisor writes (runtime/attempt_record.py), the analysis reads;
-neither spells these for itself. The readers take what earlier versions wrote, and take a field of the
-wrong type as missing (a hand-edited or torn record is reported, not a traceback)."""
+"""What the relaunch loop and the collector agree on about attempts and phases.
+
+- The attempt record: `AttemptRecord` (layout.Attempt.record), with one writer `write` and one
+  reader `read`.
+- How a phase ended: `PhaseEnd`, and the end record `EndRecord` with its one writer `append` and
+  one reader `phase_end`.
+- The one definition of "completed" (rank 0's final row) and of "injected" (an injection record
+  with a kill inside an attempt's window).
+
+The supervisor writes (runtime/attempt_record.py), and the analysis reads. Neither spells these for
+itself. The readers take what earlier versions wrote. They take a field of the wrong type as
+missing, so a hand-edited or torn record is reported, not a traceback."""
 import dataclasses
 import enum
 import json
@@ -25,9 +30,10 @@ class NotARecord(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class LaunchRecord:
-    """layout.Attempt.launched: what is known of an attempt at its launch, written before the launcher
-    starts: an attempt cut short with its job (killed, requeued, its node lost) leaves no attempt
-    record, and this still tells which run of which job it was in."""
+    """layout.Attempt.launched: what is known of an attempt at its launch.
+
+    It is written before the launcher starts. An attempt cut short with its job (killed, requeued,
+    its node lost) leaves no attempt record. This one still tells which run of which job it was in."""
     attempt: Optional[int] = None
     launch_ts: Optional[float] = None
     job: Optional[str] = None
@@ -105,8 +111,10 @@ class AttemptRecord:
 
     @classmethod
     def read(cls, att: layout.Attempt) -> Optional["AttemptRecord"]:
-        """The one reader: the record, None when there is none or it is not JSON (the attempt was cut
-        short with its job), NotARecord when it is JSON but no mapping."""
+        """The one reader: the record.
+
+        None when there is none or it is not JSON: the attempt was cut short with its job.
+        NotARecord when it is JSON but no mapping."""
         try:
             with open(att.record) as f:
                 d = json.load(f)
@@ -163,8 +171,10 @@ class EndRecord:
 
     @classmethod
     def from_json(cls, d: object) -> Optional["EndRecord"]:
-        """The record, or None for a line this version cannot take as one (not an end a supervisor
-        writes, no attempt number): the reader then goes by the attempts alone."""
+        """The record, or None for a line this version cannot take as one.
+
+        Such a line is not an end a supervisor writes, or has no attempt number. The reader then goes
+        by the attempts alone."""
         if not isinstance(d, dict) or d.get("how") not in {e.value for e in WRITTEN}:
             return None
         k = integer(d.get("attempt"))
@@ -220,14 +230,18 @@ INJECTION_SLACK_S = 0.5
 
 
 def completed_row(m: object) -> bool:
-    """Rank 0's final row: the bundled trainer's carries the parameters' checksum at the last step;
-    a tapped program's is train/finished (tap.py: it ended after logging the last step)."""
+    """Rank 0's final row.
+
+    The bundled trainer's carries the parameters' checksum at the last step. A tapped program's is
+    train/finished (tap.py: it ended after logging the last step)."""
     return isinstance(m, dict) and (PARAMS_CRC in m or m.get(FINISHED) is True)
 
 
 def injected(record: Injection, t0: Optional[float], t1: Optional[float], number: Optional[int] = None) -> bool:
-    """Whether an injection record struck attempt `number` that ran from t0 to t1: by the attempt
-    the record names (the injector's, when it ran with the phase dir), else by its time."""
+    """Whether an injection record struck attempt `number` that ran from t0 to t1.
+
+    It goes by the attempt the record names, which the injector gives when it ran with the phase
+    dir. Else it goes by the record's time."""
     if not record.struck:
         return False
     if number is not None and record.attempt is not None:

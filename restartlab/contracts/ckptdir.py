@@ -111,8 +111,10 @@ def newest_complete_step(ckpt_dir: str, verify: bool = True, checksums: bool = F
 
 
 def file_crc32(path: str, sink: Optional[IO[bytes]] = None, chunk: int = 1 << 22) -> Dict[str, int]:
-    """{"bytes", "crc32"} of a file read once in chunks; each chunk also goes to `sink` (a
-    writable file) when given, so a copy and its checksum cost one read."""
+    """{"bytes", "crc32"} of a file read once in chunks.
+
+    Each chunk also goes to `sink` (a writable file) when given. So a copy and its checksum cost one
+    read."""
     crc, n = 0, 0
     with open(path, "rb") as f:
         while True:
@@ -191,8 +193,10 @@ def fsync_dir(path: str) -> None:
 
 
 def write_atomic(path: str, data: bytes, mode: Optional[int] = None) -> None:
-    """tmp file, fsync, rename, fsync the directory: readers see all of `data` or nothing (and the
-    file has `mode`, when given, from the moment it is visible)."""
+    """Write through a tmp file, fsync, rename, then fsync the directory.
+
+    Readers see all of `data` or nothing. When `mode` is given, the file has it from the moment it
+    is visible."""
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -267,8 +271,8 @@ def prune(ckpt_dir: str, keep: int, delete: Callable[[List[str]], None] = remove
     doomed = [s for s in list_steps(ckpt_dir) if s < newest and s not in kept]
     trash = [os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if n.startswith(TRASH_PREFIX)]  # a killed prune's
     for s in doomed:
-        # out of sight first (one atomic rename), then deleted: a kill mid-delete never leaves a
-        # half-deleted step directory, let alone one that still has its .complete
+        # Out of sight first (one atomic rename), then deleted. A kill mid-delete never leaves a
+        # half-deleted step directory, let alone one that still has its .complete.
         path = os.path.join(ckpt_dir, f"{TRASH_PREFIX}{step_dirname(s)}")
         if path in trash:  # a killed prune's, under the same name
             shutil.rmtree(path, ignore_errors=True)

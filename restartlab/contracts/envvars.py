@@ -1,6 +1,8 @@
-"""The environment variables by which the sides find each other: the job tag every rank carries
-(the killer finds ranks by it, never by command line), the mark of restartlab's own tools (never
-ranks), a warm pool's pid and a warm rank's mark; and this node's name as the scheduler spells it."""
+"""The environment variables by which the sides find each other.
+
+Every rank carries the job tag. The killer finds ranks by it, never by command line. Each of
+restartlab's own tools carries a mark, and is never a rank. A warm pool has its pid, and a warm
+rank its mark. The module also gives this node's name as the scheduler spells it."""
 import os
 import socket
 from typing import Optional, Tuple
@@ -16,8 +18,8 @@ WARM_VAR = "RESTARTLAB_WARM"           # "1" in a warm rank's os.environ (its st
 STATE_DIR_VAR = "RESTARTLAB_STATE_DIR"   # where a rank writes its training-state fingerprints (its attempt's directory)
 LOSS_LINE_VAR = "RESTARTLAB_LOSS_LINE"      # where steps come from the probe: the program's loss line (a regex); rank 0's probe books it
 STATE_EVERY_VAR = "RESTARTLAB_STATE_EVERY"  # the parameters' and optimizer state's crcs every Nth step (collection.state_every)
-SLOW_WRITES_VAR = "RESTARTLAB_SLOW_WRITES"  # RANK:SECONDS[:before]: that rank's torch.save files held half-written, or held before they begin (failures.slow_writes)
-# the job script's own variables (templates/body.j2 sets them in bash) that its tools read
+SLOW_WRITES_VAR = "RESTARTLAB_SLOW_WRITES"  # RANK:SECONDS[:before]: that rank's torch.save files held half-written, or before they begin (failures.slow_writes).
+# The job script's own variables (templates/body.j2 sets them in bash) that its tools read.
 JOB_START_VAR = "RL_JOB_START"          # when this run of the batch job started (epoch s)
 EXPT_DIR_VAR = "RL_EXPT_DIR"            # the experiment directory
 NODEFILE_VAR = "RL_NODEFILE"            # the job's node file, one line per host or per slot
@@ -26,8 +28,10 @@ GROUP_TAG_SEP = ".g"                   # a torchft phase's replica group k carri
 
 
 def group_tag(tag: str, g: int) -> str:
-    """The tag of replica group `g`'s ranks in a torchft phase: its own loop tears down only them,
-    and the phase's injector, looking for <tag>, finds every group's."""
+    """The tag of replica group `g`'s ranks in a torchft phase.
+
+    The group's own loop tears down only them. The phase's injector, looking for <tag>, finds every
+    group's."""
     return f"{tag}{GROUP_TAG_SEP}{g}"
 
 

@@ -1,8 +1,10 @@
-"""Imports a process keeps for good, made the way CPython's gc docs advise for a process that
-forks or lives long: no cyclic collection while they come in (torch's imports make ~300k objects,
-and the collector's passes over them were about a fifth of their CPU here), then all of it frozen,
-so that no later collection, in this process or a fork of it, scans those objects again. Used by
-the bundled trainer's start-up and by the warm pool's preload. Standard library only."""
+"""Imports a process keeps for good, made the way CPython's gc docs advise.
+
+The advice is for a process that forks or lives long. No cyclic collection runs while the imports
+come in. Importing torch makes ~300k objects, and the collector's passes over them were about a
+fifth of its CPU here. Then all of it is frozen, so that no later collection, in this process or a
+fork of it, scans those objects again. The bundled trainer's start-up and the warm pool's preload
+use it. Standard library only."""
 import contextlib
 import gc
 from typing import Iterator

@@ -1,9 +1,12 @@
-"""A torchft replica group's records (layout.ft_record_name, layout.ft_crash_name):
-- `FtStep`: one line of ft-rank<R>.jsonl per step a rank attempted, written by the bundled trainer
-  (trainer/ft.py) or the hook on a program of yours (trainer/ft_hook.py), both through ft.StepLog;
+"""A torchft replica group's records (layout.ft_record_name, layout.ft_crash_name).
+
+- `FtStep`: one line of ft-rank<R>.jsonl per step a rank attempted. The bundled trainer
+  (trainer/ft.py) or the hook on a program of yours (trainer/ft_hook.py) writes it, both through
+  ft.StepLog.
 - `FtCrash`: ft-rank<R>-crash.json, the exception that ended a program run through the hook.
-The analysis (analysis/ft_accounting.py) reads them through `read_steps` and `read_crash`, which
-are tolerant: a line that is not a step record is passed over, a field of the wrong type is absent.
+
+The analysis (analysis/ft_accounting.py) reads them through `read_steps` and `read_crash`. These
+are tolerant. A line that is not a step record is passed over. A field of the wrong type is absent.
 
 Standard library only: the collector reads these on a login node."""
 import dataclasses

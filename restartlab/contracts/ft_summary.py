@@ -106,8 +106,10 @@ class FtVerdict:
 
 @dataclasses.dataclass(frozen=True)
 class Throughput:
-    """Committed steps per second: over the run, before the first failure, while a struck group was
-    out (the kill to its rejoin), after the last rejoin; None where there is no such span."""
+    """Committed steps per second, over four spans.
+
+    The spans are the whole run, before the first failure, while a struck group was out (the kill to
+    its rejoin), and after the last rejoin. None where there is no such span."""
     overall: Optional[float] = None
     before: Optional[float] = None
     during: Optional[float] = None

@@ -1,9 +1,10 @@
-"""The injection record: one line of a phase's injections file (layout.Phase.injections) per strike
-the injector made, and a second line (killed 0) for a kind's follow-up (a node kill's escalation).
-The injector is its one writer (`to_json`); everything that reads the file reads it through
-`from_json` (contracts/live.read_injections), which takes a line from any earlier version: a field it
-lacks is None, a field of the wrong type is None (as the readers' own checks made it before this
-type), and a field it does not know is kept in `extra` (and written back)."""
+"""The injection record: one line of a phase's injections file (layout.Phase.injections).
+
+The file has one line per strike the injector made. A kind's follow-up (a node kill's escalation)
+adds a second line (killed 0). The injector is its one writer (`to_json`). Everything that reads the
+file reads it through `from_json` (contracts/live.read_injections). That takes a line from any
+earlier version. A field it lacks is None. A field of the wrong type is None, as the readers' own
+checks made it before this type. A field it does not know is kept in `extra` and written back."""
 import dataclasses
 import json
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -26,8 +27,10 @@ class NetFault:
 
 @dataclasses.dataclass(frozen=True)
 class StorageFault:
-    """A storage fault as the injector armed it (runtime/inject_faults.io_fault): its id (what the
-    rank's preload logs), the rank (-1: every rank) and the kind's own settings."""
+    """A storage fault as the injector armed it (runtime/inject_faults.io_fault).
+
+    It holds its id (what the rank's preload logs), the rank (-1: every rank) and the kind's own
+    settings."""
     id: Optional[int] = None
     rank: Optional[int] = None
     duration: Optional[float] = None

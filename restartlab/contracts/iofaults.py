@@ -1,9 +1,14 @@
-"""One line of <phase>/iofaults.jsonl: an event of a storage fault on one rank, written by the ranks'
-preload (runtime/iofault/iofault.c, the one writer; C, so its fields are listed here and in its
-log_event). `begin`: the rank took the strike at its first checkpoint write after the arming; `end`:
-a stall is over (or an error window closed); `error`: the first call it failed; `cut`: a torn file
-cut at `bytes` and the rank SIGKILLed. Read by one tolerant reader: a line this version cannot take
-is a warning, never the report's failure."""
+"""One line of <phase>/iofaults.jsonl: an event of a storage fault on one rank.
+
+The ranks' preload writes it (runtime/iofault/iofault.c, the one writer). The preload is C, so its
+fields are listed here and in its log_event. The events:
+- `begin`: the rank took the strike at its first checkpoint write after the arming.
+- `end`: a stall is over (or an error window closed).
+- `error`: the first call it failed.
+- `cut`: a torn file cut at `bytes`, and the rank SIGKILLed.
+
+One tolerant reader reads it. A line this version cannot take is a warning, never the report's
+failure."""
 import dataclasses
 from typing import List, Optional
 

@@ -1,6 +1,7 @@
-"""A batch job's state as its scheduler reports it (schedulers/base.Scheduler.status parses
-qstat's or sacct's answer into it): what `restartlab status --json` prints, and the report's
-summary lists under `jobs` (contracts/summary.Summary)."""
+"""A batch job's state as its scheduler reports it.
+
+schedulers/base.Scheduler.status parses qstat's or sacct's answer into it. `restartlab status --json`
+prints it, and the report's summary lists it under `jobs` (contracts/summary.Summary)."""
 import dataclasses
 from typing import Any, Dict, Optional, cast
 

@@ -1,10 +1,12 @@
-"""One line of layout.Expt.job_runs: what the scheduler said of one run of a job as it started
-(runtime/jobrun.py, the one writer; the job script runs it after its line in layout.Expt.jobs). A requeued job
-runs again under its id: each run's line names its nodes, and a rerun's says how many times the job has
-started, when, and which of the previous run's nodes changed state since that run began (went down,
-came back). Read by collect.py to tell the time
-between two runs of one job in its parts. One tolerant reader: a line this version cannot take is left
-out with a warning."""
+"""One line of layout.Expt.job_runs: what the scheduler said of one run of a job as it started.
+
+The one writer is runtime/jobrun.py. The job script runs it after its line in layout.Expt.jobs.
+
+A requeued job runs again under its id. Each run's line names its nodes. A rerun's line also says
+how many times the job has started, and when. It says which of the previous run's nodes changed
+state since that run began (went down, came back). The lines are read by collect.py, to tell the
+time between two runs of one job in its parts. It has one tolerant reader. A line this version
+cannot take is left out with a warning."""
 import dataclasses
 import json
 from typing import Any, List, Optional, Tuple

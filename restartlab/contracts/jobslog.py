@@ -1,11 +1,13 @@
-"""The jobs log (layout.Expt.jobs): a line for each batch job that worked on an
-experiment. Two writers, one line shape each:
-- the job script, as a run of a job starts (templates/body.j2 and smoke.j2, in shell: printf
-  '{"job": ..., "start": ...}'): `start` set;
-- a chain's continuation, as it is submitted (job/chain.py, through `append`): `submitted_by` and
-  `time` set.
-One tolerant reader (`read`): a line without a job id is passed over, a field of the wrong type is
-absent."""
+"""The jobs log (layout.Expt.jobs): a line for each batch job that worked on an experiment.
+
+It has two writers, with one line shape each:
+- The job script, as a run of a job starts (templates/body.j2 and smoke.j2, in shell: printf
+  '{"job": ..., "start": ...}'). It sets `start`.
+- A chain's continuation, as it is submitted (job/chain.py, through `append`). It sets
+  `submitted_by` and `time`.
+
+It has one tolerant reader (`read`). A line without a job id is passed over. A field of the wrong
+type is absent."""
 import dataclasses
 import errno
 import json
@@ -43,11 +45,13 @@ def append(path: str, line: JobLine) -> None:
 
 
 def job_ids(expt_dir: str) -> List[str]:
-    """Every batch job that worked on an experiment, in order: the id `restartlab submit` wrote (the
-    first job, known before it starts), then its jobs log's (each run writes a line; a chain adds
-    its continuations). The log is read by `read`, so a line a job script is still writing is passed
-    over, not an error. OSError when neither file is there, or the log cannot be opened; [] when
-    both hold no id (the callers say so)."""
+    """Every batch job that worked on an experiment, in order.
+
+    First comes the id `restartlab submit` wrote: the first job, known before it starts. Then come
+    the ids in its jobs log. Each run writes a line, and a chain adds its continuations. The log is
+    read by `read`, so a line a job script is still writing is passed over, not an error. OSError
+    when neither file is there, or the log cannot be opened. [] when both hold no id (the callers
+    say so)."""
     expt = layout.Expt(expt_dir)
     if not os.path.exists(expt.jobid) and not os.path.exists(expt.jobs):
         raise FileNotFoundError(errno.ENOENT, "no job id file and no jobs log", expt.jobs)

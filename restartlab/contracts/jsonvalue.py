@@ -1,20 +1,21 @@
 """How a tolerant reader takes one value of a JSON record. A value of the wrong type reads as
 absent (None), so a hand-edited or torn record is reported by its reader, not raised as a traceback.
-Every record reader in contracts/ takes its fields through these: before them there were three
-helpers that disagreed (one kept an int a float, one refused 3.0 for a count, one took it).
+Every record reader in contracts/ takes its fields through these. Before them, there were three
+helpers that disagreed. One kept an int a float, one refused 3.0 for a count, and one took it.
 
 The rules:
-- a bool is never a number (JSON's true is not 1);
-- a number is read as a float;
-- a count is an int, or a float with no fraction (3.0 from a writer that is not ours);
-- a list is read as a tuple; anything else as the empty tuple."""
+- A bool is never a number (JSON's true is not 1).
+- A number is read as a float.
+- A count is an int, or a float with no fraction (3.0 from a writer that is not ours).
+- A list is read as a tuple. Anything else reads as the empty tuple."""
 import json
 from typing import Any, Optional, Tuple
 
 
 def load_file(path: str) -> object:
-    """The JSON value a whole file holds; None where the file cannot be read or is not JSON (its
-    record's reader then says there is none)."""
+    """The JSON value a whole file holds.
+
+    None where the file cannot be read or is not JSON. Its record's reader then says there is none."""
     try:
         with open(path) as f:
             return json.load(f)
@@ -23,8 +24,10 @@ def load_file(path: str) -> object:
 
 
 def number(v: object) -> Optional[float]:
-    """A JSON number as a float; None for anything else, and for an integer beyond a float (JSON has
-    no bound on its digits: float() would raise)."""
+    """A JSON number as a float.
+
+    None for anything else, and for an integer beyond a float. JSON has no bound on its digits, and
+    float() would raise."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return None
     try:

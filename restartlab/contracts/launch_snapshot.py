@@ -1,8 +1,11 @@
-"""What the checkpoint directory held at an attempt's launch (layout.Attempt.at_launch): every
-checkpoint with whether it was complete, the newest complete one (what a correct resume loads) and
-the one the program's own rule would load. One writer (runtime/tap.py, at each launch) and one
-tolerant reader (`read`): the verdict judges each resume against it (analysis/survival.py), the
-collector reads the phase's save interval from it, simulate its checkpoint directory.
+"""What the checkpoint directory held at an attempt's launch (layout.Attempt.at_launch).
+
+It lists every checkpoint with whether it was complete. It names the newest complete one (what a
+correct resume loads) and the one the program's own rule would load.
+
+It has one writer (runtime/tap.py, at each launch) and one tolerant reader (`read`). The verdict
+judges each resume against it (analysis/survival.py). The collector reads the phase's save interval
+from it, and simulate its checkpoint directory.
 
 Standard library only: the collector reads these on a login node."""
 import dataclasses
@@ -57,8 +60,10 @@ def write(path: str, snap: LaunchSnapshot) -> None:
 
 
 def from_dict(d: Dict[str, Any]) -> LaunchSnapshot:
-    """A snapshot from its JSON mapping; a field of the wrong type reads as absent (a checkpoint
-    entry that is not [step, complete] is left out)."""
+    """A snapshot from its JSON mapping.
+
+    A field of the wrong type reads as absent. A checkpoint entry that is not [step, complete] is
+    left out."""
     pairs: List[Tuple[int, bool]] = []
     listed = d.get("checkpoints")
     for c in listed if isinstance(listed, list) else []:

@@ -1,6 +1,8 @@
-"""The experiment directory's layout: every path and file name under <expt_dir>, expt -> phase ->
-attempt, spelled here and nowhere else (as ckptdir.py owns step-N/.complete). Every module, the
-job script's template (through the render context) and the tests ask these classes.
+"""The experiment directory's layout: every path and file name under <expt_dir>.
+
+The tree goes expt -> phase -> attempt. Only this module spells its names, as ckptdir.py owns
+step-N/.complete. Every module, the job script's template (through the render context) and the
+tests ask these classes.
 
     <expt>/scenario.yaml job.sh jobid jobs.jsonl job.out nodefile nodes.bad hosts.attempt preflight.txt
            smoke.json smoke.md smoke/ (a smoke job's: submit --smoke)
@@ -14,7 +16,8 @@ job script's template (through the render context) and the tests ask these class
                    supervise.log attempts/<n>/ ... ft-rank<R>.jsonl ft-rank<R>-crash.json; its strikes are
                    in <phase>/injections.jsonl)
     a warm phase: <expt>/<phase>/warm-pool.log warm/<node>.ready warm/<node>.served.jsonl
-Pure paths: nothing here creates or reads a file except the listings."""
+
+These are pure paths. Nothing here creates or reads a file except the listings."""
 import glob
 import os
 from typing import Callable, Dict, List, Optional, Union, cast
@@ -168,8 +171,9 @@ class Phase:
     node_checks = property(lambda self: self._f("nodes.jsonl"))      # one line per node per check
     # a network fault's restorer's line (runtime/netfault.py), when the link is back: its windows down
     faults = property(lambda self: self._f("faults.jsonl"))
-    # storage faults (runtime/iofault): the preload built for the phase, the strike the injector armed
-    # (and beside it, <ctl>.<id>.r<rank>: that rank took it), a line per event of a strike on a rank
+    # Storage faults (runtime/iofault). `iofault_dir` holds the preload built for the phase.
+    # `iofault_ctl` is the strike the injector armed. Beside it, <ctl>.<id>.r<rank> says that rank took
+    # it. `iofaults` has a line per event of a strike on a rank.
     iofault_dir = property(lambda self: self._f("iofault"))
     iofault_ctl = property(lambda self: os.path.join(self.iofault_dir, "strike"))
     iofaults = property(lambda self: self._f("iofaults.jsonl"))

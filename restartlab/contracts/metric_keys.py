@@ -1,7 +1,9 @@
-"""The keys of a metrics row (layout.Attempt.metrics(rank): {"timestamp", "rank", "metrics": {KEY:
-value}}), spelled here and nowhere else: the bundled trainer and the torchft trainer write them, the
-tap writes them for a program of yours from its output, and the collector, the verdict, the plots,
-the relaunch loop and the live views read them. A key's meaning is its comment."""
+"""The keys of a metrics row, spelled here and nowhere else.
+
+A row (layout.Attempt.metrics(rank)) is {"timestamp", "rank", "metrics": {KEY: value}}. The bundled
+trainer and the torchft trainer write the keys. The tap writes them for a program of yours, from its
+output. The collector, the verdict, the plots, the relaunch loop and the live views read them. A
+key's meaning is its comment."""
 
 # every progress row
 ITER = "train/iter"                        # the step this row is about (a final row: the last step)

@@ -1,9 +1,11 @@
-"""The bundled trainer's model presets as plain numbers (no torch): the trainer builds its model
-from them, and the login node sizes a run's checkpoints from the same table."""
+"""The bundled trainer's model presets as plain numbers (no torch).
+
+The trainer builds its model from them. The login node sizes a run's checkpoints from the same
+table."""
 from dataclasses import dataclass
 
-# what one parameter costs in a checkpoint of the bundled trainer: the fp32 parameter and AdamW's
-# two fp32 moments (exp_avg, exp_avg_sq); the optimizer's step counts and the train state are noise
+# What one parameter costs in a checkpoint of the bundled trainer: the fp32 parameter and AdamW's
+# two fp32 moments (exp_avg, exp_avg_sq). The optimizer's step counts and the train state are noise.
 CKPT_BYTES_PER_PARAM = 4 * 3
 
 

@@ -1,9 +1,10 @@
-"""The one option model: an `Opt` per flag, in one table per tool (restartlab's own tools in
-tools/options.py, the bundled trainer in trainer_options.py). A table feeds the tool's
-argparse (`add_to_parser`), the argv a job script passes (`to_argv`), where an option comes from a
-scenario key the value read from the scenario (`from_scenario`) and the schema's field
-(scenario/schema.py), and every side checks a value with the same `problem`. One default per option; round
--trip tests keep them in step."""
+"""The one option model: an `Opt` per flag, in one table per tool.
+
+The table of restartlab's own tools is in tools/options.py. The bundled trainer's is in
+trainer_options.py. A table feeds the tool's argparse (`add_to_parser`) and the argv a job script
+passes (`to_argv`). Where an option comes from a scenario key, it also feeds the value read from the
+scenario (`from_scenario`) and the schema's field (scenario/schema.py). Every side checks a value
+with the same `problem`. There is one default per option. Round-trip tests keep them in step."""
 import argparse
 import dataclasses
 from dataclasses import dataclass
@@ -82,9 +83,11 @@ def _word(o: Opt, v: Any) -> str:
 
 
 def to_argv(table: List[Opt], values: Dict[str, Any], defaults: bool = False) -> List[str]:
-    """The flags for `values` (by key), in table order; a value equal to the default is left out
-    (the tool's argparse gives it back), so a script shows only what a scenario decided, unless
-    `defaults` (the trainer's line shows every setting it trains with)."""
+    """The flags for `values` (by key), in table order.
+
+    A value equal to the default is left out, since the tool's argparse gives it back. So a script
+    shows only what a scenario decided. With `defaults`, such values stay: the trainer's line shows
+    every setting it trains with."""
     known = {o.key for o in table}
     unknown = set(values) - known
     if unknown:
@@ -118,13 +121,17 @@ _TYPES = {"int": int, "float": float, "duration": float, "str": str, "flag": boo
 
 def config_problems(cls: Type[Any], table: List[Opt], head: Sequence[Tuple[str, Any]] = (),
                     tail: Sequence[Tuple[str, Any, Any]] = (), values: Optional[Dict[str, Any]] = None) -> List[str]:
-    """What differs between a tool's settings class (a dataclass written out, for a reader and a
-    type checker) and its option table, the one definition of each flag, help and default: [] when
-    they agree. The class has the `head` fields (name, type), then one field per option (the required
-    ones first, without a default, of the option's type; the others with the table's default, Optional
-    where it is None), then the `tail` fields (name, type, default). `values`: {key: type} of options
-    whose value is not the flag's own (the supervisor's --inject holds the injector's values: Optional,
-    None when off)."""
+    """What differs between a tool's settings class and its option table: [] when they agree.
+
+    The settings class is a dataclass written out, for a reader and a type checker. The option table
+    is the one definition of each flag, help and default. The class has these fields, in order:
+    - the `head` fields (name, type);
+    - one field per option. The required ones come first, without a default, of the option's type.
+      The others have the table's default, and are Optional where it is None.
+    - the `tail` fields (name, type, default).
+
+    `values` is {key: type} of options whose value is not the flag's own. The supervisor's --inject,
+    for one, holds the injector's values: Optional, None when off."""
     import typing
     values = values or {}
     missing = dataclasses.MISSING

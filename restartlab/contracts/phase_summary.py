@@ -175,8 +175,10 @@ class Layers:
 
 @dataclasses.dataclass
 class NetworkFault:
-    """One partition, flap or slow_link (analysis/netfaults.account): when its node's link was down,
-    how long the training stood still, who noticed when, and how the job came through."""
+    """One partition, flap or slow_link (analysis/netfaults.account).
+
+    It says when its node's link was down, and how long the training stood still. It says who
+    noticed when, and how the job came through."""
     OMIT_NONE = ("step_s_during",)
 
     kind: Optional[str] = None

@@ -1,11 +1,12 @@
 """Placeholders one side writes and another replaces, and the one function that fills them.
 
-- In a program's command, its phase's args and its progress file (trainer.program): the phase's
-  checkpoint dir, the phase's dir, the scenario file's dir (the renderer fills these) and the
-  attempt's dir (the supervisor's, per attempt); in a checkpoint regex the checkpoint dir (the
-  adapter's, escaped).
-- In a torchft phase's program, the replica group's number (the phase's supervisor, per group); in
-  a warm pool's directory, the node's name (one pool per node)."""
+A program's command, its phase's args and its progress file (trainer.program) hold four
+placeholders. The renderer fills the phase's checkpoint dir, the phase's dir and the scenario
+file's dir. The supervisor fills the attempt's dir, per attempt. A checkpoint regex holds the
+checkpoint dir, which the adapter fills, escaped.
+
+A torchft phase's program holds the replica group's number. The phase's supervisor fills it, per
+group. A warm pool's directory holds the node's name (one pool per node)."""
 from typing import Dict, Optional
 
 CKPT_DIR = "{ckpt_dir}"

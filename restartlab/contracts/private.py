@@ -1,15 +1,17 @@
-"""Private paths outside the experiment directory (node-local stage dirs, probes): created by
-this user only, mode 0700/0600, never through a symlink, refused when someone else owns them.
+"""Private paths outside the experiment directory (node-local stage dirs, probes).
 
-On a shared node anyone can plant a symlink or a directory at a name in /tmp before we get there
-(job ids are public), so nothing here follows a symlink or trusts a path it did not create:
-- `ensure_dir(path)`: the directory at `path`, ours, a real directory, 0700; created with mode
-  0700 when absent (`mkdir` never follows a symlink at its last component); every directory above
-  it must be ours or root's and not writable by others unless sticky (as /tmp), so nobody can
-  swap it out from under us; anything else raises `UnsafePath` with one line naming the path and
-  its owner.
+Only this user creates them, with mode 0700/0600, and never through a symlink. A path someone else
+owns is refused.
+
+On a shared node anyone can plant a symlink or a directory at a name in /tmp before we get there.
+Job ids are public. So nothing here follows a symlink or trusts a path it did not create.
+- `ensure_dir(path)`: the directory at `path` is ours, a real directory, 0700. It is created with
+  mode 0700 when absent (`mkdir` never follows a symlink at its last component). Every directory
+  above it must be ours or root's, and not writable by others unless sticky (as /tmp). So nobody
+  can swap it out from under us. Anything else raises `UnsafePath`, with one line naming the path
+  and its owner.
 - `make_dir(parent, prefix)`: a fresh directory with an unguessable name (mkdtemp: 0700, O_EXCL).
-- `remove_tree(path)`: only a directory `ensure_dir` accepts; rmtree never follows a symlink.
+- `remove_tree(path)`: only a directory `ensure_dir` accepts. rmtree never follows a symlink.
 - `open_new(path)`: a new file, 0600, O_EXCL|O_NOFOLLOW.
 """
 import os

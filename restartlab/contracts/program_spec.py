@@ -28,8 +28,10 @@ class Spec:
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, object]) -> "Spec":
-        """The spec's keys of a mapping (the JSON read back; a scenario's trainer.program comes
-        through from_program); a value of the wrong type reads as unset, other keys are not the spec's."""
+        """The spec's keys of a mapping.
+
+        The mapping is the JSON read back. A scenario's trainer.program comes through from_program
+        instead. A value of the wrong type reads as unset. Other keys are not the spec's."""
         return cls(adapter=text(d.get("adapter")) or "generic",
                    progress_fields=_strmap(d.get("progress_fields")), save_every=integer(d.get("save_every")),
                    env=_strmap(d.get("env")),

@@ -1,10 +1,14 @@
-"""How a Python command line reads, in one place: the interpreter, its own options, what it runs
-(-m MODULE, -c CODE, a script, - for standard input) and the program's arguments. The warm pool
-(what it can fork), preflight (what it checks exists) and the ezpz check (which example runs) read
-a command through it. As CPython 3.11 reads its command line: -W, -X and --check-hash-based-pycs
-take the next word (or their value attached: -Wignore), -m and -c end the options (their argument
-attached too: -mjson.tool), as does `--` and the first word that is not an option; one-letter
-options group (-uB, -uc CODE)."""
+"""How a Python command line reads, in one place.
+
+A command has the interpreter, its own options, what it runs (-m MODULE, -c CODE, a script, - for
+standard input) and the program's arguments. The warm pool (what it can fork), preflight (what it
+checks exists) and the ezpz check (which example runs) read a command through it.
+
+It reads the command line as CPython 3.11 does:
+- -W, -X and --check-hash-based-pycs take the next word, or their value attached (-Wignore).
+- -m and -c end the options, their argument attached too (-mjson.tool). So do `--` and the first
+  word that is not an option.
+- One-letter options group (-uB, -uc CODE)."""
 import dataclasses
 import os
 import re
@@ -66,8 +70,10 @@ def parse(argv: Sequence[str]) -> PyCommand:
 
 
 def find(argv: Sequence[str]) -> Tuple[int, PyCommand]:
-    """(where the first word naming a Python interpreter is, the command from there), for a command
-    that may start with a wrapper (env, numactl); (-1, an empty command) when no word names one."""
+    """(where the first word naming a Python interpreter is, the command from there).
+
+    The command may start with a wrapper (env, numactl). (-1, an empty command) when no word names
+    one."""
     for i, w in enumerate(argv):
         if IS_PYTHON.match(os.path.basename(w)):
             return i, parse(argv[i:])

@@ -1,12 +1,17 @@
-"""How one rank ended, as the process that stood over it saw it: the record the rank's exit
-recorder (runtime/rankexit.py: a cold rank's parent) or its warm stub (the pool tells it) writes
-into <attempt>/exits/ (layout.Attempt.rank_exit), and the supervisor's attempt record and the
-verdict read. A launcher reports one exit status for a whole launch, the status of whichever rank
-it saw end first or its own (measured with the mpich wheel's Hydra: one rank's os.abort() while
-the other slept, the launch exited 15, "Terminated (signal 15)"); these records say which rank
-ended first and how. A rank the launcher or restartlab's killer ended with SIGKILL leaves none
-(its recorder dies in the same signal): a record is always a rank that ended before it was torn
-down, or one that a catchable signal ended."""
+"""How one rank ended, as the process that stood over it saw it.
+
+The record goes into <attempt>/exits/ (layout.Attempt.rank_exit). The rank's exit recorder writes
+it: runtime/rankexit.py, a cold rank's parent. A warm rank's stub writes it instead (the pool tells
+it). The supervisor's attempt record and the verdict read it.
+
+A launcher reports one exit status for a whole launch. It is the status of whichever rank it saw
+end first, or its own. This was measured with the mpich wheel's Hydra. One rank called os.abort()
+while the other slept, and the launch exited 15, "Terminated (signal 15)". These records say which
+rank ended first and how.
+
+A rank the launcher or restartlab's killer ended with SIGKILL leaves none. Its recorder dies in the
+same signal. So a record is always a rank that ended before it was torn down, or one that a
+catchable signal ended."""
 import json
 import os
 import signal

@@ -1,16 +1,18 @@
-"""A node's receipt: the one JSON line a command fanned out to the job's nodes prints there
-(runtime/fanout.fan_out). Three commands answer so:
-- the killer (`restartlab kill-ranks`, runtime/killer.py): what it signalled on that node;
-- a network fault's start (`restartlab net-fault`, runtime/netfault.py): the link, and when the
-  fault begins and ends;
-- a node check (`restartlab node-check --local`, runtime/nodes.py): whether the node is healthy.
+"""A node's receipt: the one JSON line a command fanned out to the job's nodes prints there.
+
+The fan-out is runtime/fanout.fan_out. Three commands answer so:
+- The killer (`restartlab kill-ranks`, runtime/killer.py) says what it signalled on that node.
+- A network fault's start (`restartlab net-fault`, runtime/netfault.py) gives the link, and when
+  the fault begins and ends.
+- A node check (`restartlab node-check --local`, runtime/nodes.py) says whether the node is healthy.
+
 The fan-out writes one itself for a node that did not answer in time (`unreachable`) or where the
 command did not run (`error`). The injector keeps the killer's and the fault's in its records
-(Injection.receipts); a node check's result goes to the phase's node checks (`NodeCheck`).
+(Injection.receipts). A node check's result goes to the phase's node checks (`NodeCheck`).
 
-Each command is the one writer of its fields (`to_json`); `from_json` is the one reader. It is
-tolerant: a field of the wrong type reads as absent, and a field it does not know (the smoke job's
-own) is kept in `extra` and written back."""
+Each command is the one writer of its fields (`to_json`). `from_json` is the one reader. It is
+tolerant. A field of the wrong type reads as absent. A field it does not know (the smoke job's own)
+is kept in `extra` and written back."""
 import dataclasses
 import json
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -87,9 +89,11 @@ class Receipt:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> Dict[str, Any]:
-        """Its JSON mapping, then `extra`: the fields it has (a field at its default is left out);
-        a killer's receipt (it names a signal) has all of the killer's fields, empty or not, and a
-        network fault that began (its `at`) all of the fault's (its `until` None: never undone)."""
+        """Its JSON mapping, then `extra`.
+
+        The mapping holds the fields it has: a field at its default is left out. A killer's receipt
+        (it names a signal) has all of the killer's fields, empty or not. A network fault that began
+        (its `at`) has all of the fault's fields. There `until` None means never undone."""
         d: Dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)

@@ -1,6 +1,8 @@
-"""One registry per kind of plug-in (schedulers, launchers, failure kinds): a decorator that
-registers a class under its `name` and refuses a duplicate, lookups with a clear error, and the
-list of names that scenario validation and CLI choices are generated from."""
+"""One registry per kind of plug-in (schedulers, launchers, failure kinds).
+
+A registry has a decorator that registers a class under its `name` and refuses a duplicate. Its
+lookups fail with a clear error. Its list of names is what scenario validation and CLI choices are
+generated from."""
 from typing import Dict, Generic, List, TypeVar, cast
 
 T = TypeVar("T")

@@ -1,10 +1,13 @@
-"""What one resume restored, piece by piece, as a phase's summary carries it (each restart's
-`state` in the verdict). analysis/state_compare.ResumeState makes it (`record()`); the report's
-verdict reads it. Written by typed_json.to_dict: the keys in the order of the fields below, which
-is the order the summary had when this was a dict (tests/test_typed_records.py holds it).
+"""What one resume restored, piece by piece, as a phase's summary carries it.
 
-A piece is a part of the training state a resume must bring back (contracts/state_record.KEYS:
-the parameters' fingerprint, the optimizer's state, the learning rate, the data position, the RNGs)."""
+It is each restart's `state` in the verdict. analysis/state_compare.ResumeState makes it
+(`record()`). The report's verdict reads it. typed_json.to_dict writes it, with the keys in the
+order of the fields below. That is the order the summary had when this was a dict
+(tests/test_typed_records.py holds it).
+
+A piece is a part of the training state a resume must bring back (contracts/state_record.KEYS).
+The pieces are the parameters' fingerprint, the optimizer's state, the learning rate, the data
+position and the RNGs."""
 import dataclasses
 from typing import Any, Dict, List, Optional
 

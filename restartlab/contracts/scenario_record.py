@@ -259,8 +259,10 @@ NOT_KEYS = ("expt_dir", "source")
 
 
 def from_checked(data: Dict[str, Any]) -> Scenario:
-    """The record of a mapping the validator has checked: each value as it is (no coercion, so
-    the record writes back the same YAML), each section and list item as its class."""
+    """The record of a mapping the validator has checked.
+
+    Each value stays as it is, with no coercion, so the record writes back the same YAML. Each
+    section and list item becomes its class."""
     sc: Scenario = _build(Scenario, data)
     return sc
 
@@ -288,8 +290,9 @@ def to_mapping(sc: Scenario) -> Dict[str, Any]:
 
 
 def read(data: object) -> Optional[Scenario]:
-    """An experiment's own copy, as written by to_mapping, read tolerantly; None where it is not a
-    mapping with a list of phases, each a mapping with its name."""
+    """An experiment's own copy, as written by to_mapping, read tolerantly.
+
+    None where it is not a mapping with a list of phases, each a mapping with its name."""
     phases = data.get("phases") if isinstance(data, dict) else None
     if not isinstance(phases, list) or not all(isinstance(p, dict) and "name" in p for p in phases):
         return None

@@ -1,7 +1,9 @@
 """A warm pool's served record: a line in <node>.served.jsonl (layout.served_name) for each rank the
-pool forked. The pool is its one writer (runtime/warm/pool.py); the supervisor reads them to count an
-attempt's warm ranks for its attempt record (runtime/warm/standby.served_in), through `read`: a line
-that is not a record, or a field of the wrong type, reads as absent."""
+pool forked.
+
+The pool is its one writer (runtime/warm/pool.py). The supervisor reads them through `read`. It
+counts an attempt's warm ranks for its attempt record (runtime/warm/standby.served_in). A line that
+is not a record, or a field of the wrong type, reads as absent."""
 import dataclasses
 import json
 from typing import Iterable, List, Optional

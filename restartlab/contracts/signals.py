@@ -1,9 +1,11 @@
-"""Signal names as restartlab's tools and scenarios write them ('KILL', 'SIGTERM', '9'): one parser
-for the injector, the killer, the scenario's validation and the tools' option tables."""
+"""Signal names as restartlab's tools and scenarios write them ('KILL', 'SIGTERM', '9').
+
+The injector, the killer, the scenario's validation and the tools' option tables share this one
+parser."""
 import signal as _signal
 
-# the signals a warm rank's stub (runtime/warm/stub.py) passes on to the rank the standby pool forked:
-# the catchable ones a launcher or a scheduler sends to end or warn a rank
+# The signals a warm rank's stub (runtime/warm/stub.py) passes on to the rank the standby pool forked.
+# They are the catchable ones a launcher or a scheduler sends to end or warn a rank.
 FORWARDED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGUSR1, _signal.SIGUSR2, _signal.SIGQUIT)
 
 

@@ -1,11 +1,13 @@
-"""The smoke job's records (restartlab submit --smoke):
-- `SmokeNode`: one host's answer (runtime/smoke.node_main), which its receipt carries in `extra`;
-- `SmokeRank`: one rank's record (layout.smoke_record_name), written whole by the rank
-  (trainer/smoke.py) and read by the smoke job (runtime/smoke.py);
+"""The smoke job's records (restartlab submit --smoke).
+
+- `SmokeNode`: one host's answer (runtime/smoke.node_main). Its receipt carries it in `extra`.
+- `SmokeRank`: one rank's record (layout.smoke_record_name). The rank (trainer/smoke.py) writes it
+  whole. The smoke job (runtime/smoke.py) reads it.
 - `SmokeReport`: the job's readiness report (layout.Expt.smoke_report), with a `Check` per thing
-  checked, written by the smoke job and read by `restartlab status` and `submit --after`.
-Each has one writer (`to_json`) and one tolerant reader: a field of the wrong type reads as absent;
-a record without its key field (a rank's number, a report's verdict) is no record (None).
+  checked. The smoke job writes it. `restartlab status` and `submit --after` read it.
+
+Each has one writer (`to_json`) and one tolerant reader. A field of the wrong type reads as absent.
+A record without its key field (a rank's number, a report's verdict) is no record (None).
 
 Standard library only: the login node reads the report."""
 import dataclasses
@@ -18,9 +20,11 @@ from .jsonvalue import integer, items, load_file, number, text
 
 @dataclasses.dataclass(frozen=True)
 class SmokeNode:
-    """One host's answer to the smoke job (`restartlab smoke node`), beside its receipt's host,
-    hostname and python: whether it sees the token the job wrote in the experiment directory (a
-    shared file system), and how making a private stage directory there went ("ok", else why)."""
+    """One host's answer to the smoke job (`restartlab smoke node`).
+
+    It sits beside its receipt's host, hostname and python. It says whether the host sees the token
+    the job wrote in the experiment directory (a shared file system). It also says how making a
+    private stage directory there went ("ok", else why)."""
     token_seen: bool = False
     token_error: Optional[str] = None
     stage: Optional[str] = None

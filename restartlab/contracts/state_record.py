@@ -1,15 +1,19 @@
-"""One rank's training state as an optimizer step begins: a fingerprint of each piece a checkpoint
-must carry for a resume to be exact. restartlab.trainer.state_probe writes one line per optimizer
-step into <attempt>/state-<rank>.jsonl (layout.Attempt.state); analysis/state_compare.py sets a
-resumed attempt's first steps beside the baseline's same steps, piece by piece.
+"""One rank's training state as an optimizer step begins.
 
-Taken in the optimizer's step pre-hook, so the record of step s holds the state that step s
-updates: the parameters and the optimizer's state as steps 1..s-1 left them (after a resume at
-step r, as the checkpoint of step r restored them), the learning rate step s uses, the RNG streams
-as the forward and backward of step s left them, and the latest batch the program's data loader
-gave (step s's data; with gradient accumulation its last micro-batch; a loader that prefetches
-gives the next one, alike in every run). A piece is None where it was not observed (no DataLoader,
-no GradScaler, no NumPy, a CPU run's device RNG); never compared as equal.
+A record fingerprints each piece a checkpoint must carry for a resume to be exact.
+restartlab.trainer.state_probe writes one line per optimizer step into <attempt>/state-<rank>.jsonl
+(layout.Attempt.state). analysis/state_compare.py sets a resumed attempt's first steps beside the
+baseline's same steps, piece by piece.
+
+The probe takes the record in the optimizer's step pre-hook. So the record of step s holds the state
+that step s updates. The parameters and the optimizer's state are as steps 1..s-1 left them. After a
+resume at step r, they are as the checkpoint of step r restored them. The learning rate is the one
+step s uses. The RNG streams are as the forward and backward of step s left them. The batch is the
+latest one the program's data loader gave: step s's data. With gradient accumulation, it is its last
+micro-batch. A loader that prefetches gives the next one, alike in every run.
+
+A piece is None where it was not observed (no DataLoader, no GradScaler, no NumPy, a CPU run's
+device RNG). None never compares as equal.
 
 Standard library only: the collector reads these on a login node."""
 import json
@@ -31,16 +35,20 @@ PIECES: Tuple[Tuple[str, str, bool, str], ...] = (
     ("scale", "the grad scaler's scale", False, "the gradient scaler's state was not restored"),
 )
 KEYS = tuple(p[0] for p in PIECES)
-# the same pieces whole, comparable across a change in the number of ranks (trainer/state_probe.py:
-# whole, samples_part), on the records that carry the parameters' fingerprint:
-#   params_g, opt_g: [this rank's part of the DTensors' fingerprint (hex; the ranks' parts summed
-#                     modulo 2**32 are the whole tensors'), the plain tensors' digest (each rank's whole copy)]
-#   batch_g:          [[fingerprint (hex; summed likewise), samples] of each batch since the last step]
+# The same pieces whole, so they compare across a change in the number of ranks
+# (trainer/state_probe.py: whole, samples_part). Only the records that carry the parameters'
+# fingerprint have them.
+#   params_g, opt_g: [this rank's part of the DTensors' fingerprint, the plain tensors' digest].
+#                    The part is hex. The ranks' parts summed modulo 2**32 are the whole tensors'.
+#                    The digest covers each rank's whole copy.
+#   batch_g:          [[fingerprint, samples] of each batch since the last step]. The fingerprint is
+#                    hex, summed likewise.
 WHOLE = ("params_g", "opt_g", "batch_g")
-# not compared as pieces, but read for the verdict's words: batch_pos [the batch's number in its epoch
-# (1: the first), the batches in the epoch], where a DataLoader's iterator says; threads: torch's
-# intra-op threads in the rank (torch.get_num_threads(): another count adds the same sums in another
-# order, and the numbers leave another run's in their last bits)
+# Not compared as pieces, but read for the verdict's words.
+# `batch_pos` is [the batch's number in its epoch (1: the first), the batches in the epoch], where a
+# DataLoader's iterator says. `threads` is torch's intra-op threads in the rank
+# (torch.get_num_threads()). Another count adds the same sums in another order, and the numbers
+# leave another run's in their last bits.
 AUX = ("batch_pos", "threads")
 # pieces every rank holds the same of (a data-parallel program), and pieces each rank has its own of
 SAME_ON_ALL = ("opt_step", "lr", "scale")
@@ -55,10 +63,10 @@ class StateRecord(NamedTuple):
     opt: int                  # which optimizer of the program (numbered by their first step)
     time: float
     pieces: Dict[str, object]  # KEYS -> fingerprint (an int or hex digest, a float, a list), None: not observed
-    load: Optional[str] = None  # a load's record: what the program called (LOADS), taken right after it;
-    #                             then `step` is the steps taken before it (0: before the attempt's first)
+    load: Optional[str] = None  # A load's record: what the program called (LOADS), taken right after it.
+    #                             Then `step` is the steps taken before it (0: before the attempt's first).
 
-    # the pieces that are not compared one by one (WHOLE, AUX), by name: None where not recorded
+    # The pieces that are not compared one by one (WHOLE, AUX), by name. None where not recorded.
     @property
     def params_g(self) -> object:
         return self.pieces.get("params_g")
@@ -97,16 +105,18 @@ class StateRecord(NamedTuple):
                    {k: d.get(k) for k in KEYS + WHOLE + AUX}, d.get("load") or None)
 
 
-# the loads the probe sees (trainer/state_probe.py), by the name a record gives them; each fingerprints
-# the pieces it sets, as an optimizer step's record would, right after the call returns
+# The loads the probe sees (trainer/state_probe.py), by the name a record gives them. Right after the
+# call returns, each one's record fingerprints the pieces it sets, as an optimizer step's record would.
 LOADS = {"torch.set_rng_state": ("rng_torch",), "random.setstate": ("rng_python",),
          "numpy.random.set_state": ("rng_numpy",),
          "Optimizer.load_state_dict": ("opt_state", "opt_step", "lr"), "LRScheduler.load_state_dict": ("lr",)}
 
 
 class ProbeLine(NamedTuple):
-    """What the tap takes from a line of rank 0's probe file as the program runs: an optimizer step
-    (its number and time), or the program's own loss line printed after step `step` (logged_loss)."""
+    """What the tap takes from a line of rank 0's probe file as the program runs.
+
+    The line is an optimizer step (its number and time), or the program's own loss line printed
+    after step `step` (logged_loss)."""
     step: int
     time: float
     opt: int = 0
@@ -157,8 +167,10 @@ def by_step(records: Iterable[StateRecord], offset: int = 0, opt: int = 0) -> Di
 
 
 def loaded(records: Iterable[StateRecord], opt: int = 0) -> Dict[str, Tuple[object, str]]:
-    """{piece: (its fingerprint right after the last load that set it, that load's name)}, of the
-    loads made before the attempt's first optimizer step (where a resume loads its checkpoint)."""
+    """{piece: (its fingerprint right after the last load that set it, that load's name)}.
+
+    Only the loads made before the attempt's first optimizer step count. That is where a resume
+    loads its checkpoint."""
     out: Dict[str, Tuple[object, str]] = {}
     for r in records:
         if r.load and r.step == 0 and (r.opt == opt or r.load not in OPT_LOADS):
@@ -188,9 +200,11 @@ def add32(parts: Iterable[str]) -> str:
 
 
 def whole_tensors(parts: List[Any]) -> Optional[object]:
-    """The ranks' params_g (or opt_g) at one step, as one value: the DTensors' parts summed, and the
-    plain tensors' digest where every rank has the same one; "per rank" where they differ (each rank
-    holds its own plain tensors: not comparable across a change); None where a rank has no record."""
+    """The ranks' params_g (or opt_g) at one step, as one value.
+
+    The DTensors' parts are summed. The plain tensors' digest is kept where every rank has the same
+    one. Where they differ, it is "per rank": each rank holds its own plain tensors, which do not
+    compare across a change. None where a rank has no record."""
     if not parts or any(not isinstance(p, list) or len(p) != 2 for p in parts):
         return None
     sharded = add32(p[0] for p in parts if p[0]) if any(p[0] for p in parts) else None

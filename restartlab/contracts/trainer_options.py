@@ -21,8 +21,8 @@ STACKS_SIGNAL = "WINCH"
 # what a warm standby pool imports for the bundled trainer (torch, the trainer; no process group)
 WARM_PRELOAD = "restartlab.trainer.warmup"
 
-# the options the renderer sets from the phase and the experiment layout; every other one is the
-# scenario key trainer.<key>, or trainer.<group>.<rest> for a group's (--wandb-project: trainer.wandb.project)
+# The options the renderer sets from the phase and the experiment layout. Every other one is the
+# scenario key trainer.<key>, or trainer.<group>.<rest> for a group's (--wandb-project: trainer.wandb.project).
 PHASE_SET = ("--ckpt-dir", "--async-ckpt", "--ckpt-stage-dir", "--no-resume", "--outdir", "--dp-global")
 GROUPS = ("wandb",)
 

@@ -1,17 +1,20 @@
-"""One tolerant reader for the records declared as dataclasses: `read(cls, value)` takes a JSON object
-field by field, each by its declared type, through jsonvalue's rules. One writer, `to_dict(record)`:
-the keys in the order of the fields, each nested record a mapping, and a field named in the class's
-OMIT_NONE left out where it is None (a record whose keys say what happened: a layer that did not
-notice a fault has no key, not a null).
+"""One tolerant reader and one writer for the records declared as dataclasses.
+
+The reader, `read(cls, value)`, takes a JSON object field by field. It reads each by its declared
+type, through jsonvalue's rules. The writer, `to_dict(record)`, writes the keys in the order of the
+fields, and each nested record as a mapping. It leaves out a field named in the class's OMIT_NONE
+where it is None. There a record's keys say what happened. A layer that did not notice a fault has
+no key, not a null.
 
 The rules, for a field:
-- a value of the wrong type reads as absent: None where the field is Optional, else its default;
-- a field without a default, or named in the class's REQUIRED, that does not read makes the whole
-  record unreadable (None): a list of such records leaves it out, as each reader in contracts/ does
-  with a torn line;
-- a list or a mapping keeps the items that read and leaves out the rest;
-- a Union reads as the first of its types that reads the value; a Literal only as one of its values;
-- `Any` is taken as it is (a framework's or another module's JSON, not ours to check here).
+- A value of the wrong type reads as absent. It is None where the field is Optional, else its default.
+- A field that does not read makes the whole record unreadable (None). This holds for a field
+  without a default, or one named in the class's REQUIRED. A list of such records leaves it out,
+  as each reader in contracts/ does with a torn line.
+- A list or a mapping keeps the items that read and leaves out the rest.
+- A Union reads as the first of its types that reads the value. A Literal reads only as one of its
+  values.
+- `Any` is taken as it is. It is a framework's or another module's JSON, not ours to check here.
 
 Standard library only: the collector and `simulate` run on a login node."""
 import dataclasses

@@ -1,10 +1,14 @@
 """`restartlab submit --after JOB|EXPT_DIR`: wait on the login node until a job has ended, then
-submit. A queue that takes one job per user (ALCF's debug and debug-scaling: "Max 1 job
-running/accruing/queued per-user") refuses a second job while the first is waiting or running, so
-a dependency (qsub -W depend=...) cannot help: the dependent job is itself a queued job. When the
-job waited on is a smoke job (`submit --smoke`'s experiment directory), its readiness report must
-say READY, or nothing is submitted; after any other job, its end is what is waited for, however it
-ended."""
+submit.
+
+Some queues take one job per user, such as ALCF's debug and debug-scaling ("Max 1 job
+running/accruing/queued per-user"). Such a queue refuses a second job while the first is waiting
+or running. A dependency (qsub -W depend=...) cannot help, since the dependent job is itself a
+queued job.
+
+When the job waited on is a smoke job (`submit --smoke`'s experiment directory), its readiness
+report must say READY, or nothing is submitted. After any other job, the wait is for its end,
+however it ended."""
 import os
 import sys
 import time

@@ -19,9 +19,10 @@ def render_script(sc: Scenario, scheduler: Optional[str] = None,
 
 
 def write_script(path: str, text: str, resolved: str, resolved_path: str) -> None:
-    """Each file whole or not at all (a reader that polls for the job script, a watcher, a render
-    cut short never sees half of one), the resolved scenario first: a job script that exists has
-    its scenario beside it."""
+    """Write the job script and the resolved scenario, each whole or not at all.
+
+    A reader that polls for the job script, a watcher, or a render cut short never sees half of
+    one. The resolved scenario goes first, so a job script that exists has its scenario beside it."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     ckptdir.write_atomic(resolved_path, resolved.encode())
     ckptdir.write_atomic(path, text.encode(), mode=0o755)

@@ -1,7 +1,10 @@
-"""What `status` and `cancel` are given, resolved to one scheduler and its job ids: an experiment
-directory goes by the scheduler it was submitted to (its resolved scenario records it) and stands
-for every job of its chain (its jobs log); a bare job id goes by its form (PBS: <seq>.<server>;
-Slurm: digits), and only a bare number that either could own goes by the query tool on PATH.
+"""What `status` and `cancel` are given, resolved to one scheduler and its job ids.
+
+- An experiment directory goes by the scheduler it was submitted to, which its resolved scenario
+  records. It stands for every job of its chain, as its jobs log lists them.
+- A bare job id goes by its form: <seq>.<server> for PBS, digits for Slurm. Only a bare number
+  that either could own goes by the query tool on PATH.
+
 Never a Slurm query for a PBS id."""
 import os
 import re

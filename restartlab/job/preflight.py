@@ -1,14 +1,14 @@
 """restartlab preflight: on the login node, before anything is queued, whether the job a scenario
 describes can work where it is going. Each finding is one line: what is wrong, where (file:line:
 key where a key is at fault) and what to do. `submit` runs it first and submits nothing on an
-error (exit 2); `--no-preflight` skips it, and the experiment records that it was skipped.
+error (exit 2). `--no-preflight` skips it, and the experiment records that it was skipped.
 
-Checks: the account a site requires; the queue's own limits as its server reports them; the
-checkpoint bytes the run keeps against the free space and quota where it writes; where it writes
-(a site's project space, not $HOME); the program (found as the ranks will look for it, in their
-attempt directory); the job's Python (torch, the device support the scenario asks for, restartlab,
-torchft for torchft phases) and the launcher, both after the scenario's setup lines; the fan-out
-tool. It prints the most node-hours the job can be charged."""
+It checks the account a site requires and the queue's own limits, as its server reports them.
+It checks the checkpoint bytes the run keeps against the free space and quota where it writes. It
+checks where it writes: a site's project space, not $HOME. It looks for the program as the ranks
+will, in their attempt directory. It asks the job's Python (torch, the device support the scenario
+asks for, restartlab, torchft for torchft phases) and the launcher, both after the scenario's
+setup lines. It checks the fan-out tool. It prints the most node-hours the job can be charged."""
 import os
 import shutil
 import subprocess
@@ -30,9 +30,15 @@ from .checks.storage import StorageCheck
 
 
 class Preflight:
-    """The checks over one loaded scenario (job/checks/: one class each), and what they share: the
-    scenario, `where(path)` ('file:line' of a key: scenario.load_located), the scheduler, `run` (how
-    its tools are asked), `probe` (how the job's setup, launcher and Python are), the findings."""
+    """The checks over one loaded scenario, and what they share.
+
+    The checks are in job/checks/, one class each. They share:
+    - the scenario;
+    - `where(path)`: the 'file:line' of a key (scenario.load_located);
+    - the scheduler;
+    - `run`: how the scheduler's tools are asked;
+    - `probe`: how the job's setup, launcher and Python are asked;
+    - the findings."""
 
     def __init__(self, sc: Scenario, where: Callable, scheduler: Optional[str] = None, run=run_tool,
                  probe=probe_mod.run, environ=os.environ, ignore_jobs=()):
@@ -72,8 +78,10 @@ class Preflight:
 
 
 def torchft_missing(sc: Scenario, where: Callable) -> List[Finding]:
-    """`restartlab run`'s own check (its job runs this Python): a torchft phase without torchft
-    installed, refused before anything runs (validation leaves what is installed to preflight)."""
+    """`restartlab run`'s own check: a torchft phase without torchft installed.
+
+    Its job runs this Python, so such a phase is refused before anything runs. Validation leaves
+    what is installed to preflight."""
     import importlib.util
     for i, ph in enumerate(sc.phases):
         if ph.torchft and importlib.util.find_spec("torchft") is None:
@@ -84,9 +92,11 @@ def torchft_missing(sc: Scenario, where: Callable) -> List[Finding]:
 
 
 def framework_missing(sc: Scenario, where: Callable) -> List[Finding]:
-    """A scenario whose program adapter names a framework (transformers, deepspeed) that the
-    program's Python cannot import, or a torchft phase without torchft: refused before anything
-    runs (`restartlab run` and `fuzz` run the job here, with these Pythons)."""
+    """Refuse, before anything runs, a scenario whose Pythons lack what it needs.
+
+    That is a program adapter naming a framework (transformers, deepspeed) that the program's
+    Python cannot import, or a torchft phase without torchft. `restartlab run` and `fuzz` run the
+    job here, with these Pythons."""
     out = torchft_missing(sc, where)
     prog = sc.trainer.program
     adapter = programs.ADAPTERS.get(prog.adapter) if prog else None

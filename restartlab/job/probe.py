@@ -1,7 +1,9 @@
-"""What the job will find where it runs, asked on the login node as the job script would ask it:
-a bash that runs the scenario's setup lines (module load, venv), then the launcher's command
-(`command -v`, `--version`) and the job's Python (which imports torch and says what device support
-it was built with, without a GPU). One subprocess; its lines are marked and parsed here."""
+"""What the job will find where it runs, asked on the login node as the job script would ask it.
+
+A bash runs the scenario's setup lines (module load, venv). Then it asks the launcher's command
+(`command -v`, `--version`) and the job's Python. The Python imports torch and says what device
+support it was built with, without a GPU. All of it runs in one subprocess, whose lines are marked
+and parsed here."""
 import json
 import shlex
 import subprocess
@@ -50,8 +52,10 @@ class Python:
 
     @classmethod
     def from_line(cls, asked: str, line: str) -> "Python":
-        """The Python's answer (PY_CODE's JSON, this module's one writer of it); a line that does
-        not read as one is said in torch_error, a field of the wrong type is absent."""
+        """The Python's answer: PY_CODE's JSON line, which this module alone writes.
+
+        A line that does not read as one is reported in torch_error. A field of the wrong type is
+        left absent."""
         try:
             got = typed_json.read(Answer, json.loads(line))
         except ValueError:

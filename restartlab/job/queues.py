@@ -1,7 +1,10 @@
-"""Which of a server's queues take a job: its shape (nodes, walltime, how many of the experiment's
-jobs are in the queue at once) judged against every queue the server has (ServerQueues: qstat -Qf,
-scontrol show partition), in the server's own terms; the queues that take it; and the choice of
-`job.queue: auto`. Pure: the server's answers come in, lines come out (preflight prints them)."""
+"""Which of a server's queues take a job.
+
+A job's shape is its nodes, its walltime and how many of the experiment's jobs are in the queue at
+once. It is judged against every queue the server has (ServerQueues: qstat -Qf, scontrol show
+partition), in the server's own terms. The module gives the queues that take it, and the choice of
+`job.queue: auto`. It is pure: the server's answers come in, and lines come out for preflight to
+print."""
 import functools
 import grp
 import os
@@ -45,8 +48,10 @@ def _member(user: Optional[str], q: QueueLimits) -> Optional[str]:
 
 @functools.lru_cache(maxsize=8)
 def groups_of(user: str) -> Optional[frozenset]:
-    """The names of `user`'s groups as the system resolves them (sssd/LDAP included: getgrouplist,
-    not a scan of /etc/group); None when the user is not known here (then not judged)."""
+    """The names of `user`'s groups as the system resolves them, sssd/LDAP included.
+
+    It uses getgrouplist, not a scan of /etc/group. None when the user is not known here; then
+    the groups are not judged."""
     try:
         pw = pwd.getpwnam(user)
         ids = os.getgrouplist(user, pw.pw_gid)
@@ -136,24 +141,29 @@ def waits(qs: ServerQueues, name: str, s: Shape) -> List[str]:
 
 
 def _order(q: QueueLimits) -> Tuple:
-    """auto's preference: a debug queue first, for what fits one (ALCF's debug and debug-scaling:
-    the shortest wait for a short test); then the queue whose limits are tightest around the job."""
+    """auto's preference order.
+
+    A debug queue comes first, for a job that fits one. ALCF's debug and debug-scaling give the
+    shortest wait for a short test. Then comes the queue whose limits are tightest around the job."""
     big = float("inf")
     return (not q.name.startswith("debug"), q.max_nodes if q.max_nodes is not None else big,
             q.max_walltime if q.max_walltime is not None else big, q.name)
 
 
 def takers(qs: ServerQueues, s: Shape, avoid: Sequence[str] = ()) -> List[str]:
-    """The queues a job may be submitted to that take the shape, in auto's order: not one that takes
-    jobs from a routing queue only, nor one in `avoid`."""
+    """The queues a job may be submitted to that take the shape, in auto's order.
+
+    It leaves out a queue that takes jobs from a routing queue only, and any queue in `avoid`."""
     ok = [q for q in qs.queues.values() if not q.from_route_only and q.name not in avoid
           and not refusals(qs, q.name, s)]
     return [q.name for q in sorted(ok, key=_order)]
 
 
 def pick(qs: ServerQueues, s: Shape, avoid: Sequence[str] = ()) -> Optional[str]:
-    """`job.queue: auto`: the first queue that takes the shape and where it will not wait on the
-    user's running limit, else the first that takes it."""
+    """The queue `job.queue: auto` picks.
+
+    That is the first queue that takes the shape where it will not wait on the user's running
+    limit. Failing that, it is the first queue that takes the shape."""
     found = takers(qs, s, avoid)
     free = [n for n in found if not waits(qs, n, s)]
     best = free or found

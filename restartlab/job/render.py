@@ -54,8 +54,10 @@ def sh_argv(words):
 
 
 def comment(text):
-    """Text for a `#` line: a newline or carriage return in it (a quoted value may hold one) shown
-    as \\n, \\r, so that no part of it becomes a line of the script."""
+    """Text for a `#` line of the script.
+
+    A quoted value may hold a newline or a carriage return. They are shown as \\n and \\r, so that
+    no part of the text becomes a line of the script."""
     return str(text).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
@@ -135,8 +137,9 @@ def node_check_settings(sc: Scenario, expt: layout.Expt) -> Dict[str, Any]:
 
 
 def supervise_args(sc: Scenario, tag: str, policy: str, node_check: bool, expt: layout.Expt) -> List[str]:
-    """The supervisor's flags that are the same for every phase (the job script adds --stop-at,
-    --job and --nodefile at run time, and each phase its own)."""
+    """The supervisor's flags that are the same for every phase.
+
+    The job script adds --stop-at, --job and --nodefile at run time. Each phase adds its own."""
     vals = options.from_scenario(tool_options.SUPERVISE, sc)
     vals.update(tag=tag, node_policy=policy, program=program_json(sc), warm=False)  # warm: per phase
     if not node_check:
@@ -148,9 +151,10 @@ def supervise_args(sc: Scenario, tag: str, policy: str, node_check: bool, expt: 
 
 def launch_spec(sc: Scenario, nodes: int, ppn: int, rank_env: Dict[str, str], secrets: Sequence[str],
                 hostfile: Optional[str] = None, program: Sequence[str] = (), rankenv: bool = False) -> LaunchSpec:
-    """How the ranks of `nodes` x `ppn` start (launch.launcher, with launch.mpiexec and
-    launch.launcher_args for an MPI launcher), running `program`; RenderError when the launcher
-    cannot carry them (srun and a comma in a value)."""
+    """How the ranks of `nodes` x `ppn` start, running `program`.
+
+    They start by launch.launcher, with launch.mpiexec and launch.launcher_args for an MPI
+    launcher. RenderError when the launcher cannot carry them, as with srun and a comma in a value."""
     ln = sc.launch
     spec = LaunchSpec(python=sc.launch.python or sys.executable, program=tuple(program), launcher=ln.launcher,
                       nodes=nodes, ranks_per_node=ppn, env=rank_env, forward=tuple(secrets), cpu_bind=ln.cpu_bind,
@@ -190,8 +194,10 @@ def torchft_program_argv(sc: Scenario, ph: Phase, phase: layout.Phase) -> List[s
 
 
 def expt_root(sc: Scenario) -> str:
-    """The scenario's expt_root as an absolute path, {account} filled in (a site profile's project
-    space: /lus/flare/projects/{account}/...); left as it is without an account (preflight says so)."""
+    """The scenario's expt_root as an absolute path, with {account} filled in.
+
+    A site profile's project space holds one, as in /lus/flare/projects/{account}/... Without an
+    account, it is left as it is, and preflight says so."""
     root = os.path.expanduser(sc.expt_root)
     if sc.job.account:
         root = root.replace("{account}", sc.job.account)
@@ -265,8 +271,10 @@ def context(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[st
 
 
 def unfilled(sc: Scenario) -> str:
-    """What the script's paths hold unfilled: a literal {account} where job.account was not set
-    ('' when nothing is missing): the script then stops at once instead of writing there."""
+    """What the script's paths hold unfilled, or '' when nothing is missing.
+
+    That is a literal {account} where job.account was not set. The script then stops at once
+    instead of writing there."""
     if sc.job.account or "{account}" not in (sc.expt_dir or ""):
         return ""
     return "job.account (its paths hold a literal {account})"
@@ -291,9 +299,11 @@ def smoke_scenario(sc: Scenario) -> Scenario:
 
 
 def smoke_context(sc: Scenario, scheduler: Optional[str] = None, expt_dir: Optional[str] = None) -> ScriptContext:
-    """The smoke job's context: the experiment's own (header, nodes, launcher line, environment,
-    setup lines, Python) with a walltime of minutes, and the smoke rank program where the training
-    would run (restartlab.trainer.smoke: the scenario's device and backend, one all-reduce)."""
+    """The smoke job's context.
+
+    It is the experiment's own context (header, nodes, launcher line, environment, setup lines,
+    Python), with a walltime of minutes. The smoke rank program runs where the training would:
+    restartlab.trainer.smoke, with the scenario's device and backend, doing one all-reduce."""
     sc = smoke_scenario(sc)
     ctx = context(sc, scheduler, expt_dir)  # on_node_loss same: its launch line has the nodes and no host file
     ln = sc.launch

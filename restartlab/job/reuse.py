@@ -1,10 +1,14 @@
 """restartlab run --baseline-from EXPT_DIR: an earlier experiment's baseline phase (checkpoint:
-none) copied into this one instead of run again. The baseline is the same for every sync/async
-variant of a scenario, so a user comparing several pays for it once. It is taken only when it ran
-the same command: the same launch spec (tools/launch.LaunchSpec: the launcher and its ranks, the
-program, every argument, the environment the launcher passes to the ranks) but for each
-experiment's own directory in the program's words and its job tag, and only when it finished. Its attempts keep their recorded times; the phase holds a `reused-from`
-file naming the experiment (layout.Phase.reused), which the supervisor and the report show."""
+none) copied into this one instead of run again.
+
+The baseline is the same for every sync/async variant of a scenario, so a user comparing several
+pays for it once. It is taken only when it finished and ran the same command. The same command
+means the same launch spec (tools/launch.LaunchSpec): the launcher and its ranks, the program,
+every argument, and the environment the launcher passes to the ranks. Only each experiment's own
+directory in the program's words, and its job tag, may differ.
+
+Its attempts keep their recorded times. The phase holds a `reused-from` file naming the experiment
+(layout.Phase.reused), which the supervisor and the report show."""
 import dataclasses
 import os
 import shutil
@@ -23,11 +27,14 @@ class ReuseError(Exception):
 
 
 def _spec(ctx: ScriptContext, phase: PhasePlan) -> LaunchSpec:
-    """A phase's launch as a spec, what makes it this experiment's left out: the job's tag (an
-    environment variable of its ranks) and the experiment's directory (in the program's words, the
-    ranks' environment and the host file: relaunch.on_node_loss spares or shrink writes one there).
-    As the supervisor gets it (--launch and the program's words): launch.depth 0 and unset are one
-    launch there, as they are on the launcher's line."""
+    """A phase's launch as a spec, with what makes it this experiment's left out.
+
+    One part left out is the job's tag, an environment variable of its ranks. The other is the
+    experiment's directory, in the program's words, the ranks' environment and the host file.
+    relaunch.on_node_loss spares or shrink writes a host file there.
+
+    The spec is as the supervisor gets it (--launch and the program's words). There, launch.depth
+    0 and unset are one launch, as they are on the launcher's line."""
     spec = LaunchSpec.from_json(phase.launch, phase.program)
 
     def own(w: str) -> str:
@@ -39,8 +46,10 @@ def _spec(ctx: ScriptContext, phase: PhasePlan) -> LaunchSpec:
 
 def check(ctx: ScriptContext, other_dir: str) -> Dict[str, str]:
     """{phase name: the other experiment's phase dir} for each baseline phase of the experiment
-    being made (ctx: its render context), or ReuseError: other_dir is no experiment, has no
-    such baseline, its baseline did not finish or ran another command."""
+    being made.
+
+    `ctx` is that experiment's render context. ReuseError when other_dir is no experiment or has
+    no such baseline, or its baseline did not finish or ran another command."""
     other = layout.Expt(os.path.abspath(other_dir))
     if not os.path.isfile(other.scenario):
         raise ReuseError(f"{other_dir}: not an experiment directory (no {os.path.basename(other.scenario)})")

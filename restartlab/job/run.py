@@ -59,9 +59,11 @@ def main(a) -> int:
 
 def run_scenario(sc: Scenario, path: str, expt_dir=None, plain=False, verb="run", baseline_from=None,
                  smoke=False) -> int:
-    """Run a loaded scenario's job script here; its exit status (130 on Ctrl-C, 2 on bad input).
-    baseline_from: an experiment whose baseline phase is copied in instead of run (reuse.py);
-    smoke: the smoke job's script (its checks on this machine) instead of the experiment."""
+    """Run a loaded scenario's job script here, and return its exit status.
+
+    The status is 130 on Ctrl-C and 2 on bad input. `baseline_from` is an experiment whose baseline
+    phase is copied in instead of run (reuse.py). With `smoke`, it runs the smoke job's script (its
+    checks on this machine) instead of the experiment."""
     try:
         secrets = scenario.secret_values(sc)  # the job script gets them by name from its environment
     except scenario.ScenarioError as e:

@@ -59,7 +59,9 @@ def phase_bytes(sc: Scenario) -> List[PhaseBytes]:
 
 
 def node_hours(sc: Scenario) -> float:
-    """The most the job can be charged: every node it asks for (spares too) for its whole walltime,
-    once per job (the first and each continuation of relaunch.chain)."""
+    """The most the job can be charged.
+
+    That is every node it asks for, spares too, for its whole walltime. It counts once per job:
+    the first and each continuation of relaunch.chain."""
     j = sc.job
     return (j.nodes + j.spare_nodes) * j.walltime / 3600 * (1 + sc.relaunch.chain)

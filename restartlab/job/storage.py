@@ -33,8 +33,10 @@ class NotMounted(OSError):
 
 
 def top_missing(path: str) -> Optional[str]:
-    """The first directory under / of `path` when it does not exist (/lus on a machine without
-    Lustre, /eagle off Polaris): the path's file system is not mounted here; None otherwise."""
+    """The first directory under / of `path` when it does not exist, else None.
+
+    Examples are /lus on a machine without Lustre, and /eagle off Polaris. It means the path's file
+    system is not mounted here."""
     parts = os.path.abspath(path).split(os.sep)
     top = os.sep + parts[1] if len(parts) > 1 and parts[1] else None
     return top if top and not os.path.exists(top) else None
@@ -85,8 +87,10 @@ def human(n: int) -> str:
 
 def parse_lfs_quota(text: str) -> Optional[Tuple[int, int]]:
     """`lfs quota -u USER PATH` (or -g, -p) -> (used, hard limit) in bytes, None without a limit.
-    The layout is Lustre's manual's (a 'Filesystem kbytes quota limit grace files ...' header, then
-    the values; a value over its quota ends in '*'); not run here (no Lustre on this machine)."""
+
+    The layout is the one in Lustre's manual. A 'Filesystem kbytes quota limit grace files ...'
+    header comes first, then the values. A value over its quota ends in '*'. The tool is not run
+    here, since this machine has no Lustre."""
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if re.search(r"\bkbytes\b", line) and "limit" in line:
@@ -112,10 +116,11 @@ def parse_size(text: str) -> Optional[int]:
 
 
 def parse_myprojectquotas(text: str, project: str, fs: Optional[str] = None) -> Optional[Tuple[int, int, str]]:
-    """ALCF's `myprojectquotas` -> (used, quota, file system) in bytes of `project`'s row on file
-    system `fs`, or its only row when none is on `fs`; None when it has no row. The layout, verbatim
-    from disk-quota.md:39-43: a 'Name Type Filesystem Used Quota Grace' header, a '=' rule, a row
-    per project and file system."""
+    """ALCF's `myprojectquotas` -> (used, quota, file system), in bytes, of one row of `project`.
+
+    The row is the one on file system `fs`, or the project's only row when none is on `fs`. None
+    when it has no row. The layout is verbatim from disk-quota.md:39-43. It has a 'Name Type
+    Filesystem Used Quota Grace' header, a '=' rule, and a row per project and file system."""
     rows = []
     for line in text.splitlines():
         w = line.split()

@@ -1,8 +1,10 @@
-"""Training programs restartlab can put through an experiment: one adapter per program, registered
-by name (as schedulers and launchers are). An adapter answers, for one program's conventions, where
-progress comes from, which checkpoints exist and which are complete, which one the program will
-load (its own rule) and what its resume looks like. Torch-free: the job's supervisor, the injector
-and the report use it on a login node.
+"""Training programs restartlab can put through an experiment.
+
+There is one adapter per program, registered by name (as schedulers and launchers are). An adapter
+knows one program's conventions. It says where progress comes from, which checkpoints exist and
+which are complete. It says which one the program will load (its own rule) and what its resume
+looks like. The package is torch-free: the job's supervisor, the injector and the report use it
+on a login node.
 
     spec = programs.resolve({"adapter": "generic", "progress": ..., "checkpoints": ..., ...})  # a programs.Spec
     programs.list_ckpts(spec, ckpt_dir) -> [Ckpt]; programs.newest_complete(...), programs.will_load(...)

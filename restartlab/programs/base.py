@@ -96,8 +96,10 @@ class Ckpt:
 
 @dataclass(frozen=True)
 class OwnMetricsFile:
-    """The metrics a program writes about itself (an adapter's own_metrics): the file each launch
-    writes (a glob in the launch's directory) and the keys of its restart and save timers in it."""
+    """The metrics a program writes about itself (an adapter's own_metrics).
+
+    It names the file each launch writes (a glob in the launch's directory). It also names the keys
+    of the restart and save timers in it."""
     file: str
     restart: Optional[str] = None
     save: Optional[str] = None
@@ -111,14 +113,17 @@ class OwnMetricsFile:
 
 
 class Adapter:
-    """One program's conventions: its defaults for the spec's keys, and whether its output must be
-    read by restartlab (tap) or it writes restartlab's metrics rows itself (the bundled trainer)."""
+    """One program's conventions.
+
+    They are its defaults for the spec's keys, and how its progress reaches restartlab. Either
+    restartlab reads its output (tap), or it writes restartlab's metrics rows itself (the bundled
+    trainer)."""
     name = ""
     doc = ""
     defaults: Dict[str, Optional[str]] = {}
-    tap = True  # progress comes from the program's output (read by the supervisor)
-    # what a warm standby pool imports before it forks this program's ranks (relaunch.warm;
-    # relaunch.warm_preload overrides): only imports that start no thread and open no device
+    tap = True  # progress comes from the program's output (read by the supervisor).
+    # What a warm standby pool imports before it forks this program's ranks (relaunch.warm).
+    # relaunch.warm_preload overrides it. Only imports that start no thread and open no device.
     preload = "torch"
     # the metrics file each launch of the program writes about itself, and its keys (own_metrics)
     own_metrics: Optional[OwnMetricsFile] = None
@@ -128,8 +133,9 @@ class Adapter:
     extra = ""
 
     def preflight(self, argv: List[str], env: Dict[str, str]) -> Optional[str]:
-        """Why this program cannot run with this command in this environment (one line), or None:
-        checked in the job before a phase's first attempt, without starting the program."""
+        """Why this program cannot run with this command in this environment (one line), or None.
+
+        The job checks it before a phase's first attempt, without starting the program."""
         return None
 
 
@@ -260,8 +266,10 @@ def parse_progress(spec: Spec, line: str) -> Optional[Progress]:
 
 
 def parse_record(spec: Spec, rec: object) -> Optional[Progress]:
-    """The step, its loss and its time from one record of the progress file (a JSON object, or a CSV
-    row by its header: the program's own), through progress_fields (default: step, loss and dt)."""
+    """The step, its loss and its time from one record of the progress file.
+
+    The record is a JSON object, or a CSV row by its header: the program's own. The fields are read
+    through progress_fields (default: step, loss and dt)."""
     if not isinstance(rec, dict):
         return None
     step_key, loss_key, dt_key = ((spec.progress_fields or {}).get(f, f) for f in FIELDS)
@@ -302,8 +310,10 @@ def parse_saving(spec: Spec, line: str) -> bool:
 
 
 def parse_resumed(spec: Spec, line: str, ckpts: Sequence[Ckpt] = ()) -> Optional[int]:
-    """The step a resume line names: its `step` group, or the step of the checkpoint its `path`
-    group names among `ckpts` (UNKNOWN_STEP when it is not among them)."""
+    """The step a resume line names.
+
+    That is its `step` group, or the step of the checkpoint its `path` group names among `ckpts`.
+    UNKNOWN_STEP when that checkpoint is not among them."""
     m = _compiled(spec.resumed).search(line) if spec.resumed else None
     if not m:
         return None
@@ -345,8 +355,10 @@ def _mtime(path: str) -> float:
 
 
 def _pointer(ckpt_dir: str, name: str) -> Optional[int]:
-    """The step the pointer file names: its number, or the number its tag ends in (DeepSpeed's
-    `latest` holds the tag, global_step<N>); None when it has none (Megatron's "release")."""
+    """The step the pointer file names: its number, or the number its tag ends in.
+
+    DeepSpeed's `latest` holds the tag, global_step<N>. None when it has none (Megatron's
+    "release")."""
     try:
         with open(os.path.join(ckpt_dir, name)) as f:
             text = f.read(256).strip()
@@ -370,9 +382,10 @@ def _listing(path: str) -> Optional[set]:
 
 
 def _torn_zips(path: str, names: Optional[set]) -> Optional[List[str]]:
-    """The torch.save files (*.pt, *.pth) in a folder (`names`: its listing) whose zip directory
-    does not read (cut short), [] when all read; None when the folder holds none (nothing written
-    yet) or is not a folder."""
+    """The torch.save files (*.pt, *.pth) in a folder whose zip directory does not read (cut short).
+
+    `names` is the folder's listing. [] when all read. None when the folder holds none (nothing
+    written yet) or is not a folder."""
     zips = sorted(n for n in names or () if n.endswith((".pt", ".pth")))
     return [n for n in zips if not torchzip.whole(os.path.join(path, n))] if zips else None
 
@@ -381,10 +394,12 @@ DS_MODEL_STATES = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_mode
 
 
 def _ds_shards_missing(path: str, names: Optional[set]) -> Optional[str]:
-    """Which of DeepSpeed's ZeRO optimizer shards a checkpoint folder lacks, said; None when it
-    has them all, or holds no ZeRO shard at all (not ZeRO, or nothing written yet: the other parts
-    of the rule judge that). Rank 0 writes the model states and its own shard before `latest`; the
-    other ranks' may not be begun yet when `latest` lands (seen: within 4 ms of it)."""
+    """Which of DeepSpeed's ZeRO optimizer shards a checkpoint folder lacks, said.
+
+    None when it has them all, or holds no ZeRO shard at all. No ZeRO shard means not ZeRO, or
+    nothing written yet: the other parts of the rule judge that. Rank 0 writes the model states and
+    its own shard before `latest`. The other ranks' may not be begun yet when `latest` lands (seen:
+    within 4 ms of it)."""
     shards = [n for n in names or () if n.endswith("_optim_states.pt") and "zero_pp_rank_" in n]
     if not shards:
         return None
@@ -485,8 +500,9 @@ def _is_complete(rule: str, path: str, step: int, ckpt_dir: str) -> bool:
 
 
 def _entries(root: str, descend) -> Iterator[tuple]:
-    """(entry, looked into) for each entry of `root`, and of the entries of those of its
-    subdirectories `descend(entry)` picks (one level: two levels deep at most)."""
+    """(entry, looked into) for each entry of `root`, and of the subdirectories `descend(entry)` picks.
+
+    It goes one level down, so two levels deep at most."""
     todo = [(root, 0)]
     while todo:
         d, depth = todo.pop()
@@ -551,9 +567,10 @@ def will_load(spec: Spec, ckpts: List[Ckpt], ckpt_dir: str) -> Optional[Ckpt]:
 
 
 def save_interval(ckpts: List[Ckpt]) -> Optional[int]:
-    """The steps between a program's saves, as its checkpoints show it: the greatest common
-    divisor of their steps (saves every N steps leave multiples of N, whichever a program keeps);
-    None without a checkpoint whose step is known."""
+    """The steps between a program's saves, as its checkpoints show it.
+
+    It is the greatest common divisor of their steps. Saves every N steps leave multiples of N,
+    whichever a program keeps. None without a checkpoint whose step is known."""
     steps = {c.step for c in ckpts if c.step > 0}
     return math.gcd(*steps) if steps else None
 

@@ -26,11 +26,14 @@ class Generic(Adapter):
 
 @ADAPTERS.register
 class Accelerate(Adapter):
-    """Hugging Face Accelerate's save_state with automatic checkpoint naming (read from accelerate
-    1.15.0): project_dir/checkpoints/checkpoint_<K>, K counting saves; files written in place, no
-    marker (rank 0's random_states_0.pkl comes after the model and optimizer files); with
-    total_limit the oldest folders are deleted before the new one is written; load_state() takes
-    the highest-numbered folder without a check. The scenario gives progress and save_every."""
+    """Hugging Face Accelerate's save_state with automatic checkpoint naming.
+
+    Read from accelerate 1.15.0.
+
+    A save writes project_dir/checkpoints/checkpoint_<K>, where K counts saves. Files are written in
+    place, with no marker. Rank 0's random_states_0.pkl comes after the model and optimizer files.
+    With total_limit, the oldest folders are deleted before the new one is written. load_state()
+    takes the highest-numbered folder without a check. The scenario gives progress and save_every."""
     name = "accelerate"
     preload = "torch,accelerate"  # accelerate 1.15.0: 2.5 s here, one thread after it (measured)
     doc = "Hugging Face Accelerate save_state/load_state (automatic checkpoint naming; project_dir = {ckpt_dir})"
@@ -41,12 +44,17 @@ class Accelerate(Adapter):
 
 @ADAPTERS.register
 class Lightning(Adapter):
-    """PyTorch Lightning's ModelCheckpoint and fit(ckpt_path="last") (read from lightning 2.6.6 and
-    fsspec 2026.9.0): each save is torch.save into memory, then a temp file from tempfile.mkstemp()
-    ($TMPDIR) moved into place by shutil.move (a rename on the same file system, else a copy), no
-    fsync; the top-k file first, then last.ckpt; "last" resumes from the newest last*.ckpt by
-    modification time, unchecked, and starts fresh (a warning) when there is none. The step of
-    last.ckpt is read from inside it (torchzip). The scenario gives progress."""
+    """PyTorch Lightning's ModelCheckpoint and fit(ckpt_path="last").
+
+    Read from lightning 2.6.6 and fsspec 2026.9.0.
+
+    Each save is torch.save into memory. Then a temp file from tempfile.mkstemp() ($TMPDIR) is moved
+    into place by shutil.move: a rename on the same file system, else a copy. There is no fsync. The
+    top-k file comes first, then last.ckpt.
+
+    "last" resumes from the newest last*.ckpt by modification time, unchecked. It starts fresh (with
+    a warning) when there is none. The step of last.ckpt is read from inside it (torchzip). The
+    scenario gives progress."""
     name = "lightning"
     preload = "torch,lightning.pytorch"  # lightning 2.6.6: 6.1 s here, one thread after it (measured)
     doc = "PyTorch Lightning ModelCheckpoint(dirpath={ckpt_dir}, save_last=True) + fit(ckpt_path='last')"
@@ -104,20 +112,30 @@ class Transformers(Adapter):
 
 @ADAPTERS.register
 class Deepspeed(Adapter):
-    """DeepSpeed's engine checkpoints (read from deepspeed 0.19.8: runtime/engine.py save_checkpoint
-    and load_checkpoint; run here on CPU, DS_ACCELERATOR=cpu, gloo): save_checkpoint(dir) writes
-    dir/<tag>/ (default tag global_step<N>, N the engine's optimizer steps): mp_rank_00_model_states.pt
-    from rank 0 and zero_pp_rank_<r>_mp_rank_00_optim_states.pt from every rank, with torch.save; then
-    rank 0 writes the tag into dir/latest, before the barrier that waits for the other ranks' shards.
-    load_checkpoint(dir) loads the tag `latest` names, without a check (none: it returns None and
-    the program starts fresh). So `latest` can name a tag whose other ranks' shards are still being
-    written, or not yet begun: complete here is `latest` naming it, every .pt file in it whole, and
-    one ZeRO optimizer shard per rank there, as many as its model states file's dp_world_size x
-    mp_world_size (pointer:latest+torchzips+dsshards), and a kill in that window is a finding
-    (failures.slow_writes widens it). At INFO
-    (its workers' logger defaults to WARNING) rank 0 logs "[Torch] Checkpoint <tag> is about to be
-    saved!" as a save starts, and no line at its end: the stall is estimated from the step times
-    (`saving`). The scenario gives progress."""
+    """DeepSpeed's engine checkpoints.
+
+    Read from deepspeed 0.19.8: runtime/engine.py save_checkpoint and load_checkpoint.
+    Run here on CPU (DS_ACCELERATOR=cpu, gloo).
+
+    save_checkpoint(dir) writes dir/<tag>/. The default tag is global_step<N>, where N is the
+    engine's optimizer steps. It writes these files with torch.save:
+    - mp_rank_00_model_states.pt from rank 0;
+    - zero_pp_rank_<r>_mp_rank_00_optim_states.pt from every rank.
+    Then rank 0 writes the tag into dir/latest, before the barrier that waits for the other ranks' shards.
+
+    load_checkpoint(dir) loads the tag `latest` names, without a check. Where there is none, it
+    returns None and the program starts fresh. So `latest` can name a tag whose other ranks' shards
+    are still being written, or not yet begun. Complete here therefore means all of these hold:
+    - `latest` names the tag;
+    - every .pt file in it is whole;
+    - there is one ZeRO optimizer shard per rank there, as many as its model states file's
+      dp_world_size x mp_world_size.
+    In the rule's words: pointer:latest+torchzips+dsshards. A kill in that window is a finding
+    (failures.slow_writes widens it).
+
+    At INFO, rank 0 logs "[Torch] Checkpoint <tag> is about to be saved!" as a save starts. Its
+    workers' logger defaults to WARNING. No line marks a save's end. So the stall is estimated from
+    the step times (`saving`). The scenario gives progress."""
     name = "deepspeed"
     requires = ("deepspeed",)
     extra = "deepspeed"
@@ -165,13 +183,20 @@ class Torchtitan(Adapter):
 
 @ADAPTERS.register
 class Megatron(Adapter):
-    """Megatron-LM's checkpointing (read from NVIDIA/Megatron-LM at commit 0032978,
-    megatron/training/checkpointing.py): iter_<7 digits> folders under --save (the checkpoint dir
-    here); the tracker file latest_checkpointed_iteration.txt names the iteration a restart loads
-    (read_metadata: an integer, or "release"; anything else prints "ERROR: Invalid metadata file"
-    and calls sys.exit(), exit status 0); the load logs "successfully loaded checkpoint from DIR
-    [ t i/n, p j/m ] at iteration N"; training logs "iteration N/ M | ... | lm loss: X |". Tested
-    from recorded lines and a recorded layout (it needs GPUs to run)."""
+    """Megatron-LM's checkpointing.
+
+    Read from NVIDIA/Megatron-LM at commit 0032978: megatron/training/checkpointing.py.
+
+    Checkpoints are iter_<7 digits> folders under --save, the checkpoint dir here. The tracker file
+    latest_checkpointed_iteration.txt names the iteration a restart loads. read_metadata takes an
+    integer, or "release". Anything else prints "ERROR: Invalid metadata file" and calls sys.exit(),
+    exit status 0.
+
+    The lines it logs:
+    - the load: "successfully loaded checkpoint from DIR [ t i/n, p j/m ] at iteration N";
+    - training: "iteration N/ M | ... | lm loss: X |".
+
+    It is tested from recorded lines and a recorded layout, since it needs GPUs to run."""
     name = "megatron"
     doc = "Megatron-LM (iter_<N> folders, latest_checkpointed_iteration.txt names the one loaded)"
     defaults = {"checkpoints": r"{ckpt_dir}/iter_(?P<step>\d+)", "complete": "pointer:latest_checkpointed_iteration.txt",
@@ -182,19 +207,28 @@ class Megatron(Adapter):
 
 @ADAPTERS.register
 class Ezpz(Adapter):
-    """ezpz's FSDP2 + tensor-parallel example, ezpz.examples.fsdp_tp (read from saforem2/ezpz at
-    commit 1229a17, version 0.26.1: src/ezpz/examples/fsdp_tp.py and examples/_checkpoint.py):
-    --ckpt-dir DIR --save-interval N saves DCP into DIR/step-<N>; rank 0 first removes a stale
-    .complete, then writes meta.json and .complete last; a restart loads the highest step-<N>
-    holding .complete (latest_checkpoint) and logs "RESUMED from step=N (epoch=...)". Rank 0's
-    progress line is History.log_metrics's "iter=N epoch=E bidx=B loss=X(±std) dt=Y(±std) ..."
-    (train/ stripped), and after a save "train/ckpt_save_seconds=S (sync save @ step N)" or, with
-    --async-ckpt, "train/ckpt_stage_seconds=S (async stage @ step N)" (the async drain is not
-    booked: it has no line of its own). Its History JSONL is rewritten per launch in the launch's
-    directory: the tap reads the console, and the report sets that file's own timers beside
-    restartlab's (own_metrics). Run here for real on CPU (scenarios/examples/ezpz-cpu.yaml,
-    tests/test_ezpz.py: ezpz 0.26.1's output is what the source suggested, in colour); the
-    preflight (programs/ezpz_check.py) refuses what would not start or would hang in start-up."""
+    """ezpz's FSDP2 + tensor-parallel example, ezpz.examples.fsdp_tp.
+
+    Read from saforem2/ezpz at commit 1229a17, version 0.26.1: src/ezpz/examples/fsdp_tp.py and
+    examples/_checkpoint.py.
+
+    With --ckpt-dir DIR --save-interval N, it saves DCP into DIR/step-<N>. Rank 0 first removes a
+    stale .complete, then writes meta.json and .complete last. A restart loads the highest step-<N>
+    holding .complete (latest_checkpoint). It logs "RESUMED from step=N (epoch=...)".
+
+    Rank 0's lines:
+    - Its progress line is History.log_metrics's "iter=N epoch=E bidx=B loss=X(±std) dt=Y(±std) ..."
+      (train/ stripped).
+    - After a save it logs "train/ckpt_save_seconds=S (sync save @ step N)". With --async-ckpt it
+      logs "train/ckpt_stage_seconds=S (async stage @ step N)".
+    - The async drain is not booked: it has no line of its own.
+
+    Its History JSONL is rewritten per launch in the launch's directory. The tap reads the console.
+    The report sets that file's own timers beside restartlab's (own_metrics).
+
+    It runs here for real on CPU (scenarios/examples/ezpz-cpu.yaml, tests/test_ezpz.py). ezpz
+    0.26.1's output is what the source suggested, in colour. The preflight (programs/ezpz_check.py)
+    refuses what would not start or would hang in start-up."""
     name = "ezpz"
     doc = ("ezpz's fsdp_tp example (--ckpt-dir {ckpt_dir}: step-<N>/.complete written last; 'iter=N ... loss=X' "
            "lines; its own timers from its History JSONL)")
@@ -217,13 +251,16 @@ class Ezpz(Adapter):
 
 @ADAPTERS.register
 class Torchft(Adapter):
-    """A torchft program of yours (torchft 0.2.0's Manager), only in a phase whose recovery is
-    torchft: each replica group runs it through restartlab.trainer.ft_hook, which observes the
-    Manager (quorums, commits, heals, errors) and writes restartlab's metrics rows and the phase's
-    ft records, so no progress pattern is needed. Its command starts with its Python (the hook runs
-    in that interpreter); it reads REPLICA_GROUP_ID and NUM_REPLICA_GROUPS (torchft's examples'
-    names) and torchrun's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, TORCHFT_LIGHTHOUSE
-    names the phase's lighthouse. A torchft phase keeps no checkpoints (the keys below are unused)."""
+    """A torchft program of yours (torchft 0.2.0's Manager), only in a phase whose recovery is torchft.
+
+    Each replica group runs it through restartlab.trainer.ft_hook. The hook observes the Manager
+    (quorums, commits, heals, errors). It writes restartlab's metrics rows and the phase's ft
+    records, so no progress pattern is needed.
+
+    Its command starts with its Python, because the hook runs in that interpreter. It reads
+    REPLICA_GROUP_ID and NUM_REPLICA_GROUPS (torchft's examples' names), and torchrun's RANK,
+    WORLD_SIZE, MASTER_ADDR and MASTER_PORT. TORCHFT_LIGHTHOUSE names the phase's lighthouse.
+    A torchft phase keeps no checkpoints, so the keys below are unused."""
     name = "torchft"
     tap = False
     doc = ("a torchft program of yours (torchft.Manager), in a torchft phase: restartlab's hook on its Manager "

@@ -1,10 +1,14 @@
-"""Whether ezpz's example can start here, decided without starting it (it takes seconds of imports
-and, misconfigured, hangs rather than fails): ezpz importable by the program's Python, the example
-module there, every flag of the command one its argparse declares, and a scheduler ezpz will not
-mistake (read from ezpz 0.26.1, saforem2/ezpz at 1229a17: ezpz/configs.py get_scheduler takes
-EZPZ_SCHEDULER, then PBS_JOBID / SLURM_JOB_ID, then whichever of qsub, sbatch is on PATH; under
-a mistaken Slurm, rank 0 raises `SLURM_NODELIST not set` in a rank-0-only call while rank 1 waits
-in a barrier, and the job never exits)."""
+"""Whether ezpz's example can start here, decided without starting it.
+
+Starting it takes seconds of imports, and a misconfigured start hangs rather than fails. So the
+check reads instead. ezpz must be importable by the program's Python, with the example module there.
+Every flag of the command must be one its argparse declares. The scheduler must be one ezpz will
+not mistake.
+
+How ezpz picks the scheduler is read from ezpz 0.26.1 (saforem2/ezpz at 1229a17).
+ezpz/configs.py get_scheduler takes EZPZ_SCHEDULER, then PBS_JOBID / SLURM_JOB_ID, then whichever
+of qsub, sbatch is on PATH. Under a mistaken Slurm, rank 0 raises `SLURM_NODELIST not set` in a
+rank-0-only call while rank 1 waits in a barrier. The job never exits."""
 import os
 import re
 import shutil
@@ -21,9 +25,10 @@ FLAG = re.compile(r"--[A-Za-z0-9][\w-]*")
 
 
 def _module(argv: List[str]) -> Tuple[Optional[str], Optional[str], List[str]]:
-    """(the python of `python [options] -m ezpz.examples.X ...`, X's dotted name, the arguments after
-    it), read by contracts/pycmd (the python once read as the word before -m: `python -u -m ...` gave
-    "-u"); (None, None, []) for any other command."""
+    """(the python of `python [options] -m ezpz.examples.X ...`, X's dotted name, the arguments after it).
+
+    contracts/pycmd reads the command. The python was once read as the word before -m, and
+    `python -u -m ...` gave "-u". (None, None, []) for any other command."""
     _, cmd = pycmd.find(argv)
     if cmd.run == "module" and cmd.target and cmd.target.startswith("ezpz."):
         return cmd.python, cmd.target, list(cmd.args)

@@ -10,16 +10,18 @@ import zipfile
 from typing import Callable, Dict, Optional
 
 STEP_KEYS = ("global_step", "step")
-MAX_PICKLE_BYTES = 64 << 20  # data.pkl of a checkpoint is small (the tensors are elsewhere)
-# what a file said, by its identity and last change: the fuzz lists the checkpoints every 5 ms,
-# and a finished file says the same each time (one being written changes size or mtime)
+MAX_PICKLE_BYTES = 64 << 20  # data.pkl of a checkpoint is small (the tensors are elsewhere).
+# What a file said, by its identity and last change. The fuzz lists the checkpoints every 5 ms.
+# A finished file says the same each time. One being written changes size or mtime.
 _SEEN: Dict[tuple, object] = {}
 _SEEN_MAX = 4096
 
 
 class _Stub:
-    """Whatever the pickle names: built from any arguments; keeps the state the pickle gives it
-    (read, never acted on: the Trainer's training_args.bin holds its process count there)."""
+    """Whatever the pickle names. It is built from any arguments.
+
+    It keeps the state the pickle gives it, to be read and never acted on. The Trainer's
+    training_args.bin holds its process count there."""
 
     def __init__(self, *args, **kwargs):
         self._state = None
@@ -111,10 +113,12 @@ def _top_ints(path: str) -> Dict[str, int]:
 
 
 def read_attr_int(path: str, owner: str, key: str) -> Optional[int]:
-    """The integer `key` in the state of an object of class `owner` inside a torch.save file (its
-    pickled attributes, one level of objects down from the top: the Trainer's training_args.bin is
-    a TrainingArguments whose distributed_state, an accelerate PartialState, says num_processes);
-    None when the file does not read or holds no such object or key."""
+    """The integer `key` in the state of an object of class `owner` inside a torch.save file.
+
+    The state is the object's pickled attributes, read one level of objects down from the top. For
+    example, the Trainer's training_args.bin is a TrainingArguments. Its distributed_state, an
+    accelerate PartialState, says num_processes. None when the file does not read or holds no such
+    object or key."""
     return _once(path, f"attr:{owner}.{key}", lambda p: _attr_int(p, owner, key))
 
 

@@ -1,9 +1,10 @@
-"""One attempt's launch, and what the relaunch loop watches of it:
-  - the launcher process: a pidfd wakes the loop the moment it exits
-  - the tap (tap.py): it reads a program's output when the program writes no metrics rows of its own
-  - when the attempt last showed progress
-  - whether it has stepped
-  - the first rank that ended badly, by its exit record"""
+"""One attempt's launch, and what the relaunch loop watches of it.
+
+- The launcher process. A pidfd wakes the loop the moment it exits.
+- The tap (tap.py). It reads a program's output when the program writes no metrics rows of its own.
+- When the attempt last showed progress.
+- Whether it has stepped.
+- The first rank that ended badly, by its exit record."""
 import os
 import select
 import subprocess
@@ -128,8 +129,9 @@ class AttemptLaunch:
         pump.join(PUMP_DRAIN_S)  # a rank that outlived its launcher may hold the pipe: not waited for
         if follow is not None:
             follow.stop()         # and the progress file's last records
-        # a program that ended badly after its last step finished once its last step's checkpoint is complete
-        # (a program that saves: else the relaunch resumes and writes it; killed before that save, it did not)
+        # A program that ended badly after its last step still finished if that step's checkpoint is complete.
+        # This holds for a program that saves. Otherwise the relaunch resumes and writes the checkpoint.
+        # A program killed before that save did not finish.
         final_saved = True
         if rc != 0 and self.ckpt_dir:
             newest = programs.newest_complete(programs.list_ckpts(self.spec, self.ckpt_dir)) \
@@ -138,10 +140,13 @@ class AttemptLaunch:
         return t.finish(rc, train_iters, final_saved)
 
     def last_activity(self, att: layout.Attempt) -> Optional[float]:
-        """When the attempt last wrote output or a metrics row (file times); a tapped program:
-        its last progress line (the launch before the first), whatever else it prints; a torchft
-        replica group: its last committed step (torchft logs every quorum, committed or not), the
-        launch before the first."""
+        """When the attempt last showed activity.
+
+        By default, when it last wrote output or a metrics row (file times).
+        - A tapped program: its last progress line, whatever else it prints.
+        - A torchft replica group: its last committed step. Its log shows every quorum, committed or not.
+
+        Before the first progress line or committed step, the launch time counts."""
         if att.path in self.taps:
             return self.taps[att.path][0].last_progress
         if self.ft_group >= 0:

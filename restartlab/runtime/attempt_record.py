@@ -37,9 +37,9 @@ def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, e
         signal=launchers.get(launcher).signal_of(rc), launcher=launcher,
         # the ranks' own ends (exits/): the first that ended badly, and how many recorded theirs
         rank_exit=first, ranks_recorded=len(exits), completed=completed, hang=os.path.exists(att.hang),
-        # the trainer's preemption exit, by the launcher or by the first rank that ended: srun's
-        # --kill-on-bad-exit ends the slower ranks of an emergency stop when the first exits 5,
-        # and then reports the launch as 143 (Slurm, #49: 2 CI failures)
+        # The trainer's preemption exit, from the launcher or from the first rank that ended.
+        # Under Slurm, srun's --kill-on-bad-exit ends the slower ranks of an emergency stop when the
+        # first exits 5. srun then reports the launch as 143 (#49: 2 CI failures).
         preempted=rc == EXIT_PREEMPTED or (first is not None and first.exit_code == EXIT_PREEMPTED),
         walltime=os.path.exists(att.walltime),
         # a torchft group shares its phase's strikes: one struck this group's attempt only if it died
@@ -53,15 +53,18 @@ def record(att: layout.Attempt, phase: layout.Phase, k: int, launch_ts: float, e
 
 
 def launched(att: layout.Attempt, k: int, launch_ts: float, job: Optional[str] = None) -> None:
-    """What is known of an attempt at its launch (its number, launch time, job and that job's run),
-    written before the launcher starts: an attempt cut short with its job (killed, requeued, its
-    node lost) leaves no record, and this still tells which run of which job it was in."""
+    """Write what is known of an attempt at its launch, before the launcher starts.
+
+    That is its number, launch time, job and that job's run. An attempt cut short with its job
+    (killed, requeued, its node lost) leaves no record. This one still tells which run of which job
+    it was in."""
     LaunchRecord(k, launch_ts, job, _job_start()).write(att)
 
 
 def _job_start() -> Optional[float]:
-    """When this run of the batch job started (the job script's RL_JOB_START): a job that PBS
-    requeues runs again under the same id, and its attempts are told apart by it."""
+    """When this run of the batch job started (the job script's RL_JOB_START).
+
+    A job that PBS requeues runs again under the same id. This time tells its runs' attempts apart."""
     try:
         return float(os.environ[JOB_START_VAR])
     except (KeyError, ValueError):

@@ -1,5 +1,7 @@
-"""What is left of an attempt, stopped: a signal to the job's ranks on every node (found by the
-tag), and a hung attempt's account of where it was before the KILL."""
+"""Stop what is left of an attempt.
+
+A signal goes to the job's ranks on every node, found by the tag. A hung attempt first tells where
+it was before the KILL."""
 import contextlib
 import time
 from typing import Any, Callable, List, Optional
@@ -11,19 +13,23 @@ STACKS_WAIT_S = 2.0              # a hung attempt's ranks' time to write their s
 
 
 def teardown(cfg: Any, att: layout.Attempt, sig: str = "KILL") -> List[str]:  # cfg: supervise.Config (it imports us)
-    """`sig` to whatever of this job's ranks is left, on every node (found by the tag), said in
-    the attempt's teardown log; the nodes that did not answer."""
+    """Send `sig` to whatever is left of this job's ranks, on every node (found by the tag).
+
+    The attempt's teardown log records it. Returns the nodes that did not answer."""
     from .teardown import signal_all
     with open(att.teardown_log, "a") as log, contextlib.redirect_stdout(log):
         return signal_all(cfg.tag, sig, cfg.fanout, cfg.nodefile, cfg.launcher, timeout=cfg.teardown_timeout)[0]
 
 
 def dump_stacks(cfg: Any, att: layout.Attempt, launcher_pid: Optional[int], say: Callable[..., None]) -> None:
-    """A hung attempt says where it was: its processes on this node (procsnap: the launcher's
-    tree and the tagged ones, each one's state and the kernel function it sleeps in) into
-    layout.Attempt.hang_procs; and the bundled trainer's ranks that can still run write their
-    threads' Python stacks into the attempt's output (trainer_options.STACKS_SIGNAL) before the
-    KILL. A program of the user's gets no signal: its signals are its own."""
+    """Make a hung attempt tell where it was, before the KILL.
+
+    - Its processes on this node go into layout.Attempt.hang_procs (procsnap). These are the
+      launcher's tree and the tagged processes, each with its state and the kernel function it sleeps in.
+    - The bundled trainer's ranks that can still run write their threads' Python stacks into the
+      attempt's output (trainer_options.STACKS_SIGNAL).
+
+    A program of the user's gets no signal. Its signals are its own."""
     from . import procsnap
     try:
         procsnap.write(att.hang_procs, launcher_pid if launcher_pid is not None else -1, cfg.tag)

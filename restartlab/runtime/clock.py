@@ -1,5 +1,7 @@
-"""Time, as the relaunch loop and the injector see it: the tests give them a fake one (their
-schedules, watchdogs, gates and fuzz windows run in fake seconds, in no real time)."""
+"""Time, as the relaunch loop and the injector see it.
+
+The tests give them a fake clock. Their schedules, watchdogs, gates and fuzz windows then run in
+fake seconds, in no real time."""
 import time
 
 

@@ -1,7 +1,9 @@
-"""Fan-out: one command on each of the job's nodes, in parallel, through the scheduler (pbsdsh,
-srun --overlap) or one launch over exactly those hosts (mpiexec), with each node's JSON receipt
-parsed. The injector, the node check, teardown and the warm pools' stop all reach the nodes here;
-the job's nodes come from its node file (PBS Pro: one line per MPI slot) or the scheduler."""
+"""Fan-out: one command on each of the job's nodes, in parallel.
+
+The command goes through the scheduler (pbsdsh, srun --overlap), or as one launch over exactly those
+hosts (mpiexec). Each node's JSON receipt is parsed. The injector, the node check, teardown and the
+warm pools' stop all reach the nodes here. The job's nodes come from its node file (PBS Pro: one
+line per MPI slot) or from the scheduler."""
 import os
 import shutil
 import socket
@@ -51,23 +53,26 @@ def killer_argv(python: str, tag: Optional[str], sig: str, kind: failures.Failur
 
 def fanout_cmds(fanout: str, hosts: List[str], indices: Iterable[int], argv: List[str],
                 slots: Optional[List[int]] = None, launcher: str = "pals") -> List[List[str]]:
-    """The commands that run `argv` once on each node in `indices`: one per node through the
-    scheduler (pbsdsh, srun --overlap), or one launch over exactly those hosts (`mpiexec`, ALCF
-    style, in the job's launcher's syntax)."""
+    """The commands that run `argv` once on each node in `indices`.
+
+    Through the scheduler (pbsdsh, srun --overlap), that is one command per node. With `mpiexec`
+    (ALCF style), it is one launch over exactly those hosts, in the job's launcher's syntax."""
     if fanout == "mpiexec":
         return [launchers.get(launcher).fanout_argv([hosts[i] for i in indices], argv)]
     sched = schedulers.get(fanout)
     return [sched.fanout_cmd(i, hosts, argv, slots) for i in indices]
 
 
-# runs argv with its stdout, stderr and exit status in files named after $0 (the rc file last,
-# whole: written then renamed), for a fan-out that does not hand them back (pbsdsh)
+# Runs argv and puts its stdout, stderr and exit status in files named after $0.
+# It is for a fan-out that does not hand them back (pbsdsh).
+# The rc file comes last and whole: it is written, then renamed.
 _RELAY_SH = '"$@" >"$0.out" 2>"$0.err"; echo $? >"$0.rc.tmp" && mv "$0.rc.tmp" "$0.rc"'
 
 
 def relay_dir() -> str:
-    """Where a fan-out's commands leave their output when the scheduler does not relay it: a
-    directory every node sees (the experiment's, else the job's submission directory, else here)."""
+    """Where a fan-out's commands leave their output when the scheduler does not relay it.
+
+    It is a directory every node sees: the experiment's, else the job's submission directory, else here."""
     base = (os.environ.get(FANOUT_DIR_VAR) or os.environ.get(EXPT_DIR_VAR)
             or os.environ.get("PBS_O_WORKDIR") or os.getcwd())
     return tempfile.mkdtemp(prefix=".restartlab-fanout-", dir=base)

@@ -1,15 +1,20 @@
 """A phase that recovers without a restart: torchft replica groups (`restartlab supervise --ft-groups N`).
 
-The supervisor of such a phase starts torchft's lighthouse, then one relaunch loop per replica group
-(`restartlab supervise` again, in PHASE/groups/g<k>, the program's {group} filled in; the rank
-variable TORCHFT_LIGHTHOUSE tells the group where the lighthouse is), and the phase's injector over
-all of them. Group k's ranks carry the tag <tag>.g<k> (envvars.group_tag): its own loop's teardown
-finds only them, the phase's injector finds every group's as <tag>'s. A strike of kind `rank` ends
-one rank, and its launcher the rest of its group; a `kill` strikes every group (a job-wide failure
-no replica survives). A group whose attempt dies is relaunched by its own loop and heals from a
-surviving group; the others are never restarted. The phase ends when every group's loop has, or
-when one completed the last step and the others' grace is over (wait_groups); its accounting and
-verdict (restartlab.analysis.ft_accounting) go to PHASE/ft.json and its last lines.
+The supervisor of such a phase starts torchft's lighthouse. Then it starts one relaunch loop per
+replica group, and the phase's injector over all of them. A group's loop is `restartlab supervise`
+again, in PHASE/groups/g<k>, with the program's {group} filled in. The rank variable
+TORCHFT_LIGHTHOUSE tells the group where the lighthouse is.
+
+Group k's ranks carry the tag <tag>.g<k> (envvars.group_tag). Its own loop's teardown finds only
+them. The phase's injector finds every group's ranks as <tag>'s.
+
+A strike of kind `rank` ends one rank, and its launcher ends the rest of its group. A `kill` strikes
+every group: a job-wide failure no replica survives. A group whose attempt dies is relaunched by its
+own loop and heals from a surviving group. The others are never restarted.
+
+The phase ends when every group's loop has ended, or when one group completed the last step and the
+others' grace is over (wait_groups). Its accounting and verdict (restartlab.analysis.ft_accounting)
+go to PHASE/ft.json and its last lines.
 
 Torch- and torchft-free: the lighthouse is torchft's own executable, found on PATH."""
 import os
@@ -33,8 +38,8 @@ LIGHTHOUSE = "torchft_lighthouse"
 LIGHTHOUSE_READY_S = 30.0   # the lighthouse listens within this long, or the phase ends
 LIGHTHOUSE_TRIES = 3        # starts, each on a new free port, before the phase ends
 STOP_GRACE_S = 10.0         # a group's loop's time to stop its attempt after a TERM
-# once a group completed the last step: the time of a group behind (in the quorum, in step) to complete
-# its own; RESTARTLAB_FT_DONE_GRACE_S overrides it (a group still relaunching is stopped at once)
+# Once a group has completed the last step, a group behind it (in the quorum, in step) gets this long to
+# complete its own. RESTARTLAB_FT_DONE_GRACE_S overrides it. A group still relaunching is stopped at once.
 DONE_GRACE_S = 30.0
 POLL_S = 0.2
 DONE_GRACE_VAR = "RESTARTLAB_FT_DONE_GRACE_S"
@@ -64,8 +69,10 @@ def last_line(path: str) -> str:
 
 
 def group_argv(cfg: Any, g: int) -> List[str]:
-    """`restartlab supervise` of replica group g: the phase's settings but its own directory, no
-    injector (the phase's strikes every group) and no groups of its own."""
+    """`restartlab supervise` of replica group g.
+
+    It has the phase's settings but its own directory. It has no injector, because the phase's
+    injector strikes every group. It has no groups of its own."""
     vals = {o.key: getattr(cfg, o.key) for o in tool_options.SUPERVISE}
     tag = group_tag(cfg.tag, g)
     launch = cfg.launch_spec.for_group(g, tag)  # the group's ranks carry its own tag, {group} its number
@@ -130,8 +137,8 @@ class FtPhase:
             p.wait()
 
     def start_groups(self) -> None:
-        # the groups share the node: each rank's CPU threads are the node's / (ranks in its group x groups)
-        # REPLICA_GROUP_ID and NUM_REPLICA_GROUPS: the names torchft's own examples read (train_ddp.py)
+        # The groups share the node. Each rank's CPU threads are the node's / (ranks in its group x groups).
+        # REPLICA_GROUP_ID and NUM_REPLICA_GROUPS are the names torchft's own examples read (train_ddp.py).
         n = str(self.cfg.ft_groups)
         for g in range(self.cfg.ft_groups):
             env = dict(os.environ, TORCHFT_LIGHTHOUSE=self.address, RESTARTLAB_FT_GROUPS=n, NUM_REPLICA_GROUPS=n,
@@ -156,8 +163,9 @@ class FtPhase:
                 p.wait()
 
     def relaunching(self, g: int) -> bool:
-        """Group g's loop is between attempts, or its attempt has not committed a step yet (and it
-        has not completed the phase: its loop may still be writing its end)."""
+        """Group g's loop is between attempts, or its attempt has not committed a step yet.
+
+        A group that has completed the phase is not relaunching. Its loop may still be writing its end."""
         gp = self.phase.group(g)
         if os.path.exists(gp.completed):
             return False
@@ -172,11 +180,14 @@ class FtPhase:
         return max(steps) if steps else None
 
     def late(self, done_step: Optional[int]) -> List[int]:
-        """The running groups to stop as soon as the training is done: those still relaunching, and
-        those not in step: a relaunch that found no peer (the others done, or leaving) and started
-        over alone commits its own step 1, 2, ... (seen under load: the survivor finished its last
-        45 steps before the struck group's relaunch took its first, and that group then trained the
-        whole run again). In step: its newest commit within one of the step the done group completed."""
+        """The running groups to stop as soon as the training is done.
+
+        These are the groups still relaunching, and those not in step. A group is in step when its
+        newest commit is within one of the step the done group completed.
+
+        A relaunch that found no peer (the others done, or leaving) starts over alone. It commits its
+        own step 1, 2, ... This was seen under load. The survivor finished its last 45 steps before
+        the struck group's relaunch took its first. That group then trained the whole run again."""
         def out_of_step(g: int) -> bool:
             newest = self.newest_commit(g)  # None (no record that reads): not known to be out of step
             return done_step is not None and newest is not None and newest < done_step - 1
@@ -184,12 +195,16 @@ class FtPhase:
                       if p.poll() is None and (self.relaunching(g) or out_of_step(g)))
 
     def wait_groups(self) -> Dict[int, Optional[int]]:
-        """Until every group's loop has ended. Once one group has completed the last step the
-        training is done: a group still relaunching (no commit in its current attempt) is stopped
-        at once (it would find no peer and train the whole run again from a fresh start), and so is
-        one that has already started over (late()); the others get DONE_GRACE_S to complete theirs
-        (in the quorum they are in step), then their loops are stopped too. {group: exit status}; a
-        stopped group's is None (self.stopped names them)."""
+        """Wait until every group's loop has ended, and return {group: exit status}.
+
+        Once one group has completed the last step, the training is done. Then:
+        - A group still relaunching (no commit in its current attempt) is stopped at once. It would
+          find no peer and train the whole run again from a fresh start.
+        - A group that has already started over is stopped at once too (late()).
+        - The others get DONE_GRACE_S to complete theirs. In the quorum they are in step. Then their
+          loops are stopped too.
+
+        A stopped group's exit status is None. self.stopped names those groups."""
         done_at = None
         while any(p.poll() is None for p in self.groups.values()):
             done = [] if done_at is not None else \

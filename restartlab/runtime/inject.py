@@ -1,8 +1,11 @@
-"""The failure injector: schedules, gating on `.complete`, fan-out to the job's nodes, and one
-line per kill in the phase's injection records (layout; on stdout without --phase-dir). It never matches
-processes itself: on each node the failure kind strikes it runs `restartlab kill-ranks` (with
---tag: one restartlab run's ranks; without: every rank of this batch job, whatever program it
-runs; see killer.py) and records the receipts."""
+"""The failure injector.
+
+It runs the schedules, gates on `.complete` and fans out to the job's nodes. It writes one line per
+kill in the phase's injection records (layout), or on stdout without --phase-dir.
+
+It never matches processes itself. On each node the failure kind strikes, it runs `restartlab
+kill-ranks` and records the receipts. With --tag, that strikes one restartlab run's ranks. Without
+it, it strikes every rank of this batch job, whatever program it runs (see killer.py)."""
 import argparse
 import os
 import random
@@ -31,8 +34,10 @@ POLL_S = 0.1
 
 # ---------------------------------------------------------------- the loop
 class Injector:
-    """The strikes of one phase (or of `restartlab inject` by hand): its schedule, and what each
-    strike does (a kill here; a network or storage fault in inject_faults; the fuzz in inject_fuzz)."""
+    """The strikes of one phase, or of `restartlab inject` by hand.
+
+    It holds the schedule and what each strike does. A kill is here. A network or storage fault is in
+    inject_faults. The fuzz is in inject_fuzz."""
 
     def __init__(self, a: Config, clock: Optional[Clock] = None):
         self.a = a
@@ -52,8 +57,9 @@ class Injector:
         return programs.list_ckpts(self.spec, self.a.ckpt_dir) if self.a.ckpt_dir else []
 
     def newest_complete(self) -> Optional[int]:
-        """The newest complete checkpoint's step, by the program's completion rule (and the newest
-        ever seen: a program may delete its last good one before it writes the next)."""
+        """The newest complete checkpoint's step, by the program's completion rule.
+
+        It also keeps the newest ever seen. A program may delete its last good one before it writes the next."""
         c = programs.newest_complete(self.ckpts())
         if c is not None and (self.seen_complete is None or c.step > self.seen_complete):
             self.seen_complete = c.step
@@ -61,8 +67,10 @@ class Injector:
         return c.step if c else None
 
     def target(self) -> Optional[layout.Attempt]:
-        """The attempt a strike made now hits: the newest one, or the one after it when it is over
-        (the strike retries until the relaunched ranks are there)."""
+        """The attempt a strike made now hits.
+
+        That is the newest attempt, or the one after it when the newest is over. The strike retries
+        until the relaunched ranks are there."""
         atts = layout.Phase(self.a.phase_dir).attempts() if self.a.phase_dir else []
         if not atts:
             return None
@@ -77,10 +85,14 @@ class Injector:
             return False
 
     def where(self, att: Optional[layout.Attempt]) -> Dict[str, Any]:
-        """Where a strike landed in attempt `att`, looked at once its ranks are dead (the fan-out
-        takes a while, the program went on meanwhile): start-up (no step logged), save (something
-        in the checkpoint dir that is not a complete checkpoint was written to since the launch:
-        `saving` names it), or between saves."""
+        """Where a strike landed in attempt `att`.
+
+        It looks once the ranks are dead. The fan-out takes a while, and the program went on meanwhile.
+        The answer is one of:
+        - `start-up`: no step logged.
+        - `save`: something in the checkpoint dir that is not a complete checkpoint was written to
+          since the launch. `saving` names it.
+        - `between saves`."""
         if att is None:
             return {"where": None}  # (the fields of contracts.injections.Injection it fills)
         try:
@@ -92,8 +104,10 @@ class Injector:
         return {"where": where, "attempt": att.index, "saving": tuple(torn)}
 
     def on_terminate(self, signum: int, _frame: Optional[FrameType]) -> None:
-        """SIGTERM/SIGINT: stop now, except in the middle of a strike, which is finished and
-        recorded first (a strike without its record would be booked as an uninjected crash)."""
+        """On SIGTERM/SIGINT, stop now, except in the middle of a strike.
+
+        A strike in progress is finished and recorded first. A strike without its record would be
+        booked as an uninjected crash."""
         self.terminated = signal.Signals(signum).name
         if not self.striking:
             raise SystemExit(self.done())
@@ -134,8 +148,8 @@ class Injector:
             receipts = fan_out(cast(str, self.a.fanout), self.hosts, idx,  # main() sets both
                                killer_argv(cast(str, self.a.python), self.a.tag, sig, kind),
                                self.slots, self.a.launcher)
-        # distinct (host, pid) of the trees' roots (a rank's exit recorder and its program are one):
-        # two scheduler nodes on one host may both see the same rank
+        # Count the distinct (host, pid) of the trees' roots. A rank's exit recorder and its program are one tree.
+        # Two scheduler nodes on one host may both see the same rank.
         return len({(r.host, p) for r in receipts if not r.dry_run for p in r.trees}), receipts
 
     def strike_here(self, kind: failures.FailureKind, sig: str) -> Receipt:
@@ -146,8 +160,10 @@ class Injector:
             return Receipt(host=socket.gethostname(), error=str(e))
 
     def seen(self, newest: Optional[int], struck: Optional[layout.Attempt]) -> Dict[str, Any]:
-        """What a strike's record says of the training it hit (a kill's and a network fault's alike):
-        rank 0's newest step, the newest complete checkpoint (ever, and its time), where it landed."""
+        """What a strike's record says of the training it hit.
+
+        A kill's record and a network fault's say the same: rank 0's newest step, the newest complete
+        checkpoint (ever, and its time), and where the strike landed."""
         return dict(step_seen=newest_step_seen(self.a.phase_dir) if self.a.phase_dir else None,
                     newest_complete=newest, newest_complete_seen=self.seen_complete,
                     complete_mtime=self.complete_mtime if newest is not None else None, **self.where(struck))

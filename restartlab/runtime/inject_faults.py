@@ -36,8 +36,9 @@ def fault_argv(inj: Striker, kind: failures.FailureKind, i: int) -> List[str]:
 
 def net_fault(inj: Striker, reason: str, target_step: Optional[int], kind: failures.FailureKind,
           gate: Optional[str]) -> Injection:
-    """A network fault on the kind's node: its link down or capped there, the ranks left alone;
-    the record's time is when the fault begins (the receipt's `at`)."""
+    """A network fault on the kind's node: its link goes down or is capped there.
+
+    The ranks are left alone. The record's time is when the fault begins (the receipt's `at`)."""
     a = inj.a
     idx = kind.nodes(len(inj.hosts), a.node, inj.rng)
     t0 = inj.clock.time()

@@ -49,8 +49,8 @@ def fuzz(inj: Striker) -> int:
             deadline = t0 + SAVE_WAIT_WINDOWS * window
             before = inj.newest_complete()
             unseen = False  # a checkpoint became complete without ever being seen in flight
-            # --fuzz-after-complete: only a save made while a complete checkpoint exists (or
-            # existed: one deleted before the next is written counts) is struck
+            # With --fuzz-after-complete, only a save made while a complete checkpoint exists is struck.
+            # A complete checkpoint deleted before the next is written still counts.
             while True:
                 ready = not a.fuzz_after_complete or inj.seen_complete is not None
                 if ready and programs.in_flight(inj.spec, cast(str, a.ckpt_dir), t0):  # main(): --fuzz needs it
@@ -89,7 +89,9 @@ def fuzz(inj: Striker) -> int:
 
 
 def fuzz_kind(inj: Striker) -> Optional[str]:
-    """The next fuzzed strike's kind: drawn among --fuzz-kinds (from the seed; nothing drawn for one
-    kind, so that a plain kill fuzz's draws stay what they were), else --kind."""
+    """The next fuzzed strike's kind: drawn among --fuzz-kinds, else --kind.
+
+    The draw uses the seed. With one kind nothing is drawn, so that a plain kill fuzz's draws stay
+    what they were."""
     kinds = [k.strip() for k in (inj.a.fuzz_kinds or "").split(",") if k.strip()]
     return (inj.rng.choice(kinds) if len(kinds) > 1 else kinds[0]) if kinds else None

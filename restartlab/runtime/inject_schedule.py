@@ -1,6 +1,8 @@
-"""The injector's schedules besides the fuzz: strikes at training steps (failures.schedule.at_steps,
-every_steps; gated on the step's .complete or on the step being seen) and timed strikes (every,
-mtbf); the pure functions that make them."""
+"""The injector's schedules besides the fuzz, and the pure functions that make them.
+
+- Strikes at training steps (failures.schedule.at_steps, every_steps). They are gated on the
+  step's .complete or on the step being seen.
+- Timed strikes (every, mtbf)."""
 import random
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
@@ -32,8 +34,10 @@ def timed_offsets(every: Optional[float] = None, mtbf: Optional[float] = None, s
 
 
 def by_steps(inj: Striker) -> int:
-    """A strike at each target step, once the step's checkpoint is complete (gate complete) or the
-    step is seen (gate step); a step an earlier job of a chain struck is not struck again."""
+    """Strike at each target step, once the step's checkpoint is complete (gate complete) or the
+    step is seen (gate step).
+
+    A step that an earlier job of a chain struck is not struck again."""
     a = inj.a
     targets = step_targets(a.at_steps, a.every_steps, a.train_iters)
     if not targets:  # (once taken for a timed one with no time given: a TypeError)
@@ -68,8 +72,10 @@ def by_steps(inj: Striker) -> int:
 
 
 def timed(inj: Striker) -> int:
-    """A strike at each offset of the timed schedule (every, mtbf), after the first complete
-    checkpoint where asked (--wait-first-complete), each gated on one where asked (gate complete)."""
+    """Strike at each offset of the timed schedule (every, mtbf).
+
+    With --wait-first-complete, the first strike waits for the first complete checkpoint. With gate
+    complete, each strike is gated on one."""
     a = inj.a
     if a.wait_first_complete and not inj.sleep_until(lambda: inj.newest_complete() is not None):
         return inj.done()

@@ -1,6 +1,7 @@
-"""The phase's injector as a process of the supervisor's: started with the phase's failure settings
-and where its ranks are, stopped at the phase's end (it stops by itself once the phase's done
-marker exists; TERM, then KILL, when it does not)."""
+"""The phase's injector as a process of the supervisor's.
+
+It starts with the phase's failure settings and where its ranks are. It stops at the phase's end.
+It stops by itself once the phase's done marker exists. When it does not, it gets TERM, then KILL."""
 import subprocess
 import sys
 from typing import List, Optional

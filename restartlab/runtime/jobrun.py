@@ -1,10 +1,14 @@
-"""python -m restartlab.runtime.jobrun --expt-dir D --job J --start S --scheduler NAME: the job
-script's second line of record as a run of a job starts (the first is layout.Expt.jobs'): what the
-scheduler says of this run (Scheduler.run_facts: how many times the job has started, when, the nodes
-whose state changed since its previous run began, among that run's nodes), one line in
-layout.Expt.job_runs, with this run's nodes. Only a rerun asks the scheduler (a job id already among the
-experiment's jobs with an earlier start): a first run costs nothing but this process. Never the job's failure: a scheduler that does not answer is written down as such, and the
-exit status is 0."""
+"""python -m restartlab.runtime.jobrun --expt-dir D --job J --start S --scheduler NAME
+
+The job script's second line of record as a run of a job starts. The first is layout.Expt.jobs'.
+It writes one line in layout.Expt.job_runs, with this run's nodes and what the scheduler says of
+this run (Scheduler.run_facts):
+- How many times the job has started, and when.
+- The nodes whose state changed since its previous run began, among that run's nodes.
+
+Only a rerun asks the scheduler: a job id already among the experiment's jobs with an earlier start.
+A first run costs nothing but this process. It is never the job's failure. A scheduler that does not
+answer is written down as such, and the exit status is 0."""
 import argparse
 import sys
 from typing import List, Optional
@@ -35,8 +39,9 @@ def record(expt_dir: str, job: str, start: float, scheduler: str, nodefile: Opti
         else:
             facts = facts or RunFacts(run=len(earlier) + 1)
             prev = {_short(h) for h in before[-1].hosts} if before and before[-1].hosts else set()
-            # the previous run's nodes only (none where its line does not name them: a cluster's other nodes
-            # change too), by short name (a node file may hold the fully qualified one, pbsnodes the short)
+            # Keep the previous run's nodes only, by short name. Keep none where its line does not name them:
+            # a cluster's other nodes change too. A node file may hold the fully qualified name, pbsnodes
+            # the short one.
             rec = JobRun(job, start, scheduler, run=facts.run, started=facts.started,
                          nodes=tuple(n for n in facts.nodes if _short(n.node) in prev), hosts=hosts,
                          requeued=facts.requeued, eligible=facts.eligible)

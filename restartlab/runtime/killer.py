@@ -1,27 +1,32 @@
-"""Node-local rank killer: find the job's training ranks by their environment (never by command
-line), kill each rank's whole process tree, print a JSON receipt.
+"""Node-local rank killer.
+
+It finds the job's training ranks by their environment, never by command line. It kills each
+rank's whole process tree and prints a JSON receipt.
 
 Two ways to find the ranks:
-- `--tag T`: the processes whose environment holds RESTARTLAB_JOB_TAG=T (one restartlab run);
-- no tag: this batch job's ranks, whatever program they run. A rank is a process of this job
-  (PBS_JOBID / SLURM_JOB_ID as in our own environment) that a launcher started: its environment
+- `--tag T`: the processes whose environment holds RESTARTLAB_JOB_TAG=T (one restartlab run).
+- No tag: this batch job's ranks, whatever program they run. A rank is a process of this job
+  (PBS_JOBID / SLURM_JOB_ID as in our own environment) that a launcher started. Its environment
   holds a launcher's rank variable (PALS, Hydra/PMI, Open MPI, srun, torchrun: the launcher
-  registry) with a value its parent does not have, or a warm standby pool's variable with another
-  pid than its own (a rank the pool forked: its environment is the pool's). A process with a rank
-  below it is a launcher
-  (a Hydra proxy srun started, a torchrun agent) and is spared; so are the job script (on Slurm it
-  has SLURM_PROCID but no step id), restartlab's own tools (RESTARTLAB_TOOL in their environment)
-  and a parent whose environment we may not read.
+  registry) with a value its parent does not have. Or it holds a warm standby pool's variable with
+  another pid than its own. That is a rank the pool forked, whose environment is the pool's.
 
-Only processes of the user running it (real and effective uid, from psutil): a process of
-another user that carries the same tag or job id is skipped and listed in the receipt
-(`skipped_other_user`), root included: root gets no exception.
+These are spared:
+- A process with a rank below it. It is a launcher (a Hydra proxy srun started, a torchrun agent).
+- The job script. On Slurm it has SLURM_PROCID but no step id.
+- restartlab's own tools (RESTARTLAB_TOOL in their environment).
+- A parent whose environment we may not read.
 
-Never touches this process, its ancestors (the injector, pbsdsh/srun, the launcher that started
-us) or any process that is not a rank or a rank's descendant. Processes are read
-through psutil, so this works wherever psutil can read another process's environment (Linux,
-macOS); where it cannot, the receipt says how many processes could not be read, and a platform
-where even our own environment is unreadable is an error, never a silent "nothing found"."""
+It strikes only processes of the user running it (real and effective uid, from psutil). A process
+of another user that carries the same tag or job id is skipped and listed in the receipt
+(`skipped_other_user`). This holds for root too: root gets no exception.
+
+It never touches this process or its ancestors (the injector, pbsdsh/srun, the launcher that
+started us). It never touches a process that is not a rank or a rank's descendant.
+
+Processes are read through psutil. So this works wherever psutil can read another process's
+environment (Linux, macOS). Where it cannot, the receipt says how many processes could not be read.
+A platform where even our own environment is unreadable is an error, never a silent "nothing found"."""
 import json
 import os
 import signal as _signal
@@ -98,11 +103,15 @@ def _other_host(pid: int, mine: Optional[int]) -> bool:
 def _scan(entry: str, unreadable: Optional[List[int]] = None, this_node: bool = False,
           others: Optional[Dict[int, str]] = None, standby: bool = False) -> Dict[int, Tuple[Dict[str, str], int]]:
     """{pid: (environment, parent pid)} of this user's live processes whose environment holds
-    the exact entry NAME=value, read once each (`unreadable` collects the PIDs whose environment
-    we may not read; `others` {pid: user} those of another user that match). `this_node`: only
-    this node's: under Slurm this Slurm node's (several node daemons may share one host, as in the
-    tests), and never a process of another host sharing our kernel (_other_host).
-    An idle warm standby pool is never a rank: only `standby` includes it."""
+    the exact entry NAME=value.
+
+    Each process is read once.
+    - `unreadable` collects the PIDs whose environment we may not read.
+    - `others` collects {pid: user} of the matching processes of another user.
+    - `this_node`: only this node's processes. Under Slurm, that is this Slurm node's, because several
+      node daemons may share one host, as in the tests. A process of another host sharing our kernel
+      never counts (_other_host).
+    - An idle warm standby pool is never a rank. Only `standby` includes it."""
     _check_environ_readable()
     name, _, value = entry.partition("=")
     node = os.environ.get("SLURMD_NODENAME") if this_node else None
@@ -136,9 +145,10 @@ def find_by_env(entry: str, unreadable: Optional[List[int]] = None) -> List[int]
 
 def find_tagged(tag: str, unreadable: Optional[List[int]] = None, others: Optional[Dict[int, str]] = None,
                 standby: bool = False) -> List[int]:
-    """This user's PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly (or a torchft
-    phase's group's <tag>.g<k>, envvars.group_tag); under Slurm,
-    only those of this Slurm node (`standby`: the warm standby pool too)."""
+    """This user's PIDs whose environment holds RESTARTLAB_JOB_TAG=<tag> exactly.
+
+    A torchft phase's group's <tag>.g<k> matches too (envvars.group_tag). Under Slurm, only those of
+    this Slurm node count. `standby`: the warm standby pool too."""
     return sorted(_scan(f"{TAG_VAR}={tag}", unreadable, this_node=True, others=others, standby=standby))
 
 
@@ -169,10 +179,11 @@ def _tree(pid: int, others: Optional[Dict[int, str]] = None) -> List[psutil.Proc
     """The process and its descendants that are this user's (`others` {pid: user}: the rest)."""
     try:
         root = psutil.Process(pid)
-        # ended since the scan (a zombie), or ending: the kernel has released its memory (no
-        # command line left) and already handed its children to another parent, before it turns
-        # zombie. Either way its children are orphans now, each found as its own tree (one rank,
-        # not two: Hydra's teardown racing a strike, fresh-clone CI at 409efc3), and it is no target
+        # The root ended since the scan (a zombie), or it is ending. For an ending process, the kernel
+        # has released its memory (no command line left). It has also handed its children to another
+        # parent, before the process turns zombie. Either way its children are orphans now. Each is
+        # found as its own tree: one rank, not two (Hydra's teardown racing a strike, fresh-clone CI
+        # at 409efc3). The root is no target.
         if root.status() == psutil.STATUS_ZOMBIE or _ending(root):
             return []
         procs = [root] + root.children(recursive=True)
@@ -247,15 +258,20 @@ def targets(tag: Optional[str], roots: Optional[List[int]] = None, unreadable: O
             others: Optional[Dict[int, str]] = None, standby: bool = False,
             trees: Optional[List[int]] = None) -> Dict[int, str]:
     """This user's tagged processes (or `roots`) and their descendants, minus ourselves and our
-    ancestors (`others` {pid: user}: the matching processes of another user, left alone;
-    `standby`: the warm standby pool too). `trees` collects the found processes that no other
-    found process had below it when walked: one per rank's tree (a rank's exit recorder and its
-    program, or a program and its workers, are one), judged from each walk as it ran, so a rank
-    whose recorder dies meanwhile (Hydra's teardown racing a strike) is not counted twice.
-    A walked process whose walk found nothing below it and which has ended by the end of the
-    walks is no tree: it may have ended between its check and the read of its children (its
-    program, handed to another parent, is then walked as its own tree), and one that ended before
-    the strike is not a rank the strike took."""
+    ancestors.
+
+    - `others` collects {pid: user}: the matching processes of another user, left alone.
+    - `standby`: the warm standby pool too.
+    - `trees` collects the found processes that no other found process had below it when walked.
+
+    That gives one process per rank's tree. A rank's exit recorder and its program are one tree, and
+    so are a program and its workers. Each walk is judged as it ran. So a rank whose recorder dies
+    meanwhile (Hydra's teardown racing a strike) is not counted twice.
+
+    A walked process is no tree if its walk found nothing below it and it has ended by the end of
+    the walks. It may have ended between its check and the read of its children. Its program,
+    handed to another parent, is then walked as its own tree. And one that ended before the strike
+    is not a rank the strike took."""
     protected = ancestors(os.getpid())
     found: Dict[int, str] = {}
     walked: Dict[int, Tuple[psutil.Process, int]] = {}  # a walked process: how many descendants its walk found
@@ -276,8 +292,10 @@ def targets(tag: Optional[str], roots: Optional[List[int]] = None, unreadable: O
 
 
 def _ended(p: psutil.Process) -> bool:
-    """Gone (its pid not reused since the walk: psutil compares start times), a zombie, or ending
-    (no command line left); another user's process we may not read is not taken for ended."""
+    """The process is gone, a zombie, or ending (no command line left).
+
+    Gone: its pid not reused since the walk (psutil compares start times). Another user's process
+    that we may not read is not taken for ended."""
     try:
         return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE or _ending(p)
     except _GONE:
@@ -324,8 +342,8 @@ def signalled(procs: Dict[int, str], sig: int) -> List[int]:
     cold rank's do. SIGKILL and SIGSTOP go to every process: a stub cannot pass those on."""
     if sig not in FORWARDED or not any(_stub(c) for c in procs.values()):
         return sorted(procs)
-    # every forked rank is left out, not only those whose stub is here: a rank's stub lives as long as
-    # the rank (the pool SIGKILLs a rank whose stub hangs up), so a rank without one is already ending
+    # Every forked rank is left out, not only those whose stub is here. A rank's stub lives as long as
+    # the rank: the pool SIGKILLs a rank whose stub hangs up. So a rank without a stub is already ending.
     forked = _forked_ranks(procs)
     return sorted(p for p in procs if p not in forked)
 

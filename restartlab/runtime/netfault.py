@@ -2,20 +2,27 @@
 flap) or capped (slow_link), then put back, whatever becomes of the process that asked.
 
 `python -m restartlab.runtime.netfault --kind partition --duration 40 --peer HOST ...` runs on the
-struck node (the injector's fan-out: pbsdsh, srun, mpiexec). It finds the link that carries this
-node's traffic to `--peer` (`ip route get`), checks that it may change it (`ip link set DEV up`, a
-no-op that needs CAP_NET_ADMIN: root, or `--root-cmd`, e.g. `sudo -n`), starts the restorer and
-prints its JSON receipt at once: the fault begins `--delay` later, so that the fan-out's own answer
-leaves before the link goes down (pbsdsh's task exit travels over that link).
+struck node, through the injector's fan-out (pbsdsh, srun, mpiexec). It does three things:
+- It finds the link that carries this node's traffic to `--peer` (`ip route get`).
+- It checks that it may change that link with `ip link set DEV up`. That is a no-op that needs
+  CAP_NET_ADMIN: root, or `--root-cmd`, e.g. `sudo -n`.
+- It starts the restorer and prints its JSON receipt at once.
 
-The restorer is a process of its own session (no fan-out, supervisor or job teardown ends it: a
-SIGKILL of the supervisor leaves the fault to it): it takes the link down and up (`--flaps` times),
-or puts a tbf qdisc on it (this kernel has tbf and htb, no netem: a bandwidth cap, no added delay),
-and undoes what it did when the duration is over, when `--until` exists (the phase's done flag), on
-SIGTERM/SIGINT/SIGHUP, or after `--max` (a partition that never heals: `--duration` 0). It then
-appends what happened, with the times, to `--log` (layout.Phase.faults): one JSON line per fault.
-It carries RESTARTLAB_NETFAULT=<tag> in its environment (not the ranks' tag: a teardown must not
-end it before it undoes the fault)."""
+The fault begins `--delay` later, so that the fan-out's own answer leaves before the link goes
+down. pbsdsh's task exit travels over that link.
+
+The restorer is a process of its own session. No fan-out, supervisor or job teardown ends it, and a
+SIGKILL of the supervisor leaves the fault to it. It takes the link down and up (`--flaps` times),
+or puts a tbf qdisc on it. This kernel has tbf and htb but no netem: a bandwidth cap, no added
+delay. It undoes what it did at the first of these:
+- The duration is over.
+- `--until` exists (the phase's done flag).
+- It gets SIGTERM/SIGINT/SIGHUP.
+- `--max` has passed (a partition that never heals: `--duration` 0).
+
+It then appends what happened, with the times, to `--log` (layout.Phase.faults): one JSON line per
+fault. It carries RESTARTLAB_NETFAULT=<tag> in its environment. That is not the ranks' tag, because
+a teardown must not end it before it undoes the fault."""
 import argparse
 import json
 import os
@@ -112,9 +119,10 @@ class Restorer:
         return r.returncode == 0
 
     def watch_until(self) -> None:
-        """The done flag, looked for in a thread of its own: it lies on a shared file system, which
-        may sit behind the very link that is down (a stat there may block until it is back); the
-        timer, the signals and --max never wait on it."""
+        """Look for the done flag, in a thread of its own.
+
+        The flag lies on a shared file system, which may sit behind the very link that is down. A
+        stat there may block until the link is back. The timer, the signals and --max never wait on it."""
         while not self.stop:
             if os.path.exists(self.a.until):
                 self.stop = f"{self.a.until} exists"

@@ -1,17 +1,21 @@
 """Node health: `restartlab node-check`. On each node (`--local`): Python and restartlab start
-(this process is the proof), the expected accelerators are visible, the stage dir is writable
-with room for a checkpoint shard, and an optional site command succeeds. Across the job: the
-check is fanned out once to every node not yet known bad, each with a timeout (a node that does
-not answer in time is bad); results are appended to the phase's node-check records (layout); a bad node is added to
-the job's bad-node file and stays excluded for the rest of the job; the hosts of the next
-attempt are written to a private host file (the first `--need` healthy nodes in node-file
-order), and the number of nodes chosen is printed.
+(this process is the proof). The expected accelerators are visible. The stage dir is writable
+with room for a checkpoint shard. An optional site command succeeds. Across the job:
+- The check is fanned out once to every node not yet known bad, each with a timeout. A node that
+  does not answer in time is bad.
+- Results are appended to the phase's node-check records (layout).
+- A bad node is added to the job's bad-node file and stays excluded for the rest of the job.
+- The hosts of the next attempt are written to a private host file: the first `--need` healthy
+  nodes in node-file order.
+- The number of nodes chosen is printed.
 
-Recovery policies (relaunch.on_node_loss): `same` never excludes (the check only reports);
-`spares` needs exactly `--need` healthy nodes (the job asked for spares); `shrink` takes the
-largest number of healthy nodes that divides `--need` (each remaining rank then takes a whole
-number of the missing ranks' micro-batches), no fewer than `--min-nodes`. Exit 3 when too few
-nodes are healthy."""
+Recovery policies (relaunch.on_node_loss):
+- `same` never excludes. The check only reports.
+- `spares` needs exactly `--need` healthy nodes. The job asked for spares.
+- `shrink` takes the largest number of healthy nodes that divides `--need`, no fewer than
+  `--min-nodes`. Each remaining rank then takes a whole number of the missing ranks' micro-batches.
+
+Exit 3 when too few nodes are healthy."""
 import argparse
 import dataclasses
 import glob
@@ -102,8 +106,8 @@ def choose(hosts: List[str], bad: List[str], policy: str, need: int,
         if len(good) < need:
             return None, f"{len(good)} healthy node(s) left, {need} needed (no spare left)"
         return good[:need], None
-    # shrink: the largest node count that divides the original, so that each remaining rank
-    # takes a whole number of the missing ranks' micro-batches (the global batch stays the same)
+    # shrink: take the largest node count that divides the original. Each remaining rank then takes
+    # a whole number of the missing ranks' micro-batches, and the global batch stays the same.
     k = next((k for k in range(min(len(good), need), 0, -1) if need % k == 0), 0)
     if k < min_nodes:
         return None, f"{len(good)} healthy node(s) left, relaunch.min_nodes is {min_nodes}"
@@ -144,8 +148,9 @@ def _local_argv(**vals: Any) -> List[str]:
 
 
 def check_all(a: Config) -> Optional[int]:
-    """Check every node not yet known bad; the number of nodes chosen for the next attempt
-    (their names in --hosts-out), or None when too few are healthy (said on stderr)."""
+    """Check every node not yet known bad, and return how many nodes the next attempt gets.
+
+    Their names go in --hosts-out. Returns None when too few are healthy, and says so on stderr."""
     from . import fanout
     hosts, slots = fanout.job_nodes(a.nodefile, a.fanout)
     bad = read_bad(a.bad_file)
@@ -186,8 +191,10 @@ def check_all(a: Config) -> Optional[int]:
 
 def answering(fanout: str, nodefile: Optional[str], launcher: str, names: List[str], timeout: float) -> List[str]:
     """Which of the job's nodes `names` answer a node check (`restartlab node-check --local`) within
-    `timeout`: reachable, whatever their check found (the supervisor waits on this before relaunching
-    on the same nodes after a stop that could not reach one)."""
+    `timeout`.
+
+    A node that answers is reachable, whatever its check found. The supervisor waits on this before
+    relaunching on the same nodes after a stop that could not reach one."""
     from . import fanout as fan
     hosts, slots = fan.read_nodefile(nodefile)  # the teardown's names for them (runtime/teardown.py)
     todo = [i for i, h in enumerate(hosts) if h in names]
@@ -201,8 +208,10 @@ def answering(fanout: str, nodefile: Optional[str], launcher: str, names: List[s
 
 
 def _by_node(receipts: List[Receipt], names: List[str]) -> Sequence[Optional[Receipt]]:
-    """Receipts in the order of `names` (fan_out keeps the order of its commands; a receipt
-    that names its node is matched by name, as two scheduler nodes may share one host)."""
+    """Receipts in the order of `names`.
+
+    fan_out keeps the order of its commands. A receipt that names its node is matched by name,
+    because two scheduler nodes may share one host."""
     if len(receipts) == len(names):
         return receipts
     by = {r.node: r for r in receipts if r.node}

@@ -1,9 +1,12 @@
-"""What a hung attempt's processes were doing when the watchdog stopped it, on this node: the
-launcher's process tree and every process carrying the job's tag, one line each (pid, parent,
-state, the kernel function it sleeps in, CPU seconds, age, its rank variable, command line). The
-bundled trainer's ranks also dump their Python stacks (supervise.dump_stacks); this covers what
-stacks cannot: a launcher or proxy that never started the ranks, a rank stuck before Python ran,
-a program of the user's (#49: an attempt that spent 520 s in start-up left no trace of where)."""
+"""What a hung attempt's processes on this node were doing when the watchdog stopped it.
+
+It covers the launcher's process tree and every process carrying the job's tag. Each gets one line:
+pid, parent, state, the kernel function it sleeps in, CPU seconds, age, its rank variable, command
+line.
+
+The bundled trainer's ranks also dump their Python stacks (attempt_stop.dump_stacks). This covers what
+stacks cannot: a launcher or proxy that never started the ranks, a rank stuck before Python ran, a
+program of the user's. See #49: an attempt that spent 520 s in start-up left no trace of where."""
 import time
 from typing import List
 

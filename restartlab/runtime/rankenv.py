@@ -1,10 +1,12 @@
-"""python -m restartlab.runtime.rankenv -- PROGRAM [ARGS]: become PROGRAM, as this rank, with torchrun-style
-variables mapped from the launcher's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
-TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT = the attempt - 1; MASTER_ADDR and MASTER_PORT
-come from the supervisor through the launcher), so a program written for torchrun
-runs under mpiexec, PALS or srun unchanged. It execs PROGRAM in its own process: the job tag, the
-PID the killer finds and the signals the launcher sends are the program's. Variables already set
-are kept (a launcher that sets them knows best)."""
+"""python -m restartlab.runtime.rankenv -- PROGRAM [ARGS]: become PROGRAM, as this rank.
+
+PROGRAM gets torchrun-style variables mapped from the launcher's: RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, GROUP_RANK, TORCHELASTIC_RUN_ID, and TORCHELASTIC_RESTART_COUNT = the attempt - 1.
+MASTER_ADDR and MASTER_PORT come from the supervisor through the launcher. So a program written for
+torchrun runs under mpiexec, PALS or srun unchanged.
+
+It execs PROGRAM in its own process. The job tag, the PID the killer finds and the signals the
+launcher sends are the program's. Variables already set are kept: a launcher that sets them knows best."""
 import os
 import sys
 from typing import Dict, List, Mapping, Optional

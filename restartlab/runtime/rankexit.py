@@ -1,24 +1,31 @@
 """python -m restartlab.runtime.rankexit --dir ATTEMPT_DIR -- PROGRAM [ARGS]: run one rank's
-PROGRAM as this process's child and, when it ends, write how (its exit status, or the signal that
-ended it) to ATTEMPT_DIR/exits/<rank>.json (contracts.rank_exit), then end the same way, so the
-launcher sees what it would have seen. The supervisor starts every cold rank through it: a
-launcher reports one status for the whole launch (Hydra: whichever rank it saw end first, or its
-own SIGTERM), and the verdict names the rank that crashed first and how from these records.
+PROGRAM as this process's child, and record how it ended.
+
+When PROGRAM ends, this writes how (its exit status, or the signal that ended it) to
+ATTEMPT_DIR/exits/<rank>.json (contracts.rank_exit). Then it ends the same way, so the launcher sees
+what it would have seen. The supervisor starts every cold rank through it. A launcher reports one
+status for the whole launch (Hydra: whichever rank it saw end first, or its own SIGTERM). From these
+records, the verdict names the rank that crashed first, and how.
 
 Signals: it forwards none and is ended by none it can catch. Every sender restartlab knows signals
-the rank's whole process group or tree, so the program gets its own copy: Hydra's cleanup kills
-each rank's process group (measured: the mpich wheel's Hydra SIGKILLs a forked child of a rank
-with it), restartlab's killer and teardown signal each rank's process tree, and Slurm's step
-signals reach every process of the step. A launcher that signals the direct child only (PALS: not
-verified) reaches the program when it escalates to SIGKILL: the child dies with its parent
-(PR_SET_PDEATHSIG), and nothing outlives the rank.
+the rank's whole process group or tree, so the program gets its own copy:
+- Hydra's cleanup kills each rank's process group. Measured: the mpich wheel's Hydra SIGKILLs a
+  forked child of a rank with it.
+- restartlab's killer and teardown signal each rank's process tree.
+- Slurm's step signals reach every process of the step.
+
+A launcher that signals the direct child only (PALS: not verified) reaches the program when it
+escalates to SIGKILL. The child dies with its parent (PR_SET_PDEATHSIG), and nothing outlives the
+rank.
 
 A program that is itself a launcher (torchrun in trainer.program.command) starts its workers in
-sessions of their own: killed, it leaves them training, and holding the launcher's output open
-(Hydra then waits for them: measured, torchrun 2.13's workers trained on to the last step). The
-recorder is their subreaper (PR_SET_CHILD_SUBREAPER): when the program ends, whatever it left
-running is adopted here and killed, so the rank ends with its program. Standard library and
-contracts only: it starts before every rank and must start fast."""
+sessions of their own. When it is killed, it leaves them training and holding the launcher's output
+open. Hydra then waits for them. Measured: torchrun 2.13's workers trained on to the last step. The
+recorder is their subreaper (PR_SET_CHILD_SUBREAPER). When the program ends, whatever it left
+running is adopted here and killed, so the rank ends with its program.
+
+This module uses the standard library and contracts only: it starts before every rank and must
+start fast."""
 import os
 import resource
 import signal
@@ -30,8 +37,8 @@ from ..contracts import layout
 from ..contracts.envvars import node_name
 from ..contracts.rank_exit import RankExit
 
-# the catchable signals whose default is to end a process: the recorder waits through them (the
-# program got its own); the faults (SEGV, ABRT, ...) are raised by a process on itself
+# The catchable signals whose default is to end a process. The recorder waits through them, because
+# the program got its own copy. The faults (SEGV, ABRT, ...) are raised by a process on itself.
 SHIELDED = tuple(s for s in (getattr(signal, n, None) for n in (
     "SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGVTALRM",
     "SIGPROF", "SIGXCPU", "SIGXFSZ", "SIGIO", "SIGPWR", "SIGSTKFLT")) if s is not None)
@@ -99,10 +106,11 @@ def _children(me: int) -> List[int]:
 
 
 def sweep_orphans(me: int, grace: float = 0.0, rounds: int = 50) -> int:
-    """After the program ended: every process it left behind (adopted by this subreaper: a launcher's
-    workers in sessions of their own, as torchrun starts them, go on training when their launcher is
-    killed) gets SIGKILL, after `grace` seconds to end by themselves, and each one's own children in
-    turn as they are adopted; all reaped. The number killed."""
+    """Kill every process the program left behind, once it ended, and return the number killed.
+
+    This subreaper adopts them. A launcher's workers in sessions of their own, as torchrun starts
+    them, go on training when their launcher is killed. Each gets SIGKILL, after `grace` seconds to
+    end by itself. Each one's own children get it in turn as they are adopted. All are reaped."""
     end = time.monotonic() + grace
     while grace and time.monotonic() < end and _children(me):
         try:
@@ -162,8 +170,9 @@ def run(argv: List[str], attempt_dir: str) -> int:
 
 
 def record(attempt_dir: str, pid: int, status: int, who: str = "restartlab rank") -> None:
-    """This rank's end (the program `pid` ended with waitpid `status`) into the attempt's exits/;
-    a record that cannot be written is said, never fatal: the rank still ends as it did."""
+    """Write this rank's end into the attempt's exits/: the program `pid` ended with waitpid `status`.
+
+    A record that cannot be written is said on stderr, never fatal. The rank still ends as it did."""
     rec = RankExit.from_status(rank_name(), node_name(), pid, status)
     try:
         rec.write(layout.Attempt(attempt_dir).rank_exit(rec.rank))

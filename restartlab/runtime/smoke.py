@@ -61,8 +61,10 @@ def one_line(error: str, tool: str = "") -> str:
 
 # ------------------------------------------------------------------ on each host
 def node_main(a: argparse.Namespace) -> int:
-    """One host's receipt: its name, whether it sees the token the job wrote in the experiment
-    directory (a shared file system), and a stage directory made, written and removed there."""
+    """One host's receipt.
+
+    It gives the host's name, and whether it sees the token the job wrote in the experiment directory
+    (a shared file system). It also reports a stage directory made, written and removed there."""
     token_seen, token_error = False, None
     try:
         with open(a.token_file) as f:

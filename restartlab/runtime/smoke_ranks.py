@@ -1,5 +1,7 @@
-"""The smoke job's ranks: their records read as they come (contracts/smoke.SmokeRank, one per rank
-of a launch) and judged: every rank on the job's hosts, torch on each, one all-reduce across them."""
+"""The smoke job's ranks: their records, read as they come, and judged.
+
+There is one record per rank of a launch (contracts/smoke.SmokeRank). The judgement checks every
+rank on the job's hosts, torch on each, and one all-reduce across them."""
 import subprocess
 import time
 from typing import Callable, Dict, List

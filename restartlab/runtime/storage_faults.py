@@ -1,6 +1,7 @@
-"""A phase's storage faults (failures.kind stall_writes, slow_storage, write_errors, torn): the
-ranks' preload and its settings, built for the phase (runtime/iofault), and whether a fault the
-phase makes heals by itself."""
+"""A phase's storage faults (failures.kind stall_writes, slow_storage, write_errors, torn).
+
+This builds the ranks' preload and its settings for the phase (runtime/iofault). It also tells
+whether a fault the phase makes heals by itself."""
 from typing import Callable, Dict, List, Optional
 
 from . import iofault
@@ -32,6 +33,7 @@ class PhaseStorageFaults:
                                 self.phase.iofaults)
 
     def heals_space(self) -> bool:
-        """This phase's own storage fault makes writes fail for a while only (write_errors with a
-        duration): a 'no space' it causes is no reason to stop relaunching."""
+        """Whether this phase's own storage fault makes writes fail for a while only.
+
+        That is write_errors with a duration. A 'no space' it causes is then no reason to stop relaunching."""
         return "write_errors" in self.kinds and self.inject is not None and self.inject.duration > 0

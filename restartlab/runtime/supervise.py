@@ -4,17 +4,22 @@
 
 The launch is a LaunchSpec (tools/launch.py): --launch's JSON and the program's argv after --.
 
-It launches each attempt (its own directory, a fresh rendezvous port, the launch timestamp),
-keeps the injector running for the phase, watches each attempt (no progress for hang_timeout, or
-startup_timeout before the first step: stopped; a rank that ended badly while the others still
-run rank_exit_grace later: stopped), sends the ranks the trainer's preemption signal
-once the walltime margin is reached and launches nothing after it, tears down whatever of a failed
-attempt is left, runs the node check before each launch when a policy needs it, records each
-attempt, and decides: relaunch (after the backoff, within the budget), or stop. The phase's
-verdict is its exit status (EXIT_*), its `completed` marker and each attempt's record (layout.py names them).
+It keeps the injector running for the phase. For each attempt, it does this:
+- It runs the node check before the launch when a policy needs it.
+- It launches the attempt, with its own directory, a fresh rendezvous port and the launch timestamp.
+- It watches the attempt. An attempt with no progress for hang_timeout is stopped, and so is one
+  with none for startup_timeout before the first step. An attempt is also stopped rank_exit_grace
+  after a rank ended badly while the others still run.
+- Once the walltime margin is reached, it sends the ranks the trainer's preemption signal. It
+  launches nothing after that.
+- It tears down whatever of a failed attempt is left.
+- It records the attempt and decides: relaunch (after the backoff, within the budget), or stop.
 
-The decisions live in `Supervisor`; the side effects (processes, signals, the node check, the
-injector) in `Procs`, and time in `Clock`: the tests replace both (a fake clock, fake attempts)."""
+The phase's verdict is its exit status (EXIT_*), its `completed` marker and each attempt's record
+(layout.py names them).
+
+The decisions live in `Supervisor`. The side effects (processes, signals, the node check, the
+injector) live in `Procs`, and time in `Clock`. The tests replace both: a fake clock, fake attempts."""
 import argparse
 import contextlib
 import dataclasses
@@ -51,10 +56,14 @@ if TYPE_CHECKING:  # start_pool imports it when the pools start
 
 # ---------------------------------------------------------------- the parts the tests replace
 class Procs:
-    """The supervisor's side effects on real processes and files, each the job of its own module:
-    the attempt's launch and what is watched of it (attempt_launch), stopping what is left of it
-    (attempt_stop), the warm standby pools (warm/route), the injector (injector_proc), the node
-    check (nodes). The tests replace this whole object."""
+    """The supervisor's side effects on real processes and files.
+
+    The tests replace this whole object. Each side effect is the job of its own module:
+    - attempt_launch: the attempt's launch and what is watched of it
+    - attempt_stop: stopping what is left of it
+    - warm/route: the warm standby pools
+    - injector_proc: the injector
+    - nodes: the node check"""
 
     def __init__(self, cfg: "Config"):
         self.cfg = cfg
@@ -246,9 +255,10 @@ class Supervisor:
     # -- one attempt
     def _argv_and_env(self, k: int, att: layout.Attempt,
                       relaunch: bool = True) -> Tuple[Optional[List[str]], Optional[Dict[str, str]], int]:
-        """The attempt's argv (from the launch spec: the program's {attempt_dir} filled in, the nodes
-        the node check chose), the variables the ranks get and the rank count when the node check
-        chose it (0: the scenario's)."""
+        """The attempt's argv, the variables the ranks get, and the rank count.
+
+        The argv comes from the launch spec, with the program's {attempt_dir} filled in and the nodes
+        the node check chose. The rank count is the node check's choice (0: the scenario's)."""
         cfg, ranks = self.cfg, 0
         launch = cfg.launch_spec.filled({placeholders.ATTEMPT_DIR: att.path})
         master = launchers.master_addr(socket.gethostname(), cfg.master_suffix)
@@ -276,8 +286,8 @@ class Supervisor:
                "MASTER_PORT": str(self.procs.free_port()),
                EXPT_VAR: os.path.basename(os.path.dirname(os.path.abspath(cfg.phase_dir))),
                PHASE_VAR: cfg.phase, ATTEMPT_VAR: str(k)}
-        # the ranks' training-state fingerprints, into the attempt's directory (0: none); both always
-        # set, so that a launcher's forwarding by name (Open MPI's -x) never names an unset variable
+        # The ranks' training-state fingerprints go into the attempt's directory (0: none). Both are
+        # always set, so that a launcher's forwarding by name (Open MPI's -x) never names an unset variable.
         env.update({STATE_DIR_VAR: os.path.abspath(att.path), STATE_EVERY_VAR: str(cfg.state_every)})
         # failures.slow_writes: that rank's torch.save files held half-written (trainer/slow_writes.py)
         env[SLOW_WRITES_VAR] = slow_writes_value(cfg.slow_writes_rank, cfg.slow_writes_seconds, cfg.slow_writes_hold)
@@ -472,8 +482,9 @@ def _inject_problem(argv: List[str]) -> Optional[str]:
 
 
 def injector_settings(cfg: Config) -> Optional[InjectConfig]:
-    """The phase's injector's settings as its own parser reads the line the supervisor starts it
-    with (None: the phase has no injector; main() has refused a line that does not parse)."""
+    """The phase's injector's settings, as its own parser reads the line the supervisor starts it with.
+
+    None: the phase has no injector. main() has already refused a line that does not parse."""
     if cfg.inject is None:
         return None
     return InjectConfig.from_args(_inject_parser().parse_args(inject_argv(cfg, layout.Phase(cfg.phase_dir))))

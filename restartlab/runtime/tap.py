@@ -1,25 +1,36 @@
-"""The progress tap: a program that does not write restartlab's metrics rows (any program but the
-bundled trainer) has its launcher's output read line by line as it arrives; each line goes to the
-attempt's output (layout.Attempt.output) unchanged, and each progress line the adapter recognises becomes a metrics row
-of rank 0 (layout.metrics_name(0)), so the collector, the report, the plots and `simulate` read
-it as they read the bundled trainer's:
+"""The progress tap.
+
+A program that does not write restartlab's metrics rows (any program but the bundled trainer) has
+its launcher's output read line by line as it arrives. Each line goes to the attempt's output
+(layout.Attempt.output) unchanged. Each progress line the adapter recognises becomes a metrics row
+of rank 0 (layout.metrics_name(0)). So the collector, the report, the plots and `simulate` read it
+as they read the bundled trainer's:
 
     {"timestamp": <when the line arrived>, "rank": 0, "metrics": {"train/iter": N, "train/loss": x,
      "train/dt": <since the previous progress line, or the program's own dt>, ...}}
 
-A save line (the adapter's `saved`) becomes a row {"train/iter": N, "train/ckpt_<kind>_seconds": s}:
-the collector books it as a save stall. A step's dt measured here (between two progress lines) is
-the step's time less the blocking saves (save, stage) that lay between those lines: a save's stall
-is not productive time. For a program that logs only a save's start (the adapter's `saving`), the
-stall is estimated: the interval holding that line less the median of the attempt's last intervals
-without a save (at least MIN_REFERENCE of them, else the save is not booked and stays in its step's
-dt), booked as {"train/ckpt_save_seconds": s, "train/ckpt_estimated": true}. The first row of an attempt carries train/resumed_from (the program's resume line when the adapter
-has one, else the highest checkpoint present at launch below the first step logged) and
-train/restart_seconds (launch -> first progress line). When the launcher exits 0 after the last
-step (or ends badly after it: a crash at exit, which the verdict names), a final row
-{"train/iter": N, "train/finished": true} marks the phase completed (the bundled
-trainer's final row carries its parameters' checksum instead). The first step logged in an attempt
-counts no step time unless the program's progress line gives its own `dt`."""
+A save line (the adapter's `saved`) becomes a row {"train/iter": N, "train/ckpt_<kind>_seconds": s}.
+The collector books it as a save stall.
+
+A step's dt measured here (between two progress lines) is the step's time less the blocking saves
+(save, stage) that lay between those lines. A save's stall is not productive time.
+
+Some programs log only a save's start (the adapter's `saving`). For them the stall is estimated: the
+interval holding that line less the median of the attempt's last intervals without a save. That
+needs at least MIN_REFERENCE of them. Otherwise the save is not booked and stays in its step's dt.
+The estimate is booked as {"train/ckpt_save_seconds": s, "train/ckpt_estimated": true}.
+
+The first row of an attempt carries:
+- train/resumed_from: the program's resume line when the adapter has one, else the highest
+  checkpoint present at launch below the first step logged
+- train/restart_seconds: launch -> first progress line
+
+When the launcher exits 0 after the last step, a final row {"train/iter": N, "train/finished": true}
+marks the phase completed. So does a launcher that ends badly after the last step: a crash at exit,
+which the verdict names. The bundled trainer's final row carries its parameters' checksum instead.
+
+The first step logged in an attempt counts no step time, unless the program's progress line gives
+its own `dt`."""
 import collections
 import csv
 import json
@@ -97,10 +108,12 @@ class Tap:
                 self._row(p, ts)
 
     def probe_record(self, rec: Dict[str, Any]) -> None:
-        """One record of rank 0's training-state probe (trainer/state_probe.py), where the scenario
-        gives no progress: each optimizer step is a step, at the time it began, numbered from the
-        step the attempt resumed from (its own resume line, else the checkpoint its rule loads at
-        the launch: `loads`). A load's record and another optimizer's are not steps."""
+        """Book one record of rank 0's training-state probe (trainer/state_probe.py).
+
+        This serves where the scenario gives no progress. Each optimizer step is a step, at the time
+        it began. Steps are numbered from the step the attempt resumed from: its own resume line,
+        else the checkpoint its rule loads at the launch (`loads`). A load's record and another
+        optimizer's are not steps."""
         line = state_record.probe_line(rec)
         if line is None or line.load or line.opt != 0:
             return
@@ -135,8 +148,9 @@ class Tap:
         self.last_step, self.last_ts, self.last_progress = step, ts, ts
 
     def _step_time(self, interval: float, ts: float) -> float:
-        """The step's time in an interval between two progress lines: less the saves in it (their
-        own lines' seconds, or the estimate from a save's start line, booked here)."""
+        """The step's time in an interval between two progress lines, less the saves in it.
+
+        A save counts its own line's seconds, or the estimate from its start line, which is booked here."""
         if self.blocked:
             return max(0.0, interval - self.blocked)
         if not self.saving:
@@ -156,10 +170,12 @@ class Tap:
         self.rows += 1
 
     def finish(self, rc: int, last_step: int, final_saved: bool = True) -> Optional[str]:
-        """After the launcher exited: the final row when the program reached its last step and
-        ended (a crash at exit included, once its last step's checkpoint is complete, `final_saved`:
-        the verdict names the crash; without that checkpoint the relaunch writes it); a warning (one
-        sentence) when no progress line was seen at all."""
+        """Finish the attempt's rows after the launcher exited.
+
+        - It writes the final row when the program reached its last step and ended. A crash at exit
+          counts too, once its last step's checkpoint is complete (`final_saved`). The verdict names
+          the crash. Without that checkpoint, the relaunch writes it.
+        - It returns a warning (one sentence) when no progress line was seen at all."""
         with self.lock:
             now = time.time()
             resumed = self.resumed if self.resumed is not None or not self.from_probe else self.loads
@@ -173,9 +189,9 @@ class Tap:
                                   K.RESTART_S: now - self.launch_ts, K.STARTUP_LAUNCH_TS: self.launch_ts})
                 self.last_step = resumed
             if self.last_step is not None and self.last_step >= last_step and (rc == 0 or final_saved):
-                # it reached the last step: finished, whatever its exit (a crash at exit, e.g. gloo's threads
-                # aborting a process that never destroyed its group, is a finding of survival.py; relaunched,
-                # it would resume at its final checkpoint and train past the last step)
+                # It reached the last step, so it finished, whatever its exit. A crash at exit is a finding
+                # of survival.py, e.g. gloo's threads aborting a process that never destroyed its group.
+                # Relaunched, it would resume at its final checkpoint and train past the last step.
                 self._write(now, {K.ITER: self.last_step, K.FINISHED: True})
             if self.out is not None:
                 self.out.close()
@@ -192,11 +208,12 @@ class Tap:
 
 
 class Follow(threading.Thread):
-    """Reads the records a program appends to its progress file (trainer.program.progress_file:
-    JSONL, or CSV with a header row) as they arrive, into the tap, polling every POLL_S. What the
-    file held at the launch is an earlier attempt's: reading starts at its end then, and from the
-    start again when the file shrinks or is replaced (a program that rewrites it per launch). A
-    line is read once it ends with a newline; stop() reads what is left."""
+    """Reads the records a program appends to its progress file into the tap, as they arrive.
+
+    The file is trainer.program.progress_file: JSONL, or CSV with a header row. It polls every
+    POLL_S. What the file held at the launch is an earlier attempt's, so reading starts at its end.
+    It starts from the beginning again when the file shrinks or is replaced (a program that rewrites
+    it per launch). A line is read once it ends with a newline. stop() reads what is left."""
     POLL_S = 0.1
 
     def __init__(self, path: str, tap: Tap, probe: bool = False):
@@ -293,8 +310,10 @@ class Pump(threading.Thread):
 
 
 def snapshot(spec: programs.Spec, ckpt_dir: str, ckpts: List[programs.Ckpt]) -> LaunchSnapshot:
-    """What the checkpoint dir holds at a launch: every checkpoint (step, complete), the newest
-    complete one (what a correct resume loads) and the one the program's own rule picks."""
+    """What the checkpoint dir holds at a launch.
+
+    That is every checkpoint (step, complete), the newest complete one (what a correct resume loads),
+    and the one the program's own rule picks."""
     good, pick = programs.newest_complete(ckpts), programs.will_load(spec, ckpts, ckpt_dir)
     loads = None
     if pick:  # a torn one: why it is not complete, and what it holds, for the verdict

@@ -22,10 +22,11 @@ def teardown(tag: str, sig_name: str = "KILL", fanout: str = "local", nodefile: 
 
 def signal_all(tag: str, sig_name: str = "KILL", fanout: str = "local", nodefile: Optional[str] = None,
                launcher: str = "hydra", standby: bool = False, timeout: float = 15.0) -> Tuple[List[str], List[str]]:
-    """Signal the ranks tagged `tag` on every node of the node file (`standby`: the warm standby
-    pool too), each node given `timeout` seconds to answer; prints one line, with its time, the
-    seconds it took and the nodes that did not answer; returns (the nodes that did not answer, the
-    errors)."""
+    """Signal the ranks tagged `tag` on every node of the node file.
+
+    `standby`: the warm standby pool too. Each node gets `timeout` seconds to answer. It prints one
+    line, with its time, the seconds it took and the nodes that did not answer. Returns (the nodes
+    that did not answer, the errors)."""
     sig = parse_signal(sig_name)
     hosts, slots = read_nodefile(nodefile)
     t0 = time.time()

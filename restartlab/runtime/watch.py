@@ -1,7 +1,9 @@
-"""One launch watched to its end (the supervisor's, for each attempt): the walltime warning, and
-the watchdog: no progress for relaunch.hang_timeout (startup_timeout before the first step), or a
-rank that ended badly while its peers still run (relaunch.rank_exit_grace). A stuck attempt is
-stopped: its ranks' stacks, KILL to them on every node, then the launcher (TERM, then KILL)."""
+"""One launch watched to its end: the supervisor's, for each attempt.
+
+It gives the walltime warning and runs the watchdog. The watchdog stops an attempt with no progress
+for relaunch.hang_timeout (startup_timeout before the first step). It also stops one where a rank
+ended badly while its peers still run (relaunch.rank_exit_grace). A stuck attempt is stopped in this
+order: its ranks' stacks, KILL to them on every node, then the launcher (TERM, then KILL)."""
 import os
 import signal
 from typing import Callable, Dict, List, Optional, Protocol
@@ -76,18 +78,21 @@ class Watchdog:
                 return self.stop_stuck(run, att)
 
     def stop_stuck(self, run: Launched, att: layout.Attempt) -> int:
-        """An attempt that will not end by itself: where its ranks are (stacks, processes), then
-        KILL to them on every node, then the launcher stopped; its exit status."""
+        """Stop an attempt that will not end by itself, and return its exit status.
+
+        First it records where its ranks are (stacks, processes). Then it sends KILL to them on every
+        node, and then it stops the launcher."""
         self.procs.dump_stacks(att)
         self.procs.teardown(att)
         return self.stop(run)
 
     def peers_left_waiting(self, att: layout.Attempt) -> bool:
-        """A rank ended badly (its exit record) relaunch.rank_exit_grace ago, as this loop first saw
-        it, and the launch still runs: its peers wait for it in a collective or a rendezvous until
-        their own timeout, since a launcher may not end them (Hydra does only when a rank dies by a
-        signal; an exit status it leaves alone). Not after the walltime warning, whose emergency
-        checkpoint has the margin's time."""
+        """A rank ended badly relaunch.rank_exit_grace ago, and the launch still runs.
+
+        The grace counts from when this loop first saw the rank's exit record. Its peers wait for it
+        in a collective or a rendezvous until their own timeout, since a launcher may not end them.
+        Hydra ends them only when a rank dies by a signal, and leaves an exit status alone. This does
+        not apply after the walltime warning, whose emergency checkpoint has the margin's time."""
         grace = self.cfg.rank_exit_grace
         if grace <= 0 or os.path.exists(att.walltime):
             return False
@@ -119,13 +124,18 @@ class Watchdog:
         self.procs.teardown(att, self.cfg.preempt_signal)
 
     def wait_for_nodes(self, lost: List[str], k: int, att: layout.Attempt) -> List[str]:
-        """With on_node_loss same, before the next launch: wait up to relaunch.node_wait for the nodes the
-        stop of attempt k could not reach (cut off, down) to answer again; the ones that still do not.
-        A launch onto such a node fails at once and each failure spends the relaunch budget (seen on the
-        OpenPBS cluster: two relaunches into a partition failed in 6 s and the phase failed, before PBS
-        marked the node down); meanwhile the scheduler may mark the node down and requeue the job. Once
-        they answer, the stop is made again (attempt k's ranks there may still run); the walltime margin
-        ends the wait (the next launch is not made then)."""
+        """Wait for the nodes the stop of attempt k could not reach (cut off, down) to answer again.
+
+        This applies with on_node_loss same, before the next launch. The wait lasts up to
+        relaunch.node_wait. Returns the nodes that still do not answer.
+
+        A launch onto such a node fails at once, and each failure spends the relaunch budget. This was
+        seen on the OpenPBS cluster: two relaunches into a partition failed in 6 s and the phase failed,
+        before PBS marked the node down. Meanwhile the scheduler may mark the node down and requeue the
+        job.
+
+        Once the nodes answer, the stop is made again, since attempt k's ranks there may still run. The
+        walltime margin ends the wait, and the next launch is not made then."""
         cfg = self.cfg
         if not lost or cfg.node_policy != "same" or cfg.node_wait <= 0:
             return []

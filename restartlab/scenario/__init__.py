@@ -59,8 +59,9 @@ def load_located(path: str, overrides: Sequence[str] = (), resolved: bool = Fals
 
 
 def dump_resolved(sc: Scenario) -> str:
-    """The resolved scenario as YAML, each secret of launch.env as a reference, never its value;
-    `source` names the file it was loaded from (load(resolved=True) takes {scenario_dir} from it)."""
+    """The resolved scenario as YAML, with each secret of launch.env as a reference, never its value.
+
+    `source` names the file it was loaded from. load(resolved=True) takes {scenario_dir} from it."""
     out = scenario_record.to_mapping(dataclasses.replace(sc, launch=dataclasses.replace(
         sc.launch, env={k: reference(k) if is_secret(k) else v for k, v in sc.launch.env.items()})))
     if not sc.source:
@@ -69,10 +70,11 @@ def dump_resolved(sc: Scenario) -> str:
 
 
 def read_resolved(path: str) -> Scenario:
-    """An experiment's own copy of its scenario (layout.Expt.scenario), for the analysis: not
-    validated again (the experiment may have moved to a machine without its files), read by the
-    record's tolerant reader (a value of the wrong type reads as its default). ScenarioError when
-    it is absent, not YAML, or not a mapping with a list of named phases."""
+    """An experiment's own copy of its scenario (layout.Expt.scenario), for the analysis.
+
+    It is not validated again, since the experiment may have moved to a machine without its files.
+    The record's tolerant reader reads it: a value of the wrong type reads as its default.
+    ScenarioError when it is absent, not YAML, or not a mapping with a list of named phases."""
     try:
         with open(path, errors="replace") as f:
             data = yaml.safe_load(f)

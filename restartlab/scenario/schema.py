@@ -71,9 +71,11 @@ PROGRAM = {
 
 
 def _fields(tables, prefix):
-    """Schema fields of the scenario keys under `prefix` that an option table owns (a key with
-    more dots is a field of a nested mapping: failures.schedule.every, trainer.wandb.project):
-    the option's type (a flag is true/false), default, help and bounds."""
+    """Schema fields of the scenario keys under `prefix` that an option table owns.
+
+    A key with more dots is a field of a nested mapping, such as failures.schedule.every or
+    trainer.wandb.project. Each field has the option's type (a flag is true/false), default, help
+    and bounds."""
     out = {}
     for table in tables:
         for key, o in tool_options.schema_fields(table, prefix).items():
@@ -111,8 +113,8 @@ def _ft(flag):
     return next(o for o in tool_options.SUPERVISE if o.flag == flag)
 
 
-# a phase's recovery strategy: the relaunch loop (restart: cold, or warm with the phase's warm key) or
-# torchft replica groups that recover without a restart (runtime/ft_phase.py, trainer/ft.py)
+# A phase's recovery strategy. `restart` is the relaunch loop: cold, or warm with the phase's warm
+# key. `torchft` is replica groups that recover without a restart (runtime/ft_phase.py, trainer/ft.py).
 RECOVERY = {
     "strategy": F("str", "restart", "restart: a failure relaunches the job and it resumes from its newest "
                   "checkpoint (cold, or warm with warm: true); torchft: the ranks are replica groups joined "

@@ -1,5 +1,7 @@
-"""The scenario's secrets: launch.env variables whose values are credentials, passed to the ranks
-through the job's environment by name and never written into a file restartlab makes."""
+"""The scenario's secrets: launch.env variables whose values are credentials.
+
+They reach the ranks through the job's environment, by name. They are never written into a file
+restartlab makes."""
 import os
 import re
 from typing import Dict, List, Mapping, Optional
@@ -12,9 +14,10 @@ SECRET_NAME = re.compile(r"(^|_)(KEY|TOKEN|SECRET|PASSWORD)$")  # WANDB_API_KEY,
 
 
 def is_secret(name: str) -> bool:
-    """A launch.env variable whose value is a credential: passed to the ranks through the job's
-    environment by name, never written into a file restartlab makes (job script, scenario copy,
-    report)."""
+    """True for a launch.env variable whose value is a credential.
+
+    Such a value reaches the ranks through the job's environment, by name. It is never written into
+    a file restartlab makes: job script, scenario copy, report."""
     return bool(SECRET_NAME.search(name.upper()))
 
 
@@ -29,8 +32,10 @@ def reference(name: str) -> str:
 
 
 def secret_values(sc: Scenario, environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """{name: value} of the scenario's secrets for the job's environment: a value written as
-    `${NAME}` is taken from `environ` (default: ours); ScenarioError when it is not set there."""
+    """{name: value} of the scenario's secrets, for the job's environment.
+
+    A value written as `${NAME}` is taken from `environ`, which defaults to ours. ScenarioError when
+    it is not set there."""
     environ = os.environ if environ is None else environ
     out = {}
     for k in secret_names(sc):

@@ -1,6 +1,8 @@
-"""Reading a scenario's files: YAML with the (file, line) of every key path, `extends:` chains
-merged, `--set key.path=value` applied; a file that is not a scenario (too large, not text,
-recursive aliases, too many values) refused with its file and line."""
+"""Reading a scenario's files.
+
+It reads YAML with the (file, line) of every key path. It merges `extends:` chains and applies
+`--set key.path=value`. It refuses a file that is not a scenario (too large, not text, recursive
+aliases, too many values), with its file and line."""
 import copy
 import os
 
@@ -101,9 +103,11 @@ def _resolve_extends(ref, fname, where=None):
 
 
 def load_file(fname, lines, seen=(), files=None, swap=None, own=None):
-    """The data of `fname` merged over what it extends (`swap`: over that file instead, as
-    `--set extends=FILE` asks); `lines` gets (file, line) per key path, `files` each file read, a
-    base before the file that extends it, `own` the key paths of `fname` itself (not its bases)."""
+    """The data of `fname`, merged over what it extends.
+
+    With `swap`, it is merged over that file instead, as `--set extends=FILE` asks. `lines` gets the
+    (file, line) of each key path. `files` gets each file read, a base before the file that extends
+    it. `own` gets the key paths of `fname` itself, not of its bases."""
     files = [] if files is None else files
     try:
         with open(fname, "rb") as f:

@@ -1,6 +1,8 @@
-"""Validating a scenario against the schema and across keys: every problem collected with its
-file, line and key path (the nearest valid key suggested for a misspelling), each value checked
-by the same bounds check as the tool or trainer option it feeds (contracts.options.problem)."""
+"""Validating a scenario against the schema and across keys.
+
+Every problem is collected with its file, line and key path. A misspelled key gets the nearest
+valid key as a suggestion. Each value gets the same bounds check as the tool or trainer option it
+feeds (contracts.options.problem)."""
 import copy
 import dataclasses
 import difflib
@@ -37,9 +39,11 @@ class Validator:
         return len(self.files) if f == "--set" else (self.files.index(f) if f in self.files else -1)
 
     def where(self, path):
-        """'file:line' of the value at `path`: where it was written (a site profile's line for a
-        value it gave), or for a key written nowhere (a default, or missing), the place in the file
-        named where it belongs: its nearest mapping there, else the file's first line."""
+        """'file:line' of the value at `path`.
+
+        That is where the value was written, which is a site profile's line for a value the profile
+        gave. A key written nowhere is a default, or missing. Its place is where it belongs in the
+        file named: its nearest mapping there, else the file's first line."""
         p = tuple(path)
         if p not in self.lines:
             while p and p not in self.own:
@@ -198,9 +202,10 @@ def _program_checks(sc: Scenario, v: Validator) -> None:
 
 
 def _torchft_checks(sc: Scenario, v: Validator) -> None:
-    """A phase whose recovery is torchft: what this version runs (the bundled trainer, FSDP inside
-    a group, or a torchft program of yours; one node, no checkpoints) and torchft installed, each
-    refused with its key."""
+    """Check a phase whose recovery is torchft, and refuse each problem with its key.
+
+    This version runs the bundled trainer, FSDP inside a group, or a torchft program of yours. It
+    runs it on one node, with no checkpoints. torchft must be installed."""
     tr, ln = sc.trainer, sc.launch
     prog = tr.program
     if prog and prog.adapter == "torchft":
@@ -325,9 +330,10 @@ def cross_checks(sc: Scenario, v: Validator) -> None:
 
 
 def _network_checks(sc: Scenario, f: Failures, sched: Dict[str, Any], base: tuple, v: Validator) -> None:
-    """The network kinds (failures.NetworkKind) need what a signal does not: another node to be cut
-    off from, and the right to change a node's link; refused here with the reason, never run as a
-    fault that silently does nothing."""
+    """Check what the network kinds (failures.NetworkKind) need that a signal does not.
+
+    They need another node to be cut off from, and the right to change a node's link. Without them,
+    the kind is refused here with the reason. It is never run as a fault that silently does nothing."""
     kinds = {f.kind} | {x.kind for x in f.schedule.at_steps or [] if isinstance(x, AtStep)}
     net = sorted(k for k in kinds if failures.get(k).host_fault)
     if not net:
@@ -360,8 +366,10 @@ def _network_checks(sc: Scenario, f: Failures, sched: Dict[str, Any], base: tupl
 
 def _storage_checks(sc: Scenario, ph: Phase, f: Failures, sched: Dict[str, Any], base: tuple,
                     v: Validator) -> None:
-    """The storage kinds (failures.StorageKind) reach the ranks through a preload built when the
-    phase starts; refused here where it cannot be built or cannot reach the ranks."""
+    """Check that the storage kinds (failures.StorageKind) can reach the ranks.
+
+    They reach the ranks through a preload built when the phase starts. They are refused here where
+    that preload cannot be built or cannot reach the ranks."""
     drawn = [k.strip() for k in (f.fuzz_kinds or "").split(",") if k.strip()]
     bad = [k for k in drawn if k not in failures.FUZZ_KINDS]
     if bad:
@@ -419,8 +427,10 @@ def effective_failures(sc: Scenario, phase: Phase) -> Optional[Failures]:
 
 
 def resolve_data(sc: Scenario, path: str, v: Validator) -> None:
-    """trainer.data: relative to the scenario file; it must exist where the job is submitted
-    (a missing token file found before the job is queued, not after it started)."""
+    """Resolve trainer.data relative to the scenario file.
+
+    It must exist where the job is submitted. So a missing token file is found before the job is
+    queued, not after it started."""
     tr = sc.trainer
     if not tr.data:
         return

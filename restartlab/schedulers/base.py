@@ -43,9 +43,9 @@ class QueueLimits:
     source: str = ""                   # the query that said so, for the finding's line
     route_to: Tuple[str, ...] = ()     # a routing queue's destinations, in order (PBS route_destinations)
     from_route_only: bool = False      # takes jobs from a routing queue only, not from qsub (PBS)
-    # jobs one user may have in it: running (PBS max_run [u:...], Slurm QOS MaxJobsPU), and in it at
-    # all, running or waiting (PBS max_queued [u:...], Slurm QOS MaxSubmitJobsPU); None: no limit.
-    # `*_said`: the server's own words for it, quoted by a finding
+    # The jobs one user may have in it. `user_run` counts running ones (PBS max_run [u:...], Slurm
+    # QOS MaxJobsPU). `user_queued` counts all, running or waiting (PBS max_queued [u:...], Slurm QOS
+    # MaxSubmitJobsPU). None means no limit. `*_said` is the server's own words for it, quoted by a finding.
     user_run: Optional[int] = None
     user_run_said: str = ""
     user_queued: Optional[int] = None
@@ -56,8 +56,10 @@ class QueueLimits:
 
 @dataclass
 class ServerQueues:
-    """Every queue (partition) a server has, its default, and the jobs the user has in each now
-    (running or waiting, ids), as the server says: what preflight judges a job's shape against."""
+    """Every queue (partition) a server has, its default, and the user's jobs in each, as the server says.
+
+    The user's jobs are those running or waiting now, by id. Preflight judges a job's shape against
+    all of this."""
     queues: Dict[str, QueueLimits]
     default: Optional[str] = None
     mine: Dict[str, List[str]] = field(default_factory=dict)
@@ -73,8 +75,8 @@ class Scheduler:
     jobid_var: Optional[str] = None     # the job's id inside a job (PBS_JOBID, SLURM_JOB_ID)
     query_tool: Optional[str] = None    # on a login node, its presence means "this scheduler"
     nodefile_var: Optional[str] = None  # the job's node file, where the scheduler writes one (PBS_NODEFILE)
-    # bash that sets RL_NODEFILE (one line per host or per slot) inside the job; {nodefile}: the
-    # experiment's own node file (layout), filled in by the renderer
+    # Bash that sets RL_NODEFILE (one line per host or per slot) inside the job. The renderer fills
+    # in {nodefile}: the experiment's own node file (layout).
     nodefile_sh = 'RL_NODEFILE={nodefile}\n[ -s "$RL_NODEFILE" ] || hostname > "$RL_NODEFILE"'
 
     @property
@@ -98,9 +100,10 @@ class Scheduler:
         raise SchedulerError(f"the {self.name} scheduler has no queue: use `restartlab run SCENARIO`")
 
     def submit_cmd(self, script: str, pass_env: Sequence[str] = ()) -> List[str]:
-        """argv that submits `script`; `pass_env`: names of variables of the submitting
-        environment the job must get (the scenario's secrets, passed by name: never a value on
-        a command line)."""
+        """argv that submits `script`.
+
+        `pass_env` names the variables of the submitting environment that the job must get. They
+        are the scenario's secrets, passed by name: never a value on a command line."""
         return self._no_queue()
 
     def parse_submit(self, stdout: str) -> str:
@@ -131,10 +134,11 @@ class Scheduler:
     jobid_pattern: Optional[str] = None
 
     def run_facts(self, jobid: str, since: Optional[float], run: Runner) -> Optional[RunFacts]:
-        """What the scheduler says of this run of job `jobid`, asked from inside it as it starts: how
-        many times it has started, when this run started, and the nodes whose state changed after
-        `since` (the job's previous run's start). None where the scheduler keeps no such record (the
-        local shell)."""
+        """What the scheduler says of this run of job `jobid`, asked from inside it as it starts.
+
+        That is how many times it has started, when this run started, and the nodes whose state
+        changed after `since`, the start of the job's previous run. None where the scheduler keeps
+        no such record (the local shell)."""
         return None
 
     def cancel_error(self, returncode: int, stdout: str, stderr: str) -> Optional[str]:
@@ -154,9 +158,9 @@ class Scheduler:
         """The fan-out command's path as the job will find it; None when it is not there."""
         return shutil.which(self.fanout_tool) if self.fanout_tool else None
 
-    # False where the fan-out's command does not hand back what it ran (PBS's pbsdsh: the task's
-    # output goes to the job's output file and pbsdsh exits 0 whatever the task did): the fan-out
-    # then has each command write its output and exit status to files on the shared file system
+    # False where the fan-out's command does not hand back what it ran. PBS's pbsdsh is one: the
+    # task's output goes to the job's output file, and pbsdsh exits 0 whatever the task did. The
+    # fan-out then has each command write its output and exit status to files on the shared file system.
     fanout_relays_output = True
 
     def fanout_cmd(self, node_index: int, hosts: List[str], argv: List[str],
@@ -171,8 +175,9 @@ register = SCHEDULERS.register
 
 
 def run_tool(argv: List[str]) -> Tuple[int, str, str]:
-    """(rc, stdout, stderr) of a scheduler command (qstat, sacct, qdel, ...); a missing tool or one
-    that does not answer in 120 s is a SchedulerError."""
+    """(rc, stdout, stderr) of a scheduler command (qstat, sacct, qdel, ...).
+
+    A missing tool, or one that does not answer in 120 s, is a SchedulerError."""
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     except FileNotFoundError:

@@ -31,8 +31,8 @@ def exit_detail(code):
 
 
 # PBS's own exit statuses for a job its MoM could not start or had to end (JOB_EXEC_* in OpenPBS
-# 23.06's src/include/job.h; the server requeues a job that ended -3 or -30 and holds it once its
-# run_count passes 20: check_failed_attempts in src/server/req_runjob.c)
+# 23.06's src/include/job.h). The server requeues a job that ended -3 or -30. It holds the job once
+# its run_count passes 20 (check_failed_attempts in src/server/req_runjob.c).
 _JOB_EXEC = {
     -1: "job exec failed before files, no retry (JOB_EXEC_FAIL1)",
     -2: "job exec failed after files, no retry (JOB_EXEC_FAIL2)",
@@ -102,9 +102,9 @@ def _int(v):
         return None
 
 
-# a PBS limit's entries: [u:PBS_GENERIC=1] (every user), [u:alice=3] (one user), [o:PBS_ALL=10]
-# (all jobs), [g:...], [p:...] (PBS Professional's admin guide, "Scheduling limits"; qstat -Qf
-# prints one line per entry on OpenPBS 23.06, measured)
+# A PBS limit's entries: [u:PBS_GENERIC=1] for every user, [u:alice=3] for one user, [o:PBS_ALL=10]
+# for all jobs, and [g:...], [p:...]. The source is PBS Professional's admin guide, "Scheduling
+# limits". On OpenPBS 23.06, qstat -Qf prints one line per entry (measured).
 _LIMIT = re.compile(r"\[([ugpo]):([^=\]]+)=(\d+)\]")
 
 
@@ -122,9 +122,11 @@ def user_limit(attrs, new, old, user):
 
 
 def queue_from_attrs(queue, attrs, user=None, source=None):
-    """One queue's `qstat -Qf` attributes -> QueueLimits (what OpenPBS 23.06 prints: queue_type,
-    enabled, started, resources_min/max.nodect and .walltime, route_destinations, from_route_only,
-    max_run, max_queued, max_user_run; an attribute never set is not printed)."""
+    """One queue's `qstat -Qf` attributes -> QueueLimits.
+
+    It reads what OpenPBS 23.06 prints: queue_type, enabled, started, resources_min/max.nodect and
+    .walltime, route_destinations, from_route_only, max_run, max_queued, max_user_run. An attribute
+    never set is not printed."""
     min_wall, max_wall = (parse_duration(attrs[f"resources_{k}.walltime"]) if f"resources_{k}.walltime" in attrs
                           else None for k in ("min", "max"))
     run, run_said = user_limit(attrs, "max_run", "max_user_run", user)
@@ -188,8 +190,8 @@ class PBS(Scheduler):
             out.append(f"-l place={j.place}")
         if j.filesystems:
             out.append(f"-l filesystems={j.filesystems}")
-        # the job's output into the experiment directory: a directory given to -o (the trailing
-        # slash) is filled with <job id>.OU, so a chain's jobs each keep their own (OpenPBS 23.06, measured)
+        # The job's output goes into the experiment directory. A directory given to -o (the trailing
+        # slash) is filled with <job id>.OU, so a chain's jobs each keep their own (OpenPBS 23.06, measured).
         out += ["-k doe", "-j oe", f"-o {sc.expt_dir}/"]
         return out + list(j.directives)
 
@@ -210,8 +212,8 @@ class PBS(Scheduler):
                 script]
 
     def status_cmd(self, ids):
-        # the text form, not -F json: OpenPBS 23.06's `qstat -f -F json` given several ids prints
-        # the first job only (measured, docs/pbs.md); -x: finished jobs too (job_history_enable)
+        # The text form, not -F json. OpenPBS 23.06's `qstat -f -F json`, given several ids, prints
+        # the first job only (measured, docs/pbs.md). -x adds finished jobs (job_history_enable).
         return ["qstat", "-f", "-x", *ids]
 
     def parse_status(self, stdout, ids, returncode=0, stderr=""):
@@ -251,8 +253,10 @@ class PBS(Scheduler):
     jobid_pattern = r"\d+(\[\d*\])?\.[A-Za-z0-9][A-Za-z0-9.-]*"
 
     def server_queues(self, run, user):
-        """Every queue (qstat -Qf), the server's default_queue (qstat -Bf) and, for `user`, the jobs
-        that user has in each queue with a per-user limit (qselect -u USER -q QUEUE)."""
+        """Every queue (qstat -Qf) and the server's default_queue (qstat -Bf).
+
+        For `user`, also the jobs that user has in each queue with a per-user limit (qselect -u USER
+        -q QUEUE)."""
         rc, out, err = run(["qstat", "-Bf"])
         if rc:
             raise SchedulerError(f"qstat -Bf failed (rc {rc}): {err.strip() or out.strip()}")

@@ -71,10 +71,10 @@ def parse_run_facts(job_text, nodes_text, since):
     """What a requeued job's new run learns from Slurm (22.05 here, measured on the private Slurm).
 
     `scontrol show job -o` gives:
-      - Restarts: how many times the job was requeued
-      - StartTime: this run's start
-      - SubmitTime: set anew when the job is requeued, so it is the requeue's time
-      - EligibleTime: a requeued job waits before it may start again
+      - Restarts: how many times the job was requeued.
+      - StartTime: this run's start.
+      - SubmitTime: set anew when the job is requeued, so it is the requeue's time.
+      - EligibleTime: a requeued job waits before it may start again.
 
     `sinfo -N -o '%N|%T|%E|%H'` gives each node's state, reason and the reason's time.
     From it come the nodes whose reason was set since `since` (went down, drained)."""
@@ -107,8 +107,11 @@ def parse_partitions(text):
 
 def parse_qos(text):
     """`sacctmgr -n -P show qos format=Name,MaxJobsPU,MaxSubmitPU` -> {qos: (max running, max
-    submitted) per user}, None where unset (Slurm's sacctmgr man page; the private test Slurm keeps
-    no accounting, so this is read from recorded text only: unverified on a live QOS)."""
+    submitted) per user}.
+
+    A limit is None where unset. The format is from Slurm's sacctmgr man page. The private test
+    Slurm keeps no accounting, so this is read from recorded text only. It is unverified on a live
+    QOS."""
     out = {}
     for line in text.splitlines():
         f = line.strip().split("|")
@@ -149,8 +152,8 @@ class Slurm(Scheduler):
         if j.queue:
             out.append(f"--partition={j.queue}")
         out.append(f"--output={sc.expt_dir}/job-%j.out")
-        # a requeued job runs again under its id into the same file: without append, Slurm truncates it
-        # and the first run's output is lost (Slurm 22.05, measured on the private Slurm)
+        # A requeued job runs again under its id, into the same file. Without append, Slurm truncates
+        # it and the first run's output is lost (Slurm 22.05, measured on the private Slurm).
         out.append("--open-mode=append")
         return out + list(j.directives)
 
@@ -203,9 +206,10 @@ class Slurm(Scheduler):
     fanout_tool = "srun"
 
     def server_queues(self, run, user):
-        """Every partition (scontrol show partition -o), the one marked Default=YES, the per-user job
-        limits of each partition's QOS (sacctmgr show qos, where accounting answers) and, for
-        `user`, that user's jobs by partition (squeue -u USER)."""
+        """Every partition (scontrol show partition -o) and the one marked Default=YES.
+
+        It also gets the per-user job limits of each partition's QOS (sacctmgr show qos, where
+        accounting answers). For `user`, it gets that user's jobs by partition (squeue -u USER)."""
         rc, out, err = run(["scontrol", "show", "partition", "-o"])
         if rc:
             raise SchedulerError(f"scontrol show partition failed (rc {rc}): {err.strip() or out.strip()}")

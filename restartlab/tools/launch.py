@@ -1,6 +1,7 @@
-"""The launch spec: how each attempt's ranks start, as data the job script hands `restartlab supervise`
-(its --launch JSON, the program's own argv after `--`) and every route of the supervisor changes by a
-field, never by editing words:
+"""The launch spec: how each attempt's ranks start.
+
+It is data that the job script hands `restartlab supervise`: its --launch JSON, and the program's own
+argv after `--`. Every route of the supervisor changes it by a field, never by editing words:
 
     a shrunk relaunch          replace(spec, nodes=n)
     a torchft replica group    spec.for_group(g, tag)          (its tag, its {group} filled in)
@@ -8,10 +9,12 @@ field, never by editing words:
     cold, through the exit recorder     spec.cold_argv(attempt_dir)
     warm, through the pool's stub       spec.stub_argv(pool_dir, attempt_dir)
 
-The launcher's words come from its plug-in (launchers.py) at each launch, so nothing downstream looks
-for a marker in a list of words. `program` is the program's own argv, its executable first (the
-bundled trainer: the job's Python running restartlab.trainer; a program of yours: its `command` and
-the phase's args); `rankenv`: a program of yours starts through restartlab.runtime.rankenv, which gives it
+The launcher's words come from its plug-in (launchers.py) at each launch. So nothing downstream
+looks for a marker in a list of words.
+
+`program` is the program's own argv, its executable first. For the bundled trainer, that is the job's
+Python running restartlab.trainer. For a program of yours, it is its `command` and the phase's args.
+With `rankenv`, a program of yours starts through restartlab.runtime.rankenv, which gives it
 torchrun-style variables. `python` is the interpreter that runs restartlab's own rank-side wrappers
 (the exit recorder, the warm stub, rankenv)."""
 import dataclasses
@@ -78,8 +81,10 @@ class LaunchSpec:
         return self.launcher_argv() + verbs.argv(self.python, "rankexit", "--dir", attempt_dir, "--") + self.command()
 
     def stub_argv(self, pool_dir: str, attempt_dir: Optional[str] = None) -> List[str]:
-        """Each rank started through the warm pool's stub, which records the rank's end into
-        `attempt_dir` as the exit recorder does for a cold rank, and asks the pool for rankenv's variables."""
+        """Each rank started through the warm pool's stub.
+
+        The stub records the rank's end into `attempt_dir`, as the exit recorder does for a cold
+        rank. It asks the pool for rankenv's variables."""
         where = ["--attempt-dir", attempt_dir] if attempt_dir else []
         return self.launcher_argv() + verbs.argv(self.python, "warm-pool", "stub", "--dir", pool_dir, *where,
                                                  *(["--rankenv"] if self.rankenv else []), "--") + list(self.program)

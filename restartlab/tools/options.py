@@ -158,8 +158,8 @@ REPORT = [
     Opt("--no-plots", "flag", False, "no PNG plots (collection.plots: false)"),
 ]
 
-# restartlab chain, as the job script runs it when the walltime margin or the relaunch budget ended
-# the job before the last step (relaunch.chain); the script adds --job, this job's id, itself
+# restartlab chain, as the job script runs it (relaunch.chain). It runs when the walltime margin or
+# the relaunch budget ended the job before the last step. The script adds --job, this job's id, itself.
 CHAIN = [
     Opt("--scheduler", "str", None, "the scheduler the continuation job goes to",
         choices=lambda: [s for s in schedulers.names() if schedulers.get(s).can_chain], required=True),
@@ -294,9 +294,10 @@ def add_inject_args(p: argparse.ArgumentParser) -> None:
 
 
 # A tool that runs another one takes that tool's flags as its own, each under the other's name
-# (`supervise --inject-every 90s`, `--node-check-timeout 60s`), parsed and checked by the same table
-# when the job script starts it, and passes them on as a list: no flag travels as one joined string.
-# what the supervisor gives each from its own settings (the phase, the job, the attempt)
+# (`supervise --inject-every 90s`, `--node-check-timeout 60s`). The same table parses and checks them
+# when the job script starts the tool that takes them. That tool passes them on as a list: no flag
+# travels as one joined string.
+# Below: what the supervisor gives each tool from its own settings (the phase, the job, the attempt).
 NODE_CHECK_FROM_SUPERVISOR = ("--local", "--fanout", "--launcher", "--nodefile", "--policy", "--log", "--attempt",
                               "--hosts-out")
 INJECT_FROM_SUPERVISOR = ("--until", "--ckpt-dir", "--program", "--phase-dir", "--train-iters", "--tag", "--fanout",
@@ -305,9 +306,10 @@ INJECT_FROM_SUPERVISOR = ("--until", "--ckpt-dir", "--program", "--phase-dir", "
 
 @dataclasses.dataclass(frozen=True)
 class Embedded:
-    """`table`'s options inside another tool's argparse, as --<prefix>-<flag> (hidden: restartlab
-    passes them itself), each with the table's type, default and check; `drop`: the ones the
-    embedding tool decides itself."""
+    """`table`'s options inside another tool's argparse, as --<prefix>-<flag>.
+
+    They are hidden, since restartlab passes them itself. Each keeps the table's type, default and
+    check. `drop` names the ones the embedding tool decides itself."""
     prefix: str
     table: List[Opt]
     drop: Tuple[str, ...] = ()
@@ -365,8 +367,10 @@ SUPERVISE_INJECT = Embedded("inject", INJECT, drop=INJECT_FROM_SUPERVISOR,
 
 
 def nodefile_default(value: Optional[str], env: Optional[Mapping[str, str]] = None) -> Optional[str]:
-    """A tool's --nodefile, else the job script's $RL_NODEFILE, else the node file of the batch
-    job we run in (PBS_NODEFILE; the local scheduler's own), else None (this host)."""
+    """The node file a tool uses.
+
+    That is the tool's --nodefile, else the job script's $RL_NODEFILE. Else it is the node file of
+    the batch job we run in (PBS_NODEFILE, or the local scheduler's own). Else None: this host."""
     env = os.environ if env is None else env
     if value or env.get(NODEFILE_VAR):
         return value or env[NODEFILE_VAR]

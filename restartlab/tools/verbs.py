@@ -1,12 +1,20 @@
-"""The processes restartlab starts of itself, by name: the verbs of its CLI that a runtime process or
-the job script runs (supervise, inject, node-check, kill-ranks, report, chain, teardown) and the
-modules it runs as programs (the exit recorder, the warm pool, the smoke job's node check, the
-torchft accounting). A process builds such a command only through `argv` (or `module_argv` where the
-Python comes later, in a launch line), so every name is here; tests/test_verbs.py checks each entry
-against what it names (the CLI's own parser takes the subcommand and every flag of its option table;
-the module exists and runs as a program; the job script's templates call only verbs listed here), so
-a rename fails a test, not a job on a cluster. Only names, and the standard library: nothing here
-imports what it names (the warm pool re-executes itself through it and starts in a bare Python)."""
+"""The processes restartlab starts of itself, by name.
+
+They are the verbs of its CLI that a runtime process or the job script runs (supervise, inject,
+node-check, kill-ranks, report, chain, teardown). They are also the modules it runs as programs: the
+exit recorder, the warm pool, the smoke job's node check, the torchft accounting.
+
+A process builds such a command only through `argv`, or `module_argv` where the Python comes later,
+in a launch line. So every name is here. `tests/test_verbs.py` checks each entry against what it
+names:
+- the CLI's own parser takes the subcommand and every flag of its option table;
+- the module exists and runs as a program;
+- the job script's templates call only verbs listed here.
+
+So a rename fails a test, not a job on a cluster.
+
+This module holds only names and uses only the standard library. Nothing here imports what it
+names: the warm pool re-executes itself through it and starts in a bare Python."""
 from typing import TYPE_CHECKING, List, NamedTuple, Optional
 
 if TYPE_CHECKING:

@@ -1,7 +1,9 @@
-"""Preflight's checks, one class each (job/preflight.py runs them in order). A check reads the
-scenario through the preflight it is given (`pf`: its scenario, where each key is, the scheduler,
-how tools are asked) and adds its findings there; it keeps no state of its own beyond what the
-next check is handed (the program's Pythons, for the environment check)."""
+"""Preflight's checks, one class each. job/preflight.py runs them in order.
+
+A check reads the scenario through the preflight it is given (`pf`). That holds the scenario,
+where each key is, the scheduler and how tools are asked. The check adds its findings there. It
+keeps no state of its own beyond what the next check is handed: the program's Pythons, for the
+environment check."""
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Set
 
@@ -39,8 +41,10 @@ class Preflight(Protocol):
 
 
 class Check:
-    """One check; `run()` adds its findings to the preflight (what a finding names as its check is
-    the check's own word: bytes, where, program, python, launcher, skipped ...)."""
+    """One check. `run()` adds its findings to the preflight.
+
+    A finding names its check by the check's own word: bytes, where, program, python, launcher,
+    skipped ..."""
 
     def __init__(self, pf: "Preflight") -> None:
         self.pf, self.sc = pf, pf.sc

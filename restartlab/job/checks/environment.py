@@ -1,6 +1,12 @@
 """The job's setup lines, launcher and Pythons, asked in one shell as the job will ask them
-(job/probe.py): torch and the device support the scenario asks for, restartlab, torchft for torchft
-phases, the program's framework, the launcher's kind."""
+(job/probe.py).
+
+It asks for:
+- torch and the device support the scenario asks for;
+- restartlab;
+- torchft, for torchft phases;
+- the program's framework;
+- the launcher's kind."""
 import os
 import sys
 
@@ -18,8 +24,10 @@ def lacks_framework(at: str, exe: str, gone, adapter, asked: str = "") -> str:
 
 class EnvironmentCheck(Check):
     def job_env(self):
-        """The environment the job's shell starts from, as near as the login node knows it: this one
-        (a PBS job's login shell may set PATH anew), with `restartlab run`'s Python directory first."""
+        """The environment the job's shell starts from, as near as the login node knows it.
+
+        It is this process's environment, though a PBS job's login shell may set PATH anew. For
+        `restartlab run` (no queue), this Python's directory comes first on PATH."""
         env = dict(self.env)
         if not self.sched.has_queue:
             env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
@@ -55,8 +63,8 @@ class EnvironmentCheck(Check):
             self.add(ERROR, "program", f"{self.key('trainer', 'program', 'command')}: {command!r} is not on the "
                      "job's PATH (after launch.setup): give its path")
         if needs:
-            # the program's Python when its command is one, else the job's (a launcher's, say: bash -c
-            # 'exec deepspeed ...' runs the Python on the job's PATH)
+            # The program's Python when its command is one, else the job's. A launcher's command, say
+            # bash -c 'exec deepspeed ...', runs the Python on the job's PATH.
             py = pr.pythons[pythons[0] if pythons else job_py]
             gone = [m for m in needs if not py.imports(m)]
             if py.found and gone:

@@ -21,8 +21,10 @@ class Found:
 
 class ProgramCheck(Check):
     def program_words(self):
-        """The program's argv as the ranks will run it, with the placeholders the renderer fills
-        ({scenario_dir}); a word with a per-phase or per-attempt placeholder is left as it is."""
+        """The program's argv as the ranks will run it.
+
+        The placeholders the renderer fills ({scenario_dir}) are filled. A word with a per-phase
+        or per-attempt placeholder is left as it is."""
         prog = self.sc.trainer.program
         sdir = os.path.dirname(os.path.abspath(self.sc.source))
         return [placeholders.fill(w, {placeholders.SCENARIO_DIR: sdir}) for w in prog.command]

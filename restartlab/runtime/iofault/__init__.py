@@ -1,21 +1,25 @@
-"""Storage faults below every writer: a small LD_PRELOAD library (iofault.c, beside this file) that
-a phase with a storage failure kind (failures.StorageKind: stall_writes, slow_storage, write_errors,
-torn) puts into its ranks. It reaches each file a rank opens for writing under the phase's checkpoint
-directory, whoever writes it: DCP's file writer, torch.save's C++ stream, safetensors, DeepSpeed's
-shards, a program's own open().
+"""Storage faults below every writer.
 
-The injector strikes by writing the phase's control file (`arm`, whole, by rename); a rank's library
-reads it when it next opens a checkpoint file for writing, and the first write to that file takes the
-strike (once per rank and strike, across the rank's later processes). What each strike did is one
-JSON line per event in the phase's iofaults.jsonl (contracts/iofaults.py reads it). Why a preload of
-our own and not libfiu's POSIX preloader (Debian's fiu-utils): libfiu fails calls by name and
-probability, for every file of the process; a checkpoint fault must hit only the checkpoint
-directory's files, block rather than fail (stall, slow), and cut a file at a byte and kill the rank
-there (torn), none of which libfiu's posix module does.
+A small LD_PRELOAD library (iofault.c, beside this file) makes them. A phase with a storage failure
+kind (failures.StorageKind: stall_writes, slow_storage, write_errors, torn) puts it into its ranks.
+It reaches each file a rank opens for writing under the phase's checkpoint directory, whoever writes
+it: DCP's file writer, torch.save's C++ stream, safetensors, DeepSpeed's shards, a program's own open().
 
-The library is built from its source with the site's C compiler when the phase starts, into the
-phase's directory (nothing outside the experiment), and not loaded at all in a phase without a
-storage kind. Its cost with nothing armed: bench/iofault_cost.py."""
+The injector strikes by writing the phase's control file (`arm`, whole, by rename). A rank's library
+reads it when it next opens a checkpoint file for writing. The first write to that file takes the
+strike. This happens once per rank and strike, across the rank's later processes. What each strike
+did is one JSON line per event in the phase's iofaults.jsonl (contracts/iofaults.py reads it).
+
+Why a preload of our own and not libfiu's POSIX preloader (Debian's fiu-utils)? Libfiu fails calls
+by name and probability, for every file of the process. Its posix module does none of what a
+checkpoint fault must do:
+- hit only the checkpoint directory's files
+- block rather than fail (stall, slow)
+- cut a file at a byte and kill the rank there (torn)
+
+The library is built from its source with the site's C compiler when the phase starts. It goes into
+the phase's directory (nothing outside the experiment). A phase without a storage kind does not load
+it at all. Its cost with nothing armed: bench/iofault_cost.py."""
 import hashlib
 import os
 import shutil
@@ -64,8 +68,10 @@ def build(dest_dir: str) -> str:
 
 
 def rank_env(lib: str, ckpt_dir: str, ctl: str, log: str, env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """What a rank's environment gets: the library first in LD_PRELOAD (a site's own preloads kept
-    after it), and where the checkpoints, the control file and the log are."""
+    """What a rank's environment gets.
+
+    The library comes first in LD_PRELOAD, and a site's own preloads stay after it. The other
+    variables say where the checkpoints, the control file and the log are."""
     env = os.environ if env is None else env
     pre = " ".join(x for x in [lib] + env.get("LD_PRELOAD", "").replace(":", " ").split() if x)
     return {"LD_PRELOAD": pre, DIR_VAR: os.path.abspath(ckpt_dir), CTL_VAR: os.path.abspath(ctl),

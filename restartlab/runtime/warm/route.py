@@ -1,6 +1,8 @@
-"""A warm phase's standby pools through the phase: started beside its first attempt, each attempt
-routed through their stubs when they serve (cold through the exit recorder when they do not, and
-said once), stopped at the phase's end."""
+"""A warm phase's standby pools, through the phase.
+
+They start beside the phase's first attempt. Each attempt is routed through their stubs when they
+serve. When they do not, it goes cold through the exit recorder, and this is said once. The pools
+stop at the phase's end."""
 import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -28,8 +30,8 @@ class WarmRoute:
             # what the pools import before they fork: relaunch.warm_preload, else the program's adapter's
             # (the bundled trainer's warm-up module for the bundled trainer: programs/builtin.py)
             preload = cfg.warm_preload or programs.ADAPTERS.get(self.spec.adapter).preload or "torch"
-            # the pools import the program's modules (torch: its OpenMP and BLAS read their threads
-            # then) in the ranks' environment (launch.env, which the launcher gives only the ranks)
+            # The pools import the program's modules in the ranks' environment (launch.env, which the
+            # launcher gives only the ranks). For torch, its OpenMP and BLAS read their threads then.
             env = {**os.environ, **cfg.launch_spec.env}
             self.pool = Standby(cfg.launch_spec.python, cfg.tag, phase.warm_log,
                                 preload, env=env, fanout=cfg.fanout,

@@ -1,7 +1,11 @@
-"""The supervisor's side of a warm restart: the standby pools started (one here, or one on each of
-the job's nodes through its fan-out), waited for and stopped; the preload a program gets by
-default; how many ranks of an attempt the pools forked. (The launch through the stubs is the launch
-spec's: tools/launch.py.)"""
+"""The supervisor's side of a warm restart.
+
+- The standby pools: started, waited for and stopped. There is one here, or one on each of the
+  job's nodes through its fan-out.
+- The preload a program gets by default.
+- How many ranks of an attempt the pools forked.
+
+The launch through the stubs is the launch spec's (tools/launch.py)."""
 import contextlib
 import glob
 import json
@@ -28,9 +32,11 @@ def served_in(state_dir: str, attempt: int) -> int:
 
 
 class Standby:
-    """The supervisor's handle on the standby pools: one on this node (fanout local), or one on
-    each of the job's nodes, started through the job's fan-out (srun --overlap, pbsdsh, mpiexec);
-    started once per phase, stopped at its end."""
+    """The supervisor's handle on the standby pools.
+
+    There is one pool on this node (fanout local), or one on each of the job's nodes. Those start
+    through the job's fan-out (srun --overlap, pbsdsh, mpiexec). The pools start once per phase and
+    stop at its end."""
 
     def __init__(self, python: str, tag: str, log_path: str, preload: str, env: Optional[Mapping[str, str]] = None,
                  fanout: str = "local", hosts: Optional[List[str]] = None, slots: Optional[List[int]] = None,
@@ -55,8 +61,8 @@ class Standby:
         self.preload = preload
         serve = [self.python, *POOL_BIN, "serve", "--preload", self.preload, "--python", self.python, "--tag", tag,
                  "--state-dir", self.state_dir]
-        # the tag reaches the pool as an argument (it puts it in its own environment): the fan-out's
-        # own processes (srun, pbsdsh, mpiexec) must not carry it, or a strike would kill them
+        # The tag reaches the pool as an argument, and the pool puts it in its own environment. The
+        # fan-out's own processes (srun, pbsdsh, mpiexec) must not carry it, or a strike would kill them.
         env = {k: v for k, v in (os.environ if env is None else env).items() if k != TAG_VAR}
         if fanout == "local":
             self.dir = private.make_dir(tempfile.gettempdir(), f"restartlab-warm-{tag}-")
@@ -68,8 +74,8 @@ class Standby:
                                     f"restartlab-warm-{tag}-{secrets.token_hex(4)}-{NODE_TOKEN}")
             argv_ = serve + ["--dir", self.dir, "--make-dir"]
             if fanout in schedulers.names() and not schedulers.get(fanout).fanout_relays_output:
-                # pbsdsh hands no output back (it goes to the job's output file): each pool
-                # appends to the log itself (the phase dir is on the shared file system)
+                # pbsdsh hands no output back: it goes to the job's output file. So each pool
+                # appends to the log itself (the phase dir is on the shared file system).
                 argv_ = ["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', os.path.abspath(log_path), *argv_]
             # hosts: a fan-out's caller gives them (warm/route.py)
             cmds = fanout_cmds(fanout, cast(List[str], hosts), range(len(cast(List[str], hosts))), argv_, slots,

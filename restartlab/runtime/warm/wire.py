@@ -37,10 +37,12 @@ UNIX_PATH_MAX = 107  # sun_path: 108 bytes on Linux, the last one a NUL
 
 @contextlib.contextmanager
 def unix_path(path: str) -> Iterator[str]:
-    """`path` as an AF_UNIX address: itself when short enough, else through a descriptor of its
-    directory (/proc/self/fd/N/name: Linux). A batch job's TMPDIR can be long (PBS's is
-    /var/tmp/pbs.<jobid>, with the server's full name in the job id; the OpenPBS test cluster's
-    put the pools' sockets at 112 bytes): bind and connect would fail 'AF_UNIX path too long'."""
+    """`path` as an AF_UNIX address.
+
+    That is `path` itself when it is short enough. Otherwise it goes through a descriptor of its
+    directory (/proc/self/fd/N/name: Linux). A batch job's TMPDIR can be long, and bind and connect
+    would then fail 'AF_UNIX path too long'. PBS's TMPDIR is /var/tmp/pbs.<jobid>, with the server's
+    full name in the job id. The OpenPBS test cluster's put the pools' sockets at 112 bytes."""
     if len(os.fsencode(path)) <= UNIX_PATH_MAX or not os.path.isdir("/proc/self/fd"):
         yield path
         return
