@@ -1,5 +1,7 @@
-"""The standby pool (`python -m restartlab.runtime.warm serve`): it preloads the program's modules,
-then forks one rank per stub that connects, and the forked child becomes that rank (`become`)."""
+"""The standby pool (`python -m restartlab.runtime.warm serve`).
+
+It preloads the program's modules. Then it forks one rank per stub that connects, and the forked
+child becomes that rank (`become`)."""
 import contextlib
 import importlib
 import json
@@ -38,8 +40,8 @@ def split_python(argv: Sequence[str], python: str) -> Tuple[str, str, List[str],
         raise PoolError("no program")
     exe = os.path.abspath(argv[0] if os.sep in argv[0] else (shutil.which(argv[0]) or argv[0]))
     mine = os.path.abspath(python)
-    # the same interpreter: the same path, or another name for the same binary in the same
-    # directory (a venv's python, python3, python3.11: its site-packages go with the directory)
+    # The same interpreter means the same path, or another name for the same binary in the same
+    # directory (a venv's python, python3, python3.11). Its site-packages go with the directory.
     if exe != mine and not (os.path.dirname(exe) == os.path.dirname(mine)
                             and os.path.realpath(exe) == os.path.realpath(mine)):
         raise PoolError(f"{argv[0]} is not the pool's interpreter {python}")
@@ -71,8 +73,9 @@ def _std_streams(unbuffered: bool) -> None:
     import io
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(  # type: ignore[misc]  # sys.__std*__: Final in typeshed
         io.FileIO(0, "r", closefd=False))
-    # unbuffered (restartlab's PYTHONUNBUFFERED, or -u): line-buffered, as a cold rank's through
-    # pystdio: each line whole in one write, still at once (another rank's output never inside it)
+    # Unbuffered (restartlab's PYTHONUNBUFFERED, or -u) means line-buffered, as pystdio makes a cold
+    # rank's. Each line goes out whole in one write, still at once. Another rank's output never
+    # lands inside it.
     line = unbuffered or os.isatty(1)
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(  # type: ignore[misc]  # sys.__std*__: Final in typeshed
         io.BufferedWriter(io.FileIO(1, "w", closefd=False)), line_buffering=line)
@@ -81,11 +84,13 @@ def _std_streams(unbuffered: bool) -> None:
 
 
 def _torch_threads() -> None:
-    """torch's intra-op threads as the rank's OMP_NUM_THREADS says. A cold rank's torch reads it at
-    import; a forked one inherits the pool's, set when the pool imported torch under the pool's
-    environment (a pool started through pbsdsh gets the job's, not launch.env): measured here, a
-    warm rank with OMP_NUM_THREADS=1 ran 2 threads where its cold relaunch ran 1, and its numbers
-    differed from the baseline's in the 7th digit."""
+    """Set torch's intra-op threads to what the rank's OMP_NUM_THREADS says.
+
+    A cold rank's torch reads OMP_NUM_THREADS at import. A forked rank inherits the pool's setting
+    instead, set when the pool imported torch under the pool's environment. A pool started through
+    pbsdsh gets the job's environment, not launch.env. Measured here: a warm rank with
+    OMP_NUM_THREADS=1 ran 2 threads where its cold relaunch ran 1. Its numbers differed from the
+    baseline's in the 7th digit."""
     torch = sys.modules.get("torch")
     want = os.environ.get("OMP_NUM_THREADS", "")
     if torch is None or not want.isdigit() or int(want) < 1:
@@ -98,11 +103,12 @@ def _torch_threads() -> None:
 
 
 def _rank_hooks() -> None:
-    """The training-state probe and the slowed writer (restartlab.trainer.rank_hooks) in a forked
-    rank, as a cold rank's sitecustomize installs them when its program imports torch: here the pool
-    imported torch before the fork, so no import will trigger it. By name: the pool is a rank's
-    process (it preloads the program's modules, torch among them); restartlab's orchestration never
-    imports torch."""
+    """Install the training-state probe and the slowed writer in a forked rank.
+
+    The hooks are restartlab.trainer.rank_hooks. A cold rank's sitecustomize installs them when its
+    program imports torch. Here the pool imported torch before the fork, so no import will trigger
+    it. The hooks are imported by name. The pool is a rank's process: it preloads the program's
+    modules, torch among them. restartlab's orchestration never imports torch."""
     if "torch" not in sys.modules:
         return
     try:
@@ -133,8 +139,9 @@ def become(req: RankJob, fds: List[int], pool_pid: int, close: List[int]) -> Non
             signal.signal(s, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as a fresh interpreter has it
-        # the pool forked with these blocked (Pool.serve): one sent since then is delivered now, to the
-        # rank's own dispositions, as it would reach a cold rank this early (not to the pool's handler)
+        # The pool forked with these blocked (Pool.serve). One sent since then is delivered now, to
+        # the rank's own dispositions, as it would reach a cold rank this early. It does not reach
+        # the pool's handler.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         for fd in close:
             try:
@@ -257,8 +264,10 @@ class Pool:
         self.delay = _testpoints(os.environ.get(TESTPOINT_VAR, ""))
 
     def preload(self, modules: List[str]) -> float:
-        """Import `modules` frozen (contracts/frozen_imports): no collection, in the pool or a forked
-        rank, touches those objects again (each touch writes the page: copy-on-write in every rank)."""
+        """Import `modules` frozen (contracts/frozen_imports).
+
+        No collection, in the pool or a forked rank, touches those objects again. Each touch
+        writes the page, a copy-on-write in every rank."""
         import importlib
         t0 = time.time()
         with frozen_imports():
@@ -338,11 +347,12 @@ class Pool:
         sys.stderr.flush()
         close = [listener.fileno(), conn.fileno(), sel.fileno()] + \
                 [fd for c, p in self.children.values() for fd in (c.fileno(), p)]
-        # the pool's pid, taken before the fork: the child's own getppid() is the reaper's when the
-        # pool died before the child first ran, and become()'s check after its prctl would pass
+        # The pool's pid, taken before the fork. If the pool died before the child first ran, the
+        # child's own getppid() is the reaper's, and become()'s check after its prctl would pass.
         me = os.getpid()
-        # the stub passes signals on from the moment it knows the pid, which can be before the child
-        # has dropped the pool's handlers (which only mark the pool stopping): blocked until it has
+        # The stub passes signals on from the moment it knows the pid. That can be before the child
+        # has dropped the pool's handlers, which only mark the pool stopping. So the signals stay
+        # blocked until it has.
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         pid = -1
         try:
@@ -351,9 +361,9 @@ class Pool:
             if pid != 0:  # the parent (or no fork): the pool's own mask back; become() unblocks the child's
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if pid == 0:
-            # the child never comes back into this code: an exception that escaped become() would
+            # The child never comes back into this code. An exception that escaped become() would
             # unwind through the pool's frames, and serve_main's finally would remove the pool's
-            # directory (#49: a rank whose streams broke when its stub was struck did, on PBS)
+            # directory. On PBS, a rank whose streams broke when its stub was struck did that (#49).
             try:
                 time.sleep(self.delay.child_start)
                 become(job, fds, me, close)
@@ -421,8 +431,9 @@ def serve_main(a: "argparse.Namespace") -> int:
         die_with_parent()
         if os.getppid() != a.parent:
             return 1
-    # our own pid in our environment block: the killer tells the pool from the ranks it forks;
-    # the job tag: the killer finds the ranks by it (a fan-out may not pass our environment on)
+    # Our own pid goes in our environment block: by it the killer tells the pool from the ranks it
+    # forks. The job tag goes there too: the killer finds the ranks by it. A fan-out may not pass
+    # our environment on.
     if os.environ.get(SERVER_VAR) != str(os.getpid()):
         env = dict(os.environ, **{SERVER_VAR: str(os.getpid())})
         if a.tag:

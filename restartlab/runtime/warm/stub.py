@@ -1,12 +1,17 @@
-"""The stub (`python -m restartlab.runtime.warm stub --dir D -- PROGRAM...`), which the launcher
-starts in a rank's place: it hands its argv, environment, working directory and standard fds to
-the node's pool, stands in for the rank it forks (signals forwarded, its exit status mirrored), and
-starts the program cold itself (through the exit recorder) when no pool can take it. It records the
-rank's end (contracts.rank_exit) as the exit recorder records a cold rank's. The stub is what
-passes a catchable signal on to its rank: restartlab's killer finds both and leaves those signals
-to the stub (killer.signalled). Standard library, the shared contracts, `wire` and the recorder
-only (and the verbs' names, standard library too, when a program of yours starts cold through
-rankenv)."""
+"""The stub (`python -m restartlab.runtime.warm stub --dir D -- PROGRAM...`).
+
+The launcher starts the stub in a rank's place. The stub:
+- hands its argv, environment, working directory and standard fds to the node's pool.
+- stands in for the rank the pool forks: it forwards signals and mirrors the rank's exit status.
+- starts the program cold itself (through the exit recorder) when no pool can take it.
+
+It records the rank's end (contracts.rank_exit) as the exit recorder records a cold rank's. The
+stub is what passes a catchable signal on to its rank. restartlab's killer finds both and leaves
+those signals to the stub (killer.signalled).
+
+It uses only the standard library, the shared contracts, `wire` and the recorder. When a program
+of yours starts cold through rankenv, it also uses the verbs' names, which are standard library
+too."""
 import os
 import signal
 import socket
