@@ -1,17 +1,17 @@
 """Async checkpoint benchmark: what one save costs the training loop, four ways, in one run.
 
-  sync save      restartlab's sync path (dcp.save on the training group + manifest + .complete)
-  async stall    restartlab's async path: the seconds the loop blocks (stage + drain); of it,
-                 torch's get_state_dict (the state dict every save starts from) is timed apart
-  floor          copying each rank's state into preallocated host buffers, nothing else
-  vanilla        dcp.async_save(state, checkpoint_id=...) with default settings (what peers use):
-                 the seconds until it returns; on CPU also with async_checkpointer_type=PROCESS
-                 (torch's checkpoint process, which writes while the trainer's own process trains)
+- sync save: restartlab's sync path (dcp.save on the training group + manifest + .complete).
+- async stall: restartlab's async path, the seconds the loop blocks (stage + drain). Within it,
+  torch's get_state_dict (the state dict every save starts from) is timed apart.
+- floor: copying each rank's state into preallocated host buffers, nothing else.
+- vanilla: dcp.async_save(state, checkpoint_id=...) with default settings (what peers use), the
+  seconds until it returns. On CPU it also runs with async_checkpointer_type=PROCESS. That is
+  torch's checkpoint process, which writes while the trainer's own process trains.
 
-All four run in the same mpiexec job on the same model (the `small` preset, ~300 MB checkpoint
-with AdamW state), one after another, `--repeats` times after one warm-up of each; each figure is
-the slowest rank's, median over repeats. Ratios are the result (the machines are shared and
-noisy); absolute seconds are printed for context.
+All four run in the same mpiexec job on the same model, one after another. The model is the
+`small` preset, a ~300 MB checkpoint with AdamW state. Each runs `--repeats` times after one
+warm-up. Each figure is the slowest rank's, median over repeats. Ratios are the result, as the
+machines are shared and noisy. Absolute seconds are printed for context.
 
 Usage: python bench/async_ckpt.py [--ranks 4] [--repeats 3] [--model small] [--dir DIR]
 """
@@ -142,8 +142,10 @@ def _one_round(a, step, sync, asyn, direct, train_state, floor_bufs, srcs, devic
 
 
 def _time_state_dicts(train_state):
-    """{"state_dict": seconds}: what the parts' state_dict() calls (torch's get_state_dict for the
-    model and optimizer) took since it was last set to 0, counted apart from the staging copies."""
+    """{"state_dict": seconds}: the time the parts' state_dict() calls took since it was last set to 0.
+
+    Those calls are torch's get_state_dict for the model and optimizer. Their time is counted
+    apart from the staging copies."""
     spent = {"state_dict": 0.0}
     for part in train_state.parts.values():
         def timed(inner=part.state_dict):

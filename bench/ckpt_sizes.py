@@ -1,20 +1,22 @@
 """Checkpoint I/O by size: the per-byte cost and the fixed cost of each path, against its floor,
 and the per-tensor cost apart from them.
 
-One point says little: at ~300 MB a large share of a save is fixed cost (planning, metadata,
-barriers), which tells nothing of 23 GB. This runs bench/save_efficiency.py's measurement (4 ranks,
-dd floors and every variant in the same job, interleaved, slowest rank, median of the repeats) on
-two sweeps of the `small` model with its AdamW state:
+One point says little. At ~300 MB a large share of a save is fixed cost (planning, metadata,
+barriers), and that tells nothing of 23 GB. So this runs bench/save_efficiency.py's measurement on
+two sweeps of the `small` model with its AdamW state. That measurement uses 4 ranks. It runs the dd
+floors and every variant in the same job, interleaved, and takes the slowest rank and the median of
+the repeats.
 
-- width: 1, 2, 3, 4 x its width and FFN width (~0.3, 0.8, 1.6, 2.6 GB; the same 57 tensors, each
-  larger). Each series is fitted with least squares, seconds = fixed + bytes / bandwidth, and
-  reported as its fixed cost, its per-byte bandwidth and that bandwidth's ratio to its floor's
-  (dd conv=fdatasync for the saves, dd reads warm and cold for the loads), with the largest residual;
-  and to the memory floor's (the same tensors written from the model's memory and read back into
-  memory, with plain writes and reads: what a save or load cannot do without).
-- layers: 1, 4, 8, 17 x its layers (~0.3, 0.6, 1.1, 2.1 GB; 57 to 921 tensors, each the same size):
-  what each point costs beyond the width fit (fixed + bytes / bandwidth), per model tensor (each
-  with its AdamW state): the per-tensor cost.
+- width: 1, 2, 3, 4 x its width and FFN width (~0.3, 0.8, 1.6, 2.6 GB). These are the same 57
+  tensors, each larger. Each series is fitted with least squares, seconds = fixed + bytes /
+  bandwidth. The report gives its fixed cost, its per-byte bandwidth and the largest residual.
+  It also gives that bandwidth's ratio to its floor's. The floor is dd conv=fdatasync for the
+  saves, and dd reads, warm and cold, for the loads. A second ratio is to the memory floor's.
+  The memory floor writes the same tensors from the model's memory and reads them back into
+  memory, with plain writes and reads. It is what a save or load cannot do without.
+- layers: 1, 4, 8, 17 x its layers (~0.3, 0.6, 1.1, 2.1 GB; 57 to 921 tensors, each the same size).
+  Each point is reported as what it costs beyond the width fit (fixed + bytes / bandwidth), per
+  model tensor. Each model tensor comes with its AdamW state. This is the per-tensor cost.
 
 Plain dcp.save (defaults) stands beside restartlab's save in both.
 
@@ -31,8 +33,8 @@ import mpibench
 HERE = os.path.dirname(os.path.abspath(__file__))
 WIDTH = ("small", "small:width=2", "small:width=3", "small:width=4")
 LAYERS = ("small", "small:layers=4", "small:layers=8", "small:layers=17")
-# (label, the series' medians key, its bytes key, the floor's key): the floor is measured with its
-# own bytes (dd_bytes: each rank's share rounded to 4 MiB blocks)
+# Each entry is (label, the series' medians key, its bytes key, the floor's key).
+# The floor is measured with its own bytes (dd_bytes: each rank's share rounded to 4 MiB blocks).
 SERIES = [
     ("restartlab sync save", "restartlab", "bytes", "dd"),
     ("restartlab sync save, raw", "raw", "raw_bytes", "dd"),

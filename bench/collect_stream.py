@@ -1,10 +1,11 @@
 """Collector streaming benchmark: `restartlab report --no-plots` over a synthetic experiment of
-A attempts x R metric rows (trainer-shaped rows, a save every 10 steps, an injection per attempt),
-at two sizes in one run (same attempts, 10x fewer rows each in the small one). Prints wall seconds, rows/s and peak RSS of the report process for each,
-and the ratio of peak RSS between the sizes: a streaming collector keeps it near 1. Then the big
-size again under the collector of --against (a git revision, default the tree before the read
-model of issue 35: each file read several times), on the same files in the same run: the speed-up
-is the result, the machine being shared and noisy.
+A attempts x R metric rows. The rows are trainer-shaped, with a save every 10 steps and an injection
+per attempt. One run covers two sizes: the small one has the same attempts and 10x fewer rows each.
+For each size it prints wall seconds, rows/s and peak RSS of the report process. It also prints the
+ratio of peak RSS between the sizes; a streaming collector keeps it near 1. Then it runs the big
+size again under the collector of --against, on the same files in the same run. --against is a git
+revision. The default is the tree before the read model of issue 35, which read each file several
+times. The speed-up is the result, because the machine is shared and noisy.
 
 Target (issue 35): 1,000 attempts / 1M rows in <= 5 s, memory that does not grow with rows.
 Usage: python bench/collect_stream.py [--attempts 1000] [--rows-per-attempt 1000] [--small 0.1]
@@ -28,8 +29,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_expt(root, attempts, rows_per_attempt):
-    """An experiment dir with one phase `sync`: each attempt resumes from the last multiple of 10
-    below where the previous one stopped (so lost steps and recompute are exercised)."""
+    """An experiment dir with one phase `sync`.
+
+    Each attempt resumes from the last multiple of 10 below where the previous one stopped.
+    This exercises lost steps and recompute."""
     ph = os.path.join(root, "sync")
     t, it = 1.0e9, 0
     inj = []

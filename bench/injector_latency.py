@@ -1,14 +1,16 @@
 """The injector's own latencies, from a real `restartlab run` of the local scenario (2 ranks,
 3 gated kills per phase): what restartlab adds between a failure's cause and the next attempt.
 
-  gated kill      the step's .complete written (the marker's file time, which the injector records
-                  when its gate opens: retention deletes the marker later) -> SIGKILL sent (the receipt)
-  kill -> gone    SIGKILL -> the attempt's launcher has exited (every rank gone): the report's
-                  detection time for kill failures
-  relaunch gap    attempt end -> next launch (record the attempt, tear down what is left):
-                  `restartlab supervise` does it in-process; target median <= 0.05 s, shown
-                  beside the bash relaunch loop's median it replaced (0.250 s: this benchmark in
-                  the make bench of 2026-11-30 18:42, bench/results.json at commit faf7651)
+- gated kill: the step's .complete written -> SIGKILL sent (the receipt). The write time is the
+  marker's file time. The injector records it when its gate opens, as retention deletes the
+  marker later.
+- kill -> gone: SIGKILL -> the attempt's launcher has exited (every rank gone). This is the
+  report's detection time for kill failures.
+- relaunch gap: attempt end -> next launch (record the attempt, tear down what is left).
+  `restartlab supervise` does it in-process. The target median is <= 0.05 s. It is shown beside
+  the median of the bash relaunch loop it replaced: 0.250 s, from this benchmark in the make
+  bench of 2026-11-30 18:42 (bench/results.json at commit faf7651).
+
 Target: <= 0.5 s each (median and worst are printed).
 
 Usage: python bench/injector_latency.py [--scenario scenarios/local.yaml] [--json F]

@@ -1,15 +1,17 @@
 """What an async save costs the training beyond its stall: the steps that run while it is in the
 background, per save, for a background thread and for a background process.
 
-4 ranks, the `small` model (298 MB checkpoint) training on CPU/gloo. Per save and variant: the
-loop saves, then trains on until the save is durable; each of those steps is compared with the
-median step of the same variant's idle steps (no save in flight), measured in the same round.
+It runs 4 ranks with the `small` model (298 MB checkpoint), training on CPU/gloo. For each save
+and variant, the loop saves, then trains on until the save is durable. Each of those steps is
+compared with the median of the same variant's idle steps (no save in flight), measured in the
+same round. The variants:
   restartlab   restartlab's async checkpointer (background thread, its own gloo group)
   torch-thread dcp.async_save on a gloo group of its own, background thread (torch's default)
   torch-proc   dcp.async_save with AsyncCheckpointerType.PROCESS (a checkpoint process per rank)
-Per save: stall (loop blocked), busy steps, their extra seconds over idle steps (the background
-interference), and stall + interference: the whole cost to the loop. Slowest rank, median over
-saves, after one warm-up save of each.
+Each save reports four figures. The stall is the time the loop is blocked. The busy steps are those
+run while the save is in flight. Their extra seconds over idle steps are the background
+interference. Stall + interference is the whole cost to the loop. Figures are for the slowest rank,
+the median over saves, after one warm-up save of each.
 
 Usage: python bench/interference.py [--ranks 4] [--repeats 3] [--json F]
 """

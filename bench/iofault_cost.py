@@ -1,16 +1,16 @@
-"""The storage faults' preload with nothing armed: what it costs a save. The preload
-(restartlab/runtime/iofault) is in every rank of a phase with a storage failure kind, for the whole
-phase, and a strike is armed only now and then: its idle cost is paid on every save.
+"""The storage faults' preload with nothing armed: what it costs a save.
+
+The preload (restartlab/runtime/iofault) is in every rank of a phase with a storage failure kind, for
+the whole phase. A strike is armed only now and then, so its idle cost is paid on every save.
 
 One process saves a state dict (--mb MB in --tensors float32 tensors) with plain `dcp.save` into a
-directory the preload watches, --repeats times after a warm-up (each after the last one's removal and a
-sync: the kernel's write-back throttling, which grows save times threefold within a process here,
-falls on neither side); another does the same without the
-preload, and a third the same again (the two plain ones' ratio is the noise floor of the run); the three
-take turns --rounds times. Then the worst case
-for a per-call cost: 4 KiB write() calls, 20,000 of them, into one file, each way. Medians; the
-result is the ratio preload / plain. Target: the save within 2% (the machine's noise on this 2-core
-box is about that).
+directory the preload watches. It saves --repeats times after a warm-up. Each save follows the last
+one's removal and a sync. So the kernel's write-back throttling, which grows save times threefold
+within a process here, falls on neither side. Another process does the same without the preload.
+A third does the same again: the ratio of the two plain ones is the noise floor of the run.
+The three take turns --rounds times. Then comes the worst case for a per-call cost: 20,000 write()
+calls of 4 KiB into one file, each way. The figures are medians, and the result is the ratio
+preload / plain. Target: the save within 2%. The machine's noise on this 2-core box is about that.
 
 Usage: python bench/iofault_cost.py [--mb 256] [--tensors 32] [--repeats 5] [--rounds 3] [--json F]
 """

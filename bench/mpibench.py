@@ -1,5 +1,6 @@
-"""What the multi-rank benchmarks share: their flags, and running their own file as a worker under
-`mpiexec` (one JSON `BENCH` line from rank 0 comes back as a dict)."""
+"""What the multi-rank benchmarks share: their flags, and running their own file as a worker.
+
+The worker runs under `mpiexec`. Rank 0 prints one JSON `BENCH` line, which comes back as a dict."""
 import argparse
 import json
 import os
@@ -23,9 +24,11 @@ def parser(doc: str, repeats: int) -> argparse.ArgumentParser:
 
 
 def model_config(name: str):
-    """A model preset by name, or a preset grown for the size sweep: `small:layers=K` has K x its
-    layers (more tensors, each the same size), `small:width=K` K x its width and FFN width (the
-    same tensors, each larger: the per-byte cost apart from the per-tensor one)."""
+    """A model preset by name, or a preset grown for the size sweep.
+
+    - `small:layers=K` has K x its layers: more tensors, each the same size.
+    - `small:width=K` has K x its width and FFN width: the same tensors, each larger.
+      This measures the per-byte cost apart from the per-tensor one."""
     import dataclasses
 
     from restartlab.trainer.model import PRESETS
@@ -48,8 +51,10 @@ def emit(result: dict) -> None:
 
 
 def run_workers(a, script: str, title: str):
-    """Run `script --worker` on a.ranks local ranks; its BENCH dict with the median of each
-    result list added as "medians", or None (the output goes to stderr)."""
+    """Run `script --worker` on a.ranks local ranks.
+
+    Returns its BENCH dict, with the median of each result list added as "medians".
+    Returns None when the worker fails; its output then goes to stderr."""
     from restartlab import launchers
     d = a.dir or tempfile.mkdtemp(prefix="rl-bench-")
     # one rank needs no launcher (a GPU machine without MPI): the trainer's code runs as world 1

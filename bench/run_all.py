@@ -1,12 +1,14 @@
-"""`make bench`: every benchmark in bench/, one after another, each printing its own figures,
-then a results.json: every benchmark's figures, with the date and the machine. Ratios measured
-within one run are the results; absolute seconds depend on the machine's load.
+"""`make bench`: run every benchmark in bench/, one after another.
 
-A run writes build/bench/results.json and leaves the tree alone; `make bench PUBLISH=1`
-(--publish) writes the committed bench/results.json and regenerates the page of figures made
-from it (docs/reference/benchmarks.md). `--only NAME...` runs those benchmarks alone; published, their
-entries replace the committed ones, each stamped with the date it was re-run (the page says so),
-and the rest stay as their run left them."""
+Each benchmark prints its own figures. A results.json then holds every benchmark's figures, with the
+date and the machine. The results are the ratios measured within one run. Absolute seconds depend on
+the machine's load.
+
+A run writes build/bench/results.json and leaves the tree alone. `make bench PUBLISH=1` (--publish)
+writes the committed bench/results.json. It also regenerates the page of figures made from it
+(docs/reference/benchmarks.md). `--only NAME...` runs only those benchmarks. When published, their
+entries replace the committed ones and the rest stay as their run left them. Each replaced entry is
+stamped with the date it was re-run, and the page says so."""
 import datetime
 import json
 import os

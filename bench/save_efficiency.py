@@ -1,32 +1,38 @@
 """Sync save and load efficiency against the file system's own bandwidth, measured in the same run.
 
-Per repeat, interleaved (a busy neighbour moves every variant alike), 4 ranks, the `small`
-model (~300 MB checkpoint with AdamW state):
-  dd floor        every rank writes its share of the checkpoint's bytes with
-                  `dd bs=4M conv=fdatasync`, all at once: the write bandwidth of this file system
-  restartlab sync restartlab's sync save (dcp.save + crc32 as written + manifest + .complete)
-  dcp.save        plain `dcp.save(state, checkpoint_id=...)` with its defaults
-  threads         restartlab's sync save with DCP's writer on 2 threads per rank (thread_count=2,
-                  two files per rank; the trainer's is 1)
-  memory floor    every rank writes its tensors of the same state from the model's memory, one
-                  write each, into one file, fsync (what no save can skip); read back into a
-                  buffer in memory (what no load can skip: dd's reads stay in a cache-sized buffer)
-  read floor      every rank reads its share of the same bytes back with `dd bs=4M` (warm cache)
-  restartlab load restartlab's verifying load of the checkpoint just written (warm cache)
-  cold            the read floor and the loads again, each after every rank dropped the files it
-                  reads from the page cache (posix_fadvise DONTNEED: only these files, no root,
-                  nobody else's cache): the file system's own read bandwidth
-Every variant starts from the same page cache: what a save wrote is dropped from it once timed
-(fsynced, so clean: no root needed, nobody else's cache), and a warm read first reads its files in.
-Efficiency = (checkpoint bytes / seconds) / (floor bytes / floor seconds); target >= 0.8 for the
-sync save and for the warm load (cold stated beside it). Slowest rank, median over repeats.
+Each repeat runs the variants below interleaved, so that a busy neighbour moves every variant
+alike. It uses 4 ranks and the `small` model (~300 MB checkpoint with AdamW state).
+- dd floor: every rank writes its share of the checkpoint's bytes with `dd bs=4M conv=fdatasync`,
+  all at once. This is the write bandwidth of this file system.
+- restartlab sync: restartlab's sync save (dcp.save + crc32 as written + manifest + .complete).
+- dcp.save: plain `dcp.save(state, checkpoint_id=...)` with its defaults.
+- threads: restartlab's sync save with DCP's writer on 2 threads per rank (thread_count=2, two
+  files per rank). The trainer's thread_count is 1.
+- memory floor: every rank writes its tensors of the same state from the model's memory into one
+  file, one write each, then fsyncs. No save can skip this. It then reads them back into a buffer in
+  memory, which no load can skip. dd's reads stay in a cache-sized buffer.
+- read floor: every rank reads its share of the same bytes back with `dd bs=4M` (warm cache).
+- restartlab load: restartlab's verifying load of the checkpoint just written (warm cache).
+- cold: the read floor and the loads again. Before each, every rank drops the files it reads from
+  the page cache with posix_fadvise DONTNEED. This touches only these files, needs no root and
+  leaves everybody else's cache alone. It gives the file system's own read bandwidth.
 
-Where the seconds go: restartlab's save and load are also timed in their data phase alone (the
-storage writer's write_data: serialization, checksums, writes, fsync; the reader's read_data:
-reads, checksums, torch.load, copies into the model), slowest rank. The rest of each is
-coordination: DCP's planning rounds, .metadata, and restartlab's manifest, .complete and agreement;
-for a save it is split (each part the slowest rank's own) into what dcp.save spends beyond its
-data phase, torch's get_state_dict, and restartlab's own work around them.
+Every variant starts from the same page cache. What a save wrote is dropped from the cache once it
+is timed. The files are fsynced and so clean: this needs no root and leaves everybody else's cache
+alone. A warm read first reads its files in.
+Efficiency = (checkpoint bytes / seconds) / (floor bytes / floor seconds). The target is >= 0.8 for
+the sync save and for the warm load. The cold figure is stated beside it. Each figure is the slowest
+rank's, median over repeats.
+
+Where the seconds go: restartlab's save and load are also timed in their data phase alone, on the
+slowest rank. For a save that is the storage writer's write_data: serialization, checksums, writes,
+fsync. For a load it is the reader's read_data: reads, checksums, torch.load, copies into the model.
+The rest of each is coordination: DCP's planning rounds, .metadata, and restartlab's manifest,
+.complete and agreement. For a save the coordination is split into three parts, each the slowest
+rank's own:
+- what dcp.save spends beyond its data phase;
+- torch's get_state_dict;
+- restartlab's own work around them.
 
 Usage: python bench/save_efficiency.py [--ranks 4] [--repeats 3] [--model small] [--json F]
 """
@@ -103,10 +109,10 @@ def worker(a):
                 got["dd_bytes"] = float(share * (4 << 20) * world)
             if kind == "mem":
                 got["mem_bytes"] = _reduce(float(mem_bytes), "SUM")
-            # what was just written leaves the page cache (it is fsynced: clean, dropped at once), so
-            # that every variant writes into the same free memory: left there, 2.5 GB a variant
-            # filled this 24 GB machine's cache within a repeat and whichever variant came later
-            # paid the kernel's reclaim (measured: the same save 0.48 or 0.79 of dd by its turn)
+            # Drop what was just written from the page cache. It is fsynced, so clean, and drops at once.
+            # This way every variant writes into the same free memory. Left there, 2.5 GB a variant
+            # filled this 24 GB machine's cache within a repeat. Whichever variant came later then
+            # paid the kernel's reclaim. Measured: the same save ran at 0.48 or 0.79 of dd by its turn.
             _evict(_written(a.dir, kind, rank, step))  # (the next variant starts on a barrier)
         manifests = {}
         for kind in cks:
@@ -190,8 +196,10 @@ def _write_tensors(state_dict, path) -> int:
 
 
 def _read_into(path, buf):
-    """The read floor into memory: the file's bytes into a buffer whose pages exist (a load lands
-    every byte in memory; dd's reads land in one 4 MiB buffer that stays in the CPU's cache)."""
+    """The read floor into memory: read the file's bytes into a buffer whose pages exist.
+
+    A load lands every byte in memory. dd's reads land in one 4 MiB buffer that stays in the CPU's
+    cache."""
     mv = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
         got = 0

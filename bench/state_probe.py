@@ -1,12 +1,13 @@
-"""What the training-state fingerprints cost a step (#52, trainer/state_probe.py): the `small`
-model (25 M parameters, AdamW: ~300 MB of state) trained on CPU in one process, blocks of steps
-with the probe off and on alternating, and the probe's own time inside each step measured
-directly (the hook wrapped with a clock). collection.state_every 1 (the parameters' and
-optimizer's crcs every step) and 10 (the default).
-Target: the probe's time <= 2% of a step at the default (its own clock; the A/B ratio of whole
-steps is printed beside it, noisier on a shared machine). And the whole fingerprint of the same
-parameters as DTensors (what an FSDP rank takes, for a resume across a change in the number of
-ranks) within 4x the crc of their bytes, measured in the same run.
+"""What the training-state fingerprints cost a step (#52, trainer/state_probe.py).
+
+The `small` model (25 M parameters, AdamW: ~300 MB of state) trains on CPU in one process. Blocks
+of steps alternate with the probe off and on. The probe's own time inside each step is measured
+directly: the hook is wrapped with a clock. It runs with collection.state_every 1 (the parameters'
+and optimizer's crcs every step) and 10 (the default).
+Target: the probe's time is <= 2% of a step at the default, by its own clock. The A/B ratio of
+whole steps is printed beside it; it is noisier on a shared machine. A second target covers the
+parameters as DTensors, which is what an FSDP rank takes for a resume across a change in the number
+of ranks. Their whole fingerprint must be within 4x the crc of their bytes, measured in the same run.
 
 Usage: python bench/state_probe.py [--model small] [--steps 4] [--repeats 3] [--json F]
 """
@@ -100,9 +101,11 @@ def durations(f, n) -> list:
 
 
 def whole_ratio(model, tmp, repeats=5) -> dict:
-    """The model's parameters as DTensors sharded on a 1-rank mesh (a gloo group through a file store:
-    no network): state_probe.fingerprint's time (the whole fingerprint, #63.3) against digest's
-    (the crc32 of the same bytes), medians of `repeats`."""
+    """Time the whole fingerprint of the model's parameters against the crc32 of their bytes.
+
+    The parameters are DTensors sharded on a 1-rank mesh: a gloo group through a file store, no
+    network. The result compares state_probe.fingerprint's time (the whole fingerprint, #63.3) with
+    digest's (the crc32 of the same bytes). Both are medians of `repeats`."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh

@@ -38,10 +38,11 @@ def left_running(expt):
 
 
 def wait_states(sched, run, jid, states, timeout, stuck=None):
-    """The states (restartlab's words) job `jid` of scheduler `sched` went through until one of
-    `states`, asked through restartlab's backend in this process once a second with `run` (a
-    command started every half second took ~10 s of CPU per test from the ranks beside it).
-    `stuck(status)`: why the job will never get there (an AssertionError at once), or None."""
+    """The states job `jid` of scheduler `sched` went through until it reached one of `states`.
+
+    States are in restartlab's words. This process asks restartlab's backend once a second, with
+    `run`. A command started every half second took ~10 s of CPU per test from the ranks beside it.
+    `stuck(status)` says why the job will never get there (an AssertionError at once), or None."""
     seen, backend = [], schedulers.get(sched)
 
     def pred():
@@ -91,8 +92,10 @@ class Cluster:
         raise NotImplementedError
 
     def counting_env(self, tools, d):
-        """An environment (as the manager) whose PATH logs each call of each of `tools` to
-        d/<tool>.calls, then runs the real one: (env, {tool: its log's path})."""
+        """An environment (as the manager) whose PATH logs the calls of `tools`.
+
+        Each call of each tool is logged to d/<tool>.calls, then the real tool runs.
+        Returns (env, {tool: its log's path})."""
         env, logs = self.tool_env(), {}
         for tool in tools:
             logs[tool] = os.path.join(d, f"{tool}.calls")
@@ -318,8 +321,9 @@ class Pbs(Cluster):
         return self.pbs.hydra_launch()
 
     def stuck(self, status):
-        # PBS gave up starting it (held after 20 failed starts): say so now, with what its daemons
-        # logged, not after the wait's timeout (docs/contributing.md: seen in soaks, cause not established)
+        # PBS gave up starting it: it holds a job after 20 failed starts. Say so now, with what
+        # its daemons logged, not after the wait's timeout. This was seen in soaks, and its cause
+        # is not established (docs/contributing.md).
         if status.state == "pending" and pbs_cluster.HELD_BY_PBS in status.detail:
             return f"{status.detail}\n{self.pbs.why_not_started(status.jobid)}"
         return None

@@ -14,9 +14,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # than skips when that part is missing.
 REQUIRE_ALL = os.environ.get("RESTARTLAB_REQUIRE_ALL") == "1"
 SLURM_NODES, SLURM_CPUS = 3, 4  # three Slurm nodes on this one machine (a spare), 4 slots each
-# torch's JIT-built extensions (DeepSpeed's CPU communication op) in this venv's own folder, where
-# `make test` built them: the shared ~/.cache/torch_extensions is rebuilt by every other venv (a
-# clone's), and a build inside a test's first DeepSpeed launch cost it 75 s under CI's load
+# torch's JIT-built extensions (DeepSpeed's CPU communication op) go in this venv's own folder,
+# where `make test` built them. Every other venv (a clone's) rebuilds the shared
+# ~/.cache/torch_extensions. A build inside a test's first DeepSpeed launch cost it 75 s under CI's load.
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch-extensions"))
 
 
@@ -48,13 +48,15 @@ def wandb_offline(monkeypatch, tmp_path):
 
 
 # ---------------------------------------------------------------- parallel runs (pytest-xdist)
-# make test runs the suite on 2 workers with --dist loadgroup: a test goes to any worker, except
-# that the tests sharing something that must exist once go to one worker together (the group
-# below). Each worker is its own pytest session: a session or module fixture is built once per
-# worker that needs it, so the Slurm and PBS clusters (one per machine: their ports, namespaces,
-# users) and every module fixture (an experiment several tests assert on) keep their tests on one
-# worker. A test that must have the machine to itself would say so with the `alone` marker
-# (make test runs those after the rest, on one worker): three that failed beside a second worker.
+# make test runs the suite on 2 workers with --dist loadgroup. A test goes to any worker.
+# The exception: tests that share something that must exist once go to one worker together
+# (the group below). Each worker is its own pytest session. A session or module fixture is built
+# once per worker that needs it. So these keep their tests on one worker:
+# the Slurm and PBS clusters (one per machine: their ports, namespaces, users),
+# and every module fixture (an experiment several tests assert on).
+# A test that must have the machine to itself would say so with the `alone` marker.
+# make test runs those after the rest, on one worker. Three tests have it: they failed beside a
+# second worker.
 def _group(item) -> "str | None":
     names = item.fixturenames
     # tests/test_schedulers.py: the cluster the test's parameter names (first: such a test may take
@@ -87,11 +89,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
             if _long(item):
                 long_groups.add(group)
-    # the long tests first: xdist hands out the groups (largest first), then the tests on their own
-    # in this order, so the multi-rank ones (seconds to a minute each) start early and the unit tests
-    # (milliseconds) fill the workers at the end, not the other way round. A group moves as one (its
-    # module fixture is then built once in a run without xdist too); the sort is stable, so the
-    # order within each kind, and every worker's collection, stays the same
+    # The long tests go first. xdist hands out the groups (largest first), then the tests on their
+    # own, in this order. So the multi-rank ones (seconds to a minute each) start early, and the unit
+    # tests (milliseconds) fill the workers at the end, not the other way round. A group moves as one.
+    # Its module fixture is then built once in a run without xdist too. The sort is stable, so the
+    # order within each kind, and every worker's collection, stays the same.
     items.sort(key=lambda item: (groups[item] not in long_groups) if groups[item] else not _long(item))
     if shutil.which("mpiexec"):
         return
@@ -180,11 +182,13 @@ def pbs():
 
 
 def pytest_runtest_setup(item):
-    """In an xdist worker under --dist loadgroup a grouped test's id must carry its group
-    (`id@group`): that is what the scheduler reads. pytest 9.2.0 keeps a node's id where
-    pytest-xdist 3.8.0 cannot rename it: every group was silently ignored, the tests of one group ran
-    on both workers at once, and test_shared_node's second user was deleted by one worker under the
-    other's tests (setup.cfg now pins pytest below 9.2). Such a test fails here, saying why."""
+    """Fail a grouped test whose id does not carry its group, saying why.
+
+    In an xdist worker under --dist loadgroup, a grouped test's id must carry its group
+    (`id@group`). That is what the scheduler reads. pytest 9.2.0 keeps a node's id where
+    pytest-xdist 3.8.0 cannot rename it. Then every group was silently ignored. The tests of one
+    group ran on both workers at once. One worker deleted test_shared_node's second user under the
+    other's tests. setup.cfg now pins pytest below 9.2. Such a test fails here, saying why."""
     if os.environ.get("PYTEST_XDIST_WORKER") and item.config.getvalue("loadgroup") \
             and item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
         import xdist

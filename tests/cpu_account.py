@@ -1,26 +1,29 @@
-"""Where the suite's CPU goes, by test and by kind of process: on 2 cores the CPU bounds the
-suite's wall time (with the test time on its workers), and test time (tests/durations.py) cannot
-say which of two tests sharing the cores spent it. Needs root and the kernel's process accounting (Debian: `apt-get
-install acct`), which records every process that exits, SIGKILLed ranks included.
+"""Where the suite's CPU goes, by test and by kind of process.
+On 2 cores the CPU bounds the suite's wall time (with the test time on its workers). Test time
+(tests/durations.py) cannot say which of two tests sharing the cores spent it. This needs root and
+the kernel's process accounting (Debian: `apt-get install acct`). It records every process that
+exits, SIGKILLed ranks included.
 
     python -m tests.cpu_account run DIR -- make test      # accounting on around the command
     python -m tests.cpu_account report DIR                # CPU by kind, what no test started, by test, ranks
 
-`run` turns accounting on into DIR/pacct and puts DIR/hook first on PYTHONPATH: its
-sitecustomize appends each Python process's pid, argv and PYTEST_CURRENT_TEST (which every
-process a test starts inherits) to DIR/pids.log. `report` joins the two by pid and walks each
-process up its parents to the test that started it. Processes that do not inherit the test's
-environment (a PBS job's, unless qsub -V) count as "?"; a process killed with threads of its own
+`run` turns accounting on into DIR/pacct and puts DIR/hook first on PYTHONPATH. Its
+sitecustomize appends each Python process's pid, argv and PYTEST_CURRENT_TEST to DIR/pids.log.
+Every process a test starts inherits PYTEST_CURRENT_TEST. `report` joins the two by pid and walks
+each process up its parents to the test that started it. Processes that do not inherit the test's
+environment count as "?" (a PBS job's, unless qsub -V). A process killed with threads of its own
 is recorded under its last thread's name (pt_gloo_runloop, ...).
 
-A pid is not a process: the suite starts about 50,000 processes and the kernel's pids wrap at
-32,768, so about 20,000 pids were used twice in one run (2026-12-07). Each process is therefore
-known by its pid and its start: its parent is the process of that pid alive when it started, and
-its line in pids.log the one of its pid written while it ran (joined by pid alone, a test's trainer
-pool of one worker took 80 CPU-s of later tests' ranks). Still wrong, and said: the ranks a
-standby pool forks (tests/helpers.trainer_pool, relaunch.warm) count for the test that started
-the pool, since a fork writes no line (in that run: about 190 CPU-s of about 40 tests' ranks
-under test_trainer_resume's fsdp4 case, the first of its worker to use the pool)."""
+A pid is not a process. The suite starts about 50,000 processes and the kernel's pids wrap at
+32,768. So about 20,000 pids were used twice in one run (2026-12-07). Each process is therefore
+known by its pid and its start. Its parent is the process of that pid alive when it started. Its
+line in pids.log is the one of its pid written while it ran. Joined by pid alone, a test's trainer
+pool of one worker took 80 CPU-s of later tests' ranks.
+
+One case is still wrong, and this says so. The ranks a standby pool forks
+(tests/helpers.trainer_pool, relaunch.warm) count for the test that started the pool, since a fork
+writes no line. In that run this was about 190 CPU-s of about 40 tests' ranks. They went under
+test_trainer_resume's fsdp4 case, the first of its worker to use the pool."""
 import calendar
 import collections
 import os
@@ -79,8 +82,8 @@ def records(d):
 
 
 def python_lines(d):
-    """pid -> [(time, ppid, argv, test)] from pids.log, each pid's lines in the order written (a
-    line without its time, from an older hook, gets None)."""
+    """pid -> [(time, ppid, argv, test)] from pids.log, each pid's lines in the order written.
+    A line without its time, from an older hook, gets None."""
     py = collections.defaultdict(list)
     with open(os.path.join(d, "pids.log")) as f:
         for line in f:
@@ -94,8 +97,8 @@ SLACK = 1.5  # s: btime is to the second, and a line is written a little after i
 
 
 def link(recs, py):
-    """For each record (by its index): its Python line (or None) and the index of its parent's
-    record (or None: the parent outlived the accounting, or was never recorded)."""
+    """For each record (by its index): its Python line (or None) and the index of its parent's record.
+    The parent's index is None when the parent outlived the accounting or was never recorded."""
     by_pid = collections.defaultdict(list)
     for i, r in enumerate(recs):
         by_pid[r[2]].append(i)
@@ -115,8 +118,8 @@ def link(recs, py):
     return line, parent
 
 
-# the threads torch.distributed starts: a process recorded under one of these names (its last
-# thread to end, when it was killed) was a rank that had joined a process group
+# The threads torch.distributed starts. A process killed is recorded under its last thread to end.
+# A process recorded under one of these names was a rank that had joined a process group.
 RANK_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop", "pt_tcpstore_uv")
 FLAGS_WITH_VALUE = ("-X", "-W")
 

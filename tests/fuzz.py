@@ -1,20 +1,23 @@
 """Kill anywhere: SIGKILL all ranks of a training run at random times, again and again, across
-sync and async checkpointing, FSDP (4 ranks) and 2x2 FSDP+TP, then check that every relaunch
-resumed from the newest complete checkpoint, that `--keep` held, and that every step's loss and
-the final parameters equal a failure-free run (one per layout: sync and async checkpointing train
-alike, so the async configurations are held to the sync one's run).
+sync and async checkpointing, FSDP (4 ranks) and 2x2 FSDP+TP. Then check that every relaunch
+resumed from the newest complete checkpoint and that `--keep` held. Also check that every step's
+loss and the final parameters equal a failure-free run. There is one such run per layout. Sync and
+async checkpointing train alike, so the async configurations are held to the sync one's run.
 
     python -m tests.fuzz --kills 100 [--seed 1]        (make fuzz N=100)
 
-Kill times: 20% uniform over an attempt's start-up (right after a relaunch: imports, rendezvous,
-the checkpoint load), 40% uniform over its training part, 40% aimed into a save (a random save of
-the attempt, a uniform delay within the save's length). Where each kill landed comes from rank
-0's trace of the save phases (RESTARTLAB_TRACE).
+Kill times:
+- 20% uniform over an attempt's start-up, right after a relaunch (imports, rendezvous, the
+  checkpoint load).
+- 40% uniform over its training part.
+- 40% aimed into a save: a random save of the attempt, at a uniform delay within the save's length.
 
---warm forks every rank from a standby pool (restartlab.runtime.warm, tests/helpers.trainer_pool): an
-attempt's start-up is then its rendezvous, model build and checkpoint load, without the ~2.5 s of
-imports, and a kill reaches a rank through its stub (the pool SIGKILLs the rank on the stub's
-death). make test's short run is warm; the cold start-up's kills stay in the default."""
+Where each kill landed comes from rank 0's trace of the save phases (RESTARTLAB_TRACE).
+
+--warm forks every rank from a standby pool (restartlab.runtime.warm, tests/helpers.trainer_pool).
+An attempt's start-up is then its rendezvous, model build and checkpoint load, without the ~2.5 s
+of imports. A kill reaches a rank through its stub: the pool SIGKILLs the rank on the stub's death.
+make test's short run is warm. The cold start-up's kills stay in the default."""
 import argparse
 import json
 import os
@@ -57,8 +60,9 @@ def launch(d, mode, tp, tag, log, warm):
 
 
 def where(trace_path, t_launch, t_kill, rows_before):
-    """Where a kill landed: the phase of a save still open at t_kill, else between saves, or in
-    the start-up when the attempt had not finished a step yet."""
+    """Where a kill landed.
+    It is the phase of a save still open at t_kill, else between saves. It is the start-up when the
+    attempt had not finished a step yet."""
     last = {}
     try:
         with open(trace_path) as f:
@@ -198,9 +202,10 @@ def save_spans(trace_path, since=0.0):
 
 
 def save_length(ref, trace_path, t0, seen):
-    """How long a save of this configuration takes: its reference's median; a configuration
-    whose reference is shared (async beside sync) takes the median of the saves its own run has
-    completed so far (`seen`: earlier attempts; this attempt's from t0 on), its twin's before."""
+    """How long a save of this configuration takes: its reference's median.
+    A configuration whose reference is shared (async beside sync) takes the median of the saves
+    its own run has completed so far. These are `seen` (earlier attempts) and this attempt's from
+    t0 on. Before its run has any, it takes its twin's."""
     if ref["save"] is not None:
         return ref["save"]
     own = seen + save_spans(trace_path, t0)
@@ -241,8 +246,9 @@ def run(kills: int, seed: int = 1, configs=CONFIGS, say=print, warm=False) -> di
     try:
         refs = {}
         for cfg in configs:
-            # sync and async checkpointing of one layout train alike: one reference for both (its
-            # losses, parameters and timings; the save's length from the run itself, save_length)
+            # Sync and async checkpointing of one layout train alike, so one reference serves both.
+            # It gives the losses, parameters and timings. The save's length comes from the run
+            # itself (save_length).
             twin = next((c for c in refs if c[1] == cfg[1] and refs[c]["save"] is not None), None)
             if twin:
                 refs[cfg] = dict(refs[twin], save=None, twin_save=refs[twin]["save"])
@@ -252,8 +258,8 @@ def run(kills: int, seed: int = 1, configs=CONFIGS, say=print, warm=False) -> di
             say(f"reference {cfg[0]} tp{cfg[1]}: start-up {refs[cfg]['startup']:.1f} s, training "
                 f"{refs[cfg]['train']:.1f} s, a save {refs[cfg]['save']:.2f} s")
         i = 0
-        # every configuration runs at least once, however the kills fall (a kill that lands in a
-        # start-up makes a run longer, so the count of runs for N kills depends on the load)
+        # Every configuration runs at least once, however the kills fall. A kill that lands in a
+        # start-up makes a run longer, so the count of runs for N kills depends on the load.
         while stats["kills"] < kills or i < len(configs):
             cfg = configs[i % len(configs)]
             i += 1

@@ -1,14 +1,15 @@
-"""GPU only (tests/test_gpu.py runs it): the async checkpointer's staging copies overlap the next
-step and the parameters are not written before the copies have read them.
+"""GPU only: the async checkpointer's staging copies overlap the next step.
+The parameters are not written before the copies have read them. tests/test_gpu.py runs it.
 
 One process, world size 1 (nccl for training, the checkpointer's own gloo group). A 1 GiB
-parameter is staged; the training stream then runs matrix products (the "next forward/backward")
-and finally writes the parameter in place (the "optimizer step"):
-  guarded    before_param_update() first: the staged copy must equal the value at the save
-  unguarded  the write queued right after the staging, no wait: the copy may see the new values
-             (printed, not asserted: it shows what the guarantee prevents)
-  overlap    host seconds the loop is blocked by staging (queued copies) vs a blocking copy, and
-             wall seconds of stage + compute, queued vs blocking
+parameter is staged. The training stream then runs matrix products (the "next forward/backward").
+Finally it writes the parameter in place (the "optimizer step"). The parts:
+- guarded: before_param_update() runs first. The staged copy must equal the value at the save.
+- unguarded: the write is queued right after the staging, with no wait. The copy may see the new
+  values. This is printed, not asserted: it shows what the guarantee prevents.
+- overlap: host seconds the loop is blocked by staging (queued copies) vs a blocking copy. Also
+  wall seconds of stage + compute, queued vs blocking.
+
 Prints one JSON line `GPU_STAGE {...}` and exits 0 when the guarded copy is exact."""
 import json
 import os

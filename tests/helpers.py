@@ -30,23 +30,28 @@ MPIEXEC = shutil.which("mpiexec")
 
 # ---------------------------------------------------------------- warm ranks for the tests
 # A trainer rank started cold spends ~2.5 of its ~3 CPU-s importing torch (tests/cpu_account).
-# The tests whose subject is not the cold start (resume, integrity, async saves, preemption) run
-# the trainer warm instead: one standby pool per test process (restartlab.runtime.warm, the product's own
-# warm restart: the launcher starts a stub per rank, the pool forks the rank from its imports). A
-# warm rank has its attempt's environment in os.environ, its stub's fds and the stub's tag; killing
-# the stub (by the run's tag) kills the rank (the pool, on the stub's hang-up). Cold stay: the
-# rendezvous through mpi4py (the rank needs the launcher's PMI fd, which a fork from the pool does
-# not have), the stopped-peer and wandb tests (they look for the ranks by the run's tag, which a
-# forked rank's /proc environment does not hold), every experiment through the supervisor
-# (relaunch.warm decides there), `make fuzz-trainer` and the product's fuzzer.
+# Some tests' subject is not the cold start (resume, integrity, async saves, preemption).
+# They run the trainer warm instead, from one standby pool per test process.
+# The pool is restartlab.runtime.warm, the product's own warm restart.
+# The launcher starts a stub per rank, and the pool forks the rank from its imports.
+# A warm rank has its attempt's environment in os.environ, its stub's fds and the stub's tag.
+# Killing the stub (by the run's tag) kills the rank: the pool does it on the stub's hang-up.
+# These stay cold:
+# - the rendezvous through mpi4py. The rank needs the launcher's PMI fd, which a fork from the pool
+#   does not have.
+# - the stopped-peer and wandb tests. They look for the ranks by the run's tag, which a forked
+#   rank's /proc environment does not hold.
+# - every experiment through the supervisor. relaunch.warm decides there.
+# - `make fuzz-trainer` and the product's fuzzer.
 _POOL = {}  # this process's pool, by pid (an xdist worker is its own process; a fork is not)
 POOL_READY_S = 180
 COLD_FALLBACK = "standby pool not usable"  # what a stub prints when it starts its program cold
 
 
 def trainer_pool() -> standby.Standby:
-    """This test process's standby pool of the bundled trainer, started on first use; it ends
-    with the session (conftest.stop_trainer_pool) or with this process (the pool's PDEATHSIG)."""
+    """This test process's standby pool of the bundled trainer, started on first use.
+
+    It ends with the session (conftest.stop_trainer_pool) or with this process (the pool's PDEATHSIG)."""
     pool = _POOL.get(os.getpid())
     if pool is not None and not pool.alive():  # it died (its log says why): a new one
         stop_trainer_pool()
@@ -89,8 +94,9 @@ def trainer_cmd(n, args, tag=None, env=None, rendezvous=True, warm_ranks=False):
 
 
 def check_warm(out, warm_ranks):
-    """A run meant to be warm that started cold (the pool refused it) fails its test: it would
-    pass, only slower, and nobody would see why the suite got slow."""
+    """Fail the test of a run meant to be warm that started cold (the pool refused it).
+
+    Such a run would pass, only slower, and nobody would see why the suite got slow."""
     if warm_ranks and COLD_FALLBACK in out:
         raise AssertionError(f"a warm run started cold:\n{out[-3000:]}")
 
@@ -114,9 +120,10 @@ def run_trainer(n, args, env=None, timeout=240, tag=None, rendezvous=True, warm_
 
 
 def stacks_then_kill(proc, tag):
-    """A hung trainer run of a test: its tagged ranks write their Python stacks (the trainer's
-    faulthandler, on trainer_options.STACKS_SIGNAL) before they and mpiexec are killed; the end
-    of what the run printed, those stacks included."""
+    """Kill a test's hung trainer run, and return the end of what it printed, stacks included.
+
+    Before they and mpiexec are killed, its tagged ranks write their Python stacks. The trainer's
+    faulthandler does it, on trainer_options.STACKS_SIGNAL."""
     killer.kill_ranks(tag, parse_signal(STACKS_SIGNAL))
     time.sleep(STACKS_WAIT_S)
     killer.kill_ranks(tag, signal.SIGKILL)
@@ -154,8 +161,10 @@ def shared_trainer_run(tmp_path_factory, key, n, argv_for, warm_ranks=True):
 
 
 def run_story(expt_dir, r=None):
-    """What a failed assertion on a `restartlab run` shows: the end of its stdout and stderr, and
-    the end of the output of every attempt the watchdog stopped (its ranks' stacks are there)."""
+    """What a failed assertion on a `restartlab run` shows.
+
+    It is the end of the run's stdout and stderr. It adds the end of the output of every attempt
+    the watchdog stopped: its ranks' stacks are there."""
     parts = [r.stdout[-3000:] + r.stderr[-3000:]] if r is not None else []
     for phase in layout.Expt(expt_dir).phases():
         for att in phase.attempts():
@@ -253,13 +262,15 @@ FREEZE_S = 120  # how long the ranks wait right after the step a kill is aimed a
 
 
 def start_and_kill_at(n, args, metrics_path, step, timeout=240, env=None, warm_ranks=True, before_kill=0.0):
-    """Start an attempt, SIGKILL its tagged ranks once rank 0 logged `step`; returns the receipt
-    (warm ranks: their stubs, whose hang-up makes the pool SIGKILL the ranks at once). The ranks
-    wait right after `step` (before its save, and before the next step: the trainer's delay points)
-    until the kill, so that it lands there however slowly the test gets to it: a tiny model trains
-    several steps, and completes a save, in the time a loaded machine takes to notice the step and
-    find the ranks (soak at e184ded: a kill aimed after step 6 found step 8 complete). `before_kill`:
-    seconds the test waits before it kills (tests/test_data.py makes a slow kill happen with it)."""
+    """Start an attempt and SIGKILL its tagged ranks once rank 0 logged `step`. Returns the receipt.
+
+    With warm ranks the kill goes to their stubs. A stub's hang-up makes the pool SIGKILL its rank
+    at once. The ranks wait right after `step` until the kill: before its save, and before the next
+    step (the trainer's delay points). So the kill lands there however slowly the test gets to it.
+    A tiny model trains several steps, and completes a save, in the time a loaded machine takes to
+    notice the step and find the ranks. In a soak at e184ded, a kill aimed after step 6 found step 8
+    complete. `before_kill` is the seconds the test waits before it kills. tests/test_data.py makes
+    a slow kill happen with it."""
     tag = f"test-{uuid.uuid4().hex[:8]}"
     freeze = f"save:{step}:*:{FREEZE_S},step:{step + 1}:*:{FREEZE_S}"
     env = dict(env or {})

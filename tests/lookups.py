@@ -48,9 +48,10 @@ def lookups_in(text: str) -> int:
 
 
 ENV = "the environment (os.environ or the job's env mapping)"
-# Every read by a literal key that is left outside contracts/, and what it reads: none is a record of
-# ours but the launch spec's (its strict reader needs the launcher registry, so it is not in
-# contracts/). tests/test_lookups.py holds each file to its count here and the total below 100.
+# Every read by a literal key that is left outside contracts/, and what it reads.
+# None of them reads a record of ours except the launch spec's. Its strict reader needs the launcher
+# registry, so it is not in contracts/.
+# tests/test_lookups.py holds each file to its count here and the total below 100.
 WHERE = {
     "restartlab/schedulers/pbs.py": (25, "OpenPBS's qstat -f / -Qf and pbsnodes (JSON and text), PBS_EXEC and "
                                          "PBS_CONF_FILE in " + ENV),

@@ -1,9 +1,10 @@
-"""A real OpenPBS 23.06 cluster for the tests (conftest `pbs`): the recipe in
-../shared/recipes/openpbs (RESTARTLAB_OPENPBS_RECIPE elsewhere) starts a server, scheduler, comm
-and three MoMs, each host a network namespace of its own on this machine (rlpbs-head, rlpbs-n1,
-rlpbs-n2; their traffic stays on the namespaces' own bridge). Jobs run as the recipe's ordinary
-user (pbsuser), as on a real cluster: PBS's MoM ignores root-owned processes (no SIGKILL after
-kill_delay, no accounting), so a root job would not show PBS's real kill semantics.
+"""A real OpenPBS 23.06 cluster for the tests (conftest `pbs`).
+
+The recipe in ../shared/recipes/openpbs (RESTARTLAB_OPENPBS_RECIPE elsewhere) starts a server,
+scheduler, comm and three MoMs. Each host is a network namespace of its own on this machine:
+rlpbs-head, rlpbs-n1, rlpbs-n2. Their traffic stays on the namespaces' own bridge. Jobs run as the
+recipe's ordinary user (pbsuser), as on a real cluster. PBS's MoM ignores root-owned processes: no
+SIGKILL after kill_delay, no accounting. So a root job would not show PBS's real kill semantics.
 
 The user submits from the head, like from a login node: `as_user` runs a command there as that
 user, with the PBS commands on PATH."""
@@ -21,9 +22,9 @@ REPO = os.path.dirname(HERE)
 RECIPE = os.environ.get("RESTARTLAB_OPENPBS_RECIPE") or os.path.join(REPO, "..", "shared", "recipes", "openpbs")
 HOW = ("an OpenPBS cluster: the recipe's start-cluster.sh (set RESTARTLAB_OPENPBS_RECIPE to its folder), "
        "or run the PBS tier on a PBS login node")
-# the commands the recipe wraps (its bin/ holds them as links to rlpbs-exec, which a copy may flatten)
-# a directory to move the session's work directory (the jobs' experiments) into at the end instead of
-# removing it: tests/soak.py sets it, so that a failed PBS test's experiment is still there to read
+# The commands the recipe wraps. Its bin/ holds them as links to rlpbs-exec, which a copy may flatten.
+# KEEP_VAR names a directory to move the session's work directory (the jobs' experiments) into at the
+# end, instead of removing it. tests/soak.py sets it, so a failed PBS test's experiment is still there.
 KEEP_VAR = "RESTARTLAB_PBS_KEEP_WORK"
 TOOLS = ("qsub", "qstat", "qdel", "qmgr", "qalter", "qhold", "qrls", "qsig", "qselect", "qrerun", "qrun",
          "pbsnodes", "pbsdsh", "pbs_tmrsh", "printjob", "tracejob")
@@ -66,8 +67,9 @@ class Cluster:
 
     @contextlib.contextmanager
     def scheduling_off(self):
-        """The server takes jobs and starts none (qmgr: scheduling = False) for the block: a job
-        submitted then stays queued until the block ends, on purpose, not by a race."""
+        """For the block, the server takes jobs and starts none (qmgr: scheduling = False).
+
+        A job submitted then stays queued until the block ends, on purpose, not by a race."""
         self.qmgr("set server scheduling = False")
         try:
             yield
@@ -80,9 +82,11 @@ class Cluster:
         return r.stdout
 
     def qmgr_all(self, cmds):
-        """Several qmgr commands in one qmgr (its stdin): one start of the command through the
-        host's namespaces, not one each (about 0.14 s apiece). -a: the first command that fails
-        ends it, with a non-zero exit (OpenPBS 23.06, src/cmds/qmgr.c), asserted here."""
+        """Several qmgr commands in one qmgr, on its stdin.
+
+        The command starts once through the host's namespaces, not once each (about 0.14 s apiece).
+        With -a, the first command that fails ends it with a non-zero exit (OpenPBS 23.06,
+        src/cmds/qmgr.c). This asserts the exit is zero."""
         if not cmds:
             return ""
         r = self.run(["qmgr", "-a"], input="".join(c + "\n" for c in cmds))
@@ -110,8 +114,10 @@ class Cluster:
         raise AssertionError(f"job {jid} did not reach {states} in {timeout}s: {rec}")
 
     def why_not_started(self, jid, lines=12):
-        """tracejob's account of the job and each host's MoM log lines that name it (or, for a host
-        whose log never names it, that log's errors): where a start failed and why."""
+        """Where a start of the job failed and why.
+
+        It gives tracejob's account of the job and each host's MoM log lines that name it. For a
+        host whose log never names it, it gives that log's errors."""
         trace = self.run(["tracejob", "-n", "2", jid]).stdout.splitlines()
         out = ["\n".join(ln for ln in trace if "  A  " not in ln)[-2500:]]  # not the accounting records
         seq = jid.split(".")[0]
@@ -163,9 +169,11 @@ class Cluster:
         return next((ln.split("=", 1)[1].strip() for ln in r.stdout.splitlines() if ln.strip().startswith("state =")), None)
 
     def hydra_launch(self):
-        """Scenario lines: MPICH's Hydra by its path (a PBS job's login shell resets PATH), reaching
-        the other hosts through PBS's TM interface (the recipe's rsh-like wrapper of pbs_tmrsh:
-        there is no sshd, and this Hydra has no -bootstrap pbs)."""
+        """Scenario lines that launch with MPICH's Hydra.
+
+        Hydra is named by its path, because a PBS job's login shell resets PATH. It reaches the
+        other hosts through PBS's TM interface, with the recipe's rsh-like wrapper of pbs_tmrsh.
+        There is no sshd, and this Hydra has no -bootstrap pbs."""
         mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
         return (f"  mpiexec: {mpiexec}\n"
                 f"  launcher_args: [-launcher, rsh, -launcher-exec, {self.tmrsh}]\n")
@@ -213,12 +221,13 @@ def start(missing):
                 f"({(probe.stderr or probe.stdout).strip()[-300:]}): make the venv from a Python every user "
                 f"can read, e.g. `make install PY=/usr/bin/python3` (.ci/run does)")
     c.qmgr(f"set queue workq kill_delay = {KILL_DELAY}")
-    # what ALCF's servers define and the shipped PBS profiles ask for: the `filesystems` resource
-    # and the `prod` and `debug` queues (their directives must reach a server that knows them)
+    # Define what ALCF's servers define and the shipped PBS profiles ask for: the `filesystems`
+    # resource and the `prod` and `debug` queues. Their directives must reach a server that knows them.
     if "filesystems" not in c.run(["qmgr", "-c", "list resource filesystems"]).stdout:
         c.qmgr("create resource filesystems type=string")
-    # Polaris's chunks name their system ("select=1:system=polaris", ALCF's example job scripts): a
-    # host-level string resource; the test hosts do not offer it, so such a job is only ever held here
+    # Polaris's chunks name their system ("select=1:system=polaris", ALCF's example job scripts).
+    # It is a host-level string resource. The test hosts do not offer it, so such a job is only
+    # ever held here.
     if "system" not in c.run(["qmgr", "-c", "list resource system"]).stdout:
         c.qmgr("create resource system type=string,flag=h")
     plain_queues(c)
@@ -249,10 +258,12 @@ def plain_queues(c):
 
 @contextlib.contextmanager
 def site_queues(c, site):
-    """A site's queue table on the server for the block (tests/data/alcf_queues/SITE.qmgr: ALCF's
-    published limits as qmgr commands, each source in its header), in place of the plain `prod` and
-    `debug`; afterwards the table's queues are deleted (their jobs first) and the plain ones come back.
-    The PBS tests share one server on one worker, one at a time: no other test's job is in them."""
+    """A site's queue table on the server for the block, in place of the plain `prod` and `debug`.
+
+    The table is tests/data/alcf_queues/SITE.qmgr: ALCF's published limits as qmgr commands, each
+    source in its header. Afterwards the table's queues are deleted (their jobs first), and the
+    plain ones come back. The PBS tests share one server on one worker, one at a time. So no other
+    test's job is in them."""
     with open(os.path.join(HERE, "data", "alcf_queues", f"{site}.qmgr")) as f:
         lines = [ln.strip() for ln in f if ln.strip() and not ln.startswith("#")]
     made = [ln.split()[2] for ln in lines if ln.startswith("create queue ")]
@@ -313,8 +324,10 @@ def stop(c):
 
 
 def keep_logs(dest):
-    """Copy the server's, scheduler's, comm's and every MoM's logs, and the recipe's start and stop
-    logs, to `dest` (text files, a few MB at most for a suite's session)."""
+    """Copy the daemons' logs and the recipe's start and stop logs to `dest`.
+
+    The daemons are the server, scheduler, comm and every MoM. The logs are text files, a few MB at
+    most for a suite's session."""
     for host in sorted(os.listdir(RLPBS_ROOT)) if os.path.isdir(RLPBS_ROOT) else ():
         for d in LOG_DIRS:
             src = os.path.join(RLPBS_ROOT, host, "home", d)

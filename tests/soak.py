@@ -1,22 +1,25 @@
 """make soak: the suite's multi-rank and end-to-end tiers run RUNS times beside a load, to find the
-races a CI run finds by chance (#49). Each run:
+races a CI run finds by chance (#49). Each run does this:
 
-  - LOAD busy processes (a Python spin loop each), started here and stopped here by PID, take the
-    cores as CI's neighbours do;
-  - pytest runs the tiers (-m "(multirank or slurm or pbs or slow) and not alone", or --mark) on
-    --workers xdist workers, with PYTHONHASHSEED set to the run's seed, keeping every test's
-    tmp_path under build/soak/run-<i>/tmp (its experiment directories, their outputs, the stacks a
-    hung attempt's ranks dumped into its output, the cold stubs' lines);
-  - its JUnit report is read: each failure is written to build/soak/failures.jsonl with the run, its
-    seed, the test, the first lines of its message, the test's tmp directory, the experiment
-    directories under it (its scenario copy marks one) and the attempt outputs holding dumped stacks;
-    the PBS tier's jobs run as another user in the cluster's own work directories, which the run
-    keeps under build/soak/run-<i>/pbs-work (tests/pbs_cluster.KEEP_VAR) and names for a PBS test,
-    with the cluster's own logs (server, scheduler, comm, each MoM, the recipe's start and stop)
-    copied to pbs-work/pbs-logs before its purge.
+  - LOAD busy processes take the cores as CI's neighbours do. Each is a Python spin loop, started
+    here and stopped here by PID.
+  - pytest runs the tiers on --workers xdist workers. The tiers are
+    -m "(multirank or slurm or pbs or slow) and not alone", or --mark. PYTHONHASHSEED is set to
+    the run's seed. Every test's tmp_path is kept under build/soak/run-<i>/tmp. It holds the test's
+    experiment directories, their outputs, the stacks a hung attempt's ranks dumped into its output,
+    and the cold stubs' lines.
+  - The run's JUnit report is read. Each failure goes to build/soak/failures.jsonl with the run, its
+    seed, the test, the first lines of its message and the test's tmp directory. It also lists the
+    experiment directories under it (its scenario copy marks one) and the attempt outputs holding
+    dumped stacks.
+  - The PBS tier's jobs run as another user in the cluster's own work directories. The run keeps
+    them under build/soak/run-<i>/pbs-work (tests/pbs_cluster.KEEP_VAR) and names them for a PBS
+    test. Before the cluster's purge, its own logs are copied to pbs-work/pbs-logs: server,
+    scheduler, comm, each MoM, and the recipe's start and stop.
 
-At the end a table of failures by test (how many of the runs each failed in). Exit 0 when no run
-failed, 1 otherwise. Example: `make soak RUNS=5 LOAD=2 SOAK_K=warm_restart_a_pool` hunts one test."""
+At the end a table of failures by test says how many of the runs each failed in. Exit 0 when no
+run failed, 1 otherwise. Example: `make soak RUNS=5 LOAD=2 SOAK_K=warm_restart_a_pool` hunts one
+test."""
 import argparse
 import collections
 import glob

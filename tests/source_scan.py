@@ -1,5 +1,7 @@
-"""What the tests that keep a name in one owner read: the modules of the tree and the string
-constants of each (its syntax tree; docstrings left out, as prose may name what code must not spell)."""
+"""What the tests that keep a name in one owner read.
+
+They read the modules of the tree and the string constants of each, from its syntax tree.
+Docstrings are left out, as prose may name what code must not spell."""
 import ast
 import os
 

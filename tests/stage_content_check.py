@@ -1,11 +1,14 @@
 """What the async checkpointer writes is the state at the save, bit for bit, on any device.
 
-One process, world size 1: a model trained one step, saved by the async and by the sync
-checkpointer; each checkpoint is read back whole (dcp_to_torch_save) and compared with the live
-state. `--moving-from-local` (CPU) makes DTensor.from_local copy its local tensor, as it does for
-a mesh on a GPU: the defect found on an H200 (the staged DTensors read a GPU copy made once, not
-the host buffers) then shows on any machine. Prints `STAGE_CONTENT {...}`; exit 0 when both
-checkpoints equal the live state."""
+One process, world size 1. A model is trained one step, then saved by the async and by the sync
+checkpointer. Each checkpoint is read back whole (dcp_to_torch_save) and compared with the live
+state.
+
+`--moving-from-local` (CPU) makes DTensor.from_local copy its local tensor, as it does for a mesh
+on a GPU. The defect found on an H200 then shows on any machine. In that defect the staged
+DTensors read a GPU copy made once, not the host buffers.
+
+Prints `STAGE_CONTENT {...}`. Exits 0 when both checkpoints equal the live state."""
 import json
 import os
 import sys

@@ -1,7 +1,10 @@
-"""`restartlab submit --after`: the wait on the login node, on recorded `qstat -f -x` answers (the
-real server's run: tests/test_site_readiness.py, smoke then experiment in a one-job-per-user
-queue). A smoke job that is NOT READY, or ended without a report, submits nothing; the server not
-answering ends the wait; progress is said while it waits."""
+"""`restartlab submit --after`: the wait on the login node, on recorded `qstat -f -x` answers.
+
+The real server's run is in tests/test_site_readiness.py: smoke then experiment in a one-job-per-user
+queue.
+- A smoke job that is NOT READY, or ended without a report, submits nothing.
+- The server not answering ends the wait.
+- Progress is said while it waits."""
 import io
 import json
 

@@ -1,7 +1,14 @@
-"""The package's import structure (setup.cfg's import contracts, checked by import-linter): the
-layers by where code runs, no import cycle, the trainer importing only what a rank needs,
-orchestration never importing torch, the scenario and the analysis never importing the job's runtime; and the warm stub's start a bare Python start. Each contract
-is shown to fail on a copy of the tree with one import planted that breaks it."""
+"""The package's import structure: setup.cfg's import contracts, checked by import-linter.
+
+The contracts are:
+- the layers by where code runs;
+- no import cycle;
+- the trainer imports only what a rank needs;
+- orchestration never imports torch;
+- the scenario and the analysis never import the job's runtime.
+
+It also checks that the warm stub's start is a bare Python start. Each contract is shown to fail
+on a copy of the tree with one import planted that breaks it."""
 import os
 import shutil
 import subprocess
@@ -63,12 +70,20 @@ def _imports(argv, **kw):
 
 
 def test_the_warm_stub_starts_on_the_standard_library_alone(tmp_path):
-    """The stub a launcher starts per rank (python -m restartlab.runtime.warm stub): no pool here,
-    so it starts the program cold through the exit recorder, having imported, beyond what a bare
-    `python -c pass` imports on this machine (site and its .pth files), only the standard library
-    and its own: restartlab's package inits, the wire and its messages, the signals it passes on, the exit recorder, the launcher registry
-    (the rank's number) and the contracts they read (`-X importtime`). The recorder alone, which
-    starts before every cold rank, imports the same but the warm package."""
+    """The stub a launcher starts per rank imports only the standard library and its own.
+
+    The stub is python -m restartlab.runtime.warm stub. There is no pool here, so it starts the
+    program cold through the exit recorder. Beyond what a bare `python -c pass` imports on this
+    machine (site and its .pth files), it has imported only the standard library and its own
+    modules (`-X importtime`):
+    - restartlab's package inits;
+    - the wire and its messages;
+    - the signals it passes on;
+    - the exit recorder;
+    - the launcher registry (the rank's number);
+    - the contracts they read.
+
+    The recorder alone, which starts before every cold rank, imports the same but the warm package."""
     _, bare = _imports(["-c", "pass"])
     r, imported = _imports(["-m", "restartlab.runtime.warm", "stub", "--dir", str(tmp_path / "none"),
                             "--attempt-dir", str(tmp_path / "att"), "--", sys.executable, "-c", "print('cold')"])

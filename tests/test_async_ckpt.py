@@ -1,7 +1,9 @@
-"""Async checkpointing with real mpiexec ranks on CPU/gloo: SIGKILL during staging, during the
-node-local write, during the durable copy and between the copy and the marker; every relaunch
-resumes from the newest `.complete` and the final parameters equal an uninterrupted run. And 50
-consecutive async saves at the shortest interval without a hang (every wait has a timeout)."""
+"""Async checkpointing with real mpiexec ranks on CPU/gloo.
+
+SIGKILL lands during staging, during the node-local write, during the durable copy, and between the
+copy and the marker. Every relaunch resumes from the newest `.complete`, and the final parameters
+equal an uninterrupted run. Then 50 consecutive async saves run at the shortest interval without a
+hang, because every wait has a timeout."""
 import glob
 import json
 import os
@@ -32,8 +34,10 @@ def reference(tmp_path_factory):
 @pytest.mark.parametrize("stage,fmt", [(None, "dcp"), ("none", "dcp"), (None, "raw"), ("none", "raw")],
                          ids=["staged", "direct", "staged-raw", "direct-raw"])
 def test_kills_inside_async_save_resume_exactly(tmp_path, tmp_path_factory, stage, fmt):
-    """Killed at each point of an async save (direct: straight into the durable dir, so its torn
-    files lie where a checkpoint belongs and only the missing .complete keeps them from loading)."""
+    """Killed at each point of an async save.
+
+    The direct save writes straight into the durable dir. Its torn files then lie where a checkpoint
+    belongs, and only the missing .complete keeps them from loading."""
     ref, run = reference(tmp_path_factory), str(tmp_path / "run")
     expect_resume = [None, 4, 4, 4, 4]
     points = ["stage:8", "write:8", "copy:8:1", "mark:8"] if stage is None else ["stage:8", "write:8", "mark:8"]
@@ -80,9 +84,10 @@ def test_fifty_consecutive_async_saves_no_hang(tmp_path, n):
     assert ckptdir.complete_steps(os.path.join(d, "ckpts")) == list(range(1, 51))
     finals = [m["train/ckpt_finalize_seconds"] for m in ms if "train/ckpt_finalize_seconds" in m]
     assert len(finals) == 50
-    # .complete is stamped when every rank's copy is durable, not at the next save: between the
-    # last rank's durable copy (durable_ts, from the gather) and the marker (complete_ts), the
-    # training loop finished at most two steps (row timestamps are taken at the end of each step).
+    # .complete is stamped when every rank's copy is durable, not at the next save.
+    # durable_ts (from the gather) is the last rank's durable copy; complete_ts is the marker.
+    # Between the two, the training loop finished at most two steps.
+    # Row timestamps are taken at the end of each step.
     step_ts = sorted(r["timestamp"] for r in raw_rows(os.path.join(d, "out", layout.metrics_name(0)))
                      if "train/loss" in r["metrics"])
     for s in range(1, 51):
@@ -93,11 +98,12 @@ def test_fifty_consecutive_async_saves_no_hang(tmp_path, n):
         assert between <= 2, (s, between, info["complete_ts"] - info["durable_ts"])
 
 
-# The stage-dir race (issue: 1 relaunch in 7 died with FileExistsError in DCP's mkdir). Forced
-# here: rank 1 finds the step's stage dir already created (by rank 0) and, before it checks it
-# again, rank 2 cleans the stage dir, and creates it again only later. When any rank may remove
-# the node-shared directory this fails every time; with one owner per node (local rank 0),
-# ordered by a barrier on the checkpoint group, nobody removes what another may be using.
+# The stage-dir race. In the issue, 1 relaunch in 7 died with FileExistsError in DCP's mkdir.
+# It is forced here. Rank 1 finds the step's stage dir already created by rank 0. Before rank 1
+# checks it again, rank 2 cleans the stage dir, and creates it again only later.
+# When any rank may remove the node-shared directory, this fails every time.
+# With one owner per node (local rank 0), ordered by a barrier on the checkpoint group,
+# nobody removes what another may be using.
 RACE = "mkdir:4:1:0.5,mkdir-exists:4:1:1.5,stage-clean:4:2:1.0,mkdir:4:2:3.0"
 
 
@@ -115,8 +121,10 @@ def test_stage_dir_has_one_owner_per_node(tmp_path):
 
 
 def test_stage_dir_of_a_killed_attempt_is_removed_by_the_relaunch(tmp_path):
-    """A relaunch cleans the stage steps a killed attempt left and, at its end, removes the stage
-    dir the first attempt created; a stage dir the user made (with files of their own) stays."""
+    """A relaunch cleans the stage steps a killed attempt left.
+
+    At its end, it removes the stage dir the first attempt created. A stage dir the user made, with
+    files of their own, stays."""
     run = str(tmp_path / "run")
     r = run_trainer(2, args(run, iters=8, save=2), env={"RESTARTLAB_FAULT": "copy:4:1"})
     assert r.returncode != 0 and os.path.isdir(os.path.join(run, "stage", ckptdir.step_dirname(4)))
@@ -164,10 +172,12 @@ def test_two_owners_sharing_one_stage_path(tmp_path):
 
 @pytest.mark.parametrize("moving", [False, True], ids=["plain", "from_local-copies"])
 def test_async_checkpoint_holds_the_state_at_the_save(tmp_path, moving):
-    """The async checkpoint read back whole equals the live state at the save, at the first save
-    and at a second one that reuses the staged buffers. With DTensor.from_local made to copy (what
-    it does for a GPU mesh) this failed before the staged wrappers were pointed at the host
-    buffers: every sharded tensor differed (found on an H200, where it gave NaN after a resume)."""
+    """The async checkpoint read back whole equals the live state at the save.
+
+    This holds at the first save and at a second one that reuses the staged buffers. Here
+    DTensor.from_local is made to copy, as it does for a GPU mesh. The test failed this way before
+    the staged wrappers were pointed at the host buffers: every sharded tensor differed. It was
+    found on an H200, where it gave NaN after a resume."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stage_content_check.py")
     env = dict(os.environ)
     env.pop("MASTER_ADDR", None)
@@ -183,10 +193,12 @@ def test_async_checkpoint_holds_the_state_at_the_save(tmp_path, moving):
 
 
 def test_default_stage_is_skipped_on_the_checkpoints_own_file_system(tmp_path):
-    """Without --ckpt-stage-dir the async save stages in a fresh private dir under /tmp only when
-    /tmp is another file system than the checkpoint dir's (node-local disk vs a parallel file
-    system); on the same one the background save writes straight to the checkpoint dir. (The
-    staged default itself: tests/test_shared_node.py, with the checkpoint dir on /dev/shm.)"""
+    """Without --ckpt-stage-dir, the async save stages only when /tmp is another file system.
+
+    It stages in a fresh private dir under /tmp when /tmp is on another file system than the
+    checkpoint dir, e.g. node-local disk vs a parallel file system. On the same file system, the
+    background save writes straight to the checkpoint dir. tests/test_shared_node.py tests the
+    staged default itself, with the checkpoint dir on /dev/shm."""
     assert ckptdir.same_file_system(str(tmp_path / "a" / "b"), str(tmp_path))
     assert not ckptdir.same_file_system("/proc/self", str(tmp_path))
     d = str(tmp_path)

@@ -1,7 +1,10 @@
-"""The checkpoint's bytes and their checksums, after the save got cheaper (#15): the fast crc32
-(ISA-L) is zlib's CRC-32, also for running and segment crcs; torch.save's own zip CRC is off
-while restartlab writes (our crc32 covers the same bytes) and only then; items written so load
-with torch.load, and manifest.json's crc of each item is zlib's crc of its bytes on disk."""
+"""The checkpoint's bytes and their checksums, after the save got cheaper (#15).
+
+- The fast crc32 (ISA-L) is zlib's CRC-32, also for running and segment crcs.
+- torch.save's own zip CRC is off while restartlab writes, and only then. Our crc32 covers the same
+  bytes.
+- Items are written so that they load with torch.load.
+- manifest.json's crc of each item is zlib's crc of its bytes on disk."""
 import io
 import json
 import os

@@ -1,6 +1,8 @@
-"""`restartlab diff A B` (trainer/ckpt_diff.py): two checkpoints compared key by key: a torch.save
-file, a DCP directory, a framework's folder of files; what differs and by how much, what one side
-lacks; exit 0 identical, 1 different, 2 unreadable (a clear line, no traceback)."""
+"""`restartlab diff A B` (trainer/ckpt_diff.py) compares two checkpoints key by key.
+
+A checkpoint is a torch.save file, a DCP directory, or a framework's folder of files. It says what
+differs and by how much, and what one side lacks. The exit is 0 when identical, 1 when different,
+and 2 when unreadable (a clear line, no traceback)."""
 import os
 import subprocess
 import sys

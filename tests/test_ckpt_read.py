@@ -1,7 +1,7 @@
-"""The verified reader puts a DCP-format item's tensor bytes straight into the model's tensor
-(#37): the writer lists where torch.save put a contiguous tensor's record, the reader checks the
-whole item's bytes first, then the zip header of that record before it trusts the place;
-anything it cannot confirm takes DCP's road (read whole, torch.load). One process, no group."""
+"""The verified reader puts a DCP-format item's tensor bytes straight into the model's tensor (#37).
+The writer lists where torch.save put a contiguous tensor's record. The reader checks the whole
+item's bytes first, then the zip header of that record, before it trusts the place. Anything it
+cannot confirm takes DCP's road (read whole, torch.load). One process, no group."""
 import json
 import os
 
@@ -63,8 +63,8 @@ def test_records_go_straight_into_the_tensors_and_plain_dcp_load_still_reads_the
     assert all(off % 64 == 0 and 0 < off < n for _, n, _, off in with_record)
     out, reader = _load(str(tmp_path), manifest, sd)
     assert _equal(out, sd)
-    # only items without a record took DCP's road: the transposed one (its storage is not in C
-    # order), and the 4-byte step if its size met another write's
+    # Only items without a record took DCP's road. These are the transposed one (its storage is not
+    # in C order), and the 4-byte step if its size met another write's.
     assert reader.took_dcp_road == len(items) - len(with_record) - 1, items  # (- the BYTE_IO epoch)
     assert len(with_record) <= len(items) - 2
     plain = _zeros(sd)

@@ -19,7 +19,7 @@ def test_prune_keeps_the_newest_and_never_leaves_a_half_deleted_step(tmp_path):
         _fake(ck, s)
     _fake(ck, 5, complete=False)     # torn, older than the newest complete: goes
     _fake(ck, 15, complete=False)    # newer than the newest complete: a save may be in flight
-    # what a prune killed mid-delete left behind (renamed out of sight first, so never a step)
+    # What a prune killed mid-delete left behind. It was renamed out of sight first, so it is never a step.
     os.makedirs(os.path.join(ck, ckptdir.TRASH_PREFIX + ckptdir.step_dirname(2), "sub"))
     assert ckptdir.list_steps(ck) == [3, 5, 6, 9, 12, 15]
     assert sorted(ckptdir.prune(ck, 2)) == [3, 5, 6]
@@ -28,8 +28,10 @@ def test_prune_keeps_the_newest_and_never_leaves_a_half_deleted_step(tmp_path):
 
 
 def test_prune_puts_every_doomed_step_out_of_sight_before_it_hands_them_to_delete(tmp_path):
-    """The trainer deletes behind the save: `delete` gets trees that are no step any more, and
-    nothing is deleted until it runs (a kill before then leaves trash for the next prune)."""
+    """The trainer deletes behind the save.
+
+    `delete` gets trees that are no step any more, and nothing is deleted until it runs.
+    A kill before then leaves trash for the next prune."""
     ck = str(tmp_path)
     for s in (3, 6, 9):
         _fake(ck, s)

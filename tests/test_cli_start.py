@@ -1,9 +1,11 @@
-"""A verb starts with its own modules only. A job script starts `restartlab supervise`, `inject`,
-`kill-ranks` and `report` many times (the suite: about 1,100 of them, tests/cpu_account.py); when
-each built the parser of every verb, each imported the scenario package, preflight, fuzz and
-Jinja, about 0.13 CPU-s a process here (supervise --help: 0.31 -> 0.10 CPU-s). The parser built
-for one verb must say and parse exactly what the whole parser does, and the errors main() turns
-into one line must still be caught when their module is loaded."""
+"""A verb starts with its own modules only.
+
+A job script starts `restartlab supervise`, `inject`, `kill-ranks` and `report` many times. The
+suite starts about 1,100 of them (tests/cpu_account.py). When each built the parser of every verb,
+each imported the scenario package, preflight, fuzz and Jinja. That cost about 0.13 CPU-s a process
+here (supervise --help: 0.31 -> 0.10 CPU-s). The parser built for one verb must say and parse exactly
+what the whole parser does. The errors main() turns into one line must still be caught when their
+module is loaded."""
 import json
 import subprocess
 import sys
@@ -17,8 +19,9 @@ HEAVY = ("restartlab.scenario", "restartlab.job.preflight", "restartlab.fuzz", "
 
 
 def _imported_by(verb):
-    """What `restartlab VERB --help` imported, through main() as the job script runs it (its --help
-    exits from inside the parse; the list is printed at the interpreter's exit)."""
+    """What `restartlab VERB --help` imported, through main() as the job script runs it.
+
+    --help exits from inside the parse, so the list is printed at the interpreter's exit."""
     code = ("import atexit, json, sys\n"
             f"atexit.register(lambda: print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules])))\n"
             f"from restartlab import cli\ncli.main([{verb!r}, '--help'])")

@@ -1,5 +1,7 @@
-"""Accounting on synthetic metrics with known answers (kill right after a save, a kill before
-any checkpoint, off-by-one cases), and one real `restartlab run` checked against its raw files."""
+"""Accounting on synthetic metrics with known answers, and one real `restartlab run`.
+
+The synthetic cases include a kill right after a save, a kill before any checkpoint, and off-by-one
+cases. The real run is checked against its raw files."""
 import argparse
 from dataclasses import asdict, replace
 import json
@@ -81,11 +83,14 @@ def test_accounting_known_answers(tmp_path):
 
 
 def test_an_attempt_cut_short_with_its_job_is_placed_by_its_launch_record(tmp_path):
-    """PBS requeued the job while attempt 2 trained (its node lost, say): attempt 2 left steps and
-    its launch record, no attempt record. Its launch record says which run of the job it was in, so
-    the time to the job's second run (attempt 3) is found: a failure's, not a chain's hand-over (#65):
-    ended by the scheduler (no rank's death is known), its downtime from attempt 2's last sign of life
-    to attempt 3's first step, and in the phase's wall time."""
+    """PBS requeued the job while attempt 2 trained, say because its node was lost.
+
+    Attempt 2 left steps and its launch record, but no attempt record. Its launch record says which
+    run of the job it was in. So the time to the job's second run (attempt 3) is found. It is a
+    failure's time, not a chain's hand-over (#65):
+    - It was ended by the scheduler: no rank's death is known.
+    - Its downtime runs from attempt 2's last sign of life to attempt 3's first step.
+    - It counts in the phase's wall time."""
     ph = str(tmp_path / "sync")
     write_attempt(ph, 1, 100.0, steps(1, 7, 100.0), 108.0, garbage=False)
     write_attempt(ph, 2, 110.0, steps(1, 5, 112.0), 0.0, garbage=False)
@@ -128,8 +133,8 @@ def test_an_attempt_cut_short_with_its_job_is_placed_by_its_launch_record(tmp_pa
     assert "eligible to run again at " in text and "73 s between the runs" in text, text
     s = collect.summarize_phase(p)
     assert s.wall_s == pytest.approx(213.0 - 100.0) and s.queue_wait_s == 0, s.wall_s
-    # the issue's own case: a fault at 115.5 (a rank stopped), the watchdog decides at 140 (its marker, written before any
-    # teardown), then the job's run ends under it and the scheduler requeues the job
+    # The issue's own case. A fault at 115.5 stops a rank. The watchdog decides at 140; its marker is
+    # written before any teardown. Then the job's run ends under it and the scheduler requeues the job.
     with open(layout.Phase(ph).injections, "w") as f:
         f.write(json.dumps({"time": 115.5, "killed": 1, "kind": "hang", "signal": "STOP"}) + "\n")
     hang = layout.Phase(ph).attempt(2).hang
@@ -198,8 +203,9 @@ def test_baseline_is_the_phase_without_checkpoints_whatever_its_name(tmp_path):
 
 
 def test_report_and_simulate_share_the_restart_cost(tmp_path):
-    """One R (detection + relaunch gap + restart) and one Young-Daly for the report and
-    `simulate --from`: the same run gets the same interval from both."""
+    """The report and `simulate --from` share one R and one Young-Daly.
+
+    R is detection + relaunch gap + restart. The same run gets the same interval from both."""
     from restartlab.analysis import simulate
     ev = [FailureEvent(attempt=1, detected_by="launcher", restart_s=4.0, launch_gap_s=0.01, detection_s=0.3, kind="kill"),
           FailureEvent(attempt=2, detected_by="launcher", restart_s=6.0, launch_gap_s=0.03, detection_s=0.5, kind="kill")]
@@ -246,8 +252,8 @@ def test_report_exit_status_comes_from_typed_problems(tmp_path):
 
 
 def test_the_crash_line_is_the_programs_not_a_note_of_restartlab():
-    """CI (stop 68): ezpz's FSDP+TP program crashed in gloo; the crash line quoted was the probe's
-    note "restartlab: whole-state fingerprints not taken: ValueError: ...", written just before."""
+    """CI (stop 68): ezpz's FSDP+TP program crashed in gloo. The crash line quoted was the probe's
+    note, written just before: "restartlab: whole-state fingerprints not taken: ValueError: ..."."""
     tail = ("[1] restartlab: whole-state fingerprints not taken: ValueError: strided sharding: not compared whole\n"
             "restartlab: rank hooks off: OSError: no such file\n"
             "[1] step 5 loss 2.3\n"
@@ -280,11 +286,12 @@ def test_report_names_missing_phase_and_reads_ezpz_globs(tmp_path):
 @pytest.mark.multirank
 @pytest.mark.timeout(600)
 def test_real_restartlab_run(tmp_path):
-    """A minimal scenario end to end: real mpiexec ranks, real kills, relaunch loop, report; then
-    a sync variant of it that reuses its baseline (run --baseline-from)."""
+    """A minimal scenario end to end: real mpiexec ranks, real kills, relaunch loop, report.
+
+    Then a sync variant of it reuses its baseline (run --baseline-from)."""
     d = tmp_path / "expt"
-    # a start-up that hangs (CI, 2026-12-02: the async phase's second attempt, 520 s without a
-    # step) is stopped by the watchdog after 150 s, with the ranks' stacks in its output
+    # The watchdog stops a start-up that hangs after 150 s, with the ranks' stacks in its output.
+    # In CI (2026-12-02) the async phase's second attempt hung like that: 520 s without a step.
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(d), "--plain",
                         "--set", "trainer.train_iters=30", "--set", "failures.schedule.at_steps=[12]",
                         "--set", "phases=[{name: baseline, checkpoint: none}, {name: async, checkpoint: async}]",
@@ -306,8 +313,8 @@ def test_real_restartlab_run(tmp_path):
     assert ev["step_at_kill"] == last and ev["lost_steps"] == last - ev["resumed_from"]
     assert ev["downtime_s"] > ev["restart_s"] > 0
     assert os.path.exists(layout.Expt(d).report) and os.path.exists(d / "progress.png")
-    # where the kill landed (the newest complete save it found: the injector's record) and what a
-    # failure at a random time loses here: saves every 5 steps, as the launches found them
+    # Where the kill landed: the newest complete save it found, from the injector's record. Then what
+    # a failure at a random time loses here: saves come every 5 steps, as the launches found them.
     assert ev["gate"] == "complete" and ev["newest_complete_at_kill"] == inj[0]["newest_complete"] >= 10
     assert ev["steps_after_save"] == last - inj[0]["newest_complete"]
     exp = a["expected_loss"]
@@ -332,8 +339,9 @@ def test_real_restartlab_run(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2 and "saves no checkpoints" in r.stderr, r.stderr
 
-    # a sync variant of the same scenario takes that baseline instead of running it again
-    # (restartlab run --baseline-from): copied, not run, and the sync phase judged against it
+    # A sync variant of the same scenario takes that baseline instead of running it again
+    # (restartlab run --baseline-from). The baseline is copied, not run. The sync phase is judged
+    # against it.
     common = ["--set", "trainer.train_iters=30", "--set", "failures.schedule.at_steps=[12]",
               "--set", "phases=[{name: baseline, checkpoint: none}, {name: sync, checkpoint: sync}]",
               "--set", "trainer.save_interval=5", "--set", "collection.plots=false"]
@@ -385,8 +393,8 @@ def test_ctrl_c_stops_everything_and_leaves_a_readable_experiment(tmp_path):
     d = tmp_path / "expt"
     p = subprocess.Popen([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(d), "--plain",
                           "--set", "trainer.train_iters=100", "--set", "failures.schedule.at_steps=[80]",
-                          # 0.1 s a step (a test-only delay point): the sync phase is still running at
-                          # the Ctrl-C, and its ranks (and the baseline's before) sleep instead of computing
+                          # 0.1 s a step (a test-only delay point). The sync phase is still running at
+                          # the Ctrl-C. Its ranks, and the baseline's before them, sleep instead of computing.
                           "--set", 'launch.env={RESTARTLAB_DELAY: "step:*:*:0.1"}'],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                          # a foreground job at a terminal: SIGINT as default. The suite may run as a

@@ -1,6 +1,6 @@
-"""tests/cpu_account.py's join of the kernel's process records with the Python lines: a pid used
-twice in one run is two processes, each with its own parent and line (the suite's ~51,000
-processes reuse ~20,000 pids)."""
+"""tests/cpu_account.py's join of the kernel's process records with the Python lines.
+A pid used twice in one run is two processes, each with its own parent and line. The suite's
+~51,000 processes reuse ~20,000 pids."""
 from tests import cpu_account as ca
 
 

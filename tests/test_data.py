@@ -1,5 +1,9 @@
-"""Real token data (`--data`): the byte-level file writer, the sample order as a pure function of
-(seed, step, data-parallel rank), exact resume after a SIGKILL on real text, and bad files."""
+"""Real token data (`--data`).
+
+- The byte-level file writer.
+- The sample order as a pure function of (seed, step, data-parallel rank).
+- Exact resume after a SIGKILL on real text.
+- Bad files."""
 import json
 import os
 import subprocess

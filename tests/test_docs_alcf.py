@@ -1,8 +1,10 @@
-"""docs/alcf.md, followed as written: every `restartlab render|preflight|submit` line of its code
-blocks and every `make aurora-expt`/`polaris-expt` names a scenario that exists and renders, with
-its own flags, into the script the golden files hold for that machine (submit as `--dry-run`, which
-renders and submits nothing; `--after` and the account kept as the page has them). A page that
-drifts from the files fails here."""
+"""docs/alcf.md, followed as written.
+
+Every `restartlab render|preflight|submit` line of its code blocks names a scenario that exists. So
+does every `make aurora-expt`/`polaris-expt`. Each renders, with its own flags, into the script the
+golden files hold for that machine. Submit runs as `--dry-run`, which renders and submits nothing.
+`--after` and the account are kept as the page has them. A page that drifts from the files fails
+here."""
 import os
 import re
 import shlex

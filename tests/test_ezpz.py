@@ -1,15 +1,17 @@
-"""The seed's own program: ezpz 0.26.1's `python -m ezpz.examples.fsdp_tp` (saforem2/ezpz at
-1229a17, installed by make test from ../shared/fixtures/ezpz), for real: 2 ranks under Hydra
-mpiexec, CPU, gloo, tp 2, its `debug` preset made smaller (scenarios/examples/ezpz-cpu.yaml).
+"""The seed's own program, run for real: ezpz 0.26.1's `python -m ezpz.examples.fsdp_tp`.
 
-- `restartlab run` of its three phases: the sync restarts resume from the newest complete
-  checkpoint and the loss is identical to the baseline's at every step; its save lines are booked
-  by kind (save, stage); its own timers (train/restart_seconds, ...) stand beside restartlab's.
-- Its async save on CPU, the finding: dcp.async_save's collectives share the default gloo group
-  with training's, so the first save crashes (SIGABRT, gloo's "collective mismatch") or hangs;
-  the verdict names the crash, the save left unfinished, or the watchdog's stop.
-- A mistaken scheduler (EZPZ_SCHEDULER=SLURM without a Slurm job): rank 0 raises while rank 1
-  waits in a barrier; the start-up watchdog ends it with a verdict, not the job's walltime.
+It is saforem2/ezpz at 1229a17, installed by make test from ../shared/fixtures/ezpz. It runs 2 ranks
+under Hydra mpiexec, on CPU, with gloo and tp 2. Its `debug` preset is made smaller
+(scenarios/examples/ezpz-cpu.yaml).
+
+- `restartlab run` of its three phases. The sync restarts resume from the newest complete
+  checkpoint, and the loss is identical to the baseline's at every step. Its save lines are booked
+  by kind (save, stage). Its own timers (train/restart_seconds, ...) stand beside restartlab's.
+- Its async save on CPU, the finding. dcp.async_save's collectives share the default gloo group
+  with training's. So the first save crashes (SIGABRT, gloo's "collective mismatch") or hangs.
+  The verdict names the crash, the save left unfinished, or the watchdog's stop.
+- A mistaken scheduler (EZPZ_SCHEDULER=SLURM without a Slurm job). Rank 0 raises while rank 1
+  waits in a barrier. The start-up watchdog ends it with a verdict, not the job's walltime.
 - Without --seed it does not repeat itself: the verdict says so instead of blaming a restart.
 - `restartlab fuzz` of its sync phase: every kill survived.
 - A scenario that cannot run (ezpz not installed, a flag it does not take, a scheduler it would
@@ -75,10 +77,12 @@ def _flow(cmd):
 
 @pytest.fixture(scope="module")
 def expt(tmp_path_factory):
-    """One experiment, asserted on by several tests: baseline and sync (kills gated on ezpz's
-    .complete after steps 7 and 13), 20 steps, a save every 5; three attempts at most. (The async
-    phase has its own run below: its hangs want a shorter watchdog than ezpz's ~20 s of plots at
-    the end of a run allow.)"""
+    """One experiment that several tests assert on.
+
+    It has a baseline and a sync phase, 20 steps, a save every 5, and three attempts at most.
+    The sync phase's kills are gated on ezpz's .complete after steps 7 and 13. The async phase has
+    its own run below. Its hangs want a shorter watchdog than ezpz's ~20 s of plots at the end of
+    a run allow."""
     d = str(tmp_path_factory.mktemp("ezpz") / "expt")
     r = _run(d, "relaunch.max_attempts=3", 'phases=[{name: baseline, checkpoint: none}, '
              '{name: sync, checkpoint: sync, args: [--save-interval, "5"]}]')
@@ -102,9 +106,10 @@ def test_sync_restarts_resume_from_the_newest_complete_checkpoint_bit_for_bit(ex
         assert e["lost_steps"] == e["step_at_kill"] - e["resumed_from"] >= 0
         with open(phase.attempt(e["attempt"] + 1).output) as f:  # ezpz's own word for it (in colour)
             assert f"RESUMED from step={e['resumed_from']} " in programs.clean_line(f.read())
-    # its "train/ckpt_save_seconds=S (sync save @ step N)" lines, each read once: 4 saves, but a kill gated on
-    # .complete may land before ezpz logs that save's line (CI, session 14: 60 ms after step 10's .complete),
-    # so the count is the lines the outputs hold, and at least the saves no kill followed (5 and 20)
+    # Its "train/ckpt_save_seconds=S (sync save @ step N)" lines, each read once. There are 4 saves.
+    # But a kill gated on .complete may land before ezpz logs that save's line (CI, session 14: 60 ms
+    # after step 10's .complete). So the count is the lines the outputs hold. They include at least
+    # the saves no kill followed (5 and 20).
     printed = []
     for k in range(1, len(v["restarts"]) + 1):
         with open(phase.attempt(k).output, errors="replace") as f:
@@ -117,8 +122,10 @@ def test_sync_restarts_resume_from_the_newest_complete_checkpoint_bit_for_bit(ex
 
 
 def test_ezpz_own_timers_beside_restartlabs(expt):
-    """ezpz's train/restart_seconds is timed from its main() (after the imports and the launch),
-    so it is less than restartlab's launch -> first step, which is less than the downtime."""
+    """ezpz's train/restart_seconds is less than restartlab's launch -> first step.
+
+    ezpz times it from its main(), after the imports and the launch. Restartlab's launch -> first
+    step is in turn less than the downtime."""
     d, _ = expt
     own = _summary(d)["sync"]["own_metrics"]
     rows = {r["attempt"]: r for r in own["restarts"]}
@@ -135,8 +142,8 @@ def test_ezpz_own_timers_beside_restartlabs(expt):
 
 def test_async_on_cpu_crashes_or_hangs_at_its_first_save(tmp_path):
     d = str(tmp_path / "expt")
-    # hang_timeout 10 s: past its first step ezpz logs a step every ~0.2 s here, and an attempt never
-    # reaches its ~12 s of plots at the end (it stops at the save of step 5); 20 s cost 20 s more
+    # hang_timeout 10 s. Past its first step, ezpz logs a step every ~0.2 s here. An attempt never
+    # reaches its ~12 s of plots at the end: it stops at the save of step 5. 20 s cost 20 s more.
     _run(d, "relaunch.max_attempts=2", "relaunch.hang_timeout=10s", "trainer.program.steps=8",
          f"trainer.program.command={_flow(BASE_CMD + ['--seed', '1', '--train-iters', '8'])}",
          'phases=[{name: async, checkpoint: async, failures: none, '
@@ -163,10 +170,11 @@ def test_async_on_cpu_crashes_or_hangs_at_its_first_save(tmp_path):
 
 
 def test_a_mistaken_scheduler_ends_rank_0_and_its_peer_is_not_left_waiting(tmp_path):
-    """Rank 0 raises within its start-up (~5 s idle) and exits 1 while rank 1 waits in its barrier for
-    ever (Hydra ends the others only when a rank dies by a signal): the attempt is stopped
-    relaunch.rank_exit_grace after rank 0's end (5 s here; the start-up watchdog, 120 s, would be
-    next), and the verdict is rank 0's crash with the line of its output that says why."""
+    """Rank 0 raises within its start-up (~5 s idle) and exits 1, while rank 1 waits in its barrier for ever.
+
+    Hydra ends the others only when a rank dies by a signal. The attempt is stopped
+    relaunch.rank_exit_grace after rank 0's end: 5 s here. The start-up watchdog (120 s) would be
+    next. The verdict is rank 0's crash, with the line of its output that says why."""
     d = str(tmp_path / "expt")
     r = _run(d, "launch.env.EZPZ_SCHEDULER=SLURM", "relaunch.startup_timeout=120s", "relaunch.rank_exit_grace=5s",
              "relaunch.max_attempts=1",
@@ -192,8 +200,9 @@ def test_without_a_seed_it_does_not_repeat_itself_and_the_verdict_says_so(tmp_pa
     assert "differs from the baseline at step 1" in v["baseline"]
 
 
-# alone: under a second worker the fuzz landed 1 of its 3 kills (make test, 2026-12-02); alone, with a 20 s
-# fuzz_window, too (.ci/run, 2026-12-03: idle, an attempt trains from +5 s to +8.5 s after its launch)
+# alone: under a second worker the fuzz landed 1 of its 3 kills (make test, 2026-12-02). It did so
+# alone too, with a 20 s fuzz_window (.ci/run, 2026-12-03). Idle, an attempt trains from +5 s to
+# +8.5 s after its launch.
 @pytest.mark.alone
 def test_fuzz_of_the_sync_phase_every_kill_survived(tmp_path):
     d = str(tmp_path / "expt")

@@ -1,6 +1,7 @@
-"""Failure kinds through `restartlab run`: one schedule mixing rank, hang and preempt, each
-injected, detected, recovered from, and booked by kind in the report (detection time and the
-mechanism that noticed it); a preemption loses no step."""
+"""Failure kinds through `restartlab run`: one schedule mixes rank, hang and preempt.
+
+Each is injected, detected, recovered from, and booked by kind in the report. The report gives its
+detection time and the mechanism that noticed it. A preemption loses no step."""
 import json
 import os
 import subprocess
@@ -17,9 +18,10 @@ pytestmark = [pytest.mark.multirank, pytest.mark.timeout(900)]
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 def test_rank_hang_preempt_in_one_run(tmp_path, warm):
-    """Also with warm restart (relaunch.warm): the one-rank kinds strike a forked rank (never its
-    stub or the pool), the preemption's TERM reaches the ranks directly and through their stubs,
-    and the outcome is the same."""
+    """The same outcome with warm restart (relaunch.warm).
+
+    The one-rank kinds strike a forked rank, never its stub or the pool. The preemption's TERM
+    reaches the ranks directly and through their stubs."""
     d = tmp_path / "expt"
     sched = "[{step: 10, kind: rank}, {step: 25, kind: hang}, {step: 40, kind: preempt}]"
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(d), "--plain",
@@ -47,12 +49,13 @@ def test_rank_hang_preempt_in_one_run(tmp_path, warm):
     a = [json.load(open(layout.Expt(d).phase("sync").attempt(i).record)) for i in (1, 2, 3, 4)]
     assert [x["hang"] for x in a] == [False, True, False, False] and a[2]["preempted"] and a[3]["completed"]
     assert [x["injected"] for x in a] == [True, True, True, False]
-    # before the watchdog's KILL, the hung attempt's ranks that could still run wrote their stacks
-    # (trainer_options.STACKS_SIGNAL): the one not stopped, waiting in a collective for its peer
+    # Before the watchdog's KILL, the hung attempt's ranks that could still run wrote their stacks
+    # (trainer_options.STACKS_SIGNAL). That is the one not stopped, waiting in a collective for its peer.
     hung = open(layout.Expt(d).phase("sync").attempt(2).output).read()
     assert "(most recent call first)" in hung and 'trainer/__main__.py", line' in hung, hung[-3000:]
-    # and its processes as the watchdog found them (procsnap): the launcher first, the SIGSTOPped
-    # rank "stopped", the launcher's ranks (their exit recorders or warm stubs) asleep in the kernel
+    # Its processes are written as the watchdog found them (procsnap). The launcher is first.
+    # The SIGSTOPped rank is "stopped". The launcher's ranks (their exit recorders or warm stubs)
+    # are asleep in the kernel.
     with open(layout.Expt(d).phase("sync").attempt(2).hang_procs) as f:
         procs = [line for line in f if not line.startswith(("#", "    pid"))]
     assert "mpiexec" in procs[0] and any(" stopped " in line for line in procs), procs
@@ -63,10 +66,12 @@ def test_rank_hang_preempt_in_one_run(tmp_path, warm):
 
 
 def test_walltime_warning_emergency_checkpoint_nothing_lost(tmp_path):
-    """relaunch.walltime_margin before job.walltime the job script sends the ranks the trainer's
-    preemption signal: the async phase writes an emergency checkpoint of its last step (waiting
-    for the save in flight) and exits 5; nothing is relaunched, the next phase never starts, the
-    job exits 5 (state saved, training unfinished) and the report says what the stop kept."""
+    """The walltime warning gets an emergency checkpoint, and nothing is lost.
+
+    relaunch.walltime_margin before job.walltime, the job script sends the ranks the trainer's
+    preemption signal. The async phase waits for the save in flight, writes an emergency checkpoint
+    of its last step, and exits 5. Nothing is relaunched, and the next phase never starts. The job
+    exits 5 (state saved, training unfinished). The report says what the stop kept."""
     d = tmp_path / "expt"
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "run", "--expt-dir", str(d), "--plain",
                         "--set", "phases=[{name: first, checkpoint: async, failures: false}, "

@@ -1,8 +1,12 @@
-"""Recovery without a restart: a phase of torchft replica groups (runtime/ft_phase.py), the bundled
-trainer as one group (trainer/ft.py), the accounting and verdict (analysis/ft_accounting.py).
+"""Recovery without a restart.
 
-Real parts: torchft 0.2.0's own lighthouse executable, real mpiexec groups, the phase's real
-injector and killer; the accounting test reads records written the way the trainer writes them."""
+The tests cover:
+- a phase of torchft replica groups (runtime/ft_phase.py);
+- the bundled trainer as one group (trainer/ft.py);
+- the accounting and verdict (analysis/ft_accounting.py).
+
+Real parts: torchft 0.2.0's own lighthouse executable, real mpiexec groups, and the phase's real
+injector and killer. The accounting test reads records written the way the trainer writes them."""
 import json
 import os
 import shutil
@@ -61,9 +65,12 @@ def _lockstep(first, last, start, q=1, n=2, dt=1.0):
 
 
 def _phase_with_one_failure(tmp_path, heal_crc=1000 + 6):
-    """Two groups in lockstep from t=100 (1 s steps); group 1 is killed at t=104.5 (in step 5);
-    group 0's step 5 fails, its next quorum (without 1) ends 1.5 s after its start; group 1 is
-    relaunched at 105, starts stepping at 108, heals in 0.3 s at step 9 and commits it."""
+    """Two groups in lockstep from t=100, with 1 s steps.
+
+    - Group 1 is killed at t=104.5, in step 5.
+    - Group 0's step 5 fails. Its next quorum, without group 1, ends 1.5 s after its start.
+    - Group 1 is relaunched at 105 and starts stepping at 108. It heals in 0.3 s at step 9 and
+      commits it."""
     root = str(tmp_path / "ft")
     s0 = _lockstep(1, 4, 100)
     s0 += [(104.0, 104.01, 104.8, 5, False, 1, 2, False, 1004)]
@@ -123,9 +130,11 @@ def test_the_verdict_names_a_healed_state_that_differs(tmp_path):
 
 
 def test_a_struck_groups_crash_is_the_strikes_and_a_survivors_is_named(tmp_path):
-    """From recorded files: group 1's rank 0 raised 0.1 s after the strike that hit its group (its
-    peer rank's death: the strike's doing, not counted); group 0's, which no strike hit, is named,
-    with what is known of it when it matches a torchft behaviour."""
+    """From recorded files: a struck group's crash is the strike's, a survivor's is named.
+
+    Group 1's rank 0 raised 0.1 s after the strike that hit its group. Its peer rank's death is the
+    strike's doing, so the crash is not counted. Group 0's crash is named, as no strike hit group 0.
+    The verdict adds what is known of it when it matches a torchft behaviour."""
     root = _phase_with_one_failure(tmp_path)
     crash = {"time": 104.6, "type": "RuntimeError", "message": "Connection closed by peer", "file": "/x/site-packages/"
              "torch/distributed/x.py", "line": 3, "code": "work.wait()", "thread": "MainThread", "step": 5}
@@ -187,10 +196,11 @@ def _ft_phase(tmp_path, kind, iters=50, groups=2, min_replicas=1, at_step=10, de
 
 @pytest.mark.multirank
 def test_a_group_killed_heals_from_the_survivor_which_never_restarts(tmp_path):
-    """HSDP: 2 groups of 2 ranks, FSDP over each group's ranks, torchft between the groups. One
-    rank of a group is killed at step 10; its launcher ends the group; its loop relaunches it; the
-    survivor never restarts; each relaunched rank heals its shards from the survivor's same rank
-    and every rank's shard crc equals the survivor's same rank's at every step both committed."""
+    """HSDP: 2 groups of 2 ranks, FSDP over each group's ranks, torchft between the groups.
+
+    One rank of a group is killed at step 10. Its launcher ends the group, and its loop relaunches
+    it. The survivor never restarts. Each relaunched rank heals its shards from the survivor's same
+    rank. Every rank's shard crc equals the survivor's same rank's at every step both committed."""
     r, phase = _ft_phase(tmp_path, "rank", iters=40, per_group=2)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     s = json.load(open(layout.Phase(phase).ft_summary))
@@ -273,13 +283,19 @@ def _program_phase(tmp_path, iters, program_args, supervise=(), env=None):
 
 @pytest.mark.multirank
 def test_a_torchft_program_of_yours_through_run_heals_and_its_survivor_never_restarts(tmp_path):
-    """scenarios/examples/torchft.yaml through `restartlab run`: examples/torchft/train.py (written
-    as torchft's train_ddp.py example is, torchft's default asynchronous quorum) as 2 replica
-    groups under the hook; a group's rank killed at step 15; the survivor never restarts, the
-    struck group heals and its state (the Manager's registered state dicts) equals the survivor's;
-    the report has the torchft section. The steps take 0.4 s here (the example's 0.15 s): under load
-    (3 workers beside both clusters) the survivor once finished its last 45 steps (7 s) before the
-    struck group's relaunch took its first step (8.3 s), and that group then started over alone."""
+    """scenarios/examples/torchft.yaml through `restartlab run`.
+
+    examples/torchft/train.py runs as 2 replica groups under the hook. It is written as torchft's
+    train_ddp.py example is, with torchft's default asynchronous quorum. A group's rank is killed at
+    step 15. Then:
+    - the survivor never restarts;
+    - the struck group heals, and its state (the Manager's registered state dicts) equals the
+      survivor's;
+    - the report has the torchft section.
+
+    The steps take 0.4 s here; the example's take 0.15 s. Under load (3 workers beside both
+    clusters), the survivor once finished its last 45 steps (7 s) before the struck group's relaunch
+    took its first step (8.3 s). That group then started over alone."""
     expt = str(tmp_path / "expt")
     cmd = 'trainer.program.command=[python, "{scenario_dir}/../../examples/torchft/train.py", --steps, "60", ' \
           '--delay, "0.4", --async-quorum]'
@@ -304,13 +320,16 @@ def test_a_torchft_program_of_yours_through_run_heals_and_its_survivor_never_res
 
 @pytest.mark.multirank
 def test_torchfts_own_ddp_crashes_the_survivor_when_its_peer_dies_and_the_verdict_names_it(tmp_path):
-    """torchft 0.2.0's DistributedDataParallel: group 1 exits after step 5's quorum, before its
-    gradients, so group 0 meets the dead peer inside DDP's gradient allreduce and dies in torchft's
-    communication hook (torchft/ddp.py, `assert fut._fut`: a failed bucket's future has none): the
-    restart torchft exists to avoid. The hook writes the exception; the verdict names it. The
-    lighthouse waits for both groups (--ft-min-replicas 2): with 1, a group that starts more than
-    the join timeout (2 s) after the other trains alone, and group 1 died in a quorum of its own,
-    never meeting group 0 (make soak, two busy processes beside: group 0 joined 3 s late)."""
+    """torchft 0.2.0's DistributedDataParallel crashes the survivor when its peer dies.
+
+    Group 1 exits after step 5's quorum, before its gradients. So group 0 meets the dead peer inside
+    DDP's gradient allreduce. It dies in torchft's communication hook (torchft/ddp.py,
+    `assert fut._fut`), as a failed bucket's future has none. That is the restart torchft exists to
+    avoid. The hook writes the exception, and the verdict names it.
+
+    The lighthouse waits for both groups (--ft-min-replicas 2). With 1, a group that starts more
+    than the join timeout (2 s) after the other trains alone. Group 1 then died in a quorum of its
+    own, never meeting group 0 (make soak, two busy processes beside: group 0 joined 3 s late)."""
     r, phase = _program_phase(tmp_path, 20, ["--ddp", "--die-at", "5", "--delay", "0.1"],
                               supervise=["--ft-min-replicas", "2"])
     s = json.load(open(layout.Phase(phase).ft_summary))
@@ -324,15 +343,18 @@ def test_torchfts_own_ddp_crashes_the_survivor_when_its_peer_dies_and_the_verdic
 
 @pytest.mark.multirank
 def test_a_heal_without_numpy_fails_stalls_the_survivor_and_the_verdict_names_it(tmp_path):
-    """torchft 0.2.0 does not declare numpy, and its PGTransport's heal calls Tensor.numpy()
-    (torchft/checkpointing/pg_transport.py, recv_checkpoint). With numpy absent (--no-numpy hides it
-    before torch) group 1 joins late, its heal fails with "Numpy is not available" at every step and
-    the survivor cannot commit while it waits on the transfer (torchft retries forever: max_retries
-    None); the group's own output grows all along, so its loop's watchdog goes by commits (none:
-    stopped after the startup timeout). The verdict names the failed heals; the survivor finishes.
-    Group 1 joins after group 0's first commit and group 0 waits for it there (--late-after, marker
-    files): with a fixed delay alone, group 0 finished before a slow-starting group 1 joined, under
-    load. Group 1 has no fixed sleep: its startup timeout counts from its launch, and a 7 s sleep on
+    """torchft 0.2.0 does not declare numpy, yet its PGTransport's heal calls Tensor.numpy()
+    (torchft/checkpointing/pg_transport.py, recv_checkpoint).
+
+    With numpy absent (--no-numpy hides it before torch), group 1 joins late. Its heal fails with
+    "Numpy is not available" at every step. The survivor cannot commit while it waits on the
+    transfer, as torchft retries forever (max_retries None). The group's own output grows all along,
+    so its loop's watchdog goes by commits. There are none, so the group is stopped after the
+    startup timeout. The verdict names the failed heals, and the survivor finishes.
+
+    Group 1 joins after group 0's first commit, and group 0 waits for it there (--late-after, marker
+    files). With a fixed delay alone, group 0 finished before a slow-starting group 1 joined, under
+    load. Group 1 has no fixed sleep, as its startup timeout counts from its launch. A 7 s sleep on
     top of two cold imports and group 0's first commit once left it stopped before it joined (CI,
     stop 69). The startup timeout (20 s) is what stops group 1 once it has joined and its heals fail."""
     gate = tmp_path / "gate"
@@ -354,9 +376,11 @@ def test_a_heal_without_numpy_fails_stalls_the_survivor_and_the_verdict_names_it
 
 
 def test_the_hook_writes_the_exception_a_program_dies_of_and_keeps_its_exit(tmp_path):
-    """restartlab.trainer.ft_hook runs the program as python would (sys.argv, __main__): an
-    exception it dies of, in its main thread or another, goes to ft-rank<R>-crash.json, with the
-    traceback and the exit status as without the hook; a program that is not there is one line."""
+    """restartlab.trainer.ft_hook runs the program as python would (sys.argv, __main__).
+
+    An exception the program dies of, in its main thread or another, goes to ft-rank<R>-crash.json.
+    The traceback and the exit status stay as without the hook. A program that is not there is one
+    line."""
     prog = tmp_path / "boom.py"
     prog.write_text("import sys, threading\n"
                     "assert __name__ == '__main__' and sys.argv[1:] == ['--x', '1'], sys.argv\n"
@@ -508,11 +532,12 @@ def test_restartlab_run_shows_a_torchft_phases_progress(tmp_path):
 
 @pytest.mark.multirank
 def test_a_group_still_relaunching_when_the_training_is_done_is_stopped_not_run_again_from_the_start(tmp_path):
-    """A group struck near the end comes back after the survivor completed the last step: it would
-    find no peer and, with min_replicas 1, train the whole run again from a fresh start (within the
-    30 s the phase gives a group behind). The phase stops a group still
-    relaunching (no commit in its attempt) as soon as the training is done, and the verdict says
-    finished, naming the stopped group."""
+    """A group struck near the end comes back after the survivor completed the last step.
+
+    It would find no peer. With min_replicas 1 it would train the whole run again from a fresh
+    start, within the 30 s the phase gives a group behind. So the phase stops a group still
+    relaunching (no commit in its attempt) as soon as the training is done. The verdict says
+    finished and names the stopped group."""
     r, phase = _ft_phase(tmp_path, "rank", iters=40, at_step=36, delay="0.05")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     s = json.load(open(layout.Phase(phase).ft_summary))
@@ -556,13 +581,15 @@ time.sleep(60)
 
 
 def test_a_group_that_started_over_alone_when_the_training_is_done_is_stopped_at_once(tmp_path, monkeypatch):
-    """The state of that interleaving made on purpose: the groups' records on disk, and stand-in
-    processes (sleep, true) as the groups' loops, which the phase signals and reaps. Group 1 has
-    completed the last step (60); group 0's relaunch found no peer and has already committed its
-    own steps 1-3 (a fresh start), so it is no longer "relaunching". It is not in step: the phase
-    stops it as soon as the training is done (the old rule gave it the grace of a group in step,
-    60 s here, in which it trained on from step 3). A group whose newest commit is 59 is in step: it
-    gets the grace (1 s in the second half) and is stopped after it."""
+    """The state of that interleaving, made on purpose.
+
+    The groups' records are on disk. Stand-in processes (sleep, true) act as the groups' loops,
+    which the phase signals and reaps. Group 1 has completed the last step (60). Group 0's relaunch
+    found no peer and has already committed its own steps 1-3 (a fresh start). So it is no longer
+    "relaunching". It is not in step either, so the phase stops it as soon as the training is done.
+    The old rule gave it the grace of a group in step, 60 s here, in which it trained on from step
+    3. A group whose newest commit is 59 is in step. It gets the grace (1 s in the second half) and
+    is stopped after it."""
     import io
     from types import SimpleNamespace
 
@@ -593,8 +620,8 @@ def test_a_group_that_started_over_alone_when_the_training_is_done_is_stopped_at
     ft.wait_groups()
     said = out.getvalue()
     assert ft.stopped == [0] and "stopping group(s) [0], behind after 1s" in said and "not in step" not in said, said
-    # only the current attempt counts (its first reached step 59); a group whose records do not read
-    # yet is not known to be out of step
+    # Only the current attempt counts; its first attempt reached step 59. A group whose records do
+    # not read yet is not known to be out of step.
     ft, out = phase(_lockstep(1, 3, 171), first=59)
     assert ft.late(60) == [0]
     ft.stop_groups()

@@ -1,10 +1,15 @@
-"""Kill anywhere, the short version CI runs (tests/fuzz.py; `make fuzz N=100` for the full one):
-at least 10 SIGKILLs of all ranks at random times, across sync/async and FSDP/FSDP+TP, some aimed
-inside saves; every relaunch resumes from the newest complete checkpoint, --keep holds, no crash
-that was not injected, every loss and the final parameters equal a failure-free run. Its ranks are
-warm (fuzz --warm: forked from a standby pool): what a kill can break is in the rendezvous, the
-load, the steps and the saves, not in the imports; the product's own fuzzer (test_your_trainer)
-and `make fuzz-trainer` kill cold start-ups."""
+"""Kill anywhere: the short version CI runs (tests/fuzz.py; `make fuzz N=100` for the full one).
+
+It sends at least 10 SIGKILLs of all ranks at random times, across sync/async and FSDP/FSDP+TP.
+Some are aimed inside saves. It checks:
+- every relaunch resumes from the newest complete checkpoint;
+- --keep holds;
+- no crash that was not injected;
+- every loss and the final parameters equal a failure-free run.
+
+Its ranks are warm (fuzz --warm: forked from a standby pool). What a kill can break is in the
+rendezvous, the load, the steps and the saves, not in the imports. The product's own fuzzer
+(test_your_trainer) and `make fuzz-trainer` kill cold start-ups."""
 import pytest
 
 from tests import fuzz

@@ -1,7 +1,7 @@
-"""CUDA only (skipped on machines without a GPU; nothing else in the suite needs one): exact
-resume of the trainer on cuda/nccl after a SIGKILL and inside a save, sync and async, and the
-async staging overlap with its "safe to train" guarantee (tests/gpu_stage_check.py). One GPU:
-world size 1, the trainer started without a launcher."""
+"""CUDA only. These tests are skipped on machines without a GPU, and nothing else in the suite needs one.
+They check exact resume of the trainer on cuda/nccl after a SIGKILL and inside a save, sync and
+async. They also check the async staging overlap with its "safe to train" guarantee
+(tests/gpu_stage_check.py). One GPU: world size 1, the trainer started without a launcher."""
 import json
 import os
 import subprocess
@@ -29,8 +29,9 @@ def _env(tag, extra=None):
 
 
 def _cwd(args):
-    """The run's own directory: `python -m` puts the cwd first on sys.path, and a checkout's root
-    holds a `restartlab/` without the trainer (it is installed from trainer/ or linked in)."""
+    """The run's own directory. `python -m` puts the cwd first on sys.path.
+    A checkout's root holds a `restartlab/` without the trainer (it is installed from trainer/ or
+    linked in)."""
     d = args[args.index("--outdir") + 1]
     os.makedirs(d, exist_ok=True)
     return d
@@ -67,8 +68,8 @@ def _kill_at(args, metrics, step, ready=lambda: True):
 
 def _kill_resume(d, mode, deterministic=True):
     metrics = layout.Attempt(d).metrics(0)
-    # killed after step 9 once step 6's checkpoint is complete (on a GPU the steps are fast: an
-    # async save may still be in flight three steps later)
+    # Killed after step 9 once step 6's checkpoint is complete. On a GPU the steps are fast, so an
+    # async save may still be in flight three steps later.
     ckpts = os.path.join(d, "ckpts")
     assert _kill_at(_args(d, mode, deterministic), metrics, 9,
                     ready=lambda: (ckptdir.newest_complete_step(ckpts) or 0) >= 6) != 0

@@ -1,8 +1,9 @@
-"""Hostile input (tests/data/hostile/): broken scenarios through `validate` and `render`, broken
-experiment directories through `report`, and schedulers that are missing or fail. Each case gets
-one clear message naming the file (and the line and key where there is one), exit 2 (3 for a
-missing scheduler tool, 1 for a scheduler that answers with an error), no traceback, no hang,
-nothing executed, and the input is left as it was."""
+"""Hostile input (tests/data/hostile/).
+The cases are broken scenarios through `validate` and `render`, broken experiment directories
+through `report`, and schedulers that are missing or fail. Each case gets one clear message naming
+the file, and the line and key where there is one. The exit is 2, or 3 for a missing scheduler
+tool, or 1 for a scheduler that answers with an error. There is no traceback, no hang and nothing
+executed, and the input is left as it was."""
 import contextlib
 import hashlib
 import io

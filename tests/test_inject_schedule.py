@@ -129,8 +129,10 @@ def test_a_step_schedule_gated_on_complete_strikes_once_each_checkpoint_is_compl
 
 
 def test_a_strike_between_attempts_retries_until_the_relaunched_ranks_are_there(tmp_path):
-    """The schedule's moment falls between two attempts (no rank to signal): the strike retries every
-    0.2 s, up to 10 s, and the record is of the strike that reached the new attempt's ranks."""
+    """The schedule's moment falls between two attempts, so there is no rank to signal.
+
+    The strike retries every 0.2 s, up to 10 s. The record is of the strike that reached the new
+    attempt's ranks."""
     w = World()
     inj = Injector(config(tmp_path, "--every", "30s", "--max-kills", "1"), w, ranks=lambda t: 2 if t >= 33 else 0)
     inj.run()
@@ -150,8 +152,10 @@ def test_a_strike_that_never_finds_ranks_gives_up_after_ten_seconds(tmp_path):
 
 
 def test_a_preemption_escalates_after_its_grace_unless_the_attempt_ended(tmp_path):
-    """failures.kind preempt: TERM, then KILL when the attempt has not ended within the grace (20 fake
-    seconds, no real wait); the follow-up is a line of its own that counts as no failure."""
+    """failures.kind preempt: TERM, then KILL when the attempt has not ended within the grace.
+
+    The grace is 20 fake seconds, with no real wait. The follow-up is a line of its own that counts
+    as no failure."""
     phase = layout.Phase(str(tmp_path / "p"))
     for ends_at, escalated in ((None, 1), (8, 0)):
         w = World()
@@ -172,8 +176,10 @@ def test_a_preemption_escalates_after_its_grace_unless_the_attempt_ended(tmp_pat
 
 
 def test_the_fuzz_window_shrinks_after_an_attempt_ends_before_its_kill(tmp_path):
-    """--fuzz: one kill per attempt at a random moment within --fuzz-window of its launch; an attempt
-    that ends before its kill makes the next window half what it lived (and the next kill lands in it)."""
+    """--fuzz: one kill per attempt, at a random moment within --fuzz-window of its launch.
+
+    An attempt that ends before its kill makes the next window half what it lived.
+    The next kill lands in that window."""
     w = World()
     phase = layout.Phase(str(tmp_path / "p"))
     ckpts = str(tmp_path / "ckpts")
@@ -205,8 +211,10 @@ def test_the_fuzz_window_shrinks_after_an_attempt_ends_before_its_kill(tmp_path)
 
 
 def test_a_step_schedule_with_no_step_to_strike_says_so_and_strikes_nothing(tmp_path):
-    """--every-steps at --train-iters leaves no step: the injector says so and ends (found by the type
-    checker, #64.3: it took that for a timed schedule with no time given, and died of a TypeError)."""
+    """--every-steps at --train-iters leaves no step: the injector says so and ends.
+
+    The type checker found this (#64.3). The injector took it for a timed schedule with no time
+    given, and died of a TypeError."""
     w = World()
     a = config(tmp_path, "--every-steps", "100", "--train-iters", "100", "--gate", "none")
     inj = Injector(a, w)
@@ -215,10 +223,12 @@ def test_a_step_schedule_with_no_step_to_strike_says_so_and_strikes_nothing(tmp_
 
 
 def test_a_step_schedule_without_its_phase_dir_is_refused_unless_gated_on_complete(tmp_path):
-    """The steps are read from the phase's metrics: without --phase-dir a step schedule gated on the
-    step seen once died of a TypeError at its first wait (found by the type checker, #64.3); it is
-    refused up front. Gated on .complete (the default), --ckpt-dir is enough, as docs/how-it-runs.md
-    shows it (review: my first fix refused that too)."""
+    """A step schedule gated on the step seen needs --phase-dir; one gated on .complete does not.
+
+    The steps are read from the phase's metrics. Without --phase-dir, a step schedule gated on the
+    step seen once died of a TypeError at its first wait. The type checker found this (#64.3).
+    It is now refused up front. Gated on .complete (the default), --ckpt-dir is enough, as
+    docs/how-it-runs.md shows it. Review found that my first fix refused that too."""
     import subprocess
     import sys
     base = [sys.executable, "-m", "restartlab.cli", "inject", "--at-steps", "5", "--tag", "t", "--fanout", "local"]

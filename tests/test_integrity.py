@@ -1,8 +1,10 @@
-"""A damaged checkpoint is never loaded: every item's crc32 (from manifest.json, computed as the
-bytes were written) is checked as DCP reads it; any rank's failure to load makes all ranks fall
-back to the previous complete checkpoint; when complete checkpoints exist and none loads, the
-trainer stops with exit 3 (naming each) instead of starting from step 0 over them, and the
-relaunch loop does not relaunch it."""
+"""A damaged checkpoint is never loaded.
+
+- Every item's crc32 is checked as DCP reads it. The crc32 comes from manifest.json, computed as
+  the bytes were written.
+- Any rank's failure to load makes all ranks fall back to the previous complete checkpoint.
+- When complete checkpoints exist and none loads, the trainer stops with exit 3 and names each.
+  It does not start from step 0 over them. The relaunch loop does not relaunch it."""
 import json
 import os
 import pathlib
@@ -86,8 +88,9 @@ def _damage_metadata(step_dir):
                                         ("raw", _damage_metadata)],
                          ids=["tensor-data", "zip-header", "metadata", "raw-tensor-data", "raw-metadata"])
 def test_damaged_checkpoint_is_skipped_and_the_run_stays_exact(tmp_path, request, reference, fmt, damage):
-    """raw-tensor-data: a raw tensor item is read straight into the model's own tensor, so the
-    damaged bytes are in the model when the checksum fails; the fallback load overwrites them."""
+    """raw-tensor-data: a raw tensor item is read straight into the model's own tensor.
+
+    So the damaged bytes are in the model when the checksum fails. The fallback load overwrites them."""
     d = str(tmp_path)
     _copy_upto(reference if fmt == "dcp" else request.getfixturevalue("raw_reference"), d, 8)
     why = damage(ckptdir.step_path(os.path.join(d, "ckpts"), 8))
@@ -124,8 +127,9 @@ def test_no_loadable_checkpoint_stops_with_exit_3_unless_allowed(tmp_path, refer
 
 
 def test_relaunch_loop_does_not_relaunch_exit_3(tmp_path):
-    """The job script stops a phase at once when the trainer says no checkpoint loads (exit 3);
-    a launcher stub stands in for mpiexec and exits 3."""
+    """The job script stops a phase at once when the trainer says no checkpoint loads (exit 3).
+
+    A launcher stub stands in for mpiexec and exits 3."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     stub = bindir / "mpiexec"

@@ -1,7 +1,9 @@
-"""Storage faults below every writer (runtime/iofault): the preload built from its source, each kind
-on real files written by real processes (Python's open, torch.save's C++ stream, safetensors' Rust
-writer, os.rename and os.fsync), only under the checkpoint directory, once per rank and strike, and
-refused with the reason where it cannot be made."""
+"""Storage faults below every writer (runtime/iofault).
+
+The preload is built from its source. Each kind is made on real files written by real processes:
+Python's open, torch.save's C++ stream, safetensors' Rust writer, os.rename and os.fsync. A fault
+strikes only under the checkpoint directory, once per rank and strike. Where it cannot be made, it
+is refused with the reason."""
 import json
 import os
 import signal
@@ -147,8 +149,9 @@ def test_torch_save_and_safetensors_are_reached(site, writer):
     if writer == "torch":  # torch.save writes the path itself: it is the torn file, 3000 bytes long
         assert cut[0].file == path and len(data) == 3000 == cut[0].size
     else:
-        # safetensors 0.8.0 writes a temporary file beside the path (renamed when whole: the path never
-        # appears torn) and sizes it first: the torn file has its full length, zeros from the cut on
+        # safetensors 0.8.0 writes a temporary file beside the path and renames it when whole, so the
+        # path never appears torn. It sizes the file first. So the torn file has its full length, with
+        # zeros from the cut on.
         assert os.path.basename(cut[0].file).startswith(".tmp") and not os.path.exists(path)
         assert len(data) == 80_072 == cut[0].size and data[3000:] == bytes(len(data) - 3000) and data[:8] != bytes(8)
     iofault.arm(ctl, 13, "slow_storage", rank=0, rate=100_000.0, duration=30)
@@ -184,10 +187,12 @@ def test_the_kinds_and_their_settings_are_refused_where_they_cannot_be_made(tmp_
 
 
 def test_two_processes_of_one_rank_race_for_a_strike_one_takes_it_both_meet_it(site, tmp_path, lib):
-    """Two processes of rank 1 (a program's writer and its helper, or a relaunch beside a straggler)
-    reach the strike together, each held in the take between making its marker and linking it (the
-    fault point RESTARTLAB_IOFAULT_TAKE_DELAY): exactly one takes it; the other reads the whole time
-    of the take, never an empty marker, and its writes block until the same end."""
+    """Two processes of rank 1 reach the strike together: exactly one takes it, both meet it.
+
+    The two might be a program's writer and its helper, or a relaunch beside a straggler. Each is held
+    in the take between making its marker and linking it (the fault point
+    RESTARTLAB_IOFAULT_TAKE_DELAY). Exactly one takes the strike. The other reads the whole time of
+    the take, never an empty marker, and its writes block until the same end."""
     run, ctl, events = site
     iofault.arm(ctl, 14, "stall_writes", rank=1, seconds=2.0)
     env = dict(os.environ, RANK="1", RESTARTLAB_IOFAULT_TAKE_DELAY="0.5",

@@ -1,5 +1,7 @@
-"""The rank killer and the injector with real processes: decoys, untagged twins, the injector's
-own tree and a launcher parent survive; gated kills fire within 0.5 s of the marker."""
+"""The rank killer and the injector with real processes.
+
+Decoys, untagged twins, the injector's own tree and a launcher parent survive.
+Gated kills fire within 0.5 s of the marker."""
 import argparse
 import json
 import os
@@ -37,8 +39,9 @@ def spawn(argv, tag=None, **kw):
 
 @pytest.fixture
 def procs():
-    """Processes a test started; each is killed with its whole tree at the end (a nested
-    launcher's rank would otherwise outlive the test, orphaned, for its 300 s sleep)."""
+    """Processes a test started. Each is killed with its whole tree at the end.
+
+    Otherwise a nested launcher's rank would outlive the test, orphaned, for its 300 s sleep."""
     started = []
     yield started
     for p in started:
@@ -62,8 +65,8 @@ def alive(p):
 
 def test_only_tagged_ranks_and_their_children_die(procs):
     tag, other = f"t-{uuid.uuid4().hex[:6]}", f"o-{uuid.uuid4().hex[:6]}"
-    # an untagged "launcher" that starts a tagged rank as its own child (the tag only in the
-    # rank's environment, as mpiexec -genv does); the rank has a child of its own (a writer)
+    # An untagged "launcher" starts a tagged rank as its own child. The tag is only in the
+    # rank's environment, as mpiexec -genv does it. The rank has a child of its own (a writer).
     launcher = spawn([sys.executable, "-c", LAUNCHER, tag, sys.executable, "-c", RANK_WITH_CHILD, *SLEEPER],
                      stdout=subprocess.PIPE, text=True)
     decoy = spawn(SLEEPER, tag=other)           # same command line, another job's tag
@@ -136,9 +139,9 @@ def test_gated_kill_after_complete_and_until(tmp_path, procs):
         latencies.append(recs[-1]["time"] - t_marker)
         assert recs[-1]["target_step"] == step and recs[-1]["killed"] == 1
         assert recs[-1]["newest_complete"] == step and recs[-1]["receipts"][0]["pids"] == [rank.pid]
-    # the gate: each strike after its step's .complete (how soon after is bench/injector_latency.py's
-    # figure, a ratio in `make bench`, and tests/test_inject_schedule.py's in fake seconds: within one
-    # poll; a wall-clock bound here failed under load, 2026-12-05)
+    # The gate: each strike comes after its step's .complete. How soon after is measured elsewhere.
+    # bench/injector_latency.py gives it as a ratio in `make bench`. tests/test_inject_schedule.py
+    # gives it in fake seconds: within one poll. A wall-clock bound here failed under load (2026-12-05).
     assert min(latencies) >= 0, latencies
     # schedule exhausted: the injector exits by itself; a timed one stops on --until
     assert inj.wait(timeout=10) == 0
@@ -198,18 +201,20 @@ PLAIN_RANK = ("import os,subprocess,sys,time; d=sys.argv[1]; "
               "c=subprocess.Popen([sys.executable,'-c','import time; time.sleep(300)']); "
               "open(os.path.join(d, f'rank{os.environ[\"PMI_RANK\"]}'),'w').write(f'{os.getpid()} {c.pid}'); "
               "time.sleep(300)")
-# A launcher that is itself a task of a step (SLURM_PROCID + step id, as a Hydra proxy that srun
-# started) and starts one rank with Hydra's variables below it: a rank with a rank below it.
+# A launcher that is itself a task of a step (SLURM_PROCID + step id), like a Hydra proxy that srun
+# started. It starts one rank with Hydra's variables below it: a rank with a rank below it.
 NESTED = ("import os,subprocess,sys,time; "
           "env=dict(os.environ, PMI_RANK='7', PMI_SIZE='8', MPI_LOCALRANKID='0'); "
           "p=subprocess.Popen(sys.argv[1:], env=env); print(p.pid, flush=True); time.sleep(300)")
 
 
 def test_no_tag_kills_this_jobs_ranks_only(procs, tmp_path):
-    """Without --tag, kill-ranks takes every rank of the batch job it runs in (its PBS_JOBID)
-    whatever program the ranks run, with their children; never the launcher (mpiexec, its
-    proxy, a launcher that is itself a task), a job process without a rank variable, or another
-    job's rank."""
+    """Without --tag, kill-ranks takes every rank of the batch job it runs in (its PBS_JOBID).
+
+    It takes them with their children, whatever program the ranks run. It never takes:
+    - the launcher: mpiexec, its proxy, or a launcher that is itself a task
+    - a job process without a rank variable
+    - another job's rank"""
     job, other = f"{uuid.uuid4().hex[:6]}.pbs-server", f"{uuid.uuid4().hex[:6]}.pbs-server"
     base = {k: v for k, v in os.environ.items() if k not in (killer.TAG_VAR, "SLURM_JOB_ID", "SLURMD_NODENAME")}
     env = dict(base, PBS_JOBID=job)
@@ -249,12 +254,13 @@ def test_no_tag_kills_this_jobs_ranks_only(procs, tmp_path):
 
 
 def test_no_tag_takes_a_dead_ranks_orphaned_child_by_its_inherited_rank(tmp_path):
-    """The interleaving behind a PBS run's receipt naming a rank's child as the rank: a host's
-    killer scans while Hydra is ending that host's ranks (0.1-0.2 s after another host's rank was
-    killed), so a rank is gone and its child, reparented, carries the job's id and the rank's
-    variable with no rank above it. Made here on purpose: the rank exits, leaving its child. The
-    killer takes the orphan (the rank's leftover, still holding what it held) and names it by the
-    rank variable it inherited."""
+    """The interleaving behind a PBS run's receipt naming a rank's child as the rank.
+
+    A host's killer scans while Hydra is ending that host's ranks, 0.1-0.2 s after another host's
+    rank was killed. So a rank is gone, and its child, reparented, carries the job's id and the
+    rank's variable with no rank above it. The test makes this on purpose: the rank exits, leaving
+    its child. The killer takes the orphan, the rank's leftover that still holds what it held.
+    It names the orphan by the rank variable it inherited."""
     job = f"{uuid.uuid4().hex[:6]}.pbs-server"
     base = {k: v for k, v in os.environ.items() if k not in (killer.TAG_VAR, "SLURM_JOB_ID", "SLURMD_NODENAME")}
     rank = subprocess.run([sys.executable, "-c", "import os, subprocess, sys; print(os.getpid(), subprocess.Popen("
@@ -285,9 +291,11 @@ def test_no_tag_outside_a_job_is_a_usage_error():
 
 
 def test_sigterm_during_a_strike_waits_for_its_record(tmp_path):
-    """The job script stops the injector with SIGTERM when a phase ends; one arriving while a
-    strike is under way (a real signal, sent from inside the strike) must not lose the strike's
-    record, or the collector would book that attempt's death as an uninjected crash."""
+    """The job script stops the injector with SIGTERM when a phase ends.
+
+    Here the SIGTERM arrives while a strike is under way: a real signal, sent from inside the strike.
+    It must not lose the strike's record. Otherwise the collector would book that attempt's death as
+    an uninjected crash."""
     p = argparse.ArgumentParser()
     inject.add_args(p)
     a = p.parse_args(["--every", "1s", "--tag", "t", "--phase-dir", str(tmp_path), "--fanout", "local"])
@@ -309,9 +317,10 @@ def test_sigterm_during_a_strike_waits_for_its_record(tmp_path):
 
 
 def test_no_tag_an_orphaned_rank_is_still_a_rank_named_by_its_launcher(procs):
-    """A Hydra rank whose proxy (an srun task) died first, as when Hydra tears down a job: it
-    is reparented, so srun's variable now looks new too; it is still taken, and named as rank
-    discovery would name it (Hydra's PMI_RANK, first in the registry's order)."""
+    """A Hydra rank whose proxy (an srun task) died first, as when Hydra tears down a job.
+
+    The rank is reparented, so srun's variable now looks new too. It is still taken. It is named as
+    rank discovery would name it: Hydra's PMI_RANK, first in the registry's order."""
     job = f"{uuid.uuid4().hex[:6]}.pbs-server"
     env = {k: v for k, v in os.environ.items() if k not in (killer.TAG_VAR, "SLURM_JOB_ID", "SLURMD_NODENAME")}
     env["PBS_JOBID"] = job
@@ -385,14 +394,16 @@ def test_a_recorder_that_ended_since_the_scan_is_not_a_tree(procs, monkeypatch):
 
 @pytest.mark.parametrize("program_ending", [False, True], ids=["program-alive", "program-ending-too"])
 def test_a_recorder_ending_when_walked_is_not_a_tree(procs, monkeypatch, program_ending):
-    """The fresh-clone CI run at 409efc3 (PBS three-host test): a host's receipt held its rank's exit
-    recorder and its program as two roots, both with no command line: Hydra's teardown had reached
-    them while the killer walked. A process that is ending has released its memory (the kernel shows
-    no command line) and handed its children to another parent before it turns zombie, so the walk
-    of the recorder saw no child and the program counted as a second tree. That window is not one a
-    test can hold open on a real process: the walk is shown it as the kernel shows it (no command
-    line, no children), on purpose. The recorder ending is no tree; the program alive is one, ending
-    none."""
+    """A recorder that is ending when the killer walks it is no tree.
+
+    Seen in the fresh-clone CI run at 409efc3 (PBS three-host test). A host's receipt held its rank's
+    exit recorder and its program as two roots, both with no command line. Hydra's teardown had
+    reached them while the killer walked. A process that is ending has released its memory, so the
+    kernel shows no command line. It has also handed its children to another parent before it turns
+    zombie. So the walk of the recorder saw no child, and the program counted as a second tree.
+    A test cannot hold that window open on a real process. So the walk is shown it on purpose, as the
+    kernel shows it: no command line, no children. The recorder ending is no tree. The program alive
+    is one tree. The program ending is none."""
     tag = f"t-{uuid.uuid4().hex[:8]}"
     rec = spawn([sys.executable, "-c", RANK_WITH_CHILD, *SLEEPER], tag)
     procs.append(rec)
@@ -414,13 +425,16 @@ def test_a_recorder_ending_when_walked_is_not_a_tree(procs, monkeypatch, program
 
 
 def test_a_recorder_that_ends_between_its_check_and_its_children_is_not_a_tree(procs, monkeypatch):
-    """The baseline run of session 16 (PBS three-host test, under CPU accounting): a host's receipt
-    held its rank's exit recorder and its program as two roots, both ended by the time their command
-    lines were read. The recorder passed its walk's check (alive, a command line), then ended before
-    its children were read: the kernel had handed its program to another parent, so the walk found
-    nothing below it and the program was walked as its own tree. Made on purpose on real processes:
-    the recorder is SIGKILLed inside the read of its children, which waits until the program is
-    reparented. The recorder, ended with nothing found below it, is no tree; the program is one."""
+    """A recorder that ends between its check and the read of its children is no tree.
+
+    Seen in the baseline run of session 16 (PBS three-host test, under CPU accounting). A host's
+    receipt held its rank's exit recorder and its program as two roots. Both had ended by the time
+    their command lines were read. The recorder passed its walk's check (alive, a command line).
+    Then it ended before its children were read. The kernel had handed its program to another parent,
+    so the walk found nothing below it. The program was then walked as its own tree. The test makes
+    this on purpose, on real processes. The recorder is SIGKILLed inside the read of its children.
+    That read waits until the program is reparented. The recorder, ended with nothing found below it,
+    is no tree. The program is one."""
     tag = f"t-{uuid.uuid4().hex[:8]}"
     rec = spawn([sys.executable, "-c", RANK_WITH_CHILD, *SLEEPER], tag)
     procs.append(rec)

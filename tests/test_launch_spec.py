@@ -1,7 +1,8 @@
-"""The launch spec (restartlab/tools/launch.py): what the job script hands the supervisor, and each
-route of an attempt (cold, warm, a shrunk relaunch, a torchft group) as a change of one field; and
-no module taking a launch's words apart again (a scan of the tree, which finds each idiom the spec
-replaced when it is planted)."""
+"""The launch spec (restartlab/tools/launch.py): what the job script hands the supervisor.
+
+Each route of an attempt is a change of one field: cold, warm, a shrunk relaunch, a torchft group.
+No module takes a launch's words apart again. A scan of the tree checks this, and it finds each
+idiom the spec replaced when that idiom is planted."""
 import ast
 import dataclasses
 import json
@@ -45,8 +46,8 @@ def test_a_relaunch_a_group_and_an_attempt_are_each_one_field():
     assert dataclasses.replace(shrunk, nodes=2) == s
     att = s.filled({"{attempt_dir}": "/e/p/attempts/3"})
     assert att.program[-1] == "/e/p/attempts/3" and att.launcher_argv() == s.launcher_argv()
-    # a group's own tag reaches its ranks' environment only: a word that merely contains the job's tag
-    # (the old word-by-word replace rewrote it) is the program's and stays as it is
+    # A group's own tag reaches its ranks' environment only. A word that merely contains the job's tag
+    # is the program's and stays as it is. The old word-by-word replace rewrote it.
     prog = (PY, "-m", "restartlab.trainer.ft", "--replica-group", "{group}", "--run-name", "rl-x-nightly")
     g = _spec(program=prog).for_group(1, "rl-x.g1")
     assert g.env == {TAG_VAR: "rl-x.g1", "A": "1"} and g.program[-3:] == ("1", "--run-name", "rl-x-nightly")
@@ -83,9 +84,12 @@ def test_a_bad_spec_says_which_key(text, why):
 
 # ---------------------------------------------------------------- nothing parses a launch again
 def reparses(tree) -> list:
-    """[(line, what)] of the idioms that take a launch's words apart: a marker word in a launch
-    (@RL_...), looking for `--` in a list of words, rewriting words by the tag, comparing words to
-    the rankenv wrapper."""
+    """[(line, what)] of the idioms that take a launch's words apart.
+
+    - a marker word in a launch (@RL_...)
+    - looking for `--` in a list of words
+    - rewriting words by the tag
+    - comparing words to the rankenv wrapper"""
     out = []
     for line, v in source_scan.constants(tree):
         if v.startswith("@RL_"):
@@ -129,9 +133,11 @@ PY_FLAGS = ("-m", "-c")
 
 
 def python_words(tree) -> list:
-    """[(line, what)] of a Python command line read by hand: a word compared to -m or -c (==, !=, in a
-    tuple or list), the job of contracts/pycmd.py alone (#64.4: the warm pool, preflight, the ezpz
-    check and the torchft hook each had their own)."""
+    """[(line, what)] of a Python command line read by hand.
+
+    That is a word compared to -m or -c (==, !=, in a tuple or list). It is the job of
+    contracts/pycmd.py alone. Before #64.4, the warm pool, preflight, the ezpz check and the torchft
+    hook each had their own."""
     out = []
     for n in ast.walk(tree):
         if isinstance(n, ast.Compare):

@@ -1,7 +1,8 @@
-"""The experiment directory's names are spelled in restartlab/contracts/layout.py only: every other module,
-the templates, the trainer, the tests and the benchmarks ask it (a name typed twice drifts, as
-"attempt.json exists" once meant "the attempt is over" in one module and nothing in another).
-Only this file spells them, to look for them."""
+"""The experiment directory's names are spelled in restartlab/contracts/layout.py only.
+
+Every other module, the templates, the trainer, the tests and the benchmarks ask it. A name typed
+twice drifts: "attempt.json exists" once meant "the attempt is over" in one module and nothing in
+another. Only this file spells them, to look for them."""
 import ast
 import glob
 import inspect
@@ -64,11 +65,11 @@ def test_layout_paths(tmp_path):
     assert layout.sidecar_scenario("/x/job.pbs").startswith("/x/job.")
 
 
-# The list above is written by hand, so a name layout gained later escaped it (ft-rank<R>.jsonl,
-# supervise.log, <node>.served.jsonl were spelled in six modules, #50). Below, the names are taken
-# from layout itself (each path its classes give, each name its name functions make) and looked for
-# in the string constants of restartlab/ and trainer/ (syntax trees, docstrings left out); a name
-# with neither a dot nor a dash (done, hang, ckpts: ordinary words too) is left to the check above.
+# The list above is written by hand, so a name layout gained later escaped it. ft-rank<R>.jsonl,
+# supervise.log and <node>.served.jsonl were spelled in six modules (#50). Below, the names are
+# taken from layout itself: each path its classes give, each name its name functions make. They are
+# looked for in the string constants of restartlab/ and trainer/ (syntax trees, docstrings left out).
+# A name with neither a dot nor a dash (done, hang, ckpts: ordinary words too) is left to the check above.
 OWNERS = {os.path.join("restartlab", "contracts", "layout.py")}
 STAR = "\x00"  # what a name function is given to see its fixed parts
 

@@ -1,6 +1,9 @@
-"""#64's done-when on reads by key, held: outside contracts/, each file reads by a literal key no
-more than tests/lookups.WHERE says (each there reads what is not a record of ours, or is the launch
-spec's own reader), in all fewer than 100; json.load(s) only in the readers JSON_READERS names."""
+"""#64's done-when on reads by key, held.
+
+- Outside contracts/, each file reads by a literal key no more than tests/lookups.WHERE says.
+  Each file there reads what is not a record of ours, or is the launch spec's own reader.
+- In all, there are fewer than 100 such reads.
+- json.load(s) is only in the readers JSON_READERS names."""
 from tests import lookups
 
 

@@ -1,7 +1,8 @@
-"""What a failure costs in steps, told so that nobody takes a gated kill's loss for the typical one
-(#52, item 6): where each kill landed relative to the newest complete save, and beside the measured
-loss, what a failure at a random time loses on average in the phase (its own save interval, and the
-steps a background save is still incomplete)."""
+"""What a failure costs in steps, told so that nobody takes a gated kill's loss for the typical one.
+This is #52, item 6. The report says where each kill landed relative to the newest complete save.
+Beside the measured loss, it says what a failure at a random time loses on average in the phase.
+That average comes from the phase's own save interval and the steps a background save is still
+incomplete."""
 import random
 import statistics
 from dataclasses import replace
@@ -14,8 +15,8 @@ from restartlab.contracts.phase_summary import FailureEvent, PhaseSummary
 
 
 def _lost(k: int, interval: int, lag: int) -> int:
-    """A run that saves at every multiple of `interval`, each save complete `lag` steps after its
-    step, killed just after step k: the steps since the newest complete save."""
+    """The steps since the newest complete save, for a run killed just after step k.
+    The run saves at every multiple of `interval`. Each save is complete `lag` steps after its step."""
     newest = max(s for s in range(0, k + 1, interval) if s + lag <= k or s == 0)
     return k - newest
 

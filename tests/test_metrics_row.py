@@ -1,6 +1,8 @@
-"""A metrics row (contracts/metrics_row): msgspec's typed decode where it takes a line, the standard
-library's where it does not, and the same answer either way, line for line: the collector's behaviour
-does not depend on which decoder read a line, nor on msgspec being installed."""
+"""A metrics row (contracts/metrics_row) decodes to the same answer either way, line for line.
+
+msgspec's typed decode reads a line where it takes it. The standard library's reads it where it does
+not. The collector's behaviour does not depend on which decoder read a line, nor on msgspec being
+installed."""
 import math
 import subprocess
 import sys

@@ -1,6 +1,8 @@
-"""The network fault kinds' node-side part (runtime/netfault.py), for real: two network namespaces this
-test makes (a veth pair, 10.251.<n>.0/30: no address outside them), the fault made in one by root,
-its link's state, its traffic and its undoing read back; the kinds' validation."""
+"""The network fault kinds' node-side part (runtime/netfault.py), for real, and the kinds' validation.
+
+The test makes two network namespaces: a veth pair, 10.251.<n>.0/30, with no address outside them.
+Root makes the fault in one of them. The test reads back its link's state, its traffic and its
+undoing."""
 import dataclasses
 import json
 import os
@@ -160,9 +162,10 @@ def test_a_partition_that_never_heals_is_undone_when_the_phase_is_done(pair, tmp
 
 
 def test_the_fault_is_undone_after_the_one_who_asked_is_sigkilled_or_its_restorer_terminated(pair, tmp_path):
-    """The process that asked (the injector, the supervisor) is SIGKILLed as soon as the receipt is out:
-    the node's restorer, in its own session, still puts the link back; a SIGTERM to the restorer puts
-    it back at once."""
+    """The process that asked (the injector, the supervisor) is SIGKILLed as soon as the receipt is out.
+
+    The node's restorer runs in its own session and still puts the link back. A SIGTERM to the
+    restorer puts it back at once."""
     log = str(tmp_path / "faults.jsonl")
     asker = subprocess.Popen(["ip", "netns", "exec", pair.a, sys.executable, "-c",
                               "import subprocess, sys, time; subprocess.run(sys.argv[1:]); time.sleep(60)",
@@ -286,9 +289,10 @@ def test_a_partition_healed_in_place_stood_still_and_resumed_by_itself():
 
 
 def test_a_watchdog_stop_that_never_happened_is_a_finding_and_said_with_the_node_it_could_not_reach():
-    """The issue's report: the watchdog decided 30 s in, its stop reached no rank on the cut-off node
-    and none elsewhere in time, training went on after the link came back and finished: not a clean
-    "survived"."""
+    """The issue's report: a watchdog stop that never happened is not a clean "survived".
+
+    The watchdog decided 30 s in. Its stop reached no rank on the cut-off node and none elsewhere in
+    time. Training went on after the link came back, and finished."""
     steps = _steps(100, 109, 1) + _steps(164, 180, 11)
     a = _attempt(1, 99, 181, steps, completed=True, hang=True, hang_ts=140.0, unreached=["h2"])
     ph = _phase([a], until=150.0, windows=((110.0, 150.0),))
@@ -318,8 +322,10 @@ def test_a_partition_that_never_healed_relaunched_on_a_spare_counts_its_lost_ste
 
 
 def test_an_attempt_that_logged_a_step_inside_the_fault_and_was_relaunched_is_no_resume_in_place():
-    """Rank 0 logged a step 0.3 s into the partition, then every rank blocked; the watchdog stopped the
-    attempt and the relaunch carried on: relaunched, with its steps lost, not "resumed by itself"."""
+    """Rank 0 logged a step 0.3 s into the partition, then every rank blocked.
+
+    The watchdog stopped the attempt and the relaunch carried on. So the outcome is relaunched, with
+    its steps lost, not "resumed by itself"."""
     a = _attempt(1, 99, 125, _steps(100, 109, 1) + [(110.3, 11)], hang=True, hang_ts=119.0)
     b = _attempt(2, 126, 160, _steps(135, 160, 6), resumed=5, completed=True)
     f, = to_dict(netfaults.accounts(_phase([a, b]), 1.0))

@@ -1,7 +1,11 @@
-"""restartlab node-check: what a node's check finds, which hosts each recovery policy picks, and
-the job-wide check through the local fan-out (a site check that fails on one node, one that
-never answers), with the node-check records and the bad-node file. The real node failure (a Slurm node set
-DOWN mid-run) is in tests/test_slurm.py."""
+"""restartlab node-check.
+
+- What a node's check finds.
+- Which hosts each recovery policy picks.
+- The job-wide check through the local fan-out, with the node-check records and the bad-node file.
+  One site check fails on one node, and one never answers.
+
+The real node failure (a Slurm node set DOWN mid-run) is in tests/test_slurm.py."""
 import json
 import os
 import subprocess
@@ -45,9 +49,10 @@ def test_local_check_finds_each_problem(tmp_path):
 
 
 def test_job_wide_check_excludes_bad_nodes_for_good(tmp_path):
-    """Local fan-out (every node is this host): a site check that fails where NODE_BAD names the
-    node makes that node bad; it stays in the bad file and is not checked again; the hosts file
-    lists the healthy ones (spares: exactly --need)."""
+    """Local fan-out, where every node is this host.
+
+    A site check that fails where NODE_BAD names the node makes that node bad. The node stays in the
+    bad file and is not checked again. The hosts file lists the healthy ones (spares: exactly --need)."""
     nf = tmp_path / "nodefile"
     nf.write_text("n1\nn1\nn2\nn2\nn3\nn3\n")  # PBS style: one line per slot
     bad, log, hosts = tmp_path / "bad", tmp_path / "checks.jsonl", tmp_path / "hosts"

@@ -1,18 +1,23 @@
-"""restartlab's PBS paths against a real OpenPBS 23.06 server (conftest `pbs`, tests/pbs_cluster.py):
-three hosts, each a network namespace of this machine with its own MoM; jobs as an ordinary user.
+"""restartlab's PBS paths against a real OpenPBS 23.06 server (conftest `pbs`, tests/pbs_cluster.py).
 
-- the whole experiment through `restartlab submit`: MPICH's Hydra over PBS's TM interface on the
-  three hosts, gated kills fanned out with `pbsdsh` (one killer per host), every restart bit-exact;
-- every directive `restartlab render` writes for a PBS profile, accepted by the real qsub;
-- a bad submission: PBS's own message, a non-zero exit, the experiment marked as never submitted;
-- PBS's own kill at the walltime, a SIGKILLed supervisor, warm pools through pbsdsh, and a host lost
-  in the middle of a phase (PBS requeues the job; its rerun carries the experiment on).
-What both schedulers do the same (status and cancel, `inject` without flags, the walltime margin, a
-chain over the walltime with a secret) is tested once on each in tests/test_schedulers.py.
+The cluster has three hosts. Each is a network namespace of this machine with its own MoM.
+Jobs run as an ordinary user.
 
-What this cluster cannot be: the hosts share one kernel (their processes are visible to each
-other: each host's killer leaves another host's alone by its UTS namespace), there is no PALS, and
-a lost MoM does not take its host's processes with it."""
+- The whole experiment through `restartlab submit`. MPICH's Hydra runs over PBS's TM interface on
+  the three hosts. Gated kills fan out with `pbsdsh`, one killer per host. Every restart is bit-exact.
+- Every directive `restartlab render` writes for a PBS profile, accepted by the real qsub.
+- A bad submission: PBS's own message, a non-zero exit, the experiment marked as never submitted.
+- PBS's own kill at the walltime, a SIGKILLed supervisor, and warm pools through pbsdsh.
+- A host lost in the middle of a phase. PBS requeues the job, and its rerun carries the experiment on.
+
+Some things both schedulers do the same: status and cancel, `inject` without flags, the walltime
+margin, and a chain over the walltime with a secret. tests/test_schedulers.py tests them once on each.
+
+What this cluster cannot be:
+- The hosts share one kernel, so their processes are visible to each other. Each host's killer
+  leaves another host's processes alone by its UTS namespace.
+- There is no PALS.
+- A lost MoM does not take its host's processes with it."""
 import glob
 import json
 import os
@@ -38,9 +43,9 @@ def rl(pbs, *args, timeout=120):
     return pbs.as_user([sys.executable, "-m", "restartlab.cli", *args], timeout=timeout)
 
 
-# one rank on a host gets one thread: the hosts are namespaces on this machine's 2 cores, and a rank
-# alone on its host would take both (measured: a rank of the network tests' model, 60 steps, 9.1
-# CPU-s with 2 threads and 6.6 with 1, on an idle machine; 3 hosts' ranks then want 6 threads)
+# One rank on a host gets one thread. The hosts are namespaces on this machine's 2 cores, and a rank
+# alone on its host would take both. Measured on an idle machine: a rank of the network tests' model,
+# 60 steps, took 9.1 CPU-s with 2 threads and 6.6 with 1. The ranks of 3 hosts then want 6 threads.
 ONE_THREAD = 'OMP_NUM_THREADS: "1"'
 
 
@@ -64,9 +69,10 @@ failures:
 
 
 def submit(pbs, path):
-    """`restartlab submit` without its preflight, which these tests are not about (the site tests
-    and the end-to-end one run it against this server): it probes the job's Python as the user,
-    torch's import included, 4 to 12 s a submit here."""
+    """`restartlab submit` without its preflight, which these tests are not about.
+
+    The site tests and the end-to-end one run the preflight against this server. It probes the
+    job's Python as the user, torch's import included. That takes 4 to 12 s a submit here."""
     r = rl(pbs, "submit", "--no-preflight", path)
     assert r.returncode == 0, r.stdout + r.stderr
     return submitted(r.stdout)
@@ -88,9 +94,11 @@ PBS_PROFILES = ("pbs", "sunspot", "aurora", "polaris")
 
 
 def shipped_pbs_scenarios():
-    """(label, scenario, overrides): every shipped scenario whose profile is a PBS one, and the
-    default scenario on each PBS profile (with an account, as `make sunspot-expt` submits it, and a
-    chain, which adds nothing to the header but is rendered for PBS)."""
+    """(label, scenario, overrides) of the PBS scenarios to render.
+
+    - Every shipped scenario whose profile is a PBS one.
+    - The default scenario on each PBS profile. It has an account, as `make sunspot-expt` submits it.
+      It also has a chain, which adds nothing to the header but is rendered for PBS."""
     from restartlab import scenario as scen
     out = []
     for path in sorted(glob.glob(os.path.join(REPO, "scenarios", "*.yaml")) +
@@ -152,10 +160,13 @@ def _held_and_deleted(pbs, d, name, label, path, sets):
 
 
 def test_bad_submission_one_line_and_marked(pbs):
-    """A queue the server does not have, a directive PBS refuses, no server reachable: the preflight
-    refuses the first and the last before anything is made (exit 2); past it (--no-preflight),
-    `restartlab submit` says so in one line with PBS's own message, exits 1, and leaves the
-    experiment directory marked as never submitted (`restartlab status` of it says so)."""
+    """A bad submission says so in one line and marks the experiment.
+
+    The cases are a queue the server does not have, a directive PBS refuses, and no server reachable.
+    The preflight refuses the first and the last before anything is made (exit 2). Past the
+    preflight (--no-preflight), `restartlab submit` says so in one line with PBS's own message and
+    exits 1. It leaves the experiment directory marked as never submitted. `restartlab status` of it
+    says so."""
     d = pbs.user_dir("bad")
     base = scenario(pbs, d, "bad", [("sync", "sync")])
     cases = {"queue": (["--set", "job.queue=nosuchq"], "Unknown queue"),
@@ -191,11 +202,13 @@ def report_of(pbs, expt):
 
 
 def test_pbs_walltime_kill(pbs):
-    """A one-host job without a walltime margin: PBS kills it at its walltime (SIGTERM to every
-    process of the job, SIGKILL kill_delay later; Exit_status -29, `=>> PBS: job killed: walltime`
-    in its output); the report names the phase and attempt it ended in, how (interrupted by
-    SIGTERM), and what PBS says of the job. (restartlab's own stop before the limit, the margin, is
-    tests/test_schedulers.py's, on both schedulers.)"""
+    """A one-host job without a walltime margin: PBS kills it at its walltime.
+
+    PBS sends SIGTERM to every process of the job, and SIGKILL kill_delay later. The Exit_status is
+    -29, and the output has `=>> PBS: job killed: walltime`. The report names the phase and attempt
+    it ended in, and how: interrupted by SIGTERM. It also gives what PBS says of the job.
+    restartlab's own stop before the limit, the margin, is tested in tests/test_schedulers.py, on
+    both schedulers."""
     d = pbs.user_dir("walltime")
     path = scenario(pbs, d, "killed", [("p", "async")], nodes=1, iters=1000000, walltime="00:00:30")
     text = open(path).read().replace("hang_timeout: 120s}", "hang_timeout: 120s, walltime_margin: 0s}")
@@ -218,11 +231,13 @@ def test_pbs_walltime_kill(pbs):
 
 
 def test_pbs_supervisor_killed_is_named(pbs):
-    """The phase's supervisor SIGKILLed in the middle of a PBS job (found by the experiment in its
-    environment, killed by PID): it leaves no word on how the phase ended. The job script goes on
-    to its report and exits 1; when the job ends PBS ends what the supervisor left running (the
-    launcher and its ranks). The report says the phase did not finish, in which attempt its
-    supervisor died, computes no overhead for it, and gives PBS's exit status of the job."""
+    """The phase's supervisor is SIGKILLed in the middle of a PBS job.
+
+    The test finds it by the experiment in its environment and kills it by PID. The supervisor
+    leaves no word on how the phase ended. The job script goes on to its report and exits 1. When
+    the job ends, PBS ends what the supervisor left running: the launcher and its ranks. The report
+    says the phase did not finish, and in which attempt its supervisor died. It computes no overhead
+    for the phase, and gives PBS's exit status of the job."""
     import psutil
     from tests.helpers import rows, wait_for
     d = pbs.user_dir("supkill")
@@ -259,13 +274,14 @@ def test_pbs_supervisor_killed_is_named(pbs):
 
 
 def test_pbs_node_lost_mid_phase(pbs):
-    """A host lost in the middle of a phase, for real as far as one machine allows: the second
-    host's MoM and the job's processes there SIGKILLed (a crash; its kernel is this machine's).
-    Within the job, restartlab's node check finds that host bad (pbsdsh reaches no one there) and
-    relaunches on the spare; the server marks the node down at once, and once the MoM has been
-    unreachable for $max_poll_downtime it requeues the job (Exit_status -14, rerunnable by
-    default). When the MoM is back the job runs again and carries on the same experiment from its
-    newest checkpoint, to the baseline's parameters."""
+    """A host lost in the middle of a phase, for real as far as one machine allows.
+
+    The second host's MoM and the job's processes there are SIGKILLed. This is a crash, and its
+    kernel is this machine's. Within the job, restartlab's node check finds that host bad, since
+    pbsdsh reaches no one there. It relaunches on the spare. The server marks the node down at once.
+    Once the MoM has been unreachable for $max_poll_downtime, the server requeues the job
+    (Exit_status -14, rerunnable by default). When the MoM is back, the job runs again. It carries
+    on the same experiment from its newest checkpoint, to the baseline's parameters."""
     import psutil
     from tests.helpers import rows, wait_for
     d = pbs.user_dir("nodeloss")
@@ -276,9 +292,10 @@ def test_pbs_node_lost_mid_phase(pbs):
         "phases:\n  - {name: baseline, checkpoint: none}\n  - {name: sync, checkpoint: sync, failures: false}")
     pbs.write(path, text)
     # pbs_mom never kills a job for a lost sister while its own comm link is younger than 60 s
-    # (COMM_MATURITY_TIME, compiled in): a cluster just started would keep the job running. The
-    # wait comes before the job (none in the suite, whose cluster is older), not at its step 12,
-    # where an idle machine finished the whole phase in it (2026-12-02)
+    # (COMM_MATURITY_TIME, compiled in). So a cluster just started would keep the job running.
+    # The wait comes before the job, not at its step 12. Waiting at step 12, an idle machine
+    # finished the whole phase within the wait (2026-12-02). In the suite the cluster is older,
+    # so there is no wait.
     age = time.time() - psutil.Process(pbs.mom_pid(pbs.nodes[0])).create_time()
     time.sleep(max(0.0, 70 - age))
     jid, expt = submit(pbs, path)
@@ -348,8 +365,9 @@ def test_pbs_node_lost_mid_phase(pbs):
     v = sync["survival"]
     outcomes = [r["outcome"] for r in v["restarts"]]
     assert v["survived"] and not v["findings"] and "ended with its node" in v["restarts"][0]["text"], v
-    # the requeue races the relaunch on the spare: seen both ways (CI 2026-12-02: attempt 2 cut
-    # before its first step; an idle machine the same day: it trained on the spare first)
+    # The requeue races the relaunch on the spare, and both orders were seen. In CI (2026-12-02),
+    # attempt 2 was cut before its first step. On an idle machine the same day, it trained on the
+    # spare first.
     if rows(layout.Attempt(layout.Expt(expt).phase("sync").attempt(2).path).metrics(0)):
         # the spare took over, then the requeue ended that attempt: a second failure, no bad node
         assert [e["attempt"] for e in ev] == [1, 2] and ev[1]["bad_nodes"] == [], ev

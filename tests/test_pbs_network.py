@@ -1,19 +1,21 @@
-"""Network faults on the real OpenPBS cluster (conftest `pbs`): a host's link taken down by the
-injector's own fault (failures.kind: partition), through pbsdsh, as the job's user with `sudo -n ip`
-(failures.root_cmd; a sudoers rule this module adds for the test user and removes), while the
-bundled trainer's three ranks train over gloo across the hosts.
+"""Network faults on the real OpenPBS cluster (conftest `pbs`).
+The injector's own fault (failures.kind: partition) takes a host's link down, through pbsdsh. It
+runs as the job's user with `sudo -n ip` (failures.root_cmd). This module adds a sudoers rule for
+the test user and removes it. Meanwhile the bundled trainer's three ranks train over gloo across
+the hosts.
 
-- a partition, a flap and a slowed link, each shorter than the watchdog's timeout: every rank waits,
-  training stands still (or slows) and goes on by itself in the same attempt, and the report says
-  so, with the seconds;
-- a partition longer than the watchdog's timeout (the issue's 40 s one, scaled): the stop reaches
-  the nodes that answer, names the one that does not, and the relaunch runs once the link is back;
-- a partition that never heals, with a spare: the watchdog stops the attempt, its teardown names the
-  node it cannot reach and ends within its deadline, the node check finds that node bad, the relaunch
-  takes the spare, the phase finishes; the link is put back when the phase is done, nothing is left.
+- A partition, a flap and a slowed link, each shorter than the watchdog's timeout. Every rank
+  waits, and training stands still (or slows). It goes on by itself in the same attempt, and the
+  report says so, with the seconds.
+- A partition longer than the watchdog's timeout (the issue's 40 s one, scaled). The stop reaches
+  the nodes that answer and names the one that does not. The relaunch runs once the link is back.
+- A partition that never heals, with a spare. The watchdog stops the attempt. Its teardown names
+  the node it cannot reach and ends within its deadline. The node check finds that node bad, the
+  relaunch takes the spare, and the phase finishes. The link is put back when the phase is done,
+  and nothing is left.
 
 What this cluster cannot be: the hosts are namespaces of one kernel on one bridge (no switch, no
-InfiniBand or Slingshot; a link down is a veth down), and PBS's own view of the node (its MoM
+InfiniBand or Slingshot). A link down is a veth down. PBS's own view of the node (its MoM
 unreachable from the server, on the same bridge) is not what the job sees."""
 import json
 import os
@@ -36,8 +38,8 @@ SUDOERS = "/etc/sudoers.d/restartlab-tests"
 
 @pytest.fixture(scope="module")
 def net_admin(pbs):
-    """The test user may run ip and tc as root without a password (a site where the fault kinds are
-    allowed: failures.root_cmd 'sudo -n'); removed after the module."""
+    """The test user may run ip and tc as root without a password, as on a site where the fault
+    kinds are allowed (failures.root_cmd 'sudo -n'). The rule is removed after the module."""
     sudo = shutil.which("sudo")
     if not sudo:
         if os.environ.get("RESTARTLAB_REQUIRE_ALL") == "1":
@@ -89,10 +91,14 @@ def net_scenario(pbs, d, name, fault, relaunch, nodes=3, extra_job="", iters=40)
 
 
 def test_pbs_partition_flap_and_slow_link_heal_in_place_and_the_report_says_what_each_cost(pbs, net_admin):
-    """One job, three faults shorter than the watchdog's timeout, each on rlpbs-n2: a partition
-    (5 s), a flap (down 5 s, up 2 s, down 5 s), a link capped at 10mbit (5 s). Every rank waits in
-    a collective through each outage (and TCP's retransmission back-off after it) and goes on by
-    itself: one attempt, no step lost; the report gives each one's seconds."""
+    """One job, three faults shorter than the watchdog's timeout, each on rlpbs-n2:
+    - a partition (5 s);
+    - a flap (down 5 s, up 2 s, down 5 s);
+    - a link capped at 10mbit (5 s).
+
+    Every rank waits in a collective through each outage, and through TCP's retransmission
+    back-off after it. Then it goes on by itself: one attempt, no step lost. The report gives each
+    one's seconds."""
     d = pbs.user_dir("netheal")
     path = net_scenario(pbs, d, "netheal", "{kind: partition, node: 2, duration: 5s, flaps: 2, flap_up: 2s, "
                         "rate: 10mbit, root_cmd: '%s', gate: complete, schedule: {at_steps: [20, {step: 60, kind: "
@@ -127,11 +133,11 @@ def test_pbs_partition_flap_and_slow_link_heal_in_place_and_the_report_says_what
 
 
 def test_pbs_partition_longer_than_the_watchdog_the_stop_goes_ahead_and_the_report_says_so(pbs, net_admin):
-    """The issue's case, scaled: a partition of rlpbs-n2 (16 s) longer than relaunch.hang_timeout
-    (8 s). The watchdog decides; its stop gives each node 4 s (relaunch.teardown_timeout), names
-    rlpbs-n2 and KILLs the ranks on the others; the launcher ends and the relaunch (on_node_loss:
-    same) runs on the three nodes once the link is back. The report says all of it: the watchdog, its
-    stop, the stand-still, the steps lost; the verdict says the watchdog stopped attempt 1."""
+    """The issue's case, scaled: a partition of rlpbs-n2 (16 s) longer than relaunch.hang_timeout (8 s).
+    The watchdog decides. Its stop gives each node 4 s (relaunch.teardown_timeout), names rlpbs-n2
+    and KILLs the ranks on the others. The launcher ends. The relaunch (on_node_loss: same) runs on
+    the three nodes once the link is back. The report says all of it: the watchdog, its stop, the
+    stand-still, the steps lost. The verdict says the watchdog stopped attempt 1."""
     d = pbs.user_dir("netlong")
     path = net_scenario(pbs, d, "netlong", "{kind: partition, node: 2, duration: 16s, root_cmd: '%s', gate: complete, "
                         "schedule: {at_steps: [20]}}" % net_admin,
@@ -146,8 +152,8 @@ def test_pbs_partition_longer_than_the_watchdog_the_stop_goes_ahead_and_the_repo
     assert s["attempts"] == 2 and s["completed"], s
     f, = s["network_faults"]
     la = f["layers"]
-    # the watchdog counts from the attempt's last output, which came a little before the fault began
-    # (the step in flight; the output's own flush): 7.85 s in one run
+    # The watchdog counts from the attempt's last output. That came a little before the fault began
+    # (the step in flight, the output's own flush): 7.85 s in one run.
     assert 8 - 2 <= la["watchdog_s"] < 16 and la["stop"].startswith("stopped") and "rlpbs-n2" in la["stop"], f
     assert f["outcome"] == "relaunched on the same nodes" and f["stood_still_s"] >= 16, f
     v = s["survival"]
@@ -159,16 +165,18 @@ def test_pbs_partition_longer_than_the_watchdog_the_stop_goes_ahead_and_the_repo
 
 
 def test_pbs_partition_that_never_heals_the_stop_names_the_node_and_a_spare_carries_on(pbs, net_admin):
-    """The issue's case made to end: the link of a node never comes back in the phase. PBS kills (and
-    requeues: Exit_status -14) a job one of whose nodes it finds down unless the job tolerates node
-    failures (measured here: 90 s after the partition began); ALCF's Aurora page names the
-    attribute and asks whoever sets it to route around the failed nodes themselves
-    (docs/aurora/running-jobs-aurora.md:85-97 at argonne-lcf/user-guides 7d04a3f9): what the node
-    check and the spares do. So the job carries `-W tolerate_node_failures=all`. The watchdog
-    decides, its teardown gives each node relaunch.teardown_timeout to answer and names the one that
-    does not, the stop goes ahead on the others; the node check finds the node bad, the relaunch
-    takes the spare; the phase's done flag puts the link back; the ranks left on the cut-off node go
-    with the job."""
+    """The issue's case made to end: the link of a node never comes back in the phase.
+    PBS kills a job one of whose nodes it finds down, unless the job tolerates node failures. It
+    also requeues it (Exit_status -14). Measured here, that came 90 s after the partition began.
+    ALCF's Aurora page names the attribute (docs/aurora/running-jobs-aurora.md:85-97 at
+    argonne-lcf/user-guides 7d04a3f9). It asks whoever sets it to route around the failed nodes
+    themselves. That is what the node check and the spares do. So the job carries
+    `-W tolerate_node_failures=all`.
+
+    The watchdog decides. Its teardown gives each node relaunch.teardown_timeout to answer and
+    names the one that does not. The stop goes ahead on the others. The node check finds the node
+    bad, and the relaunch takes the spare. The phase's done flag puts the link back. The ranks left
+    on the cut-off node go with the job."""
     d = pbs.user_dir("netnever")
     path = net_scenario(pbs, d, "netnever", "{kind: partition, node: 1, duration: 0, root_cmd: '%s', gate: complete, "
                         "schedule: {at_steps: [20]}}" % net_admin,
@@ -190,8 +198,9 @@ def test_pbs_partition_that_never_heals_the_stop_names_the_node_and_a_spare_carr
     nf, = s["network_faults"]
     assert nf["outcome"].startswith("relaunched on a spare") and "rlpbs-n1" in nf["outcome"], nf
     la = nf["layers"]
-    # the watchdog counts hang_timeout (8 s) from the last progress before the cut, which can precede
-    # the cut by a step: 7.979 s after it in CI (stop 68's run 1); the other partition test allows the same
+    # The watchdog counts hang_timeout (8 s) from the last progress before the cut. That progress can
+    # precede the cut by a step: 7.979 s after the cut in CI (stop 68's run 1). The other partition
+    # test allows the same.
     assert 8 - 2 <= la["watchdog_s"] and "could not reach rlpbs-n1" in la["stop"] and la["node_check_s"] > la["watchdog_s"], nf
     assert s["survival"]["survived"], s["survival"]
     print(_network_section(open(layout.Expt(expt).report).read()), open(ph.attempt(1).teardown_log).read())
@@ -206,15 +215,19 @@ def test_pbs_partition_that_never_heals_the_stop_names_the_node_and_a_spare_carr
 
 
 def test_pbs_partition_watchdog_decides_then_pbs_requeues_the_job_the_time_between_runs_is_downtime(pbs, net_admin):
-    """#65, its own case: the job's second node cut off for 150 s in a 2-node job that does not tolerate node
-    failures. The watchdog (hang_timeout 20 s) decides first; its stop cannot reach the node, so the
-    supervisor does not relaunch onto it (a launch there fails at once: two such relaunches spent the
-    budget in 6 s before this) but waits for it (relaunch.node_wait); meanwhile the mother superior loses
-    its sister, PBS marks the node down, kills the job and requeues it, and the job runs again on
-    rlpbs-head and the third host. The watchdog's decision is in the record with its time; the time from
-    the partition to the rerun's first step is the failure's downtime, in the phase's wall time and its
-    ETTR, told in its parts (the decision, the node PBS marked down, the run's start); the verdict says
-    the job was requeued. (PBS alone, no watchdog: test_pbs_node_lost_mid_phase and the Slurm test.)"""
+    """#65, its own case: the job's second node is cut off for 150 s.
+    The job has 2 nodes and does not tolerate node failures. The watchdog (hang_timeout 20 s)
+    decides first. Its stop cannot reach the node, so the supervisor does not relaunch onto it. A
+    launch there fails at once: two such relaunches spent the budget in 6 s before this. Instead the
+    supervisor waits for the node (relaunch.node_wait). Meanwhile the mother superior loses its
+    sister. PBS marks the node down, kills the job and requeues it. The job runs again on
+    rlpbs-head and the third host.
+
+    The watchdog's decision is in the record with its time. The time from the partition to the
+    rerun's first step is the failure's downtime. It counts in the phase's wall time and its ETTR.
+    It is told in its parts: the decision, the node PBS marked down, the run's start. The verdict
+    says the job was requeued. For PBS alone, with no watchdog, see test_pbs_node_lost_mid_phase
+    and the Slurm test."""
     d = pbs.user_dir("netrequeue")
     path = net_scenario(pbs, d, "netrequeue", "{kind: partition, node: 1, duration: 150s, root_cmd: '%s', gate: "
                         "complete, schedule: {at_steps: [20]}}" % net_admin,
@@ -245,10 +258,10 @@ def test_pbs_partition_watchdog_decides_then_pbs_requeues_the_job_the_time_betwe
     a1 = json.load(open(ph.attempt(1).record))
     assert ev["detected_by"] == "watchdog" and a1["hang"] and ev["rerun"], ev
     r = ev["rerun"]
-    # the watchdog decided 20 s after the last progress, before PBS marked the node down. The last
-    # progress is the last metrics row, which may come a step before the fault's start (the receipt's
-    # `at`, taken before the link goes down); the files' times come from the kernel's coarse clock,
-    # up to a tick (4 ms at HZ=250) behind time.time() on each side: 10 ms in all.
+    # The watchdog decided 20 s after the last progress, before PBS marked the node down. The last
+    # progress is the last metrics row. It may come a step before the fault's start (the receipt's
+    # `at`, taken before the link goes down). The files' times come from the kernel's coarse clock.
+    # They are up to a tick (4 ms at HZ=250) behind time.time() on each side: 10 ms in all.
     last = max(x["timestamp"] for p in ph.attempt(1).metrics_files() for x in raw_rows(p))
     assert last < inj["time"] + 5, (last, inj["time"])
     assert r["stopped_by"] == "watchdog" and 20 - 0.01 <= r["stopped_at"] - last, (r, last, inj["time"])
@@ -267,8 +280,9 @@ def test_pbs_partition_watchdog_decides_then_pbs_requeues_the_job_the_time_betwe
     nf, = s["network_faults"]
     assert nf["outcome"] == f"relaunched on other nodes ({other} for {lost}) in the job's next run (the scheduler " \
         "requeued it)", nf
-    # ETTR by hand, from the rows: the steps kept (attempt 1's up to where attempt 2 resumed, all of attempt 2's)
-    # over the wall time from the first launch to the last end (a step's row: its step, its loss, its seconds)
+    # ETTR by hand, from the rows: the steps kept over the wall time from the first launch to the
+    # last end. The steps kept are attempt 1's up to where attempt 2 resumed, and all of attempt 2's.
+    # A step's row holds its step, its loss and its seconds.
     def steps(k):
         return [x for x in rows(ph.attempt(k).metrics(0)) if {"train/dt", "train/iter", "train/loss"} <= set(x)]
     kept = sum(x["train/dt"] for x in steps(1) if x["train/iter"] <= ev["resumed_from"]) + sum(x["train/dt"] for x in steps(2))

@@ -63,12 +63,13 @@ def test_sigterm_emergency_checkpoint_zero_lost_steps(tmp_path, tmp_path_factory
 
 
 def test_a_second_stop_signal_during_the_first_ones_print_does_nothing(monkeypatch):
-    """A warm rank can get a stop signal twice: restartlab's killer now leaves it to the rank's stub
-    (tests/test_warm.py), but a scheduler's signal to every process of the job can reach both the
-    stub, which passes it on, and the rank the pool forked. The second can land while the first
-    handler prints; a nested print raised "reentrant call inside
-    BufferedWriter" and the rank died without its emergency checkpoint (CI, test_failure_kinds
-    [warm]). Forced here: the print itself delivers the second signal."""
+    """A warm rank can get a stop signal twice.
+
+    restartlab's killer now leaves it to the rank's stub (tests/test_warm.py). But a scheduler's
+    signal to every process of the job can reach both the stub, which passes it on, and the rank the
+    pool forked. The second can land while the first handler prints. A nested print raised
+    "reentrant call inside BufferedWriter", and the rank died without its emergency checkpoint
+    (CI, test_failure_kinds[warm]). Here it is forced: the print itself delivers the second signal."""
     import builtins
     import signal as sig
     from restartlab.trainer.__main__ import StopRequest

@@ -1,8 +1,12 @@
-"""restartlab preflight on this machine: each unsafe case refused with one line naming what, where
-(file:line: key) and what to do, exit 2, before anything is submitted; the parts it asks (the job's
-setup lines, its Python, its launcher) asked for real, a small file system (a tmpfs) for the bytes.
-The queue limits against the real OpenPBS server and the private Slurm: tests/test_preflight_clusters.py.
-`status` and `cancel` going by the experiment's scheduler or the id's form, never Slurm for PBS."""
+"""restartlab preflight on this machine.
+
+- Each unsafe case is refused before anything is submitted, with exit 2. One line names what, where
+  (file:line: key) and what to do.
+- The parts it asks are asked for real: the job's setup lines, its Python, its launcher. A small
+  file system (a tmpfs) holds the bytes.
+- The queue limits against the real OpenPBS server and the private Slurm are in
+  tests/test_preflight_clusters.py.
+- `status` and `cancel` go by the experiment's scheduler or the id's form, never Slurm for PBS."""
 import json
 import os
 import subprocess
@@ -85,7 +89,7 @@ def test_recorded_queue_answers_parse():
     assert probe.launcher_kind("mpiexec (Open MPI) 4.1.4\n") == "openmpi"
     assert probe.launcher_kind("slurm-wlm 22.05.8\n") == "srun"  # Debian 12's srun --version
     assert probe.launcher_kind("mpiexec version 1.2.12\n") is None  # what is not one of those: taken for PALS
-    # Lustre's manual's layout of `lfs quota -u` (no Lustre here: the parser is all that is tested)
+    # Lustre's manual's layout of `lfs quota -u`. There is no Lustre here: the parser is all that is tested.
     lq = ("Disk quotas for usr bob (uid 1000):\n     Filesystem  kbytes   quota   limit   grace   files   quota"
           "   limit   grace\n     /lus/flare  1048576*      0 1000000       -     12       0       0       -\n")
     assert storage.parse_lfs_quota(lq) == (1048576 * 1024, 1000000 * 1024)
@@ -245,9 +249,10 @@ def test_a_program_found_as_the_ranks_find_it(tmp_path):
 
 
 def test_a_program_given_as_inline_code_is_not_taken_for_a_script(tmp_path):
-    """`python -c CODE` (contracts/pycmd reads the command): the code was once taken for a relative
-    script's path and refused ("'import x' is relative ..."); `python -u -W ignore script` still
-    finds the script after the interpreter's options."""
+    """`python -c CODE` is inline code, not a script (contracts/pycmd reads the command).
+
+    The code was once taken for a relative script's path and refused ("'import x' is relative ...").
+    `python -u -W ignore script` still finds the script after the interpreter's options."""
     f = check(scen(tmp_path, PROG.format(cmd='[python, -c, "print(1)"]')), probe_fn=no_probe)
     assert found(f, check_="program") == [], [x.line() for x in f]  # no error of the program's
     assert found(f, preflight.OK, "program") == ["python -c: the program is inline code (no file to check)"]
@@ -341,8 +346,8 @@ def stub_tools(tmp_path, names, out=""):
 
 
 def test_submit_runs_preflight_first_and_submits_nothing_on_an_error(tmp_path):
-    # pbsdsh on PATH: the fan-out check passes on a machine with no OpenPBS installed (this test
-    # passed only where the PBS tier's cluster had installed /opt/pbs before it ran)
+    # pbsdsh is on PATH, so the fan-out check passes on a machine with no OpenPBS installed. Without
+    # it, this test passed only where the PBS tier's cluster had installed /opt/pbs before it ran.
     env, log = stub_tools(tmp_path, ["qsub", "qstat", "pbsdsh"], "0.srv\n")
     path = scen(tmp_path, "site: {name: X, account_required: true}\n", extends=PBS)
     r = rl("submit", path, env=env)
@@ -402,17 +407,19 @@ def test_validate_every_shipped_scenario_as_the_help_says():
 
 
 def test_the_smoke_job_here_ready_and_with_one_thing_broken(tmp_path):
-    """restartlab run --smoke: the smoke job's checks on this machine (the clusters' runs are in
-    test_site_readiness.py); with torch broken for the ranks, the report names it and the host,
-    and the job does not wait out the group's timeout for a rank that cannot join."""
+    """restartlab run --smoke: the smoke job's checks on this machine.
+
+    The clusters' runs are in test_site_readiness.py. With torch broken for the ranks, the report
+    names it and the host. The job does not wait out the group's timeout for a rank that cannot join."""
     path = scen(tmp_path, "")
     r = rl("run", "--smoke", path, "--plain")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "# restartlab smoke job: READY" in r.stdout and r.stdout.count("\nok   ") == 10, r.stdout
     shadow = tmp_path / "shadow" / "torch"
     shadow.mkdir(parents=True)
-    # The broken ranks linger 3 s at exit (atexit), so the launcher is surely still running when
-    # the job decides whether to try the kill: the interleaving a fresh-clone CI run hit by chance.
+    # The broken ranks linger 3 s at exit (atexit). So the launcher is surely still running when
+    # the job decides whether to try the kill. That is the interleaving a fresh-clone CI run hit by
+    # chance.
     (shadow / "__init__.py").write_text("import atexit, time\natexit.register(time.sleep, 3)\n"
                                         "raise ImportError('torch is broken on purpose')\n")
     r = rl("run", "--smoke", path, "--plain", "--set", f"launch.env={{PYTHONPATH: {shadow.parent}}}")

@@ -1,6 +1,8 @@
-"""Program adapters (restartlab/programs), the progress tap (tap.py), rank variables for any
-program (rankenv.py) and the survival verdict (survival.py), without a training run: real files,
-real directories, real pipes; the multi-rank runs are in test_your_trainer.py."""
+"""Program adapters and what reads a program's run, without a training run.
+
+The tests cover the adapters (restartlab/programs), the progress tap (tap.py), rank variables for
+any program (rankenv.py) and the survival verdict (survival.py). They use real files, real
+directories and real pipes. The multi-rank runs are in test_your_trainer.py."""
 import dataclasses
 import json
 import os
@@ -134,10 +136,14 @@ def _zip(path, whole=True, obj=None):
 
 
 def test_deepspeeds_latest_tag_and_its_shards(tmp_path):
-    """DeepSpeed's `latest` holds a tag (global_step10), not a number: the pointer's step is the tag's
-    trailing number. Its adapter's rule (pointer:latest+torchzips+dsshards) calls a tag complete
-    only when `latest` names it (or a later one), every .pt shard in it reads whole and every rank's
-    ZeRO shard is there (its model states say 2 ranks); why one is not, said."""
+    """DeepSpeed's `latest` holds a tag (global_step10), not a number.
+
+    The pointer's step is the tag's trailing number. Its adapter's rule
+    (pointer:latest+torchzips+dsshards) calls a tag complete only when all of these hold:
+    - `latest` names it (or a later one);
+    - every .pt shard in it reads whole;
+    - every rank's ZeRO shard is there (its model states say 2 ranks).
+    When one is not complete, the rule says why."""
     d = str(tmp_path)
     s = programs.resolve({"adapter": "deepspeed", "command": ["x"], "steps": 30, "progress": r"step (?P<step>\d+)"})
     assert s.complete == "pointer:latest+torchzips+dsshards" and not programs.spec_errors(s)
@@ -226,11 +232,14 @@ def test_tap_turns_output_into_metrics_rows(tmp_path):
 
 
 def test_tap_without_progress_takes_the_probes_steps_and_the_programs_loss_lines(tmp_path):
-    """#63.6: no progress pattern. The steps are rank 0's optimizer steps from the probe's records
-    (loads and another optimizer's steps left out), numbered from the checkpoint the program's rule
-    loads (here 20; its resume line wins where it prints one), at the times they began. A loss line
-    is booked at the step the probe counted when the program printed it (its logged_loss record),
-    whatever the order the tap reads things in: here the loss of step 1 comes after step 2's record."""
+    """#63.6: no progress pattern.
+
+    The steps are rank 0's optimizer steps from the probe's records, at the times they began. Loads
+    and another optimizer's steps are left out. The steps are numbered from the checkpoint the
+    program's rule loads: here 20. The program's resume line wins where it prints one. A loss line is
+    booked at the step the probe counted when the program printed it (its logged_loss record). This
+    holds whatever the order the tap reads things in. Here the loss of step 1 comes after step 2's
+    record."""
     att = layout.Attempt(str(tmp_path / "1"))
     os.makedirs(att.path)
     t = tap.Tap(spec(progress=None, resumed=None), att, 1000.0, [programs.Ckpt(20, "x", True, 0.0)], loads=20)
@@ -269,9 +278,11 @@ def test_tap_without_progress_takes_the_probes_steps_and_the_programs_loss_lines
                                                        (0, False, True)])
 def test_tap_a_program_that_ends_badly_after_its_last_step_finished_once_its_last_save_is_complete(
         tmp_path, rc, final_saved, finished):
-    """#63.5: the last step logged, then a crash at exit (rc 134) with the last step's checkpoint complete:
-    finished, not relaunched to train nothing; without that checkpoint (killed before or in its save) not:
-    the relaunch resumes and writes it. An exit 0 after the last step is finished either way."""
+    """#63.5: the last step logged, then a crash at exit (rc 134).
+
+    With the last step's checkpoint complete, the attempt is finished. It is not relaunched to train
+    nothing. Without that checkpoint (killed before or in its save) it is not finished: the relaunch
+    resumes and writes it. An exit 0 after the last step is finished either way."""
     att = layout.Attempt(str(tmp_path / "1"))
     os.makedirs(att.path)
     t = tap.Tap(spec(resumed=None), att, 0.0, [])
@@ -295,10 +306,13 @@ def test_tap_books_the_programs_save_lines_as_save_stalls(tmp_path):
 
 
 def test_tap_takes_save_time_out_of_the_step_and_estimates_it_from_a_save_start_line(tmp_path):
-    """A save's stall is not productive step time. With the program's own save line (seconds), the
-    interval holding it is the step less those seconds; with only a start line (the Trainer's
-    "Saving model checkpoint to ..."), the stall is the interval less the median step before it,
-    booked as estimated; with too few steps before it to compare, nothing is booked."""
+    """A save's stall is not productive step time.
+
+    - With the program's own save line (seconds), the interval holding it is the step less those
+      seconds.
+    - With only a start line (the Trainer's "Saving model checkpoint to ..."), the stall is the
+      interval less the median step before it. It is booked as estimated.
+    - With too few steps before it to compare, nothing is booked."""
     att = layout.Attempt(str(tmp_path / "1"))
     os.makedirs(att.path)
     t = tap.Tap(spec(saving=r"Saving model checkpoint to \S+", saved=r"saved in (?P<seconds>\S+)s"), att, 0.0, [])
@@ -341,10 +355,12 @@ def test_tap_prefers_the_programs_resume_line_and_writes_no_final_row_on_failure
 
 
 def test_a_relaunch_that_resumes_at_the_last_step_has_finished(tmp_path):
-    """Killed between its last save and its exit, the program's relaunch resumes at the last step,
-    trains nothing and exits 0: that attempt finished (found running examples/forgetful/train.py,
-    whose kill landed after its step-30 save: the phase relaunched it until its budget ran out).
-    A resume short of the last step with no progress is still the warning."""
+    """A program killed between its last save and its exit: its relaunch has finished.
+
+    The relaunch resumes at the last step, trains nothing and exits 0. That attempt finished. This
+    was found running examples/forgetful/train.py, whose kill landed after its step-30 save. The
+    phase relaunched it until its budget ran out. A resume short of the last step with no progress
+    is still the warning."""
     att = layout.Attempt(str(tmp_path / "1"))
     os.makedirs(att.path)
     t = tap.Tap(spec(), att, 0.0, [programs.Ckpt(30, "y", True, 0.0)])
@@ -492,9 +508,11 @@ def test_crash_loop_unfinished_and_hung(tmp_path):
 
 
 def test_a_crash_is_a_finding_a_lost_node_is_not(tmp_path):
-    """An attempt that took steps and exited non-zero with nobody striking it crashed (a finding);
-    the same end with the next health check finding one of its nodes bad died with its node (a
-    failure restartlab recovers from, as PBS's node-loss test has it for real)."""
+    """An attempt that took steps and exited non-zero with nobody striking it crashed.
+
+    That is a finding. The same end, with the next health check finding one of its nodes bad, died
+    with its node. That is a failure restartlab recovers from, as PBS's node-loss test has it for
+    real."""
     def phase(name, bad_node):
         ph = layout.Phase(str(tmp_path / name))
         _attempt(ph, 1, _steps(1, 12, 0), rc=255, snap=_snap([]))
@@ -532,9 +550,11 @@ def test_against_the_baseline_identical_within_tolerance_or_diverged(tmp_path):
 
 
 def test_torchtitan_adapter_on_recorded_lines_and_layout(tmp_path):
-    """torchtitan needs GPUs: its adapter is tested on lines in the format its source logs
-    (torchtitan/components/checkpoint.py and metrics.py at commit 0128b99; components/checkpointer/
-    dcp.py and metrics.py of torchtitan 0.3.0, read from its wheel) and its layout."""
+    """torchtitan needs GPUs, so its adapter is tested on recorded lines and its layout.
+
+    The lines are in the format its source logs:
+    - torchtitan/components/checkpoint.py and metrics.py at commit 0128b99;
+    - components/checkpointer/dcp.py and metrics.py of torchtitan 0.3.0, read from its wheel."""
     s = programs.resolve({"adapter": "torchtitan"})
     assert programs.spec_errors(s) == []
     line = ("[rank0]:[titan] 2026-12-01 10:00:00,000 - root - INFO - \x1b[31mstep:  7  \x1b[32mloss:  9.8765  "
@@ -564,9 +584,10 @@ TITAN = os.path.join(os.path.dirname(__file__), "data", "torchtitan")
 
 
 def _titan_recorded(root):
-    """The checkpoint folder torchtitan 0.3.0 left (tests/data/torchtitan/record.sh), rebuilt under
-    `root`: its .metadata as it wrote it, each shard a sparse file of its size; and the folder's
-    path at the recording."""
+    """The checkpoint folder torchtitan 0.3.0 left (tests/data/torchtitan/record.sh), rebuilt under `root`.
+
+    Its .metadata is as torchtitan wrote it, and each shard is a sparse file of its size. Returns
+    the folder's path at the recording."""
     recorded = None
     for line in open(os.path.join(TITAN, "listing.txt")):
         name, value = line.split()
@@ -622,11 +643,13 @@ HF_ARGS_2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tr
 
 def test_the_trainers_checkpoint_holds_every_processs_rng_state(tmp_path):
     """The Trainer's rank 0 writes trainer_state.json with no barrier for the other processes'
-    rng_state_<r>.pth: a process late to begin its file leaves a folder with everything rank 0
-    writes. Its adapter's rule (file:trainer_state.json+torchzips+hfrngs) counts the processes from
-    training_args.bin (the file transformers 5.25.0 with accelerate 1.15.0 wrote for 2 processes:
-    tests/data/transformers/, its distributed_state says num_processes 2), read without running
-    its pickle; why a folder is not complete, said."""
+    rng_state_<r>.pth.
+
+    A process late to begin its file leaves a folder with everything rank 0 writes. Its adapter's
+    rule (file:trainer_state.json+torchzips+hfrngs) counts the processes from training_args.bin. It
+    reads that file without running its pickle. The file is the one transformers 5.25.0 with
+    accelerate 1.15.0 wrote for 2 processes (tests/data/transformers/). Its distributed_state says
+    num_processes 2. When a folder is not complete, the rule says why."""
     import shutil
     from restartlab.programs import torchzip
     assert torchzip.read_attr_int(HF_ARGS_2, "PartialState", "num_processes") == 2
@@ -704,9 +727,11 @@ def test_in_flight_a_checkpoint_renamed_in_between_the_listings_is_not_a_save(tm
 
 
 def test_megatron_adapter_on_recorded_lines_and_layout(tmp_path):
-    """Megatron-LM needs GPUs: its adapter is tested on lines in the format its source prints
-    (megatron/training/checkpointing.py at commit 0032978, its training log) and its layout,
-    including the empty tracker file a kill between its open and its write leaves."""
+    """Megatron-LM needs GPUs, so its adapter is tested on recorded lines and its layout.
+
+    The lines are in the format its source prints (megatron/training/checkpointing.py at commit
+    0032978, its training log). The layout includes the empty tracker file that a kill between its
+    open and its write leaves."""
     s = programs.resolve({"adapter": "megatron"})
     assert programs.spec_errors(s) == []
     line = (" [2026-12-01 10:00:00] iteration      120/     500 | consumed samples:         3840 | elapsed time per "
@@ -727,10 +752,14 @@ def test_megatron_adapter_on_recorded_lines_and_layout(tmp_path):
 
 
 def test_ezpz_adapter_on_recorded_lines_and_layout(tmp_path):
-    """ezpz's fsdp_tp needs a GPU or XPU: its adapter is tested on lines in the format its source
-    prints (saforem2/ezpz at 1229a17, 0.26.1: History.log_metrics's compact line, the resume and
-    save lines of examples/fsdp_tp.py) and its layout: step-<N> with .complete written last, a
-    re-save that has removed the stale marker, the highest complete one loaded."""
+    """ezpz's fsdp_tp needs a GPU or XPU, so its adapter is tested on recorded lines and its layout.
+
+    The lines are in the format its source prints (saforem2/ezpz at 1229a17, 0.26.1):
+    History.log_metrics's compact line, and the resume and save lines of examples/fsdp_tp.py.
+    The layout:
+    - step-<N> with .complete written last;
+    - a re-save that has removed the stale marker;
+    - the highest complete one loaded."""
     s = programs.resolve({"adapter": "ezpz"})
     assert programs.spec_errors(s) == []
     line = ("[2026-12-01 10:00:00,123456][I][examples/fsdp_tp:3643:train] iter=120   epoch=0 bidx=119 "
@@ -772,8 +801,11 @@ def _follow(tmp_path, path, **kw):
 
 
 def test_follow_reads_a_jsonl_progress_file_as_it_grows(tmp_path):
-    """The file appears after the launch, a record arrives in two writes (read once whole), a
-    line that is not JSON is skipped, and the console's step lines count for nothing."""
+    """The progress file appears after the launch and grows while it is read.
+
+    - A record arrives in two writes and is read once, whole.
+    - A line that is not JSON is skipped.
+    - The console's step lines count for nothing."""
     path = str(tmp_path / "m.jsonl")
     att, t, f = _follow(tmp_path, path, progress_fields={"step": "train/iter", "loss": "train/loss"})
     f.poll()                                      # no file yet
@@ -793,8 +825,10 @@ def test_follow_reads_a_jsonl_progress_file_as_it_grows(tmp_path):
 
 
 def test_follow_skips_an_earlier_attempts_records_and_restarts_on_a_rewrite(tmp_path):
-    """A CSV that held an earlier attempt's rows at the launch: those are skipped (the header is
-    read for the columns); when the program rewrites the file, it is read from its start."""
+    """A CSV that held an earlier attempt's rows at the launch.
+
+    Those rows are skipped, but the header is read for the columns. When the program rewrites the
+    file, it is read from its start."""
     path = str(tmp_path / "p.csv")
     mk(path, "step,train_loss\n1,3.0\n2,2.5\n")
     att, t, f = _follow(tmp_path, path, progress_fields={"loss": "train_loss"})
@@ -822,10 +856,12 @@ def test_progress_file_keys_are_checked():
 
 
 def test_a_relaunch_that_trains_past_the_last_step_is_a_finding(tmp_path):
-    """#63.5: a program resumed at its final checkpoint that trains on (the issue's Trainer run: resumed
-    from checkpoint-80 with max_steps=80, it trained step 81) is a finding of its own; the run's last
-    step comes from the scenario. transformers 5.25.0 as run here (examples/transformers/train.py run
-    twice on one output dir, one epoch of data) trained no step the second time: this guards the rule."""
+    """#63.5: a program resumed at its final checkpoint that trains on is a finding of its own.
+
+    The issue's Trainer run did this: resumed from checkpoint-80 with max_steps=80, it trained step
+    81. The run's last step comes from the scenario. transformers 5.25.0 as run here trained no step
+    the second time (examples/transformers/train.py run twice on one output dir, one epoch of data).
+    So this test guards the rule."""
     ph = layout.Phase(str(tmp_path / "p"))
     _attempt(ph, 1, _steps(1, 20, 0), rc=137, snap=_snap([(20, True)]))
     _attempt(ph, 2, _steps(21, 21, 20) + [{"train/iter": 21, "train/finished": True}], completed=True,
@@ -844,9 +880,11 @@ def test_a_relaunch_that_trains_past_the_last_step_is_a_finding(tmp_path):
     ("struck_earlier", True, "then finished (step 20) and crashed at exit, "),
 ])
 def test_a_finished_attempt_that_ended_badly(tmp_path, how, finding, words):
-    """#63.5: the last step reached, then a crash or a hang at exit: a finding of the program's (not "a crash");
-    a strike of ours after the last step is not; one before it (a fault the attempt survived) does not hide
-    a crash at exit."""
+    """#63.5: the last step reached, then a crash or a hang at exit.
+
+    - That is a finding of the program's (not "a crash").
+    - A strike of ours after the last step is not a finding.
+    - A strike before it (a fault the attempt survived) does not hide a crash at exit."""
     ph = layout.Phase(str(tmp_path / "p"))
     rows = _steps(1, 20, 0) + [{"train/iter": 20, "train/finished": True}]
     _attempt(ph, 1, rows, rc=134, completed=True, snap=_snap([]), hang=how == "hang")

@@ -1,6 +1,8 @@
-"""contracts/pycmd: one reader of a Python command line (#64.4), for the warm pool, preflight and the
-ezpz check: what each once read its own way (the pool: -u only; preflight: took -c's code for a
-script; the ezpz check: took the word before -m for the python)."""
+"""contracts/pycmd: one reader of a Python command line (#64.4).
+It serves the warm pool, preflight and the ezpz check. Each once read the line its own way:
+- the pool read -u only;
+- preflight took -c's code for a script;
+- the ezpz check took the word before -m for the python."""
 import pytest
 
 from restartlab.contracts import pycmd

@@ -1,8 +1,10 @@
-"""Which queues take a job, judged from what the server itself says: the OpenPBS 23.06 test
-server's `qstat -Qf` with ALCF's Aurora and Polaris queue tables set by qmgr
-(tests/data/alcf_queues/*.qmgr, each line's source in its header), recorded verbatim; the same
-tables live on the real server in tests/test_site_readiness.py. Slurm's QOS lines are from
-sacctmgr's documented format (the private Slurm keeps no accounting)."""
+"""Which queues take a job, judged from what the server itself says.
+
+The input is the OpenPBS 23.06 test server's `qstat -Qf`, recorded verbatim. The server has ALCF's
+Aurora and Polaris queue tables, set by qmgr (tests/data/alcf_queues/*.qmgr). Each file's header
+gives each line's source. The same tables live on the real server in tests/test_site_readiness.py.
+Slurm's QOS lines are from sacctmgr's documented format, because the private Slurm keeps no
+accounting."""
 import os
 
 import pytest

@@ -1,9 +1,10 @@
-"""Each rank's own end (contracts.rank_exit, runtime/rankexit.py, the warm stub): the launcher
-reports one status for a launch, and the verdict names the rank that ended badly first.
+"""Each rank's own end (contracts.rank_exit, runtime/rankexit.py, the warm stub).
 
-Measured here with the mpich wheel's Hydra: rank 1 calls os.abort() while rank 0 sleeps; Hydra
-SIGKILLs rank 0's process group and exits 15 ("Terminated (signal 15)"), so a verdict read from
-the launcher says SIGTERM for an abort (the ezpz CI failure #49 names)."""
+The launcher reports one status for a launch. The verdict names the rank that ended badly first.
+
+Measured here with the mpich wheel's Hydra: rank 1 calls os.abort() while rank 0 sleeps. Hydra
+SIGKILLs rank 0's process group and exits 15 ("Terminated (signal 15)"). So a verdict read from the
+launcher says SIGTERM for an abort. This is the ezpz CI failure #49 names."""
 import json
 import os
 import signal
@@ -21,9 +22,9 @@ from tests.helpers import cleanup_tag, job_tag
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAIN = os.path.join(ROOT, "scenarios", "examples", "plain.yaml")
 
-# rank 0 logs a step every 0.05 s and waits for ever after step 3 (as in a collective); rank 1
-# aborts once rank 0 has logged step 3 (a file in the attempt directory, their working directory,
-# says so: the ranks start apart under load)
+# Rank 0 logs a step every 0.05 s and waits for ever after step 3, as in a collective. Rank 1
+# aborts once rank 0 has logged step 3. A file in the attempt directory, their working directory,
+# says so, because the ranks start apart under load.
 CRASHING = """import os, sys, time
 rank = int(os.environ.get("RANK", "0"))
 for n in range(1, 41):
@@ -80,9 +81,12 @@ def _recorded(argv, att_dir, tag, **kw):
 
 @pytest.mark.multirank
 def test_under_hydra_the_abort_is_recorded_where_the_launcher_says_sigterm(tmp_path):
-    """Two ranks through the recorder under the mpich wheel's mpiexec: rank 1's SIGABRT is in its
-    record, rank 0 (SIGKILLed with its process group by Hydra) leaves none, the launcher's status is
-    not the abort's, and nothing tagged is left."""
+    """Two ranks through the recorder under the mpich wheel's mpiexec.
+
+    - Rank 1's SIGABRT is in its record.
+    - Rank 0, SIGKILLed with its process group by Hydra, leaves none.
+    - The launcher's status is not the abort's.
+    - Nothing tagged is left."""
     prog = tmp_path / "crash.py"
     prog.write_text(ABORTING)
     tag = f"rl-rankexit-{os.getpid()}"
@@ -106,9 +110,12 @@ def test_under_hydra_the_abort_is_recorded_where_the_launcher_says_sigterm(tmp_p
 
 @pytest.mark.multirank
 def test_the_recorder_outlives_no_signal_of_the_programs_and_its_death_takes_the_program(tmp_path):
-    """The recorder waits through a SIGTERM meant for the program (the program got its own: here
-    none, so it runs on), records the program's own end and dies by the same signal; SIGKILLed
-    itself, its program dies with it (PR_SET_PDEATHSIG): nothing outlives a rank."""
+    """The recorder outlives no signal of the program's, and its death takes the program.
+
+    The recorder waits through a SIGTERM meant for the program. The program got its own (here none,
+    so it runs on). The recorder records the program's own end and dies by the same signal. When the
+    recorder itself is SIGKILLed, its program dies with it (PR_SET_PDEATHSIG). Nothing outlives a
+    rank."""
     tag = f"rl-rankexit-sig-{os.getpid()}"
     att = str(tmp_path / "att")
     try:
@@ -181,13 +188,14 @@ def test_the_verdict_names_the_rank_that_aborted_not_the_launchers_sigterm(tmp_p
 
 @pytest.mark.multirank
 def test_a_rank_that_exits_non_zero_does_not_leave_its_peer_waiting_for_the_watchdog(tmp_path):
-    """Rank 1 exits 3 at step 3 while rank 0 waits as in a collective: Hydra leaves rank 0 running
-    (it ends the others only when a rank dies by a signal), so before relaunch.rank_exit_grace the
-    attempt lasted until a watchdog (the start-up one is 20 minutes by default; the #49 CI hang of
-    520 s and the rendezvous one of 936 s were such attempts). With a 3 s grace each attempt ends
-    seconds after rank 1's exit, its verdict a crash naming rank 1's exit 3, not a hang; nothing of
-    it is left. Mutation: relaunch.rank_exit_grace=0 -> each attempt runs into the 60 s hang
-    watchdog, its verdict "hung"."""
+    """Rank 1 exits 3 at step 3 while rank 0 waits as in a collective.
+
+    Hydra leaves rank 0 running: it ends the others only when a rank dies by a signal. So before
+    relaunch.rank_exit_grace the attempt lasted until a watchdog. The start-up one is 20 minutes by
+    default. The #49 CI hang of 520 s and the rendezvous one of 936 s were such attempts. With a 3 s
+    grace each attempt ends seconds after rank 1's exit. Its verdict is a crash naming rank 1's exit
+    3, not a hang. Nothing of it is left. Mutation: relaunch.rank_exit_grace=0 -> each attempt runs
+    into the 60 s hang watchdog, its verdict "hung"."""
     r, v, phase = _crash_run(tmp_path, "--set", "relaunch.rank_exit_grace=3s", program=EXITING)
     assert r.returncode != 0
     assert [x["outcome"] for x in v["restarts"]] == ["crash", "crash"], v

@@ -20,10 +20,10 @@ PY = sys.executable
 PLAIN_PROGRESS = programs.resolve({"adapter": "generic", "progress": r"step (?P<step>\d+) loss (?P<loss>\S+)",
                                    "checkpoints": "{ckpt_dir}/ckpt-(?P<step>\\d+)"})
 
-# print()'s own two writes, the text and then its end, with rank 1's whole line forced between
-# them: rank 0 writes the text, says so (a file), and writes the newline only once rank 1's line
-# is out. Both write to one pipe, the worst a launcher's merge can do (each write lands whole, in
-# the order made).
+# print()'s own two writes, the text and then its end, with rank 1's whole line forced between them.
+# Rank 0 writes the text and says so (a file). It writes the newline only once rank 1's line is out.
+# Both write to one pipe. That is the worst a launcher's merge can do: each write lands whole, in
+# the order made.
 INTERLEAVED = r"""import os, sys, time
 rank = int(os.environ["RANK"])
 def wait(name):
@@ -84,9 +84,10 @@ def test_another_ranks_line_never_lands_inside_a_progress_line(tmp_path):
 
 
 def test_the_sitecustomize_it_hides_still_runs(tmp_path):
-    """linebuf/ goes first on PYTHONPATH; the site's own sitecustomize (one later on the path here;
-    Debian's in /usr/lib/python3.X otherwise) still runs, once, and one that fails is said on
-    stderr, as Python says it, and the program runs on."""
+    """linebuf/ goes first on PYTHONPATH, and the site's own sitecustomize still runs, once.
+
+    Here the site's sitecustomize is one later on the path. Otherwise it is Debian's, in
+    /usr/lib/python3.X. One that fails is said on stderr, as Python says it, and the program runs on."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text("import os\nopen(os.environ['MARK'], 'a').write('ran\\n')\n")
@@ -108,8 +109,10 @@ def test_the_sitecustomize_it_hides_still_runs(tmp_path):
 
 @pytest.mark.skipif(MPIEXEC is None, reason="needs mpiexec (pip install mpich)")
 def test_the_ranks_of_a_real_launch_print_line_buffered(tmp_path):
-    """Through the launch every cold rank of yours gets (mpiexec -> the exit recorder -> rankenv ->
-    the program), each rank's stdout is line-buffered and not written through."""
+    """Each rank's stdout is line-buffered and not written through.
+
+    This holds through the launch every cold rank of yours gets: mpiexec -> the exit recorder ->
+    rankenv -> the program."""
     from restartlab.tools.launch import LaunchSpec
     code = "import os, sys; print(os.environ['RANK'], sys.stdout.line_buffering, sys.stdout.write_through)"
     spec = LaunchSpec(python=PY, program=(PY, "-c", code), launcher="hydra", ranks_per_node=2, mpiexec=MPIEXEC,

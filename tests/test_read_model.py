@@ -1,8 +1,12 @@
-"""The analysis' read model (issue 35): `collect.load_phase` opens every file of a phase once and keeps
-what any judge needs; `survival` and `report` judge those records without opening a file. The open
-count is taken on a made-up experiment that has every kind of file the report reads (here) and on a
-real one (tests/test_collect.py::test_real_restartlab_run); the fast paths of the reader are held
-to the slow ones they replace (json.loads per line; a scan of every injection per attempt)."""
+"""The analysis' read model (issue 35).
+
+`collect.load_phase` opens every file of a phase once and keeps what any judge needs. `survival`
+and `report` judge those records without opening a file. The open count is taken on two
+experiments:
+- a made-up one here, with every kind of file the report reads;
+- a real one (tests/test_collect.py::test_real_restartlab_run).
+The fast paths of the reader are held to the slow ones they replace: json.loads per line, and a
+scan of every injection per attempt."""
 import json
 import os
 import random
@@ -41,10 +45,15 @@ def _rows(first, last, t0, resumed=None, final=False, loss=lambda s: 1.0 / s):
 
 
 def made_up_experiment(root):
-    """A baseline and a sync phase with every file the report reads: a killed attempt, one that
-    crashed with an error line in its output, one cut short with its job (a launch record, hosts),
-    and the one that finished; snapshots at each launch, injections, node checks, end records,
-    checkpoint markers, the resolved scenario."""
+    """A baseline and a sync phase with every file the report reads.
+
+    The attempts:
+    - a killed attempt;
+    - one that crashed with an error line in its output;
+    - one cut short with its job (a launch record, hosts);
+    - the one that finished.
+    The other files: snapshots at each launch, injections, node checks, end records, checkpoint
+    markers, the resolved scenario."""
     expt = layout.Expt(str(root))
     _write(expt.scenario, yaml.safe_dump({"name": "t", "scheduler": "local", "phases": [
         {"name": "baseline", "checkpoint": "none"}, {"name": "sync", "checkpoint": "sync"}],

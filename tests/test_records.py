@@ -1,8 +1,8 @@
-"""The records the processes pass each other, as typed contracts (contracts/attempts.py): the attempt
-record, the launch record and the phase's end record each have one type, one writer and one reader;
-the words on disk are the ones earlier versions wrote (records written by the version before the
-types, 27b9e9f, read the same and are written back the same), and what is not a record is never
-taken for one."""
+"""The records the processes pass each other, as typed contracts (contracts/attempts.py).
+The attempt record, the launch record and the phase's end record each have one type, one writer
+and one reader. The words on disk are the ones earlier versions wrote. Records written by the
+version before the types (27b9e9f) read the same and are written back the same. What is not a
+record is never taken for one."""
 import dataclasses
 import json
 import os
@@ -24,8 +24,8 @@ from tests import source_scan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# the words of the phase's end records and of the summary's ended.how before they had a type (27b9e9f): renaming
-# a member's value would make a new report misread an old experiment and an old report a new one
+# The words of the phase's end records and of the summary's ended.how before they had a type (27b9e9f).
+# Renaming a member's value would make a new report misread an old experiment, and an old report a new one.
 WORDS = {"completed", "walltime", "budget", "failed", "cannot_run", "interrupted", "died", "not started"}
 
 
@@ -98,8 +98,8 @@ def test_no_attempt_and_no_record_is_not_started(tmp_path):
     assert phase_end(_phase(tmp_path, 0)).how is PhaseEnd.NOT_STARTED
 
 
-# the attempt and launch records as 27b9e9f's attempt_record.record and .launched wrote them (before
-# the types): an attempt of 4 ranks whose rank 1 exited 3, struck by the injector, in job 77.pbs
+# The attempt and launch records as 27b9e9f's attempt_record.record and .launched wrote them, before
+# the types. It is an attempt of 4 ranks in job 77.pbs, struck by the injector. Its rank 1 exited 3.
 OLD_RECORD = (
     '{"attempt": 2, "launch_ts": 1764900000.5, "end_ts": 1764900011.75, "exit_code": 3, "signal": 0, '
     '"launcher": "hydra", "rank_exit": {"rank": "1", "node": "n2", "pid": 4242, "exit_code": 3, "signal": null, '
@@ -187,8 +187,9 @@ def test_the_key_check_can_fail(tmp_path):
     assert _key_spellings(str(f)) == [(2, "train/iter")]
 
 
-# -- a whole experiment recorded by the version before the types (27b9e9f: `restartlab run`, a
-# baseline and a sync phase of 20 steps with one kill; its checkpoints' data and its plots left out)
+# -- A whole experiment recorded by the version before the types (27b9e9f). It is a `restartlab run`
+# of a baseline and a sync phase of 20 steps with one kill. Its checkpoints' data and its plots are
+# left out.
 RECORDED_EXPT = os.path.join(ROOT, "tests", "data", "recorded", "27b9e9f-sync")
 RECORDED_AT = "/tmp/rec/expt"  # where it ran: written into its records, replaced by the copy's path
 
@@ -218,8 +219,8 @@ def test_an_experiment_recorded_before_the_types_reports_the_same(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     with open(e.summary) as f:
         after = json.load(f)
-    # what the report says since (#52: where each kill landed, the loss of a failure at a random
-    # time) is added; everything it said then is said the same
+    # What the report says since (#52: where each kill landed, the loss of a failure at a random
+    # time) is added. Everything it said then is said the same.
     trimmed = json.loads(json.dumps(after))
     for p in trimmed["phases"]:
         for k in ADDED_SINCE["phase"]:
@@ -255,8 +256,8 @@ def _without_failures(report: str) -> str:
 
 # ---------------------------------------------------------------- the injection record
 def test_the_recorded_injection_line_reads_whole_and_writes_back_the_same():
-    """The line the injector wrote before the type (the recorded experiment's) reads into every field,
-    and the type writes it back key for key: the file format did not change."""
+    """The line the injector wrote before the type (the recorded experiment's) reads into every field.
+    The type writes it back key for key: the file format did not change."""
     with open(layout.Expt(RECORDED_EXPT).phase("sync").injections) as f:
         raw = json.loads(f.readline())
     inj = Injection.from_json(raw)
@@ -296,9 +297,9 @@ def test_the_injector_writes_what_the_readers_read(tmp_path):
 
 # ---------------------------------------------------------------- the report's summary
 def test_a_fresh_reports_phases_have_the_declared_fields_and_the_summary_reads_back(tmp_path):
-    """A phase's entry in the summary has exactly the fields contracts/summary.PhaseSummary declares
-    (a field added to the collector or the report but not declared there fails here), and the
-    summary the report writes is the one Summary.read gives back."""
+    """A phase's entry in the summary has exactly the fields contracts/summary.PhaseSummary declares.
+    A field added to the collector or the report but not declared there fails here. The summary
+    the report writes is the one Summary.read gives back."""
     d = str(tmp_path / "expt")
     _copy_recorded(d)
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "report", d, "--no-plots"], capture_output=True,
@@ -327,10 +328,10 @@ def test_what_is_not_a_summary_is_named_with_its_file(tmp_path, text, why):
 
 
 def test_the_launch_snapshot_round_trips_and_reads_what_it_can(tmp_path):
-    """#64.1: the at-launch checkpoint snapshot (contracts/launch_snapshot): one writer, one tolerant
-    reader. What it writes reads back equal; a field of the wrong type reads as absent, a
-    checkpoint entry that is not [step, complete] is left out; no file, not JSON, not a mapping, or
-    an empty one: None (the verdict then judges without it, as before)."""
+    """#64.1: the at-launch checkpoint snapshot (contracts/launch_snapshot), one writer, one tolerant reader.
+    What it writes reads back equal. A field of the wrong type reads as absent. A checkpoint entry
+    that is not [step, complete] is left out. No file, not JSON, not a mapping, or an empty one
+    reads as None. The verdict then judges without it, as before."""
     import json
     from restartlab.contracts import launch_snapshot as LS
     snap = LS.LaunchSnapshot("/c", "highest", "file:.complete", ((10, True), (20, False)), 10, "/c/step-10",

@@ -1,6 +1,7 @@
-"""The generated reference pages (docs/reference/, restartlab/reference.py) match the code: a
-change to the schema, a parser, a registry or the layout that the committed pages do not show
-fails here (regenerate: python -m restartlab.reference docs/reference)."""
+"""The generated reference pages (docs/reference/, restartlab/reference.py) match the code.
+
+A change to the schema, a parser, a registry or the layout that the committed pages do not show
+fails here. To regenerate: python -m restartlab.reference docs/reference."""
 import os
 import re
 
@@ -39,8 +40,9 @@ def test_registries_are_in_their_pages():
 
 
 def test_the_benchmark_tables_read_every_figure_they_name():
-    """Each row of the targets table finds its figures in the committed bench/results.json (a
-    renamed key in a benchmark's output shows here, not as a blank cell)."""
+    """Each row of the targets table finds its figures in the committed bench/results.json.
+
+    A renamed key in a benchmark's output shows here, not as a blank cell."""
     from restartlab.contracts import bench_results
     data = bench_results.read(os.path.join(ROOT, "bench", "results.json"))
     rows = reference.targets_table(data)[2:]
@@ -49,8 +51,10 @@ def test_the_benchmark_tables_read_every_figure_they_name():
 
 
 def test_the_size_sweep_table_has_both_floors_for_every_series():
-    """bench/ckpt_sizes.py's table: each series' per-byte ratio to its dd floor and to the memory
-    floor (the same tensors written from and read into memory), each floor a row of its own."""
+    """bench/ckpt_sizes.py's table gives each series' per-byte ratio to two floors.
+
+    The floors are its dd floor and the memory floor (the same tensors written from and read into
+    memory). Each floor is a row of its own."""
     from restartlab.contracts import bench_results
     data = bench_results.read(os.path.join(ROOT, "bench", "results.json"))
     rows = [r for r in reference.ckpt_sizes_table(data) if r.startswith("| ") and not r.startswith("| series")]
@@ -76,8 +80,10 @@ def test_the_size_fit_recovers_a_line():
 
 
 def test_a_docstrings_paragraphs_and_lists_stay_markdown():
-    """An adapter's or a layout class's docstring on its reference page: each paragraph one line,
-    a "- " list kept as a list (its indented lines part of the item above), blank lines between."""
+    """An adapter's or a layout class's docstring on its reference page.
+
+    Each paragraph is one line. A "- " list stays a list, and its indented lines are part of the
+    item above. Blank lines go between."""
     from restartlab.reference import markdown
     doc = """Lead line
     wrapped here. The order:
@@ -90,3 +96,17 @@ def test_a_docstrings_paragraphs_and_lists_stay_markdown():
     over two lines."""
     assert markdown(doc) == ["Lead line wrapped here. The order:", "", "- one, still one;", "- two.", "",
                              "After the list.", "", "Old style: one paragraph over two lines."]
+
+
+def test_placeholders_show_as_text_outside_code():
+    """Markdown reads `<N>` as an HTML tag and the page then shows nothing there: the heading
+    `<expt>/<phase>/` read `//`. Outside code the generator writes them as text; code keeps them."""
+    page = "## <expt>/<phase>/\ncheckpoint-<N> and `step-<N>`, (?P<step>\\d+)\n```text\n--expt-dir  <expt_root>/<name>\n```"
+    assert reference.escape_placeholders(page).split("\n") == [
+        "## &lt;expt&gt;/&lt;phase&gt;/", "checkpoint-&lt;N&gt; and `step-<N>`, (?P&lt;step&gt;\\d+)",
+        "```text", "--expt-dir  <expt_root>/<name>", "```"]
+    assert reference.escape_placeholders("<!-- a comment --> a < b > c") == "<!-- a comment --> a < b > c"
+    for name, make in reference.PAGES.items():
+        outside = re.sub(r"```.*?```|`[^`\n]*`", "", reference.HEADER + reference.escape_placeholders(make()),
+                         flags=re.S)
+        assert not reference.PLACEHOLDER.search(outside), (name, reference.PLACEHOLDER.search(outside))

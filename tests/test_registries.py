@@ -1,7 +1,10 @@
-"""The plug-in registries and the one table of trainer options: a toy scheduler, launcher and
-failure kind registered from this file work end to end (scenario validation, CLI choices,
-rendering, rank discovery, the injector's node choice); duplicates are refused; every trainer
-option is reachable from a scenario and every scenario option reaches the trainer."""
+"""The plug-in registries and the one table of trainer options.
+
+- A toy scheduler, launcher and failure kind registered from this file work end to end: scenario
+  validation, CLI choices, rendering, rank discovery, the injector's node choice.
+- Duplicates are refused.
+- Every trainer option is reachable from a scenario, and every scenario option reaches the
+  trainer."""
 import io
 import os
 import pathlib

@@ -104,8 +104,8 @@ def _stub(path, body):
 @pytest.mark.parametrize("sched", ["pbs", "slurm", "local"])
 @pytest.mark.parametrize("name", BUNDLED)
 def test_hostile_values_execute_nothing(tmp_path, name, sched):
-    """Hostile strings in trainer args, rank env, stage dir, python path and experiment dir:
-    the script runs under bash with stub launchers, nothing is executed, and each value reaches
+    """Hostile strings in trainer args, rank env, stage dir, python path and experiment dir.
+    The script runs under bash with stub launchers, and nothing is executed. Each value reaches
     the launcher's argv byte for byte."""
     work = tmp_path / "work"
     work.mkdir()
@@ -114,8 +114,8 @@ def test_hostile_values_execute_nothing(tmp_path, name, sched):
     log = tmp_path / "argv.log"
     # stub launchers / python: log every argument on its own NUL-terminated record
     body = f'for a in "$@"; do printf "%s\\0" "$a" >> {log}; done\nexit 0\n'
-    # the launcher stub also plays a trainer that finished (rank 0's final row in the attempt
-    # directory it starts in), so that the supervisor completes each phase in one attempt
+    # The launcher stub also plays a trainer that finished (rank 0's final row in the attempt
+    # directory it starts in). So the supervisor completes each phase in one attempt.
     finish = ('it=""; prev=""; for a in "$@"; do [ "$prev" = --train-iters ] && it=$a; prev=$a; done\n'
               '[ -z "$it" ] || printf \'{"timestamp": 0, "rank": 0, "metrics": {"train/iter": %s, '
               '"train/loss": 0, "train/params_crc": 0}}\\n\' "$it" >> ' + layout.metrics_name(0) + '\n')
@@ -187,10 +187,10 @@ def test_rendered_script_golden(name, sched, sets):
 
 def test_a_job_script_is_visible_whole_or_not_at_all(tmp_path, monkeypatch):
     """Whoever polls for an experiment's job script (a test waiting for its tag, a watcher, `run`
-    itself) must never read half of one. Every write the creation makes is stopped at, and at each
-    the job script is either absent or whole, executable, with its resolved scenario whole beside
-    it. The bad interleaving (the file made empty, then filled) is at a write, so it is checked
-    there, on purpose, not left to a poller's luck."""
+    itself) must never read half of one. Every write the creation makes is stopped at. At each, the
+    job script is either absent or whole and executable, with its resolved scenario whole beside it.
+    The bad interleaving (the file made empty, then filled) is at a write. So it is checked there,
+    on purpose, not left to a poller's luck."""
     import builtins
     from restartlab.job import experiment
     expt = layout.Expt(str(tmp_path / "expt"))

@@ -1,6 +1,9 @@
-"""The rendezvous port: drawn outside the kernel's ephemeral range, and a port someone else took
-between the pick and rank 0's bind ends every rank in seconds (CI, 2026-12-04: rank 0 died on
-EADDRINUSE, its peer talked to a stranger's socket for 15 minutes)."""
+"""The rendezvous port.
+
+- It is drawn outside the kernel's ephemeral range.
+- A port someone else took between the pick and rank 0's bind ends every rank in seconds.
+  In CI (2026-12-04), rank 0 died on EADDRINUSE, and its peer talked to a stranger's socket for
+  15 minutes."""
 import random
 import socket
 import threading
@@ -33,8 +36,8 @@ def test_free_port_is_outside_the_ephemeral_range_and_skips_a_taken_one():
         busy = taken.getsockname()[1]
         taken.listen(1)
 
-        class Seq(random.Random):  # the first draw is the taken port, then its neighbours (one of them free:
-            # a single neighbour was taken by another test's socket once, on CI)
+        class Seq(random.Random):  # The first draw is the taken port, then its neighbours, one of them free.
+            # A single neighbour was taken by another test's socket once, on CI.
             draws = iter([busy] + [p for p in range(busy + 1, busy + 200) if p <= 65535]
                          + list(range(busy - 1, max(1023, busy - 200), -1)))
 
@@ -72,10 +75,11 @@ class Stranger:
 @pytest.mark.timeout(300)
 def test_a_stranger_on_the_rendezvous_port_ends_every_rank_with_one_line(tmp_path):
     """The bad interleaving on purpose: the port given to the ranks is held by another process.
-    Rank 0 cannot listen (one line, exit 1); rank 1 reaches the stranger, which fails torch's store
-    handshake, and gives up after its bound (30 s, 5 s here: STORE_CONNECT_VAR) instead of the group's 600 s. Both
-    exit 1 (a failure the relaunch loop retries with a new port), nothing hangs past the test's
-    bound (run_trainer fails with the ranks' stacks at 240 s)."""
+
+    Rank 0 cannot listen: one line, exit 1. Rank 1 reaches the stranger, which fails torch's store
+    handshake. Rank 1 gives up after its bound instead of the group's 600 s. The bound is 30 s,
+    5 s here (STORE_CONNECT_VAR). Both exit 1, a failure the relaunch loop retries with a new port.
+    Nothing hangs past the test's bound: run_trainer fails with the ranks' stacks at 240 s."""
     stranger = Stranger()
     try:
         r = run_trainer(2, ["--model", "tiny", "--train-iters", "4", "--save-interval", "0",

@@ -92,11 +92,16 @@ def test_an_exact_resume_is_clean_and_a_forgotten_piece_is_named_with_its_values
 
 
 def test_a_wrong_value_is_set_beside_the_baseline_s_other_steps():
-    """#63.2: where the wrong value is the baseline's own at another step, the verdict says which and what
-    that means, from that comparison alone: a learning rate one step ahead (the scheduler restored, then
-    stepped once more), a batch of 8 steps before (the sampler's epoch reset mid-epoch), a step count
-    behind. A value the baseline has at none says nothing more than "not restored"; at several (a
-    plateau of the schedule), it also names those steps and says which cannot be told."""
+    """#63.2: the wrong value can be the baseline's own at another step.
+
+    Then the verdict says which step, and what that means, from that comparison alone:
+    - a learning rate one step ahead: the scheduler was restored, then stepped once more;
+    - a batch of 8 steps before: the sampler's epoch was reset mid-epoch;
+    - a step count behind.
+
+    For a value the baseline has at no step, it says nothing more than "not restored". For a value
+    it has at several steps (a plateau of the schedule), it also names those steps and says which
+    cannot be told."""
     def run(n, offset=0, lr=lambda s: s, batch=lambda s: s, opt=lambda s: s - 1):
         return _run(n, offset, change=lambda s: {"lr": [0.1 * 0.9 ** lr(s)], "batch": f"b{batch(s)}",
                                                  "opt_step": float(opt(s))})
@@ -112,8 +117,8 @@ def test_a_wrong_value_is_set_beside_the_baseline_s_other_steps():
     assert "the data position is 2 steps ahead: batches were skipped" in rs.text(), rs.text()
     rs = state_compare.compare(2, run(20, 10, opt=lambda s: s - 4), 10, base)
     assert "(7 against 10; the baseline's at step 8): the optimizer's step count is 3 steps behind" in rs.text()
-    # a batch the baseline saw at two steps, and one it never saw: no match, "not restored"; the first
-    # with the steps that all had it (which of them cannot be told)
+    # A batch the baseline saw at two steps, and one it never saw: no match, "not restored". The first
+    # also gets the steps that all had it (which of them cannot be told).
     twice = run(30, batch=lambda s: s if s != 20 else 3)
     for mine in (run(20, 10, batch=lambda s: 3 if s == 11 else s), run(20, 10, batch=lambda s: s + 100)):
         rs = state_compare.compare(2, mine, 10, twice)
@@ -131,10 +136,13 @@ def test_a_wrong_value_is_set_beside_the_baseline_s_other_steps():
 
 
 def test_a_batch_a_whole_number_of_epochs_off_is_said_in_epochs():
-    """#63.2: where the batch is the baseline's of another step at the same place in an epoch of the
-    same length (the DataLoader iterator's count and length, batch_pos), and the steps between are
-    whole epochs, the verdict says epochs: set back (the epoch reset, the position kept) or skipped.
-    Without the positions, or at another place in its epoch, it says steps as before."""
+    """#63.2: a batch a whole number of epochs off is said in epochs.
+
+    This applies where the batch is the baseline's of another step, at the same place in an epoch of
+    the same length, and the steps between are whole epochs. The place is batch_pos: the DataLoader
+    iterator's count and length. The verdict then says the epochs were set back (the epoch reset,
+    the position kept) or skipped. Without the positions, or at another place in its epoch, it says
+    steps as before."""
     def run(n, offset=0, batch=lambda s: s, per=6):
         return _run(n, offset, change=lambda s: {"batch": f"b{batch(s)}", "batch_pos": [(batch(s) - 1) % per + 1, per]})
     base = run(30)
@@ -163,12 +171,17 @@ def _load(what, step=0, opt=0, **pieces):
 
 
 def test_restored_then_changed_is_told_from_not_restored_by_the_value_right_after_the_load():
-    """#63.1: the probe's load records (the value each piece had right after the program's load) set
-    beside the reference's at the checkpoint's step. Restored there and different at the first step:
-    "restored, then changed" (an RNG: something drew from it; the step count: back at its start;
-    the scheduler stepped after its load: ahead). No load at all reads "not restored" as before; a
-    load after the first step is no resume's load; a load whose value is not the run's at the save
-    reads "loaded, but not the run's value at the save" (the checkpoint held it as of another moment)."""
+    """#63.1: the probe's load records are set beside the reference's at the checkpoint's step.
+
+    A load record holds the value each piece had right after the program's load. A piece restored
+    there and different at the first step reads "restored, then changed":
+    - an RNG: something drew from it;
+    - the step count: back at its start;
+    - the scheduler stepped after its load: ahead.
+
+    No load at all reads "not restored" as before. A load after the first step is no resume's load.
+    A load whose value is not the run's at the save reads "loaded, but not the run's value at the
+    save": the checkpoint held it as of another moment."""
     base = _run(30, change=lambda s: {"rng_torch": f"t{s}", "lr": [0.1 * 0.9 ** s], "opt_step": float(s - 1)})
 
     def resumed(loads, change):
@@ -187,8 +200,9 @@ def test_restored_then_changed_is_told_from_not_restored_by_the_value_right_afte
         rs = state_compare.compare(2, resumed(loads, drew), 10, base)
         assert rs.disturbed == [] and "torch's random state was not restored" in rs.text(), (loads, rs.text())
         assert rs.finding() == "the resume at step 11 did not restore torch's CPU RNG"
-    # a load of another value: loaded, but the checkpoint held that piece as of another moment (#63.1:
-    # the checkpoint's own value, as the program's load gave it back); at one other step, named
+    # A load of another value: loaded, but the checkpoint held that piece as of another moment. This
+    # is the checkpoint's own value, as the program's load gave it back (#63.1). When it is the value
+    # at one other step, that step is named.
     for value, words in (("t3", "to its value at step 3 (the checkpoint holds this piece as of step 3, or the load "
                                 "read it from another checkpoint)"),
                          ("q", "nor to its value at any step recorded: the save took it at another moment than the "
@@ -224,12 +238,17 @@ def test_restored_then_changed_is_told_from_not_restored_by_the_value_right_afte
 
 
 def test_across_a_change_in_the_number_of_ranks_each_piece_is_compared_whole():
-    """#63.3 (pure): 2 ranks' records against 1 rank's. The parameters' parts (one per rank) summed
-    modulo 2**32 are the whole; the batch is the samples of all ranks (a rank's micro-batches since
-    the last step; the resume's first step keeps as many as its next step took, so batches it skipped
-    through at its load are left out); the learning rate and step count are the same on every rank;
-    the RNG streams are per rank: not comparable. A scheduler left out still shows at the next step;
-    plain tensors that differ between ranks cannot be summed: said, not judged."""
+    """#63.3 (pure): 2 ranks' records against 1 rank's.
+
+    - The parameters' parts (one per rank), summed modulo 2**32, are the whole.
+    - The batch is the samples of all ranks: a rank's micro-batches since the last step. The
+      resume's first step keeps as many as its next step took. So batches it skipped through at
+      its load are left out.
+    - The learning rate and step count are the same on every rank.
+    - The RNG streams are per rank: not comparable.
+
+    A scheduler left out still shows at the next step. Plain tensors that differ between ranks
+    cannot be summed: this is said, not judged."""
     M = 1 << 32
 
     def h(x):
@@ -269,7 +288,8 @@ def test_across_a_change_in_the_number_of_ranks_each_piece_is_compared_whole():
                                     for x in recs] for r, recs in base.items()})
     assert rs.incomparable["batch"] == state_compare.PADDED_WHY and "batch" not in rs.forgot, rs
     # 4 ranks as 2 tensor-parallel pairs, each pair taking one batch whole, against the 1 rank that
-    # takes both: a batch two ranks took counts once (mutation: counted per rank -> 16 samples against 8)
+    # takes both. A batch two ranks took counts once.
+    # (mutation: counted per rank -> 16 samples against 8)
     tp = {r: [x._replace(pieces={**x.pieces, "batch_g": [[h(100 * x.step + r // 2), 4]]}) for x in base[r // 2]]
           for r in range(4)}
     rs = state_compare.compare(2, one([[h(1100), 4], [h(1101), 4]]), 10, tp)
@@ -277,8 +297,10 @@ def test_across_a_change_in_the_number_of_ranks_each_piece_is_compared_whole():
 
 
 def test_a_piece_one_rank_forgot_is_named_with_that_rank():
-    """A checkpoint that lacked one rank's file (the Trainer's rng_state_1.pth, not begun when
-    trainer_state.json landed): the piece differs on that rank only, and the verdict says which."""
+    """A checkpoint lacked one rank's file: the piece differs on that rank only.
+
+    The file is the Trainer's rng_state_1.pth, not begun when trainer_state.json landed. The verdict
+    says which rank."""
     def two(n, offset=0, rank1=None):
         runs = [_run(n, offset), _run(n, offset, rank1)]
         return {0: runs[0][0], 1: runs[1][0]}
@@ -293,10 +315,11 @@ def test_a_piece_one_rank_forgot_is_named_with_that_rank():
 
 
 def test_a_piece_used_one_step_later_is_the_resumes_and_a_later_one_is_not_blamed():
-    """A scheduler left out shows at the resume's second step (the optimizer carried the first
-    step's rate): named, a finding. A piece that first differs further on, with everything equal
-    at the resume and the step after, is named as nondeterminism or late-used state, not a finding;
-    the first attempt's matched steps are said beside it."""
+    """A scheduler left out shows at the resume's second step, and is named as a finding.
+
+    The optimizer carried the first step's rate. A piece may first differ further on, with
+    everything equal at the resume and the step after. It is named as nondeterminism or late-used
+    state, not a finding. The first attempt's matched steps are said beside it."""
     base = _run(30, change=lambda s: {"lr": [0.1 * 0.9 ** s]})
     sched = _run(20, offset=10, change=lambda s: {"lr": [0.1 * 0.9 ** (s if s == 11 else s - 10)]})
     rs = state_compare.compare(2, sched, 10, base)
@@ -308,10 +331,12 @@ def test_a_piece_used_one_step_later_is_the_resumes_and_a_later_one_is_not_blame
 
 
 def test_a_resume_that_runs_another_thread_count_is_told_so_as_the_cause_of_a_later_divergence():
-    """#63.7: the Trainer's warm relaunch that left the baseline at step 27 by 5e-7 ran torch's pool's
-    2 intra-op threads where the cold baseline ran 1 (forced in the closing note by undoing both
-    parts of the thread fix, runtime/warm/route.py and pool._torch_threads). The probe records each
-    rank's count; where it differs at the resume, the verdict says so and gives it as the cause of a
+    """#63.7: a resume with another thread count is named as the cause of a later divergence.
+
+    The Trainer's warm relaunch left the baseline at step 27 by 5e-7. It ran torch's pool's 2
+    intra-op threads where the cold baseline ran 1. The closing note forced this by undoing both
+    parts of the thread fix: runtime/warm/route.py and pool._torch_threads. The probe records each
+    rank's count. Where it differs at the resume, the verdict says so, and gives it as the cause of a
     later difference. Equal counts, or a record without one (an older probe), say nothing."""
     base = _run(30, change=lambda s: {"threads": 1})
     warm = _run(20, offset=10, change=lambda s: {"threads": 2, "params": "x" if s >= 18 else "0"})
@@ -407,10 +432,11 @@ for _ in range(2):
 
 
 def test_dcps_optimizer_initialisation_is_not_a_training_step(tmp_path):
-    """torch.distributed.checkpoint's get_state_dict steps a fresh optimizer once at lr 0 (the
-    bundled trainer's relaunch does, before its load): not counted, or every step of the attempt
-    would be numbered one too high (mutation: the probe without its _init_optim_state wrapper ->
-    three records, the first at lr 0)."""
+    """torch.distributed.checkpoint's get_state_dict steps a fresh optimizer once, at lr 0.
+
+    The bundled trainer's relaunch does this before its load. That step is not counted. Otherwise
+    every step of the attempt would be numbered one too high. (mutation: the probe without its
+    _init_optim_state wrapper -> three records, the first at lr 0)"""
     r = subprocess.run([PY, "-c", DCP_INIT], env=_probe_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     recs = SR.read(str(layout.Attempt(str(tmp_path)).state(3)))
@@ -420,17 +446,27 @@ def test_dcps_optimizer_initialisation_is_not_a_training_step(tmp_path):
 
 @pytest.mark.multirank
 def test_the_whole_fingerprint_is_one_however_the_tensor_is_laid_out():
-    """#63.3: the parameters' and moments' whole fingerprint (the ranks' parts summed) is the same for
-    a tensor laid out over 4 real ranks as FSDP, HSDP, tensor parallel (rows or columns) and FSDP2
-    over tensor parallel (_StridedShard: a rank's rows interleaved, which the probe once refused),
-    uneven shapes included, and for a real FSDP2 + TP model's parameters against their full_tensor();
-    one changed element changes it (tests/whole_fingerprint.py). Mutation: the strided placement's
-    indices split as a plain Shard's -> the probe's check against torch's offset raises ("the split
-    of (_StridedShard(dim=0, sf=2), Shard(dim=0)) is not torch's"); that check off too -> its check of
-    the local shape raises. The model's LayerNorm is FSDP's alone: a copy in each tensor-parallel
-    slice, counted once, on a 2-D mesh, the same unflattened from a 1-D world mesh (torchtitan's
-    way), and HSDP over TP (mutations: every copy counted -> "fsdp2+tp 1.weight (Shard(dim=0),)";
-    the copies told by coordinates in the root mesh, the first rule -> "fsdp2+tp unflattened 1.weight")."""
+    """#63.3: the parameters' and moments' whole fingerprint is the same however the tensor is laid out.
+
+    The whole fingerprint is the ranks' parts summed. The script is tests/whole_fingerprint.py. It
+    lays a tensor out over 4 real ranks as:
+    - FSDP;
+    - HSDP;
+    - tensor parallel (rows or columns);
+    - FSDP2 over tensor parallel (_StridedShard: a rank's rows interleaved, which the probe once refused).
+
+    Uneven shapes are included. It also checks a real FSDP2 + TP model's parameters against their
+    full_tensor(). One changed element changes the fingerprint.
+
+    Mutation: the strided placement's indices split as a plain Shard's -> the probe's check against
+    torch's offset raises ("the split of (_StridedShard(dim=0, sf=2), Shard(dim=0)) is not torch's").
+    With that check off too -> its check of the local shape raises.
+
+    The model's LayerNorm is FSDP's alone. There is a copy in each tensor-parallel slice, counted
+    once. This holds on a 2-D mesh, the same mesh unflattened from a 1-D world mesh (torchtitan's
+    way), and HSDP over TP. Mutations:
+    - every copy counted -> "fsdp2+tp 1.weight (Shard(dim=0),)";
+    - the copies told by coordinates in the root mesh, the first rule -> "fsdp2+tp unflattened 1.weight"."""
     from restartlab.launchers import local_rendezvous_env
     from tests.helpers import MPIEXEC
     env = dict(os.environ, **local_rendezvous_env(), OMP_NUM_THREADS="1")
@@ -440,8 +476,10 @@ def test_the_whole_fingerprint_is_one_however_the_tensor_is_laid_out():
 
 
 def test_the_accelerator_fingerprint_sees_one_changed_element():
-    """device_digest (what an accelerator's tensors get; run here on host tensors: no GPU on this
-    machine): equal state, equal digest; one element changed in any dtype's bits, another digest."""
+    """device_digest: equal state gives an equal digest, and one changed element another digest.
+
+    device_digest is what an accelerator's tensors get. It runs here on host tensors, as this
+    machine has no GPU. The changed element may be in any dtype's bits."""
     torch = pytest.importorskip("torch")
     from restartlab.trainer.state_probe import device_digest
     ts = [torch.randn(1000, dtype=torch.bfloat16), torch.randn(77), torch.arange(5) > 2, torch.randn(3).double()]
@@ -475,12 +513,18 @@ print("stepped", torch.set_rng_state.__name__)
 
 
 def test_the_probe_records_each_load_with_the_value_it_set(tmp_path):
-    """The load hooks, in a program that never heard of them: the RNG setters (torch's under both its
-    names, NumPy's, Python's), the optimizer's and the scheduler's load_state_dict each write a record
-    right after the call, of the pieces it set, fingerprinted as a step's record is (an optimizer's
-    loads once its first step has numbered it). Not recorded: torch's own RNG save-and-restore in
-    activation checkpointing's backward (before the first step here), and any load after the first
-    step. The step records are as before (loads are not steps)."""
+    """The load hooks work in a program that never heard of them.
+
+    These each write a record right after the call:
+    - the RNG setters: torch's under both its names, NumPy's, Python's;
+    - the optimizer's and the scheduler's load_state_dict.
+
+    The record holds the pieces the call set, fingerprinted as a step's record is. An optimizer's
+    record is written once its first step has numbered it. Not recorded:
+    - torch's own RNG save-and-restore in activation checkpointing's backward (before the first step here);
+    - any load after the first step.
+
+    The step records are as before: loads are not steps."""
     r = subprocess.run([PY, "-c", LOADING], env=_probe_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.split() == ["stepped", "set_rng_state"], r.stderr
     recs = SR.read(str(layout.Attempt(str(tmp_path)).state(3)))
@@ -548,10 +592,12 @@ def forgetful(tmp_path_factory):
 @pytest.mark.multirank
 @pytest.mark.timeout(600)
 def test_each_forgotten_piece_is_named_and_nothing_else(forgetful):
-    """Through `restartlab run`: each phase's program leaves one piece out of its load (the one that
-    leaves out nothing is the control); the kill, aimed at step 15 and gated on its checkpoint's
-    completion, lands there (the program waits after that save for it), the relaunch resumes from it, and its verdict names exactly the pieces
-    left out, each a finding, with the loss's divergence beside it; the control is clean and survives."""
+    """Through `restartlab run`, each phase's program leaves one piece out of its load.
+
+    The one that leaves out nothing is the control. The kill is aimed at step 15 and gated on its
+    checkpoint's completion. It lands there, because the program waits for it after that save.
+    The relaunch resumes from it. Its verdict names exactly the pieces left out, each a finding,
+    with the loss's divergence beside it. The control is clean and survives."""
     d, r = forgetful
     assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
     with open(layout.Expt(d).summary) as f:
@@ -574,8 +620,9 @@ def test_each_forgotten_piece_is_named_and_nothing_else(forgetful):
         else:
             assert v["survived"] and st["later"] is None, v
     assert "learning rate differs from step 17" in phases["scheduler"]["survival"]["restarts"][1]["state"]["text"]
-    # initial_lr (pytorch issue 140900): the scheduler made at the step resumed from needs the param groups'
-    # initial_lr, which the load did not give back: every relaunch dies in its start-up, and the verdict says so
+    # initial_lr (pytorch issue 140900). The scheduler made at the step resumed from needs the param
+    # groups' initial_lr, which the load did not give back. Every relaunch dies in its start-up, and
+    # the verdict says so.
     v = phases["initial_lr"]["survival"]
     crashed = [f for f in v["findings"] if f.startswith("attempt ") and "crashed before its first step" in f]
     assert len(crashed) == 3 and all("KeyError: \"param 'initial_lr' is not specified in param_groups[0] when "
@@ -587,9 +634,11 @@ def test_each_forgotten_piece_is_named_and_nothing_else(forgetful):
 
 
 def test_after_a_resume_that_forgot_the_next_one_is_judged_against_the_attempt_that_saved_it():
-    """Once the phase has left the baseline (attempt 2 forgot the data position), the baseline is no
-    reference for attempt 3's resume: the attempt that saved its checkpoint and ran past it is. A
-    faithful resume of a diverged run is then clean; without such a record it is said, not judged."""
+    """Once the phase has left the baseline, the baseline is no reference for the next resume.
+
+    Here attempt 2 forgot the data position. The reference for attempt 3's resume is the attempt
+    that saved its checkpoint and ran past it. A faithful resume of a diverged run is then clean.
+    Without such a record it is said, not judged."""
     from restartlab.analysis import collect, survival
     base_recs = _run(30)
     forgot = _run(12, offset=10, change=lambda s: {"batch": f"replayed-{s}", "params": "0" if s == 11 else f"p2-{s}"})
@@ -617,10 +666,12 @@ def test_after_a_resume_that_forgot_the_next_one_is_judged_against_the_attempt_t
 
 
 def test_a_phase_whose_state_left_the_baseline_after_an_exact_resume_judges_the_next_against_its_saver():
-    """Its loss equal to the baseline's throughout, the phase's state differed from step 15 after
-    attempt 2's exact resume (a warm rank ran other threads than the baseline: seen with the
-    Trainer). Attempt 3 resumed faithfully from attempt 2's step-20 save: judged against the
-    baseline it would read "the weights were not loaded"; it is judged against attempt 2's."""
+    """The phase's state left the baseline after an exact resume, so the next is judged against its saver.
+
+    The phase's loss equals the baseline's throughout. Its state differed from step 15, after
+    attempt 2's exact resume. A warm rank ran other threads than the baseline: this was seen with
+    the Trainer. Attempt 3 resumed faithfully from attempt 2's step-20 save. Judged against the
+    baseline it would read "the weights were not loaded". It is judged against attempt 2's."""
     from restartlab.analysis import collect, survival
     base_recs = _run(30)
     drift = lambda s: {"params": f"p2-{s}" if s >= 15 else "0", "opt_state": f"o2-{s}" if s >= 15 else "0"}  # noqa: E731
@@ -693,9 +744,11 @@ def test_a_warm_forked_rank_records_its_state_too(tmp_path):
 
 
 def test_the_repeatability_check_uses_the_phases_first_run_from_step_0_that_recorded():
-    """An attempt killed in start-up records nothing: the phase's first run from step 0 with records
-    says what does not repeat (found by the soak: a fuzz whose first attempt was killed in start-up
-    had the bundled trainer's unseeded Python and NumPy RNG called forgotten at every resume)."""
+    """An attempt killed in start-up records nothing.
+
+    So the phase's first run from step 0 with records says what does not repeat. The soak found
+    this. A fuzz's first attempt was killed in start-up. Then the bundled trainer's unseeded Python
+    and NumPy RNG were called forgotten at every resume."""
     from restartlab.analysis import collect, survival
     unseeded = lambda run: (lambda s: {"rng_python": f"{run}-{s}"})  # noqa: E731
 
@@ -714,10 +767,12 @@ def test_the_repeatability_check_uses_the_phases_first_run_from_step_0_that_reco
 
 
 def test_a_phase_read_from_metrics_files_beside_a_baseline_with_records_is_not_compared():
-    """`report --sync FILES` beside an experiment whose baseline recorded its state: the files' phase
-    has unnumbered attempts (None) and no records. Where its loss left the baseline before a resume,
-    the search for the attempt that saved the checkpoint once compared None < None and raised
-    TypeError (found by the type checker, #64.3); it says the state was not compared."""
+    """`report --sync FILES` beside an experiment whose baseline recorded its state.
+
+    The files' phase has unnumbered attempts (None) and no records. Its loss may leave the baseline
+    before a resume. Then the search for the attempt that saved the checkpoint once compared
+    None < None and raised TypeError (found by the type checker, #64.3). It says the state was not
+    compared."""
     from types import SimpleNamespace as NS
     from restartlab.analysis import survival
     base = NS(attempts=[NS(number=1, state=_run(30), first_row=0, resumed_from=None, last_iter=30)],

@@ -1,6 +1,8 @@
-"""The scenario record (contracts/scenario_record) against the schema it is built from: the same
-keys in the same order with the same defaults, each scenario in the repository built and written
-back unchanged, and an experiment's own copy read back by the tolerant reader."""
+"""The scenario record (contracts/scenario_record) against the schema it is built from.
+
+- It has the same keys in the same order, with the same defaults.
+- Each scenario in the repository is built and written back unchanged.
+- The tolerant reader reads an experiment's own copy back."""
 import dataclasses
 import glob
 import os

@@ -120,9 +120,10 @@ def test_trainer_data_is_relative_to_the_scenario_and_must_exist(tmp_path):
 
 
 def test_set_extends_swaps_the_site_profile():
-    """--set extends=FILE replaces the scenario's own `extends` (scenarios/local.yaml extends
-    systems/local.yaml): the new profile's scheduler and launcher, the scenario's own keys kept,
-    nothing left of the old profile."""
+    """--set extends=FILE replaces the scenario's own `extends`.
+
+    Here scenarios/local.yaml extends systems/local.yaml. The result has the new profile's scheduler
+    and launcher, and keeps the scenario's own keys. Nothing is left of the old profile."""
     sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["extends=systems/slurm.yaml", "job.nodes=2"])
     assert (sc.scheduler, sc.launch.launcher) == ("slurm", "srun")
     assert sc.trainer.train_iters == 120 and sc.job.nodes == 2
@@ -133,9 +134,11 @@ def test_set_extends_swaps_the_site_profile():
 
 
 def test_an_experiments_copy_keeps_its_scenario_dir_for_baseline_reuse(tmp_path):
-    """run/fuzz --baseline-from render the other experiment's copy of its scenario again and compare
-    the baseline's command: a program found through {scenario_dir} (every shipped example) must
-    come out where it ran, not beside the copy (the copy names its source)."""
+    """An experiment's copy of its scenario keeps its scenario dir, for baseline reuse.
+
+    run/fuzz --baseline-from render the other experiment's copy of its scenario again, and compare
+    the baseline's command. Every shipped example finds its program through {scenario_dir}. That
+    program must come out where it ran, not beside the copy. The copy names its source."""
     from restartlab.job import experiment, reuse
     from restartlab.contracts import layout
     plain = os.path.join(os.path.dirname(HERE), "scenarios", "examples", "plain.yaml")

@@ -12,12 +12,15 @@ scheduler's worker (conftest's groups).
 - the whole experiment end to end (kills fanned out to every node, every restart bit-exact) and
   warm restarts from a pool on each node: one job, asserted on by two tests.
 
-What only one scheduler has stays in its own file: PBS's walltime kill, qsub's directives, a lost
-MoM and PBS's requeue, the supervisor killed (tests/test_pbs.py); Slurm's preemption and node loss
-with spares or a shrink, its requeue of a frozen node, a chain after the relaunch budget
-(tests/test_slurm.py). Node loss is in both files but not one test: what is lost differs (a PBS
-host's MoM SIGKILLed, after which PBS requeues the job; a Slurm node set DOWN inside a --no-kill
-job, which lives on), and so does what each test asserts."""
+What only one scheduler has stays in its own file:
+- tests/test_pbs.py: PBS's walltime kill, qsub's directives, a lost MoM and PBS's requeue, the
+  supervisor killed;
+- tests/test_slurm.py: Slurm's preemption and node loss with spares or a shrink, its requeue of a
+  frozen node, a chain after the relaunch budget.
+
+Node loss is in both files but not one test. What is lost differs, and so does what each test
+asserts. On PBS a host's MoM is SIGKILLed, after which PBS requeues the job. On Slurm a node is set
+DOWN inside a --no-kill job, which lives on."""
 import json
 import os
 import sys
@@ -68,13 +71,17 @@ def crc_of(expt, phases, ph):
 
 
 def test_experiment_end_to_end_kills_fanned_out_every_restart_bit_exact(cluster, e2e_job):
-    """`restartlab submit`: baseline, sync and async phases on the job's nodes (srun on Slurm;
-    Hydra's mpiexec through pbs_tmrsh on PBS), two gated kills per restart phase fanned out through
-    the scheduler (srun --overlap; pbsdsh -n) to one killer per node, each taking only its own
-    node's ranks; every restart resumed from a complete checkpoint and bit-exact with the baseline;
-    then the finished job through `restartlab status`, and nothing of it left running.
-    Tried: with the inject test's fan-out mutations (a killer reaches one node) this job did not end
-    in the fixture's 600 s, on either scheduler."""
+    """`restartlab submit` of a whole experiment, end to end.
+
+    - Baseline, sync and async phases run on the job's nodes: srun on Slurm, Hydra's mpiexec
+      through pbs_tmrsh on PBS.
+    - Each restart phase gets two gated kills. They are fanned out through the scheduler
+      (srun --overlap; pbsdsh -n) to one killer per node. Each killer takes only its own node's ranks.
+    - Every restart resumed from a complete checkpoint and is bit-exact with the baseline.
+    - Then `restartlab status` shows the finished job, and nothing of it is left running.
+
+    Tried: with the inject test's fan-out mutations (a killer reaches one node), this job did not
+    end in the fixture's 600 s, on either scheduler."""
     jid, expt, out, phases = e2e_job
     hosts = cluster.job_hosts(expt, jid)
     n = cluster.e2e_nodes * cluster.e2e_ppn
@@ -95,13 +102,13 @@ def test_experiment_end_to_end_kills_fanned_out_every_restart_bit_exact(cluster,
             # one receipt per node, from that node's killer (the receipt names its node)
             assert sorted(x.get("node") for x in r["receipts"]) == sorted(hosts), r["receipts"]
             assert not any(x.get("error") for x in r["receipts"]), r["receipts"]
-            # a node's killer took at most its own ranks: the launcher (srun --kill-on-bad-exit,
-            # Hydra) may end the others first (whole receipts on failure: the soak saw a host with
-            # two trees, 2 of 10 runs under load, before the killer's fix of session 16)
+            # A node's killer took at most its own ranks. The launcher (srun --kill-on-bad-exit,
+            # Hydra) may end the others first. On failure the whole receipts are shown. The soak saw
+            # a host with two trees in 2 of 10 runs under load, before the killer's fix of session 16.
             assert all(len(x["roots"]) <= cluster.e2e_ppn for x in r["receipts"]) and cluster.e2e_ppn <= r["killed"] <= n, \
                 json.dumps([{k: x.get(k) for k in ("node", "pids", "roots", "cmdlines")} for x in r["receipts"]])
-        # resumed from the newest complete checkpoint; it may be newer than the one the injector saw:
-        # a node struck after a save's gather leaves rank 0 free to finish that save's .complete
+        # Resumed from the newest complete checkpoint. It may be newer than the one the injector saw.
+        # A node struck after a save's gather leaves rank 0 free to finish that save's .complete.
         for e, r in zip(p["failures"], recs):
             assert e["resumed_from"] >= r["newest_complete"], (e, r)
             assert e["lost_steps"] == e["step_at_kill"] - e["resumed_from"] >= 0, e
@@ -117,11 +124,15 @@ def test_experiment_end_to_end_kills_fanned_out_every_restart_bit_exact(cluster,
 
 
 def test_warm_restart_a_pool_on_each_node(cluster, e2e_job):
-    """relaunch.warm (the `warm` phase of the shared job): one standby pool per node, started
-    through the scheduler's fan-out; the launcher starts the stubs, each node's pool forks that
-    node's ranks; the kills strike stubs and ranks (never a pool); every relaunch is warm and
-    bit-exact; the pools stop at the phase's end (TERM by the tag on every node), not by the job's,
-    and nothing tagged is left, the pools included.
+    """relaunch.warm (the `warm` phase of the shared job): one standby pool per node.
+
+    - The pools are started through the scheduler's fan-out.
+    - The launcher starts the stubs, and each node's pool forks that node's ranks.
+    - The kills strike stubs and ranks, never a pool.
+    - Every relaunch is warm and bit-exact.
+    - The pools stop at the phase's end (TERM by the tag on every node), not at the job's.
+    - Nothing tagged is left, the pools included.
+
     Fails when the stubs start their ranks cold (warm/stub.py failing before it reaches the pool):
     startup/warm is None, on both (tried)."""
     jid, expt, out, phases = e2e_job
@@ -214,18 +225,23 @@ time.sleep(120)  # only the injector ends it early
 
 
 def test_inject_without_flags_strikes_a_plain_program(cluster):
-    """The design's usage line in a user's own job: `restartlab inject --every 10s`, no other flag,
-    next to a plain Python program of 4 ranks on 2 nodes, 2 per node (not restartlab's trainer).
-    On Slurm the program is launched by srun, then by Hydra's mpiexec (whose proxies srun starts);
-    on PBS by Hydra through PBS's TM interface (PBS_NODEFILE lists each host twice: `pbsdsh -n`
-    must name each host's first line, or the second host's killer never runs).
-    Each strike reaches both nodes; each node's killer takes only that program's ranks (and their
-    children) on its own node; the job script, a job process without a rank variable and the
-    launchers survive; the receipts say which ranks they took.
-    Fails when the fan-out reaches one node: on Slurm with fanout_cmds given only the first node,
-    on PBS with `pbsdsh -n` given host numbers instead of each host's first line (read_nodefile):
-    the receipts' nodes (checked, each on its scheduler). Also asserted: a killer takes no launcher
-    or bystander (the pids) and no other node's rank (the node of each rank taken)."""
+    """The design's usage line in a user's own job: `restartlab inject --every 10s`, no other flag.
+
+    It runs next to a plain Python program of 4 ranks on 2 nodes, 2 per node (not restartlab's
+    trainer). On Slurm, srun launches the program, then Hydra's mpiexec does (srun starts its
+    proxies). On PBS, Hydra launches it through PBS's TM interface. PBS_NODEFILE lists each host
+    twice, so `pbsdsh -n` must name each host's first line. Otherwise the second host's killer
+    never runs.
+
+    - Each strike reaches both nodes.
+    - Each node's killer takes only that program's ranks (and their children) on its own node.
+    - The job script, a job process without a rank variable, and the launchers survive.
+    - The receipts say which ranks they took.
+
+    Fails when the fan-out reaches one node. On Slurm: fanout_cmds given only the first node. On
+    PBS: `pbsdsh -n` given host numbers instead of each host's first line (read_nodefile). The
+    receipts' nodes show it (checked, each on its scheduler). Also asserted: a killer takes no
+    launcher or bystander (the pids), and no other node's rank (the node of each rank taken)."""
     d = cluster.dir("plain")
     cluster.write(os.path.join(d, "plain.py"), PLAIN)
     launches = cluster.plain_launches("plain.py", d)
@@ -263,8 +279,8 @@ echo "script done"
     recs = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
     assert len(recs) >= len(launches), log
     rank_var = {label: var for label, _, var in launches}
-    # a rank's child is named by its rank when the launcher ended that rank while this node's
-    # killer scanned: the orphan then carries the rank's variable with no rank above it
+    # A rank's child is named by its rank when the launcher ended that rank while this node's
+    # killer scanned. The orphan then carries the rank's variable with no rank above it.
     # (tests/test_killer_inject.py's test_no_tag_takes_a_dead_ranks_orphaned_child_by_its_inherited_rank)
     owner = {pid: (launch, rank, node) for pid, (launch, rank, _, node) in ranks.items()}
     owner.update({child: (launch, rank, node) for launch, rank, child, node in ranks.values()})
@@ -287,15 +303,15 @@ echo "script done"
 
 
 def test_walltime_margin_stops_before_the_limit_nothing_lost(cluster):
-    """A job with a 1-minute walltime and relaunch.walltime_margin 30s, one rank on each of 2 nodes:
-    half a minute in, the job script sends SIGTERM (the trainer's preemption signal) to the ranks
-    through the scheduler's fan-out; the async phase waits for its save in flight, writes an
-    emergency checkpoint of its last step and exits 5; nothing is relaunched; the job ends (exit 5)
-    before the scheduler's limit, with its newest complete checkpoint = its last step. The
-    trainer sleeps 0.2 s a step (a test-only delay point): the subject is the minute's end.
-    Fails when the warning does not reach the ranks (watch.walltime_warning without its
-    teardown): the scheduler kills the job at its limit (PBS: exit -29; Slurm: TIMEOUT; checked on
-    both)."""
+    """A job with a 1-minute walltime and relaunch.walltime_margin 30s, one rank on each of 2 nodes.
+
+    Half a minute in, the job script sends SIGTERM (the trainer's preemption signal) to the ranks,
+    through the scheduler's fan-out. The async phase waits for its save in flight, writes an
+    emergency checkpoint of its last step, and exits 5. Nothing is relaunched. The job ends (exit 5)
+    before the scheduler's limit, with its newest complete checkpoint = its last step. The trainer
+    sleeps 0.2 s a step (a test-only delay point): the subject is the minute's end.
+    Fails when the warning does not reach the ranks (watch.walltime_warning without its teardown).
+    Then the scheduler kills the job at its limit (PBS: exit -29; Slurm: TIMEOUT; checked on both)."""
     d = cluster.dir("walltime")
     path = cluster.write(os.path.join(d, "walltime.yaml"), cluster.head(
         d, "walltime", nodes=2, walltime="00:01:00", env={"RESTARTLAB_DELAY": "step:*:*:0.2"}) + """\
@@ -312,8 +328,8 @@ phases:
     assert "walltime warning (30s left)" in out and not cluster.killed_at_walltime(out), out[-3000:]
     adir = layout.Expt(expt).phase("async").attempt(1).path
     a = json.load(open(layout.Attempt(adir).record))
-    # every rank exited 5 (their own records); the launcher says 5, or 143 when srun's
-    # --kill-on-bad-exit ended the slower rank's task after the first one's exit 5
+    # Every rank exited 5 (their own records). The launcher says 5, or 143 when srun's
+    # --kill-on-bad-exit ended the slower rank's task after the first one's exit 5.
     assert a["walltime"] and a["preempted"] and a["rank_exit"]["exit_code"] == 5 and a["exit_code"] in (5, 143), a
     assert 20 <= a["end_ts"] - a["launch_ts"] < 58, a  # after the warning (30 s after the script started), before the limit
     assert not os.path.exists(layout.Expt(expt).phase("async").attempt(2).path)
@@ -330,16 +346,22 @@ phases:
 
 
 def test_chain_over_the_walltime_reports_as_one_and_passes_a_secret_by_name(cluster):
-    """relaunch.chain: a job whose walltime (1 minute, margin 25 s) ends before the last step stops
-    with an emergency checkpoint and submits its continuation from inside the job (afterany); the
-    next job resumes the same experiment, numbering its attempts on, and finishes. Every step is
-    trained once. The report covers the jobs as one experiment, the hand-over is not a failure,
-    its queue wait is counted apart from the wall time, and `restartlab status EXPT_DIR` follows the
-    chain. A secret in launch.env reaches every job by name (the job script stops at once without
-    it) and is written in no file. The trainer is slowed to 1 s a step (a test-only delay point) so
-    that one job cannot finish 40 steps; under load a second job can be stopped by the margin too
-    (chain: 3). The report makes no plots: what is left of the last job's walltime after its last
-    step is then always enough (with plots a loaded machine once ran it past its limit).
+    """relaunch.chain: a job whose walltime ends before the last step hands over to a continuation.
+
+    The walltime is 1 minute, with a 25 s margin. The job stops with an emergency checkpoint and
+    submits its continuation from inside the job (afterany). The next job resumes the same
+    experiment, numbers its attempts on, and finishes. Every step is trained once.
+
+    - The report covers the jobs as one experiment.
+    - The hand-over is not a failure.
+    - Its queue wait is counted apart from the wall time.
+    - `restartlab status EXPT_DIR` follows the chain.
+
+    A secret in launch.env reaches every job by name (the job script stops at once without it). It
+    is written in no file. The trainer is slowed to 1 s a step (a test-only delay point), so
+    one job cannot finish 40 steps. Under load a second job can be stopped by the margin too
+    (chain: 3). The report makes no plots. Then what is left of the last job's walltime after its
+    last step is always enough. With plots, a loaded machine once ran it past its limit.
     Fails when the job is not stopped by its margin (the walltime test's mutation): one job, no
     continuation (checked on PBS). Also asserted: no step trained twice (a continuation that starts
     over), the secret in no file of the experiment."""

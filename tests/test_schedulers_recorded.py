@@ -44,8 +44,8 @@ def test_qstat_f_many_ids_in_one_query():
 
 
 def test_pbs_exit_codes_documented():
-    # qstat exits 153 for an unknown id and 35 for a finished job queried without -x (both seen on
-    # OpenPBS 23.06): neither is a failed query; 1 is
+    # qstat exits 153 for an unknown id and 35 for a finished job queried without -x.
+    # Both were seen on OpenPBS 23.06. Neither is a failed query; 1 is.
     assert pbs.parse_status("", ["7.srv"], 153, "qstat: Unknown Job Id 7.srv\n")["7.srv"].state == UNKNOWN
     assert pbs.parse_status("", ["7.srv"], 35, "qstat: 7.srv Job has finished, use -x\n")["7.srv"].state == UNKNOWN
     with pytest.raises(SchedulerError):
@@ -55,10 +55,11 @@ def test_pbs_exit_codes_documented():
 
 
 def test_a_job_pbs_held_after_failed_starts_says_why():
-    """A job whose MoMs could not start it: PBS requeues it after each try and holds it after 21
-    (recorded for real by tests/data/pbs/record-held.sh: a sister that cannot resolve the head).
-    It is pending for ever unless released: status says PBS held it, why, and the last try's
-    exit, not just "pending" (a soak saw every three-host job so, each try -30)."""
+    """A job whose MoMs could not start it: PBS requeues it after each try and holds it after 21.
+
+    tests/data/pbs/record-held.sh recorded this for real, with a sister that cannot resolve the head.
+    The job is pending for ever unless released. So status says PBS held it, why, and the last try's
+    exit, not just "pending". A soak saw every three-host job so, each try -30."""
     with open(os.path.join(os.path.dirname(DATA), "qstat-f-x-held-failed-starts.txt")) as f:
         text = f.read()
     jid = next(iter(pbs_module.parse_qstat_f(text)))
@@ -130,8 +131,9 @@ def test_cancel_errors():
 
 
 def test_status_query_failure_is_an_error_not_unknown():
-    # squeue's message when slurmctld is down (seen with Slurm 22.05); for PBS any exit code other
-    # than 0, 153 (unknown id) and 35 (finished, without -x) means the query itself failed
+    # squeue's message when slurmctld is down (seen with Slurm 22.05).
+    # For PBS, any exit code other than 0, 153 (unknown id) and 35 (finished, without -x) means the
+    # query itself failed.
     with pytest.raises(SchedulerError, match="Unable to contact slurm controller"):
         slurm.parse_status("", ["42"], 1, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n")
     with pytest.raises(SchedulerError, match="cannot connect to server"):
@@ -160,9 +162,13 @@ def test_a_fanout_error_in_one_line():
 
 
 def test_slurm_rerun_facts_from_scontrol_and_sinfo():
-    """What a requeued job's new run reads (Slurm.run_facts): how many times it ran, when Slurm requeued
-    it (SubmitTime, set anew by the requeue), when it could start again, and the node that went down
-    since the previous run began; nodes whose reason is older than that run, or unset, are not named."""
+    """What a requeued job's new run reads (Slurm.run_facts).
+
+    - How many times it ran.
+    - When Slurm requeued it: SubmitTime, set anew by the requeue.
+    - When it could start again.
+    - The node that went down since the previous run began. Nodes whose reason is older than that
+      run, or unset, are not named."""
     rec = os.path.join(os.path.dirname(__file__), "data", "slurm")
     job = open(os.path.join(rec, "scontrol-show-job-requeued.txt")).read()
     nodes = open(os.path.join(rec, "sinfo-N-node-down.txt")).read()

@@ -1,6 +1,8 @@
-"""Safe on a shared node, with real processes of a second user (created here; these tests run
-as root, as CI does): stage dirs private to the job's user and never followed through a symlink,
-and the killer, `inject` and teardown signal only this user's processes, root included."""
+"""Safe on a shared node, with real processes of a second user.
+
+The tests create that user. They run as root, as CI does. Stage dirs are private to the job's user
+and never followed through a symlink. The killer, `inject` and teardown signal only this user's
+processes, root included."""
 import json
 import os
 import pwd
@@ -165,8 +167,9 @@ def test_private_dir_rules(tmp_path, other):
 
 
 def _watch(paths_fn, stop, seen):
-    """Polls every 5 ms until `stop`: records every path paths_fn() yields with its lstat mode
-    and owner (a look during the save, not only after it)."""
+    """Polls every 5 ms until `stop` and records every path paths_fn() yields, with its lstat mode and owner.
+
+    This is a look during the save, not only after it."""
     while not stop.is_set():
         for p in paths_fn():
             try:
@@ -195,9 +198,12 @@ def _async_run(tmp_path, stage, extra=(), env=None):
 
 @pytest.mark.multirank
 def test_symlink_at_the_stage_path_is_never_followed(tmp_path, other):
-    """A symlink planted at the given stage path (by anyone): refused with one line, the saves go
-    straight to the checkpoint dir, nothing is ever written through the link (watched during
-    the run), the link and its target are untouched."""
+    """A symlink planted at the given stage path, by anyone.
+
+    - It is refused with one line.
+    - The saves go straight to the checkpoint dir.
+    - Nothing is ever written through the link (watched during the run).
+    - The link and its target are untouched."""
     target = tmp_path / "elsewhere"
     target.mkdir()
     link = tmp_path / "stage"
@@ -245,11 +251,13 @@ def test_a_refused_stage_fails_every_save_with_on_save_error_abort(tmp_path, oth
 
 @pytest.mark.multirank
 def test_default_stage_is_fresh_private_and_leaves_others_alone(tmp_path, other):
-    """The default stage dir, with the checkpoint dir on another file system than /tmp (here
-    /dev/shm): a fresh directory with an unguessable name, 0700, its files 0600 while a save is
-    staged (a delay holds the save there while a watcher looks); what was planted under the
-    default names beforehand (a symlink to a directory holding our marker; a directory of
-    another user) is neither followed nor removed; nothing of ours is left after the run."""
+    """The default stage dir, with the checkpoint dir on another file system than /tmp (here /dev/shm).
+
+    - It is a fresh directory with an unguessable name, 0700. Its files are 0600 while a save is
+      staged. A delay holds the save there while a watcher looks.
+    - What was planted under the default names beforehand is neither followed nor removed. Here
+      that is a symlink to a directory holding our marker, and a directory of another user.
+    - Nothing of ours is left after the run."""
     shm = f"/dev/shm/rl-test-{uuid.uuid4().hex[:8]}"
     os.mkdir(shm, 0o700)
     job = f"t{uuid.uuid4().hex[:6]}"
@@ -272,8 +280,10 @@ def test_default_stage_is_fresh_private_and_leaves_others_alone(tmp_path, other)
                 yield from _walk(p)
 
     def attack():
-        """While the save is held in the stage dir: the other user tries to rename it away, to
-        plant a symlink inside it, to read a staged shard (all must fail: 0700, sticky /tmp)."""
+        """While the save is held in the stage dir, the other user attacks it.
+
+        The user tries to rename it away, to plant a symlink inside it, and to read a staged shard.
+        All must fail: 0700, sticky /tmp."""
         while not stop.is_set() and not attacks:
             shard = next((p for p in list(seen) if p.endswith(".distcp")), None)
             if shard:
@@ -349,10 +359,14 @@ def _files_holding(root, needle: bytes):
 
 @pytest.mark.multirank
 def test_a_launch_env_secret_reaches_the_ranks_and_no_file(tmp_path):
-    """A `*_TOKEN` in launch.env: every rank has it in its environment (read from /proc while the
-    run goes on, through a kill and a relaunch), and no file of the experiment holds its value:
-    not the job script (it checks the variable by name), not the scenario copy (a ${NAME}
-    reference), not the logs, metrics or report. A plain variable is still passed as before."""
+    """A `*_TOKEN` in launch.env reaches every rank, and no file of the experiment holds its value.
+
+    Every rank has it in its environment. The test reads it from /proc while the run goes on,
+    through a kill and a relaunch. No file holds the value:
+    - not the job script, which checks the variable by name;
+    - not the scenario copy, which holds a ${NAME} reference;
+    - not the logs, metrics or report.
+    A plain variable is still passed as before."""
     from tests.helpers import job_tag
     token = f"s3cr3t-{uuid.uuid4().hex}"
     scen = tmp_path / "sec.yaml"
@@ -393,9 +407,11 @@ def test_a_launch_env_secret_reaches_the_ranks_and_no_file(tmp_path):
 
 
 def test_secret_by_reference_and_on_the_submit_line(tmp_path):
-    """`${NAME}` in launch.env takes the value from the environment restartlab runs in (missing:
-    exit 2, one line, nothing run); PBS's qsub gets `-v NAME` (the value from its environment,
-    never on the command line); render never writes the value."""
+    """`${NAME}` in launch.env takes the value from the environment restartlab runs in.
+
+    - When it is missing: exit 2, one line, nothing run.
+    - PBS's qsub gets `-v NAME`. The value comes from its environment, never on the command line.
+    - render never writes the value."""
     from restartlab import scenario, schedulers
     scen = tmp_path / "ref.yaml"
     scen.write_text(SECRET_SCENARIO.format(token="${RL_TEST_TOKEN}"))

@@ -1,6 +1,7 @@
-"""restartlab simulate: known answers of the model, seeding, the command line's errors, and the
-model against a real `restartlab run` of the local scenario (its own measured costs and failure
-times must give its measured ETTR within 3%)."""
+"""restartlab simulate: known answers of the model, seeding, and the command line's errors.
+
+It also checks the model against a real `restartlab run` of the local scenario. The run's own
+measured costs and failure times must give its measured ETTR within 3%."""
 import json
 import math
 import pathlib
@@ -22,8 +23,9 @@ def rl(*args, timeout=120):
 
 
 def test_no_failures_ettr_is_step_over_step_plus_stall():
-    """No failures: ETTR = step time / (step time + stall per step), for both modes (async: the
-    stall is the stage; a background shorter than the cycle costs nothing)."""
+    """No failures: ETTR = step time / (step time + stall per step), for both modes.
+
+    In async mode the stall is the stage. A background shorter than the cycle costs nothing."""
     c = sim.Costs(step_s=0.5, sync_stall_s=2.0, async_stall_s=0.1, async_durable_s=3.0)
     never = sim.Failures(1e15)
     r = sim.sweep(c, never, [10, 40], ("sync", "async"), days=30, replicas=4)
@@ -43,9 +45,11 @@ def test_no_failures_ettr_is_step_over_step_plus_stall():
 @pytest.mark.parametrize("interval", [100, 400, 1000])
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_exponential_failures_match_the_analytic_models(mode, interval):
-    """Exponential failures, a fixed interval: the Monte Carlo's ETTR equals the model's exact
-    renewal-reward value within twice its 95% confidence half-width, and the first-order model
-    (W/L)(1 - (R + D + G + B + L/2)/M) within that plus ((R + D + G + L)/M)^2, its stated error."""
+    """Exponential failures at a fixed interval: the Monte Carlo's ETTR matches the analytic models.
+
+    It equals the model's exact renewal-reward value within twice its 95% confidence half-width.
+    It equals the first-order model (W/L)(1 - (R + D + G + B + L/2)/M) within that plus
+    ((R + D + G + L)/M)^2, its stated error."""
     c, f = sim.Costs(**COSTS), sim.Failures(3 * 3600)
     row = sim.sweep(c, f, [interval], (mode,), days=30, replicas=20, seed=1)[mode].rows[0]
     assert abs(row.ettr - sim.renewal_ettr(c, f, interval, mode)) <= 2 * row.ci95, row
@@ -56,9 +60,10 @@ def test_exponential_failures_match_the_analytic_models(mode, interval):
 
 
 def test_simulated_optimum_is_near_youngs_interval():
-    """Where Young's assumptions hold (save cost << interval << MTBF, no restart cost), the
-    simulated best interval lies within 15% of Young's sqrt(2 C M) = 1000 s (seeds 0-4 gave
-    950-1100 on a 25 s grid; the model's exact optimum is 1000)."""
+    """The simulated best interval lies within 15% of Young's sqrt(2 C M) = 1000 s.
+
+    This holds where Young's assumptions hold: save cost << interval << MTBF, no restart cost.
+    Seeds 0-4 gave 950-1100 on a 25 s grid. The model's exact optimum is 1000."""
     c, f = sim.Costs(step_s=1.0, sync_stall_s=5.0), sim.Failures(1e5)
     ivs = list(range(500, 2001, 25))
     r = sim.sweep(c, f, ivs, ("sync",), days=365, replicas=40, seed=0)["sync"]
@@ -78,9 +83,12 @@ def test_seeded_and_the_confidence_interval_covers_another_seed():
 
 
 def test_failure_kinds_and_scale():
-    """A preemption keeps all its work (emergency checkpoint); hangs cost their detection time;
-    per-node MTBF shrinks the job's MTBF with the node count; correlated failures (several nodes
-    at once) make fewer, larger interruptions."""
+    """Failure kinds and scale.
+
+    - A preemption keeps all its work (emergency checkpoint).
+    - Hangs cost their detection time.
+    - Per-node MTBF shrinks the job's MTBF with the node count.
+    - Correlated failures (several nodes at once) make fewer, larger interruptions."""
     c = sim.Costs(**dict(COSTS, detection_s={"kill": 30.0, "preempt": 1.0, "hang": 600.0}))
     pre = sim.sweep(c, sim.Failures(3600, {"preempt": 1}), [600], ("sync",), days=5, replicas=4)["sync"].rows[0]
     kill = sim.sweep(c, sim.Failures(3600, {"kill": 1}), [600], ("sync",), days=5, replicas=4)["sync"].rows[0]
@@ -132,25 +140,31 @@ def test_simulate_is_fast():
 @pytest.mark.multirank
 @pytest.mark.timeout(600)
 def test_replay_of_the_local_scenario_matches_its_measured_ettr(tmp_path):
-    """A real `restartlab run` of the shipped local scenario's two checkpointing phases (3 kills in
-    sync, 3 in async; its baseline is not run: the replay never reads it); the
-    model fed with each phase's own measured costs (each failure's own restart, gap and
-    detection, steps kept) and actual failure times gives its measured ETTR within 3%. The
-    numerator is the phase's own productive time, so this checks the model's wall-clock
-    accounting: start-ups, detection, gaps, saves, the remaining work. The forecast with medians
-    and the model's own lost work is printed, not asserted: with 3 failures one restart that ran
-    2 s slow on a loaded machine moved it by 6.6% (CI, 2026-12-01), and a kill gated on a save's
-    marker lands on a cycle's edge, where the model may lose the whole interval (-5.5% with the
-    model's lost work in the own-cost replay, CI 2026-12-02). The last attempt's time after its
-    last step (exit, teardown) is measured too: before it was, the own-cost replay read +0.1% to
-    +0.9% in 7 runs beside a busy process and +3.3% once in CI under heavier load (71a4996, #49);
-    with it, -0.9% to +0.5% over the same 7 experiments."""
+    """The replay of a real run of the local scenario gives its measured ETTR within 3%.
+
+    The run is a real `restartlab run` of the shipped local scenario's two checkpointing phases:
+    3 kills in sync, 3 in async. Its baseline is not run, as the replay never reads it. The model
+    is fed each phase's own measured costs and actual failure times. The costs are each failure's
+    own restart, gap and detection, and the steps kept. The numerator is the phase's own productive
+    time. So this checks the model's wall-clock accounting: start-ups, detection, gaps, saves, the
+    remaining work.
+
+    The forecast with medians and the model's own lost work is printed, not asserted:
+    - With 3 failures, one restart that ran 2 s slow on a loaded machine moved it by 6.6%
+      (CI, 2026-12-01).
+    - A kill gated on a save's marker lands on a cycle's edge, where the model may lose the whole
+      interval. That gave -5.5% with the model's lost work in the own-cost replay (CI 2026-12-02).
+
+    The last attempt's time after its last step (exit, teardown) is measured too. Before it was, the
+    own-cost replay read +0.1% to +0.9% in 7 runs beside a busy process. It read +3.3% once in CI
+    under heavier load (71a4996, #49). With it, the replay read -0.9% to +0.5% over the same 7
+    experiments."""
     d = tmp_path / "expt"
-    # cold restarts, as the shipped scenario runs: with warm ones (relaunch.warm) a phase lasts about
-    # 9 s, so 3% is 0.27 s of the last attempt's saves and exit on a loaded machine (+3.2% in one CI
-    # run, 2026-12-03); at about 25 s a phase holds the same noise well inside it
-    # its two checkpointing phases: the replay reads each phase's own costs, never the baseline's
-    # (a replay of the baseline is refused: tests/test_collect.py's real run has one)
+    # Cold restarts, as the shipped scenario runs. With warm ones (relaunch.warm) a phase lasts about
+    # 9 s. Then 3% is 0.27 s of the last attempt's saves and exit on a loaded machine (+3.2% in one
+    # CI run, 2026-12-03). At about 25 s, a phase holds the same noise well inside it.
+    # Its two checkpointing phases only: the replay reads each phase's own costs, never the
+    # baseline's. A replay of the baseline is refused: tests/test_collect.py's real run has one.
     r = rl("run", "--expt-dir", str(d), "--plain", "--set", "collection.plots=false",
            "--set", "phases=[{name: sync, checkpoint: sync}, {name: async, checkpoint: async}]", timeout=560)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -186,8 +200,10 @@ def test_costs_from_a_summary_name_their_source(tmp_path):
 
 
 def test_replay_run_takes_each_failures_own_costs():
-    """A failure's own restart, gap and detection replace the medians for that failure only:
-    the wall moves by exactly the differences; none given, the medians; the kept work is the same."""
+    """A failure's own restart, gap and detection replace the medians for that failure only.
+
+    The wall moves by exactly the differences. With none given, the medians apply. The kept work is
+    the same."""
     c = sim.Costs(**dict(COSTS, restart_s=3.0, gap_s=0.1, detection_s={"kill": 0.5}))
     faults = [(4.0, "kill"), (7.5, "kill")]
     F, own = sim.Fault, sim.FaultCosts
@@ -202,8 +218,8 @@ def test_replay_run_takes_each_failures_own_costs():
     # the last attempt's measured exit adds to the wall (sync: no background to stand in for)
     assert sim.replay_run(c, "sync", 10, 200, [F(t, k) for t, k in faults], 2.0, exit_s=0.7).wall_s \
         - med.wall_s == pytest.approx(0.7)
-    # its own steps kept replace the model's lost work: the remaining work grows by the difference
-    # (c.step_s a step), and with it the saves that work still needs
+    # Its own steps kept replace the model's lost work. The remaining work grows by the difference
+    # (c.step_s a step), and with it the saves that work still needs.
     kept = sim.replay_run(c, "sync", 10, 200, [F(25.0, "kill", own(kept_steps=0)), F(7.5, "kill")], 2.0)
     model_kept = sim.replay_run(c, "sync", 10, 200, [F(25.0, "kill"), F(7.5, "kill")], 2.0)
     assert kept.wall_s - model_kept.wall_s >= 10 * c.step_s  # the model kept a cycle there; this, nothing

@@ -1,16 +1,17 @@
-"""Before the experiment, on the real schedulers: restartlab preflight against their own limits
-(queues configured with qmgr on the OpenPBS server, partitions created with scontrol on the private
-Slurm, as a site's are) and the smoke job (restartlab submit --smoke) on their nodes.
+"""Before the experiment, on the real schedulers: restartlab preflight and the smoke job.
+Preflight runs against the schedulers' own limits, set as a site's are: queues configured with
+qmgr on the OpenPBS server, and partitions created with scontrol on the private Slurm. The smoke
+job (restartlab submit --smoke) runs on their nodes.
 
 - A job the server would reject or hold forever is refused before anything is queued, with the
-  server's limit quoted; a job that fits passes (the job's Python, its launcher after the setup
-  lines and the fan-out tool found for real, as the cluster's user on its login node).
-- The smoke job, with the experiment's shape, on the OpenPBS cluster's three hosts and on the
-  private Slurm's nodes: every check of its readiness report passes, `status` shows it, nothing
-  is left running; with one host's torch broken on purpose, the report names that host.
+  server's limit quoted. A job that fits passes. The job's Python, its launcher after the setup
+  lines and the fan-out tool are found for real, as the cluster's user on its login node.
+- The smoke job runs with the experiment's shape, on the OpenPBS cluster's three hosts and on the
+  private Slurm's nodes. Every check of its readiness report passes, `status` shows it, and
+  nothing is left running. With one host's torch broken on purpose, the report names that host.
 
-What one machine cannot show: every host shares its file system, so a directory that is not
-shared cannot be made here (the check reads back, on every host, a file the job wrote)."""
+What one machine cannot show: every host shares its file system. So a directory that is not
+shared cannot be made here. (The check reads back, on every host, a file the job wrote.)"""
 import json
 import os
 import re
@@ -86,9 +87,10 @@ ALCF_TAKERS = {"aurora": "capacity, workq", "polaris": "capacity, workq"}  # wor
 @pytest.mark.pbs
 @pytest.mark.parametrize("site", ["aurora", "polaris"])
 def test_alcf_queue_tables_refuse_prod_for_agpt2b_and_auto_picks_capacity(pbs, site):
-    """agpt-2b's shape (2 nodes x 2 h) against ALCF's queues as the site publishes them, set on the
-    real server with qmgr: prod (a routing queue from 256 nodes on Aurora, 10 on Polaris) refuses it
-    naming the queue that takes it, auto picks capacity, and the server takes the job there."""
+    """agpt-2b's shape (2 nodes x 2 h) against ALCF's queues as the site publishes them.
+    The queues are set on the real server with qmgr. prod is a routing queue from 256 nodes on
+    Aurora, 10 on Polaris. It refuses the job, naming the queue that takes it. auto picks capacity,
+    and the server takes the job there."""
     with pbs_cluster.site_queues(pbs, site):
         d = pbs.user_dir(f"alcf-{site}")
         path = pbs_scenario(pbs, d, f"agpt-{site}", [("sync", "sync")], nodes=2, walltime="02:00:00")
@@ -105,8 +107,8 @@ def test_alcf_queue_tables_refuse_prod_for_agpt2b_and_auto_picks_capacity(pbs, s
         plain = pbs.write(os.path.join(d, "plain.sh"), "#!/bin/bash\ntrue\n", 0o755)
         q = pbs.as_user(["qsub", "-q", "prod", "-l", "select=2", "-l", "walltime=02:00:00", plain])
         assert q.returncode and "qsub: Job violates queue and/or server resource limits" in q.stderr, q.stdout + q.stderr
-        # debug-scaling takes one job per user on both machines: one of the user's there (held), and a
-        # 2-node, 30-minute job is refused for it, as qsub refuses it
+        # debug-scaling takes one job per user on both machines. With one of the user's there (held),
+        # a 2-node, 30-minute job is refused for it, as qsub refuses it.
         held = pbs.as_user(["qsub", "-h", "-q", "debug-scaling", "-l", "select=2", "-l", "walltime=00:30:00", plain])
         assert held.returncode == 0, held.stderr
         hid = held.stdout.strip()
@@ -134,11 +136,12 @@ def test_alcf_queue_tables_refuse_prod_for_agpt2b_and_auto_picks_capacity(pbs, s
 
 @pytest.mark.pbs
 def test_smoke_then_experiment_in_a_one_job_per_user_debug_queue(pbs):
-    """Aurora's debug takes one job per user, running or waiting: with the smoke job there, preflight
-    refuses the experiment for the reason the server would give (and the server does refuse a
-    second job), names the queues that would take it; `submit --after SMOKE` waits for the smoke's
-    READY, then submits into debug, which takes it. The smoke job is held queued (the server's
-    scheduling off) until the wait has begun: the wait is seen, not raced."""
+    """Aurora's debug takes one job per user, running or waiting.
+    With the smoke job there, preflight refuses the experiment for the reason the server would
+    give, and the server does refuse a second job. Preflight names the queues that would take it.
+    `submit --after SMOKE` waits for the smoke's READY, then submits into debug, which takes it.
+    The smoke job is held queued (the server's scheduling off) until the wait has begun. So the
+    wait is seen, not raced."""
     with pbs_cluster.site_queues(pbs, "aurora"):
         d = pbs.user_dir("alcf-debug")
         path = pbs_scenario(pbs, d, "dbg", [("sync", "sync")], nodes=2, walltime="00:30:00", iters=20, at_steps=(8,))
@@ -234,8 +237,9 @@ def test_preflight_against_slurm_partitions(slurm, tmp_path):
 
 
 def broken_torch_on(d, host):
-    """A directory that, first on a rank's PYTHONPATH, breaks `import torch` on `host` only (a
-    host whose Python environment differs: a module not loaded there); elsewhere the real torch."""
+    """A directory that, first on a rank's PYTHONPATH, breaks `import torch` on `host` only.
+    It stands for a host whose Python environment differs: a module not loaded there. Elsewhere
+    the real torch loads."""
     pkg = os.path.join(d, "shadow", "torch")
     os.makedirs(pkg)
     with open(os.path.join(pkg, "__init__.py"), "w") as f:
@@ -328,8 +332,8 @@ def test_smoke_job_on_the_slurm_nodes(slurm, tmp_path):
 
 @pytest.mark.slurm
 def test_smoke_job_names_the_node_whose_fanout_cannot_run(slurm, tmp_path):
-    """A node whose Python stack is broken (every Python started in a job step there exits, as with
-    a module missing on that node): the fan-out cannot run there, and the report says so by node."""
+    """A node whose Python stack is broken: the fan-out cannot run there, and the report says so by node.
+    Every Python started in a job step there exits, as with a module missing on that node."""
     bad = slurm["nodes"][-1]
     site = tmp_path / "site"
     site.mkdir()

@@ -1,19 +1,23 @@
 """A real scheduler in the tests: a private Slurm with 2 nodes on this machine (conftest `slurm`).
 
 - Slurm backend end to end: `restartlab submit` -> sbatch -> srun --mpi=pmi2 ranks on both nodes
-  -> injector fan-out with `srun --overlap` to each node -> SIGKILLs -> relaunch -> report; warm
-  pools on each node; node loss (spares, shrink, a frozen node Slurm requeues); a chain after the
-  relaunch budget runs out.
-(What both schedulers do the same, status and cancel, `inject` without flags, the walltime margin
-and a chain over the walltime, is tested once on each in tests/test_schedulers.py; PBS's own in
-tests/test_pbs.py.)
+  -> injector fan-out with `srun --overlap` to each node -> SIGKILLs -> relaunch -> report.
+- Warm pools on each node.
+- Node loss: spares, shrink, a frozen node Slurm requeues.
+- A chain after the relaunch budget runs out.
 
-The chain and node-loss tests run one rank per node (their subject is the job's clock or its
-nodes, not how srun places tasks on one; the end-to-end and warm tests keep two per node).
+What both schedulers do the same is tested once on each in tests/test_schedulers.py: status and
+cancel, `inject` without flags, the walltime margin and a chain over the walltime. PBS's own is
+tested in tests/test_pbs.py.
 
-What one machine cannot show: both "nodes" are the same host (each node's killer takes only the
-ranks whose SLURMD_NODENAME is its own, so a node's ranks can be struck alone), the ranks talk
-over loopback, and a node cannot really go down."""
+The chain and node-loss tests run one rank per node. Their subject is the job's clock or its
+nodes, not how srun places tasks on one. The end-to-end and warm tests keep two per node.
+
+What one machine cannot show:
+- Both "nodes" are the same host. Each node's killer takes only the ranks whose SLURMD_NODENAME is
+  its own, so a node's ranks can be struck alone.
+- The ranks talk over loopback.
+- A node cannot really go down."""
 import json
 import os
 import signal
@@ -34,10 +38,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def launch_line(ppn, env=""):
-    """The scenario's `launch:` line. One rank per node gets one thread: both nodes are this
-    machine's 2 cores, and a rank alone on its node would take both (4 threads on 2 cores, 1.2 s
-    a step under load; oversubscription is what made parameters differ in their last bits), so
-    it runs as the trainer runs two per node."""
+    """The scenario's `launch:` line.
+
+    One rank per node gets one thread. Both nodes are this machine's 2 cores, and a rank alone on
+    its node would take both. That gave 4 threads on 2 cores, and 1.2 s a step under load.
+    Oversubscription is what made parameters differ in their last bits. So a rank alone runs as the
+    trainer runs two per node."""
     env = ", ".join(filter(None, [env, 'OMP_NUM_THREADS: "1"' if ppn == 1 else ""]))
     return f"launch: {{ranks_per_node: {ppn}, env: {{{env}}}}}"
 
@@ -90,9 +96,9 @@ def test_slurm_node_loss_and_preemption(slurm, tmp_path):
     that node); srun --kill-on-bad-exit ends the other node's ranks; the relaunch resumes. kind
     preempt: SIGTERM to every rank through both nodes' killers; the emergency checkpoint makes the
     resume lose no step. Both phases end with the baseline's parameters."""
-    # 0.2 s a step (a test-only delay point): the node's loss lands before step 25's checkpoint,
-    # whose .complete releases the preemption (2 ranks at full speed reached step 30 before the
-    # loss took effect, and the preemption struck the same attempt)
+    # 0.2 s a step (a test-only delay point). The node's loss lands before step 25's checkpoint,
+    # whose .complete releases the preemption. At full speed, 2 ranks reached step 30 before the
+    # loss took effect, and the preemption struck the same attempt.
     path = scenario(tmp_path, "slurm", "slurm-kinds", ppn=1, at_steps=("{step: 12, kind: node}", "{step: 24, kind: preempt}"),
                     extra="  node: 1\n  grace: 60s\n", env='RESTARTLAB_DELAY: "step:*:*:0.2"')
     jid, expt = submit(path)
@@ -109,8 +115,9 @@ def test_slurm_node_loss_and_preemption(slurm, tmp_path):
     second = job_nodes(expt, jid)[1]
     assert node["kind"] == "node" and node["hosts"] == [second]
     assert [x.get("node") for x in node["receipts"]] == [second] and node["killed"] == 1, node
-    # both nodes' killers sent TERM; a rank may be gone before its own arrives: the other's TERM
-    # already made the ranks agree to stop (1 in 3 runs under load with one rank per node)
+    # Both nodes' killers sent TERM. A rank may be gone before its own arrives, because the other's
+    # TERM already made the ranks agree to stop. That happened in 1 in 3 runs under load with one
+    # rank per node.
     assert pre["kind"] == "preempt" and pre["signal"] == "TERM" and pre["killed"] in (1, 2), pre
     assert sorted(x.get("node") for x in pre["receipts"]) == sorted(job_nodes(expt, jid)), pre["receipts"]
     ev = {e["kind"]: e for e in sync["failures"]}
@@ -198,10 +205,12 @@ def test_slurm_node_loss_spares_bit_exact(slurm, tmp_path):
 
 
 def test_slurm_node_loss_shrink_same_losses(slurm, tmp_path):
-    """relaunch.on_node_loss: shrink. No spare: the relaunch runs on the one healthy node with 1
-    rank instead of 2; it accumulates gradients over two micro-batches (--dp-global 2), so the
-    global batch and its samples stay the same and the losses continue within 1e-6 (relative) of
-    the 2-rank baseline: not bit-exact, the reduction order changes."""
+    """relaunch.on_node_loss: shrink.
+
+    There is no spare, so the relaunch runs on the one healthy node with 1 rank instead of 2. It
+    accumulates gradients over two micro-batches (--dp-global 2). So the global batch and its
+    samples stay the same. The losses continue within 1e-6 (relative) of the 2-rank baseline. They
+    are not bit-exact, as the reduction order changes."""
     expt, jid, lost = node_loss_run(tmp_path, "slurm-shrink", 0, "shrink")
     a = [json.load(open(layout.Expt(expt).phase("sync").attempt(i).record)) for i in (1, 2)]
     assert a[0]["ranks"] == 2 and a[1]["ranks"] == 1 and a[1]["hosts"] == [a[0]["hosts"][0]], a
@@ -225,10 +234,12 @@ def test_slurm_node_loss_shrink_same_losses(slurm, tmp_path):
 
 
 def test_slurm_chain_after_the_relaunch_budget_runs_out(slurm, tmp_path):
-    """relaunch.chain when max_attempts (1 here) runs out: the injected kill at step 20 ends the
-    first job's only attempt, the job submits its continuation and exits 1; the next job resumes
-    from the newest checkpoint, its injector does not strike step 20 again, and the phase
-    finishes. The kill is booked as a failure whose downtime leaves out the queue wait."""
+    """relaunch.chain when max_attempts (1 here) runs out.
+
+    The injected kill at step 20 ends the first job's only attempt. The job submits its
+    continuation and exits 1. The next job resumes from the newest checkpoint. Its injector does not
+    strike step 20 again, and the phase finishes. The kill is booked as a failure whose downtime
+    leaves out the queue wait."""
     text = f"""extends: systems/slurm.yaml
 name: slurm-chain-budget
 expt_root: {tmp_path}/expt
@@ -264,9 +275,11 @@ phases:
 
 
 def _slurm_procs_of(node, tag, prefix):
-    """A "node" of the private Slurm, as processes: its slurmd (its pid file), and the job's slurmstepd
-    on it with everything under it (found from the job's ranks on that node: the tag and
-    SLURMD_NODENAME in their environments, then up to their slurmstepd)."""
+    """A "node" of the private Slurm, as processes.
+
+    These are its slurmd (from its pid file) and the job's slurmstepd on it, with everything under
+    it. The slurmstepd is found from the job's ranks on that node: by the tag and SLURMD_NODENAME in
+    their environments, then up to their slurmstepd."""
     import psutil
     with open(os.path.join(prefix, "run", f"slurmd-{node}.pid")) as f:
         pids = {int(f.read().strip())}
@@ -285,13 +298,18 @@ def _slurm_procs_of(node, tag, prefix):
 
 
 def test_slurm_node_frozen_until_slurm_requeues_the_job_the_time_between_runs_is_downtime(slurm, tmp_path):
-    """#65 on Slurm: a 2-node job whose second node stops answering (the hang kind stops its rank, the
-    test then stops that node's slurmd and slurmstepd: nothing on it runs or answers), the watchdog
-    slower (hang_timeout 300 s) than Slurm (SlurmdTimeout 30 s). Slurm sets the node DOWN, requeues the
-    job (JobRequeue=1) and runs it again on the other two nodes, after the hold it puts on a requeued
-    job (AuthInfo's cred_expire, 30 s in tests/slurm/start_slurm.sh). The time from the fault to the rerun's first step is the failure's downtime, in the wall time
-    and the ETTR; the report tells it in its parts (when Slurm requeued it, the node it set down, when
-    the job could start again); the first run's output is still in the job's output file."""
+    """#65 on Slurm: a 2-node job whose second node stops answering.
+
+    The hang kind stops its rank. The test then stops that node's slurmd and slurmstepd, so nothing
+    on it runs or answers. The watchdog (hang_timeout 300 s) is slower than Slurm (SlurmdTimeout
+    30 s). Slurm sets the node DOWN and requeues the job (JobRequeue=1). It runs the job again on the
+    other two nodes, after the hold it puts on a requeued job (AuthInfo's cred_expire, 30 s in
+    tests/slurm/start_slurm.sh).
+
+    The time from the fault to the rerun's first step is the failure's downtime. It counts in the
+    wall time and the ETTR. The report tells it in its parts: when Slurm requeued it, the node it
+    set down, and when the job could start again. The first run's output is still in the job's
+    output file."""
     path = scenario(tmp_path, "slurm", "slurm-requeue", ppn=1, iters=80, phases=[("sync", "sync")],
                     at_steps=("{step: 20, kind: hang}",), extra="  node: 1\n",
                     env='RESTARTLAB_DELAY: "step:*:*:0.2"')
@@ -309,8 +327,8 @@ def test_slurm_node_frozen_until_slurm_requeues_the_job_the_time_between_runs_is
     try:
         for pid in frozen:
             os.kill(pid, signal.SIGSTOP)
-        # the node stays frozen to the end: thawed sooner, it may answer again before the requeued job
-        # starts, and the job run on it again (seen once)
+        # The node stays frozen to the end. Thawed sooner, it may answer again before the requeued job
+        # starts, and the job may run on it again (seen once).
         seen = wait_state("slurm", jid, {"finished", "failed"}, 600)
     finally:
         for pid in frozen:

@@ -1,8 +1,12 @@
-"""Storage faults through `restartlab run` (#62): the preload reaches the bundled trainer's DCP saves
-(sync and async), a plain DCP program's and the Hugging Face Trainer's torch.save files; a torn
-checkpoint is named and the resume stays off it (or, where the program's own rule picks it, the verdict
-says so); a stalled save shows as a save stall of its length; ENOSPC ends the phase with the reason, not
-a crash loop; nothing is left armed or running afterwards."""
+"""Storage faults through `restartlab run` (#62).
+
+- The preload reaches the bundled trainer's DCP saves (sync and async), a plain DCP program's saves,
+  and the Hugging Face Trainer's torch.save files.
+- A torn checkpoint is named, and the resume stays off it. Where the program's own rule picks it,
+  the verdict says so.
+- A stalled save shows as a save stall of its length.
+- ENOSPC ends the phase with the reason, not a crash loop.
+- Nothing is left armed or running afterwards."""
 import json
 import os
 import subprocess
@@ -46,9 +50,11 @@ def settled(d, phase):
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_the_bundled_trainer_torn_then_stalled_or_slowed(expt, mode):
-    """A torn file kills rank 1 inside the save of step 15: the relaunch resumes from step 10, the
-    torn checkpoint named; then rank 1's writes stall 3 s (sync) or crawl at 200 kB/s for 3 s (async):
-    the save that met it took that long, and the phase finished."""
+    """A torn file kills rank 1 inside the save of step 15, then rank 1's writes stall or crawl.
+
+    The relaunch resumes from step 10, and the torn checkpoint is named. Then rank 1's writes stall
+    3 s (sync) or crawl at 200 kB/s for 3 s (async). The save that met it took that long, and the
+    phase finished."""
     second = "stall_writes" if mode == "sync" else "slow_storage"
     r = run(expt, f"phases=[{{name: {mode}, checkpoint: {mode}}}]", "trainer.train_iters=40",
             "trainer.save_interval=5", "trainer.keep=0", f"failures.schedule.at_steps=[{{step: 10, kind: torn}}, {{step: 25, kind: {second}}}]",
@@ -57,13 +63,13 @@ def test_the_bundled_trainer_torn_then_stalled_or_slowed(expt, mode):
     s = summary(expt, mode)
     v = s["survival"]
     assert [x["outcome"] for x in v["restarts"]] == ["first", "newest"] and v["survived"], v
-    # as failures: the torn strike alone, from its cut (not its arming) to the attempt's end; the stall or
-    # the crawl ended no attempt and is no failure (its account is the storage table's)
+    # As failures: the torn strike alone, from its cut (not its arming) to the attempt's end.
+    # The stall or the crawl ended no attempt and is no failure. The storage table accounts for it.
     ev, = s["failures"]
     assert ev["kind"] == "torn" and ev["attempt"] == 1 and 0 <= ev["detection_s"] < 5, ev
     torn, slow = s["storage_faults"]
-    # armed once step 10 is complete, it strikes the first save whose files open after that: step 15's,
-    # or under load in async mode step 20's (15's files were open already)
+    # Armed once step 10 is complete, it strikes the first save whose files open after that.
+    # That is step 15's, or under load in async mode step 20's, since 15's files were open already.
     assert (torn["kind"], torn["rank"], torn["attempt"]) == ("torn", 1, 1), torn
     step = int(torn["checkpoint"].split("-")[1])
     assert step in (15, 20) and torn["file"] == f"{torn['checkpoint']}/__1_0.distcp" and torn["bytes"] > 0, torn
@@ -72,8 +78,8 @@ def test_the_bundled_trainer_torn_then_stalled_or_slowed(expt, mode):
     assert slow["followed"] == "the attempt went on and finished", slow
     if mode == "sync":
         assert 3.0 <= slow["blocked_s"] < 4.5, slow
-    # the save that met it took that long: its marker's save start to .complete (sync: the stall; async:
-    # ~600 kB of rank 1's shard at 200 kB/s in the background)
+    # The save that met it took that long, from its marker's save start to .complete.
+    # In sync mode that is the stall. In async mode it is ~600 kB of rank 1's shard at 200 kB/s in the background.
     with open(os.path.join(layout.Expt(expt).phase(mode).ckpts, slow["checkpoint"], ".complete")) as f:
         marker = json.load(f)
     assert marker["complete_ts"] - marker["save_start"] >= (3.0 if mode == "sync" else 2.0), (marker, slow)
@@ -113,8 +119,10 @@ def test_enospc_ends_the_phase_with_the_reason_or_is_a_finding_when_the_trainer_
 
 
 def test_a_plain_dcp_program_torn_then_failing_with_eio(expt):
-    """examples/dcp (dcp.save, .metadata last): a torn shard kills rank 1; an EIO for 2 s crashes the
-    next attempt's save; each relaunch resumes from the newest checkpoint holding .metadata."""
+    """examples/dcp (dcp.save, .metadata last): a torn shard, then an EIO.
+
+    The torn shard kills rank 1. An EIO for 2 s crashes the next attempt's save. Each relaunch
+    resumes from the newest checkpoint holding .metadata."""
     r = run(expt, "phases=[{name: restart, checkpoint: sync, args: [--save-every, '5']}]",
             "failures.schedule.at_steps=[{step: 10, kind: torn}, {step: 20, kind: write_errors}]",
             "failures.rank=1", "failures.duration=2s", scenario="scenarios/examples/dcp.yaml")
@@ -128,10 +136,12 @@ def test_a_plain_dcp_program_torn_then_failing_with_eio(expt):
 
 
 def test_the_transformers_trainer_torn_in_a_ranks_rng_state_crash_loops_and_the_verdict_names_the_file(expt):
-    """The Hugging Face Trainer's checkpoint-15: rank 1's rng_state_1.pth cut at byte 1000 (torch.save's
-    own stream) and rank 1 killed. Rank 0 wrote trainer_state.json already, so the Trainer's own rule
-    picks checkpoint-15 on every relaunch and each one crashes loading it: the verdict names the torn
-    file and the complete checkpoint it should have taken."""
+    """The Hugging Face Trainer's checkpoint-15, with rank 1's rng_state_1.pth torn.
+
+    The file is cut at byte 1000 (torch.save's own stream), and rank 1 is killed. Rank 0 wrote
+    trainer_state.json already. So the Trainer's own rule picks checkpoint-15 on every relaunch, and
+    each one crashes loading it. The verdict names the torn file and the complete checkpoint it
+    should have taken."""
     r = run(expt, "phases=[{name: restart, checkpoint: sync, args: [--save-steps, '5']}]",
             "failures.schedule.at_steps=[{step: 10, kind: torn}]", "failures.rank=1", "failures.after_bytes=1000",
             "relaunch.max_attempts=3", scenario="scenarios/examples/transformers.yaml")
@@ -147,9 +157,11 @@ def test_the_transformers_trainer_torn_in_a_ranks_rng_state_crash_loops_and_the_
 
 
 def test_fuzz_draws_kills_and_torn_files_and_each_resume_takes_the_newest_complete(expt):
-    """restartlab fuzz --kinds kill,torn: each strike's kind drawn from the seed; a torn one cuts a file
-    of the next save at a byte drawn from the seed and kills the rank there; every relaunch resumes from
-    the newest complete checkpoint, and the fuzz table says where each cut landed."""
+    """restartlab fuzz --kinds kill,torn.
+
+    Each strike's kind is drawn from the seed. A torn one cuts a file of the next save at a byte
+    drawn from the seed, and kills the rank there. Every relaunch resumes from the newest complete
+    checkpoint. The fuzz table says where each cut landed."""
     r = subprocess.run([sys.executable, "-m", "restartlab.cli", "fuzz", "scenarios/local.yaml", "--kills", "3",
                         "--kinds", "kill,torn", "--seed", "1", "--no-baseline", "--expt-dir", expt, "--plain",
                         "--set", "trainer.save_interval=5"], capture_output=True, text=True, timeout=550, cwd=ROOT)
@@ -157,8 +169,9 @@ def test_fuzz_draws_kills_and_torn_files_and_each_resume_takes_the_newest_comple
     with open(layout.Expt(expt).fuzz_summary) as f:
         rows = json.load(f)["kills"]
     assert len(rows) == 3 and {x["kind"] for x in rows} == {"kill", "torn"}, rows
-    # "first": struck before any checkpoint was complete, it starts over, as it should; "startup_kill": the
-    # next strike (a kill) landed in that attempt's start-up, before it could resume (no verdict, no finding)
+    # "first": struck before any checkpoint was complete, it starts over, as it should.
+    # "startup_kill": the next strike (a kill) landed in that attempt's start-up, before it could resume.
+    # That gives no verdict and no finding.
     for x in rows:
         assert x["next"] in ("newest", "first", "startup_kill") and not x["finding"], x
         if x["kind"] == "torn":

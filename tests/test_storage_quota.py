@@ -1,11 +1,14 @@
-"""The project's quota, not only the file system's free space: preflight reads ALCF's
-`myprojectquotas` and Lustre's `lfs quota -p/-g/-u` where they are, and refuses a run whose
-checkpoints would not fit the smallest room left. Neither tool exists here (no Lustre, not an ALCF
-login node): stand-ins on PATH print their layouts. `myprojectquotas`'s is ALCF's, verbatim from
-argonne-lcf/user-guides at 7d04a3f9, docs/data-management/filesystem-and-storage/disk-quota.md:39-43
-(the first test prints that block unchanged; the others keep its layout and set the numbers);
-`lfs`'s is Lustre's manual's. A path whose file system is not mounted is an error, not a check of
-the nearest directory that exists."""
+"""The project's quota, not only the file system's free space.
+Preflight reads ALCF's `myprojectquotas` and Lustre's `lfs quota -p/-g/-u` where they are. It
+refuses a run whose checkpoints would not fit the smallest room left.
+
+Neither tool exists here (no Lustre, not an ALCF login node), so stand-ins on PATH print their
+layouts. `myprojectquotas`'s is ALCF's, verbatim from argonne-lcf/user-guides at 7d04a3f9,
+docs/data-management/filesystem-and-storage/disk-quota.md:39-43. The first test prints that block
+unchanged. The others keep its layout and set the numbers. `lfs`'s is Lustre's manual's.
+
+A path whose file system is not mounted is an error, not a check of the nearest directory that
+exists."""
 import os
 import textwrap
 

@@ -38,9 +38,9 @@ class FakeClock:
 
 
 class FakeAttempt:
-    """A scripted attempt: exits `rc` after `runs` seconds (None: never, unless signalled),
-    writes a metrics row every `step_every` seconds until `stalls_at` (then nothing more),
-    logs its final row when it completes (rc 0)."""
+    """A scripted attempt. It exits `rc` after `runs` seconds (None: never, unless signalled).
+    It writes a metrics row every `step_every` seconds until `stalls_at`, then nothing more.
+    It logs its final row when it completes (rc 0)."""
 
     def __init__(self, rc=0, runs=10.0, step_every=1.0, stalls_at=None, first_step_at=0.5,
                  on_term=143, term_delay=0.5, rank_fails_at=None):
@@ -280,10 +280,10 @@ def test_watchdog_stops_a_hung_attempt(tmp_path):
 
 
 def test_a_rank_that_ended_badly_stops_its_waiting_peers_after_the_grace(tmp_path):
-    """One rank's exit record says exit 1 at 3 s while the launch runs on (its peers wait for it:
-    Hydra ends them only when a rank dies by a signal): stopped rank_exit_grace after the loop saw
-    it (stacks first, then the KILL), long before the start-up watchdog, not booked as a hang; the
-    relaunch completes."""
+    """One rank's exit record says exit 1 at 3 s while the launch runs on.
+    Its peers wait for it: Hydra ends them only when a rank dies by a signal. The attempt is
+    stopped rank_exit_grace after the loop saw it (stacks first, then the KILL). That is long
+    before the start-up watchdog, and it is not booked as a hang. The relaunch completes."""
     sup, procs, clock, phase = make(tmp_path, [FakeAttempt(runs=None, first_step_at=10 ** 6, rank_fails_at=3),
                                                FakeAttempt(runs=5)],
                                     rank_exit_grace=20, startup_timeout=1200, tick=1.0)
@@ -300,8 +300,9 @@ def test_a_rank_that_ended_badly_stops_its_waiting_peers_after_the_grace(tmp_pat
 
 @pytest.mark.parametrize("why", ["off", "walltime"])
 def test_no_grace_when_off_or_after_the_walltime_warning(tmp_path, why):
-    """rank_exit_grace 0 leaves a rank's bad end to the watchdogs; after the walltime warning the
-    ranks' emergency checkpoint has the margin's time (a rank that exits 5 first stops nobody)."""
+    """rank_exit_grace 0 leaves a rank's bad end to the watchdogs.
+    After the walltime warning the ranks' emergency checkpoint has the margin's time. So a rank
+    that exits 5 first stops nobody."""
     kw = dict(rank_exit_grace=0) if why == "off" else dict(rank_exit_grace=5, walltime_margin=60, stop_at=1000.0 + 2)
     sup, procs, clock, phase = make(tmp_path, [FakeAttempt(runs=40, on_term=None, rank_fails_at=3), FakeAttempt(runs=5)],
                                     startup_timeout=1200, tick=1.0, **kw)
@@ -390,9 +391,10 @@ def test_launcher_not_on_path(tmp_path):
 
 
 def test_a_program_that_cannot_run_spends_no_attempt_and_says_why_once(tmp_path, capsys):
-    """The adapter's preflight (ezpz's: not installed, a flag it does not take, a scheduler it
-    would mistake) answers before the first launch: no attempt, no injector, one line, and the
-    phase's end record carries the reason for the report."""
+    """The adapter's preflight answers before the first launch.
+    ezpz's preflight finds it not installed, a flag it does not take, or a scheduler it would
+    mistake. There is no attempt, no injector, and one line. The phase's end record carries the
+    reason for the report."""
     sup, procs, clock, phase = make(tmp_path, [FakeAttempt()], inject={"every": 5.0})
     procs.cannot_run = "ezpz is not installed for /usr/bin/python3"
     assert sup.run() == supervise.EXIT_FAILED and procs.launched == [] and procs.events == []
@@ -483,9 +485,9 @@ def test_a_bad_launch_spec_is_refused_with_its_key(tmp_path, capsys, bad, why):
 
 
 def test_the_injector_and_node_check_flags_are_their_tools_own(tmp_path, capsys):
-    """--inject-* and --node-check-* are the injector's and node-check's options under the
-    supervisor's name: parsed and checked by their tables when the supervisor starts, passed on as
-    a list (never one string parsed again), the supervisor adding where the phase and its ranks are."""
+    """--inject-* and --node-check-* are the injector's and node-check's options under the supervisor's name.
+    Their tables parse and check them when the supervisor starts. They are passed on as a list,
+    never one string parsed again. The supervisor adds where the phase and its ranks are."""
     import argparse
     p = supervise.build_parser(argparse.ArgumentParser())
     a = p.parse_args(["--phase", "p", "--phase-dir", str(tmp_path), "--tag", "t", "--ckpt-dir", "c",
@@ -519,9 +521,9 @@ def test_an_inject_without_a_schedule_is_refused_before_the_phase(tmp_path, caps
 
 
 def test_a_signal_mid_attempt_stops_it_records_it_and_stops_the_injector(tmp_path):
-    """SIGTERM from the scheduler while an attempt runs (forced here from inside the watchdog's
-    look): the launcher gets TERM, the attempt is recorded with its exit status, the done marker
-    is written and the injector stopped, and the signal goes on up to the verb (exit 130)."""
+    """SIGTERM from the scheduler while an attempt runs (forced here from inside the watchdog's look).
+    The launcher gets TERM, and the attempt is recorded with its exit status. The done marker is
+    written and the injector stopped. The signal goes on up to the verb (exit 130)."""
     sup, procs, clock, phase = make(tmp_path, [FakeAttempt(runs=None)], inject={"every": 5.0}, tick=1.0)
     real = procs.last_activity
 
@@ -541,8 +543,8 @@ def test_a_signal_mid_attempt_stops_it_records_it_and_stops_the_injector(tmp_pat
 @pytest.mark.multirank
 @pytest.mark.timeout(120)
 def test_real_supervisor_sigterm_leaves_nothing_running(tmp_path):
-    """The verb with real processes: Hydra's mpiexec with 2 tagged ranks and a real injector;
-    SIGTERM to the supervisor: exit 130, the attempt recorded, nothing it started still runs."""
+    """The verb with real processes: Hydra's mpiexec with 2 tagged ranks and a real injector.
+    On SIGTERM to the supervisor: exit 130, the attempt recorded, nothing it started still runs."""
     import subprocess
     import sys
     import time
@@ -588,9 +590,9 @@ def test_real_supervisor_sigterm_leaves_nothing_running(tmp_path):
     (None, 143, False),
 ])
 def test_preempted_by_the_launcher_or_by_the_first_rank_that_ended(tmp_path, first, launcher_rc, preempted):
-    """The attempt record's `preempted` (the report's "detected by the trainer", lost steps 0):
+    """The attempt record's `preempted` (the report's "detected by the trainer", lost steps 0).
     srun reported 143 for an emergency stop whose ranks both exited 5 (CI, 150f68e: the Slurm
-    walltime and preemption tests), so the ranks' own records count too."""
+    walltime and preemption tests). So the ranks' own records count too."""
     phase = layout.Phase(str(tmp_path / "sync"))
     att = phase.attempt(1)
     os.makedirs(att.path)
@@ -602,11 +604,11 @@ def test_preempted_by_the_launcher_or_by_the_first_rank_that_ended(tmp_path, fir
 
 
 def test_a_node_the_stop_could_not_reach_holds_the_relaunch_on_the_same_nodes_until_it_answers(tmp_path):
-    """on_node_loss same: the teardown of attempt 1 could not reach h1 (cut off); a launch onto it would fail
-    at once and spend the budget, so the supervisor asks h1 every NODE_POLL_S until it answers, then
-    relaunches. A node that never answers within relaunch.node_wait ends the phase with the reason, not a
-    crash loop; node_wait 0 relaunches at once (the old behaviour); another policy does not wait (its node
-    check chooses the nodes)."""
+    """on_node_loss same: the teardown of attempt 1 could not reach h1 (cut off).
+    A launch onto it would fail at once and spend the budget. So the supervisor asks h1 every
+    NODE_POLL_S until it answers, then relaunches. A node that never answers within
+    relaunch.node_wait ends the phase with the reason, not a crash loop. node_wait 0 relaunches at
+    once (the old behaviour). Another policy does not wait (its node check chooses the nodes)."""
     sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=5), FakeAttempt(rc=0, runs=5)],
                                     node_wait=60.0)
     procs.unreachable, procs.answers = [["h1"]], [[], [], ["h1"]]

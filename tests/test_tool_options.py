@@ -61,10 +61,14 @@ def _configs():
 
 @pytest.mark.parametrize("tool", ["supervise", "inject", "node-check"])
 def test_each_tools_settings_class_is_its_table(tool):
-    """#64.2: supervise.Config, inject.Config and nodes.Config are written out (a reader, an editor
-    and a type checker see their fields); each is kept equal to its option table, the one definition
-    of each flag, help and default: its fields in the table's order (the required ones first, then
-    the head and tail the table does not hold), each default the table's, each type the option's."""
+    """#64.2: supervise.Config, inject.Config and nodes.Config are written out.
+
+    A reader, an editor and a type checker see their fields. Each is kept equal to its option table,
+    the one definition of each flag, help and default:
+    - its fields are in the table's order: the required ones first, then the head and tail the
+      table does not hold;
+    - each default is the table's;
+    - each type is the option's."""
     from restartlab.contracts.options import config_problems
     cls, table, extra = _configs()[tool]
     assert config_problems(cls, table, **extra) == []
@@ -92,7 +96,9 @@ def test_a_table_and_its_class_that_disagree_are_named():
 
 def test_report_and_chain_round_trip_through_the_verbs_own_parsers():
     """scenario -> the job script's report and chain lines -> `restartlab report` / `restartlab
-    chain`'s argparse -> the scenario's values (the template types no flag of its own)."""
+    chain`'s argparse -> the scenario's values.
+
+    The template types no flag of its own."""
     from restartlab import cli
     sc = scenario.load(os.path.join(SCEN, "local.yaml"), [
         "collection.mtbf=2h", "collection.plots=false", "relaunch.chain=3", "launch.env.MY_TOKEN=${MY_TOKEN}"])
@@ -131,8 +137,9 @@ def test_supervise_round_trip_from_a_scenario(name):
 
 def test_node_check_and_inject_round_trip():
     """scenario -> the job script's supervise flags (--node-check-*, and each phase's --inject-*)
-    -> the supervisor's argparse and Config -> the node check's values and the injector's argv,
-    which the injector's own parser takes, and which is the injection plan the script shows."""
+    -> the supervisor's argparse and Config -> the node check's values and the injector's argv.
+
+    The injector's own parser takes that argv. It is the injection plan the script shows."""
     from restartlab.runtime import supervise
     sc = scenario.load(os.path.join(SCEN, "local.yaml"), [
         "relaunch.on_node_loss=shrink", "relaunch.node_check_timeout=45s", "relaunch.min_nodes=1",
@@ -156,8 +163,9 @@ def test_node_check_and_inject_round_trip():
 
 
 def test_no_tool_flag_travels_as_one_string():
-    """Every value a rendered script passes the supervisor is one word of its own (a flag's value
-    never holds another tool's flags to be split again)."""
+    """Every value a rendered script passes the supervisor is one word of its own.
+
+    A flag's value never holds another tool's flags to be split again."""
     sc = scenario.load(os.path.join(SCEN, "local.yaml"), ["relaunch.on_node_loss=spares", "job.spare_nodes=1"])
     ctx = render.context(sc, "pbs", "/expt/x")
     words = ctx.supervise_args + [w for p in ctx.phases for w in (p.inject or [])]

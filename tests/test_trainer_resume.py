@@ -1,5 +1,7 @@
-"""Bit-exact auto-resume of the bundled trainer with real mpiexec ranks on CPU/gloo, real
-SIGKILLs (by env tag, between saves) and a kill inside a save (fault point in the shard write)."""
+"""Bit-exact auto-resume of the bundled trainer with real mpiexec ranks on CPU/gloo.
+
+Real SIGKILLs land between saves, found by env tag. A kill also lands inside a save, at a fault
+point in the shard write."""
 import json
 import os
 
@@ -27,8 +29,9 @@ LAYOUTS = {"fsdp4": (1, ()), "fsdp2xtp2": (2, ()), "hsdp2x2": (1, ("--dp-replica
 
 
 def reference(tmp_path_factory, mesh):
-    """The uninterrupted 4-rank run of a layout, run once per session (tests/helpers.shared_run):
-    the kill test of that layout and the layout-change tests read the same one."""
+    """The uninterrupted 4-rank run of a layout, run once per session (tests/helpers.shared_run).
+
+    The kill test of that layout and the layout-change tests read the same one."""
     tp, extra = LAYOUTS[mesh]
     return shared_trainer_run(tmp_path_factory, f"trainer-resume-{mesh}", 4, lambda d: args_for(d, tp, extra))
 
@@ -130,13 +133,16 @@ def test_kill_right_after_complete_keeps_the_steps_record(tmp_path):
 
 
 def test_shrink_resume_keeps_the_global_batch(tmp_path, tmp_path_factory):
-    """4 ranks killed after step 22; the resume runs on 2 ranks with --dp-global 4: each rank
-    accumulates the micro-batches of a missing rank, so every loss matches the uninterrupted
-    4-rank run within 1e-6 (relative; measured about 8e-8: the reduction order changes). The
-    same resume without --dp-global trains on half the samples: losses differ by far more.
-    #63.3: the state verdict across the change (4 ranks' records against 2's, compared whole): with
-    --dp-global every piece it can compare is equal and the RNG streams are said not comparable;
-    without it, the batch is named: the data position did not follow the change."""
+    """4 ranks killed after step 22; the resume runs on 2 ranks with --dp-global 4.
+
+    Each rank accumulates the micro-batches of a missing rank. So every loss matches the
+    uninterrupted 4-rank run within 1e-6, relative. The measured difference is about 8e-8, because
+    the reduction order changes. The same resume without --dp-global trains on half the samples,
+    and its losses differ by far more.
+
+    #63.3: the state verdict across the change compares 4 ranks' records against 2's, whole.
+    With --dp-global, every piece it can compare is equal, and the RNG streams are said not
+    comparable. Without it, the batch is named: the data position did not follow the change."""
     ref, run, half = reference(tmp_path_factory, "fsdp4"), str(tmp_path / "run"), str(tmp_path / "half")
     base = dict(losses(os.path.join(ref, "out", layout.metrics_name(0))))
     verdicts = {}
@@ -178,10 +184,12 @@ def _shard_bytes(ckpts, step):
 
 
 def test_hsdp_keeps_replicas_equal_and_writes_replicated_state_once(tmp_path):
-    """HSDP 2 x 2 (meta init, so each replica's shards are seeded by their place in the replica):
-    after training, ranks 0 and 2 (and 1 and 3) hold bit-identical shards (the params_crc is
-    per rank), and the checkpoint holds each replicated shard once: its shard bytes are those
-    of the FSDP-over-4 checkpoint, not twice as many."""
+    """HSDP 2 x 2 keeps the replicas equal and writes each replicated shard once.
+
+    Meta init seeds each replica's shards by their place in the replica. After training, ranks 0
+    and 2 (and 1 and 3) hold bit-identical shards; the params_crc is per rank. The checkpoint holds
+    each replicated shard once. Its shard bytes are those of the FSDP-over-4 checkpoint, not twice
+    as many."""
     h, f = str(tmp_path / "hsdp"), str(tmp_path / "fsdp")
     for d, extra in ((h, ["--dp-replicate", "2"]), (f, [])):
         r = run_trainer(4, args_for(d, extra=extra + ["--meta-init", "on", "--train-iters", "6"]))
@@ -194,10 +202,10 @@ def test_hsdp_keeps_replicas_equal_and_writes_replicated_state_once(tmp_path):
     assert hs <= 1.1 * fs, (hs, fs)
 
 
-# HSDP resumed under another layout: the data position is a pure function of the flattened
-# data-parallel rank, so HSDP 2 x 2 and FSDP 4 train on the same samples; only the order of the
-# floating-point reductions changes. Measured: max relative loss difference against the
-# uninterrupted HSDP run ~1e-7 for both resumes; asserted below 1e-6.
+# HSDP resumed under another layout. The data position is a pure function of the flattened
+# data-parallel rank, so HSDP 2 x 2 and FSDP 4 train on the same samples. Only the order of the
+# floating-point reductions changes. Measured: the max relative loss difference against the
+# uninterrupted HSDP run is ~1e-7 for both resumes. The test asserts below 1e-6.
 LAYOUT_CHANGE_TOL = 1e-6
 
 
@@ -219,13 +227,20 @@ def test_hsdp_checkpoint_resumes_under_another_layout(tmp_path, tmp_path_factory
 
 
 def test_raw_checkpoint_resumes_under_another_layout_and_format(tmp_path, tmp_path_factory):
-    """A raw checkpoint of FSDP 2 x TP 2 (4 ranks), resumed on 2 ranks without TP (FSDP 2: the
-    same data-parallel width, so the same samples) by a run that writes DCP's own format: every tensor item is narrowed across the TP cut
-    (dim 1: targets that are not contiguous, read through a buffer), the format is taken from
-    manifest.json, and the losses follow the uninterrupted run within LAYOUT_CHANGE_TOL.
-    #63.3: the state verdict across the change (4 ranks' records against 2's): the parameters and
-    moments, sharded FSDP2 over TP (_StridedShard) before and FSDP after, equal whole; the batch equal
-    (a TP pair's batch counted once); the RNG streams not comparable."""
+    """A raw checkpoint of FSDP 2 x TP 2 (4 ranks), resumed on 2 ranks without TP.
+
+    The resume runs FSDP 2: the same data-parallel width, so the same samples. It writes DCP's own
+    format.
+    - Every tensor item is narrowed across the TP cut. On dim 1 the targets are not contiguous, so
+      they are read through a buffer.
+    - The format is taken from manifest.json.
+    - The losses follow the uninterrupted run within LAYOUT_CHANGE_TOL.
+
+    #63.3: the state verdict across the change compares 4 ranks' records against 2's.
+    - The parameters and moments are equal whole. They are sharded FSDP2 over TP (_StridedShard)
+      before, and FSDP after.
+    - The batch is equal, with a TP pair's batch counted once.
+    - The RNG streams are not comparable."""
     ref, run = reference(tmp_path_factory, "fsdp2xtp2-raw"), str(tmp_path / "run")
     raw = LAYOUTS["fsdp2xtp2-raw"][1]
     base = dict(losses(os.path.join(ref, "out", layout.metrics_name(0))))
@@ -256,9 +271,11 @@ def test_raw_checkpoint_resumes_under_another_layout_and_format(tmp_path, tmp_pa
 
 @pytest.mark.multirank
 def test_a_prune_deletes_behind_the_save_and_the_run_ends_after_it(tmp_path):
-    """--keep 1: the save at step 4 prunes step 2; deleting its files is held 4 s on purpose
-    (a delay point): the save returns without it and training goes on; the next prune (the
-    final save's, at 5) waits for it, and the run's end for that one's: nothing is left behind."""
+    """--keep 1: the save at step 4 prunes step 2.
+
+    A delay point holds the delete of its files 4 s on purpose. The save returns without it, and
+    training goes on. The next prune, the final save's at 5, waits for it. The run's end waits for
+    that one's. Nothing is left behind."""
     d = str(tmp_path)
     ck = os.path.join(d, "c")
     r = run_trainer(2, ["--model", "tiny", "--train-iters", "5", "--save-interval", "2", "--keep", "1",

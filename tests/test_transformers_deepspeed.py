@@ -1,10 +1,10 @@
-"""The frameworks most training jobs run on, for real (#51): the Hugging Face Trainer (transformers
-5.25.0, examples/transformers/train.py) and DeepSpeed (0.19.8, ZeRO-2, examples/deepspeed/train.py),
-each on CPU over gloo, two ranks under real mpiexec and real SIGKILLs, through their adapters:
-`restartlab run` with kills resumes exactly, and what their checkpoints do not survive is a
-finding, forced on purpose (a kill inside a Trainer's save: every relaunch crashes on the torn
-checkpoint its documented resume picks). A scenario naming one of them where the program's Python
-lacks it is refused before anything runs."""
+"""The frameworks most training jobs run on, for real (#51).
+They are the Hugging Face Trainer (transformers 5.25.0, examples/transformers/train.py) and
+DeepSpeed (0.19.8, ZeRO-2, examples/deepspeed/train.py). Each runs on CPU over gloo, two ranks under
+real mpiexec and real SIGKILLs, through their adapters. `restartlab run` with kills resumes exactly.
+What their checkpoints do not survive is a finding, forced on purpose. For example, after a kill
+inside a Trainer's save, every relaunch crashes on the torn checkpoint its documented resume picks.
+A scenario naming one of them where the program's Python lacks it is refused before anything runs."""
 import importlib.util
 import json
 import os
@@ -27,7 +27,8 @@ DS = os.path.join(ROOT, "scenarios", "examples", "deepspeed.yaml")
 
 
 def need(module):
-    """The framework, or a skip; under RESTARTLAB_REQUIRE_ALL=1 (CI, which installs both) a failure:
+    """The framework, or a skip.
+    Under RESTARTLAB_REQUIRE_ALL=1 (CI, which installs both) a missing one is a failure.
     `pytest -k "transformers or deepspeed"` must run the real packages there, none skipped."""
     if importlib.util.find_spec(module) is not None:  # found, not imported: the ranks import it
         return
@@ -42,13 +43,15 @@ def _output(d, attempt, phase="restart"):
 
 
 def test_transformers_trainer_through_run_resumes_exactly(expt, tmp_path_factory):
-    """Two kills, each after a save (checkpoint-15, checkpoint-25): the Trainer's own resume
-    (get_last_checkpoint) takes the newest, says so in its log, and every step's loss equals the
-    baseline's at full precision (the example prints them from a TrainerCallback: the Trainer's own
-    lines round to 4 digits); its RNG, optimizer and data position are restored (the state line).
-    The relaunches are warm (forks of a pool that imported torch and transformers): before a forked
-    rank took its own OMP_NUM_THREADS, they ran the pool's 2 threads against the baseline's 1, and
-    the loss left the baseline's at step 27 (3 of 3 runs); exact since (3 of 3)."""
+    """Two kills, each after a save (checkpoint-15, checkpoint-25).
+    The Trainer's own resume (get_last_checkpoint) takes the newest and says so in its log. Every
+    step's loss equals the baseline's at full precision. The example prints them from a
+    TrainerCallback, since the Trainer's own lines round to 4 digits. Its RNG, optimizer and data
+    position are restored (the state line).
+
+    The relaunches are warm: forks of a pool that imported torch and transformers. Before a forked
+    rank took its own OMP_NUM_THREADS, they ran the pool's 2 threads against the baseline's 1. Then
+    the loss left the baseline's at step 27 (3 of 3 runs). It has been exact since (3 of 3)."""
     need("transformers")
     # the Trainer's baseline, run once for the tests that compare against it (--baseline-from)
     r = restartlab("run", HF, "--expt-dir", expt, "--plain", *WARM, "--baseline-from", baseline_of(tmp_path_factory, HF))
@@ -68,13 +71,13 @@ def test_transformers_trainer_through_run_resumes_exactly(expt, tmp_path_factory
 
 
 def test_an_unmodified_trainer_script_gets_its_steps_and_full_verdict(expt):
-    """#63.6: the Trainer as it comes (no callback printing a step, no `progress` in the scenario):
-    the steps are rank 0's optimizer steps from the training-state probe, the loss its own
-    {'loss': '5.399', ...} lines (4 significant digits). Two kills gated on checkpoint-15's and
-    checkpoint-25's completion land (the program waits after those saves, --hold-at: the kill lands
-    there however loaded the machine), the relaunches resume from them (numbered by the Trainer's own
-    resume line), and the verdict is whole: every step's loss compared (said rounded), the state at
-    each resume equal."""
+    """#63.6: the Trainer as it comes, with no callback printing a step and no `progress` in the scenario.
+    The steps are rank 0's optimizer steps from the training-state probe. The loss comes from its
+    own {'loss': '5.399', ...} lines (4 significant digits). Two kills land, gated on checkpoint-15's
+    and checkpoint-25's completion. The program waits after those saves (--hold-at), so the kill
+    lands there however loaded the machine is. The relaunches resume from them, numbered by the
+    Trainer's own resume line. The verdict is whole: every step's loss is compared (said rounded),
+    and the state at each resume is equal."""
     need("transformers")
     r = restartlab("run", HF, "--expt-dir", expt, "--plain", "--set", "trainer.program.progress=null",
                    "--set", 'phases=[{name: baseline, checkpoint: none, args: [--no-step-lines]}, '
@@ -95,13 +98,13 @@ def test_an_unmodified_trainer_script_gets_its_steps_and_full_verdict(expt):
 
 
 def test_transformers_killed_inside_a_save_crash_loops_and_the_verdict_says_why(expt):
-    """The kill aimed inside the save of checkpoint-10 (checkpoint-5 complete; a model wide enough
-    that a save takes a while): the torn folder has no trainer_state.json, get_last_checkpoint
-    takes it anyway (the highest number), and every relaunch crashes in start-up. The verdict
-    names the folder the program chose, why it is not complete, the exception from its output,
-    the checkpoint that would have been safe, and the crash loop; the phase never finishes: exit 1.
-    The relaunches are warm (forks of a pool that imported torch and transformers): a crash loop of
-    forked ranks is told as one of cold ones."""
+    """The kill is aimed inside the save of checkpoint-10, with checkpoint-5 complete.
+    The model is wide enough that a save takes a while. The torn folder has no trainer_state.json.
+    get_last_checkpoint takes it anyway (the highest number), and every relaunch crashes in
+    start-up. The verdict names the folder the program chose, why it is not complete, and the
+    exception from its output. It also names the checkpoint that would have been safe, and the
+    crash loop. The phase never finishes: exit 1. The relaunches are warm (forks of a pool that
+    imported torch and transformers). A crash loop of forked ranks is told as one of cold ones."""
     need("transformers")
     r = restartlab("fuzz", HF, "--expt-dir", expt, "--plain", "--kills", "1", "--save-share", "1",
                    "--after-complete", "--no-baseline", "--window", "60s", *WARM,
@@ -127,9 +130,10 @@ def test_transformers_killed_inside_a_save_crash_loops_and_the_verdict_says_why(
 
 
 def test_deepspeed_through_run_resumes_exactly(expt):
-    """Two kills after saves: load_checkpoint takes the tag `latest` names (global_step15, then
-    global_step25), and every step's loss equals the baseline's; ZeRO-2's optimizer shards, the
-    step count and the learning rate come back (the state line)."""
+    """Two kills after saves.
+    load_checkpoint takes the tag `latest` names (global_step15, then global_step25). Every step's
+    loss equals the baseline's. ZeRO-2's optimizer shards, the step count and the learning rate
+    come back (the state line)."""
     need("deepspeed")
     r = restartlab("run", DS, "--expt-dir", expt, "--plain")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -147,9 +151,10 @@ def test_deepspeed_through_run_resumes_exactly(expt):
 
 @pytest.mark.parametrize("scen,module", [(HF, "transformers"), (DS, "deepspeed")])
 def test_a_framework_the_programs_python_lacks_is_refused_before_anything_runs(tmp_path, scen, module):
-    """The program's Python (here the machine's own, which the suite's venv extends but which has
-    neither framework) cannot import the adapter's framework: `run` and `fuzz` say so with the file,
-    line and key, exit 2, no traceback, and make no experiment."""
+    """The program's Python cannot import the adapter's framework.
+    Here it is the machine's own, which the suite's venv extends but which has neither framework.
+    `run` and `fuzz` say so with the file, line and key, and exit 2. There is no traceback, and
+    they make no experiment."""
     bare = "/usr/bin/python3"
     probe = subprocess.run([bare, "-c", f"import importlib.util as u; print(u.find_spec('{module}') is None)"],
                            capture_output=True, text=True)
@@ -169,12 +174,14 @@ def test_a_framework_the_programs_python_lacks_is_refused_before_anything_runs(t
 
 
 def _fuzz_with_rank_1_slowed(scen, expt, *more, crashes=3, baseline=None, warm=False):
-    """`restartlab fuzz` with rank 1's torch.save files held half-written for 3 s and the one kill
-    aimed up to 2 s into a save (seed 1), `more` options added, the baseline taken from the
-    experiment `baseline` names only when one is given, the relaunches warm when asked (forks of a pool
-    that imported torch and the framework: the kill lands in attempt 1, which is cold either way):
-    exit 1 on its finding. (the kill's row, the checkpoint dir, the findings on attempts: one per
-    relaunch the fuzz's budget allows, at least `crashes`)."""
+    """`restartlab fuzz` with rank 1's torch.save files held half-written for 3 s.
+    The one kill is aimed up to 2 s into a save (seed 1). `more` options are added. The baseline is
+    taken from the experiment `baseline` names, only when one is given. The relaunches are warm when
+    asked: forks of a pool that imported torch and the framework. The kill lands in attempt 1,
+    which is cold either way. The fuzz exits 1 on its finding.
+
+    Returns the kill's row, the checkpoint dir, and the findings on attempts. There is one finding
+    per relaunch the fuzz's budget allows, at least `crashes`."""
     r = restartlab("fuzz", scen, "--expt-dir", expt, "--plain", "--kills", "1", "--seed", "1", "--save-share", "1",
                    "--after-complete", "--window", "60s", "--save-jitter", "2s",
                    "--set", "failures.slow_writes.rank=1", "--set", "failures.slow_writes.seconds=3s",
@@ -190,10 +197,10 @@ def _fuzz_with_rank_1_slowed(scen, expt, *more, crashes=3, baseline=None, warm=F
 
 def test_transformers_trainer_state_lands_before_another_ranks_rng_state(expt):
     """The Trainer's rank 0 writes trainer_state.json last of its own files, with no barrier for the
-    other ranks' rng_state_<r>.pth. With rank 1's writes slowed (each torch.save file held
-    half-written for 3 s) and the kill aimed late in a save, it lands while checkpoint-10 holds
-    trainer_state.json and a cut-short rng_state_1.pth: every relaunch's get_last_checkpoint takes
-    it and rank 1's torch.load of its RNG state fails. The verdict names the file cut short under
+    other ranks' rng_state_<r>.pth. Rank 1's writes are slowed (each torch.save file held
+    half-written for 3 s), and the kill is aimed late in a save. It lands while checkpoint-10 holds
+    trainer_state.json and a cut-short rng_state_1.pth. Every relaunch's get_last_checkpoint takes
+    it, and rank 1's torch.load of its RNG state fails. The verdict names the file cut short under
     the adapter's rule (file:trainer_state.json+torchzips+hfrngs), the exception, and checkpoint-5."""
     need("transformers")
     kill, ckpts, crashes = _fuzz_with_rank_1_slowed(HF, expt, warm=True)
@@ -211,13 +218,15 @@ def test_transformers_trainer_state_lands_before_another_ranks_rng_state(expt):
 
 
 def test_transformers_rank_late_to_its_rng_state_resumes_with_that_ranks_rng_forgotten(expt, tmp_path_factory):
-    """The same race with rank 1 late to begin its file (failures.slow_writes.hold: before, 3 s):
-    the kill lands while checkpoint-10 holds everything rank 0 writes, trainer_state.json included,
-    and no rng_state_1.pth. The relaunch resumes from it without an error (the Trainer's
+    """The same race with rank 1 late to begin its file (failures.slow_writes.hold: before, 3 s).
+    The kill lands while checkpoint-10 holds everything rank 0 writes, trainer_state.json included,
+    and no rng_state_1.pth. The relaunch resumes from it without an error. The Trainer's
     _load_rng_state says "Didn't find an RNG file for process 1" at INFO, which a replica does not
-    print by default), and rank 1's dropout draws differ from then on. The verdict names each link:
-    the checkpoint was not complete by the adapter's rule (hfrngs: training_args.bin counts 2
-    processes), the resume did not restore torch's RNG on rank 1, the loss left the baseline."""
+    print by default. From then on rank 1's dropout draws differ. The verdict names each link:
+    - the checkpoint was not complete by the adapter's rule (hfrngs: training_args.bin counts 2
+      processes);
+    - the resume did not restore torch's RNG on rank 1;
+    - the loss left the baseline."""
     need("transformers")
     kill, ckpts, found = _fuzz_with_rank_1_slowed(HF, expt, "--set", "failures.slow_writes.hold=before", crashes=2,
                                              baseline=baseline_of(tmp_path_factory, HF), warm=True)
@@ -236,12 +245,12 @@ def test_transformers_rank_late_to_its_rng_state_resumes_with_that_ranks_rng_for
 
 def test_deepspeed_latest_names_a_tag_whose_shards_are_not_all_written(expt):
     """DeepSpeed's rank 0 writes `latest` after its own files and before the barrier that waits for
-    the other ranks' shards. With rank 1's writes slowed (failures.slow_writes: each torch.save
-    file held half-written for 3 s) and the kill aimed 1.5 s into a save (--save-jitter, seed 1),
-    the kill lands while `latest` already names global_step10 and rank 1's shard is cut short:
-    every relaunch's load_checkpoint takes that tag and crashes reading the shard. The verdict
-    names it: `latest` names the tag, the shard cut short, the exception, and global_step5, which
-    would have been safe."""
+    the other ranks' shards. Rank 1's writes are slowed (failures.slow_writes: each torch.save file
+    held half-written for 3 s). The kill is aimed 1.5 s into a save (--save-jitter, seed 1). It
+    lands while `latest` already names global_step10 and rank 1's shard is cut short. Every
+    relaunch's load_checkpoint takes that tag and crashes reading the shard. The verdict names it:
+    `latest` names the tag, the shard cut short, the exception, and global_step5, which would have
+    been safe."""
     need("deepspeed")
     kill, ckpts, crashes = _fuzz_with_rank_1_slowed(DS, expt)
     assert kill["where"] == "save" and "global_step10" in kill["saving"] and kill["newest_complete_seen"] == 5, kill
@@ -259,8 +268,8 @@ def test_deepspeed_latest_names_a_tag_whose_shards_are_not_all_written(expt):
 
 HF_ARGS = '"{scenario_dir}/../../examples/transformers/train.py", --output-dir, "{ckpt_dir}", --steps, "30", --step-time, "0.1"'
 DS_ARGS = '"{scenario_dir}/../../examples/deepspeed/train.py", --ckpt, "{ckpt_dir}", --steps, "30", --step-time, "0.1"'
-# each launcher as its users run it, one per node; the port the supervisor chose ($MASTER_PORT) passed
-# on where the launcher takes it as an option (deepspeed's launch sets MASTER_PORT from its own)
+# Each launcher as its users run it, one per node. The port the supervisor chose ($MASTER_PORT) is
+# passed on where the launcher takes it as an option. deepspeed's launch sets MASTER_PORT from its own.
 LAUNCHERS = {
     # torch 2.13's torchrun: its workers in sessions of their own
     "torchrun": (HF, "transformers", '[python, -m, torch.distributed.run, --standalone, --nproc_per_node, "2", '
@@ -277,15 +286,16 @@ LAUNCHERS = {
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 def test_a_launcher_in_the_command_its_workers_die_with_it(expt, launcher):
-    """The program launched as its users launch it (torchrun, accelerate launch, the deepspeed
-    runner), one per node under mpiexec. Killing the launcher (SIGKILL, by PID: the child of the
-    rank's exit recorder, found by the run's tag) must end its workers with the attempt, whatever it
-    does with sessions: torchrun and accelerate start them in sessions of their own, and before the
-    fix they trained on to the last step after their agent was killed, holding the launch open
-    (Hydra waits for its ranks' output to close); the deepspeed runner's launch.py outlives the
-    runner with its workers. The rank's exit recorder (runtime/rankexit.py) is their subreaper: it
-    adopts and kills them; the relaunch resumes from the newest complete checkpoint. Mutation: no
-    PR_SET_CHILD_SUBREAPER -> the torchrun workers reach step 30 (this fails)."""
+    """The program launched as its users launch it, one per node under mpiexec.
+    The launchers are torchrun, accelerate launch and the deepspeed runner. Killing the launcher
+    must end its workers with the attempt, whatever it does with sessions. The kill is a SIGKILL by
+    PID, of the child of the rank's exit recorder, found by the run's tag. torchrun and accelerate
+    start the workers in sessions of their own. Before the fix those workers trained on to the last
+    step after their agent was killed, holding the launch open (Hydra waits for its ranks' output
+    to close). The deepspeed runner's launch.py outlives the runner with its workers. The rank's
+    exit recorder (runtime/rankexit.py) is their subreaper: it adopts and kills them. The relaunch
+    resumes from the newest complete checkpoint. Mutation: no PR_SET_CHILD_SUBREAPER -> the
+    torchrun workers reach step 30 (this fails)."""
     scen, module, cmd, own_sessions = LAUNCHERS[launcher]
     need(module)
     import psutil

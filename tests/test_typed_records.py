@@ -1,5 +1,5 @@
-"""The records typed in #64 (contracts/receipts, smoke, ft_records; job/probe): one writer each, one tolerant
-reader, and the JSON they write as it was before they were typed."""
+"""The records typed in #64: contracts/receipts, smoke, ft_records, and job/probe.
+Each has one writer and one tolerant reader. The JSON they write is as it was before they were typed."""
 import json
 import os
 
@@ -195,9 +195,9 @@ def test_a_network_faults_record():
 
 
 def test_a_torchft_phases_summary_read_back(tmp_path):
-    """contracts/ft_summary: what the report's summary holds of a torchft phase reads back typed
-    (simulate --from reads it); a field of the wrong type reads as unset, a failure without its
-    struck groups and a phase's entry that is not a summary are left out."""
+    """contracts/ft_summary: what the report's summary holds of a torchft phase reads back typed.
+    simulate --from reads it. A field of the wrong type reads as unset. A failure without its struck
+    groups and a phase's entry that is not a summary are left out."""
     from restartlab.contracts.ft_summary import FtSummary, Throughput
     from restartlab.contracts.phase_summary import PhaseSummary
     from restartlab.contracts.summary import Summary
@@ -363,8 +363,9 @@ def test_a_phase_summary_reads_back_field_for_field():
 
 
 def test_a_phase_summary_read_back_takes_a_wrong_value_as_absent():
-    """typed_json's rules: a value of the wrong type reads as absent (None, or the field's default), an
-    item of a list or a mapping that does not read is left out, and a phase without its name does not read."""
+    """typed_json's rules.
+    A value of the wrong type reads as absent (None, or the field's default). An item of a list or a
+    mapping that does not read is left out. A phase without its name does not read."""
     from restartlab.contracts.phase_summary import FailureEvent, PhaseSummary, Quantiles
     s = PhaseSummary.from_dict({
         "phase": "p", "wall_s": "5", "kills": True, "steps": 3.0, "completed": 1, "ettr": 0.5,
@@ -412,8 +413,9 @@ def test_simulates_results_write_the_keys_they_wrote_as_dicts():
 
 
 def test_the_summarys_jobs_write_the_dicts_they_were_and_read_back(tmp_path):
-    """The batch jobs' states in the report's summary (contracts/job_status): the keys schedulers/base's
-    as_dict wrote (efa1751 and before), in that order; read back as records, a torn entry left out."""
+    """The batch jobs' states in the report's summary (contracts/job_status).
+    They are written with the keys schedulers/base's as_dict wrote (efa1751 and before), in that
+    order. They read back as records, with a torn entry left out."""
     from restartlab.analysis.report import jobs_markdown
     from restartlab.contracts.job_status import JobStatus
     from restartlab.contracts.summary import Summary
@@ -434,9 +436,9 @@ def test_the_summarys_jobs_write_the_dicts_they_were_and_read_back(tmp_path):
 
 
 def test_cancel_of_an_experiment_whose_files_name_no_job_is_an_error(tmp_path, monkeypatch):
-    """`restartlab cancel EXPT` (and status) when the job id file is empty and the jobs log holds
-    only a line caught half-way: an error naming both files, not a silent exit 0 with the job left
-    running (job_ids reads the log tolerantly, so it returns no id)."""
+    """`restartlab cancel EXPT` (and status) when the job id file is empty.
+    The jobs log holds only a line caught half-way. job_ids reads the log tolerantly, so it returns
+    no id. The result is an error naming both files, not a silent exit 0 with the job left running."""
     from restartlab.contracts import layout
     from restartlab.job import jobref
     e = layout.Expt(str(tmp_path))

@@ -1,5 +1,5 @@
-"""#64.3: the type checker (mypy, configured in setup.cfg's [mypy]) passes over restartlab/, so a
-record or a setting used with the wrong type fails the suite, not a job."""
+"""#64.3: the type checker (mypy, configured in setup.cfg's [mypy]) passes over restartlab/.
+So a record or a setting used with the wrong type fails the suite, not a job."""
 import os
 import re
 import subprocess
@@ -9,8 +9,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_the_orchestration_package_type_checks():
-    """mypy over every module of restartlab/ (its summary line counts them: a configuration that
-    pointed at nothing would pass on no file, so the count is held to the package's)."""
+    """mypy over every module of restartlab/.
+    Its summary line counts them. A configuration that pointed at nothing would pass on no file, so
+    the count is held to the package's."""
     r = subprocess.run([sys.executable, "-m", "mypy", "--config-file", "setup.cfg", "--cache-dir", os.devnull],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-2000:]

@@ -1,8 +1,12 @@
-"""The processes restartlab starts of itself are named in one table (restartlab/tools/verbs.py), and
-each entry is checked against what it names: a CLI verb against the CLI's own parser (the subcommand,
-every flag of its option table), a module against the tree (it exists and runs as a program), the job
-script's templates against the table; no other module spells one of those module names. A renamed
-verb or flag then fails here, not in a job on a cluster (#50)."""
+"""The processes restartlab starts of itself are named in one table (restartlab/tools/verbs.py).
+
+Each entry is checked against what it names:
+- A CLI verb against the CLI's own parser: the subcommand, and every flag of its option table.
+- A module against the tree: it exists and runs as a program.
+- The job script's templates against the table.
+
+No other module spells one of those module names. A renamed verb or flag then fails here, not in
+a job on a cluster (#50)."""
 import glob
 import importlib.util
 import os

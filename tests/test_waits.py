@@ -1,6 +1,7 @@
-"""No endless waits: a rank stopped with SIGSTOP (a hang: nothing exits) is noticed, by the
-trainer's process-group timeout when it runs alone, and by the relaunch loop's watchdog inside a
-job; the attempt is torn down (the stopped rank included), and the phase resumes and completes."""
+"""No endless waits: a rank stopped with SIGSTOP (a hang: nothing exits) is noticed.
+The trainer's process-group timeout notices it when the trainer runs alone. Inside a job, the
+relaunch loop's watchdog does. The attempt is torn down (the stopped rank included), and the phase
+resumes and completes."""
 import json
 import os
 import signal
@@ -20,9 +21,9 @@ pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
 
 def _stop_one_rank(tag):
-    """SIGSTOP the highest-PID rank of the job (a rank: tagged, its parent untagged) and its
-    process tree, as the injector's hang does (under the supervisor a rank is its exit recorder
-    and the program it waits for)."""
+    """SIGSTOP the highest-PID rank of the job and its process tree, as the injector's hang does.
+    A rank is tagged, and its parent untagged. Under the supervisor a rank is its exit recorder and
+    the program it waits for."""
     tagged = set(killer.find_tagged(tag))
     ranks = sorted(p for p in tagged if psutil.Process(p).ppid() not in tagged)
     victim = ranks[-1]

@@ -1,6 +1,10 @@
-"""Weights & Biases, offline (no network here): one run per attempt, grouped by experiment and
-phase, with the same metric names as the JSONL, the resume step and the restart cost in the
-config; no wandb import when it is off; `restartlab report --wandb` logs the summary."""
+"""Weights & Biases, offline (no network here).
+
+- There is one run per attempt, grouped by experiment and phase.
+- It has the same metric names as the JSONL, with the resume step and the restart cost in the
+  config.
+- There is no wandb import when it is off.
+- `restartlab report --wandb` logs the summary."""
 import glob
 import json
 import os
@@ -32,11 +36,12 @@ LEFT_BOUND_S = 10.0
 
 def _left_running(tag):
     """What of the attempt still runs LEFT_BOUND_S after its launcher returned, each with its
-    command line. The trainer's wandb.teardown() waits for the service process, yet a fresh-clone
-    CI run (944da2d, 2026-12-05) found one tagged process alive at the first look right after
-    mpiexec returned (its command line was not recorded then); 6 runs here beside two busy loops
-    found nothing after 2-3 ms. A leak (an orphaned service) lives on: the bound tells it from a
-    process still ending."""
+    command line.
+
+    The trainer's wandb.teardown() waits for the service process. Yet a fresh-clone CI run (944da2d,
+    2026-12-05) found one tagged process alive at the first look right after mpiexec returned. Its
+    command line was not recorded then. Here, 6 runs beside two busy loops found nothing after
+    2-3 ms. A leak (an orphaned service) lives on, so the bound tells it from a process still ending."""
     import psutil
     deadline = time.time() + LEFT_BOUND_S
     while True:
@@ -133,9 +138,10 @@ def test_scenario_wandb_mapping_renders_flags(tmp_path):
 
 
 def test_report_takes_the_project_from_the_experiments_scenario_and_the_flags_over_it(tmp_path):
-    """`report EXPT_DIR --wandb`: trainer.wandb of the experiment's own copy of its scenario, each flag
-    over its key (the report reads that copy as a record: this failed with an AttributeError when
-    the reader still took it for a mapping)."""
+    """`report EXPT_DIR --wandb` takes trainer.wandb from the experiment's own copy of its scenario.
+
+    Each flag goes over its key. The report reads that copy as a record. This failed with an
+    AttributeError when the reader still took it for a mapping."""
     from restartlab import scenario
     from restartlab.analysis import report_wandb
     p = tmp_path / "s.yaml"

@@ -1,8 +1,11 @@
-"""Warm standby restart (restartlab.runtime.warm): the pool and its stubs as real processes, real signals and
-a real Unix socket (the pool preloads `json` here: the mechanism, not the import time, is tested;
-the bundled trainer through the pool is in the multirank tests at the end). Fault points in the
-pool (RESTARTLAB_WARM_TESTPOINT) widen the windows where a stub can die or be signalled while its
-rank is being made, so those interleavings happen on purpose."""
+"""Warm standby restart (restartlab.runtime.warm).
+
+The pool and its stubs run as real processes, with real signals and a real Unix socket. The pool
+preloads `json` here: the mechanism is tested, not the import time. The bundled trainer through
+the pool is in the multirank tests at the end.
+
+Fault points in the pool (RESTARTLAB_WARM_TESTPOINT) widen the windows where a stub can die or be
+signalled while its rank is being made. So those interleavings happen on purpose."""
 import json
 import os
 import re
@@ -62,8 +65,10 @@ def _gone(pid) -> bool:
 
 
 def _log_pid(sb, stub_pid, timeout=30.0, told=False) -> int:
-    """The rank pid the pool logged for this stub when it forked it (`told`: once it has told the
-    stub that pid, so that the stub stands in for the rank from then on)."""
+    """The rank pid the pool logged for this stub when it forked it.
+
+    With `told`, the pid as logged once the pool has told the stub. From then on, the stub stands in
+    for the rank."""
     line = re.compile(rf": stub pid {stub_pid} told its rank pid (\d+)$" if told
                       else rf": rank pid (\d+) for stub pid {stub_pid}:", re.M)
     found = []
@@ -185,8 +190,9 @@ def test_the_killers_term_reaches_a_warm_rank_once_and_its_children_too(pool, tm
 
 
 def test_a_silent_or_chatty_peer_cannot_hold_the_pool(pool):
-    """A connection that sends nothing is dropped after the request timeout (10 s), and the stub
-    queued behind it is served then: the pool does not hang on it."""
+    """A connection that sends nothing is dropped after the request timeout (10 s).
+
+    The stub queued behind it is served then, so the pool does not hang on it."""
     import socket as _socket
     sb, tag = pool
     silent = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -207,11 +213,12 @@ def test_an_interrupted_rank_dies_of_sigint_as_python_does(pool):
 
 @pytest.mark.parametrize("pool", ["child_start=2"], indirect=True)
 def test_a_pool_that_dies_before_its_forked_rank_first_runs_takes_the_rank_with_it(pool, tmp_path):
-    """Fault point: the forked child waits 2 s before it becomes the rank; the pool is SIGKILLed in
-    that window (under load a child may not run before its parent has told the stub and been
-    killed: make test-fast lost this test twice that way, 2026-12-05). The child's check of its parent
-    compares with the pool's pid taken before the fork (mutation: the child's own getppid(), which
-    is then the reaper's -> the rank runs on, orphaned, and this test times out)."""
+    """Fault point: the forked child waits 2 s before it becomes the rank.
+
+    The pool is SIGKILLed in that window. Under load, a child may not run before its parent has told
+    the stub and been killed. make test-fast lost this test twice that way (2026-12-05). The child's
+    check of its parent compares with the pool's pid taken before the fork. Mutation: the child's own
+    getppid(), which is then the reaper's -> the rank runs on, orphaned, and this test times out."""
     sb, tag = pool
     p = stub(sb, tag, "import time; time.sleep(600)")
     rank = _log_pid(sb, p.pid, told=True)
@@ -223,12 +230,13 @@ def test_a_pool_that_dies_before_its_forked_rank_first_runs_takes_the_rank_with_
 
 @pytest.mark.parametrize("pool", ["child_start=2"], indirect=True)
 def test_a_term_passed_on_before_the_forked_child_becomes_the_rank_is_not_lost(pool):
-    """Fault point: the forked child waits 2 s before it becomes the rank, while the stub already
-    knows its pid. A TERM the stub passes on in that window reached the pool's own handler, still
-    the child's, which only marks a pool stopping: the rank then ran as if never signalled. The
-    pool now forks with the passed-on signals blocked, and the child unblocks them once the rank's
-    own dispositions are set, so the TERM ends it as it ends a cold rank that early (mutation: no
-    block -> the program runs, prints "ran" and sleeps, and this test times out)."""
+    """Fault point: the forked child waits 2 s before it becomes the rank.
+
+    The stub already knows its pid. A TERM the stub passes on in that window reached the pool's own
+    handler, which the child still had. That handler only marks a pool stopping, so the rank then ran
+    as if never signalled. The pool now forks with the passed-on signals blocked. The child unblocks
+    them once the rank's own dispositions are set. So the TERM ends it as it ends a cold rank that
+    early. Mutation: no block -> the program runs, prints "ran" and sleeps, and this test times out."""
     sb, tag = pool
     p = stub(sb, tag, "import time; print('ran', flush=True); time.sleep(600)")
     try:
@@ -244,8 +252,11 @@ def test_a_term_passed_on_before_the_forked_child_becomes_the_rank_is_not_lost(p
 
 @pytest.mark.parametrize("pool", ["before_reply=3"], indirect=True)
 def test_a_signal_that_reaches_the_stub_before_it_knows_its_rank_is_forwarded(pool, tmp_path):
-    """The pool forks, logs the rank, then (fault point) waits 3 s before telling the stub its pid:
-    a TERM the launcher sends the stub in that window is held and forwarded once the pid is known."""
+    """A TERM that reaches the stub before it knows its rank's pid is held and forwarded.
+
+    The pool forks and logs the rank. Then, at a fault point, it waits 3 s before telling the stub
+    its pid. A TERM the launcher sends the stub in that window is held, and forwarded once the pid
+    is known."""
     sb, tag = pool
     code = ("import signal, sys, time\n"
             "def h(s, f):\n    print('TERM', flush=True); sys.exit(7)\n"
@@ -260,11 +271,13 @@ def test_a_signal_that_reaches_the_stub_before_it_knows_its_rank_is_forwarded(po
 
 @pytest.mark.parametrize("pool", ["before_refusal=3"], indirect=True)
 def test_a_signal_held_for_a_rank_the_pool_then_refuses_ends_that_rank(pool, tmp_path):
-    """The pool refuses the rank (an interpreter option it cannot run: -X dev), then (fault point)
-    waits 3 s before it tells the stub. A TERM the launcher sends the stub in that window is held for
-    the rank. A cold rank signalled that early has no handler yet and dies of it, so the stub does
-    too, before it starts the program, and records that end as the rank's (mutation: the held
-    signal dropped -> the program starts cold, prints "ran" and sleeps, and this test times out)."""
+    """The pool refuses the rank: it has an interpreter option the pool cannot run (-X dev).
+
+    Then, at a fault point, the pool waits 3 s before it tells the stub. A TERM the launcher sends
+    the stub in that window is held for the rank. A cold rank signalled that early has no handler
+    yet and dies of it. So the stub dies of it too, before it starts the program, and records that
+    end as the rank's. Mutation: the held signal dropped -> the program starts cold, prints "ran"
+    and sleeps, and this test times out."""
     sb, tag = pool
     attempt = tmp_path / "attempt"
     argv = [PY, "-m", "restartlab.runtime.warm", "stub", "--dir", sb.dir, "--attempt-dir", str(attempt), "--",
@@ -300,12 +313,14 @@ def test_a_killed_stub_takes_its_rank_with_it(pool, tmp_path):
 
 @pytest.mark.parametrize("first", ["rank", "stub"])
 def test_a_rank_and_its_stub_dying_in_one_wake_up_leave_the_pool_serving(pool, first):
-    """The bad interleaving of a strike (or a teardown) on a loaded machine, made on purpose: the
-    pool is SIGSTOPped, the rank and its stub are SIGKILLed one after the other while it cannot
-    look, then it is SIGCONTed, so that one select() hands it the rank's exit and the stub's hang-up
-    together, in either order. Seen in CI and under load before the fix: with the exit first, the
-    reap dropped the rank and the stale hang-up event then raised KeyError, the pool died, and every
-    later attempt of the phase started cold ('Connection reset by peer' / 'No such file')."""
+    """The bad interleaving of a strike (or a teardown) on a loaded machine, made on purpose.
+
+    The pool is SIGSTOPped. The rank and its stub are SIGKILLed one after the other while it cannot
+    look. Then the pool is SIGCONTed, so that one select() hands it the rank's exit and the stub's
+    hang-up together, in either order. This was seen in CI and under load before the fix. With the
+    exit first, the reap dropped the rank, and the stale hang-up event then raised KeyError.
+    The pool died, and every later attempt of the phase started cold ('Connection reset by peer' /
+    'No such file')."""
     sb, tag = pool
     p = stub(sb, tag, "import time; time.sleep(600)")
     rank = _log_pid(sb, p.pid)
@@ -344,16 +359,18 @@ def test_a_stub_that_dies_before_its_rank_is_forked_leaves_no_rank(pool, tmp_pat
 
 
 def test_a_rank_whose_streams_broke_never_unwinds_into_the_pool(tmp_path):
-    """#49, the PBS warm test's rare cold rank: a stub struck leaves its rank writing to broken
-    pipes; the rank's error, then its traceback, fail to write, and that second failure escaped
-    become() in the forked child, which unwound through the pool's own frames into serve_main's
-    finally and removed the pool's directory, socket and all: the next attempt's stub on that node
-    found none and started cold (seen with strace on the OpenPBS hosts: the struck rank's SIGPIPE,
-    then its unlink of pool.sock and rmdir of the pool's directory, 28 ms before its SIGKILL). Made
-    on purpose: a pool that made its own directory (--make-dir, as on each node of a job), a rank
-    whose stdout and stderr are pipes nobody reads. The directory and the socket survive, and the
-    next stub is served warm. Mutation: the fork site's os._exit and the handler's guard removed ->
-    the directory is gone and the next stub starts cold."""
+    """#49, the PBS warm test's rare cold rank: a struck stub leaves its rank writing to broken pipes.
+
+    The rank's error, then its traceback, fail to write. That second failure escaped become() in the
+    forked child. It unwound through the pool's own frames into serve_main's finally, and removed the
+    pool's directory, socket and all. The next attempt's stub on that node found none and started
+    cold. strace on the OpenPBS hosts showed it: the struck rank's SIGPIPE, then its unlink of
+    pool.sock and rmdir of the pool's directory, 28 ms before its SIGKILL.
+
+    The test makes this on purpose. The pool made its own directory (--make-dir, as on each node of
+    a job). The rank's stdout and stderr are pipes nobody reads. The directory and the socket
+    survive, and the next stub is served warm. Mutation: the fork site's os._exit and the handler's
+    guard removed -> the directory is gone and the next stub starts cold."""
     tag = _tag()
     d = str(tmp_path / "pool")
     env = dict(os.environ, RESTARTLAB_JOB_TAG=tag)
@@ -415,8 +432,10 @@ def test_a_pool_that_dies_before_telling_the_stub_its_rank_leaves_the_program_to
 
 
 def test_the_pool_dies_with_its_supervisor(tmp_path):
-    """The supervisor SIGKILLed (nothing of it runs its cleanup): the pool it started goes too
-    (PR_SET_PDEATHSIG, kept across the pool's re-exec), and so would its ranks."""
+    """The supervisor is SIGKILLed, so nothing of it runs its cleanup.
+
+    The pool it started goes too (PR_SET_PDEATHSIG, kept across the pool's re-exec).
+    So would its ranks."""
     tag = _tag()
     code = (f"import time\nfrom restartlab.runtime.warm.standby import Standby\n"
             f"sb = Standby({PY!r}, {tag!r}, {str(tmp_path / 'pool.log')!r}, preload='json', "
@@ -453,10 +472,11 @@ def test_the_killer_never_counts_the_idle_pool_and_the_pool_recovers_from_a_stri
 
 
 def test_the_no_tag_killer_finds_a_warm_rank_and_its_stub_in_its_job(tmp_path):
-    """`restartlab inject` inside a batch job without --tag finds ranks by the job id and a
-    launcher's rank variable; a forked rank's /proc environment is its pool's (the job id, no rank
-    variable): it is found as the pool's, a one-rank strike picks it over its stub, and the pool
-    itself is never a rank."""
+    """`restartlab inject` inside a batch job without --tag finds a warm rank and its stub.
+
+    It finds ranks by the job id and a launcher's rank variable. A forked rank's /proc environment
+    is its pool's: the job id, and no rank variable. It is found as the pool's. A one-rank strike
+    picks it over its stub, and the pool itself is never a rank."""
     job = f"PBS_JOBID=warmtest-{uuid.uuid4().hex[:6]}.pbs"
     name, _, jid = job.partition("=")
     env = dict(os.environ, **{name: jid})
@@ -520,10 +540,12 @@ def test_a_stub_without_a_pool_or_with_a_program_the_pool_cannot_run_starts_it_c
 
 
 def test_a_program_of_yours_gets_torchruns_variables_warm_or_cold(pool, tmp_path):
-    """--rankenv: the pool adds rankenv's variables to the forked rank; a stub with no pool starts the
-    program cold through rankenv itself. Either way the program sees RANK from the launcher's PMI_RANK,
-    and its stdout is line-buffered, not written through (each line one write: tests/test_rank_lines.py;
-    mutation: the forked rank's stdout written through as before -> "True" for write_through)."""
+    """--rankenv: a program of yours gets torchrun's variables, warm or cold.
+
+    The pool adds rankenv's variables to the forked rank. A stub with no pool starts the program
+    cold through rankenv itself. Either way, the program sees RANK from the launcher's PMI_RANK.
+    Its stdout is line-buffered, not written through: each line is one write (tests/test_rank_lines.py).
+    Mutation: the forked rank's stdout written through as before -> "True" for write_through."""
     sb, tag = pool
     code = ("import os, sys; print(os.environ.get('RANK'), os.environ.get('WORLD_SIZE'), os.environ.get('RESTARTLAB_WARM'),"
             " sys.stdout.line_buffering, sys.stdout.write_through)")
@@ -548,9 +570,11 @@ def _run(expt, *sets, timeout=850):
 
 
 def test_a_warm_rank_runs_the_threads_its_environment_says_not_the_pools(tmp_path):
-    """The pool imported torch under its own OMP_NUM_THREADS (2); the rank's says 1. A cold rank's
-    torch reads the rank's at import, and so must a warm one's (measured before the fix: the warm
-    rank ran 2 threads, its cold relaunch 1, and its losses left the baseline's in the 7th digit)."""
+    """The pool imported torch under its own OMP_NUM_THREADS (2); the rank's says 1.
+
+    A cold rank's torch reads the rank's at import, and so must a warm one's. Measured before the
+    fix: the warm rank ran 2 threads and its cold relaunch 1. Its losses left the baseline's in the
+    7th digit."""
     tag = _tag()
     sb = standby.Standby(PY, tag, str(tmp_path / "pool.log"), preload="torch", env=dict(os.environ, OMP_NUM_THREADS="2"))
     try:
@@ -587,10 +611,13 @@ def test_the_pools_start_in_the_ranks_environment(tmp_path, monkeypatch):
 @pytest.mark.multirank
 @pytest.mark.timeout(900)
 def test_warm_restarts_resume_bit_exact_sync_and_async(tmp_path):
-    """The local scenario with warm restart on: the first attempt starts cold beside the pool
-    that preloads, every relaunch is forked from it (the report's start column, the pool's own
-    count), each resumes from the newest complete checkpoint, the loss at every step and the final
-    parameters equal the baseline's, and nothing tagged outlives the run."""
+    """The local scenario with warm restart on.
+
+    - The first attempt starts cold beside the pool that preloads.
+    - Every relaunch is forked from the pool, as the report's start column and the pool's own count show.
+    - Each resumes from the newest complete checkpoint.
+    - The loss at every step and the final parameters equal the baseline's.
+    - Nothing tagged outlives the run."""
     from tests.helpers import job_tag
     d = tmp_path / "expt"
     r = _run(d, "trainer.train_iters=60", "failures.schedule.at_steps=[15, 35]")
@@ -652,10 +679,14 @@ def test_a_pool_that_cannot_start_falls_back_to_cold_and_says_so_once(tmp_path):
 @pytest.mark.multirank
 @pytest.mark.timeout(900)
 def test_your_own_program_restarts_warm_through_rankenv(tmp_path):
-    """A program from trainer.program (`python train.py` under restartlab.runtime.rankenv, read by a tap,
-    no start-up row of its own): the pool takes `python` for its own interpreter (another name of
-    the same binary in the same directory), sets the torchrun variables as rankenv would, and the
-    report's start column comes from the pools' count in each attempt record."""
+    """A program from trainer.program restarts warm through rankenv.
+
+    The program is `python train.py` under restartlab.runtime.rankenv. A tap reads it, and it has no
+    start-up row of its own.
+    - The pool takes `python` for its own interpreter: another name of the same binary in the same
+      directory.
+    - The pool sets the torchrun variables as rankenv would.
+    - The report's start column comes from the pools' count in each attempt record."""
     d = tmp_path / "expt"
     r = subprocess.run([PY, "-m", "restartlab.cli", "run", os.path.join(ROOT, "scenarios", "examples", "plain.yaml"),
                         "--expt-dir", str(d), "--plain", "--set", "relaunch.warm=true",

@@ -1,5 +1,7 @@
-"""The warm pool's wire messages (runtime/warm/wire.py) and its served records (contracts/served.py):
-each message read by the reader for its place in the exchange, a message of another shape refused."""
+"""The warm pool's wire messages (runtime/warm/wire.py) and its served records (contracts/served.py).
+
+Each message is read by the reader for its place in the exchange. A message of another shape is
+refused."""
 import json
 import os
 import signal

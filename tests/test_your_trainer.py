@@ -1,9 +1,11 @@
-"""Your trainer, not ours: a program restartlab has never seen (examples/plain/train.py: no torch,
-no restartlab; its ranks take RANK from the torchrun-style variables restartlab maps from the
-launcher's), configured only through trainer.program with the generic adapter, under real mpiexec
-ranks and real SIGKILLs: `restartlab run` (kills, relaunches, the report's lost steps and its
-survival verdict) and `restartlab fuzz` (a program that saves atomically survives: exit 0; one
-that writes in place and loads the highest checkpoint unchecked is a finding: exit 1)."""
+"""Your trainer, not ours: a program restartlab has never seen.
+It is examples/plain/train.py, with no torch and no restartlab. Its ranks take RANK from the
+torchrun-style variables that restartlab maps from the launcher's. It is configured only through
+trainer.program with the generic adapter, under real mpiexec ranks and real SIGKILLs. Two verbs
+run it:
+- `restartlab run`: kills, relaunches, the report's lost steps and its survival verdict.
+- `restartlab fuzz`: a program that saves atomically survives (exit 0). One that writes in place
+  and loads the highest checkpoint unchecked is a finding (exit 1)."""
 import json
 import os
 import subprocess
@@ -33,9 +35,9 @@ def expt(tmp_path):
 
 
 def baseline_of(tmp_path_factory, scen):
-    """An experiment holding only `scen`'s baseline phase, run once per test session and taken by
-    the tests that compare against it (run/fuzz --baseline-from: the same command, so the same
-    baseline)."""
+    """An experiment holding only `scen`'s baseline phase, run once per test session.
+    The tests that compare against it take it (run/fuzz --baseline-from). It is the same command,
+    so the same baseline."""
     def make(d):
         try:
             r = restartlab("run", scen, "--expt-dir", d, "--plain",
@@ -52,8 +54,8 @@ def _summary(d):
         return {s["phase"]: s for s in json.load(f)["phases"]}
 
 
-# the restart phase relaunches warm (its subject is the framework's resume, not the cold start; the
-# pool imports torch and the framework once): the relaunches are forks of the pool, and still exact
+# The restart phase relaunches warm. Its subject is the framework's resume, not the cold start, and
+# the pool imports torch and the framework once. The relaunches are forks of the pool, and still exact.
 WARM = ("--set", "phases.1.warm=true")
 
 
@@ -121,9 +123,9 @@ def test_a_program_that_crashes_at_exit_after_its_last_step_is_finished_not_rela
 @pytest.mark.parametrize("log", ["{attempt_dir}/metrics.jsonl", "{phase_dir}/progress.csv"])
 def test_progress_from_a_file_the_program_appends_to(expt, tmp_path, log):
     """trainer.program.progress_file instead of the output: a JSONL file per attempt, or one CSV
-    the program appends to across attempts (what an earlier attempt wrote is skipped at each
-    launch: booked again, it would make the relaunch look like a fresh start and the report
-    count its steps twice). The verdicts are the output's: resumed from the newest complete
+    the program appends to across attempts. What an earlier attempt wrote is skipped at each
+    launch. Booked again, it would make the relaunch look like a fresh start, and the report would
+    count its steps twice. The verdicts are the output's: resumed from the newest complete
     checkpoint, loss identical to the baseline's."""
     fields = "{step: train/iter, loss: train/loss}" if log.endswith(".jsonl") else "{loss: train_loss}"
     sc = tmp_path / "file-progress.yaml"
@@ -251,9 +253,9 @@ DCP = os.path.join(ROOT, "scenarios", "examples", "dcp.yaml")
 
 
 def test_a_plain_dcp_program_through_run_is_exact(expt):
-    """dcp.save into step-N (.metadata last), the highest step-N holding .metadata loaded, through
-    the generic adapter with the dcp completion rule: both kills resumed from the newest complete
-    checkpoint, and the losses equal the baseline's bit for bit."""
+    """dcp.save into step-N (.metadata last), and the highest step-N holding .metadata loaded.
+    It runs through the generic adapter with the dcp completion rule. Both kills resumed from the
+    newest complete checkpoint, and the losses equal the baseline's bit for bit."""
     r = restartlab("run", DCP, "--expt-dir", expt, "--plain", *WARM)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     v = _summary(expt)["restart"]["survival"]
@@ -268,14 +270,16 @@ def test_a_plain_dcp_program_through_run_is_exact(expt):
 
 
 def test_fuzz_kills_a_dcp_program_inside_its_saves(expt):
-    """Every kill aimed at a save made while a complete checkpoint exists (a step-N folder without
-    .metadata yet, seen by polling the checkpoint dir): the ones that land there leave a torn
-    step-N behind, and the next attempt skips it for the newest one that holds .metadata. The
-    program survives every kill: exit 0. The window is wide: it bounds how long a kill waits for a
-    save to aim at (two windows from the launch, then it strikes anywhere), and a cold start under
-    load took past the scenario's 2 x 4 s before the second save (CI, 2 workers: all three kills
-    struck at start-up or between saves). The relaunches are warm: the subject is the save, and a
-    fork of the pool starts in a fraction of a cold start's CPU."""
+    """Every kill is aimed at a save made while a complete checkpoint exists.
+    Such a save is a step-N folder without .metadata yet, seen by polling the checkpoint dir. The
+    kills that land there leave a torn step-N behind. The next attempt skips it for the newest one
+    that holds .metadata. The program survives every kill: exit 0.
+
+    The window is wide. It bounds how long a kill waits for a save to aim at: two windows from the
+    launch, then it strikes anywhere. A cold start under load took past the scenario's 2 x 4 s
+    before the second save (CI, 2 workers: all three kills struck at start-up or between saves).
+    The relaunches are warm: the subject is the save, and a fork of the pool starts in a fraction
+    of a cold start's CPU."""
     r, data = _fuzz_scenario(DCP, expt, "--kills", "3", "--seed", "1", "--save-share", "1", "--after-complete",
                              "--no-baseline", "--window", "30s", *WARM,
                              "--set", 'phases.1.args=[--save-every, "5", --width, "262144"]')
@@ -297,18 +301,22 @@ LIGHTNING = os.path.join(ROOT, "scenarios", "examples", "lightning.yaml")
 
 
 def test_lightning_through_run_resumes_last_and_diverges_mid_epoch(expt, tmp_path_factory):
-    """ModelCheckpoint(save_last=True) + fit(ckpt_path="last") under mpiexec (DDP, gloo): every
-    relaunch loads last.ckpt (its step read from inside it, the resume line naming its path): the
-    newest complete checkpoint, or one save older when the kill fell between the step file and
-    last.ckpt (Lightning writes them in that order; the gated kill fires as the step file lands).
-    The gated kills strike as step 15's and step 30's files land, so a relaunch resumes from 15 or
+    """ModelCheckpoint(save_last=True) + fit(ckpt_path="last") under mpiexec (DDP, gloo).
+    Every relaunch loads last.ckpt. Its step is read from inside it, and the resume line names its
+    path. It is the newest complete checkpoint, or one save older when the kill fell between the
+    step file and last.ckpt. Lightning writes them in that order, and the gated kill fires as the
+    step file lands.
+
+    The gated kills strike as step 15's and step 30's files land. So a relaunch resumes from 15 or
     10, then from 30 or 25: mid-epoch (not a multiple of 10) or at an epoch's end. Lightning 2.6.6
-    does not restore a plain DataLoader's position mid-epoch and warns so, for exactly the mid-epoch
-    resumes (the CI run of a735c03 resumed from 10 then 30: no warning, and its check of attempt 2
-    alone failed). The losses after the resumes are not the baseline's either way (a mid-epoch
-    resume replays the epoch's batches from its start; the second resume from an epoch's end meets
-    the epoch count shown in test_lightning_epoch_end_saves_diverge_after_the_second_resume), and
-    the report says where they diverged."""
+    does not restore a plain DataLoader's position mid-epoch. It warns so, for exactly the
+    mid-epoch resumes. The CI run of a735c03 resumed from 10 then 30: no warning, and its check of
+    attempt 2 alone failed.
+
+    The losses after the resumes are not the baseline's either way. A mid-epoch resume replays the
+    epoch's batches from its start. The second resume from an epoch's end meets the epoch count
+    shown in test_lightning_epoch_end_saves_diverge_after_the_second_resume. The report says where
+    they diverged."""
     pytest.importorskip("lightning")  # make test installs it (setup.cfg [frameworks])
     r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain", *WARM, "--baseline-from",
                    baseline_of(tmp_path_factory, LIGHTNING))
@@ -339,13 +347,13 @@ def test_lightning_through_run_resumes_last_and_diverges_mid_epoch(expt, tmp_pat
 
 
 def test_lightning_epoch_end_saves_diverge_after_the_second_resume(expt, tmp_path_factory):
-    """Saves every 10 steps in 10-batch epochs: every checkpoint is at an epoch's last batch, and
-    the first resume (from step 20) is exact. But the epoch Lightning 2.6.6 runs after that resume
-    is not counted in its epoch_progress (ready = started = 2 while it trains epoch 2), so step30.ckpt
-    restores with the DistributedSampler set to epoch 2: the second resume replays epoch 2's
-    shuffle where the baseline trains on epoch 3's (measured here: the step-31 loss, 0.0076387702
-    against 0.0599828213, is epoch 2's first batch under step 30's weights, computed apart). Kills on
-    the step seen (25, 35), far from any save."""
+    """Saves every 10 steps in 10-batch epochs: every checkpoint is at an epoch's last batch.
+    The first resume (from step 20) is exact. But the epoch Lightning 2.6.6 runs after that resume
+    is not counted in its epoch_progress (ready = started = 2 while it trains epoch 2). So
+    step30.ckpt restores with the DistributedSampler set to epoch 2. The second resume replays
+    epoch 2's shuffle where the baseline trains on epoch 3's. Measured here: the step-31 loss,
+    0.0076387702 against 0.0599828213, is epoch 2's first batch under step 30's weights, computed
+    apart. Kills on the step seen (25, 35), far from any save."""
     pytest.importorskip("lightning")
     r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain",
                    "--baseline-from", baseline_of(tmp_path_factory, LIGHTNING), *WARM,
@@ -361,13 +369,14 @@ def test_lightning_epoch_end_saves_diverge_after_the_second_resume(expt, tmp_pat
 
 
 def test_lightning_fuzz_never_loads_a_torn_checkpoint(expt):
-    """Lightning's save goes through a temp file renamed into place ($TMPDIR and the checkpoints
-    share /tmp here): a kill never leaves a torn last.ckpt, and no restart crashes while loading.
-    No save shows in the checkpoint dir (the temp file is in $TMPDIR), so a kill aimed at a save
-    strikes as a checkpoint lands complete unseen: the step file, before last.ckpt. On a later save
-    that resumes one save older (allowed here); on the first one Lightning starts over from step 0
-    (the next test makes it happen on purpose): allowed only with that reason. The relaunches are
-    warm (forks of a pool that imported torch and Lightning)."""
+    """Lightning's save goes through a temp file renamed into place.
+    Here $TMPDIR and the checkpoints share /tmp. A kill never leaves a torn last.ckpt, and no
+    restart crashes while loading. No save shows in the checkpoint dir, since the temp file is in
+    $TMPDIR. So a kill aimed at a save strikes as a checkpoint lands complete unseen: the step file,
+    before last.ckpt. On a later save that resumes one save older (allowed here). On the first one
+    Lightning starts over from step 0 (the next test makes it happen on purpose). That is allowed
+    only with that reason. The relaunches are warm (forks of a pool that imported torch and
+    Lightning)."""
     pytest.importorskip("lightning")
     r, data = _fuzz_scenario(LIGHTNING, expt, "--kills", "3", "--seed", "2", "--window", "4s", "--no-baseline", *WARM,
                              "--set", 'phases.1.args=[--save-every, "5", --width, "1024"]')
@@ -383,9 +392,9 @@ def test_lightning_fuzz_never_loads_a_torn_checkpoint(expt):
 def test_lightning_kill_between_the_first_step_file_and_last_ckpt_starts_over(expt):
     """Lightning writes the step file (step5.ckpt), then last.ckpt, and fit(ckpt_path="last") looks
     at last*.ckpt only. A kill between the two on the first save leaves a complete step5.ckpt and
-    no last.ckpt: the restart starts over from step 0 with only a warning. The example's fault
-    point (--pause-before-last) holds that gap open, so the gated kill at step 5 (it fires as
-    step5.ckpt lands complete) strikes inside it on purpose; restartlab reports the lost save as a
+    no last.ckpt. The restart starts over from step 0 with only a warning. The example's fault
+    point (--pause-before-last) holds that gap open. So the gated kill at step 5 strikes inside it
+    on purpose (it fires as step5.ckpt lands complete). restartlab reports the lost save as a
     finding that names the program's rule."""
     pytest.importorskip("lightning")
     r = restartlab("run", LIGHTNING, "--expt-dir", expt, "--plain", "--set", "failures.schedule.at_steps=[5]",
@@ -406,8 +415,8 @@ def test_lightning_kill_between_the_first_step_file_and_last_ckpt_starts_over(ex
 
 
 def test_a_checkpoint_pattern_that_matches_nothing_falls_back_to_the_step(expt):
-    """The gated injector cannot see a complete checkpoint through a wrong pattern: it says so once
-    and strikes when the step is seen instead of waiting for ever."""
+    """The gated injector cannot see a complete checkpoint through a wrong pattern.
+    It says so once, and strikes when the step is seen instead of waiting for ever."""
     r = restartlab("run", PLAIN, "--expt-dir", expt, "--plain", "--set",
                    r"trainer.program.checkpoints={ckpt_dir}/model-(?P<step>\d+)\.bin",
                    "--set", 'phases=[{name: restart, checkpoint: sync, args: [--save-every, "5"]}]')
@@ -419,9 +428,9 @@ def test_a_checkpoint_pattern_that_matches_nothing_falls_back_to_the_step(expt):
 
 
 def test_the_bundled_trainer_through_fuzz_is_bit_exact(expt):
-    """The bundled trainer through the same verb (the restartlab adapter: step-N/.complete, its
-    own metrics rows): kills aimed inside async saves made while a complete checkpoint exists;
-    every restart loads the newest complete one, the loss and the final parameters equal the
+    """The bundled trainer through the same verb (the restartlab adapter: step-N/.complete, its own
+    metrics rows). Kills are aimed inside async saves made while a complete checkpoint exists.
+    Every restart loads the newest complete one. The loss and the final parameters equal the
     baseline's."""
     r = restartlab("fuzz", os.path.join(ROOT, "scenarios", "fuzz.yaml"), "--phase", "async", "--kills", "3",
                    "--seed", "1", "--after-complete", "--expt-dir", expt, "--plain",

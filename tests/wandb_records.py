@@ -1,7 +1,8 @@
-"""Read the records of an offline W&B run file (`run-<id>.wandb`) without the network or the
-wandb service: the file is a LevelDB-style log (a 7-byte header ":W&B" + magic + version, then
-32 KiB blocks of chunks, each with crc32c, a little-endian length and a type: full, first,
-middle, last) of `wandb_internal_pb2.Record` protobufs. wandb 0.30 ships no Python reader, so
+"""Read the records of an offline W&B run file (`run-<id>.wandb`) without the network or the wandb service.
+
+The file is a LevelDB-style log of `wandb_internal_pb2.Record` protobufs. It starts with a 7-byte
+header: ":W&B" + magic + version. Then come 32 KiB blocks of chunks. Each chunk has a crc32c, a
+little-endian length and a type: full, first, middle, last. wandb 0.30 ships no Python reader, so
 the tests use this one to check what an offline run holds."""
 import glob
 import json

@@ -78,8 +78,8 @@ for what, (tp_mesh, dp_mesh) in MODELS.items():
         bad.append(f"{what}: no strided placement in {sorted(kinds)}")
 if rank == 0:
     print("whole:", "; ".join(bad) or "all equal", flush=True)
-# the trainer's way out (trainer/dist.clean_exit: flush, barrier, os._exit): tearing the gloo groups
-# down at interpreter exit can abort a rank ("terminate called without an active exception"; this
-# script's rank 0 was then SIGKILLed by Hydra, twice in the full suite on 2026-12-07, after it had
-# printed "whole: all equal")
+# The trainer's way out (trainer/dist.clean_exit: flush, barrier, os._exit). Tearing the gloo groups
+# down at interpreter exit can abort a rank ("terminate called without an active exception"). This
+# script's rank 0 was then SIGKILLed by Hydra after it had printed "whole: all equal". That happened
+# twice in the full suite on 2026-12-07.
 rdist.clean_exit(0)
