@@ -83,6 +83,18 @@ def _log_pid(sb, stub_pid, timeout=30.0, told=False) -> int:
     return found[0]
 
 
+def _term_and_wait(p, tag, timeout=30.0):
+    """Send the stub a TERM, as the launcher or the killer would, and wait for its end. Past
+    `timeout` the run's processes are killed (nothing is left) and the test fails."""
+    try:
+        p.send_signal(signal.SIGTERM)
+        return p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            killer.kill_ranks(tag)
+            p.communicate(timeout=60)
+
+
 # ---------------------------------------------------------------- what the pool can run
 def test_split_python_takes_modules_scripts_code_and_refuses_the_rest():
     assert warm_pool.split_python([PY, "-m", "pkg.mod", "--x", "1"], PY) == ("module", "pkg.mod", ["--x", "1"], False)
@@ -239,14 +251,8 @@ def test_a_term_passed_on_before_the_forked_child_becomes_the_rank_is_not_lost(p
     early. Mutation: no block -> the program runs, prints "ran" and sleeps, and this test times out."""
     sb, tag = pool
     p = stub(sb, tag, "import time; print('ran', flush=True); time.sleep(600)")
-    try:
-        _log_pid(sb, p.pid, told=True)  # the child is in its 2 s wait
-        p.send_signal(signal.SIGTERM)  # as the launcher or the killer would
-        out, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            killer.kill_ranks(tag)
-            p.communicate(timeout=60)
+    _log_pid(sb, p.pid, told=True)  # the child is in its 2 s wait
+    out, err = _term_and_wait(p, tag)
     assert p.returncode == -signal.SIGTERM and "ran" not in out, (p.returncode, out, err)
 
 
@@ -284,14 +290,8 @@ def test_a_signal_held_for_a_rank_the_pool_then_refuses_ends_that_rank(pool, tmp
             PY, "-X", "dev", "-c", "import time; print('ran', flush=True); time.sleep(600)"]
     p = subprocess.Popen(argv, env=dict(os.environ, RESTARTLAB_JOB_TAG=tag), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
-    try:
-        _wait(lambda: "a request refused" in open(sb.log_path).read(), what="the pool to refuse the rank")
-        p.send_signal(signal.SIGTERM)  # as the launcher or the killer would
-        out, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            killer.kill_ranks(tag)
-            p.communicate(timeout=60)
+    _wait(lambda: "a request refused" in open(sb.log_path).read(), what="the pool to refuse the rank")
+    out, err = _term_and_wait(p, tag)
     assert p.returncode == -signal.SIGTERM and "ran" not in out, (p.returncode, out, err)
     assert "standby pool not usable" in err and "SIGTERM arrived before the rank started" in err, err
     ends = [json.load(open(f)) for f in layout.Attempt(str(attempt)).rank_exits()]
