@@ -59,13 +59,19 @@ def stub_main(a: "argparse.Namespace") -> int:
         if reply is None or isinstance(reply, Refused):
             raise PoolError(reply.error if reply else "the pool hung up")
     except (OSError, PoolError) as e:
+        # The signals stay blocked while the handlers go back to the default. Otherwise a signal
+        # caught between CPython's check of its pending handlers and the sigaction would be dropped.
+        # A blocked one stays pending, and sigpending() finds it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         for s in FORWARDED:
             signal.signal(s, signal.SIG_DFL)
-        print(f"restartlab warm stub: standby pool not usable ({e}; {os.path.join(node_dir(a.dir), SOCKET_NAME)} "
-              f"on {node_name()}): starting the program cold", file=sys.stderr, flush=True)
+        pending += sorted(signal.sigpending() & set(FORWARDED))
         sock.close()
+        why = f"standby pool not usable ({e}; {os.path.join(node_dir(a.dir), SOCKET_NAME)} on {node_name()})"
         if pending:  # a signal the stub held for a rank that never started
-            return _signalled_before_start(pending[0], a.attempt_dir)
+            return _signalled_before_start(pending[0], a.attempt_dir, why)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        print(f"restartlab warm stub: {why}: starting the program cold", file=sys.stderr, flush=True)
         if a.rankenv:  # the cold rank gets its variables as any cold rank does
             from ...tools import verbs
             argv = verbs.argv(sys.executable, "rankenv", "--", *argv)
@@ -94,13 +100,13 @@ def stub_main(a: "argparse.Namespace") -> int:
     return rankexit.end_as(status)  # die as the rank died: the launcher reports the same
 
 
-def _signalled_before_start(sig: int, attempt_dir: Optional[str]) -> int:
+def _signalled_before_start(sig: int, attempt_dir: Optional[str], why: str) -> int:
     """The stub held `sig` for its rank, and then the pool refused the rank. A cold rank signalled
     that early has not set its handlers yet, so the signal ends it. The stub ends the same way, and
     records that end as the rank's. Starting the program cold without the signal would lose it: a
     preemption's TERM would go unanswered."""
-    print(f"restartlab warm stub: {signal.Signals(sig).name} arrived before the rank started: "
-          "the rank ends of it, as a cold rank would", file=sys.stderr, flush=True)
+    print(f"restartlab warm stub: {why}; {signal.Signals(sig).name} arrived before the rank started: "
+          "the rank ends of it, as a cold rank would, and the program is not started", file=sys.stderr, flush=True)
     if attempt_dir:
         rankexit.record(attempt_dir, os.getpid(), sig, "restartlab warm stub")
     return rankexit.end_as(sig)  # a waitpid status of `sig` is the signal's number
