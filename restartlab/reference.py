@@ -86,6 +86,8 @@ def _default(f) -> str:
     d = f.default
     if d in (None, [], {}):
         return ""
+    if d == "":
+        return '`""`'  # an empty code span shows as two backticks
     return f"`{d}`"
 
 
