@@ -3,8 +3,8 @@
     python -m tests.mutate_supervise        # prints one line per mutation; exit 1 if one survives
 
 It edits restartlab/runtime/supervise.py, or the module a decision moved to (runtime/watch.py: the
-watchdog and the stop), in place (one mutation at a time, always restored), so run it alone, never
-beside the test suite."""
+watchdog and the stop; runtime/interrupts.py: the signals). It edits in place, one mutation at a
+time, always restored. So run it alone, never beside the test suite."""
 import os
 import subprocess
 import sys
@@ -12,6 +12,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNTIME = os.path.join(ROOT, "restartlab", "runtime")
 WATCH = "watch.py"
+INTERRUPTS = "interrupts.py"
 
 # (decision, the code as written, the code broken[, the module: supervise.py by default])
 MUTATIONS = [
@@ -47,6 +48,12 @@ MUTATIONS = [
      "return EXIT_FAILED"),
     ("an interrupted attempt is recorded", "                self._record(att, k, launch_ts, rc, ranks)\n                raise",
      "                raise"),
+    ("no launch when the margin passes while the pools preload", "if self.watchdog.past_stop():  # reached while",
+     "if False:  # reached while"),
+    ("a failed attempt is recorded before a signal stops the phase", "with self.interrupts.held():",
+     "with contextlib.nullcontext():"),
+    ("a second signal does not cut the first one's stop short", "        if self.got is not None:  # already stopping\n"
+     "            return\n", "", INTERRUPTS),
 ]
 
 

@@ -363,6 +363,8 @@ def test_walltime_margin_reached_before_a_relaunch(tmp_path):
                                     stop_at=1004.0, backoff=0.0, tick=10.0)
     assert sup.run() == supervise.EXIT_WALLTIME
     assert len(procs.launched) == 1  # the first attempt ran past the stop; nothing launched after it
+    # Nor prepared: no node check, no wait for the pools.
+    assert [e for e in procs.events if e[0] == "launch_argv"] == [("launch_argv", 1, False)], procs.events
 
 
 def test_no_phase_starts_past_the_walltime_margin(tmp_path):
@@ -540,11 +542,86 @@ def test_a_signal_mid_attempt_stops_it_records_it_and_stops_the_injector(tmp_pat
     assert procs.events[-1] == ("injector_stop", True) and not os.path.exists(phase.completed)
 
 
+def test_the_walltime_margin_reached_while_the_pools_preload_launches_nothing(tmp_path):
+    """A relaunch waits for the warm pools (up to relaunch.startup_timeout). When the walltime margin
+    passes during that wait, nothing is launched: the phase stops with exit 5, attempt 2 neither
+    launched nor left as an empty directory. Mutation: no check after the wait -> attempt 2 launches
+    past the margin."""
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=137, runs=5), FakeAttempt(rc=0, runs=5)], warm=True,
+                                    stop_at=1000.0 + 60, walltime_margin=0)
+    real = procs.launch_argv
+
+    def slow_pools(launch, attempt_dir, wait=True):
+        if wait:  # the relaunch: the pools take 120 s to serve
+            clock.t += 120
+        return real(launch, attempt_dir, wait)
+    procs.launch_argv = slow_pools
+    assert sup.run() == supervise.EXIT_WALLTIME
+    assert len(procs.launched) == 1 and [a.index for a in phase.attempts()] == [1]
+    end = attempts.phase_end(phase)
+    assert end.how == attempts.PhaseEnd.WALLTIME and end.attempt == 1, end
+
+
+def test_a_second_signal_does_not_cut_the_first_ones_stop_short(tmp_path):
+    """PBS sends SIGTERM to every process of the job, and the job script's trap passes its own TERM
+    on to the supervisor: two TERMs within milliseconds. Here the second comes while the first one's
+    stop waits for the launcher, and a third while the injector is stopped. The attempt is still
+    recorded, and the injector and the pool are still stopped. Mutation: every signal raises -> the
+    second escapes the stop, and the attempt has no record."""
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(runs=None)], inject={"every": 5.0}, warm=True, tick=1.0)
+    real_activity, real_stop = procs.last_activity, procs.stop_injector
+
+    def activity(att):
+        if clock.t > 1003:
+            sup.interrupts.on_signal(signal.SIGTERM)
+        return real_activity(att)
+
+    def stop_injector(grace=5.0):
+        sup.interrupts.on_signal(signal.SIGTERM)
+        real_stop(grace)
+    procs.last_activity, procs.stop_injector = activity, stop_injector
+    attempt = procs.queue[0]
+    real_signal = attempt.signal
+
+    def signalled(sig):  # the second TERM arrives while the stop waits for the launcher
+        real_signal(sig)
+        sup.interrupts.on_signal(signal.SIGTERM)
+    attempt.signal = signalled
+    with pytest.raises(supervise.Interrupted):
+        sup.run()
+    [r] = records(phase)
+    assert r["exit_code"] == 143 and not r["completed"]
+    assert ("injector_stop", True) in procs.events and procs.events[-1] == ("stop_pool",), procs.events
+
+
+def test_a_signal_during_a_failed_attempts_teardown_raises_once_it_is_recorded(tmp_path):
+    """A TERM comes while a failed attempt is torn down. On several nodes that takes up to
+    relaunch.teardown_timeout. The TERM waits until the teardown, the drain and the record are done,
+    then stops the phase. So the report gets the attempt's own end (exit 1), not only "interrupted".
+    And no rank is left for want of its KILL. Mutation: no held() section -> the raise leaves
+    attempt 1 without its record."""
+    sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=1, runs=5), FakeAttempt(rc=0, runs=5)])
+    real = procs.teardown
+
+    def teardown(att, sig="KILL"):
+        sup.interrupts.on_signal(signal.SIGTERM)
+        return real(att, sig)
+    procs.teardown = teardown
+    with pytest.raises(supervise.Interrupted):
+        sup.run()
+    [r] = records(phase)
+    assert r["exit_code"] == 1 and not r["completed"]
+    assert ("teardown", 1, "KILL") in procs.events and ("finish", 1, 1) in procs.events
+    assert len(procs.launched) == 1  # no relaunch after the signal
+
+
 @pytest.mark.multirank
 @pytest.mark.timeout(120)
 def test_real_supervisor_sigterm_leaves_nothing_running(tmp_path):
     """The verb with real processes: Hydra's mpiexec with 2 tagged ranks and a real injector.
-    On SIGTERM to the supervisor: exit 130, the attempt recorded, nothing it started still runs."""
+    On SIGTERM to the supervisor: exit 130, the attempt recorded, nothing it started still runs.
+    (A second TERM inside the first one's stop: the fake-clock test above. Here Hydra ends the launch
+    in about 0.1 s, and two TERMs sent together may arrive as one, so no timing forces it.)"""
     import subprocess
     import sys
     import time

@@ -105,9 +105,12 @@ class AttemptRecord:
                    job_start=number(d.get("job_start")))
 
     def write(self, att: layout.Attempt) -> None:
-        """The one writer (the supervisor, once the launcher exited)."""
-        with open(att.record, "w") as f:
+        """The one writer (the supervisor, once the launcher exited). Atomic, as the launch record's:
+        a supervisor killed mid-write leaves no record, never a half-written one."""
+        tmp = att.record + ".tmp"
+        with open(tmp, "w") as f:
             json.dump(self.to_json(), f)
+        os.replace(tmp, att.record)
 
     @classmethod
     def read(cls, att: layout.Attempt) -> Optional["AttemptRecord"]:

@@ -30,7 +30,6 @@ import signal
 import socket
 import sys
 import time
-from types import FrameType
 from typing import TYPE_CHECKING, Any, Dict, List, NoReturn, Optional, TextIO, Tuple, cast
 
 from . import attempt_record, iofault
@@ -44,6 +43,7 @@ from . import attempt_stop
 from .attempt_launch import AttemptLaunch, Launched
 from .inject_api import Config as InjectConfig
 from .injector_proc import INJECTOR_GRACE_S, InjectorProcess
+from .interrupts import Interrupted, Interrupts
 from .storage_faults import PhaseStorageFaults
 from .watch import NODE_POLL_S, STOP_GRACE_S, Watchdog, touch as _touch  # (the times: re-exported)
 from ..tools import options as tool_options
@@ -228,17 +228,12 @@ class Config:
         return self.launch_spec.launcher
 
 
-class Interrupted(Exception):
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
 # ---------------------------------------------------------------- the loop
 class Supervisor:
     def __init__(self, cfg: "Config", clock: Optional[Clock] = None, procs: Optional[Procs] = None,
-                 out: Optional[TextIO] = None):
+                 out: Optional[TextIO] = None, interrupts: Optional[Interrupts] = None):
         self.cfg = cfg
+        self.interrupts = interrupts or Interrupts()  # main() installs its handler
         self.clock = clock or Clock()
         self.procs = procs or Procs(cfg)
         self.phase = layout.Phase(cfg.phase_dir)
@@ -368,6 +363,10 @@ class Supervisor:
             argv, env, ranks = self._argv_and_env(k, att, relaunch=tries > 1)
             if argv is None:
                 return PhaseEnd.FAILED, k, tries
+            if self.watchdog.past_stop():  # reached while the node check ran or the pools preloaded
+                shutil.rmtree(att.path, ignore_errors=True)
+                self.say(f"walltime margin reached: no attempt launched after attempt {k - 1}", err=True)
+                return PhaseEnd.WALLTIME, k - 1, tries - 1
             launch_ts = float(cast(Dict[str, str], env)[LAUNCH_TS_VAR])  # with an argv, an env
             attempt_record.launched(att, k, launch_ts, cfg.job or None)
             self.current = self.procs.launch(argv, att, cast(Dict[str, str], env))
@@ -381,12 +380,14 @@ class Supervisor:
             end_ts = self.clock.time()
             self.current = None
             lost: List[str] = []
-            if rc != 0:  # nothing of a failed attempt outlives it
-                lost = self.procs.teardown(att) or []
-            warning = self.procs.finish(att, rc)
-            if warning:
-                self.say(f"attempt {k}: {warning}", err=True)
-            if self._record(att, k, launch_ts, rc, ranks, end_ts):
+            with self.interrupts.held():  # a signal here raises once the attempt is torn down and recorded
+                if rc != 0:  # nothing of a failed attempt outlives it
+                    lost = self.procs.teardown(att) or []
+                warning = self.procs.finish(att, rc)
+                if warning:
+                    self.say(f"attempt {k}: {warning}", err=True)
+                completed = self._record(att, k, launch_ts, rc, ranks, end_ts)
+            if completed:
                 if rc != 0:  # relaunched, it would resume at its final checkpoint and train past the last step
                     self.say(f"attempt {k} reached the last step, then exited {rc}: finished, not relaunched "
                              "(a crash at exit: the report names it)", err=True)
@@ -508,10 +509,8 @@ def main(a: argparse.Namespace) -> int:
         if problem:
             print(f"restartlab supervise: error: --inject: {problem}", file=sys.stderr)
             return EXIT_USAGE
-    def on_signal(signum: int, _frame: Optional[FrameType]) -> None:
-        raise Interrupted(signum)
-    for s in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(s, on_signal)
+    interrupts = Interrupts()  # the first TERM or INT stops the phase; a later one does not stop the stopping
+    interrupts.install()
     if cfg.ft_groups:  # torchft replica groups, each under a loop of its own (ft_phase.py)
         from .ft_phase import FtPhase
         ft = FtPhase(cfg, Procs(cfg))
@@ -523,7 +522,7 @@ def main(a: argparse.Namespace) -> int:
             for s in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(s, signal.SIG_IGN)
             return ft.interrupt()
-    sup = Supervisor(cfg)
+    sup = Supervisor(cfg, interrupts=interrupts)
     try:
         return sup.run()
     except Interrupted as e:
@@ -535,6 +534,7 @@ def main(a: argparse.Namespace) -> int:
             sup.watchdog.stop(sup.current)
         sup.procs.injector.terminate()
         sup.procs.stop_injector()
+        sup.procs.stop_pool()  # a signal before run()'s own cleanup began: a pool on another node has no other end
         if sup.phase.started():
             attempt_record.write_end(sup.phase, PhaseEnd.INTERRUPTED, len(sup.phase.attempts()), cfg.job or None, e.signum)
         return EXIT_INTERRUPTED
