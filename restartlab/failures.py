@@ -88,12 +88,15 @@ class Preempt(FailureKind):
         return list(range(n_hosts))
 
     def follow_up(self, grace, attempt_over, strike, clock):
+        """KILL after `grace` unless the attempt ended. It looks once more at the deadline: an attempt
+        that ended in the last poll is followed at once by its relaunch, which the KILL would hit."""
         deadline = clock.time() + grace
-        while clock.time() < deadline:
-            if attempt_over():
-                return {"grace": grace, "escalated": 0}
-            clock.sleep(0.2)
-        return {"grace": grace, "escalated": strike("KILL")}
+        while not attempt_over():
+            left = deadline - clock.time()
+            if left <= 0:
+                return {"grace": grace, "escalated": strike("KILL")}
+            clock.sleep(min(0.2, left))
+        return {"grace": grace, "escalated": 0}
 
 
 class NetworkKind(FailureKind):

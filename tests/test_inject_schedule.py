@@ -6,6 +6,7 @@ the test's. tests/test_killer_inject.py has the same logic with real ranks."""
 import argparse
 import json
 import os
+import shutil
 
 import pytest
 
@@ -142,6 +143,28 @@ def test_a_strike_between_attempts_retries_until_the_relaunched_ranks_are_there(
     assert inj.strikes[-1][0] == pytest.approx(33, abs=0.21)
 
 
+def test_a_strike_that_reaches_the_relaunch_is_booked_to_the_relaunch(tmp_path):
+    """At the strike (t=30) attempt 1's ranks are dead, but its record comes only at 31: the
+    supervisor tears the attempt down first. Attempt 2 launches at 31.5, its ranks there at 32. The
+    retries reach attempt 2's ranks, and the record says attempt 2. A preemption's KILL then waits on
+    attempt 2's end, not attempt 1's. Mutation: the attempt taken once, before the retries -> the
+    record says attempt 1 (two strikes on it, and attempt 2's death reads as a crash nobody caused),
+    and the KILL is never sent."""
+    phase = layout.Phase(str(tmp_path / "p"))
+    for kind, signals in (("kill", ["KILL"]), ("preempt", ["TERM", "KILL"])):
+        shutil.rmtree(phase.path, ignore_errors=True)
+        w = World()
+        a1 = launch(phase, 1, 0)
+        w.at(31, lambda: end(a1))
+        w.at(31.5, lambda: launch(phase, 2, 31.5))
+        inj = Injector(config(tmp_path, "--every", "30s", "--max-kills", "1", "--kind", kind, "--grace", "20s"), w,
+                       ranks=lambda t: 0 if 29 <= t < 32 else 2)
+        inj.run()
+        (t, rec), = kills(tmp_path)
+        assert rec.attempt == 2 and rec.killed == 2, rec
+        assert [s for _, s, n in inj.strikes if n] == signals, inj.strikes
+
+
 def test_a_strike_that_never_finds_ranks_gives_up_after_ten_seconds(tmp_path):
     w = World()
     inj = Injector(config(tmp_path, "--every", "30s", "--max-kills", "1"), w, ranks=lambda t: 0)
@@ -173,6 +196,20 @@ def test_a_preemption_escalates_after_its_grace_unless_the_attempt_ended(tmp_pat
         assert [s for _, s, _ in inj.strikes] == (["TERM", "KILL"] if escalated else ["TERM"])
         if escalated:
             assert inj.strikes[-1][0] == pytest.approx(50, abs=0.21)
+
+
+def test_a_preemption_whose_attempt_ends_after_the_last_poll_is_not_escalated():
+    """The attempt ends after the last 0.2 s poll but by the grace's end, and its relaunch follows
+    at once: a KILL then would hit the relaunch. The follow-up looks once more at the deadline and
+    sends none. Mutation: KILL at the deadline without that look -> escalated 1."""
+    from restartlab import failures
+    w = World()
+    w.t = 0.0
+    kills = []
+    got = failures.get("preempt").follow_up(0.3, lambda: w.time() >= 0.3, lambda s: kills.append(s) or 2, w)
+    assert got == {"grace": 0.3, "escalated": 0} and kills == [], (got, kills)
+    got = failures.get("preempt").follow_up(0.3, lambda: False, lambda s: kills.append(s) or 2, w)
+    assert got == {"grace": 0.3, "escalated": 2} and kills == ["KILL"], (got, kills)
 
 
 def test_the_fuzz_window_shrinks_after_an_attempt_ends_before_its_kill(tmp_path):

@@ -183,6 +183,20 @@ def test_kill_tears_down_a_real_mpiexec_attempt(tmp_path):
 
 
 @pytest.mark.multirank
+def test_a_receipt_srun_relayed_before_its_timeout_is_kept(tmp_path, monkeypatch):
+    """srun relays the killer's output. Here the killer printed its receipt, then the step did not end
+    within the fan-out's timeout (a slow step teardown). The receipt is the node's answer: the ranks
+    died. Mutation: the output after the kill dropped -> "no answer", and the death is booked as a
+    crash nobody caused."""
+    done = Receipt(host="n1", node="n1", signal="SIGKILL", pids=(11, 12), roots=(11,))
+    srun = tmp_path / "srun"
+    srun.write_text(f"#!/bin/sh\necho '{done.to_json()}'\nexec sleep 30\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    got = fanout.fan_out("slurm", ["n1"], [0], ["kill-ranks"], timeout=1.0)
+    assert got == [done], got
+
+
 def test_mpiexec_fanout_reaches_only_the_chosen_nodes():
     """--fanout mpiexec used to launch on every node whatever the target: now one launch over
     exactly the chosen hosts. Node 0 is a host that does not exist, so reaching it would fail."""
@@ -296,24 +310,43 @@ def test_sigterm_during_a_strike_waits_for_its_record(tmp_path):
     Here the SIGTERM arrives while a strike is under way: a real signal, sent from inside the strike.
     It must not lose the strike's record. Otherwise the collector would book that attempt's death as
     an uninjected crash."""
+    def strike(kind, idx, sig):
+        return 2, [Receipt(node="n1", signal="SIGKILL", pids=(11, 12), ranks={"11": "PMI_RANK=0"})]
+    inj, recs = _term_inside(tmp_path, [], "strike", lambda real: strike)
+    assert len(recs) == 1 and recs[0]["killed"] == 2 and inj.terminated == "SIGTERM"
+
+
+def _term_inside(tmp_path, args, step, make):
+    """Run an injector whose `step` (a method, replaced by make(the real one)) first sends this
+    process the job script's TERM. Returns (the injector, its injection records)."""
     p = argparse.ArgumentParser()
     inject.add_args(p)
-    a = p.parse_args(["--every", "1s", "--tag", "t", "--phase-dir", str(tmp_path), "--fanout", "local"])
-    inj = inject.Injector(a)
+    inj = inject.Injector(p.parse_args(["--every", "1s", "--tag", "t", "--phase-dir", str(tmp_path),
+                                        "--fanout", "local", *args]))
+    inner = make(getattr(inj, step))
 
-    def strike(kind, idx, sig):
-        os.kill(os.getpid(), signal.SIGTERM)  # the script's TERM, mid-strike
+    def with_term(*a):
+        os.kill(os.getpid(), signal.SIGTERM)  # the script's TERM, in the middle of it
         time.sleep(0.2)
-        return 2, [Receipt(node="n1", signal="SIGKILL", pids=(11, 12), ranks={"11": "PMI_RANK=0"})]
-    inj.strike = strike
+        return inner(*a)
+    setattr(inj, step, with_term)
     old = signal.signal(signal.SIGTERM, inj.on_terminate)
     try:
         with pytest.raises(SystemExit):
             inj.run()
     finally:
         signal.signal(signal.SIGTERM, old)
-    recs = [json.loads(x) for x in open(layout.Phase(str(tmp_path)).injections).read().splitlines()]
-    assert len(recs) == 1 and recs[0]["killed"] == 2 and inj.terminated == "SIGTERM"
+    return inj, [json.loads(x) for x in open(layout.Phase(str(tmp_path)).injections).read().splitlines()]
+
+
+def test_sigterm_while_a_storage_strike_is_armed_waits_for_its_record(tmp_path):
+    """The same for a storage strike: a TERM after the strike is armed (here while the record's
+    facts are read) must not leave it armed without its record. The ranks' emergency save would
+    take it, and the report would show a torn checkpoint nobody caused. Mutation: no `striking`
+    around the arming -> the injector exits armed, with no record."""
+    inj, recs = _term_inside(tmp_path, ["--kind", "stall_writes", "--duration", "5s"], "seen", lambda real: real)
+    assert os.path.exists(layout.Phase(str(tmp_path)).iofault_ctl)  # armed
+    assert len(recs) == 1 and recs[0]["kind"] == "stall_writes" and inj.terminated == "SIGTERM", recs
 
 
 def test_no_tag_an_orphaned_rank_is_still_a_rank_named_by_its_launcher(procs):

@@ -113,16 +113,18 @@ def fan_out(fanout: str, hosts: List[str], indices: Iterable[int], argv: List[st
             except subprocess.TimeoutExpired:
                 p.kill()
                 out, err = p.communicate()
-                if relay is None and fanout == "mpiexec":  # one launch for every node: name those that did not answer
+                if relay is None:  # the output came back through the fan-out: a receipt printed before the kill counts
                     got = parse_receipts(out)
                     receipts += got
-                    seen = {r.host for r in got} | {r.node for r in got}
-                    receipts += [_no_answer(hosts[j], c, timeout) for j in indices if hosts[j] not in seen]
+                    if fanout == "mpiexec":  # one launch for every node: name those that did not answer
+                        seen = {r.host for r in got} | {r.node for r in got}
+                        receipts += [_no_answer(hosts[j], c, timeout) for j in indices if hosts[j] not in seen]
+                    elif not got:
+                        receipts.append(_no_answer(hosts[i], c, timeout))
                     continue
-                answered = relay is not None and _relayed(os.path.join(relay, str(i)))[0] is not None
-                if not answered:  # else: the command ran there; the scheduler's own answer did not come back
+                if _relayed(os.path.join(relay, str(i)))[0] is None:
                     receipts.append(_no_answer(hosts[i], c, timeout))
-                    continue
+                    continue  # else: the command ran there; the scheduler's own answer did not come back
             rc = p.returncode
             if relay is not None:
                 rc, out, task_err = _relayed(os.path.join(relay, str(i)))

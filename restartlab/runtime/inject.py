@@ -180,11 +180,12 @@ class Injector:
         idx = kind.nodes(len(self.hosts), a.node, self.rng)
         t_kill = self.clock.time()
         newest = self.newest_complete()
-        struck = self.target()
-        attempts = layout.Phase(a.phase_dir).attempts() if a.phase_dir else []
         deadline = t_kill + 10
         self.striking = True
         while True:  # nothing found (between attempts): retry briefly, the target has not died
+            # The attempt is taken again at each try. An attempt whose ranks are dead but not yet
+            # recorded is still the newest; its relaunch, which a retry reaches, is the one struck.
+            struck = self.target()
             killed, receipts = self.strike(kind, idx, sig)
             if killed or self.clock.time() > deadline or self.stop_reason():
                 break
@@ -202,7 +203,6 @@ class Injector:
         if self.terminated:
             raise SystemExit(self.done())
         if killed:
-            struck = attempts[-1] if attempts else None
             more = kind.follow_up(a.grace, lambda: struck is not None and attempt_record.is_over(struck),
                                   lambda s: self.strike(kind, idx, s)[0], self.clock)
             if more:  # a second line, "killed": 0 so that nobody counts it as another failure

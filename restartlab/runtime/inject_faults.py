@@ -90,12 +90,14 @@ def io_fault(inj: Striker, reason: str, target_step: Optional[int], kind: failur
                          after_bytes=after if kind.name in ("write_errors", "torn") else None,
                          rate=a.rate if kind.name == "slow_storage" else None)
     os.makedirs(phase.iofault_dir, exist_ok=True)
+    inj.striking = True  # a TERM from here on waits for the record: an armed strike is always booked
     iofault.arm(phase.iofault_ctl, strike_id, kind.name, rank, seconds=a.duration,
                 rate=failures.rate_bytes(a.rate) if kind.name == "slow_storage" else 0.0,
                 errno_name=a.errno, after=after, duration=a.duration)
     rec = Injection(time=t0, reason=reason, target_step=target_step, gate=gate, kind=kind.name, killed=0,
                     **inj.seen(newest, struck), extra={"faulted": 1, "fault": to_dict(fault)})
     inj.record(rec)
+    inj.striking = False
     inj.kills += 1
     who = "every rank" if rank < 0 else f"rank {rank}"
     inj.say(f"fault #{inj.kills} ({reason}): {kind.name} armed for {who}'s next checkpoint write")
