@@ -182,7 +182,6 @@ def test_kill_tears_down_a_real_mpiexec_attempt(tmp_path):
         killer.kill_ranks(tag)
 
 
-@pytest.mark.multirank
 def test_a_receipt_srun_relayed_before_its_timeout_is_kept(tmp_path, monkeypatch):
     """srun relays the killer's output. Here the killer printed its receipt, then the step did not end
     within the fan-out's timeout (a slow step teardown). The receipt is the node's answer: the ranks
@@ -197,6 +196,7 @@ def test_a_receipt_srun_relayed_before_its_timeout_is_kept(tmp_path, monkeypatch
     assert got == [done], got
 
 
+@pytest.mark.multirank
 def test_mpiexec_fanout_reaches_only_the_chosen_nodes():
     """--fanout mpiexec used to launch on every node whatever the target: now one launch over
     exactly the chosen hosts. Node 0 is a host that does not exist, so reaching it would fail."""

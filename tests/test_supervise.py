@@ -594,19 +594,19 @@ def test_a_second_signal_does_not_cut_the_first_ones_stop_short(tmp_path):
     assert ("injector_stop", True) in procs.events and procs.events[-1] == ("stop_pool",), procs.events
 
 
-def test_a_signal_during_a_failed_attempts_teardown_raises_once_it_is_recorded(tmp_path):
-    """A TERM comes while a failed attempt is torn down. On several nodes that takes up to
-    relaunch.teardown_timeout. The TERM waits until the teardown, the drain and the record are done,
-    then stops the phase. So the report gets the attempt's own end (exit 1), not only "interrupted".
-    And no rank is left for want of its KILL. Mutation: no held() section -> the raise leaves
-    attempt 1 without its record."""
+def test_a_signal_while_a_failed_attempt_is_drained_raises_once_it_is_recorded(tmp_path):
+    """A TERM comes while a failed attempt's output is drained (up to 5 s). It waits until the drain
+    and the record are done, then stops the phase. So the report gets the attempt's own end (exit 1),
+    not only "interrupted". The teardown before is not held: on a node that does not answer it can
+    outlast PBS's kill_delay. Mutation: no held() section -> the raise leaves attempt 1 without its
+    record."""
     sup, procs, clock, phase = make(tmp_path, [FakeAttempt(rc=1, runs=5), FakeAttempt(rc=0, runs=5)])
-    real = procs.teardown
+    real = procs.finish
 
-    def teardown(att, sig="KILL"):
+    def finish(att, rc):
         sup.interrupts.on_signal(signal.SIGTERM)
-        return real(att, sig)
-    procs.teardown = teardown
+        return real(att, rc)
+    procs.finish = finish
     with pytest.raises(supervise.Interrupted):
         sup.run()
     [r] = records(phase)

@@ -7,11 +7,11 @@ milliseconds later. Before this module, the second TERM raised again inside the 
 The attempt being stopped got no record. The injector, the warm pools and an armed storage fault
 could be left behind.
 
-- The first signal raises `Interrupted`, at once, or at the end of a `held()` section: the
-  teardown, drain and record of an attempt that has ended, which a raise would leave without its
-  record.
+- The first signal raises `Interrupted`, at once, or at the end of a `held()` section: the drain and
+  record of an attempt that has ended, which a raise would leave without its record.
 - A later one is noted and ignored. The cleanup it would cut short is bounded (a stop's grace,
-  relaunch.teardown_timeout), and SIGKILL still ends the supervisor at once."""
+  relaunch.teardown_timeout), and SIGKILL still ends the supervisor at once. A second Ctrl-C does not
+  break out of it."""
 import contextlib
 import signal
 from types import FrameType

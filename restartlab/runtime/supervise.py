@@ -380,9 +380,12 @@ class Supervisor:
             end_ts = self.clock.time()
             self.current = None
             lost: List[str] = []
-            with self.interrupts.held():  # a signal here raises once the attempt is torn down and recorded
-                if rc != 0:  # nothing of a failed attempt outlives it
-                    lost = self.procs.teardown(att) or []
+            if rc != 0:  # nothing of a failed attempt outlives it
+                lost = self.procs.teardown(att) or []
+            # A signal here raises once the attempt is recorded. The teardown before is not held: on a node
+            # that does not answer it takes up to relaunch.teardown_timeout (15 s), past PBS's kill_delay
+            # (10 s) after its TERM, and SIGKILL would then leave no record at all.
+            with self.interrupts.held():
                 warning = self.procs.finish(att, rc)
                 if warning:
                     self.say(f"attempt {k}: {warning}", err=True)
